@@ -1,0 +1,45 @@
+"""A step's lease: Temporal heartbeats, mirrored into Postgres as `steps.lease_until`.
+
+Temporal's heartbeat timeout is the real lease (it decides when an attempt is lost); the
+mirror copy lets SQL answer "which worker holds this step, until when".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+from agentrun.mirror_store import MirrorStore
+
+
+@contextlib.asynccontextmanager
+async def hold_lease(
+    store: MirrorStore, *, run_id: str, step_id: str, heartbeat_seconds: float
+) -> AsyncIterator[None]:
+    attempt = activity.info().attempt
+    interval = max(heartbeat_seconds / 3, 0.2)
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            activity.heartbeat()
+            try:
+                await store.renew_lease(
+                    run_id=run_id,
+                    step_id=step_id,
+                    attempt=attempt,
+                    lease_seconds=heartbeat_seconds,
+                )
+            except Exception as err:  # the mirror lagging must not cost the attempt its lease
+                activity.logger.warning("could not renew the mirrored lease: %s", err)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

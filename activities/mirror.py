@@ -1,0 +1,33 @@
+"""Mirror writes the workflow asks for: run state, checkpoints and the receipt."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from agentrun.constants import (
+    ACTIVITY_CHECKPOINT_SAVE,
+    ACTIVITY_MIRROR_SYNC,
+    ACTIVITY_RECEIPT_RECORD,
+)
+from agentrun.mirror_store import MirrorStore
+from agentrun.models import CheckpointInput, MirrorBatch, Receipt
+
+
+class MirrorActivities:
+    def __init__(self, store: MirrorStore) -> None:
+        self.store = store
+
+    @activity.defn(name=ACTIVITY_MIRROR_SYNC)
+    async def sync(self, batch: MirrorBatch) -> None:
+        await self.store.sync(batch)
+
+    @activity.defn(name=ACTIVITY_CHECKPOINT_SAVE)
+    async def save_checkpoint(self, input: CheckpointInput) -> None:
+        await self.store.save_run_checkpoint(input.run_id, input.checkpoint)
+
+    @activity.defn(name=ACTIVITY_RECEIPT_RECORD)
+    async def record_receipt(self, receipt: Receipt) -> Receipt:
+        """Complete the receipt with every retry the attempts journal saw, then store it."""
+        receipt = receipt.model_copy(update={"retries": await self.store.retries(receipt.run_id)})
+        await self.store.record_receipt(receipt)
+        return receipt

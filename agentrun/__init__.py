@@ -1,0 +1,1 @@
+"""agentrun: durable runs for AI agents on Temporal, mirrored to Postgres."""

@@ -1,0 +1,28 @@
+"""Names that are part of the deployed contract: never rename one once runs use it."""
+
+TASK_QUEUE = "agent-runs"
+WORKFLOW_NAME = "AgentRun"
+RUN_ID_PREFIX = "run-"
+
+# Activity names are stable and namespaced (a rename breaks in-flight runs).
+ACTIVITY_MODEL_COMPLETE = "model.complete"
+ACTIVITY_TOOL_INVOKE = "tool.invoke"
+ACTIVITY_CHECKPOINT_SAVE = "checkpoint.save"
+ACTIVITY_VERIFY_CHECK = "verify.check"
+ACTIVITY_MIRROR_SYNC = "mirror.sync"
+ACTIVITY_RECEIPT_RECORD = "receipts.record"
+
+# Workflow message names.
+QUERY_STATE = "state"
+QUERY_PENDING_APPROVAL = "pending_approval"
+UPDATE_APPROVE = "approve"
+UPDATE_REJECT = "reject"
+UPDATE_PAUSE = "pause"
+UPDATE_RESUME = "resume"
+SIGNAL_APPROVE = "approve_signal"
+SIGNAL_REJECT = "reject_signal"
+SIGNAL_PAUSE = "pause_signal"
+SIGNAL_RESUME = "resume_signal"
+
+OFFLINE_MODEL = "offline-planner"
+DEFAULT_WEB_UI = "http://localhost:8233"

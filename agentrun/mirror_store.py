@@ -1,0 +1,291 @@
+"""All SQL that writes the run mirror, in one place.
+
+Two writers touch a step row, and fencing keeps them apart:
+- an activity attempt writes its intent, lease and report, but only while the row is not
+  final and no newer attempt has claimed it;
+- the workflow makes a row final for the attempt whose result it accepted; after that, no
+  attempt (a zombie that outlived its timeout included) can change the row.
+Every write is an upsert keyed by (run_id, step_id) or (run_id, seq), so a retried write
+never adds a row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from agentrun.models import JsonDict, MirrorBatch, Receipt, RetryRecord, StepRecord
+
+
+class MirrorStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    # ------------------------------------------------------------ written by activity attempts
+
+    async def begin_attempt(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        seq: int,
+        type: str,
+        name: str,
+        attempt: int,
+        worker: str,
+        lease_seconds: float,
+        input: JsonDict,
+        idempotency_key: str | None = None,
+    ) -> JsonDict:
+        """Claim the step for this attempt; returns the step's saved mid-step checkpoint."""
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                """
+                INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
+                                   worker, lease_until, idempotency_key, started_at)
+                VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running', %(input)s,
+                        %(attempt)s, %(worker)s, now() + make_interval(secs => %(lease)s),
+                        %(key)s, now())
+                ON CONFLICT (run_id, step_id) DO UPDATE SET
+                    status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
+                    lease_until = EXCLUDED.lease_until, updated_at = now()
+                WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
+                RETURNING checkpoint
+                """,
+                {
+                    "run": run_id,
+                    "step": step_id,
+                    "seq": seq,
+                    "type": type,
+                    "name": name,
+                    "input": Jsonb(input),
+                    "attempt": attempt,
+                    "worker": worker,
+                    "lease": lease_seconds,
+                    "key": idempotency_key,
+                },
+            )
+            row = await cur.fetchone()
+            await conn.execute(
+                """INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
+                   VALUES (%s, %s, %s, %s, 'running') ON CONFLICT DO NOTHING""",
+                (run_id, step_id, attempt, worker),
+            )
+        return dict(row[0]) if row else {}
+
+    async def renew_lease(
+        self, *, run_id: str, step_id: str, attempt: int, lease_seconds: float
+    ) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """UPDATE steps SET lease_until = now() + make_interval(secs => %s)
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s AND NOT final""",
+                (lease_seconds, run_id, step_id, attempt),
+            )
+
+    async def save_step_checkpoint(
+        self, *, run_id: str, step_id: str, attempt: int, patch: JsonDict
+    ) -> None:
+        """Merge mid-step progress at once, outside the tool's transaction, for the next try."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """UPDATE steps SET checkpoint = checkpoint || %s, updated_at = now()
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s AND NOT final""",
+                (Jsonb(patch), run_id, step_id, attempt),
+            )
+
+    async def end_attempt(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        attempt: int,
+        status: str,
+        output: Any = None,
+        error: str | None = None,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        cost_usd: float = 0.0,
+    ) -> bool:
+        """Report an attempt's outcome; returns False when the step was already fenced off."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                """UPDATE step_attempts SET status = %s, error = %s, tokens_in = %s,
+                          tokens_out = %s, cost_usd = %s, finished_at = now()
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s""",
+                (status, error, tokens_in, tokens_out, cost_usd, run_id, step_id, attempt),
+            )
+            cur = await conn.execute(
+                """UPDATE steps SET status = %s, output = %s, error = %s, tokens_in = %s,
+                          tokens_out = %s, cost_usd = %s, lease_until = NULL, updated_at = now()
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s AND NOT final""",
+                (
+                    f"attempt_{status}",
+                    Jsonb(output),
+                    error,
+                    tokens_in,
+                    tokens_out,
+                    cost_usd,
+                    run_id,
+                    step_id,
+                    attempt,
+                ),
+            )
+            return cur.rowcount == 1
+
+    # ------------------------------------------------------------ written by the workflow
+
+    async def sync(self, batch: MirrorBatch) -> None:
+        """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
+        run = batch.run
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(
+                """
+                INSERT INTO runs (run_id, version, tenant, user_id, task, status,
+                    current_step_id, model, tokens_in, tokens_out, cost_usd,
+                    duplicates_prevented, checkpoint, result, error, created_at, updated_at,
+                    finished_at)
+                VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
+                    %(step)s, %(model)s, %(tin)s, %(tout)s, %(cost)s, %(dups)s, %(cp)s,
+                    %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s)
+                ON CONFLICT (run_id) DO UPDATE SET
+                    version = EXCLUDED.version, status = EXCLUDED.status,
+                    current_step_id = EXCLUDED.current_step_id, model = EXCLUDED.model,
+                    tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+                    cost_usd = EXCLUDED.cost_usd,
+                    duplicates_prevented = EXCLUDED.duplicates_prevented,
+                    checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
+                    error = EXCLUDED.error, updated_at = EXCLUDED.updated_at,
+                    finished_at = EXCLUDED.finished_at
+                WHERE runs.version < EXCLUDED.version
+                """,
+                {
+                    "run_id": run.run_id,
+                    "version": run.version,
+                    "tenant": run.tenant,
+                    "user": run.user,
+                    "task": run.task,
+                    "status": run.status.value,
+                    "step": run.current_step_id,
+                    "model": run.model,
+                    "tin": run.tokens_in,
+                    "tout": run.tokens_out,
+                    "cost": run.cost_usd,
+                    "dups": run.duplicates_prevented,
+                    "cp": Jsonb(run.checkpoint),
+                    "result": run.result,
+                    "error": run.error,
+                    "created": run.created_at,
+                    "updated": run.updated_at,
+                    "finished": run.finished_at,
+                },
+            )
+            for step in batch.steps:
+                await self._finalize_step(conn, run.run_id, step)
+            if batch.events:
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        """INSERT INTO events (run_id, seq, type, step_id, data, created_at)
+                           VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+                        [
+                            (run.run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at)
+                            for e in batch.events
+                        ],
+                    )
+
+    async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord) -> None:
+        # A final row is only rewritten by the same accepted attempt (a retried sync).
+        await conn.execute(
+            """
+            INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output, error,
+                attempt, tokens_in, tokens_out, cost_usd, idempotency_key, final,
+                started_at, finished_at, lease_until)
+            VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, %(status)s, %(input)s,
+                %(output)s, %(error)s, %(attempt)s, %(tin)s, %(tout)s, %(cost)s, %(key)s,
+                %(final)s, %(started)s, %(finished)s, NULL)
+            ON CONFLICT (run_id, step_id) DO UPDATE SET
+                seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
+                status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
+                attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,
+                tokens_out = EXCLUDED.tokens_out, cost_usd = EXCLUDED.cost_usd,
+                idempotency_key = coalesce(EXCLUDED.idempotency_key, steps.idempotency_key),
+                final = EXCLUDED.final,
+                started_at = coalesce(steps.started_at, EXCLUDED.started_at),
+                finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now()
+            WHERE NOT steps.final OR steps.attempt = EXCLUDED.attempt
+            """,
+            {
+                "run": run_id,
+                "step": step.step_id,
+                "seq": step.seq,
+                "type": step.type,
+                "name": step.name,
+                "status": step.status,
+                "input": Jsonb(step.input),
+                "output": Jsonb(step.output),
+                "error": step.error,
+                "attempt": step.attempt,
+                "tin": step.tokens_in,
+                "tout": step.tokens_out,
+                "cost": step.cost_usd,
+                "key": step.idempotency_key,
+                "final": step.final,
+                "started": step.started_at,
+                "finished": step.finished_at,
+            },
+        )
+
+    async def save_run_checkpoint(self, run_id: str, checkpoint: JsonDict) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE runs SET checkpoint = %s WHERE run_id = %s", (Jsonb(checkpoint), run_id)
+            )
+
+    async def retries(self, run_id: str) -> list[RetryRecord]:
+        """Every step that needed more than one attempt, with what went wrong each time."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT step_id, attempt, status, error FROM step_attempts
+                   WHERE run_id = %s ORDER BY step_id, attempt""",
+                (run_id,),
+            )
+            rows = await cur.fetchall()
+        by_step: dict[str, list[str]] = {}
+        attempts: dict[str, int] = {}
+        for step_id, attempt, status, error in rows:
+            attempts[step_id] = max(attempts.get(step_id, 0), attempt)
+            if status == "failed":
+                by_step.setdefault(step_id, []).append(f"attempt {attempt} failed: {error}")
+            elif status == "running":
+                by_step.setdefault(step_id, []).append(
+                    f"attempt {attempt} lost: its worker stopped before reporting"
+                )
+        return [
+            RetryRecord(step_id=step, attempts=attempts[step], reason="; ".join(reasons))
+            for step, reasons in by_step.items()
+        ]
+
+    async def record_receipt(self, receipt: Receipt) -> str | None:
+        """Store the receipt, and the final answer as a content-addressed artifact."""
+        artifact_id = None
+        async with self.pool.connection() as conn, conn.transaction():
+            if receipt.answer:
+                body = receipt.answer.encode()
+                artifact_id = "sha256:" + hashlib.sha256(body).hexdigest()
+                await conn.execute(
+                    """INSERT INTO artifacts (artifact_id, run_id, step_id, name, media_type,
+                                              size_bytes, content)
+                       VALUES (%s, %s, NULL, 'answer.md', 'text/markdown', %s, %s)
+                       ON CONFLICT (artifact_id) DO NOTHING""",
+                    (artifact_id, receipt.run_id, len(body), body),
+                )
+            await conn.execute(
+                """INSERT INTO receipts (run_id, outcome, receipt) VALUES (%s, %s, %s)
+                   ON CONFLICT (run_id) DO UPDATE SET outcome = EXCLUDED.outcome,
+                       receipt = EXCLUDED.receipt""",
+                (receipt.run_id, receipt.outcome.value, Jsonb(receipt.model_dump(mode="json"))),
+            )
+        return artifact_id

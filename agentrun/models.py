@@ -1,0 +1,384 @@
+"""Every input and result that crosses a workflow or activity boundary, in one place.
+
+Each workflow, activity, signal, update and query takes one model and returns one, so a
+field can be added later without breaking runs already in flight.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrun.states import RunStatus
+
+MAX_TASK_CHARS = 20_000
+JsonDict = dict[str, Any]
+
+
+class RiskLevel(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
+
+
+class Strict(BaseModel):
+    """Run specs are user input: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- the run spec (user input)
+
+
+class ModelSettings(Strict):
+    model: str | None = Field(None, description="Model name; None means the worker's default.")
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_tokens: int | None = Field(None, gt=0)
+
+
+class ApprovalPolicy(Strict):
+    # Tool calls at or above this risk wait for a human; "always" names tools that always do.
+    require_at_or_above: RiskLevel = RiskLevel.HIGH
+    always: list[str] = Field(default_factory=list)
+    default_role: str = "approver"
+    roles: dict[str, str] = Field(default_factory=dict, description="tool name -> required role")
+    approvers: list[str] = Field(default_factory=list, description="if set, only these may decide")
+    timeout_seconds: float = Field(24 * 3600, gt=0)
+    on_reject: Literal["cancel", "replan"] = "cancel"
+
+    def needs_approval(self, tool: str, risk: RiskLevel) -> bool:
+        return tool in self.always or RISK_ORDER[risk] >= RISK_ORDER[self.require_at_or_above]
+
+    def role_for(self, tool: str) -> str:
+        return self.roles.get(tool, self.default_role)
+
+
+class Budget(Strict):
+    max_tokens: int | None = Field(None, gt=0)
+    max_cost_usd: float | None = Field(None, gt=0)
+
+
+class StepTimeouts(Strict):
+    model_seconds: float = Field(120, gt=0)
+    tool_seconds: float = Field(300, gt=0)
+    heartbeat_seconds: float = Field(30, gt=0)
+    max_attempts: int = Field(5, ge=1)
+    initial_retry_seconds: float = Field(1, gt=0)
+
+
+class VerifySpec(Strict):
+    required_sections: list[str] = Field(default_factory=lambda: ["## Summary"])
+    forbidden: list[str] = Field(default_factory=lambda: ["TODO"])
+    min_chars: int = Field(1, ge=0)
+    max_rounds: int = Field(2, ge=1, description="model retries after a failed verification")
+
+
+class RunSpec(Strict):
+    """Everything a run needs, validated before anything starts."""
+
+    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
+    tenant: str = Field("default", min_length=1, max_length=200)
+    user: str = Field("anonymous", min_length=1, max_length=200)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    allowed_tools: list[str] | None = Field(None, description="None: every tool the worker has")
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    max_steps: int = Field(20, ge=1, le=500)
+    budget: Budget = Field(default_factory=Budget)
+    timeouts: StepTimeouts = Field(default_factory=StepTimeouts)
+    verify: VerifySpec = Field(default_factory=VerifySpec)
+
+
+# ---------------------------------------------------------------- activity inputs and results
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelCallInput(BaseModel):
+    run_id: str
+    step_id: str
+    seq: int
+    model: str | None
+    messages: list[JsonDict]
+    allowed_tools: list[str] | None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    heartbeat_seconds: float = 30
+
+
+class ProposedToolCall(BaseModel):
+    """A tool call the model asked for, already checked against the worker's registry."""
+
+    call_id: str
+    tool: str
+    arguments: JsonDict | None = None
+    error: str | None = Field(None, description="why the call cannot run as proposed")
+    risk: RiskLevel = RiskLevel.LOW
+    side_effect: bool = False
+
+
+class ModelCallResult(BaseModel):
+    content: str | None
+    tool_calls: list[ProposedToolCall] = Field(default_factory=list)
+    assistant_message: JsonDict
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    model: str
+    attempt: int = 1
+
+
+class ToolCallInput(BaseModel):
+    run_id: str
+    step_id: str
+    seq: int
+    tool: str
+    arguments: JsonDict
+    idempotency_key: str
+    checkpoint: JsonDict = Field(default_factory=dict)
+    heartbeat_seconds: float = 30
+
+
+class ToolCallResult(BaseModel):
+    ok: bool
+    output: Any = None
+    error: str | None = None
+    duplicate_prevented: bool = False
+    checkpoint_patch: JsonDict = Field(default_factory=dict)
+    attempt: int = 1
+
+
+class CheckpointInput(BaseModel):
+    run_id: str
+    step_id: str
+    checkpoint: JsonDict
+
+
+class VerifyInput(BaseModel):
+    run_id: str
+    step_id: str
+    answer: str
+    spec: VerifySpec
+
+
+class CheckOutcome(BaseModel):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class VerifyResult(BaseModel):
+    passed: bool
+    checks: list[CheckOutcome]
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
+
+
+# ---------------------------------------------------------------- mirror records
+
+
+StepType = Literal["model_call", "tool_call", "approval", "verify", "checkpoint"]
+
+
+class StepRecord(BaseModel):
+    """A step as the workflow accepted it; the mirror makes it final for `attempt` only."""
+
+    step_id: str
+    seq: int
+    type: StepType
+    name: str
+    status: str
+    input: JsonDict = Field(default_factory=dict)
+    output: Any = None
+    error: str | None = None
+    attempt: int = 1
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    idempotency_key: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    final: bool = True
+
+
+class RunEvent(BaseModel):
+    seq: int
+    type: str
+    step_id: str | None = None
+    data: JsonDict = Field(default_factory=dict)
+    at: datetime
+
+
+class RunSnapshot(BaseModel):
+    run_id: str
+    version: int = Field(description="grows with every change; older snapshots never win")
+    tenant: str
+    user: str
+    task: str
+    status: RunStatus
+    current_step_id: str | None = None
+    model: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    duplicates_prevented: int = 0
+    checkpoint: JsonDict = Field(default_factory=dict)
+    result: str | None = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class MirrorBatch(BaseModel):
+    run: RunSnapshot
+    steps: list[StepRecord] = Field(default_factory=list)
+    events: list[RunEvent] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- approvals
+
+
+class PendingApproval(BaseModel):
+    approval_id: str
+    step_id: str
+    tool: str
+    arguments: JsonDict
+    action_hash: str = Field(description="binds a decision to this exact tool call")
+    required_role: str
+    approvers: list[str] = Field(default_factory=list)
+    tenant: str
+    requested_at: datetime
+    expires_at: datetime
+
+
+class ApproveInput(BaseModel):
+    action_hash: str
+    by: str = Field(min_length=1)
+    role: str = Field(min_length=1)
+    edit: JsonDict | None = Field(None, description="arguments the approver changed")
+    tenant: str | None = None
+
+
+class RejectInput(BaseModel):
+    action_hash: str
+    by: str = Field(min_length=1)
+    role: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    tenant: str | None = None
+
+
+class ApprovalRecord(BaseModel):
+    approval_id: str
+    tool: str
+    proposed_arguments: JsonDict
+    decision: Literal["approved", "rejected", "expired"]
+    by: str | None = None
+    role: str | None = None
+    edit: JsonDict | None = None
+    final_arguments: JsonDict | None = None
+    reason: str | None = None
+    requested_at: datetime
+    decided_at: datetime
+
+
+class DecisionResult(BaseModel):
+    approval_id: str
+    decision: str
+    status: RunStatus
+
+
+class ControlInput(BaseModel):
+    by: str = "cli"
+    reason: str | None = None
+
+
+class ControlResult(BaseModel):
+    status: RunStatus
+    paused: bool
+    message: str
+
+
+# ---------------------------------------------------------------- queries and receipts
+
+
+class StepSummary(BaseModel):
+    step_id: str
+    seq: int
+    type: StepType
+    name: str
+    status: str
+    attempt: int = 1
+
+
+class RunState(BaseModel):
+    run_id: str
+    status: RunStatus
+    tenant: str
+    user: str
+    task: str
+    current_step_id: str | None
+    steps: list[StepSummary]
+    pending_approval: PendingApproval | None
+    pause_requested: bool
+    checkpoint: JsonDict
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    result: str | None
+    error: str | None
+
+
+class SideEffectRecord(BaseModel):
+    step_id: str
+    tool: str
+    idempotency_key: str
+    arguments: JsonDict
+    ok: bool
+    duplicate_prevented: bool
+    output: Any = None
+
+
+class RetryRecord(BaseModel):
+    step_id: str
+    attempts: int
+    reason: str
+
+
+class Receipt(BaseModel):
+    run_id: str
+    task: str
+    tenant: str
+    user: str
+    outcome: RunStatus
+    answer: str | None
+    error: str | None
+    steps: list[StepSummary]
+    side_effects: list[SideEffectRecord]
+    approvals: list[ApprovalRecord]
+    retries: list[RetryRecord]
+    duplicates_prevented: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    verification: VerifyResult | None
+    unresolved: list[str]
+    started_at: datetime
+    finished_at: datetime
+
+
+class RunResult(BaseModel):
+    run_id: str
+    status: RunStatus
+    answer: str | None
+    error: str | None

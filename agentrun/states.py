@@ -1,0 +1,54 @@
+"""The run state machine: every legal transition is written here and nowhere else."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    PLANNING = "planning"
+    WAITING_FOR_TOOL = "waiting_for_tool"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    VERIFYING = "verifying"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+S = RunStatus
+TERMINAL: frozenset[RunStatus] = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
+_ENDINGS = {S.FAILED, S.CANCELLED, S.PAUSED}
+
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    S.QUEUED: frozenset({S.PLANNING, *_ENDINGS}),
+    S.PLANNING: frozenset({S.WAITING_FOR_TOOL, S.WAITING_FOR_APPROVAL, S.VERIFYING, *_ENDINGS}),
+    S.WAITING_FOR_TOOL: frozenset(
+        {S.PLANNING, S.WAITING_FOR_TOOL, S.WAITING_FOR_APPROVAL, S.VERIFYING, *_ENDINGS}
+    ),
+    # A decision sends the approved call to the tool, or (rejected, re-plan) back to the model.
+    S.WAITING_FOR_APPROVAL: frozenset({S.WAITING_FOR_TOOL, S.PLANNING, S.FAILED, S.CANCELLED}),
+    S.VERIFYING: frozenset({S.COMPLETED, S.PLANNING, *_ENDINGS}),
+    # Resume returns to whatever the next step needs.
+    S.PAUSED: frozenset(
+        {S.PLANNING, S.WAITING_FOR_TOOL, S.WAITING_FOR_APPROVAL, S.VERIFYING, S.FAILED, S.CANCELLED}
+    ),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransitionError(ValueError):
+    """A transition the state machine does not allow: a bug, never a shortcut to take."""
+
+
+def check_transition(current: RunStatus, new: RunStatus) -> RunStatus:
+    if new not in TRANSITIONS[current]:
+        raise IllegalTransitionError(f"illegal run transition {current.value} -> {new.value}")
+    return new
+
+
+def is_terminal(status: RunStatus) -> bool:
+    return status in TERMINAL

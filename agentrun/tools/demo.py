@@ -1,0 +1,97 @@
+"""The demo tool set: read-only tools, and one with a real side effect (an outbox in Postgres).
+
+The outbox lets anyone count, in SQL, how many messages a run really sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from agentrun.models import RiskLevel
+from agentrun.tools.registry import Tool, ToolContext, ToolRegistry
+
+NOTES = {
+    "refund": "Refunds over $100 need a manager's approval and are paid within 5 days.",
+    "order": "Orders ship within 2 business days; tracking is emailed when they leave.",
+    "outage": "Status updates go to the affected customers and to #incidents.",
+    "invoice": "Invoices are issued on the 1st; overdue after 30 days.",
+}
+
+
+class SearchNotesArgs(BaseModel):
+    query: str = Field(min_length=1, max_length=2000, description="what to look for")
+
+
+async def search_notes(args: SearchNotesArgs, ctx: ToolContext) -> dict[str, object]:
+    words = {w.strip(".,!?").lower() for w in args.query.split()}
+    hits = [text for key, text in sorted(NOTES.items()) if key in words or f"{key}s" in words]
+    return {"query": args.query, "matches": hits or ["No note matches; answer from the task."]}
+
+
+class SendMessageArgs(BaseModel):
+    to: str = Field(min_length=3, max_length=320, description="recipient address")
+    subject: str = Field(min_length=1, max_length=200)
+    body: str = Field(min_length=1, max_length=10_000)
+
+
+async def send_message(args: SendMessageArgs, ctx: ToolContext) -> dict[str, object]:
+    """Write to the outbox inside the ledger's transaction: the send and its record are one."""
+    cur = await ctx.conn.execute(
+        """INSERT INTO outbox (idempotency_key, run_id, step_id, recipient, subject, body)
+           VALUES (%s, %s, %s, %s, %s, %s) RETURNING id""",
+        (ctx.idempotency_key, ctx.run_id, ctx.step_id, args.to, args.subject, args.body),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return {"message_id": row[0], "to": args.to, "status": "queued"}
+
+
+class IndexDocumentsArgs(BaseModel):
+    documents: list[str] = Field(min_length=1, max_length=1000)
+    seconds_per_document: float = Field(0.0, ge=0, le=60)
+
+
+async def index_documents(args: IndexDocumentsArgs, ctx: ToolContext) -> dict[str, object]:
+    """Long work that checkpoints each document, so a retried attempt skips what is done."""
+    done: list[str] = list(ctx.checkpoint.get("indexed", []))
+    skipped = len(done)
+    for doc in args.documents:
+        if doc in done:
+            continue
+        await asyncio.sleep(args.seconds_per_document)
+        done.append(doc)
+        await ctx.save_checkpoint({"indexed": done})
+        ctx.heartbeat(len(done))
+    return {"indexed": len(done), "resumed_from_checkpoint": skipped}
+
+
+def demo_tools() -> list[Tool]:
+    return [
+        Tool(
+            "search_notes",
+            "Search the team's notes for facts relevant to a question.",
+            SearchNotesArgs,
+            search_notes,  # type: ignore[arg-type]
+        ),
+        Tool(
+            "send_message",
+            "Send a message to a person. This is a real side effect and needs approval.",
+            SendMessageArgs,
+            send_message,  # type: ignore[arg-type]
+            side_effect=True,
+            risk=RiskLevel.HIGH,
+        ),
+        Tool(
+            "index_documents",
+            "Index documents one by one, recording progress as it goes.",
+            IndexDocumentsArgs,
+            index_documents,  # type: ignore[arg-type]
+            risk=RiskLevel.MEDIUM,
+        ),
+    ]
+
+
+def demo_registry() -> ToolRegistry:
+    return ToolRegistry(demo_tools())

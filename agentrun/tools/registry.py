@@ -1,0 +1,126 @@
+"""A tool is a Python callable with a pydantic argument model, a side-effect flag and a risk.
+
+The registry lives in the worker: the workflow only sees tool names and the registry's
+verdict on a proposed call, so tools can change without touching workflow code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import AsyncConnection
+from pydantic import BaseModel, ValidationError
+
+from agentrun.models import JsonDict, RiskLevel
+
+CheckpointSaver = Callable[[JsonDict], Awaitable[None]]
+
+
+@dataclass
+class ToolContext:
+    """What a tool may use: its run and step, its idempotency key, and durable progress.
+
+    `conn` is an open transaction: a tool that writes its effect through it commits the
+    effect and the idempotency ledger entry together, so the effect cannot happen twice.
+    """
+
+    run_id: str
+    step_id: str
+    idempotency_key: str
+    checkpoint: JsonDict
+    conn: AsyncConnection[Any]
+    save_checkpoint: CheckpointSaver
+    heartbeat: Callable[..., None] = field(default=lambda *details: None)
+
+
+ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    fn: ToolFn
+    side_effect: bool = False
+    risk: RiskLevel = RiskLevel.LOW
+
+    def openai_schema(self) -> JsonDict:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.args_model.model_json_schema(),
+            },
+        }
+
+    def parse_arguments(self, arguments: JsonDict) -> BaseModel:
+        return self.args_model.model_validate(arguments)
+
+
+class UnknownToolError(LookupError):
+    pass
+
+
+class ToolError(Exception):
+    """Raised by a tool for a failure the model should hear about, not a retry."""
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+        return tool
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(
+                f"unknown tool {name!r}; known tools: {', '.join(sorted(self._tools))}"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def allowed(self, allowed: list[str] | None) -> list[Tool]:
+        names = self.names() if allowed is None else allowed
+        return [self._tools[n] for n in names if n in self._tools]
+
+    def check_call(
+        self, name: str, raw_arguments: str, allowed: list[str] | None
+    ) -> tuple[JsonDict | None, str | None]:
+        """Parse and validate a model's proposed call: (arguments, None) or (maybe-args, error)."""
+        if allowed is not None and name not in allowed:
+            return None, f"tool {name!r} is not allowed in this run; allowed: {allowed}"
+        try:
+            tool = self.get(name)
+        except UnknownToolError as err:
+            return None, str(err)
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError as err:
+            return None, f"arguments for {name!r} are not valid JSON: {err}"
+        if not isinstance(arguments, dict):
+            return None, f"arguments for {name!r} must be a JSON object"
+        try:
+            tool.parse_arguments(arguments)
+        except ValidationError as err:
+            return arguments, f"arguments for {name!r} failed validation: {compact_errors(err)}"
+        return arguments, None
+
+
+def compact_errors(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in err.errors()
+    )

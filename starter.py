@@ -1,0 +1,350 @@
+"""Start, steer and inspect agent runs: `python starter.py --help`.
+
+With nothing configured, `demo` and `up` bring up the embedded stack (Temporal dev server
+with its Web UI, an embedded Postgres, the offline model) in `.agentrun/`. Every other
+command talks to whatever stack the settings name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from agentrun import operations as ops
+from agentrun import render
+from agentrun.client import connect
+from agentrun.db import open_pool
+from agentrun.models import PendingApproval, RunSpec
+from agentrun.settings import Settings, read_stack_file
+from agentrun.stack import EmbeddedStack, port_open
+from workflows import AgentRunWorkflow
+
+DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def load_spec(args: argparse.Namespace) -> RunSpec:
+    raw: dict[str, Any] = {}
+    if args.spec:
+        raw = yaml.safe_load(Path(args.spec).read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ops.OperationError(f"{args.spec}: a run spec must be a mapping")
+    for field, value in (
+        ("task", args.task),
+        ("idempotency_key", args.idempotency_key),
+        ("tenant", args.tenant),
+        ("user", args.user),
+    ):
+        if value is not None:
+            raw[field] = value
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ops.OperationError(f"invalid run spec: {problems}") from err
+
+
+# ---------------------------------------------------------------- commands that need a client
+
+
+async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    spec = load_spec(args)
+    started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+    note = (
+        "already exists (same idempotency key); not started again"
+        if started.existing
+        else "started"
+    )
+    emit(
+        {
+            "run_id": started.run_id,
+            "existing": started.existing,
+            "url": settings.run_link(started.run_id),
+        },
+        args.json,
+        f"{started.run_id} {note}\n{settings.run_link(started.run_id)}",
+    )
+    return 0
+
+
+async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    edit = json.loads(args.edit) if args.edit else None
+    if edit is not None and not isinstance(edit, dict):
+        raise ops.OperationError("--edit takes a JSON object of the arguments to change")
+    result = await ops.approve(
+        client, args.run, by=args.by, role=args.role, edit=edit, tenant=args.tenant
+    )
+    emit(
+        result.model_dump(mode="json"),
+        args.json,
+        f"{result.decision}; run is {result.status.value}",
+    )
+    return 0
+
+
+async def cmd_reject(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    result = await ops.reject(
+        client, args.run, by=args.by, role=args.role, reason=args.reason, tenant=args.tenant
+    )
+    emit(
+        result.model_dump(mode="json"),
+        args.json,
+        f"{result.decision}; run is {result.status.value}",
+    )
+    return 0
+
+
+async def cmd_pause(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    result = await ops.pause(client, args.run)
+    emit(result.model_dump(mode="json"), args.json, result.message)
+    return 0
+
+
+async def cmd_resume(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    result = await ops.resume(client, args.run)
+    emit(result.model_dump(mode="json"), args.json, result.message)
+    return 0
+
+
+async def cmd_cancel(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    await ops.cancel(client, args.run)
+    print(f"cancel requested: {args.run} ends as cancelled and writes its receipt")
+    return 0
+
+
+async def cmd_status(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    state = await ops.status(client, args.run)
+    emit(state.model_dump(mode="json"), args.json, render.run_state(state))
+    return 0
+
+
+# ---------------------------------------------------------------- commands that read Postgres
+
+
+async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
+    pool = await open_pool(settings.require_database(), max_size=2)
+    try:
+        runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
+    finally:
+        await pool.close()
+    emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
+    return 0
+
+
+async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
+    pool = await open_pool(settings.require_database(), max_size=2)
+    try:
+        receipt = await ops.receipt(pool, args.run)
+    finally:
+        await pool.close()
+    emit(receipt, args.json, render.receipt_markdown(receipt))
+    return 0
+
+
+# ---------------------------------------------------------------- the embedded stack
+
+
+def existing_stack(settings: Settings) -> bool:
+    """True when settings point at a stack that is up (set by env, or by `up`)."""
+    host, _, port = settings.temporal_address.rpartition(":")
+    return bool(read_stack_file(settings.home) or settings.database_url) and port_open(
+        int(port), host or "127.0.0.1"
+    )
+
+
+async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    from worker import run_worker
+
+    stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
+    endpoints = stack.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(
+        "stack up:\n"
+        + "\n".join(f"  {k}: {v}" for k, v in endpoints.items())
+        + f"\ndata kept in {settings.home.resolve()}; Ctrl-C stops everything",
+        flush=True,
+    )
+    try:
+        if args.no_worker:
+            await stop.wait()
+        else:
+            await run_worker(Settings.load(), identity="embedded-worker", stop=stop)
+    finally:
+        stack.stop()
+    return 0
+
+
+async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    """Run a sample task end to end: start, stop at the approval gate, approve, verify."""
+    from worker import run_worker
+
+    stack = None
+    if not existing_stack(settings):
+        stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
+        print("starting the embedded stack (Temporal dev server, Postgres, offline model)...")
+        stack.start()
+        settings = Settings.load()
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(settings, identity="demo-worker", stop=stop))
+    demo = asyncio.create_task(run_demo(settings))
+    try:
+        await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
+        if worker.done():  # the worker died first: say why instead of waiting on it
+            demo.cancel()
+            await worker
+        return await demo
+    finally:
+        stop.set()
+        try:
+            await worker
+        finally:
+            if stack is not None:
+                stack.stop()
+
+
+async def run_demo(settings: Settings) -> int:
+    client = await connect(settings)
+    spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
+    started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+    print(f"run {started.run_id} started: {settings.run_link(started.run_id)}")
+    pending = await wait_for_approval(client, started.run_id)
+    print(
+        f"waiting for approval: {pending.tool}({json.dumps(pending.arguments)[:120]}...)"
+        f"\n  needs role {pending.required_role!r}; approving as demo-approver"
+    )
+    decision = await ops.approve(
+        client, started.run_id, by="demo-approver", role=pending.required_role
+    )
+    print(f"approval {decision.decision}; run is {decision.status.value}")
+    result = await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
+    pool = await open_pool(settings.require_database(), max_size=2)
+    try:
+        receipt = await ops.receipt(pool, started.run_id)
+    finally:
+        await pool.close()
+    print()
+    print(render.receipt_markdown(receipt))
+    print(f"\nWeb UI: {settings.run_link(started.run_id)}")
+    print("(the UI is live while the stack runs: `python starter.py up` serves it again)")
+    return 0 if result.status.value == "completed" and receipt["outcome"] == "completed" else 1
+
+
+async def wait_for_approval(client: Client, run_id: str, wait_seconds: float = 120) -> PendingApproval:
+    deadline = asyncio.get_running_loop().time() + wait_seconds
+    while True:
+        state = await ops.status(client, run_id)
+        if state.pending_approval is not None:
+            return state.pending_approval
+        if asyncio.get_running_loop().time() > deadline or state.status.value in (
+            "completed",
+            "failed",
+            "cancelled",
+        ):
+            raise ops.OperationError(
+                f"run {run_id} never reached its approval gate ({state.status.value})"
+            )
+        await asyncio.sleep(0.2)
+
+
+# ---------------------------------------------------------------- the command line
+
+ClientCommand = Callable[[Client, Settings, argparse.Namespace], Awaitable[int]]
+CLIENT_COMMANDS: dict[str, ClientCommand] = {
+    "start": cmd_start,
+    "approve": cmd_approve,
+    "reject": cmd_reject,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
+    "cancel": cmd_cancel,
+    "status": cmd_status,
+}
+LOCAL_COMMANDS = {"list": cmd_list, "receipt": cmd_receipt, "up": cmd_up, "demo": cmd_demo}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str, *, json_flag: bool = False) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="print JSON for machines")
+        return p
+
+    for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
+        p = command(name, help)
+        p.add_argument("--port", type=int, default=7233, help="Temporal frontend port")
+        p.add_argument("--ui-port", type=int, default=8233, help="Web UI port")
+        if name == "up":
+            p.add_argument("--no-worker", action="store_true", help="leave the worker out")
+    p = command("start", "start a run; prints its id", json_flag=True)
+    p.add_argument("--task", help="what the agent should do")
+    p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
+    p.add_argument("--idempotency-key", help="starting again with it returns the same run")
+    p.add_argument("--tenant")
+    p.add_argument("--user")
+    p = command("approve", "approve the pending action", json_flag=True)
+    p.add_argument("run")
+    p.add_argument("--by", required=True, help="who approves")
+    p.add_argument("--role", default="approver", help="the approver's role")
+    p.add_argument("--edit", help="JSON object of arguments to change before running")
+    p.add_argument("--tenant", help="refuse unless the run belongs to this tenant")
+    p = command("reject", "reject the pending action", json_flag=True)
+    p.add_argument("run")
+    p.add_argument("--by", required=True)
+    p.add_argument("--role", default="approver")
+    p.add_argument("--reason", required=True)
+    p.add_argument("--tenant")
+    for name, help in (
+        ("pause", "pause at the next step boundary"),
+        ("resume", "continue a paused run"),
+        ("cancel", "end the run as cancelled, with its receipt"),
+        ("status", "the live state of a run"),
+        ("receipt", "what a run did, cost and changed"),
+    ):
+        p = command(name, help, json_flag=name in ("pause", "resume", "status", "receipt"))
+        p.add_argument("run")
+    p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
+    p.add_argument("--status", help="only runs in this status")
+    p.add_argument("--limit", type=int, default=50)
+    return top
+
+
+async def dispatch(args: argparse.Namespace) -> int:
+    settings = Settings.load()
+    if args.command in LOCAL_COMMANDS:
+        return await LOCAL_COMMANDS[args.command](settings, args)
+    client = await connect(settings)
+    return await CLIENT_COMMANDS[args.command](client, settings, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return asyncio.run(dispatch(args))
+    except ops.OperationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
