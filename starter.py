@@ -246,7 +246,9 @@ async def run_demo(settings: Settings) -> int:
     return 0 if result.status.value == "completed" and receipt["outcome"] == "completed" else 1
 
 
-async def wait_for_approval(client: Client, run_id: str, wait_seconds: float = 120) -> PendingApproval:
+async def wait_for_approval(
+    client: Client, run_id: str, wait_seconds: float = 120
+) -> PendingApproval:
     deadline = asyncio.get_running_loop().time() + wait_seconds
     while True:
         state = await ops.status(client, run_id)

@@ -86,7 +86,7 @@ class ModelActivities:
                 error=f"{failure.type}: {failure.message}",
             )
             raise failure from err
-        faults.fire("model.after_response")
+        faults.fire("model.after_response", model)
         message = response.choices[0].message
         proposals = [
             self._check(call.id, call.function.name, call.function.arguments, input)

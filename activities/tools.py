@@ -124,7 +124,7 @@ class ToolActivities:
                 error=f"{type(err).__name__}: {err}",
             )
             raise
-        faults.fire("tool.after_effect")
+        faults.fire("tool.after_effect", tool.name)
         await self.store.end_attempt(
             run_id=input.run_id,
             step_id=input.step_id,

@@ -14,6 +14,7 @@ ARMED: frozenset[str] = frozenset(
 )
 
 
-def fire(point: str) -> None:
-    if point in ARMED:
+def fire(point: str, target: str | None = None) -> None:
+    """Die here if `point` (or `point:target`, e.g. `tool.after_effect:send_message`) is armed."""
+    if ARMED and (point in ARMED or f"{point}:{target}" in ARMED):
         os.kill(os.getpid(), signal.SIGKILL)

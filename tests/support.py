@@ -1,0 +1,77 @@
+"""Helpers tests share: run specs with fast timeouts, waiting on live state, reading SQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+
+from agentrun import operations as ops
+from agentrun.models import PendingApproval, RunSpec, RunState
+
+T = TypeVar("T")
+NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."
+
+
+def make_spec(task: str = NOTIFY_TASK, **fields: Any) -> RunSpec:
+    """A run spec with a fresh idempotency key and timeouts short enough for tests."""
+    fields.setdefault("idempotency_key", f"t-{uuid.uuid4().hex[:12]}")
+    fields.setdefault("timeouts", {"heartbeat_seconds": 5, "initial_retry_seconds": 0.2})
+    return RunSpec(task=task, **fields)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], *, seconds: float = 30, what: str = "condition"
+) -> T:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def wait_status(client: Client, run_id: str, *statuses: str, seconds: float = 30) -> RunState:
+    async def probe() -> RunState | None:
+        state = await ops.status(client, run_id)
+        return state if state.status.value in statuses else None
+
+    return await eventually(probe, seconds=seconds, what=f"{run_id} to reach {statuses}")
+
+
+async def wait_pending(client: Client, run_id: str, seconds: float = 30) -> PendingApproval:
+    async def probe() -> PendingApproval | None:
+        return (await ops.status(client, run_id)).pending_approval
+
+    return await eventually(probe, seconds=seconds, what=f"{run_id} to wait for approval")
+
+
+async def rows(pool: AsyncConnectionPool, sql: str, *params: Any) -> list[dict[str, Any]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(sql, params)
+        names = [c.name for c in cur.description or []]
+        return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+
+
+def scripted(*turns: list[tuple[str, dict[str, Any]]] | str) -> Any:
+    """A model that plays `turns` in order: a list of tool calls, or a final answer's text.
+
+    The turn is chosen by how many assistant messages the request already holds, so a retried
+    or replayed call gets the same answer.
+    """
+    from agentrun.offline_model import completion
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request["messages"] if m.get("role") == "assistant")
+        turn = turns[min(done, len(turns) - 1)]
+        if isinstance(turn, str):
+            return completion(request, content=turn)
+        return completion(request, tool_calls=turn)
+
+    return respond

@@ -1,0 +1,163 @@
+"""Approvals: bound to one exact action, decided once, by the right role, before expiry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from agentrun import operations as ops
+from agentrun.models import ApproveInput, RejectInput
+from tests.support import make_spec, rows, wait_pending
+from workflows import AgentRunWorkflow
+
+
+async def finish(client, run_id):
+    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+
+
+async def test_edit_runs_the_edited_call_and_records_the_change(client, settings, pool, worker):
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        edit = {"body": "Edited by a human."}
+        await ops.approve(client, started.run_id, by="li", role="approver", edit=edit)
+        result = await finish(client, started.run_id)
+
+    assert result.status.value == "completed"
+    sent = await rows(pool, "SELECT body, recipient FROM outbox WHERE run_id = %s", started.run_id)
+    assert sent == [{"body": "Edited by a human.", "recipient": pending.arguments["to"]}]
+    approval = (await ops.receipt(pool, started.run_id))["approvals"][0]
+    assert approval["edit"] == edit
+    assert approval["proposed_arguments"]["body"] == pending.arguments["body"]
+    assert approval["final_arguments"]["body"] == "Edited by a human."
+
+
+async def test_reject_cancels_the_run_without_the_side_effect(client, settings, pool, worker):
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.reject(client, started.run_id, by="li", role="approver", reason="wrong customer")
+        result = await finish(client, started.run_id)
+
+    assert result.status.value == "cancelled"
+    assert "wrong customer" in (result.error or "")
+    assert await rows(pool, "SELECT 1 FROM outbox WHERE run_id = %s", started.run_id) == []
+    receipt = await ops.receipt(pool, started.run_id)
+    assert receipt["outcome"] == "cancelled"
+    assert receipt["approvals"][0]["decision"] == "rejected"
+    assert receipt["side_effects"] == []
+
+
+async def test_reject_with_replan_policy_lets_the_model_continue(client, settings, pool, worker):
+    spec = make_spec(approval={"on_reject": "replan"})
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.reject(client, started.run_id, by="li", role="approver", reason="not now")
+        result = await finish(client, started.run_id)
+
+    assert result.status.value == "completed"
+    assert "did not run" in (result.answer or ""), "the model heard about the rejection"
+    assert await rows(pool, "SELECT 1 FROM outbox WHERE run_id = %s", started.run_id) == []
+
+
+@pytest.mark.parametrize(
+    ("decision", "message"),
+    [
+        ({"role": "intern"}, "needs role 'approver'"),
+        ({"action_hash": "0000000000000000"}, "stale approval"),
+        ({"tenant": "someone-else"}, "another tenant"),
+        ({"by": "mallory"}, "not among the approvers"),
+    ],
+)
+async def test_refused_decisions_change_nothing(client, settings, worker, decision, message):
+    spec = make_spec(approval={"approvers": ["li", "maria"]})
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        before = await ops.status(client, started.run_id)
+        kwargs = {"by": "li", "role": "approver", **decision}
+        with pytest.raises(ops.OperationError, match=message):
+            await ops.approve(client, started.run_id, **kwargs)
+        after = await ops.status(client, started.run_id)
+        assert after == before, "a refused decision leaves the run exactly as it was"
+        assert after.pending_approval == pending
+        # The right person can still decide afterwards.
+        await ops.approve(client, started.run_id, by="maria", role="approver")
+        assert (await finish(client, started.run_id)).status.value == "completed"
+
+
+async def test_an_approval_is_used_once(client, settings, worker):
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        handle = client.get_workflow_handle(started.run_id)
+        replay = ApproveInput(action_hash=pending.action_hash, by="li", role="approver")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(AgentRunWorkflow.approve, replay)
+        await finish(client, started.run_id)
+
+
+async def test_signals_decide_too_and_bad_signals_are_ignored(client, settings, pool, worker):
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        handle = client.get_workflow_handle(started.run_id)
+        wrong = ApproveInput(action_hash=pending.action_hash, by="eve", role="guest")
+        await handle.signal(AgentRunWorkflow.approve_signal, wrong)
+        state = await ops.status(client, started.run_id)
+        assert state.status.value == "waiting_for_approval", "a wrong-role signal is ignored"
+        right = RejectInput(action_hash=pending.action_hash, by="li", role="approver", reason="no")
+        await handle.signal(AgentRunWorkflow.reject_signal, right)
+        result = await finish(client, started.run_id)
+
+    assert result.status.value == "cancelled"
+    refused = await rows(
+        pool,
+        "SELECT data->>'by' AS by FROM events WHERE run_id = %s AND type = 'approval.refused'",
+        started.run_id,
+    )
+    assert refused == [{"by": "eve"}]
+
+
+async def test_decisions_for_unknown_or_finished_runs_are_clear_errors(client, settings, worker):
+    with pytest.raises(ops.OperationError, match="no run 'run-nope'"):
+        await ops.approve(client, "run-nope", by="li", role="approver")
+    spec = make_spec("Summarize the order policy.", allowed_tools=["search_notes"])
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await finish(client, started.run_id)
+    with pytest.raises(ops.OperationError, match="already ended"):
+        await ops.approve(client, started.run_id, by="li", role="approver")
+    with pytest.raises(ops.OperationError, match="already ended"):
+        await ops.pause(client, started.run_id)
+
+
+async def test_an_unanswered_approval_expires_and_fails_the_run(client, settings, pool, worker):
+    spec = make_spec(approval={"timeout_seconds": 1.5})
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        result = await finish(client, started.run_id)
+
+    assert result.status.value == "failed"
+    assert "expired" in (result.error or "")
+    receipt = await ops.receipt(pool, started.run_id)
+    assert receipt["approvals"][0]["decision"] == "expired"
+    assert await rows(pool, "SELECT 1 FROM outbox WHERE run_id = %s", started.run_id) == []
+
+
+async def test_waiting_run_holds_no_worker(client, settings, worker):
+    """The gate is a durable timer/condition in history: with no worker at all, it still waits."""
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+    # No worker now. The decision is accepted by the server as soon as a worker returns.
+    async with worker():
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        result = await finish(client, started.run_id)
+    assert result.status.value == "completed"
+    assert pending.expires_at - pending.requested_at == timedelta(hours=24)

@@ -1,0 +1,217 @@
+"""The command line, end to end: `python starter.py ...` as a subprocess against the real stack.
+
+The CLI runs in its own process with the test's settings in its environment, and an
+in-process worker serves the test's task queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrun.models import RunResult
+from agentrun.settings import Settings
+from tests.support import NOTIFY_TASK, wait_pending
+from workflows import AgentRunWorkflow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+async def run_cli(settings: Settings, home: Path, *args: str, timeout: float = 60) -> Result:
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url or "",
+        "OPENAI_BASE_URL": settings.openai_base_url or "",
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(home),  # no stack.json there: only the variables above count
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(
+            f"`starter.py {' '.join(args)}` did not finish in {timeout}s"
+        ) from None
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+def cli(settings: Settings, tmp_path: Path) -> Any:
+    home = tmp_path / "agentrun-home"
+
+    async def call(*args: str) -> Result:
+        return await run_cli(settings, home, *args)
+
+    return call
+
+
+def refused(result: Result) -> str:
+    """A refusal: exit code 2 and one `error: ...` line on stderr, nothing on stdout."""
+    assert result.code == 2, (result.code, result.out, result.err)
+    assert result.err.startswith("error: "), result.err
+    assert "Traceback" not in result.err, result.err
+    return result.err
+
+
+async def test_cli_drives_a_run_from_start_to_receipt(cli, client, worker):
+    key = f"cli-{uuid.uuid4().hex[:10]}"
+    async with worker():
+        first = await cli("start", "--task", NOTIFY_TASK, "--idempotency-key", key, "--json")
+        assert first.code == 0, first.err
+        started = first.json()
+        run_id = started["run_id"]
+        assert run_id == f"run-{key}"
+        assert started["existing"] is False
+        assert started["url"].endswith(f"/workflows/{run_id}")
+
+        # The same key again names the same run, in JSON and in text, and starts nothing.
+        again, again_text = await asyncio.gather(
+            cli("start", "--task", NOTIFY_TASK, "--idempotency-key", key, "--json"),
+            cli("start", "--task", NOTIFY_TASK, "--idempotency-key", key),
+        )
+        assert again.code == 0, again.err
+        assert again.json()["run_id"] == run_id and again.json()["existing"] is True
+        assert again_text.code == 0, again_text.err
+        assert run_id in again_text.out and "already exists" in again_text.out
+
+        await wait_pending(client, run_id)
+        shown = await cli("status", run_id, "--json")
+        assert shown.code == 0, shown.err
+        state = shown.json()
+        assert state["run_id"] == run_id
+        assert state["status"] == "waiting_for_approval"
+        assert state["steps"] and all(s["type"] and s["status"] for s in state["steps"])
+        assert state["steps"][-1]["type"] == "approval"
+        pending = state["pending_approval"]
+        assert pending["tool"] == "send_message"
+        assert pending["arguments"]["to"] == "ana@example.com"
+        assert pending["required_role"] == "approver"
+
+        # Refused decisions: a wrong role, and an edit that is not a JSON object.
+        wrong_role, bad_edit = await asyncio.gather(
+            cli("approve", run_id, "--by", "x", "--role", "wrong"),
+            cli("approve", run_id, "--by", "x", "--role", "approver", "--edit", "[1]"),
+        )
+        message = refused(wrong_role)
+        assert "'approver'" in message and "'wrong'" in message
+        assert "JSON object" in refused(bad_edit)
+
+        # ... and they changed nothing: the same approval still waits.
+        after = (await cli("status", run_id, "--json")).json()
+        assert after["status"] == "waiting_for_approval"
+        assert after["pending_approval"] == pending
+        assert after["steps"] == state["steps"]
+
+        approved = await cli("approve", run_id, "--by", "x", "--role", "approver", "--json")
+        assert approved.code == 0, approved.err
+        decision = approved.json()
+        assert decision["decision"] == "approved"
+        assert decision["approval_id"] == pending["approval_id"]
+
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+        result: RunResult = await asyncio.wait_for(handle.result(), 30)
+        assert result.status.value == "completed"
+
+        final = (await cli("status", run_id, "--json")).json()
+        assert final["status"] == "completed" and final["pending_approval"] is None
+
+    # Postgres reads and a refused control, all after the run ended (no worker needed).
+    receipt_json, receipt_md, listed, paused = await asyncio.gather(
+        cli("receipt", run_id, "--json"),
+        cli("receipt", run_id),
+        cli("list", "--json"),
+        cli("pause", run_id),
+    )
+    assert receipt_json.code == 0, receipt_json.err
+    receipt = receipt_json.json()
+    assert receipt["run_id"] == run_id
+    assert receipt["outcome"] == "completed"
+    assert [(a["decision"], a["by"], a["role"]) for a in receipt["approvals"]] == [
+        ("approved", "x", "approver")
+    ]
+    assert receipt["side_effects"][0]["arguments"]["to"] == "ana@example.com"
+
+    assert receipt_md.code == 0, receipt_md.err
+    assert receipt_md.out.startswith(f"# Receipt for {run_id}")
+    assert "- **Outcome:** completed" in receipt_md.out
+    assert "send_message: approved by x (approver)" in receipt_md.out
+
+    assert listed.code == 0, listed.err
+    mine = [r for r in listed.json() if r["run_id"] == run_id]
+    assert len(mine) == 1 and mine[0]["status"] == "completed"
+
+    assert "already ended" in refused(paused)
+
+
+async def test_cli_refuses_bad_input_with_a_clear_error(cli, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("task: Summarize our invoice policy.\ncolour: blue\n")
+    missing, no_task, unknown_field = await asyncio.gather(
+        cli("status", "run-does-not-exist"),
+        cli("start"),
+        cli("start", "--spec", str(spec)),
+    )
+    message = refused(missing)
+    assert "no run" in message and "run-does-not-exist" in message
+    message = refused(no_task)
+    assert "invalid run spec" in message and "task" in message
+    message = refused(unknown_field)
+    assert "invalid run spec" in message and "colour" in message
+
+
+async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, tmp_path):
+    """A valid spec file starts a run with its fields; flags win over the file."""
+    key = f"spec-{uuid.uuid4().hex[:10]}"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "task: Summarize our invoice policy.\n"
+        "tenant: acme\n"
+        "user: from-file\n"
+        "allowed_tools: [search_notes]\n"
+    )
+    started = await cli(
+        "start", "--spec", str(spec), "--user", "from-flag", "--idempotency-key", key, "--json"
+    )
+    assert started.code == 0, started.err
+    run_id = started.json()["run_id"]
+    assert run_id == f"run-{key}"
+    handle = client.get_workflow_handle(run_id)
+    try:
+        spec_sent = (await handle.fetch_history()).events[0]
+        attrs = spec_sent.workflow_execution_started_event_attributes
+        sent = json.loads(attrs.input.payloads[0].data)
+        assert sent["task"] == "Summarize our invoice policy."
+        assert sent["tenant"] == "acme" and sent["user"] == "from-flag"
+        assert sent["allowed_tools"] == ["search_notes"]
+    finally:
+        await handle.terminate("test done")  # no worker serves this queue

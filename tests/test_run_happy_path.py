@@ -1,0 +1,106 @@
+"""The whole path a run takes: plan, tool, approval gate, side effect, verify, receipt."""
+
+from __future__ import annotations
+
+from agentrun import operations as ops
+from agentrun.models import RunResult
+from tests.support import make_spec, rows, wait_pending
+from workflows import AgentRunWorkflow
+
+
+async def test_run_completes_with_receipt_and_mirror(client, settings, pool, worker):
+    spec = make_spec()
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        assert pending.tool == "send_message"
+        assert pending.arguments["to"] == "ana@example.com"
+        assert pending.required_role == "approver"
+
+        # A waiting run is visible in SQL, with its approval step not yet final.
+        waiting = await rows(
+            pool, "SELECT status, current_step_id FROM runs WHERE run_id = %s", started.run_id
+        )
+        assert waiting == [{"status": "waiting_for_approval", "current_step_id": pending.step_id}]
+
+        await ops.approve(client, started.run_id, by="maria", role="approver")
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        result: RunResult = await handle.result()
+        state = await ops.status(client, started.run_id)
+
+    assert result.status.value == "completed"
+    assert result.answer and result.answer.startswith("## Summary")
+    assert [s.type for s in state.steps] == [
+        "model_call",
+        "tool_call",
+        "model_call",
+        "approval",
+        "tool_call",
+        "model_call",
+        "verify",
+    ]
+    assert all(s.status in ("completed", "approved", "passed") for s in state.steps)
+
+    run = (await rows(pool, "SELECT * FROM runs WHERE run_id = %s", started.run_id))[0]
+    assert run["status"] == "completed"
+    assert run["finished_at"] is not None
+    assert run["tokens_in"] > 0 and run["tokens_out"] > 0 and run["cost_usd"] > 0
+
+    # Every step the workflow accepted is a final row, in order, with the same status.
+    mirrored = await rows(
+        pool,
+        "SELECT step_id, type, status, final FROM steps WHERE run_id = %s ORDER BY seq",
+        started.run_id,
+    )
+    assert [(m["step_id"], m["type"], m["status"]) for m in mirrored] == [
+        (s.step_id, s.type, s.status) for s in state.steps
+    ]
+    assert all(m["final"] for m in mirrored)
+
+    # The side effect happened once, under its idempotency key.
+    sent = await rows(
+        pool, "SELECT recipient, idempotency_key FROM outbox WHERE run_id = %s", started.run_id
+    )
+    assert len(sent) == 1 and sent[0]["recipient"] == "ana@example.com"
+
+    receipt = await ops.receipt(pool, started.run_id)
+    assert receipt["outcome"] == "completed"
+    assert receipt["side_effects"][0]["idempotency_key"] == sent[0]["idempotency_key"]
+    assert receipt["approvals"][0]["by"] == "maria"
+    assert receipt["verification"]["passed"] is True
+    assert receipt["cost_usd"] == float(run["cost_usd"])
+
+    artifacts = await rows(
+        pool, "SELECT name, size_bytes FROM artifacts WHERE run_id = %s", started.run_id
+    )
+    assert artifacts == [{"name": "answer.md", "size_bytes": len(result.answer.encode())}]
+
+    events = await rows(
+        pool, "SELECT seq, type FROM events WHERE run_id = %s ORDER BY seq", started.run_id
+    )
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "no gaps, no doubles"
+    assert events[0]["type"] == "run.started" and events[-1]["type"] == "run.finished"
+
+
+async def test_sql_answers_what_a_run_did_and_cost(client, settings, pool, worker):
+    spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
+
+    steps = await rows(
+        pool,
+        "SELECT type, name, tokens_in, cost_usd FROM run_steps WHERE run_id = %s",
+        started.run_id,
+    )
+    assert [s["type"] for s in steps] == ["model_call", "tool_call", "model_call", "verify"]
+    total = await rows(
+        pool,
+        "SELECT sum(cost_usd) AS steps_cost, (SELECT cost_usd FROM runs WHERE run_id = %s) AS run_cost"
+        " FROM steps WHERE run_id = %s",
+        started.run_id,
+        started.run_id,
+    )
+    assert total[0]["steps_cost"] == total[0]["run_cost"] > 0
+    active = await rows(pool, "SELECT * FROM active_steps WHERE run_id = %s", started.run_id)
+    assert active == [], "a finished run holds no step"

@@ -1,0 +1,150 @@
+"""Checkpoints survive a failed attempt; a zombie attempt can never overwrite a final step."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from agentrun import operations as ops
+from agentrun.mirror_store import MirrorStore
+from agentrun.offline_model import OfflineModelServer
+from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentrun.tools.demo import demo_tools
+from tests.support import eventually, make_spec, rows, scripted
+from workflows import AgentRunWorkflow
+
+
+class Docs(BaseModel):
+    documents: list[str]
+
+
+async def crashes_once_midway(args: Docs, ctx: ToolContext) -> dict[str, object]:
+    """Index documents; the first attempt fails after two, as if the worker fell over."""
+    resumed = list(ctx.checkpoint.get("indexed", []))
+    done = list(resumed)
+    for doc in args.documents:
+        if doc in done:
+            continue
+        if activity.info().attempt == 1 and len(done) == 2:
+            raise RuntimeError("worker fell over mid-step")
+        done.append(doc)
+        await ctx.save_checkpoint({"indexed": done})
+    return {"resumed_with": resumed, "indexed": done}
+
+
+class Lookup(BaseModel):
+    key: str
+
+
+async def zombie_on_first_attempt(args: Lookup, ctx: ToolContext) -> dict[str, object]:
+    """Attempt 1 outlives its timeout, ignores cancellation, and reports late."""
+    attempt = activity.info().attempt
+    if attempt == 1:
+        try:
+            await asyncio.sleep(3)
+        except asyncio.CancelledError:
+            await asyncio.sleep(2)
+    return {"attempt": attempt}
+
+
+REGISTRY = ToolRegistry(
+    [
+        *demo_tools(),
+        Tool("crashy_index", "index documents", Docs, crashes_once_midway),  # type: ignore[arg-type]
+        Tool("zombie_lookup", "look something up", Lookup, zombie_on_first_attempt),  # type: ignore[arg-type]
+    ]
+)
+
+
+async def run_to_end(client, settings, worker, model, spec):
+    async with worker(registry=REGISTRY, base_url=model.base_url):
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        return started.run_id, await handle.result()
+
+
+async def test_a_retried_step_resumes_from_its_checkpoint(client, settings, pool, worker):
+    docs = {"documents": ["a", "b", "c", "d"]}
+    with OfflineModelServer(scripted([("crashy_index", docs)], "## Summary\nok")) as model:
+        run_id, result = await run_to_end(client, settings, worker, model, make_spec("index"))
+
+    assert result.status.value == "completed"
+    step = (
+        await rows(
+            pool,
+            "SELECT output, attempt, checkpoint FROM steps WHERE run_id = %s AND name = %s",
+            run_id,
+            "crashy_index",
+        )
+    )[0]
+    assert step["attempt"] == 2
+    assert step["output"] == {"resumed_with": ["a", "b"], "indexed": ["a", "b", "c", "d"]}
+    run = (await rows(pool, "SELECT checkpoint FROM runs WHERE run_id = %s", run_id))[0]
+    assert run["checkpoint"] == {"indexed": ["a", "b", "c", "d"]}, "merged into the run"
+    receipt = await ops.receipt(pool, run_id)
+    assert any("worker fell over" in r["reason"] for r in receipt["retries"])
+
+
+async def test_a_late_zombie_attempt_cannot_overwrite_the_accepted_step(
+    client, settings, pool, worker
+):
+    spec = make_spec(
+        "look up",
+        timeouts={"tool_seconds": 1, "heartbeat_seconds": 5, "initial_retry_seconds": 0.1},
+    )
+    with OfflineModelServer(scripted([("zombie_lookup", {"key": "k"})], "## Summary\nok")) as model:
+        async with worker(registry=REGISTRY, base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await handle.result()
+            # Let the zombie finish and try its late write while the worker still runs.
+            await eventually(
+                lambda: rows(
+                    pool,
+                    "SELECT 1 FROM step_attempts WHERE run_id = %s AND attempt = 1"
+                    " AND finished_at IS NOT NULL",
+                    started.run_id,
+                ),
+                seconds=15,
+                what="the zombie attempt to report",
+            )
+
+    assert result.status.value == "completed"
+    step = (
+        await rows(
+            pool,
+            "SELECT output, attempt, status, final FROM steps WHERE run_id = %s AND name = %s",
+            started.run_id,
+            "zombie_lookup",
+        )
+    )[0]
+    assert step == {"output": {"attempt": 2}, "attempt": 2, "status": "completed", "final": True}
+
+
+async def test_fencing_rules_in_the_store(pool):
+    """The same rules, written directly: stale attempts and finalized rows are refused."""
+    store = MirrorStore(pool)
+    run_id, step_id = f"run-fence-{uuid.uuid4().hex[:8]}", "0001-tool_call"
+    common = {
+        "run_id": run_id,
+        "step_id": step_id,
+        "seq": 1,
+        "type": "tool_call",
+        "name": "t",
+        "worker": "w",
+        "lease_seconds": 5,
+        "input": {},
+    }
+    await store.begin_attempt(attempt=2, **common)
+    await store.begin_attempt(attempt=1, **common)  # a stale claim loses
+    owner = await rows(pool, "SELECT attempt FROM steps WHERE run_id = %s", run_id)
+    assert owner == [{"attempt": 2}]
+    assert not await store.end_attempt(
+        run_id=run_id, step_id=step_id, attempt=1, status="succeeded", output="stale"
+    )
+    assert await store.end_attempt(
+        run_id=run_id, step_id=step_id, attempt=2, status="succeeded", output="fresh"
+    )
