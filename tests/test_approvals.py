@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
@@ -161,3 +161,25 @@ async def test_waiting_run_holds_no_worker(client, settings, worker):
         result = await finish(client, started.run_id)
     assert result.status.value == "completed"
     assert pending.expires_at - pending.requested_at == timedelta(hours=24)
+
+
+async def test_default_approval_waits_a_day_then_expires(skipping_env, settings, pool):
+    """On the time-skipping server, a day of waiting passes in moments, with no worker held."""
+    from tests.conftest import running_worker
+
+    client = skipping_env.client
+    async with running_worker(client, settings, pool):
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await skipping_env.sleep(timedelta(hours=25))  # a day passes on the server's clock
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        result = await handle.result()
+    assert result.status.value == "failed"
+    assert "expired" in (result.error or "")
+    receipt = await ops.receipt(pool, started.run_id)
+    approval = receipt["approvals"][0]
+    assert approval["decision"] == "expired"
+    waited = datetime.fromisoformat(approval["decided_at"]) - datetime.fromisoformat(
+        approval["requested_at"]
+    )
+    assert waited >= timedelta(hours=24)

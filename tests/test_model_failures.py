@@ -1,0 +1,63 @@
+"""Model failures are classified once: some retry with backoff, some end the run at once."""
+
+from __future__ import annotations
+
+from agentrun import operations as ops
+from agentrun.offline_model import OfflineModelServer, Reply, offline_planner
+from tests.support import make_spec
+from workflows import AgentRunWorkflow
+
+
+def failing(status: int, times: int, headers: dict[str, str] | None = None):
+    calls = {"n": 0}
+
+    def respond(request):
+        calls["n"] += 1
+        if calls["n"] <= times:
+            return Reply(
+                {"error": {"message": f"injected {status}"}}, status=status, headers=headers or {}
+            )
+        return offline_planner(request)
+
+    return respond
+
+
+async def run(client, settings, worker, responder, **spec_fields):
+    with OfflineModelServer(responder) as model:
+        async with worker(base_url=model.base_url):
+            spec = make_spec(
+                "Summarize the invoice policy.", allowed_tools=["search_notes"], **spec_fields
+            )
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            return started.run_id, await handle.result(), list(model.requests)
+
+
+async def test_bad_credentials_fail_the_run_without_retrying(client, settings, pool, worker):
+    run_id, result, requests = await run(client, settings, worker, failing(401, times=99))
+    assert result.status.value == "failed"
+    assert "refused the credentials" in (result.error or "")
+    assert len(requests) == 1, "a 401 is never retried"
+    assert (await ops.receipt(pool, run_id))["outcome"] == "failed"
+
+
+async def test_server_errors_are_retried_and_recorded(client, settings, pool, worker):
+    run_id, result, requests = await run(client, settings, worker, failing(500, times=2))
+    assert result.status.value == "completed"
+    assert len(requests) == 2 + 2, "two failures, then the two calls of a normal run"
+    retries = (await ops.receipt(pool, run_id))["retries"]
+    assert len(retries) == 1 and retries[0]["attempts"] == 3
+    assert "ProviderUnavailable" in retries[0]["reason"]
+
+
+async def test_exhausted_retries_fail_the_run_with_the_cause(client, settings, pool, worker):
+    run_id, result, requests = await run(
+        client,
+        settings,
+        worker,
+        failing(503, times=99),
+        timeouts={"max_attempts": 2, "initial_retry_seconds": 0.1},
+    )
+    assert result.status.value == "failed"
+    assert "model.complete failed" in (result.error or "")
+    assert len(requests) == 2
