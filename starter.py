@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import time
@@ -26,7 +27,7 @@ from agentrun import render
 from agentrun.client import connect
 from agentrun.db import open_pool
 from agentrun.models import PendingApproval, RunSpec
-from agentrun.settings import Settings, read_stack_file
+from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from workflows import AgentRunWorkflow
 
@@ -40,7 +41,12 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 def load_spec(args: argparse.Namespace) -> RunSpec:
     raw: dict[str, Any] = {}
     if args.spec:
-        raw = yaml.safe_load(Path(args.spec).read_text()) or {}
+        try:
+            raw = yaml.safe_load(Path(args.spec).read_text()) or {}
+        except OSError as err:
+            raise ops.OperationError(f"cannot read {args.spec}: {err.strerror}") from err
+        except yaml.YAMLError as err:
+            raise ops.OperationError(f"{args.spec} is not valid YAML: {err}") from err
         if not isinstance(raw, dict):
             raise ops.OperationError(f"{args.spec}: a run spec must be a mapping")
     for field, value in (
@@ -82,7 +88,10 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
 
 
 async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    edit = json.loads(args.edit) if args.edit else None
+    try:
+        edit = json.loads(args.edit) if args.edit else None
+    except json.JSONDecodeError as err:
+        raise ops.OperationError(f"--edit is not valid JSON: {err}") from err
     if edit is not None and not isinstance(edit, dict):
         raise ops.OperationError("--edit takes a JSON object of the arguments to change")
     result = await ops.approve(
@@ -136,7 +145,7 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
 
 
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2)
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
         runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
     finally:
@@ -146,7 +155,7 @@ async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2)
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
         receipt = await ops.receipt(pool, args.run)
     finally:
@@ -234,7 +243,7 @@ async def run_demo(settings: Settings) -> int:
     )
     print(f"approval {decision.decision}; run is {decision.status.value}")
     result = await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
-    pool = await open_pool(settings.require_database(), max_size=2)
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
         receipt = await ops.receipt(pool, started.run_id)
     finally:
@@ -341,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except ops.OperationError as err:
+    except (ops.OperationError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -349,4 +358,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The Temporal client's Rust threads can outlive asyncio.run and abort interpreter
+    # teardown (SIGABRT, temporalio/sdk-python#300): flush, then exit without it.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    os._exit(code)

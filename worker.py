@@ -11,10 +11,11 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 
 from agentrun.client import connect
 from agentrun.db import open_pool
-from agentrun.settings import Settings
+from agentrun.settings import Settings, SetupError
 from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker, model_client
 
@@ -48,7 +49,10 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         await run_worker(Settings.load(), identity=args.identity, stop=stop)
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    except SetupError as err:
+        sys.exit(f"error: {err}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentrun.settings import Settings
+from agentrun.settings import Settings, SetupError
 
 
 async def connect(settings: Settings, *, identity: str | None = None) -> Client:
@@ -14,10 +14,10 @@ async def connect(settings: Settings, *, identity: str | None = None) -> Client:
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             data_converter=pydantic_data_converter,
-            **({"identity": identity} if identity else {}),
+            identity=identity,
         )
     except RuntimeError as err:
-        raise SystemExit(
+        raise SetupError(
             f"cannot reach Temporal at {settings.temporal_address} ({err}); start the local "
             "stack with `python starter.py up`, or set TEMPORAL_ADDRESS"
         ) from err

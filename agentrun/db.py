@@ -6,10 +6,13 @@ lock so that several workers starting together do not race.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from agentrun.settings import SetupError
 
 MIGRATION_LOCK = 424242
 
@@ -167,12 +170,26 @@ async def migrate(conn: AsyncConnection[Any]) -> int:
     return len(MIGRATIONS)
 
 
-async def open_pool(database_url: str, *, max_size: int = 10) -> AsyncConnectionPool:
+async def open_pool(
+    database_url: str, *, max_size: int = 10, connect_seconds: float = 30
+) -> AsyncConnectionPool:
     """Open a pool on a migrated database; every entry point that touches Postgres uses it."""
     pool = AsyncConnectionPool(
         database_url, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True}
     )
-    await pool.open(wait=True, timeout=30)
+    try:
+        await pool.open(wait=True, timeout=connect_seconds)
+    except PoolTimeout as err:
+        await pool.close()
+        raise SetupError(
+            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
+            "DATABASE_URL, or start the local stack with `python starter.py up`"
+        ) from err
     async with pool.connection() as conn:
         await migrate(conn)
     return pool
+
+
+def redact(database_url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", database_url)

@@ -14,7 +14,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,7 +44,7 @@ def count_tokens(value: Any) -> int:
 
 
 def completion(
-    request: Json, *, content: str | None = None, tool_calls: list[tuple[str, Json]] = ()
+    request: Json, *, content: str | None = None, tool_calls: Sequence[tuple[str, Json]] = ()
 ) -> Reply:
     """Build an OpenAI-shaped chat completion; call ids are derived, so replies are stable."""
     seed = hashlib.sha256(json.dumps(request.get("messages", []), sort_keys=True).encode())
@@ -199,6 +199,7 @@ class OfflineModelServer:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}/v1"
 
     @property

@@ -6,6 +6,7 @@ Every failure becomes an `OperationError` whose message says what to do next.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from dataclasses import dataclass
@@ -48,9 +49,13 @@ class Started:
 
 
 def run_id_for(key: str | None) -> str:
+    """The workflow id for an idempotency key: readable, and distinct for distinct keys."""
     if key is None:
         return names.RUN_ID_PREFIX + uuid.uuid4().hex[:12]
-    return names.RUN_ID_PREFIX + re.sub(r"[^A-Za-z0-9._-]", "-", key)
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", key)
+    if safe != key:  # keep "a/b" and "a-b" apart
+        safe += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    return names.RUN_ID_PREFIX + safe
 
 
 async def start_run(client: Client, spec: RunSpec, *, task_queue: str) -> Started:

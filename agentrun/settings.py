@@ -16,6 +16,10 @@ from agentrun.constants import DEFAULT_WEB_UI, OFFLINE_MODEL, TASK_QUEUE
 STACK_FILE = "stack.json"
 
 
+class SetupError(Exception):
+    """A service is missing or unreachable; the message says how to provide it."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where Temporal, Postgres and the model live, and how the worker behaves."""
@@ -58,7 +62,7 @@ class Settings:
 
     def require_database(self) -> str:
         if not self.database_url:
-            raise SystemExit(
+            raise SetupError(
                 "No database configured: set DATABASE_URL, or start the local stack with "
                 "`python starter.py up` (it records its database in .agentrun/stack.json)."
             )

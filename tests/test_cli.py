@@ -35,7 +35,7 @@ class Result:
         return json.loads(self.out)
 
 
-async def run_cli(settings: Settings, home: Path, *args: str, timeout: float = 60) -> Result:
+async def run_cli(settings: Settings, home: Path, *args: str, seconds: float = 60) -> Result:
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -54,12 +54,12 @@ async def run_cli(settings: Settings, home: Path, *args: str, timeout: float = 6
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        out, err = await asyncio.wait_for(proc.communicate(), seconds)
     except TimeoutError:
         proc.kill()
         await proc.wait()
         raise AssertionError(
-            f"`starter.py {' '.join(args)}` did not finish in {timeout}s"
+            f"`starter.py {' '.join(args)}` did not finish in {seconds}s"
         ) from None
     assert proc.returncode is not None
     return Result(proc.returncode, out.decode(), err.decode())
@@ -76,7 +76,7 @@ def cli(settings: Settings, tmp_path: Path) -> Any:
 
 
 def refused(result: Result) -> str:
-    """A refusal: exit code 2 and one `error: ...` line on stderr, nothing on stdout."""
+    """A refusal: exit code 2 and an `error: ...` message on stderr, no traceback."""
     assert result.code == 2, (result.code, result.out, result.err)
     assert result.err.startswith("error: "), result.err
     assert "Traceback" not in result.err, result.err
@@ -176,10 +176,15 @@ async def test_cli_drives_a_run_from_start_to_receipt(cli, client, worker):
 async def test_cli_refuses_bad_input_with_a_clear_error(cli, tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text("task: Summarize our invoice policy.\ncolour: blue\n")
-    missing, no_task, unknown_field = await asyncio.gather(
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("task: [unclosed\n")
+    missing, no_task, unknown_field, no_file, bad_yaml, bad_edit = await asyncio.gather(
         cli("status", "run-does-not-exist"),
         cli("start"),
         cli("start", "--spec", str(spec)),
+        cli("start", "--spec", str(tmp_path / "absent.yaml")),
+        cli("start", "--spec", str(broken)),
+        cli("approve", "run-does-not-exist", "--by", "x", "--edit", "{not json"),
     )
     message = refused(missing)
     assert "no run" in message and "run-does-not-exist" in message
@@ -187,6 +192,11 @@ async def test_cli_refuses_bad_input_with_a_clear_error(cli, tmp_path):
     assert "invalid run spec" in message and "task" in message
     message = refused(unknown_field)
     assert "invalid run spec" in message and "colour" in message
+    message = refused(no_file)
+    assert "cannot read" in message and "absent.yaml" in message
+    message = refused(bad_yaml)
+    assert "not valid YAML" in message and "broken.yaml" in message
+    assert "--edit is not valid JSON" in refused(bad_edit)
 
 
 async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, tmp_path):
@@ -215,3 +225,11 @@ async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, t
         assert sent["allowed_tools"] == ["search_notes"]
     finally:
         await handle.terminate("test done")  # no worker serves this queue
+
+
+async def test_cli_exits_cleanly_when_many_run_at_once(cli):
+    """Under load the Temporal client's threads could abort interpreter teardown (SIGABRT)."""
+    results = await asyncio.gather(*(cli("status", "run-does-not-exist") for _ in range(8)))
+    for result in results:
+        assert "Fatal Python error" not in result.err, result.err
+        assert "no run" in refused(result)

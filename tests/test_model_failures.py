@@ -61,3 +61,6 @@ async def test_exhausted_retries_fail_the_run_with_the_cause(client, settings, p
     assert result.status.value == "failed"
     assert "model.complete failed" in (result.error or "")
     assert len(requests) == 2
+    receipt = await ops.receipt(pool, run_id)
+    assert receipt["error"] == result.error
+    assert receipt["retries"][0]["attempts"] == 2

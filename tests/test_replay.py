@@ -24,6 +24,6 @@ def test_histories_are_committed():
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_replay(path: Path):
-    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())  # noqa: ASYNC240
     replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

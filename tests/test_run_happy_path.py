@@ -96,7 +96,8 @@ async def test_sql_answers_what_a_run_did_and_cost(client, settings, pool, worke
     assert [s["type"] for s in steps] == ["model_call", "tool_call", "model_call", "verify"]
     total = await rows(
         pool,
-        "SELECT sum(cost_usd) AS steps_cost, (SELECT cost_usd FROM runs WHERE run_id = %s) AS run_cost"
+        "SELECT sum(cost_usd) AS steps_cost,"
+        " (SELECT cost_usd FROM runs WHERE run_id = %s) AS run_cost"
         " FROM steps WHERE run_id = %s",
         started.run_id,
         started.run_id,

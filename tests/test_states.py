@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from agentrun.states import (
@@ -33,7 +35,7 @@ def test_the_approval_path_is_legal():
         S.VERIFYING,
         S.COMPLETED,
     ]
-    for current, new in zip(path, path[1:]):
+    for current, new in itertools.pairwise(path):
         assert check_transition(current, new) == new
 
 

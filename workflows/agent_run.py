@@ -372,32 +372,36 @@ class AgentRunWorkflow:
     def _approval_record(
         self, pending: PendingApproval, decision: ApproveInput | RejectInput | None
     ) -> ApprovalRecord:
-        base = {
-            "approval_id": pending.approval_id,
-            "tool": pending.tool,
-            "proposed_arguments": pending.arguments,
-            "requested_at": pending.requested_at,
-            "decided_at": workflow.now(),
-        }
+        expired = ApprovalRecord(
+            approval_id=pending.approval_id,
+            tool=pending.tool,
+            proposed_arguments=pending.arguments,
+            decision="expired",
+            reason="no decision in time",
+            requested_at=pending.requested_at,
+            decided_at=workflow.now(),
+        )
         if isinstance(decision, ApproveInput):
-            final = {**pending.arguments, **(decision.edit or {})}
-            return ApprovalRecord(
-                **base,
-                decision="approved",
-                by=decision.by,
-                role=decision.role,
-                edit=decision.edit,
-                final_arguments=final,
+            return expired.model_copy(
+                update={
+                    "decision": "approved",
+                    "by": decision.by,
+                    "role": decision.role,
+                    "edit": decision.edit,
+                    "reason": None,
+                    "final_arguments": {**pending.arguments, **(decision.edit or {})},
+                }
             )
         if isinstance(decision, RejectInput):
-            return ApprovalRecord(
-                **base,
-                decision="rejected",
-                by=decision.by,
-                role=decision.role,
-                reason=decision.reason,
+            return expired.model_copy(
+                update={
+                    "decision": "rejected",
+                    "by": decision.by,
+                    "role": decision.role,
+                    "reason": decision.reason,
+                }
             )
-        return ApprovalRecord(**base, decision="expired", reason="no decision in time")
+        return expired
 
     async def _verify_step(self, answer: str) -> VerifyResult:
         step_id = self._new_step("verify", "checks")
