@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,15 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
+from agentrun import backlog_cli, metrics, render, retention
 from agentrun import operations as ops
-from agentrun import render
 from agentrun.client import connect
 from agentrun.db import open_pool
 from agentrun.models import PendingApproval, RunSpec
+from agentrun.periods import parse_age, parse_point
 from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
+from agentrun.telemetry import shutdown_tracing
 from workflows import AgentRunWorkflow
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
@@ -69,7 +72,9 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+    started = await ops.start_run(
+        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
+    )
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
@@ -164,6 +169,44 @@ async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_stats(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        since = parse_point(args.since) if args.since else None
+    except ValueError as err:
+        raise ops.OperationError(f"--since: {err}") from err
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        figures = await metrics.stats(pool, since=since)
+    finally:
+        await pool.close()
+    emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
+    return 0
+
+
+async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        if args.older_than:
+            age = parse_age(args.older_than)
+        elif settings.retention_days is not None:
+            age = timedelta(days=settings.retention_days)
+        else:
+            raise ops.OperationError(
+                "say how old a finished run must be: --older-than 30d, or set "
+                "AGENTRUN_RETENTION_DAYS"
+            )
+    except ValueError as err:
+        raise ops.OperationError(f"--older-than: {err}") from err
+    if age <= timedelta(0):
+        raise ops.OperationError("--older-than must be more than zero")
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        result = await retention.prune(pool, cutoff=datetime.now(UTC) - age, dry_run=args.dry_run)
+    finally:
+        await pool.close()
+    emit(result.model_dump(mode="json"), args.json, render.prune_text(result))
+    return 0
+
+
 # ---------------------------------------------------------------- the embedded stack
 
 
@@ -231,7 +274,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 async def run_demo(settings: Settings) -> int:
     client = await connect(settings)
     spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
-    started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+    started = await ops.start_run(
+        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
+    )
     print(f"run {started.run_id} started: {settings.run_link(started.run_id)}")
     pending = await wait_for_approval(client, started.run_id)
     print(
@@ -286,7 +331,14 @@ CLIENT_COMMANDS: dict[str, ClientCommand] = {
     "cancel": cmd_cancel,
     "status": cmd_status,
 }
-LOCAL_COMMANDS = {"list": cmd_list, "receipt": cmd_receipt, "up": cmd_up, "demo": cmd_demo}
+LOCAL_COMMANDS = {
+    "list": cmd_list,
+    "receipt": cmd_receipt,
+    "stats": cmd_stats,
+    "prune": cmd_prune,
+    "up": cmd_up,
+    "demo": cmd_demo,
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -335,11 +387,22 @@ def parser() -> argparse.ArgumentParser:
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
     p.add_argument("--limit", type=int, default=50)
+    p = command("stats", "fleet figures: cost per completed run, failures, waits", json_flag=True)
+    p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")
+    p = command("prune", "delete what runs that finished long ago recorded", json_flag=True)
+    p.add_argument(
+        "--older-than",
+        help="finished longer ago than this (30d, 12h); default AGENTRUN_RETENTION_DAYS",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    backlog_cli.add_commands(sub)
     return top
 
 
 async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
+    if args.command == "backlog":
+        return await backlog_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings)
@@ -359,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
+    shutdown_tracing()
     # The Temporal client's Rust threads can outlive asyncio.run and abort interpreter
     # teardown (SIGABRT, temporalio/sdk-python#300): flush, then exit without it.
     for stream in (sys.stdout, sys.stderr):

@@ -13,15 +13,28 @@ import signal
 import socket
 import sys
 
+from temporalio.service import RPCError
+
+from agentrun import search_attributes
 from agentrun.client import connect
 from agentrun.db import open_pool
 from agentrun.settings import Settings, SetupError
+from agentrun.telemetry import shutdown_tracing
 from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker, model_client
 
 
 async def run_worker(settings: Settings, *, identity: str, stop: asyncio.Event) -> None:
-    client = await connect(settings, identity=identity)
+    client = await connect(settings, identity=identity, serve_metrics=True)
+    if settings.search_attributes:
+        try:
+            await search_attributes.register(client)
+        except RPCError as err:
+            print(
+                f"warning: could not register search attributes ({err.message}); register "
+                "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
+                flush=True,
+            )
     pool = await open_pool(settings.require_database())
     deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=demo_registry())
     try:
@@ -31,10 +44,13 @@ async def run_worker(settings: Settings, *, identity: str, stop: asyncio.Event) 
                 f"{settings.temporal_address}; Ctrl-C drains and stops it",
                 flush=True,
             )
+            if settings.prometheus_bind:
+                print(f"metrics at http://{settings.prometheus_bind}/metrics", flush=True)
             await stop.wait()
             print("draining: finishing the steps in hand", flush=True)
     finally:
         await pool.close()
+        shutdown_tracing()
 
 
 def main() -> None:

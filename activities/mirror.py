@@ -10,12 +10,14 @@ from agentrun.constants import (
     ACTIVITY_RECEIPT_RECORD,
 )
 from agentrun.mirror_store import MirrorStore
+from agentrun.model_journal import ModelJournal
 from agentrun.models import CheckpointInput, MirrorBatch, Receipt
 
 
 class MirrorActivities:
-    def __init__(self, store: MirrorStore) -> None:
+    def __init__(self, store: MirrorStore, journal: ModelJournal) -> None:
         self.store = store
+        self.journal = journal
 
     @activity.defn(name=ACTIVITY_MIRROR_SYNC)
     async def sync(self, batch: MirrorBatch) -> None:

@@ -1,8 +1,9 @@
 """`model.complete`: one chat-completions call through the `openai` SDK.
 
 The client is injected with max_retries=0, so Temporal's retry policy is the only one.
-Proposed tool calls are checked against the worker's registry here, so the workflow sees
-clean verdicts and never runs a tool with arguments that do not validate.
+Each response is journaled before the activity returns, so a retry after a crash reuses it
+instead of paying twice. Proposed tool calls are checked against the worker's registry
+here, so the workflow sees clean verdicts and never runs a tool with bad arguments.
 """
 
 from __future__ import annotations
@@ -10,15 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease
 from agentrun import faults
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.conversation import ConversationStore
 from agentrun.errors import classify_model_error
 from agentrun.mirror_store import MirrorStore
+from agentrun.model_journal import ModelJournal
 from agentrun.models import ModelCallInput, ModelCallResult, ProposedToolCall, Usage
 from agentrun.tools import ToolRegistry
+from agentrun.tools.registry import MalformedCall, UnknownToolError
 
 
 class ModelActivities:
@@ -27,6 +32,8 @@ class ModelActivities:
         client: openai.AsyncOpenAI,
         registry: ToolRegistry,
         store: MirrorStore,
+        journal: ModelJournal,
+        conversation: ConversationStore,
         *,
         default_model: str,
         prices: dict[str, tuple[float, float]],
@@ -36,6 +43,8 @@ class ModelActivities:
         self.client = client
         self.registry = registry
         self.store = store
+        self.journal = journal
+        self.conversation = conversation
         self.default_model = default_model
         self.prices = prices
 
@@ -56,13 +65,75 @@ class ModelActivities:
             attempt=info.attempt,
             worker=self.identity,
             lease_seconds=input.heartbeat_seconds,
-            input={"model": model, "messages": len(input.messages)},
+            input={"model": model, "messages": input.first_index + len(input.new_messages)},
         )
+        journaled = await self.journal.find(input.run_id, input.step_id, model)
+        if journaled is not None:
+            # The response arrived before an earlier attempt died: it is paid for; reuse it.
+            journal_attempt, raw = journaled
+            await self.journal.mark_reused(
+                input.run_id, input.step_id, journal_attempt, info.attempt
+            )
+            response = ChatCompletion.model_validate(raw)
+        else:
+            journal_attempt = info.attempt
+            response = await self._call(input, model)
+        usage = Usage(
+            input_tokens=response.usage.prompt_tokens if response.usage else 0,
+            output_tokens=response.usage.completion_tokens if response.usage else 0,
+        )
+        cost = self.cost(model, usage)
+        if journaled is None:
+            await self.journal.record(
+                run_id=input.run_id,
+                step_id=input.step_id,
+                attempt=info.attempt,
+                model=model,
+                response=response.model_dump(mode="json"),
+                usage=usage,
+                cost_usd=cost,
+            )
+        faults.fire("model.after_response", model)
+        message = response.choices[0].message
+        proposals = [
+            self._check(call.id, call.function.name, call.function.arguments, input)
+            for call in message.tool_calls or []
+            if call.type == "function"
+        ]
+        result = ModelCallResult(
+            content=message.content,
+            tool_calls=proposals,
+            assistant_message=message.model_dump(exclude_none=True, exclude_unset=True),
+            usage=usage,
+            cost_usd=cost,
+            model=response.model or model,
+            attempt=info.attempt,
+            journal_attempt=journal_attempt,
+        )
+        await self.store.end_attempt(
+            run_id=input.run_id,
+            step_id=input.step_id,
+            attempt=info.attempt,
+            status="succeeded",
+            output={"content": result.content, "tool_calls": [p.tool for p in proposals]},
+            tokens_in=usage.input_tokens if journaled is None else 0,
+            tokens_out=usage.output_tokens if journaled is None else 0,
+            cost_usd=cost if journaled is None else 0.0,
+        )
+        return result
+
+    async def _call(self, input: ModelCallInput, model: str) -> ChatCompletion:
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
+        messages = input.messages
+        if messages is None:
+            messages = await self.conversation.extend(
+                input.run_id, input.first_index, input.new_messages
+            )
         request: dict[str, Any] = {
             "model": model,
-            "messages": input.messages,
+            "messages": messages,
             "temperature": input.temperature,
+            "timeout": input.timeout_seconds,
         }
         if tools:
             request["tools"] = tools
@@ -75,55 +146,38 @@ class ModelActivities:
                 step_id=input.step_id,
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
-                response = await self.client.chat.completions.create(**request)
+                return await self.client.chat.completions.create(**request)
         except openai.APIError as err:
             failure = classify_model_error(err)
             await self.store.end_attempt(
                 run_id=input.run_id,
                 step_id=input.step_id,
-                attempt=info.attempt,
+                attempt=activity.info().attempt,
                 status="failed",
                 error=f"{failure.type}: {failure.message}",
             )
             raise failure from err
-        faults.fire("model.after_response", model)
-        message = response.choices[0].message
-        proposals = [
-            self._check(call.id, call.function.name, call.function.arguments, input)
-            for call in message.tool_calls or []
-            if call.type == "function"
-        ]
-        usage = Usage(
-            input_tokens=response.usage.prompt_tokens if response.usage else 0,
-            output_tokens=response.usage.completion_tokens if response.usage else 0,
-        )
-        result = ModelCallResult(
-            content=message.content,
-            tool_calls=proposals,
-            assistant_message=message.model_dump(exclude_none=True, exclude_unset=True),
-            usage=usage,
-            cost_usd=self.cost(model, usage),
-            model=response.model or model,
-            attempt=info.attempt,
-        )
-        await self.store.end_attempt(
-            run_id=input.run_id,
-            step_id=input.step_id,
-            attempt=info.attempt,
-            status="succeeded",
-            output={"content": result.content, "tool_calls": [p.tool for p in proposals]},
-            tokens_in=usage.input_tokens,
-            tokens_out=usage.output_tokens,
-            cost_usd=result.cost_usd,
-        )
-        return result
 
     def _check(
         self, call_id: str, name: str, raw_arguments: str, input: ModelCallInput
     ) -> ProposedToolCall:
-        arguments, error = self.registry.check_call(name, raw_arguments, input.allowed_tools)
-        proposal = ProposedToolCall(call_id=call_id, tool=name, arguments=arguments, error=error)
-        if name in self.registry.names():
-            tool = self.registry.get(name)
-            proposal.risk, proposal.side_effect = tool.risk, tool.side_effect
-        return proposal
+        try:
+            arguments, error = self.registry.check_call(name, raw_arguments, input.allowed_tools)
+        except UnknownToolError as err:
+            return ProposedToolCall(
+                call_id=call_id, tool=name, error=str(err), error_kind="unknown_tool"
+            )
+        except MalformedCall as err:
+            return ProposedToolCall(
+                call_id=call_id, tool=name, error=str(err), error_kind="malformed"
+            )
+        tool = self.registry.get(name)
+        return ProposedToolCall(
+            call_id=call_id,
+            tool=name,
+            arguments=arguments,
+            error=error,
+            error_kind="invalid_arguments" if error else None,
+            risk=tool.risk,
+            side_effect=tool.side_effect,
+        )

@@ -1,32 +1,54 @@
 """`tool.invoke`: run one tool call, exactly once where it has a side effect.
 
-A side-effecting call claims its idempotency key in the ledger and performs its effect in
-the same transaction; a retry after a crash finds the key and returns the recorded result.
+A transactional tool claims its idempotency key and performs its effect in one Postgres
+transaction; a retry after a crash finds the key and returns the recorded result. An
+external tool commits its claim first; a retry that finds a claim without a result does
+not act blindly: the tool's reconcile hook (or a person) says whether the effect happened.
+Every result is screened for prompt injection before the model sees it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.leases import hold_lease
-from agentrun import faults, ledger
+from agentrun import faults, injection, ledger
+from agentrun.artifacts import ArtifactStore
 from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import UNKNOWN_TOOL
+from agentrun.errors import PERMISSION_DENIED, UNKNOWN_TOOL
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.tools import ToolContext, ToolRegistry
-from agentrun.tools.registry import ToolError, UnknownToolError, compact_errors
+from agentrun.tools.registry import (
+    CheckpointSaver,
+    Reconciled,
+    Tool,
+    ToolError,
+    ToolForbidden,
+    UnknownToolError,
+    compact_errors,
+)
 
 
 class ToolActivities:
     def __init__(
-        self, registry: ToolRegistry, pool: AsyncConnectionPool, store: MirrorStore, identity: str
+        self,
+        registry: ToolRegistry,
+        pool: AsyncConnectionPool,
+        store: MirrorStore,
+        identity: str,
+        *,
+        artifacts: ArtifactStore,
+        artifact_threshold: int,
     ) -> None:
+        self.artifacts = artifacts
+        self.artifact_threshold = artifact_threshold
         self.identity = identity
         self.registry = registry
         self.pool = pool
@@ -69,62 +91,43 @@ class ToolActivities:
                 run_id=input.run_id, step_id=input.step_id, attempt=info.attempt, patch=update
             )
 
-        duplicate = False
-        output: Any = None
         try:
-            async with (
-                hold_lease(
-                    self.store,
-                    run_id=input.run_id,
-                    step_id=input.step_id,
-                    heartbeat_seconds=input.heartbeat_seconds,
-                ),
-                self.pool.connection() as conn,
-                conn.transaction(),
-            ):
-                act = True
-                if tool.side_effect:
-                    act, output = await ledger.claim(
-                        conn,
-                        key=input.idempotency_key,
-                        run_id=input.run_id,
-                        step_id=input.step_id,
-                        tool=tool.name,
-                        attempt=info.attempt,
-                    )
-                    duplicate = not act
-                if act:
-                    context = ToolContext(
-                        run_id=input.run_id,
-                        step_id=input.step_id,
-                        idempotency_key=input.idempotency_key,
-                        checkpoint=checkpoint,
-                        conn=conn,
-                        save_checkpoint=save_checkpoint,
-                        heartbeat=activity.heartbeat,
-                    )
-                    output = await tool.fn(args, context)
-                    if tool.side_effect:
-                        await ledger.complete(conn, key=input.idempotency_key, result=output)
-        except ToolError as err:
-            await self.store.end_attempt(
+            async with hold_lease(
+                self.store,
                 run_id=input.run_id,
                 step_id=input.step_id,
-                attempt=info.attempt,
-                status="failed",
-                error=str(err),
-            )
+                heartbeat_seconds=input.heartbeat_seconds,
+            ):
+                if tool.side_effect and not tool.transactional:
+                    outcome = await self._external(tool, args, input, checkpoint, save_checkpoint)
+                else:
+                    outcome = await self._transactional(
+                        tool, args, input, checkpoint, save_checkpoint
+                    )
+        except ToolForbidden as err:
+            await self._fail(input, f"forbidden: {err}")
+            raise ApplicationError(
+                f"{tool.name} was refused permission: {err}",
+                type=PERMISSION_DENIED,
+                non_retryable=True,
+            ) from err
+        except ToolError as err:
+            await self._fail(input, str(err))
             return ToolCallResult(ok=False, error=str(err), attempt=info.attempt)
         except Exception as err:
-            await self.store.end_attempt(
-                run_id=input.run_id,
-                step_id=input.step_id,
-                attempt=info.attempt,
-                status="failed",
-                error=f"{type(err).__name__}: {err}",
-            )
+            await self._fail(input, f"{type(err).__name__}: {err}")
             raise
+        if outcome.unknown_outcome:
+            await self._fail(input, outcome.error or "unknown outcome")
+            return outcome
         faults.fire("tool.after_effect", tool.name)
+        output = await self.artifacts.offload(
+            outcome.output,
+            run_id=input.run_id,
+            step_id=input.step_id,
+            name=f"{tool.name}.json",
+            threshold=self.artifact_threshold,
+        )
         await self.store.end_attempt(
             run_id=input.run_id,
             step_id=input.step_id,
@@ -132,10 +135,146 @@ class ToolActivities:
             status="succeeded",
             output=output,
         )
-        return ToolCallResult(
-            ok=True,
-            output=output,
-            duplicate_prevented=duplicate,
-            checkpoint_patch=patch,
-            attempt=info.attempt,
+        return outcome.model_copy(
+            update={
+                "output": output,
+                "checkpoint_patch": patch,
+                "suspicious": injection.scan(outcome.output),
+            }
+        )
+
+    async def _transactional(
+        self,
+        tool: Tool,
+        args: BaseModel,
+        input: ToolCallInput,
+        checkpoint: JsonDict,
+        save_checkpoint: CheckpointSaver,
+    ) -> ToolCallResult:
+        """Effect and ledger in one transaction: after a crash, either both or neither."""
+        attempt = activity.info().attempt
+        async with self.pool.connection() as conn, conn.transaction():
+            if tool.side_effect:
+                act, recorded = await ledger.claim(
+                    conn,
+                    key=input.idempotency_key,
+                    run_id=input.run_id,
+                    step_id=input.step_id,
+                    tool=tool.name,
+                    attempt=attempt,
+                )
+                if not act:
+                    return ToolCallResult(
+                        ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
+                    )
+            context = self._context(input, checkpoint, conn, save_checkpoint)
+            output = await tool.fn(args, context)
+            if tool.side_effect:
+                await ledger.complete(conn, key=input.idempotency_key, result=output)
+        return ToolCallResult(ok=True, output=output, attempt=attempt)
+
+    async def _external(
+        self,
+        tool: Tool,
+        args: BaseModel,
+        input: ToolCallInput,
+        checkpoint: JsonDict,
+        save_checkpoint: CheckpointSaver,
+    ) -> ToolCallResult:
+        """A committed claim, the effect, then the record; a stale claim is reconciled."""
+        attempt = activity.info().attempt
+        key = input.idempotency_key
+        async with self.pool.connection() as conn:
+            if not await ledger.try_lock(conn, key):
+                raise ApplicationError(
+                    f"another attempt is still performing {tool.name} ({key}); retrying later",
+                    type="EffectInProgress",
+                )
+            try:
+                context = self._context(input, checkpoint, conn, save_checkpoint)
+                state, recorded = await ledger.claim_external(
+                    conn,
+                    key=key,
+                    run_id=input.run_id,
+                    step_id=input.step_id,
+                    tool=tool.name,
+                    attempt=attempt,
+                )
+                if state == "done":
+                    await ledger.count_duplicate(conn, key)
+                    return ToolCallResult(
+                        ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
+                    )
+                reconciliation = None
+                if state == "started":  # an earlier attempt claimed it and never finished
+                    verdict = await self._reconcile(tool, args, context, input)
+                    if verdict is None:
+                        return ToolCallResult(
+                            ok=False,
+                            unknown_outcome=True,
+                            attempt=attempt,
+                            error=f"{tool.name} may or may not have happened (key {key}): an "
+                            "earlier attempt died mid-effect and the tool has no reconcile hook",
+                        )
+                    if verdict.happened:
+                        reconciliation = f"happened ({verdict.by})"
+                        await ledger.complete(
+                            conn, key=key, result=verdict.result, reconciliation=reconciliation
+                        )
+                        await ledger.count_duplicate(conn, key)
+                        return ToolCallResult(
+                            ok=True,
+                            output=verdict.result,
+                            duplicate_prevented=True,
+                            reconciliation=reconciliation,
+                            attempt=attempt,
+                        )
+                    reconciliation = f"not happened ({verdict.by})"
+                output = await tool.fn(args, context)
+                faults.fire("tool.after_external_effect", tool.name)
+                await ledger.complete(conn, key=key, result=output, reconciliation=reconciliation)
+                return ToolCallResult(
+                    ok=True, output=output, reconciliation=reconciliation, attempt=attempt
+                )
+            finally:
+                await ledger.unlock(conn, key)
+
+    async def _reconcile(
+        self, tool: Tool, args: BaseModel, context: ToolContext, input: ToolCallInput
+    ) -> Reconciled | None:
+        """Did the effect happen? The tool's hook knows; failing that, a person decided."""
+        if input.resolution == "rerun":
+            return Reconciled(happened=False, by="person")
+        if input.resolution == "skip":
+            return Reconciled(
+                happened=True, result={"skipped": "a person resolved it"}, by="person"
+            )
+        if tool.reconcile is None:
+            return None
+        return await tool.reconcile(args, context)
+
+    def _context(
+        self,
+        input: ToolCallInput,
+        checkpoint: JsonDict,
+        conn: AsyncConnection[Any],
+        save_checkpoint: CheckpointSaver,
+    ) -> ToolContext:
+        return ToolContext(
+            run_id=input.run_id,
+            step_id=input.step_id,
+            idempotency_key=input.idempotency_key,
+            checkpoint=checkpoint,
+            conn=conn,
+            save_checkpoint=save_checkpoint,
+            heartbeat=activity.heartbeat,
+        )
+
+    async def _fail(self, input: ToolCallInput, error: str) -> None:
+        await self.store.end_attempt(
+            run_id=input.run_id,
+            step_id=input.step_id,
+            attempt=activity.info().attempt,
+            status="failed",
+            error=error,
         )

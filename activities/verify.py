@@ -1,38 +1,112 @@
-"""`verify.check`: deterministic checks a final answer must pass before a run completes."""
+"""`verify.check`: the checks a final answer must pass before a run may complete.
+
+Deterministic checks come first (sections, forbidden words, length, a JSON schema, counts);
+an optional LLM judge, asked through the run's own model client, comes last and only when
+the deterministic checks pass, so a judge is never paid to read an answer already refused.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+
+import jsonschema
+import openai
 from temporalio import activity
 
 from agentrun.constants import ACTIVITY_VERIFY_CHECK
-from agentrun.models import CheckOutcome, VerifyInput, VerifyResult
+from agentrun.errors import classify_model_error
+from agentrun.models import CheckOutcome, JudgeSpec, VerifyInput, VerifyResult, VerifySpec
+
+JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.DOTALL)
+JUDGE_PROMPT = (
+    "You are a strict verifier. Judge the answer below against the rubric only. Reply with "
+    'one JSON object: {"pass": true or false, "reason": "one sentence"}.'
+)
 
 
 class VerifyActivities:
+    def __init__(self, client: openai.AsyncOpenAI, *, default_model: str) -> None:
+        self.client = client
+        self.default_model = default_model
+
     @activity.defn(name=ACTIVITY_VERIFY_CHECK)
     async def check(self, input: VerifyInput) -> VerifyResult:
-        answer, spec = input.answer, input.spec
-        checks = [
-            CheckOutcome(
-                name="min_chars",
-                passed=len(answer.strip()) >= spec.min_chars,
-                detail=f"answer has {len(answer.strip())} characters, needs {spec.min_chars}",
-            )
-        ]
-        checks += [
-            CheckOutcome(
-                name=f"has section {section!r}",
-                passed=section.lower() in answer.lower(),
-                detail=f"the answer must contain {section!r}",
-            )
-            for section in spec.required_sections
-        ]
-        checks += [
-            CheckOutcome(
-                name=f"no {word!r}",
-                passed=word not in answer,
-                detail=f"the answer must not contain {word!r}",
-            )
-            for word in spec.forbidden
-        ]
+        checks = deterministic_checks(input.answer, input.spec)
+        if input.spec.judge is not None and all(c.passed for c in checks):
+            checks.append(await self._judge(input.answer, input.spec.judge))
         return VerifyResult(passed=all(c.passed for c in checks), checks=checks)
+
+    async def _judge(self, answer: str, judge: JudgeSpec) -> CheckOutcome:
+        try:
+            response = await self.client.chat.completions.create(
+                model=judge.model or self.default_model,
+                messages=[
+                    {"role": "system", "content": JUDGE_PROMPT},
+                    {"role": "user", "content": f"Rubric:\n{judge.rubric}\n\nAnswer:\n{answer}"},
+                ],
+                temperature=0,
+                response_format={"type": "json_object"},
+            )
+        except openai.APIError as err:
+            raise classify_model_error(err) from err
+        raw = response.choices[0].message.content or ""
+        try:
+            verdict = json.loads(raw)
+            passed, reason = bool(verdict["pass"]), str(verdict.get("reason", ""))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            passed, reason = False, f"the judge's reply was not a verdict: {raw[:200]}"
+        return CheckOutcome(name="judge", passed=passed, detail=reason)
+
+
+def deterministic_checks(answer: str, spec: VerifySpec) -> list[CheckOutcome]:
+    text = answer.strip()
+    checks = [
+        CheckOutcome(
+            name="min_chars",
+            passed=len(text) >= spec.min_chars,
+            detail=f"answer has {len(text)} characters, needs {spec.min_chars}",
+        )
+    ]
+    checks += [
+        CheckOutcome(
+            name=f"has section {section!r}",
+            passed=section.lower() in answer.lower(),
+            detail=f"the answer must contain {section!r}",
+        )
+        for section in spec.required_sections
+    ]
+    checks += [
+        CheckOutcome(
+            name=f"no {word!r}",
+            passed=word not in answer,
+            detail=f"the answer must not contain {word!r}",
+        )
+        for word in spec.forbidden
+    ]
+    if spec.json_schema is not None:
+        checks.append(schema_check(answer, spec.json_schema))
+    for count in spec.counts:
+        found = len(re.findall(count.pattern, answer, re.MULTILINE))
+        ok = (count.equals is None or found == count.equals) and (
+            count.at_least is None or found >= count.at_least
+        )
+        want = f"exactly {count.equals}" if count.equals is not None else f"{count.at_least}+"
+        checks.append(
+            CheckOutcome(name=count.name, passed=ok, detail=f"found {found}, needs {want}")
+        )
+    return checks
+
+
+def schema_check(answer: str, schema: dict[str, object]) -> CheckOutcome:
+    block = JSON_BLOCK.search(answer)
+    if block is None:
+        return CheckOutcome(name="json schema", passed=False, detail="no ```json block found")
+    try:
+        jsonschema.validate(json.loads(block.group(1)), schema)
+    except json.JSONDecodeError as err:
+        return CheckOutcome(name="json schema", passed=False, detail=f"invalid JSON: {err}")
+    except jsonschema.ValidationError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+        return CheckOutcome(name="json schema", passed=False, detail=f"{where}: {err.message}")
+    return CheckOutcome(name="json schema", passed=True, detail="the JSON block validates")

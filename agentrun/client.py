@@ -1,20 +1,52 @@
-"""The one way every entry point connects to Temporal: same address, namespace, converter."""
+"""The one way every entry point connects to Temporal: same address, namespace, converter,
+and the same telemetry (Prometheus metrics for worker processes, OpenTelemetry tracing)."""
 
 from __future__ import annotations
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentrun.settings import Settings, SetupError
+from agentrun.telemetry import client_interceptors
+
+# One runtime per metrics address: its endpoint binds the port for the life of the process.
+_runtimes: dict[str, Runtime] = {}
 
 
-async def connect(settings: Settings, *, identity: str | None = None) -> Client:
+def runtime_for(settings: Settings) -> Runtime | None:
+    """The Temporal runtime whose Prometheus endpoint serves the SDK's metrics at
+    AGENTRUN_PROMETHEUS_BIND (`/metrics`); None (the SDK's default runtime) when unset."""
+    bind = settings.prometheus_bind
+    if not bind:
+        return None
+    if bind not in _runtimes:
+        try:
+            _runtimes[bind] = Runtime(
+                telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=bind))
+            )
+        except Exception as err:  # the core reports a bad address or a taken port as-is
+            raise SetupError(
+                f"cannot serve Prometheus metrics at {bind!r} ({err}): set "
+                "AGENTRUN_PROMETHEUS_BIND to a free host:port, one per worker process"
+            ) from err
+    return _runtimes[bind]
+
+
+async def connect(
+    settings: Settings, *, identity: str | None = None, serve_metrics: bool = False
+) -> Client:
+    """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
+    commands do not, so they never contend for the port a worker on the same host serves."""
+    runtime = runtime_for(settings) if serve_metrics else None
     try:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             data_converter=pydantic_data_converter,
             identity=identity,
+            interceptors=client_interceptors(settings),
+            runtime=runtime,
         )
     except RuntimeError as err:
         raise SetupError(

@@ -26,3 +26,14 @@ SIGNAL_RESUME = "resume_signal"
 
 OFFLINE_MODEL = "offline-planner"
 DEFAULT_WEB_UI = "http://localhost:8233"
+
+# Backlogs: one long-running workflow per agent hands each task to an AgentRun child.
+BACKLOG_WORKFLOW_NAME = "AgentBacklog"
+BACKLOG_ID_PREFIX = "backlog-"
+ACTIVITY_BACKLOG_SYNC = "backlog.sync"
+ACTIVITY_BACKLOG_LOAD = "backlog.load"
+UPDATE_BACKLOG_ENQUEUE = "backlog.enqueue"
+UPDATE_BACKLOG_STOP = "backlog.stop"
+UPDATE_BACKLOG_RESUME = "backlog.resume"
+UPDATE_BACKLOG_RETRY = "backlog.retry"
+QUERY_BACKLOG_STATE = "backlog.state"

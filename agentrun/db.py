@@ -150,6 +150,163 @@ MIGRATIONS: list[str] = [
                cost_usd, started_at, finished_at
         FROM steps ORDER BY run_id, seq;
     """,
+    # 2: failure semantics: the model-response journal, reconciliations, the demo ticket desk.
+    """
+    CREATE TABLE model_journal (
+        run_id text NOT NULL,
+        step_id text NOT NULL,
+        attempt int NOT NULL,
+        model text NOT NULL,
+        response jsonb NOT NULL,
+        tokens_in bigint NOT NULL,
+        tokens_out bigint NOT NULL,
+        cost_usd numeric(14, 6) NOT NULL,
+        reused_by int,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, step_id, attempt)
+    );
+
+    ALTER TABLE runs ADD COLUMN pause_reason text;
+    ALTER TABLE tool_ledger ADD COLUMN reconciliation text;
+    ALTER TABLE tool_ledger ADD COLUMN reconciled_at timestamptz;
+
+    -- A stand-in for an external system: its writes do not share the ledger's transaction.
+    CREATE TABLE tickets (
+        id bigserial PRIMARY KEY,
+        external_key text NOT NULL UNIQUE,
+        title text NOT NULL,
+        body text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 3: backlogs: each agent's ordered task list, mirrored from its AgentBacklog workflow.
+    """
+    CREATE TABLE backlogs (
+        agent text PRIMARY KEY,
+        version bigint NOT NULL,
+        status text NOT NULL,
+        stop_reason text,
+        policy jsonb NOT NULL,
+        generation int NOT NULL DEFAULT 0,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL
+    );
+
+    CREATE TABLE backlog_tasks (
+        agent text NOT NULL,
+        task_key text NOT NULL,
+        ordinal int NOT NULL,
+        title text NOT NULL,
+        spec jsonb,
+        state text NOT NULL,
+        attempts int NOT NULL DEFAULT 0,
+        max_attempts int NOT NULL,
+        launches int NOT NULL DEFAULT 0,
+        last_error text,
+        run_id text,
+        version bigint NOT NULL,
+        enqueued_at timestamptz NOT NULL,
+        started_at timestamptz,
+        finished_at timestamptz,
+        updated_at timestamptz NOT NULL,
+        PRIMARY KEY (agent, task_key)
+    );
+    CREATE INDEX backlog_tasks_order_idx ON backlog_tasks (agent, ordinal);
+    CREATE INDEX backlog_tasks_active_idx ON backlog_tasks (agent, ordinal)
+        WHERE state IN ('running', 'paused', 'failed');
+
+    -- What each agent is doing right now: its running and paused tasks, each run's live step.
+    CREATE VIEW backlog_now AS
+        SELECT t.agent, t.ordinal, t.task_key, t.title, t.state, t.attempts, t.max_attempts,
+               t.run_id, r.status AS run_status, r.current_step_id, s.type AS step_type,
+               s.name AS step_name, s.worker, s.lease_until, r.checkpoint,
+               s.checkpoint AS step_checkpoint, t.updated_at
+        FROM backlog_tasks t
+        LEFT JOIN runs r ON r.run_id = t.run_id
+        LEFT JOIN steps s ON s.run_id = t.run_id AND s.step_id = r.current_step_id
+        WHERE t.state IN ('running', 'paused');
+
+    -- The dead-letter list: tasks that used up their attempts, with the last error.
+    CREATE VIEW backlog_dead_letters AS
+        SELECT agent, ordinal, task_key, title, attempts, max_attempts, last_error, run_id,
+               finished_at
+        FROM backlog_tasks WHERE state = 'failed';
+    """,
+    # 4: the conversation, stored once per message instead of in every model call's input.
+    """
+    CREATE TABLE conversation (
+        run_id text NOT NULL,
+        idx int NOT NULL,
+        message jsonb NOT NULL,
+        PRIMARY KEY (run_id, idx)
+    );
+    """,
+    # 5: metrics: one row per run, per model or tool call, per approval; `starter.py stats`
+    # aggregates them over a window, and the *_failures views are the all-time summaries.
+    """
+    -- Per run: outcome, wall-clock duration, cost, retries, attempts lost with their worker
+    -- (an attempt left 'running' that a later attempt of its step replaced), duplicates the
+    -- ledger stopped. LATERAL subqueries let a filter on created_at narrow the runs first.
+    CREATE VIEW metrics_runs AS
+        SELECT r.run_id, r.tenant, r.status,
+               r.status IN ('completed', 'failed', 'cancelled') AS finished,
+               r.created_at, r.finished_at,
+               extract(epoch FROM r.finished_at - r.created_at)::float8 AS duration_seconds,
+               r.cost_usd::float8 AS cost_usd, r.tokens_in + r.tokens_out AS tokens,
+               coalesce(a.retries, 0) AS retries, coalesce(a.lost_attempts, 0) AS lost_attempts,
+               coalesce(l.duplicates_prevented, 0) AS duplicates_prevented
+        FROM runs r
+        LEFT JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE attempt > 1) AS retries,
+                   count(*) FILTER (WHERE status = 'running' AND attempt < last_attempt)
+                       AS lost_attempts
+            FROM (SELECT attempt, status,
+                         max(attempt) OVER (PARTITION BY step_id) AS last_attempt
+                  FROM step_attempts WHERE run_id = r.run_id) sa
+        ) a ON true
+        LEFT JOIN LATERAL (
+            SELECT sum(duplicates_prevented)::bigint AS duplicates_prevented
+            FROM tool_ledger WHERE run_id = r.run_id
+        ) l ON true;
+
+    -- Per model or tool call (a step): its attempts, the failed ones, the lost ones, and
+    -- whether the call itself ended failed. `name` is the tool, or the model the step names.
+    CREATE VIEW metrics_calls AS
+        SELECT s.run_id, r.created_at AS run_created_at, s.step_id, s.type, s.name, s.status,
+               s.final, coalesce(a.attempts, 0) AS attempts,
+               coalesce(a.failed_attempts, 0) AS failed_attempts,
+               coalesce(a.lost_attempts, 0) AS lost_attempts,
+               s.final AND s.status = 'failed' AS failed
+        FROM steps s
+        JOIN runs r USING (run_id)
+        LEFT JOIN LATERAL (
+            SELECT count(*) AS attempts,
+                   count(*) FILTER (WHERE status = 'failed') AS failed_attempts,
+                   count(*) FILTER (WHERE status = 'running' AND attempt < last_attempt)
+                       AS lost_attempts
+            FROM (SELECT attempt, status, max(attempt) OVER () AS last_attempt
+                  FROM step_attempts WHERE run_id = s.run_id AND step_id = s.step_id) sa
+        ) a ON true
+        WHERE s.type IN ('model_call', 'tool_call');
+
+    CREATE VIEW metrics_tool_failures AS
+        SELECT name AS tool, count(*) AS calls, sum(failed_attempts)::bigint AS failed_attempts,
+               count(*) FILTER (WHERE failed) AS failed_calls
+        FROM metrics_calls WHERE type = 'tool_call' GROUP BY name;
+
+    CREATE VIEW metrics_model_failures AS
+        SELECT name AS model, count(*) AS calls, sum(failed_attempts)::bigint AS failed_attempts,
+               count(*) FILTER (WHERE failed) AS failed_calls
+        FROM metrics_calls WHERE type = 'model_call' GROUP BY name;
+
+    -- Per decided or expired approval: how long the run waited for a person.
+    CREATE VIEW metrics_approval_waits AS
+        SELECT s.run_id, r.created_at AS run_created_at, s.step_id, s.name AS tool,
+               s.input->>'kind' AS kind, s.status AS decision,
+               extract(epoch FROM s.finished_at - s.started_at)::float8 AS wait_seconds
+        FROM steps s JOIN runs r USING (run_id)
+        WHERE s.type = 'approval' AND s.final AND s.finished_at IS NOT NULL;
+    """,
 ]
 
 

@@ -56,8 +56,59 @@ async def claim(
     return False, row[0] if row else None
 
 
-async def complete(conn: AsyncConnection[Any], *, key: str, result: Any) -> None:
+async def complete(
+    conn: AsyncConnection[Any], *, key: str, result: Any, reconciliation: str | None = None
+) -> None:
     await conn.execute(
-        "UPDATE tool_ledger SET status = 'done', result = %s WHERE idempotency_key = %s",
-        (Jsonb(result), key),
+        """UPDATE tool_ledger SET status = 'done', result = %s,
+                  reconciliation = coalesce(%s, reconciliation),
+                  reconciled_at = CASE WHEN %s::text IS NULL THEN reconciled_at ELSE now() END
+           WHERE idempotency_key = %s""",
+        (Jsonb(result), reconciliation, reconciliation, key),
+    )
+
+
+# ---------------------------------------------------------------- effects outside Postgres
+#
+# An external effect cannot share the ledger's transaction, so its claim is committed first
+# ("started") and its result after ("done"). A "started" row that a later attempt finds is
+# an unknown outcome: the effect may or may not have happened, and must be reconciled.
+# A session advisory lock on the key keeps a zombie attempt and its retry from overlapping.
+
+
+async def try_lock(conn: AsyncConnection[Any], key: str) -> bool:
+    cur = await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,))
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def unlock(conn: AsyncConnection[Any], key: str) -> None:
+    await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+
+
+async def claim_external(
+    conn: AsyncConnection[Any], *, key: str, run_id: str, step_id: str, tool: str, attempt: int
+) -> tuple[str, Any]:
+    """Commit a claim: ("new", None), ("done", result) or ("started", None) if unknown."""
+    cur = await conn.execute(
+        """INSERT INTO tool_ledger (idempotency_key, run_id, step_id, tool, status, attempt)
+           VALUES (%s, %s, %s, %s, 'started', %s)
+           ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key""",
+        (key, run_id, step_id, tool, attempt),
+    )
+    if await cur.fetchone():
+        return "new", None
+    cur = await conn.execute(
+        "SELECT status, result FROM tool_ledger WHERE idempotency_key = %s", (key,)
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return str(row[0]), row[1]
+
+
+async def count_duplicate(conn: AsyncConnection[Any], key: str) -> None:
+    await conn.execute(
+        """UPDATE tool_ledger SET duplicates_prevented = duplicates_prevented + 1,
+                  last_duplicate_at = now() WHERE idempotency_key = %s""",
+        (key,),
     )

@@ -41,19 +41,27 @@ class MirrorStore:
         idempotency_key: str | None = None,
     ) -> JsonDict:
         """Claim the step for this attempt; returns the step's saved mid-step checkpoint."""
-        async with self.pool.connection() as conn, conn.transaction():
+        # One statement, so one round trip and atomic: the claim and the journal row.
+        async with self.pool.connection() as conn:
             cur = await conn.execute(
                 """
-                INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
-                                   worker, lease_until, idempotency_key, started_at)
-                VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running', %(input)s,
-                        %(attempt)s, %(worker)s, now() + make_interval(secs => %(lease)s),
-                        %(key)s, now())
-                ON CONFLICT (run_id, step_id) DO UPDATE SET
-                    status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
-                    lease_until = EXCLUDED.lease_until, updated_at = now()
-                WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
-                RETURNING checkpoint
+                WITH claimed AS (
+                    INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
+                                       worker, lease_until, idempotency_key, started_at)
+                    VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running',
+                            %(input)s, %(attempt)s, %(worker)s,
+                            now() + make_interval(secs => %(lease)s), %(key)s, now())
+                    ON CONFLICT (run_id, step_id) DO UPDATE SET
+                        status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
+                        lease_until = EXCLUDED.lease_until, updated_at = now()
+                    WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
+                    RETURNING checkpoint
+                ), journal AS (
+                    INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
+                    VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
+                    ON CONFLICT DO NOTHING
+                )
+                SELECT checkpoint FROM claimed
                 """,
                 {
                     "run": run_id,
@@ -69,11 +77,6 @@ class MirrorStore:
                 },
             )
             row = await cur.fetchone()
-            await conn.execute(
-                """INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
-                   VALUES (%s, %s, %s, %s, 'running') ON CONFLICT DO NOTHING""",
-                (run_id, step_id, attempt, worker),
-            )
         return dict(row[0]) if row else {}
 
     async def renew_lease(
@@ -111,49 +114,63 @@ class MirrorStore:
         cost_usd: float = 0.0,
     ) -> bool:
         """Report an attempt's outcome; returns False when the step was already fenced off."""
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(
-                """UPDATE step_attempts SET status = %s, error = %s, tokens_in = %s,
-                          tokens_out = %s, cost_usd = %s, finished_at = now()
-                   WHERE run_id = %s AND step_id = %s AND attempt = %s""",
-                (status, error, tokens_in, tokens_out, cost_usd, run_id, step_id, attempt),
-            )
+        # One statement, so one round trip and atomic: the journal row and the fenced report.
+        async with self.pool.connection() as conn:
             cur = await conn.execute(
-                """UPDATE steps SET status = %s, output = %s, error = %s, tokens_in = %s,
-                          tokens_out = %s, cost_usd = %s, lease_until = NULL, updated_at = now()
-                   WHERE run_id = %s AND step_id = %s AND attempt = %s AND NOT final""",
-                (
-                    f"attempt_{status}",
-                    Jsonb(output),
-                    error,
-                    tokens_in,
-                    tokens_out,
-                    cost_usd,
-                    run_id,
-                    step_id,
-                    attempt,
-                ),
+                """
+                WITH journal AS (
+                    UPDATE step_attempts SET status = %(status)s, error = %(error)s,
+                           tokens_in = %(tin)s, tokens_out = %(tout)s, cost_usd = %(cost)s,
+                           finished_at = now()
+                    WHERE run_id = %(run)s AND step_id = %(step)s AND attempt = %(attempt)s
+                ), report AS (
+                    UPDATE steps SET status = %(step_status)s, output = %(output)s,
+                           error = %(error)s, tokens_in = %(tin)s, tokens_out = %(tout)s,
+                           cost_usd = %(cost)s, lease_until = NULL, updated_at = now()
+                    WHERE run_id = %(run)s AND step_id = %(step)s AND attempt = %(attempt)s
+                      AND NOT final
+                    RETURNING 1
+                )
+                SELECT count(*) FROM report
+                """,
+                {
+                    "status": status,
+                    "step_status": f"attempt_{status}",
+                    "output": Jsonb(output),
+                    "error": error,
+                    "tin": tokens_in,
+                    "tout": tokens_out,
+                    "cost": cost_usd,
+                    "run": run_id,
+                    "step": step_id,
+                    "attempt": attempt,
+                },
             )
-            return cur.rowcount == 1
+            row = await cur.fetchone()
+        return row is not None and row[0] == 1
 
     # ------------------------------------------------------------ written by the workflow
 
     async def sync(self, batch: MirrorBatch) -> None:
         """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
         run = batch.run
-        async with self.pool.connection() as conn, conn.transaction():
+        # Pipelined: the same statements in the same transaction, sent without waiting for
+        # each reply, so a batch costs about one round trip however many rows it carries.
+        async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
             await conn.execute(
                 """
                 INSERT INTO runs (run_id, version, tenant, user_id, task, status,
-                    current_step_id, model, tokens_in, tokens_out, cost_usd,
+                    current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
                     duplicates_prevented, checkpoint, result, error, created_at, updated_at,
                     finished_at)
                 VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
-                    %(step)s, %(model)s, %(tin)s, %(tout)s, %(cost)s, %(dups)s, %(cp)s,
+                    %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
+                    %(dups)s, %(cp)s,
                     %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s)
                 ON CONFLICT (run_id) DO UPDATE SET
                     version = EXCLUDED.version, status = EXCLUDED.status,
-                    current_step_id = EXCLUDED.current_step_id, model = EXCLUDED.model,
+                    current_step_id = EXCLUDED.current_step_id,
+                    pause_reason = EXCLUDED.pause_reason, model = EXCLUDED.model,
                     tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
                     cost_usd = EXCLUDED.cost_usd,
                     duplicates_prevented = EXCLUDED.duplicates_prevented,
@@ -170,6 +187,7 @@ class MirrorStore:
                     "task": run.task,
                     "status": run.status.value,
                     "step": run.current_step_id,
+                    "pause_reason": run.pause_reason,
                     "model": run.model,
                     "tin": run.tokens_in,
                     "tout": run.tokens_out,
@@ -208,7 +226,8 @@ class MirrorStore:
                 %(final)s, %(started)s, %(finished)s, NULL)
             ON CONFLICT (run_id, step_id) DO UPDATE SET
                 seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
-                status = EXCLUDED.status, output = EXCLUDED.output, error = EXCLUDED.error,
+                status = EXCLUDED.status, output = coalesce(EXCLUDED.output, steps.output),
+                error = EXCLUDED.error,
                 attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,
                 tokens_out = EXCLUDED.tokens_out, cost_usd = EXCLUDED.cost_usd,
                 idempotency_key = coalesce(EXCLUDED.idempotency_key, steps.idempotency_key),
@@ -225,7 +244,7 @@ class MirrorStore:
                 "name": step.name,
                 "status": step.status,
                 "input": Jsonb(step.input),
-                "output": Jsonb(step.output),
+                "output": None if step.output is None else Jsonb(step.output),
                 "error": step.error,
                 "attempt": step.attempt,
                 "tin": step.tokens_in,

@@ -72,17 +72,64 @@ class StepTimeouts(Strict):
     initial_retry_seconds: float = Field(1, gt=0)
 
 
+class ToolPolicy(Strict):
+    """Per-tool overrides of the run's retry settings."""
+
+    max_attempts: int | None = Field(None, ge=1)
+    timeout_seconds: float | None = Field(None, gt=0)
+
+
+class FailurePolicy(Strict):
+    """What the run does for each kind of failure. Every field's default is in the README."""
+
+    fallback_model: str | None = Field(None, description="used when the model keeps failing")
+    model_attempts_before_fallback: int = Field(3, ge=1)
+    backoff_coefficient: float = Field(2.0, ge=1)
+    max_retry_seconds: float = Field(60, gt=0)
+    malformed_output_repairs: int = Field(1, ge=0, description="stricter re-asks, then fail")
+    argument_repairs: int = Field(2, ge=0, description="re-asks after invalid tool arguments")
+    on_permission_denied: Literal["pause", "fail"] = "pause"
+    on_suspected_injection: Literal["quarantine", "fail", "allow"] = "quarantine"
+    on_budget_exceeded: Literal["pause", "fail"] = "pause"
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+
+
+class CountCheck(Strict):
+    """How many times a regular expression must match the answer (e.g. bullet lines)."""
+
+    name: str
+    pattern: str = Field(min_length=1)
+    equals: int | None = Field(None, ge=0)
+    at_least: int | None = Field(None, ge=0)
+
+
+class JudgeSpec(Strict):
+    """A narrow LLM-judge rubric, asked through the run's own model client."""
+
+    rubric: str = Field(min_length=1, max_length=4000)
+    model: str | None = Field(None, description="None: the worker's default model")
+
+
 class VerifySpec(Strict):
     required_sections: list[str] = Field(default_factory=lambda: ["## Summary"])
     forbidden: list[str] = Field(default_factory=lambda: ["TODO"])
     min_chars: int = Field(1, ge=0)
-    max_rounds: int = Field(2, ge=1, description="model retries after a failed verification")
+    json_schema: JsonDict | None = Field(
+        None, description="the answer's ```json block must validate against this schema"
+    )
+    counts: list[CountCheck] = Field(default_factory=list)
+    judge: JudgeSpec | None = None
+    max_rounds: int = Field(2, ge=1, description="answers the model may give in all")
+    on_failure: Literal["retry", "fail"] = Field(
+        "retry", description="retry: the model hears the failures, up to max_rounds"
+    )
 
 
 class RunSpec(Strict):
     """Everything a run needs, validated before anything starts."""
 
     task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
+    agent: str = Field("default", min_length=1, max_length=200, description="who works on it")
     tenant: str = Field("default", min_length=1, max_length=200)
     user: str = Field("anonymous", min_length=1, max_length=200)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
@@ -93,6 +140,13 @@ class RunSpec(Strict):
     budget: Budget = Field(default_factory=Budget)
     timeouts: StepTimeouts = Field(default_factory=StepTimeouts)
     verify: VerifySpec = Field(default_factory=VerifySpec)
+    failures: FailurePolicy = Field(default_factory=FailurePolicy)
+    history_events_limit: int = Field(
+        10_000, ge=100, description="continue as new past this many history events"
+    )
+    carry: RunCarry | None = Field(
+        None, description="set by the engine when a run continues as new; never by people"
+    )
 
 
 # ---------------------------------------------------------------- activity inputs and results
@@ -103,16 +157,33 @@ class Usage(BaseModel):
     output_tokens: int = 0
 
 
+class ArtifactRef(BaseModel):
+    """Where a large output lives, instead of in Temporal's history."""
+
+    artifact_id: str
+    name: str
+    media_type: str
+    size_bytes: int
+    preview: str = ""
+
+
 class ModelCallInput(BaseModel):
     run_id: str
     step_id: str
     seq: int
     model: str | None
-    messages: list[JsonDict]
+    new_messages: list[JsonDict] = Field(
+        default_factory=list, description="messages added since the previous model call"
+    )
+    first_index: int = Field(0, description="position of new_messages[0] in the conversation")
+    messages: list[JsonDict] | None = Field(
+        None, description="the whole conversation, as inputs scheduled before the store carried"
+    )
     allowed_tools: list[str] | None
     temperature: float = 0.0
     max_tokens: int | None = None
     heartbeat_seconds: float = 30
+    timeout_seconds: float = 120
 
 
 class ProposedToolCall(BaseModel):
@@ -122,6 +193,7 @@ class ProposedToolCall(BaseModel):
     tool: str
     arguments: JsonDict | None = None
     error: str | None = Field(None, description="why the call cannot run as proposed")
+    error_kind: Literal["malformed", "invalid_arguments", "unknown_tool"] | None = None
     risk: RiskLevel = RiskLevel.LOW
     side_effect: bool = False
 
@@ -134,6 +206,7 @@ class ModelCallResult(BaseModel):
     cost_usd: float = 0.0
     model: str
     attempt: int = 1
+    journal_attempt: int = Field(1, description="the attempt that paid for this response")
 
 
 class ToolCallInput(BaseModel):
@@ -145,6 +218,9 @@ class ToolCallInput(BaseModel):
     idempotency_key: str
     checkpoint: JsonDict = Field(default_factory=dict)
     heartbeat_seconds: float = 30
+    resolution: Literal["rerun", "skip"] | None = Field(
+        None, description="a person's answer to an unknown outcome"
+    )
 
 
 class ToolCallResult(BaseModel):
@@ -154,6 +230,9 @@ class ToolCallResult(BaseModel):
     duplicate_prevented: bool = False
     checkpoint_patch: JsonDict = Field(default_factory=dict)
     attempt: int = 1
+    suspicious: list[str] = Field(default_factory=list, description="injection patterns seen")
+    unknown_outcome: bool = False
+    reconciliation: str | None = None
 
 
 class CheckpointInput(BaseModel):
@@ -227,6 +306,7 @@ class RunSnapshot(BaseModel):
     task: str
     status: RunStatus
     current_step_id: str | None = None
+    pause_reason: str | None = None
     model: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
@@ -249,7 +329,14 @@ class MirrorBatch(BaseModel):
 # ---------------------------------------------------------------- approvals
 
 
+ApprovalKind = Literal["action", "quarantine", "budget", "unknown_outcome"]
+
+
 class PendingApproval(BaseModel):
+    """What a person is asked to decide. `kind` says what approving means."""
+
+    kind: ApprovalKind = "action"
+    reason: str | None = None
     approval_id: str
     step_id: str
     tool: str
@@ -279,6 +366,7 @@ class RejectInput(BaseModel):
 
 
 class ApprovalRecord(BaseModel):
+    kind: ApprovalKind = "action"
     approval_id: str
     tool: str
     proposed_arguments: JsonDict
@@ -331,6 +419,7 @@ class RunState(BaseModel):
     steps: list[StepSummary]
     pending_approval: PendingApproval | None
     pause_requested: bool
+    pause_reason: str | None = None
     checkpoint: JsonDict
     tokens_in: int
     tokens_out: int
@@ -346,6 +435,7 @@ class SideEffectRecord(BaseModel):
     arguments: JsonDict
     ok: bool
     duplicate_prevented: bool
+    reconciliation: str | None = None
     output: Any = None
 
 
@@ -371,6 +461,8 @@ class Receipt(BaseModel):
     tokens_in: int
     tokens_out: int
     cost_usd: float
+    unaccepted_tokens: int = Field(0, description="paid for on attempts the run did not use")
+    unaccepted_cost_usd: float = 0.0
     verification: VerifyResult | None
     unresolved: list[str]
     started_at: datetime
@@ -382,3 +474,37 @@ class RunResult(BaseModel):
     status: RunStatus
     answer: str | None
     error: str | None
+
+
+class RunCarry(BaseModel):
+    """The state a run carries across continue-as-new: compact, since the conversation and
+    large outputs live in Postgres; whole enough that the final receipt covers the chain."""
+
+    generation: int
+    status: RunStatus
+    started_at: datetime
+    seq: int
+    version: int
+    event_seq: int
+    model_calls: int
+    verify_rounds: int
+    steps: list[StepSummary]
+    stored_messages: int
+    pending_messages: list[JsonDict]
+    model_used: str | None
+    model_choice: int
+    checkpoint: JsonDict
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    duplicates_prevented: int
+    side_effects: list[SideEffectRecord]
+    approvals: list[ApprovalRecord]
+    verification: VerifyResult | None
+    unresolved: list[str]
+    budget: Budget
+    malformed_streak: int
+    argument_streak: int
+
+
+RunSpec.model_rebuild()

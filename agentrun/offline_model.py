@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_seconds: float = 0.0
+    drop_connection: bool = False
 
 
 Responder = Callable[[Json], Reply]
@@ -80,6 +82,8 @@ def completion(
 
 def offline_planner(request: Json) -> Reply:
     messages: list[Json] = request.get("messages", [])
+    if messages and str(messages[0].get("content", "")).startswith("You are a strict verifier"):
+        return completion(request, content=_verdict(str(messages[-1].get("content", ""))))
     offered = {t["function"]["name"] for t in request.get("tools", []) if t.get("function")}
     task = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
     called = [
@@ -109,6 +113,15 @@ def offline_planner(request: Json) -> Reply:
             ],
         )
     return completion(request, content=_final_answer(task, results))
+
+
+def _verdict(prompt: str) -> str:
+    """A judge's verdict: the answer passes when it has every line the rubric quotes."""
+    rubric, _, answer = prompt.partition("\n\nAnswer:\n")
+    wanted = re.findall(r'"([^"]+)"', rubric)
+    missing = [w for w in wanted if w not in answer]
+    reason = f"missing {missing}" if missing else "every quoted requirement is met"
+    return json.dumps({"pass": not missing, "reason": reason})
 
 
 def _findings(results: list[str]) -> list[str]:
@@ -160,6 +173,10 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.server.responder(request)
         if reply.delay_seconds:
             time.sleep(reply.delay_seconds)
+        if reply.drop_connection:  # a reset mid-request, as a flaky proxy would do
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         self._send(reply)
 
     def _send(self, reply: Reply) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun import constants as names
+from agentrun import search_attributes
 from agentrun.models import (
     ApproveInput,
     ControlInput,
@@ -35,6 +37,7 @@ from agentrun.models import (
     RunSpec,
     RunState,
 )
+from agentrun.states import RunStatus
 from workflows import AgentRunWorkflow
 
 
@@ -58,8 +61,15 @@ def run_id_for(key: str | None) -> str:
     return names.RUN_ID_PREFIX + safe
 
 
-async def start_run(client: Client, spec: RunSpec, *, task_queue: str) -> Started:
-    """Start a run; the same idempotency key always names the same run, running or ended."""
+async def start_run(
+    client: Client, spec: RunSpec, *, task_queue: str, indexed: bool = True
+) -> Started:
+    """Start a run; the same idempotency key always names the same run, running or ended.
+
+    `indexed` sets the search attributes (agent, tenant, status) the Web UI filters on.
+    """
+    if spec.carry is not None:
+        raise OperationError("`carry` is set by the engine when a run continues; leave it out")
     run_id = run_id_for(spec.idempotency_key)
     try:
         await client.start_workflow(
@@ -67,11 +77,27 @@ async def start_run(client: Client, spec: RunSpec, *, task_queue: str) -> Starte
             spec,
             id=run_id,
             task_queue=task_queue,
+            search_attributes=(
+                search_attributes.for_run(spec.agent, spec.tenant, RunStatus.QUEUED.value)
+                if indexed
+                else None
+            ),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
         return Started(run_id, existing=True)
+    except RPCError as err:
+        if (
+            indexed
+            and err.status == RPCStatusCode.INVALID_ARGUMENT
+            and "search attribute" in (err.message.lower())
+        ):
+            raise OperationError(
+                f"the cluster lacks agentrun's search attributes ({err.message}): start a "
+                "worker once (it registers them) or set AGENTRUN_SEARCH_ATTRIBUTES=0"
+            ) from err
+        raise
     return Started(run_id, existing=False)
 
 
@@ -128,16 +154,14 @@ async def approve(
     action_hash: str | None = None,
 ) -> DecisionResult:
     """Approve the pending action (or, with `action_hash`, only that exact action)."""
-    pending = await pending_approval(client, run_id)
-    decision = ApproveInput(
-        action_hash=action_hash or pending.action_hash,
-        by=by,
-        role=role,
-        edit=edit,
-        tenant=tenant,
+    return await _decide(
+        client,
+        run_id,
+        AgentRunWorkflow.approve,
+        lambda pending: ApproveInput(
+            action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
+        ),
     )
-    handle = client.get_workflow_handle(run_id)
-    return await _update(handle, AgentRunWorkflow.approve, decision)  # type: ignore[no-any-return]
 
 
 async def reject(
@@ -150,16 +174,26 @@ async def reject(
     tenant: str | None = None,
     action_hash: str | None = None,
 ) -> DecisionResult:
-    pending = await pending_approval(client, run_id)
-    decision = RejectInput(
-        action_hash=action_hash or pending.action_hash,
-        by=by,
-        role=role,
-        reason=reason,
-        tenant=tenant,
+    return await _decide(
+        client,
+        run_id,
+        AgentRunWorkflow.reject,
+        lambda pending: RejectInput(
+            action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
+        ),
     )
+
+
+async def _decide(
+    client: Client,
+    run_id: str,
+    update: Any,
+    decision: Callable[[str], ApproveInput | RejectInput],
+) -> DecisionResult:
+    """Send a decision bound to the action pending now; the workflow's validator judges it."""
+    pending = await pending_approval(client, run_id)
     handle = client.get_workflow_handle(run_id)
-    return await _update(handle, AgentRunWorkflow.reject, decision)  # type: ignore[no-any-return]
+    return await _update(handle, update, decision(pending.action_hash))  # type: ignore[no-any-return]
 
 
 async def pause(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:

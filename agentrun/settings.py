@@ -33,8 +33,16 @@ class Settings:
     model: str = OFFLINE_MODEL
     web_ui_url: str = DEFAULT_WEB_UI
     home: Path = field(default_factory=lambda: Path(".agentrun"))
+    artifact_threshold_bytes: int = 64 * 1024
+    search_attributes: bool = True
     # USD per million tokens, by model name: {"model": [input, output]}.
     model_prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # "host:port" where worker processes serve Temporal SDK metrics for Prometheus; None: off.
+    prometheus_bind: str | None = None
+    # OpenTelemetry tracing of client calls, workflows and activities (needs the `otel` extra).
+    otel: bool = False
+    # The default age for `starter.py prune`; nothing is pruned unless that command runs.
+    retention_days: float | None = None
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
@@ -57,7 +65,14 @@ class Settings:
             model=env.get("AGENTRUN_MODEL", OFFLINE_MODEL),
             web_ui_url=env.get("AGENTRUN_WEB_UI") or stack.get("web_ui_url", DEFAULT_WEB_UI),
             home=home,
+            artifact_threshold_bytes=int(env.get("AGENTRUN_ARTIFACT_THRESHOLD_BYTES", 64 * 1024)),
+            search_attributes=env.get("AGENTRUN_SEARCH_ATTRIBUTES", "1") != "0",
             model_prices=prices,
+            prometheus_bind=env.get("AGENTRUN_PROMETHEUS_BIND") or None,
+            otel=env.get("AGENTRUN_OTEL", "").strip().lower() in ("1", "true", "yes", "on"),
+            retention_days=float(env["AGENTRUN_RETENTION_DAYS"])
+            if env.get("AGENTRUN_RETENTION_DAYS")
+            else None,
         )
 
     def require_database(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrun import search_attributes
 from agentrun.offline_model import OfflineModelServer
 from agentrun.settings import SetupError, write_stack_file
 
@@ -82,6 +83,7 @@ class EmbeddedStack:
             "journal_mode=WAL",
             "--sqlite-pragma",
             "synchronous=NORMAL",
+            *search_attributes.dev_server_flags(),
         ]
         if not self.ui:
             command.append("--headless")

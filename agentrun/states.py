@@ -27,8 +27,10 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.WAITING_FOR_TOOL: frozenset(
         {S.PLANNING, S.WAITING_FOR_TOOL, S.WAITING_FOR_APPROVAL, S.VERIFYING, *_ENDINGS}
     ),
-    # A decision sends the approved call to the tool, or (rejected, re-plan) back to the model.
-    S.WAITING_FOR_APPROVAL: frozenset({S.WAITING_FOR_TOOL, S.PLANNING, S.FAILED, S.CANCELLED}),
+    # A decision sends the approved call to the tool, back to the model, or on to verify.
+    S.WAITING_FOR_APPROVAL: frozenset(
+        {S.WAITING_FOR_TOOL, S.PLANNING, S.VERIFYING, S.PAUSED, S.FAILED, S.CANCELLED}
+    ),
     S.VERIFYING: frozenset({S.COMPLETED, S.PLANNING, *_ENDINGS}),
     # Resume returns to whatever the next step needs.
     S.PAUSED: frozenset(

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import py_compile
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import openai
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+from activities.backlog import BacklogActivities
+from agentrun.artifacts import ArtifactStore
+from agentrun.backlog_store import BacklogStore
+from agentrun.conversation import ConversationStore
 from agentrun.mirror_store import MirrorStore
+from agentrun.model_journal import ModelJournal
 from agentrun.settings import Settings, SetupError
 from agentrun.tools import ToolRegistry
 from workflows import AgentRunWorkflow
+from workflows.backlog import AgentBacklogWorkflow
 
 
 @dataclass
@@ -37,30 +51,108 @@ def model_client(settings: Settings) -> openai.AsyncOpenAI:
     )
 
 
+# Modules the workflow sandbox shares with the worker instead of importing afresh for every
+# run: our deterministic, side-effect-free code (models, states, policies, activity stubs) and
+# the libraries it pulls in. Workflow files themselves stay sandboxed, so the sandbox still
+# catches a non-deterministic call in workflow code. (`workflows.policies` is pure helpers.)
+SANDBOX_PASSTHROUGH = (
+    "agentrun",
+    "activities",
+    "workflows.policies",
+    "openai",
+    "httpx",
+    "httpcore",
+    "anyio",
+    "psycopg",
+    "psycopg_pool",
+    "yaml",
+)
+
+
+def worker_tuning() -> dict[str, Any]:
+    """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
+
+    Measured on 2 cores (bench/run.py, README "Benchmarks"): Temporal's defaults for task
+    slots and the workflow cache did as well as anything tried (fewer workflow threads was
+    slower), so they stay; the sandbox gets an explicit passthrough list.
+    """
+    return {
+        "max_concurrent_activities": 100,
+        "max_cached_workflows": 1000,
+        "workflow_runner": SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+        ),
+    }
+
+
+def cache_workflow_bytecode(workflows: Iterable[type]) -> None:
+    """Write the workflow modules' bytecode once, if Python will not.
+
+    The sandbox imports a workflow's module afresh for every run it starts. Under
+    PYTHONDONTWRITEBYTECODE (set in our Dockerfile, common in images) nothing caches that
+    module's bytecode, so every run start compiles its source again (~10 ms of CPU for
+    agent_run.py). Only the workflow modules are written; a read-only folder is skipped.
+    """
+    if not sys.dont_write_bytecode:
+        return  # Python caches it itself on first import
+    files: set[str] = set()
+    for cls in workflows:
+        name = cls.__module__
+        while name:
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "__file__", None):
+                files.add(str(module.__file__))
+            name = name.rpartition(".")[0]
+    for file in files:
+        if not file.endswith(".py"):
+            continue
+        with contextlib.suppress(OSError, py_compile.PyCompileError, ValueError):
+            cached = Path(importlib.util.cache_from_source(file))
+            if cached.exists() and cached.stat().st_mtime >= Path(file).stat().st_mtime:
+                continue
+            py_compile.compile(file, cfile=str(cached), doraise=True)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
     deps: WorkerDeps,
     *,
     task_queue: str | None = None,
-    max_concurrent_activities: int = 100,
+    max_concurrent_activities: int | None = None,
 ) -> Worker:
     store = MirrorStore(deps.pool)
+    journal = ModelJournal(deps.pool)
     model = ModelActivities(
         deps.model_client,
         deps.registry,
         store,
+        journal,
+        ConversationStore(deps.pool),
         default_model=settings.model,
         prices=settings.model_prices,
         identity=client.identity,
     )
-    tools = ToolActivities(deps.registry, deps.pool, store, client.identity)
-    mirror = MirrorActivities(store)
-    verify = VerifyActivities()
+    tools = ToolActivities(
+        deps.registry,
+        deps.pool,
+        store,
+        client.identity,
+        artifacts=ArtifactStore(deps.pool),
+        artifact_threshold=settings.artifact_threshold_bytes,
+    )
+    mirror = MirrorActivities(store, journal)
+    verify = VerifyActivities(deps.model_client, default_model=settings.model)
+    backlog = BacklogActivities(BacklogStore(deps.pool))
+    tuning = worker_tuning()
+    if max_concurrent_activities is not None:
+        tuning["max_concurrent_activities"] = max_concurrent_activities
+    workflows = [AgentRunWorkflow, AgentBacklogWorkflow]
+    cache_workflow_bytecode(workflows)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[AgentRunWorkflow],
+        workflows=workflows,
         activities=[
             model.complete,
             tools.invoke,
@@ -68,6 +160,8 @@ def build_worker(
             mirror.save_checkpoint,
             mirror.record_receipt,
             verify.check,
+            backlog.sync,
+            backlog.load,
         ],
-        max_concurrent_activities=max_concurrent_activities,
+        **tuning,
     )

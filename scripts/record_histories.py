@@ -1,7 +1,9 @@
 """Record workflow histories from real runs into tests/histories/, for the replay test.
 
-Run after any intended change to workflow code: `python scripts/record_histories.py`.
-It starts its own in-memory Temporal dev server, embedded Postgres and offline model.
+Run after adding a scenario or changing workflow code: `python scripts/record_histories.py`.
+Existing files are kept (runs in flight were started by the code that wrote them); pass
+--force to record every scenario again. It starts its own in-memory Temporal dev server,
+embedded Postgres and offline model.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import openai
 import pgserver
@@ -24,9 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrun import operations as ops  # noqa: E402
+from agentrun import search_attributes  # noqa: E402
 from agentrun.db import open_pool  # noqa: E402
 from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import OfflineModelServer  # noqa: E402
+from agentrun.offline_model import (  # noqa: E402
+    OfflineModelServer,
+    Reply,
+    completion,
+    offline_planner,
+)
 from agentrun.settings import Settings  # noqa: E402
 from agentrun.tools.demo import demo_registry  # noqa: E402
 from agentrun.worker_factory import WorkerDeps, build_worker  # noqa: E402
@@ -70,23 +79,69 @@ async def cancelled(client: Client, run_id: str) -> None:
     await ops.cancel(client, run_id)
 
 
-SCENARIOS: dict[str, Scenario] = {
-    "approved_with_edit": approved_with_edit,
-    "rejected": rejected,
-    "paused_and_resumed": paused_and_resumed,
-    "cancelled": cancelled,
+async def finishes_alone(client: Client, run_id: str) -> None:
+    """Nothing to decide: the run goes to its end by itself."""
+
+
+async def quarantine_released(client: Client, run_id: str) -> None:
+    await wait_pending(client, run_id)
+    await ops.approve(client, run_id, by="li", role="approver")
+
+
+async def budget_extended(client: Client, run_id: str) -> None:
+    await wait_pending(client, run_id)
+    await ops.approve(client, run_id, by="li", role="approver", edit={"max_tokens": 100_000})
+
+
+FORUM_TASK = "Read the forum post and summarize it."
+LONG_TASK = "Search the notes twelve times."
+SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
+    "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
+    "rejected": (RunSpec(task=TASK), rejected),
+    "paused_and_resumed": (RunSpec(task=TASK), paused_and_resumed),
+    "cancelled": (RunSpec(task=TASK), cancelled),
+    "quarantine_released": (
+        RunSpec(task=FORUM_TASK, allowed_tools=["fetch_page"]),
+        quarantine_released,
+    ),
+    "continued_as_new": (
+        RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
+        finishes_alone,
+    ),
+    "budget_extended": (
+        RunSpec(task="Summarize the invoice policy.", budget={"max_tokens": 50}),
+        budget_extended,
+    ),
 }
 
 
-async def main() -> None:
+def model_for_scenarios(request: dict[str, Any]) -> Reply:
+    """The offline planner, except that the forum task reads the forum page first."""
+    task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    if task == FORUM_TASK:
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            url = "https://example.com/forum/post-7"
+            return completion(request, tool_calls=[("fetch_page", {"url": url})])
+        return completion(request, content="## Summary\nThe post is spam.")
+    if task == LONG_TASK:
+        done = sum(1 for m in request["messages"] if m["role"] == "tool")
+        if done < 12:
+            return completion(request, tool_calls=[("search_notes", {"query": f"refund {done}"})])
+        return completion(request, content="## Summary\nSearched twelve times.")
+    return offline_planner(request)
+
+
+async def main(force: bool) -> None:
     folder = tempfile.mkdtemp(prefix="agentrun-record-")
     pg = pgserver.get_server(folder, cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"), data_converter=pydantic_data_converter
+        dev_server_existing_path=shutil.which("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=search_attributes.ALL,
     )
     pool = await open_pool(pg.get_uri())
     try:
-        with OfflineModelServer() as model:
+        with OfflineModelServer(model_for_scenarios) as model:
             settings = replace(Settings.load({}), task_queue="record-histories")
             deps = WorkerDeps(
                 pool=pool,
@@ -97,8 +152,11 @@ async def main() -> None:
             )
             async with build_worker(env.client, settings, deps):
                 OUT.mkdir(parents=True, exist_ok=True)
-                for name, scenario in SCENARIOS.items():
-                    spec = RunSpec(task=TASK, idempotency_key=f"history-{name}")
+                for name, (base, scenario) in SCENARIOS.items():
+                    path = OUT / f"{name}.json"
+                    if path.exists() and not force:
+                        continue
+                    spec = base.model_copy(update={"idempotency_key": f"history-{name}"})
                     started = await ops.start_run(env.client, spec, task_queue=settings.task_queue)
                     await scenario(env.client, started.run_id)
                     handle = env.client.get_workflow_handle(started.run_id)
@@ -107,7 +165,7 @@ async def main() -> None:
                     except Exception:  # a cancelled run ends as an error: its history is fine
                         pass
                     history = await handle.fetch_history()
-                    (OUT / f"{name}.json").write_text(history.to_json())
+                    path.write_text(history.to_json())
                     print(f"recorded {name}: {len(history.events)} events")
     finally:
         await pool.close()
@@ -116,4 +174,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(force="--force" in sys.argv))

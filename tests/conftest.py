@@ -23,6 +23,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from agentrun import search_attributes
 from agentrun.db import open_pool
 from agentrun.offline_model import OfflineModelServer, offline_planner
 from agentrun.settings import Settings
@@ -64,6 +65,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         ui=False,
         dev_server_log_level="error",
+        search_attributes=search_attributes.ALL,
     )
     yield env
     await env.shutdown()
@@ -77,6 +79,7 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=path, data_converter=pydantic_data_converter
     )
+    await search_attributes.register(env.client)
     yield env
     await env.shutdown()
 

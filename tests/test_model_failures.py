@@ -33,14 +33,6 @@ async def run(client, settings, worker, responder, **spec_fields):
             return started.run_id, await handle.result(), list(model.requests)
 
 
-async def test_bad_credentials_fail_the_run_without_retrying(client, settings, pool, worker):
-    run_id, result, requests = await run(client, settings, worker, failing(401, times=99))
-    assert result.status.value == "failed"
-    assert "refused the credentials" in (result.error or "")
-    assert len(requests) == 1, "a 401 is never retried"
-    assert (await ops.receipt(pool, run_id))["outcome"] == "failed"
-
-
 async def test_server_errors_are_retried_and_recorded(client, settings, pool, worker):
     run_id, result, requests = await run(client, settings, worker, failing(500, times=2))
     assert result.status.value == "completed"

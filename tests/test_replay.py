@@ -14,6 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows import AgentRunWorkflow
+from workflows.backlog import AgentBacklogWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -25,5 +26,7 @@ def test_histories_are_committed():
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_replay(path: Path):
     history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())  # noqa: ASYNC240
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=[AgentRunWorkflow, AgentBacklogWorkflow], data_converter=pydantic_data_converter
+    )
     await replayer.replay_workflow(history)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentrun import operations as ops
 from agentrun.models import RunResult
-from tests.support import make_spec, rows, wait_pending
+from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
 
 
@@ -17,11 +17,16 @@ async def test_run_completes_with_receipt_and_mirror(client, settings, pool, wor
         assert pending.arguments["to"] == "ana@example.com"
         assert pending.required_role == "approver"
 
-        # A waiting run is visible in SQL, with its approval step not yet final.
-        waiting = await rows(
-            pool, "SELECT status, current_step_id FROM runs WHERE run_id = %s", started.run_id
-        )
-        assert waiting == [{"status": "waiting_for_approval", "current_step_id": pending.step_id}]
+        # A waiting run is visible in SQL (the mirror follows the live state within moments).
+        expected = [{"status": "waiting_for_approval", "current_step_id": pending.step_id}]
+
+        async def mirrored_waiting():
+            found = await rows(
+                pool, "SELECT status, current_step_id FROM runs WHERE run_id = %s", started.run_id
+            )
+            return found == expected
+
+        await eventually(mirrored_waiting, what="the mirror to show the approval gate")
 
         await ops.approve(client, started.run_id, by="maria", role="approver")
         handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
@@ -105,3 +110,32 @@ async def test_sql_answers_what_a_run_did_and_cost(client, settings, pool, worke
     assert total[0]["steps_cost"] == total[0]["run_cost"] > 0
     active = await rows(pool, "SELECT * FROM active_steps WHERE run_id = %s", started.run_id)
     assert active == [], "a finished run holds no step"
+
+
+async def test_search_attributes_follow_the_run(client, settings, worker):
+    """The Web UI filters runs by agent, tenant and status: the attributes are kept current."""
+    from agentrun import search_attributes as sa
+
+    spec = make_spec(
+        "Summarize our invoice policy.",
+        allowed_tools=["search_notes"],
+        agent="clerk",
+        tenant="acme",
+    )
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
+    attributes = (
+        await client.get_workflow_handle(started.run_id).describe()
+    ).typed_search_attributes
+    assert attributes.get(sa.AGENT) == "clerk" and attributes.get(sa.TENANT) == "acme"
+    assert attributes.get(sa.STATUS) == "completed"
+
+    async def listed():
+        query = (
+            'AgentrunTenant="acme" AND AgentrunStatus="completed"'
+            f' AND WorkflowId="{started.run_id}"'
+        )
+        return [w.id async for w in client.list_workflows(query)]
+
+    assert await eventually(listed, what="visibility to index the run") == [started.run_id]

@@ -19,7 +19,7 @@ from agentrun.models import RunResult
 from agentrun.settings import Settings
 from agentrun.stack import EmbeddedStack, free_port, port_open
 from tests.conftest import running_worker
-from tests.support import make_spec, rows, wait_pending
+from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
 
 
@@ -50,6 +50,15 @@ async def test_restarted_stack_resumes_a_run_waiting_for_approval(tmp_path):
             async with running_worker(client, settings, pool):
                 started = await ops.start_run(client, spec, task_queue=task_queue)
                 pending = await wait_pending(client, started.run_id, seconds=60)
+                # Let the mirror catch up with the gate before the worker goes away.
+                await eventually(
+                    lambda: rows(
+                        pool,
+                        "SELECT 1 FROM runs WHERE run_id = %s AND status = 'waiting_for_approval'",
+                        started.run_id,
+                    ),
+                    what="the mirror to show the approval gate",
+                )
         finally:
             await pool.close()
     finally:

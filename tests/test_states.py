@@ -44,7 +44,7 @@ def test_the_approval_path_is_legal():
     [
         (S.QUEUED, S.COMPLETED),
         (S.PLANNING, S.COMPLETED),  # never complete without verifying
-        (S.WAITING_FOR_APPROVAL, S.VERIFYING),
+        (S.WAITING_FOR_APPROVAL, S.COMPLETED),  # a decision never ends a run by itself
         (S.COMPLETED, S.PLANNING),
         (S.CANCELLED, S.PAUSED),
         (S.FAILED, S.COMPLETED),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timedelta
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -18,8 +19,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
     from agentrun import constants as names
+    from agentrun import search_attributes
+    from agentrun.conversation import STEP_OUTPUT_REF
+    from agentrun.errors import PERMISSION_DENIED
     from agentrun.ledger import action_hash, idempotency_key
     from agentrun.models import (
+        ApprovalKind,
         ApprovalRecord,
         ApproveInput,
         CheckpointInput,
@@ -34,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ProposedToolCall,
         Receipt,
         RejectInput,
+        RunCarry,
         RunEvent,
         RunResult,
         RunSnapshot,
@@ -49,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyResult,
     )
     from agentrun.states import RunStatus, check_transition, is_terminal
+    from workflows import policies
 
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
@@ -59,10 +66,6 @@ SYSTEM_PROMPT = (
 MIRROR_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
-
-
-def cause(err: ActivityError) -> str:
-    return err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
 
 
 class RunEnded(Exception):
@@ -83,10 +86,14 @@ class AgentRunWorkflow:
         self.status = RunStatus.QUEUED
         self.started_at = workflow.now()
         self.finished_at: datetime | None = None
-        self.messages: list[JsonDict] = [
+        # Messages the conversation store does not hold yet; it holds `stored_messages`.
+        self.pending_messages: list[JsonDict] = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": spec.task},
         ]
+        self.generation = 0
+        self.model_calls = 0
+        self.verify_rounds = 0
         self.seq = 0
         self.version = 0
         self.current_step_id: str | None = None
@@ -98,6 +105,14 @@ class AgentRunWorkflow:
         self.pending_approval: PendingApproval | None = None
         self.decision: ApproveInput | RejectInput | None = None
         self.pause_requested = False
+        self.pause_reason: str | None = None
+        self.budget = spec.budget
+        self.malformed_streak = 0
+        self.argument_streak = 0
+        self.model_choice = 0
+        self.stored_messages = 0  # how much of the conversation the store already holds
+        # Only runs started with the search attributes keep them current (see the module).
+        self.indexed = search_attributes.STATUS in workflow.info().typed_search_attributes
         self.checkpoint: JsonDict = {}
         self.tokens_in = 0
         self.tokens_out = 0
@@ -109,12 +124,34 @@ class AgentRunWorkflow:
         self.unresolved: list[str] = []
         self.answer: str | None = None
         self.error: str | None = None
+        if spec.carry is not None:  # a continuation: pick up exactly where the last left off
+            carry = spec.carry.model_copy(deep=True)
+            for name in RunCarry.model_fields:
+                setattr(self, name, getattr(carry, name))
+
+    def _carry(self) -> RunCarry:
+        fields = {name: getattr(self, name) for name in RunCarry.model_fields}
+        return RunCarry(**{**fields, "generation": self.generation + 1})
+
+    async def _continue_as_new_if_long(self) -> None:
+        """Past the history limit, start afresh with the carried state, between steps."""
+        info = workflow.info()
+        if not (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self.spec.history_events_limit
+        ):
+            return
+        self._event("run.continued_as_new", data={"generation": self.generation + 1})
+        await self._flush()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(self.spec.model_copy(update={"carry": self._carry()}))
 
     # ------------------------------------------------------------------ the run
 
     @workflow.run
     async def run(self, spec: RunSpec) -> RunResult:
-        self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
+        if spec.carry is None:
+            self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
         cancelled = False
         try:
             await self._flush()
@@ -124,7 +161,9 @@ class AgentRunWorkflow:
         except (asyncio.CancelledError, ActivityError) as err:
             if not is_cancelled_exception(err):
                 assert isinstance(err, ActivityError)
-                self._finish(RunStatus.FAILED, error=f"{err.activity_type} failed: {cause(err)}")
+                self._finish(
+                    RunStatus.FAILED, error=f"{err.activity_type} failed: {policies.cause(err)}"
+                )
             else:
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
                 cancelled = True
@@ -138,11 +177,14 @@ class AgentRunWorkflow:
         )
 
     async def _agent_loop(self) -> None:
-        verify_rounds = 0
-        for _ in range(self.spec.max_steps):
+        while self.model_calls < self.spec.max_steps:
+            await self._continue_as_new_if_long()
             await self._step_boundary()
             reply = await self._model_step()
-            self._check_budget()
+            self.model_calls += 1
+            await self._enforce_budget()
+            if self._needs_repair(reply):
+                continue
             if reply.tool_calls:
                 for call in reply.tool_calls:
                     await self._step_boundary()
@@ -153,12 +195,15 @@ class AgentRunWorkflow:
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
                 return
-            verify_rounds += 1
-            if verify_rounds >= self.spec.verify.max_rounds:
+            self.verify_rounds += 1
+            if (
+                self.spec.verify.on_failure == "fail"
+                or self.verify_rounds >= self.spec.verify.max_rounds
+            ):
                 raise RunEnded(
                     RunStatus.FAILED, "verification failed: " + "; ".join(verdict.failures)
                 )
-            self.messages.append(
+            self.pending_messages.append(
                 {
                     "role": "user",
                     "content": "Your answer failed verification: "
@@ -173,50 +218,112 @@ class AgentRunWorkflow:
         if not self.pause_requested:
             return
         self._set_status(RunStatus.PAUSED)
-        self._event("run.paused")
+        self._event("run.paused", data={"reason": self.pause_reason})
         await self._flush()
         await workflow.wait_condition(lambda: not self.pause_requested)
+        self.pause_reason = None
         self._event("run.resumed")
 
-    # ------------------------------------------------------------------ steps
+    async def _pause_for_admin(self, reason: str) -> None:
+        """A failure no retry can fix (a refused permission): wait for a person to resume."""
+        self.pause_requested, self.pause_reason = True, reason
+        self._event("run.needs_admin", data={"reason": reason})
+        await self._step_boundary()
+
+    # ------------------------------------------------------------------ model steps
 
     async def _model_step(self) -> ModelCallResult:
-        step_id = self._new_step("model_call", self.model_used or "model")
+        """One decision. When the primary keeps failing, the run moves to the fallback model
+        and stays there."""
+        failures = self.spec.failures
+        models = [self.spec.model.model]
+        if failures.fallback_model:
+            models.append(failures.fallback_model)
+        while True:
+            index = min(self.model_choice, len(models) - 1)
+            last = index == len(models) - 1
+            attempts = (
+                self.spec.timeouts.max_attempts if last else failures.model_attempts_before_fallback
+            )
+            try:
+                return await self._call_model(models[index], attempts)
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
+                kind = policies.error_kind(err)
+                if kind == PERMISSION_DENIED and failures.on_permission_denied == "pause":
+                    await self._pause_for_admin(f"model provider refused: {policies.cause(err)}")
+                    continue
+                if last or kind in policies.FINAL_ERRORS:
+                    raise
+                self._event(
+                    "model.fallback",
+                    data={"from": models[index], "to": models[index + 1], "reason": kind},
+                )
+                self.model_choice = index + 1
+
+    async def _call_model(self, model: str | None, attempts: int) -> ModelCallResult:
+        step_id = self._new_step("model_call", model or self.model_used or "model")
         self._set_status(RunStatus.PLANNING, step_id)
         await self._flush()
         started = workflow.now()
         timeouts = self.spec.timeouts
-        reply = await workflow.execute_activity_method(
-            ModelActivities.complete,
-            ModelCallInput(
-                run_id=self.run_id,
-                step_id=step_id,
-                seq=self.seq,
-                model=self.spec.model.model,
-                messages=self.messages,
-                allowed_tools=self.spec.allowed_tools,
-                temperature=self.spec.model.temperature,
-                max_tokens=self.spec.model.max_tokens,
-                heartbeat_seconds=timeouts.heartbeat_seconds,
-            ),
-            start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
-            heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
-            retry_policy=self._retry_policy(),
-        )
+        try:
+            reply = await workflow.execute_activity_method(
+                ModelActivities.complete,
+                ModelCallInput(
+                    run_id=self.run_id,
+                    step_id=step_id,
+                    seq=self.seq,
+                    model=model,
+                    new_messages=self.pending_messages,
+                    first_index=self.stored_messages,
+                    allowed_tools=self.spec.allowed_tools,
+                    temperature=self.spec.model.temperature,
+                    max_tokens=self.spec.model.max_tokens,
+                    heartbeat_seconds=timeouts.heartbeat_seconds,
+                    timeout_seconds=timeouts.model_seconds,
+                ),
+                start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
+                heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
+                retry_policy=policies.retry_policy(self.spec, attempts),
+            )
+        except ActivityError as err:
+            if not is_cancelled_exception(err):
+                self._complete_step(
+                    StepRecord(
+                        step_id=step_id,
+                        seq=self._seq_of(step_id),
+                        type="model_call",
+                        name=model or "model",
+                        status="failed",
+                        error=f"{policies.error_kind(err)}: {policies.cause(err)}",
+                        attempt=attempts,
+                        started_at=started,
+                        finished_at=workflow.now(),
+                    )
+                )
+            raise
+        self.stored_messages += len(self.pending_messages)
+        self.pending_messages = []
         self.model_used = reply.model
         self.tokens_in += reply.usage.input_tokens
         self.tokens_out += reply.usage.output_tokens
         self.cost_usd = round(self.cost_usd + reply.cost_usd, 6)
-        self.messages.append(reply.assistant_message)
+        self.pending_messages.append(reply.assistant_message)
         self._complete_step(
             StepRecord(
                 step_id=step_id,
-                seq=self.seq,
+                seq=self._seq_of(step_id),
                 type="model_call",
                 name=reply.model,
                 status="completed",
                 attempt=reply.attempt,
-                output={"content": reply.content, "tool_calls": [c.tool for c in reply.tool_calls]},
+                output={
+                    "content": reply.content,
+                    "tool_calls": [c.tool for c in reply.tool_calls],
+                    "journal_attempt": reply.journal_attempt,
+                },
                 tokens_in=reply.usage.input_tokens,
                 tokens_out=reply.usage.output_tokens,
                 cost_usd=reply.cost_usd,
@@ -226,12 +333,65 @@ class AgentRunWorkflow:
         )
         return reply
 
+    def _needs_repair(self, reply: ModelCallResult) -> bool:
+        """A malformed reply gets a stricter re-ask, a bounded number of times, then fails."""
+        malformed = [c for c in reply.tool_calls if c.error_kind == "malformed"]
+        empty = not reply.tool_calls and not (reply.content or "").strip()
+        if not malformed and not empty:
+            self.malformed_streak = 0
+            return False
+        self.malformed_streak += 1
+        problem = malformed[0].error if malformed else "the reply was empty"
+        limit = self.spec.failures.malformed_output_repairs
+        if self.malformed_streak > limit:
+            raise RunEnded(
+                RunStatus.FAILED,
+                f"the model's output stayed malformed after {limit} repair attempt(s): {problem}",
+            )
+        for call in reply.tool_calls:
+            self._tool_message(call.call_id, {"error": f"not run: {call.error or problem}"})
+        self.pending_messages.append(
+            {"role": "user", "content": policies.REPAIR_PROMPT.format(problem=problem)}
+        )
+        self._event("model.repair_requested", data={"problem": problem})
+        return True
+
+    async def _enforce_budget(self) -> None:
+        """Over budget: a person may extend it (seeing what was spent) or end the run."""
+        while over := policies.over_budget(
+            self.budget, self.tokens_in + self.tokens_out, self.cost_usd
+        ):
+            if self.spec.failures.on_budget_exceeded == "fail":
+                raise RunEnded(RunStatus.FAILED, over)
+            spent = {
+                "spent_tokens": self.tokens_in + self.tokens_out,
+                "spent_cost_usd": self.cost_usd,
+                **self.budget.model_dump(),
+            }
+            record = await self._await_human("budget", "budget", spent, reason=over)
+            if record.decision == "rejected":
+                raise RunEnded(RunStatus.CANCELLED, f"{over}; the budget was not extended")
+            if record.decision == "expired":
+                raise RunEnded(RunStatus.FAILED, f"{over}; nobody extended the budget in time")
+            self.budget = policies.extend_budget(self.budget, self.spec.budget, record.edit)
+            self._event("budget.extended", data=self.budget.model_dump())
+
+    # ------------------------------------------------------------------ tool steps
+
     async def _tool_step(self, call: ProposedToolCall) -> None:
         if call.error is not None:
             # The model hears why and may revise; the tool never runs with bad arguments.
             self._event("tool.refused", data={"tool": call.tool, "error": call.error})
             self._tool_message(call.call_id, {"error": call.error})
+            self.argument_streak += 1
+            limit = self.spec.failures.argument_repairs
+            if self.argument_streak > limit:
+                raise RunEnded(
+                    RunStatus.FAILED,
+                    f"tool calls kept failing validation after {limit} re-asks: {call.error}",
+                )
             return
+        self.argument_streak = 0
         arguments = call.arguments or {}
         if self.spec.approval.needs_approval(call.tool, call.risk):
             approved = await self._approval_step(call.tool, arguments)
@@ -239,38 +399,90 @@ class AgentRunWorkflow:
                 self._tool_message(call.call_id, {"error": "the approver rejected this call"})
                 return
             arguments = approved
-        step_id = self._new_step("tool_call", call.tool)
-        self._set_status(RunStatus.WAITING_FOR_TOOL, step_id)
-        await self._flush()
-        key = idempotency_key(self.run_id, step_id, call.tool, arguments)
-        started = workflow.now()
-        timeouts = self.spec.timeouts
-        try:
-            result = await workflow.execute_activity_method(
-                ToolActivities.invoke,
-                ToolCallInput(
-                    run_id=self.run_id,
-                    step_id=step_id,
-                    seq=self.seq,
-                    tool=call.tool,
-                    arguments=arguments,
-                    idempotency_key=key,
-                    checkpoint=self.checkpoint,
-                    heartbeat_seconds=timeouts.heartbeat_seconds,
-                ),
-                start_to_close_timeout=timedelta(seconds=timeouts.tool_seconds),
-                heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
-                retry_policy=self._retry_policy(),
+        result, step_id = await self._run_tool(call, arguments)
+        if not result.ok:
+            self._tool_message(call.call_id, {"error": result.error})
+        elif result.suspicious and not await self._screen(call.tool, result):
+            withheld = "output withheld: quarantined as a suspected prompt injection"
+            self._tool_message(call.call_id, {"error": withheld})
+        else:
+            # The output is in the step's mirror row already; the model reads it from there.
+            self.pending_messages.append(
+                {"role": "tool", "tool_call_id": call.call_id, STEP_OUTPUT_REF: step_id}
             )
-        except ActivityError as err:
-            if is_cancelled_exception(err):
-                raise
-            result = ToolCallResult(ok=False, error=f"tool failed after retries: {cause(err)}")
-            self.unresolved.append(f"{step_id}: {call.tool} failed: {cause(err)}")
+
+    async def _run_tool(
+        self, call: ProposedToolCall, arguments: JsonDict
+    ) -> tuple[ToolCallResult, str]:
+        """Run the call until it has an outcome; one key covers every re-run of it."""
+        key: str | None = None
+        resolution: Literal["rerun", "skip"] | None = None
+        while True:
+            step_id = self._new_step("tool_call", call.tool)
+            key = key or idempotency_key(self.run_id, step_id, call.tool, arguments)
+            self._set_status(RunStatus.WAITING_FOR_TOOL, step_id)
+            await self._flush()
+            started = workflow.now()
+            attempts, timeout = policies.tool_limits(self.spec, call.tool)
+            try:
+                result = await workflow.execute_activity_method(
+                    ToolActivities.invoke,
+                    ToolCallInput(
+                        run_id=self.run_id,
+                        step_id=step_id,
+                        seq=self.seq,
+                        tool=call.tool,
+                        arguments=arguments,
+                        idempotency_key=key,
+                        checkpoint=self.checkpoint,
+                        heartbeat_seconds=self.spec.timeouts.heartbeat_seconds,
+                        resolution=resolution,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=timeout),
+                    heartbeat_timeout=timedelta(seconds=self.spec.timeouts.heartbeat_seconds),
+                    retry_policy=policies.retry_policy(self.spec, attempts),
+                )
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
+                reason = policies.cause(err)
+                result = ToolCallResult(ok=False, error=f"tool failed: {reason}")
+                if policies.error_kind(err) == PERMISSION_DENIED:
+                    if self.spec.failures.on_permission_denied == "pause":
+                        self._record_tool_step(step_id, call, arguments, key, result, started)
+                        await self._pause_for_admin(reason)
+                        continue
+                self.unresolved.append(f"{step_id}: {call.tool} failed: {reason}")
+            self._record_tool_step(step_id, call, arguments, key, result, started)
+            if not result.unknown_outcome:
+                break
+            decision = await self._await_human(
+                "unknown_outcome",
+                call.tool,
+                {"idempotency_key": key, "arguments": arguments},
+                reason=result.error,
+            )
+            # Approving says "it did not happen: run it"; anything else: do not repeat it.
+            resolution = "rerun" if decision.decision == "approved" else "skip"
+        if result.checkpoint_patch:
+            await self._checkpoint_step(result.checkpoint_patch)
+        return result, step_id
+
+    def _record_tool_step(
+        self,
+        step_id: str,
+        call: ProposedToolCall,
+        arguments: JsonDict,
+        key: str,
+        result: ToolCallResult,
+        started: datetime,
+    ) -> None:
         if result.duplicate_prevented:
             self.duplicates_prevented += 1
             self._event("duplicate.prevented", step_id, {"idempotency_key": key})
-        if call.side_effect:
+        if result.reconciliation:
+            self._event("tool.reconciled", step_id, {"key": key, "verdict": result.reconciliation})
+        if call.side_effect and not result.unknown_outcome:
             self.side_effects.append(
                 SideEffectRecord(
                     step_id=step_id,
@@ -279,18 +491,20 @@ class AgentRunWorkflow:
                     arguments=arguments,
                     ok=result.ok,
                     duplicate_prevented=result.duplicate_prevented,
+                    reconciliation=result.reconciliation,
                     output=result.output,
                 )
             )
+        status = "completed" if result.ok else "failed"
         self._complete_step(
             StepRecord(
                 step_id=step_id,
-                seq=self.seq,
+                seq=self._seq_of(step_id),
                 type="tool_call",
                 name=call.tool,
-                status="completed" if result.ok else "failed",
+                status="unknown_outcome" if result.unknown_outcome else status,
                 input=arguments,
-                output=result.output,
+                output=None,  # the accepted attempt wrote it; history need not carry it twice
                 error=result.error,
                 attempt=result.attempt,
                 idempotency_key=key if call.side_effect else None,
@@ -298,21 +512,53 @@ class AgentRunWorkflow:
                 finished_at=workflow.now(),
             )
         )
-        if result.checkpoint_patch:
-            await self._checkpoint_step(result.checkpoint_patch)
-        self._tool_message(call.call_id, result.output if result.ok else {"error": result.error})
+
+    async def _screen(self, tool: str, result: ToolCallResult) -> bool:
+        """A result that looks like a prompt injection waits for a person before the model
+        sees it; returns whether the model may see it."""
+        policy = self.spec.failures.on_suspected_injection
+        self._event("tool.suspicious", data={"tool": tool, "patterns": result.suspicious})
+        if policy == "allow":
+            return True
+        reason = f"{tool} returned text that looks like a prompt injection: {result.suspicious}"
+        if policy == "fail":
+            raise RunEnded(RunStatus.FAILED, reason)
+        excerpt = json.dumps(result.output, default=str)[:2000]
+        review = {"excerpt": excerpt, "patterns": result.suspicious}
+        decision = await self._await_human("quarantine", tool, review, reason=reason)
+        return decision.decision == "approved"
+
+    # ------------------------------------------------------------------ people
 
     async def _approval_step(self, tool: str, arguments: JsonDict) -> JsonDict | None:
-        """Wait, holding no worker, for a human; returns the arguments to run, or None."""
+        """A risky call waits for a person; returns the arguments to run, or None."""
+        record = await self._await_human("action", tool, arguments)
+        if record.decision == "approved":
+            return record.final_arguments
+        if record.decision == "expired":
+            raise RunEnded(RunStatus.FAILED, f"approval for {tool} expired unanswered")
+        if self.spec.approval.on_reject == "cancel":
+            raise RunEnded(RunStatus.CANCELLED, f"approval for {tool} rejected: {record.reason}")
+        self._set_status(RunStatus.PLANNING)
+        return None
+
+    async def _await_human(
+        self, kind: ApprovalKind, tool: str, arguments: JsonDict, reason: str | None = None
+    ) -> ApprovalRecord:
+        """Wait, holding no worker, for a person's decision, or for the approval to expire."""
         policy = self.spec.approval
         step_id = self._new_step("approval", tool)
         now = workflow.now()
         pending = PendingApproval(
+            kind=kind,
+            reason=reason,
             approval_id=step_id,
             step_id=step_id,
             tool=tool,
             arguments=arguments,
-            action_hash=action_hash(tool, arguments),
+            # Actions keep the hash they had before other kinds existed: runs waiting on
+            # one must still match the decisions people send them.
+            action_hash=action_hash(tool if kind == "action" else f"{kind}:{tool}", arguments),
             required_role=policy.role_for(tool),
             approvers=policy.approvers,
             tenant=self.spec.tenant,
@@ -329,7 +575,11 @@ class AgentRunWorkflow:
                 type="approval",
                 name=tool,
                 status="waiting",
-                input={"arguments": arguments, "required_role": pending.required_role},
+                input={
+                    "kind": kind,
+                    "arguments": arguments,
+                    "required_role": pending.required_role,
+                },
                 started_at=now,
                 final=False,
             )
@@ -348,31 +598,24 @@ class AgentRunWorkflow:
         self._complete_step(
             StepRecord(
                 step_id=step_id,
-                seq=self.seq,
+                seq=self._seq_of(step_id),
                 type="approval",
                 name=tool,
                 status=record.decision,
-                input={"arguments": arguments},
+                input={"kind": kind, "arguments": arguments},
                 output=record.model_dump(mode="json"),
                 started_at=now,
                 finished_at=record.decided_at,
             )
         )
-        self._event(f"approval.{record.decision}", step_id, {"by": record.by})
-        if record.decision == "approved":
-            return record.final_arguments
-        reason = record.reason or record.decision
-        if record.decision == "expired":
-            raise RunEnded(RunStatus.FAILED, f"approval for {tool} expired unanswered")
-        if policy.on_reject == "cancel":
-            raise RunEnded(RunStatus.CANCELLED, f"approval for {tool} rejected: {reason}")
-        self._set_status(RunStatus.PLANNING, step_id)
-        return None
+        self._event(f"approval.{record.decision}", step_id, {"by": record.by, "kind": kind})
+        return record
 
     def _approval_record(
         self, pending: PendingApproval, decision: ApproveInput | RejectInput | None
     ) -> ApprovalRecord:
         expired = ApprovalRecord(
+            kind=pending.kind,
             approval_id=pending.approval_id,
             tool=pending.tool,
             proposed_arguments=pending.arguments,
@@ -412,7 +655,7 @@ class AgentRunWorkflow:
             VerifyActivities.check,
             VerifyInput(run_id=self.run_id, step_id=step_id, answer=answer, spec=self.spec.verify),
             start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=self._retry_policy(),
+            retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
         )
         self.verification = verdict
         self._complete_step(
@@ -457,6 +700,8 @@ class AgentRunWorkflow:
             old = self.status
             self.status = check_transition(old, new)
             self._event("status.changed", step_id, {"from": old.value, "to": new.value})
+            if self.indexed:
+                workflow.upsert_search_attributes([search_attributes.STATUS.value_set(new.value)])
         if step_id is not None:
             self.current_step_id = step_id
 
@@ -514,27 +759,8 @@ class AgentRunWorkflow:
         )
 
     def _tool_message(self, call_id: str, content: object) -> None:
-        self.messages.append(
+        self.pending_messages.append(
             {"role": "tool", "tool_call_id": call_id, "content": json.dumps(content, default=str)}
-        )
-
-    def _check_budget(self) -> None:
-        budget = self.spec.budget
-        if budget.max_tokens and self.tokens_in + self.tokens_out > budget.max_tokens:
-            raise RunEnded(
-                RunStatus.FAILED,
-                f"token budget exceeded: {self.tokens_in + self.tokens_out} > {budget.max_tokens}",
-            )
-        if budget.max_cost_usd and self.cost_usd > budget.max_cost_usd:
-            raise RunEnded(
-                RunStatus.FAILED,
-                f"cost budget exceeded: ${self.cost_usd:.6f} > ${budget.max_cost_usd}",
-            )
-
-    def _retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(
-            initial_interval=timedelta(seconds=self.spec.timeouts.initial_retry_seconds),
-            maximum_attempts=self.spec.timeouts.max_attempts,
         )
 
     def _snapshot(self) -> RunSnapshot:
@@ -547,6 +773,7 @@ class AgentRunWorkflow:
             task=self.spec.task,
             status=self.status,
             current_step_id=self.current_step_id,
+            pause_reason=self.pause_reason,
             model=self.model_used,
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out,
@@ -617,6 +844,7 @@ class AgentRunWorkflow:
             steps=self.steps,
             pending_approval=self.pending_approval,
             pause_requested=self.pause_requested,
+            pause_reason=self.pause_reason,
             checkpoint=self.checkpoint,
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out,

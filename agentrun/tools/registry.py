@@ -23,8 +23,9 @@ CheckpointSaver = Callable[[JsonDict], Awaitable[None]]
 class ToolContext:
     """What a tool may use: its run and step, its idempotency key, and durable progress.
 
-    `conn` is an open transaction: a tool that writes its effect through it commits the
-    effect and the idempotency ledger entry together, so the effect cannot happen twice.
+    For a transactional tool `conn` is an open transaction: an effect written through it
+    commits with the idempotency ledger entry, so it cannot happen twice. For any other
+    tool it is an ordinary autocommit connection.
     """
 
     run_id: str
@@ -40,13 +41,35 @@ ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
+class Reconciled:
+    """A reconcile hook's verdict on an unknown outcome: did the effect happen?"""
+
+    happened: bool
+    result: Any = None
+    by: str = "reconcile hook"
+
+
+ReconcileFn = Callable[[Any, ToolContext], Awaitable[Reconciled]]
+
+
+@dataclass(frozen=True)
 class Tool:
+    """A callable the model may ask for.
+
+    `transactional` tools write their effect through `ctx.conn`, inside the ledger's
+    transaction, so effect and record commit together. Other side-effecting tools act on
+    the outside world; after a crash their outcome is unknown, and `reconcile`, given the
+    same idempotency key, tells whether the effect happened. Without a hook, a person does.
+    """
+
     name: str
     description: str
     args_model: type[BaseModel]
     fn: ToolFn
     side_effect: bool = False
     risk: RiskLevel = RiskLevel.LOW
+    transactional: bool = True
+    reconcile: ReconcileFn | None = None
 
     def openai_schema(self) -> JsonDict:
         return {
@@ -66,8 +89,16 @@ class UnknownToolError(LookupError):
     pass
 
 
+class MalformedCall(ValueError):
+    """The model's tool call does not parse: a malformed output, not a validation error."""
+
+
 class ToolError(Exception):
     """Raised by a tool for a failure the model should hear about, not a retry."""
+
+
+class ToolForbidden(ToolError):
+    """Raised by a tool that lacks permission: the run pauses for an admin, no retry."""
 
 
 class ToolRegistry:
@@ -100,19 +131,20 @@ class ToolRegistry:
     def check_call(
         self, name: str, raw_arguments: str, allowed: list[str] | None
     ) -> tuple[JsonDict | None, str | None]:
-        """Parse and validate a model's proposed call: (arguments, None) or (maybe-args, error)."""
+        """Validate a model's proposed call: (arguments, None) or (maybe-args, error).
+
+        Raises UnknownToolError for a tool the run may not use, MalformedCall for
+        arguments that are not a JSON object.
+        """
         if allowed is not None and name not in allowed:
-            return None, f"tool {name!r} is not allowed in this run; allowed: {allowed}"
-        try:
-            tool = self.get(name)
-        except UnknownToolError as err:
-            return None, str(err)
+            raise UnknownToolError(f"tool {name!r} is not allowed in this run; allowed: {allowed}")
+        tool = self.get(name)
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as err:
-            return None, f"arguments for {name!r} are not valid JSON: {err}"
+            raise MalformedCall(f"arguments for {name!r} are not valid JSON: {err}") from err
         if not isinstance(arguments, dict):
-            return None, f"arguments for {name!r} must be a JSON object"
+            raise MalformedCall(f"arguments for {name!r} must be a JSON object")
         try:
             tool.parse_arguments(arguments)
         except ValidationError as err:

@@ -1,0 +1,167 @@
+"""Fleet figures from the Postgres mirror: what a completed run costs, how often runs finish,
+fail, retry, wait for people and recover, over the runs started since a point in time.
+
+The definitions live in the views of migration 5 (`metrics_runs`, `metrics_calls`,
+`metrics_approval_waits`, and the all-time `metrics_tool_failures` and
+`metrics_model_failures`); this module only aggregates them, so `starter.py stats` and
+anyone writing SQL get the same figures.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, Field
+
+WINDOW = "%(since)s::timestamptz IS NULL OR {column} >= %(since)s::timestamptz"
+
+RUNS_SQL = f"""
+SELECT count(*) AS runs_started,
+       count(*) FILTER (WHERE finished) AS runs_finished,
+       count(*) FILTER (WHERE status = 'completed') AS runs_completed,
+       count(*) FILTER (WHERE status = 'failed') AS runs_failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS runs_cancelled,
+       coalesce(sum(cost_usd), 0) AS cost_total_usd,
+       coalesce(sum(cost_usd) FILTER (WHERE finished), 0) AS finished_cost_usd,
+       avg(cost_usd) FILTER (WHERE status = 'completed') AS completed_run_cost_avg_usd,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_seconds)
+           FILTER (WHERE finished) AS duration_median_seconds,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_seconds)
+           FILTER (WHERE finished) AS duration_p95_seconds,
+       coalesce(sum(retries), 0)::bigint AS retries,
+       count(*) FILTER (WHERE retries > 0) AS runs_retried,
+       coalesce(sum(lost_attempts), 0)::bigint AS lost_attempts,
+       count(*) FILTER (WHERE lost_attempts > 0) AS runs_recovered,
+       coalesce(sum(duplicates_prevented), 0)::bigint AS duplicates_prevented
+FROM metrics_runs WHERE {WINDOW.format(column="created_at")}
+"""
+
+APPROVALS_SQL = f"""
+SELECT count(*) FILTER (WHERE decision IN ('approved', 'rejected')) AS approvals_decided,
+       count(*) FILTER (WHERE decision = 'expired') AS approvals_expired,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_seconds)
+           FILTER (WHERE decision IN ('approved', 'rejected')) AS approval_wait_median_seconds,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY wait_seconds)
+           FILTER (WHERE decision IN ('approved', 'rejected')) AS approval_wait_p95_seconds
+FROM metrics_approval_waits WHERE {WINDOW.format(column="run_created_at")}
+"""
+
+CALLS_SQL = f"""
+SELECT type, name, count(*) AS calls, sum(failed_attempts)::bigint AS failed_attempts,
+       count(*) FILTER (WHERE failed) AS failed_calls
+FROM metrics_calls WHERE {WINDOW.format(column="run_created_at")}
+GROUP BY type, name
+ORDER BY sum(failed_attempts) + count(*) FILTER (WHERE failed) DESC, name
+"""
+
+
+RUN_COUNTS = (
+    "runs_started",
+    "runs_finished",
+    "runs_completed",
+    "runs_failed",
+    "runs_cancelled",
+    "retries",
+    "runs_retried",
+    "lost_attempts",
+    "runs_recovered",
+    "duplicates_prevented",
+)
+
+
+class ToolFailures(BaseModel):
+    tool: str
+    calls: int = Field(description="tool-call steps")
+    failed_attempts: int = Field(description="attempts that reported a failure (retried or not)")
+    failed_calls: int = Field(description="calls whose accepted result was a failure")
+
+
+class ModelFailures(BaseModel):
+    model: str = Field(description="the model name the step records (the provider's model)")
+    calls: int
+    failed_attempts: int
+    failed_calls: int
+
+
+class Stats(BaseModel):
+    """Every figure is over the runs started since `since` (all runs when None)."""
+
+    since: datetime | None
+    # Cost first: what the work costs is the figure people ask for.
+    cost_per_completed_run_usd: float | None = Field(
+        description="what finished runs cost (failed and cancelled ones too) / completed runs"
+    )
+    completed_run_cost_avg_usd: float | None = Field(description="mean cost of a completed run")
+    finished_cost_usd: float = Field(description="spent on finished runs")
+    cost_total_usd: float = Field(description="spent on every run, live ones so far included")
+    runs_started: int
+    runs_finished: int = Field(description="completed, failed or cancelled")
+    runs_completed: int
+    runs_failed: int
+    runs_cancelled: int
+    runs_live: int = Field(description="not finished yet: running, waiting, paused")
+    completion_rate: float | None = Field(description="completed / finished")
+    failure_rate: float | None = Field(description="user-visible: failed / finished")
+    duration_median_seconds: float | None = Field(description="finished runs, start to end")
+    duration_p95_seconds: float | None
+    retries: int = Field(description="attempts after a step's first")
+    retries_per_run: float | None = Field(description="retries / runs started")
+    runs_retried: int
+    lost_attempts: int = Field(description="attempts whose worker died before reporting")
+    runs_recovered: int = Field(description="runs that went on after losing an attempt")
+    duplicates_prevented: int = Field(description="side effects the ledger refused to repeat")
+    approvals_decided: int = Field(description="approved or rejected")
+    approvals_expired: int
+    approval_wait_median_seconds: float | None = Field(description="request to decision")
+    approval_wait_p95_seconds: float | None
+    tool_failures: list[ToolFailures]
+    model_failures: list[ModelFailures]
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+async def stats(pool: AsyncConnectionPool, *, since: datetime | None = None) -> Stats:
+    params = {"since": since}
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(RUNS_SQL, params)
+        runs: dict[str, Any] = await cur.fetchone() or {}
+        await cur.execute(APPROVALS_SQL, params)
+        approvals: dict[str, Any] = await cur.fetchone() or {}
+        await cur.execute(CALLS_SQL, params)
+        calls = await cur.fetchall()
+    counts = {k: int(runs[k]) for k in RUN_COUNTS}
+    finished, completed = counts["runs_finished"], counts["runs_completed"]
+    return Stats(
+        since=since,
+        cost_per_completed_run_usd=_ratio(float(runs["finished_cost_usd"]), completed),
+        completed_run_cost_avg_usd=runs["completed_run_cost_avg_usd"],
+        finished_cost_usd=float(runs["finished_cost_usd"]),
+        cost_total_usd=float(runs["cost_total_usd"]),
+        runs_live=counts["runs_started"] - finished,
+        completion_rate=_ratio(completed, finished),
+        failure_rate=_ratio(counts["runs_failed"], finished),
+        duration_median_seconds=runs["duration_median_seconds"],
+        duration_p95_seconds=runs["duration_p95_seconds"],
+        retries_per_run=_ratio(counts["retries"], counts["runs_started"]),
+        **counts,
+        **approvals,
+        tool_failures=[
+            ToolFailures(tool=c["name"], **_call_counts(c))
+            for c in calls
+            if c["type"] == "tool_call"
+        ],
+        model_failures=[
+            ModelFailures(model=c["name"], **_call_counts(c))
+            for c in calls
+            if c["type"] == "model_call"
+        ],
+    )
+
+
+def _call_counts(row: dict[str, Any]) -> dict[str, int]:
+    return {k: int(row[k]) for k in ("calls", "failed_attempts", "failed_calls")}

@@ -1,0 +1,87 @@
+"""Our engine under test: an instant tool, a scripted model and run specs for the benchmark.
+
+The model asks for N calls of the instant tool in one turn, then answers with a summary, so
+a run is: model step, N tool steps (each with its mirror flush), model step, verify, receipt.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentrun.models import RiskLevel, RunSpec
+from agentrun.offline_model import Reply, completion
+from agentrun.tools import Tool, ToolContext, ToolRegistry
+
+NOOP_TOOL = "bench_noop"
+GATED_TOOL = "bench_gated"
+STEPS_RE = re.compile(r"bench: (\d+) steps")
+ANSWER = "## Summary\nThe benchmark steps ran."
+
+
+class NoArgs(BaseModel):
+    n: int = 0
+
+
+async def instant(args: NoArgs, ctx: ToolContext) -> dict[str, int]:
+    return {"n": args.n}
+
+
+def bench_registry() -> ToolRegistry:
+    return ToolRegistry(
+        [
+            Tool(NOOP_TOOL, "Does nothing, at once.", NoArgs, instant),  # type: ignore[arg-type]
+            Tool(
+                GATED_TOOL,
+                "Does nothing, at once, after a human approves it.",
+                NoArgs,
+                instant,  # type: ignore[arg-type]
+                risk=RiskLevel.HIGH,
+            ),
+        ]
+    )
+
+
+def responder(request: dict[str, Any]) -> Reply:
+    """The scripted model: N instant tool calls (or one gated call) in one turn, then answer.
+
+    N comes from the task ("bench: N steps"); a task naming the gated tool asks for it once.
+    The answer depends only on how many assistant turns the request holds, so a retried call
+    gets the same reply.
+    """
+    messages: list[dict[str, Any]] = request.get("messages", [])
+    task = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+    if any(m.get("role") == "assistant" for m in messages):
+        return completion(request, content=ANSWER)
+    if GATED_TOOL in task:
+        return completion(request, tool_calls=[(GATED_TOOL, {"n": 0})])
+    found = STEPS_RE.search(task)
+    steps = int(found.group(1)) if found else 1
+    return completion(request, tool_calls=[(NOOP_TOOL, {"n": i}) for i in range(steps)])
+
+
+def run_spec(steps: int, *, key: str | None = None, heartbeat_seconds: float = 30) -> RunSpec:
+    """A run of `steps` instant tool steps that needs no approval."""
+    return RunSpec(
+        task=f"bench: {steps} steps",
+        idempotency_key=key or f"bench-{uuid.uuid4().hex[:12]}",
+        allowed_tools=[NOOP_TOOL],
+        approval={"require_at_or_above": "high"},
+        max_steps=5,
+        timeouts={"heartbeat_seconds": heartbeat_seconds, "initial_retry_seconds": 0.2},
+    )
+
+
+def gated_spec(*, key: str | None = None) -> RunSpec:
+    """A run whose one tool call is HIGH risk: it waits for a human's approval."""
+    return RunSpec(
+        task=f"bench: call {GATED_TOOL} once",
+        idempotency_key=key or f"bench-gate-{uuid.uuid4().hex[:12]}",
+        allowed_tools=[GATED_TOOL],
+        approval={"require_at_or_above": "high"},
+        max_steps=5,
+        timeouts={"initial_retry_seconds": 0.2},
+    )

@@ -1,0 +1,661 @@
+"""What durability costs: agentrun beside bare Temporal and a Postgres SKIP LOCKED queue.
+
+    python bench/run.py              # the full run (under ~10 minutes on 2 cores)
+    python bench/run.py --quick      # a small, fast version (about 2 minutes)
+    python bench/run.py --publish    # also write docs/bench/latest.{json,md,png}
+
+It starts a fresh embedded stack (Temporal dev server on a SQLite file with WAL, pgserver
+Postgres, the offline model) in a temporary folder, measures, prints the tables, writes
+JSON and a PNG to --out, and stops everything it started. Figures are printed, never
+asserted: a benchmark does not fail on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo, on the path
+    sys.path.insert(0, str(ROOT))
+
+from psycopg_pool import AsyncConnectionPool  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+
+from agentrun.client import connect  # noqa: E402
+from agentrun.db import open_pool  # noqa: E402
+from agentrun.models import ApproveInput  # noqa: E402
+from agentrun.offline_model import OfflineModelServer  # noqa: E402
+from agentrun.settings import Settings, SetupError  # noqa: E402
+from agentrun.stack import EmbeddedStack, free_port  # noqa: E402
+from bench import harness, ours, pg_queue, plot, recovery, report  # noqa: E402
+from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
+from bench.stats import deltas, summarize  # noqa: E402
+from workflows import AgentRunWorkflow  # noqa: E402
+
+OUR_STEP = "tool.invoke"
+OUR_FIRST_STEP = "model.complete"
+PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.db.open_pool's default)
+
+
+@dataclass
+class Config:
+    mode: str
+    levels: list[int]
+    steps: int
+    level_steps: int
+    runs: int
+    samples: int
+    kills: int
+    heartbeat: float
+    level_budget: float
+    recovery_budget: float
+    stages: list[str]
+    out: Path
+    publish: bool
+    profile: bool
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a small, fast version")
+    parser.add_argument("--levels", help="concurrency levels, e.g. 1,10,100,1000")
+    parser.add_argument("--steps", type=int, help="tool steps per run for the latency runs")
+    parser.add_argument("--level-steps", type=int, help="tool steps per run at each level")
+    parser.add_argument("--runs", type=int, help="runs per system for per-step latency")
+    parser.add_argument("--samples", type=int, help="runs for start and approval latency")
+    parser.add_argument("--kills", type=int, help="workers to SIGKILL for recovery")
+    parser.add_argument("--heartbeat", type=float, default=2.0, help="heartbeat timeout, s")
+    parser.add_argument("--level-budget", type=float, help="seconds allowed per level")
+    parser.add_argument(
+        "--stages",
+        default="overhead,throughput,latency,recovery",
+        help="which to run: overhead,throughput,latency,recovery (and profile)",
+    )
+    parser.add_argument("--profile", action="store_true", help="py-spy the worker at 100 runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--publish", action="store_true", help="also write docs/bench/latest.{json,md,png}"
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if args.profile and "profile" not in stages:
+        stages.append("profile")
+    levels = args.levels or ("1,10" if quick else "1,10,100,1000")
+    return Config(
+        mode="quick" if quick else "full",
+        levels=[int(x) for x in levels.split(",")],
+        steps=args.steps or (5 if quick else 20),
+        level_steps=args.level_steps or 5,
+        runs=args.runs or (3 if quick else 8),
+        samples=args.samples or (5 if quick else 20),
+        kills=args.kills if args.kills is not None else (3 if quick else 20),
+        heartbeat=args.heartbeat,
+        level_budget=args.level_budget or (60 if quick else 120),
+        recovery_budget=90 if quick else 300,
+        stages=stages,
+        out=args.out,
+        publish=args.publish,
+        profile=args.profile,
+    )
+
+
+def machine_info() -> dict[str, Any]:
+    import temporalio
+
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = round(int(line.split()[1]) / 1024**2, 1)
+    cli = "temporal CLI ?"
+    with contextlib.suppress(Exception):
+        cli = subprocess.run(
+            [shutil.which("temporal") or "temporal", "--version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gib": memory,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "temporalio": temporalio.__version__,
+        "temporal_cli": cli,
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+class Bench:
+    """The stack, a client, a pool and the scripted model: what every stage uses."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.home = Path(tempfile.mkdtemp(prefix="agentrun-bench-"))
+        self.stack = EmbeddedStack(
+            home=self.home, temporal_port=free_port(), ui_port=free_port(), ui=False
+        )
+        self.model = OfflineModelServer(ours.responder)
+        self.endpoints: dict[str, str] = {}
+        self.client: Client
+        self.pool: AsyncConnectionPool
+
+    async def __aenter__(self) -> Bench:
+        self.endpoints = await asyncio.to_thread(self.stack.start)
+        self.model.start()
+        settings = Settings.load(self.worker_env())
+        deadline = time.monotonic() + 60
+        while True:  # the port opens before the frontend is healthy
+            try:
+                self.client = await connect(settings, identity="bench")
+                break
+            except SetupError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        self.pool = await open_pool(self.endpoints["database_url"], max_size=10)
+        await pg_queue.setup(self.pool)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.pool.close()
+        self.model.stop()
+        await asyncio.to_thread(self.stack.stop)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def worker_env(self) -> dict[str, str]:
+        """For bench workers: the scripted model, not the stack's planner."""
+        return {
+            "TEMPORAL_ADDRESS": self.endpoints["temporal_address"],
+            "DATABASE_URL": self.endpoints["database_url"],
+            "OPENAI_BASE_URL": self.model.base_url,
+            "OPENAI_API_KEY": "bench",
+            "AGENTRUN_HOME": str(self.home),
+        }
+
+    def user_env(self) -> dict[str, str]:
+        """For `worker.py` as users run it: the stack's offline planner."""
+        return {**self.worker_env(), "OPENAI_BASE_URL": self.endpoints["openai_base_url"]}
+
+    def others(self) -> dict[str, Callable[[], list[int]]]:
+        temporal = self.stack._temporal
+        pid = temporal.pid if temporal is not None else None
+        return {
+            "temporal": lambda: [pid] if pid is not None else [],
+            "postgres": lambda: harness.postgres_pids(self.home / "pg"),
+        }
+
+    async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
+        if system == "ours":
+            await self.client.start_workflow(
+                AgentRunWorkflow.run,
+                ours.run_spec(steps, key=workflow_id),
+                id=workflow_id,
+                task_queue=queue,
+            )
+        else:
+            await self.client.start_workflow(
+                BareWorkflow.run, steps, id=workflow_id, task_queue=queue
+            )
+
+    async def run_one(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
+        await self.start(system, workflow_id, steps, queue)
+        await asyncio.wait_for(self.client.get_workflow_handle(workflow_id).result(), 120)
+
+    async def step_rows(self, run_id: str) -> list[tuple[str, float]]:
+        """(step_id, epoch when the row became final) of a run's tool steps, in order."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT step_id, extract(epoch FROM updated_at)::float8 FROM steps
+                   WHERE run_id = %s AND type = 'tool_call' AND final ORDER BY seq""",
+                (run_id,),
+            )
+            return [(str(a), float(b)) for a, b in await cur.fetchall()]
+
+    async def mirror_lags(self, workflow_ids: list[str]) -> list[float]:
+        """Seconds from each tool step's ActivityTaskCompleted to its final row in Postgres."""
+        lags: list[float] = []
+        for workflow_id in workflow_ids:
+            times = await harness.run_times(self.client, workflow_id)
+            done = [a.completed for a in times.of(OUR_STEP) if a.completed is not None]
+            rows = await self.step_rows(workflow_id)
+            lags += [at - completed for completed, (_, at) in zip(done, rows, strict=False)]
+        return lags
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def ms(values: list[float]) -> dict[str, Any]:
+    return summarize([v * 1000 for v in values])
+
+
+# ------------------------------------------------------------------ 1. step overhead
+
+
+async def stage_overhead(b: Bench) -> dict[str, Any]:
+    cfg = b.cfg
+    out: dict[str, Any] = {
+        "steps": cfg.steps,
+        "runs": cfg.runs,
+        "method": (
+            "per-step latency = gap between consecutive step completions "
+            f"(ActivityTaskCompleted of {OUR_STEP} / {BARE_ACTIVITY}) in each run's history; "
+            "ours includes each step's mirror flush (mirror.sync) and the attempt's mirror "
+            "writes. 'one run at a time' leaves 2 s between runs; 'back to back' none."
+        ),
+    }
+    for system in ("bare", "ours"):
+        queue = harness.new_queue(f"{system}-overhead")
+        async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
+            out[system] = {}
+            for mode, gap in (("isolated", 2.0), ("back_to_back", 0.0)):
+                ids = []
+                for i in range(cfg.runs):
+                    workflow_id = f"{queue}-{mode}-{i}"
+                    await b.run_one(system, workflow_id, cfg.steps, queue)
+                    ids.append(workflow_id)
+                    await asyncio.sleep(gap)
+                name = OUR_STEP if system == "ours" else BARE_ACTIVITY
+                gaps: list[float] = []
+                walls: list[float] = []
+                for workflow_id in ids:
+                    times = await harness.run_times(b.client, workflow_id)
+                    gaps += deltas([a.completed for a in times.of(name) if a.completed])
+                    if times.closed is not None:
+                        walls.append((times.closed - times.started) / cfg.steps)
+                out[system][mode] = {"step_ms": ms(gaps), "wall_per_step_ms": ms(walls)}
+                if system == "ours" and mode == "isolated":
+                    out["mirror_lag_ms"] = ms(await b.mirror_lags(ids))
+            log(f"  {system}: step p50 {out[system]['isolated']['step_ms']['p50']:.1f} ms")
+    gaps, walls = [], []
+    for _ in range(cfg.runs):
+        result = await pg_queue.run(
+            b.pool, runs=1, steps=cfg.steps, consumers=PG_CONSUMERS, budget_seconds=60
+        )
+        gaps += result.step_gaps
+        walls += [d / cfg.steps for d in result.durations]
+        await asyncio.sleep(0.2)
+    out["pgq"] = {"isolated": {"step_ms": ms(gaps), "wall_per_step_ms": ms(walls)}}
+    return out
+
+
+# ------------------------------------------------------------------ 2. throughput and scale
+
+
+async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], list[str]]:
+    cfg = b.cfg
+    queue = harness.new_queue(f"{system}-l{level}")
+    worker = harness.bench_worker(system, queue, b.worker_env())
+    async with harness.running(worker):
+        async with harness.Sampler(worker.pid, b.others()) as sampler:
+            result = await harness.run_level(
+                b.client,
+                level=level,
+                steps=cfg.level_steps,
+                task_queue=queue,
+                start=lambda wid: b.start(system, wid, cfg.level_steps, queue),
+                budget_seconds=cfg.level_budget,
+                prefix=queue,
+            )
+    steps_done = max(result.completed * cfg.level_steps, 1)
+    steps_per_second = result.steps_per_second
+    if result.timed_out and system == "ours":
+        # Completed runs undercount a level cut short: count the tool steps the mirror holds
+        # as final (each was accepted by the workflow) up to the cut-off.
+        async with b.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT count(*) FROM steps
+                   WHERE run_id LIKE %s AND type = 'tool_call' AND final""",
+                (f"{queue}-%",),
+            )
+            found = await cur.fetchone()
+        steps_done = max(int(found[0]) if found else 0, 1)
+        steps_per_second = steps_done / result.wall_seconds
+    durations = sorted(result.durations)
+    row = {
+        "started": result.started,
+        "completed": result.completed,
+        "timed_out": result.timed_out,
+        "steps_done": steps_done,
+        "wall_seconds": result.wall_seconds,
+        "runs_per_second": result.runs_per_second,
+        "steps_per_second": steps_per_second,
+        "step_ms_p50": (
+            summarize(durations)["p50"] * 1000 / cfg.level_steps if durations else None
+        ),
+        "run_seconds": summarize(durations),
+        "rss_mb": sampler.peak_rss / 1e6 if sampler.peak_rss else None,
+        "worker_cpu_ms_per_step": sampler.cpu["worker"] * 1000 / steps_done,
+        "temporal_cpu_ms_per_step": sampler.cpu.get("temporal", 0) * 1000 / steps_done,
+        "postgres_cpu_ms_per_step": sampler.cpu.get("postgres", 0) * 1000 / steps_done,
+    }
+    completed = [w for w in result.workflow_ids if w in result.close_times]
+    return row, completed
+
+
+async def stage_throughput(b: Bench) -> dict[str, Any]:
+    cfg = b.cfg
+    out: dict[str, Any] = {"steps_per_run": cfg.level_steps, "levels": []}
+    lag_level = max((x for x in cfg.levels if x <= 100), default=None)
+    for level in cfg.levels:
+        row: dict[str, Any] = {"level": level}
+        for system in ("bare", "ours"):
+            try:
+                row[system], completed = await one_level(b, system, level)
+            except Exception as err:
+                row[system] = {"error": f"{type(err).__name__}: {err}"}
+                continue
+            if system == "ours" and level == lag_level:
+                sample = completed[:: max(1, len(completed) // 20)][:20]
+                out["mirror_lag_under_load"] = {
+                    "level": level,
+                    "runs_sampled": len(sample),
+                    "ms": ms(await b.mirror_lags(sample)),
+                }
+        pgq = await pg_queue.run(
+            b.pool,
+            runs=level,
+            steps=cfg.level_steps,
+            consumers=PG_CONSUMERS,
+            budget_seconds=cfg.level_budget,
+        )
+        row["pgq"] = {
+            "started": pgq.runs,
+            "completed": pgq.completed_runs,
+            "timed_out": pgq.timed_out,
+            "runs_per_second": pgq.runs_per_second,
+            "steps_per_second": pgq.steps_per_second,
+            "step_ms_p50": (
+                summarize(pgq.durations)["p50"] * 1000 / cfg.level_steps if pgq.durations else None
+            ),
+            "consumers": pgq.consumers,
+        }
+        out["levels"].append(row)
+        ours_row, bare_row = row.get("ours", {}), row.get("bare", {})
+        log(
+            f"  {level:>5} concurrent: ours {ours_row.get('steps_per_second') or 0:.1f} steps/s"
+            f", bare {bare_row.get('steps_per_second') or 0:.1f}, "
+            f"pg queue {row['pgq']['steps_per_second'] or 0:.1f}"
+        )
+    return out
+
+
+# ------------------------------------------------------------------ 3. start and approval
+
+
+async def stage_latency(b: Bench) -> dict[str, Any]:
+    cfg = b.cfg
+    out: dict[str, Any] = {"samples": cfg.samples}
+    firsts: dict[str, list[float]] = {}
+    for system, first in (("bare", BARE_ACTIVITY), ("ours", OUR_FIRST_STEP)):
+        queue = harness.new_queue(f"{system}-start")
+        async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
+            sent: dict[str, float] = {}
+            for i in range(cfg.samples):
+                workflow_id = f"{queue}-{i}"
+                sent[workflow_id] = time.time()
+                await b.run_one(system, workflow_id, 1, queue)
+                await asyncio.sleep(0.3)
+            firsts[system] = []
+            for workflow_id, t0 in sent.items():
+                times = await harness.run_times(b.client, workflow_id)
+                step = next(a for a in times.activities if a.name == first)
+                if step.started is not None:
+                    firsts[system].append(step.started - t0)
+    out["start_to_first_step_ms"] = {k: ms(v) for k, v in firsts.items()}
+    out["start_method"] = (
+        "client clock before start_workflow → ActivityTaskStarted of the first step "
+        f"({OUR_FIRST_STEP} for ours, which flushes the run row first; {BARE_ACTIVITY} for bare)"
+    )
+
+    queue = harness.new_queue("ours-approval")
+    async with harness.running(harness.bench_worker("ours", queue, b.worker_env())):
+        ids = [f"{queue}-{i}" for i in range(cfg.samples)]
+        for workflow_id in ids:
+            await b.client.start_workflow(
+                AgentRunWorkflow.run,
+                ours.gated_spec(key=workflow_id),
+                id=workflow_id,
+                task_queue=queue,
+            )
+        updates: list[float] = []
+        sent_at: dict[str, float] = {}
+        for workflow_id in ids:
+            handle = b.client.get_workflow_handle_for(AgentRunWorkflow.run, workflow_id)
+            pending = None
+            deadline = time.monotonic() + 30
+            while pending is None and time.monotonic() < deadline:
+                pending = await handle.query(AgentRunWorkflow.get_pending_approval)
+                if pending is None:
+                    await asyncio.sleep(0.05)
+            if pending is None:
+                continue
+            decision = ApproveInput(action_hash=pending.action_hash, by="bench", role="approver")
+            t0 = time.time()
+            await handle.execute_update(AgentRunWorkflow.approve, decision)
+            updates.append(time.time() - t0)
+            sent_at[workflow_id] = t0
+            await asyncio.sleep(0.2)
+        to_step: list[float] = []
+        for workflow_id, t0 in sent_at.items():
+            await asyncio.wait_for(b.client.get_workflow_handle(workflow_id).result(), 60)
+            times = await harness.run_times(b.client, workflow_id)
+            step = next((a for a in times.of(OUR_STEP) if a.started), None)
+            if step is not None and step.started is not None:
+                to_step.append(step.started - t0)
+    out["approval_update_ms"] = ms(updates)
+    out["approval_to_step_ms"] = ms(to_step)
+    return out
+
+
+# ------------------------------------------------------------------ 4. recovery
+
+
+async def stage_recovery(b: Bench) -> dict[str, Any]:
+    return await recovery.measure(
+        b.client,
+        b.pool,
+        b.user_env(),
+        kills=b.cfg.kills,
+        heartbeat_seconds=b.cfg.heartbeat,
+        budget_seconds=b.cfg.recovery_budget,
+        log=log,
+    )
+
+
+# ------------------------------------------------------------------ profile
+
+
+async def stage_profile(b: Bench) -> dict[str, Any]:
+    """py-spy (all threads) on our worker at 100 concurrent runs; a summary by function."""
+    cfg = b.cfg
+    level = 100
+    queue = harness.new_queue("ours-profile")
+    worker = harness.bench_worker("ours", queue, b.worker_env())
+    spy_bin = shutil.which("py-spy") or shutil.which(
+        "py-spy", path=str(Path(sys.executable).parent)
+    )
+    raw = cfg.out / "profile-py-spy.txt"
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    async with harness.running(worker):
+        spy = None
+        if spy_bin is not None:
+            spy = await asyncio.create_subprocess_exec(
+                spy_bin, "record", "--pid", str(worker.pid), "--rate", "100", "--format",
+                "raw", "--output", str(raw), "--nonblocking", "--threads",
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.sleep(1.0)
+        async with harness.Sampler(worker.pid, b.others()) as sampler:
+            result = await harness.run_level(
+                b.client,
+                level=level,
+                steps=cfg.level_steps,
+                task_queue=queue,
+                start=lambda wid: b.start("ours", wid, cfg.level_steps, queue),
+                budget_seconds=cfg.level_budget,
+                prefix=queue,
+            )
+        if spy is not None:
+            spy.send_signal(2)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(spy.wait(), 30)
+    steps_done = max(result.completed * cfg.level_steps, 1)
+    out: dict[str, Any] = {
+        "level": level,
+        "steps_per_run": cfg.level_steps,
+        "steps_per_second": result.steps_per_second,
+        "runs_per_second": result.runs_per_second,
+        "worker_cpu_ms_per_step": sampler.cpu["worker"] * 1000 / steps_done,
+        "temporal_cpu_ms_per_step": sampler.cpu.get("temporal", 0) * 1000 / steps_done,
+        "rss_mb": sampler.peak_rss / 1e6,
+        "raw": str(raw) if raw.exists() else None,
+    }
+    if raw.exists():
+        out["top"] = summarize_profile(raw)
+    return out
+
+
+CATEGORIES = [
+    ("workflow sandbox (import, exec, restrictions)", ("workflow_sandbox",)),
+    ("psycopg (all Postgres I/O: mirror, ledger, journal)", ("psycopg",)),
+    ("temporal bridge (poll/complete, payload visitors)", ("temporalio/bridge",)),
+    ("pydantic conversion", ("pydantic", "temporalio/contrib/pydantic", "converter.py")),
+    ("openai/httpx (model calls)", ("openai/", "httpx", "httpcore")),
+]
+
+
+def summarize_profile(raw: Path) -> dict[str, Any]:
+    """Share of sampled time by category (inclusive) and the top self-time functions."""
+    total = 0
+    by_cat = dict.fromkeys([c for c, _ in CATEGORIES], 0)
+    self_time: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        if " " not in line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        for cat, needles in CATEGORIES:
+            if any(any(x in f for x in needles) for f in frames):
+                by_cat[cat] += n
+        self_time[frames[-1]] = self_time.get(frames[-1], 0) + n
+    top = sorted(self_time.items(), key=lambda kv: -kv[1])[:15]
+    return {
+        "samples": total,
+        "inclusive_share": {k: round(v / total, 3) for k, v in by_cat.items()} if total else {},
+        "top_self": [(name, round(n / total, 3)) for name, n in top] if total else [],
+    }
+
+
+# ------------------------------------------------------------------ main
+
+STAGES: dict[str, tuple[Callable[[Bench], Awaitable[dict[str, Any]]], str]] = {
+    "overhead": (stage_overhead, "1. step overhead, ours vs bare Temporal vs PG queue"),
+    "throughput": (stage_throughput, "2. throughput and scale"),
+    "latency": (stage_latency, "3. start and approval latency"),
+    "recovery": (stage_recovery, "4. recovery after SIGKILL"),
+    "profile": (stage_profile, "profile: py-spy on our worker at 100 concurrent runs"),
+}
+
+
+def stage_budget(cfg: Config, stage: str) -> float:
+    if stage == "throughput":
+        return len(cfg.levels) * (3 * cfg.level_budget + 60)
+    if stage == "recovery":
+        return cfg.recovery_budget + 150
+    return 600
+
+
+async def run(cfg: Config) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "machine": machine_info(),
+        "errors": {},
+    }
+    t0 = time.monotonic()
+    async with Bench(cfg) as b:
+        async with b.pool.connection() as conn:
+            cur = await conn.execute("SHOW server_version")
+            row = await cur.fetchone()
+            results["machine"]["postgres"] = f"PostgreSQL {row[0] if row else '?'} (pgserver)"
+        log(f"stack up in {time.monotonic() - t0:.1f}s at {b.home}")
+        for stage in cfg.stages:
+            fn, title = STAGES[stage]
+            log(f"== {title}")
+            started = time.monotonic()
+            try:
+                results[stage] = await asyncio.wait_for(fn(b), stage_budget(cfg, stage))
+            except Exception as err:
+                results["errors"][stage] = f"{type(err).__name__}: {err}"
+                log(f"  {stage} did not finish: {results['errors'][stage]}")
+                traceback.print_exc()
+            log(f"  ({time.monotonic() - started:.0f}s)")
+    results["wall_seconds"] = time.monotonic() - t0
+    results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    return results
+
+
+def write_outputs(cfg: Config, results: dict[str, Any]) -> str:
+    text = report.full_report(results)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    stamp = results["started_at"].replace(":", "").replace("-", "")[:15]
+    json_path = cfg.out / f"bench-{stamp}.json"
+    json_path.write_text(json.dumps(results, indent=2, default=str))
+    (cfg.out / "latest.json").write_text(json.dumps(results, indent=2, default=str))
+    (cfg.out / "latest.md").write_text(text + "\n")
+    png = plot.draw(results, cfg.out / "latest.png")
+    if cfg.publish:
+        docs = ROOT / "docs" / "bench"
+        docs.mkdir(parents=True, exist_ok=True)
+        (docs / "latest.json").write_text(json.dumps(results, indent=2, default=str))
+        (docs / "latest.md").write_text(text + "\n")
+        if png is not None:
+            shutil.copy(png, docs / "latest.png")
+    log(f"\nwrote {json_path}, {cfg.out / 'latest.md'}" + (f", {png}" if png else ""))
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    results = asyncio.run(run(cfg))
+    text = write_outputs(cfg, results)
+    print("\n" + text)
+    if "profile" in results:
+        print("\nprofile:", json.dumps(results["profile"], indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""A benchmark worker in its own process, so its memory and CPU are its own.
+
+`python -m bench.worker_proc --kind ours|bare --task-queue Q` reads TEMPORAL_ADDRESS,
+DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once it polls and stops
+on SIGTERM. `ours` is `agentrun.worker_factory.build_worker` with the benchmark's instant tool;
+`bare` is a plain `temporalio` worker for `bench.bare`, with the same worker tuning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from temporalio.worker import Worker
+
+from agentrun.client import connect
+from agentrun.db import open_pool
+from agentrun.settings import Settings
+from agentrun.worker_factory import WorkerDeps, build_worker, model_client
+from bench.bare import BareWorkflow, noop
+from bench.ours import bench_registry
+
+
+def bare_options() -> dict[str, Any]:
+    """The worker settings `build_worker` uses, so bare Temporal runs on the same ones."""
+    try:
+        from agentrun.worker_factory import worker_tuning
+    except ImportError:  # a worker factory without explicit tuning: Temporal's defaults
+        return {"max_concurrent_activities": 100}
+    options: dict[str, Any] = dict(worker_tuning())
+    options.pop("workflow_runner", None)  # the sandbox passthrough list names our modules
+    return options
+
+
+async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) -> None:
+    settings = Settings.load()
+    client = await connect(settings, identity=identity)
+    pool = None
+    worker: Worker
+    if kind == "ours":
+        pool = await open_pool(settings.require_database())
+        deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=bench_registry())
+        worker = build_worker(client, settings, deps, task_queue=task_queue)
+    else:
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[BareWorkflow],
+            activities=[noop],
+            **bare_options(),
+        )
+    try:
+        async with worker:
+            print("ready", flush=True)
+            await stop.wait()
+    finally:
+        if pool is not None:
+            await pool.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kind", choices=["ours", "bare"], required=True)
+    parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--identity", default=f"bench-{os.getpid()}")
+    parser.add_argument(
+        "--pyinstrument", type=Path, help="profile the event loop thread into this HTML file"
+    )
+    args = parser.parse_args()
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(args.kind, args.task_queue, args.identity, stop)
+
+    if args.pyinstrument is None:
+        asyncio.run(run())
+        return
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.001, async_mode="disabled")
+    profiler.start()
+    try:
+        asyncio.run(run())
+    finally:
+        profiler.stop()
+        args.pyinstrument.write_text(profiler.output_html())
+        args.pyinstrument.with_suffix(".txt").write_text(profiler.output_text(unicode=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Record one AgentBacklog workflow history into tests/histories/, for the replay test.
+
+Run after an intended change to workflows/backlog.py: `python scripts/record_backlog_history.py`
+(keep the old file under another name: backlogs in flight were started by the old code). It
+starts its own in-memory Temporal dev server, embedded Postgres and scripted offline model,
+and records the first run of a backlog that enqueues, stops and resumes a running task,
+dead-letters a poison task, retries it, and continues as new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import openai
+import pgserver
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agentrun import backlog_ops as bops  # noqa: E402
+from agentrun import operations as ops  # noqa: E402
+from agentrun.backlog_models import (  # noqa: E402
+    BacklogState,
+    PolicyPatch,
+    TaskItem,
+    backlog_id,
+)
+from agentrun.db import open_pool  # noqa: E402
+from agentrun.models import RunSpec  # noqa: E402
+from agentrun.offline_model import OfflineModelServer, Reply, completion, offline_planner  # noqa: E402
+from agentrun.settings import Settings  # noqa: E402
+from agentrun.tools.demo import demo_registry  # noqa: E402
+from agentrun.worker_factory import WorkerDeps, build_worker  # noqa: E402
+
+OUT = ROOT / "tests" / "histories" / "backlog_stop_resume_poison_retry.json"
+AGENT = "history"
+SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}
+
+
+def model(request: dict[str, Any]) -> Reply:
+    """Indexes slowly for the task that asks to, else plans like the offline model."""
+    task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    if "Index" not in task:
+        return offline_planner(request)
+    if not any(m["role"] == "assistant" for m in request["messages"]):
+        return completion(request, tool_calls=[("index_documents", SLOW)])
+    return completion(request, content="## Summary\nIndexed the documents.")
+
+
+def plan() -> list[TaskItem]:
+    quick: dict[str, Any] = {"allowed_tools": ["search_notes"]}
+    return [
+        TaskItem(title="Index", idempotency_key="slow", spec=RunSpec(task="Index the documents")),
+        TaskItem(
+            title="Poison",
+            idempotency_key="poison",
+            max_attempts=2,
+            spec=RunSpec(
+                task="Summarize the invoice policy.",
+                verify={"required_sections": ["## Never there"], "max_rounds": 1},
+                **quick,
+            ),
+        ),
+        TaskItem(title="Orders", idempotency_key="ok", spec=RunSpec(task="Orders?", **quick)),
+    ]
+
+
+async def until(probe: Callable[[], Awaitable[bool]], what: str) -> None:
+    for _ in range(600):
+        if await probe():
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+async def scenario(client: Client, task_queue: str) -> str:
+    policy = PolicyPatch(retry_delay_seconds=0, continue_as_new_after=4)
+    await bops.enqueue(client, AGENT, plan(), task_queue=task_queue, policy=policy)
+    first_run = (await client.get_workflow_handle(backlog_id(AGENT)).describe()).run_id
+    assert first_run is not None
+    child = f"run-{AGENT}.slow.1"
+
+    async def child_is(status: str) -> bool:
+        try:
+            return (await ops.status(client, child)).status.value == status
+        except ops.OperationError:
+            return False
+
+    await until(lambda: child_is("waiting_for_tool"), "the slow task's tool step")
+    await bops.stop(client, AGENT)
+    await until(lambda: child_is("paused"), "the slow task to pause")
+    await bops.resume(client, AGENT)
+
+    async def state() -> BacklogState:
+        return await bops.state(client, AGENT)
+
+    async def ended() -> bool:
+        return [t.state for t in (await state()).tasks] == ["done", "failed", "done"]
+
+    await until(ended, "slow and ok done, poison dead-lettered")
+    await bops.retry(client, AGENT, "poison")
+
+    async def continued() -> bool:
+        return (await state()).generation == 1
+
+    await until(continued, "the backlog to continue as new")
+    return first_run
+
+
+async def main() -> None:
+    folder = tempfile.mkdtemp(prefix="agentrun-record-")
+    pg = pgserver.get_server(folder, cleanup_mode="delete")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=shutil.which("temporal"), data_converter=pydantic_data_converter
+    )
+    pool = await open_pool(pg.get_uri())
+    try:
+        with OfflineModelServer(model) as server:
+            settings = replace(Settings.load({}), task_queue="record-backlog-history")
+            deps = WorkerDeps(
+                pool=pool,
+                model_client=openai.AsyncOpenAI(
+                    base_url=server.base_url, api_key="x", max_retries=0
+                ),
+                registry=demo_registry(),
+            )
+            async with build_worker(env.client, settings, deps):
+                first_run = await scenario(env.client, settings.task_queue)
+                handle = env.client.get_workflow_handle(backlog_id(AGENT), run_id=first_run)
+                history = await handle.fetch_history()
+                OUT.write_text(history.to_json())
+                print(f"recorded {OUT.name}: {len(history.events)} events")
+                await env.client.get_workflow_handle(backlog_id(AGENT)).terminate("recorded")
+    finally:
+        await pool.close()
+        await env.shutdown()
+        pg.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

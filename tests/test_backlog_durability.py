@@ -1,0 +1,236 @@
+"""A backlog survives a worker killed mid-task and is shared safely by several workers.
+
+The 40-item test is the AFK promise: a worker dies with SIGKILL during item 12; another worker
+takes over; items 1 to 11 are not run again, item 12 resumes in the same run from its
+checkpoint, every message is sent once, and all 40 finish in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from agentrun import backlog_ops as bops
+from agentrun import operations as ops
+from agentrun.backlog_models import PolicyPatch
+from agentrun.offline_model import OfflineModelServer
+from tests.backlog_support import (
+    assert_ran_in_order,
+    end_backlog,
+    item,
+    new_agent,
+    runs,
+    tasks,
+    wait_all_done,
+)
+from tests.conftest import running_worker
+from tests.support import eventually, rows, scripted
+from tests.test_crash_recovery import start_worker_process
+
+ITEM = re.compile(r"item (\d+)")
+MESSAGE_ITEMS = {3, 12, 25}  # these send a message: the side effects to count
+KILLED_DURING = 12
+DOCUMENTS = [f"doc-{i}" for i in range(6)]
+
+
+def turns_for(n: int) -> list[Any]:
+    """What the model does for item n: maybe look up, send and index; then answer."""
+    turns: list[Any] = []
+    if n == KILLED_DURING:
+        turns.append([("search_notes", {"query": f"order item {n}"})])
+    if n in MESSAGE_ITEMS:
+        turns.append(
+            [
+                (
+                    "send_message",
+                    {"to": f"owner{n}@example.com", "subject": f"item {n}", "body": "ok"},
+                )
+            ]
+        )
+    if n == KILLED_DURING:
+        docs = {"documents": DOCUMENTS, "seconds_per_document": 0.3}
+        turns.append([("index_documents", docs)])
+    turns.append(f"## Summary\nItem {n} is done.")
+    return turns
+
+
+def backlog_model(request: dict[str, Any]) -> Any:
+    task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    match = ITEM.search(task)
+    assert match, task
+    return scripted(*turns_for(int(match.group(1))))(request)
+
+
+async def approve_messages(client: Client, pool: Any, agent: str) -> None:
+    """The person on call: approves each message a task wants to send, once."""
+    decided: set[str] = set()
+    while True:
+        waiting = await rows(
+            pool,
+            "SELECT run_id FROM runs WHERE run_id LIKE %s AND status = 'waiting_for_approval'",
+            f"run-{agent}.%",
+        )
+        for run in waiting:
+            if run["run_id"] in decided:
+                continue
+            try:
+                await ops.approve(client, run["run_id"], by="night-owl", role="approver")
+            except ops.OperationError:
+                continue  # the mirror ran ahead of the run, or behind it: look again
+            decided.add(run["run_id"])
+        await asyncio.sleep(0.1)
+
+
+async def test_forty_items_survive_a_worker_killed_during_item_12(client, settings, pool, worker):
+    agent = new_agent("afk")
+    keys = [f"item-{n:02d}" for n in range(1, 41)]
+    plan = [item(k, f"Backlog item {n}", allowed_tools=None) for n, k in enumerate(keys, 1)]
+    policy = PolicyPatch(retry_delay_seconds=0, continue_as_new_after=10)
+    with OfflineModelServer(backlog_model) as model:
+        approver = asyncio.create_task(approve_messages(client, pool, agent))
+        doomed = await start_worker_process(
+            replace(settings, openai_base_url=model.base_url), "doomed"
+        )
+        try:
+            added = await bops.enqueue(
+                client, agent, plan, task_queue=settings.task_queue, policy=policy
+            )
+            assert len(added.added) == 40
+            # Item 12 is indexing, its progress saved document by document: kill the worker.
+            twelve = await eventually(
+                lambda: rows(
+                    pool,
+                    """SELECT run_id, step_checkpoint FROM backlog_now WHERE agent = %s
+                       AND task_key = 'item-12' AND step_name = 'index_documents'
+                       AND jsonb_array_length(step_checkpoint->'indexed') >= 2""",
+                    agent,
+                ),
+                seconds=60,
+                what="item 12 half way through its documents",
+            )
+            doomed.kill()
+            await doomed.wait()
+            before = await tasks(pool, agent)
+            async with worker(base_url=model.base_url):
+                done = await wait_all_done(pool, agent, 40, seconds=90)
+                # Three continues-as-new later, the plan is still known: enqueueing is a no-op.
+                again = await bops.enqueue(client, agent, plan, task_queue=settings.task_queue)
+        finally:
+            approver.cancel()
+            if doomed.returncode is None:
+                doomed.kill()
+                await doomed.wait()
+            await end_backlog(client, agent)
+
+    # Before the kill: 1-11 done, 12 running, the rest not started.
+    assert [t["state"] for t in before[:11]] == ["done"] * 11
+    assert before[11]["state"] == "running" and before[11]["run_id"] == twelve[0]["run_id"]
+    assert all(t["state"] == "todo" and t["run_id"] is None for t in before[12:])
+
+    # After: every item done once, in order; item 12 in the same run it started in.
+    assert [t["task_key"] for t in done] == keys
+    assert all(t["launches"] == 1 and t["attempts"] == 0 for t in done)
+    assert done[11]["run_id"] == twelve[0]["run_id"] == f"run-{agent}.item-12.1"
+    started = await runs(pool, agent)
+    assert all(r["status"] == "completed" for r in started)
+    assert_ran_in_order(started, keys)
+
+    # Nothing finished was redone: one attempt per step, except the step in flight at the kill.
+    attempts = await rows(
+        pool,
+        """SELECT s.run_id, s.name, a.attempt, a.worker, a.status FROM step_attempts a
+           JOIN steps s USING (run_id, step_id) WHERE s.run_id LIKE %s
+           ORDER BY s.run_id, s.seq, a.attempt""",
+        f"run-{agent}.%",
+    )
+    redone = [a for a in attempts if a["attempt"] > 1]
+    assert [(a["run_id"], a["name"]) for a in redone] == [(done[11]["run_id"], "index_documents")]
+    first_eleven = {t["run_id"] for t in done[:11]}
+    assert {a["worker"] for a in attempts if a["run_id"] in first_eleven} == {"doomed"}
+    index = await rows(
+        pool,
+        "SELECT output FROM steps WHERE run_id = %s AND name = 'index_documents'",
+        done[11]["run_id"],
+    )
+    assert index[0]["output"]["indexed"] == len(DOCUMENTS)
+    assert index[0]["output"]["resumed_from_checkpoint"] >= 2, "resumed from its checkpoint"
+    # ... and no model call was made twice: each item asked the model once per turn.
+    asked = Counter(
+        int(ITEM.search(next(m["content"] for m in r["messages"] if m["role"] == "user")).group(1))
+        for r in model.requests
+    )
+    assert asked == {n: len(turns_for(n)) for n in range(1, 41)}
+
+    # Every side effect happened once.
+    sent = await rows(
+        pool,
+        "SELECT run_id, idempotency_key FROM outbox WHERE run_id LIKE %s ORDER BY run_id",
+        f"run-{agent}.%",
+    )
+    assert [s["run_id"] for s in sent] == [f"run-{agent}.item-{n:02d}.1" for n in (3, 12, 25)]
+    assert len({s["idempotency_key"] for s in sent}) == 3
+    # The backlog continued as new every 10 tasks, carrying what it needs.
+    head = await rows(pool, "SELECT generation FROM backlogs WHERE agent = %s", agent)
+    assert head[0]["generation"] >= 3
+    assert (again.added, len(again.ignored), again.total) == ([], 40, 40)
+
+
+async def test_two_workers_on_one_agent_never_run_a_task_twice(client, settings, pool):
+    agent = new_agent("pair")
+    keys = [f"t{n}" for n in range(1, 10)]
+    plan = [item(k) for k in keys]
+    target = settings.temporal_address
+    clients = [
+        await Client.connect(target, data_converter=pydantic_data_converter, identity=name)
+        for name in ("worker-a", "worker-b")
+    ]
+    try:
+        async with AsyncExitStack() as stack:
+            for each in clients:
+                await stack.enter_async_context(running_worker(each, settings, pool))
+            # Two people enqueue the same plan at once, through different workers' clients.
+            results = await asyncio.gather(
+                *(
+                    bops.enqueue(
+                        each,
+                        agent,
+                        plan,
+                        task_queue=settings.task_queue,
+                        policy=PolicyPatch(parallelism=3, retry_delay_seconds=0),
+                    )
+                    for each in clients
+                )
+            )
+            done = await wait_all_done(pool, agent, len(keys), seconds=60)
+    finally:
+        await end_backlog(client, agent)
+
+    assert sorted(len(r.added) for r in results) == [0, 9], "one backlog, each task added once"
+    assert [t["task_key"] for t in done] == keys
+    assert all(t["launches"] == 1 and t["attempts"] == 0 for t in done)
+    started = await runs(pool, agent)
+    assert sorted(r["run_id"] for r in started) == sorted(f"run-{agent}.{k}.1" for k in keys)
+    attempts = await rows(
+        pool,
+        "SELECT run_id, step_id, attempt, worker FROM step_attempts WHERE run_id LIKE %s",
+        f"run-{agent}.%",
+    )
+    assert all(a["attempt"] == 1 for a in attempts), "no step ran twice"
+    assert len({(a["run_id"], a["step_id"]) for a in attempts}) == len(attempts)
+    assert {a["worker"] for a in attempts} == {"worker-a", "worker-b"}, "both workers served"
+    # Up to three side by side, never more.
+    events = sorted(
+        [(r["created_at"], 1) for r in started] + [(r["finished_at"], -1) for r in started]
+    )
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    assert 1 < peak <= 3

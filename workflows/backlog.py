@@ -1,0 +1,449 @@
+"""AgentBacklog: one long-running workflow per agent that works through its task list in order.
+
+Each task attempt is an AgentRun child whose id is derived from the agent, the task's key and
+the attempt number, so an attempt starts once however many workers serve the agent. A child's
+history is the task's checkpoint: after a crash, Temporal resumes the child where it was and
+its finished steps are not redone. The backlog continues as new before its history grows
+large, between tasks, carrying only what it still needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from activities.backlog import BacklogActivities
+    from agentrun import constants as names
+    from agentrun.backlog_models import (
+        BacklogControlResult,
+        BacklogInput,
+        BacklogLoadInput,
+        BacklogState,
+        BacklogSyncInput,
+        BacklogTask,
+        EnqueueInput,
+        EnqueueResult,
+        RetryInput,
+        RetryResult,
+        TaskState,
+        TaskView,
+        child_run_id,
+    )
+    from agentrun.models import ControlInput
+    from agentrun.states import RunStatus
+    from workflows.agent_run import AgentRunWorkflow
+
+# The mirror must outlast a Postgres outage: retry for as long as it takes.
+MIRROR_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+
+
+def failure_text(err: ChildWorkflowError) -> str:
+    cause = err.cause
+    if isinstance(cause, FailureError) and cause.message:
+        return cause.message
+    return str(cause or err)
+
+
+@workflow.defn(name=names.BACKLOG_WORKFLOW_NAME)
+class AgentBacklogWorkflow:
+    @workflow.init
+    def __init__(self, input: BacklogInput) -> None:
+        self.agent = input.agent
+        self.policy = input.policy
+        self.tasks: dict[str, BacklogTask] = {t.key: t for t in input.tasks}
+        self.done_keys: set[str] = set(input.done_keys)
+        self.next_ordinal = input.next_ordinal
+        self.version = input.version
+        self.stopped = input.stopped
+        self.stop_reason = input.stop_reason
+        self.generation = input.generation
+        # A fresh start first asks the mirror: a terminated predecessor may have left rows.
+        self.ready = input.carried
+        self.in_flight: set[str] = set()
+        self.children: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self.paused_by_us: set[str] = set()
+        self.finished_here = 0
+        self.crash: BaseException | None = None
+        self.dirty: set[str] = set()
+        self.unsynced_specs: set[str] = set()
+        self.head_dirty = True
+        self.flushing = 0  # mirror writes in flight: the run continues as new without any
+
+    # ------------------------------------------------------------------ the loop
+
+    @workflow.run
+    async def run(self, input: BacklogInput) -> None:
+        if not self.ready:
+            await self._recover()
+            self.ready = True
+        await self._flush()
+        while True:
+            await workflow.wait_condition(
+                lambda: self._time_to_rotate() or self._next_task() is not None or self._crashed()
+            )
+            self._raise_crash()
+            if self._time_to_rotate():
+                break
+            task = self._next_task()
+            assert task is not None
+            self.in_flight.add(task.key)
+            self._set(task, "running")
+            asyncio.create_task(self._guarded(task))  # noqa: RUF006 (in_flight tracks it)
+        # Continue as new between tasks: a child must not outlive the run that awaits it.
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    (not self.in_flight and not self.flushing and workflow.all_handlers_finished())
+                    or self._crashed()
+                )
+            )
+            self._raise_crash()
+            if not self.dirty and not self.head_dirty:
+                break
+            await self._flush()
+        workflow.continue_as_new(self._carry())
+
+    async def _guarded(self, task: BacklogTask) -> None:
+        try:
+            await self._work(task)
+        except BaseException as err:
+            # A bug here must fail the workflow task (retried until a fix is deployed), not
+            # vanish with a background task: the loop re-raises it.
+            self.crash = err
+
+    def _crashed(self) -> bool:
+        return self.crash is not None
+
+    def _raise_crash(self) -> None:
+        if self.crash is not None:
+            raise self.crash
+
+    def _time_to_rotate(self) -> bool:
+        return (
+            self.finished_here >= self.policy.continue_as_new_after
+            or workflow.info().is_continue_as_new_suggested()
+        )
+
+    def _next_task(self) -> BacklogTask | None:
+        if self.stopped or len(self.in_flight) >= self.policy.parallelism:
+            return None
+        return next((t for t in self.tasks.values() if t.state == "todo"), None)
+
+    async def _work(self, task: BacklogTask) -> None:
+        """Attempts of one task, in place: the order holds while it is retried."""
+        while True:
+            await workflow.wait_condition(lambda: not self.stopped)
+            error = await self._attempt(task)
+            if error is None:
+                task.spec = None  # never needed again; keeps carried state small
+                self._set(task, "done", finished=True)
+                break
+            task.attempts += 1
+            task.last_error = error
+            if task.attempts >= task.max_attempts:
+                self._set(task, "failed", finished=True)
+                if self.policy.on_poison == "stop" and not self.stopped:
+                    await self._stop(
+                        f"task {task.key} failed {task.attempts} times; the policy stops the "
+                        "backlog (`backlog dead` shows why, `backlog resume` goes on)"
+                    )
+                break
+            self._set(task, "paused" if self.stopped else "running")
+            await self._flush()
+            if self.policy.retry_delay_seconds:
+                await workflow.sleep(timedelta(seconds=self.policy.retry_delay_seconds))
+        self.finished_here += 1
+        self.in_flight.discard(task.key)  # the next task need not wait for the mirror
+        await self._flush()
+
+    async def _attempt(self, task: BacklogTask) -> str | None:
+        """One AgentRun child for the task; returns why it failed, or None when it completed."""
+        if task.spec is None:  # only a task recovered from a damaged mirror
+            return "its spec is lost; enqueue the task again under a new key"
+        task.launches += 1
+        task.run_id = child_run_id(self.agent, task.key, task.launches)
+        task.started_at = workflow.now()
+        self._set(task, "paused" if self.stopped else "running")
+        try:
+            handle = await workflow.start_child_workflow(
+                AgentRunWorkflow.run,
+                task.spec.model_copy(update={"idempotency_key": task.key}),
+                id=task.run_id,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                static_summary=f"{self.agent} #{task.ordinal}: {task.title}",
+            )
+        except WorkflowAlreadyStartedError:
+            await self._flush()
+            return f"a run with id {task.run_id} already exists; it was not started again"
+        self.children[task.key] = handle
+        if self.stopped:  # a stop that came while the child was starting
+            await self._signal_children([task.key], pause=True)
+        await self._flush()
+        try:
+            result = await handle
+        except ChildWorkflowError as err:
+            return f"ended: {failure_text(err)}"
+        finally:
+            self.children.pop(task.key, None)
+            self.paused_by_us.discard(task.key)
+        if result.status == RunStatus.COMPLETED:
+            return None
+        return f"{result.status.value}: {result.error or 'no reason given'}"
+
+    # ------------------------------------------------------------------ stop and resume
+
+    async def _stop(self, reason: str) -> list[str]:
+        self.stopped, self.stop_reason, self.head_dirty = True, reason, True
+        keys = [k for k in sorted(self.in_flight) if self.tasks[k].state == "running"]
+        for key in keys:
+            self._set(self.tasks[key], "paused")
+        await self._signal_children(keys, pause=True)
+        await self._flush()
+        return keys
+
+    async def _signal_children(self, keys: list[str], *, pause: bool) -> None:
+        """Pause (or resume) running children at their next step boundary."""
+        targets = [k for k in keys if k in self.children]
+        if pause:
+            self.paused_by_us.update(targets)
+        else:  # a child that paused itself for a person stays paused
+            targets = [k for k in targets if k in self.paused_by_us]
+            self.paused_by_us.difference_update(targets)
+        signal = AgentRunWorkflow.pause_signal if pause else AgentRunWorkflow.resume_signal
+        by = ControlInput(by=f"backlog-{self.agent}")
+        # A child that just ended refuses the signal; its result tells the rest.
+        await asyncio.gather(
+            *(self.children[k].signal(signal, by) for k in targets), return_exceptions=True
+        )
+
+    # ------------------------------------------------------------------ state and mirror
+
+    def _set(self, task: BacklogTask, state: TaskState, *, finished: bool = False) -> None:
+        task.state = state
+        if finished:
+            task.finished_at = workflow.now()
+        self.dirty.add(task.key)
+
+    async def _flush(self) -> None:
+        """Write what changed since the last flush to the mirror, as one idempotent batch."""
+        if not self.dirty and not self.head_dirty:
+            return
+        self.version += 1
+        rows = [
+            self.tasks[k].row(with_spec=k in self.unsynced_specs)
+            for k in sorted(self.dirty, key=lambda k: self.tasks[k].ordinal)
+        ]
+        self.unsynced_specs -= self.dirty
+        self.dirty, self.head_dirty = set(), False
+        batch = BacklogSyncInput(
+            agent=self.agent,
+            version=self.version,
+            stopped=self.stopped,
+            stop_reason=self.stop_reason,
+            policy=self.policy,
+            generation=self.generation,
+            updated_at=workflow.now(),
+            tasks=rows,
+        )
+        self.flushing += 1
+        try:
+            await workflow.execute_activity_method(
+                BacklogActivities.sync,
+                batch,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=MIRROR_RETRY,
+            )
+        finally:
+            self.flushing -= 1
+
+    async def _recover(self) -> None:
+        mirrored = await workflow.execute_activity_method(
+            BacklogActivities.load,
+            BacklogLoadInput(agent=self.agent),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=MIRROR_RETRY,
+        )
+        if not mirrored.found:
+            return
+        self.version = max(self.version, mirrored.version)
+        self.policy = mirrored.policy or self.policy
+        self.stopped, self.stop_reason = mirrored.stopped, mirrored.stop_reason
+        self.generation = mirrored.generation + 1
+        self.next_ordinal = max(self.next_ordinal, mirrored.next_ordinal)
+        self.done_keys.update(mirrored.done_keys)
+        for task in sorted(mirrored.tasks, key=lambda t: t.ordinal):
+            if task.state in ("running", "paused"):
+                # Its run ended with the old workflow; the next attempt is a new run.
+                task.state = "todo"
+                self.dirty.add(task.key)
+            self.tasks[task.key] = task
+
+    def _carry(self) -> BacklogInput:
+        done = self.done_keys | {k for k, t in self.tasks.items() if t.state == "done"}
+        return BacklogInput(
+            agent=self.agent,
+            policy=self.policy,
+            tasks=[t for t in self.tasks.values() if t.state != "done"],
+            done_keys=sorted(done),
+            next_ordinal=self.next_ordinal,
+            version=self.version,
+            stopped=self.stopped,
+            stop_reason=self.stop_reason,
+            generation=self.generation + 1,
+            carried=True,
+        )
+
+    # ------------------------------------------------------------------ messages
+
+    @workflow.query(name=names.QUERY_BACKLOG_STATE)
+    def state(self) -> BacklogState:
+        return BacklogState(
+            agent=self.agent,
+            stopped=self.stopped,
+            stop_reason=self.stop_reason,
+            policy=self.policy,
+            generation=self.generation,
+            done_earlier=len(self.done_keys),
+            tasks=[
+                TaskView(**t.model_dump(include=set(TaskView.model_fields)))
+                for t in self.tasks.values()
+            ],
+        )
+
+    @workflow.update(name=names.UPDATE_BACKLOG_ENQUEUE)
+    async def enqueue(self, input: EnqueueInput) -> EnqueueResult:
+        await workflow.wait_condition(lambda: self.ready)
+        if not input.policy.is_empty():
+            self.policy = input.policy.apply(self.policy)
+            self.head_dirty = True
+        added: list[str] = []
+        ignored: list[str] = []
+        for item in input.tasks:
+            key = item.idempotency_key
+            if key in self.tasks or key in self.done_keys:
+                ignored.append(key)
+                continue
+            self.tasks[key] = BacklogTask(
+                key=key,
+                title=item.title,
+                ordinal=self.next_ordinal,
+                max_attempts=item.max_attempts or self.policy.max_attempts,
+                spec=item.spec,
+                enqueued_at=workflow.now(),
+            )
+            self.next_ordinal += 1
+            self.dirty.add(key)
+            self.unsynced_specs.add(key)
+            added.append(key)
+        await self._flush()
+        return EnqueueResult(
+            added=added,
+            ignored=ignored,
+            total=len(self.tasks) + len(self.done_keys),
+            stopped=self.stopped,
+        )
+
+    @enqueue.validator
+    def _validate_enqueue(self, input: EnqueueInput) -> None:
+        seen: dict[str, int] = {}
+        for i, item in enumerate(input.tasks, start=1):
+            if item.idempotency_key in seen:
+                raise ApplicationError(
+                    f"tasks {seen[item.idempotency_key]} and {i} share the idempotency key "
+                    f"{item.idempotency_key!r}; each task needs its own"
+                )
+            seen[item.idempotency_key] = i
+
+    @workflow.update(name=names.UPDATE_BACKLOG_STOP)
+    async def stop(self, input: ControlInput) -> BacklogControlResult:
+        reason = f"stopped by {input.by}" + (f": {input.reason}" if input.reason else "")
+        keys = await self._stop(reason)
+        return BacklogControlResult(
+            stopped=True,
+            tasks=keys,
+            message=(
+                f"stopping: {', '.join(keys)} pause at their next step boundary"
+                if keys
+                else "stopped: no task was running; none will start until resume"
+            ),
+        )
+
+    @stop.validator
+    def _validate_stop(self, input: ControlInput) -> None:
+        if self.stopped:
+            raise ApplicationError(
+                f"the backlog of agent {self.agent} is already stopped ({self.stop_reason}); "
+                f"`backlog resume --agent {self.agent}` continues it"
+            )
+
+    @workflow.update(name=names.UPDATE_BACKLOG_RESUME)
+    async def resume(self, input: ControlInput) -> BacklogControlResult:
+        self.stopped, self.stop_reason, self.head_dirty = False, None, True
+        keys = [k for k in sorted(self.in_flight) if self.tasks[k].state == "paused"]
+        for key in keys:
+            self._set(self.tasks[key], "running")
+        await self._signal_children(keys, pause=False)
+        await self._flush()
+        return BacklogControlResult(
+            stopped=False,
+            tasks=keys,
+            message=(
+                f"resumed: {', '.join(keys)} continue from where they paused"
+                if keys
+                else "resumed: the next task starts now"
+            ),
+        )
+
+    @resume.validator
+    def _validate_resume(self, input: ControlInput) -> None:
+        if not self.stopped:
+            raise ApplicationError(f"the backlog of agent {self.agent} is not stopped")
+
+    @workflow.update(name=names.UPDATE_BACKLOG_RETRY)
+    async def retry(self, input: RetryInput) -> RetryResult:
+        task = self.tasks[input.key]
+        task.attempts, task.finished_at = 0, None
+        self._set(task, "todo")
+        note = (
+            f"; the backlog is stopped: `backlog resume --agent {self.agent}`"
+            if self.stopped
+            else ""
+        )
+        result = RetryResult(
+            key=task.key,
+            ordinal=task.ordinal,
+            state=task.state,
+            message=f"task {task.key} (#{task.ordinal}) is back in the backlog{note}",
+        )
+        await self._flush()
+        return result
+
+    @retry.validator
+    def _validate_retry(self, input: RetryInput) -> None:
+        task = self.tasks.get(input.key)
+        if input.key in self.done_keys:
+            raise ApplicationError(f"task {input.key} is done; only failed tasks can be retried")
+        if task is None:
+            raise ApplicationError(
+                f"no task {input.key!r} in the backlog of agent {self.agent}; "
+                f"`backlog list --agent {self.agent}` shows the keys"
+            )
+        if task.state != "failed":
+            raise ApplicationError(
+                f"task {input.key} is {task.state}; only failed tasks (`backlog dead`) can be "
+                "retried"
+            )

@@ -1,0 +1,72 @@
+"""Pure decisions the run workflow takes on failures: which retry policy, which error kind,
+what is over budget. No I/O and no clock, so they are safe in workflow code."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+from agentrun.errors import BAD_REQUEST, PERMISSION_DENIED, UNKNOWN_TOOL
+from agentrun.models import Budget, JsonDict, RunSpec
+
+# Failures that no other model or another try will fix.
+FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL})
+
+REPAIR_PROMPT = (
+    "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "
+    "must be one JSON object that matches the tool's parameters schema exactly; otherwise "
+    "give your final answer as Markdown starting with '## Summary'."
+)
+
+
+def retry_policy(spec: RunSpec, max_attempts: int) -> RetryPolicy:
+    failures = spec.failures
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=spec.timeouts.initial_retry_seconds),
+        backoff_coefficient=failures.backoff_coefficient,
+        maximum_interval=timedelta(seconds=failures.max_retry_seconds),
+        maximum_attempts=max_attempts,
+    )
+
+
+def tool_limits(spec: RunSpec, tool: str) -> tuple[int, float]:
+    """(max attempts, timeout seconds) for a tool, after its per-tool overrides."""
+    override = spec.failures.tools.get(tool)
+    attempts = override.max_attempts if override and override.max_attempts else None
+    timeout = override.timeout_seconds if override and override.timeout_seconds else None
+    return attempts or spec.timeouts.max_attempts, timeout or spec.timeouts.tool_seconds
+
+
+def error_kind(err: ActivityError) -> str:
+    """The classified type of an activity's final failure ("Timeout" for a timeout)."""
+    if isinstance(err.cause, ApplicationError):
+        return err.cause.type or "ApplicationError"
+    if isinstance(err.cause, TimeoutError):
+        return "Timeout"
+    return type(err.cause).__name__
+
+
+def cause(err: ActivityError) -> str:
+    return err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+
+
+def over_budget(budget: Budget, tokens: int, cost_usd: float) -> str | None:
+    if budget.max_tokens and tokens > budget.max_tokens:
+        return f"token budget exceeded: {tokens} > {budget.max_tokens}"
+    if budget.max_cost_usd and cost_usd > budget.max_cost_usd:
+        return f"cost budget exceeded: ${cost_usd:.6f} > ${budget.max_cost_usd}"
+    return None
+
+
+def extend_budget(budget: Budget, original: Budget, edit: JsonDict | None) -> Budget:
+    """An approver's new limits, or, without an edit, one more allowance of the original."""
+    if edit:
+        return budget.model_copy(update=Budget.model_validate(edit).model_dump(exclude_unset=True))
+    return Budget(
+        max_tokens=(budget.max_tokens or 0) + original.max_tokens if original.max_tokens else None,
+        max_cost_usd=(budget.max_cost_usd or 0) + original.max_cost_usd
+        if original.max_cost_usd
+        else None,
+    )
