@@ -1,6 +1,7 @@
 """`verify.check`: the checks a final answer must pass before a run may complete.
 
-Deterministic checks come first (sections, forbidden words, length, a JSON schema, counts);
+Deterministic checks come first (sections, forbidden words, length, a JSON schema, counts,
+and the checks that each tool the run used declares);
 an optional LLM judge, asked through the run's own model client, comes last and only when
 the deterministic checks pass, so a judge is never paid to read an answer already refused.
 """
@@ -17,6 +18,7 @@ from temporalio import activity
 from agentrun.constants import ACTIVITY_VERIFY_CHECK
 from agentrun.errors import classify_model_error
 from agentrun.models import CheckOutcome, JudgeSpec, VerifyInput, VerifyResult, VerifySpec
+from agentrun.tools import ToolRegistry
 
 JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.DOTALL)
 JUDGE_PROMPT = (
@@ -26,16 +28,31 @@ JUDGE_PROMPT = (
 
 
 class VerifyActivities:
-    def __init__(self, client: openai.AsyncOpenAI, *, default_model: str) -> None:
+    def __init__(
+        self, client: openai.AsyncOpenAI, registry: ToolRegistry, *, default_model: str
+    ) -> None:
         self.client = client
+        self.registry = registry
         self.default_model = default_model
 
     @activity.defn(name=ACTIVITY_VERIFY_CHECK)
     async def check(self, input: VerifyInput) -> VerifyResult:
         checks = deterministic_checks(input.answer, input.spec)
+        checks += self._tool_checks(input.answer, input.tools_used)
         if input.spec.judge is not None and all(c.passed for c in checks):
             checks.append(await self._judge(input.answer, input.spec.judge))
         return VerifyResult(passed=all(c.passed for c in checks), checks=checks)
+
+    def _tool_checks(self, answer: str, tools_used: list[str]) -> list[CheckOutcome]:
+        """The checks each tool that ran declares on the answer (see `Tool.answer_checks`)."""
+        outcomes = []
+        for tool in self.registry.allowed(tools_used):
+            if tool.answer_checks is not None:
+                outcomes += [
+                    CheckOutcome(name=f"{tool.name}: {name}", passed=passed, detail=detail)
+                    for name, passed, detail in tool.answer_checks(answer)
+                ]
+        return outcomes
 
     async def _judge(self, answer: str, judge: JudgeSpec) -> CheckOutcome:
         try:

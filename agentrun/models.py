@@ -246,6 +246,9 @@ class VerifyInput(BaseModel):
     step_id: str
     answer: str
     spec: VerifySpec
+    tools_used: list[str] = Field(
+        default_factory=list, description="tools that ran: their declared checks apply too"
+    )
 
 
 class CheckOutcome(BaseModel):

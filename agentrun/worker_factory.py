@@ -142,7 +142,7 @@ def build_worker(
         artifact_threshold=settings.artifact_threshold_bytes,
     )
     mirror = MirrorActivities(store, journal)
-    verify = VerifyActivities(deps.model_client, default_model=settings.model)
+    verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
     backlog = BacklogActivities(BacklogStore(deps.pool))
     tuning = worker_tuning()
     if max_concurrent_activities is not None:

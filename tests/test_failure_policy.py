@@ -179,7 +179,8 @@ async def test_invalid_arguments_go_back_to_the_model_and_never_run(client, sett
     bad = [("send_message", {"to": "ana@example.com"})]  # no subject, no body
     good = [("send_message", {"to": "ana@example.com", "subject": "Hi", "body": "Hello"})]
     spec = make_spec("notify ana", approval={"require_at_or_above": "high", "always": []})
-    with OfflineModelServer(scripted(bad, good, SUMMARY)) as model:
+    reported = "## Summary\nDone.\n\n## Actions\n- Sent a message to ana@example.com."
+    with OfflineModelServer(scripted(bad, good, reported)) as model:
         async with worker(base_url=model.base_url):
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
             pending = await wait_pending(client, started.run_id)

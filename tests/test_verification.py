@@ -6,7 +6,7 @@ from activities.verify import deterministic_checks
 from agentrun import operations as ops
 from agentrun.models import VerifySpec
 from agentrun.offline_model import OfflineModelServer
-from tests.support import make_spec, rows, scripted
+from tests.support import make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
 
 GOOD = '## Summary\nTwo items.\n- a\n- b\n```json\n{"count": 2}\n```'
@@ -88,3 +88,22 @@ async def test_an_llm_judge_uses_the_runs_model_client(
     run_id, result = await run(client, settings, worker, model_server, failing)
     assert result.status.value == "failed"
     assert "judge: missing ['chargebacks']" in (result.error or "")
+
+
+async def test_a_tool_that_ran_adds_its_own_checks(client, settings, pool, worker):
+    """send_message declares that the answer must report what was sent."""
+    send = [("send_message", {"to": "ana@example.com", "subject": "Hi", "body": "Hello"})]
+    silent = "## Summary\nAll done."
+    honest = "## Summary\nAll done.\n\n## Actions\n- Sent a message to ana@example.com."
+    spec = make_spec("notify ana", allowed_tools=["send_message"], approval={"always": []})
+    with OfflineModelServer(scripted(send, silent, honest)) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            pending = await wait_pending(client, started.run_id)
+            await ops.approve(client, started.run_id, by="li", role="approver")
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await handle.result()
+    assert pending.tool == "send_message"
+    assert result.status.value == "completed" and result.answer == honest
+    told = model.requests[2]["messages"][-1]["content"]
+    assert "send_message: answer reports the message" in told

@@ -653,7 +653,19 @@ class AgentRunWorkflow:
         started = workflow.now()
         verdict = await workflow.execute_activity_method(
             VerifyActivities.check,
-            VerifyInput(run_id=self.run_id, step_id=step_id, answer=answer, spec=self.spec.verify),
+            VerifyInput(
+                run_id=self.run_id,
+                step_id=step_id,
+                answer=answer,
+                spec=self.spec.verify,
+                tools_used=sorted(
+                    {
+                        s.name
+                        for s in self.steps
+                        if s.type == "tool_call" and s.status == "completed"
+                    }
+                ),
+            ),
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
         )

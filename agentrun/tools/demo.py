@@ -112,6 +112,15 @@ async def find_ticket(args: CreateTicketArgs, ctx: ToolContext) -> Reconciled:
     return Reconciled(happened=True, result={"ticket_id": row[0], "title": row[1]})
 
 
+def reports_what_was_sent(answer: str) -> list[tuple[str, bool, str]]:
+    """A run that sent a message must say so in its answer's Actions section."""
+    _, found, actions = answer.partition("## Actions")
+    mentioned = bool(found) and "sent" in actions.lower()
+    return [
+        ("answer reports the message", mentioned, "the ## Actions section must say what was sent")
+    ]
+
+
 def demo_tools() -> list[Tool]:
     return [
         Tool(
@@ -127,6 +136,7 @@ def demo_tools() -> list[Tool]:
             send_message,  # type: ignore[arg-type]
             side_effect=True,
             risk=RiskLevel.HIGH,
+            answer_checks=reports_what_was_sent,
         ),
         Tool(
             "fetch_page",

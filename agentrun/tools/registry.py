@@ -50,6 +50,8 @@ class Reconciled:
 
 
 ReconcileFn = Callable[[Any, ToolContext], Awaitable[Reconciled]]
+# A tool's own checks on the final answer of a run that used it: (name, passed, detail).
+AnswerCheck = Callable[[str], list[tuple[str, bool, str]]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class Tool:
     transaction, so effect and record commit together. Other side-effecting tools act on
     the outside world; after a crash their outcome is unknown, and `reconcile`, given the
     same idempotency key, tells whether the effect happened. Without a hook, a person does.
+    `answer_checks` verify the final answer of any run that used the tool.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Tool:
     risk: RiskLevel = RiskLevel.LOW
     transactional: bool = True
     reconcile: ReconcileFn | None = None
+    answer_checks: AnswerCheck | None = None
 
     def openai_schema(self) -> JsonDict:
         return {
