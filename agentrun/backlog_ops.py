@@ -45,6 +45,11 @@ from agentrun.operations import OperationError
 from workflows.backlog import AgentBacklogWorkflow
 
 ENQUEUE_BATCH = 100
+# Well under Temporal's 2 MB payload limit, whatever the tasks' sizes.
+ENQUEUE_BATCH_BYTES = 512 * 1024
+# The backlog workflow keeps its tasks' specs in its state and mirrors them in batches: an
+# enqueue larger than this is refused, whole, before anything is sent.
+MAX_ENQUEUE_BYTES = 1024 * 1024
 
 
 def check_agent(agent: str) -> str:
@@ -143,10 +148,17 @@ async def enqueue(
     people enqueueing at once still get one backlog.
     """
     check_agent(agent)
+    size = sum(len(task.model_dump_json().encode()) for task in tasks)
+    if size > MAX_ENQUEUE_BYTES:
+        raise OperationError(
+            f"these {len(tasks)} tasks come to {size:,} bytes, over the {MAX_ENQUEUE_BYTES:,} "
+            "a backlog takes at once: enqueue them in parts, or keep large inputs in files "
+            "the tasks name"
+        )
     policy = policy or PolicyPatch()
     total = EnqueueResult(added=[], ignored=[], total=0, stopped=False)
     # In batches, so no single update's payload nears Temporal's size limit.
-    for first in range(0, len(tasks), ENQUEUE_BATCH):
+    for tasks_in_batch in _batches(tasks):
         start = WithStartWorkflowOperation(
             AgentBacklogWorkflow.run,
             BacklogInput(agent=agent, policy=policy.apply(BacklogPolicy())),
@@ -154,7 +166,7 @@ async def enqueue(
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        batch = EnqueueInput(tasks=tasks[first : first + ENQUEUE_BATCH], policy=policy, by=by)
+        batch = EnqueueInput(tasks=tasks_in_batch, policy=policy, by=by)
         try:
             # The SDK's overloads do not see through an async update handler's return type.
             result: EnqueueResult = await client.execute_update_with_start_workflow(
@@ -173,6 +185,22 @@ async def enqueue(
             stopped=result.stopped,
         )
     return total
+
+
+def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
+    """Consecutive batches of at most ENQUEUE_BATCH tasks and ENQUEUE_BATCH_BYTES, in order."""
+    batches: list[list[TaskItem]] = [[]]
+    size = 0
+    for task in tasks:
+        task_bytes = len(task.model_dump_json().encode())
+        if batches[-1] and (
+            len(batches[-1]) >= ENQUEUE_BATCH or size + task_bytes > ENQUEUE_BATCH_BYTES
+        ):
+            batches.append([])
+            size = 0
+        batches[-1].append(task)
+        size += task_bytes
+    return [batch for batch in batches if batch]
 
 
 async def _running(client: Client, agent: str) -> WorkflowHandle[Any, Any]:

@@ -1,12 +1,13 @@
-"""The one way every entry point connects to Temporal: same address, namespace, converter,
-and the same telemetry (Prometheus metrics for worker processes, OpenTelemetry tracing)."""
+"""The one way every entry point connects to Temporal: same address, namespace, converter
+(pydantic, encrypted when AGENTRUN_ENCRYPTION_KEYS is set), and the same telemetry
+(Prometheus metrics for worker processes, OpenTelemetry tracing)."""
 
 from __future__ import annotations
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from agentrun.encryption import data_converter
 from agentrun.settings import Settings, SetupError
 from agentrun.telemetry import client_interceptors
 
@@ -43,7 +44,7 @@ async def connect(
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(settings),
             identity=identity,
             interceptors=client_interceptors(settings),
             runtime=runtime,

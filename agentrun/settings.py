@@ -6,6 +6,8 @@ the same commands from the embedded stack to a real cluster, database and model 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from dataclasses import dataclass, field
@@ -43,6 +45,11 @@ class Settings:
     otel: bool = False
     # The default age for `starter.py prune`; nothing is pruned unless that command runs.
     retention_days: float | None = None
+    # AES-256 keys by key id (AGENTRUN_ENCRYPTION_KEYS); empty: payloads are not encrypted.
+    # Old ids stay here after a rotation so history written under them still decodes.
+    encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # The id new payloads are encrypted with (AGENTRUN_ENCRYPTION_KEY_ID; default the first).
+    encryption_key_id: str | None = None
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
@@ -50,6 +57,9 @@ class Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env.get("AGENTRUN_HOME", ".agentrun"))
         stack = read_stack_file(home)
+        keys, key_id = parse_encryption_keys(
+            env.get("AGENTRUN_ENCRYPTION_KEYS", ""), env.get("AGENTRUN_ENCRYPTION_KEY_ID")
+        )
         prices = {OFFLINE_MODEL: (0.15, 0.60)}
         if env.get("AGENTRUN_MODEL_PRICES"):
             raw = json.loads(env["AGENTRUN_MODEL_PRICES"])
@@ -73,6 +83,8 @@ class Settings:
             retention_days=float(env["AGENTRUN_RETENTION_DAYS"])
             if env.get("AGENTRUN_RETENTION_DAYS")
             else None,
+            encryption_keys=keys,
+            encryption_key_id=key_id,
         )
 
     def require_database(self) -> str:
@@ -85,6 +97,57 @@ class Settings:
 
     def run_link(self, run_id: str) -> str:
         return f"{self.web_ui_url}/namespaces/{self.temporal_namespace}/workflows/{run_id}"
+
+
+ENCRYPTION_KEY_BYTES = 32
+
+
+def parse_encryption_keys(
+    raw: str, active_id: str | None = None
+) -> tuple[dict[str, bytes], str | None]:
+    """`id:base64key,id:base64key` (32-byte AES-256 keys) and the active id (default: the
+    first); a malformed value is a SetupError that never echoes key material."""
+    keys: dict[str, bytes] = {}
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        key_id, sep, encoded = entry.partition(":")
+        key_id = key_id.strip()
+        if not sep or not key_id:
+            raise SetupError(
+                "AGENTRUN_ENCRYPTION_KEYS must be comma-separated `id:base64key` pairs; "
+                'generate a key with `python -c "import os, base64; '
+                'print(base64.b64encode(os.urandom(32)).decode())"`'
+            )
+        try:
+            key = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise SetupError(
+                f"AGENTRUN_ENCRYPTION_KEYS: the key for id {key_id!r} is not valid base64"
+            ) from err
+        if len(key) != ENCRYPTION_KEY_BYTES:
+            raise SetupError(
+                f"AGENTRUN_ENCRYPTION_KEYS: the key for id {key_id!r} is {len(key)} bytes; "
+                f"AES-256 needs {ENCRYPTION_KEY_BYTES}"
+            )
+        if key_id in keys:
+            raise SetupError(f"AGENTRUN_ENCRYPTION_KEYS: key id {key_id!r} appears twice")
+        keys[key_id] = key
+    active = (active_id or "").strip() or None
+    if not keys:
+        if active:
+            raise SetupError(
+                f"AGENTRUN_ENCRYPTION_KEY_ID is {active!r} but AGENTRUN_ENCRYPTION_KEYS is empty"
+            )
+        return {}, None
+    if active is None:
+        active = next(iter(keys))
+    elif active not in keys:
+        raise SetupError(
+            f"AGENTRUN_ENCRYPTION_KEY_ID {active!r} is not among the ids in "
+            f"AGENTRUN_ENCRYPTION_KEYS ({', '.join(sorted(keys))})"
+        )
+    return keys, active
 
 
 def read_stack_file(home: Path) -> dict[str, str]:

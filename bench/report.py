@@ -105,7 +105,7 @@ def summary_table(results: dict[str, Any]) -> str:
     effects = rec.get("side_effects_per_run") or {}
     rows.append(
         [
-            "side effects per killed-and-retried run (must be 1)",
+            "side effects per run of the recovery test (must be 1)",
             (
                 f"{effects.get('min')} to {effects.get('max')} over {rec.get('runs')} runs "
                 f"({rec.get('duplicates_prevented')} duplicates prevented)"
@@ -201,6 +201,8 @@ def targets_table(results: dict[str, Any]) -> str:
     p99 = _get(rec, "seconds_kill_to_retry", "p99")
     hb = rec.get("heartbeat_seconds")
     lag = _get(results, "overhead", "mirror_lag_ms", "p95")
+    load = _get(results, "throughput", "mirror_lag_under_load") or {}
+    lag_load = _get(load, "ms", "p95")
 
     def verdict(ok: bool | None) -> str:
         return "not measured" if ok is None else ("met" if ok else "**not met**")
@@ -222,9 +224,14 @@ def targets_table(results: dict[str, Any]) -> str:
             verdict(rec.get("effects_exactly_once") if rec else None),
         ],
         [
-            "mirror lag p95 under 200 ms",
+            "mirror lag p95 under 200 ms, one run at a time",
             fmt(lag, " ms"),
             verdict(None if lag is None else lag < 200),
+        ],
+        [
+            f"mirror lag p95 under 200 ms, {load.get('level', '?')} concurrent runs",
+            fmt(lag_load, " ms"),
+            verdict(None if lag_load is None else lag_load < 200),
         ],
     ]
     return render_table(["target", "measured", "verdict"], rows)

@@ -69,6 +69,7 @@ class Config:
     out: Path
     publish: bool
     profile: bool
+    render: Path | None = None
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -90,9 +91,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="which to run: overhead,throughput,latency,recovery (and profile)",
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the worker at 100 runs")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results", help="default: bench/results/"
+    )
     parser.add_argument(
         "--publish", action="store_true", help="also write docs/bench/latest.{json,md,png}"
+    )
+    parser.add_argument(
+        "--render", type=Path, help="measure nothing: print the tables of a results JSON file"
     )
     args = parser.parse_args(argv)
     quick = args.quick
@@ -115,6 +121,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         out=args.out,
         publish=args.publish,
         profile=args.profile,
+        render=args.render,
     )
 
 
@@ -649,6 +656,9 @@ def write_outputs(cfg: Config, results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
+    if cfg.render is not None:
+        print(report.full_report(json.loads(cfg.render.read_text())))
+        return 0
     results = asyncio.run(run(cfg))
     text = write_outputs(cfg, results)
     print("\n" + text)

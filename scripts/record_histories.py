@@ -98,6 +98,8 @@ LONG_TASK = "Search the notes twelve times."
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
     "rejected": (RunSpec(task=TASK), rejected),
+    # Recorded after mirror writes became local activities (patch mirror-sync-local-activity).
+    "approved_local_mirror": (RunSpec(task=TASK), approved_with_edit),
     "paused_and_resumed": (RunSpec(task=TASK), paused_and_resumed),
     "cancelled": (RunSpec(task=TASK), cancelled),
     "quarantine_released": (

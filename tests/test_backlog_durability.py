@@ -57,7 +57,9 @@ def turns_for(n: int) -> list[Any]:
     if n == KILLED_DURING:
         docs = {"documents": DOCUMENTS, "seconds_per_document": 0.3}
         turns.append([("index_documents", docs)])
-    turns.append(f"## Summary\nItem {n} is done.")
+    # send_message's own check: an answer must report what was sent.
+    sent = "\n\n## Actions\n- Sent a message to the owner." if n in MESSAGE_ITEMS else ""
+    turns.append(f"## Summary\nItem {n} is done.{sent}")
     return turns
 
 

@@ -89,6 +89,7 @@ def test_report_from_fixed_results() -> None:
     assert "2.50 s (limit 4.0 s)" in targets
     assert "150.0 ms" in targets
     assert targets.count("| met") == 3
+    assert "not measured" in targets  # no figure under load in this data
     text = report.full_report(results)
     assert "2 cores (test cpu)" in text
     profile = report.profile_table({"steps_per_second": 10.0}, {"steps_per_second": 15.0})

@@ -14,7 +14,7 @@ from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
@@ -28,9 +28,6 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRecord,
         ApproveInput,
         CheckpointInput,
-        ControlInput,
-        ControlResult,
-        DecisionResult,
         JsonDict,
         MirrorBatch,
         ModelCallInput,
@@ -44,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunSnapshot,
         RunSpec,
-        RunState,
         SideEffectRecord,
         StepRecord,
         StepSummary,
@@ -54,14 +50,18 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         VerifyResult,
     )
-    from agentrun.states import RunStatus, check_transition, is_terminal
+    from agentrun.states import RunStatus, check_transition
     from workflows import policies
+    from workflows.run_messages import RunMessages
 
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
+# Patch ids: each marks a change to what the workflow does, so histories recorded before it
+# replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
+MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes.
 MIRROR_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -78,7 +78,7 @@ class RunEnded(Exception):
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
-class AgentRunWorkflow:
+class AgentRunWorkflow(RunMessages):
     @workflow.init
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -805,12 +805,21 @@ class AgentRunWorkflow:
             run=self._snapshot(), steps=self.pending_steps, events=self.pending_events
         )
         self.pending_steps, self.pending_events = [], []
-        await workflow.execute_activity_method(
-            MirrorActivities.sync,
-            batch,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=MIRROR_RETRY,
-        )
+        if workflow.patched(MIRROR_SYNC_LOCAL):
+            # A local activity: one short Postgres write needs no round trip to the server.
+            await workflow.execute_local_activity_method(
+                MirrorActivities.sync,
+                batch,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=MIRROR_RETRY,
+            )
+        else:  # runs started before the patch replay the way they were recorded
+            await workflow.execute_activity_method(
+                MirrorActivities.sync,
+                batch,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=MIRROR_RETRY,
+            )
 
     async def _record_receipt(self) -> None:
         await self._flush()
@@ -841,138 +850,3 @@ class AgentRunWorkflow:
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=MIRROR_RETRY,
         )
-
-    # ------------------------------------------------------------------ messages
-
-    @workflow.query(name=names.QUERY_STATE)
-    def state(self) -> RunState:
-        return RunState(
-            run_id=self.run_id,
-            status=self.status,
-            tenant=self.spec.tenant,
-            user=self.spec.user,
-            task=self.spec.task,
-            current_step_id=self.current_step_id,
-            steps=self.steps,
-            pending_approval=self.pending_approval,
-            pause_requested=self.pause_requested,
-            pause_reason=self.pause_reason,
-            checkpoint=self.checkpoint,
-            tokens_in=self.tokens_in,
-            tokens_out=self.tokens_out,
-            cost_usd=self.cost_usd,
-            result=self.answer,
-            error=self.error,
-        )
-
-    @workflow.query(name=names.QUERY_PENDING_APPROVAL)
-    def get_pending_approval(self) -> PendingApproval | None:
-        return self.pending_approval
-
-    def _check_decision(self, action: str, by: str, role: str, tenant: str | None) -> None:
-        """Refuse, with a reason a person can act on, any decision that does not fit."""
-        pending = self.pending_approval
-        if is_terminal(self.status):
-            raise ApplicationError(f"run {self.run_id} already ended as {self.status.value}")
-        if pending is None or self.decision is not None:
-            raise ApplicationError(
-                f"run {self.run_id} is not waiting for an approval (status {self.status.value})"
-            )
-        if action != pending.action_hash:
-            raise ApplicationError(
-                f"stale approval: the pending action is {pending.action_hash} "
-                f"({pending.tool}), not {action}; run `status` and decide again"
-            )
-        if tenant is not None and tenant != pending.tenant:
-            raise ApplicationError(f"run {self.run_id} belongs to another tenant")
-        if role != pending.required_role:
-            raise ApplicationError(
-                f"{by} has role {role!r}, but {pending.tool} needs role {pending.required_role!r}"
-            )
-        if pending.approvers and by not in pending.approvers:
-            raise ApplicationError(f"{by} is not among the approvers for this run")
-        if workflow.now() >= pending.expires_at:
-            raise ApplicationError(f"the approval expired at {pending.expires_at.isoformat()}")
-
-    async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
-        # Two updates can both pass validation in one activation; only the first decides.
-        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
-        assert self.pending_approval is not None
-        approval_id = self.pending_approval.approval_id
-        self.decision = input
-        await workflow.wait_condition(
-            lambda: (
-                self.pending_approval is None or self.pending_approval.approval_id != approval_id
-            )
-        )
-        last = self.approvals[-1] if self.approvals else None
-        decided = last.decision if last and last.approval_id == approval_id else "applied"
-        return DecisionResult(approval_id=approval_id, decision=decided, status=self.status)
-
-    @workflow.update(name=names.UPDATE_APPROVE)
-    async def approve(self, input: ApproveInput) -> DecisionResult:
-        return await self._decide_by_update(input)
-
-    @approve.validator
-    def _validate_approve(self, input: ApproveInput) -> None:
-        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
-
-    @workflow.update(name=names.UPDATE_REJECT)
-    async def reject(self, input: RejectInput) -> DecisionResult:
-        return await self._decide_by_update(input)
-
-    @reject.validator
-    def _validate_reject(self, input: RejectInput) -> None:
-        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
-
-    @workflow.signal(name=names.SIGNAL_APPROVE)
-    def approve_signal(self, input: ApproveInput) -> None:
-        self._decide_by_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_REJECT)
-    def reject_signal(self, input: RejectInput) -> None:
-        self._decide_by_signal(input)
-
-    def _decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
-        """A signal cannot be refused, so one that does not fit is recorded and ignored."""
-        try:
-            self._check_decision(input.action_hash, input.by, input.role, input.tenant)
-        except ApplicationError as err:
-            self._event("approval.refused", data={"by": input.by, "reason": err.message})
-            return
-        self.decision = input
-
-    @workflow.update(name=names.UPDATE_PAUSE)
-    def pause(self, input: ControlInput) -> ControlResult:
-        self.pause_requested = True
-        self._event("pause.requested", data={"by": input.by})
-        return ControlResult(
-            status=self.status, paused=True, message="the run pauses at its next step boundary"
-        )
-
-    @pause.validator
-    def _validate_pause(self, input: ControlInput) -> None:
-        if is_terminal(self.status):
-            raise ApplicationError(f"run {self.run_id} already ended as {self.status.value}")
-
-    @workflow.update(name=names.UPDATE_RESUME)
-    def resume(self, input: ControlInput) -> ControlResult:
-        self.pause_requested = False
-        self._event("resume.requested", data={"by": input.by})
-        return ControlResult(status=self.status, paused=False, message="the run continues")
-
-    @resume.validator
-    def _validate_resume(self, input: ControlInput) -> None:
-        if is_terminal(self.status):
-            raise ApplicationError(f"run {self.run_id} already ended as {self.status.value}")
-        if not self.pause_requested:
-            raise ApplicationError(f"run {self.run_id} is not paused (status {self.status.value})")
-
-    @workflow.signal(name=names.SIGNAL_PAUSE)
-    def pause_signal(self, input: ControlInput) -> None:
-        if not is_terminal(self.status):
-            self.pause_requested = True
-
-    @workflow.signal(name=names.SIGNAL_RESUME)
-    def resume_signal(self, input: ControlInput) -> None:
-        self.pause_requested = False

@@ -1,0 +1,204 @@
+"""Payload encryption: with keys set, Temporal's history holds only ciphertext (failures
+included), clients with the keys read it as before, keys rotate, and the codec server lets the
+Web UI decode over HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import replace
+from email.message import Message
+
+import pytest
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from agentrun import operations as ops
+from agentrun.codec_server import CodecServer
+from agentrun.encryption import (
+    ENCODING,
+    KEY_ID_METADATA,
+    EncryptionCodec,
+    UnknownEncryptionKey,
+    data_converter,
+)
+from agentrun.models import RunResult
+from agentrun.settings import Settings, SetupError
+from tests.conftest import running_worker
+from tests.support import make_spec
+from workflows import AgentRunWorkflow
+
+KEY_A = os.urandom(32)
+KEY_B = os.urandom(32)
+
+
+def b64(key: bytes) -> str:
+    return base64.b64encode(key).decode()
+
+
+def encrypted(settings: Settings, key_id: str = "a", key: bytes = KEY_A) -> Settings:
+    return replace(settings, encryption_keys={key_id: key}, encryption_key_id=key_id)
+
+
+async def test_history_holds_only_ciphertext(settings, pool):
+    secret_settings = encrypted(settings)
+    target = settings.temporal_address
+    secret_client = await Client.connect(target, data_converter=data_converter(secret_settings))
+    marker = f"zebra-{uuid.uuid4().hex[:8]}"
+    spec = make_spec(f"Summarize our invoice policy. {marker}", allowed_tools=["search_notes"])
+
+    async with running_worker(secret_client, secret_settings, pool):
+        started = await ops.start_run(secret_client, spec, task_queue=settings.task_queue)
+        handle = secret_client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        result: RunResult = await handle.result()
+    assert result.status.value == "completed"
+
+    # A client without the keys sees what the server stores: ciphertext, tagged with the key id.
+    plain_client = await Client.connect(target)
+    history = await plain_client.get_workflow_handle(started.run_id).fetch_history()
+    raw = b"".join(event.SerializeToString() for event in history.events)
+    assert marker.encode() not in raw
+    assert marker not in history.to_json()
+
+    payloads: list[Payload] = []
+    activities = 0
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            payloads += event.workflow_execution_started_event_attributes.input.payloads
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activities += 1
+            payloads += event.activity_task_scheduled_event_attributes.input.payloads
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            payloads += event.activity_task_completed_event_attributes.result.payloads
+    assert activities > 0 and payloads
+    assert all(p.metadata["encoding"] == ENCODING for p in payloads)
+    assert all(p.metadata[KEY_ID_METADATA] == b"a" for p in payloads)
+    with pytest.raises(Exception, match="binary/encrypted"):
+        await plain_client.get_workflow_handle(started.run_id).result()
+
+    # The client with the keys reads the same history in the clear.
+    started_event = history.events[0].workflow_execution_started_event_attributes
+    decoded = await secret_client.data_converter.decode(started_event.input.payloads)
+    assert marker in json.dumps(decoded, default=str)
+    again = secret_client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+    assert (await again.result()).answer == result.answer
+
+
+async def test_failure_messages_and_traces_are_encrypted(settings):
+    converter = data_converter(encrypted(settings))
+    marker = f"customer-{uuid.uuid4().hex[:8]}"
+    try:
+        raise ApplicationError(f"tool failed for {marker}", {"who": marker})
+    except ApplicationError as err:
+        error = err
+    failure = Failure()
+    await converter.encode_failure(error, failure)
+
+    assert failure.message == "Encoded failure"
+    assert failure.stack_trace == ""
+    assert marker.encode() not in failure.SerializeToString()
+    assert failure.encoded_attributes.metadata["encoding"] == ENCODING
+
+    back = await converter.decode_failure(failure)
+    assert isinstance(back, ApplicationError) and marker in back.message
+
+
+async def test_keys_rotate_and_an_unknown_key_is_named():
+    original = Payload(metadata={"encoding": b"json/plain"}, data=b'{"task": "refund ana"}')
+    [under_a] = await EncryptionCodec({"a": KEY_A}, "a").encode([original])
+    assert b"refund ana" not in under_a.data
+
+    rotated = EncryptionCodec({"a": KEY_A, "b": KEY_B}, "b")
+    assert await rotated.decode([under_a]) == [original]
+    [under_b] = await rotated.encode([original])
+    assert under_b.metadata[KEY_ID_METADATA] == b"b"
+    assert await rotated.decode([under_b]) == [original]
+    # Payloads written before encryption was on pass through.
+    assert await rotated.decode([original]) == [original]
+
+    with pytest.raises(UnknownEncryptionKey, match="'b'"):
+        await EncryptionCodec({"a": KEY_A}, "a").decode([under_b])
+    with pytest.raises(UnknownEncryptionKey, match="'a'"):
+        await EncryptionCodec({"a": KEY_B}, "a").decode([under_a])
+
+
+def test_keys_come_from_settings_and_bad_ones_are_refused():
+    env = {"AGENTRUN_ENCRYPTION_KEYS": f"a:{b64(KEY_A)}, b:{b64(KEY_B)}"}
+    loaded = Settings.load(env)
+    assert loaded.encryption_keys == {"a": KEY_A, "b": KEY_B}
+    assert loaded.encryption_key_id == "a"
+    assert b64(KEY_A) not in repr(loaded) and "KEY_A" not in repr(loaded)
+    assert str(KEY_A) not in repr(loaded)
+    assert Settings.load({**env, "AGENTRUN_ENCRYPTION_KEY_ID": "b"}).encryption_key_id == "b"
+    assert Settings.load({}).encryption_keys == {}
+
+    bad = {
+        "nokey": "not a pair",
+        "not valid base64": "a:%%%",
+        "is 16 bytes": f"a:{b64(os.urandom(16))}",
+        "appears twice": f"a:{b64(KEY_A)},a:{b64(KEY_B)}",
+    }
+    for message, value in bad.items():
+        with pytest.raises(SetupError) as caught:
+            Settings.load({"AGENTRUN_ENCRYPTION_KEYS": value})
+        assert ("id:base64key" if message == "nokey" else message) in str(caught.value)
+    with pytest.raises(SetupError, match="'c' is not among"):
+        Settings.load({**env, "AGENTRUN_ENCRYPTION_KEY_ID": "c"})
+
+
+def post(url: str, body: bytes, method: str = "POST") -> tuple[int, Message, bytes]:
+    request = urllib.request.Request(
+        url,
+        data=body if method == "POST" else None,
+        method=method,
+        headers={"content-type": "application/json", "x-namespace": "default"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def test_codec_server_encodes_and_decodes_for_the_web_ui():
+    original = Payloads(
+        payloads=[Payload(metadata={"encoding": b"json/plain"}, data=b'"notify ana"')]
+    )
+    body = json_format.MessageToJson(original).encode()
+    codec = EncryptionCodec({"a": KEY_A}, "a")
+    with CodecServer(codec, port=0, web_ui_origin="http://ui.example:8233") as server:
+        status, headers, encoded = post(f"{server.url}/encode", body)
+        assert status == 200
+        assert headers["access-control-allow-origin"] == "http://ui.example:8233"
+        wire = json.loads(encoded)
+        assert b"notify ana" not in base64.b64decode(wire["payloads"][0]["data"])
+        assert base64.b64decode(wire["payloads"][0]["metadata"]["encoding"]) == ENCODING
+
+        status, _, decoded = post(f"{server.url}/decode", encoded)
+        assert status == 200
+        assert json_format.Parse(decoded, Payloads()) == original
+
+        status, headers, _ = post(f"{server.url}/decode", b"", method="OPTIONS")
+        assert status in (200, 204)
+        assert headers["access-control-allow-origin"] == "http://ui.example:8233"
+        allowed = headers["access-control-allow-headers"]
+        assert {"content-type", "x-namespace", "authorization"} <= {
+            h.strip() for h in allowed.split(",")
+        }
+        assert "POST" in headers["access-control-allow-methods"]
+
+        # A payload under a key the server lacks is refused with the key id, not garbled.
+        foreign = EncryptionCodec({"z": KEY_B}, "z").encrypt(original.payloads[0])
+        status, _, error = post(
+            f"{server.url}/decode",
+            json_format.MessageToJson(Payloads(payloads=[foreign])).encode(),
+        )
+        assert status == 400 and "'z'" in json.loads(error)["error"]
