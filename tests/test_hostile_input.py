@@ -74,26 +74,27 @@ def test_a_malformed_run_spec_names_the_field(raw, field, message):
 # ---------------------------------------------------------------- an oversized task
 
 
-async def test_an_oversized_task_is_refused_before_anything_starts(monkeypatch, settings):
+async def test_an_oversized_task_is_refused_before_anything_starts(client, settings):
     with pytest.raises(ValidationError) as caught:
         RunSpec(task="x" * (MAX_TASK_CHARS + 1))
     assert caught.value.errors()[0]["loc"] == ("task",)
     assert f"at most {MAX_TASK_CHARS} characters" in caught.value.errors()[0]["msg"]
     RunSpec(task="x" * MAX_TASK_CHARS)  # the limit itself is fine
 
-    started: list[RunSpec] = []
-
-    async def record(client: Any, spec: RunSpec, **kwargs: Any) -> ops.Started:
-        started.append(spec)
-        return ops.Started("run-never", existing=False)
-
-    monkeypatch.setattr(ops, "start_run", record)
+    key = f"oversized-{settings.task_queue}"
     args = argparse.Namespace(
-        spec=None, task="x" * (MAX_TASK_CHARS + 1), idempotency_key=None, tenant=None, user=None
+        spec=None,
+        task="x" * (MAX_TASK_CHARS + 1),
+        idempotency_key=key,
+        tenant=None,
+        user=None,
+        json=False,
     )
     with pytest.raises(ops.OperationError, match="invalid run spec: task: String should have"):
-        await starter.cmd_start(None, settings, args)  # type: ignore[arg-type]
-    assert started == [], "ops.start_run is never called with an oversized task"
+        await starter.cmd_start(client, settings, args)
+    with pytest.raises(RPCError) as missing:  # nothing was started on the real server
+        await client.get_workflow_handle(ops.run_id_for(key)).describe()
+    assert missing.value.status == RPCStatusCode.NOT_FOUND
 
 
 # ---------------------------------------------------------------- unknown tools
