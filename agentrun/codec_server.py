@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
+from agentrun.background_http import BackgroundHTTPServer
 from agentrun.encryption import EncryptionCodec, UnknownEncryptionKey, codec_for
 from agentrun.settings import Settings, SetupError
 
@@ -87,7 +87,7 @@ class _Server(ThreadingHTTPServer):
     web_ui_origin: str
 
 
-class CodecServer:
+class CodecServer(BackgroundHTTPServer):
     """Serves a codec over HTTP in a background thread (`serve_forever` in the foreground)."""
 
     def __init__(
@@ -98,33 +98,14 @@ class CodecServer:
         port: int = 8081,
         web_ui_origin: str = DEFAULT_WEB_UI_ORIGIN,
     ) -> None:
-        self._server = _Server((host, port), _Handler)
-        self._server.codec = codec
-        self._server.web_ui_origin = web_ui_origin.rstrip("/")
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        server = _Server((host, port), _Handler)
+        server.codec = codec
+        server.web_ui_origin = web_ui_origin.rstrip("/")
+        super().__init__(server)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else host
-        return f"http://{host}:{port}"
-
-    def serve_forever(self) -> None:
-        self._server.serve_forever()
-
-    def start(self) -> CodecServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> CodecServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return self.origin
 
 
 def main() -> None:

@@ -13,13 +13,13 @@ import hashlib
 import json
 import re
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentrun.background_http import BackgroundHTTPServer
 from agentrun.constants import OFFLINE_MODEL
 
 Json = dict[str, Any]
@@ -202,41 +202,27 @@ class _Server(ThreadingHTTPServer):
     requests: list[Json]
 
 
-class OfflineModelServer:
+class OfflineModelServer(BackgroundHTTPServer):
     """Serves a responder over HTTP in a background thread; `base_url` is for the SDK."""
+
+    _server: _Server
 
     def __init__(
         self, responder: Responder = offline_planner, host: str = "127.0.0.1", port: int = 0
     ) -> None:
-        self._server = _Server((host, port), _Handler)
-        self._server.responder = responder
-        self._server.requests = []
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        server = _Server((host, port), _Handler)
+        server.responder = responder
+        server.requests = []
+        super().__init__(server)
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else host
-        return f"http://{host}:{port}/v1"
+        return f"{self.origin}/v1"
 
     @property
     def requests(self) -> list[Json]:
         """Every chat request received, in order: tests read what the model was sent."""
         return self._server.requests
-
-    def start(self) -> OfflineModelServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> OfflineModelServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main() -> None:
@@ -246,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
     server = OfflineModelServer(host=args.host, port=args.port)
     print(f"offline model serving {OFFLINE_MODEL!r} at {server.base_url}", flush=True)
-    server._server.serve_forever()
+    server.serve_forever()
 
 
 if __name__ == "__main__":
