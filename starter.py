@@ -146,6 +146,18 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
+async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        action = ops.rebuild_mirror if args.action == "rebuild" else ops.check_mirror
+        report = await action(client, pool, args.run, payload_limit=settings.payload_limit_bytes)
+    finally:
+        await pool.close()
+    emit(report, args.json, render.mirror_report(report))
+    return 0 if report["agrees"] else 1
+
+
 # ---------------------------------------------------------------- commands that read Postgres
 
 
@@ -330,6 +342,7 @@ CLIENT_COMMANDS: dict[str, ClientCommand] = {
     "resume": cmd_resume,
     "cancel": cmd_cancel,
     "status": cmd_status,
+    "mirror": cmd_mirror,
 }
 LOCAL_COMMANDS = {
     "list": cmd_list,
@@ -384,6 +397,9 @@ def parser() -> argparse.ArgumentParser:
     ):
         p = command(name, help, json_flag=name in ("pause", "resume", "status", "receipt"))
         p.add_argument("run")
+    p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
+    p.add_argument("action", choices=["check", "rebuild"])
+    p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
     p.add_argument("--limit", type=int, default=50)

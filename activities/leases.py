@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
+import psycopg
+from psycopg_pool import PoolTimeout
 from temporalio import activity
 
 from agentrun.mirror_store import MirrorStore
+
+T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -42,4 +47,33 @@ async def hold_lease(
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def once_postgres_answers(
+    operation: Callable[[], Awaitable[T]], heartbeat_seconds: float
+) -> T:
+    """Run `operation`, waiting out a Postgres outage while heartbeating.
+
+    The worker is alive, so the attempt keeps its lease: an outage costs the step time,
+    not retry attempts, and the step goes on as soon as the database is back.
+    """
+    interval = max(heartbeat_seconds / 3, 0.2)
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            activity.heartbeat()
+
+    task = asyncio.create_task(beat())
+    try:
+        while True:
+            try:
+                return await operation()
+            except (psycopg.OperationalError, PoolTimeout) as err:
+                activity.logger.warning("Postgres is unavailable, waiting for it: %s", err)
+                await asyncio.sleep(interval)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from agentrun import faults
 from agentrun.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_SYNC,
@@ -22,6 +23,7 @@ class MirrorActivities:
     @activity.defn(name=ACTIVITY_MIRROR_SYNC)
     async def sync(self, batch: MirrorBatch) -> None:
         await self.store.sync(batch)
+        faults.fire("mirror.after_write")
 
     @activity.defn(name=ACTIVITY_CHECKPOINT_SAVE)
     async def save_checkpoint(self, input: CheckpointInput) -> None:

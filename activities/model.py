@@ -3,18 +3,22 @@
 The client is injected with max_retries=0, so Temporal's retry policy is the only one.
 Each response is journaled before the activity returns, so a retry after a crash reuses it
 instead of paying twice. Proposed tool calls are checked against the worker's registry
-here, so the workflow sees clean verdicts and never runs a tool with bad arguments.
+here, so the workflow sees clean verdicts and never runs a tool with bad arguments. A
+value the model writes into an argument a tool declares secret is sealed in the vault, and
+its marker stands for it, before the response is journaled or returned.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion
 from temporalio import activity
 
-from activities.leases import hold_lease
+from activities.leases import hold_lease, once_postgres_answers
 from agentrun import faults
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.conversation import ConversationStore
@@ -24,6 +28,7 @@ from agentrun.model_journal import ModelJournal
 from agentrun.models import ModelCallInput, ModelCallResult, ProposedToolCall, Usage
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import MalformedCall, UnknownToolError
+from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ModelActivities:
@@ -38,7 +43,9 @@ class ModelActivities:
         default_model: str,
         prices: dict[str, tuple[float, float]],
         identity: str,
+        vault: SecretVault,
     ) -> None:
+        self.vault = vault
         self.identity = identity
         self.client = client
         self.registry = registry
@@ -56,16 +63,19 @@ class ModelActivities:
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
         info = activity.info()
         model = input.model or self.default_model
-        await self.store.begin_attempt(
-            run_id=input.run_id,
-            step_id=input.step_id,
-            seq=input.seq,
-            type="model_call",
-            name=model,
-            attempt=info.attempt,
-            worker=self.identity,
-            lease_seconds=input.heartbeat_seconds,
-            input={"model": model, "messages": input.first_index + len(input.new_messages)},
+        await once_postgres_answers(
+            lambda: self.store.begin_attempt(
+                run_id=input.run_id,
+                step_id=input.step_id,
+                seq=input.seq,
+                type="model_call",
+                name=model,
+                attempt=info.attempt,
+                worker=self.identity,
+                lease_seconds=input.heartbeat_seconds,
+                input={"model": model, "messages": input.first_index + len(input.new_messages)},
+            ),
+            input.heartbeat_seconds,
         )
         journaled = await self.journal.find(input.run_id, input.step_id, model)
         if journaled is not None:
@@ -77,7 +87,9 @@ class ModelActivities:
             response = ChatCompletion.model_validate(raw)
         else:
             journal_attempt = info.attempt
-            response = await self._call(input, model)
+            response = await self._seal_secret_arguments(
+                input.run_id, await self._call(input, model)
+            )
         usage = Usage(
             input_tokens=response.usage.prompt_tokens if response.usage else 0,
             output_tokens=response.usage.completion_tokens if response.usage else 0,
@@ -157,6 +169,39 @@ class ModelActivities:
                 error=f"{failure.type}: {failure.message}",
             )
             raise failure from err
+
+    async def _seal_secret_arguments(self, run_id: str, response: ChatCompletion) -> ChatCompletion:
+        """The response with each raw value in a declared secret argument replaced by its
+        marker (the value sealed in the vault), wherever the response repeats it."""
+        scope = SecretScope()
+        for choice in response.choices:
+            for call in choice.message.tool_calls or []:
+                if call.type != "function":
+                    continue
+                try:
+                    secret_args = self.registry.get(call.function.name).secret_args
+                    arguments = json.loads(call.function.arguments or "{}")
+                except (UnknownToolError, json.JSONDecodeError):
+                    continue  # refused later, never run
+                if not secret_args or not isinstance(arguments, dict):
+                    continue
+                for name in secret_args:
+                    value = arguments.get(name)
+                    if isinstance(value, str) and value and not MARKER.search(value):
+                        scope.mark(value)
+        if not scope:
+            return response
+        await self.vault.seal(run_id, scope)
+        raw = response.model_dump(mode="json")
+        for choice in raw["choices"]:
+            for call in choice["message"].get("tool_calls") or []:
+                # Replace in the parsed arguments: in their JSON text a value may be escaped.
+                with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
+                    function = call["function"]
+                    function["arguments"] = json.dumps(
+                        scope.redact(json.loads(function["arguments"]))
+                    )
+        return ChatCompletion.model_validate(scope.redact(raw))
 
     def _check(
         self, call_id: str, name: str, raw_arguments: str, input: ModelCallInput

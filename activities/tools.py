@@ -4,11 +4,13 @@ A transactional tool claims its idempotency key and performs its effect in one P
 transaction; a retry after a crash finds the key and returns the recorded result. An
 external tool commits its claim first; a retry that finds a claim without a result does
 not act blindly: the tool's reconcile hook (or a person) says whether the effect happened.
-Every result is screened for prompt injection before the model sees it.
+Every result is screened for prompt injection before the model sees it. Secrets the tool
+marks are replaced by their markers (agentrun/vault.py) before anything leaves the activity.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -17,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.leases import hold_lease
+from activities.leases import hold_lease, once_postgres_answers
 from agentrun import faults, injection, ledger
 from agentrun.artifacts import ArtifactStore
 from agentrun.constants import ACTIVITY_TOOL_INVOKE
@@ -34,6 +36,7 @@ from agentrun.tools.registry import (
     UnknownToolError,
     compact_errors,
 )
+from agentrun.vault import MARKER, SecretScope, SecretUnavailable, SecretVault
 
 
 class ToolActivities:
@@ -46,7 +49,9 @@ class ToolActivities:
         *,
         artifacts: ArtifactStore,
         artifact_threshold: int,
+        vault: SecretVault,
     ) -> None:
+        self.vault = vault
         self.artifacts = artifacts
         self.artifact_threshold = artifact_threshold
         self.identity = identity
@@ -61,30 +66,41 @@ class ToolActivities:
             tool = self.registry.get(input.tool)
         except UnknownToolError as err:
             raise ApplicationError(str(err), type=UNKNOWN_TOOL, non_retryable=True) from err
+        scope = SecretScope()
         try:
-            args = tool.parse_arguments(input.arguments)
+            arguments = await self._open_secrets(tool, input, scope)
+        except SecretUnavailable as err:
+            return ToolCallResult(ok=False, error=str(err), attempt=info.attempt)
+        try:
+            args = tool.parse_arguments(arguments)
         except ValidationError as err:
             return ToolCallResult(
                 ok=False,
-                error=f"arguments failed validation: {compact_errors(err)}",
+                error=scope.redact(f"arguments failed validation: {compact_errors(err)}"),
                 attempt=info.attempt,
             )
-        saved = await self.store.begin_attempt(
-            run_id=input.run_id,
-            step_id=input.step_id,
-            seq=input.seq,
-            type="tool_call",
-            name=tool.name,
-            attempt=info.attempt,
-            worker=self.identity,
-            lease_seconds=input.heartbeat_seconds,
-            input=input.arguments,
-            idempotency_key=input.idempotency_key if tool.side_effect else None,
+        saved = await once_postgres_answers(
+            lambda: self.store.begin_attempt(
+                run_id=input.run_id,
+                step_id=input.step_id,
+                seq=input.seq,
+                type="tool_call",
+                name=tool.name,
+                attempt=info.attempt,
+                worker=self.identity,
+                lease_seconds=input.heartbeat_seconds,
+                input=scope.redact(input.arguments),
+                idempotency_key=input.idempotency_key if tool.side_effect else None,
+            ),
+            input.heartbeat_seconds,
         )
         checkpoint: JsonDict = {**input.checkpoint, **saved}
         patch: JsonDict = dict(saved)
+        faults.fire("tool.before_run", tool.name)
+        await faults.zombie(tool.name, info.attempt)
 
         async def save_checkpoint(update: JsonDict) -> None:
+            update = scope.redact(update)
             patch.update(update)
             checkpoint.update(update)
             await self.store.save_step_checkpoint(
@@ -99,24 +115,37 @@ class ToolActivities:
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
                 if tool.side_effect and not tool.transactional:
-                    outcome = await self._external(tool, args, input, checkpoint, save_checkpoint)
+                    outcome = await self._external(
+                        tool, args, input, checkpoint, save_checkpoint, scope
+                    )
                 else:
                     outcome = await self._transactional(
-                        tool, args, input, checkpoint, save_checkpoint
+                        tool, args, input, checkpoint, save_checkpoint, scope
                     )
         except ToolForbidden as err:
-            await self._fail(input, f"forbidden: {err}")
+            reason = scope.redact(str(err))
+            await self._fail(input, f"forbidden: {reason}")
             raise ApplicationError(
-                f"{tool.name} was refused permission: {err}",
+                f"{tool.name} was refused permission: {reason}",
                 type=PERMISSION_DENIED,
                 non_retryable=True,
-            ) from err
+            ) from (err if reason == str(err) else None)
         except ToolError as err:
-            await self._fail(input, str(err))
-            return ToolCallResult(ok=False, error=str(err), attempt=info.attempt)
+            reason = scope.redact(str(err))
+            await self._fail(input, reason)
+            return ToolCallResult(ok=False, error=reason, attempt=info.attempt)
         except Exception as err:
-            await self._fail(input, f"{type(err).__name__}: {err}")
-            raise
+            reason = scope.redact(str(err))
+            await self._fail(input, f"{type(err).__name__}: {reason}")
+            if reason == str(err):
+                raise
+            # The message quoted a secret: raise it without the original, which would carry
+            # the value into history and the worker's log.
+            raise ApplicationError(
+                reason,
+                type=err.type if isinstance(err, ApplicationError) else type(err).__name__,
+                non_retryable=isinstance(err, ApplicationError) and err.non_retryable,
+            ) from None
         if outcome.unknown_outcome:
             await self._fail(input, outcome.error or "unknown outcome")
             return outcome
@@ -150,6 +179,7 @@ class ToolActivities:
         input: ToolCallInput,
         checkpoint: JsonDict,
         save_checkpoint: CheckpointSaver,
+        scope: SecretScope,
     ) -> ToolCallResult:
         """Effect and ledger in one transaction: after a crash, either both or neither."""
         attempt = activity.info().attempt
@@ -167,8 +197,8 @@ class ToolActivities:
                     return ToolCallResult(
                         ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
                     )
-            context = self._context(input, checkpoint, conn, save_checkpoint)
-            output = await tool.fn(args, context)
+            context = self._context(input, checkpoint, conn, save_checkpoint, scope)
+            output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context))
             if tool.side_effect:
                 await ledger.complete(conn, key=input.idempotency_key, result=output)
         return ToolCallResult(ok=True, output=output, attempt=attempt)
@@ -180,6 +210,7 @@ class ToolActivities:
         input: ToolCallInput,
         checkpoint: JsonDict,
         save_checkpoint: CheckpointSaver,
+        scope: SecretScope,
     ) -> ToolCallResult:
         """A committed claim, the effect, then the record; a stale claim is reconciled."""
         attempt = activity.info().attempt
@@ -191,7 +222,7 @@ class ToolActivities:
                     type="EffectInProgress",
                 )
             try:
-                context = self._context(input, checkpoint, conn, save_checkpoint)
+                context = self._context(input, checkpoint, conn, save_checkpoint, scope)
                 state, recorded = await ledger.claim_external(
                     conn,
                     key=key,
@@ -218,19 +249,20 @@ class ToolActivities:
                         )
                     if verdict.happened:
                         reconciliation = f"happened ({verdict.by})"
+                        result = await self._seal(tool, input.run_id, scope, verdict.result)
                         await ledger.complete(
-                            conn, key=key, result=verdict.result, reconciliation=reconciliation
+                            conn, key=key, result=result, reconciliation=reconciliation
                         )
                         await ledger.count_duplicate(conn, key)
                         return ToolCallResult(
                             ok=True,
-                            output=verdict.result,
+                            output=result,
                             duplicate_prevented=True,
                             reconciliation=reconciliation,
                             attempt=attempt,
                         )
                     reconciliation = f"not happened ({verdict.by})"
-                output = await tool.fn(args, context)
+                output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context))
                 faults.fire("tool.after_external_effect", tool.name)
                 await ledger.complete(conn, key=key, result=output, reconciliation=reconciliation)
                 return ToolCallResult(
@@ -259,6 +291,7 @@ class ToolActivities:
         checkpoint: JsonDict,
         conn: AsyncConnection[Any],
         save_checkpoint: CheckpointSaver,
+        scope: SecretScope,
     ) -> ToolContext:
         return ToolContext(
             run_id=input.run_id,
@@ -267,8 +300,49 @@ class ToolActivities:
             checkpoint=checkpoint,
             conn=conn,
             save_checkpoint=save_checkpoint,
-            heartbeat=activity.heartbeat,
+            # Heartbeat details are kept in history too.
+            heartbeat=lambda *details: activity.heartbeat(*scope.redact(list(details))),
+            secrets=scope,
         )
+
+    async def _open_secrets(self, tool: Tool, input: ToolCallInput, scope: SecretScope) -> JsonDict:
+        """The arguments the tool runs with: markers in its secret arguments opened.
+
+        Only declared secret arguments are opened, so a marker the model pastes into any
+        other argument stays a marker. A raw value in a secret argument is marked, so it is
+        redacted wherever the tool's output or errors repeat it.
+        """
+        arguments = dict(input.arguments)
+        secret = {
+            name: value
+            for name in tool.secret_args
+            if isinstance(value := arguments.get(name), str) and value
+        }
+        ids = [i for value in secret.values() for i in MARKER.findall(value)]
+        opened = await self.vault.open(input.run_id, ids) if ids else {}
+        for secret_id, value in opened.items():
+            scope.known(secret_id, value)
+        for name, value in secret.items():
+            if MARKER.search(value):
+                arguments[name] = MARKER.sub(lambda m: opened[m.group(1)], value)
+            else:
+                scope.mark(value)
+        return arguments
+
+    async def _seal(self, tool: Tool, run_id: str, scope: SecretScope, output: Any) -> Any:
+        """The output with every secret replaced by its marker, the new secrets sealed in the
+        vault first, so every marker that leaves the activity opens later."""
+        if tool.secret_results and isinstance(output, dict):
+            output = dict(output)
+            for name in tool.secret_results:
+                value = output.get(name)
+                if isinstance(value, str) and value:
+                    scope.mark(value)
+                elif value is not None and value != "":
+                    output[name] = scope.mark(json.dumps(value, default=str))
+        output = scope.redact(output)
+        await self.vault.seal(run_id, scope)
+        return output
 
     async def _fail(self, input: ToolCallInput, error: str) -> None:
         await self.store.end_attempt(

@@ -307,6 +307,27 @@ MIGRATIONS: list[str] = [
         FROM steps s JOIN runs r USING (run_id)
         WHERE s.type = 'approval' AND s.final AND s.finished_at IS NOT NULL;
     """,
+    # 6: secret values tools marked, sealed (nonce + AES-256-GCM); everything else holds
+    # only their markers (agentrun/vault.py).
+    """
+    CREATE TABLE secret_values (
+        run_id text NOT NULL,
+        secret_id text NOT NULL,
+        key_id text NOT NULL,
+        sealed bytea NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, secret_id)
+    );
+    """,
+    # 7: fences for workflow-written rows: the history length the write was made at. A
+    # workflow task that was lost (its worker died before reporting it) may already have
+    # written rows; its re-run, which Temporal accepts, writes them again at a greater
+    # length and wins, whatever order the two writes land in.
+    """
+    ALTER TABLE runs ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+    ALTER TABLE steps ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+    ALTER TABLE events ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+    """,
 ]
 
 
@@ -327,12 +348,25 @@ async def migrate(conn: AsyncConnection[Any]) -> int:
     return len(MIGRATIONS)
 
 
+RECONNECT_SECONDS = 5.0
+WAIT_SECONDS = 5.0
+
+
 async def open_pool(
     database_url: str, *, max_size: int = 10, connect_seconds: float = 30
 ) -> AsyncConnectionPool:
     """Open a pool on a migrated database; every entry point that touches Postgres uses it."""
+    # After an outage the pool must find the database again within seconds. Its reconnect
+    # backoff doubles without bound, and a caller queued meanwhile waits out its whole
+    # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
     pool = AsyncConnectionPool(
-        database_url, min_size=1, max_size=max_size, open=False, kwargs={"autocommit": True}
+        database_url,
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        kwargs={"autocommit": True},
+        timeout=WAIT_SECONDS,
+        reconnect_timeout=RECONNECT_SECONDS,
     )
     try:
         await pool.open(wait=True, timeout=connect_seconds)

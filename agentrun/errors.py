@@ -17,6 +17,8 @@ BAD_REQUEST = "BadRequest"
 RATE_LIMITED = "RateLimited"
 PROVIDER_UNAVAILABLE = "ProviderUnavailable"
 UNKNOWN_TOOL = "UnknownTool"
+# A payload over Temporal's blob size limit (agentrun.payload_limits): no retry sends less.
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"
 
 
 def retry_after(err: openai.APIStatusError) -> timedelta | None:

@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from agentrun import faults
 from agentrun.models import JsonDict, MirrorBatch, Receipt, RetryRecord, StepRecord
 
 
@@ -153,77 +154,116 @@ class MirrorStore:
 
     async def sync(self, batch: MirrorBatch) -> None:
         """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
-        run = batch.run
         # Pipelined: the same statements in the same transaction, sent without waiting for
         # each reply, so a batch costs about one round trip however many rows it carries.
-        async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            await conn.execute(
-                """
-                INSERT INTO runs (run_id, version, tenant, user_id, task, status,
-                    current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
-                    duplicates_prevented, checkpoint, result, error, created_at, updated_at,
-                    finished_at)
-                VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
-                    %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
-                    %(dups)s, %(cp)s,
-                    %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s)
-                ON CONFLICT (run_id) DO UPDATE SET
-                    version = EXCLUDED.version, status = EXCLUDED.status,
-                    current_step_id = EXCLUDED.current_step_id,
-                    pause_reason = EXCLUDED.pause_reason, model = EXCLUDED.model,
-                    tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
-                    cost_usd = EXCLUDED.cost_usd,
-                    duplicates_prevented = EXCLUDED.duplicates_prevented,
-                    checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
-                    error = EXCLUDED.error, updated_at = EXCLUDED.updated_at,
-                    finished_at = EXCLUDED.finished_at
-                WHERE runs.version < EXCLUDED.version
-                """,
-                {
-                    "run_id": run.run_id,
-                    "version": run.version,
-                    "tenant": run.tenant,
-                    "user": run.user,
-                    "task": run.task,
-                    "status": run.status.value,
-                    "step": run.current_step_id,
-                    "pause_reason": run.pause_reason,
-                    "model": run.model,
-                    "tin": run.tokens_in,
-                    "tout": run.tokens_out,
-                    "cost": run.cost_usd,
-                    "dups": run.duplicates_prevented,
-                    "cp": Jsonb(run.checkpoint),
-                    "result": run.result,
-                    "error": run.error,
-                    "created": run.created_at,
-                    "updated": run.updated_at,
-                    "finished": run.finished_at,
-                },
-            )
-            for step in batch.steps:
-                await self._finalize_step(conn, run.run_id, step)
-            if batch.events:
-                async with conn.cursor() as cur:
-                    await cur.executemany(
-                        """INSERT INTO events (run_id, seq, type, step_id, data, created_at)
-                           VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
-                        [
-                            (run.run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at)
-                            for e in batch.events
-                        ],
-                    )
+        async with (
+            self.pool.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.transaction(),
+        ):
+            await self._apply(conn, batch)
+            if faults.armed("mirror.in_transaction"):
+                await pipeline.sync()  # the server has every row; only the commit is missing
+                faults.fire("mirror.in_transaction")
 
-    async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord) -> None:
-        # A final row is only rewritten by the same accepted attempt (a retried sync).
+    async def rebuild(self, batch: MirrorBatch, receipt: Receipt | None) -> None:
+        """Replace a run's workflow-written rows with those derived from its history.
+
+        Attempt-written columns (worker, lease, mid-step checkpoint) and the attempts
+        journal stay: history does not hold them. See `agentrun.projection`.
+        """
+        run_id = batch.run.run_id
+        keep = [step.step_id for step in batch.steps]
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
+            await conn.execute("DELETE FROM events WHERE run_id = %s", (run_id,))
+            await conn.execute("DELETE FROM receipts WHERE run_id = %s", (run_id,))
+            await conn.execute(
+                "DELETE FROM steps WHERE run_id = %s AND NOT step_id = ANY(%s)", (run_id, keep)
+            )
+            await conn.execute(
+                "UPDATE steps SET final = false, output = NULL WHERE run_id = %s", (run_id,)
+            )
+            await self._apply(conn, batch)
+            if receipt is not None:
+                await self._store_receipt(conn, receipt)
+
+    async def _apply(self, conn: Any, batch: MirrorBatch) -> None:
+        run = batch.run
+        await conn.execute(
+            """
+            INSERT INTO runs (run_id, version, tenant, user_id, task, status,
+                current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
+                duplicates_prevented, checkpoint, result, error, created_at, updated_at,
+                finished_at, fence)
+            VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
+                %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
+                %(dups)s, %(cp)s,
+                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s)
+            ON CONFLICT (run_id) DO UPDATE SET
+                version = EXCLUDED.version, status = EXCLUDED.status,
+                current_step_id = EXCLUDED.current_step_id,
+                pause_reason = EXCLUDED.pause_reason, model = EXCLUDED.model,
+                tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+                cost_usd = EXCLUDED.cost_usd,
+                duplicates_prevented = EXCLUDED.duplicates_prevented,
+                checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
+                error = EXCLUDED.error, created_at = EXCLUDED.created_at,
+                updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
+                fence = EXCLUDED.fence
+            WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
+            """,
+            {
+                "run_id": run.run_id,
+                "version": run.version,
+                "tenant": run.tenant,
+                "user": run.user,
+                "task": run.task,
+                "status": run.status.value,
+                "step": run.current_step_id,
+                "pause_reason": run.pause_reason,
+                "model": run.model,
+                "tin": run.tokens_in,
+                "tout": run.tokens_out,
+                "cost": run.cost_usd,
+                "dups": run.duplicates_prevented,
+                "cp": Jsonb(run.checkpoint),
+                "result": run.result,
+                "error": run.error,
+                "created": run.created_at,
+                "updated": run.updated_at,
+                "finished": run.finished_at,
+                "fence": batch.fence,
+            },
+        )
+        for step in batch.steps:
+            await self._finalize_step(conn, run.run_id, step, batch.fence)
+        if batch.events:
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    """INSERT INTO events (run_id, seq, type, step_id, data, created_at, fence)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s)
+                       ON CONFLICT (run_id, seq) DO UPDATE SET type = EXCLUDED.type,
+                           step_id = EXCLUDED.step_id, data = EXCLUDED.data,
+                           created_at = EXCLUDED.created_at, fence = EXCLUDED.fence
+                       WHERE events.fence < EXCLUDED.fence""",
+                    [
+                        (run.run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at, batch.fence)
+                        for e in batch.events
+                    ],
+                )
+
+    async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord, fence: int) -> None:
+        # A final row is only rewritten by the same accepted attempt: a retried sync, or the
+        # re-run of a lost workflow task (a greater fence).
         await conn.execute(
             """
             INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output, error,
                 attempt, tokens_in, tokens_out, cost_usd, idempotency_key, final,
-                started_at, finished_at, lease_until)
+                started_at, finished_at, lease_until, fence)
             VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, %(status)s, %(input)s,
                 %(output)s, %(error)s, %(attempt)s, %(tin)s, %(tout)s, %(cost)s, %(key)s,
-                %(final)s, %(started)s, %(finished)s, NULL)
+                %(final)s, %(started)s, %(finished)s, NULL, %(fence)s)
             ON CONFLICT (run_id, step_id) DO UPDATE SET
                 seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
                 status = EXCLUDED.status, output = coalesce(EXCLUDED.output, steps.output),
@@ -233,8 +273,10 @@ class MirrorStore:
                 idempotency_key = coalesce(EXCLUDED.idempotency_key, steps.idempotency_key),
                 final = EXCLUDED.final,
                 started_at = coalesce(steps.started_at, EXCLUDED.started_at),
-                finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now()
-            WHERE NOT steps.final OR steps.attempt = EXCLUDED.attempt
+                finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now(),
+                fence = EXCLUDED.fence
+            WHERE NOT steps.final
+               OR (steps.attempt = EXCLUDED.attempt AND steps.fence <= EXCLUDED.fence)
             """,
             {
                 "run": run_id,
@@ -254,6 +296,7 @@ class MirrorStore:
                 "final": step.final,
                 "started": step.started_at,
                 "finished": step.finished_at,
+                "fence": fence,
             },
         )
 
@@ -289,22 +332,27 @@ class MirrorStore:
 
     async def record_receipt(self, receipt: Receipt) -> str | None:
         """Store the receipt, and the final answer as a content-addressed artifact."""
-        artifact_id = None
         async with self.pool.connection() as conn, conn.transaction():
-            if receipt.answer:
-                body = receipt.answer.encode()
-                artifact_id = "sha256:" + hashlib.sha256(body).hexdigest()
-                await conn.execute(
-                    """INSERT INTO artifacts (artifact_id, run_id, step_id, name, media_type,
-                                              size_bytes, content)
-                       VALUES (%s, %s, NULL, 'answer.md', 'text/markdown', %s, %s)
-                       ON CONFLICT (artifact_id) DO NOTHING""",
-                    (artifact_id, receipt.run_id, len(body), body),
-                )
+            artifact_id = await self._store_receipt(conn, receipt)
+            faults.fire("receipt.in_write")
+        return artifact_id
+
+    async def _store_receipt(self, conn: Any, receipt: Receipt) -> str | None:
+        artifact_id = None
+        if receipt.answer:
+            body = receipt.answer.encode()
+            artifact_id = "sha256:" + hashlib.sha256(body).hexdigest()
             await conn.execute(
-                """INSERT INTO receipts (run_id, outcome, receipt) VALUES (%s, %s, %s)
-                   ON CONFLICT (run_id) DO UPDATE SET outcome = EXCLUDED.outcome,
-                       receipt = EXCLUDED.receipt""",
-                (receipt.run_id, receipt.outcome.value, Jsonb(receipt.model_dump(mode="json"))),
+                """INSERT INTO artifacts (artifact_id, run_id, step_id, name, media_type,
+                                          size_bytes, content)
+                   VALUES (%s, %s, NULL, 'answer.md', 'text/markdown', %s, %s)
+                   ON CONFLICT (artifact_id) DO NOTHING""",
+                (artifact_id, receipt.run_id, len(body), body),
             )
+        await conn.execute(
+            """INSERT INTO receipts (run_id, outcome, receipt) VALUES (%s, %s, %s)
+               ON CONFLICT (run_id) DO UPDATE SET outcome = EXCLUDED.outcome,
+                   receipt = EXCLUDED.receipt""",
+            (receipt.run_id, receipt.outcome.value, Jsonb(receipt.model_dump(mode="json"))),
+        )
         return artifact_id

@@ -327,6 +327,9 @@ class MirrorBatch(BaseModel):
     run: RunSnapshot
     steps: list[StepRecord] = Field(default_factory=list)
     events: list[RunEvent] = Field(default_factory=list)
+    fence: int = Field(
+        0, description="history length when written: a re-run of a lost workflow task wins"
+    )
 
 
 # ---------------------------------------------------------------- approvals

@@ -25,7 +25,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun import constants as names
-from agentrun import search_attributes
+from agentrun import projection, search_attributes
+from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
     ApproveInput,
     ControlInput,
@@ -37,6 +38,7 @@ from agentrun.models import (
     RunSpec,
     RunState,
 )
+from agentrun.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.states import RunStatus
 from workflows import AgentRunWorkflow
 
@@ -252,3 +254,44 @@ async def receipt(pool: AsyncConnectionPool, run_id: str) -> JsonDict:
                 "when a run ends"
             )
     return dict(row[0])
+
+
+async def check_mirror(
+    client: Client,
+    pool: AsyncConnectionPool,
+    run_id: str,
+    *,
+    payload_limit: int = DEFAULT_LIMIT_BYTES,
+) -> JsonDict:
+    """Compare the run's mirror rows with those its Temporal history derives."""
+    _, running = await _handle(client, run_id)
+    found = await projection.check(client, pool, run_id, payload_limit=payload_limit)
+    counts = {kind: sum(d.kind == kind for d in found) for kind in projection.KINDS}
+    return {
+        "run_id": run_id,
+        "open": running,
+        "agrees": not found,
+        "counts": counts,
+        "differences": [str(d) for d in found],
+    }
+
+
+async def rebuild_mirror(
+    client: Client,
+    pool: AsyncConnectionPool,
+    run_id: str,
+    *,
+    payload_limit: int = DEFAULT_LIMIT_BYTES,
+) -> JsonDict:
+    """Rewrite an ended run's mirror rows from its Temporal history, then check them."""
+    _, running = await _handle(client, run_id)
+    if running:
+        raise OperationError(
+            f"run {run_id} is still running and keeps writing its mirror; rebuild it once "
+            f"it ends (`starter.py mirror check {run_id}` compares it now)"
+        )
+    derived = await projection.project(client, run_id, payload_limit=payload_limit)
+    if derived.run is None:
+        raise OperationError(f"run {run_id}'s history holds no mirror write to rebuild from")
+    await MirrorStore(pool).rebuild(derived.batch(), derived.receipt)
+    return await check_mirror(client, pool, run_id, payload_limit=payload_limit)

@@ -195,3 +195,17 @@ def prune_text(result: PruneResult) -> str:
             f"{result.artifacts_kept_for_newer_runs} artifacts kept: newer runs refer to them"
         )
     return "\n".join(lines)
+
+
+def mirror_report(report: JsonDict) -> str:
+    run_id = report["run_id"]
+    if report["agrees"]:
+        return f"run {run_id}: the mirror agrees with Temporal's history, row by row"
+    counts = ", ".join(f"{n} {kind}" for kind, n in report["counts"].items() if n)
+    lines = [f"run {run_id}: the mirror differs from Temporal's history ({counts})"]
+    lines += [f"  {line}" for line in report["differences"]]
+    if report["open"]:
+        lines.append("the run is still open: its latest writes may not have landed yet")
+    else:
+        lines.append(f"`starter.py mirror rebuild {run_id}` rewrites it from the history")
+    return "\n".join(lines)

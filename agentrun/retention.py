@@ -32,6 +32,7 @@ PRUNED_TABLES = (
     "steps",
     "conversation",
     "model_journal",
+    "secret_values",
     "runs",
 )
 

@@ -29,13 +29,17 @@ class Settings:
     temporal_address: str = "localhost:7233"
     temporal_namespace: str = "default"
     task_queue: str = TASK_QUEUE
-    database_url: str | None = None
+    # Secrets stay out of repr(), so a logged or printed Settings shows none of them.
+    database_url: str | None = field(default=None, repr=False)  # its password
     openai_base_url: str | None = None
-    openai_api_key: str = "offline"
+    openai_api_key: str = field(default="offline", repr=False)
     model: str = OFFLINE_MODEL
     web_ui_url: str = DEFAULT_WEB_UI
     home: Path = field(default_factory=lambda: Path(".agentrun"))
     artifact_threshold_bytes: int = 64 * 1024
+    # Payloads over this many bytes fail at once (agentrun.payload_limits) instead of being
+    # refused by Temporal (2 MB blob limit by default) and retried for ever.
+    payload_limit_bytes: int = 1_900_000
     search_attributes: bool = True
     # USD per million tokens, by model name: {"model": [input, output]}.
     model_prices: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -76,6 +80,7 @@ class Settings:
             web_ui_url=env.get("AGENTRUN_WEB_UI") or stack.get("web_ui_url", DEFAULT_WEB_UI),
             home=home,
             artifact_threshold_bytes=int(env.get("AGENTRUN_ARTIFACT_THRESHOLD_BYTES", 64 * 1024)),
+            payload_limit_bytes=int(env.get("AGENTRUN_PAYLOAD_LIMIT_BYTES", 1_900_000)),
             search_attributes=env.get("AGENTRUN_SEARCH_ATTRIBUTES", "1") != "0",
             model_prices=prices,
             prometheus_bind=env.get("AGENTRUN_PROMETHEUS_BIND") or None,

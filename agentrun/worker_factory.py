@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 from psycopg_pool import AsyncConnectionPool
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -21,11 +22,14 @@ from activities import MirrorActivities, ModelActivities, ToolActivities, Verify
 from activities.backlog import BacklogActivities
 from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
+from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
+from agentrun.payload_limits import PayloadLimitInterceptor
 from agentrun.settings import Settings, SetupError
 from agentrun.tools import ToolRegistry
+from agentrun.vault import SecretVault
 from workflows import AgentRunWorkflow
 from workflows.backlog import AgentBacklogWorkflow
 
@@ -113,6 +117,28 @@ def cache_workflow_bytecode(workflows: Iterable[type]) -> None:
             py_compile.compile(file, cfile=str(cached), doraise=True)
 
 
+def payload_guard(
+    client: Client, settings: Settings, store: MirrorStore
+) -> PayloadLimitInterceptor:
+    """The payload limit, checked with the client's own converter (and encryption codec); a
+    refused model or tool result is recorded as its attempt's failure in `step_attempts`."""
+
+    async def record(subject: Any, error: str) -> None:
+        if activity.info().activity_type not in (ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE):
+            return
+        await store.end_attempt(
+            run_id=subject.run_id,
+            step_id=subject.step_id,
+            attempt=activity.info().attempt,
+            status="failed",
+            error=error,
+        )
+
+    return PayloadLimitInterceptor(
+        client.data_converter, settings.payload_limit_bytes, on_refused=record
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -123,6 +149,7 @@ def build_worker(
 ) -> Worker:
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
+    vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
     model = ModelActivities(
         deps.model_client,
         deps.registry,
@@ -132,6 +159,7 @@ def build_worker(
         default_model=settings.model,
         prices=settings.model_prices,
         identity=client.identity,
+        vault=vault,
     )
     tools = ToolActivities(
         deps.registry,
@@ -140,6 +168,7 @@ def build_worker(
         client.identity,
         artifacts=ArtifactStore(deps.pool),
         artifact_threshold=settings.artifact_threshold_bytes,
+        vault=vault,
     )
     mirror = MirrorActivities(store, journal)
     verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
@@ -163,5 +192,6 @@ def build_worker(
             backlog.sync,
             backlog.load,
         ],
+        interceptors=[payload_guard(client, settings, store)],
         **tuning,
     )

@@ -73,6 +73,9 @@ async def seed_runs(seed: Seeder, now: datetime) -> None:
             tokens_out=1,
             cost_usd=0.01,
         )
+        await seed.row(
+            "secret_values", run_id=run_id, secret_id="0" * 16, key_id="k", sealed=b"sealed"
+        )
         answer = SHARED_ANSWER if run_id in ("o2", "recent") else f"answer of {run_id}"
         await seed.row(
             "receipts", run_id=run_id, outcome=status, receipt={"run_id": run_id, "answer": answer}
@@ -117,6 +120,7 @@ EXPECTED = {
     "steps": 6,
     "conversation": 6,
     "model_journal": 3,
+    "secret_values": 3,
     "runs": 3,
 }
 

@@ -14,14 +14,14 @@ from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
     from agentrun import constants as names
-    from agentrun import search_attributes
+    from agentrun import payload_limits, search_attributes
     from agentrun.conversation import STEP_OUTPUT_REF
-    from agentrun.errors import PERMISSION_DENIED
+    from agentrun.errors import PAYLOAD_TOO_LARGE, PERMISSION_DENIED
     from agentrun.ledger import action_hash, idempotency_key
     from agentrun.models import (
         ApprovalKind,
@@ -62,9 +62,10 @@ SYSTEM_PROMPT = (
 # Patch ids: each marks a change to what the workflow does, so histories recorded before it
 # replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
 MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
-# Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes.
+# Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
+# and often enough that the mirror catches up within seconds of the database returning.
 MIRROR_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+    initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=2)
 )
 
 
@@ -167,6 +168,13 @@ class AgentRunWorkflow(RunMessages):
             else:
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
                 cancelled = True
+        except ApplicationError as err:
+            # An input Temporal would refuse (agentrun.payload_limits): end the run with the
+            # reason rather than fail the workflow task, which Temporal retries for ever.
+            if not payload_limits.is_too_large(err):
+                raise
+            self._fail_unsent_step(err.message)
+            self._finish(RunStatus.FAILED, error=err.message)
         await self._record_receipt()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
@@ -685,14 +693,19 @@ class AgentRunWorkflow(RunMessages):
         return verdict
 
     async def _checkpoint_step(self, patch: JsonDict) -> None:
-        self.checkpoint = {**self.checkpoint, **patch}
+        before, self.checkpoint = self.checkpoint, {**self.checkpoint, **patch}
         step_id = self._new_step("checkpoint", "merge")
-        await workflow.execute_activity_method(
-            MirrorActivities.save_checkpoint,
-            CheckpointInput(run_id=self.run_id, step_id=step_id, checkpoint=self.checkpoint),
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=MIRROR_RETRY,
-        )
+        try:
+            await workflow.execute_activity_method(
+                MirrorActivities.save_checkpoint,
+                CheckpointInput(run_id=self.run_id, step_id=step_id, checkpoint=self.checkpoint),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=MIRROR_RETRY,
+            )
+        except ApplicationError as err:
+            if payload_limits.is_too_large(err):
+                self.checkpoint = before  # the last one that fit, as the mirror holds it
+            raise
         self._complete_step(
             StepRecord(
                 step_id=step_id,
@@ -741,6 +754,23 @@ class AgentRunWorkflow(RunMessages):
             )
             self.pending_approval = None
         self._event("run.finished", data={"status": status.value, "error": error})
+
+    def _fail_unsent_step(self, error: str) -> None:
+        """The step whose input was refused never started: record it as failed."""
+        last = self.steps[-1] if self.steps else None
+        if last is None or last.status != "running":
+            return
+        self._complete_step(
+            StepRecord(
+                step_id=last.step_id,
+                seq=last.seq,
+                type=last.type,
+                name=last.name,
+                status="failed",
+                error=f"{PAYLOAD_TOO_LARGE}: {error}",
+                finished_at=workflow.now(),
+            )
+        )
 
     def _new_step(self, kind: StepType, name: str) -> str:
         self.seq += 1
@@ -799,12 +829,35 @@ class AgentRunWorkflow(RunMessages):
             finished_at=self.finished_at,
         )
 
-    async def _flush(self) -> None:
+    async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
         """Write what changed since the last flush to the mirror, as one idempotent batch."""
         batch = MirrorBatch(
-            run=self._snapshot(), steps=self.pending_steps, events=self.pending_events
+            run=self._snapshot(),
+            steps=self.pending_steps,
+            events=self.pending_events,
+            fence=workflow.info().get_current_history_length(),
         )
         self.pending_steps, self.pending_events = [], []
+        sent = batch
+        if trim == "records":  # the run row (its checkpoint) stays whole
+            sent = batch.model_copy(
+                update={
+                    "steps": [payload_limits.trimmed(s) for s in batch.steps],
+                    "events": [payload_limits.trimmed(e) for e in batch.events],
+                }
+            )
+        elif trim == "all":
+            sent = payload_limits.trimmed(batch)
+        try:
+            await self._sync(sent)
+        except ApplicationError as err:
+            if payload_limits.is_too_large(err):
+                # Refused before it was sent: keep its rows for the run's final write.
+                self.pending_steps = batch.steps + self.pending_steps
+                self.pending_events = batch.events + self.pending_events
+            raise
+
+    async def _sync(self, batch: MirrorBatch) -> None:
         if workflow.patched(MIRROR_SYNC_LOCAL):
             # A local activity: one short Postgres write needs no round trip to the server.
             await workflow.execute_local_activity_method(
@@ -822,7 +875,18 @@ class AgentRunWorkflow(RunMessages):
             )
 
     async def _record_receipt(self) -> None:
-        await self._flush()
+        """The final mirror write and the receipt. If either would be refused as too large,
+        it goes again with its long strings cut, so the run still ends recorded."""
+        trims: list[Literal["records", "all"] | None] = [None, "records", "all"]
+        for trim in trims:
+            try:
+                await self._flush(trim=trim)
+                break
+            except ApplicationError as err:
+                if trim == "all" or not payload_limits.is_too_large(err):
+                    raise
+                if trim is None:
+                    self._event("run.record_trimmed", data={"reason": err.message})
         receipt = Receipt(
             run_id=self.run_id,
             task=self.spec.task,
@@ -844,6 +908,22 @@ class AgentRunWorkflow(RunMessages):
             started_at=self.started_at,
             finished_at=self.finished_at or workflow.now(),
         )
+        try:
+            await self._store_receipt(receipt)
+        except ApplicationError as err:
+            if not payload_limits.is_too_large(err):
+                raise
+            await self._store_receipt(payload_limits.trimmed(receipt))
+
+    async def _store_receipt(self, receipt: Receipt) -> None:
+        try:
+            await self._send_receipt(receipt)
+        except ActivityError as err:
+            # The activity stores the receipt before it returns it: only the echo was refused.
+            if err.cause is None or not payload_limits.is_too_large(err.cause):
+                raise
+
+    async def _send_receipt(self, receipt: Receipt) -> None:
         await workflow.execute_activity_method(
             MirrorActivities.record_receipt,
             receipt,

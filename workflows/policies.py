@@ -8,11 +8,11 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
-from agentrun.errors import BAD_REQUEST, PERMISSION_DENIED, UNKNOWN_TOOL
+from agentrun.errors import BAD_REQUEST, PAYLOAD_TOO_LARGE, PERMISSION_DENIED, UNKNOWN_TOOL
 from agentrun.models import Budget, JsonDict, RunSpec
 
 # Failures that no other model or another try will fix.
-FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL})
+FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "

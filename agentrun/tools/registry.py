@@ -15,6 +15,7 @@ from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
 from agentrun.models import JsonDict, RiskLevel
+from agentrun.vault import SecretScope
 
 CheckpointSaver = Callable[[JsonDict], Awaitable[None]]
 
@@ -26,6 +27,10 @@ class ToolContext:
     For a transactional tool `conn` is an open transaction: an effect written through it
     commits with the idempotency ledger entry, so it cannot happen twice. For any other
     tool it is an ordinary autocommit connection.
+
+    `secret(value)` marks a value secret and returns the marker that stands for it: return
+    the marker (or the value: it is replaced wherever it appears) and only the marker reaches
+    the model, history, the mirror, the ledger and logs.
     """
 
     run_id: str
@@ -35,6 +40,10 @@ class ToolContext:
     conn: AsyncConnection[Any]
     save_checkpoint: CheckpointSaver
     heartbeat: Callable[..., None] = field(default=lambda *details: None)
+    secrets: SecretScope = field(default_factory=SecretScope)
+
+    def secret(self, value: str) -> str:
+        return self.secrets.mark(value)
 
 
 ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
@@ -63,6 +72,9 @@ class Tool:
     the outside world; after a crash their outcome is unknown, and `reconcile`, given the
     same idempotency key, tells whether the effect happened. Without a hook, a person does.
     `answer_checks` verify the final answer of any run that used the tool.
+    `secret_args` name arguments that carry secrets: a raw value the model writes there is
+    sealed before it enters history, and a secret's marker there is opened for the tool (and
+    only there). `secret_results` name fields of the tool's result to mark secret.
     """
 
     name: str
@@ -74,6 +86,8 @@ class Tool:
     transactional: bool = True
     reconcile: ReconcileFn | None = None
     answer_checks: AnswerCheck | None = None
+    secret_args: tuple[str, ...] = ()
+    secret_results: tuple[str, ...] = ()
 
     def openai_schema(self) -> JsonDict:
         return {

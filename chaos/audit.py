@@ -1,0 +1,105 @@
+"""The promise, checked after the chaos: nothing lost, nothing done twice, mirror = history.
+
+For each run: it ended as expected; its mirror rows match what its Temporal history
+accepted, row by row (`agentrun.projection`); each side effect happened exactly once (the
+idempotency ledger, the outbox and the ticket desk agree); and no model answer that had
+arrived was paid for a second time (one journal entry per model step).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from agentrun import projection
+
+EFFECTS_PER_RUN = {"create_ticket": 1, "send_message": 1}
+
+
+@dataclass
+class Audit:
+    runs: int = 0
+    completed: int = 0
+    differences: Counter[str] = field(default_factory=Counter)
+    duplicate_effects: int = 0
+    missing_effects: int = 0
+    paid_twice: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def problem(self, text: str) -> None:
+        if len(self.problems) < 50:
+            self.problems.append(text)
+
+
+async def _rows(pool: AsyncConnectionPool, sql: str, run_ids: list[str]) -> list[tuple]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(sql, (run_ids,))
+        return list(await cur.fetchall())
+
+
+async def audit(client: Client, pool: AsyncConnectionPool, run_ids: list[str]) -> Audit:
+    result = Audit(runs=len(run_ids))
+    for run_id in run_ids:
+        description = await client.get_workflow_handle(run_id).describe()
+        if description.status == WorkflowExecutionStatus.COMPLETED:
+            result.completed += 1
+        else:
+            result.problem(
+                f"{run_id} ended {description.status.name if description.status else '?'}"
+            )
+        for difference in await projection.check(client, pool, run_id):
+            result.differences[difference.kind] += 1
+            result.problem(f"{run_id}: {difference}")
+
+    # Exactly once: one ledger entry per effect, done, and one row in the system it changed.
+    ledger = await _rows(
+        pool,
+        """SELECT l.run_id, l.tool, l.status,
+                  (SELECT count(*) FROM outbox o WHERE o.idempotency_key = l.idempotency_key)
+                + (SELECT count(*) FROM tickets t WHERE t.external_key = l.idempotency_key)
+           FROM tool_ledger l WHERE l.run_id = ANY(%s)""",
+        run_ids,
+    )
+    effects: Counter[tuple[str, str]] = Counter()
+    for run_id, tool, status, rows in ledger:
+        effects[(run_id, tool)] += 1
+        if status != "done":
+            result.problem(f"{run_id}: {tool} ledger entry is {status!r}")
+        if rows != 1:
+            result.duplicate_effects += max(rows - 1, 0)
+            result.missing_effects += rows == 0
+            result.problem(f"{run_id}: {tool} changed {rows} rows in its system")
+    for run_id in run_ids:
+        for tool, expected in EFFECTS_PER_RUN.items():
+            if effects[(run_id, tool)] != expected:
+                result.missing_effects += effects[(run_id, tool)] < expected
+                result.problem(f"{run_id}: {effects[(run_id, tool)]} ledger entries for {tool}")
+    # Effects the ledger does not know of would be duplicates too.
+    strays = await _rows(
+        pool,
+        """SELECT run_id, count(*) FROM outbox o WHERE run_id = ANY(%s) AND NOT EXISTS
+               (SELECT 1 FROM tool_ledger l WHERE l.idempotency_key = o.idempotency_key)
+           GROUP BY run_id""",
+        run_ids,
+    )
+    for run_id, count in strays:
+        result.duplicate_effects += count
+        result.problem(f"{run_id}: {count} messages sent outside the ledger")
+
+    paid = await _rows(
+        pool,
+        """SELECT run_id, step_id, count(*) FROM model_journal WHERE run_id = ANY(%s)
+           GROUP BY run_id, step_id, model HAVING count(*) > 1""",
+        run_ids,
+    )
+    for run_id, step_id, count in paid:
+        result.paid_twice += count - 1
+        result.problem(f"{run_id}: model step {step_id} was paid for {count} times")
+    return result
