@@ -10,7 +10,9 @@ divergent, lost or orphan; `MirrorStore.rebuild` writes the derived rows back.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -102,6 +104,7 @@ class Projection:
         return found
 
 
+ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
 KINDS = ("duplicate", "divergent", "lost", "orphan")
 
 
@@ -284,13 +287,23 @@ async def read_mirror(pool: AsyncConnectionPool, run_id: str, artifact_ids: set[
 
 
 def _plain(value: Any) -> Any:
-    """One comparable form for a value from pydantic or from Postgres."""
+    """One comparable form for a value from pydantic or from Postgres.
+
+    Times compare as present or absent only. They come from `workflow.now()`, the start of
+    the workflow task the code ran in, and a replay can run a piece of code in another task
+    than the original did (a task that failed or was cut short, around a local activity),
+    so the same row may carry a time a few milliseconds apart.
+    """
+    if isinstance(value, datetime) or (isinstance(value, str) and ISO_TIME.fullmatch(value)):
+        return "<time>"
     if isinstance(value, Decimal):
         return round(float(value), 6)
     if isinstance(value, float):
         return round(value, 6)
-    if isinstance(value, dict | list):
-        return json.loads(json.dumps(value, default=str, sort_keys=True))
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in sorted(value.items())}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
     return value
 
 

@@ -22,6 +22,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,42 +188,44 @@ async def kill(lab: Lab, runs: int, chaos_seconds: float, rng: random.Random) ->
     return outcome
 
 
-async def temporal(lab: Lab, runs: int, down_seconds: float) -> Outcome:
-    """The dev server stops mid-load and comes back on the same database file."""
+@contextlib.asynccontextmanager
+async def under_load(lab: Lab, outcome: Outcome, queue: str, runs: int) -> AsyncIterator[list[str]]:
+    """Two healthy workers and `runs` runs on `queue`, approved as they ask; audited after."""
     started = time.monotonic()
-    outcome = Outcome("temporal", runs)
-    queue = "temporal"
     workers = [await healthy(lab, queue), await healthy(lab, queue)]
     run_ids = await lab.start_runs(queue, queue, runs)
     async with lab.approver_for(run_ids):
-        await asyncio.sleep(3)
-        await asyncio.to_thread(lab.stack.stop_temporal)
-        await asyncio.sleep(down_seconds)
-        await asyncio.to_thread(lab.stack.start_temporal)
-        outcome.disruptions = 1
+        yield run_ids
         for index, worker in enumerate(workers):  # a worker that gave up is restarted
             if worker.proc is not None and worker.proc.returncode is not None:
                 workers[index] = await healthy(lab, queue)
         await finish(lab, outcome, run_ids, started)
     for worker in workers:
         await worker.stop()
+
+
+async def temporal(lab: Lab, runs: int, down_seconds: float) -> Outcome:
+    """The dev server stops mid-load and comes back on the same database file."""
+    outcome = Outcome("temporal", runs)
+    async with under_load(lab, outcome, "temporal", runs):
+        await asyncio.sleep(3)
+        await asyncio.to_thread(lab.stack.stop_temporal)
+        await asyncio.sleep(down_seconds)
+        await asyncio.to_thread(lab.stack.start_temporal)
+        outcome.disruptions = 1
     outcome.figures["server down (s)"] = down_seconds
     return outcome
 
 
 async def postgres(lab: Lab, runs: int, down_seconds: float) -> Outcome:
     """Postgres stops mid-load; runs wait in Temporal; the mirror catches up once it is back."""
-    started = time.monotonic()
     outcome = Outcome("postgres", runs)
-    queue = "postgres"
-    workers = [await healthy(lab, queue), await healthy(lab, queue)]
-    run_ids = await lab.start_runs(queue, queue, runs)
-    async with lab.approver_for(run_ids):
+    async with under_load(lab, outcome, "postgres", runs) as run_ids:
         await asyncio.sleep(2)
         await asyncio.to_thread(lab.stack.stop_postgres)
         down = time.monotonic()
         # Starting runs needs only Temporal: these wait, durable, for the database.
-        late = await lab.start_runs(queue, queue + "-during", runs // 2)
+        late = await lab.start_runs("postgres", "postgres-during", runs // 2)
         run_ids.extend(late)
         outcome.runs += len(late)
         await asyncio.sleep(max(0.0, down_seconds - (time.monotonic() - down)))
@@ -231,15 +234,12 @@ async def postgres(lab: Lab, runs: int, down_seconds: float) -> Outcome:
         outcome.disruptions = 1
         moving = await mirror_moving(lab, run_ids, back, within=60)
         caught_up = await catch_up(lab, run_ids, back, within=60)
-        outcome.figures["Postgres down (s)"] = down_seconds
-        outcome.figures["mirror written again after (s)"] = moving
-        outcome.figures["mirror holds all history accepted after (s)"] = caught_up
-        for name, seconds in (("written again", moving), ("caught up", caught_up)):
-            if seconds is None or seconds > 10:
-                outcome.problems.append(f"the mirror {name} after {seconds} s, not within 10 s")
-        await finish(lab, outcome, run_ids, started)
-    for worker in workers:
-        await worker.stop()
+    outcome.figures["Postgres down (s)"] = down_seconds
+    outcome.figures["mirror written again after (s)"] = moving
+    outcome.figures["mirror holds all history accepted after (s)"] = caught_up
+    for name, seconds in (("written again", moving), ("caught up", caught_up)):
+        if seconds is None or seconds > 10:
+            outcome.problems.append(f"the mirror {name} after {seconds} s, not within 10 s")
     return outcome
 
 
