@@ -181,14 +181,19 @@ async def run_histories(client: Client, run_id: str) -> list[WorkflowHistory]:
 
 
 async def project(
-    client: Client, run_id: str, *, payload_limit: int = DEFAULT_LIMIT_BYTES
+    client: Client,
+    run_id: str,
+    *,
+    payload_limit: int = DEFAULT_LIMIT_BYTES,
+    histories: list[WorkflowHistory] | None = None,
 ) -> Projection:
-    """The mirror rows for `run_id`, derived by replaying its histories.
+    """The mirror rows for `run_id`, derived by replaying its histories (fetched now, or
+    as given: a snapshot taken earlier).
 
     The replay has the workers' payload guard (at their `payload_limit`), so a write the
     guard refused is not mistaken for one that was made.
     """
-    histories = await run_histories(client, run_id)
+    histories = histories or await run_histories(client, run_id)
     accepted = _Accepted()
     replayer = Replayer(
         workflows=[AgentRunWorkflow],

@@ -27,6 +27,7 @@ class Audit:
     duplicate_effects: int = 0
     missing_effects: int = 0
     paid_twice: int = 0
+    overlapping_calls: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -93,13 +94,23 @@ async def audit(client: Client, pool: AsyncConnectionPool, run_ids: list[str]) -
         result.duplicate_effects += count
         result.problem(f"{run_id}: {count} messages sent outside the ledger")
 
+    # A later attempt that began after an earlier one's answer was journaled must have
+    # reused it. Two attempts that overlapped (the first's heartbeat lapsed while its call
+    # was in flight) may both pay: no answer had arrived yet. Those are counted, not failed.
     paid = await _rows(
         pool,
-        """SELECT run_id, step_id, count(*) FROM model_journal WHERE run_id = ANY(%s)
-           GROUP BY run_id, step_id, model HAVING count(*) > 1""",
+        """SELECT later.run_id, later.step_id, a.started_at > earlier.created_at
+           FROM model_journal earlier
+           JOIN model_journal later USING (run_id, step_id, model)
+           JOIN step_attempts a ON a.run_id = later.run_id AND a.step_id = later.step_id
+                               AND a.attempt = later.attempt
+           WHERE earlier.run_id = ANY(%s) AND later.attempt > earlier.attempt""",
         run_ids,
     )
-    for run_id, step_id, count in paid:
-        result.paid_twice += count - 1
-        result.problem(f"{run_id}: model step {step_id} was paid for {count} times")
+    for run_id, step_id, after_answer in paid:
+        if after_answer:
+            result.paid_twice += 1
+            result.problem(f"{run_id}: model step {step_id} was paid again after its answer")
+        else:
+            result.overlapping_calls += 1
     return result

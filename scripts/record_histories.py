@@ -100,6 +100,8 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "rejected": (RunSpec(task=TASK), rejected),
     # Recorded after mirror writes became local activities (patch mirror-sync-local-activity).
     "approved_local_mirror": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after mirror writes went back to activities (patch mirror-sync-after-commit).
+    "approved_mirror_after_commit": (RunSpec(task=TASK), approved_with_edit),
     "paused_and_resumed": (RunSpec(task=TASK), paused_and_resumed),
     "cancelled": (RunSpec(task=TASK), cancelled),
     "quarantine_released": (

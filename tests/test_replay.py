@@ -6,6 +6,7 @@ and keep the old ones: in-flight runs were started by the old code.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows import AgentRunWorkflow
+from workflows.agent_run import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 from workflows.backlog import AgentBacklogWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -30,3 +32,24 @@ async def test_replay(path: Path):
         workflows=[AgentRunWorkflow, AgentBacklogWorkflow], data_converter=pydantic_data_converter
     )
     await replayer.replay_workflow(history)
+
+
+def patch_ids(path: Path) -> set[str]:
+    """The patch ids a history's run took the new path of (its `core_patch` markers)."""
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    found = set()
+    for event in history.events:
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name == "core_patch":
+            found.add(json.loads(marker.details["patch-data"].payloads[0].data)["id"])
+    return found
+
+
+def test_every_mirror_write_path_has_a_history():
+    """Each way a run has written its mirror stays covered: activities before the local
+    activity patch, local activities, and activities again after the commit patch."""
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MIRROR_SYNC_LOCAL not in taken["approved_with_edit"]
+    assert taken["approved_local_mirror"] >= {MIRROR_SYNC_LOCAL}
+    assert MIRROR_SYNC_AFTER_COMMIT not in taken["approved_local_mirror"]
+    assert MIRROR_SYNC_AFTER_COMMIT in taken["approved_mirror_after_commit"]

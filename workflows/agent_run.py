@@ -62,8 +62,15 @@ SYSTEM_PROMPT = (
 # Patch ids: each marks a change to what the workflow does, so histories recorded before it
 # replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
 MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
+# A local activity writes before Temporal has accepted the workflow task it runs in; if the
+# task is then lost (a server restart, a dropped speculative update task), the mirror shows
+# what never happened. The chaos suite caught it; mirror writes went back to activities,
+# which Temporal dispatches only after it has committed the task that scheduled them.
+MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
 # and often enough that the mirror catches up within seconds of the database returning.
+# A mirror write is one short transaction; a worker that died during one is noticed soon.
+MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 MIRROR_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=2)
 )
@@ -858,19 +865,19 @@ class AgentRunWorkflow(RunMessages):
             raise
 
     async def _sync(self, batch: MirrorBatch) -> None:
-        if workflow.patched(MIRROR_SYNC_LOCAL):
-            # A local activity: one short Postgres write needs no round trip to the server.
+        if not workflow.patched(MIRROR_SYNC_AFTER_COMMIT) and workflow.patched(MIRROR_SYNC_LOCAL):
+            # Runs that wrote their mirror from local activities replay the way they did.
             await workflow.execute_local_activity_method(
                 MirrorActivities.sync,
                 batch,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=MIRROR_RETRY,
             )
-        else:  # runs started before the patch replay the way they were recorded
+        else:
             await workflow.execute_activity_method(
                 MirrorActivities.sync,
                 batch,
-                start_to_close_timeout=timedelta(seconds=30),
+                start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
                 retry_policy=MIRROR_RETRY,
             )
 
@@ -927,6 +934,6 @@ class AgentRunWorkflow(RunMessages):
         await workflow.execute_activity_method(
             MirrorActivities.record_receipt,
             receipt,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
             retry_policy=MIRROR_RETRY,
         )
