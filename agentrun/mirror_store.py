@@ -182,7 +182,8 @@ class MirrorStore:
                 "DELETE FROM steps WHERE run_id = %s AND NOT step_id = ANY(%s)", (run_id, keep)
             )
             await conn.execute(
-                "UPDATE steps SET final = false, output = NULL WHERE run_id = %s", (run_id,)
+                "UPDATE steps SET final = false, output = NULL, fence = 0 WHERE run_id = %s",
+                (run_id,),
             )
             await self._apply(conn, batch)
             if receipt is not None:
@@ -254,8 +255,9 @@ class MirrorStore:
                 )
 
     async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord, fence: int) -> None:
-        # A final row is only rewritten by the same accepted attempt: a retried sync, or the
-        # re-run of a lost workflow task (a greater fence).
+        # Never backwards: a write made earlier in the run's history (a smaller fence) that
+        # lands late changes nothing. A final row is only rewritten for the same accepted
+        # attempt: a retried sync, or the re-run of a lost workflow task.
         await conn.execute(
             """
             INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output, error,
@@ -275,8 +277,8 @@ class MirrorStore:
                 started_at = coalesce(steps.started_at, EXCLUDED.started_at),
                 finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now(),
                 fence = EXCLUDED.fence
-            WHERE NOT steps.final
-               OR (steps.attempt = EXCLUDED.attempt AND steps.fence <= EXCLUDED.fence)
+            WHERE steps.fence <= EXCLUDED.fence
+              AND (NOT steps.final OR steps.attempt = EXCLUDED.attempt)
             """,
             {
                 "run": run_id,

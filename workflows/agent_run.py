@@ -64,8 +64,10 @@ SYSTEM_PROMPT = (
 MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 # A local activity writes before Temporal has accepted the workflow task it runs in; if the
 # task is then lost (a server restart, a dropped speculative update task), the mirror shows
-# what never happened. The chaos suite caught it; mirror writes went back to activities,
-# which Temporal dispatches only after it has committed the task that scheduled them.
+# what never happened. The chaos suite caught it. Mirror writes are now activities, which
+# Temporal dispatches only after it has committed the task that scheduled them, and the run
+# does not wait for them: it goes on, and waits for them all before its receipt and before
+# it continues as new. Fences keep writes that land out of order from going backwards.
 MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
 # and often enough that the mirror catches up within seconds of the database returning.
@@ -112,6 +114,7 @@ class AgentRunWorkflow(RunMessages):
         self.event_seq = 0
         self.pending_approval: PendingApproval | None = None
         self.decision: ApproveInput | RejectInput | None = None
+        self.mirror_writes: list[workflow.ActivityHandle[None]] = []
         self.pause_requested = False
         self.pause_reason: str | None = None
         self.budget = spec.budget
@@ -152,6 +155,7 @@ class AgentRunWorkflow(RunMessages):
         self._event("run.continued_as_new", data={"generation": self.generation + 1})
         await self._flush()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._mirror_written()
         workflow.continue_as_new(self.spec.model_copy(update={"carry": self._carry()}))
 
     # ------------------------------------------------------------------ the run
@@ -865,7 +869,17 @@ class AgentRunWorkflow(RunMessages):
             raise
 
     async def _sync(self, batch: MirrorBatch) -> None:
-        if not workflow.patched(MIRROR_SYNC_AFTER_COMMIT) and workflow.patched(MIRROR_SYNC_LOCAL):
+        if workflow.patched(MIRROR_SYNC_AFTER_COMMIT):
+            self.mirror_writes = [w for w in self.mirror_writes if not w.done()]
+            self.mirror_writes.append(
+                workflow.start_activity_method(
+                    MirrorActivities.sync,
+                    batch,
+                    start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
+                    retry_policy=MIRROR_RETRY,
+                )
+            )
+        elif workflow.patched(MIRROR_SYNC_LOCAL):
             # Runs that wrote their mirror from local activities replay the way they did.
             await workflow.execute_local_activity_method(
                 MirrorActivities.sync,
@@ -873,13 +887,19 @@ class AgentRunWorkflow(RunMessages):
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=MIRROR_RETRY,
             )
-        else:
+        else:  # runs started before either patch replay the way they were recorded
             await workflow.execute_activity_method(
                 MirrorActivities.sync,
                 batch,
                 start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
                 retry_policy=MIRROR_RETRY,
             )
+
+    async def _mirror_written(self) -> None:
+        """Wait until every mirror write in flight has landed."""
+        writes, self.mirror_writes = self.mirror_writes, []
+        for write in writes:
+            await write
 
     async def _record_receipt(self) -> None:
         """The final mirror write and the receipt. If either would be refused as too large,
@@ -894,6 +914,7 @@ class AgentRunWorkflow(RunMessages):
                     raise
                 if trim is None:
                     self._event("run.record_trimmed", data={"reason": err.message})
+        await self._mirror_written()  # the receipt comes after every row it sums up
         receipt = Receipt(
             run_id=self.run_id,
             task=self.spec.task,
