@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -71,6 +71,9 @@ MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
 # and often enough that the mirror catches up within seconds of the database returning.
+# A mirror write goes ahead of model and tool calls waiting on the same task queue (1 is the
+# highest of Temporal's priority keys; the default is 3), so under load the mirror keeps up.
+MIRROR_PRIORITY = Priority(priority_key=1)
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 MIRROR_RETRY = RetryPolicy(
@@ -877,6 +880,7 @@ class AgentRunWorkflow(RunMessages):
                     batch,
                     start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
                     retry_policy=MIRROR_RETRY,
+                    priority=MIRROR_PRIORITY,
                 )
             )
         elif workflow.patched(MIRROR_SYNC_LOCAL):
