@@ -20,34 +20,49 @@ from agentrun.mirror_store import MirrorStore
 T = TypeVar("T")
 
 
+def beat_interval(heartbeat_seconds: float) -> float:
+    """Three heartbeats per timeout: one late beat does not lose the lease."""
+    return max(heartbeat_seconds / 3, 0.2)
+
+
 @contextlib.asynccontextmanager
-async def hold_lease(
-    store: MirrorStore, *, run_id: str, step_id: str, heartbeat_seconds: float
+async def heartbeating(
+    heartbeat_seconds: float, on_beat: Callable[[], Awaitable[None]] | None = None
 ) -> AsyncIterator[None]:
-    attempt = activity.info().attempt
-    interval = max(heartbeat_seconds / 3, 0.2)
+    """Heartbeat in the background while the body runs; `on_beat` runs after each beat."""
 
     async def beat() -> None:
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(beat_interval(heartbeat_seconds))
             activity.heartbeat()
-            try:
-                await store.renew_lease(
-                    run_id=run_id,
-                    step_id=step_id,
-                    attempt=attempt,
-                    lease_seconds=heartbeat_seconds,
-                )
-            except Exception as err:  # the mirror lagging must not cost the attempt its lease
-                activity.logger.warning("could not renew the mirrored lease: %s", err)
+            if on_beat is not None:
+                await on_beat()
 
     task = asyncio.create_task(beat())
     try:
         yield
     finally:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.asynccontextmanager
+async def hold_lease(
+    store: MirrorStore, *, run_id: str, step_id: str, heartbeat_seconds: float
+) -> AsyncIterator[None]:
+    attempt = activity.info().attempt
+
+    async def renew() -> None:
+        try:
+            await store.renew_lease(
+                run_id=run_id, step_id=step_id, attempt=attempt, lease_seconds=heartbeat_seconds
+            )
+        except Exception as err:  # the mirror lagging must not cost the attempt its lease
+            activity.logger.warning("could not renew the mirrored lease: %s", err)
+
+    async with heartbeating(heartbeat_seconds, renew):
+        yield
 
 
 async def once_postgres_answers(
@@ -58,22 +73,10 @@ async def once_postgres_answers(
     The worker is alive, so the attempt keeps its lease: an outage costs the step time,
     not retry attempts, and the step goes on as soon as the database is back.
     """
-    interval = max(heartbeat_seconds / 3, 0.2)
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            activity.heartbeat()
-
-    task = asyncio.create_task(beat())
-    try:
+    async with heartbeating(heartbeat_seconds):
         while True:
             try:
                 return await operation()
             except (psycopg.OperationalError, PoolTimeout) as err:
                 activity.logger.warning("Postgres is unavailable, waiting for it: %s", err)
-                await asyncio.sleep(interval)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+                await asyncio.sleep(beat_interval(heartbeat_seconds))
