@@ -15,6 +15,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 from temporalio import activity
 
+from agentrun.background import alongside
 from agentrun.mirror_store import MirrorStore
 
 T = TypeVar("T")
@@ -38,13 +39,8 @@ async def heartbeating(
             if on_beat is not None:
                 await on_beat()
 
-    task = asyncio.create_task(beat())
-    try:
+    async with alongside(beat()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @contextlib.asynccontextmanager

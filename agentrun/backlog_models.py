@@ -125,8 +125,8 @@ class BacklogTask(BaseModel):
         )
 
 
-class TaskRow(BaseModel):
-    """A task as the mirror stores it; `spec` travels only in the first write."""
+class TaskView(BaseModel):
+    """A task as the backlog's state query shows it."""
 
     key: str
     title: str
@@ -137,6 +137,11 @@ class TaskRow(BaseModel):
     launches: int
     run_id: str | None
     last_error: str | None
+
+
+class TaskRow(TaskView):
+    """A task as the mirror stores it; `spec` travels only in the first write."""
+
     spec: JsonDict | None = None
     enqueued_at: datetime
     started_at: datetime | None
@@ -192,18 +197,6 @@ class RetryResult(BaseModel):
     ordinal: int
     state: TaskState
     message: str
-
-
-class TaskView(BaseModel):
-    key: str
-    title: str
-    ordinal: int
-    state: TaskState
-    attempts: int
-    max_attempts: int
-    launches: int
-    run_id: str | None
-    last_error: str | None
 
 
 class BacklogState(BaseModel):

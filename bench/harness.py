@@ -17,6 +17,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from agentrun.background import alongside
+
 ROOT = Path(__file__).resolve().parent.parent
 
 try:
@@ -97,7 +99,7 @@ class Sampler:
     peak_rss: int = 0
     wall: float = 0.0
     cpu: dict[str, float] = field(default_factory=dict)
-    _task: asyncio.Task[None] | None = None
+    _sampling: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     _cpu0: dict[int, float] = field(default_factory=dict)
     _t0: float = 0.0
 
@@ -113,14 +115,11 @@ class Sampler:
                 self.peak_rss = max(self.peak_rss, rss_bytes(self.worker_pid) or 0)
                 await asyncio.sleep(self.interval)
 
-        self._task = asyncio.create_task(sample())
+        await self._sampling.enter_async_context(alongside(sample()))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await self._sampling.aclose()
         self.peak_rss = max(self.peak_rss, rss_bytes(self.worker_pid) or 0)
         self.wall = time.monotonic() - self._t0
         self.cpu = {

@@ -318,21 +318,29 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
 # ------------------------------------------------------------------ 2. throughput and scale
 
 
+async def sampled_level(
+    b: Bench, system: str, queue: str, level: int, worker_pid: int
+) -> tuple[harness.LevelResult, harness.Sampler]:
+    """`level` runs of `system` at once on `queue`, with its worker's CPU and memory sampled."""
+    async with harness.Sampler(worker_pid, b.others()) as sampler:
+        result = await harness.run_level(
+            b.client,
+            level=level,
+            steps=b.cfg.level_steps,
+            task_queue=queue,
+            start=lambda wid: b.start(system, wid, b.cfg.level_steps, queue),
+            budget_seconds=b.cfg.level_budget,
+            prefix=queue,
+        )
+    return result, sampler
+
+
 async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], list[str]]:
     cfg = b.cfg
     queue = harness.new_queue(f"{system}-l{level}")
     worker = harness.bench_worker(system, queue, b.worker_env())
     async with harness.running(worker):
-        async with harness.Sampler(worker.pid, b.others()) as sampler:
-            result = await harness.run_level(
-                b.client,
-                level=level,
-                steps=cfg.level_steps,
-                task_queue=queue,
-                start=lambda wid: b.start(system, wid, cfg.level_steps, queue),
-                budget_seconds=cfg.level_budget,
-                prefix=queue,
-            )
+        result, sampler = await sampled_level(b, system, queue, level, worker.pid)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
     if result.timed_out and system == "ours":
@@ -522,16 +530,7 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             await asyncio.sleep(1.0)
-        async with harness.Sampler(worker.pid, b.others()) as sampler:
-            result = await harness.run_level(
-                b.client,
-                level=level,
-                steps=cfg.level_steps,
-                task_queue=queue,
-                start=lambda wid: b.start("ours", wid, cfg.level_steps, queue),
-                budget_seconds=cfg.level_budget,
-                prefix=queue,
-            )
+        result, sampler = await sampled_level(b, "ours", queue, level, worker.pid)
         if spy is not None:
             spy.send_signal(2)
             with contextlib.suppress(TimeoutError):

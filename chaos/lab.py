@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentrun import operations as ops
+from agentrun.background import alongside
 from agentrun.client import connect
 from agentrun.db import open_pool
 from agentrun.models import RunSpec
@@ -174,10 +175,5 @@ class Lab:
                         )
                         self.approvals += 1
 
-        task = asyncio.create_task(approve_forever())
-        try:
+        async with alongside(approve_forever()):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

@@ -10,19 +10,12 @@ dead-letters a poison task, retries it, and continues as new.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import openai
-import pgserver
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,15 +28,13 @@ from agentrun.backlog_models import (  # noqa: E402
     TaskItem,
     backlog_id,
 )
-from agentrun.db import open_pool  # noqa: E402
 from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import OfflineModelServer, Reply, completion, offline_planner  # noqa: E402
-from agentrun.settings import Settings  # noqa: E402
-from agentrun.tools.demo import demo_registry  # noqa: E402
-from agentrun.worker_factory import WorkerDeps, build_worker  # noqa: E402
+from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from scripts.recording_stack import recording_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "histories" / "backlog_stop_resume_poison_retry.json"
 AGENT = "history"
+TASK_QUEUE = "record-backlog-history"
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}
 
 
@@ -118,33 +109,13 @@ async def scenario(client: Client, task_queue: str) -> str:
 
 
 async def main() -> None:
-    folder = tempfile.mkdtemp(prefix="agentrun-record-")
-    pg = pgserver.get_server(folder, cleanup_mode="delete")
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"), data_converter=pydantic_data_converter
-    )
-    pool = await open_pool(pg.get_uri())
-    try:
-        with OfflineModelServer(model) as server:
-            settings = replace(Settings.load({}), task_queue="record-backlog-history")
-            deps = WorkerDeps(
-                pool=pool,
-                model_client=openai.AsyncOpenAI(
-                    base_url=server.base_url, api_key="x", max_retries=0
-                ),
-                registry=demo_registry(),
-            )
-            async with build_worker(env.client, settings, deps):
-                first_run = await scenario(env.client, settings.task_queue)
-                handle = env.client.get_workflow_handle(backlog_id(AGENT), run_id=first_run)
-                history = await handle.fetch_history()
-                OUT.write_text(history.to_json())
-                print(f"recorded {OUT.name}: {len(history.events)} events")
-                await env.client.get_workflow_handle(backlog_id(AGENT)).terminate("recorded")
-    finally:
-        await pool.close()
-        await env.shutdown()
-        pg.cleanup()
+    async with recording_worker(model, TASK_QUEUE) as client:
+        first_run = await scenario(client, TASK_QUEUE)
+        handle = client.get_workflow_handle(backlog_id(AGENT), run_id=first_run)
+        history = await handle.fetch_history()
+        OUT.write_text(history.to_json())
+        print(f"recorded {OUT.name}: {len(history.events)} events")
+        await client.get_workflow_handle(backlog_id(AGENT)).terminate("recorded")
 
 
 if __name__ == "__main__":

@@ -9,36 +9,20 @@ embedded Postgres and offline model.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import openai
-import pgserver
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrun import operations as ops  # noqa: E402
-from agentrun import search_attributes  # noqa: E402
-from agentrun.db import open_pool  # noqa: E402
 from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import (  # noqa: E402
-    OfflineModelServer,
-    Reply,
-    completion,
-    offline_planner,
-)
-from agentrun.settings import Settings  # noqa: E402
-from agentrun.tools.demo import demo_registry  # noqa: E402
-from agentrun.worker_factory import WorkerDeps, build_worker  # noqa: E402
+from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from scripts.recording_stack import recording_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 TASK = "Look up our refund policy and notify ana@example.com about it."
@@ -136,45 +120,24 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
 
 
 async def main(force: bool) -> None:
-    folder = tempfile.mkdtemp(prefix="agentrun-record-")
-    pg = pgserver.get_server(folder, cleanup_mode="delete")
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=shutil.which("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=search_attributes.ALL,
-    )
-    pool = await open_pool(pg.get_uri())
-    try:
-        with OfflineModelServer(model_for_scenarios) as model:
-            settings = replace(Settings.load({}), task_queue="record-histories")
-            deps = WorkerDeps(
-                pool=pool,
-                model_client=openai.AsyncOpenAI(
-                    base_url=model.base_url, api_key="x", max_retries=0
-                ),
-                registry=demo_registry(),
-            )
-            async with build_worker(env.client, settings, deps):
-                OUT.mkdir(parents=True, exist_ok=True)
-                for name, (base, scenario) in SCENARIOS.items():
-                    path = OUT / f"{name}.json"
-                    if path.exists() and not force:
-                        continue
-                    spec = base.model_copy(update={"idempotency_key": f"history-{name}"})
-                    started = await ops.start_run(env.client, spec, task_queue=settings.task_queue)
-                    await scenario(env.client, started.run_id)
-                    handle = env.client.get_workflow_handle(started.run_id)
-                    try:
-                        await handle.result()
-                    except Exception:  # a cancelled run ends as an error: its history is fine
-                        pass
-                    history = await handle.fetch_history()
-                    path.write_text(history.to_json())
-                    print(f"recorded {name}: {len(history.events)} events")
-    finally:
-        await pool.close()
-        await env.shutdown()
-        pg.cleanup()
+    task_queue = "record-histories"
+    async with recording_worker(model_for_scenarios, task_queue) as client:
+        OUT.mkdir(parents=True, exist_ok=True)
+        for name, (base, scenario) in SCENARIOS.items():
+            path = OUT / f"{name}.json"
+            if path.exists() and not force:
+                continue
+            spec = base.model_copy(update={"idempotency_key": f"history-{name}"})
+            started = await ops.start_run(client, spec, task_queue=task_queue)
+            await scenario(client, started.run_id)
+            handle = client.get_workflow_handle(started.run_id)
+            try:
+                await handle.result()
+            except Exception:  # a cancelled run ends as an error: its history is fine
+                pass
+            history = await handle.fetch_history()
+            path.write_text(history.to_json())
+            print(f"recorded {name}: {len(history.events)} events")
 
 
 if __name__ == "__main__":

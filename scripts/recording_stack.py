@@ -1,0 +1,53 @@
+"""The throwaway stack the history-recording scripts run their scenarios on."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+import openai
+import pgserver
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from agentrun import search_attributes
+from agentrun.db import open_pool
+from agentrun.offline_model import OfflineModelServer, Reply
+from agentrun.settings import Settings
+from agentrun.tools.demo import demo_registry
+from agentrun.worker_factory import WorkerDeps, build_worker
+
+
+@contextlib.asynccontextmanager
+async def recording_worker(
+    model: Callable[[dict[str, Any]], Reply], task_queue: str
+) -> AsyncIterator[Client]:
+    """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker."""
+    pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentrun-record-"), cleanup_mode="delete")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=shutil.which("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=search_attributes.ALL,
+    )
+    pool = await open_pool(pg.get_uri())
+    try:
+        with OfflineModelServer(model) as server:
+            settings = replace(Settings.load({}), task_queue=task_queue)
+            deps = WorkerDeps(
+                pool=pool,
+                model_client=openai.AsyncOpenAI(
+                    base_url=server.base_url, api_key="x", max_retries=0
+                ),
+                registry=demo_registry(),
+            )
+            async with build_worker(env.client, settings, deps):
+                yield env.client
+    finally:
+        await pool.close()
+        await env.shutdown()
+        pg.cleanup()
