@@ -17,11 +17,10 @@ from temporalio.service import RPCError
 
 from agentrun import search_attributes
 from agentrun.client import connect
-from agentrun.db import open_pool
 from agentrun.settings import Settings, SetupError
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tools.demo import demo_registry
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.worker_factory import WorkerDeps, build_worker, model_client, open_worker_pool
 
 
 async def run_worker(settings: Settings, *, identity: str, stop: asyncio.Event) -> None:
@@ -35,7 +34,7 @@ async def run_worker(settings: Settings, *, identity: str, stop: asyncio.Event) 
                 "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
                 flush=True,
             )
-    pool = await open_pool(settings.require_database())
+    pool = await open_worker_pool(settings)
     deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=demo_registry())
     try:
         async with build_worker(client, settings, deps):
