@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -107,12 +108,13 @@ async def test_workers_with_other_tools_may_not_share_a_queue(pool, settings) ->
 
 async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
     await tool_sets.join(pool, settings.task_queue, "first", ["search_notes"])
-    done = subprocess.run(
-        [sys.executable, "worker.py", "--tools", "agentrun_demo:registry"],
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "worker.py",
+        "--tools",
+        "agentrun_demo:registry",
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        stderr=asyncio.subprocess.PIPE,
         env={
             **os.environ,
             "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -121,6 +123,7 @@ async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
             "AGENTRUN_TASK_QUEUE": settings.task_queue,
         },
     )
-    assert done.returncode == 2, done.stderr
-    assert "is served by worker first with other tools" in done.stderr
-    assert "AGENTRUN_TASK_QUEUE" in done.stderr
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2, stderr
+    assert b"is served by worker first with other tools" in stderr
+    assert b"AGENTRUN_TASK_QUEUE" in stderr

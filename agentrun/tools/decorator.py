@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -17,26 +17,6 @@ from agentrun.models import RiskLevel
 from agentrun.tools.registry import AnswerCheck, ReconcileFn, Tool, ToolFn
 
 Risk = Literal["low", "medium", "high"] | RiskLevel
-
-
-@overload
-def tool(fn: ToolFn, /) -> Tool: ...
-
-
-@overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    risk: Risk = "low",
-    side_effect: bool = False,
-    transactional: bool = True,
-    reconcile: ReconcileFn | None = None,
-    secret_args: Iterable[str] = (),
-    secret_results: Iterable[str] = (),
-    answer_checks: AnswerCheck | None = None,
-    schema: Iterable[str] = (),
-) -> Callable[[ToolFn], Tool]: ...
 
 
 def tool(
@@ -53,10 +33,10 @@ def tool(
     secret_results: Iterable[str] = (),
     answer_checks: AnswerCheck | None = None,
     schema: Iterable[str] = (),
-) -> Tool | Callable[[ToolFn], Tool]:
-    """Declare a tool; every option is a `Tool` field (agentrun/tools/registry.py says what
-    each one promises). `risk` at or above a run's approval threshold waits for a person;
-    `side_effect` puts the call through the idempotency ledger."""
+) -> Any:
+    """Declare a tool, as `@tool` or `@tool(...)`; every option is a `Tool` field
+    (agentrun/tools/registry.py says what each one promises). `risk` at or above a run's
+    approval threshold waits for a person; `side_effect` puts the call through the ledger."""
 
     def declare(fn: ToolFn) -> Tool:
         return Tool(
