@@ -15,6 +15,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.service import RPCError, RPCStatusCode
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.db import RESERVED_CONNECTIONS, open_pool
 from agentrun.mirror_store import MirrorStore
@@ -22,7 +23,6 @@ from agentrun.models import MirrorBatch, RunResult, RunSnapshot
 from agentrun.offline_model import OfflineModelServer, completion
 from agentrun.states import RunStatus
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, scripted
 from workflows import AgentRunWorkflow
@@ -215,9 +215,8 @@ async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_
         await ctx.conn.execute("SELECT 1")
         return {"noted": args.text}
 
-    registry = ToolRegistry(
-        [*demo_tools(), Tool("note_slowly", "note", Note, note_slowly, side_effect=True)]
-    )
+    slow = Tool("note_slowly", "note", Note, note_slowly, side_effect=True)
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
     small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 2)
     turns = scripted([("note_slowly", {"text": "hi"})], SUMMARY)
     try:
