@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrun.constants import DEFAULT_WEB_UI, OFFLINE_MODEL, TASK_QUEUE
+from agentrun.constants import DEFAULT_WEB_UI, DEPLOYMENT_NAME, OFFLINE_MODEL, TASK_QUEUE
 
 STACK_FILE = "stack.json"
 
@@ -54,6 +54,10 @@ class Settings:
     encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
     # The id new payloads are encrypted with (AGENTRUN_ENCRYPTION_KEY_ID; default the first).
     encryption_key_id: str | None = None
+    # Worker Versioning (AGENTRUN_BUILD_ID): workers declare this version of the deployment,
+    # and every run stays pinned to the version it started on. None: unversioned workers.
+    deployment_name: str = DEPLOYMENT_NAME
+    build_id: str | None = None
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
@@ -90,6 +94,8 @@ class Settings:
             else None,
             encryption_keys=keys,
             encryption_key_id=key_id,
+            deployment_name=env.get("AGENTRUN_DEPLOYMENT_NAME") or DEPLOYMENT_NAME,
+            build_id=env.get("AGENTRUN_BUILD_ID") or None,
         )
 
     def require_database(self) -> str:

@@ -15,7 +15,8 @@ import openai
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
@@ -139,6 +140,24 @@ def payload_guard(
     )
 
 
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The version this worker declares (AGENTRUN_BUILD_ID), or None for an unversioned one.
+
+    Runs are pinned: a run finishes on the build it started on, so a deploy never changes
+    the code under an open run; new runs take whichever version is current. Changes that
+    must reach open runs still go through `workflow.patched` on the old build's line.
+    """
+    if settings.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=settings.deployment_name, build_id=settings.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -193,5 +212,6 @@ def build_worker(
             backlog.load,
         ],
         interceptors=[payload_guard(client, settings, store)],
+        deployment_config=deployment_config(settings),
         **tuning,
     )
