@@ -15,8 +15,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows import AgentRunWorkflow
-from workflows.agent_run import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 from workflows.backlog import AgentBacklogWorkflow
+from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
