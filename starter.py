@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, deployments, metrics, render, retention, watch
+from agentrun import backlog_cli, deployments, fork_ops, metrics, render, retention, watch
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.db import open_pool
@@ -174,6 +174,43 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
         if pool is not None:
             await pool.close()
     return 0 if outcome == "completed" else 1
+
+
+async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    if args.from_step < 1:
+        raise ops.OperationError("--from-step takes a step number, 1 or more")
+    try:
+        edit = json.loads(args.edit_output) if args.edit_output is not None else None
+    except json.JSONDecodeError as err:
+        raise ops.OperationError(f"--edit-output is not valid JSON: {err}") from err
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        started = await fork_ops.fork_run(
+            client,
+            pool,
+            args.run,
+            from_step=args.from_step,
+            edit_output=edit,
+            key=args.key,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+        )
+    finally:
+        await pool.close()
+    note = "already exists (same key); not started again" if started.existing else "started"
+    emit(
+        {
+            "run_id": started.run_id,
+            "existing": started.existing,
+            "forked_from": args.run,
+            "from_step": args.from_step,
+            "url": settings.run_link(started.run_id),
+        },
+        args.json,
+        f"{started.run_id} {note}: a fork of {args.run} from step {args.from_step}\n"
+        f"{settings.run_link(started.run_id)}",
+    )
+    return 0
 
 
 async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
@@ -397,6 +434,7 @@ CLIENT_COMMANDS: dict[str, ClientCommand] = {
     "status": cmd_status,
     "mirror": cmd_mirror,
     "watch": cmd_watch,
+    "fork": cmd_fork,
     "deploy": cmd_deploy,
     "version": cmd_version,
 }
@@ -465,6 +503,15 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="start at this stream offset (an ended run: after this event seq)",
     )
+    p = command(
+        "fork", "a new run from another's step N, optionally with an edited output", json_flag=True
+    )
+    p.add_argument("run")
+    p.add_argument("--from-step", type=int, required=True, help="the step (its number) to fork at")
+    p.add_argument(
+        "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
+    )
+    p.add_argument("--key", help="idempotency key of the fork (default: from run, step, edit)")
     p = command("deploy", "make a worker build current for new runs")
     p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")

@@ -328,6 +328,18 @@ MIGRATIONS: list[str] = [
     ALTER TABLE steps ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     """,
+    # 8: forks: a run started from another's recorded steps (`starter.py fork`); both
+    # receipts name each other through this table.
+    """
+    CREATE TABLE run_forks (
+        fork_run_id text PRIMARY KEY,
+        parent_run_id text NOT NULL,
+        from_step int NOT NULL,
+        edited boolean NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX run_forks_parent_idx ON run_forks (parent_run_id);
+    """,
 ]
 
 

@@ -60,9 +60,17 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         f"- **Paid for but unused:** {r.get('unaccepted_tokens', 0)} tokens, "
         f"${r.get('unaccepted_cost_usd', 0):.6f}",
         f"- **Started / finished:** {r['started_at']} / {r['finished_at']}",
-        "",
-        "## Side effects",
     ]
+    origin = r.get("forked_from")
+    if origin:
+        out.append(
+            f"- **Forked from:** {origin['parent_run_id']} at step {origin['from_step']}"
+            + (" with an edited output" if origin.get("edit_output") is not None else "")
+            + " (steps before it taken as recorded, not run again)"
+        )
+    if r.get("forks"):
+        out.append(f"- **Forks:** {', '.join(r['forks'])}")
+    out += ["", "## Side effects"]
     out += [
         f"- {e['tool']} `{e['idempotency_key']}`: {'ok' if e['ok'] else 'failed'}"
         + (" (duplicate prevented)" if e["duplicate_prevented"] else "")

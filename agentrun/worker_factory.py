@@ -19,12 +19,19 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+from activities import (
+    ForkActivities,
+    MirrorActivities,
+    ModelActivities,
+    ToolActivities,
+    VerifyActivities,
+)
 from activities.backlog import BacklogActivities
 from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
+from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
 from agentrun.payload_limits import PayloadLimitInterceptor
@@ -192,6 +199,7 @@ def build_worker(
     mirror = MirrorActivities(store, journal)
     verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
     backlog = BacklogActivities(BacklogStore(deps.pool))
+    fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning()
     if max_concurrent_activities is not None:
         tuning["max_concurrent_activities"] = max_concurrent_activities
@@ -210,6 +218,7 @@ def build_worker(
             verify.check,
             backlog.sync,
             backlog.load,
+            fork.seed,
         ],
         interceptors=[payload_guard(client, settings, store)],
         deployment_config=deployment_config(settings),
