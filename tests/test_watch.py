@@ -5,13 +5,48 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 
 from agentrun import operations as ops
 from agentrun import watch
 from agentrun.models import WatchItem
 from tests.support import make_spec, rows, wait_pending
-from tests.test_cli import run_cli
+from tests.test_cli import ROOT, run_cli
 from workflows import AgentRunWorkflow
+
+
+async def watch_cli(settings, home, run_id: str) -> asyncio.Task[tuple[int, list[WatchItem]]]:
+    """`starter.py watch RUN --json` in its own process; returns once it has printed its first
+    line, with a task that collects the rest (so the test acts only once it is following)."""
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url or "",
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(home),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "watch",
+        run_id,
+        "--json",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    first = await asyncio.wait_for(proc.stdout.readline(), 60)
+
+    async def rest() -> tuple[int, list[WatchItem]]:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        lines = [first, *out.splitlines()]
+        return proc.returncode, [WatchItem.model_validate_json(line) for line in lines]
+
+    return asyncio.create_task(rest())
 
 
 async def follow(client, pool, run_id, **kwargs) -> list[WatchItem]:
@@ -35,16 +70,16 @@ async def test_watch_json_follows_a_run_to_its_receipt_and_a_late_joiner_sees_th
 ):
     async with worker():
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
-        cli = asyncio.create_task(run_cli(settings, tmp_path, "watch", started.run_id, "--json"))
+        cli = await watch_cli(settings, tmp_path, started.run_id)
         pending = await wait_pending(client, started.run_id)
         late = asyncio.create_task(follow(client, pool, started.run_id))  # joins at the gate
         await asyncio.sleep(0.5)
         await ops.approve(client, started.run_id, by="li", role="approver")
-        result = await cli
+        code, items = await cli
         late_items = await late
 
-    assert result.code == 0, result.err
-    items = [WatchItem.model_validate_json(line) for line in result.out.splitlines()]
+    assert code == 0
+    assert items[0].offset == 0  # followed live, from the start
     check_story(items)
     assert late_items == items
     mirrored = await rows(
