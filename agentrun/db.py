@@ -325,7 +325,19 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (task_queue, worker)
     );
     """,
-    # 9: `list` and `stats --since` read runs newest first or from a date; and the mirror
+    # 9: forks: a run started from another's recorded steps (`starter.py fork`); both
+    # receipts name each other through this table.
+    """
+    CREATE TABLE run_forks (
+        fork_run_id text PRIMARY KEY,
+        parent_run_id text NOT NULL,
+        from_step int NOT NULL,
+        edited boolean NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX run_forks_parent_idx ON run_forks (parent_run_id);
+    """,
+    # 10: `list` and `stats --since` read runs newest first or from a date; and the mirror
     # writes Postgres refused for their data (no retry helps), so `mirror check` names them.
     """
     CREATE INDEX runs_created_idx ON runs (created_at DESC);
