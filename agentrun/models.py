@@ -447,6 +447,10 @@ class RunState(BaseModel):
     error: str | None
 
 
+# A side effect whose call the run was cancelled in: the receipt asks the ledger.
+INTERRUPTED = "interrupted by the run's cancellation"
+
+
 class SideEffectRecord(BaseModel):
     step_id: str
     tool: str

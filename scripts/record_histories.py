@@ -100,6 +100,15 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task="Summarize the invoice policy.", budget={"max_tokens": 50}),
         budget_extended,
     ),
+    # Recorded after the audit fixes (issue 13): effect keys from content, side-effecting
+    # calls cancelled with WAIT_CANCELLATION_COMPLETED, the judge counted, the receipt
+    # shielded from a cancel, continue-as-new after the step boundary.
+    "approved_effect_keys": (RunSpec(task=TASK), approved_with_edit),
+    "cancelled_receipt_shielded": (RunSpec(task=TASK), cancelled),
+    "continued_after_step_boundary": (
+        RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
+        finishes_alone,
+    ),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 from agentrun.errors import BAD_REQUEST, PAYLOAD_TOO_LARGE, PERMISSION_DENIED, UNKNOWN_TOOL
 from agentrun.models import Budget, JsonDict, RunSpec
@@ -46,6 +46,18 @@ def error_kind(err: ActivityError) -> str:
     if isinstance(err.cause, TimeoutError):
         return "Timeout"
     return type(err.cause).__name__
+
+
+def attempts_made(err: ActivityError, max_attempts: int) -> int:
+    """How many attempts an activity made before it failed for good: all it had if its
+    retries ran out, else the number the activity reported in its error's details."""
+    if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return max_attempts
+    if isinstance(err.cause, ApplicationError):
+        for detail in err.cause.details:
+            if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
+                return int(detail["attempt"])
+    return 1
 
 
 def cause(err: ActivityError) -> str:
