@@ -18,7 +18,8 @@ from temporalio.service import RPCError
 from agentrun import search_attributes
 from agentrun.client import connect
 from agentrun.db import open_pool
-from agentrun.settings import Settings, SetupError
+from agentrun.errors import SetupError
+from agentrun.settings import Settings
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker, model_client

@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun import constants as names
 from agentrun import projection, search_attributes
+from agentrun.errors import OperationError
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
     ApproveInput,
@@ -41,10 +42,6 @@ from agentrun.models import (
 from agentrun.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.states import RunStatus
 from workflows import AgentRunWorkflow
-
-
-class OperationError(Exception):
-    """A refused or failed operation; the message is for a person."""
 
 
 @dataclass
