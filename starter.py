@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, metrics, render, retention
+from agentrun import backlog_cli, deployments, fork_ops, metrics, render, retention, watch
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
@@ -34,6 +35,7 @@ from agentrun.periods import parse_age, parse_point
 from agentrun.settings import Settings, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
+from agentrun.worker_api import run_worker
 from workflows import AgentRunWorkflow
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
@@ -148,6 +150,67 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
+async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
+    outcome: str | None = None
+    in_text = False  # model text is printed as it arrives, on one line per reply
+    async with contextlib.AsyncExitStack() as resources:
+        pool = (
+            await resources.enter_async_context(command_pool(settings))
+            if settings.database_url
+            else None
+        )
+        async for item in watch.watch(client, args.run, pool=pool, from_offset=args.from_offset):
+            if args.json:
+                print(item.model_dump_json(), flush=True)
+            elif item.kind == "text":
+                print(item.text or "", end="", flush=True)
+                in_text = True
+                continue
+            else:
+                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+            in_text = False
+            if item.kind == "receipt":
+                outcome = item.data.get("outcome")
+            elif item.type == "run.finished":
+                outcome = outcome or item.data.get("status")
+    return 0 if outcome == "completed" else 1
+
+
+async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    if args.from_step < 1:
+        raise OperationError("--from-step takes a step number, 1 or more")
+    try:
+        edit = json.loads(args.edit_output) if args.edit_output is not None else None
+    except json.JSONDecodeError as err:
+        raise OperationError(f"--edit-output is not valid JSON: {err}") from err
+    async with command_pool(settings) as pool:
+        started = await fork_ops.fork_run(
+            client,
+            pool,
+            args.run,
+            from_step=args.from_step,
+            edit_output=edit,
+            key=args.key,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+        )
+    note = "already exists (same key); not started again" if started.existing else "started"
+    emit(
+        {
+            "run_id": started.run_id,
+            "existing": started.existing,
+            "forked_from": args.run,
+            "from_step": args.from_step,
+            "url": settings.run_link(started.run_id),
+        },
+        args.json,
+        f"{started.run_id} {note}: a fork of {args.run} from step {args.from_step}\n"
+        f"{settings.run_link(started.run_id)}",
+    )
+    return 0
+
+
 async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
     async with command_pool(settings) as pool:
@@ -155,6 +218,29 @@ async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespac
         report = await action(client, pool, args.run, payload_limit=settings.payload_limit_bytes)
     emit(report, args.json, render.mirror_report(report))
     return 0 if report["agrees"] else 1
+
+
+async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """Make a build current: new runs go to it; open runs stay on the build they started on."""
+    name = args.deployment or settings.deployment_name
+    try:
+        await deployments.set_current_version(client, name, args.build_id)
+    except deployments.DeploymentError as err:
+        raise OperationError(str(err)) from err
+    print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
+    return 0
+
+
+async def cmd_version(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    await ops.status(client, args.run)  # an unknown run is a clear error
+    version = await deployments.run_version(client, args.run)
+    text = (
+        f"{args.run} is {version.behavior} to {version.deployment_name}/{version.build_id}"
+        if version.build_id
+        else f"{args.run} runs on unversioned workers"
+    )
+    emit(version.model_dump(mode="json"), args.json, text)
+    return 0
 
 
 # ---------------------------------------------------------------- commands that read Postgres
@@ -227,8 +313,6 @@ def existing_stack(settings: Settings) -> bool:
 
 
 async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
-    from worker import run_worker
-
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
     endpoints = stack.start()
     stop = asyncio.Event()
@@ -247,7 +331,7 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
                 pass  # a worker would migrate on start; without one, `up` does
             await stop.wait()
         else:
-            await run_worker(Settings.load(), identity="embedded-worker", stop=stop)
+            await run_worker(settings=Settings.load(), identity="embedded-worker", stop=stop)
     finally:
         stack.stop()
     return 0
@@ -255,8 +339,6 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     """Run a sample task end to end: start, stop at the approval gate, approve, verify."""
-    from worker import run_worker
-
     stack = None
     if not existing_stack(settings):
         stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
@@ -264,7 +346,7 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         stack.start()
         settings = Settings.load()
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(settings, identity="demo-worker", stop=stop))
+    worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
     demo = asyncio.create_task(run_demo(settings))
     try:
         await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
@@ -338,6 +420,10 @@ CLIENT_COMMANDS: dict[str, ClientCommand] = {
     "cancel": cmd_cancel,
     "status": cmd_status,
     "mirror": cmd_mirror,
+    "watch": cmd_watch,
+    "fork": cmd_fork,
+    "deploy": cmd_deploy,
+    "version": cmd_version,
 }
 LOCAL_COMMANDS = {
     "list": cmd_list,
@@ -395,6 +481,29 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("run")
     p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
     p.add_argument("action", choices=["check", "rebuild"])
+    p.add_argument("run")
+    p = command("watch", "follow a run live: steps, approvals, model text, receipt", json_flag=True)
+    p.add_argument("run")
+    p.add_argument(
+        "--from",
+        dest="from_offset",
+        type=int,
+        default=0,
+        help="start at this stream offset (an ended run: after this event seq)",
+    )
+    p = command(
+        "fork", "a new run from another's step N, optionally with an edited output", json_flag=True
+    )
+    p.add_argument("run")
+    p.add_argument("--from-step", type=int, required=True, help="the step (its number) to fork at")
+    p.add_argument(
+        "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
+    )
+    p.add_argument("--key", help="idempotency key of the fork (default: from run, step, edit)")
+    p = command("deploy", "make a worker build current for new runs")
+    p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
+    p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
+    p = command("version", "the worker build a run is pinned to", json_flag=True)
     p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")

@@ -23,6 +23,7 @@ from temporalio.envconfig import ClientConfigProfile
 from agentrun.constants import (
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_WEB_UI,
+    DEPLOYMENT_NAME,
     OFFLINE_MODEL,
     OFFLINE_MODEL_PRICE,
     TASK_QUEUE,
@@ -96,6 +97,10 @@ class Settings(BaseSettings):
     )
     faults: str = env("AGENTRUN_FAULTS", "", "crash-test fault points (agentrun.faults)")
     zombie_seconds: float = env("AGENTRUN_ZOMBIE_SECONDS", 12.0, "how long `tool.zombie` hangs")
+    # Worker Versioning: workers declare this version of the deployment, and every run stays
+    # pinned to the version it started on.
+    deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
+    build_id: str | None = env("AGENTRUN_BUILD_ID", None, "None: unversioned workers")
 
     @field_validator("model_prices", mode="before")
     @classmethod
