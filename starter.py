@@ -76,9 +76,14 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
-    )
+    async with command_pool(settings) as pool:
+        started = await ops.start_run(
+            client,
+            spec,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+            mirror=pool,
+        )
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing

@@ -9,9 +9,12 @@ with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fa
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 
 import openai
+import psycopg
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 # ---------------------------------------------------------------- errors for people
@@ -53,6 +56,24 @@ EFFECT_IN_PROGRESS = "EffectInProgress"
 
 # Failures that no other model or another try will fix.
 FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
+
+# Postgres refused the values themselves (out of range, a broken constraint): the same write
+# fails however often it is retried.
+DATA_REFUSED = "DataRefused"
+REFUSED_DATA_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
+
+
+@contextlib.contextmanager
+def refused_data_is_final() -> Iterator[None]:
+    """Around an activity: Postgres refusing its data fails it at once, never retried."""
+    try:
+        yield
+    except REFUSED_DATA_ERRORS as err:
+        raise ApplicationError(
+            f"Postgres refused the data ({type(err).__name__}): {err}; no retry changes it",
+            type=DATA_REFUSED,
+            non_retryable=True,
+        ) from err
 
 
 def retry_after(err: openai.APIStatusError) -> timedelta | None:
