@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, metrics, render, retention
+from agentrun import backlog_cli, metrics, render, retention, tenant_ops, tenants_cli
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.db import open_pool
@@ -32,6 +32,7 @@ from agentrun.periods import parse_age, parse_point
 from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
+from agentrun.tenant_store import TenantStore
 from workflows import AgentRunWorkflow
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
@@ -57,6 +58,7 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
         ("idempotency_key", args.idempotency_key),
         ("tenant", args.tenant),
         ("user", args.user),
+        ("priority", getattr(args, "priority", None)),
     ):
         if value is not None:
             raw[field] = value
@@ -72,18 +74,32 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
+    limits = None
+    if settings.database_url:  # tenants' limits live there; without it, none apply
+        pool = await open_pool(settings.database_url, max_size=1, connect_seconds=5)
+        try:
+            limits = await TenantStore(pool).limits(spec.tenant)
+        finally:
+            await pool.close()
     started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
+        client,
+        spec,
+        task_queue=settings.task_queue,
+        indexed=settings.search_attributes,
+        limits=limits,
     )
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
         else "started"
     )
+    if started.queue_position is not None:
+        note += f"; queued at position {started.queue_position} behind its tenant's cap"
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
+            "queue_position": started.queue_position,
             "url": settings.run_link(started.run_id),
         },
         args.json,
@@ -374,8 +390,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="what the agent should do")
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
     p.add_argument("--user")
+    p.add_argument(
+        "--priority", type=int, help="1 (runs first) to 5 (last); default 3, or the spec's"
+    )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
     p.add_argument("--by", required=True, help="who approves")
@@ -412,6 +431,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     backlog_cli.add_commands(sub)
+    tenants_cli.add_commands(sub)
     return top
 
 
@@ -419,6 +439,8 @@ async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
+    if args.command == "tenants":
+        return await tenants_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings)
@@ -429,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (ops.OperationError, SetupError) as err:
+    except (ops.OperationError, tenant_ops.TenantError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -133,6 +133,9 @@ class RunSpec(Strict):
     tenant: str = Field("default", min_length=1, max_length=200)
     user: str = Field("anonymous", min_length=1, max_length=200)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    priority: int = Field(
+        3, ge=1, le=5, description="1 runs first, 5 last; every step of the run inherits it"
+    )
     model: ModelSettings = Field(default_factory=ModelSettings)
     allowed_tools: list[str] | None = Field(None, description="None: every tool the worker has")
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
@@ -146,6 +149,9 @@ class RunSpec(Strict):
     )
     carry: RunCarry | None = Field(
         None, description="set by the engine when a run continues as new; never by people"
+    )
+    admission: str | None = Field(
+        None, description="set by the engine: the tenant admission workflow that started it"
     )
 
 
@@ -307,6 +313,7 @@ class RunSnapshot(BaseModel):
     tenant: str
     user: str
     task: str
+    priority: int | None = None
     status: RunStatus
     current_step_id: str | None = None
     pause_reason: str | None = None
@@ -432,6 +439,9 @@ class RunState(BaseModel):
     cost_usd: float
     result: str | None
     error: str | None
+    priority: int | None = None
+    admission: str | None = Field(None, description="the admission workflow it waits in")
+    queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
 
 
 class SideEffectRecord(BaseModel):

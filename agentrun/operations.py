@@ -24,8 +24,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun import admission_ops, fairness, projection, search_attributes
 from agentrun import constants as names
-from agentrun import projection, search_attributes
+from agentrun.admission_models import TenantLimits
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
     ApproveInput,
@@ -51,6 +52,7 @@ class OperationError(Exception):
 class Started:
     run_id: str
     existing: bool
+    queue_position: int | None = None  # waiting for a slot of its tenant's cap
 
 
 def run_id_for(key: str | None) -> str:
@@ -64,15 +66,33 @@ def run_id_for(key: str | None) -> str:
 
 
 async def start_run(
-    client: Client, spec: RunSpec, *, task_queue: str, indexed: bool = True
+    client: Client,
+    spec: RunSpec,
+    *,
+    task_queue: str,
+    indexed: bool = True,
+    limits: TenantLimits | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
 
-    `indexed` sets the search attributes (agent, tenant, status) the Web UI filters on.
+    `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters
+    on. The run's priority and its tenant (the fairness key, weighted by `limits.weight`)
+    reach every step it schedules. A tenant with a cap starts through its admission queue.
     """
     if spec.carry is not None:
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
+    if spec.admission is not None:
+        raise OperationError("`admission` is set by the engine; leave it out")
+    limits = limits or TenantLimits(tenant=spec.tenant)
     run_id = run_id_for(spec.idempotency_key)
+    if limits.capped:
+        try:
+            queued = await admission_ops.enqueue_run(
+                client, run_id, spec, task_queue=task_queue, indexed=indexed, limits=limits
+            )
+        except admission_ops.Refused as err:
+            raise OperationError(f"refused: {err}") from err
+        return Started(run_id, existing=queued.existing, queue_position=queued.position)
     try:
         await client.start_workflow(
             AgentRunWorkflow.run,
@@ -80,10 +100,13 @@ async def start_run(
             id=run_id,
             task_queue=task_queue,
             search_attributes=(
-                search_attributes.for_run(spec.agent, spec.tenant, RunStatus.QUEUED.value)
+                search_attributes.for_run(
+                    spec.agent, spec.tenant, RunStatus.QUEUED.value, spec.priority
+                )
                 if indexed
                 else None
             ),
+            priority=fairness.run_priority(spec.priority, spec.tenant, limits.weight),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
@@ -214,15 +237,20 @@ async def cancel(client: Client, run_id: str) -> None:
 
 
 async def status(client: Client, run_id: str) -> RunState:
-    """The live state, from the workflow itself (a worker answers the query)."""
+    """The live state, from the workflow itself (a worker answers the query); a run waiting
+    for its tenant's slot says where it stands in the queue."""
     handle, _ = await _handle(client, run_id)
     try:
-        return await handle.query(AgentRunWorkflow.state)  # type: ignore[no-any-return]
+        state: RunState = await handle.query(AgentRunWorkflow.state)
     except RPCError as err:
         raise OperationError(
             f"run {run_id} did not answer ({err.message}): is a worker running? "
             "Start one with `python worker.py`"
         ) from err
+    if state.status == RunStatus.QUEUED and state.admission is not None:
+        place = await admission_ops.position(client, state.admission, run_id)
+        state = state.model_copy(update={"queue_position": place.position if place else None})
+    return state
 
 
 async def list_runs(

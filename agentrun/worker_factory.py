@@ -15,11 +15,13 @@ import openai
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerTuner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+from activities.admission import AdmissionActivities
 from activities.backlog import BacklogActivities
+from agentrun import fairness
 from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
@@ -28,9 +30,11 @@ from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
 from agentrun.payload_limits import PayloadLimitInterceptor
 from agentrun.settings import Settings, SetupError
+from agentrun.tenant_store import TenantStore
 from agentrun.tools import ToolRegistry
 from agentrun.vault import SecretVault
 from workflows import AgentRunWorkflow
+from workflows.admission import TenantAdmissionWorkflow
 from workflows.backlog import AgentBacklogWorkflow
 
 
@@ -139,6 +143,36 @@ def payload_guard(
     )
 
 
+class AgentWorkers:
+    """The run worker and the model-call worker of one process, started and drained together.
+
+    Model calls have a task queue of their own (agentrun.fairness) so that the server's
+    per-tenant rate limit there limits model calls and nothing else.
+    """
+
+    def __init__(self, *workers: Worker) -> None:
+        self.workers = workers
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> AgentWorkers:
+        async with contextlib.AsyncExitStack() as stack:
+            for worker in self.workers:
+                await stack.enter_async_context(worker)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+def resource_tuner(target_cpu: float, target_memory: float) -> WorkerTuner:
+    """Slots that grow while the machine has CPU and memory to spare, so one machine does not
+    take more steps than it can run (the alternative to fixed slot counts)."""
+    return WorkerTuner.create_resource_based(
+        target_memory_usage=target_memory, target_cpu_usage=target_cpu
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -146,7 +180,8 @@ def build_worker(
     *,
     task_queue: str | None = None,
     max_concurrent_activities: int | None = None,
-) -> Worker:
+    tuner: WorkerTuner | None = None,
+) -> AgentWorkers:
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
@@ -173,25 +208,41 @@ def build_worker(
     mirror = MirrorActivities(store, journal)
     verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
     backlog = BacklogActivities(BacklogStore(deps.pool))
+    admission = AdmissionActivities(TenantStore(deps.pool))
     tuning = worker_tuning()
     if max_concurrent_activities is not None:
         tuning["max_concurrent_activities"] = max_concurrent_activities
-    workflows = [AgentRunWorkflow, AgentBacklogWorkflow]
+    if tuner is not None:  # a tuner replaces the fixed slot counts
+        tuning.pop("max_concurrent_activities")
+        tuning["tuner"] = tuner
+    workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
     cache_workflow_bytecode(workflows)
-    return Worker(
-        client,
-        task_queue=task_queue or settings.task_queue,
-        workflows=workflows,
-        activities=[
-            model.complete,
-            tools.invoke,
-            mirror.sync,
-            mirror.save_checkpoint,
-            mirror.record_receipt,
-            verify.check,
-            backlog.sync,
-            backlog.load,
-        ],
-        interceptors=[payload_guard(client, settings, store)],
-        **tuning,
+    queue = task_queue or settings.task_queue
+    interceptors = [payload_guard(client, settings, store)]
+    return AgentWorkers(
+        Worker(
+            client,
+            task_queue=queue,
+            workflows=workflows,
+            activities=[
+                model.complete,  # model calls scheduled before they had a queue of their own
+                tools.invoke,
+                mirror.sync,
+                mirror.save_checkpoint,
+                mirror.record_receipt,
+                verify.check,
+                backlog.sync,
+                backlog.load,
+                admission.sync,
+            ],
+            interceptors=interceptors,
+            **tuning,
+        ),
+        Worker(
+            client,
+            task_queue=fairness.model_task_queue(queue),
+            activities=[model.complete],
+            interceptors=interceptors,
+            **{k: v for k, v in tuning.items() if k != "max_cached_workflows"},
+        ),
     )

@@ -13,13 +13,18 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
     from agentrun import constants as names
-    from agentrun import payload_limits, search_attributes
+    from agentrun import fairness, payload_limits, search_attributes
+    from agentrun.admission_models import ReleaseInput
     from agentrun.conversation import STEP_OUTPUT_REF
     from agentrun.errors import PAYLOAD_TOO_LARGE, PERMISSION_DENIED
     from agentrun.ledger import action_hash, idempotency_key
@@ -69,16 +74,18 @@ MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 # does not wait for them: it goes on, and waits for them all before its receipt and before
 # it continues as new. Fences keep writes that land out of order from going backwards.
 MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
+# Model calls go to a task queue of their own, where the server limits each tenant's rate
+# (agentrun.fairness). Runs that made model calls on the run queue replay the way they did.
+MODEL_CALL_QUEUE = "model-call-queue"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
-# and often enough that the mirror catches up within seconds of the database returning.
-# A mirror write goes ahead of model and tool calls waiting on the same task queue (1 is the
-# highest of Temporal's priority keys; the default is 3), so under load the mirror keeps up.
-MIRROR_PRIORITY = Priority(priority_key=1)
+# and often enough that the mirror catches up within seconds of the database returning
+# (fairness.MIRROR_RETRY). A mirror write goes ahead of model and tool calls waiting on the
+# same task queue (fairness.MIRROR_PRIORITY: 1, the highest of Temporal's priority keys; a
+# run's own is 3 unless it was started with another), so under load the mirror keeps up.
+MIRROR_PRIORITY = fairness.MIRROR_PRIORITY
+MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
-MIRROR_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=2)
-)
 
 
 class RunEnded(Exception):
@@ -138,6 +145,10 @@ class AgentRunWorkflow(RunMessages):
         self.unresolved: list[str] = []
         self.answer: str | None = None
         self.error: str | None = None
+        # A run started by its tenant's admission queue waits for a slot (only runs whose
+        # input names a queue take this path, so older histories replay unchanged). A
+        # continuation was admitted long ago.
+        self.admitted = spec.admission is None or spec.carry is not None
         if spec.carry is not None:  # a continuation: pick up exactly where the last left off
             carry = spec.carry.model_copy(deep=True)
             for name in RunCarry.model_fields:
@@ -170,6 +181,7 @@ class AgentRunWorkflow(RunMessages):
         cancelled = False
         try:
             await self._flush()
+            await self._wait_for_slot()
             await self._agent_loop()
         except RunEnded as end:
             self._finish(end.status, error=end.reason)
@@ -190,6 +202,7 @@ class AgentRunWorkflow(RunMessages):
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
         await self._record_receipt()
+        await self._release_slot()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
             # The receipt is written; now Temporal shows the run as cancelled too.
@@ -197,6 +210,26 @@ class AgentRunWorkflow(RunMessages):
         return RunResult(
             run_id=self.run_id, status=self.status, answer=self.answer, error=self.error
         )
+
+    async def _wait_for_slot(self) -> None:
+        """Stay `queued` until the tenant's admission queue says a slot is ours."""
+        if self.admitted:
+            return
+        self._event("run.queued", data={"admission": self.spec.admission})
+        await self._flush()
+        await workflow.wait_condition(lambda: self.admitted)
+        self._event("run.admitted")
+
+    async def _release_slot(self) -> None:
+        """Tell the admission queue the slot (or the place in line) is free."""
+        if self.spec.admission is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(self.spec.admission).signal(
+                names.SIGNAL_ADMISSION_RELEASE, ReleaseInput(run_id=self.run_id)
+            )
+        except FailureError:
+            pass  # the queue was terminated: nobody holds the slot any more
 
     async def _agent_loop(self) -> None:
         while self.model_calls < self.spec.max_steps:
@@ -306,6 +339,9 @@ class AgentRunWorkflow(RunMessages):
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                 ),
+                task_queue=fairness.model_task_queue(workflow.info().task_queue)
+                if workflow.patched(MODEL_CALL_QUEUE)
+                else None,
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
@@ -819,6 +855,10 @@ class AgentRunWorkflow(RunMessages):
             {"role": "tool", "tool_call_id": call_id, "content": json.dumps(content, default=str)}
         )
 
+    def _priority(self) -> int:
+        """The priority the server dispatches this run's steps at."""
+        return workflow.info().priority.priority_key or fairness.DEFAULT_PRIORITY
+
     def _snapshot(self) -> RunSnapshot:
         self.version += 1
         return RunSnapshot(
@@ -827,6 +867,7 @@ class AgentRunWorkflow(RunMessages):
             tenant=self.spec.tenant,
             user=self.spec.user,
             task=self.spec.task,
+            priority=self._priority(),
             status=self.status,
             current_step_id=self.current_step_id,
             pause_reason=self.pause_reason,

@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agentrun import constants as names
+    from agentrun.admission_models import AdmitInput
     from agentrun.models import (
         ApprovalRecord,
         ApproveInput,
@@ -49,7 +50,9 @@ class RunMessages:
     cost_usd: float
     answer: str | None
     error: str | None
+    admitted: bool
     _event: Callable[..., Any]
+    _priority: Callable[[], int]
 
     @workflow.query(name=names.QUERY_STATE)
     def state(self) -> RunState:
@@ -70,7 +73,14 @@ class RunMessages:
             cost_usd=self.cost_usd,
             result=self.answer,
             error=self.error,
+            priority=self._priority(),
+            admission=self.spec.admission,
         )
+
+    @workflow.signal(name=names.SIGNAL_RUN_ADMIT)
+    def admit_signal(self, input: AdmitInput) -> None:
+        """The tenant's admission queue gives this run a slot."""
+        self.admitted = True
 
     @workflow.query(name=names.QUERY_PENDING_APPROVAL)
     def get_pending_approval(self) -> PendingApproval | None:
