@@ -33,6 +33,7 @@ from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tenant_store import TenantStore
+from agentrun.worker_api import run_worker
 from workflows import AgentRunWorkflow
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
@@ -247,8 +248,6 @@ def existing_stack(settings: Settings) -> bool:
 
 
 async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
-    from worker import run_worker
-
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
     endpoints = stack.start()
     stop = asyncio.Event()
@@ -265,7 +264,7 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
         if args.no_worker:
             await stop.wait()
         else:
-            await run_worker(Settings.load(), identity="embedded-worker", stop=stop)
+            await run_worker(settings=Settings.load(), identity="embedded-worker", stop=stop)
     finally:
         stack.stop()
     return 0
@@ -273,8 +272,6 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     """Run a sample task end to end: start, stop at the approval gate, approve, verify."""
-    from worker import run_worker
-
     stack = None
     if not existing_stack(settings):
         stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
@@ -282,7 +279,7 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         stack.start()
         settings = Settings.load()
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(settings, identity="demo-worker", stop=stop))
+    worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
     demo = asyncio.create_task(run_demo(settings))
     try:
         await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)

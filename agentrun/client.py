@@ -10,6 +10,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from agentrun.encryption import data_converter
 from agentrun.settings import Settings, SetupError
 from agentrun.telemetry import client_interceptors
+from agentrun.temporal_connection import ConnectionSettingsError, connect_options, describe
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.
 _runtimes: dict[str, Runtime] = {}
@@ -41,6 +42,10 @@ async def connect(
     commands do not, so they never contend for the port a worker on the same host serves."""
     runtime = runtime_for(settings) if serve_metrics else None
     try:
+        options = connect_options(settings.temporal_profile)
+    except ConnectionSettingsError as err:
+        raise SetupError(str(err)) from err
+    try:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
@@ -48,9 +53,14 @@ async def connect(
             identity=identity,
             interceptors=client_interceptors(settings),
             runtime=runtime,
+            **options,
         )
     except RuntimeError as err:
+        where = describe(
+            settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
+        )
         raise SetupError(
-            f"cannot reach Temporal at {settings.temporal_address} ({err}); start the local "
-            "stack with `python starter.py up`, or set TEMPORAL_ADDRESS"
+            f"cannot reach Temporal at {where}: {err}; start the local stack with "
+            "`python starter.py up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
+            "TEMPORAL_TLS_* for a cluster that needs them)"
         ) from err

@@ -17,7 +17,8 @@ from agentrun.settings import SetupError
 MIGRATION_LOCK = 424242
 
 MIGRATIONS: list[str] = [
-    # 1: runs, steps, attempts, events, artifacts, receipts, the idempotency ledger, the outbox.
+    # 1: runs, steps, attempts, events, artifacts, receipts, the idempotency ledger. (The demo's
+    # outbox was created here once; the demo's tools bring their own tables now.)
     """
     CREATE TABLE runs (
         run_id text PRIMARY KEY,
@@ -126,17 +127,6 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX tool_ledger_run_idx ON tool_ledger (run_id);
 
-    CREATE TABLE outbox (
-        id bigserial PRIMARY KEY,
-        idempotency_key text NOT NULL UNIQUE,
-        run_id text NOT NULL,
-        step_id text NOT NULL,
-        recipient text NOT NULL,
-        subject text NOT NULL,
-        body text NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now()
-    );
-
     -- What is running now, and which worker holds each step until when.
     CREATE VIEW active_steps AS
         SELECT r.run_id, r.tenant, r.status AS run_status, s.step_id, s.type, s.name,
@@ -150,7 +140,8 @@ MIGRATIONS: list[str] = [
                cost_usd, started_at, finished_at
         FROM steps ORDER BY run_id, seq;
     """,
-    # 2: failure semantics: the model-response journal, reconciliations, the demo ticket desk.
+    # 2: failure semantics: the model-response journal, reconciliations. (The demo's ticket desk
+    # was created here once.)
     """
     CREATE TABLE model_journal (
         run_id text NOT NULL,
@@ -169,15 +160,6 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN pause_reason text;
     ALTER TABLE tool_ledger ADD COLUMN reconciliation text;
     ALTER TABLE tool_ledger ADD COLUMN reconciled_at timestamptz;
-
-    -- A stand-in for an external system: its writes do not share the ledger's transaction.
-    CREATE TABLE tickets (
-        id bigserial PRIMARY KEY,
-        external_key text NOT NULL UNIQUE,
-        title text NOT NULL,
-        body text NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now()
-    );
     """,
     # 3: backlogs: each agent's ordered task list, mirrored from its AgentBacklog workflow.
     """
@@ -328,7 +310,18 @@ MIGRATIONS: list[str] = [
     ALTER TABLE steps ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     """,
-    # 8: tenants' shares and limits (agentrun/tenant_store.py), each run's admission queue
+    # 8: which tools the workers on each task queue have (agentrun/tool_sets.py).
+    """
+    CREATE TABLE worker_tool_sets (
+        task_queue text NOT NULL,
+        worker text NOT NULL,
+        fingerprint text NOT NULL,
+        tools jsonb NOT NULL,
+        seen_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (task_queue, worker)
+    );
+    """,
+    # 9: tenants' shares and limits (agentrun/tenant_store.py), each run's admission queue
     # place, and each run's priority.
     """
     CREATE TABLE tenants (
@@ -373,6 +366,17 @@ async def migrate(conn: AsyncConnection[Any]) -> int:
             await conn.execute(sql)  # type: ignore[arg-type]
             await conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (version,))
     return len(MIGRATIONS)
+
+
+async def install_tool_schema(pool: AsyncConnectionPool, statements: list[str]) -> None:
+    """Create the tables a worker's tools declare (`Tool.schema`), under the migration lock so
+    workers starting together do not race; the statements are idempotent."""
+    if not statements:
+        return
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        for sql in statements:
+            await conn.execute(sql)  # type: ignore[arg-type]
 
 
 RECONNECT_SECONDS = 5.0

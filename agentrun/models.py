@@ -147,7 +147,7 @@ class RunSpec(Strict):
     history_events_limit: int = Field(
         10_000, ge=100, description="continue as new past this many history events"
     )
-    carry: RunCarry | None = Field(
+    carry: RunProgress | None = Field(
         None, description="set by the engine when a run continues as new; never by people"
     )
     admission: str | None = Field(
@@ -492,35 +492,56 @@ class RunResult(BaseModel):
     error: str | None
 
 
-class RunCarry(BaseModel):
-    """The state a run carries across continue-as-new: compact, since the conversation and
-    large outputs live in Postgres; whole enough that the final receipt covers the chain."""
+class RunProgress(BaseModel):
+    """Everything a run knows beyond its spec, declared once.
 
-    generation: int
-    status: RunStatus
+    The workflow keeps its state in one of these; it is carried whole across
+    continue-as-new (`RunSpec.carry`), and the mirror snapshot, the `state` query and the
+    receipt are projections of it (workflows/run_state.py). Compact, since the
+    conversation and large outputs live in Postgres. Every field has a default, so carries
+    written before a field existed still load.
+    """
+
+    generation: int = Field(0, description="how many times the run has continued as new")
+    status: RunStatus = RunStatus.QUEUED
     started_at: datetime
-    seq: int
-    version: int
-    event_seq: int
-    model_calls: int
-    verify_rounds: int
-    steps: list[StepSummary]
-    stored_messages: int
-    pending_messages: list[JsonDict]
-    model_used: str | None
-    model_choice: int
-    checkpoint: JsonDict
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float
-    duplicates_prevented: int
-    side_effects: list[SideEffectRecord]
-    approvals: list[ApprovalRecord]
-    verification: VerifyResult | None
-    unresolved: list[str]
-    budget: Budget
-    malformed_streak: int
-    argument_streak: int
+    finished_at: datetime | None = None
+    seq: int = Field(0, description="the last step's number")
+    version: int = Field(0, description="the last mirror snapshot's version")
+    event_seq: int = 0
+    current_step_id: str | None = None
+    model_calls: int = 0
+    verify_rounds: int = 0
+    steps: list[StepSummary] = Field(default_factory=list)
+    stored_messages: int = Field(0, description="how much of the conversation the store holds")
+    pending_messages: list[JsonDict] = Field(
+        default_factory=list, description="messages the conversation store does not hold yet"
+    )
+    model_used: str | None = None
+    model_choice: int = Field(0, description="0: the primary model; 1: the fallback")
+    checkpoint: JsonDict = Field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    duplicates_prevented: int = 0
+    side_effects: list[SideEffectRecord] = Field(default_factory=list)
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    pending_approval: PendingApproval | None = None
+    decision: ApproveInput | RejectInput | None = Field(
+        None, description="a person's decision on the pending approval, not yet applied"
+    )
+    pause_requested: bool = False
+    pause_reason: str | None = None
+    admitted: bool = Field(
+        True, description="False only while the run waits for a slot of its tenant's cap"
+    )
+    verification: VerifyResult | None = None
+    unresolved: list[str] = Field(default_factory=list)
+    budget: Budget = Field(default_factory=Budget)
+    malformed_streak: int = 0
+    argument_streak: int = 0
+    answer: str | None = None
+    error: str | None = None
 
 
 RunSpec.model_rebuild()

@@ -13,7 +13,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from temporalio.envconfig import ClientConfigProfile
+
 from agentrun.constants import DEFAULT_WEB_UI, OFFLINE_MODEL, TASK_QUEUE
+from agentrun.temporal_connection import ConnectionSettingsError, load_profile
 
 STACK_FILE = "stack.json"
 
@@ -28,6 +31,8 @@ class Settings:
 
     temporal_address: str = "localhost:7233"
     temporal_namespace: str = "default"
+    # API key, TLS, gRPC metadata: TEMPORAL_* or a TOML profile (agentrun.temporal_connection).
+    temporal_profile: ClientConfigProfile | None = field(default=None, repr=False)
     task_queue: str = TASK_QUEUE
     # Secrets stay out of repr(), so a logged or printed Settings shows none of them.
     database_url: str | None = field(default=None, repr=False)  # its password
@@ -61,6 +66,10 @@ class Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env.get("AGENTRUN_HOME", ".agentrun"))
         stack = read_stack_file(home)
+        try:
+            profile = load_profile(env)
+        except ConnectionSettingsError as err:
+            raise SetupError(str(err)) from err
         keys, key_id = parse_encryption_keys(
             env.get("AGENTRUN_ENCRYPTION_KEYS", ""), env.get("AGENTRUN_ENCRYPTION_KEY_ID")
         )
@@ -69,9 +78,9 @@ class Settings:
             raw = json.loads(env["AGENTRUN_MODEL_PRICES"])
             prices.update({name: (float(p[0]), float(p[1])) for name, p in raw.items()})
         return cls(
-            temporal_address=env.get("TEMPORAL_ADDRESS")
-            or stack.get("temporal_address", "localhost:7233"),
-            temporal_namespace=env.get("TEMPORAL_NAMESPACE", "default"),
+            temporal_address=profile.address or stack.get("temporal_address", "localhost:7233"),
+            temporal_namespace=profile.namespace or "default",
+            temporal_profile=profile,
             task_queue=env.get("AGENTRUN_TASK_QUEUE", TASK_QUEUE),
             database_url=env.get("DATABASE_URL") or stack.get("database_url"),
             openai_base_url=env.get("OPENAI_BASE_URL") or stack.get("openai_base_url"),

@@ -105,12 +105,12 @@ def cache_workflow_bytecode(workflows: Iterable[type]) -> None:
         return  # Python caches it itself on first import
     files: set[str] = set()
     for cls in workflows:
-        name = cls.__module__
-        while name:
-            module = sys.modules.get(name)
-            if module is not None and getattr(module, "__file__", None):
-                files.add(str(module.__file__))
-            name = name.rpartition(".")[0]
+        for name in {base.__module__ for base in cls.__mro__}:  # its mixins' modules too
+            while name:
+                module = sys.modules.get(name)
+                if module is not None and getattr(module, "__file__", None):
+                    files.add(str(module.__file__))
+                name = name.rpartition(".")[0]
     for file in files:
         if not file.endswith(".py"):
             continue

@@ -15,11 +15,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+import agentrun_demo
 from agentrun import fairness, search_attributes
-from agentrun.db import open_pool
+from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, Reply
 from agentrun.settings import Settings
-from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker
 
 
@@ -36,6 +36,7 @@ async def recording_worker(
         dev_server_extra_args=fairness.dev_server_flags(),
     )
     pool = await open_pool(pg.get_uri())
+    await install_tool_schema(pool, agentrun_demo.registry.schema())
     try:
         with OfflineModelServer(model) as server:
             settings = replace(Settings.load({}), task_queue=task_queue)
@@ -44,7 +45,7 @@ async def recording_worker(
                 model_client=openai.AsyncOpenAI(
                     base_url=server.base_url, api_key="x", max_retries=0
                 ),
-                registry=demo_registry(),
+                registry=agentrun_demo.registry,
             )
             async with build_worker(env.client, settings, deps):
                 yield env.client

@@ -23,12 +23,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+import agentrun_demo
 from agentrun import fairness, search_attributes
-from agentrun.db import open_pool
+from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, offline_planner
 from agentrun.settings import Settings
 from agentrun.tools import ToolRegistry
-from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker
 
 
@@ -51,6 +51,8 @@ def database_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     pool = await open_pool(database_url, max_size=20)
+    # Tests count the demo's sent messages and tickets whatever worker ran.
+    await install_tool_schema(pool, agentrun_demo.registry.schema())
     yield pool
     await pool.close()
 
@@ -123,7 +125,9 @@ async def running_worker(
     model_client = openai.AsyncOpenAI(
         base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
     )
-    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry or demo_registry())
+    registry = registry or agentrun_demo.registry
+    await install_tool_schema(pool, registry.schema())
+    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
     async with build_worker(client, settings, deps) as worker:
         yield worker
 

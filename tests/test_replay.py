@@ -16,8 +16,9 @@ from temporalio.worker import Replayer
 
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
-from workflows.agent_run import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL, MODEL_CALL_QUEUE
+from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import AgentBacklogWorkflow
+from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

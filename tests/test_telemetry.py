@@ -12,11 +12,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.client import connect, runtime_for
 from agentrun.settings import Settings
 from agentrun.stack import free_port
-from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker
 from tests.support import make_spec
 from workflows import AgentRunWorkflow
@@ -29,7 +29,7 @@ async def run_one(client, settings: Settings, pool) -> str:
         model_client=openai.AsyncOpenAI(
             base_url=settings.openai_base_url, api_key="test", max_retries=0
         ),
-        registry=demo_registry(),
+        registry=agentrun_demo.registry,
     )
     spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
     async with build_worker(client, settings, deps):

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.model_journal import ModelJournal
 from agentrun.models import Usage
 from agentrun.offline_model import OfflineModelServer
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process
 from workflows import AgentRunWorkflow
@@ -96,7 +96,7 @@ async def test_without_a_reconcile_hook_a_person_decides(client, settings, pool,
 
     registry = ToolRegistry(
         [
-            *demo_tools(),
+            *agentrun_demo.registry.tools(),
             Tool(
                 "post_webhook", "post", Payload, post_webhook, side_effect=True, transactional=False
             ),
