@@ -24,9 +24,10 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import admission_ops, fairness, projection, search_attributes
+from agentrun import admission_ops, fairness, projection, run_summaries, search_attributes
 from agentrun import constants as names
 from agentrun.admission_models import TenantLimits
+from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
     ApproveInput,
@@ -109,6 +110,9 @@ async def start_run(
             priority=fairness.run_priority(spec.priority, spec.tenant, limits.weight),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # What the Web UI shows above the timeline: who, for whom, what.
+            static_summary=run_summaries.static_summary(spec),
+            static_details=run_summaries.static_details(spec, run_id),
         )
     except WorkflowAlreadyStartedError:
         return Started(run_id, existing=True)
@@ -281,7 +285,8 @@ async def receipt(pool: AsyncConnectionPool, run_id: str) -> JsonDict:
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
             )
-    return dict(row[0])
+    # Forks made after the receipt was written: the link lives in `run_forks`.
+    return {**dict(row[0]), "forks": await ForkStore(pool).forks_of(run_id)}
 
 
 async def check_mirror(
