@@ -85,20 +85,18 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    limits = None
-    if settings.database_url:  # tenants' limits live there; without it, none apply
-        pool = await open_pool(settings.database_url, max_size=1, connect_seconds=5)
-        try:
-            limits = await TenantStore(pool).limits(spec.tenant)
-        finally:
-            await pool.close()
-    started = await ops.start_run(
-        client,
-        spec,
-        task_queue=settings.task_queue,
-        indexed=settings.search_attributes,
-        limits=limits,
-    )
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        started = await ops.start_run(
+            client,
+            spec,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+            mirror=pool,
+            limits=await TenantStore(pool).limits(spec.tenant),
+        )
+    finally:
+        await pool.close()
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing

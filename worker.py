@@ -18,7 +18,7 @@ from agentrun.settings import SetupError
 from agentrun.tools.loading import split_references
 from agentrun.tools.mcp import parse_servers
 from agentrun.worker_api import run_worker
-from agentrun.worker_factory import resource_tuner
+from agentrun.worker_factory import ResourceTargets
 
 
 def main() -> None:
@@ -49,7 +49,11 @@ def main() -> None:
     for name in ("target_cpu", "target_memory"):
         if not 0 < getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
-    tuner = resource_tuner(args.target_cpu, args.target_memory) if args.resource_tuner else None
+    resources = (
+        ResourceTargets(cpu=args.target_cpu, memory=args.target_memory)
+        if args.resource_tuner
+        else None
+    )
 
     async def serve() -> None:
         stop = asyncio.Event()
@@ -58,7 +62,7 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         tools = args.tools or split_references(os.environ.get("AGENTRUN_TOOLS", ""))
         mcp = args.mcp or parse_servers(os.environ.get("AGENTRUN_MCP", ""))
-        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, tuner=tuner)
+        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, resources=resources)
 
     try:
         asyncio.run(serve())

@@ -73,12 +73,16 @@ async def start_run(
     task_queue: str,
     indexed: bool = True,
     limits: TenantLimits | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
 
     `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters
     on. The run's priority and its tenant (the fairness key, weighted by `limits.weight`)
     reach every step it schedules. A tenant with a cap starts through its admission queue.
+    With the `mirror`, a run Temporal has forgotten (its retention passed) is still the same
+    run: its id is not started again over the old run's conversation, journal and ledger,
+    and the caller is told it exists (its receipt is in the mirror).
     """
     if spec.carry is not None:
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
@@ -86,6 +90,8 @@ async def start_run(
         raise OperationError("`admission` is set by the engine; leave it out")
     limits = limits or TenantLimits(tenant=spec.tenant)
     run_id = run_id_for(spec.idempotency_key)
+    if mirror is not None and await _mirrored(mirror, run_id):
+        return Started(run_id, existing=True)
     if limits.capped:
         try:
             queued = await admission_ops.enqueue_run(
@@ -128,6 +134,12 @@ async def start_run(
             ) from err
         raise
     return Started(run_id, existing=False)
+
+
+async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+        return await cur.fetchone() is not None
 
 
 async def _handle(client: Client, run_id: str) -> tuple[WorkflowHandle[Any, Any], bool]:

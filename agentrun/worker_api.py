@@ -16,18 +16,23 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import WorkerTuner
 
 from agentrun import search_attributes, tenant_ops, tool_sets
 from agentrun.background import alongside
 from agentrun.client import connect
-from agentrun.db import install_tool_schema, open_pool
+from agentrun.db import install_tool_schema
 from agentrun.settings import Settings
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tenant_store import TenantStore
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.worker_factory import (
+    ResourceTargets,
+    WorkerDeps,
+    build_worker,
+    model_client,
+    open_worker_pool,
+)
 
 
 async def run_worker(
@@ -37,7 +42,7 @@ async def run_worker(
     settings: Settings | None = None,
     identity: str | None = None,
     stop: asyncio.Event | None = None,
-    tuner: WorkerTuner | None = None,
+    resources: ResourceTargets | None = None,
 ) -> None:
     """Serve runs until `stop` is set (for ever without one).
 
@@ -45,8 +50,8 @@ async def run_worker(
     neither tools nor MCP servers, the demo's tools. `mcp`: `NAME=COMMAND ARGS...` (stdio) or
     `NAME=https://...`, whose tools the model sees as `NAME__TOOL`. Settings come from the
     environment unless given. A bad tool, server or tool set raises `SetupError` before the
-    worker polls. `tuner` sizes task slots (see `worker_factory.resource_tuner`) instead of
-    the fixed counts.
+    worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
+    fixed counts.
     """
     settings = settings or Settings.load()
     identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
@@ -67,7 +72,7 @@ async def run_worker(
                     "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
                     flush=True,
                 )
-        pool = await open_pool(settings.require_database())
+        pool = await open_worker_pool(settings)
         try:
             await install_tool_schema(pool, registry.schema())
             await tool_sets.join(pool, settings.task_queue, identity, registry.names())
@@ -75,7 +80,7 @@ async def run_worker(
             await _push_tenant_config(client, pool, settings.task_queue)
             async with (
                 alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
-                build_worker(client, settings, deps, tuner=tuner),
+                build_worker(client, settings, deps, resources=resources),
             ):
                 print(
                     f"worker {identity} polling {settings.task_queue!r} at "

@@ -16,7 +16,12 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.worker import Worker, WorkerDeploymentConfig, WorkerTuner
+from temporalio.worker import (
+    ResourceBasedSlotConfig,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkerTuner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import (
@@ -33,6 +38,7 @@ from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
+from agentrun.db import activity_slots_for, open_pool, pool_size_for
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
@@ -85,6 +91,14 @@ SANDBOX_PASSTHROUGH = (
 )
 
 
+ACTIVITY_SLOTS = 100
+
+
+async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
+    """The Postgres pool a worker's activities share, sized for its activity slots."""
+    return await open_pool(settings.require_database(), max_size=pool_size_for(ACTIVITY_SLOTS))
+
+
 def worker_tuning() -> dict[str, Any]:
     """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
 
@@ -93,7 +107,7 @@ def worker_tuning() -> dict[str, Any]:
     slower), so they stay; the sandbox gets an explicit passthrough list.
     """
     return {
-        "max_concurrent_activities": 100,
+        "max_concurrent_activities": ACTIVITY_SLOTS,
         "max_cached_workflows": 1000,
         "workflow_runner": SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
@@ -173,12 +187,26 @@ class AgentWorkers:
         await self._stack.aclose()
 
 
-def resource_tuner(target_cpu: float, target_memory: float) -> WorkerTuner:
-    """Slots that grow while the machine has CPU and memory to spare, so one machine does not
-    take more steps than it can run (the alternative to fixed slot counts)."""
-    return WorkerTuner.create_resource_based(
-        target_memory_usage=target_memory, target_cpu_usage=target_cpu
-    )
+@dataclass(frozen=True)
+class ResourceTargets:
+    """Size task slots by the machine instead of fixed counts (`worker.py --resource-tuner`):
+    a worker takes more steps only while CPU and memory stay under these fractions, so one
+    machine does not overcommit. Costs a little ramp-up: slots grow as load is measured."""
+
+    cpu: float = 0.8
+    memory: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name, value in (("cpu", self.cpu), ("memory", self.memory)):
+            if not 0 < value <= 1:
+                raise SetupError(f"the {name} target is a fraction of the machine, in (0, 1]")
+
+    def tuner(self, max_activities: int) -> WorkerTuner:
+        return WorkerTuner.create_resource_based(
+            target_memory_usage=self.memory,
+            target_cpu_usage=self.cpu,
+            activity_config=ResourceBasedSlotConfig(maximum_slots=max_activities),
+        )
 
 
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
@@ -206,7 +234,7 @@ def build_worker(
     *,
     task_queue: str | None = None,
     max_concurrent_activities: int | None = None,
-    tuner: WorkerTuner | None = None,
+    resources: ResourceTargets | None = None,
 ) -> AgentWorkers:
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
@@ -232,16 +260,30 @@ def build_worker(
         vault=vault,
     )
     mirror = MirrorActivities(store, journal)
-    verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
+    verify = VerifyActivities(
+        deps.model_client,
+        deps.registry,
+        journal,
+        default_model=settings.model,
+        prices=settings.model_prices,
+    )
     backlog = BacklogActivities(BacklogStore(deps.pool))
     admission = AdmissionActivities(TenantStore(deps.pool))
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning()
-    if max_concurrent_activities is not None:
-        tuning["max_concurrent_activities"] = max_concurrent_activities
-    if tuner is not None:  # a tuner replaces the fixed slot counts
-        tuning.pop("max_concurrent_activities")
-        tuning["tuner"] = tuner
+    # Never more activities at once than the pool serves with its reserve to spare: each may
+    # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
+    # The model-call worker takes a share of them (model calls journal to Postgres too).
+    slots = activity_slots_for(
+        deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
+    )
+    model_slots = max(1, slots // 2)
+    run_tuning = {**tuning, "max_concurrent_activities": max(1, slots - model_slots)}
+    model_tuning = {**tuning, "max_concurrent_activities": model_slots}
+    del model_tuning["max_cached_workflows"]
+    if resources is not None:  # slots sized by the machine, under the same ceilings
+        for each in (run_tuning, model_tuning):
+            each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
     workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
     cache_workflow_bytecode(workflows)
     queue = task_queue or settings.task_queue
@@ -266,7 +308,7 @@ def build_worker(
             ],
             interceptors=interceptors,
             deployment_config=deployment,
-            **tuning,
+            **run_tuning,
         ),
         # The same version: a pinned run's model calls go to workers of its own build.
         Worker(
@@ -275,6 +317,6 @@ def build_worker(
             activities=[model.complete],
             interceptors=interceptors,
             deployment_config=deployment,
-            **{k: v for k, v in tuning.items() if k != "max_cached_workflows"},
+            **model_tuning,
         ),
     )
