@@ -73,9 +73,17 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
-    )
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        started = await ops.start_run(
+            client,
+            spec,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+            mirror=pool,
+        )
+    finally:
+        await pool.close()
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
