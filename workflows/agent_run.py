@@ -365,7 +365,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
                 summary=run_summaries.model_summary(
-                    model or self.progress.model_used or "the default model",
+                    model or self.progress.model_used or "(the worker's default)",
                     self.progress.tokens_in + self.progress.tokens_out,
                 ),
             )
