@@ -24,7 +24,17 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, deployments, fork_ops, metrics, render, retention, watch
+from agentrun import (
+    backlog_cli,
+    deployments,
+    fork_ops,
+    metrics,
+    render,
+    retention,
+    tenant_ops,
+    tenants_cli,
+    watch,
+)
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
@@ -35,6 +45,7 @@ from agentrun.periods import parse_age, parse_point
 from agentrun.settings import Settings, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
+from agentrun.tenant_store import TenantStore
 from agentrun.worker_api import run_worker
 from workflows import AgentRunWorkflow
 
@@ -61,6 +72,7 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
         ("idempotency_key", args.idempotency_key),
         ("tenant", args.tenant),
         ("user", args.user),
+        ("priority", getattr(args, "priority", None)),
     ):
         if value is not None:
             raw[field] = value
@@ -83,16 +95,20 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
             mirror=pool,
+            limits=await TenantStore(pool).limits(spec.tenant),
         )
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
         else "started"
     )
+    if started.queue_position is not None:
+        note += f"; queued at position {started.queue_position} behind its tenant's cap"
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
+            "queue_position": started.queue_position,
             "url": settings.run_link(started.run_id),
         },
         args.json,
@@ -461,8 +477,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="what the agent should do")
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
     p.add_argument("--user")
+    p.add_argument(
+        "--priority", type=int, help="1 (runs first) to 5 (last); default 3, or the spec's"
+    )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
     p.add_argument("--by", required=True, help="who approves")
@@ -525,6 +544,7 @@ def parser() -> argparse.ArgumentParser:
         "migrate", "bring the database's schema up to date (workers do it on start)", json_flag=True
     )
     backlog_cli.add_commands(sub)
+    tenants_cli.add_commands(sub)
     return top
 
 
@@ -532,6 +552,8 @@ async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
+    if args.command == "tenants":
+        return await tenants_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings)
@@ -542,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (OperationError, SetupError) as err:
+    except (OperationError, tenant_ops.TenantError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

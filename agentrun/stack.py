@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
 from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.errors import SetupError
 from agentrun.offline_model import OfflineModelServer, Responder, offline_planner
@@ -54,6 +54,8 @@ class EmbeddedStack:
     temporal_port: int = TEMPORAL_PORT
     ui_port: int = WEB_UI_PORT
     ui: bool = True
+    # Fair dispatch across tenants (agentrun.fairness); off only to measure what it buys.
+    fairness: bool = True
     model_port: int = 0
     planner: Responder = offline_planner
     endpoints: dict[str, str] = field(default_factory=dict)
@@ -123,6 +125,7 @@ class EmbeddedStack:
             "--sqlite-pragma",
             "synchronous=NORMAL",
             *search_attributes.dev_server_flags(),
+            *fairness.dev_server_flags(self.fairness),
         ]
         if not self.ui:
             command.append("--headless")
