@@ -17,7 +17,12 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 from temporalio.workflow import ActivityCancellationType
 
 from workflows import run_state
@@ -36,7 +41,8 @@ with workflow.unsafe.imports_passed_through():
         VerifyActivities,
     )
     from agentrun import constants as names
-    from agentrun import payload_limits, run_summaries, search_attributes
+    from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.admission_models import ReleaseInput
     from agentrun.conversation import STEP_OUTPUT_REF
     from agentrun.errors import PERMISSION_DENIED
     from agentrun.ledger import canonical_json, effect_key, idempotency_key
@@ -89,6 +95,10 @@ SYSTEM_PROMPT = (
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
+# Patch id: model calls go to a task queue of their own, where the server limits each
+# tenant's rate (agentrun.fairness). Runs that made model calls on the run queue replay the
+# way they did.
+MODEL_CALL_QUEUE = "model-call-queue"
 
 
 async def shielded(work: Coroutine[Any, Any, Any]) -> None:
@@ -134,6 +144,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 started_at=workflow.now(),
                 model_used=spec.model.model,
                 budget=spec.budget,
+                # A run started by its tenant's admission queue waits for a slot (only runs
+                # whose input names a queue take that path, so older histories replay
+                # unchanged); a continuation was admitted long ago.
+                admitted=spec.admission is None,
                 pending_messages=[
                     {"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
@@ -174,6 +188,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         cancelled = False
         try:
             await self._flush()
+            await self._wait_for_slot()
             if spec.fork is not None and spec.carry is None:
                 # Only runs started by `starter.py fork` carry `fork`: no recorded history
                 # takes this path, so it needs no patch.
@@ -185,7 +200,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             if not is_cancelled_exception(err):
                 assert isinstance(err, ActivityError)
                 self._finish(
-                    RunStatus.FAILED, error=f"{err.activity_type} failed: {policies.cause(err)}"
+                    RunStatus.FAILED, error=f"{err.activity_type} failed: {errors.cause(err)}"
                 )
             else:
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
@@ -200,10 +215,12 @@ class AgentRunWorkflow(Approvals, RunMessages):
         if workflow.patched(RECEIPT_SHIELDED):
             # The run has ended: a cancel that comes now must not cost it its receipt.
             await shielded(self._record_receipt())
+            await shielded(self._release_slot())
             self.stream.detach()  # watchers read the rest once the run has closed
             await shielded(workflow.wait_condition(workflow.all_handlers_finished))
         else:
             await self._record_receipt()
+            await self._release_slot()
             self.stream.detach()
             await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
@@ -215,6 +232,26 @@ class AgentRunWorkflow(Approvals, RunMessages):
             answer=self.progress.answer,
             error=self.progress.error,
         )
+
+    async def _wait_for_slot(self) -> None:
+        """Stay `queued` until the tenant's admission queue says a slot is ours."""
+        if self.progress.admitted:
+            return
+        self._event("run.queued", data={"admission": self.spec.admission})
+        await self._flush()
+        await workflow.wait_condition(lambda: self.progress.admitted)
+        self._event("run.admitted")
+
+    async def _release_slot(self) -> None:
+        """Tell the admission queue the slot (or the place in line) is free."""
+        if self.spec.admission is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(self.spec.admission).signal(
+                names.SIGNAL_ADMISSION_RELEASE, ReleaseInput(run_id=self.run_id)
+            )
+        except FailureError:
+            pass  # the queue was terminated: nobody holds the slot any more
 
     async def _agent_loop(self) -> None:
         while self.progress.model_calls < self.spec.max_steps:
@@ -355,11 +392,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
-                kind = policies.error_kind(err)
+                kind = errors.error_kind(err)
                 if kind == PERMISSION_DENIED and failures.on_permission_denied == "pause":
-                    await self._pause_for_admin(f"model provider refused: {policies.cause(err)}")
+                    await self._pause_for_admin(f"model provider refused: {errors.cause(err)}")
                     continue
-                if last or kind in policies.FINAL_ERRORS:
+                if last or kind in errors.FINAL_ERRORS:
                     raise
                 self._event(
                     "model.fallback",
@@ -389,11 +426,14 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                 ),
+                task_queue=fairness.model_task_queue(workflow.info().task_queue)
+                if workflow.patched(MODEL_CALL_QUEUE)
+                else None,
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
                 summary=run_summaries.model_summary(
-                    model or self.progress.model_used or "the default model",
+                    model or self.progress.model_used or "(the worker's default)",
                     self.progress.tokens_in + self.progress.tokens_out,
                 ),
             )
@@ -406,7 +446,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                         type="model_call",
                         name=model or "model",
                         status="failed",
-                        error=f"{policies.error_kind(err)}: {policies.cause(err)}",
+                        error=f"{errors.error_kind(err)}: {errors.cause(err)}",
                         attempt=attempts,
                         started_at=started,
                         finished_at=workflow.now(),
@@ -573,13 +613,13 @@ class AgentRunWorkflow(Approvals, RunMessages):
                         self._record_interrupted(step_id, call, arguments, key, started)
                     raise
                 assert isinstance(err, ActivityError)
-                reason = policies.cause(err)
+                reason = errors.cause(err)
                 result = ToolCallResult(
                     ok=False,
                     error=f"tool failed: {reason}",
-                    attempt=policies.attempts_made(err, attempts),
+                    attempt=errors.attempts_made(err, attempts),
                 )
-                if policies.error_kind(err) == PERMISSION_DENIED:
+                if errors.error_kind(err) == PERMISSION_DENIED:
                     if self.spec.failures.on_permission_denied == "pause":
                         self._record_tool_step(step_id, call, arguments, key, result, started)
                         await self._pause_for_admin(reason)
