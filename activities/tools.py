@@ -17,13 +17,12 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.leases import hold_lease, once_postgres_answers
-from agentrun import faults, injection, ledger
+from agentrun import errors, faults, injection, ledger
 from agentrun.artifacts import ArtifactStore
 from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import PERMISSION_DENIED, UNKNOWN_TOOL, refused_data_is_final
+from agentrun.errors import SecretUnavailable, refused_data_is_final
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.tools import ToolContext, ToolRegistry
@@ -36,7 +35,7 @@ from agentrun.tools.registry import (
     UnknownToolError,
     compact_errors,
 )
-from agentrun.vault import MARKER, SecretScope, SecretUnavailable, SecretVault
+from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ToolActivities:
@@ -69,7 +68,7 @@ class ToolActivities:
         try:
             tool = self.registry.get(input.tool)
         except UnknownToolError as err:
-            raise ApplicationError(str(err), type=UNKNOWN_TOOL, non_retryable=True) from err
+            raise errors.unknown_tool(str(err)) from err
         scope = SecretScope()
         try:
             arguments = await self._open_secrets(tool, input, scope)
@@ -129,11 +128,9 @@ class ToolActivities:
         except ToolForbidden as err:
             reason = scope.redact(str(err))
             await self._fail(input, f"forbidden: {reason}")
-            raise ApplicationError(
-                f"{tool.name} was refused permission: {reason}",
-                type=PERMISSION_DENIED,
-                non_retryable=True,
-            ) from (err if reason == str(err) else None)
+            raise errors.tool_forbidden(tool.name, reason) from (
+                err if reason == str(err) else None
+            )
         except ToolError as err:
             reason = scope.redact(str(err))
             await self._fail(input, reason)
@@ -145,11 +142,7 @@ class ToolActivities:
                 raise
             # The message quoted a secret: raise it without the original, which would carry
             # the value into history and the worker's log.
-            raise ApplicationError(
-                reason,
-                type=err.type if isinstance(err, ApplicationError) else type(err).__name__,
-                non_retryable=isinstance(err, ApplicationError) and err.non_retryable,
-            ) from None
+            raise errors.reworded(err, reason) from None
         if outcome.unknown_outcome:
             await self._fail(input, outcome.error or "unknown outcome")
             return outcome
@@ -221,10 +214,7 @@ class ToolActivities:
         key = input.idempotency_key
         async with self.pool.connection() as conn:
             if not await ledger.try_lock(conn, key):
-                raise ApplicationError(
-                    f"another attempt is still performing {tool.name} ({key}); retrying later",
-                    type="EffectInProgress",
-                )
+                raise errors.effect_in_progress(tool.name, key)
             try:
                 context = self._context(input, checkpoint, conn, save_checkpoint, scope)
                 state, recorded = await ledger.claim_external(

@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentrun import admission_ops, fairness, projection, run_summaries, search_attributes
 from agentrun import constants as names
 from agentrun.admission_models import TenantLimits
+from agentrun.errors import OperationError
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
@@ -43,10 +44,6 @@ from agentrun.models import (
 from agentrun.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.states import RunStatus
 from workflows import AgentRunWorkflow
-
-
-class OperationError(Exception):
-    """A refused or failed operation; the message is for a person."""
 
 
 @dataclass

@@ -6,7 +6,6 @@ Each test is named after the promise it keeps; the audit's number is in its docs
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,7 +79,7 @@ async def test_a_row_postgres_refuses_is_recorded_the_run_ends_and_mirror_check_
         reply.body["usage"] = {"prompt_tokens": 60_000_000, "completion_tokens": 0}
         return reply
 
-    priced = replace(settings, model_prices={"offline-planner": (1_000_000.0, 0.0)})
+    priced = settings.model_copy(update={"model_prices": {"offline-planner": (1_000_000.0, 0.0)}})
     spec = make_spec("Find the refund policy", allowed_tools=["search_notes"])
     with OfflineModelServer(expensive) as model:
         async with running_worker(client, priced, pool, base_url=model.base_url):
@@ -149,7 +148,7 @@ async def test_a_response_the_run_never_used_shows_as_unaccepted_in_the_receipt(
     def huge(request: dict[str, Any]) -> Any:
         return completion(request, content="## Summary\n" + "y" * 300_000)
 
-    small = replace(settings, payload_limit_bytes=100_000)
+    small = settings.model_copy(update={"payload_limit_bytes": 100_000})
     with OfflineModelServer(huge) as model:
         async with running_worker(client, small, pool, base_url=model.base_url):
             result = await run_to_end(client, make_spec("write a lot"), settings.task_queue)

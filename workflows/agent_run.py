@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyActivities,
     )
     from agentrun import constants as names
-    from agentrun import fairness, payload_limits, run_summaries, search_attributes
+    from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
     from agentrun.admission_models import ReleaseInput
     from agentrun.conversation import STEP_OUTPUT_REF
     from agentrun.errors import PERMISSION_DENIED
@@ -145,7 +145,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             if not is_cancelled_exception(err):
                 assert isinstance(err, ActivityError)
                 self._finish(
-                    RunStatus.FAILED, error=f"{err.activity_type} failed: {policies.cause(err)}"
+                    RunStatus.FAILED, error=f"{err.activity_type} failed: {errors.cause(err)}"
                 )
             else:
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
@@ -324,11 +324,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
-                kind = policies.error_kind(err)
+                kind = errors.error_kind(err)
                 if kind == PERMISSION_DENIED and failures.on_permission_denied == "pause":
-                    await self._pause_for_admin(f"model provider refused: {policies.cause(err)}")
+                    await self._pause_for_admin(f"model provider refused: {errors.cause(err)}")
                     continue
-                if last or kind in policies.FINAL_ERRORS:
+                if last or kind in errors.FINAL_ERRORS:
                     raise
                 self._event(
                     "model.fallback",
@@ -378,7 +378,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                         type="model_call",
                         name=model or "model",
                         status="failed",
-                        error=f"{policies.error_kind(err)}: {policies.cause(err)}",
+                        error=f"{errors.error_kind(err)}: {errors.cause(err)}",
                         attempt=attempts,
                         started_at=started,
                         finished_at=workflow.now(),
@@ -531,9 +531,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
-                reason = policies.cause(err)
+                reason = errors.cause(err)
                 result = ToolCallResult(ok=False, error=f"tool failed: {reason}")
-                if policies.error_kind(err) == PERMISSION_DENIED:
+                if errors.error_kind(err) == PERMISSION_DENIED:
                     if self.spec.failures.on_permission_denied == "pause":
                         self._record_tool_step(step_id, call, arguments, key, result, started)
                         await self._pause_for_admin(reason)
