@@ -17,7 +17,7 @@ from temporalio.worker import Replayer
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
-from workflows.backlog import AgentBacklogWorkflow
+from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
 from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -64,6 +64,12 @@ def test_model_call_queue_and_admission_have_histories():
     assert MODEL_CALL_QUEUE not in taken["budget_extended"]
     assert MODEL_CALL_QUEUE in taken["admitted_from_queue"]
     assert "admitted_from_queue_queue" in taken
+
+
+def test_backlog_child_priority_has_a_history():
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
+    assert CHILD_PRIORITY in taken["backlog_child_priority"]
 
 
 def test_the_audit_fixes_have_histories():
