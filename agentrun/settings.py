@@ -63,6 +63,8 @@ class Settings:
     # and every run stays pinned to the version it started on. None: unversioned workers.
     deployment_name: str = DEPLOYMENT_NAME
     build_id: str | None = None
+    # Ask the model provider to stream (AGENTRUN_MODEL_STREAM=0: one response per call).
+    model_stream: bool = True
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
@@ -105,6 +107,7 @@ class Settings:
             encryption_key_id=key_id,
             deployment_name=env.get("AGENTRUN_DEPLOYMENT_NAME") or DEPLOYMENT_NAME,
             build_id=env.get("AGENTRUN_BUILD_ID") or None,
+            model_stream=env.get("AGENTRUN_MODEL_STREAM", "1") != "0",
         )
 
     def require_database(self) -> str:
