@@ -23,7 +23,7 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, metrics, render, retention
+from agentrun import backlog_cli, metrics, profiles, render, retention
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.db import open_pool
@@ -33,8 +33,11 @@ from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
 from agentrun.worker_api import run_worker
+from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 
+# The demo's profiles: where `start --agent` looks when nothing else is named.
+DEMO_AGENTS = "agentrun_demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 
 
@@ -43,16 +46,25 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 def load_spec(args: argparse.Namespace) -> RunSpec:
+    """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
+    replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
+    if args.agent:
+        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        try:
+            raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
+        except profiles.ProfileError as err:
+            raise ops.OperationError(str(err)) from err
     if args.spec:
         try:
-            raw = yaml.safe_load(Path(args.spec).read_text()) or {}
+            fields = yaml.safe_load(Path(args.spec).read_text()) or {}
         except OSError as err:
             raise ops.OperationError(f"cannot read {args.spec}: {err.strerror}") from err
         except yaml.YAMLError as err:
             raise ops.OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(raw, dict):
+        if not isinstance(fields, dict):
             raise ops.OperationError(f"{args.spec}: a run spec must be a mapping")
+        raw.update(fields)
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),
@@ -73,6 +85,12 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
+    if args.agent and spec.allowed_tools:
+        pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+        try:
+            await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
+        finally:
+            await pool.close()
     started = await ops.start_run(
         client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
     )
@@ -282,7 +300,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_demo(settings: Settings) -> int:
     client = await connect(settings)
-    spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
+    spec = support_desk.spec(
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
+    )
     started = await ops.start_run(
         client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
     )
@@ -369,6 +389,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
+    p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")
+    p.add_argument(
+        "--agents",
+        help="where profiles live: a YAML file or PKG.MODULE:ATTR (default AGENTRUN_AGENTS, "
+        f"else {DEMO_AGENTS})",
+    )
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
     p.add_argument("--tenant")

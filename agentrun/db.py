@@ -321,6 +321,11 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (task_queue, worker)
     );
     """,
+    # 9: the agent profile each run came from (agentrun/profiles.py): its name and hash.
+    """
+    ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
+    ALTER TABLE runs ADD COLUMN profile_hash text;
+    """,
 ]
 
 

@@ -50,6 +50,8 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.states import RunStatus
     from workflows import policies
 
+# The system message when the spec carries no instructions (an agent profile sets them):
+# runs started without a profile, and histories from before profiles, which replay as they ran.
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
     "time. When the task is done, reply with a final answer in Markdown that starts with "
@@ -76,7 +78,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 model_used=spec.model.model,
                 budget=spec.budget,
                 pending_messages=[
-                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
                 ],
             )
