@@ -23,7 +23,16 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, metrics, profiles, render, retention
+from agentrun import (
+    backlog_cli,
+    deployments,
+    fork_ops,
+    metrics,
+    profiles,
+    render,
+    retention,
+    watch,
+)
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.db import open_pool
@@ -165,6 +174,73 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
+async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
+    pool = (
+        await open_pool(settings.database_url, max_size=2, connect_seconds=5)
+        if settings.database_url
+        else None
+    )
+    outcome: str | None = None
+    in_text = False  # model text is printed as it arrives, on one line per reply
+    try:
+        async for item in watch.watch(client, args.run, pool=pool, from_offset=args.from_offset):
+            if args.json:
+                print(item.model_dump_json(), flush=True)
+            elif item.kind == "text":
+                print(item.text or "", end="", flush=True)
+                in_text = True
+                continue
+            else:
+                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+            in_text = False
+            if item.kind == "receipt":
+                outcome = item.data.get("outcome")
+            elif item.type == "run.finished":
+                outcome = outcome or item.data.get("status")
+    finally:
+        if pool is not None:
+            await pool.close()
+    return 0 if outcome == "completed" else 1
+
+
+async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    if args.from_step < 1:
+        raise ops.OperationError("--from-step takes a step number, 1 or more")
+    try:
+        edit = json.loads(args.edit_output) if args.edit_output is not None else None
+    except json.JSONDecodeError as err:
+        raise ops.OperationError(f"--edit-output is not valid JSON: {err}") from err
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        started = await fork_ops.fork_run(
+            client,
+            pool,
+            args.run,
+            from_step=args.from_step,
+            edit_output=edit,
+            key=args.key,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+        )
+    finally:
+        await pool.close()
+    note = "already exists (same key); not started again" if started.existing else "started"
+    emit(
+        {
+            "run_id": started.run_id,
+            "existing": started.existing,
+            "forked_from": args.run,
+            "from_step": args.from_step,
+            "url": settings.run_link(started.run_id),
+        },
+        args.json,
+        f"{started.run_id} {note}: a fork of {args.run} from step {args.from_step}\n"
+        f"{settings.run_link(started.run_id)}",
+    )
+    return 0
+
+
 async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
     pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
@@ -175,6 +251,29 @@ async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespac
         await pool.close()
     emit(report, args.json, render.mirror_report(report))
     return 0 if report["agrees"] else 1
+
+
+async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """Make a build current: new runs go to it; open runs stay on the build they started on."""
+    name = args.deployment or settings.deployment_name
+    try:
+        await deployments.set_current_version(client, name, args.build_id)
+    except deployments.DeploymentError as err:
+        raise ops.OperationError(str(err)) from err
+    print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
+    return 0
+
+
+async def cmd_version(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    await ops.status(client, args.run)  # an unknown run is a clear error
+    version = await deployments.run_version(client, args.run)
+    text = (
+        f"{args.run} is {version.behavior} to {version.deployment_name}/{version.build_id}"
+        if version.build_id
+        else f"{args.run} runs on unversioned workers"
+    )
+    emit(version.model_dump(mode="json"), args.json, text)
+    return 0
 
 
 # ---------------------------------------------------------------- commands that read Postgres
@@ -360,6 +459,10 @@ CLIENT_COMMANDS: dict[str, ClientCommand] = {
     "cancel": cmd_cancel,
     "status": cmd_status,
     "mirror": cmd_mirror,
+    "watch": cmd_watch,
+    "fork": cmd_fork,
+    "deploy": cmd_deploy,
+    "version": cmd_version,
 }
 LOCAL_COMMANDS = {
     "list": cmd_list,
@@ -422,6 +525,29 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("run")
     p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
     p.add_argument("action", choices=["check", "rebuild"])
+    p.add_argument("run")
+    p = command("watch", "follow a run live: steps, approvals, model text, receipt", json_flag=True)
+    p.add_argument("run")
+    p.add_argument(
+        "--from",
+        dest="from_offset",
+        type=int,
+        default=0,
+        help="start at this stream offset (an ended run: after this event seq)",
+    )
+    p = command(
+        "fork", "a new run from another's step N, optionally with an edited output", json_flag=True
+    )
+    p.add_argument("run")
+    p.add_argument("--from-step", type=int, required=True, help="the step (its number) to fork at")
+    p.add_argument(
+        "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
+    )
+    p.add_argument("--key", help="idempotency key of the fork (default: from run, step, edit)")
+    p = command("deploy", "make a worker build current for new runs")
+    p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
+    p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
+    p = command("version", "the worker build a run is pinned to", json_flag=True)
     p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")

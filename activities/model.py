@@ -19,15 +19,16 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
+from activities.proposals import proposed_call
 from agentrun import faults
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.conversation import ConversationStore
 from agentrun.errors import classify_model_error
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
-from agentrun.models import ModelCallInput, ModelCallResult, ProposedToolCall, Usage
+from agentrun.models import ModelCallInput, ModelCallResult, Usage
 from agentrun.tools import ToolRegistry
-from agentrun.tools.registry import MalformedCall, UnknownToolError
+from agentrun.tools.registry import UnknownToolError
 from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
@@ -108,7 +109,13 @@ class ModelActivities:
         faults.fire("model.after_response", model)
         message = response.choices[0].message
         proposals = [
-            self._check(call.id, call.function.name, call.function.arguments, input)
+            proposed_call(
+                self.registry,
+                call.id,
+                call.function.name,
+                call.function.arguments,
+                input.allowed_tools,
+            )
             for call in message.tool_calls or []
             if call.type == "function"
         ]
@@ -202,27 +209,3 @@ class ModelActivities:
                         scope.redact(json.loads(function["arguments"]))
                     )
         return ChatCompletion.model_validate(scope.redact(raw))
-
-    def _check(
-        self, call_id: str, name: str, raw_arguments: str, input: ModelCallInput
-    ) -> ProposedToolCall:
-        try:
-            arguments, error = self.registry.check_call(name, raw_arguments, input.allowed_tools)
-        except UnknownToolError as err:
-            return ProposedToolCall(
-                call_id=call_id, tool=name, error=str(err), error_kind="unknown_tool"
-            )
-        except MalformedCall as err:
-            return ProposedToolCall(
-                call_id=call_id, tool=name, error=str(err), error_kind="malformed"
-            )
-        tool = self.registry.get(name)
-        return ProposedToolCall(
-            call_id=call_id,
-            tool=name,
-            arguments=arguments,
-            error=error,
-            error_kind="invalid_arguments" if error else None,
-            risk=tool.risk,
-            side_effect=tool.side_effect,
-        )

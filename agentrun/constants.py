@@ -3,6 +3,8 @@
 TASK_QUEUE = "agent-runs"
 WORKFLOW_NAME = "AgentRun"
 RUN_ID_PREFIX = "run-"
+# The Worker Deployment that versioned workers (AGENTRUN_BUILD_ID) belong to.
+DEPLOYMENT_NAME = "agentrun"
 
 # Activity names are stable and namespaced (a rename breaks in-flight runs).
 ACTIVITY_MODEL_COMPLETE = "model.complete"
@@ -11,6 +13,7 @@ ACTIVITY_CHECKPOINT_SAVE = "checkpoint.save"
 ACTIVITY_VERIFY_CHECK = "verify.check"
 ACTIVITY_MIRROR_SYNC = "mirror.sync"
 ACTIVITY_RECEIPT_RECORD = "receipts.record"
+ACTIVITY_FORK_SEED = "fork.seed"
 
 # Workflow message names.
 QUERY_STATE = "state"
@@ -23,6 +26,11 @@ SIGNAL_APPROVE = "approve_signal"
 SIGNAL_REJECT = "reject_signal"
 SIGNAL_PAUSE = "pause_signal"
 SIGNAL_RESUME = "resume_signal"
+
+# The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
+# events, the model activity the text as the provider streams it.
+STREAM_TOPIC_EVENTS = "events"
+STREAM_TOPIC_TEXT = "text"
 
 OFFLINE_MODEL = "offline-planner"
 DEFAULT_WEB_UI = "http://localhost:8233"

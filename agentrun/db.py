@@ -321,7 +321,19 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (task_queue, worker)
     );
     """,
-    # 9: the agent profile each run came from (agentrun/profiles.py): its name and hash.
+    # 9: forks: a run started from another's recorded steps (`starter.py fork`); both
+    # receipts name each other through this table.
+    """
+    CREATE TABLE run_forks (
+        fork_run_id text PRIMARY KEY,
+        parent_run_id text NOT NULL,
+        from_step int NOT NULL,
+        edited boolean NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX run_forks_parent_idx ON run_forks (parent_run_id);
+    """,
+    # 10: the agent profile each run came from (agentrun/profiles.py): its name and hash.
     """
     ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
     ALTER TABLE runs ADD COLUMN profile_hash text;

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentrun.states import RunStatus
 
@@ -155,6 +156,9 @@ class RunSpec(Strict):
     )
     carry: RunProgress | None = Field(
         None, description="set by the engine when a run continues as new; never by people"
+    )
+    fork: ForkOrigin | None = Field(
+        None, description="set by `starter.py fork`: the run and step this one starts from"
     )
 
 
@@ -486,6 +490,10 @@ class Receipt(BaseModel):
     unresolved: list[str]
     started_at: datetime
     finished_at: datetime
+    forked_from: ForkOrigin | None = None
+    forks: list[str] = Field(
+        default_factory=list, description="runs forked from this one (filled when read)"
+    )
 
 
 class RunResult(BaseModel):
@@ -542,6 +550,69 @@ class RunProgress(BaseModel):
     argument_streak: int = 0
     answer: str | None = None
     error: str | None = None
+    stream_state: WorkflowStreamState | None = Field(
+        None, description="set at continue-as-new: the live stream's log (its tail) for watchers"
+    )
+
+
+class ForkOrigin(Strict):
+    """Where a fork starts: steps before `from_step` are taken as `parent_run_id` recorded
+    them; step `from_step` uses `edit_output` if given, else runs live; the rest runs live."""
+
+    parent_run_id: str = Field(min_length=1)
+    from_step: int = Field(ge=1)
+    edit_output: Any = None
+
+
+class ForkSeedInput(BaseModel):
+    run_id: str
+    origin: ForkOrigin
+    allowed_tools: list[str] | None = None
+
+
+class ForkSeed(BaseModel):
+    """What `fork.seed` found and copied: the recorded steps before the fork point (the
+    conversation they built is now the fork's), and the calls of step N's reply still to
+    make: the edited one (run nowhere) and those the fork makes live."""
+
+    steps: list[StepRecord]
+    model_calls: int
+    stored_messages: int
+    edited_call: ProposedToolCall | None = None
+    live_calls: list[ProposedToolCall] = Field(default_factory=list)
 
 
 RunSpec.model_rebuild()
+
+
+# ---------------------------------------------------------------- watching, forking, deploys
+
+
+class RunVersion(BaseModel):
+    """The Worker Deployment version a run is on (all None for unversioned workers)."""
+
+    run_id: str
+    deployment_name: str | None
+    build_id: str | None
+    behavior: Literal["pinned", "auto_upgrade"] | None
+
+
+class TextPiece(BaseModel):
+    """A piece of a model's reply as the provider streams it (topic `text`)."""
+
+    step_id: str
+    attempt: int
+    text: str
+
+
+class WatchItem(BaseModel):
+    """One line of `starter.py watch --json`: an event, a piece of model text, or the receipt."""
+
+    kind: Literal["event", "text", "receipt"]
+    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    offset: int | None = Field(None, description="position in the live stream; None: the mirror")
+    seq: int | None = Field(None, description="the event's sequence number in the run")
+    step_id: str | None = None
+    data: JsonDict = Field(default_factory=dict)
+    text: str | None = None
+    at: datetime | None = None

@@ -25,7 +25,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun import constants as names
-from agentrun import projection, search_attributes, tool_sets
+from agentrun import projection, run_summaries, search_attributes, tool_sets
+from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
     ApproveInput,
@@ -86,6 +87,9 @@ async def start_run(
             ),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # What the Web UI shows above the timeline: who, for whom, what.
+            static_summary=run_summaries.static_summary(spec),
+            static_details=run_summaries.static_details(spec, run_id),
         )
     except WorkflowAlreadyStartedError:
         return Started(run_id, existing=True)
@@ -270,7 +274,8 @@ async def receipt(pool: AsyncConnectionPool, run_id: str) -> JsonDict:
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
             )
-    return dict(row[0])
+    # Forks made after the receipt was written: the link lives in `run_forks`.
+    return {**dict(row[0]), "forks": await ForkStore(pool).forks_of(run_id)}
 
 
 async def check_mirror(

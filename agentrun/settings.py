@@ -15,7 +15,7 @@ from pathlib import Path
 
 from temporalio.envconfig import ClientConfigProfile
 
-from agentrun.constants import DEFAULT_WEB_UI, OFFLINE_MODEL, TASK_QUEUE
+from agentrun.constants import DEFAULT_WEB_UI, DEPLOYMENT_NAME, OFFLINE_MODEL, TASK_QUEUE
 from agentrun.temporal_connection import ConnectionSettingsError, load_profile
 
 STACK_FILE = "stack.json"
@@ -59,6 +59,10 @@ class Settings:
     encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
     # The id new payloads are encrypted with (AGENTRUN_ENCRYPTION_KEY_ID; default the first).
     encryption_key_id: str | None = None
+    # Worker Versioning (AGENTRUN_BUILD_ID): workers declare this version of the deployment,
+    # and every run stays pinned to the version it started on. None: unversioned workers.
+    deployment_name: str = DEPLOYMENT_NAME
+    build_id: str | None = None
 
     @classmethod
     def load(cls, env: dict[str, str] | None = None) -> Settings:
@@ -99,6 +103,8 @@ class Settings:
             else None,
             encryption_keys=keys,
             encryption_key_id=key_id,
+            deployment_name=env.get("AGENTRUN_DEPLOYMENT_NAME") or DEPLOYMENT_NAME,
+            build_id=env.get("AGENTRUN_BUILD_ID") or None,
         )
 
     def require_database(self) -> str:

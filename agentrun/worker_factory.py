@@ -15,15 +15,23 @@ import openai
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+from activities import (
+    ForkActivities,
+    MirrorActivities,
+    ModelActivities,
+    ToolActivities,
+    VerifyActivities,
+)
 from activities.backlog import BacklogActivities
 from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
+from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
 from agentrun.payload_limits import PayloadLimitInterceptor
@@ -139,6 +147,24 @@ def payload_guard(
     )
 
 
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The version this worker declares (AGENTRUN_BUILD_ID), or None for an unversioned one.
+
+    Runs are pinned: a run finishes on the build it started on, so a deploy never changes
+    the code under an open run; new runs take whichever version is current. Changes that
+    must reach open runs still go through `workflow.patched` on the old build's line.
+    """
+    if settings.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=settings.deployment_name, build_id=settings.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -173,6 +199,7 @@ def build_worker(
     mirror = MirrorActivities(store, journal)
     verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
     backlog = BacklogActivities(BacklogStore(deps.pool))
+    fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning()
     if max_concurrent_activities is not None:
         tuning["max_concurrent_activities"] = max_concurrent_activities
@@ -191,7 +218,9 @@ def build_worker(
             verify.check,
             backlog.sync,
             backlog.load,
+            fork.seed,
         ],
         interceptors=[payload_guard(client, settings, store)],
+        deployment_config=deployment_config(settings),
         **tuning,
     )

@@ -133,9 +133,10 @@ async def running_worker(
 
 @pytest.fixture
 def worker(client: Client, settings: Settings, pool: AsyncConnectionPool) -> Any:
-    """`async with worker(): ...` runs the default worker for the test's task queue."""
+    """`async with worker(): ...` runs the default worker for the test's task queue
+    (`worker(settings=...)` with other settings, e.g. a deployment version)."""
 
     def make(**kwargs: Any) -> Any:
-        return running_worker(client, settings, pool, **kwargs)
+        return running_worker(client, kwargs.pop("settings", settings), pool, **kwargs)
 
     return make

@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import PublisherState, WorkflowStreamState
+from temporalio.contrib.workflow_streams._types import _WorkflowStreamWireItem
 
 from agentrun.models import (
     ApprovalRecord,
@@ -156,6 +158,11 @@ def every_field_set() -> RunProgress:
         argument_streak=2,
         answer="## Summary",
         error="late",
+        stream_state=WorkflowStreamState(
+            log=[_WorkflowStreamWireItem(topic="events", data="e30=", offset=0)],
+            base_offset=3,
+            publishers={"p1": PublisherState(sequence=4, last_seen=now)},
+        ),
     )
 
 

@@ -22,16 +22,25 @@ from workflows.approvals import Approvals
 from workflows.recording import MIRROR_RETRY
 from workflows.run_messages import RunMessages
 from workflows.run_state import RunEnded
+from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
-    from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+    from activities import (
+        ForkActivities,
+        MirrorActivities,
+        ModelActivities,
+        ToolActivities,
+        VerifyActivities,
+    )
     from agentrun import constants as names
-    from agentrun import payload_limits, search_attributes
+    from agentrun import payload_limits, run_summaries, search_attributes
     from agentrun.conversation import STEP_OUTPUT_REF
     from agentrun.errors import PERMISSION_DENIED
     from agentrun.ledger import idempotency_key
     from agentrun.models import (
         CheckpointInput,
+        ForkOrigin,
+        ForkSeedInput,
         JsonDict,
         ModelCallInput,
         ModelCallResult,
@@ -42,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         RunSpec,
         SideEffectRecord,
         StepRecord,
+        StepSummary,
         ToolCallInput,
         ToolCallResult,
         VerifyInput,
@@ -82,6 +92,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     {"role": "user", "content": spec.task},
                 ],
             )
+        self.stream = RunStream(self.progress.stream_state)
+        self.progress.stream_state = None  # the stream holds it now; set again at the carry
 
     async def _continue_as_new_if_long(self) -> None:
         """Past the history limit, start afresh with the carried state, between steps."""
@@ -93,8 +105,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
             return
         self._event("run.continued_as_new", data={"generation": self.progress.generation + 1})
         await self._flush()
+        self.stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._mirror_written()
+        self.progress.stream_state = self.stream.carry()
         carry = run_state.carry(self.progress)
         workflow.continue_as_new(self.spec.model_copy(update={"carry": carry}))
 
@@ -107,6 +121,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
         cancelled = False
         try:
             await self._flush()
+            if spec.fork is not None and spec.carry is None:
+                # Only runs started by `starter.py fork` carry `fork`: no recorded history
+                # takes this path, so it needs no patch.
+                await self._start_from_fork(spec.fork)
             await self._agent_loop()
         except RunEnded as end:
             self._finish(end.status, error=end.reason)
@@ -127,6 +145,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
         await self._record_receipt()
+        self.stream.detach()  # watchers read the rest once the run has closed
         await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
             # The receipt is written; now Temporal shows the run as cancelled too.
@@ -174,6 +193,65 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 }
             )
         raise RunEnded(RunStatus.FAILED, f"step limit reached ({self.spec.max_steps} model calls)")
+
+    async def _start_from_fork(self, origin: ForkOrigin) -> None:
+        """Take the parent's steps before the fork point as recorded (no model call, tool
+        call or side effect again: `fork.seed` only reads and copies), then go on live from
+        step N, or with the edited output standing for step N's result."""
+        seed = await workflow.execute_activity_method(
+            ForkActivities.seed,
+            ForkSeedInput(run_id=self.run_id, origin=origin, allowed_tools=self.spec.allowed_tools),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
+            summary=f"fork of {origin.parent_run_id} from step {origin.from_step}",
+        )
+        for record in seed.steps:
+            self.progress.steps.append(
+                StepSummary(
+                    step_id=record.step_id,
+                    seq=record.seq,
+                    type=record.type,
+                    name=record.name,
+                    status=record.status,
+                    attempt=record.attempt,
+                )
+            )
+            self.pending_steps.append(record)
+        self.progress.seq = origin.from_step - 1
+        self.progress.model_calls = seed.model_calls
+        self.progress.stored_messages = seed.stored_messages
+        self.progress.pending_messages = []
+        self._event(
+            "run.forked",
+            data={
+                "parent_run_id": origin.parent_run_id,
+                "from_step": origin.from_step,
+                "seeded_steps": [s.step_id for s in seed.steps],
+                "edited": seed.edited_call is not None,
+            },
+        )
+        if seed.edited_call is not None:
+            call = seed.edited_call
+            step_id = self._new_step("tool_call", call.tool)
+            now = workflow.now()
+            self._complete_step(
+                StepRecord(
+                    step_id=step_id,
+                    seq=self.progress.seq,
+                    type="tool_call",
+                    name=call.tool,
+                    status="completed",
+                    input=call.arguments or {},
+                    output=origin.edit_output,
+                    started_at=now,
+                    finished_at=now,
+                )
+            )
+            self._event("fork.output_edited", step_id, {"tool": call.tool, "ran": False})
+            self._tool_message(call.call_id, origin.edit_output)
+        for call in seed.live_calls:
+            await self._step_boundary()
+            await self._tool_step(call)
 
     async def _step_boundary(self) -> None:
         """Where a pause takes effect: between steps, never inside one."""
@@ -249,6 +327,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
+                summary=run_summaries.model_summary(
+                    model or self.progress.model_used or "the default model",
+                    self.progress.tokens_in + self.progress.tokens_out,
+                ),
             )
         except ActivityError as err:
             if not is_cancelled_exception(err):
@@ -407,6 +489,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     start_to_close_timeout=timedelta(seconds=timeout),
                     heartbeat_timeout=timedelta(seconds=self.spec.timeouts.heartbeat_seconds),
                     retry_policy=policies.retry_policy(self.spec, attempts),
+                    summary=run_summaries.tool_summary(call.tool, arguments),
                 )
             except ActivityError as err:
                 if is_cancelled_exception(err):
@@ -523,6 +606,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             ),
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
+            summary=f"verify the answer ({len(answer):,} characters)",
         )
         self.progress.verification = verdict
         self._complete_step(
@@ -553,6 +637,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=MIRROR_RETRY,
+                summary="checkpoint save",
             )
         except ApplicationError as err:
             if payload_limits.is_too_large(err):

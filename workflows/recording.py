@@ -17,10 +17,11 @@ from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import run_state
+from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities
-    from agentrun import payload_limits, search_attributes
+    from agentrun import payload_limits, run_summaries, search_attributes
     from agentrun.errors import PAYLOAD_TOO_LARGE
     from agentrun.models import (
         JsonDict,
@@ -67,6 +68,7 @@ class Recording:
     pending_steps: list[StepRecord]
     pending_events: list[RunEvent]
     mirror_writes: list[workflow.ActivityHandle[None]]
+    stream: RunStream
 
     def _set_status(self, new: RunStatus, step_id: str | None = None) -> None:
         if new != self.progress.status:
@@ -77,6 +79,20 @@ class Recording:
                 workflow.upsert_search_attributes([search_attributes.STATUS.value_set(new.value)])
         if step_id is not None:
             self.progress.current_step_id = step_id
+        self._show_details()
+
+    def _show_details(self) -> None:
+        """The Web UI's *Current details*: what the run does or waits for, in words."""
+        workflow.set_current_details(
+            run_summaries.current_details(
+                self.run_id,
+                self.progress.status,
+                step_id=self.progress.current_step_id,
+                pending=self.progress.pending_approval,
+                pause_reason=self.progress.pause_reason,
+                error=self.progress.error,
+            )
+        )
 
     def _finish(
         self, status: RunStatus, *, answer: str | None = None, error: str | None = None
@@ -104,6 +120,7 @@ class Recording:
             )
             self.progress.pending_approval = None
         self._event("run.finished", data={"status": status.value, "error": error})
+        self._show_details()
 
     def _fail_unsent_step(self, error: str) -> None:
         """The step whose input was refused never started: record it as failed."""
@@ -146,15 +163,15 @@ class Recording:
 
     def _event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
         self.progress.event_seq += 1
-        self.pending_events.append(
-            RunEvent(
-                seq=self.progress.event_seq,
-                type=type,
-                step_id=step_id,
-                data=data or {},
-                at=workflow.now(),
-            )
+        event = RunEvent(
+            seq=self.progress.event_seq,
+            type=type,
+            step_id=step_id,
+            data=data or {},
+            at=workflow.now(),
         )
+        self.pending_events.append(event)
+        self.stream.publish(event)  # workflow state, rebuilt on replay: no history grows
 
     def _snapshot(self) -> RunSnapshot:
         self.progress.version += 1
@@ -198,6 +215,7 @@ class Recording:
                     start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
                     retry_policy=MIRROR_RETRY,
                     priority=MIRROR_PRIORITY,
+                    summary=run_summaries.mirror_summary(batch),
                 )
             )
         elif workflow.patched(MIRROR_SYNC_LOCAL):
@@ -258,4 +276,5 @@ class Recording:
             receipt,
             start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
             retry_policy=MIRROR_RETRY,
+            summary=f"receipt: {receipt.outcome.value}",
         )

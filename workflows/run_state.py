@@ -26,6 +26,7 @@ WORKFLOW_ONLY = {
     "pending_steps": "mirror rows not sent yet: a run flushes them before it continues",
     "pending_events": "mirror events not sent yet: flushed like pending_steps",
     "mirror_writes": "mirror writes in flight: a run waits for them before it continues",
+    "stream": "the live stream: its log goes along in progress.stream_state at continue-as-new",
 }
 
 
@@ -116,4 +117,5 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
         unresolved=progress.unresolved,
         started_at=progress.started_at,
         finished_at=progress.finished_at or now,
+        forked_from=spec.fork,
     )
