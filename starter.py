@@ -94,15 +94,19 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    if args.agent and spec.allowed_tools:
-        pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-        try:
+    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    try:
+        if args.agent and spec.allowed_tools:
             await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
-        finally:
-            await pool.close()
-    started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
-    )
+        started = await ops.start_run(
+            client,
+            spec,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+            mirror=pool,
+        )
+    finally:
+        await pool.close()
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing

@@ -23,10 +23,11 @@ from activities.proposals import proposed_call
 from agentrun import faults
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.conversation import ConversationStore
-from agentrun.errors import classify_model_error
+from agentrun.errors import classify_model_error, refused_data_is_final
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
-from agentrun.models import ModelCallInput, ModelCallResult, Usage
+from agentrun.models import ModelCallInput, ModelCallResult
+from agentrun.pricing import Prices, cost_usd, usage_of
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import UnknownToolError
 from agentrun.vault import MARKER, SecretScope, SecretVault
@@ -42,7 +43,7 @@ class ModelActivities:
         conversation: ConversationStore,
         *,
         default_model: str,
-        prices: dict[str, tuple[float, float]],
+        prices: Prices,
         identity: str,
         vault: SecretVault,
     ) -> None:
@@ -56,12 +57,12 @@ class ModelActivities:
         self.default_model = default_model
         self.prices = prices
 
-    def cost(self, model: str, usage: Usage) -> float:
-        per_in, per_out = self.prices.get(model, (0.0, 0.0))
-        return round((usage.input_tokens * per_in + usage.output_tokens * per_out) / 1e6, 6)
-
     @activity.defn(name=ACTIVITY_MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
+        with refused_data_is_final():
+            return await self._complete(input)
+
+    async def _complete(self, input: ModelCallInput) -> ModelCallResult:
         info = activity.info()
         model = input.model or self.default_model
         await once_postgres_answers(
@@ -91,11 +92,8 @@ class ModelActivities:
             response = await self._seal_secret_arguments(
                 input.run_id, await self._call(input, model)
             )
-        usage = Usage(
-            input_tokens=response.usage.prompt_tokens if response.usage else 0,
-            output_tokens=response.usage.completion_tokens if response.usage else 0,
-        )
-        cost = self.cost(model, usage)
+        usage = usage_of(response)
+        cost = cost_usd(self.prices, model, usage)
         if journaled is None:
             await self.journal.record(
                 run_id=input.run_id,

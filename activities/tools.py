@@ -23,7 +23,7 @@ from activities.leases import hold_lease, once_postgres_answers
 from agentrun import faults, injection, ledger
 from agentrun.artifacts import ArtifactStore
 from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import PERMISSION_DENIED, UNKNOWN_TOOL
+from agentrun.errors import PERMISSION_DENIED, UNKNOWN_TOOL, refused_data_is_final
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.tools import ToolContext, ToolRegistry
@@ -61,6 +61,10 @@ class ToolActivities:
 
     @activity.defn(name=ACTIVITY_TOOL_INVOKE)
     async def invoke(self, input: ToolCallInput) -> ToolCallResult:
+        with refused_data_is_final():
+            return await self._invoke(input)
+
+    async def _invoke(self, input: ToolCallInput) -> ToolCallResult:
         info = activity.info()
         try:
             tool = self.registry.get(input.tool)
@@ -198,7 +202,7 @@ class ToolActivities:
                         ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
                     )
             context = self._context(input, checkpoint, conn, save_checkpoint, scope)
-            output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context))
+            output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context), conn)
             if tool.side_effect:
                 await ledger.complete(conn, key=input.idempotency_key, result=output)
         return ToolCallResult(ok=True, output=output, attempt=attempt)
@@ -249,7 +253,7 @@ class ToolActivities:
                         )
                     if verdict.happened:
                         reconciliation = f"happened ({verdict.by})"
-                        result = await self._seal(tool, input.run_id, scope, verdict.result)
+                        result = await self._seal(tool, input.run_id, scope, verdict.result, conn)
                         await ledger.complete(
                             conn, key=key, result=result, reconciliation=reconciliation
                         )
@@ -262,7 +266,9 @@ class ToolActivities:
                             attempt=attempt,
                         )
                     reconciliation = f"not happened ({verdict.by})"
-                output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context))
+                output = await self._seal(
+                    tool, input.run_id, scope, await tool.fn(args, context), conn
+                )
                 faults.fire("tool.after_external_effect", tool.name)
                 await ledger.complete(conn, key=key, result=output, reconciliation=reconciliation)
                 return ToolCallResult(
@@ -329,9 +335,17 @@ class ToolActivities:
                 scope.mark(value)
         return arguments
 
-    async def _seal(self, tool: Tool, run_id: str, scope: SecretScope, output: Any) -> Any:
+    async def _seal(
+        self,
+        tool: Tool,
+        run_id: str,
+        scope: SecretScope,
+        output: Any,
+        conn: AsyncConnection[Any],
+    ) -> Any:
         """The output with every secret replaced by its marker, the new secrets sealed in the
-        vault first, so every marker that leaves the activity opens later."""
+        vault first (on the connection the call holds), so every marker that leaves the
+        activity opens later."""
         if tool.secret_results and isinstance(output, dict):
             output = dict(output)
             for name in tool.secret_results:
@@ -341,7 +355,7 @@ class ToolActivities:
                 elif value is not None and value != "":
                     output[name] = scope.mark(json.dumps(value, default=str))
         output = scope.redact(output)
-        await self.vault.seal(run_id, scope)
+        await self.vault.seal(run_id, scope, conn)
         return output
 
     async def _fail(self, input: ToolCallInput, error: str) -> None:

@@ -42,14 +42,17 @@ class RunClient:
         if task is not None:
             fields["task"] = task
         spec = agent.spec(**fields) if agent is not None else RunSpec.model_validate(fields)
+        pool = await self._database() if self.settings.database_url else None
         if agent is not None and spec.allowed_tools:
-            pool = await self._database()
-            await ops.require_tools(pool, self.settings.task_queue, spec.allowed_tools)
+            await ops.require_tools(
+                pool or await self._database(), self.settings.task_queue, spec.allowed_tools
+            )
         started = await ops.start_run(
             self.client,
             spec,
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
+            mirror=pool,
         )
         return started.run_id
 

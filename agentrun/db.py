@@ -10,9 +10,13 @@ import re
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.abc import Buffer
+from psycopg.types.json import set_json_dumps
+from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentrun.settings import SetupError
+from agentrun.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
 
@@ -333,7 +337,21 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX run_forks_parent_idx ON run_forks (parent_run_id);
     """,
-    # 10: the agent profile each run came from (agentrun/profiles.py): its name and hash.
+    # 10: `list` and `stats --since` read runs newest first or from a date; and the mirror
+    # writes Postgres refused for their data (no retry helps), so `mirror check` names them.
+    """
+    CREATE INDEX runs_created_idx ON runs (created_at DESC);
+
+    CREATE TABLE mirror_failures (
+        run_id text NOT NULL,
+        target text NOT NULL,
+        fence bigint NOT NULL,
+        error text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, target, fence)
+    );
+    """,
+    # 11: the agent profile each run came from (agentrun/profiles.py): its name and hash.
     """
     ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
     ALTER TABLE runs ADD COLUMN profile_hash text;
@@ -371,6 +389,39 @@ async def install_tool_schema(pool: AsyncConnectionPool, statements: list[str]) 
 
 RECONNECT_SECONDS = 5.0
 WAIT_SECONDS = 5.0
+# Connections beyond one per activity slot: an activity holding one (a tool's transaction)
+# may write a mid-step checkpoint or renew its lease on another, and mirror writes must not
+# wait behind tools; these always find one free.
+RESERVED_CONNECTIONS = 4
+
+
+def pool_size_for(activity_slots: int) -> int:
+    """A worker's pool: one connection per activity slot, plus the reserve."""
+    return activity_slots + RESERVED_CONNECTIONS
+
+
+def activity_slots_for(pool: AsyncConnectionPool, wanted: int) -> int:
+    """The activity slots a pool can serve without starving: its size minus the reserve."""
+    return max(1, min(wanted, pool.max_size - RESERVED_CONNECTIONS))
+
+
+class _StorableText(StrDumperUnknown):
+    def dump(self, obj: str) -> Buffer | None:
+        return super().dump(escape_nul(obj) if NUL in obj else obj)
+
+
+class _StorableBinaryText(StrBinaryDumper):
+    def dump(self, obj: str) -> Buffer | None:
+        return super().dump(escape_nul(obj) if NUL in obj else obj)
+
+
+async def make_storable(conn: AsyncConnection[Any]) -> None:
+    """Every string this connection writes, as text or inside JSON, is one Postgres accepts
+    (see agentrun.storable)."""
+    # The last registered serves `%s`: text with the unknown oid, as psycopg's default.
+    conn.adapters.register_dumper(str, _StorableBinaryText)
+    conn.adapters.register_dumper(str, _StorableText)
+    set_json_dumps(json_dumps, context=conn)
 
 
 async def open_pool(
@@ -388,6 +439,7 @@ async def open_pool(
         kwargs={"autocommit": True},
         timeout=WAIT_SECONDS,
         reconnect_timeout=RECONNECT_SECONDS,
+        configure=make_storable,
     )
     try:
         await pool.open(wait=True, timeout=connect_seconds)

@@ -6,9 +6,12 @@ SDK clients are built with max_retries=0, and activities raise ApplicationErrors
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import timedelta
 
 import openai
+import psycopg
 from temporalio.exceptions import ApplicationError
 
 # Error types a run treats as final; listed so workflows can recognise them.
@@ -19,6 +22,23 @@ PROVIDER_UNAVAILABLE = "ProviderUnavailable"
 UNKNOWN_TOOL = "UnknownTool"
 # A payload over Temporal's blob size limit (agentrun.payload_limits): no retry sends less.
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"
+# Postgres refused the values themselves (out of range, a broken constraint): the same write
+# fails however often it is retried.
+DATA_REFUSED = "DataRefused"
+REFUSED_DATA_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
+
+
+@contextlib.contextmanager
+def refused_data_is_final() -> Iterator[None]:
+    """Around an activity: Postgres refusing its data fails it at once, never retried."""
+    try:
+        yield
+    except REFUSED_DATA_ERRORS as err:
+        raise ApplicationError(
+            f"Postgres refused the data ({type(err).__name__}): {err}; no retry changes it",
+            type=DATA_REFUSED,
+            non_retryable=True,
+        ) from err
 
 
 def retry_after(err: openai.APIStatusError) -> timedelta | None:

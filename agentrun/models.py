@@ -252,6 +252,9 @@ class CheckpointInput(BaseModel):
     run_id: str
     step_id: str
     checkpoint: JsonDict
+    fence: int | None = Field(
+        None, description="history length when scheduled: a later mirror write wins"
+    )
 
 
 class VerifyInput(BaseModel):
@@ -273,6 +276,12 @@ class CheckOutcome(BaseModel):
 class VerifyResult(BaseModel):
     passed: bool
     checks: list[CheckOutcome]
+    judge_model: str | None = Field(None, description="the model that judged, if one did")
+    usage: Usage = Field(default_factory=Usage, description="the judge's tokens")
+    cost_usd: float = 0.0
+    journal_attempt: int | None = Field(
+        None, description="the attempt that paid for the judge's response (model_journal)"
+    )
 
     @property
     def failures(self) -> list[str]:

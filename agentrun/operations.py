@@ -65,15 +65,25 @@ def run_id_for(key: str | None) -> str:
 
 
 async def start_run(
-    client: Client, spec: RunSpec, *, task_queue: str, indexed: bool = True
+    client: Client,
+    spec: RunSpec,
+    *,
+    task_queue: str,
+    indexed: bool = True,
+    mirror: AsyncConnectionPool | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
 
     `indexed` sets the search attributes (agent, tenant, status) the Web UI filters on.
+    With the `mirror`, a run Temporal has forgotten (its retention passed) is still the same
+    run: its id is not started again over the old run's conversation, journal and ledger,
+    and the caller is told it exists (its receipt is in the mirror).
     """
     if spec.carry is not None:
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
     run_id = run_id_for(spec.idempotency_key)
+    if mirror is not None and await _mirrored(mirror, run_id):
+        return Started(run_id, existing=True)
     try:
         await client.start_workflow(
             AgentRunWorkflow.run,
@@ -122,6 +132,12 @@ async def require_tools(pool: AsyncConnectionPool, task_queue: str, tools: list[
             f"(they have: {', '.join(served) or 'none'}); start them with the tools the "
             "agent names, or fix its profile"
         )
+
+
+async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+        return await cur.fetchone() is not None
 
 
 async def _handle(client: Client, run_id: str) -> tuple[WorkflowHandle[Any, Any], bool]:

@@ -18,12 +18,12 @@ from temporalio.service import RPCError
 from agentrun import search_attributes, tool_sets
 from agentrun.background import alongside
 from agentrun.client import connect
-from agentrun.db import install_tool_schema, open_pool
+from agentrun.db import install_tool_schema
 from agentrun.settings import Settings
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.worker_factory import WorkerDeps, build_worker, model_client, open_worker_pool
 
 
 async def run_worker(
@@ -61,7 +61,7 @@ async def run_worker(
                     "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
                     flush=True,
                 )
-        pool = await open_pool(settings.require_database())
+        pool = await open_worker_pool(settings)
         try:
             await install_tool_schema(pool, registry.schema())
             await tool_sets.join(pool, settings.task_queue, identity, registry.names())

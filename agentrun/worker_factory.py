@@ -31,6 +31,7 @@ from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
+from agentrun.db import activity_slots_for, open_pool, pool_size_for
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
@@ -81,6 +82,14 @@ SANDBOX_PASSTHROUGH = (
 )
 
 
+ACTIVITY_SLOTS = 100
+
+
+async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
+    """The Postgres pool a worker's activities share, sized for its activity slots."""
+    return await open_pool(settings.require_database(), max_size=pool_size_for(ACTIVITY_SLOTS))
+
+
 def worker_tuning() -> dict[str, Any]:
     """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
 
@@ -89,7 +98,7 @@ def worker_tuning() -> dict[str, Any]:
     slower), so they stay; the sandbox gets an explicit passthrough list.
     """
     return {
-        "max_concurrent_activities": 100,
+        "max_concurrent_activities": ACTIVITY_SLOTS,
         "max_cached_workflows": 1000,
         "workflow_runner": SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
@@ -197,12 +206,21 @@ def build_worker(
         vault=vault,
     )
     mirror = MirrorActivities(store, journal)
-    verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
+    verify = VerifyActivities(
+        deps.model_client,
+        deps.registry,
+        journal,
+        default_model=settings.model,
+        prices=settings.model_prices,
+    )
     backlog = BacklogActivities(BacklogStore(deps.pool))
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning()
-    if max_concurrent_activities is not None:
-        tuning["max_concurrent_activities"] = max_concurrent_activities
+    # Never more activities at once than the pool serves with its reserve to spare: each may
+    # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
+    tuning["max_concurrent_activities"] = activity_slots_for(
+        deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
+    )
     workflows = [AgentRunWorkflow, AgentBacklogWorkflow]
     cache_workflow_bytecode(workflows)
     return Worker(
