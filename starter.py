@@ -31,6 +31,8 @@ from agentrun import (
     profiles,
     render,
     retention,
+    tenant_ops,
+    tenants_cli,
     watch,
 )
 from agentrun import operations as ops
@@ -41,6 +43,7 @@ from agentrun.periods import parse_age, parse_point
 from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
+from agentrun.tenant_store import TenantStore
 from agentrun.worker_api import run_worker
 from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
@@ -79,6 +82,7 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
         ("idempotency_key", args.idempotency_key),
         ("tenant", args.tenant),
         ("user", args.user),
+        ("priority", getattr(args, "priority", None)),
     ):
         if value is not None:
             raw[field] = value
@@ -104,6 +108,7 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
             mirror=pool,
+            limits=await TenantStore(pool).limits(spec.tenant),
         )
     finally:
         await pool.close()
@@ -112,10 +117,13 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
         if started.existing
         else "started"
     )
+    if started.queue_position is not None:
+        note += f"; queued at position {started.queue_position} behind its tenant's cap"
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
+            "queue_position": started.queue_position,
             "url": settings.run_link(started.run_id),
         },
         args.json,
@@ -504,8 +512,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
     p.add_argument("--user")
+    p.add_argument(
+        "--priority", type=int, help="1 (runs first) to 5 (last); default 3, or the spec's"
+    )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
     p.add_argument("--by", required=True, help="who approves")
@@ -565,6 +576,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     backlog_cli.add_commands(sub)
+    tenants_cli.add_commands(sub)
     return top
 
 
@@ -572,6 +584,8 @@ async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
+    if args.command == "tenants":
+        return await tenants_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings)
@@ -582,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (ops.OperationError, SetupError) as err:
+    except (ops.OperationError, tenant_ops.TenantError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

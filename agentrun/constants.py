@@ -45,3 +45,13 @@ UPDATE_BACKLOG_STOP = "backlog.stop"
 UPDATE_BACKLOG_RESUME = "backlog.resume"
 UPDATE_BACKLOG_RETRY = "backlog.retry"
 QUERY_BACKLOG_STATE = "backlog.state"
+
+# Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
+ADMISSION_WORKFLOW_NAME = "TenantAdmission"
+ADMISSION_ID_PREFIX = "admission-"
+ACTIVITY_ADMISSION_SYNC = "admission.sync"
+UPDATE_ADMISSION_ENQUEUE = "admission.enqueue"
+UPDATE_ADMISSION_CONFIGURE = "admission.configure"
+SIGNAL_ADMISSION_RELEASE = "admission.release"
+QUERY_ADMISSION_POSITION = "admission.position"
+SIGNAL_RUN_ADMIT = "admit_signal"

@@ -351,7 +351,34 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, target, fence)
     );
     """,
-    # 11: the agent profile each run came from (agentrun/profiles.py): its name and hash.
+    # 11: tenants' shares and limits (agentrun/tenant_store.py), each run's admission queue
+    # place, and each run's priority.
+    """
+    CREATE TABLE tenants (
+        tenant text PRIMARY KEY,
+        weight double precision NOT NULL DEFAULT 1 CHECK (weight > 0),
+        max_in_flight int CHECK (max_in_flight > 0),
+        max_queued int CHECK (max_queued >= 0),
+        model_calls_per_second double precision CHECK (model_calls_per_second > 0),
+        updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE tenant_queue (
+        tenant text NOT NULL,
+        run_id text NOT NULL,
+        seq bigint NOT NULL,
+        state text NOT NULL CHECK (state IN ('waiting', 'admitted', 'released')),
+        enqueued_at timestamptz,
+        admitted_at timestamptz,
+        released_at timestamptz,
+        PRIMARY KEY (tenant, run_id)
+    );
+    CREATE VIEW tenant_queue_positions AS
+        SELECT tenant, run_id, seq, enqueued_at,
+               row_number() OVER (PARTITION BY tenant ORDER BY seq) AS position
+        FROM tenant_queue WHERE state = 'waiting';
+    ALTER TABLE runs ADD COLUMN priority smallint;
+    """,
+    # 12: the agent profile each run came from (agentrun/profiles.py): its name and hash.
     """
     ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
     ALTER TABLE runs ADD COLUMN profile_hash text;

@@ -261,12 +261,13 @@ class MirrorStore:
             INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task, status,
                 current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
                 duplicates_prevented, checkpoint, result, error, created_at, updated_at,
-                finished_at, fence)
+                finished_at, fence, priority)
             VALUES (%(run_id)s, %(version)s, %(agent)s, %(profile_hash)s, %(tenant)s, %(user)s,
                 %(task)s, %(status)s,
                 %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
                 %(dups)s, %(cp)s,
-                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s)
+                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s,
+                %(priority)s)
             ON CONFLICT (run_id) DO UPDATE SET
                 version = EXCLUDED.version, status = EXCLUDED.status,
                 current_step_id = EXCLUDED.current_step_id,
@@ -277,7 +278,8 @@ class MirrorStore:
                 checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
                 error = EXCLUDED.error, created_at = EXCLUDED.created_at,
                 updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
-                fence = EXCLUDED.fence
+                fence = EXCLUDED.fence,
+                priority = coalesce(EXCLUDED.priority, runs.priority)
             WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
             """,
             {
@@ -292,6 +294,7 @@ class MirrorStore:
                 "step": run.current_step_id,
                 "pause_reason": run.pause_reason,
                 "model": run.model,
+                "priority": run.priority,
                 "tin": run.tokens_in,
                 "tout": run.tokens_out,
                 "cost": run.cost_usd,

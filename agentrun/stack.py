@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
 from agentrun.offline_model import OfflineModelServer, Responder, offline_planner
 from agentrun.settings import SetupError, write_stack_file
 
@@ -52,6 +52,8 @@ class EmbeddedStack:
     temporal_port: int = 7233
     ui_port: int = 8233
     ui: bool = True
+    # Fair dispatch across tenants (agentrun.fairness); off only to measure what it buys.
+    fairness: bool = True
     model_port: int = 0
     planner: Responder = offline_planner
     endpoints: dict[str, str] = field(default_factory=dict)
@@ -121,6 +123,7 @@ class EmbeddedStack:
             "--sqlite-pragma",
             "synchronous=NORMAL",
             *search_attributes.dev_server_flags(),
+            *fairness.dev_server_flags(self.fairness),
         ]
         if not self.ui:
             command.append("--headless")

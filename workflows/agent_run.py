@@ -15,7 +15,12 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 from workflows import run_state
 from workflows.approvals import Approvals
@@ -33,7 +38,8 @@ with workflow.unsafe.imports_passed_through():
         VerifyActivities,
     )
     from agentrun import constants as names
-    from agentrun import payload_limits, run_summaries, search_attributes
+    from agentrun import fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.admission_models import ReleaseInput
     from agentrun.conversation import STEP_OUTPUT_REF
     from agentrun.errors import PERMISSION_DENIED
     from agentrun.ledger import idempotency_key
@@ -67,6 +73,10 @@ SYSTEM_PROMPT = (
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
+# Patch id: model calls go to a task queue of their own, where the server limits each
+# tenant's rate (agentrun.fairness). Runs that made model calls on the run queue replay the
+# way they did.
+MODEL_CALL_QUEUE = "model-call-queue"
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
@@ -87,6 +97,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 started_at=workflow.now(),
                 model_used=spec.model.model,
                 budget=spec.budget,
+                # A run started by its tenant's admission queue waits for a slot (only runs
+                # whose input names a queue take that path, so older histories replay
+                # unchanged); a continuation was admitted long ago.
+                admitted=spec.admission is None,
                 pending_messages=[
                     {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
@@ -121,6 +135,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         cancelled = False
         try:
             await self._flush()
+            await self._wait_for_slot()
             if spec.fork is not None and spec.carry is None:
                 # Only runs started by `starter.py fork` carry `fork`: no recorded history
                 # takes this path, so it needs no patch.
@@ -145,6 +160,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
         await self._record_receipt()
+        await self._release_slot()
         self.stream.detach()  # watchers read the rest once the run has closed
         await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
@@ -156,6 +172,26 @@ class AgentRunWorkflow(Approvals, RunMessages):
             answer=self.progress.answer,
             error=self.progress.error,
         )
+
+    async def _wait_for_slot(self) -> None:
+        """Stay `queued` until the tenant's admission queue says a slot is ours."""
+        if self.progress.admitted:
+            return
+        self._event("run.queued", data={"admission": self.spec.admission})
+        await self._flush()
+        await workflow.wait_condition(lambda: self.progress.admitted)
+        self._event("run.admitted")
+
+    async def _release_slot(self) -> None:
+        """Tell the admission queue the slot (or the place in line) is free."""
+        if self.spec.admission is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(self.spec.admission).signal(
+                names.SIGNAL_ADMISSION_RELEASE, ReleaseInput(run_id=self.run_id)
+            )
+        except FailureError:
+            pass  # the queue was terminated: nobody holds the slot any more
 
     async def _agent_loop(self) -> None:
         while self.progress.model_calls < self.spec.max_steps:
@@ -324,11 +360,14 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                 ),
+                task_queue=fairness.model_task_queue(workflow.info().task_queue)
+                if workflow.patched(MODEL_CALL_QUEUE)
+                else None,
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
                 summary=run_summaries.model_summary(
-                    model or self.progress.model_used or "the default model",
+                    model or self.progress.model_used or "(the worker's default)",
                     self.progress.tokens_in + self.progress.tokens_out,
                 ),
             )

@@ -44,7 +44,9 @@ def carry(progress: RunProgress) -> RunProgress:
     return progress.model_copy(update={"generation": progress.generation + 1})
 
 
-def snapshot(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) -> RunSnapshot:
+def snapshot(
+    run_id: str, spec: RunSpec, progress: RunProgress, now: datetime, priority: int
+) -> RunSnapshot:
     """The mirror's run row."""
     return RunSnapshot(
         run_id=run_id,
@@ -54,6 +56,7 @@ def snapshot(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) -
         tenant=spec.tenant,
         user=spec.user,
         task=spec.task,
+        priority=priority,
         status=progress.status,
         current_step_id=progress.current_step_id,
         pause_reason=progress.pause_reason,
@@ -71,7 +74,7 @@ def snapshot(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) -
     )
 
 
-def state_view(run_id: str, spec: RunSpec, progress: RunProgress) -> RunState:
+def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int) -> RunState:
     """What the `state` query answers."""
     return RunState(
         run_id=run_id,
@@ -90,6 +93,8 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress) -> RunState:
         cost_usd=progress.cost_usd,
         result=progress.answer,
         error=progress.error,
+        priority=priority,
+        admission=spec.admission,
     )
 
 
