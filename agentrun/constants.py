@@ -33,7 +33,13 @@ STREAM_TOPIC_EVENTS = "events"
 STREAM_TOPIC_TEXT = "text"
 
 OFFLINE_MODEL = "offline-planner"
-DEFAULT_WEB_UI = "http://localhost:8233"
+OFFLINE_MODEL_PRICE = (0.15, 0.60)  # USD per million tokens in and out, for cost figures
+
+# The local stack's ports, defined here alone: the default address, the UI, `up --port`.
+TEMPORAL_PORT = 7233
+WEB_UI_PORT = 8233
+DEFAULT_TEMPORAL_ADDRESS = f"localhost:{TEMPORAL_PORT}"
+DEFAULT_WEB_UI = f"http://localhost:{WEB_UI_PORT}"
 
 # Backlogs: one long-running workflow per agent hands each task to an AgentRun child.
 BACKLOG_WORKFLOW_NAME = "AgentBacklog"

@@ -34,6 +34,7 @@ from agentrun import (
 )
 from agentrun import constants as names
 from agentrun.admission_models import TenantLimits
+from agentrun.errors import OperationError
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
@@ -50,10 +51,6 @@ from agentrun.models import (
 from agentrun.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.states import RunStatus
 from workflows import AgentRunWorkflow
-
-
-class OperationError(Exception):
-    """A refused or failed operation; the message is for a person."""
 
 
 @dataclass

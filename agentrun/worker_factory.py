@@ -39,11 +39,12 @@ from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
 from agentrun.db import activity_slots_for, open_pool, pool_size_for
+from agentrun.errors import SetupError
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
 from agentrun.payload_limits import PayloadLimitInterceptor
-from agentrun.settings import Settings, SetupError
+from agentrun.settings import Settings
 from agentrun.tenant_store import TenantStore
 from agentrun.tools import ToolRegistry
 from agentrun.vault import SecretVault
@@ -62,15 +63,14 @@ class WorkerDeps:
 
 
 def model_client(settings: Settings) -> openai.AsyncOpenAI:
-    if not settings.openai_base_url and settings.openai_api_key == "offline":
+    api_key = settings.openai_api_key.get_secret_value()
+    if not settings.openai_base_url and api_key == "offline":
         raise SetupError(
             "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
             "endpoint), or start the local stack with `python starter.py up`."
         )
     # Temporal owns retries: the SDK must not retry underneath it.
-    return openai.AsyncOpenAI(
-        base_url=settings.openai_base_url, api_key=settings.openai_api_key, max_retries=0
-    )
+    return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
 
 
 # Modules the workflow sandbox shares with the worker instead of importing afresh for every

@@ -6,7 +6,6 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -39,7 +38,7 @@ async def recording_worker(
     await install_tool_schema(pool, agentrun_demo.registry.schema())
     try:
         with OfflineModelServer(model) as server:
-            settings = replace(Settings.load({}), task_queue=task_queue)
+            settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))
             deps = WorkerDeps(
                 pool=pool,
                 model_client=openai.AsyncOpenAI(

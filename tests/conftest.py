@@ -12,7 +12,6 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -98,12 +97,13 @@ def settings(
     env: WorkflowEnvironment, database_url: str, model_server: OfflineModelServer
 ) -> Settings:
     """Settings for one test: the session's services and a task queue of its own."""
-    return replace(
-        Settings.load({}),
-        temporal_address=env.client.service_client.config.target_host,
-        database_url=database_url,
-        openai_base_url=model_server.base_url,
-        task_queue=f"test-{uuid.uuid4().hex[:10]}",
+    return Settings.load({}).model_copy(
+        update={
+            "temporal_address": env.client.service_client.config.target_host,
+            "database_url": database_url,
+            "openai_base_url": model_server.base_url,
+            "task_queue": f"test-{uuid.uuid4().hex[:10]}",
+        }
     )
 
 

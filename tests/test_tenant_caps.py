@@ -12,6 +12,7 @@ import pytest
 from agentrun import admission_ops
 from agentrun import operations as ops
 from agentrun.admission_models import TenantLimits
+from agentrun.errors import OperationError
 from agentrun.tenant_store import TenantStore
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
@@ -130,7 +131,7 @@ async def test_start_past_the_hard_limit_is_refused(client, settings, pool, work
         await wait_pending(client, a.run_id)
         b = await ops.start_run(client, second, task_queue=settings.task_queue, limits=limits)
         assert b.queue_position == 1
-        with pytest.raises(ops.OperationError, match=r"max_queued=1"):
+        with pytest.raises(OperationError, match=r"max_queued=1"):
             await ops.start_run(client, third, task_queue=settings.task_queue, limits=limits)
         # The same key again is the same run, not a refusal.
         again = await ops.start_run(client, second, task_queue=settings.task_queue, limits=limits)
