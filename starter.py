@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -23,18 +24,35 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, deployments, fork_ops, metrics, render, retention, watch
+from agentrun import (
+    backlog_cli,
+    deployments,
+    fork_ops,
+    metrics,
+    profiles,
+    render,
+    retention,
+    tenant_ops,
+    tenants_cli,
+    watch,
+)
 from agentrun import operations as ops
 from agentrun.client import connect
-from agentrun.db import open_pool
+from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.db import command_pool, schema_version
+from agentrun.errors import OperationError, SetupError
 from agentrun.models import PendingApproval, RunSpec
 from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, SetupError, read_stack_file
+from agentrun.settings import Settings, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
+from agentrun.tenant_store import TenantStore
 from agentrun.worker_api import run_worker
+from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 
+# The demo's profiles: where `start --agent` looks when nothing else is named.
+DEMO_AGENTS = "agentrun_demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 
 
@@ -43,21 +61,31 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 def load_spec(args: argparse.Namespace) -> RunSpec:
+    """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
+    replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
+    if args.agent:
+        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        try:
+            raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
+        except profiles.ProfileError as err:
+            raise OperationError(str(err)) from err
     if args.spec:
         try:
-            raw = yaml.safe_load(Path(args.spec).read_text()) or {}
+            fields = yaml.safe_load(Path(args.spec).read_text()) or {}
         except OSError as err:
-            raise ops.OperationError(f"cannot read {args.spec}: {err.strerror}") from err
+            raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
         except yaml.YAMLError as err:
-            raise ops.OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(raw, dict):
-            raise ops.OperationError(f"{args.spec}: a run spec must be a mapping")
+            raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
+        if not isinstance(fields, dict):
+            raise OperationError(f"{args.spec}: a run spec must be a mapping")
+        raw.update(fields)
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),
         ("tenant", args.tenant),
         ("user", args.user),
+        ("priority", getattr(args, "priority", None)),
     ):
         if value is not None:
             raw[field] = value
@@ -65,7 +93,7 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
         return RunSpec.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ops.OperationError(f"invalid run spec: {problems}") from err
+        raise OperationError(f"invalid run spec: {problems}") from err
 
 
 # ---------------------------------------------------------------- commands that need a client
@@ -73,26 +101,29 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
+        if args.agent and spec.allowed_tools:
+            await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
         started = await ops.start_run(
             client,
             spec,
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
             mirror=pool,
+            limits=await TenantStore(pool).limits(spec.tenant),
         )
-    finally:
-        await pool.close()
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
         else "started"
     )
+    if started.queue_position is not None:
+        note += f"; queued at position {started.queue_position} behind its tenant's cap"
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
+            "queue_position": started.queue_position,
             "url": settings.run_link(started.run_id),
         },
         args.json,
@@ -105,9 +136,9 @@ async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespa
     try:
         edit = json.loads(args.edit) if args.edit else None
     except json.JSONDecodeError as err:
-        raise ops.OperationError(f"--edit is not valid JSON: {err}") from err
+        raise OperationError(f"--edit is not valid JSON: {err}") from err
     if edit is not None and not isinstance(edit, dict):
-        raise ops.OperationError("--edit takes a JSON object of the arguments to change")
+        raise OperationError("--edit takes a JSON object of the arguments to change")
     result = await ops.approve(
         client, args.run, by=args.by, role=args.role, edit=edit, tenant=args.tenant
     )
@@ -157,14 +188,14 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
 
 async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
-    pool = (
-        await open_pool(settings.database_url, max_size=2, connect_seconds=5)
-        if settings.database_url
-        else None
-    )
     outcome: str | None = None
     in_text = False  # model text is printed as it arrives, on one line per reply
-    try:
+    async with contextlib.AsyncExitStack() as resources:
+        pool = (
+            await resources.enter_async_context(command_pool(settings))
+            if settings.database_url
+            else None
+        )
         async for item in watch.watch(client, args.run, pool=pool, from_offset=args.from_offset):
             if args.json:
                 print(item.model_dump_json(), flush=True)
@@ -179,21 +210,17 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
                 outcome = item.data.get("outcome")
             elif item.type == "run.finished":
                 outcome = outcome or item.data.get("status")
-    finally:
-        if pool is not None:
-            await pool.close()
     return 0 if outcome == "completed" else 1
 
 
 async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     if args.from_step < 1:
-        raise ops.OperationError("--from-step takes a step number, 1 or more")
+        raise OperationError("--from-step takes a step number, 1 or more")
     try:
         edit = json.loads(args.edit_output) if args.edit_output is not None else None
     except json.JSONDecodeError as err:
-        raise ops.OperationError(f"--edit-output is not valid JSON: {err}") from err
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+        raise OperationError(f"--edit-output is not valid JSON: {err}") from err
+    async with command_pool(settings) as pool:
         started = await fork_ops.fork_run(
             client,
             pool,
@@ -204,8 +231,6 @@ async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace)
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
         )
-    finally:
-        await pool.close()
     note = "already exists (same key); not started again" if started.existing else "started"
     emit(
         {
@@ -224,12 +249,9 @@ async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace)
 
 async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         action = ops.rebuild_mirror if args.action == "rebuild" else ops.check_mirror
         report = await action(client, pool, args.run, payload_limit=settings.payload_limit_bytes)
-    finally:
-        await pool.close()
     emit(report, args.json, render.mirror_report(report))
     return 0 if report["agrees"] else 1
 
@@ -240,7 +262,7 @@ async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespac
     try:
         await deployments.set_current_version(client, name, args.build_id)
     except deployments.DeploymentError as err:
-        raise ops.OperationError(str(err)) from err
+        raise OperationError(str(err)) from err
     print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
     return 0
 
@@ -261,21 +283,15 @@ async def cmd_version(client: Client, settings: Settings, args: argparse.Namespa
 
 
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
-    finally:
-        await pool.close()
     emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
     return 0
 
 
 async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         receipt = await ops.receipt(pool, args.run)
-    finally:
-        await pool.close()
     emit(receipt, args.json, render.receipt_markdown(receipt))
     return 0
 
@@ -284,12 +300,9 @@ async def cmd_stats(settings: Settings, args: argparse.Namespace) -> int:
     try:
         since = parse_point(args.since) if args.since else None
     except ValueError as err:
-        raise ops.OperationError(f"--since: {err}") from err
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+        raise OperationError(f"--since: {err}") from err
+    async with command_pool(settings) as pool:
         figures = await metrics.stats(pool, since=since)
-    finally:
-        await pool.close()
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
     return 0
 
@@ -301,20 +314,26 @@ async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
         elif settings.retention_days is not None:
             age = timedelta(days=settings.retention_days)
         else:
-            raise ops.OperationError(
+            raise OperationError(
                 "say how old a finished run must be: --older-than 30d, or set "
                 "AGENTRUN_RETENTION_DAYS"
             )
     except ValueError as err:
-        raise ops.OperationError(f"--older-than: {err}") from err
+        raise OperationError(f"--older-than: {err}") from err
     if age <= timedelta(0):
-        raise ops.OperationError("--older-than must be more than zero")
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+        raise OperationError("--older-than must be more than zero")
+    async with command_pool(settings) as pool:
         result = await retention.prune(pool, cutoff=datetime.now(UTC) - age, dry_run=args.dry_run)
-    finally:
-        await pool.close()
     emit(result.model_dump(mode="json"), args.json, render.prune_text(result))
+    return 0
+
+
+async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """Bring the database's schema up to this code's version; running it again is a no-op.
+    Workers and `up` do it on start; reads never do."""
+    async with command_pool(settings, migrate=True) as pool, pool.connection() as conn:
+        version = await schema_version(conn)
+    emit({"schema_version": version}, args.json, f"the schema is at version {version}")
     return 0
 
 
@@ -344,6 +363,8 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     )
     try:
         if args.no_worker:
+            async with command_pool(Settings.load(), migrate=True):
+                pass  # a worker would migrate on start; without one, `up` does
             await stop.wait()
         else:
             await run_worker(settings=Settings.load(), identity="embedded-worker", stop=stop)
@@ -380,7 +401,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_demo(settings: Settings) -> int:
     client = await connect(settings)
-    spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
+    spec = support_desk.spec(
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
+    )
     started = await ops.start_run(
         client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
     )
@@ -395,11 +418,8 @@ async def run_demo(settings: Settings) -> int:
     )
     print(f"approval {decision.decision}; run is {decision.status.value}")
     result = await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         receipt = await ops.receipt(pool, started.run_id)
-    finally:
-        await pool.close()
     print()
     print(render.receipt_markdown(receipt))
     print(f"\nWeb UI: {settings.run_link(started.run_id)}")
@@ -420,7 +440,7 @@ async def wait_for_approval(
             "failed",
             "cancelled",
         ):
-            raise ops.OperationError(
+            raise OperationError(
                 f"run {run_id} never reached its approval gate ({state.status.value})"
             )
         await asyncio.sleep(0.2)
@@ -448,6 +468,7 @@ LOCAL_COMMANDS = {
     "receipt": cmd_receipt,
     "stats": cmd_stats,
     "prune": cmd_prune,
+    "migrate": cmd_migrate,
     "up": cmd_up,
     "demo": cmd_demo,
 }
@@ -465,16 +486,25 @@ def parser() -> argparse.ArgumentParser:
 
     for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
         p = command(name, help)
-        p.add_argument("--port", type=int, default=7233, help="Temporal frontend port")
-        p.add_argument("--ui-port", type=int, default=8233, help="Web UI port")
+        p.add_argument("--port", type=int, default=TEMPORAL_PORT, help="Temporal frontend port")
+        p.add_argument("--ui-port", type=int, default=WEB_UI_PORT, help="Web UI port")
         if name == "up":
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
+    p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")
+    p.add_argument(
+        "--agents",
+        help="where profiles live: a YAML file or PKG.MODULE:ATTR (default AGENTRUN_AGENTS, "
+        f"else {DEMO_AGENTS})",
+    )
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
     p.add_argument("--user")
+    p.add_argument(
+        "--priority", type=int, help="1 (runs first) to 5 (last); default 3, or the spec's"
+    )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
     p.add_argument("--by", required=True, help="who approves")
@@ -533,7 +563,11 @@ def parser() -> argparse.ArgumentParser:
         help="finished longer ago than this (30d, 12h); default AGENTRUN_RETENTION_DAYS",
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    command(
+        "migrate", "bring the database's schema up to date (workers do it on start)", json_flag=True
+    )
     backlog_cli.add_commands(sub)
+    tenants_cli.add_commands(sub)
     return top
 
 
@@ -541,6 +575,8 @@ async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
+    if args.command == "tenants":
+        return await tenants_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings)
@@ -551,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (ops.OperationError, SetupError) as err:
+    except (OperationError, tenant_ops.TenantError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

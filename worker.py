@@ -14,10 +14,11 @@ import signal
 import socket
 import sys
 
-from agentrun.settings import SetupError
+from agentrun.errors import SetupError
 from agentrun.tools.loading import split_references
 from agentrun.tools.mcp import parse_servers
 from agentrun.worker_api import run_worker
+from agentrun.worker_factory import ResourceTargets
 
 
 def main() -> None:
@@ -37,7 +38,22 @@ def main() -> None:
         help="an MCP server whose tools the model sees as NAME__TOOL: NAME=COMMAND ARGS... "
         "(stdio) or NAME=https://... (repeatable; default AGENTRUN_MCP, ';'-separated)",
     )
+    parser.add_argument(
+        "--resource-tuner",
+        action="store_true",
+        help="size task slots by this machine's CPU and memory instead of fixed counts",
+    )
+    parser.add_argument("--target-cpu", type=float, default=0.8, help="with --resource-tuner")
+    parser.add_argument("--target-memory", type=float, default=0.8, help="with --resource-tuner")
     args = parser.parse_args()
+    for name in ("target_cpu", "target_memory"):
+        if not 0 < getattr(args, name) <= 1:
+            parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
+    resources = (
+        ResourceTargets(cpu=args.target_cpu, memory=args.target_memory)
+        if args.resource_tuner
+        else None
+    )
 
     async def serve() -> None:
         stop = asyncio.Event()
@@ -46,7 +62,7 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         tools = args.tools or split_references(os.environ.get("AGENTRUN_TOOLS", ""))
         mcp = args.mcp or parse_servers(os.environ.get("AGENTRUN_MCP", ""))
-        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop)
+        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, resources=resources)
 
     try:
         asyncio.run(serve())

@@ -11,19 +11,18 @@ marks are replaced by their markers (agentrun/vault.py) before anything leaves t
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.leases import hold_lease, once_postgres_answers
-from agentrun import faults, injection, ledger
+from agentrun import errors, faults, injection, ledger
 from agentrun.artifacts import ArtifactStore
 from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import PERMISSION_DENIED, UNKNOWN_TOOL, refused_data_is_final
+from agentrun.errors import SecretUnavailable, refused_data_is_final
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.tools import ToolContext, ToolRegistry
@@ -36,7 +35,7 @@ from agentrun.tools.registry import (
     UnknownToolError,
     compact_errors,
 )
-from agentrun.vault import MARKER, SecretScope, SecretUnavailable, SecretVault
+from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ToolActivities:
@@ -69,7 +68,7 @@ class ToolActivities:
         try:
             tool = self.registry.get(input.tool)
         except UnknownToolError as err:
-            raise ApplicationError(str(err), type=UNKNOWN_TOOL, non_retryable=True) from err
+            raise errors.unknown_tool(str(err)) from err
         scope = SecretScope()
         try:
             arguments = await self._open_secrets(tool, input, scope)
@@ -129,11 +128,9 @@ class ToolActivities:
         except ToolForbidden as err:
             reason = scope.redact(str(err))
             await self._fail(input, f"forbidden: {reason}")
-            raise ApplicationError(
-                f"{tool.name} was refused permission: {reason}",
-                type=PERMISSION_DENIED,
-                non_retryable=True,
-            ) from (err if reason == str(err) else None)
+            raise errors.tool_forbidden(tool.name, reason, info.attempt) from (
+                err if reason == str(err) else None
+            )
         except ToolError as err:
             reason = scope.redact(str(err))
             await self._fail(input, reason)
@@ -145,11 +142,7 @@ class ToolActivities:
                 raise
             # The message quoted a secret: raise it without the original, which would carry
             # the value into history and the worker's log.
-            raise ApplicationError(
-                reason,
-                type=err.type if isinstance(err, ApplicationError) else type(err).__name__,
-                non_retryable=isinstance(err, ApplicationError) and err.non_retryable,
-            ) from None
+            raise errors.reworded(err, reason) from None
         if outcome.unknown_outcome:
             await self._fail(input, outcome.error or "unknown outcome")
             return outcome
@@ -221,10 +214,7 @@ class ToolActivities:
         key = input.idempotency_key
         async with self.pool.connection() as conn:
             if not await ledger.try_lock(conn, key):
-                raise ApplicationError(
-                    f"another attempt is still performing {tool.name} ({key}); retrying later",
-                    type="EffectInProgress",
-                )
+                raise errors.effect_in_progress(tool.name, key)
             try:
                 context = self._context(input, checkpoint, conn, save_checkpoint, scope)
                 state, recorded = await ledger.claim_external(
@@ -242,7 +232,10 @@ class ToolActivities:
                     )
                 reconciliation = None
                 if state == "started":  # an earlier attempt claimed it and never finished
-                    verdict = await self._reconcile(tool, args, context, input)
+                    # A person's answer covers the claim they were shown, made by an earlier
+                    # step; a claim this step made (a re-run that died) is unknown again.
+                    decided = input.resolution if recorded != input.step_id else None
+                    verdict = await self._reconcile(tool, args, context, decided)
                     if verdict is None:
                         return ToolCallResult(
                             ok=False,
@@ -266,6 +259,7 @@ class ToolActivities:
                             attempt=attempt,
                         )
                     reconciliation = f"not happened ({verdict.by})"
+                    await ledger.reclaim(conn, key=key, step_id=input.step_id, attempt=attempt)
                 output = await self._seal(
                     tool, input.run_id, scope, await tool.fn(args, context), conn
                 )
@@ -278,12 +272,16 @@ class ToolActivities:
                 await ledger.unlock(conn, key)
 
     async def _reconcile(
-        self, tool: Tool, args: BaseModel, context: ToolContext, input: ToolCallInput
+        self,
+        tool: Tool,
+        args: BaseModel,
+        context: ToolContext,
+        resolution: Literal["rerun", "skip"] | None,
     ) -> Reconciled | None:
-        """Did the effect happen? The tool's hook knows; failing that, a person decided."""
-        if input.resolution == "rerun":
+        """Did the effect happen? A person decided; failing that, the tool's hook knows."""
+        if resolution == "rerun":
             return Reconciled(happened=False, by="person")
-        if input.resolution == "skip":
+        if resolution == "skip":
             return Reconciled(
                 happened=True, result={"skipped": "a person resolved it"}, by="person"
             )

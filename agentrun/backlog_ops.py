@@ -40,8 +40,8 @@ from agentrun.backlog_models import (
     backlog_id,
 )
 from agentrun.backlog_store import BacklogStore
+from agentrun.errors import OperationError
 from agentrun.models import ControlInput, JsonDict
-from agentrun.operations import OperationError
 from workflows.backlog import AgentBacklogWorkflow
 
 ENQUEUE_BATCH = 100

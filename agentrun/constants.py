@@ -33,7 +33,13 @@ STREAM_TOPIC_EVENTS = "events"
 STREAM_TOPIC_TEXT = "text"
 
 OFFLINE_MODEL = "offline-planner"
-DEFAULT_WEB_UI = "http://localhost:8233"
+OFFLINE_MODEL_PRICE = (0.15, 0.60)  # USD per million tokens in and out, for cost figures
+
+# The local stack's ports, defined here alone: the default address, the UI, `up --port`.
+TEMPORAL_PORT = 7233
+WEB_UI_PORT = 8233
+DEFAULT_TEMPORAL_ADDRESS = f"localhost:{TEMPORAL_PORT}"
+DEFAULT_WEB_UI = f"http://localhost:{WEB_UI_PORT}"
 
 # Backlogs: one long-running workflow per agent hands each task to an AgentRun child.
 BACKLOG_WORKFLOW_NAME = "AgentBacklog"
@@ -45,3 +51,13 @@ UPDATE_BACKLOG_STOP = "backlog.stop"
 UPDATE_BACKLOG_RESUME = "backlog.resume"
 UPDATE_BACKLOG_RETRY = "backlog.retry"
 QUERY_BACKLOG_STATE = "backlog.state"
+
+# Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
+ADMISSION_WORKFLOW_NAME = "TenantAdmission"
+ADMISSION_ID_PREFIX = "admission-"
+ACTIVITY_ADMISSION_SYNC = "admission.sync"
+UPDATE_ADMISSION_ENQUEUE = "admission.enqueue"
+UPDATE_ADMISSION_CONFIGURE = "admission.configure"
+SIGNAL_ADMISSION_RELEASE = "admission.release"
+QUERY_ADMISSION_POSITION = "admission.position"
+SIGNAL_RUN_ADMIT = "admit_signal"

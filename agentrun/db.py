@@ -1,21 +1,27 @@
-"""The Postgres mirror's schema, declared once, migrated in order on start.
+"""The Postgres mirror's schema, declared once, and the one way to open a pool on it.
 
 Migrations are an ordered list; each runs once, in its own transaction, under an advisory
-lock so that several workers starting together do not race.
+lock so that several workers starting together do not race. They run only where the schema
+may change: a worker's start, `starter.py up` and `starter.py migrate`. A read (the CLI's
+`list`, `receipt`, ...) checks the schema's version instead, and says what to do if it lags.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.abc import Buffer
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from agentrun.settings import SetupError
+from agentrun.errors import SetupError
+from agentrun.settings import Settings
 from agentrun.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
@@ -351,10 +357,42 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, target, fence)
     );
     """,
+    # 11: tenants' shares and limits (agentrun/tenant_store.py), each run's admission queue
+    # place, and each run's priority.
+    """
+    CREATE TABLE tenants (
+        tenant text PRIMARY KEY,
+        weight double precision NOT NULL DEFAULT 1 CHECK (weight > 0),
+        max_in_flight int CHECK (max_in_flight > 0),
+        max_queued int CHECK (max_queued >= 0),
+        model_calls_per_second double precision CHECK (model_calls_per_second > 0),
+        updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE tenant_queue (
+        tenant text NOT NULL,
+        run_id text NOT NULL,
+        seq bigint NOT NULL,
+        state text NOT NULL CHECK (state IN ('waiting', 'admitted', 'released')),
+        enqueued_at timestamptz,
+        admitted_at timestamptz,
+        released_at timestamptz,
+        PRIMARY KEY (tenant, run_id)
+    );
+    CREATE VIEW tenant_queue_positions AS
+        SELECT tenant, run_id, seq, enqueued_at,
+               row_number() OVER (PARTITION BY tenant ORDER BY seq) AS position
+        FROM tenant_queue WHERE state = 'waiting';
+    ALTER TABLE runs ADD COLUMN priority smallint;
+    """,
+    # 12: the agent profile each run came from (agentrun/profiles.py): its name and hash.
+    """
+    ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
+    ALTER TABLE runs ADD COLUMN profile_hash text;
+    """,
 ]
 
 
-async def migrate(conn: AsyncConnection[Any]) -> int:
+async def apply_migrations(conn: AsyncConnection[Any]) -> int:
     """Apply every migration not yet applied; returns the schema version."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
@@ -419,10 +457,31 @@ async def make_storable(conn: AsyncConnection[Any]) -> None:
     set_json_dumps(json_dumps, context=conn)
 
 
+async def schema_version(conn: AsyncConnection[Any]) -> int:
+    """The version the database's schema is at; 0 before the first migration."""
+    try:
+        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
+    except psycopg.errors.UndefinedTable:
+        return 0
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def check_schema(conn: AsyncConnection[Any]) -> None:
+    """Refuse, saying how to fix it, a database whose schema lags this code's."""
+    version = await schema_version(conn)
+    if version < len(MIGRATIONS):
+        raise SetupError(
+            f"the database's schema is at version {version}, this code needs {len(MIGRATIONS)}: "
+            "run `python starter.py migrate` (or start a worker, which migrates)"
+        )
+
+
 async def open_pool(
-    database_url: str, *, max_size: int = 10, connect_seconds: float = 30
+    database_url: str, *, max_size: int = 10, connect_seconds: float = 30, migrate: bool = True
 ) -> AsyncConnectionPool:
-    """Open a pool on a migrated database; every entry point that touches Postgres uses it."""
+    """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
+    its schema lags. Every entry point that touches Postgres opens its pool here."""
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
@@ -444,9 +503,31 @@ async def open_pool(
             f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
             "DATABASE_URL, or start the local stack with `python starter.py up`"
         ) from err
-    async with pool.connection() as conn:
-        await migrate(conn)
+    try:
+        async with pool.connection() as conn:
+            if migrate:
+                await apply_migrations(conn)
+            else:
+                await check_schema(conn)
+    except BaseException:
+        await pool.close()
+        raise
     return pool
+
+
+@asynccontextmanager
+async def command_pool(
+    settings: Settings, *, migrate: bool = False
+) -> AsyncIterator[AsyncConnectionPool]:
+    """A small pool for one CLI command, closed when it is done; it never migrates unless
+    asked (only `migrate` and `up` ask)."""
+    pool = await open_pool(
+        settings.require_database(), max_size=2, connect_seconds=5, migrate=migrate
+    )
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 def redact(database_url: str) -> str:

@@ -17,6 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun import forking
 from agentrun import operations as ops
+from agentrun.errors import OperationError
 from agentrun.fork_store import ForkStore
 from agentrun.ledger import canonical_json
 from agentrun.models import ForkOrigin, RunSpec
@@ -28,14 +29,14 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
         history = await client.get_workflow_handle(run_id).fetch_history()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise ops.OperationError(
+            raise OperationError(
                 f"no run {run_id!r} in Temporal (or its history has expired): "
                 "`starter.py list` shows the runs"
             ) from err
         raise
     first = history.events[0]
     if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-        raise ops.OperationError(f"run {run_id}'s history does not start with its input")
+        raise OperationError(f"run {run_id}'s history does not start with its input")
     payloads = first.workflow_execution_started_event_attributes.input.payloads
     [spec] = await client.data_converter.decode(payloads, [RunSpec])
     assert isinstance(spec, RunSpec)
@@ -62,11 +63,11 @@ async def fork_run(
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
-        raise ops.OperationError(f"run {run_id} has no steps in the mirror to fork from")
+        raise OperationError(f"run {run_id} has no steps in the mirror to fork from")
     try:
         forking.plan(origin, steps, conversation)  # refuse here, before anything starts
     except forking.ForkError as err:
-        raise ops.OperationError(str(err)) from err
+        raise OperationError(str(err)) from err
     spec = await parent_spec(client, run_id)
     fork_spec = spec.model_copy(
         update={

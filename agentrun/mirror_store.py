@@ -258,14 +258,16 @@ class MirrorStore:
         run = batch.run
         await conn.execute(
             """
-            INSERT INTO runs (run_id, version, tenant, user_id, task, status,
+            INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task, status,
                 current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
                 duplicates_prevented, checkpoint, result, error, created_at, updated_at,
-                finished_at, fence)
-            VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
+                finished_at, fence, priority)
+            VALUES (%(run_id)s, %(version)s, %(agent)s, %(profile_hash)s, %(tenant)s, %(user)s,
+                %(task)s, %(status)s,
                 %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
                 %(dups)s, %(cp)s,
-                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s)
+                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s,
+                %(priority)s)
             ON CONFLICT (run_id) DO UPDATE SET
                 version = EXCLUDED.version, status = EXCLUDED.status,
                 current_step_id = EXCLUDED.current_step_id,
@@ -276,12 +278,15 @@ class MirrorStore:
                 checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
                 error = EXCLUDED.error, created_at = EXCLUDED.created_at,
                 updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
-                fence = EXCLUDED.fence
+                fence = EXCLUDED.fence,
+                priority = coalesce(EXCLUDED.priority, runs.priority)
             WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
             """,
             {
                 "run_id": run.run_id,
                 "version": run.version,
+                "agent": run.agent,
+                "profile_hash": run.profile_hash,
                 "tenant": run.tenant,
                 "user": run.user,
                 "task": run.task,
@@ -289,6 +294,7 @@ class MirrorStore:
                 "step": run.current_step_id,
                 "pause_reason": run.pause_reason,
                 "model": run.model,
+                "priority": run.priority,
                 "tin": run.tokens_in,
                 "tout": run.tokens_out,
                 "cost": run.cost_usd,

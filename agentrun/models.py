@@ -131,9 +131,21 @@ class RunSpec(Strict):
 
     task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
     agent: str = Field("default", min_length=1, max_length=200, description="who works on it")
+    instructions: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        description="the system message; None: the engine's default (an agent profile sets it)",
+    )
+    profile_hash: str | None = Field(
+        None, max_length=64, description="the hash of the agent profile this spec came from"
+    )
     tenant: str = Field("default", min_length=1, max_length=200)
     user: str = Field("anonymous", min_length=1, max_length=200)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    priority: int = Field(
+        3, ge=1, le=5, description="1 runs first, 5 last; every step of the run inherits it"
+    )
     model: ModelSettings = Field(default_factory=ModelSettings)
     allowed_tools: list[str] | None = Field(None, description="None: every tool the worker has")
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
@@ -147,6 +159,9 @@ class RunSpec(Strict):
     )
     carry: RunProgress | None = Field(
         None, description="set by the engine when a run continues as new; never by people"
+    )
+    admission: str | None = Field(
+        None, description="set by the engine: the tenant admission workflow that started it"
     )
     fork: ForkOrigin | None = Field(
         None, description="set by `starter.py fork`: the run and step this one starts from"
@@ -317,9 +332,12 @@ class RunEvent(BaseModel):
 class RunSnapshot(BaseModel):
     run_id: str
     version: int = Field(description="grows with every change; older snapshots never win")
+    agent: str = "default"
+    profile_hash: str | None = None
     tenant: str
     user: str
     task: str
+    priority: int | None = None
     status: RunStatus
     current_step_id: str | None = None
     pause_reason: str | None = None
@@ -445,6 +463,13 @@ class RunState(BaseModel):
     cost_usd: float
     result: str | None
     error: str | None
+    priority: int | None = None
+    admission: str | None = Field(None, description="the admission workflow it waits in")
+    queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
+
+
+# A side effect whose call the run was cancelled in: the receipt asks the ledger.
+INTERRUPTED = "interrupted by the run's cancellation"
 
 
 class SideEffectRecord(BaseModel):
@@ -466,6 +491,8 @@ class RetryRecord(BaseModel):
 
 class Receipt(BaseModel):
     run_id: str
+    agent: str = "default"
+    profile_hash: str | None = None
     task: str
     tenant: str
     user: str
@@ -539,6 +566,9 @@ class RunProgress(BaseModel):
     )
     pause_requested: bool = False
     pause_reason: str | None = None
+    admitted: bool = Field(
+        True, description="False only while the run waits for a slot of its tenant's cap"
+    )
     verification: VerifyResult | None = None
     unresolved: list[str] = Field(default_factory=list)
     budget: Budget = Field(default_factory=Budget)

@@ -24,8 +24,17 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun import (
+    admission_ops,
+    fairness,
+    projection,
+    run_summaries,
+    search_attributes,
+    tool_sets,
+)
 from agentrun import constants as names
-from agentrun import projection, run_summaries, search_attributes
+from agentrun.admission_models import TenantLimits
+from agentrun.errors import OperationError
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
@@ -44,14 +53,11 @@ from agentrun.states import RunStatus
 from workflows import AgentRunWorkflow
 
 
-class OperationError(Exception):
-    """A refused or failed operation; the message is for a person."""
-
-
 @dataclass
 class Started:
     run_id: str
     existing: bool
+    queue_position: int | None = None  # waiting for a slot of its tenant's cap
 
 
 def run_id_for(key: str | None) -> str:
@@ -70,20 +76,34 @@ async def start_run(
     *,
     task_queue: str,
     indexed: bool = True,
+    limits: TenantLimits | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
 
-    `indexed` sets the search attributes (agent, tenant, status) the Web UI filters on.
+    `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters
+    on. The run's priority and its tenant (the fairness key, weighted by `limits.weight`)
+    reach every step it schedules. A tenant with a cap starts through its admission queue.
     With the `mirror`, a run Temporal has forgotten (its retention passed) is still the same
     run: its id is not started again over the old run's conversation, journal and ledger,
     and the caller is told it exists (its receipt is in the mirror).
     """
     if spec.carry is not None:
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
+    if spec.admission is not None:
+        raise OperationError("`admission` is set by the engine; leave it out")
+    limits = limits or TenantLimits(tenant=spec.tenant)
     run_id = run_id_for(spec.idempotency_key)
     if mirror is not None and await _mirrored(mirror, run_id):
         return Started(run_id, existing=True)
+    if limits.capped:
+        try:
+            queued = await admission_ops.enqueue_run(
+                client, run_id, spec, task_queue=task_queue, indexed=indexed, limits=limits
+            )
+        except admission_ops.Refused as err:
+            raise OperationError(f"refused: {err}") from err
+        return Started(run_id, existing=queued.existing, queue_position=queued.position)
     try:
         await client.start_workflow(
             AgentRunWorkflow.run,
@@ -91,10 +111,13 @@ async def start_run(
             id=run_id,
             task_queue=task_queue,
             search_attributes=(
-                search_attributes.for_run(spec.agent, spec.tenant, RunStatus.QUEUED.value)
+                search_attributes.for_run(
+                    spec.agent, spec.tenant, RunStatus.QUEUED.value, spec.priority
+                )
                 if indexed
                 else None
             ),
+            priority=fairness.run_priority(spec.priority, spec.tenant, limits.weight),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             # What the Web UI shows above the timeline: who, for whom, what.
@@ -115,6 +138,23 @@ async def start_run(
             ) from err
         raise
     return Started(run_id, existing=False)
+
+
+async def require_tools(pool: AsyncConnectionPool, task_queue: str, tools: list[str]) -> None:
+    """Refuse a run naming a tool the queue's workers lack, before it starts."""
+    served = await tool_sets.served_tools(pool, task_queue)
+    if served is None:
+        raise OperationError(
+            f"no worker has served task queue {task_queue!r} yet, so its tools are unknown: "
+            "start one (`python worker.py --tools ...`), then start the run"
+        )
+    missing = sorted(set(tools) - set(served))
+    if missing:
+        raise OperationError(
+            f"the workers on task queue {task_queue!r} have no tool {', '.join(missing)} "
+            f"(they have: {', '.join(served) or 'none'}); start them with the tools the "
+            "agent names, or fix its profile"
+        )
 
 
 async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:
@@ -234,15 +274,20 @@ async def cancel(client: Client, run_id: str) -> None:
 
 
 async def status(client: Client, run_id: str) -> RunState:
-    """The live state, from the workflow itself (a worker answers the query)."""
+    """The live state, from the workflow itself (a worker answers the query); a run waiting
+    for its tenant's slot says where it stands in the queue."""
     handle, _ = await _handle(client, run_id)
     try:
-        return await handle.query(AgentRunWorkflow.state)  # type: ignore[no-any-return]
+        state: RunState = await handle.query(AgentRunWorkflow.state)
     except RPCError as err:
         raise OperationError(
             f"run {run_id} did not answer ({err.message}): is a worker running? "
             "Start one with `python worker.py`"
         ) from err
+    if state.status == RunStatus.QUEUED and state.admission is not None:
+        place = await admission_ops.position(client, state.admission, run_id)
+        state = state.model_copy(update={"queue_position": place.position if place else None})
+    return state
 
 
 async def list_runs(

@@ -24,6 +24,12 @@ def run_state(state: RunState) -> str:
         f"run {state.run_id}: {state.status.value}"
         + (" (pause requested)" if state.pause_requested else ""),
         f"task: {state.task}",
+        f"tenant: {state.tenant}, priority {state.priority or '-'}"
+        + (
+            f"; queued at position {state.queue_position} for a slot of its tenant's cap"
+            if state.queue_position is not None
+            else ""
+        ),
         f"tokens: {state.tokens_in} in / {state.tokens_out} out, cost ${state.cost_usd:.6f}",
     ]
     if state.pause_reason:
@@ -53,6 +59,8 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         f"# Receipt for {r['run_id']}",
         "",
         f"- **Outcome:** {r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""),
+        f"- **Agent:** {r.get('agent', 'default')}"
+        + (f" (profile {r['profile_hash']})" if r.get("profile_hash") else ""),
         f"- **Task:** {r['task']}",
         f"- **Tenant / user:** {r['tenant']} / {r['user']}",
         f"- **Tokens:** {r['tokens_in']} in, {r['tokens_out']} out; **cost:** ${r['cost_usd']:.6f}",

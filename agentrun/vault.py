@@ -28,6 +28,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic_core import to_jsonable_python
 
+from agentrun.errors import SecretUnavailable
 from agentrun.settings import Settings
 
 MARKER = re.compile(r"\[secret:([0-9a-f]{16})\]")
@@ -36,10 +37,6 @@ NONCE_BYTES = 12
 
 def marker(secret_id: str) -> str:
     return f"[secret:{secret_id}]"
-
-
-class SecretUnavailable(LookupError):
-    """A marker that does not open here: not this run's, or sealed under a key we lack."""
 
 
 class SecretScope:
@@ -113,7 +110,7 @@ class SecretVault:
 
     @classmethod
     def for_settings(cls, pool: AsyncConnectionPool, settings: Settings) -> SecretVault:
-        return cls(pool, settings.encryption_keys, settings.encryption_key_id)
+        return cls(pool, settings.encryption_key_material(), settings.encryption_key_id)
 
     @property
     def shared(self) -> bool:

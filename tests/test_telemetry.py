@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from dataclasses import replace
 
 import openai
 from opentelemetry import trace
@@ -48,7 +47,7 @@ def scrape(url: str) -> str:
 async def test_worker_serves_temporal_metrics_for_prometheus(settings, pool):
     # A Runtime binds its port for the life of the process: one test, one fresh port.
     port = free_port()
-    settings = replace(settings, prometheus_bind=f"127.0.0.1:{port}")
+    settings = settings.model_copy(update=dict(prometheus_bind=f"127.0.0.1:{port}"))
     client = await connect(settings, identity="metrics-worker", serve_metrics=True)
     assert client.service_client.config.runtime is runtime_for(settings)
     assert runtime_for(settings) is runtime_for(settings), "one runtime per address"
@@ -84,7 +83,7 @@ async def test_otel_traces_a_run_from_start_to_every_activity(settings, pool):
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
 
-    settings = replace(settings, otel=True)
+    settings = settings.model_copy(update=dict(otel=True))
     client = await connect(settings, identity="traced-worker")
     run_id = await run_one(client, settings, pool)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from dataclasses import replace
 
 from pydantic import BaseModel
 
@@ -27,7 +26,7 @@ FAST = {"heartbeat_seconds": 2, "initial_retry_seconds": 0.2}
 
 async def start_and_crash(client, settings, model, spec, faults: str) -> str:
     """Start a run on a worker armed with `faults`, and wait for that worker to die."""
-    worker_settings = replace(settings, openai_base_url=model.base_url)
+    worker_settings = settings.model_copy(update=dict(openai_base_url=model.base_url))
     doomed = await start_worker_process(worker_settings, "doomed", faults=faults)
     try:
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 from temporalio.api.enums.v1 import EventType
 
@@ -25,8 +24,8 @@ async def builds_that_ran(client, run_id: str) -> set[str]:
 
 async def test_an_open_run_stays_on_v1_while_new_runs_take_v2(client, settings, pool, worker):
     deployment = f"agentrun-{uuid.uuid4().hex[:8]}"
-    v1 = replace(settings, deployment_name=deployment, build_id="v1")
-    v2 = replace(settings, deployment_name=deployment, build_id="v2")
+    v1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v1"})
+    v2 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v2"})
     async with worker(settings=v1):
         await deployments.set_current_version(client, deployment, "v1")
         old = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)

@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -94,7 +93,9 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
 ):
     env, ui_port = ui_env
     client = env.client
-    settings = replace(settings, temporal_address=client.service_client.config.target_host)
+    settings = settings.model_copy(
+        update={"temporal_address": client.service_client.config.target_host}
+    )
     spec = make_spec(tenant="acme", agent="support-bot")
     async with running_worker(client, settings, pool):
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import run_state
@@ -21,7 +20,7 @@ from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities
-    from agentrun import payload_limits, run_summaries, search_attributes
+    from agentrun import fairness, payload_limits, run_summaries, search_attributes
     from agentrun.errors import PAYLOAD_TOO_LARGE
     from agentrun.models import (
         JsonDict,
@@ -48,15 +47,14 @@ MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 # it continues as new. Fences keep writes that land out of order from going backwards.
 MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
-# and often enough that the mirror catches up within seconds of the database returning.
-# A mirror write goes ahead of model and tool calls waiting on the same task queue (1 is the
-# highest of Temporal's priority keys; the default is 3), so under load the mirror keeps up.
-MIRROR_PRIORITY = Priority(priority_key=1)
+# and often enough that the mirror catches up within seconds of the database returning
+# (fairness.MIRROR_RETRY). A mirror write goes ahead of model and tool calls waiting on the
+# same task queue (fairness.MIRROR_PRIORITY: 1, the highest of Temporal's priority keys; a
+# run's own is 3 unless it was started with another), so under load the mirror keeps up.
+MIRROR_PRIORITY = fairness.MIRROR_PRIORITY
+MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
-MIRROR_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=2)
-)
 
 
 class Recording:
@@ -175,7 +173,14 @@ class Recording:
 
     def _snapshot(self) -> RunSnapshot:
         self.progress.version += 1
-        return run_state.snapshot(self.run_id, self.spec, self.progress, workflow.now())
+        return run_state.snapshot(
+            self.run_id, self.spec, self.progress, workflow.now(), self._priority()
+        )
+
+    def _priority(self) -> int:
+        """The priority the server dispatches this run's steps at (inherited from the start,
+        kept across continue-as-new)."""
+        return workflow.info().priority.priority_key or fairness.DEFAULT_PRIORITY
 
     async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
         """Write what changed since the last flush to the mirror, as one idempotent batch."""

@@ -14,6 +14,7 @@ from workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
     from agentrun import constants as names
+    from agentrun.admission_models import AdmitInput
     from agentrun.models import ControlInput, ControlResult, RunState
     from agentrun.states import is_terminal
 
@@ -21,7 +22,12 @@ with workflow.unsafe.imports_passed_through():
 class RunMessages(Recording):
     @workflow.query(name=names.QUERY_STATE)
     def state(self) -> RunState:
-        return run_state.state_view(self.run_id, self.spec, self.progress)
+        return run_state.state_view(self.run_id, self.spec, self.progress, self._priority())
+
+    @workflow.signal(name=names.SIGNAL_RUN_ADMIT)
+    def admit_signal(self, input: AdmitInput) -> None:
+        """The tenant's admission queue gives this run a slot."""
+        self.progress.admitted = True
 
     @workflow.update(name=names.UPDATE_PAUSE)
     def pause(self, input: ControlInput) -> ControlResult:

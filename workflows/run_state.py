@@ -44,14 +44,19 @@ def carry(progress: RunProgress) -> RunProgress:
     return progress.model_copy(update={"generation": progress.generation + 1})
 
 
-def snapshot(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) -> RunSnapshot:
+def snapshot(
+    run_id: str, spec: RunSpec, progress: RunProgress, now: datetime, priority: int
+) -> RunSnapshot:
     """The mirror's run row."""
     return RunSnapshot(
         run_id=run_id,
         version=progress.version,
+        agent=spec.agent,
+        profile_hash=spec.profile_hash,
         tenant=spec.tenant,
         user=spec.user,
         task=spec.task,
+        priority=priority,
         status=progress.status,
         current_step_id=progress.current_step_id,
         pause_reason=progress.pause_reason,
@@ -69,7 +74,7 @@ def snapshot(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) -
     )
 
 
-def state_view(run_id: str, spec: RunSpec, progress: RunProgress) -> RunState:
+def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int) -> RunState:
     """What the `state` query answers."""
     return RunState(
         run_id=run_id,
@@ -88,6 +93,8 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress) -> RunState:
         cost_usd=progress.cost_usd,
         result=progress.answer,
         error=progress.error,
+        priority=priority,
+        admission=spec.admission,
     )
 
 
@@ -95,6 +102,8 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
     """The run's receipt, covering every generation of it."""
     return Receipt(
         run_id=run_id,
+        agent=spec.agent,
+        profile_hash=spec.profile_hash,
         task=spec.task,
         tenant=spec.tenant,
         user=spec.user,
