@@ -105,6 +105,8 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after model calls got a queue of their own (patch model-call-queue) and runs
     # of capped tenants waited in their tenant's admission queue; its history is recorded too.
     "admitted_from_queue": (RunSpec(task=TASK, tenant="capped", priority=2), approved_with_edit),
+    # Recorded after mirror writes got a queue of their own (patch mirror-queue).
+    "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}
