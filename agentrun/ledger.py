@@ -21,7 +21,17 @@ def canonical_json(value: Any) -> str:
 
 
 def idempotency_key(run_id: str, step_id: str, tool: str, arguments: JsonDict) -> str:
+    """The key runs started before `effect_key` used: a new step, a new key."""
     digest = hashlib.sha256(canonical_json([run_id, step_id, tool, arguments]).encode())
+    return f"{tool}:{digest.hexdigest()[:32]}"
+
+
+def effect_key(scope: str, tool: str, arguments: JsonDict, occurrence: int) -> str:
+    """What identifies an effect: whose work it is (`scope`: the run's idempotency key, the
+    same for every attempt of a backlog task), the call's content, and how many identical
+    calls this run already made with a known outcome. So a call proposed again after an
+    unknown outcome, or by the next attempt of a backlog task, finds the same ledger row."""
+    digest = hashlib.sha256(canonical_json([scope, tool, arguments, occurrence]).encode())
     return f"{tool}:{digest.hexdigest()[:32]}"
 
 
@@ -89,7 +99,8 @@ async def unlock(conn: AsyncConnection[Any], key: str) -> None:
 async def claim_external(
     conn: AsyncConnection[Any], *, key: str, run_id: str, step_id: str, tool: str, attempt: int
 ) -> tuple[str, Any]:
-    """Commit a claim: ("new", None), ("done", result) or ("started", None) if unknown."""
+    """Commit a claim: ("new", None), ("done", result), or ("started", the step that made
+    the unfinished claim) if the outcome is unknown."""
     cur = await conn.execute(
         """INSERT INTO tool_ledger (idempotency_key, run_id, step_id, tool, status, attempt)
            VALUES (%s, %s, %s, %s, 'started', %s)
@@ -99,11 +110,20 @@ async def claim_external(
     if await cur.fetchone():
         return "new", None
     cur = await conn.execute(
-        "SELECT status, result FROM tool_ledger WHERE idempotency_key = %s", (key,)
+        "SELECT status, result, step_id FROM tool_ledger WHERE idempotency_key = %s", (key,)
     )
     row = await cur.fetchone()
     assert row is not None
-    return str(row[0]), row[1]
+    return str(row[0]), row[2] if row[0] == "started" else row[1]
+
+
+async def reclaim(conn: AsyncConnection[Any], *, key: str, step_id: str, attempt: int) -> None:
+    """Take over an unfinished claim before acting again: should this attempt die too, its
+    retry finds the claim its own step made, which no earlier decision covers."""
+    await conn.execute(
+        "UPDATE tool_ledger SET step_id = %s, attempt = %s WHERE idempotency_key = %s",
+        (step_id, attempt, key),
+    )
 
 
 async def count_duplicate(conn: AsyncConnection[Any], key: str) -> None:
@@ -112,3 +132,12 @@ async def count_duplicate(conn: AsyncConnection[Any], key: str) -> None:
                   last_duplicate_at = now() WHERE idempotency_key = %s""",
         (key,),
     )
+
+
+async def entries(conn: AsyncConnection[Any], keys: list[str]) -> dict[str, tuple[str, Any]]:
+    """The ledger's word on these keys: key -> (status, result); absent keys never acted."""
+    cur = await conn.execute(
+        "SELECT idempotency_key, status, result FROM tool_ledger WHERE idempotency_key = ANY(%s)",
+        (keys,),
+    )
+    return {str(key): (str(status), result) for key, status, result in await cur.fetchall()}

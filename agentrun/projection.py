@@ -64,6 +64,8 @@ STEP_COLUMNS = (
 )
 RUN_COLUMNS = (
     "version",
+    "agent",
+    "profile_hash",
     "status",
     "current_step_id",
     "pause_reason",

@@ -76,3 +76,20 @@ def test_mirror_queue_has_a_history():
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert MIRROR_QUEUE not in taken["admitted_from_queue"]
     assert MIRROR_QUEUE in taken["mirror_queue"]
+
+
+def test_the_audit_fixes_have_histories():
+    """The paths issue 13 added (see the patch ids in workflows/agent_run.py) are recorded."""
+    from workflows.agent_run import (
+        CONTINUE_AFTER_BOUNDARY,
+        EFFECT_KEYS,
+        JUDGE_COUNTED,
+        RECEIPT_SHIELDED,
+        TOOL_CANCEL_WAITS,
+    )
+
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert taken["approved_effect_keys"] >= {EFFECT_KEYS, TOOL_CANCEL_WAITS, JUDGE_COUNTED}
+    assert taken["cancelled_receipt_shielded"] >= {RECEIPT_SHIELDED}
+    assert taken["continued_after_step_boundary"] >= {CONTINUE_AFTER_BOUNDARY}
+    assert EFFECT_KEYS not in taken["approved_mirror_after_commit"]
