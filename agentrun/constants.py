@@ -32,6 +32,10 @@ SIGNAL_RESUME = "resume_signal"
 STREAM_TOPIC_EVENTS = "events"
 STREAM_TOPIC_TEXT = "text"
 
+# A tool message that names a step instead of quoting its output: the model activity reads
+# the output from the step's mirror row, so history does not carry it twice.
+STEP_OUTPUT_REF = "agentrun_step_output"
+
 OFFLINE_MODEL = "offline-planner"
 OFFLINE_MODEL_PRICE = (0.15, 0.60)  # USD per million tokens in and out, for cost figures
 

@@ -14,11 +14,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from agentrun.constants import STEP_OUTPUT_REF
 from agentrun.models import JsonDict
-
-# A tool message may point at its step instead of carrying the output: the accepted
-# attempt already wrote the output to the step's row, and history need not hold it again.
-STEP_OUTPUT_REF = "agentrun_step_output"
 
 
 class ConversationStore:

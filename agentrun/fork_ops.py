@@ -19,7 +19,7 @@ from agentrun import forking
 from agentrun import operations as ops
 from agentrun.errors import OperationError
 from agentrun.fork_store import ForkStore
-from agentrun.ledger import canonical_json
+from agentrun.keys import canonical_json
 from agentrun.models import ForkOrigin, RunSpec
 
 

@@ -6,28 +6,10 @@ returns the recorded result instead of acting again, and counts one duplicate pr
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
-
-from agentrun.models import JsonDict
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def idempotency_key(run_id: str, step_id: str, tool: str, arguments: JsonDict) -> str:
-    digest = hashlib.sha256(canonical_json([run_id, step_id, tool, arguments]).encode())
-    return f"{tool}:{digest.hexdigest()[:32]}"
-
-
-def action_hash(tool: str, arguments: JsonDict) -> str:
-    """What an approval is bound to: this tool with exactly these arguments."""
-    return hashlib.sha256(canonical_json([tool, arguments]).encode()).hexdigest()[:16]
 
 
 async def claim(

@@ -40,9 +40,8 @@ with workflow.unsafe.imports_passed_through():
     from agentrun import constants as names
     from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
     from agentrun.admission_models import ReleaseInput
-    from agentrun.conversation import STEP_OUTPUT_REF
     from agentrun.errors import PERMISSION_DENIED
-    from agentrun.ledger import idempotency_key
+    from agentrun.keys import idempotency_key
     from agentrun.models import (
         CheckpointInput,
         ForkOrigin,
@@ -493,7 +492,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         else:
             # The output is in the step's mirror row already; the model reads it from there.
             self.progress.pending_messages.append(
-                {"role": "tool", "tool_call_id": call.call_id, STEP_OUTPUT_REF: step_id}
+                {"role": "tool", "tool_call_id": call.call_id, names.STEP_OUTPUT_REF: step_id}
             )
 
     async def _run_tool(

@@ -19,7 +19,7 @@ from workflows.run_state import RunEnded
 
 with workflow.unsafe.imports_passed_through():
     from agentrun import constants as names
-    from agentrun.ledger import action_hash
+    from agentrun.keys import action_hash
     from agentrun.models import (
         ApprovalKind,
         ApprovalRecord,
