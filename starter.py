@@ -37,12 +37,12 @@ from agentrun import (
 )
 from agentrun import operations as ops
 from agentrun.client import connect
-from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import OperationError, SetupError
+from agentrun.core.models import PendingApproval, RunSpec
+from agentrun.core.periods import parse_age, parse_point
+from agentrun.core.settings import Settings, read_stack_file
 from agentrun.db import command_pool, schema_version
-from agentrun.errors import OperationError, SetupError
-from agentrun.models import PendingApproval, RunSpec
-from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tenant_store import TenantStore

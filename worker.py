@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 
-from agentrun.errors import SetupError
+from agentrun.core.errors import SetupError
 from agentrun.tools.loading import split_references
 from agentrun.tools.mcp import parse_servers
 from agentrun.worker_api import run_worker

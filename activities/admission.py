@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from agentrun.admission_models import QueueSyncInput
-from agentrun.constants import ACTIVITY_ADMISSION_SYNC
+from agentrun.core.admission_models import QueueSyncInput
+from agentrun.core.constants import ACTIVITY_ADMISSION_SYNC
 from agentrun.tenant_store import TenantStore
 
 

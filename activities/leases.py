@@ -15,7 +15,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 from temporalio import activity
 
-from agentrun.background import alongside
+from agentrun.core.background import alongside
 from agentrun.mirror_store import MirrorStore
 
 T = TypeVar("T")

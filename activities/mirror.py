@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from agentrun import faults
-from agentrun.constants import (
+from agentrun.core import faults
+from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_SYNC,
     ACTIVITY_RECEIPT_RECORD,
 )
+from agentrun.core.models import CheckpointInput, MirrorBatch, Receipt
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
-from agentrun.models import CheckpointInput, MirrorBatch, Receipt
 
 
 class MirrorActivities:

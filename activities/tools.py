@@ -19,12 +19,13 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
-from agentrun import errors, faults, injection, ledger
+from agentrun import ledger
 from agentrun.artifacts import ArtifactStore
-from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import SecretUnavailable, refused_data_is_final
+from agentrun.core import errors, faults, injection
+from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
+from agentrun.core.errors import SecretUnavailable, refused_data_is_final
+from agentrun.core.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.mirror_store import MirrorStore
-from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.tools import ToolContext, ToolRegistry
 from agentrun.tools.registry import (
     CheckpointSaver,

@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentrun.models import RunSpec
+    from agentrun.core.models import RunSpec
     from agentrun.tools.decorator import tool
     from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
     from agentrun.worker_api import run_worker
@@ -29,7 +29,7 @@ _HOMES = {
     "ToolError": "agentrun.tools.registry",
     "Reconciled": "agentrun.tools.registry",
     "ToolRegistry": "agentrun.tools.registry",
-    "RunSpec": "agentrun.models",
+    "RunSpec": "agentrun.core.models",
     "run_worker": "agentrun.worker_api",
 }
 

@@ -16,8 +16,8 @@ from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdate
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import fairness
-from agentrun.admission_models import (
+from agentrun.core import fairness
+from agentrun.core.admission_models import (
     AdmissionInput,
     PositionInput,
     QueuedStart,
@@ -25,7 +25,7 @@ from agentrun.admission_models import (
     QueuePosition,
     TenantLimits,
 )
-from agentrun.models import RunSpec
+from agentrun.core.models import RunSpec
 from workflows.admission import TenantAdmissionWorkflow, admission_id
 
 

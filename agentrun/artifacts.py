@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.models import ArtifactRef
+from agentrun.core.models import ArtifactRef
 
 PREVIEW_CHARS = 2000
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from agentrun import backlog_ops as ops
 from agentrun import render
-from agentrun.backlog_models import PolicyPatch
 from agentrun.client import connect
+from agentrun.core.backlog_models import PolicyPatch
+from agentrun.core.errors import OperationError
+from agentrun.core.settings import Settings
 from agentrun.db import command_pool
-from agentrun.errors import OperationError
-from agentrun.settings import Settings
 
 LIST_COLUMNS = "ordinal task_key title state attempts run last_error checkpoint".split()
 DEAD_COLUMNS = ["ordinal", "task_key", "attempts", "run_id", "last_error"]

@@ -24,7 +24,8 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.backlog_models import (
+from agentrun.backlog_store import BacklogStore
+from agentrun.core.backlog_models import (
     AGENT_PATTERN,
     MAX_TASKS_PER_ENQUEUE,
     BacklogControlResult,
@@ -39,9 +40,8 @@ from agentrun.backlog_models import (
     TaskItem,
     backlog_id,
 )
-from agentrun.backlog_store import BacklogStore
-from agentrun.errors import OperationError
-from agentrun.models import ControlInput, JsonDict
+from agentrun.core.errors import OperationError
+from agentrun.core.models import ControlInput, JsonDict
 from workflows.backlog import AgentBacklogWorkflow
 
 ENQUEUE_BATCH = 100

@@ -12,13 +12,13 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.backlog_models import (
+from agentrun.core.backlog_models import (
     BacklogLoadResult,
     BacklogPolicy,
     BacklogSyncInput,
     BacklogTask,
 )
-from agentrun.models import JsonDict, RunSpec
+from agentrun.core.models import JsonDict, RunSpec
 
 TASK_COLUMNS = """t.ordinal, t.task_key, t.title, t.state, t.attempts, t.max_attempts,
     t.last_error, t.run_id, r.status AS run_status, r.current_step_id,

@@ -7,11 +7,11 @@ from __future__ import annotations
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from agentrun.core.errors import ConnectionSettingsError, SetupError
+from agentrun.core.settings import Settings
+from agentrun.core.temporal_connection import connect_options, describe
 from agentrun.encryption import data_converter
-from agentrun.errors import ConnectionSettingsError, SetupError
-from agentrun.settings import Settings
 from agentrun.telemetry import client_interceptors
-from agentrun.temporal_connection import connect_options, describe
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.
 _runtimes: dict[str, Runtime] = {}

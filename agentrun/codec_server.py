@@ -21,11 +21,11 @@ from typing import Any
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from agentrun.background_http import BackgroundHTTPServer
-from agentrun.constants import DEFAULT_WEB_UI
+from agentrun.core.background_http import BackgroundHTTPServer
+from agentrun.core.constants import DEFAULT_WEB_UI
+from agentrun.core.errors import SetupError, UnknownEncryptionKey
+from agentrun.core.settings import Settings
 from agentrun.encryption import EncryptionCodec, codec_for
-from agentrun.errors import SetupError, UnknownEncryptionKey
-from agentrun.settings import Settings
 
 DEFAULT_WEB_UI_ORIGIN = DEFAULT_WEB_UI
 ALLOWED_HEADERS = "content-type, x-namespace, authorization"

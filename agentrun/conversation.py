@@ -14,8 +14,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.constants import STEP_OUTPUT_REF
-from agentrun.models import JsonDict
+from agentrun.core.constants import STEP_OUTPUT_REF
+from agentrun.core.models import JsonDict
 
 
 class ConversationStore:

@@ -20,9 +20,9 @@ from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from agentrun.errors import SetupError
-from agentrun.settings import Settings
-from agentrun.storable import NUL, escape_nul, json_dumps
+from agentrun.core.errors import SetupError
+from agentrun.core.settings import Settings
+from agentrun.core.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
 
@@ -445,7 +445,7 @@ class _StorableBinaryText(StrBinaryDumper):
 
 async def make_storable(conn: AsyncConnection[Any]) -> None:
     """Every string this connection writes, as text or inside JSON, is one Postgres accepts
-    (see agentrun.storable)."""
+    (see agentrun.core.storable)."""
     # The last registered serves `%s`: text with the unknown oid, as psycopg's default.
     conn.adapters.register_dumper(str, _StorableBinaryText)
     conn.adapters.register_dumper(str, _StorableText)

@@ -13,7 +13,7 @@ from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionR
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.models import RunVersion
+from agentrun.core.models import RunVersion
 
 __all__ = ["DeploymentError", "RunVersion", "run_version", "set_current_version"]
 

@@ -24,8 +24,8 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
-from agentrun.errors import UnknownEncryptionKey
-from agentrun.settings import Settings
+from agentrun.core.errors import UnknownEncryptionKey
+from agentrun.core.settings import Settings
 
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"

@@ -15,12 +15,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import forking
 from agentrun import operations as ops
-from agentrun.errors import OperationError
+from agentrun.core import forking
+from agentrun.core.errors import OperationError
+from agentrun.core.keys import canonical_json
+from agentrun.core.models import ForkOrigin, RunSpec
 from agentrun.fork_store import ForkStore
-from agentrun.keys import canonical_json
-from agentrun.models import ForkOrigin, RunSpec
 
 
 async def parent_spec(client: Client, run_id: str) -> RunSpec:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.models import JsonDict, StepRecord
+from agentrun.core.models import JsonDict, StepRecord
 
 
 class ForkStore:

@@ -20,9 +20,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun import faults
-from agentrun.errors import REFUSED_DATA_ERRORS
-from agentrun.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
+from agentrun.core import faults
+from agentrun.core.errors import REFUSED_DATA_ERRORS
+from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
 
 
 class MirrorStore:

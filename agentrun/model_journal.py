@@ -12,7 +12,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.models import JsonDict, Usage
+from agentrun.core.models import JsonDict, Usage
 
 
 class ModelJournal:

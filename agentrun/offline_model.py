@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agentrun.background_http import BackgroundHTTPServer
-from agentrun.constants import OFFLINE_MODEL
+from agentrun.core.background_http import BackgroundHTTPServer
+from agentrun.core.constants import OFFLINE_MODEL
 
 Json = dict[str, Any]
 MESSAGE_WORDS = ("send", "notify", "message", "email", "tell", "reply")

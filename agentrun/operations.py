@@ -24,13 +24,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import admission_ops, fairness, projection, run_summaries, search_attributes
-from agentrun import constants as names
-from agentrun.admission_models import TenantLimits
-from agentrun.errors import OperationError
-from agentrun.fork_store import ForkStore
-from agentrun.mirror_store import MirrorStore
-from agentrun.models import (
+from agentrun import admission_ops, projection
+from agentrun.core import constants as names
+from agentrun.core import fairness, run_summaries, search_attributes
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import OperationError
+from agentrun.core.models import (
     ApproveInput,
     ControlInput,
     ControlResult,
@@ -41,8 +40,10 @@ from agentrun.models import (
     RunSpec,
     RunState,
 )
-from agentrun.payload_limits import DEFAULT_LIMIT_BYTES
-from agentrun.states import RunStatus
+from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
+from agentrun.core.states import RunStatus
+from agentrun.fork_store import ForkStore
+from agentrun.mirror_store import MirrorStore
 from workflows import AgentRunWorkflow
 
 

@@ -32,10 +32,17 @@ from temporalio.worker import (
 )
 from temporalio.workflow import ActivityHandle
 
-from agentrun import constants as names
-from agentrun.models import MirrorBatch, Receipt, RunEvent, RunSnapshot, StepRecord, ToolCallResult
-from agentrun.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
-from agentrun.storable import escape_nul
+from agentrun.core import constants as names
+from agentrun.core.models import (
+    MirrorBatch,
+    Receipt,
+    RunEvent,
+    RunSnapshot,
+    StepRecord,
+    ToolCallResult,
+)
+from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
+from agentrun.core.storable import escape_nul
 from workflows import AgentRunWorkflow
 
 CLOSED_EVENTS = {

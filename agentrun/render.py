@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrun.core.models import JsonDict, RunState, WatchItem
 from agentrun.metrics import Stats
-from agentrun.models import JsonDict, RunState, WatchItem
 from agentrun.retention import PruneResult
 
 

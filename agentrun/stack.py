@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrun import fairness, search_attributes
-from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.errors import SetupError
+from agentrun.core import fairness, search_attributes
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import SetupError
+from agentrun.core.settings import write_stack_file
 from agentrun.offline_model import OfflineModelServer, Responder, offline_planner
-from agentrun.settings import write_stack_file
 
 
 def free_port() -> int:
@@ -54,7 +54,7 @@ class EmbeddedStack:
     temporal_port: int = TEMPORAL_PORT
     ui_port: int = WEB_UI_PORT
     ui: bool = True
-    # Fair dispatch across tenants (agentrun.fairness); off only to measure what it buys.
+    # Fair dispatch across tenants (agentrun.core.fairness); off only to measure what it buys.
     fairness: bool = True
     model_port: int = 0
     planner: Responder = offline_planner

@@ -14,8 +14,8 @@ from typing import Any
 
 from temporalio.client import Interceptor
 
-from agentrun.errors import SetupError
-from agentrun.settings import Settings
+from agentrun.core.errors import SetupError
+from agentrun.core.settings import Settings
 
 INSTALL_HINT = "pip install -e '.[otel]'"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.admission_models import QueueSyncInput, TenantLimits
+from agentrun.core.admission_models import QueueSyncInput, TenantLimits
 
 LIMIT_COLUMNS = ("weight", "max_in_flight", "max_queued", "model_calls_per_second")
 STATE_RANK = "CASE %s WHEN 'waiting' THEN 0 WHEN 'admitted' THEN 1 ELSE 2 END"

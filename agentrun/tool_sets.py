@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.errors import SetupError
+from agentrun.core.errors import SetupError
 
 # A worker renews its row this often; a row older than LIVE_SECONDS is a worker that is gone.
 BEAT_SECONDS = 10.0

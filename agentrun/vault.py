@@ -28,8 +28,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic_core import to_jsonable_python
 
-from agentrun.errors import SecretUnavailable
-from agentrun.settings import Settings
+from agentrun.core.errors import SecretUnavailable
+from agentrun.core.settings import Settings
 
 MARKER = re.compile(r"\[secret:([0-9a-f]{16})\]")
 NONCE_BYTES = 12

@@ -17,11 +17,12 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentrun import search_attributes, tenant_ops, tool_sets
-from agentrun.background import alongside
+from agentrun import tenant_ops, tool_sets
 from agentrun.client import connect
+from agentrun.core import search_attributes
+from agentrun.core.background import alongside
+from agentrun.core.settings import Settings
 from agentrun.db import install_tool_schema
-from agentrun.settings import Settings
 from agentrun.telemetry import shutdown_tracing
 from agentrun.tenant_store import TenantStore
 from agentrun.tools.loading import DEMO_TOOLS, load_registry

@@ -33,18 +33,18 @@ from activities import (
 )
 from activities.admission import AdmissionActivities
 from activities.backlog import BacklogActivities
-from agentrun import fairness
 from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
-from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
+from agentrun.core import fairness
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
+from agentrun.core.errors import SetupError
+from agentrun.core.payload_limits import PayloadLimitInterceptor
+from agentrun.core.settings import Settings
 from agentrun.db import activity_slots_for, open_pool, pool_size_for
-from agentrun.errors import SetupError
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
-from agentrun.payload_limits import PayloadLimitInterceptor
-from agentrun.settings import Settings
 from agentrun.tenant_store import TenantStore
 from agentrun.tools import ToolRegistry
 from agentrun.vault import SecretVault
@@ -168,7 +168,7 @@ def payload_guard(
 class AgentWorkers:
     """The run worker and the model-call worker of one process, started and drained together.
 
-    Model calls have a task queue of their own (agentrun.fairness) so that the server's
+    Model calls have a task queue of their own (agentrun.core.fairness) so that the server's
     per-tenant rate limit there limits model calls and nothing else.
     """
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentrun.models import RiskLevel, RunSpec
+from agentrun.core.models import RiskLevel, RunSpec
 from agentrun.offline_model import Reply, completion
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 

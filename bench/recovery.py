@@ -22,8 +22,8 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentrun import operations as ops
-from agentrun.errors import OperationError
-from agentrun.models import RunSpec
+from agentrun.core.errors import OperationError
+from agentrun.core.models import RunSpec
 from bench.harness import WorkerProcess
 from bench.stats import summarize
 from workflows import AgentRunWorkflow

@@ -18,7 +18,7 @@ from typing import Any
 from temporalio.worker import Worker
 
 from agentrun.client import connect
-from agentrun.settings import Settings
+from agentrun.core.settings import Settings
 from agentrun.worker_factory import (
     AgentWorkers,
     WorkerDeps,

@@ -20,12 +20,12 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentrun import operations as ops
-from agentrun.background import alongside
 from agentrun.client import connect
+from agentrun.core.background import alongside
+from agentrun.core.models import RunSpec
+from agentrun.core.settings import Settings
 from agentrun.db import open_pool
-from agentrun.models import RunSpec
 from agentrun.offline_model import Json, Reply, completion, offline_planner
-from agentrun.settings import Settings
 from agentrun.stack import EmbeddedStack, free_port
 from bench.harness import WorkerProcess
 

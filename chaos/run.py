@@ -1,7 +1,7 @@
 """Try hard to break the promise, then audit: `python chaos/run.py [--quick]`.
 
 Scenarios (each on its own task queue, in one embedded stack on loopback):
-  points    each named fault point (agentrun.faults) fired in a worker mid-run
+  points    each named fault point (agentrun.core.faults) fired in a worker mid-run
   kill      workers SIGKILLed at random moments and restarted, some with faults armed
   temporal  the Temporal dev server stopped and restarted on its database file mid-load
   postgres  Postgres stopped mid-load (30 s; 10 s with --quick), then back

@@ -11,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentrun import operations as ops
-from agentrun.models import PendingApproval, RunSpec, RunState
+from agentrun.core.models import PendingApproval, RunSpec, RunState
 
 T = TypeVar("T")
 NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."

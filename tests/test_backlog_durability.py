@@ -18,8 +18,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentrun import backlog_ops as bops
 from agentrun import operations as ops
-from agentrun.backlog_models import PolicyPatch
-from agentrun.errors import OperationError
+from agentrun.core.backlog_models import PolicyPatch
+from agentrun.core.errors import OperationError
 from agentrun.offline_model import OfflineModelServer
 from tests.backlog_support import (
     assert_ran_in_order,

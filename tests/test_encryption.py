@@ -23,10 +23,10 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun import operations as ops
 from agentrun.codec_server import CodecServer
+from agentrun.core.errors import SetupError, UnknownEncryptionKey
+from agentrun.core.models import RunResult
+from agentrun.core.settings import Settings
 from agentrun.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
-from agentrun.errors import SetupError, UnknownEncryptionKey
-from agentrun.models import RunResult
-from agentrun.settings import Settings
 from tests.conftest import running_worker
 from tests.support import make_spec
 from workflows import AgentRunWorkflow

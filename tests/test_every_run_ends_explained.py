@@ -16,11 +16,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun_demo
 from agentrun import operations as ops
+from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot
+from agentrun.core.states import RunStatus
 from agentrun.db import RESERVED_CONNECTIONS, open_pool
 from agentrun.mirror_store import MirrorStore
-from agentrun.models import MirrorBatch, RunResult, RunSnapshot
 from agentrun.offline_model import OfflineModelServer, completion
-from agentrun.states import RunStatus
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, scripted

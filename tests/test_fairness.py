@@ -8,8 +8,9 @@ import asyncio
 import uuid
 
 from agentrun import operations as ops
-from agentrun import search_attributes, tenant_ops
-from agentrun.admission_models import TenantLimits
+from agentrun import tenant_ops
+from agentrun.core import search_attributes
+from agentrun.core.admission_models import TenantLimits
 from agentrun.offline_model import OfflineModelServer
 from agentrun.tenant_store import TenantStore
 from tests.support import make_spec, rows, scripted, wait_pending

@@ -9,7 +9,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
 from agentrun import operations as ops
-from agentrun.errors import OperationError
+from agentrun.core.errors import OperationError
 from agentrun.offline_model import OfflineModelServer
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
 from workflows import AgentRunWorkflow

@@ -13,9 +13,9 @@ from temporalio.client import WorkflowExecutionStatus
 
 from agentrun import operations as ops
 from agentrun.client import connect
+from agentrun.core.models import RunResult
+from agentrun.core.settings import Settings
 from agentrun.db import open_pool
-from agentrun.models import RunResult
-from agentrun.settings import Settings
 from agentrun.stack import EmbeddedStack, free_port, port_open
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import agentrun_demo
 from agentrun import operations as ops
 from agentrun.client import connect, runtime_for
-from agentrun.settings import Settings
+from agentrun.core.settings import Settings
 from agentrun.stack import free_port
 from agentrun.worker_factory import WorkerDeps, build_worker
 from tests.support import make_spec

@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 import agentrun_demo
 from agentrun import operations as ops
+from agentrun.core.models import Usage
 from agentrun.model_journal import ModelJournal
-from agentrun.models import Usage
 from agentrun.offline_model import OfflineModelServer
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted, wait_pending

@@ -10,7 +10,7 @@ import sys
 
 from agentrun import operations as ops
 from agentrun import watch
-from agentrun.models import WatchItem
+from agentrun.core.models import WatchItem
 from tests.support import make_spec, rows, wait_pending
 from tests.test_cli import ROOT, run_cli
 from workflows import AgentRunWorkflow

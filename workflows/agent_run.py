@@ -37,12 +37,12 @@ with workflow.unsafe.imports_passed_through():
         ToolActivities,
         VerifyActivities,
     )
-    from agentrun import constants as names
-    from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
-    from agentrun.admission_models import ReleaseInput
-    from agentrun.errors import PERMISSION_DENIED
-    from agentrun.keys import idempotency_key
-    from agentrun.models import (
+    from agentrun.core import constants as names
+    from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core.admission_models import ReleaseInput
+    from agentrun.core.errors import PERMISSION_DENIED
+    from agentrun.core.keys import idempotency_key
+    from agentrun.core.models import (
         CheckpointInput,
         ForkOrigin,
         ForkSeedInput,
@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         VerifyResult,
     )
-    from agentrun.states import RunStatus
+    from agentrun.core.states import RunStatus
     from workflows import policies
 
 SYSTEM_PROMPT = (
@@ -71,7 +71,7 @@ SYSTEM_PROMPT = (
     "a '## Summary' section."
 )
 # Patch id: model calls go to a task queue of their own, where the server limits each
-# tenant's rate (agentrun.fairness). Runs that made model calls on the run queue replay the
+# tenant's rate (agentrun.core.fairness). Runs that made model calls on the run queue replay the
 # way they did.
 MODEL_CALL_QUEUE = "model-call-queue"
 
@@ -150,7 +150,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
                 cancelled = True
         except ApplicationError as err:
-            # An input Temporal would refuse (agentrun.payload_limits): end the run with the
+            # An input Temporal would refuse (agentrun.core.payload_limits): end the run with the
             # reason rather than fail the workflow task, which Temporal retries for ever.
             if not payload_limits.is_too_large(err):
                 raise

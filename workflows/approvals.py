@@ -18,9 +18,9 @@ from workflows.recording import Recording
 from workflows.run_state import RunEnded
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun import constants as names
-    from agentrun.keys import action_hash
-    from agentrun.models import (
+    from agentrun.core import constants as names
+    from agentrun.core.keys import action_hash
+    from agentrun.core.models import (
         ApprovalKind,
         ApprovalRecord,
         ApproveInput,
@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         RejectInput,
         StepRecord,
     )
-    from agentrun.states import RunStatus, is_terminal
+    from agentrun.core.states import RunStatus, is_terminal
 
 
 class Approvals(Recording):

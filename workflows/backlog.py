@@ -24,8 +24,8 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities.backlog import BacklogActivities
-    from agentrun import constants as names
-    from agentrun.backlog_models import (
+    from agentrun.core import constants as names
+    from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogInput,
         BacklogLoadInput,
@@ -40,8 +40,8 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         child_run_id,
     )
-    from agentrun.models import ControlInput
-    from agentrun.states import RunStatus
+    from agentrun.core.models import ControlInput
+    from agentrun.core.states import RunStatus
     from workflows.agent_run import AgentRunWorkflow
 
 # The mirror must outlast a Postgres outage: retry for as long as it takes.

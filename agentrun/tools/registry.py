@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
-from agentrun.models import JsonDict, RiskLevel
+from agentrun.core.models import JsonDict, RiskLevel
 from agentrun.vault import SecretScope
 
 CheckpointSaver = Callable[[JsonDict], Awaitable[None]]

@@ -8,8 +8,8 @@ instead of `tool.invoke`. Mirror writes say they are bookkeeping.
 
 from __future__ import annotations
 
-from agentrun.models import JsonDict, MirrorBatch, PendingApproval, RunSpec
-from agentrun.states import RunStatus
+from agentrun.core.models import JsonDict, MirrorBatch, PendingApproval, RunSpec
+from agentrun.core.states import RunStatus
 
 # The Web UI cuts summaries near here; keep the start readable.
 SUMMARY_CHARS = 120

@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from agentrun.models import JsonDict
+from agentrun.core.models import JsonDict
 
 
 def canonical_json(value: Any) -> str:

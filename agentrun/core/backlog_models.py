@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_serializer, field_validator
 
-from agentrun.constants import BACKLOG_ID_PREFIX, RUN_ID_PREFIX
-from agentrun.models import JsonDict, RunSpec, Strict
+from agentrun.core.constants import BACKLOG_ID_PREFIX, RUN_ID_PREFIX
+from agentrun.core.models import JsonDict, RunSpec, Strict
 
 AGENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 MAX_TASKS_PER_ENQUEUE = 1000

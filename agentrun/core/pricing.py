@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from openai.types.chat import ChatCompletion
 
-from agentrun.models import Usage
+from agentrun.core.models import Usage
 
 Prices = dict[str, tuple[float, float]]  # model -> (usd per 1M input, per 1M output)
 

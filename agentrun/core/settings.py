@@ -20,7 +20,7 @@ from pydantic import Field, SecretBytes, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
 
-from agentrun.constants import (
+from agentrun.core.constants import (
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_WEB_UI,
     DEPLOYMENT_NAME,
@@ -28,8 +28,8 @@ from agentrun.constants import (
     OFFLINE_MODEL_PRICE,
     TASK_QUEUE,
 )
-from agentrun.errors import ConnectionSettingsError, SetupError
-from agentrun.temporal_connection import load_profile
+from agentrun.core.errors import ConnectionSettingsError, SetupError
+from agentrun.core.temporal_connection import load_profile
 
 STACK_FILE = "stack.json"
 # Set while `Settings.load(env)` reads a given mapping instead of the process environment.
@@ -53,7 +53,7 @@ class Settings(BaseSettings):
         frozen=True, env_ignore_empty=True, case_sensitive=True, extra="ignore"
     )
 
-    # From TEMPORAL_* or a TOML profile, the temporal CLI's way (agentrun.temporal_connection).
+    # From TEMPORAL_* or a TOML profile, the temporal CLI's way (agentrun.core.temporal_connection).
     temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
     temporal_namespace: str = "default"
     temporal_profile: ClientConfigProfile | None = Field(None, repr=False)
@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     encryption_key_id: str | None = env(
         "AGENTRUN_ENCRYPTION_KEY_ID", None, "the id new payloads use (default the first)"
     )
-    faults: str = env("AGENTRUN_FAULTS", "", "crash-test fault points (agentrun.faults)")
+    faults: str = env("AGENTRUN_FAULTS", "", "crash-test fault points (agentrun.core.faults)")
     zombie_seconds: float = env("AGENTRUN_ZOMBIE_SECONDS", 12.0, "how long `tool.zombie` hangs")
     # Worker Versioning: workers declare this version of the deployment, and every run stays
     # pinned to the version it started on.

@@ -49,7 +49,7 @@ BAD_REQUEST = "BadRequest"
 RATE_LIMITED = "RateLimited"
 PROVIDER_UNAVAILABLE = "ProviderUnavailable"
 UNKNOWN_TOOL = "UnknownTool"
-# A payload over Temporal's blob size limit (agentrun.payload_limits): no retry sends less.
+# A payload over Temporal's blob size limit (agentrun.core.payload_limits): no retry sends less.
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"
 # Another attempt holds an external tool's claim: retry later, it may finish meanwhile.
 EFFECT_IN_PROGRESS = "EffectInProgress"

@@ -1,5 +1,5 @@
 """Tenants' limits and the admission queue's messages: what crosses the admission
-workflow's boundary, one model per message (see agentrun/fairness.py for the priorities)."""
+workflow's boundary, one model per message (see agentrun/core/fairness.py for the priorities)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agentrun.models import RunSpec
+from agentrun.core.models import RunSpec
 
 QueueState = Literal["waiting", "admitted", "released"]
 

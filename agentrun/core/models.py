@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from agentrun.states import RunStatus
+from agentrun.core.states import RunStatus
 
 MAX_TASK_CHARS = 20_000
 JsonDict = dict[str, Any]

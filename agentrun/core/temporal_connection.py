@@ -14,7 +14,7 @@ from typing import Any
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
 
-from agentrun.errors import ConnectionSettingsError
+from agentrun.core.errors import ConnectionSettingsError
 
 
 def load_profile(env: Mapping[str, str]) -> ClientConfigProfile:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentrun.models import ForkOrigin, JsonDict, StepRecord
+from agentrun.core.models import ForkOrigin, JsonDict, StepRecord
 
 FORKABLE = ("model_call", "tool_call")
 

@@ -17,7 +17,7 @@ import signal
 import time
 from functools import cache
 
-from agentrun.settings import Settings
+from agentrun.core.settings import Settings
 
 POINTS: dict[str, str] = {
     "tool.before_run": "the tool's attempt is claimed, the tool has not run",

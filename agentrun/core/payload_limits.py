@@ -35,8 +35,8 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
-from agentrun.errors import PAYLOAD_TOO_LARGE
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
+from agentrun.core.errors import PAYLOAD_TOO_LARGE
 
 # A little under the server's default 2 MiB error limit: the encryption codec and the
 # request's own framing add bytes after the payload is measured.
