@@ -24,17 +24,7 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import (
-    backlog_cli,
-    deployments,
-    fork_ops,
-    metrics,
-    render,
-    retention,
-    tenant_ops,
-    tenants_cli,
-    watch,
-)
+from agentrun import backlog_cli, deployments, fork_ops, render, tenant_ops, tenants_cli, watch
 from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
@@ -42,10 +32,11 @@ from agentrun.core.errors import OperationError, SetupError
 from agentrun.core.models import PendingApproval, RunSpec
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
-from agentrun.db import command_pool, schema_version
 from agentrun.stack import EmbeddedStack, port_open
+from agentrun.store import metrics, retention
+from agentrun.store.db import command_pool, schema_version
+from agentrun.store.tenant_store import TenantStore
 from agentrun.telemetry import shutdown_tracing
-from agentrun.tenant_store import TenantStore
 from agentrun.worker_api import run_worker
 from workflows import AgentRunWorkflow
 

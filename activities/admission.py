@@ -6,7 +6,7 @@ from temporalio import activity
 
 from agentrun.core.admission_models import QueueSyncInput
 from agentrun.core.constants import ACTIVITY_ADMISSION_SYNC
-from agentrun.tenant_store import TenantStore
+from agentrun.store.tenant_store import TenantStore
 
 
 class AdmissionActivities:

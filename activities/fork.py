@@ -15,7 +15,7 @@ from activities.proposals import proposed_call
 from agentrun.core import forking
 from agentrun.core.constants import ACTIVITY_FORK_SEED
 from agentrun.core.models import ForkSeed, ForkSeedInput
-from agentrun.fork_store import ForkStore
+from agentrun.store.fork_store import ForkStore
 from agentrun.tools import ToolRegistry
 
 

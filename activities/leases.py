@@ -16,7 +16,7 @@ from psycopg_pool import PoolTimeout
 from temporalio import activity
 
 from agentrun.core.background import alongside
-from agentrun.mirror_store import MirrorStore
+from agentrun.store.mirror_store import MirrorStore
 
 T = TypeVar("T")
 

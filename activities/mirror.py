@@ -11,8 +11,8 @@ from agentrun.core.constants import (
     ACTIVITY_RECEIPT_RECORD,
 )
 from agentrun.core.models import CheckpointInput, MirrorBatch, Receipt
-from agentrun.mirror_store import MirrorStore
-from agentrun.model_journal import ModelJournal
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
 
 
 class MirrorActivities:

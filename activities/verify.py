@@ -28,7 +28,7 @@ from agentrun.core.models import (
     VerifySpec,
 )
 from agentrun.core.pricing import Prices, cost_usd, usage_of
-from agentrun.model_journal import ModelJournal
+from agentrun.store.model_journal import ModelJournal
 from agentrun.tools import ToolRegistry
 
 JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.DOTALL)

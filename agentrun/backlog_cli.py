@@ -16,7 +16,7 @@ from agentrun.client import connect
 from agentrun.core.backlog_models import PolicyPatch
 from agentrun.core.errors import OperationError
 from agentrun.core.settings import Settings
-from agentrun.db import command_pool
+from agentrun.store.db import command_pool
 
 LIST_COLUMNS = "ordinal task_key title state attempts run last_error checkpoint".split()
 DEAD_COLUMNS = ["ordinal", "task_key", "attempts", "run_id", "last_error"]

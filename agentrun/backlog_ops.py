@@ -24,7 +24,6 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.backlog_store import BacklogStore
 from agentrun.core.backlog_models import (
     AGENT_PATTERN,
     MAX_TASKS_PER_ENQUEUE,
@@ -42,6 +41,7 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.errors import OperationError
 from agentrun.core.models import ControlInput, JsonDict
+from agentrun.store.backlog_store import BacklogStore
 from workflows.backlog import AgentBacklogWorkflow
 
 ENQUEUE_BATCH = 100

@@ -20,7 +20,7 @@ from agentrun.core import forking
 from agentrun.core.errors import OperationError
 from agentrun.core.keys import canonical_json
 from agentrun.core.models import ForkOrigin, RunSpec
-from agentrun.fork_store import ForkStore
+from agentrun.store.fork_store import ForkStore
 
 
 async def parent_spec(client: Client, run_id: str) -> RunSpec:

@@ -42,8 +42,8 @@ from agentrun.core.models import (
 )
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
-from agentrun.fork_store import ForkStore
-from agentrun.mirror_store import MirrorStore
+from agentrun.store.fork_store import ForkStore
+from agentrun.store.mirror_store import MirrorStore
 from workflows import AgentRunWorkflow
 
 

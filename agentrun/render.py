@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.core.models import JsonDict, RunState, WatchItem
-from agentrun.metrics import Stats
-from agentrun.retention import PruneResult
+from agentrun.store.metrics import Stats
+from agentrun.store.retention import PruneResult
 
 
 def table(rows: list[JsonDict], columns: list[str]) -> str:

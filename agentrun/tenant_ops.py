@@ -19,7 +19,7 @@ from temporalio.client import Client
 from agentrun import admission_ops
 from agentrun.core import fairness
 from agentrun.core.admission_models import TenantLimits
-from agentrun.tenant_store import TenantStore
+from agentrun.store.tenant_store import TenantStore
 
 RateUpdate = UpdateTaskQueueConfigRequest.RateLimitUpdate
 

@@ -9,7 +9,7 @@ from typing import Any
 from agentrun import render, tenant_ops
 from agentrun.client import connect
 from agentrun.core.settings import Settings
-from agentrun.db import open_pool
+from agentrun.store.db import open_pool
 
 OFF = "off"
 COLUMNS = [

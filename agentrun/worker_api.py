@@ -22,9 +22,9 @@ from agentrun.client import connect
 from agentrun.core import search_attributes
 from agentrun.core.background import alongside
 from agentrun.core.settings import Settings
-from agentrun.db import install_tool_schema
+from agentrun.store.db import install_tool_schema
+from agentrun.store.tenant_store import TenantStore
 from agentrun.telemetry import shutdown_tracing
-from agentrun.tenant_store import TenantStore
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
 from agentrun.worker_factory import (

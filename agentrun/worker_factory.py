@@ -33,21 +33,21 @@ from activities import (
 )
 from activities.admission import AdmissionActivities
 from activities.backlog import BacklogActivities
-from agentrun.artifacts import ArtifactStore
-from agentrun.backlog_store import BacklogStore
-from agentrun.conversation import ConversationStore
 from agentrun.core import fairness
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SetupError
 from agentrun.core.payload_limits import PayloadLimitInterceptor
 from agentrun.core.settings import Settings
-from agentrun.db import activity_slots_for, open_pool, pool_size_for
-from agentrun.fork_store import ForkStore
-from agentrun.mirror_store import MirrorStore
-from agentrun.model_journal import ModelJournal
-from agentrun.tenant_store import TenantStore
+from agentrun.store.artifacts import ArtifactStore
+from agentrun.store.backlog_store import BacklogStore
+from agentrun.store.conversation import ConversationStore
+from agentrun.store.db import activity_slots_for, open_pool, pool_size_for
+from agentrun.store.fork_store import ForkStore
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
+from agentrun.store.tenant_store import TenantStore
+from agentrun.store.vault import SecretVault
 from agentrun.tools import ToolRegistry
-from agentrun.vault import SecretVault
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.backlog import AgentBacklogWorkflow

@@ -41,9 +41,9 @@ from agentrun.client import connect  # noqa: E402
 from agentrun.core.errors import SetupError  # noqa: E402
 from agentrun.core.models import ApproveInput  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
-from agentrun.db import open_pool  # noqa: E402
 from agentrun.offline_model import OfflineModelServer  # noqa: E402
 from agentrun.stack import EmbeddedStack, free_port  # noqa: E402
+from agentrun.store.db import open_pool  # noqa: E402
 from bench import harness, ours, pg_queue, plot, recovery, report  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
@@ -51,7 +51,7 @@ from workflows import AgentRunWorkflow  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 OUR_FIRST_STEP = "model.complete"
-PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.db.open_pool's default)
+PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
 
 
 @dataclass

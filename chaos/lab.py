@@ -24,9 +24,9 @@ from agentrun.client import connect
 from agentrun.core.background import alongside
 from agentrun.core.models import RunSpec
 from agentrun.core.settings import Settings
-from agentrun.db import open_pool
 from agentrun.offline_model import Json, Reply, completion, offline_planner
 from agentrun.stack import EmbeddedStack, free_port
+from agentrun.store.db import open_pool
 from bench.harness import WorkerProcess
 
 TASK = "Open a ticket, look up our refund policy and notify ana@example.com about it."

@@ -17,8 +17,8 @@ from temporalio.testing import WorkflowEnvironment
 import agentrun_demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
-from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, Reply
+from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.worker_factory import WorkerDeps, build_worker
 
 

@@ -6,8 +6,8 @@ from pydantic import BaseModel
 
 import agentrun_demo
 from agentrun import operations as ops
-from agentrun.artifacts import ArtifactStore
 from agentrun.offline_model import OfflineModelServer
+from agentrun.store.artifacts import ArtifactStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted
 from workflows import AgentRunWorkflow

@@ -21,7 +21,7 @@ from psycopg.conninfo import make_conninfo
 
 from agentrun.core.models import RunResult
 from agentrun.core.settings import Settings
-from agentrun.db import MIGRATIONS, schema_version
+from agentrun.store.db import MIGRATIONS, schema_version
 from tests.support import NOTIFY_TASK, wait_pending
 from workflows import AgentRunWorkflow
 

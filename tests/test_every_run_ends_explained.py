@@ -18,9 +18,9 @@ import agentrun_demo
 from agentrun import operations as ops
 from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot
 from agentrun.core.states import RunStatus
-from agentrun.db import RESERVED_CONNECTIONS, open_pool
-from agentrun.mirror_store import MirrorStore
 from agentrun.offline_model import OfflineModelServer, completion
+from agentrun.store.db import RESERVED_CONNECTIONS, open_pool
+from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, scripted

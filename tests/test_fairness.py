@@ -12,7 +12,7 @@ from agentrun import tenant_ops
 from agentrun.core import search_attributes
 from agentrun.core.admission_models import TenantLimits
 from agentrun.offline_model import OfflineModelServer
-from agentrun.tenant_store import TenantStore
+from agentrun.store.tenant_store import TenantStore
 from tests.support import make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
 

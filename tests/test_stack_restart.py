@@ -15,8 +15,8 @@ from agentrun import operations as ops
 from agentrun.client import connect
 from agentrun.core.models import RunResult
 from agentrun.core.settings import Settings
-from agentrun.db import open_pool
 from agentrun.stack import EmbeddedStack, free_port, port_open
+from agentrun.store.db import open_pool
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow

@@ -10,8 +10,8 @@ from temporalio import activity
 
 import agentrun_demo
 from agentrun import operations as ops
-from agentrun.mirror_store import MirrorStore
 from agentrun.offline_model import OfflineModelServer
+from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import eventually, make_spec, rows, scripted
 from workflows import AgentRunWorkflow

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 import agentrun_demo
 from agentrun import operations as ops
 from agentrun.core.models import Usage
-from agentrun.model_journal import ModelJournal
 from agentrun.offline_model import OfflineModelServer
+from agentrun.store.model_journal import ModelJournal
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process

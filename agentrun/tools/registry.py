@@ -15,7 +15,7 @@ from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
 from agentrun.core.models import JsonDict, RiskLevel
-from agentrun.vault import SecretScope
+from agentrun.store.vault import SecretScope
 
 CheckpointSaver = Callable[[JsonDict], Awaitable[None]]
 

@@ -300,7 +300,7 @@ MIGRATIONS: list[str] = [
         WHERE s.type = 'approval' AND s.final AND s.finished_at IS NOT NULL;
     """,
     # 6: secret values tools marked, sealed (nonce + AES-256-GCM); everything else holds
-    # only their markers (agentrun/vault.py).
+    # only their markers (agentrun/store/vault.py).
     """
     CREATE TABLE secret_values (
         run_id text NOT NULL,
@@ -357,7 +357,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, target, fence)
     );
     """,
-    # 11: tenants' shares and limits (agentrun/tenant_store.py), each run's admission queue
+    # 11: tenants' shares and limits (agentrun/store/tenant_store.py), each run's admission queue
     # place, and each run's priority.
     """
     CREATE TABLE tenants (
