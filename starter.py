@@ -24,20 +24,22 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, deployments, fork_ops, render, tenant_ops, tenants_cli, watch
-from agentrun import operations as ops
-from agentrun.client import connect
+from agentrun.cli import backlog_cli, render, tenants_cli
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
 from agentrun.core.models import PendingApproval, RunSpec
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
-from agentrun.stack import EmbeddedStack, port_open
+from agentrun.dev.stack import EmbeddedStack, port_open
+from agentrun.ops import fork_ops, tenant_ops, watch
+from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
 from agentrun.store.db import command_pool, schema_version
 from agentrun.store.tenant_store import TenantStore
-from agentrun.telemetry import shutdown_tracing
-from agentrun.worker_api import run_worker
+from agentrun.temporal import deployments
+from agentrun.temporal.client import connect
+from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.worker.worker_api import run_worker
 from workflows import AgentRunWorkflow
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."

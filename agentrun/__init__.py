@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agentrun.core.models import RunSpec
     from agentrun.tools.decorator import tool
     from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
-    from agentrun.worker_api import run_worker
+    from agentrun.worker.worker_api import run_worker
 
 _HOMES = {
     "tool": "agentrun.tools.decorator",
@@ -30,7 +30,7 @@ _HOMES = {
     "Reconciled": "agentrun.tools.registry",
     "ToolRegistry": "agentrun.tools.registry",
     "RunSpec": "agentrun.core.models",
-    "run_worker": "agentrun.worker_api",
+    "run_worker": "agentrun.worker.worker_api",
 }
 
 __all__ = [

@@ -37,13 +37,13 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from agentrun.client import connect  # noqa: E402
 from agentrun.core.errors import SetupError  # noqa: E402
 from agentrun.core.models import ApproveInput  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
-from agentrun.offline_model import OfflineModelServer  # noqa: E402
-from agentrun.stack import EmbeddedStack, free_port  # noqa: E402
+from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
+from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402
 from agentrun.store.db import open_pool  # noqa: E402
+from agentrun.temporal.client import connect  # noqa: E402
 from bench import harness, ours, pg_queue, plot, recovery, report  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo, on the path
     sys.path.insert(0, str(ROOT))
 
-from agentrun import projection  # noqa: E402
+from agentrun.ops import projection  # noqa: E402
 from bench.harness import WorkerProcess  # noqa: E402
 from chaos.audit import audit  # noqa: E402
 from chaos.lab import Lab  # noqa: E402

@@ -20,8 +20,6 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun import backlog_ops as bops  # noqa: E402
-from agentrun import operations as ops  # noqa: E402
 from agentrun.core.backlog_models import (  # noqa: E402
     BacklogState,
     PolicyPatch,
@@ -30,7 +28,9 @@ from agentrun.core.backlog_models import (  # noqa: E402
 )
 from agentrun.core.errors import OperationError  # noqa: E402
 from agentrun.core.models import RunSpec  # noqa: E402
-from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import backlog_ops as bops  # noqa: E402
+from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "histories" / "backlog_stop_resume_poison_retry.json"

@@ -17,9 +17,9 @@ from temporalio.testing import WorkflowEnvironment
 import agentrun_demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
-from agentrun.offline_model import OfflineModelServer, Reply
+from agentrun.dev.offline_model import OfflineModelServer, Reply
 from agentrun.store.db import install_tool_schema, open_pool
-from agentrun.worker_factory import WorkerDeps, build_worker
+from agentrun.worker.worker_factory import WorkerDeps, build_worker
 
 
 @contextlib.asynccontextmanager

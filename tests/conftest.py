@@ -25,10 +25,10 @@ from temporalio.worker import Worker
 import agentrun_demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
-from agentrun.offline_model import OfflineModelServer, offline_planner
+from agentrun.dev.offline_model import OfflineModelServer, offline_planner
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import ToolRegistry
-from agentrun.worker_factory import WorkerDeps, build_worker
+from agentrun.worker.worker_factory import WorkerDeps, build_worker
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted

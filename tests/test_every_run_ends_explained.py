@@ -15,10 +15,10 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun_demo
-from agentrun import operations as ops
 from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot
 from agentrun.core.states import RunStatus
-from agentrun.offline_model import OfflineModelServer, completion
+from agentrun.dev.offline_model import OfflineModelServer, completion
+from agentrun.ops import operations as ops
 from agentrun.store.db import RESERVED_CONNECTIONS, open_pool
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agentrun import operations as ops
-from agentrun import tenant_ops
 from agentrun.core import search_attributes
 from agentrun.core.admission_models import TenantLimits
-from agentrun.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.ops import tenant_ops
 from agentrun.store.tenant_store import TenantStore
 from tests.support import make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow

@@ -12,8 +12,8 @@ import pytest
 
 from agentrun.core.constants import OFFLINE_MODEL
 from agentrun.core.errors import classify_model_error
-from agentrun.offline_model import OfflineModelServer, Reply
-from agentrun.stack import free_port
+from agentrun.dev.offline_model import OfflineModelServer, Reply
+from agentrun.dev.stack import free_port
 from tests.support import NOTIFY_TASK
 
 

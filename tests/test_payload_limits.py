@@ -18,10 +18,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 import agentrun_demo
-from agentrun import operations as ops
 from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
 from agentrun.core.payload_limits import PayloadLimitInterceptor, trimmed
-from agentrun.offline_model import OfflineModelServer, completion
+from agentrun.dev.offline_model import OfflineModelServer, completion
+from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
 from tests.conftest import running_worker

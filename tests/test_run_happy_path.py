@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentrun import operations as ops
 from agentrun.core.models import RunResult
+from agentrun.ops import operations as ops
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
 

@@ -10,9 +10,9 @@ import uuid
 from pydantic import BaseModel
 
 import agentrun_demo
-from agentrun import operations as ops
 from agentrun.core.models import Usage
-from agentrun.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
 from agentrun.store.model_journal import ModelJournal
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted, wait_pending

@@ -4,7 +4,7 @@ Postgres refuses the NUL character in `text` and in `jsonb` (`UntranslatableChar
 no retry makes such a write succeed, so one `\\u0000` in a task, a model's output or a
 tool's argument used to wedge a run's mirror for good. Every pooled connection writes
 strings through `escape_nul` (agentrun.store.db registers it), which spells a NUL out as the six
-characters `\\u0000`; `agentrun.projection` applies the same function to what history holds,
+characters `\\u0000`; `agentrun.ops.projection` applies the same function to what history holds,
 so the mirror and its projection still agree.
 """
 

@@ -16,9 +16,9 @@ from temporalio.api.taskqueue.v1 import RateLimit
 from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
 
-from agentrun import admission_ops
 from agentrun.core import fairness
 from agentrun.core.admission_models import TenantLimits
+from agentrun.ops import admission_ops
 from agentrun.store.tenant_store import TenantStore
 
 RateUpdate = UpdateTaskQueueConfigRequest.RateLimitUpdate

@@ -10,13 +10,13 @@ import argparse
 import json
 from typing import Any
 
-from agentrun import backlog_ops as ops
-from agentrun import render
-from agentrun.client import connect
+from agentrun.cli import render
 from agentrun.core.backlog_models import PolicyPatch
 from agentrun.core.errors import OperationError
 from agentrun.core.settings import Settings
+from agentrun.ops import backlog_ops as ops
 from agentrun.store.db import command_pool
+from agentrun.temporal.client import connect
 
 LIST_COLUMNS = "ordinal task_key title state attempts run last_error checkpoint".split()
 DEAD_COLUMNS = ["ordinal", "task_key", "attempts", "run_id", "last_error"]

@@ -15,11 +15,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import operations as ops
 from agentrun.core import forking
 from agentrun.core.errors import OperationError
 from agentrun.core.keys import canonical_json
 from agentrun.core.models import ForkOrigin, RunSpec
+from agentrun.ops import operations as ops
 from agentrun.store.fork_store import ForkStore
 
 

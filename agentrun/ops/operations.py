@@ -24,7 +24,6 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import admission_ops, projection
 from agentrun.core import constants as names
 from agentrun.core import fairness, run_summaries, search_attributes
 from agentrun.core.admission_models import TenantLimits
@@ -42,6 +41,7 @@ from agentrun.core.models import (
 )
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
+from agentrun.ops import admission_ops, projection
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
 from workflows import AgentRunWorkflow

@@ -73,21 +73,15 @@ def model_client(settings: Settings) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
 
 
-# Modules the workflow sandbox shares with the worker instead of importing afresh for every
-# run: our deterministic, side-effect-free code (models, states, policies, activity stubs) and
-# the libraries it pulls in. Workflow files themselves stay sandboxed, so the sandbox still
-# catches a non-deterministic call in workflow code. (`workflows.policies` is pure helpers.)
+# What the workflow sandbox shares with the worker instead of importing afresh for every run,
+# each with its reason. Only the pure core: workflow code imports nothing else of ours but
+# activity stubs, and those (with workflows.policies) come in through
+# `workflow.unsafe.imports_passed_through()` where they are imported. Workflow files stay
+# sandboxed, so the sandbox still catches a non-deterministic call in workflow code.
 SANDBOX_PASSTHROUGH = (
-    "agentrun",
-    "activities",
-    "workflows.policies",
-    "openai",
-    "httpx",
-    "httpcore",
-    "anyio",
-    "psycopg",
-    "psycopg_pool",
-    "yaml",
+    # Models, states, errors, keys, constants: deterministic and free of side effects, and
+    # their pydantic classes must be the same objects inside and outside the sandbox.
+    "agentrun.core",
 )
 
 

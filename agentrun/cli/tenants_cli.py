@@ -6,10 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from agentrun import render, tenant_ops
-from agentrun.client import connect
+from agentrun.cli import render
 from agentrun.core.settings import Settings
+from agentrun.ops import tenant_ops
 from agentrun.store.db import open_pool
+from agentrun.temporal.client import connect
 
 OFF = "off"
 COLUMNS = [

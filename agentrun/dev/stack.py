@@ -20,7 +20,7 @@ from agentrun.core import fairness, search_attributes
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import write_stack_file
-from agentrun.offline_model import OfflineModelServer, Responder, offline_planner
+from agentrun.dev.offline_model import OfflineModelServer, Responder, offline_planner
 
 
 def free_port() -> int:

@@ -24,10 +24,10 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun import operations as ops
 from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
 from agentrun.core.errors import OperationError
 from agentrun.core.models import JsonDict, RunEvent, TextPiece, WatchItem
+from agentrun.ops import operations as ops
 
 # After a worker crash or a server restart a subscription fails; it resumes from the next
 # offset it has not seen, this long after, for as long as the run is open.

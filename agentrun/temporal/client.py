@@ -10,8 +10,8 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from agentrun.core.errors import ConnectionSettingsError, SetupError
 from agentrun.core.settings import Settings
 from agentrun.core.temporal_connection import connect_options, describe
-from agentrun.encryption import data_converter
-from agentrun.telemetry import client_interceptors
+from agentrun.temporal.encryption import data_converter
+from agentrun.temporal.telemetry import client_interceptors
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.
 _runtimes: dict[str, Runtime] = {}

@@ -2,7 +2,7 @@
 who runs it with the keys (AGENTRUN_ENCRYPTION_KEYS). The keys never leave this process; the
 browser sends payloads here and gets them back decoded.
 
-    python -m agentrun.codec_server --port 8081 [--web-ui URL of the Temporal Web UI]
+    python -m agentrun.temporal.codec_server --port 8081 [--web-ui URL of the Temporal Web UI]
 
 Then point the Web UI at http://localhost:8081 (its "Data Encoder" setting, or
 `temporal server start-dev --ui-codec-endpoint http://localhost:8081`). The protocol is
@@ -25,7 +25,7 @@ from agentrun.core.background_http import BackgroundHTTPServer
 from agentrun.core.constants import DEFAULT_WEB_UI
 from agentrun.core.errors import SetupError, UnknownEncryptionKey
 from agentrun.core.settings import Settings
-from agentrun.encryption import EncryptionCodec, codec_for
+from agentrun.temporal.encryption import EncryptionCodec, codec_for
 
 DEFAULT_WEB_UI_ORIGIN = DEFAULT_WEB_UI
 ALLOWED_HEADERS = "content-type, x-namespace, authorization"

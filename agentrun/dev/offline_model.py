@@ -3,7 +3,7 @@
 Without an API key, the demo, the tests and production share one client code path: the
 real `openai` SDK over real HTTP. The planner is a small rule set, not a language model: it
 searches the notes, sends a message when the task asks for one, then answers.
-Run alone with `python -m agentrun.offline_model --port 8000`.
+Run alone with `python -m agentrun.dev.offline_model --port 8000`.
 """
 
 from __future__ import annotations

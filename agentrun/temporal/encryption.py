@@ -3,7 +3,7 @@ queries, heartbeats, memos and failures.
 
 With AGENTRUN_ENCRYPTION_KEYS set, the Temporal server (and anyone who reads its database)
 sees only ciphertext; a worker or client holding the keys sees the payloads as before, and
-the Web UI does through `python -m agentrun.codec_server`. Each payload names the key id it
+the Web UI does through `python -m agentrun.temporal.codec_server`. Each payload names the key id it
 was written with, so rotating means adding a key, making it active, and keeping the old one
 for as long as history written under it is read.
 """
