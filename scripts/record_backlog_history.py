@@ -33,7 +33,8 @@ from agentrun.ops import backlog_ops as bops  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
-OUT = ROOT / "tests" / "histories" / "backlog_stop_resume_poison_retry.json"
+# The newest recording; older ones stay (their backlogs replay along the old paths).
+OUT = ROOT / "tests" / "histories" / "backlog_child_priority.json"
 AGENT = "history"
 TASK_QUEUE = "record-backlog-history"
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}

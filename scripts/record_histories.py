@@ -105,6 +105,15 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after model calls got a queue of their own (patch model-call-queue) and runs
     # of capped tenants waited in their tenant's admission queue; its history is recorded too.
     "admitted_from_queue": (RunSpec(task=TASK, tenant="capped", priority=2), approved_with_edit),
+    # Recorded after the audit fixes (issue 13): effect keys from content, side-effecting
+    # calls cancelled with WAIT_CANCELLATION_COMPLETED, the judge counted, the receipt
+    # shielded from a cancel, continue-as-new after the step boundary.
+    "approved_effect_keys": (RunSpec(task=TASK), approved_with_edit),
+    "cancelled_receipt_shielded": (RunSpec(task=TASK), cancelled),
+    "continued_after_step_boundary": (
+        RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
+        finishes_alone,
+    ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import openai
 import psycopg
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 # ---------------------------------------------------------------- errors for people
 
@@ -114,10 +114,14 @@ def unknown_tool(message: str) -> ApplicationError:
     return ApplicationError(message, type=UNKNOWN_TOOL, non_retryable=True)
 
 
-def tool_forbidden(tool: str, reason: str) -> ApplicationError:
-    """A tool was refused permission: final, and by default the run waits for a person."""
+def tool_forbidden(tool: str, reason: str, attempt: int) -> ApplicationError:
+    """A tool was refused permission: final, and by default the run waits for a person. The
+    attempt goes along, so the run records which one was refused (`attempts_made`)."""
     return ApplicationError(
-        f"{tool} was refused permission: {reason}", type=PERMISSION_DENIED, non_retryable=True
+        f"{tool} was refused permission: {reason}",
+        {"attempt": attempt},
+        type=PERMISSION_DENIED,
+        non_retryable=True,
     )
 
 
@@ -144,6 +148,18 @@ def error_kind(err: ActivityError) -> str:
     if isinstance(err.cause, TimeoutError):
         return "Timeout"
     return type(err.cause).__name__
+
+
+def attempts_made(err: ActivityError, max_attempts: int) -> int:
+    """How many attempts an activity made before it failed for good: all it had if its
+    retries ran out, else the number the activity reported in its error's details."""
+    if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return max_attempts
+    if isinstance(err.cause, ApplicationError):
+        for detail in err.cause.details:
+            if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
+                return int(detail["attempt"])
+    return 1
 
 
 def cause(err: ActivityError) -> str:

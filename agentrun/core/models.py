@@ -457,6 +457,10 @@ class RunState(BaseModel):
     queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
 
 
+# A side effect whose call the run was cancelled in: the receipt asks the ledger.
+INTERRUPTED = "interrupted by the run's cancellation"
+
+
 class SideEffectRecord(BaseModel):
     step_id: str
     tool: str

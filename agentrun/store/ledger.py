@@ -71,7 +71,8 @@ async def unlock(conn: AsyncConnection[Any], key: str) -> None:
 async def claim_external(
     conn: AsyncConnection[Any], *, key: str, run_id: str, step_id: str, tool: str, attempt: int
 ) -> tuple[str, Any]:
-    """Commit a claim: ("new", None), ("done", result) or ("started", None) if unknown."""
+    """Commit a claim: ("new", None), ("done", result), or ("started", the step that made
+    the unfinished claim) if the outcome is unknown."""
     cur = await conn.execute(
         """INSERT INTO tool_ledger (idempotency_key, run_id, step_id, tool, status, attempt)
            VALUES (%s, %s, %s, %s, 'started', %s)
@@ -81,11 +82,20 @@ async def claim_external(
     if await cur.fetchone():
         return "new", None
     cur = await conn.execute(
-        "SELECT status, result FROM tool_ledger WHERE idempotency_key = %s", (key,)
+        "SELECT status, result, step_id FROM tool_ledger WHERE idempotency_key = %s", (key,)
     )
     row = await cur.fetchone()
     assert row is not None
-    return str(row[0]), row[1]
+    return str(row[0]), row[2] if row[0] == "started" else row[1]
+
+
+async def reclaim(conn: AsyncConnection[Any], *, key: str, step_id: str, attempt: int) -> None:
+    """Take over an unfinished claim before acting again: should this attempt die too, its
+    retry finds the claim its own step made, which no earlier decision covers."""
+    await conn.execute(
+        "UPDATE tool_ledger SET step_id = %s, attempt = %s WHERE idempotency_key = %s",
+        (step_id, attempt, key),
+    )
 
 
 async def count_duplicate(conn: AsyncConnection[Any], key: str) -> None:
@@ -94,3 +104,12 @@ async def count_duplicate(conn: AsyncConnection[Any], key: str) -> None:
                   last_duplicate_at = now() WHERE idempotency_key = %s""",
         (key,),
     )
+
+
+async def entries(conn: AsyncConnection[Any], keys: list[str]) -> dict[str, tuple[str, Any]]:
+    """The ledger's word on these keys: key -> (status, result); absent keys never acted."""
+    cur = await conn.execute(
+        "SELECT idempotency_key, status, result FROM tool_ledger WHERE idempotency_key = ANY(%s)",
+        (keys,),
+    )
+    return {str(key): (str(status), result) for key, status, result in await cur.fetchall()}
