@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
+from agentrun import profiles
 from agentrun.cli import backlog_cli, render, tenants_cli
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
@@ -40,8 +41,11 @@ from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.worker.worker_api import run_worker
+from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 
+# The demo's profiles: where `start --agent` looks when nothing else is named.
+DEMO_AGENTS = "agentrun_demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 
 
@@ -50,16 +54,25 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 def load_spec(args: argparse.Namespace) -> RunSpec:
+    """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
+    replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
+    if args.agent:
+        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        try:
+            raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
+        except profiles.ProfileError as err:
+            raise OperationError(str(err)) from err
     if args.spec:
         try:
-            raw = yaml.safe_load(Path(args.spec).read_text()) or {}
+            fields = yaml.safe_load(Path(args.spec).read_text()) or {}
         except OSError as err:
             raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
         except yaml.YAMLError as err:
             raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(raw, dict):
+        if not isinstance(fields, dict):
             raise OperationError(f"{args.spec}: a run spec must be a mapping")
+        raw.update(fields)
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),
@@ -82,6 +95,8 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
     async with command_pool(settings) as pool:
+        if args.agent and spec.allowed_tools:
+            await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
         started = await ops.start_run(
             client,
             spec,
@@ -379,7 +394,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_demo(settings: Settings) -> int:
     client = await connect(settings)
-    spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
+    spec = support_desk.spec(
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
+    )
     started = await ops.start_run(
         client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
     )
@@ -468,6 +485,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
+    p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")
+    p.add_argument(
+        "--agents",
+        help="where profiles live: a YAML file or PKG.MODULE:ATTR (default AGENTRUN_AGENTS, "
+        f"else {DEMO_AGENTS})",
+    )
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
     p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")

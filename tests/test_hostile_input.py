@@ -84,6 +84,8 @@ async def test_an_oversized_task_is_refused_before_anything_starts(client, setti
 
     key = f"oversized-{settings.task_queue}"
     args = argparse.Namespace(
+        agent=None,
+        agents=None,
         spec=None,
         task="x" * (MAX_TASK_CHARS + 1),
         idempotency_key=key,

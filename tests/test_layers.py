@@ -33,7 +33,8 @@ MAY_IMPORT = {
     OPS: {CORE, STORE, TEMPORAL, "workflows"},
     CLI: {CORE, STORE, TEMPORAL, OPS},
     WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, "activities", "workflows"},
-    "agentrun": {CORE, TOOLS, WORKER},  # the public API, agentrun/__init__.py
+    # The public API (agentrun/__init__.py and the modules beside it): the top, over all.
+    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, "activities", "workflows"},
 }
 LAYERS = {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, CLI, DEV}
 

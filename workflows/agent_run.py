@@ -89,6 +89,8 @@ JUDGE_COUNTED = "judge-usage-counted"
 # The receipt and the final mirror write run to their end even if a cancel comes meanwhile.
 RECEIPT_SHIELDED = "receipt-shielded-from-cancel"
 
+# The system message when the spec carries no instructions (an agent profile sets them):
+# runs started without a profile, and histories from before profiles, which replay as they ran.
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
     "time. When the task is done, reply with a final answer in Markdown that starts with "
@@ -148,7 +150,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 # unchanged); a continuation was admitted long ago.
                 admitted=spec.admission is None,
                 pending_messages=[
-                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
                 ],
             )

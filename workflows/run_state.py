@@ -51,6 +51,8 @@ def snapshot(
     return RunSnapshot(
         run_id=run_id,
         version=progress.version,
+        agent=spec.agent,
+        profile_hash=spec.profile_hash,
         tenant=spec.tenant,
         user=spec.user,
         task=spec.task,
@@ -100,6 +102,8 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
     """The run's receipt, covering every generation of it."""
     return Receipt(
         run_id=run_id,
+        agent=spec.agent,
+        profile_hash=spec.profile_hash,
         task=spec.task,
         tenant=spec.tenant,
         user=spec.user,

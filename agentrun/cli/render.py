@@ -59,6 +59,8 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         f"# Receipt for {r['run_id']}",
         "",
         f"- **Outcome:** {r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""),
+        f"- **Agent:** {r.get('agent', 'default')}"
+        + (f" (profile {r['profile_hash']})" if r.get("profile_hash") else ""),
         f"- **Task:** {r['task']}",
         f"- **Tenant / user:** {r['tenant']} / {r['user']}",
         f"- **Tokens:** {r['tokens_in']} in, {r['tokens_out']} out; **cost:** ${r['cost_usd']:.6f}",

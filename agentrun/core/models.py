@@ -131,6 +131,15 @@ class RunSpec(Strict):
 
     task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
     agent: str = Field("default", min_length=1, max_length=200, description="who works on it")
+    instructions: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TASK_CHARS,
+        description="the system message; None: the engine's default (an agent profile sets it)",
+    )
+    profile_hash: str | None = Field(
+        None, max_length=64, description="the hash of the agent profile this spec came from"
+    )
     tenant: str = Field("default", min_length=1, max_length=200)
     user: str = Field("anonymous", min_length=1, max_length=200)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
@@ -323,6 +332,8 @@ class RunEvent(BaseModel):
 class RunSnapshot(BaseModel):
     run_id: str
     version: int = Field(description="grows with every change; older snapshots never win")
+    agent: str = "default"
+    profile_hash: str | None = None
     tenant: str
     user: str
     task: str
@@ -480,6 +491,8 @@ class RetryRecord(BaseModel):
 
 class Receipt(BaseModel):
     run_id: str
+    agent: str = "default"
+    profile_hash: str | None = None
     task: str
     tenant: str
     user: str

@@ -44,6 +44,7 @@ from agentrun.core.states import RunStatus
 from agentrun.ops import admission_ops, projection
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
+from agentrun.worker import tool_sets
 from workflows import AgentRunWorkflow
 
 
@@ -132,6 +133,23 @@ async def start_run(
             ) from err
         raise
     return Started(run_id, existing=False)
+
+
+async def require_tools(pool: AsyncConnectionPool, task_queue: str, tools: list[str]) -> None:
+    """Refuse a run naming a tool the queue's workers lack, before it starts."""
+    served = await tool_sets.served_tools(pool, task_queue)
+    if served is None:
+        raise OperationError(
+            f"no worker has served task queue {task_queue!r} yet, so its tools are unknown: "
+            "start one (`python worker.py --tools ...`), then start the run"
+        )
+    missing = sorted(set(tools) - set(served))
+    if missing:
+        raise OperationError(
+            f"the workers on task queue {task_queue!r} have no tool {', '.join(missing)} "
+            f"(they have: {', '.join(served) or 'none'}); start them with the tools the "
+            "agent names, or fix its profile"
+        )
 
 
 async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:

@@ -71,6 +71,8 @@ STEP_COLUMNS = (
 )
 RUN_COLUMNS = (
     "version",
+    "agent",
+    "profile_hash",
     "status",
     "current_step_id",
     "pause_reason",

@@ -384,6 +384,11 @@ MIGRATIONS: list[str] = [
         FROM tenant_queue WHERE state = 'waiting';
     ALTER TABLE runs ADD COLUMN priority smallint;
     """,
+    # 12: the agent profile each run came from (agentrun/profiles.py): its name and hash.
+    """
+    ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
+    ALTER TABLE runs ADD COLUMN profile_hash text;
+    """,
 ]
 
 

@@ -258,11 +258,12 @@ class MirrorStore:
         run = batch.run
         await conn.execute(
             """
-            INSERT INTO runs (run_id, version, tenant, user_id, task, status,
+            INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task, status,
                 current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
                 duplicates_prevented, checkpoint, result, error, created_at, updated_at,
                 finished_at, fence, priority)
-            VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
+            VALUES (%(run_id)s, %(version)s, %(agent)s, %(profile_hash)s, %(tenant)s, %(user)s,
+                %(task)s, %(status)s,
                 %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
                 %(dups)s, %(cp)s,
                 %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s,
@@ -284,6 +285,8 @@ class MirrorStore:
             {
                 "run_id": run.run_id,
                 "version": run.version,
+                "agent": run.agent,
+                "profile_hash": run.profile_hash,
                 "tenant": run.tenant,
                 "user": run.user,
                 "task": run.task,
