@@ -19,7 +19,7 @@ import pytest
 import agentrun
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.profiles import load_agents
-from agentrun.worker import tool_sets
+from agentrun.store import tool_sets
 from tests.support import eventually, rows, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 import agentrun
 import agentrun_demo
 from agentrun.core.models import RiskLevel
+from agentrun.store import tool_sets
 from agentrun.tools.loading import ToolLoadError, load_registry
-from agentrun.worker import tool_sets
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -42,9 +42,9 @@ from agentrun.core.models import (
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
 from agentrun.ops import admission_ops, projection
+from agentrun.store import tool_sets
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
-from agentrun.worker import tool_sets
 from workflows import AgentRunWorkflow
 
 

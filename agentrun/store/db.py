@@ -320,7 +320,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE steps ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     """,
-    # 8: which tools the workers on each task queue have (agentrun/worker/tool_sets.py).
+    # 8: which tools the workers on each task queue have (agentrun/store/tool_sets.py).
     """
     CREATE TABLE worker_tool_sets (
         task_queue text NOT NULL,

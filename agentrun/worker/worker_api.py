@@ -2,7 +2,7 @@
 
 `worker.py` is this with flags. The worker applies the DDL its tools declare, records its
 tool set on its task queue (refusing to join workers that have other tools, see
-agentrun/worker/tool_sets.py), then polls until `stop` is set.
+agentrun/store/tool_sets.py), then polls until `stop` is set.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from agentrun.core import search_attributes
 from agentrun.core.background import alongside
 from agentrun.core.settings import Settings
 from agentrun.ops import tenant_ops
+from agentrun.store import tool_sets
 from agentrun.store.db import install_tool_schema
 from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
-from agentrun.worker import tool_sets
 from agentrun.worker.worker_factory import (
     ResourceTargets,
     WorkerDeps,
