@@ -114,6 +114,8 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
         finishes_alone,
     ),
+    # Recorded after mirror writes got a queue of their own (patch mirror-queue).
+    "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}

@@ -68,6 +68,8 @@ async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, work
                 waiting = [r for r, s in now.items() if s == "waiting_for_approval"]
                 moving = [r for r, s in now.items() if s not in ("queued", *ENDED)]
                 assert len(moving) <= cap, f"{len(moving)} runs in flight, cap {cap}"
+                if len(now) < total:  # a run's first mirror write has not landed yet
+                    return None
                 return (now, waiting) if len(waiting) == expected == len(moving) else None
 
             now, waiting = await eventually(settled, what=f"{expected} runs at the gate")

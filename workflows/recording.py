@@ -46,6 +46,11 @@ MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 # does not wait for them: it goes on, and waits for them all before its receipt and before
 # it continues as new. Fences keep writes that land out of order from going backwards.
 MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
+# Mirror writes go to a task queue of their own. At priority 1 on the run queue they went
+# ahead of every tenant's steps: one tenant's burst of runs, writing its mirror, held another
+# tenant's tool calls back for seconds however fair the queue (bench noisy stage). On their
+# own queue they still never wait behind model or tool calls, and tenants take turns there.
+MIRROR_QUEUE = "mirror-queue"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
 # and often enough that the mirror catches up within seconds of the database returning
 # (fairness.MIRROR_RETRY). A mirror write goes ahead of model and tool calls waiting on the
@@ -221,6 +226,9 @@ class Recording:
                     retry_policy=MIRROR_RETRY,
                     priority=MIRROR_PRIORITY,
                     summary=run_summaries.mirror_summary(batch),
+                    task_queue=fairness.mirror_task_queue(workflow.info().task_queue)
+                    if workflow.patched(MIRROR_QUEUE)
+                    else None,
                 )
             )
         elif workflow.patched(MIRROR_SYNC_LOCAL):

@@ -31,6 +31,7 @@ FAIRNESS_DYNAMIC_CONFIG = {
 # MODEL_RATE_CEILING x its weight, so a tenant's weight there is its rate over the ceiling;
 # tenants without a rate keep their weight and, in practice, no limit.
 MODEL_QUEUE_SUFFIX = "-model"
+MIRROR_QUEUE_SUFFIX = "-mirror"
 MODEL_RATE_CEILING = 1000.0
 
 
@@ -60,6 +61,12 @@ def run_priority(priority_key: int, tenant: str, weight: float | None = None) ->
 
 def model_task_queue(task_queue: str) -> str:
     return task_queue + MODEL_QUEUE_SUFFIX
+
+
+def mirror_task_queue(task_queue: str) -> str:
+    """Mirror writes' own queue: at their priority 1 on the run queue they would go ahead of
+    every tenant's steps, which undoes fairness under one tenant's burst."""
+    return task_queue + MIRROR_QUEUE_SUFFIX
 
 
 def model_queue_weight(weight: float, model_calls_per_second: float | None) -> float:

@@ -25,6 +25,7 @@ from agentrun.core.constants import OFFLINE_MODEL
 Json = dict[str, Any]
 MESSAGE_WORDS = ("send", "notify", "message", "email", "tell", "reply")
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
+ASKED_CALL = re.compile(r"\bcall ([A-Za-z0-9_-]+) (\{[^{}]*\})")
 
 
 @dataclass
@@ -93,6 +94,11 @@ def offline_planner(request: Json) -> Reply:
         for call in m.get("tool_calls") or []
     ]
     results = [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+    asked = [(name, args) for name, args in asked_calls(task) if name in offered]
+    if asked:
+        if len(called) < len(asked):
+            return completion(request, tool_calls=[asked[len(called)]])
+        return completion(request, content=_report(task, called, results))
     if "search_notes" in offered and "search_notes" not in called:
         return completion(request, tool_calls=[("search_notes", {"query": task})])
     wants_message = any(word in task.lower() for word in MESSAGE_WORDS)
@@ -113,6 +119,25 @@ def offline_planner(request: Json) -> Reply:
             ],
         )
     return completion(request, content=_final_answer(task, results))
+
+
+def asked_calls(task: str) -> list[tuple[str, Json]]:
+    """The calls a task spells out as `call TOOL {json}`, in order: without a language model,
+    this is how a task asks the offline planner for your own tools."""
+    calls = []
+    for name, raw in ASKED_CALL.findall(task):
+        try:
+            arguments = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(arguments, dict):
+            calls.append((name, arguments))
+    return calls
+
+
+def _report(task: str, called: list[str], results: list[str]) -> str:
+    actions = "\n".join(f"- {name}: {raw}" for name, raw in zip(called, results, strict=False))
+    return f"## Summary\nDone: {task}\n\n## Actions\n{actions or '- None.'}"
 
 
 def _verdict(prompt: str) -> str:

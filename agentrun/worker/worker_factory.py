@@ -160,10 +160,13 @@ def payload_guard(
 
 
 class AgentWorkers:
-    """The run worker and the model-call worker of one process, started and drained together.
+    """The run worker, the model-call worker and the mirror worker of one process, started
+    and drained together.
 
     Model calls have a task queue of their own (agentrun.core.fairness) so that the server's
-    per-tenant rate limit there limits model calls and nothing else.
+    per-tenant rate limit there limits model calls and nothing else; mirror writes have one
+    so that their priority puts them ahead of other mirror writes only, not of any tenant's
+    steps.
     """
 
     def __init__(self, *workers: Worker) -> None:
@@ -271,12 +274,17 @@ def build_worker(
     slots = activity_slots_for(
         deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
     )
-    model_slots = max(1, slots // 2)
-    run_tuning = {**tuning, "max_concurrent_activities": max(1, slots - model_slots)}
-    model_tuning = {**tuning, "max_concurrent_activities": model_slots}
-    del model_tuning["max_cached_workflows"]
+    # Model calls and mirror writes have queues of their own (agentrun.core.fairness), each served
+    # by a share of the slots: a fifth for the short mirror writes, the rest halved.
+    mirror_slots = max(1, slots // 5)
+    model_slots = max(1, (slots - mirror_slots) // 2)
+    run_slots = max(1, slots - mirror_slots - model_slots)
+    activity_only = {k: v for k, v in tuning.items() if k != "max_cached_workflows"}
+    run_tuning = {**tuning, "max_concurrent_activities": run_slots}
+    model_tuning = {**activity_only, "max_concurrent_activities": model_slots}
+    mirror_tuning = {**activity_only, "max_concurrent_activities": mirror_slots}
     if resources is not None:  # slots sized by the machine, under the same ceilings
-        for each in (run_tuning, model_tuning):
+        for each in (run_tuning, model_tuning, mirror_tuning):
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
     workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
     cache_workflow_bytecode(workflows)
@@ -291,7 +299,7 @@ def build_worker(
             activities=[
                 model.complete,  # model calls scheduled before they had a queue of their own
                 tools.invoke,
-                mirror.sync,
+                mirror.sync,  # and mirror writes too
                 mirror.save_checkpoint,
                 mirror.record_receipt,
                 verify.check,
@@ -312,5 +320,13 @@ def build_worker(
             interceptors=interceptors,
             deployment_config=deployment,
             **model_tuning,
+        ),
+        Worker(
+            client,
+            task_queue=fairness.mirror_task_queue(queue),
+            activities=[mirror.sync],
+            interceptors=interceptors,
+            deployment_config=deployment,
+            **mirror_tuning,
         ),
     )
