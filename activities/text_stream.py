@@ -18,8 +18,8 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from agentrun.constants import STREAM_TOPIC_TEXT
-from agentrun.models import TextPiece
+from agentrun.core.constants import STREAM_TOPIC_TEXT
+from agentrun.core.models import TextPiece
 
 TEXT_BATCH = timedelta(milliseconds=250)
 # Watchers get this much of a reply's text, at most: it goes into the run's history (the

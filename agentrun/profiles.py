@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from agentrun.models import (
+from agentrun.core.models import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
     Budget,

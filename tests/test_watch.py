@@ -12,10 +12,10 @@ import sys
 from temporalio.api.enums.v1 import EventType
 
 from activities.text_stream import TEXT_BATCH
-from agentrun import operations as ops
-from agentrun import watch
-from agentrun.models import RunSpec, WatchItem
-from agentrun.offline_model import OfflineModelServer
+from agentrun.core.models import RunSpec, WatchItem
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.ops import watch
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from workflows import AgentRunWorkflow
