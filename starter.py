@@ -22,30 +22,23 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import (
-    backlog_cli,
-    deployments,
-    fork_ops,
-    metrics,
-    profiles,
-    render,
-    retention,
-    tenant_ops,
-    tenants_cli,
-    watch,
-)
-from agentrun import operations as ops
-from agentrun.client import connect
-from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.db import command_pool, schema_version
-from agentrun.errors import OperationError, SetupError
-from agentrun.models import PendingApproval, RunSpec
-from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, read_stack_file
-from agentrun.stack import EmbeddedStack, port_open
-from agentrun.telemetry import shutdown_tracing
-from agentrun.tenant_store import TenantStore
-from agentrun.worker_api import run_worker
+from agentrun import profiles
+from agentrun.cli import backlog_cli, render, tenants_cli
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import OperationError, SetupError
+from agentrun.core.models import PendingApproval, RunSpec
+from agentrun.core.periods import parse_age, parse_point
+from agentrun.core.settings import Settings, read_stack_file
+from agentrun.dev.stack import EmbeddedStack, port_open
+from agentrun.ops import fork_ops, tenant_ops, watch
+from agentrun.ops import operations as ops
+from agentrun.store import metrics, retention
+from agentrun.store.db import command_pool, schema_version
+from agentrun.store.tenant_store import TenantStore
+from agentrun.temporal import deployments
+from agentrun.temporal.client import connect
+from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.worker.worker_api import run_worker
 from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from agentrun.errors import OperationError
-from agentrun.models import (
+from agentrun.core.errors import OperationError
+from agentrun.core.models import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
     Budget,

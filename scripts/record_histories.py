@@ -19,10 +19,10 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun import operations as ops  # noqa: E402
-from agentrun.admission_models import TenantLimits  # noqa: E402
-from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.core.admission_models import TenantLimits  # noqa: E402
+from agentrun.core.models import RunSpec  # noqa: E402
+from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
 
@@ -114,6 +114,8 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
         finishes_alone,
     ),
+    # Recorded after mirror writes got a queue of their own (patch mirror-queue).
+    "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}

@@ -18,7 +18,7 @@ from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
-from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
+from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -70,6 +70,12 @@ def test_backlog_child_priority_has_a_history():
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
     assert CHILD_PRIORITY in taken["backlog_child_priority"]
+
+
+def test_mirror_queue_has_a_history():
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MIRROR_QUEUE not in taken["admitted_from_queue"]
+    assert MIRROR_QUEUE in taken["mirror_queue"]
 
 
 def test_the_audit_fixes_have_histories():

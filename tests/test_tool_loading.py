@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 import agentrun
 import agentrun_demo
-from agentrun import tool_sets
-from agentrun.models import RiskLevel
+from agentrun.core.models import RiskLevel
+from agentrun.store import tool_sets
 from agentrun.tools.loading import ToolLoadError, load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
