@@ -17,37 +17,28 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import (
-    backlog_cli,
-    deployments,
-    fork_ops,
-    metrics,
-    profiles,
-    render,
-    retention,
-    tenant_ops,
-    tenants_cli,
-    watch,
-)
-from agentrun import operations as ops
-from agentrun.client import connect
-from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.db import command_pool, schema_version
-from agentrun.errors import OperationError, SetupError
-from agentrun.models import PendingApproval, RunSpec
-from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, read_stack_file
-from agentrun.stack import EmbeddedStack, port_open
-from agentrun.telemetry import shutdown_tracing
-from agentrun.tenant_store import TenantStore
-from agentrun.worker_api import run_worker
+from agentrun import profiles
+from agentrun.cli import backlog_cli, render, tenants_cli
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import OperationError, SetupError
+from agentrun.core.models import PendingApproval, RunSpec
+from agentrun.core.periods import parse_age, parse_point
+from agentrun.core.settings import Settings, read_stack_file
+from agentrun.dev.stack import EmbeddedStack, port_open
+from agentrun.ops import fork_ops, tenant_ops, watch
+from agentrun.ops import operations as ops
+from agentrun.store import metrics, retention
+from agentrun.store.db import command_pool, schema_version
+from agentrun.store.tenant_store import TenantStore
+from agentrun.temporal import deployments
+from agentrun.temporal.client import connect
+from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.worker.worker_api import run_worker
 from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 
@@ -66,20 +57,9 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
     raw: dict[str, Any] = {}
     if args.agent:
         source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
-        try:
-            raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
-        except profiles.ProfileError as err:
-            raise OperationError(str(err)) from err
+        raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
-        try:
-            fields = yaml.safe_load(Path(args.spec).read_text()) or {}
-        except OSError as err:
-            raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
-        except yaml.YAMLError as err:
-            raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(fields, dict):
-            raise OperationError(f"{args.spec}: a run spec must be a mapping")
-        raw.update(fields)
+        raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),

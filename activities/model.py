@@ -20,17 +20,17 @@ from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
 from activities.proposals import proposed_call
-from agentrun import faults
-from agentrun.constants import ACTIVITY_MODEL_COMPLETE
-from agentrun.conversation import ConversationStore
-from agentrun.errors import classify_model_error, refused_data_is_final
-from agentrun.mirror_store import MirrorStore
-from agentrun.model_journal import ModelJournal
-from agentrun.models import ModelCallInput, ModelCallResult
-from agentrun.pricing import Prices, cost_usd, usage_of
+from agentrun.core import faults
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.core.errors import classify_model_error, refused_data_is_final
+from agentrun.core.models import ModelCallInput, ModelCallResult
+from agentrun.core.pricing import Prices, cost_usd, usage_of
+from agentrun.store.conversation import ConversationStore
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
+from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import UnknownToolError
-from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ModelActivities:

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrun.client_api import RunClient
-    from agentrun.models import RunSpec
+    from agentrun.core.models import RunSpec
     from agentrun.profiles import Agent
     from agentrun.tools.decorator import tool
     from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
-    from agentrun.worker_api import run_worker
+    from agentrun.worker.worker_api import run_worker
 
 _HOMES = {
     "tool": "agentrun.tools.decorator",
@@ -33,10 +33,10 @@ _HOMES = {
     "ToolError": "agentrun.tools.registry",
     "Reconciled": "agentrun.tools.registry",
     "ToolRegistry": "agentrun.tools.registry",
-    "RunSpec": "agentrun.models",
+    "RunSpec": "agentrun.core.models",
     "Agent": "agentrun.profiles",
     "RunClient": "agentrun.client_api",
-    "run_worker": "agentrun.worker_api",
+    "run_worker": "agentrun.worker.worker_api",
 }
 
 __all__ = [

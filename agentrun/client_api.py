@@ -1,6 +1,6 @@
 """`agentrun.RunClient`: start runs, decide approvals and read receipts from Python.
 
-The same operations the CLI runs (agentrun/operations.py), with the connection made once.
+The same operations the CLI runs (agentrun/ops/operations.py), with the connection made once.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any, Self
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun import operations as ops
-from agentrun.client import connect
-from agentrun.db import open_pool
-from agentrun.models import DecisionResult, JsonDict, RunResult, RunSpec, RunState
+from agentrun.core.models import DecisionResult, JsonDict, RunResult, RunSpec, RunState
+from agentrun.core.settings import Settings
+from agentrun.ops import operations as ops
 from agentrun.profiles import Agent
-from agentrun.settings import Settings
+from agentrun.store.db import open_pool
+from agentrun.temporal.client import connect
 from workflows import AgentRunWorkflow
 
 

@@ -19,10 +19,10 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun import operations as ops  # noqa: E402
-from agentrun.admission_models import TenantLimits  # noqa: E402
-from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.core.admission_models import TenantLimits  # noqa: E402
+from agentrun.core.models import RunSpec  # noqa: E402
+from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
 

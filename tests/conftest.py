@@ -22,12 +22,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun_demo
-from agentrun import fairness, search_attributes
-from agentrun.db import install_tool_schema, open_pool
-from agentrun.offline_model import OfflineModelServer, offline_planner
-from agentrun.settings import Settings
+from agentrun.core import fairness, search_attributes
+from agentrun.core.settings import Settings
+from agentrun.dev.offline_model import OfflineModelServer, offline_planner
+from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import ToolRegistry
-from agentrun.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
+from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
 
 
 @pytest.fixture(scope="session")

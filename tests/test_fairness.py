@@ -12,13 +12,14 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-from agentrun import operations as ops
-from agentrun import search_attributes, tenant_ops
-from agentrun.admission_models import TenantLimits
-from agentrun.errors import SetupError
-from agentrun.offline_model import OfflineModelServer
-from agentrun.tenant_store import TenantStore
-from agentrun.worker_factory import ResourceTargets
+from agentrun.core import search_attributes
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import SetupError
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.ops import tenant_ops
+from agentrun.store.tenant_store import TenantStore
+from agentrun.worker.worker_factory import ResourceTargets
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow

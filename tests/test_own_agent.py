@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import agentrun
-from agentrun import tool_sets
-from agentrun.offline_model import OfflineModelServer, Reply, completion
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.profiles import load_agents
+from agentrun.store import tool_sets
 from tests.support import eventually, rows, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent

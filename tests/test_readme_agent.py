@@ -14,9 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
-from agentrun import operations as ops
-from agentrun import tool_sets
-from agentrun.offline_model import OfflineModelServer, offline_planner
+from agentrun.dev.offline_model import OfflineModelServer, offline_planner
+from agentrun.ops import operations as ops
+from agentrun.store import tool_sets
 from tests.support import eventually, rows, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrun import admission_ops
-from agentrun import operations as ops
-from agentrun.admission_models import TenantLimits
-from agentrun.errors import OperationError
-from agentrun.tenant_store import TenantStore
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import OperationError
+from agentrun.ops import admission_ops
+from agentrun.ops import operations as ops
+from agentrun.store.tenant_store import TenantStore
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow

@@ -8,9 +8,9 @@ import json
 import os
 import sys
 
-from agentrun import operations as ops
-from agentrun import watch
-from agentrun.models import WatchItem
+from agentrun.core.models import WatchItem
+from agentrun.ops import operations as ops
+from agentrun.ops import watch
 from tests.support import make_spec, rows, wait_pending
 from tests.test_cli import ROOT, run_cli
 from workflows import AgentRunWorkflow

@@ -24,9 +24,9 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities.backlog import BacklogActivities
-    from agentrun import constants as names
-    from agentrun import fairness
-    from agentrun.backlog_models import (
+    from agentrun.core import constants as names
+    from agentrun.core import fairness
+    from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogInput,
         BacklogLoadInput,
@@ -41,12 +41,12 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         child_run_id,
     )
-    from agentrun.models import ControlInput
-    from agentrun.states import RunStatus
+    from agentrun.core.models import ControlInput
+    from agentrun.core.states import RunStatus
     from workflows.agent_run import AgentRunWorkflow
 
 # Patch id: each task's run is started at its own priority, with its tenant as fairness key
-# (agentrun.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
+# (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
 # their children's starts as they were.
 CHILD_PRIORITY = "backlog-child-priority"
 # The mirror must outlast a Postgres outage: retry for as long as it takes.

@@ -1,7 +1,7 @@
 """Recording a run: its steps and events, the mirror of it in Postgres, and its receipt.
 
 Mixed into AgentRunWorkflow. Every change of state goes through `_set_status`, which
-enforces the state machine in `agentrun.states`; every step gets a deterministic id. What
+enforces the state machine in `agentrun.core.states`; every step gets a deterministic id. What
 changed since the last flush goes to the mirror as one idempotent batch, written by an
 activity the run does not wait for; it waits for them all before its receipt and before it
 continues as new.
@@ -20,9 +20,9 @@ from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities
-    from agentrun import fairness, payload_limits, run_summaries, search_attributes
-    from agentrun.errors import PAYLOAD_TOO_LARGE
-    from agentrun.models import (
+    from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core.errors import PAYLOAD_TOO_LARGE
+    from agentrun.core.models import (
         JsonDict,
         MirrorBatch,
         Receipt,
@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         StepSummary,
         StepType,
     )
-    from agentrun.states import RunStatus, check_transition
+    from agentrun.core.states import RunStatus, check_transition
 
 # Patch ids: each marks a change to what the workflow does, so histories recorded before it
 # replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
