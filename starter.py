@@ -17,10 +17,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
@@ -59,20 +57,9 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
     raw: dict[str, Any] = {}
     if args.agent:
         source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
-        try:
-            raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
-        except profiles.ProfileError as err:
-            raise OperationError(str(err)) from err
+        raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
-        try:
-            fields = yaml.safe_load(Path(args.spec).read_text()) or {}
-        except OSError as err:
-            raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
-        except yaml.YAMLError as err:
-            raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(fields, dict):
-            raise OperationError(f"{args.spec}: a run spec must be a mapping")
-        raw.update(fields)
+        raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),

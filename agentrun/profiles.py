@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
+from agentrun.core.errors import OperationError
 from agentrun.core.models import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
@@ -30,8 +31,21 @@ from agentrun.core.models import (
 from agentrun.tools.loading import ToolLoadError, resolve
 
 
-class ProfileError(ValueError):
+class ProfileError(OperationError):
     """A profile source that does not load, or a name it lacks; the message says which."""
+
+
+def read_yaml_mapping(path: str, what: str) -> dict[str, Any]:
+    """A YAML (or JSON) file that must hold a mapping: profiles, or a run spec."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as err:
+        raise ProfileError(f"cannot read {path}: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise ProfileError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: {what} must be a mapping")
+    return raw
 
 
 class Agent(Strict):
@@ -73,14 +87,7 @@ def load_agents(source: str) -> dict[str, Agent]:
     `PKG.MODULE:ATTR` naming an Agent, a list of them or a mapping."""
     path = Path(source)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file():
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except OSError as err:
-            raise ProfileError(f"cannot read agent profiles {source}: {err.strerror}") from err
-        except yaml.YAMLError as err:
-            raise ProfileError(f"{source} is not valid YAML: {err}") from err
-        if not isinstance(raw, dict):
-            raise ProfileError(f"{source}: expected a mapping of agent name to profile")
+        raw = read_yaml_mapping(source, "agent profiles (name: profile)")
         return {name: _agent(source, name, body) for name, body in raw.items()}
     try:
         target = resolve(source)
