@@ -19,6 +19,7 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
+from activities.model_stream import collect_stream
 from activities.proposals import proposed_call
 from agentrun.core import faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
@@ -156,6 +157,9 @@ class ModelActivities:
             request["tools"] = tools
         if input.max_tokens:
             request["max_tokens"] = input.max_tokens
+        if input.stream:
+            request["stream"] = True
+            request["stream_options"] = {"include_usage": True}
         try:
             async with hold_lease(
                 self.store,
@@ -163,6 +167,10 @@ class ModelActivities:
                 step_id=input.step_id,
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
+                if input.stream:
+                    return await collect_stream(
+                        await self.client.chat.completions.create(**request)
+                    )
                 return await self.client.chat.completions.create(**request)
         except openai.APIError as err:
             failure = classify_model_error(err)

@@ -174,6 +174,53 @@ def _final_answer(task: str, results: list[str]) -> str:
     )
 
 
+PIECE_CHARS = 8
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
+
+
+def stream_chunks(body: Json, *, include_usage: bool) -> list[Json]:
+    """A completion as a provider streams it: the role first, content in small pieces, each
+    tool call's id and name and then its arguments split across chunks, `finish_reason` in
+    the last choice chunk, and usage only in a final chunk with no choices."""
+    choice = body["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: Json, finish: str | None = None) -> Json:
+        return {
+            "id": body["id"],
+            "object": "chat.completion.chunk",
+            "created": body["created"],
+            "model": body["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in _pieces(message.get("content") or "")]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        head = {"name": function["name"], "arguments": ""}
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": head}
+                    ]
+                }
+            )
+        )
+        chunks += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in _pieces(function["arguments"])
+        ]
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append({**chunk({}), "choices": [], "usage": body["usage"]})
+    return chunks
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
@@ -202,7 +249,27 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        if request.get("stream") and reply.status == 200:
+            usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            self._send_stream(stream_chunks(reply.body, include_usage=usage))
+            return
         self._send(reply)
+
+    def _send_stream(self, chunks: list[Json]) -> None:
+        """Server-sent events, one chunk each, then `[DONE]`, as OpenAI's API streams."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in chunks:
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _send(self, reply: Reply) -> None:
         payload = json.dumps(reply.body).encode()
