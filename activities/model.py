@@ -19,8 +19,9 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
-from activities.model_stream import collect_stream
+from activities.model_stream import streamed_completion
 from activities.proposals import proposed_call
+from activities.text_stream import text_pieces
 from agentrun.core import faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.errors import classify_model_error, refused_data_is_final
@@ -47,7 +48,11 @@ class ModelActivities:
         prices: Prices,
         identity: str,
         vault: SecretVault,
+        stream_text: bool = True,
     ) -> None:
+        # Ask the provider to stream, and pass the reply's text to watchers as it comes
+        # (`starter.py watch`); AGENTRUN_MODEL_STREAM=0 for a provider that cannot.
+        self.stream_text = stream_text
         self.vault = vault
         self.identity = identity
         self.client = client
@@ -157,9 +162,6 @@ class ModelActivities:
             request["tools"] = tools
         if input.max_tokens:
             request["max_tokens"] = input.max_tokens
-        if input.stream:
-            request["stream"] = True
-            request["stream_options"] = {"include_usage": True}
         try:
             async with hold_lease(
                 self.store,
@@ -167,11 +169,10 @@ class ModelActivities:
                 step_id=input.step_id,
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
-                if input.stream:
-                    return await collect_stream(
-                        await self.client.chat.completions.create(**request)
-                    )
-                return await self.client.chat.completions.create(**request)
+                if not self.stream_text:
+                    return await self.client.chat.completions.create(**request)
+                async with text_pieces(input.step_id) as on_text:
+                    return await streamed_completion(self.client, request, on_text)
         except openai.APIError as err:
             failure = classify_model_error(err)
             await self.store.end_attempt(

@@ -1,70 +1,62 @@
-"""A streamed chat completion, put back together as the one response it stands for.
+"""One chat completion read as a stream (`stream=True`), put back together as the
+`ChatCompletion` the rest of `model.complete` knows, with the text handed on as it comes.
 
-Real providers stream the way the offline model's streaming mode does: content in pieces, each
-tool call's id and name in its first chunk and its arguments split across later ones (keyed by
-the call's index), `finish_reason` in the last choice chunk, and usage only in a final chunk
-with no choices (when asked for with `stream_options.include_usage`). What comes back is the
-`ChatCompletion` a non-streamed call would have returned, so the journal, secret sealing and
-proposal checks after it do not know the difference.
-
-`on_text` sees each piece of content as it arrives, before the response is whole: the place
-to publish model text live (a `watch` stream). It must not fail the call: the response is
-journaled only once it is whole, so what it published may be shown again on a retry.
+Providers send the reply in chunks: content deltas, tool calls whose id and name come first
+and whose arguments arrive in pieces (keyed by the call's index), `finish_reason` near the
+end, and usage only in the last chunk (with `stream_options.include_usage`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any
 
+import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-TextSink = Callable[[str], Awaitable[None]]
+from activities.text_stream import TextSink
 
 
-async def collect_stream(
-    chunks: AsyncIterable[ChatCompletionChunk], on_text: TextSink | None = None
+async def streamed_completion(
+    client: openai.AsyncOpenAI, request: dict[str, Any], on_text: TextSink
 ) -> ChatCompletion:
-    """Read the stream to its end and return the whole response."""
-    head: ChatCompletionChunk | None = None
+    stream = await client.chat.completions.create(
+        **request, stream=True, stream_options={"include_usage": True}
+    )
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish_reason = "stop"
-    usage: Any = None
-    async for chunk in chunks:
-        head = head or chunk
+    last: ChatCompletionChunk | None = None
+    usage: dict[str, Any] | None = None
+    async for chunk in stream:
+        last = chunk
         if chunk.usage is not None:
             usage = chunk.usage.model_dump()
         for choice in chunk.choices:
-            if choice.index != 0:
-                continue
             delta = choice.delta
             if delta.content:
                 content.append(delta.content)
-                if on_text is not None:
-                    await on_text(delta.content)
-            for part in delta.tool_calls or []:
-                call = calls.setdefault(
-                    part.index,
+                on_text(delta.content)
+            for call in delta.tool_calls or []:
+                entry = calls.setdefault(
+                    call.index,
                     {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
                 )
-                call["id"] = part.id or call["id"]
-                if part.function is not None:
-                    call["function"]["name"] += part.function.name or ""
-                    call["function"]["arguments"] += part.function.arguments or ""
+                if call.id:
+                    entry["id"] = call.id
+                if call.function is not None:
+                    entry["function"]["name"] += call.function.name or ""
+                    entry["function"]["arguments"] += call.function.arguments or ""
             if choice.finish_reason:
                 finish_reason = choice.finish_reason
-    if head is None:
-        raise ValueError("the model's stream ended before its first chunk")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     return ChatCompletion.model_validate(
         {
-            "id": head.id,
+            "id": last.id if last else "",
             "object": "chat.completion",
-            "created": head.created,
-            "model": head.model,
+            "created": last.created if last else 0,
+            "model": last.model if last else request["model"],
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
             "usage": usage,
         }

@@ -424,7 +424,6 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     allowed_tools=self.spec.allowed_tools,
                     temperature=self.spec.model.temperature,
                     max_tokens=self.spec.model.max_tokens,
-                    stream=self.spec.model.stream,
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                 ),

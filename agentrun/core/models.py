@@ -41,7 +41,6 @@ class ModelSettings(Strict):
     model: str | None = Field(None, description="Model name; None means the worker's default.")
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int | None = Field(None, gt=0)
-    stream: bool = Field(False, description="ask the provider to stream its response")
 
 
 class ApprovalPolicy(Strict):
@@ -204,7 +203,6 @@ class ModelCallInput(BaseModel):
     max_tokens: int | None = None
     heartbeat_seconds: float = 30
     timeout_seconds: float = 120
-    stream: bool = False
 
 
 class ProposedToolCall(BaseModel):

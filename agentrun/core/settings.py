@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     # pinned to the version it started on.
     deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
     build_id: str | None = env("AGENTRUN_BUILD_ID", None, "None: unversioned workers")
+    model_stream: bool = env(
+        "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
+    )
 
     @field_validator("model_prices", mode="before")
     @classmethod

@@ -23,6 +23,10 @@ from agentrun.core.background_http import BackgroundHTTPServer
 from agentrun.core.constants import OFFLINE_MODEL
 
 Json = dict[str, Any]
+# A streamed reply's text goes out in pieces this long (in at most STREAM_MAX_PIECES),
+# `stream_pause_seconds` apart.
+STREAM_PIECE_CHARS = 16
+STREAM_MAX_PIECES = 40
 MESSAGE_WORDS = ("send", "notify", "message", "email", "tell", "reply")
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 ASKED_CALL = re.compile(r"\bcall ([A-Za-z0-9_-]+) (\{[^{}]*\})")
@@ -174,53 +178,6 @@ def _final_answer(task: str, results: list[str]) -> str:
     )
 
 
-PIECE_CHARS = 8
-
-
-def _pieces(text: str) -> list[str]:
-    return [text[i : i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
-
-
-def stream_chunks(body: Json, *, include_usage: bool) -> list[Json]:
-    """A completion as a provider streams it: the role first, content in small pieces, each
-    tool call's id and name and then its arguments split across chunks, `finish_reason` in
-    the last choice chunk, and usage only in a final chunk with no choices."""
-    choice = body["choices"][0]
-    message = choice["message"]
-
-    def chunk(delta: Json, finish: str | None = None) -> Json:
-        return {
-            "id": body["id"],
-            "object": "chat.completion.chunk",
-            "created": body["created"],
-            "model": body["model"],
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in _pieces(message.get("content") or "")]
-    for index, call in enumerate(message.get("tool_calls") or []):
-        function = call["function"]
-        head = {"name": function["name"], "arguments": ""}
-        chunks.append(
-            chunk(
-                {
-                    "tool_calls": [
-                        {"index": index, "id": call["id"], "type": "function", "function": head}
-                    ]
-                }
-            )
-        )
-        chunks += [
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(function["arguments"])
-        ]
-    chunks.append(chunk({}, choice["finish_reason"]))
-    if include_usage:
-        chunks.append({**chunk({}), "choices": [], "usage": body["usage"]})
-    return chunks
-
-
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
@@ -249,22 +206,67 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if request.get("stream") and reply.status == 200:
-            usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(stream_chunks(reply.body, include_usage=usage))
+        if request.get("stream") and reply.status == 200 and "choices" in reply.body:
+            self._send_stream(
+                reply, bool((request.get("stream_options") or {}).get("include_usage"))
+            )
             return
         self._send(reply)
 
-    def _send_stream(self, chunks: list[Json]) -> None:
-        """Server-sent events, one chunk each, then `[DONE]`, as OpenAI's API streams."""
+    def _send_stream(self, reply: Reply, include_usage: bool) -> None:
+        """The reply as server-sent events, the way providers stream: text in small pieces a
+        moment apart, each tool call's id and name first and its arguments in two pieces,
+        then the finish reason, then (if asked) the usage alone in the last chunk."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
         self.end_headers()
-        self.close_connection = True
+        body = reply.body
+        choice = body["choices"][0]
+        message = choice["message"]
+        deltas: list[Json] = [{"role": "assistant"}]
+        text = message.get("content") or ""
+        size = max(STREAM_PIECE_CHARS, -(-len(text) // STREAM_MAX_PIECES))  # long: bigger
+        deltas += [{"content": text[i : i + size]} for i in range(0, len(text), size)]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            head = {"index": index, "id": call["id"], "type": "function"}
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {**head, "function": {"name": call["function"]["name"], "arguments": ""}}
+                    ]
+                }
+            )
+            for part in (arguments[:half], arguments[half:]):
+                deltas.append({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+        frame = {key: body[key] for key in ("id", "created", "model")}
+        chunks = [
+            {
+                **frame,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": d, "finish_reason": None}],
+            }
+            for d in deltas
+        ]
+        chunks.append(
+            {
+                **frame,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+            }
+        )
+        if include_usage:
+            chunks.append(
+                {**frame, "object": "chat.completion.chunk", "choices": [], "usage": body["usage"]}
+            )
         try:
-            for chunk in chunks:
+            for i, chunk in enumerate(chunks):
+                delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
+                if i > 1 and "content" in delta:
+                    time.sleep(self.server.stream_pause_seconds)
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
@@ -292,6 +294,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     responder: Responder
     requests: list[Json]
+    stream_pause_seconds: float
 
 
 class OfflineModelServer(BackgroundHTTPServer):
@@ -300,11 +303,17 @@ class OfflineModelServer(BackgroundHTTPServer):
     _server: _Server
 
     def __init__(
-        self, responder: Responder = offline_planner, host: str = "127.0.0.1", port: int = 0
+        self,
+        responder: Responder = offline_planner,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        stream_pause_seconds: float = 0.02,
     ) -> None:
         server = _Server((host, port), _Handler)
         server.responder = responder
         server.requests = []
+        server.stream_pause_seconds = stream_pause_seconds
         super().__init__(server)
 
     @property

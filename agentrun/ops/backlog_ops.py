@@ -17,12 +17,11 @@ from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from agentrun.core.backlog_models import (
     AGENT_PATTERN,
@@ -41,6 +40,7 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.errors import OperationError
 from agentrun.core.models import ControlInput, JsonDict
+from agentrun.ops import handles
 from agentrun.store.backlog_store import BacklogStore
 from workflows.backlog import AgentBacklogWorkflow
 
@@ -175,7 +175,7 @@ async def enqueue(
                 start_workflow_operation=start,
             )
         except WorkflowUpdateFailedError as err:
-            raise OperationError(f"refused: {_reason(err)}") from err
+            raise OperationError(f"refused: {handles.refusal(err)}") from err
         except RPCError as err:
             raise OperationError(f"cannot enqueue for agent {agent}: {err.message}") from err
         total = EnqueueResult(
@@ -205,52 +205,32 @@ def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
 
 async def _running(client: Client, agent: str) -> WorkflowHandle[Any, Any]:
     check_agent(agent)
-    handle = client.get_workflow_handle(backlog_id(agent))
-    try:
-        description = await handle.describe()
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(
-                f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
-            ) from err
-        raise
-    if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "closed"
-        raise OperationError(
+    return await handles.running(
+        client,
+        backlog_id(agent),
+        missing=f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it",
+        ended=lambda status: (
             f"the backlog workflow of agent {agent} is {status}; `backlog enqueue --agent "
             f"{agent} FILE` starts it again from the mirror"
-        )
-    return handle
-
-
-def _reason(err: WorkflowUpdateFailedError) -> str:
-    return getattr(err.cause, "message", None) or str(err.cause)
-
-
-async def _update(handle: WorkflowHandle[Any, Any], update: Any, arg: Any) -> Any:
-    try:
-        return await handle.execute_update(update, arg)
-    except WorkflowUpdateFailedError as err:
-        raise OperationError(f"refused: {_reason(err)}") from err
-    except RPCError as err:
-        raise OperationError(f"refused: {err.message}") from err
+        ),
+    )
 
 
 async def stop(client: Client, agent: str, *, by: str = "cli") -> BacklogControlResult:
     """A graceful pause: running tasks stop at their next step boundary, none start."""
     handle = await _running(client, agent)
-    return await _update(handle, AgentBacklogWorkflow.stop, ControlInput(by=by))  # type: ignore[no-any-return]
+    return await handles.update(handle, AgentBacklogWorkflow.stop, ControlInput(by=by))  # type: ignore[no-any-return]
 
 
 async def resume(client: Client, agent: str, *, by: str = "cli") -> BacklogControlResult:
     handle = await _running(client, agent)
-    return await _update(handle, AgentBacklogWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
+    return await handles.update(handle, AgentBacklogWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
 
 
 async def retry(client: Client, agent: str, key: str, *, by: str = "cli") -> RetryResult:
     """Put a dead-lettered task back, in its place, with a fresh set of attempts."""
     handle = await _running(client, agent)
-    return await _update(handle, AgentBacklogWorkflow.retry, RetryInput(key=key, by=by))  # type: ignore[no-any-return]
+    return await handles.update(handle, AgentBacklogWorkflow.retry, RetryInput(key=key, by=by))  # type: ignore[no-any-return]
 
 
 async def state(client: Client, agent: str) -> BacklogState:

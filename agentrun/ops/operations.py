@@ -6,8 +6,6 @@ Every failure becomes an `OperationError` whose message says what to do next.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +16,6 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -28,6 +25,7 @@ from agentrun.core import constants as names
 from agentrun.core import fairness, run_summaries, search_attributes
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import OperationError
+from agentrun.core.keys import id_part
 from agentrun.core.models import (
     ApproveInput,
     ControlInput,
@@ -41,7 +39,7 @@ from agentrun.core.models import (
 )
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
-from agentrun.ops import admission_ops, projection
+from agentrun.ops import admission_ops, handles, projection
 from agentrun.store import tool_sets
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
@@ -59,10 +57,7 @@ def run_id_for(key: str | None) -> str:
     """The workflow id for an idempotency key: readable, and distinct for distinct keys."""
     if key is None:
         return names.RUN_ID_PREFIX + uuid.uuid4().hex[:12]
-    safe = re.sub(r"[^A-Za-z0-9._-]", "-", key)
-    if safe != key:  # keep "a/b" and "a-b" apart
-        safe += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return names.RUN_ID_PREFIX + safe
+    return names.RUN_ID_PREFIX + id_part(key)
 
 
 async def start_run(
@@ -160,33 +155,21 @@ async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:
 
 async def _handle(client: Client, run_id: str) -> tuple[WorkflowHandle[Any, Any], bool]:
     """The run's handle and whether it is still running; unknown runs are a clear error."""
-    handle = client.get_workflow_handle(run_id)
-    try:
-        description = await handle.describe()
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
-        raise
-    return handle, description.status == WorkflowExecutionStatus.RUNNING
+    handle, status = await handles.described(client, run_id, missing=_missing(run_id))
+    return handle, status == WorkflowExecutionStatus.RUNNING
+
+
+def _missing(run_id: str) -> str:
+    return f"no run {run_id!r}: `starter.py list` shows the runs"
 
 
 async def _running(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
-    handle, running = await _handle(client, run_id)
-    if not running:
-        raise OperationError(
-            f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how"
-        )
-    return handle
-
-
-async def _update(handle: WorkflowHandle[Any, Any], update: Any, arg: Any) -> Any:
-    try:
-        return await handle.execute_update(update, arg)
-    except WorkflowUpdateFailedError as err:
-        reason = getattr(err.cause, "message", None) or str(err.cause)
-        raise OperationError(f"refused: {reason}") from err
-    except RPCError as err:
-        raise OperationError(f"refused: {err.message}") from err
+    return await handles.running(
+        client,
+        run_id,
+        missing=_missing(run_id),
+        ended=lambda _: f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how",
+    )
 
 
 async def pending_approval(client: Client, run_id: str) -> PendingApproval:
@@ -250,17 +233,17 @@ async def _decide(
     """Send a decision bound to the action pending now; the workflow's validator judges it."""
     pending = await pending_approval(client, run_id)
     handle = client.get_workflow_handle(run_id)
-    return await _update(handle, update, decision(pending.action_hash))  # type: ignore[no-any-return]
+    return await handles.update(handle, update, decision(pending.action_hash))  # type: ignore[no-any-return]
 
 
 async def pause(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:
     handle = await _running(client, run_id)
-    return await _update(handle, AgentRunWorkflow.pause, ControlInput(by=by))  # type: ignore[no-any-return]
+    return await handles.update(handle, AgentRunWorkflow.pause, ControlInput(by=by))  # type: ignore[no-any-return]
 
 
 async def resume(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:
     handle = await _running(client, run_id)
-    return await _update(handle, AgentRunWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
+    return await handles.update(handle, AgentRunWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
 
 
 async def cancel(client: Client, run_id: str) -> None:
@@ -290,7 +273,7 @@ async def list_runs(
 ) -> list[JsonDict]:
     async with pool.connection() as conn:
         cur = await conn.execute(
-            """SELECT run_id, status, tenant, user_id, task, current_step_id, tokens_in,
+            """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
                       tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
                FROM runs WHERE %(status)s::text IS NULL OR status = %(status)s
                ORDER BY created_at DESC LIMIT %(limit)s""",

@@ -90,6 +90,12 @@ async def run_worker(
                     "Ctrl-C drains and stops it",
                     flush=True,
                 )
+                if settings.build_id:
+                    print(
+                        f"version {settings.deployment_name}/{settings.build_id}: runs pinned; "
+                        f"`python starter.py deploy {settings.build_id}` sends new runs here",
+                        flush=True,
+                    )
                 if settings.prometheus_bind:
                     print(f"metrics at http://{settings.prometheus_bind}/metrics", flush=True)
                 await stop.wait()

@@ -246,6 +246,7 @@ def build_worker(
         prices=settings.model_prices,
         identity=client.identity,
         vault=vault,
+        stream_text=settings.model_stream,
     )
     tools = ToolActivities(
         deps.registry,
