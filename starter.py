@@ -265,7 +265,11 @@ async def cmd_version(client: Client, settings: Settings, args: argparse.Namespa
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     async with command_pool(settings) as pool:
         runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
-    emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
+    emit(
+        runs,
+        args.json,
+        render.table(runs, ["run_id", "status", "tenant", "priority", "cost_usd", "task"]),
+    )
     return 0
 
 

@@ -273,7 +273,7 @@ async def list_runs(
 ) -> list[JsonDict]:
     async with pool.connection() as conn:
         cur = await conn.execute(
-            """SELECT run_id, status, tenant, user_id, task, current_step_id, tokens_in,
+            """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
                       tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
                FROM runs WHERE %(status)s::text IS NULL OR status = %(status)s
                ORDER BY created_at DESC LIMIT %(limit)s""",
