@@ -17,38 +17,33 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import yaml
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import (
-    backlog_cli,
-    deployments,
-    fork_ops,
-    metrics,
-    render,
-    retention,
-    tenant_ops,
-    tenants_cli,
-    watch,
-)
-from agentrun import operations as ops
-from agentrun.client import connect
-from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.db import command_pool, schema_version
-from agentrun.errors import OperationError, SetupError
-from agentrun.models import PendingApproval, RunSpec
-from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, read_stack_file
-from agentrun.stack import EmbeddedStack, port_open
-from agentrun.telemetry import shutdown_tracing
-from agentrun.tenant_store import TenantStore
-from agentrun.worker_api import run_worker
+from agentrun import profiles
+from agentrun.cli import backlog_cli, render, tenants_cli
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import OperationError, SetupError
+from agentrun.core.models import PendingApproval, RunSpec
+from agentrun.core.periods import parse_age, parse_point
+from agentrun.core.settings import Settings, read_stack_file
+from agentrun.dev.stack import EmbeddedStack, port_open
+from agentrun.ops import fork_ops, tenant_ops, watch
+from agentrun.ops import operations as ops
+from agentrun.store import metrics, retention
+from agentrun.store.db import command_pool, schema_version
+from agentrun.store.tenant_store import TenantStore
+from agentrun.temporal import deployments
+from agentrun.temporal.client import connect
+from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.worker.worker_api import run_worker
+from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 
+# The demo's profiles: where `start --agent` looks when nothing else is named.
+DEMO_AGENTS = "agentrun_demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 
 
@@ -57,16 +52,14 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 def load_spec(args: argparse.Namespace) -> RunSpec:
+    """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
+    replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
+    if args.agent:
+        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
-        try:
-            raw = yaml.safe_load(Path(args.spec).read_text()) or {}
-        except OSError as err:
-            raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
-        except yaml.YAMLError as err:
-            raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(raw, dict):
-            raise OperationError(f"{args.spec}: a run spec must be a mapping")
+        raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),
@@ -89,6 +82,8 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
     async with command_pool(settings) as pool:
+        if args.agent and spec.allowed_tools:
+            await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
         started = await ops.start_run(
             client,
             spec,
@@ -270,7 +265,11 @@ async def cmd_version(client: Client, settings: Settings, args: argparse.Namespa
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     async with command_pool(settings) as pool:
         runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
-    emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
+    emit(
+        runs,
+        args.json,
+        render.table(runs, ["run_id", "status", "tenant", "priority", "cost_usd", "task"]),
+    )
     return 0
 
 
@@ -386,7 +385,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_demo(settings: Settings) -> int:
     client = await connect(settings)
-    spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
+    spec = support_desk.spec(
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
+    )
     started = await ops.start_run(
         client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
     )
@@ -475,6 +476,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
+    p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")
+    p.add_argument(
+        "--agents",
+        help="where profiles live: a YAML file or PKG.MODULE:ATTR (default AGENTRUN_AGENTS, "
+        f"else {DEMO_AGENTS})",
+    )
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
     p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
@@ -571,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+def console() -> NoReturn:
+    """`python starter.py ...`, and the `agentrun ...` console script (pyproject.toml)."""
     code = main()
     shutdown_tracing()
     # The Temporal client's Rust threads can outlive asyncio.run and abort interpreter
@@ -582,3 +590,7 @@ if __name__ == "__main__":
         except (BrokenPipeError, ValueError):
             pass
     os._exit(code)
+
+
+if __name__ == "__main__":
+    console()

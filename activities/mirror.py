@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from agentrun import faults, ledger
-from agentrun.constants import (
+from agentrun.core import faults
+from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_SYNC,
     ACTIVITY_RECEIPT_RECORD,
 )
-from agentrun.mirror_store import MirrorStore
-from agentrun.model_journal import ModelJournal
-from agentrun.models import INTERRUPTED, CheckpointInput, MirrorBatch, Receipt
+from agentrun.core.models import INTERRUPTED, CheckpointInput, MirrorBatch, Receipt
+from agentrun.store import ledger
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
 
 HAPPENED = "happened before the cancel took effect (ledger)"
 NOT_HAPPENED = "did not happen: the cancel stopped it first (no ledger row)"

@@ -5,7 +5,7 @@ transaction; a retry after a crash finds the key and returns the recorded result
 external tool commits its claim first; a retry that finds a claim without a result does
 not act blindly: the tool's reconcile hook (or a person) says whether the effect happened.
 Every result is screened for prompt injection before the model sees it. Secrets the tool
-marks are replaced by their markers (agentrun/vault.py) before anything leaves the activity.
+marks are replaced by their markers (agentrun/store/vault.py) before anything leaves the activity.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
-from agentrun import errors, faults, injection, ledger
-from agentrun.artifacts import ArtifactStore
-from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import SecretUnavailable, refused_data_is_final
-from agentrun.mirror_store import MirrorStore
-from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
+from agentrun.core import errors, faults, injection
+from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
+from agentrun.core.errors import SecretUnavailable, refused_data_is_final
+from agentrun.core.models import JsonDict, ToolCallInput, ToolCallResult
+from agentrun.store import ledger
+from agentrun.store.artifacts import ArtifactStore
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolContext, ToolRegistry
 from agentrun.tools.registry import (
     CheckpointSaver,
@@ -35,7 +37,6 @@ from agentrun.tools.registry import (
     UnknownToolError,
     compact_errors,
 )
-from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ToolActivities:

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrun import operations as ops
-from agentrun.client import connect
-from agentrun.offline_model import OfflineModelServer
-from agentrun.settings import Settings, SetupError
-from agentrun.stack import EmbeddedStack, free_port
+from agentrun.core.settings import Settings, SetupError
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.dev.stack import EmbeddedStack, free_port
+from agentrun.ops import operations as ops
+from agentrun.temporal.client import connect
 from bench import harness, ours
 from bench.stats import summarize
 

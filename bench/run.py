@@ -39,13 +39,13 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from agentrun.client import connect  # noqa: E402
-from agentrun.db import open_pool  # noqa: E402
-from agentrun.errors import SetupError  # noqa: E402
-from agentrun.models import ApproveInput  # noqa: E402
-from agentrun.offline_model import OfflineModelServer  # noqa: E402
-from agentrun.settings import Settings  # noqa: E402
-from agentrun.stack import EmbeddedStack, free_port  # noqa: E402
+from agentrun.core.errors import SetupError  # noqa: E402
+from agentrun.core.models import ApproveInput  # noqa: E402
+from agentrun.core.settings import Settings  # noqa: E402
+from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
+from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402
+from agentrun.store.db import open_pool  # noqa: E402
+from agentrun.temporal.client import connect  # noqa: E402
 from bench import harness, noisy, ours, pg_queue, plot, recovery, report  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
@@ -53,7 +53,7 @@ from workflows import AgentRunWorkflow  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 OUR_FIRST_STEP = "model.complete"
-PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.db.open_pool's default)
+PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
 
 
 @dataclass

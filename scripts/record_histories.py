@@ -19,10 +19,11 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun import operations as ops  # noqa: E402
-from agentrun.admission_models import TenantLimits  # noqa: E402
-from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.core.admission_models import TenantLimits  # noqa: E402
+from agentrun.core.models import ForkOrigin, RunSpec  # noqa: E402
+from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import operations as ops  # noqa: E402
+from agentrun.ops import watch  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
 
@@ -58,6 +59,18 @@ async def paused_and_resumed(client: Client, run_id: str) -> None:
             break
         await asyncio.sleep(0.1)
     await ops.resume(client, run_id)
+
+
+async def watched(client: Client, run_id: str) -> None:
+    """Approved while a watcher follows it: stream signals and poll updates in history."""
+
+    async def follow() -> None:
+        async for _ in watch.watch(client, run_id):
+            pass
+
+    watcher = asyncio.create_task(follow())
+    await approved_with_edit(client, run_id)
+    await watcher
 
 
 async def cancelled(client: Client, run_id: str) -> None:
@@ -112,6 +125,22 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "cancelled_receipt_shielded": (RunSpec(task=TASK), cancelled),
     "continued_after_step_boundary": (
         RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
+        finishes_alone,
+    ),
+    # Recorded after mirror writes got a queue of their own (patch mirror-queue).
+    "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after runs got a live stream (issue 17): the model's text streamed from the
+    # activity, a watcher's polls; then a fork of that run at its send (step 5), edited.
+    "watched_and_streamed": (RunSpec(task=TASK), watched),
+    "forked_with_edit": (
+        RunSpec(
+            task=TASK,
+            fork=ForkOrigin(
+                parent_run_id="run-history-watched_and_streamed",
+                from_step=5,
+                edit_output={"message_id": 1, "status": "sent (edited in the fork)"},
+            ),
+        ),
         finishes_alone,
     ),
 }

@@ -17,12 +17,12 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.db import RESERVED_CONNECTIONS, open_pool
-from agentrun.mirror_store import MirrorStore
-from agentrun.models import ApproveInput, MirrorBatch, RunResult, RunSnapshot
-from agentrun.offline_model import OfflineModelServer, completion
-from agentrun.states import RunStatus
+from agentrun.core.models import ApproveInput, MirrorBatch, RunResult, RunSnapshot
+from agentrun.core.states import RunStatus
+from agentrun.dev.offline_model import OfflineModelServer, completion
+from agentrun.ops import operations as ops
+from agentrun.store.db import RESERVED_CONNECTIONS, open_pool
+from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
@@ -570,8 +570,8 @@ async def test_a_rerun_that_dies_again_asks_again(client, settings, pool):
 async def test_a_backlog_task_tried_again_does_not_repeat_its_side_effect(client, settings, pool):
     """#7: idempotency keys held the run id, and each attempt of a backlog task is a new
     run: a task that failed after its effect repeated the effect on its next attempt."""
-    from agentrun import backlog_ops as bops
-    from agentrun.backlog_models import PolicyPatch
+    from agentrun.core.backlog_models import PolicyPatch
+    from agentrun.ops import backlog_ops as bops
     from tests.backlog_support import end_backlog, item, new_agent, wait_states
 
     done: list[str] = []

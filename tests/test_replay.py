@@ -18,7 +18,7 @@ from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
-from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
+from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -72,6 +72,12 @@ def test_backlog_child_priority_has_a_history():
     assert CHILD_PRIORITY in taken["backlog_child_priority"]
 
 
+def test_mirror_queue_has_a_history():
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MIRROR_QUEUE not in taken["admitted_from_queue"]
+    assert MIRROR_QUEUE in taken["mirror_queue"]
+
+
 def test_the_audit_fixes_have_histories():
     """The paths issue 13 added (see the patch ids in workflows/agent_run.py) are recorded."""
     from workflows.agent_run import (
@@ -87,3 +93,24 @@ def test_the_audit_fixes_have_histories():
     assert taken["cancelled_receipt_shielded"] >= {RECEIPT_SHIELDED}
     assert taken["continued_after_step_boundary"] >= {CONTINUE_AFTER_BOUNDARY}
     assert EFFECT_KEYS not in taken["approved_mirror_after_commit"]
+
+
+def test_streams_and_forks_have_histories():
+    """A watched run (stream signals from the model activity, a watcher's poll updates) and
+    a fork (`fork.seed`, an edited step) are recorded, so their paths replay."""
+    watched = json.loads((HISTORIES[0].parent / "watched_and_streamed.json").read_text())
+    kinds = [e["eventType"] for e in watched["events"]]
+    assert "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED" in kinds
+    signals = [
+        e["workflowExecutionSignaledEventAttributes"]["signalName"]
+        for e in watched["events"]
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"
+    ]
+    assert "__temporal_workflow_stream_publish" in signals
+    forked = json.loads((HISTORIES[0].parent / "forked_with_edit.json").read_text())
+    activities = [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in forked["events"]
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+    ]
+    assert "fork.seed" in activities and "tool.invoke" not in activities

@@ -40,13 +40,12 @@ with workflow.unsafe.imports_passed_through():
         ToolActivities,
         VerifyActivities,
     )
-    from agentrun import constants as names
-    from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
-    from agentrun.admission_models import ReleaseInput
-    from agentrun.conversation import STEP_OUTPUT_REF
-    from agentrun.errors import PERMISSION_DENIED
-    from agentrun.ledger import canonical_json, effect_key, idempotency_key
-    from agentrun.models import (
+    from agentrun.core import constants as names
+    from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core.admission_models import ReleaseInput
+    from agentrun.core.errors import PERMISSION_DENIED
+    from agentrun.core.keys import canonical_json, effect_key, idempotency_key
+    from agentrun.core.models import (
         INTERRUPTED,
         CheckpointInput,
         ForkOrigin,
@@ -67,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         VerifyResult,
     )
-    from agentrun.states import RunStatus
+    from agentrun.core.states import RunStatus
     from workflows import policies
 
 # Patch ids (see workflows/recording.py): each marks a change to what the run does.
@@ -90,13 +89,15 @@ JUDGE_COUNTED = "judge-usage-counted"
 # The receipt and the final mirror write run to their end even if a cancel comes meanwhile.
 RECEIPT_SHIELDED = "receipt-shielded-from-cancel"
 
+# The system message when the spec carries no instructions (an agent profile sets them):
+# runs started without a profile, and histories from before profiles, which replay as they ran.
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
 # Patch id: model calls go to a task queue of their own, where the server limits each
-# tenant's rate (agentrun.fairness). Runs that made model calls on the run queue replay the
+# tenant's rate (agentrun.core.fairness). Runs that made model calls on the run queue replay the
 # way they did.
 MODEL_CALL_QUEUE = "model-call-queue"
 
@@ -133,7 +134,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.spec = spec
         self.run_id = workflow.info().workflow_id
         # Only runs started with the search attributes keep them current (see the module).
-        self.indexed = search_attributes.STATUS in workflow.info().typed_search_attributes
+        attributes = workflow.info().typed_search_attributes
+        self.indexed = attributes.get(search_attributes.STATUS) is not None
         self.pending_steps: list[StepRecord] = []
         self.pending_events: list[RunEvent] = []
         self.mirror_writes: list[workflow.ActivityHandle[None]] = []
@@ -149,7 +151,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 # unchanged); a continuation was admitted long ago.
                 admitted=spec.admission is None,
                 pending_messages=[
-                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
                 ],
             )
@@ -206,7 +208,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
                 cancelled = True
         except ApplicationError as err:
-            # An input Temporal would refuse (agentrun.payload_limits): end the run with the
+            # An input Temporal would refuse (agentrun.core.payload_limits): end the run with the
             # reason rather than fail the workflow task, which Temporal retries for ever.
             if not payload_limits.is_too_large(err):
                 raise
@@ -561,7 +563,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         else:
             # The output is in the step's mirror row already; the model reads it from there.
             self.progress.pending_messages.append(
-                {"role": "tool", "tool_call_id": call.call_id, STEP_OUTPUT_REF: step_id}
+                {"role": "tool", "tool_call_id": call.call_id, names.STEP_OUTPUT_REF: step_id}
             )
 
     async def _run_tool(

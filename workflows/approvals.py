@@ -20,9 +20,9 @@ from workflows.run_state import RunEnded
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from agentrun import constants as names
-    from agentrun.ledger import action_hash
-    from agentrun.models import (
+    from agentrun.core import constants as names
+    from agentrun.core.keys import action_hash
+    from agentrun.core.models import (
         ApprovalKind,
         ApprovalRecord,
         ApproveInput,
@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         RejectInput,
         StepRecord,
     )
-    from agentrun.states import RunStatus, is_terminal
+    from agentrun.core.states import RunStatus, is_terminal
 
 
 def decision_fields(
