@@ -32,14 +32,14 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.db import install_tool_schema, open_pool
-from agentrun.models import ApproveInput, RunSpec
-from agentrun.offline_model import OfflineModelServer, Reply, completion
-from agentrun.settings import Settings
-from agentrun.states import RunStatus, is_terminal
+from agentrun.core.models import ApproveInput, RunSpec
+from agentrun.core.settings import Settings
+from agentrun.core.states import RunStatus, is_terminal
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
+from agentrun.ops import operations as ops
+from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.worker_factory import AgentWorkers, WorkerDeps, build_worker
+from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
 from workflows import AgentRunWorkflow
 
 T = TypeVar("T")
