@@ -184,7 +184,7 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
                 in_text = True
                 continue
             else:
-                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+                print(("\n" if in_text else "") + render.watch_line(item, args.run), flush=True)
             in_text = False
             if item.kind == "receipt":
                 outcome = item.data.get("outcome")
