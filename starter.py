@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -578,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+def console() -> NoReturn:
+    """`python starter.py ...`, and the `agentrun ...` console script (pyproject.toml)."""
     code = main()
     shutdown_tracing()
     # The Temporal client's Rust threads can outlive asyncio.run and abort interpreter
@@ -589,3 +590,7 @@ if __name__ == "__main__":
         except (BrokenPipeError, ValueError):
             pass
     os._exit(code)
+
+
+if __name__ == "__main__":
+    console()
