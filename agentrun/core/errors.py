@@ -45,6 +45,22 @@ class DeploymentError(OperationError):
     """The version cannot be made current; the message says what to do."""
 
 
+class ToolLoadError(SetupError):
+    """A tool source (`worker.py --tools`) that does not load; the message names it."""
+
+
+class McpSetupError(SetupError):
+    """An MCP server (`worker.py --mcp`) that cannot be started or listed."""
+
+
+class ToolSetConflict(SetupError):
+    """Another live worker on the task queue has other tools."""
+
+
+class ProfileError(OperationError):
+    """An agent profile source that does not load, or a name it lacks; the message says which."""
+
+
 class UnknownEncryptionKey(Exception):
     """A payload names a key id this process does not hold."""
 
