@@ -33,6 +33,18 @@ class OperationError(Exception):
     """A refused or failed operation; the message is for a person."""
 
 
+class TenantError(OperationError):
+    """A refused tenant change."""
+
+
+class ForkError(OperationError):
+    """The run cannot be forked there; the message says why and what to do."""
+
+
+class DeploymentError(OperationError):
+    """The version cannot be made current; the message says what to do."""
+
+
 class UnknownEncryptionKey(Exception):
     """A payload names a key id this process does not hold."""
 
