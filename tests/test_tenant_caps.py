@@ -11,7 +11,7 @@ import pytest
 
 from agentrun.core.admission_models import AdmissionInput, TenantLimits
 from agentrun.core.errors import OperationError
-from agentrun.ops import admission_ops
+from agentrun.ops import admission_ops, tenant_ops
 from agentrun.ops import operations as ops
 from agentrun.store.tenant_store import TenantStore
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
@@ -210,3 +210,25 @@ async def test_the_queue_continues_as_new_and_keeps_its_order(client, settings, 
         tenant,
     )
     assert [r["run_id"] for r in admitted] == order
+
+
+async def test_raising_the_cap_admits_waiting_runs_at_once(client, settings, pool, worker):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    await TenantStore(pool).save(capped(tenant, 1))
+    limits = await TenantStore(pool).limits(tenant)
+    specs = [make_spec(TASK, tenant=tenant, allowed_tools=["send_message"]) for _ in range(3)]
+    async with worker():
+        run_ids = [
+            (await ops.start_run(client, s, task_queue=settings.task_queue, limits=limits)).run_id
+            for s in specs
+        ]
+        await wait_pending(client, run_ids[0])
+        assert (await ops.status(client, run_ids[2])).queue_position == 2
+        await tenant_ops.set_tenant(
+            client, pool, tenant, {"max_in_flight": 3}, task_queue=settings.task_queue
+        )
+        for run_id in run_ids[1:]:
+            await wait_pending(client, run_id)
+        for run_id in run_ids:
+            await ops.approve(client, run_id, by="maria", role="approver")
+            await wait_status(client, run_id, "completed")
