@@ -30,7 +30,7 @@ from agentrun.core.models import PendingApproval, RunSpec
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
 from agentrun.dev.stack import EmbeddedStack, port_open
-from agentrun.ops import fork_ops, tenant_ops, watch
+from agentrun.ops import fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
 from agentrun.store.db import command_pool, schema_version
@@ -184,7 +184,7 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
                 in_text = True
                 continue
             else:
-                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+                print(("\n" if in_text else "") + render.watch_line(item, args.run), flush=True)
             in_text = False
             if item.kind == "receipt":
                 outcome = item.data.get("outcome")
@@ -239,10 +239,7 @@ async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespac
 async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """Make a build current: new runs go to it; open runs stay on the build they started on."""
     name = args.deployment or settings.deployment_name
-    try:
-        await deployments.set_current_version(client, name, args.build_id)
-    except deployments.DeploymentError as err:
-        raise OperationError(str(err)) from err
+    await deployments.set_current_version(client, name, args.build_id)
     print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
     return 0
 
@@ -571,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (OperationError, tenant_ops.TenantError, SetupError) as err:
+    except (OperationError, SetupError) as err:  # TenantError, ForkError, ... among them
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
