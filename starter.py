@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -26,7 +26,7 @@ from agentrun import profiles
 from agentrun.cli import backlog_cli, render, tenants_cli
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
-from agentrun.core.models import PendingApproval, RunSpec
+from agentrun.core.models import PendingApproval, RunSpec, WatchItem
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
 from agentrun.dev.stack import EmbeddedStack, port_open
@@ -166,6 +166,29 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
+# A live run's stream is served by its workers: if nothing comes for this long, say why.
+WATCH_SILENCE_SECONDS = 10.0
+
+
+async def noting_silence(items: AsyncIterator[WatchItem], run_id: str) -> AsyncIterator[WatchItem]:
+    """The items; if the first is slow to come, say once on stderr what it waits for."""
+    first = asyncio.ensure_future(anext(items, None))
+    done, _ = await asyncio.wait({first}, timeout=WATCH_SILENCE_SECONDS)
+    if not done:
+        print(
+            f"note: nothing from {run_id} for {WATCH_SILENCE_SECONDS:.0f}s: a live run's "
+            "stream is served by a worker; is one running? (`python worker.py`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    item = await first
+    if item is None:
+        return
+    yield item
+    async for item in items:
+        yield item
+
+
 async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
     outcome: str | None = None
@@ -176,7 +199,8 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
             if settings.database_url
             else None
         )
-        async for item in watch.watch(client, args.run, pool=pool, from_offset=args.from_offset):
+        items = watch.watch(client, args.run, pool=pool, from_offset=args.from_offset)
+        async for item in noting_silence(items, args.run):
             if args.json:
                 print(item.model_dump_json(), flush=True)
             elif item.kind == "text":
@@ -184,7 +208,7 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
                 in_text = True
                 continue
             else:
-                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+                print(("\n" if in_text else "") + render.watch_line(item, args.run), flush=True)
             in_text = False
             if item.kind == "receipt":
                 outcome = item.data.get("outcome")
