@@ -97,16 +97,7 @@ class Recording:
 
     def _show_details(self) -> None:
         """The Web UI's *Current details*: what the run does or waits for, in words."""
-        workflow.set_current_details(
-            run_summaries.current_details(
-                self.run_id,
-                self.progress.status,
-                step_id=self.progress.current_step_id,
-                pending=self.progress.pending_approval,
-                pause_reason=self.progress.pause_reason,
-                error=self.progress.error,
-            )
-        )
+        workflow.set_current_details(run_summaries.current_details(self.run_id, self.progress))
 
     def _finish(
         self, status: RunStatus, *, answer: str | None = None, error: str | None = None
