@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun_demo
@@ -184,11 +185,16 @@ class LiveRun(RuleBasedStateMachine):
         return f"{action}-{self.count}"
 
     def attempt(self, who: str, work: Coroutine[Any, Any, Any]) -> None:
-        """Send a command; a refusal is expected sometimes and must change nothing."""
+        """Send a command; a refusal is expected sometimes and must change nothing. A command
+        whose call timed out (a loaded machine) may or may not have landed: the promises
+        checked at the end hold either way."""
         try:
             self.live.call(work, 60)
         except ops.OperationError:
             self.refused.append(who)
+        except RPCError as err:
+            if "Timeout" not in err.message:
+                raise
 
     @initialize(script=turns, budget=st.sampled_from([None, None, 60]))
     def start(self, script: list[tuple[Any, ...]], budget: int | None) -> None:
@@ -257,6 +263,8 @@ class LiveRun(RuleBasedStateMachine):
         for who, outcome in zip((first, second), outcomes, strict=True):
             if isinstance(outcome, ops.OperationError):
                 self.refused.append(who)
+            elif isinstance(outcome, RPCError) and "Timeout" in outcome.message:
+                continue  # landed or not, as in `attempt`
             elif isinstance(outcome, BaseException):
                 raise outcome
 
@@ -346,8 +354,9 @@ class LiveRun(RuleBasedStateMachine):
                 if seen != last_seen:
                     last_seen, idle_since = seen, loop.time()
                 elif loop.time() - idle_since > 5:
-                    pending = described.raw_description.pending_activities
-                    assert pending, f"stuck: {state.status.value} with nothing pending"
+                    raw = described.raw_description
+                    working = raw.pending_activities or raw.HasField("pending_workflow_task")
+                    assert working, f"stuck: {state.status.value} with nothing pending"
             await asyncio.sleep(0.2)
         else:
             raise AssertionError(f"{self.run_id} did not end within the bound")

@@ -126,10 +126,15 @@ async def outlast_cancel(
     try:
         return await asyncio.shield(activity), False
     except asyncio.CancelledError:
-        if activity.done():
-            raise
-        activity.cancel()
-        return await activity, True
+        if not activity.done():  # it may have finished in the same activation as the cancel
+            activity.cancel()
+        try:
+            return await activity, True
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            # The attempt failed while the run was being cancelled: the run still ends.
+            raise asyncio.CancelledError("cancelled on request") from err
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
