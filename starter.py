@@ -14,20 +14,23 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
+from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from temporalio.client import Client
 
 from agentrun import backlog_cli, metrics, render, retention
 from agentrun import operations as ops
+from agentrun.cli_options import add_tenant, add_wait
 from agentrun.client import connect
 from agentrun.db import open_pool
-from agentrun.models import PendingApproval, RunSpec
+from agentrun.models import DecisionResult, PendingApproval, RunSpec
 from agentrun.periods import parse_age, parse_point
 from agentrun.settings import Settings, SetupError, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
@@ -70,10 +73,34 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 # ---------------------------------------------------------------- commands that need a client
 
 
+def tenant_of(settings: Settings, args: argparse.Namespace) -> str | None:
+    """--tenant, else AGENTRUN_TENANT: the only tenant whose runs a command sees."""
+    return getattr(args, "tenant", None) or settings.tenant
+
+
+@asynccontextmanager
+async def mirror_pool(settings: Settings) -> AsyncIterator[AsyncConnectionPool | None]:
+    """The mirror, for reads and decisions while no worker answers; None if not configured."""
+    if not settings.database_url:
+        yield None
+        return
+    pool = await open_pool(settings.database_url, max_size=2, connect_seconds=5)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
+    if settings.tenant and args.tenant is None:
+        spec = spec.model_copy(update={"tenant": settings.tenant})
     started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
+        client,
+        spec,
+        task_queue=settings.task_queue,
+        indexed=settings.search_attributes,
+        tenant=settings.tenant,
     )
     note = (
         "already exists (same idempotency key); not started again"
@@ -99,50 +126,78 @@ async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespa
         raise ops.OperationError(f"--edit is not valid JSON: {err}") from err
     if edit is not None and not isinstance(edit, dict):
         raise ops.OperationError("--edit takes a JSON object of the arguments to change")
-    result = await ops.approve(
-        client, args.run, by=args.by, role=args.role, edit=edit, tenant=args.tenant
-    )
-    emit(
-        result.model_dump(mode="json"),
-        args.json,
-        f"{result.decision}; run is {result.status.value}",
-    )
+    async with mirror_pool(settings) as mirror:
+        result = await ops.approve(
+            client,
+            args.run,
+            by=args.by,
+            role=args.role,
+            edit=edit,
+            tenant=tenant_of(settings, args),
+            wait=args.wait,
+            mirror=mirror,
+        )
+    emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
+def decision_text(result: DecisionResult) -> str:
+    return result.note or f"{result.decision}; run is {result.status.value}"
+
+
 async def cmd_reject(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    result = await ops.reject(
-        client, args.run, by=args.by, role=args.role, reason=args.reason, tenant=args.tenant
-    )
-    emit(
-        result.model_dump(mode="json"),
-        args.json,
-        f"{result.decision}; run is {result.status.value}",
-    )
+    async with mirror_pool(settings) as mirror:
+        result = await ops.reject(
+            client,
+            args.run,
+            by=args.by,
+            role=args.role,
+            reason=args.reason,
+            tenant=tenant_of(settings, args),
+            wait=args.wait,
+            mirror=mirror,
+        )
+    emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
 async def cmd_pause(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    result = await ops.pause(client, args.run)
+    async with mirror_pool(settings) as mirror:
+        result = await ops.pause(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
     emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
 async def cmd_resume(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    result = await ops.resume(client, args.run)
+    async with mirror_pool(settings) as mirror:
+        result = await ops.resume(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
     emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
 async def cmd_cancel(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    await ops.cancel(client, args.run)
-    print(f"cancel requested: {args.run} ends as cancelled and writes its receipt")
+    async with mirror_pool(settings) as mirror:
+        message = await ops.cancel(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
+    print(message)
     return 0
 
 
 async def cmd_status(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    state = await ops.status(client, args.run)
-    emit(state.model_dump(mode="json"), args.json, render.run_state(state))
+    async with mirror_pool(settings) as mirror:
+        report = await ops.inspect(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
+    emit(
+        report.flat_json(),
+        args.json,
+        render.run_report(report),
+    )
     return 0
 
 
@@ -164,7 +219,9 @@ async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespac
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
-        runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
+        runs = await ops.list_runs(
+            pool, status=args.status, limit=args.limit, tenant=tenant_of(settings, args)
+        )
     finally:
         await pool.close()
     emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
@@ -174,7 +231,7 @@ async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
     pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
-        receipt = await ops.receipt(pool, args.run)
+        receipt = await ops.receipt(pool, args.run, tenant=tenant_of(settings, args))
     finally:
         await pool.close()
     emit(receipt, args.json, render.receipt_markdown(receipt))
@@ -188,7 +245,7 @@ async def cmd_stats(settings: Settings, args: argparse.Namespace) -> int:
         raise ops.OperationError(f"--since: {err}") from err
     pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
-        figures = await metrics.stats(pool, since=since)
+        figures = await metrics.stats(pool, since=since, tenant=tenant_of(settings, args))
     finally:
         await pool.close()
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
@@ -362,6 +419,8 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help)
         if json_flag:
             p.add_argument("--json", action="store_true", help="print JSON for machines")
+        if name not in ("demo", "up"):
+            add_wait(p)
         return p
 
     for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
@@ -381,30 +440,33 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--by", required=True, help="who approves")
     p.add_argument("--role", default="approver", help="the approver's role")
     p.add_argument("--edit", help="JSON object of arguments to change before running")
-    p.add_argument("--tenant", help="refuse unless the run belongs to this tenant")
+    add_tenant(p)
     p = command("reject", "reject the pending action", json_flag=True)
     p.add_argument("run")
     p.add_argument("--by", required=True)
     p.add_argument("--role", default="approver")
     p.add_argument("--reason", required=True)
-    p.add_argument("--tenant")
+    add_tenant(p)
     for name, help in (
         ("pause", "pause at the next step boundary"),
         ("resume", "continue a paused run"),
         ("cancel", "end the run as cancelled, with its receipt"),
-        ("status", "the live state of a run"),
+        ("status", "the state of a run: live, else as the mirror last saw it"),
         ("receipt", "what a run did, cost and changed"),
     ):
         p = command(name, help, json_flag=name in ("pause", "resume", "status", "receipt"))
         p.add_argument("run")
+        add_tenant(p)
     p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
     p.add_argument("--limit", type=int, default=50)
+    add_tenant(p)
     p = command("stats", "fleet figures: cost per completed run, failures, waits", json_flag=True)
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")
+    add_tenant(p)
     p = command("prune", "delete what runs that finished long ago recorded", json_flag=True)
     p.add_argument(
         "--older-than",
@@ -421,7 +483,7 @@ async def dispatch(args: argparse.Namespace) -> int:
         return await backlog_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
-    client = await connect(settings)
+    client = await connect(settings, within_seconds=args.wait)
     return await CLIENT_COMMANDS[args.command](client, settings, args)
 
 

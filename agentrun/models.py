@@ -390,6 +390,7 @@ class DecisionResult(BaseModel):
     approval_id: str
     decision: str
     status: RunStatus
+    note: str | None = Field(None, description="what happens next, when not applied yet")
 
 
 class ControlInput(BaseModel):

@@ -34,6 +34,8 @@ class Settings:
     # API key, TLS, gRPC metadata: TEMPORAL_* or a TOML profile (agentrun.temporal_connection).
     temporal_profile: ClientConfigProfile | None = field(default=None, repr=False)
     task_queue: str = TASK_QUEUE
+    # AGENTRUN_TENANT: commands see and touch only this tenant's runs (None: every tenant's).
+    tenant: str | None = None
     # Secrets stay out of repr(), so a logged or printed Settings shows none of them.
     database_url: str | None = field(default=None, repr=False)  # its password
     openai_base_url: str | None = None
@@ -82,6 +84,7 @@ class Settings:
             temporal_namespace=profile.namespace or "default",
             temporal_profile=profile,
             task_queue=env.get("AGENTRUN_TASK_QUEUE", TASK_QUEUE),
+            tenant=env.get("AGENTRUN_TENANT") or None,
             database_url=env.get("DATABASE_URL") or stack.get("database_url"),
             openai_base_url=env.get("OPENAI_BASE_URL") or stack.get("openai_base_url"),
             openai_api_key=env.get("OPENAI_API_KEY", "offline"),
