@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -25,16 +26,30 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import backlog_cli, metrics, render, retention
+from agentrun import (
+    backlog_cli,
+    deployments,
+    fork_ops,
+    metrics,
+    render,
+    retention,
+    tenant_ops,
+    tenants_cli,
+    watch,
+)
 from agentrun import operations as ops
 from agentrun.cli_options import add_tenant, add_wait
 from agentrun.client import connect
-from agentrun.db import open_pool
+from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.db import command_pool, schema_version
+from agentrun.errors import OperationError, SetupError
 from agentrun.models import DecisionResult, PendingApproval, RunSpec
 from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, SetupError, read_stack_file
+from agentrun.settings import Settings, read_stack_file
 from agentrun.stack import EmbeddedStack, port_open
 from agentrun.telemetry import shutdown_tracing
+from agentrun.tenant_store import TenantStore
+from agentrun.worker_api import run_worker
 from workflows import AgentRunWorkflow
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
@@ -50,16 +65,17 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
         try:
             raw = yaml.safe_load(Path(args.spec).read_text()) or {}
         except OSError as err:
-            raise ops.OperationError(f"cannot read {args.spec}: {err.strerror}") from err
+            raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
         except yaml.YAMLError as err:
-            raise ops.OperationError(f"{args.spec} is not valid YAML: {err}") from err
+            raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
         if not isinstance(raw, dict):
-            raise ops.OperationError(f"{args.spec}: a run spec must be a mapping")
+            raise OperationError(f"{args.spec}: a run spec must be a mapping")
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),
         ("tenant", args.tenant),
         ("user", args.user),
+        ("priority", getattr(args, "priority", None)),
     ):
         if value is not None:
             raw[field] = value
@@ -67,7 +83,7 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
         return RunSpec.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ops.OperationError(f"invalid run spec: {problems}") from err
+        raise OperationError(f"invalid run spec: {problems}") from err
 
 
 # ---------------------------------------------------------------- commands that need a client
@@ -84,33 +100,36 @@ async def mirror_pool(settings: Settings) -> AsyncIterator[AsyncConnectionPool |
     if not settings.database_url:
         yield None
         return
-    pool = await open_pool(settings.database_url, max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         yield pool
-    finally:
-        await pool.close()
 
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     spec = load_spec(args)
     if settings.tenant and args.tenant is None:
         spec = spec.model_copy(update={"tenant": settings.tenant})
-    started = await ops.start_run(
-        client,
-        spec,
-        task_queue=settings.task_queue,
-        indexed=settings.search_attributes,
-        tenant=settings.tenant,
-    )
+    async with command_pool(settings) as pool:
+        started = await ops.start_run(
+            client,
+            spec,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+            mirror=pool,
+            tenant=settings.tenant,
+            limits=await TenantStore(pool).limits(spec.tenant),
+        )
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
         else "started"
     )
+    if started.queue_position is not None:
+        note += f"; queued at position {started.queue_position} behind its tenant's cap"
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
+            "queue_position": started.queue_position,
             "url": settings.run_link(started.run_id),
         },
         args.json,
@@ -123,9 +142,9 @@ async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespa
     try:
         edit = json.loads(args.edit) if args.edit else None
     except json.JSONDecodeError as err:
-        raise ops.OperationError(f"--edit is not valid JSON: {err}") from err
+        raise OperationError(f"--edit is not valid JSON: {err}") from err
     if edit is not None and not isinstance(edit, dict):
-        raise ops.OperationError("--edit takes a JSON object of the arguments to change")
+        raise OperationError("--edit takes a JSON object of the arguments to change")
     async with mirror_pool(settings) as mirror:
         result = await ops.approve(
             client,
@@ -201,39 +220,114 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
+async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
+    outcome: str | None = None
+    in_text = False  # model text is printed as it arrives, on one line per reply
+    async with contextlib.AsyncExitStack() as resources:
+        pool = (
+            await resources.enter_async_context(command_pool(settings))
+            if settings.database_url
+            else None
+        )
+        async for item in watch.watch(client, args.run, pool=pool, from_offset=args.from_offset):
+            if args.json:
+                print(item.model_dump_json(), flush=True)
+            elif item.kind == "text":
+                print(item.text or "", end="", flush=True)
+                in_text = True
+                continue
+            else:
+                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+            in_text = False
+            if item.kind == "receipt":
+                outcome = item.data.get("outcome")
+            elif item.type == "run.finished":
+                outcome = outcome or item.data.get("status")
+    return 0 if outcome == "completed" else 1
+
+
+async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    if args.from_step < 1:
+        raise OperationError("--from-step takes a step number, 1 or more")
+    try:
+        edit = json.loads(args.edit_output) if args.edit_output is not None else None
+    except json.JSONDecodeError as err:
+        raise OperationError(f"--edit-output is not valid JSON: {err}") from err
+    async with command_pool(settings) as pool:
+        started = await fork_ops.fork_run(
+            client,
+            pool,
+            args.run,
+            from_step=args.from_step,
+            edit_output=edit,
+            key=args.key,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+        )
+    note = "already exists (same key); not started again" if started.existing else "started"
+    emit(
+        {
+            "run_id": started.run_id,
+            "existing": started.existing,
+            "forked_from": args.run,
+            "from_step": args.from_step,
+            "url": settings.run_link(started.run_id),
+        },
+        args.json,
+        f"{started.run_id} {note}: a fork of {args.run} from step {args.from_step}\n"
+        f"{settings.run_link(started.run_id)}",
+    )
+    return 0
+
+
 async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         action = ops.rebuild_mirror if args.action == "rebuild" else ops.check_mirror
         report = await action(client, pool, args.run, payload_limit=settings.payload_limit_bytes)
-    finally:
-        await pool.close()
     emit(report, args.json, render.mirror_report(report))
     return 0 if report["agrees"] else 1
+
+
+async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """Make a build current: new runs go to it; open runs stay on the build they started on."""
+    name = args.deployment or settings.deployment_name
+    try:
+        await deployments.set_current_version(client, name, args.build_id)
+    except deployments.DeploymentError as err:
+        raise OperationError(str(err)) from err
+    print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
+    return 0
+
+
+async def cmd_version(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    await ops.status(client, args.run)  # an unknown run is a clear error
+    version = await deployments.run_version(client, args.run)
+    text = (
+        f"{args.run} is {version.behavior} to {version.deployment_name}/{version.build_id}"
+        if version.build_id
+        else f"{args.run} runs on unversioned workers"
+    )
+    emit(version.model_dump(mode="json"), args.json, text)
+    return 0
 
 
 # ---------------------------------------------------------------- commands that read Postgres
 
 
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         runs = await ops.list_runs(
             pool, status=args.status, limit=args.limit, tenant=tenant_of(settings, args)
         )
-    finally:
-        await pool.close()
     emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
     return 0
 
 
 async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         receipt = await ops.receipt(pool, args.run, tenant=tenant_of(settings, args))
-    finally:
-        await pool.close()
     emit(receipt, args.json, render.receipt_markdown(receipt))
     return 0
 
@@ -242,12 +336,9 @@ async def cmd_stats(settings: Settings, args: argparse.Namespace) -> int:
     try:
         since = parse_point(args.since) if args.since else None
     except ValueError as err:
-        raise ops.OperationError(f"--since: {err}") from err
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+        raise OperationError(f"--since: {err}") from err
+    async with command_pool(settings) as pool:
         figures = await metrics.stats(pool, since=since, tenant=tenant_of(settings, args))
-    finally:
-        await pool.close()
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
     return 0
 
@@ -259,20 +350,26 @@ async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
         elif settings.retention_days is not None:
             age = timedelta(days=settings.retention_days)
         else:
-            raise ops.OperationError(
+            raise OperationError(
                 "say how old a finished run must be: --older-than 30d, or set "
                 "AGENTRUN_RETENTION_DAYS"
             )
     except ValueError as err:
-        raise ops.OperationError(f"--older-than: {err}") from err
+        raise OperationError(f"--older-than: {err}") from err
     if age <= timedelta(0):
-        raise ops.OperationError("--older-than must be more than zero")
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+        raise OperationError("--older-than must be more than zero")
+    async with command_pool(settings) as pool:
         result = await retention.prune(pool, cutoff=datetime.now(UTC) - age, dry_run=args.dry_run)
-    finally:
-        await pool.close()
     emit(result.model_dump(mode="json"), args.json, render.prune_text(result))
+    return 0
+
+
+async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """Bring the database's schema up to this code's version; running it again is a no-op.
+    Workers and `up` do it on start; reads never do."""
+    async with command_pool(settings, migrate=True) as pool, pool.connection() as conn:
+        version = await schema_version(conn)
+    emit({"schema_version": version}, args.json, f"the schema is at version {version}")
     return 0
 
 
@@ -288,8 +385,6 @@ def existing_stack(settings: Settings) -> bool:
 
 
 async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
-    from worker import run_worker
-
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
     endpoints = stack.start()
     stop = asyncio.Event()
@@ -304,9 +399,11 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     )
     try:
         if args.no_worker:
+            async with command_pool(Settings.load(), migrate=True):
+                pass  # a worker would migrate on start; without one, `up` does
             await stop.wait()
         else:
-            await run_worker(Settings.load(), identity="embedded-worker", stop=stop)
+            await run_worker(settings=Settings.load(), identity="embedded-worker", stop=stop)
     finally:
         stack.stop()
     return 0
@@ -314,8 +411,6 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     """Run a sample task end to end: start, stop at the approval gate, approve, verify."""
-    from worker import run_worker
-
     stack = None
     if not existing_stack(settings):
         stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
@@ -323,7 +418,7 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         stack.start()
         settings = Settings.load()
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(settings, identity="demo-worker", stop=stop))
+    worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
     demo = asyncio.create_task(run_demo(settings))
     try:
         await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
@@ -357,11 +452,8 @@ async def run_demo(settings: Settings) -> int:
     )
     print(f"approval {decision.decision}; run is {decision.status.value}")
     result = await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
+    async with command_pool(settings) as pool:
         receipt = await ops.receipt(pool, started.run_id)
-    finally:
-        await pool.close()
     print()
     print(render.receipt_markdown(receipt))
     print(f"\nWeb UI: {settings.run_link(started.run_id)}")
@@ -382,7 +474,7 @@ async def wait_for_approval(
             "failed",
             "cancelled",
         ):
-            raise ops.OperationError(
+            raise OperationError(
                 f"run {run_id} never reached its approval gate ({state.status.value})"
             )
         await asyncio.sleep(0.2)
@@ -400,12 +492,17 @@ CLIENT_COMMANDS: dict[str, ClientCommand] = {
     "cancel": cmd_cancel,
     "status": cmd_status,
     "mirror": cmd_mirror,
+    "watch": cmd_watch,
+    "fork": cmd_fork,
+    "deploy": cmd_deploy,
+    "version": cmd_version,
 }
 LOCAL_COMMANDS = {
     "list": cmd_list,
     "receipt": cmd_receipt,
     "stats": cmd_stats,
     "prune": cmd_prune,
+    "migrate": cmd_migrate,
     "up": cmd_up,
     "demo": cmd_demo,
 }
@@ -425,16 +522,19 @@ def parser() -> argparse.ArgumentParser:
 
     for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
         p = command(name, help)
-        p.add_argument("--port", type=int, default=7233, help="Temporal frontend port")
-        p.add_argument("--ui-port", type=int, default=8233, help="Web UI port")
+        p.add_argument("--port", type=int, default=TEMPORAL_PORT, help="Temporal frontend port")
+        p.add_argument("--ui-port", type=int, default=WEB_UI_PORT, help="Web UI port")
         if name == "up":
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
     p.add_argument("--user")
+    p.add_argument(
+        "--priority", type=int, help="1 (runs first) to 5 (last); default 3, or the spec's"
+    )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
     p.add_argument("--by", required=True, help="who approves")
@@ -460,6 +560,29 @@ def parser() -> argparse.ArgumentParser:
     p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")
+    p = command("watch", "follow a run live: steps, approvals, model text, receipt", json_flag=True)
+    p.add_argument("run")
+    p.add_argument(
+        "--from",
+        dest="from_offset",
+        type=int,
+        default=0,
+        help="start at this stream offset (an ended run: after this event seq)",
+    )
+    p = command(
+        "fork", "a new run from another's step N, optionally with an edited output", json_flag=True
+    )
+    p.add_argument("run")
+    p.add_argument("--from-step", type=int, required=True, help="the step (its number) to fork at")
+    p.add_argument(
+        "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
+    )
+    p.add_argument("--key", help="idempotency key of the fork (default: from run, step, edit)")
+    p = command("deploy", "make a worker build current for new runs")
+    p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
+    p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
+    p = command("version", "the worker build a run is pinned to", json_flag=True)
+    p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
     p.add_argument("--limit", type=int, default=50)
@@ -473,7 +596,11 @@ def parser() -> argparse.ArgumentParser:
         help="finished longer ago than this (30d, 12h); default AGENTRUN_RETENTION_DAYS",
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    command(
+        "migrate", "bring the database's schema up to date (workers do it on start)", json_flag=True
+    )
     backlog_cli.add_commands(sub)
+    tenants_cli.add_commands(sub)
     return top
 
 
@@ -481,6 +608,8 @@ async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
+    if args.command == "tenants":
+        return await tenants_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings, within_seconds=args.wait)
@@ -491,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (ops.OperationError, SetupError) as err:
+    except (OperationError, tenant_ops.TenantError, SetupError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """Start one worker against the stack the settings name: `python worker.py`.
 
 Run as many as you like, on as many machines: Temporal hands each step to one of them, and
-a step whose worker dies is retried on another after its heartbeat timeout.
+a step whose worker dies is retried on another after its heartbeat timeout. Workers on one
+task queue must have the same tools (the second kind refuses to start; see the README).
 """
 
 from __future__ import annotations
@@ -13,62 +14,61 @@ import signal
 import socket
 import sys
 
-from temporalio.service import RPCError
-
-from agentrun import search_attributes
-from agentrun.client import connect
-from agentrun.db import open_pool
-from agentrun.settings import Settings, SetupError
-from agentrun.telemetry import shutdown_tracing
-from agentrun.tools.demo import demo_registry
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client
-
-
-async def run_worker(settings: Settings, *, identity: str, stop: asyncio.Event) -> None:
-    client = await connect(settings, identity=identity, serve_metrics=True)
-    if settings.search_attributes:
-        try:
-            await search_attributes.register(client)
-        except RPCError as err:
-            print(
-                f"warning: could not register search attributes ({err.message}); register "
-                "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
-                flush=True,
-            )
-    pool = await open_pool(settings.require_database())
-    deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=demo_registry())
-    try:
-        async with build_worker(client, settings, deps):
-            print(
-                f"worker {identity} polling {settings.task_queue!r} at "
-                f"{settings.temporal_address}; Ctrl-C drains and stops it",
-                flush=True,
-            )
-            if settings.prometheus_bind:
-                print(f"metrics at http://{settings.prometheus_bind}/metrics", flush=True)
-            await stop.wait()
-            print("draining: finishing the steps in hand", flush=True)
-    finally:
-        await pool.close()
-        shutdown_tracing()
+from agentrun.errors import SetupError
+from agentrun.tools.loading import split_references
+from agentrun.tools.mcp import parse_servers
+from agentrun.worker_api import run_worker
+from agentrun.worker_factory import ResourceTargets
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
+    parser.add_argument(
+        "--tools",
+        action="append",
+        metavar="PKG.MODULE:ATTR",
+        help="tools to serve: a ToolRegistry, a tool or a list of tools (repeatable; default "
+        "AGENTRUN_TOOLS, comma-separated; with neither this nor --mcp, the demo's tools)",
+    )
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        metavar="NAME=COMMAND ARGS...",
+        help="an MCP server whose tools the model sees as NAME__TOOL: NAME=COMMAND ARGS... "
+        "(stdio) or NAME=https://... (repeatable; default AGENTRUN_MCP, ';'-separated)",
+    )
+    parser.add_argument(
+        "--resource-tuner",
+        action="store_true",
+        help="size task slots by this machine's CPU and memory instead of fixed counts",
+    )
+    parser.add_argument("--target-cpu", type=float, default=0.8, help="with --resource-tuner")
+    parser.add_argument("--target-memory", type=float, default=0.8, help="with --resource-tuner")
     args = parser.parse_args()
+    for name in ("target_cpu", "target_memory"):
+        if not 0 < getattr(args, name) <= 1:
+            parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
+    resources = (
+        ResourceTargets(cpu=args.target_cpu, memory=args.target_memory)
+        if args.resource_tuner
+        else None
+    )
 
     async def serve() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_worker(Settings.load(), identity=args.identity, stop=stop)
+        tools = args.tools or split_references(os.environ.get("AGENTRUN_TOOLS", ""))
+        mcp = args.mcp or parse_servers(os.environ.get("AGENTRUN_MCP", ""))
+        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, resources=resources)
 
     try:
         asyncio.run(serve())
     except SetupError as err:
-        sys.exit(f"error: {err}")
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

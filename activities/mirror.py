@@ -27,11 +27,19 @@ class MirrorActivities:
 
     @activity.defn(name=ACTIVITY_CHECKPOINT_SAVE)
     async def save_checkpoint(self, input: CheckpointInput) -> None:
-        await self.store.save_run_checkpoint(input.run_id, input.checkpoint)
+        await self.store.save_run_checkpoint(input.run_id, input.checkpoint, input.fence)
 
     @activity.defn(name=ACTIVITY_RECEIPT_RECORD)
     async def record_receipt(self, receipt: Receipt) -> Receipt:
-        """Complete the receipt with every retry the attempts journal saw, then store it."""
-        receipt = receipt.model_copy(update={"retries": await self.store.retries(receipt.run_id)})
+        """Complete the receipt with every retry the attempts journal saw, and what model
+        responses the run paid for and never used (the model journal), then store it."""
+        unaccepted_tokens, unaccepted_cost = await self.journal.unaccepted(receipt.run_id)
+        receipt = receipt.model_copy(
+            update={
+                "retries": await self.store.retries(receipt.run_id),
+                "unaccepted_tokens": unaccepted_tokens,
+                "unaccepted_cost_usd": unaccepted_cost,
+            }
+        )
         await self.store.record_receipt(receipt)
         return receipt

@@ -19,15 +19,17 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
+from activities.proposals import proposed_call
 from agentrun import faults
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.conversation import ConversationStore
-from agentrun.errors import classify_model_error
+from agentrun.errors import classify_model_error, refused_data_is_final
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
-from agentrun.models import ModelCallInput, ModelCallResult, ProposedToolCall, Usage
+from agentrun.models import ModelCallInput, ModelCallResult
+from agentrun.pricing import Prices, cost_usd, usage_of
 from agentrun.tools import ToolRegistry
-from agentrun.tools.registry import MalformedCall, UnknownToolError
+from agentrun.tools.registry import UnknownToolError
 from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
@@ -41,7 +43,7 @@ class ModelActivities:
         conversation: ConversationStore,
         *,
         default_model: str,
-        prices: dict[str, tuple[float, float]],
+        prices: Prices,
         identity: str,
         vault: SecretVault,
     ) -> None:
@@ -55,12 +57,12 @@ class ModelActivities:
         self.default_model = default_model
         self.prices = prices
 
-    def cost(self, model: str, usage: Usage) -> float:
-        per_in, per_out = self.prices.get(model, (0.0, 0.0))
-        return round((usage.input_tokens * per_in + usage.output_tokens * per_out) / 1e6, 6)
-
     @activity.defn(name=ACTIVITY_MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
+        with refused_data_is_final():
+            return await self._complete(input)
+
+    async def _complete(self, input: ModelCallInput) -> ModelCallResult:
         info = activity.info()
         model = input.model or self.default_model
         await once_postgres_answers(
@@ -90,11 +92,8 @@ class ModelActivities:
             response = await self._seal_secret_arguments(
                 input.run_id, await self._call(input, model)
             )
-        usage = Usage(
-            input_tokens=response.usage.prompt_tokens if response.usage else 0,
-            output_tokens=response.usage.completion_tokens if response.usage else 0,
-        )
-        cost = self.cost(model, usage)
+        usage = usage_of(response)
+        cost = cost_usd(self.prices, model, usage)
         if journaled is None:
             await self.journal.record(
                 run_id=input.run_id,
@@ -108,7 +107,13 @@ class ModelActivities:
         faults.fire("model.after_response", model)
         message = response.choices[0].message
         proposals = [
-            self._check(call.id, call.function.name, call.function.arguments, input)
+            proposed_call(
+                self.registry,
+                call.id,
+                call.function.name,
+                call.function.arguments,
+                input.allowed_tools,
+            )
             for call in message.tool_calls or []
             if call.type == "function"
         ]
@@ -202,27 +207,3 @@ class ModelActivities:
                         scope.redact(json.loads(function["arguments"]))
                     )
         return ChatCompletion.model_validate(scope.redact(raw))
-
-    def _check(
-        self, call_id: str, name: str, raw_arguments: str, input: ModelCallInput
-    ) -> ProposedToolCall:
-        try:
-            arguments, error = self.registry.check_call(name, raw_arguments, input.allowed_tools)
-        except UnknownToolError as err:
-            return ProposedToolCall(
-                call_id=call_id, tool=name, error=str(err), error_kind="unknown_tool"
-            )
-        except MalformedCall as err:
-            return ProposedToolCall(
-                call_id=call_id, tool=name, error=str(err), error_kind="malformed"
-            )
-        tool = self.registry.get(name)
-        return ProposedToolCall(
-            call_id=call_id,
-            tool=name,
-            arguments=arguments,
-            error=error,
-            error_kind="invalid_arguments" if error else None,
-            risk=tool.risk,
-            side_effect=tool.side_effect,
-        )

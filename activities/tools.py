@@ -17,13 +17,12 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.leases import hold_lease, once_postgres_answers
-from agentrun import faults, injection, ledger
+from agentrun import errors, faults, injection, ledger
 from agentrun.artifacts import ArtifactStore
 from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import PERMISSION_DENIED, UNKNOWN_TOOL
+from agentrun.errors import SecretUnavailable, refused_data_is_final
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.tools import ToolContext, ToolRegistry
@@ -36,7 +35,7 @@ from agentrun.tools.registry import (
     UnknownToolError,
     compact_errors,
 )
-from agentrun.vault import MARKER, SecretScope, SecretUnavailable, SecretVault
+from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ToolActivities:
@@ -61,11 +60,15 @@ class ToolActivities:
 
     @activity.defn(name=ACTIVITY_TOOL_INVOKE)
     async def invoke(self, input: ToolCallInput) -> ToolCallResult:
+        with refused_data_is_final():
+            return await self._invoke(input)
+
+    async def _invoke(self, input: ToolCallInput) -> ToolCallResult:
         info = activity.info()
         try:
             tool = self.registry.get(input.tool)
         except UnknownToolError as err:
-            raise ApplicationError(str(err), type=UNKNOWN_TOOL, non_retryable=True) from err
+            raise errors.unknown_tool(str(err)) from err
         scope = SecretScope()
         try:
             arguments = await self._open_secrets(tool, input, scope)
@@ -125,11 +128,9 @@ class ToolActivities:
         except ToolForbidden as err:
             reason = scope.redact(str(err))
             await self._fail(input, f"forbidden: {reason}")
-            raise ApplicationError(
-                f"{tool.name} was refused permission: {reason}",
-                type=PERMISSION_DENIED,
-                non_retryable=True,
-            ) from (err if reason == str(err) else None)
+            raise errors.tool_forbidden(tool.name, reason) from (
+                err if reason == str(err) else None
+            )
         except ToolError as err:
             reason = scope.redact(str(err))
             await self._fail(input, reason)
@@ -141,11 +142,7 @@ class ToolActivities:
                 raise
             # The message quoted a secret: raise it without the original, which would carry
             # the value into history and the worker's log.
-            raise ApplicationError(
-                reason,
-                type=err.type if isinstance(err, ApplicationError) else type(err).__name__,
-                non_retryable=isinstance(err, ApplicationError) and err.non_retryable,
-            ) from None
+            raise errors.reworded(err, reason) from None
         if outcome.unknown_outcome:
             await self._fail(input, outcome.error or "unknown outcome")
             return outcome
@@ -198,7 +195,7 @@ class ToolActivities:
                         ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
                     )
             context = self._context(input, checkpoint, conn, save_checkpoint, scope)
-            output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context))
+            output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context), conn)
             if tool.side_effect:
                 await ledger.complete(conn, key=input.idempotency_key, result=output)
         return ToolCallResult(ok=True, output=output, attempt=attempt)
@@ -217,10 +214,7 @@ class ToolActivities:
         key = input.idempotency_key
         async with self.pool.connection() as conn:
             if not await ledger.try_lock(conn, key):
-                raise ApplicationError(
-                    f"another attempt is still performing {tool.name} ({key}); retrying later",
-                    type="EffectInProgress",
-                )
+                raise errors.effect_in_progress(tool.name, key)
             try:
                 context = self._context(input, checkpoint, conn, save_checkpoint, scope)
                 state, recorded = await ledger.claim_external(
@@ -249,7 +243,7 @@ class ToolActivities:
                         )
                     if verdict.happened:
                         reconciliation = f"happened ({verdict.by})"
-                        result = await self._seal(tool, input.run_id, scope, verdict.result)
+                        result = await self._seal(tool, input.run_id, scope, verdict.result, conn)
                         await ledger.complete(
                             conn, key=key, result=result, reconciliation=reconciliation
                         )
@@ -262,7 +256,9 @@ class ToolActivities:
                             attempt=attempt,
                         )
                     reconciliation = f"not happened ({verdict.by})"
-                output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context))
+                output = await self._seal(
+                    tool, input.run_id, scope, await tool.fn(args, context), conn
+                )
                 faults.fire("tool.after_external_effect", tool.name)
                 await ledger.complete(conn, key=key, result=output, reconciliation=reconciliation)
                 return ToolCallResult(
@@ -329,9 +325,17 @@ class ToolActivities:
                 scope.mark(value)
         return arguments
 
-    async def _seal(self, tool: Tool, run_id: str, scope: SecretScope, output: Any) -> Any:
+    async def _seal(
+        self,
+        tool: Tool,
+        run_id: str,
+        scope: SecretScope,
+        output: Any,
+        conn: AsyncConnection[Any],
+    ) -> Any:
         """The output with every secret replaced by its marker, the new secrets sealed in the
-        vault first, so every marker that leaves the activity opens later."""
+        vault first (on the connection the call holds), so every marker that leaves the
+        activity opens later."""
         if tool.secret_results and isinstance(output, dict):
             output = dict(output)
             for name in tool.secret_results:
@@ -341,7 +345,7 @@ class ToolActivities:
                 elif value is not None and value != "":
                     output[name] = scope.mark(json.dumps(value, default=str))
         output = scope.redact(output)
-        await self.vault.seal(run_id, scope)
+        await self.vault.seal(run_id, scope, conn)
         return output
 
     async def _fail(self, input: ToolCallInput, error: str) -> None:

@@ -4,6 +4,8 @@ Deterministic checks come first (sections, forbidden words, length, a JSON schem
 and the checks that each tool the run used declares);
 an optional LLM judge, asked through the run's own model client, comes last and only when
 the deterministic checks pass, so a judge is never paid to read an answer already refused.
+The judge's response is journaled like any model response: a retry reuses it instead of
+paying again, and its tokens and cost go back to the run, which counts and budgets them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,20 @@ import re
 
 import jsonschema
 import openai
+from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from agentrun.constants import ACTIVITY_VERIFY_CHECK
-from agentrun.errors import classify_model_error
-from agentrun.models import CheckOutcome, JudgeSpec, VerifyInput, VerifyResult, VerifySpec
+from agentrun.errors import classify_model_error, refused_data_is_final
+from agentrun.model_journal import ModelJournal
+from agentrun.models import (
+    CheckOutcome,
+    JudgeSpec,
+    VerifyInput,
+    VerifyResult,
+    VerifySpec,
+)
+from agentrun.pricing import Prices, cost_usd, usage_of
 from agentrun.tools import ToolRegistry
 
 JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.DOTALL)
@@ -29,19 +40,61 @@ JUDGE_PROMPT = (
 
 class VerifyActivities:
     def __init__(
-        self, client: openai.AsyncOpenAI, registry: ToolRegistry, *, default_model: str
+        self,
+        client: openai.AsyncOpenAI,
+        registry: ToolRegistry,
+        journal: ModelJournal,
+        *,
+        default_model: str,
+        prices: Prices,
     ) -> None:
         self.client = client
         self.registry = registry
+        self.journal = journal
         self.default_model = default_model
+        self.prices = prices
 
     @activity.defn(name=ACTIVITY_VERIFY_CHECK)
     async def check(self, input: VerifyInput) -> VerifyResult:
+        with refused_data_is_final():
+            return await self._check(input)
+
+    async def _check(self, input: VerifyInput) -> VerifyResult:
         checks = deterministic_checks(input.answer, input.spec)
         checks += self._tool_checks(input.answer, input.tools_used)
-        if input.spec.judge is not None and all(c.passed for c in checks):
-            checks.append(await self._judge(input.answer, input.spec.judge))
-        return VerifyResult(passed=all(c.passed for c in checks), checks=checks)
+        if input.spec.judge is None or not all(c.passed for c in checks):
+            return VerifyResult(passed=all(c.passed for c in checks), checks=checks)
+        model = input.spec.judge.model or self.default_model
+        journal_attempt, response = await self._judge_response(input, model)
+        checks.append(judge_verdict(response))
+        usage = usage_of(response)
+        return VerifyResult(
+            passed=all(c.passed for c in checks),
+            checks=checks,
+            judge_model=model,
+            usage=usage,
+            cost_usd=cost_usd(self.prices, model, usage),
+            journal_attempt=journal_attempt,
+        )
+
+    async def _judge_response(self, input: VerifyInput, model: str) -> tuple[int, ChatCompletion]:
+        """(the attempt that paid for it, the judge's response): a retry reuses it."""
+        journaled = await self.journal.find(input.run_id, input.step_id, model)
+        if journaled is not None:
+            return journaled[0], ChatCompletion.model_validate(journaled[1])
+        attempt = activity.info().attempt
+        response = await self._ask_judge(input.answer, input.spec.judge, model)
+        usage = usage_of(response)
+        await self.journal.record(
+            run_id=input.run_id,
+            step_id=input.step_id,
+            attempt=attempt,
+            model=model,
+            response=response.model_dump(mode="json"),
+            usage=usage,
+            cost_usd=cost_usd(self.prices, model, usage),
+        )
+        return attempt, response
 
     def _tool_checks(self, answer: str, tools_used: list[str]) -> list[CheckOutcome]:
         """The checks each tool that ran declares on the answer (see `Tool.answer_checks`)."""
@@ -54,10 +107,11 @@ class VerifyActivities:
                 ]
         return outcomes
 
-    async def _judge(self, answer: str, judge: JudgeSpec) -> CheckOutcome:
+    async def _ask_judge(self, answer: str, judge: JudgeSpec | None, model: str) -> ChatCompletion:
+        assert judge is not None
         try:
-            response = await self.client.chat.completions.create(
-                model=judge.model or self.default_model,
+            return await self.client.chat.completions.create(
+                model=model,
                 messages=[
                     {"role": "system", "content": JUDGE_PROMPT},
                     {"role": "user", "content": f"Rubric:\n{judge.rubric}\n\nAnswer:\n{answer}"},
@@ -67,13 +121,16 @@ class VerifyActivities:
             )
         except openai.APIError as err:
             raise classify_model_error(err) from err
-        raw = response.choices[0].message.content or ""
-        try:
-            verdict = json.loads(raw)
-            passed, reason = bool(verdict["pass"]), str(verdict.get("reason", ""))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            passed, reason = False, f"the judge's reply was not a verdict: {raw[:200]}"
-        return CheckOutcome(name="judge", passed=passed, detail=reason)
+
+
+def judge_verdict(response: ChatCompletion) -> CheckOutcome:
+    raw = response.choices[0].message.content or ""
+    try:
+        verdict = json.loads(raw)
+        passed, reason = bool(verdict["pass"]), str(verdict.get("reason", ""))
+    except (json.JSONDecodeError, KeyError, TypeError):
+        passed, reason = False, f"the judge's reply was not a verdict: {raw[:200]}"
+    return CheckOutcome(name="judge", passed=passed, detail=reason)
 
 
 def deterministic_checks(answer: str, spec: VerifySpec) -> list[CheckOutcome]:

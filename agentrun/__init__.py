@@ -1,1 +1,50 @@
-"""agentrun: durable runs for AI agents on Temporal, mirrored to Postgres."""
+"""agentrun: durable runs for AI agents on Temporal, mirrored to Postgres.
+
+What a user writes against, and nothing more (README "Your agent in five minutes"):
+
+- `tool`, `ToolContext`, `ToolError`, `Reconciled`: declare a tool, use what a call may use,
+  fail a call the model should hear about, answer a reconcile hook.
+- `ToolRegistry`: a named set of tools, one thing `worker.py --tools` can load.
+- `RunSpec`: everything one run needs; history holds exactly this.
+- `run_worker`: a worker with your tools and MCP servers, in your own process.
+
+Everything else is private and may change. Names load on first use, so importing a
+submodule (as workflow code does) never pulls in the worker or the client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentrun.models import RunSpec
+    from agentrun.tools.decorator import tool
+    from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
+    from agentrun.worker_api import run_worker
+
+_HOMES = {
+    "tool": "agentrun.tools.decorator",
+    "ToolContext": "agentrun.tools.registry",
+    "ToolError": "agentrun.tools.registry",
+    "Reconciled": "agentrun.tools.registry",
+    "ToolRegistry": "agentrun.tools.registry",
+    "RunSpec": "agentrun.models",
+    "run_worker": "agentrun.worker_api",
+}
+
+__all__ = [
+    "Reconciled",
+    "RunSpec",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+    "run_worker",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'agentrun' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -15,7 +15,8 @@ from agentrun import render
 from agentrun.backlog_models import PolicyPatch
 from agentrun.cli_options import add_wait
 from agentrun.client import connect
-from agentrun.db import open_pool
+from agentrun.db import command_pool
+from agentrun.errors import OperationError
 from agentrun.settings import Settings
 
 LIST_COLUMNS = "ordinal task_key title state attempts run last_error checkpoint".split()
@@ -55,8 +56,7 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
     if args.backlog_command in ("list", "dead"):
-        pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-        try:
+        async with command_pool(settings) as pool:
             if args.backlog_command == "list":
                 listing = await ops.list_tasks(pool, args.agent)
                 emit(listing, args.json, _listing_text(listing))
@@ -64,8 +64,6 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 dead = await ops.dead_letters(pool, args.agent)
                 text = render.table(dead, DEAD_COLUMNS) if dead else "no failed tasks"
                 emit(dead, args.json, text)
-        finally:
-            await pool.close()
         return 0
     client = await connect(settings, within_seconds=args.wait)
     if args.backlog_command == "enqueue":
@@ -77,7 +75,7 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 retry_delay_seconds=args.retry_delay,
             )
         except ValueError as err:
-            raise ops.OperationError(f"invalid policy option: {err}") from err
+            raise OperationError(f"invalid policy option: {err}") from err
         tasks = ops.load_tasks(args.file)
         result = await ops.enqueue(
             client,

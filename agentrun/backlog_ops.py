@@ -43,9 +43,9 @@ from agentrun.backlog_models import (
     backlog_id,
 )
 from agentrun.backlog_store import BacklogStore
+from agentrun.errors import OperationError
 from agentrun.models import ControlInput, JsonDict
 from agentrun.operations import (
-    OperationError,
     ask_within,
     held,
     update_refusal,

@@ -8,9 +8,10 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentrun.encryption import data_converter
-from agentrun.settings import Settings, SetupError
+from agentrun.errors import ConnectionSettingsError, SetupError
+from agentrun.settings import Settings
 from agentrun.telemetry import client_interceptors
-from agentrun.temporal_connection import ConnectionSettingsError, connect_options, describe
+from agentrun.temporal_connection import connect_options, describe
 from agentrun.worker_presence import NoAnswer, within
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.

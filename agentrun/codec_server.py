@@ -2,7 +2,7 @@
 who runs it with the keys (AGENTRUN_ENCRYPTION_KEYS). The keys never leave this process; the
 browser sends payloads here and gets them back decoded.
 
-    python -m agentrun.codec_server --port 8081 [--web-ui http://localhost:8233]
+    python -m agentrun.codec_server --port 8081 [--web-ui URL of the Temporal Web UI]
 
 Then point the Web UI at http://localhost:8081 (its "Data Encoder" setting, or
 `temporal server start-dev --ui-codec-endpoint http://localhost:8081`). The protocol is
@@ -22,10 +22,12 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
 from agentrun.background_http import BackgroundHTTPServer
-from agentrun.encryption import EncryptionCodec, UnknownEncryptionKey, codec_for
-from agentrun.settings import Settings, SetupError
+from agentrun.constants import DEFAULT_WEB_UI
+from agentrun.encryption import EncryptionCodec, codec_for
+from agentrun.errors import SetupError, UnknownEncryptionKey
+from agentrun.settings import Settings
 
-DEFAULT_WEB_UI_ORIGIN = "http://localhost:8233"
+DEFAULT_WEB_UI_ORIGIN = DEFAULT_WEB_UI
 ALLOWED_HEADERS = "content-type, x-namespace, authorization"
 
 

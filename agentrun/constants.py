@@ -3,6 +3,8 @@
 TASK_QUEUE = "agent-runs"
 WORKFLOW_NAME = "AgentRun"
 RUN_ID_PREFIX = "run-"
+# The Worker Deployment that versioned workers (AGENTRUN_BUILD_ID) belong to.
+DEPLOYMENT_NAME = "agentrun"
 
 # Activity names are stable and namespaced (a rename breaks in-flight runs).
 ACTIVITY_MODEL_COMPLETE = "model.complete"
@@ -11,6 +13,7 @@ ACTIVITY_CHECKPOINT_SAVE = "checkpoint.save"
 ACTIVITY_VERIFY_CHECK = "verify.check"
 ACTIVITY_MIRROR_SYNC = "mirror.sync"
 ACTIVITY_RECEIPT_RECORD = "receipts.record"
+ACTIVITY_FORK_SEED = "fork.seed"
 
 # Workflow message names.
 QUERY_STATE = "state"
@@ -24,8 +27,19 @@ SIGNAL_REJECT = "reject_signal"
 SIGNAL_PAUSE = "pause_signal"
 SIGNAL_RESUME = "resume_signal"
 
+# The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
+# events, the model activity the text as the provider streams it.
+STREAM_TOPIC_EVENTS = "events"
+STREAM_TOPIC_TEXT = "text"
+
 OFFLINE_MODEL = "offline-planner"
-DEFAULT_WEB_UI = "http://localhost:8233"
+OFFLINE_MODEL_PRICE = (0.15, 0.60)  # USD per million tokens in and out, for cost figures
+
+# The local stack's ports, defined here alone: the default address, the UI, `up --port`.
+TEMPORAL_PORT = 7233
+WEB_UI_PORT = 8233
+DEFAULT_TEMPORAL_ADDRESS = f"localhost:{TEMPORAL_PORT}"
+DEFAULT_WEB_UI = f"http://localhost:{WEB_UI_PORT}"
 
 # Backlogs: one long-running workflow per agent hands each task to an AgentRun child.
 BACKLOG_WORKFLOW_NAME = "AgentBacklog"
@@ -37,3 +51,13 @@ UPDATE_BACKLOG_STOP = "backlog.stop"
 UPDATE_BACKLOG_RESUME = "backlog.resume"
 UPDATE_BACKLOG_RETRY = "backlog.retry"
 QUERY_BACKLOG_STATE = "backlog.state"
+
+# Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
+ADMISSION_WORKFLOW_NAME = "TenantAdmission"
+ADMISSION_ID_PREFIX = "admission-"
+ACTIVITY_ADMISSION_SYNC = "admission.sync"
+UPDATE_ADMISSION_ENQUEUE = "admission.enqueue"
+UPDATE_ADMISSION_CONFIGURE = "admission.configure"
+SIGNAL_ADMISSION_RELEASE = "admission.release"
+QUERY_ADMISSION_POSITION = "admission.position"
+SIGNAL_RUN_ADMIT = "admit_signal"

@@ -1,23 +1,34 @@
-"""The Postgres mirror's schema, declared once, migrated in order on start.
+"""The Postgres mirror's schema, declared once, and the one way to open a pool on it.
 
 Migrations are an ordered list; each runs once, in its own transaction, under an advisory
-lock so that several workers starting together do not race.
+lock so that several workers starting together do not race. They run only where the schema
+may change: a worker's start, `starter.py up` and `starter.py migrate`. A read (the CLI's
+`list`, `receipt`, ...) checks the schema's version instead, and says what to do if it lags.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
+from psycopg.abc import Buffer
+from psycopg.types.json import set_json_dumps
+from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from agentrun.settings import SetupError
+from agentrun.errors import SetupError
+from agentrun.settings import Settings
+from agentrun.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
 
 MIGRATIONS: list[str] = [
-    # 1: runs, steps, attempts, events, artifacts, receipts, the idempotency ledger, the outbox.
+    # 1: runs, steps, attempts, events, artifacts, receipts, the idempotency ledger. (The demo's
+    # outbox was created here once; the demo's tools bring their own tables now.)
     """
     CREATE TABLE runs (
         run_id text PRIMARY KEY,
@@ -126,17 +137,6 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX tool_ledger_run_idx ON tool_ledger (run_id);
 
-    CREATE TABLE outbox (
-        id bigserial PRIMARY KEY,
-        idempotency_key text NOT NULL UNIQUE,
-        run_id text NOT NULL,
-        step_id text NOT NULL,
-        recipient text NOT NULL,
-        subject text NOT NULL,
-        body text NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now()
-    );
-
     -- What is running now, and which worker holds each step until when.
     CREATE VIEW active_steps AS
         SELECT r.run_id, r.tenant, r.status AS run_status, s.step_id, s.type, s.name,
@@ -150,7 +150,8 @@ MIGRATIONS: list[str] = [
                cost_usd, started_at, finished_at
         FROM steps ORDER BY run_id, seq;
     """,
-    # 2: failure semantics: the model-response journal, reconciliations, the demo ticket desk.
+    # 2: failure semantics: the model-response journal, reconciliations. (The demo's ticket desk
+    # was created here once.)
     """
     CREATE TABLE model_journal (
         run_id text NOT NULL,
@@ -169,15 +170,6 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN pause_reason text;
     ALTER TABLE tool_ledger ADD COLUMN reconciliation text;
     ALTER TABLE tool_ledger ADD COLUMN reconciled_at timestamptz;
-
-    -- A stand-in for an external system: its writes do not share the ledger's transaction.
-    CREATE TABLE tickets (
-        id bigserial PRIMARY KEY,
-        external_key text NOT NULL UNIQUE,
-        title text NOT NULL,
-        body text NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now()
-    );
     """,
     # 3: backlogs: each agent's ordered task list, mirrored from its AgentBacklog workflow.
     """
@@ -328,10 +320,74 @@ MIGRATIONS: list[str] = [
     ALTER TABLE steps ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     """,
+    # 8: which tools the workers on each task queue have (agentrun/tool_sets.py).
+    """
+    CREATE TABLE worker_tool_sets (
+        task_queue text NOT NULL,
+        worker text NOT NULL,
+        fingerprint text NOT NULL,
+        tools jsonb NOT NULL,
+        seen_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (task_queue, worker)
+    );
+    """,
+    # 9: forks: a run started from another's recorded steps (`starter.py fork`); both
+    # receipts name each other through this table.
+    """
+    CREATE TABLE run_forks (
+        fork_run_id text PRIMARY KEY,
+        parent_run_id text NOT NULL,
+        from_step int NOT NULL,
+        edited boolean NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX run_forks_parent_idx ON run_forks (parent_run_id);
+    """,
+    # 10: `list` and `stats --since` read runs newest first or from a date; and the mirror
+    # writes Postgres refused for their data (no retry helps), so `mirror check` names them.
+    """
+    CREATE INDEX runs_created_idx ON runs (created_at DESC);
+
+    CREATE TABLE mirror_failures (
+        run_id text NOT NULL,
+        target text NOT NULL,
+        fence bigint NOT NULL,
+        error text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, target, fence)
+    );
+    """,
+    # 11: tenants' shares and limits (agentrun/tenant_store.py), each run's admission queue
+    # place, and each run's priority.
+    """
+    CREATE TABLE tenants (
+        tenant text PRIMARY KEY,
+        weight double precision NOT NULL DEFAULT 1 CHECK (weight > 0),
+        max_in_flight int CHECK (max_in_flight > 0),
+        max_queued int CHECK (max_queued >= 0),
+        model_calls_per_second double precision CHECK (model_calls_per_second > 0),
+        updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE tenant_queue (
+        tenant text NOT NULL,
+        run_id text NOT NULL,
+        seq bigint NOT NULL,
+        state text NOT NULL CHECK (state IN ('waiting', 'admitted', 'released')),
+        enqueued_at timestamptz,
+        admitted_at timestamptz,
+        released_at timestamptz,
+        PRIMARY KEY (tenant, run_id)
+    );
+    CREATE VIEW tenant_queue_positions AS
+        SELECT tenant, run_id, seq, enqueued_at,
+               row_number() OVER (PARTITION BY tenant ORDER BY seq) AS position
+        FROM tenant_queue WHERE state = 'waiting';
+    ALTER TABLE runs ADD COLUMN priority smallint;
+    """,
 ]
 
 
-async def migrate(conn: AsyncConnection[Any]) -> int:
+async def apply_migrations(conn: AsyncConnection[Any]) -> int:
     """Apply every migration not yet applied; returns the schema version."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
@@ -348,14 +404,79 @@ async def migrate(conn: AsyncConnection[Any]) -> int:
     return len(MIGRATIONS)
 
 
+async def install_tool_schema(pool: AsyncConnectionPool, statements: list[str]) -> None:
+    """Create the tables a worker's tools declare (`Tool.schema`), under the migration lock so
+    workers starting together do not race; the statements are idempotent."""
+    if not statements:
+        return
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        for sql in statements:
+            await conn.execute(sql)  # type: ignore[arg-type]
+
+
 RECONNECT_SECONDS = 5.0
 WAIT_SECONDS = 5.0
+# Connections beyond one per activity slot: an activity holding one (a tool's transaction)
+# may write a mid-step checkpoint or renew its lease on another, and mirror writes must not
+# wait behind tools; these always find one free.
+RESERVED_CONNECTIONS = 4
+
+
+def pool_size_for(activity_slots: int) -> int:
+    """A worker's pool: one connection per activity slot, plus the reserve."""
+    return activity_slots + RESERVED_CONNECTIONS
+
+
+def activity_slots_for(pool: AsyncConnectionPool, wanted: int) -> int:
+    """The activity slots a pool can serve without starving: its size minus the reserve."""
+    return max(1, min(wanted, pool.max_size - RESERVED_CONNECTIONS))
+
+
+class _StorableText(StrDumperUnknown):
+    def dump(self, obj: str) -> Buffer | None:
+        return super().dump(escape_nul(obj) if NUL in obj else obj)
+
+
+class _StorableBinaryText(StrBinaryDumper):
+    def dump(self, obj: str) -> Buffer | None:
+        return super().dump(escape_nul(obj) if NUL in obj else obj)
+
+
+async def make_storable(conn: AsyncConnection[Any]) -> None:
+    """Every string this connection writes, as text or inside JSON, is one Postgres accepts
+    (see agentrun.storable)."""
+    # The last registered serves `%s`: text with the unknown oid, as psycopg's default.
+    conn.adapters.register_dumper(str, _StorableBinaryText)
+    conn.adapters.register_dumper(str, _StorableText)
+    set_json_dumps(json_dumps, context=conn)
+
+
+async def schema_version(conn: AsyncConnection[Any]) -> int:
+    """The version the database's schema is at; 0 before the first migration."""
+    try:
+        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
+    except psycopg.errors.UndefinedTable:
+        return 0
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def check_schema(conn: AsyncConnection[Any]) -> None:
+    """Refuse, saying how to fix it, a database whose schema lags this code's."""
+    version = await schema_version(conn)
+    if version < len(MIGRATIONS):
+        raise SetupError(
+            f"the database's schema is at version {version}, this code needs {len(MIGRATIONS)}: "
+            "run `python starter.py migrate` (or start a worker, which migrates)"
+        )
 
 
 async def open_pool(
-    database_url: str, *, max_size: int = 10, connect_seconds: float = 30
+    database_url: str, *, max_size: int = 10, connect_seconds: float = 30, migrate: bool = True
 ) -> AsyncConnectionPool:
-    """Open a pool on a migrated database; every entry point that touches Postgres uses it."""
+    """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
+    its schema lags. Every entry point that touches Postgres opens its pool here."""
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
@@ -367,6 +488,7 @@ async def open_pool(
         kwargs={"autocommit": True},
         timeout=WAIT_SECONDS,
         reconnect_timeout=RECONNECT_SECONDS,
+        configure=make_storable,
     )
     try:
         await pool.open(wait=True, timeout=connect_seconds)
@@ -376,9 +498,31 @@ async def open_pool(
             f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
             "DATABASE_URL, or start the local stack with `python starter.py up`"
         ) from err
-    async with pool.connection() as conn:
-        await migrate(conn)
+    try:
+        async with pool.connection() as conn:
+            if migrate:
+                await apply_migrations(conn)
+            else:
+                await check_schema(conn)
+    except BaseException:
+        await pool.close()
+        raise
     return pool
+
+
+@asynccontextmanager
+async def command_pool(
+    settings: Settings, *, migrate: bool = False
+) -> AsyncIterator[AsyncConnectionPool]:
+    """A small pool for one CLI command, closed when it is done; it never migrates unless
+    asked (only `migrate` and `up` ask)."""
+    pool = await open_pool(
+        settings.require_database(), max_size=2, connect_seconds=5, migrate=migrate
+    )
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 def redact(database_url: str) -> str:

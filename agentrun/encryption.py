@@ -24,15 +24,12 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
+from agentrun.errors import UnknownEncryptionKey
 from agentrun.settings import Settings
 
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
 NONCE_BYTES = 12
-
-
-class UnknownEncryptionKey(Exception):
-    """A payload names a key id this process does not hold."""
 
 
 class EncryptionCodec(PayloadCodec):
@@ -90,8 +87,8 @@ def codec_for(settings: Settings) -> EncryptionCodec | None:
     """The codec AGENTRUN_ENCRYPTION_KEYS describes; None when encryption is off."""
     if not settings.encryption_keys:
         return None
-    active = settings.encryption_key_id or next(iter(settings.encryption_keys))
-    return EncryptionCodec(settings.encryption_keys, active)
+    keys = settings.encryption_key_material()
+    return EncryptionCodec(keys, settings.encryption_key_id or next(iter(keys)))
 
 
 def data_converter(settings: Settings) -> DataConverter:

@@ -15,6 +15,9 @@ import asyncio
 import os
 import signal
 import time
+from functools import cache
+
+from agentrun.settings import Settings
 
 POINTS: dict[str, str] = {
     "tool.before_run": "the tool's attempt is claimed, the tool has not run",
@@ -27,16 +30,19 @@ POINTS: dict[str, str] = {
     "tool.zombie": "attempt 1 hangs past its timeout, ignores cancellation, then writes late",
 }
 
-ARMED: frozenset[str] = frozenset(
-    name.strip() for name in os.environ.get("AGENTRUN_FAULTS", "").split(",") if name.strip()
-)
-# How long a zombie attempt hangs: longer than the step's heartbeat timeout, so another
-# attempt takes the step over and finishes it before the zombie wakes.
-ZOMBIE_SECONDS = float(os.environ.get("AGENTRUN_ZOMBIE_SECONDS", "12"))
+
+@cache
+def _armed() -> tuple[frozenset[str], float]:
+    """The armed points and the zombie's hang, read from the settings on first use (never at
+    import, so importing this module reads no environment)."""
+    settings = Settings()  # the environment alone: no stack file, no Temporal profile
+    points = frozenset(name.strip() for name in settings.faults.split(",") if name.strip())
+    return points, settings.zombie_seconds
 
 
 def armed(point: str, target: str | None = None) -> bool:
-    return bool(ARMED) and (point in ARMED or f"{point}:{target}" in ARMED)
+    points, _ = _armed()
+    return bool(points) and (point in points or f"{point}:{target}" in points)
 
 
 def fire(point: str, target: str | None = None) -> None:
@@ -49,7 +55,9 @@ async def zombie(target: str | None, attempt: int) -> None:
     """If `tool.zombie` is armed, hang attempt 1 past its timeout, deaf to cancellation."""
     if attempt != 1 or not armed("tool.zombie", target):
         return
-    deadline = time.monotonic() + ZOMBIE_SECONDS
+    # Longer than the step's heartbeat timeout, so another attempt takes the step over and
+    # finishes it before the zombie wakes.
+    deadline = time.monotonic() + _armed()[1]
     while (left := deadline - time.monotonic()) > 0:
         try:
             await asyncio.sleep(left)

@@ -6,19 +6,23 @@ Two writers touch a step row, and fencing keeps them apart:
 - the workflow makes a row final for the attempt whose result it accepted; after that, no
   attempt (a zombie that outlived its timeout included) can change the row.
 Every write is an upsert keyed by (run_id, step_id) or (run_id, seq), so a retried write
-never adds a row.
+never adds a row. A row Postgres refuses for its data (a number out of range, say) is
+recorded in `mirror_failures` instead, and the rest of its batch lands: no retry would
+change the data, and a run must not wait for ever on a write that cannot happen.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun import faults
-from agentrun.models import JsonDict, MirrorBatch, Receipt, RetryRecord, StepRecord
+from agentrun.errors import REFUSED_DATA_ERRORS
+from agentrun.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
 
 
 class MirrorStore:
@@ -156,15 +160,69 @@ class MirrorStore:
         """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
         # Pipelined: the same statements in the same transaction, sent without waiting for
         # each reply, so a batch costs about one round trip however many rows it carries.
-        async with (
-            self.pool.connection() as conn,
-            conn.pipeline() as pipeline,
-            conn.transaction(),
-        ):
-            await self._apply(conn, batch)
-            if faults.armed("mirror.in_transaction"):
-                await pipeline.sync()  # the server has every row; only the commit is missing
-                faults.fire("mirror.in_transaction")
+        try:
+            async with (
+                self.pool.connection() as conn,
+                conn.pipeline() as pipeline,
+                conn.transaction(),
+            ):
+                await self._apply(conn, batch)
+                if faults.armed("mirror.in_transaction"):
+                    await pipeline.sync()  # the server has every row; only the commit is missing
+                    faults.fire("mirror.in_transaction")
+        except REFUSED_DATA_ERRORS:
+            await self._apply_row_by_row(batch)
+
+    async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
+        """The batch again, each row on its own: the refused ones are recorded, not retried."""
+        run_id, fence = batch.run.run_id, batch.fence
+        writes: list[tuple[str, Callable[[Any], Awaitable[None]]]] = [
+            ("runs", lambda conn: self._write_run(conn, batch))
+        ]
+        writes += [
+            (f"steps[{step.step_id}]", self._step_writer(run_id, step, fence))
+            for step in batch.steps
+        ]
+        writes += [
+            (f"events[{e.seq}]", self._events_writer(run_id, [e], fence)) for e in batch.events
+        ]
+        async with self.pool.connection() as conn, conn.transaction():
+            for target, write in writes:
+                try:
+                    async with conn.transaction():  # a savepoint: a refusal undoes this row
+                        await write(conn)
+                except REFUSED_DATA_ERRORS as err:
+                    await self._record_failure(conn, run_id, target, fence, err)
+
+    def _step_writer(
+        self, run_id: str, step: StepRecord, fence: int
+    ) -> Callable[[Any], Awaitable[None]]:
+        return lambda conn: self._finalize_step(conn, run_id, step, fence)
+
+    def _events_writer(
+        self, run_id: str, events: list[RunEvent], fence: int
+    ) -> Callable[[Any], Awaitable[None]]:
+        return lambda conn: self._write_events(conn, run_id, events, fence)
+
+    async def _record_failure(
+        self, conn: Any, run_id: str, target: str, fence: int, err: Exception
+    ) -> None:
+        await conn.execute(
+            """INSERT INTO mirror_failures (run_id, target, fence, error)
+               VALUES (%s, %s, %s, %s)
+               ON CONFLICT (run_id, target, fence) DO UPDATE SET error = EXCLUDED.error""",
+            (run_id, target, fence, f"{type(err).__name__}: {err}"),
+        )
+
+    async def failures(self, run_id: str) -> list[tuple[str, str]]:
+        """What Postgres refused to store for this run: (target, error), oldest first."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT target, error FROM mirror_failures WHERE run_id = %s
+                   ORDER BY fence, target""",
+                (run_id,),
+            )
+            return [(str(target), str(error)) for target, error in await cur.fetchall()]
 
     async def rebuild(self, batch: MirrorBatch, receipt: Receipt | None) -> None:
         """Replace a run's workflow-written rows with those derived from its history.
@@ -190,17 +248,25 @@ class MirrorStore:
                 await self._store_receipt(conn, receipt)
 
     async def _apply(self, conn: Any, batch: MirrorBatch) -> None:
+        await self._write_run(conn, batch)
+        for step in batch.steps:
+            await self._finalize_step(conn, batch.run.run_id, step, batch.fence)
+        if batch.events:
+            await self._write_events(conn, batch.run.run_id, batch.events, batch.fence)
+
+    async def _write_run(self, conn: Any, batch: MirrorBatch) -> None:
         run = batch.run
         await conn.execute(
             """
             INSERT INTO runs (run_id, version, tenant, user_id, task, status,
                 current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
                 duplicates_prevented, checkpoint, result, error, created_at, updated_at,
-                finished_at, fence)
+                finished_at, fence, priority)
             VALUES (%(run_id)s, %(version)s, %(tenant)s, %(user)s, %(task)s, %(status)s,
                 %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
                 %(dups)s, %(cp)s,
-                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s)
+                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s,
+                %(priority)s)
             ON CONFLICT (run_id) DO UPDATE SET
                 version = EXCLUDED.version, status = EXCLUDED.status,
                 current_step_id = EXCLUDED.current_step_id,
@@ -211,7 +277,8 @@ class MirrorStore:
                 checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
                 error = EXCLUDED.error, created_at = EXCLUDED.created_at,
                 updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
-                fence = EXCLUDED.fence
+                fence = EXCLUDED.fence,
+                priority = coalesce(EXCLUDED.priority, runs.priority)
             WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
             """,
             {
@@ -224,6 +291,7 @@ class MirrorStore:
                 "step": run.current_step_id,
                 "pause_reason": run.pause_reason,
                 "model": run.model,
+                "priority": run.priority,
                 "tin": run.tokens_in,
                 "tout": run.tokens_out,
                 "cost": run.cost_usd,
@@ -237,22 +305,20 @@ class MirrorStore:
                 "fence": batch.fence,
             },
         )
-        for step in batch.steps:
-            await self._finalize_step(conn, run.run_id, step, batch.fence)
-        if batch.events:
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    """INSERT INTO events (run_id, seq, type, step_id, data, created_at, fence)
-                       VALUES (%s, %s, %s, %s, %s, %s, %s)
-                       ON CONFLICT (run_id, seq) DO UPDATE SET type = EXCLUDED.type,
-                           step_id = EXCLUDED.step_id, data = EXCLUDED.data,
-                           created_at = EXCLUDED.created_at, fence = EXCLUDED.fence
-                       WHERE events.fence < EXCLUDED.fence""",
-                    [
-                        (run.run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at, batch.fence)
-                        for e in batch.events
-                    ],
-                )
+
+    async def _write_events(
+        self, conn: Any, run_id: str, events: list[RunEvent], fence: int
+    ) -> None:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                """INSERT INTO events (run_id, seq, type, step_id, data, created_at, fence)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s)
+                   ON CONFLICT (run_id, seq) DO UPDATE SET type = EXCLUDED.type,
+                       step_id = EXCLUDED.step_id, data = EXCLUDED.data,
+                       created_at = EXCLUDED.created_at, fence = EXCLUDED.fence
+                   WHERE events.fence < EXCLUDED.fence""",
+                [(run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at, fence) for e in events],
+            )
 
     async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord, fence: int) -> None:
         # Never backwards: a write made earlier in the run's history (a smaller fence) that
@@ -302,11 +368,22 @@ class MirrorStore:
             },
         )
 
-    async def save_run_checkpoint(self, run_id: str, checkpoint: JsonDict) -> None:
+    async def save_run_checkpoint(
+        self, run_id: str, checkpoint: JsonDict, fence: int | None = None
+    ) -> bool:
+        """Merge an accepted checkpoint into the run row, unless a later mirror write (a
+        greater fence) already carried a newer one; returns whether it was written."""
         async with self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE runs SET checkpoint = %s WHERE run_id = %s", (Jsonb(checkpoint), run_id)
-            )
+            try:
+                cur = await conn.execute(
+                    """UPDATE runs SET checkpoint = %s
+                       WHERE run_id = %s AND (%s::bigint IS NULL OR fence <= %s)""",
+                    (Jsonb(checkpoint), run_id, fence, fence),
+                )
+            except REFUSED_DATA_ERRORS as err:
+                await self._record_failure(conn, run_id, "runs.checkpoint", fence or 0, err)
+                return False
+            return cur.rowcount == 1
 
     async def retries(self, run_id: str) -> list[RetryRecord]:
         """Every step that needed more than one attempt, with what went wrong each time."""
@@ -334,9 +411,14 @@ class MirrorStore:
 
     async def record_receipt(self, receipt: Receipt) -> str | None:
         """Store the receipt, and the final answer as a content-addressed artifact."""
-        async with self.pool.connection() as conn, conn.transaction():
-            artifact_id = await self._store_receipt(conn, receipt)
-            faults.fire("receipt.in_write")
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                artifact_id = await self._store_receipt(conn, receipt)
+                faults.fire("receipt.in_write")
+        except REFUSED_DATA_ERRORS as err:
+            async with self.pool.connection() as conn:
+                await self._record_failure(conn, receipt.run_id, "receipts", 0, err)
+            return None
         return artifact_id
 
     async def _store_receipt(self, conn: Any, receipt: Receipt) -> str | None:

@@ -68,7 +68,8 @@ class ModelJournal:
             )
 
     async def unaccepted(self, run_id: str) -> tuple[int, float]:
-        """Tokens and cost of responses no accepted step used: (tokens, usd)."""
+        """Tokens and cost of responses no accepted step used: (tokens, usd). A model step's
+        output, and a verify step's (its judge), name the journal attempt they used."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 """SELECT coalesce(sum(j.tokens_in + j.tokens_out), 0),
@@ -77,7 +78,6 @@ class ModelJournal:
                    WHERE j.run_id = %s AND NOT EXISTS (
                        SELECT 1 FROM steps s
                        WHERE s.run_id = j.run_id AND s.step_id = j.step_id AND s.final
-                         AND s.status = 'completed'
                          AND (s.output ->> 'journal_attempt')::int = j.attempt)""",
                 (run_id,),
             )

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentrun.states import RunStatus
 
@@ -133,6 +134,9 @@ class RunSpec(Strict):
     tenant: str = Field("default", min_length=1, max_length=200)
     user: str = Field("anonymous", min_length=1, max_length=200)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    priority: int = Field(
+        3, ge=1, le=5, description="1 runs first, 5 last; every step of the run inherits it"
+    )
     model: ModelSettings = Field(default_factory=ModelSettings)
     allowed_tools: list[str] | None = Field(None, description="None: every tool the worker has")
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
@@ -144,8 +148,14 @@ class RunSpec(Strict):
     history_events_limit: int = Field(
         10_000, ge=100, description="continue as new past this many history events"
     )
-    carry: RunCarry | None = Field(
+    carry: RunProgress | None = Field(
         None, description="set by the engine when a run continues as new; never by people"
+    )
+    admission: str | None = Field(
+        None, description="set by the engine: the tenant admission workflow that started it"
+    )
+    fork: ForkOrigin | None = Field(
+        None, description="set by `starter.py fork`: the run and step this one starts from"
     )
 
 
@@ -239,6 +249,9 @@ class CheckpointInput(BaseModel):
     run_id: str
     step_id: str
     checkpoint: JsonDict
+    fence: int | None = Field(
+        None, description="history length when scheduled: a later mirror write wins"
+    )
 
 
 class VerifyInput(BaseModel):
@@ -260,6 +273,12 @@ class CheckOutcome(BaseModel):
 class VerifyResult(BaseModel):
     passed: bool
     checks: list[CheckOutcome]
+    judge_model: str | None = Field(None, description="the model that judged, if one did")
+    usage: Usage = Field(default_factory=Usage, description="the judge's tokens")
+    cost_usd: float = 0.0
+    journal_attempt: int | None = Field(
+        None, description="the attempt that paid for the judge's response (model_journal)"
+    )
 
     @property
     def failures(self) -> list[str]:
@@ -307,6 +326,7 @@ class RunSnapshot(BaseModel):
     tenant: str
     user: str
     task: str
+    priority: int | None = None
     status: RunStatus
     current_step_id: str | None = None
     pause_reason: str | None = None
@@ -433,6 +453,9 @@ class RunState(BaseModel):
     cost_usd: float
     result: str | None
     error: str | None
+    priority: int | None = None
+    admission: str | None = Field(None, description="the admission workflow it waits in")
+    queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
 
 
 class SideEffectRecord(BaseModel):
@@ -474,6 +497,10 @@ class Receipt(BaseModel):
     unresolved: list[str]
     started_at: datetime
     finished_at: datetime
+    forked_from: ForkOrigin | None = None
+    forks: list[str] = Field(
+        default_factory=list, description="runs forked from this one (filled when read)"
+    )
 
 
 class RunResult(BaseModel):
@@ -483,35 +510,119 @@ class RunResult(BaseModel):
     error: str | None
 
 
-class RunCarry(BaseModel):
-    """The state a run carries across continue-as-new: compact, since the conversation and
-    large outputs live in Postgres; whole enough that the final receipt covers the chain."""
+class RunProgress(BaseModel):
+    """Everything a run knows beyond its spec, declared once.
 
-    generation: int
-    status: RunStatus
+    The workflow keeps its state in one of these; it is carried whole across
+    continue-as-new (`RunSpec.carry`), and the mirror snapshot, the `state` query and the
+    receipt are projections of it (workflows/run_state.py). Compact, since the
+    conversation and large outputs live in Postgres. Every field has a default, so carries
+    written before a field existed still load.
+    """
+
+    generation: int = Field(0, description="how many times the run has continued as new")
+    status: RunStatus = RunStatus.QUEUED
     started_at: datetime
-    seq: int
-    version: int
-    event_seq: int
+    finished_at: datetime | None = None
+    seq: int = Field(0, description="the last step's number")
+    version: int = Field(0, description="the last mirror snapshot's version")
+    event_seq: int = 0
+    current_step_id: str | None = None
+    model_calls: int = 0
+    verify_rounds: int = 0
+    steps: list[StepSummary] = Field(default_factory=list)
+    stored_messages: int = Field(0, description="how much of the conversation the store holds")
+    pending_messages: list[JsonDict] = Field(
+        default_factory=list, description="messages the conversation store does not hold yet"
+    )
+    model_used: str | None = None
+    model_choice: int = Field(0, description="0: the primary model; 1: the fallback")
+    checkpoint: JsonDict = Field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    duplicates_prevented: int = 0
+    side_effects: list[SideEffectRecord] = Field(default_factory=list)
+    approvals: list[ApprovalRecord] = Field(default_factory=list)
+    pending_approval: PendingApproval | None = None
+    decision: ApproveInput | RejectInput | None = Field(
+        None, description="a person's decision on the pending approval, not yet applied"
+    )
+    pause_requested: bool = False
+    pause_reason: str | None = None
+    admitted: bool = Field(
+        True, description="False only while the run waits for a slot of its tenant's cap"
+    )
+    verification: VerifyResult | None = None
+    unresolved: list[str] = Field(default_factory=list)
+    budget: Budget = Field(default_factory=Budget)
+    malformed_streak: int = 0
+    argument_streak: int = 0
+    answer: str | None = None
+    error: str | None = None
+    stream_state: WorkflowStreamState | None = Field(
+        None, description="set at continue-as-new: the live stream's log (its tail) for watchers"
+    )
+
+
+class ForkOrigin(Strict):
+    """Where a fork starts: steps before `from_step` are taken as `parent_run_id` recorded
+    them; step `from_step` uses `edit_output` if given, else runs live; the rest runs live."""
+
+    parent_run_id: str = Field(min_length=1)
+    from_step: int = Field(ge=1)
+    edit_output: Any = None
+
+
+class ForkSeedInput(BaseModel):
+    run_id: str
+    origin: ForkOrigin
+    allowed_tools: list[str] | None = None
+
+
+class ForkSeed(BaseModel):
+    """What `fork.seed` found and copied: the recorded steps before the fork point (the
+    conversation they built is now the fork's), and the calls of step N's reply still to
+    make: the edited one (run nowhere) and those the fork makes live."""
+
+    steps: list[StepRecord]
     model_calls: int
-    verify_rounds: int
-    steps: list[StepSummary]
     stored_messages: int
-    pending_messages: list[JsonDict]
-    model_used: str | None
-    model_choice: int
-    checkpoint: JsonDict
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float
-    duplicates_prevented: int
-    side_effects: list[SideEffectRecord]
-    approvals: list[ApprovalRecord]
-    verification: VerifyResult | None
-    unresolved: list[str]
-    budget: Budget
-    malformed_streak: int
-    argument_streak: int
+    edited_call: ProposedToolCall | None = None
+    live_calls: list[ProposedToolCall] = Field(default_factory=list)
 
 
 RunSpec.model_rebuild()
+
+
+# ---------------------------------------------------------------- watching, forking, deploys
+
+
+class RunVersion(BaseModel):
+    """The Worker Deployment version a run is on (all None for unversioned workers)."""
+
+    run_id: str
+    deployment_name: str | None
+    build_id: str | None
+    behavior: Literal["pinned", "auto_upgrade"] | None
+
+
+class TextPiece(BaseModel):
+    """A piece of a model's reply as the provider streams it (topic `text`)."""
+
+    step_id: str
+    attempt: int
+    text: str
+
+
+class WatchItem(BaseModel):
+    """One line of `starter.py watch --json`: an event, a piece of model text, or the receipt."""
+
+    kind: Literal["event", "text", "receipt"]
+    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    offset: int | None = Field(None, description="position in the live stream; None: the mirror")
+    seq: int | None = Field(None, description="the event's sequence number in the run")
+    step_id: str | None = None
+    data: JsonDict = Field(default_factory=dict)
+    text: str | None = None
+    at: datetime | None = None

@@ -30,8 +30,18 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun import (
+    admission_ops,
+    fairness,
+    mirror_views,
+    projection,
+    run_summaries,
+    search_attributes,
+)
 from agentrun import constants as names
-from agentrun import mirror_views, projection, search_attributes
+from agentrun.admission_models import TenantLimits
+from agentrun.errors import OperationError
+from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.models import (
     ApproveInput,
@@ -58,14 +68,11 @@ from agentrun.worker_presence import (
 from workflows import AgentRunWorkflow
 
 
-class OperationError(Exception):
-    """A refused or failed operation; the message is for a person."""
-
-
 @dataclass
 class Started:
     run_id: str
     existing: bool
+    queue_position: int | None = None  # waiting for a slot of its tenant's cap
 
 
 def run_id_for(key: str | None) -> str:
@@ -85,11 +92,18 @@ async def start_run(
     task_queue: str,
     indexed: bool = True,
     tenant: str | None = None,
+    limits: TenantLimits | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
+    With `tenant`, only a run of that tenant may be started.
 
-    `indexed` sets the search attributes (agent, tenant, status) the Web UI filters on;
-    with `tenant`, only a run of that tenant may be started.
+    `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters
+    on. The run's priority and its tenant (the fairness key, weighted by `limits.weight`)
+    reach every step it schedules. A tenant with a cap starts through its admission queue.
+    With the `mirror`, a run Temporal has forgotten (its retention passed) is still the same
+    run: its id is not started again over the old run's conversation, journal and ledger,
+    and the caller is told it exists (its receipt is in the mirror).
     """
     if tenant is not None and spec.tenant != tenant:
         raise OperationError(
@@ -97,7 +111,20 @@ async def start_run(
         )
     if spec.carry is not None:
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
+    if spec.admission is not None:
+        raise OperationError("`admission` is set by the engine; leave it out")
+    limits = limits or TenantLimits(tenant=spec.tenant)
     run_id = run_id_for(spec.idempotency_key)
+    if mirror is not None and await _mirrored(mirror, run_id):
+        return Started(run_id, existing=True)
+    if limits.capped:
+        try:
+            queued = await admission_ops.enqueue_run(
+                client, run_id, spec, task_queue=task_queue, indexed=indexed, limits=limits
+            )
+        except admission_ops.Refused as err:
+            raise OperationError(f"refused: {err}") from err
+        return Started(run_id, existing=queued.existing, queue_position=queued.position)
     try:
         await client.start_workflow(
             AgentRunWorkflow.run,
@@ -105,12 +132,18 @@ async def start_run(
             id=run_id,
             task_queue=task_queue,
             search_attributes=(
-                search_attributes.for_run(spec.agent, spec.tenant, RunStatus.QUEUED.value)
+                search_attributes.for_run(
+                    spec.agent, spec.tenant, RunStatus.QUEUED.value, spec.priority
+                )
                 if indexed
                 else None
             ),
+            priority=fairness.run_priority(spec.priority, spec.tenant, limits.weight),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # What the Web UI shows above the timeline: who, for whom, what.
+            static_summary=run_summaries.static_summary(spec),
+            static_details=run_summaries.static_details(spec, run_id),
         )
     except WorkflowAlreadyStartedError:
         return Started(run_id, existing=True)
@@ -126,6 +159,12 @@ async def start_run(
             ) from err
         raise
     return Started(run_id, existing=False)
+
+
+async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+        return await cur.fetchone() is not None
 
 
 @dataclass
@@ -492,9 +531,18 @@ async def status(
     deadline = Deadline(wait)
     run = await _find(client, run_id, deadline, tenant=tenant)
     try:
-        return await ask_within(run.handle, AgentRunWorkflow.state, deadline, fraction=1.0)  # type: ignore[no-any-return]
+        state: RunState = await ask_within(run.handle, AgentRunWorkflow.state, deadline, 0.8)
     except NoAnswer as err:
         raise OperationError(await _no_worker(client, run, deadline)) from err
+    return await _with_queue_position(client, run_id, state)
+
+
+async def _with_queue_position(client: Client, run_id: str, state: RunState) -> RunState:
+    """A run waiting for its tenant's slot says where it stands in the queue."""
+    if state.status == RunStatus.QUEUED and state.admission is not None:
+        place = await admission_ops.position(client, state.admission, run_id)
+        state = state.model_copy(update={"queue_position": place.position if place else None})
+    return state
 
 
 class WorkerSeen(BaseModel):
@@ -539,6 +587,7 @@ async def inspect(
     if not run.running or any(p.fresh(now) for p in found):
         try:
             state = await ask_within(run.handle, AgentRunWorkflow.state, deadline)
+            state = await _with_queue_position(client, run_id, state)
         except NoAnswer:
             state = None
     source: Literal["workflow", "mirror"] = "workflow"
@@ -630,7 +679,8 @@ async def receipt(pool: AsyncConnectionPool, run_id: str, *, tenant: str | None 
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
             )
-    return dict(row[0])
+    # Forks made after the receipt was written: the link lives in `run_forks`.
+    return {**dict(row[0]), "forks": await ForkStore(pool).forks_of(run_id)}
 
 
 async def check_mirror(

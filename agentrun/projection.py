@@ -35,6 +35,7 @@ from temporalio.workflow import ActivityHandle
 from agentrun import constants as names
 from agentrun.models import MirrorBatch, Receipt, RunEvent, RunSnapshot, StepRecord, ToolCallResult
 from agentrun.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
+from agentrun.storable import escape_nul
 from workflows import AgentRunWorkflow
 
 CLOSED_EVENTS = {
@@ -105,12 +106,12 @@ class Projection:
 
 
 ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
-KINDS = ("duplicate", "divergent", "lost", "orphan")
+KINDS = ("duplicate", "divergent", "lost", "orphan", "unwritable")
 
 
 @dataclass(frozen=True)
 class Difference:
-    kind: str  # duplicate | divergent | lost | orphan
+    kind: str  # duplicate | divergent | lost | orphan | unwritable
     table: str
     key: str
     detail: str = ""
@@ -266,6 +267,7 @@ class MirrorRows:
     events: list[dict[str, Any]]
     receipt: dict[str, Any] | None
     artifact_ids: set[str]
+    failures: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def read_mirror(pool: AsyncConnectionPool, run_id: str, artifact_ids: set[str]) -> MirrorRows:
@@ -282,12 +284,18 @@ async def read_mirror(pool: AsyncConnectionPool, run_id: str, artifact_ids: set[
             "SELECT artifact_id FROM artifacts WHERE artifact_id = ANY(%s)", (list(artifact_ids),)
         )
         present = {row["artifact_id"] for row in await cur.fetchall()}
+        await cur.execute(
+            "SELECT target, error FROM mirror_failures WHERE run_id = %s ORDER BY fence, target",
+            (run_id,),
+        )
+        failures = list(await cur.fetchall())
     return MirrorRows(
         run=run,
         steps=steps,
         events=events,
         receipt=receipt["receipt"] if receipt else None,
         artifact_ids=present,
+        failures=failures,
     )
 
 
@@ -301,12 +309,14 @@ def _plain(value: Any) -> Any:
     """
     if isinstance(value, datetime) or (isinstance(value, str) and ISO_TIME.fullmatch(value)):
         return "<time>"
+    if isinstance(value, str):
+        return escape_nul(value)  # as every pooled connection writes it
     if isinstance(value, Decimal):
         return round(float(value), 6)
     if isinstance(value, float):
         return round(value, 6)
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in sorted(value.items())}
+        return {escape_nul(key): _plain(item) for key, item in sorted(value.items())}
     if isinstance(value, list):
         return [_plain(item) for item in value]
     return value
@@ -391,6 +401,9 @@ def compare(projection: Projection, mirror: MirrorRows) -> list[Difference]:
 
     for artifact_id in sorted(projection.artifact_ids() - mirror.artifact_ids):
         found.append(Difference("lost", "artifacts", artifact_id))
+    for failure in mirror.failures:  # Postgres refused these rows' data; no retry can help
+        table, _, key = str(failure["target"]).partition("[")
+        found.append(Difference("unwritable", table, key.rstrip("]") or run_id, failure["error"]))
     return found
 
 

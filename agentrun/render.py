@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.metrics import Stats
-from agentrun.models import JsonDict, RunState
+from agentrun.models import JsonDict, RunState, WatchItem
 from agentrun.operations import RunReport
 from agentrun.retention import PruneResult
 
@@ -25,6 +25,12 @@ def run_state(state: RunState) -> str:
         f"run {state.run_id}: {state.status.value}"
         + (" (pause requested)" if state.pause_requested else ""),
         f"task: {state.task}",
+        f"tenant: {state.tenant}, priority {state.priority or '-'}"
+        + (
+            f"; queued at position {state.queue_position} for a slot of its tenant's cap"
+            if state.queue_position is not None
+            else ""
+        ),
         f"tokens: {state.tokens_in} in / {state.tokens_out} out, cost ${state.cost_usd:.6f}",
     ]
     if state.pause_reason:
@@ -82,9 +88,17 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         f"- **Paid for but unused:** {r.get('unaccepted_tokens', 0)} tokens, "
         f"${r.get('unaccepted_cost_usd', 0):.6f}",
         f"- **Started / finished:** {r['started_at']} / {r['finished_at']}",
-        "",
-        "## Side effects",
     ]
+    origin = r.get("forked_from")
+    if origin:
+        out.append(
+            f"- **Forked from:** {origin['parent_run_id']} at step {origin['from_step']}"
+            + (" with an edited output" if origin.get("edit_output") is not None else "")
+            + " (steps before it taken as recorded, not run again)"
+        )
+    if r.get("forks"):
+        out.append(f"- **Forks:** {', '.join(r['forks'])}")
+    out += ["", "## Side effects"]
     out += [
         f"- {e['tool']} `{e['idempotency_key']}`: {'ok' if e['ok'] else 'failed'}"
         + (" (duplicate prevented)" if e["duplicate_prevented"] else "")
@@ -231,3 +245,17 @@ def mirror_report(report: JsonDict) -> str:
     else:
         lines.append(f"`starter.py mirror rebuild {run_id}` rewrites it from the history")
     return "\n".join(lines)
+
+
+def watch_line(item: WatchItem) -> str:
+    """One line of `starter.py watch` for people (model text is printed as it comes)."""
+    if item.kind == "receipt":
+        r = item.data
+        return (
+            f"receipt: {r.get('outcome')}, {len(r.get('steps', []))} steps, "
+            f"{_usd(r.get('cost_usd'))}; `starter.py receipt {r.get('run_id')}` shows it all"
+        )
+    when = item.at.strftime("%H:%M:%S") if item.at else "        "
+    details = ", ".join(f"{k}={v}" for k, v in item.data.items() if v not in (None, "", {}, []))
+    step = f" [{item.step_id}]" if item.step_id else ""
+    return f"{when} {item.type}{step}" + (f"  {details}" if details else "")

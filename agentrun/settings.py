@@ -10,98 +10,155 @@ import base64
 import binascii
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
+from pydantic import Field, SecretBytes, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
 
-from agentrun.constants import DEFAULT_WEB_UI, OFFLINE_MODEL, TASK_QUEUE
-from agentrun.temporal_connection import ConnectionSettingsError, load_profile
+from agentrun.constants import (
+    DEFAULT_TEMPORAL_ADDRESS,
+    DEFAULT_WEB_UI,
+    DEPLOYMENT_NAME,
+    OFFLINE_MODEL,
+    OFFLINE_MODEL_PRICE,
+    TASK_QUEUE,
+)
+from agentrun.errors import ConnectionSettingsError, SetupError
+from agentrun.temporal_connection import load_profile
 
 STACK_FILE = "stack.json"
+# Set while `Settings.load(env)` reads a given mapping instead of the process environment.
+_GIVEN_ENV: ContextVar[bool] = ContextVar("given_env", default=False)
 
 
-class SetupError(Exception):
-    """A service is missing or unreachable; the message says how to provide it."""
+def env(name: str, default: Any = None, description: str = "") -> Any:
+    """A setting read from the environment variable `name`."""
+    return Field(default, validation_alias=name, description=description)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Where Temporal, Postgres and the model live, and how the worker behaves."""
+class Settings(BaseSettings):
+    """Where Temporal, Postgres and the model live, and how the worker behaves.
 
-    temporal_address: str = "localhost:7233"
+    Each field names its environment variable once. Booleans take pydantic's one syntax
+    (1/0, true/false, yes/no, on/off); an empty variable counts as unset. Secrets are
+    SecretStr/SecretBytes or left out of repr(), so a logged Settings shows none of them.
+    """
+
+    model_config = SettingsConfigDict(
+        frozen=True, env_ignore_empty=True, case_sensitive=True, extra="ignore"
+    )
+
+    # From TEMPORAL_* or a TOML profile, the temporal CLI's way (agentrun.temporal_connection).
+    temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
     temporal_namespace: str = "default"
-    # API key, TLS, gRPC metadata: TEMPORAL_* or a TOML profile (agentrun.temporal_connection).
-    temporal_profile: ClientConfigProfile | None = field(default=None, repr=False)
-    task_queue: str = TASK_QUEUE
-    # AGENTRUN_TENANT: commands see and touch only this tenant's runs (None: every tenant's).
-    tenant: str | None = None
-    # Secrets stay out of repr(), so a logged or printed Settings shows none of them.
-    database_url: str | None = field(default=None, repr=False)  # its password
-    openai_base_url: str | None = None
-    openai_api_key: str = field(default="offline", repr=False)
-    model: str = OFFLINE_MODEL
-    web_ui_url: str = DEFAULT_WEB_UI
-    home: Path = field(default_factory=lambda: Path(".agentrun"))
-    artifact_threshold_bytes: int = 64 * 1024
-    # Payloads over this many bytes fail at once (agentrun.payload_limits) instead of being
-    # refused by Temporal (2 MB blob limit by default) and retried for ever.
-    payload_limit_bytes: int = 1_900_000
-    search_attributes: bool = True
-    # USD per million tokens, by model name: {"model": [input, output]}.
-    model_prices: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # "host:port" where worker processes serve Temporal SDK metrics for Prometheus; None: off.
-    prometheus_bind: str | None = None
-    # OpenTelemetry tracing of client calls, workflows and activities (needs the `otel` extra).
-    otel: bool = False
-    # The default age for `starter.py prune`; nothing is pruned unless that command runs.
-    retention_days: float | None = None
-    # AES-256 keys by key id (AGENTRUN_ENCRYPTION_KEYS); empty: payloads are not encrypted.
-    # Old ids stay here after a rotation so history written under them still decodes.
-    encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
-    # The id new payloads are encrypted with (AGENTRUN_ENCRYPTION_KEY_ID; default the first).
-    encryption_key_id: str | None = None
+    temporal_profile: ClientConfigProfile | None = Field(None, repr=False)
+
+    task_queue: str = env("AGENTRUN_TASK_QUEUE", TASK_QUEUE)
+    tenant: str | None = env(
+        "AGENTRUN_TENANT", None, "commands see and touch only this tenant's runs (None: all)"
+    )
+    database_url: str | None = Field(
+        None, validation_alias="DATABASE_URL", repr=False, description="holds its password"
+    )
+    openai_base_url: str | None = env("OPENAI_BASE_URL")
+    openai_api_key: SecretStr = env("OPENAI_API_KEY", SecretStr("offline"))
+    model: str = env("AGENTRUN_MODEL", OFFLINE_MODEL)
+    web_ui_url: str = env("AGENTRUN_WEB_UI", DEFAULT_WEB_UI)
+    home: Path = env("AGENTRUN_HOME", Path(".agentrun"), "data of the embedded stack")
+    artifact_threshold_bytes: int = env(
+        "AGENTRUN_ARTIFACT_THRESHOLD_BYTES", 64 * 1024, "larger tool outputs become artifacts"
+    )
+    payload_limit_bytes: int = env(
+        "AGENTRUN_PAYLOAD_LIMIT_BYTES",
+        1_900_000,
+        "larger payloads fail at once instead of being refused by Temporal (2 MB) for ever",
+    )
+    search_attributes: bool = env("AGENTRUN_SEARCH_ATTRIBUTES", True)
+    model_prices: dict[str, tuple[float, float]] = env(
+        "AGENTRUN_MODEL_PRICES",
+        {OFFLINE_MODEL: OFFLINE_MODEL_PRICE},
+        'USD per million tokens, JSON: {"model": [input, output]}',
+    )
+    prometheus_bind: str | None = env(
+        "AGENTRUN_PROMETHEUS_BIND", None, "host:port where workers serve SDK metrics"
+    )
+    otel: bool = env("AGENTRUN_OTEL", False, "OpenTelemetry tracing (needs the `otel` extra)")
+    retention_days: float | None = env(
+        "AGENTRUN_RETENTION_DAYS", None, "the default age for `starter.py prune`"
+    )
+    # Old ids stay after a rotation so history written under them still decodes.
+    encryption_keys: dict[str, SecretBytes] = env(
+        "AGENTRUN_ENCRYPTION_KEYS", {}, "`id:base64key,...` AES-256 keys; empty: no encryption"
+    )
+    encryption_key_id: str | None = env(
+        "AGENTRUN_ENCRYPTION_KEY_ID", None, "the id new payloads use (default the first)"
+    )
+    faults: str = env("AGENTRUN_FAULTS", "", "crash-test fault points (agentrun.faults)")
+    zombie_seconds: float = env("AGENTRUN_ZOMBIE_SECONDS", 12.0, "how long `tool.zombie` hangs")
+    # Worker Versioning: workers declare this version of the deployment, and every run stays
+    # pinned to the version it started on.
+    deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
+    build_id: str | None = env("AGENTRUN_BUILD_ID", None, "None: unversioned workers")
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _prices_over_the_default(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = json.loads(value)
+        return {OFFLINE_MODEL: OFFLINE_MODEL_PRICE, **value}
+
+    @field_validator("encryption_keys", mode="before")
+    @classmethod
+    def _parse_keys(cls, value: Any) -> Any:
+        return parse_encryption_keys(value) if isinstance(value, str) else value
 
     @classmethod
-    def load(cls, env: dict[str, str] | None = None) -> Settings:
-        """Environment first, then the stack file that `starter.py up` writes, then defaults."""
-        env = dict(os.environ if env is None else env)
-        home = Path(env.get("AGENTRUN_HOME", ".agentrun"))
-        stack = read_stack_file(home)
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,) if _GIVEN_ENV.get() else (init_settings, env_settings)
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The environment (or `environ`), then the stack file `starter.py up` writes, then
+        the defaults. A value that does not parse is a SetupError naming its variable."""
+        given = dict(os.environ if environ is None else environ)
         try:
-            profile = load_profile(env)
+            with _reading(environ):
+                # A given mapping stands in for the environment, as init values by name.
+                named: dict[str, Any] = {k: v for k, v in given.items() if v and k in _NAMES}
+                read = cls(**named) if environ is not None else cls()
+            profile = load_profile(given)
+        except ValidationError as err:
+            problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in err.errors())
+            raise SetupError(f"invalid setting: {problems}") from err
         except ConnectionSettingsError as err:
             raise SetupError(str(err)) from err
-        keys, key_id = parse_encryption_keys(
-            env.get("AGENTRUN_ENCRYPTION_KEYS", ""), env.get("AGENTRUN_ENCRYPTION_KEY_ID")
-        )
-        prices = {OFFLINE_MODEL: (0.15, 0.60)}
-        if env.get("AGENTRUN_MODEL_PRICES"):
-            raw = json.loads(env["AGENTRUN_MODEL_PRICES"])
-            prices.update({name: (float(p[0]), float(p[1])) for name, p in raw.items()})
-        return cls(
-            temporal_address=profile.address or stack.get("temporal_address", "localhost:7233"),
-            temporal_namespace=profile.namespace or "default",
-            temporal_profile=profile,
-            task_queue=env.get("AGENTRUN_TASK_QUEUE", TASK_QUEUE),
-            tenant=env.get("AGENTRUN_TENANT") or None,
-            database_url=env.get("DATABASE_URL") or stack.get("database_url"),
-            openai_base_url=env.get("OPENAI_BASE_URL") or stack.get("openai_base_url"),
-            openai_api_key=env.get("OPENAI_API_KEY", "offline"),
-            model=env.get("AGENTRUN_MODEL", OFFLINE_MODEL),
-            web_ui_url=env.get("AGENTRUN_WEB_UI") or stack.get("web_ui_url", DEFAULT_WEB_UI),
-            home=home,
-            artifact_threshold_bytes=int(env.get("AGENTRUN_ARTIFACT_THRESHOLD_BYTES", 64 * 1024)),
-            payload_limit_bytes=int(env.get("AGENTRUN_PAYLOAD_LIMIT_BYTES", 1_900_000)),
-            search_attributes=env.get("AGENTRUN_SEARCH_ATTRIBUTES", "1") != "0",
-            model_prices=prices,
-            prometheus_bind=env.get("AGENTRUN_PROMETHEUS_BIND") or None,
-            otel=env.get("AGENTRUN_OTEL", "").strip().lower() in ("1", "true", "yes", "on"),
-            retention_days=float(env["AGENTRUN_RETENTION_DAYS"])
-            if env.get("AGENTRUN_RETENTION_DAYS")
-            else None,
-            encryption_keys=keys,
-            encryption_key_id=key_id,
+        stack = read_stack_file(read.home)
+        key_id = check_key_id(read.encryption_keys, read.encryption_key_id)
+        return read.model_copy(
+            update={
+                "temporal_address": profile.address
+                or stack.get("temporal_address", DEFAULT_TEMPORAL_ADDRESS),
+                "temporal_namespace": profile.namespace or "default",
+                "temporal_profile": profile,
+                "database_url": read.database_url or stack.get("database_url"),
+                "openai_base_url": read.openai_base_url or stack.get("openai_base_url"),
+                "web_ui_url": read.web_ui_url
+                if "web_ui_url" in read.model_fields_set
+                else stack.get("web_ui_url", DEFAULT_WEB_UI),
+                "encryption_key_id": key_id,
+            }
         )
 
     def require_database(self) -> str:
@@ -115,15 +172,33 @@ class Settings:
     def run_link(self, run_id: str) -> str:
         return f"{self.web_ui_url}/namespaces/{self.temporal_namespace}/workflows/{run_id}"
 
+    def encryption_key_material(self) -> dict[str, bytes]:
+        """The AES keys by id, unwrapped for the codec and the vault alone."""
+        return {key_id: key.get_secret_value() for key_id, key in self.encryption_keys.items()}
+
+
+_NAMES = frozenset(
+    field.validation_alias
+    for field in Settings.model_fields.values()
+    if isinstance(field.validation_alias, str)
+)
+
+
+@contextmanager
+def _reading(environ: Mapping[str, str] | None) -> Iterator[None]:
+    token = _GIVEN_ENV.set(environ is not None)
+    try:
+        yield
+    finally:
+        _GIVEN_ENV.reset(token)
+
 
 ENCRYPTION_KEY_BYTES = 32
 
 
-def parse_encryption_keys(
-    raw: str, active_id: str | None = None
-) -> tuple[dict[str, bytes], str | None]:
-    """`id:base64key,id:base64key` (32-byte AES-256 keys) and the active id (default: the
-    first); a malformed value is a SetupError that never echoes key material."""
+def parse_encryption_keys(raw: str) -> dict[str, bytes]:
+    """`id:base64key,id:base64key` (32-byte AES-256 keys); a malformed value is a SetupError
+    that never echoes key material."""
     keys: dict[str, bytes] = {}
     for entry in (part.strip() for part in raw.split(",")):
         if not entry:
@@ -150,21 +225,26 @@ def parse_encryption_keys(
         if key_id in keys:
             raise SetupError(f"AGENTRUN_ENCRYPTION_KEYS: key id {key_id!r} appears twice")
         keys[key_id] = key
+    return keys
+
+
+def check_key_id(keys: Mapping[str, object], active_id: str | None) -> str | None:
+    """The id new payloads are encrypted with: AGENTRUN_ENCRYPTION_KEY_ID, else the first."""
     active = (active_id or "").strip() or None
     if not keys:
         if active:
             raise SetupError(
                 f"AGENTRUN_ENCRYPTION_KEY_ID is {active!r} but AGENTRUN_ENCRYPTION_KEYS is empty"
             )
-        return {}, None
+        return None
     if active is None:
-        active = next(iter(keys))
-    elif active not in keys:
+        return next(iter(keys))
+    if active not in keys:
         raise SetupError(
             f"AGENTRUN_ENCRYPTION_KEY_ID {active!r} is not among the ids in "
             f"AGENTRUN_ENCRYPTION_KEYS ({', '.join(sorted(keys))})"
         )
-    return keys, active
+    return active
 
 
 def read_stack_file(home: Path) -> dict[str, str]:

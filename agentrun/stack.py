@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrun import search_attributes
+from agentrun import fairness, search_attributes
+from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.errors import SetupError
 from agentrun.offline_model import OfflineModelServer, Responder, offline_planner
-from agentrun.settings import SetupError, write_stack_file
+from agentrun.settings import write_stack_file
 
 
 def free_port() -> int:
@@ -49,9 +51,11 @@ def temporal_binary() -> str:
 @dataclass
 class EmbeddedStack:
     home: Path
-    temporal_port: int = 7233
-    ui_port: int = 8233
+    temporal_port: int = TEMPORAL_PORT
+    ui_port: int = WEB_UI_PORT
     ui: bool = True
+    # Fair dispatch across tenants (agentrun.fairness); off only to measure what it buys.
+    fairness: bool = True
     model_port: int = 0
     planner: Responder = offline_planner
     endpoints: dict[str, str] = field(default_factory=dict)
@@ -121,6 +125,7 @@ class EmbeddedStack:
             "--sqlite-pragma",
             "synchronous=NORMAL",
             *search_attributes.dev_server_flags(),
+            *fairness.dev_server_flags(self.fairness),
         ]
         if not self.ui:
             command.append("--headless")

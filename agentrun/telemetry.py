@@ -14,7 +14,8 @@ from typing import Any
 
 from temporalio.client import Interceptor
 
-from agentrun.settings import Settings, SetupError
+from agentrun.errors import SetupError
+from agentrun.settings import Settings
 
 INSTALL_HINT = "pip install -e '.[otel]'"
 

@@ -14,9 +14,7 @@ from typing import Any
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
 
-
-class ConnectionSettingsError(Exception):
-    """The Temporal profile or TLS files cannot be read; the message says which."""
+from agentrun.errors import ConnectionSettingsError
 
 
 def load_profile(env: Mapping[str, str]) -> ClientConfigProfile:

@@ -24,9 +24,11 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic_core import to_jsonable_python
 
+from agentrun.errors import SecretUnavailable
 from agentrun.settings import Settings
 
 MARKER = re.compile(r"\[secret:([0-9a-f]{16})\]")
@@ -35,10 +37,6 @@ NONCE_BYTES = 12
 
 def marker(secret_id: str) -> str:
     return f"[secret:{secret_id}]"
-
-
-class SecretUnavailable(LookupError):
-    """A marker that does not open here: not this run's, or sealed under a key we lack."""
 
 
 class SecretScope:
@@ -112,14 +110,18 @@ class SecretVault:
 
     @classmethod
     def for_settings(cls, pool: AsyncConnectionPool, settings: Settings) -> SecretVault:
-        return cls(pool, settings.encryption_keys, settings.encryption_key_id)
+        return cls(pool, settings.encryption_key_material(), settings.encryption_key_id)
 
     @property
     def shared(self) -> bool:
         return not self._active.startswith("process-")
 
-    async def seal(self, run_id: str, scope: SecretScope) -> None:
-        """Store the scope's new secrets; call before any marker for them leaves the activity."""
+    async def seal(
+        self, run_id: str, scope: SecretScope, conn: AsyncConnection[Any] | None = None
+    ) -> None:
+        """Store the scope's new secrets; call before any marker for them leaves the activity.
+
+        A caller that holds a connection passes it, rather than wait for a second one."""
         if not scope.unsealed:
             return
         cipher = self._ciphers[self._active]
@@ -128,12 +130,11 @@ class SecretVault:
             nonce = os.urandom(NONCE_BYTES)
             sealed = nonce + cipher.encrypt(nonce, value.encode(), _aad(run_id, secret_id))
             rows.append((run_id, secret_id, self._active, sealed))
-        async with self.pool.connection() as conn, conn.cursor() as cur:
-            await cur.executemany(
-                """INSERT INTO secret_values (run_id, secret_id, key_id, sealed)
-                   VALUES (%s, %s, %s, %s) ON CONFLICT (run_id, secret_id) DO NOTHING""",
-                rows,
-            )
+        if conn is None:
+            async with self.pool.connection() as own:
+                await _insert_sealed(own, rows)
+        else:
+            await _insert_sealed(conn, rows)
         scope.unsealed.clear()
 
     async def open(self, run_id: str, secret_ids: Iterable[str]) -> dict[str, str]:
@@ -168,6 +169,17 @@ class SecretVault:
                 ) from None
             values[secret_id] = plain.decode()
         return values
+
+
+async def _insert_sealed(
+    conn: AsyncConnection[Any], rows: list[tuple[str, str, str, bytes]]
+) -> None:
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            """INSERT INTO secret_values (run_id, secret_id, key_id, sealed)
+               VALUES (%s, %s, %s, %s) ON CONFLICT (run_id, secret_id) DO NOTHING""",
+            rows,
+        )
 
 
 def _aad(run_id: str, secret_id: str) -> bytes:

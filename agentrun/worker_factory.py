@@ -15,22 +15,41 @@ import openai
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import (
+    ResourceBasedSlotConfig,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkerTuner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+from activities import (
+    ForkActivities,
+    MirrorActivities,
+    ModelActivities,
+    ToolActivities,
+    VerifyActivities,
+)
+from activities.admission import AdmissionActivities
 from activities.backlog import BacklogActivities
+from agentrun import fairness
 from agentrun.artifacts import ArtifactStore
 from agentrun.backlog_store import BacklogStore
 from agentrun.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.conversation import ConversationStore
+from agentrun.db import activity_slots_for, open_pool, pool_size_for
+from agentrun.errors import SetupError
+from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
 from agentrun.model_journal import ModelJournal
 from agentrun.payload_limits import PayloadLimitInterceptor
-from agentrun.settings import Settings, SetupError
+from agentrun.settings import Settings
+from agentrun.tenant_store import TenantStore
 from agentrun.tools import ToolRegistry
 from agentrun.vault import SecretVault
 from workflows import AgentRunWorkflow
+from workflows.admission import TenantAdmissionWorkflow
 from workflows.backlog import AgentBacklogWorkflow
 
 
@@ -44,15 +63,14 @@ class WorkerDeps:
 
 
 def model_client(settings: Settings) -> openai.AsyncOpenAI:
-    if not settings.openai_base_url and settings.openai_api_key == "offline":
+    api_key = settings.openai_api_key.get_secret_value()
+    if not settings.openai_base_url and api_key == "offline":
         raise SetupError(
             "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
             "endpoint), or start the local stack with `python starter.py up`."
         )
     # Temporal owns retries: the SDK must not retry underneath it.
-    return openai.AsyncOpenAI(
-        base_url=settings.openai_base_url, api_key=settings.openai_api_key, max_retries=0
-    )
+    return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
 
 
 # Modules the workflow sandbox shares with the worker instead of importing afresh for every
@@ -73,6 +91,14 @@ SANDBOX_PASSTHROUGH = (
 )
 
 
+ACTIVITY_SLOTS = 100
+
+
+async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
+    """The Postgres pool a worker's activities share, sized for its activity slots."""
+    return await open_pool(settings.require_database(), max_size=pool_size_for(ACTIVITY_SLOTS))
+
+
 def worker_tuning() -> dict[str, Any]:
     """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
 
@@ -81,7 +107,7 @@ def worker_tuning() -> dict[str, Any]:
     slower), so they stay; the sandbox gets an explicit passthrough list.
     """
     return {
-        "max_concurrent_activities": 100,
+        "max_concurrent_activities": ACTIVITY_SLOTS,
         "max_cached_workflows": 1000,
         "workflow_runner": SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
@@ -101,12 +127,12 @@ def cache_workflow_bytecode(workflows: Iterable[type]) -> None:
         return  # Python caches it itself on first import
     files: set[str] = set()
     for cls in workflows:
-        name = cls.__module__
-        while name:
-            module = sys.modules.get(name)
-            if module is not None and getattr(module, "__file__", None):
-                files.add(str(module.__file__))
-            name = name.rpartition(".")[0]
+        for name in {base.__module__ for base in cls.__mro__}:  # its mixins' modules too
+            while name:
+                module = sys.modules.get(name)
+                if module is not None and getattr(module, "__file__", None):
+                    files.add(str(module.__file__))
+                name = name.rpartition(".")[0]
     for file in files:
         if not file.endswith(".py"):
             continue
@@ -139,6 +165,68 @@ def payload_guard(
     )
 
 
+class AgentWorkers:
+    """The run worker and the model-call worker of one process, started and drained together.
+
+    Model calls have a task queue of their own (agentrun.fairness) so that the server's
+    per-tenant rate limit there limits model calls and nothing else.
+    """
+
+    def __init__(self, *workers: Worker) -> None:
+        self.workers = workers
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> AgentWorkers:
+        async with contextlib.AsyncExitStack() as stack:
+            for worker in self.workers:
+                await stack.enter_async_context(worker)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+@dataclass(frozen=True)
+class ResourceTargets:
+    """Size task slots by the machine instead of fixed counts (`worker.py --resource-tuner`):
+    a worker takes more steps only while CPU and memory stay under these fractions, so one
+    machine does not overcommit. Costs a little ramp-up: slots grow as load is measured."""
+
+    cpu: float = 0.8
+    memory: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name, value in (("cpu", self.cpu), ("memory", self.memory)):
+            if not 0 < value <= 1:
+                raise SetupError(f"the {name} target is a fraction of the machine, in (0, 1]")
+
+    def tuner(self, max_activities: int) -> WorkerTuner:
+        return WorkerTuner.create_resource_based(
+            target_memory_usage=self.memory,
+            target_cpu_usage=self.cpu,
+            activity_config=ResourceBasedSlotConfig(maximum_slots=max_activities),
+        )
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The version this worker declares (AGENTRUN_BUILD_ID), or None for an unversioned one.
+
+    Runs are pinned: a run finishes on the build it started on, so a deploy never changes
+    the code under an open run; new runs take whichever version is current. Changes that
+    must reach open runs still go through `workflow.patched` on the old build's line.
+    """
+    if settings.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=settings.deployment_name, build_id=settings.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -146,7 +234,8 @@ def build_worker(
     *,
     task_queue: str | None = None,
     max_concurrent_activities: int | None = None,
-) -> Worker:
+    resources: ResourceTargets | None = None,
+) -> AgentWorkers:
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
@@ -171,27 +260,63 @@ def build_worker(
         vault=vault,
     )
     mirror = MirrorActivities(store, journal)
-    verify = VerifyActivities(deps.model_client, deps.registry, default_model=settings.model)
+    verify = VerifyActivities(
+        deps.model_client,
+        deps.registry,
+        journal,
+        default_model=settings.model,
+        prices=settings.model_prices,
+    )
     backlog = BacklogActivities(BacklogStore(deps.pool))
+    admission = AdmissionActivities(TenantStore(deps.pool))
+    fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning()
-    if max_concurrent_activities is not None:
-        tuning["max_concurrent_activities"] = max_concurrent_activities
-    workflows = [AgentRunWorkflow, AgentBacklogWorkflow]
+    # Never more activities at once than the pool serves with its reserve to spare: each may
+    # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
+    # The model-call worker takes a share of them (model calls journal to Postgres too).
+    slots = activity_slots_for(
+        deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
+    )
+    model_slots = max(1, slots // 2)
+    run_tuning = {**tuning, "max_concurrent_activities": max(1, slots - model_slots)}
+    model_tuning = {**tuning, "max_concurrent_activities": model_slots}
+    del model_tuning["max_cached_workflows"]
+    if resources is not None:  # slots sized by the machine, under the same ceilings
+        for each in (run_tuning, model_tuning):
+            each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
+    workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
     cache_workflow_bytecode(workflows)
-    return Worker(
-        client,
-        task_queue=task_queue or settings.task_queue,
-        workflows=workflows,
-        activities=[
-            model.complete,
-            tools.invoke,
-            mirror.sync,
-            mirror.save_checkpoint,
-            mirror.record_receipt,
-            verify.check,
-            backlog.sync,
-            backlog.load,
-        ],
-        interceptors=[payload_guard(client, settings, store)],
-        **tuning,
+    queue = task_queue or settings.task_queue
+    interceptors = [payload_guard(client, settings, store)]
+    deployment = deployment_config(settings)
+    return AgentWorkers(
+        Worker(
+            client,
+            task_queue=queue,
+            workflows=workflows,
+            activities=[
+                model.complete,  # model calls scheduled before they had a queue of their own
+                tools.invoke,
+                mirror.sync,
+                mirror.save_checkpoint,
+                mirror.record_receipt,
+                verify.check,
+                backlog.sync,
+                backlog.load,
+                fork.seed,
+                admission.sync,
+            ],
+            interceptors=interceptors,
+            deployment_config=deployment,
+            **run_tuning,
+        ),
+        # The same version: a pinned run's model calls go to workers of its own build.
+        Worker(
+            client,
+            task_queue=fairness.model_task_queue(queue),
+            activities=[model.complete],
+            interceptors=interceptors,
+            deployment_config=deployment,
+            **model_tuning,
+        ),
     )

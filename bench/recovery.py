@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentrun import operations as ops
+from agentrun.errors import OperationError
 from agentrun.models import RunSpec
 from bench.harness import WorkerProcess
 from bench.stats import summarize
@@ -61,7 +62,7 @@ async def _approve_when_waiting(client: Client, run_id: str, seconds: float = 30
         try:
             await ops.approve(client, run_id, by="bench", role="approver")
             return
-        except ops.OperationError:
+        except OperationError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.05)

@@ -39,9 +39,10 @@ from temporalio.client import Client  # noqa: E402
 
 from agentrun.client import connect  # noqa: E402
 from agentrun.db import open_pool  # noqa: E402
+from agentrun.errors import SetupError  # noqa: E402
 from agentrun.models import ApproveInput  # noqa: E402
 from agentrun.offline_model import OfflineModelServer  # noqa: E402
-from agentrun.settings import Settings, SetupError  # noqa: E402
+from agentrun.settings import Settings  # noqa: E402
 from agentrun.stack import EmbeddedStack, free_port  # noqa: E402
 from bench import harness, ours, pg_queue, plot, recovery, report  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402

@@ -18,9 +18,14 @@ from typing import Any
 from temporalio.worker import Worker
 
 from agentrun.client import connect
-from agentrun.db import open_pool
 from agentrun.settings import Settings
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.worker_factory import (
+    AgentWorkers,
+    WorkerDeps,
+    build_worker,
+    model_client,
+    open_worker_pool,
+)
 from bench.bare import BareWorkflow, noop
 from bench.ours import bench_registry
 
@@ -40,9 +45,9 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
     settings = Settings.load()
     client = await connect(settings, identity=identity)
     pool = None
-    worker: Worker
+    worker: AgentWorkers | Worker
     if kind == "ours":
-        pool = await open_pool(settings.require_database())
+        pool = await open_worker_pool(settings)
         deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=bench_registry())
         worker = build_worker(client, settings, deps, task_queue=task_queue)
     else:

@@ -28,6 +28,7 @@ from agentrun.backlog_models import (  # noqa: E402
     TaskItem,
     backlog_id,
 )
+from agentrun.errors import OperationError  # noqa: E402
 from agentrun.models import RunSpec  # noqa: E402
 from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -84,7 +85,7 @@ async def scenario(client: Client, task_queue: str) -> str:
     async def child_is(status: str) -> bool:
         try:
             return (await ops.status(client, child)).status.value == status
-        except ops.OperationError:
+        except OperationError:
             return False
 
     await until(lambda: child_is("waiting_for_tool"), "the slow task's tool step")

@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrun import operations as ops  # noqa: E402
+from agentrun.admission_models import TenantLimits  # noqa: E402
 from agentrun.models import RunSpec  # noqa: E402
 from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
+from workflows.admission import admission_id  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 TASK = "Look up our refund policy and notify ana@example.com about it."
@@ -100,7 +102,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task="Summarize the invoice policy.", budget={"max_tokens": 50}),
         budget_extended,
     ),
+    # Recorded after model calls got a queue of their own (patch model-call-queue) and runs
+    # of capped tenants waited in their tenant's admission queue; its history is recorded too.
+    "admitted_from_queue": (RunSpec(task=TASK, tenant="capped", priority=2), approved_with_edit),
 }
+# Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
+LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}
 
 
 def model_for_scenarios(request: dict[str, Any]) -> Reply:
@@ -128,7 +135,8 @@ async def main(force: bool) -> None:
             if path.exists() and not force:
                 continue
             spec = base.model_copy(update={"idempotency_key": f"history-{name}"})
-            started = await ops.start_run(client, spec, task_queue=task_queue)
+            limits = LIMITS.get(name)
+            started = await ops.start_run(client, spec, task_queue=task_queue, limits=limits)
             await scenario(client, started.run_id)
             handle = client.get_workflow_handle(started.run_id)
             try:
@@ -138,6 +146,11 @@ async def main(force: bool) -> None:
             history = await handle.fetch_history()
             path.write_text(history.to_json())
             print(f"recorded {name}: {len(history.events)} events")
+            if limits is not None:  # the queue runs on; its history so far replays too
+                queue = client.get_workflow_handle(admission_id(limits.tenant))
+                history = await queue.fetch_history()
+                (OUT / f"{name}_queue.json").write_text(history.to_json())
+                print(f"recorded {name}_queue: {len(history.events)} events")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -15,11 +14,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agentrun import search_attributes
-from agentrun.db import open_pool
+import agentrun_demo
+from agentrun import fairness, search_attributes
+from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, Reply
 from agentrun.settings import Settings
-from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker
 
 
@@ -33,17 +32,19 @@ async def recording_worker(
         dev_server_existing_path=shutil.which("temporal"),
         data_converter=pydantic_data_converter,
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=fairness.dev_server_flags(),
     )
     pool = await open_pool(pg.get_uri())
+    await install_tool_schema(pool, agentrun_demo.registry.schema())
     try:
         with OfflineModelServer(model) as server:
-            settings = replace(Settings.load({}), task_queue=task_queue)
+            settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))
             deps = WorkerDeps(
                 pool=pool,
                 model_client=openai.AsyncOpenAI(
                     base_url=server.base_url, api_key="x", max_retries=0
                 ),
-                registry=demo_registry(),
+                registry=agentrun_demo.registry,
             )
             async with build_worker(env.client, settings, deps):
                 yield env.client

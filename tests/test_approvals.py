@@ -8,6 +8,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from agentrun import operations as ops
+from agentrun.errors import OperationError
 from agentrun.models import ApproveInput, RejectInput
 from tests.support import make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
@@ -79,7 +80,7 @@ async def test_refused_decisions_change_nothing(client, settings, worker, decisi
         pending = await wait_pending(client, started.run_id)
         before = await ops.status(client, started.run_id)
         kwargs = {"by": "li", "role": "approver", **decision}
-        with pytest.raises(ops.OperationError, match=message):
+        with pytest.raises(OperationError, match=message):
             await ops.approve(client, started.run_id, **kwargs)
         after = await ops.status(client, started.run_id)
         assert after == before, "a refused decision leaves the run exactly as it was"
@@ -124,15 +125,15 @@ async def test_signals_decide_too_and_bad_signals_are_ignored(client, settings, 
 
 
 async def test_decisions_for_unknown_or_finished_runs_are_clear_errors(client, settings, worker):
-    with pytest.raises(ops.OperationError, match="no run 'run-nope'"):
+    with pytest.raises(OperationError, match="no run 'run-nope'"):
         await ops.approve(client, "run-nope", by="li", role="approver")
     spec = make_spec("Summarize the order policy.", allowed_tools=["search_notes"])
     async with worker():
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
         await finish(client, started.run_id)
-    with pytest.raises(ops.OperationError, match="already ended"):
+    with pytest.raises(OperationError, match="already ended"):
         await ops.approve(client, started.run_id, by="li", role="approver")
-    with pytest.raises(ops.OperationError, match="already ended"):
+    with pytest.raises(OperationError, match="already ended"):
         await ops.pause(client, started.run_id)
 
 

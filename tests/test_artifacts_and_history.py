@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.artifacts import ArtifactStore
 from agentrun.offline_model import OfflineModelServer
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from tests.support import make_spec, rows, scripted
 from workflows import AgentRunWorkflow
 
@@ -23,7 +23,9 @@ async def dump(args: Size, ctx: ToolContext) -> dict[str, str]:
     return {"data": "x" * (args.kilobytes * 1024)}
 
 
-REGISTRY = ToolRegistry([*demo_tools(), Tool("dump", "produce a large output", Size, dump)])
+REGISTRY = ToolRegistry(
+    [*agentrun_demo.registry.tools(), Tool("dump", "produce a large output", Size, dump)]
+)
 
 
 async def history_bytes(client, run_id: str) -> int:

@@ -6,6 +6,7 @@ import pytest
 
 from agentrun import backlog_ops as bops
 from agentrun.backlog_models import PolicyPatch
+from agentrun.errors import OperationError
 from agentrun.offline_model import OfflineModelServer, offline_planner
 from tests.backlog_support import (
     assert_ran_in_order,
@@ -114,12 +115,12 @@ async def test_stop_pauses_the_running_task_and_resume_continues_it(client, sett
                     "todo",
                     "todo",
                 ]
-                with pytest.raises(bops.OperationError, match="already stopped"):
+                with pytest.raises(OperationError, match="already stopped"):
                     await bops.stop(client, agent)
 
                 resumed = await bops.resume(client, agent)
                 assert not resumed.stopped and resumed.tasks == ["slow"]
-                with pytest.raises(bops.OperationError, match="is not stopped"):
+                with pytest.raises(OperationError, match="is not stopped"):
                     await bops.resume(client, agent)
                 await wait_all_done(pool, agent, 3)
     finally:
@@ -152,9 +153,9 @@ async def test_a_poison_task_is_dead_lettered_while_the_rest_finish(client, sett
             dead = await bops.dead_letters(pool, agent)
             poison_runs = [r for r in await runs(pool, agent) if ".poison." in r["run_id"]]
 
-            with pytest.raises(bops.OperationError, match="no task 'nope'"):
+            with pytest.raises(OperationError, match="no task 'nope'"):
                 await bops.retry(client, agent, "nope")
-            with pytest.raises(bops.OperationError, match="ok1 is done"):
+            with pytest.raises(OperationError, match="ok1 is done"):
                 await bops.retry(client, agent, "ok1")
             retried = await bops.retry(client, agent, "poison")
             assert retried.state == "todo" and "back in the backlog" in retried.message
@@ -220,7 +221,7 @@ async def test_a_terminated_backlog_starts_again_from_the_mirror(client, setting
     agent = new_agent()
     try:
         async with worker():
-            with pytest.raises(bops.OperationError, match="share the idempotency key 'a'"):
+            with pytest.raises(OperationError, match="share the idempotency key 'a'"):
                 await bops.enqueue(
                     client, agent, [item("a"), item("a")], task_queue=settings.task_queue
                 )
@@ -229,7 +230,7 @@ async def test_a_terminated_backlog_starts_again_from_the_mirror(client, setting
             )
             await wait_all_done(pool, agent, 2)
             await end_backlog(client, agent)  # someone terminates the workflow
-            with pytest.raises(bops.OperationError, match="is terminated"):
+            with pytest.raises(OperationError, match="is terminated"):
                 await bops.stop(client, agent)
             again = await bops.enqueue(
                 client, agent, [item("a"), item("b"), item("c")], task_queue=settings.task_queue

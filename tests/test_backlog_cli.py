@@ -8,6 +8,7 @@ import json
 import pytest
 
 from agentrun import backlog_ops as bops
+from agentrun.errors import OperationError
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, new_agent, wait_states
 from tests.test_cli import run_cli
 
@@ -138,6 +139,6 @@ def test_backlog_files_accept_json_yaml_and_shorthands(tmp_path):
 def test_backlog_files_with_faults_name_the_task_line_and_field(tmp_path, text, fault):
     path = tmp_path / "plan.yaml"
     path.write_text(text)
-    with pytest.raises(bops.OperationError) as refusal:
+    with pytest.raises(OperationError) as refusal:
         bops.load_tasks(path)
     assert fault in str(refusal.value)

@@ -11,7 +11,6 @@ import asyncio
 import re
 from collections import Counter
 from contextlib import AsyncExitStack
-from dataclasses import replace
 from typing import Any
 
 from temporalio.client import Client
@@ -20,6 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from agentrun import backlog_ops as bops
 from agentrun import operations as ops
 from agentrun.backlog_models import PolicyPatch
+from agentrun.errors import OperationError
 from agentrun.offline_model import OfflineModelServer
 from tests.backlog_support import (
     assert_ran_in_order,
@@ -84,7 +84,7 @@ async def approve_messages(client: Client, pool: Any, agent: str) -> None:
                 continue
             try:
                 await ops.approve(client, run["run_id"], by="night-owl", role="approver")
-            except ops.OperationError:
+            except OperationError:
                 continue  # the mirror ran ahead of the run, or behind it: look again
             decided.add(run["run_id"])
         await asyncio.sleep(0.1)
@@ -98,7 +98,7 @@ async def test_forty_items_survive_a_worker_killed_during_item_12(client, settin
     with OfflineModelServer(backlog_model) as model:
         approver = asyncio.create_task(approve_messages(client, pool, agent))
         doomed = await start_worker_process(
-            replace(settings, openai_base_url=model.base_url), "doomed"
+            settings.model_copy(update=dict(openai_base_url=model.base_url)), "doomed"
         )
         try:
             added = await bops.enqueue(

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
+from agentrun.db import MIGRATIONS, schema_version
 from agentrun.models import RunResult
 from agentrun.settings import Settings
 from tests.support import NOTIFY_TASK, wait_pending
@@ -197,6 +200,31 @@ async def test_cli_refuses_bad_input_with_a_clear_error(cli, tmp_path):
     message = refused(bad_yaml)
     assert "not valid YAML" in message and "broken.yaml" in message
     assert "--edit is not valid JSON" in refused(bad_edit)
+
+
+async def test_reads_never_migrate_and_migrate_brings_the_schema_up(settings, pool, tmp_path):
+    """`list` on a database this code has not migrated says how to fix it and changes
+    nothing; `migrate` brings the schema up, and running it again is a no-op."""
+    name = f"fresh_{uuid.uuid4().hex[:10]}"
+    async with pool.connection() as conn:
+        await conn.execute(f"CREATE DATABASE {name}")
+    fresh = settings.model_copy(
+        update={"database_url": make_conninfo(settings.database_url or "", dbname=name)}
+    )
+    home = tmp_path / "home"
+
+    message = refused(await run_cli(fresh, home, "list"))
+    assert "schema is at version 0" in message and "starter.py migrate" in message
+    async with await psycopg.AsyncConnection.connect(fresh.database_url or "") as conn:
+        assert await schema_version(conn) == 0, "a read must not migrate"
+
+    for _ in range(2):
+        migrated = await run_cli(fresh, home, "migrate", "--json")
+        assert migrated.code == 0, migrated.err
+        assert migrated.json() == {"schema_version": len(MIGRATIONS)}
+    listed = await run_cli(fresh, home, "list", "--json")
+    assert listed.code == 0, listed.err
+    assert listed.json() == []
 
 
 async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, tmp_path):

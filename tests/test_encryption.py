@@ -10,11 +10,11 @@ import os
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import replace
 from email.message import Message
 
 import pytest
 from google.protobuf import json_format
+from pydantic import SecretBytes
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
@@ -23,15 +23,10 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun import operations as ops
 from agentrun.codec_server import CodecServer
-from agentrun.encryption import (
-    ENCODING,
-    KEY_ID_METADATA,
-    EncryptionCodec,
-    UnknownEncryptionKey,
-    data_converter,
-)
+from agentrun.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
+from agentrun.errors import SetupError, UnknownEncryptionKey
 from agentrun.models import RunResult
-from agentrun.settings import Settings, SetupError
+from agentrun.settings import Settings
 from tests.conftest import running_worker
 from tests.support import make_spec
 from workflows import AgentRunWorkflow
@@ -45,7 +40,9 @@ def b64(key: bytes) -> str:
 
 
 def encrypted(settings: Settings, key_id: str = "a", key: bytes = KEY_A) -> Settings:
-    return replace(settings, encryption_keys={key_id: key}, encryption_key_id=key_id)
+    return settings.model_copy(
+        update=dict(encryption_keys={key_id: SecretBytes(key)}, encryption_key_id=key_id)
+    )
 
 
 async def test_history_holds_only_ciphertext(settings, pool):
@@ -133,7 +130,7 @@ async def test_keys_rotate_and_an_unknown_key_is_named():
 def test_keys_come_from_settings_and_bad_ones_are_refused():
     env = {"AGENTRUN_ENCRYPTION_KEYS": f"a:{b64(KEY_A)}, b:{b64(KEY_B)}"}
     loaded = Settings.load(env)
-    assert loaded.encryption_keys == {"a": KEY_A, "b": KEY_B}
+    assert loaded.encryption_key_material() == {"a": KEY_A, "b": KEY_B}
     assert loaded.encryption_key_id == "a"
     assert b64(KEY_A) not in repr(loaded) and "KEY_A" not in repr(loaded)
     assert str(KEY_A) not in repr(loaded)

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.offline_model import OfflineModelServer, Reply, completion, offline_planner
 from agentrun.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
 from workflows import AgentRunWorkflow
 
@@ -248,7 +248,9 @@ async def test_a_forbidden_tool_pauses_for_an_admin(client, settings, pool, work
             raise ToolForbidden("the service account lacks vault:read")
         return {"secret_count": 3}
 
-    registry = ToolRegistry([*demo_tools(), Tool("read_secrets", "read", Nothing, read_secrets)])
+    registry = ToolRegistry(
+        [*agentrun_demo.registry.tools(), Tool("read_secrets", "read", Nothing, read_secrets)]
+    )
     spec = make_spec("read", allowed_tools=["read_secrets"])
     with OfflineModelServer(scripted([("read_secrets", {})], SUMMARY)) as model:
         async with worker(registry=registry, base_url=model.base_url):

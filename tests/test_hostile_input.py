@@ -18,6 +18,7 @@ import starter
 from agentrun import backlog_ops
 from agentrun import operations as ops
 from agentrun.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
+from agentrun.errors import OperationError
 from agentrun.models import MAX_TASK_CHARS, ControlInput, RunSpec
 from agentrun.offline_model import OfflineModelServer
 from tests.backlog_support import new_agent
@@ -90,7 +91,7 @@ async def test_an_oversized_task_is_refused_before_anything_starts(client, setti
         user=None,
         json=False,
     )
-    with pytest.raises(ops.OperationError, match="invalid run spec: task: String should have"):
+    with pytest.raises(OperationError, match="invalid run spec: task: String should have"):
         await starter.cmd_start(client, settings, args)
     with pytest.raises(RPCError) as missing:  # nothing was started on the real server
         await client.get_workflow_handle(ops.run_id_for(key)).describe()
@@ -145,7 +146,7 @@ async def test_a_request_for_an_unknown_run_is_a_clear_error(client, operation):
         "status": lambda: ops.status(client, "run-nope"),
         "approve": lambda: ops.approve(client, "run-nope", by="li", role="approver"),
     }[operation]
-    with pytest.raises(ops.OperationError, match="no run 'run-nope'"):
+    with pytest.raises(OperationError, match="no run 'run-nope'"):
         await call()
 
 
@@ -171,7 +172,7 @@ async def test_requests_to_a_finished_run_change_nothing(client, settings, pool,
             lambda: ops.approve(client, started.run_id, by="li", role="approver"),
             lambda: ops.reject(client, started.run_id, by="li", role="approver", reason="late"),
         ):
-            with pytest.raises(ops.OperationError, match="has already ended"):
+            with pytest.raises(OperationError, match="has already ended"):
                 await attempt()
         handle = client.get_workflow_handle(started.run_id)
         for signal in (AgentRunWorkflow.pause_signal, AgentRunWorkflow.resume_signal):
@@ -197,7 +198,7 @@ async def test_an_approval_for_another_tenants_run_is_refused(client, settings, 
         mirrored = await mirror(pool, started.run_id)
         for decide in (ops.approve, ops.reject):
             extra = {"reason": "mine now"} if decide is ops.reject else {}
-            with pytest.raises(ops.OperationError, match=r"no run .* for tenant .other."):
+            with pytest.raises(OperationError, match=r"no run .* for tenant .other."):
                 await decide(
                     client, started.run_id, by="li", role="approver", tenant="other", **extra
                 )
@@ -250,7 +251,7 @@ def _backlog(tmp_path, tasks: list[Any], name: str = "backlog.json"):
 def test_a_backlog_file_of_100_001_tasks_is_refused_whole(tmp_path):
     # Minimal items: the file is parsed in full before the count is checked (see the README).
     path = _backlog(tmp_path, [{}] * 100_001)
-    with pytest.raises(ops.OperationError) as caught:
+    with pytest.raises(OperationError) as caught:
         backlog_ops.load_tasks(path)
     assert f"100001 tasks; enqueue at most {MAX_TASKS_PER_ENQUEUE} per file" in str(caught.value)
 
@@ -261,7 +262,7 @@ def test_a_backlog_file_one_over_the_limit_is_refused_and_the_limit_loads_in_ord
         for i in range(MAX_TASKS_PER_ENQUEUE + 1)
     ]
     over = _backlog(tmp_path, tasks, "over.json")
-    with pytest.raises(ops.OperationError, match=f"{MAX_TASKS_PER_ENQUEUE + 1} tasks; enqueue"):
+    with pytest.raises(OperationError, match=f"{MAX_TASKS_PER_ENQUEUE + 1} tasks; enqueue"):
         backlog_ops.load_tasks(over)
     at_limit = _backlog(tmp_path, tasks[:MAX_TASKS_PER_ENQUEUE], "limit.json")
     loaded = backlog_ops.load_tasks(at_limit)
@@ -281,7 +282,7 @@ async def test_an_oversized_enqueue_is_refused_whole_with_a_clear_error(client, 
         )
         for i in range(backlog_ops.ENQUEUE_BATCH)
     ]
-    with pytest.raises(ops.OperationError, match="enqueue them in parts"):
+    with pytest.raises(OperationError, match="enqueue them in parts"):
         await backlog_ops.enqueue(client, agent, big, task_queue=settings.task_queue)
     assert await rows(pool, "SELECT 1 FROM backlog_tasks WHERE agent = %s", agent) == []
     with pytest.raises(RPCError):  # no backlog workflow was started either

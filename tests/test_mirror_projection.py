@@ -69,7 +69,13 @@ async def test_a_finished_run_agrees_and_every_corruption_is_named(client, setti
         await conn.execute("UPDATE runs SET status = 'running' WHERE run_id = %s", (run_id,))
     report = await ops.check_mirror(client, pool, run_id)
     assert not report["agrees"]
-    assert report["counts"] == {"duplicate": 0, "divergent": 2, "lost": 1, "orphan": 1}
+    assert report["counts"] == {
+        "duplicate": 0,
+        "divergent": 2,
+        "lost": 1,
+        "orphan": 1,
+        "unwritable": 0,
+    }
     text = "\n".join(report["differences"])
     assert "lost      events[3]" in text
     assert f"divergent steps[{tool_step.step_id}] output" in text

@@ -8,7 +8,6 @@ task, which Temporal retries for ever. These runs use the real dev server's 2 MB
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,12 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
 from agentrun.offline_model import OfflineModelServer, completion
 from agentrun.payload_limits import PayloadLimitInterceptor, trimmed
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from agentrun.tools.registry import ToolError
 from tests.conftest import running_worker
 from tests.support import make_spec, rows, scripted
@@ -48,7 +47,7 @@ async def fail_loudly(args: Size, ctx: ToolContext) -> None:
 
 REGISTRY = ToolRegistry(
     [
-        *demo_tools(),
+        *agentrun_demo.registry.tools(),
         Tool("dump", "produce a large output", Size, dump),
         Tool("fail_loudly", "fail with a long message", Size, fail_loudly),
     ]
@@ -158,7 +157,7 @@ async def test_an_oversized_tool_output_fails_its_step_at_once_and_the_model_hea
 ):
     """Artifacts keep tool outputs small; with the threshold raised past the limit, a 3 MB
     output is refused on its first attempt, and the run goes on as after any tool failure."""
-    loose = replace(settings, artifact_threshold_bytes=10 * MB)
+    loose = settings.model_copy(update=dict(artifact_threshold_bytes=10 * MB))
     turns = scripted([("dump", {"kilobytes": 3 * 1024})], SUMMARY)
     began = time.monotonic()
     with OfflineModelServer(turns) as model:
@@ -250,7 +249,10 @@ async def test_a_checkpoint_grown_past_the_limit_fails_the_run_and_keeps_the_las
     the checkpoint step) does not: the run fails with that reason, and its last record goes
     with the step's copy cut, the run row's checkpoint whole."""
     registry = ToolRegistry(
-        [*demo_tools(), Tool("save", "save a checkpoint part", Patch, save_big_checkpoint)]
+        [
+            *agentrun_demo.registry.tools(),
+            Tool("save", "save a checkpoint part", Patch, save_big_checkpoint),
+        ]
     )
     turns = scripted([("save", {"part": "a", "kilobytes": 1000})], SUMMARY)
     with OfflineModelServer(turns) as model:

@@ -15,8 +15,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows import AgentRunWorkflow
-from workflows.agent_run import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
+from workflows.admission import TenantAdmissionWorkflow
+from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import AgentBacklogWorkflow
+from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -29,7 +31,8 @@ def test_histories_are_committed():
 async def test_replay(path: Path):
     history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())  # noqa: ASYNC240
     replayer = Replayer(
-        workflows=[AgentRunWorkflow, AgentBacklogWorkflow], data_converter=pydantic_data_converter
+        workflows=[AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow],
+        data_converter=pydantic_data_converter,
     )
     await replayer.replay_workflow(history)
 
@@ -53,3 +56,11 @@ def test_every_mirror_write_path_has_a_history():
     assert taken["approved_local_mirror"] >= {MIRROR_SYNC_LOCAL}
     assert MIRROR_SYNC_AFTER_COMMIT not in taken["approved_local_mirror"]
     assert MIRROR_SYNC_AFTER_COMMIT in taken["approved_mirror_after_commit"]
+
+
+def test_model_call_queue_and_admission_have_histories():
+    """Model calls on their own queue, and a run that waited in its tenant's queue."""
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MODEL_CALL_QUEUE not in taken["budget_extended"]
+    assert MODEL_CALL_QUEUE in taken["admitted_from_queue"]
+    assert "admitted_from_queue_queue" in taken

@@ -9,6 +9,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
 from agentrun import operations as ops
+from agentrun.errors import OperationError
 from agentrun.offline_model import OfflineModelServer
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
 from workflows import AgentRunWorkflow
@@ -53,7 +54,7 @@ async def test_resume_refuses_a_run_that_is_not_paused(client, settings, worker)
     async with worker():
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
         await wait_pending(client, started.run_id)
-        with pytest.raises(ops.OperationError, match="is not paused"):
+        with pytest.raises(OperationError, match="is not paused"):
             await ops.resume(client, started.run_id)
         await ops.cancel(client, started.run_id)
 
@@ -79,7 +80,7 @@ async def test_cancel_ends_the_run_cancelled_with_its_receipt(client, settings, 
     )
     assert steps == [{"status": "abandoned", "final": True}]
     assert await rows(pool, "SELECT 1 FROM outbox WHERE run_id = %s", started.run_id) == []
-    with pytest.raises(ops.OperationError, match="already ended"):
+    with pytest.raises(OperationError, match="already ended"):
         await ops.cancel(client, started.run_id)
 
 

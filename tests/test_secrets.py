@@ -14,21 +14,21 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from psycopg import sql
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from agentrun import operations as ops
 from agentrun.db import open_pool
+from agentrun.errors import SecretUnavailable, SetupError
 from agentrun.models import RunResult
 from agentrun.offline_model import OfflineModelServer, Reply, completion
 from agentrun.render import receipt_markdown
-from agentrun.settings import Settings, SetupError
+from agentrun.settings import Settings
 from agentrun.tools import Tool, ToolContext, ToolError, ToolRegistry
-from agentrun.vault import MARKER, SecretScope, SecretUnavailable, SecretVault
+from agentrun.vault import MARKER, SecretScope, SecretVault
 from agentrun.worker_factory import WorkerDeps, build_worker, model_client
 from tests.support import make_spec, rows
 from workflows import AgentRunWorkflow
@@ -178,13 +178,15 @@ async def test_secrets_never_appear_in_clear_text(
     client, settings, pool, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ):
     caplog.set_level(logging.DEBUG)
-    settings = replace(settings, openai_api_key=API_KEY)
+    settings = settings.model_copy(update=dict(openai_api_key=SecretStr(API_KEY)))
     spec = make_spec(
         "Call the orders API for acme with its token.",
         failures={"tools": {"leaky": {"max_attempts": 1}}},
     )
     with OfflineModelServer(model) as server:
-        openai_client = model_client(replace(settings, openai_base_url=server.base_url))
+        openai_client = model_client(
+            settings.model_copy(update=dict(openai_base_url=server.base_url))
+        )
         assert openai_client.api_key == API_KEY  # the canary is the key the worker's calls carry
         deps = WorkerDeps(pool=pool, model_client=openai_client, registry=secret_registry())
         async with build_worker(client, settings, deps):
@@ -263,7 +265,8 @@ def test_settings_never_show_their_secrets():
         "AGENTRUN_ENCRYPTION_KEYS": "k1:" + base64.b64encode(key).decode(),
     }
     settings = Settings.load(env)
-    assert settings.openai_api_key == API_KEY and settings.encryption_keys == {"k1": key}
+    assert settings.openai_api_key.get_secret_value() == API_KEY
+    assert settings.encryption_key_material() == {"k1": key}
     for shown in (repr(settings), str(settings), f"{settings}"):
         assert API_KEY not in shown and PASSWORD not in shown
         assert base64.b64encode(key).decode() not in shown and repr(key) not in shown

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import replace
 
 from temporalio.client import WorkflowExecutionStatus
 
@@ -24,12 +23,13 @@ from workflows import AgentRunWorkflow
 
 
 def settings_for(endpoints: dict[str, str], task_queue: str) -> Settings:
-    return replace(
-        Settings.load({}),
-        temporal_address=endpoints["temporal_address"],
-        database_url=endpoints["database_url"],
-        openai_base_url=endpoints["openai_base_url"],
-        task_queue=task_queue,
+    return Settings.load({}).model_copy(
+        update=dict(
+            temporal_address=endpoints["temporal_address"],
+            database_url=endpoints["database_url"],
+            openai_base_url=endpoints["openai_base_url"],
+            task_queue=task_queue,
+        )
     )
 
 

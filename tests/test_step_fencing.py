@@ -8,11 +8,11 @@ import uuid
 from pydantic import BaseModel
 from temporalio import activity
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.mirror_store import MirrorStore
 from agentrun.offline_model import OfflineModelServer
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from tests.support import eventually, make_spec, rows, scripted
 from workflows import AgentRunWorkflow
 
@@ -52,7 +52,7 @@ async def zombie_on_first_attempt(args: Lookup, ctx: ToolContext) -> dict[str, o
 
 REGISTRY = ToolRegistry(
     [
-        *demo_tools(),
+        *agentrun_demo.registry.tools(),
         Tool("crashy_index", "index documents", Docs, crashes_once_midway),  # type: ignore[arg-type]
         Tool("zombie_lookup", "look something up", Lookup, zombie_on_first_attempt),  # type: ignore[arg-type]
     ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from dataclasses import replace
 
 import openai
 from opentelemetry import trace
@@ -12,11 +11,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.client import connect, runtime_for
 from agentrun.settings import Settings
 from agentrun.stack import free_port
-from agentrun.tools.demo import demo_registry
 from agentrun.worker_factory import WorkerDeps, build_worker
 from tests.support import make_spec
 from workflows import AgentRunWorkflow
@@ -29,7 +28,7 @@ async def run_one(client, settings: Settings, pool) -> str:
         model_client=openai.AsyncOpenAI(
             base_url=settings.openai_base_url, api_key="test", max_retries=0
         ),
-        registry=demo_registry(),
+        registry=agentrun_demo.registry,
     )
     spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
     async with build_worker(client, settings, deps):
@@ -48,7 +47,7 @@ def scrape(url: str) -> str:
 async def test_worker_serves_temporal_metrics_for_prometheus(settings, pool):
     # A Runtime binds its port for the life of the process: one test, one fresh port.
     port = free_port()
-    settings = replace(settings, prometheus_bind=f"127.0.0.1:{port}")
+    settings = settings.model_copy(update=dict(prometheus_bind=f"127.0.0.1:{port}"))
     client = await connect(settings, identity="metrics-worker", serve_metrics=True)
     assert client.service_client.config.runtime is runtime_for(settings)
     assert runtime_for(settings) is runtime_for(settings), "one runtime per address"
@@ -84,7 +83,7 @@ async def test_otel_traces_a_run_from_start_to_every_activity(settings, pool):
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
 
-    settings = replace(settings, otel=True)
+    settings = settings.model_copy(update=dict(otel=True))
     client = await connect(settings, identity="traced-worker")
     run_id = await run_one(client, settings, pool)
 

@@ -24,7 +24,8 @@ from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
 from agentrun.client import connect
-from agentrun.settings import Settings, SetupError
+from agentrun.errors import SetupError
+from agentrun.settings import Settings
 from agentrun.temporal_connection import connect_options, describe
 
 CLOUD = {

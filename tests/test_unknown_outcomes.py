@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from dataclasses import replace
 
 from pydantic import BaseModel
 
+import agentrun_demo
 from agentrun import operations as ops
 from agentrun.model_journal import ModelJournal
 from agentrun.models import Usage
 from agentrun.offline_model import OfflineModelServer
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.demo import demo_tools
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process
 from workflows import AgentRunWorkflow
@@ -27,7 +26,7 @@ FAST = {"heartbeat_seconds": 2, "initial_retry_seconds": 0.2}
 
 async def start_and_crash(client, settings, model, spec, faults: str) -> str:
     """Start a run on a worker armed with `faults`, and wait for that worker to die."""
-    worker_settings = replace(settings, openai_base_url=model.base_url)
+    worker_settings = settings.model_copy(update=dict(openai_base_url=model.base_url))
     doomed = await start_worker_process(worker_settings, "doomed", faults=faults)
     try:
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
@@ -96,7 +95,7 @@ async def test_without_a_reconcile_hook_a_person_decides(client, settings, pool,
 
     registry = ToolRegistry(
         [
-            *demo_tools(),
+            *agentrun_demo.registry.tools(),
             Tool(
                 "post_webhook", "post", Payload, post_webhook, side_effect=True, transactional=False
             ),

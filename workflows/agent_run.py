@@ -1,8 +1,10 @@
 """AgentRun: one agent run as one Temporal workflow.
 
 The loop is: decide (model call), act (tool calls, some behind a human approval), verify,
-finish with a receipt. Every step has a deterministic id, and every change of state goes
-through `_set_status`, which enforces the state machine in `agentrun.states`.
+finish with a receipt. This module holds the deciding; people's decisions are in
+workflows/approvals.py, the record of the run (steps, events, mirror, receipt) in
+workflows/recording.py, and the run's state, declared once, in `RunProgress`
+(workflows/run_state.py derives the rest from it).
 """
 
 from __future__ import annotations
@@ -13,139 +15,97 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
+
+from workflows import run_state
+from workflows.approvals import Approvals
+from workflows.recording import MIRROR_RETRY
+from workflows.run_messages import RunMessages
+from workflows.run_state import RunEnded
+from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
-    from activities import MirrorActivities, ModelActivities, ToolActivities, VerifyActivities
+    from activities import (
+        ForkActivities,
+        MirrorActivities,
+        ModelActivities,
+        ToolActivities,
+        VerifyActivities,
+    )
     from agentrun import constants as names
-    from agentrun import payload_limits, search_attributes
+    from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.admission_models import ReleaseInput
     from agentrun.conversation import STEP_OUTPUT_REF
-    from agentrun.errors import PAYLOAD_TOO_LARGE, PERMISSION_DENIED
-    from agentrun.ledger import action_hash, idempotency_key
+    from agentrun.errors import PERMISSION_DENIED
+    from agentrun.ledger import idempotency_key
     from agentrun.models import (
-        ApprovalKind,
-        ApprovalRecord,
-        ApproveInput,
         CheckpointInput,
+        ForkOrigin,
+        ForkSeedInput,
         JsonDict,
-        MirrorBatch,
         ModelCallInput,
         ModelCallResult,
-        PendingApproval,
         ProposedToolCall,
-        Receipt,
-        RejectInput,
-        RunCarry,
         RunEvent,
+        RunProgress,
         RunResult,
-        RunSnapshot,
         RunSpec,
         SideEffectRecord,
         StepRecord,
         StepSummary,
-        StepType,
         ToolCallInput,
         ToolCallResult,
         VerifyInput,
         VerifyResult,
     )
-    from agentrun.states import RunStatus, check_transition
+    from agentrun.states import RunStatus
     from workflows import policies
-    from workflows.run_messages import RunMessages
 
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
-# Patch ids: each marks a change to what the workflow does, so histories recorded before it
-# replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
-MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
-# A local activity writes before Temporal has accepted the workflow task it runs in; if the
-# task is then lost (a server restart, a dropped speculative update task), the mirror shows
-# what never happened. The chaos suite caught it. Mirror writes are now activities, which
-# Temporal dispatches only after it has committed the task that scheduled them, and the run
-# does not wait for them: it goes on, and waits for them all before its receipt and before
-# it continues as new. Fences keep writes that land out of order from going backwards.
-MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
-# Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
-# and often enough that the mirror catches up within seconds of the database returning.
-# A mirror write goes ahead of model and tool calls waiting on the same task queue (1 is the
-# highest of Temporal's priority keys; the default is 3), so under load the mirror keeps up.
-MIRROR_PRIORITY = Priority(priority_key=1)
-# A mirror write is one short transaction; a worker that died during one is noticed soon.
-MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
-MIRROR_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=0.5), maximum_interval=timedelta(seconds=2)
-)
-
-
-class RunEnded(Exception):
-    """Raised inside the loop to end the run with a given status and reason."""
-
-    def __init__(self, status: RunStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+# Patch id: model calls go to a task queue of their own, where the server limits each
+# tenant's rate (agentrun.fairness). Runs that made model calls on the run queue replay the
+# way they did.
+MODEL_CALL_QUEUE = "model-call-queue"
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
-class AgentRunWorkflow(RunMessages):
+class AgentRunWorkflow(Approvals, RunMessages):
     @workflow.init
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.run_id = workflow.info().workflow_id
-        self.status = RunStatus.QUEUED
-        self.started_at = workflow.now()
-        self.finished_at: datetime | None = None
-        # Messages the conversation store does not hold yet; it holds `stored_messages`.
-        self.pending_messages: list[JsonDict] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": spec.task},
-        ]
-        self.generation = 0
-        self.model_calls = 0
-        self.verify_rounds = 0
-        self.seq = 0
-        self.version = 0
-        self.current_step_id: str | None = None
-        self.steps: list[StepSummary] = []
-        self.model_used: str | None = spec.model.model
-        self.pending_steps: list[StepRecord] = []
-        self.pending_events: list[RunEvent] = []
-        self.event_seq = 0
-        self.pending_approval: PendingApproval | None = None
-        self.decision: ApproveInput | RejectInput | None = None
-        self.mirror_writes: list[workflow.ActivityHandle[None]] = []
-        self.pause_requested = False
-        self.pause_reason: str | None = None
-        self.budget = spec.budget
-        self.malformed_streak = 0
-        self.argument_streak = 0
-        self.model_choice = 0
-        self.stored_messages = 0  # how much of the conversation the store already holds
         # Only runs started with the search attributes keep them current (see the module).
         self.indexed = search_attributes.STATUS in workflow.info().typed_search_attributes
-        self.checkpoint: JsonDict = {}
-        self.tokens_in = 0
-        self.tokens_out = 0
-        self.cost_usd = 0.0
-        self.duplicates_prevented = 0
-        self.side_effects: list[SideEffectRecord] = []
-        self.approvals: list[ApprovalRecord] = []
-        self.verification: VerifyResult | None = None
-        self.unresolved: list[str] = []
-        self.answer: str | None = None
-        self.error: str | None = None
+        self.pending_steps: list[StepRecord] = []
+        self.pending_events: list[RunEvent] = []
+        self.mirror_writes: list[workflow.ActivityHandle[None]] = []
         if spec.carry is not None:  # a continuation: pick up exactly where the last left off
-            carry = spec.carry.model_copy(deep=True)
-            for name in RunCarry.model_fields:
-                setattr(self, name, getattr(carry, name))
-
-    def _carry(self) -> RunCarry:
-        fields = {name: getattr(self, name) for name in RunCarry.model_fields}
-        return RunCarry(**{**fields, "generation": self.generation + 1})
+            self.progress = spec.carry.model_copy(deep=True)
+        else:
+            self.progress = RunProgress(
+                started_at=workflow.now(),
+                model_used=spec.model.model,
+                budget=spec.budget,
+                # A run started by its tenant's admission queue waits for a slot (only runs
+                # whose input names a queue take that path, so older histories replay
+                # unchanged); a continuation was admitted long ago.
+                admitted=spec.admission is None,
+                pending_messages=[
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": spec.task},
+                ],
+            )
+        self.stream = RunStream(self.progress.stream_state)
+        self.progress.stream_state = None  # the stream holds it now; set again at the carry
 
     async def _continue_as_new_if_long(self) -> None:
         """Past the history limit, start afresh with the carried state, between steps."""
@@ -155,11 +115,14 @@ class AgentRunWorkflow(RunMessages):
             or info.get_current_history_length() >= self.spec.history_events_limit
         ):
             return
-        self._event("run.continued_as_new", data={"generation": self.generation + 1})
+        self._event("run.continued_as_new", data={"generation": self.progress.generation + 1})
         await self._flush()
+        self.stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._mirror_written()
-        workflow.continue_as_new(self.spec.model_copy(update={"carry": self._carry()}))
+        self.progress.stream_state = self.stream.carry()
+        carry = run_state.carry(self.progress)
+        workflow.continue_as_new(self.spec.model_copy(update={"carry": carry}))
 
     # ------------------------------------------------------------------ the run
 
@@ -170,6 +133,11 @@ class AgentRunWorkflow(RunMessages):
         cancelled = False
         try:
             await self._flush()
+            await self._wait_for_slot()
+            if spec.fork is not None and spec.carry is None:
+                # Only runs started by `starter.py fork` carry `fork`: no recorded history
+                # takes this path, so it needs no patch.
+                await self._start_from_fork(spec.fork)
             await self._agent_loop()
         except RunEnded as end:
             self._finish(end.status, error=end.reason)
@@ -177,7 +145,7 @@ class AgentRunWorkflow(RunMessages):
             if not is_cancelled_exception(err):
                 assert isinstance(err, ActivityError)
                 self._finish(
-                    RunStatus.FAILED, error=f"{err.activity_type} failed: {policies.cause(err)}"
+                    RunStatus.FAILED, error=f"{err.activity_type} failed: {errors.cause(err)}"
                 )
             else:
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
@@ -190,20 +158,45 @@ class AgentRunWorkflow(RunMessages):
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
         await self._record_receipt()
+        await self._release_slot()
+        self.stream.detach()  # watchers read the rest once the run has closed
         await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
             # The receipt is written; now Temporal shows the run as cancelled too.
             raise asyncio.CancelledError("cancelled on request")
         return RunResult(
-            run_id=self.run_id, status=self.status, answer=self.answer, error=self.error
+            run_id=self.run_id,
+            status=self.progress.status,
+            answer=self.progress.answer,
+            error=self.progress.error,
         )
 
+    async def _wait_for_slot(self) -> None:
+        """Stay `queued` until the tenant's admission queue says a slot is ours."""
+        if self.progress.admitted:
+            return
+        self._event("run.queued", data={"admission": self.spec.admission})
+        await self._flush()
+        await workflow.wait_condition(lambda: self.progress.admitted)
+        self._event("run.admitted")
+
+    async def _release_slot(self) -> None:
+        """Tell the admission queue the slot (or the place in line) is free."""
+        if self.spec.admission is None:
+            return
+        try:
+            await workflow.get_external_workflow_handle(self.spec.admission).signal(
+                names.SIGNAL_ADMISSION_RELEASE, ReleaseInput(run_id=self.run_id)
+            )
+        except FailureError:
+            pass  # the queue was terminated: nobody holds the slot any more
+
     async def _agent_loop(self) -> None:
-        while self.model_calls < self.spec.max_steps:
+        while self.progress.model_calls < self.spec.max_steps:
             await self._continue_as_new_if_long()
             await self._step_boundary()
             reply = await self._model_step()
-            self.model_calls += 1
+            self.progress.model_calls += 1
             await self._enforce_budget()
             if self._needs_repair(reply):
                 continue
@@ -217,15 +210,15 @@ class AgentRunWorkflow(RunMessages):
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
                 return
-            self.verify_rounds += 1
+            self.progress.verify_rounds += 1
             if (
                 self.spec.verify.on_failure == "fail"
-                or self.verify_rounds >= self.spec.verify.max_rounds
+                or self.progress.verify_rounds >= self.spec.verify.max_rounds
             ):
                 raise RunEnded(
                     RunStatus.FAILED, "verification failed: " + "; ".join(verdict.failures)
                 )
-            self.pending_messages.append(
+            self.progress.pending_messages.append(
                 {
                     "role": "user",
                     "content": "Your answer failed verification: "
@@ -235,20 +228,79 @@ class AgentRunWorkflow(RunMessages):
             )
         raise RunEnded(RunStatus.FAILED, f"step limit reached ({self.spec.max_steps} model calls)")
 
+    async def _start_from_fork(self, origin: ForkOrigin) -> None:
+        """Take the parent's steps before the fork point as recorded (no model call, tool
+        call or side effect again: `fork.seed` only reads and copies), then go on live from
+        step N, or with the edited output standing for step N's result."""
+        seed = await workflow.execute_activity_method(
+            ForkActivities.seed,
+            ForkSeedInput(run_id=self.run_id, origin=origin, allowed_tools=self.spec.allowed_tools),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
+            summary=f"fork of {origin.parent_run_id} from step {origin.from_step}",
+        )
+        for record in seed.steps:
+            self.progress.steps.append(
+                StepSummary(
+                    step_id=record.step_id,
+                    seq=record.seq,
+                    type=record.type,
+                    name=record.name,
+                    status=record.status,
+                    attempt=record.attempt,
+                )
+            )
+            self.pending_steps.append(record)
+        self.progress.seq = origin.from_step - 1
+        self.progress.model_calls = seed.model_calls
+        self.progress.stored_messages = seed.stored_messages
+        self.progress.pending_messages = []
+        self._event(
+            "run.forked",
+            data={
+                "parent_run_id": origin.parent_run_id,
+                "from_step": origin.from_step,
+                "seeded_steps": [s.step_id for s in seed.steps],
+                "edited": seed.edited_call is not None,
+            },
+        )
+        if seed.edited_call is not None:
+            call = seed.edited_call
+            step_id = self._new_step("tool_call", call.tool)
+            now = workflow.now()
+            self._complete_step(
+                StepRecord(
+                    step_id=step_id,
+                    seq=self.progress.seq,
+                    type="tool_call",
+                    name=call.tool,
+                    status="completed",
+                    input=call.arguments or {},
+                    output=origin.edit_output,
+                    started_at=now,
+                    finished_at=now,
+                )
+            )
+            self._event("fork.output_edited", step_id, {"tool": call.tool, "ran": False})
+            self._tool_message(call.call_id, origin.edit_output)
+        for call in seed.live_calls:
+            await self._step_boundary()
+            await self._tool_step(call)
+
     async def _step_boundary(self) -> None:
         """Where a pause takes effect: between steps, never inside one."""
-        if not self.pause_requested:
+        if not self.progress.pause_requested:
             return
         self._set_status(RunStatus.PAUSED)
-        self._event("run.paused", data={"reason": self.pause_reason})
+        self._event("run.paused", data={"reason": self.progress.pause_reason})
         await self._flush()
-        await workflow.wait_condition(lambda: not self.pause_requested)
-        self.pause_reason = None
+        await workflow.wait_condition(lambda: not self.progress.pause_requested)
+        self.progress.pause_reason = None
         self._event("run.resumed")
 
     async def _pause_for_admin(self, reason: str) -> None:
         """A failure no retry can fix (a refused permission): wait for a person to resume."""
-        self.pause_requested, self.pause_reason = True, reason
+        self.progress.pause_requested, self.progress.pause_reason = True, reason
         self._event("run.needs_admin", data={"reason": reason})
         await self._step_boundary()
 
@@ -262,7 +314,7 @@ class AgentRunWorkflow(RunMessages):
         if failures.fallback_model:
             models.append(failures.fallback_model)
         while True:
-            index = min(self.model_choice, len(models) - 1)
+            index = min(self.progress.model_choice, len(models) - 1)
             last = index == len(models) - 1
             attempts = (
                 self.spec.timeouts.max_attempts if last else failures.model_attempts_before_fallback
@@ -272,20 +324,20 @@ class AgentRunWorkflow(RunMessages):
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
-                kind = policies.error_kind(err)
+                kind = errors.error_kind(err)
                 if kind == PERMISSION_DENIED and failures.on_permission_denied == "pause":
-                    await self._pause_for_admin(f"model provider refused: {policies.cause(err)}")
+                    await self._pause_for_admin(f"model provider refused: {errors.cause(err)}")
                     continue
-                if last or kind in policies.FINAL_ERRORS:
+                if last or kind in errors.FINAL_ERRORS:
                     raise
                 self._event(
                     "model.fallback",
                     data={"from": models[index], "to": models[index + 1], "reason": kind},
                 )
-                self.model_choice = index + 1
+                self.progress.model_choice = index + 1
 
     async def _call_model(self, model: str | None, attempts: int) -> ModelCallResult:
-        step_id = self._new_step("model_call", model or self.model_used or "model")
+        step_id = self._new_step("model_call", model or self.progress.model_used or "model")
         self._set_status(RunStatus.PLANNING, step_id)
         await self._flush()
         started = workflow.now()
@@ -296,19 +348,26 @@ class AgentRunWorkflow(RunMessages):
                 ModelCallInput(
                     run_id=self.run_id,
                     step_id=step_id,
-                    seq=self.seq,
+                    seq=self.progress.seq,
                     model=model,
-                    new_messages=self.pending_messages,
-                    first_index=self.stored_messages,
+                    new_messages=self.progress.pending_messages,
+                    first_index=self.progress.stored_messages,
                     allowed_tools=self.spec.allowed_tools,
                     temperature=self.spec.model.temperature,
                     max_tokens=self.spec.model.max_tokens,
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                 ),
+                task_queue=fairness.model_task_queue(workflow.info().task_queue)
+                if workflow.patched(MODEL_CALL_QUEUE)
+                else None,
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
+                summary=run_summaries.model_summary(
+                    model or self.progress.model_used or "(the worker's default)",
+                    self.progress.tokens_in + self.progress.tokens_out,
+                ),
             )
         except ActivityError as err:
             if not is_cancelled_exception(err):
@@ -319,20 +378,20 @@ class AgentRunWorkflow(RunMessages):
                         type="model_call",
                         name=model or "model",
                         status="failed",
-                        error=f"{policies.error_kind(err)}: {policies.cause(err)}",
+                        error=f"{errors.error_kind(err)}: {errors.cause(err)}",
                         attempt=attempts,
                         started_at=started,
                         finished_at=workflow.now(),
                     )
                 )
             raise
-        self.stored_messages += len(self.pending_messages)
-        self.pending_messages = []
-        self.model_used = reply.model
-        self.tokens_in += reply.usage.input_tokens
-        self.tokens_out += reply.usage.output_tokens
-        self.cost_usd = round(self.cost_usd + reply.cost_usd, 6)
-        self.pending_messages.append(reply.assistant_message)
+        self.progress.stored_messages += len(self.progress.pending_messages)
+        self.progress.pending_messages = []
+        self.progress.model_used = reply.model
+        self.progress.tokens_in += reply.usage.input_tokens
+        self.progress.tokens_out += reply.usage.output_tokens
+        self.progress.cost_usd = round(self.progress.cost_usd + reply.cost_usd, 6)
+        self.progress.pending_messages.append(reply.assistant_message)
         self._complete_step(
             StepRecord(
                 step_id=step_id,
@@ -360,19 +419,19 @@ class AgentRunWorkflow(RunMessages):
         malformed = [c for c in reply.tool_calls if c.error_kind == "malformed"]
         empty = not reply.tool_calls and not (reply.content or "").strip()
         if not malformed and not empty:
-            self.malformed_streak = 0
+            self.progress.malformed_streak = 0
             return False
-        self.malformed_streak += 1
+        self.progress.malformed_streak += 1
         problem = malformed[0].error if malformed else "the reply was empty"
         limit = self.spec.failures.malformed_output_repairs
-        if self.malformed_streak > limit:
+        if self.progress.malformed_streak > limit:
             raise RunEnded(
                 RunStatus.FAILED,
                 f"the model's output stayed malformed after {limit} repair attempt(s): {problem}",
             )
         for call in reply.tool_calls:
             self._tool_message(call.call_id, {"error": f"not run: {call.error or problem}"})
-        self.pending_messages.append(
+        self.progress.pending_messages.append(
             {"role": "user", "content": policies.REPAIR_PROMPT.format(problem=problem)}
         )
         self._event("model.repair_requested", data={"problem": problem})
@@ -381,22 +440,26 @@ class AgentRunWorkflow(RunMessages):
     async def _enforce_budget(self) -> None:
         """Over budget: a person may extend it (seeing what was spent) or end the run."""
         while over := policies.over_budget(
-            self.budget, self.tokens_in + self.tokens_out, self.cost_usd
+            self.progress.budget,
+            self.progress.tokens_in + self.progress.tokens_out,
+            self.progress.cost_usd,
         ):
             if self.spec.failures.on_budget_exceeded == "fail":
                 raise RunEnded(RunStatus.FAILED, over)
             spent = {
-                "spent_tokens": self.tokens_in + self.tokens_out,
-                "spent_cost_usd": self.cost_usd,
-                **self.budget.model_dump(),
+                "spent_tokens": self.progress.tokens_in + self.progress.tokens_out,
+                "spent_cost_usd": self.progress.cost_usd,
+                **self.progress.budget.model_dump(),
             }
             record = await self._await_human("budget", "budget", spent, reason=over)
             if record.decision == "rejected":
                 raise RunEnded(RunStatus.CANCELLED, f"{over}; the budget was not extended")
             if record.decision == "expired":
                 raise RunEnded(RunStatus.FAILED, f"{over}; nobody extended the budget in time")
-            self.budget = policies.extend_budget(self.budget, self.spec.budget, record.edit)
-            self._event("budget.extended", data=self.budget.model_dump())
+            self.progress.budget = policies.extend_budget(
+                self.progress.budget, self.spec.budget, record.edit
+            )
+            self._event("budget.extended", data=self.progress.budget.model_dump())
 
     # ------------------------------------------------------------------ tool steps
 
@@ -405,15 +468,15 @@ class AgentRunWorkflow(RunMessages):
             # The model hears why and may revise; the tool never runs with bad arguments.
             self._event("tool.refused", data={"tool": call.tool, "error": call.error})
             self._tool_message(call.call_id, {"error": call.error})
-            self.argument_streak += 1
+            self.progress.argument_streak += 1
             limit = self.spec.failures.argument_repairs
-            if self.argument_streak > limit:
+            if self.progress.argument_streak > limit:
                 raise RunEnded(
                     RunStatus.FAILED,
                     f"tool calls kept failing validation after {limit} re-asks: {call.error}",
                 )
             return
-        self.argument_streak = 0
+        self.progress.argument_streak = 0
         arguments = call.arguments or {}
         if self.spec.approval.needs_approval(call.tool, call.risk):
             approved = await self._approval_step(call.tool, arguments)
@@ -429,7 +492,7 @@ class AgentRunWorkflow(RunMessages):
             self._tool_message(call.call_id, {"error": withheld})
         else:
             # The output is in the step's mirror row already; the model reads it from there.
-            self.pending_messages.append(
+            self.progress.pending_messages.append(
                 {"role": "tool", "tool_call_id": call.call_id, STEP_OUTPUT_REF: step_id}
             )
 
@@ -452,29 +515,30 @@ class AgentRunWorkflow(RunMessages):
                     ToolCallInput(
                         run_id=self.run_id,
                         step_id=step_id,
-                        seq=self.seq,
+                        seq=self.progress.seq,
                         tool=call.tool,
                         arguments=arguments,
                         idempotency_key=key,
-                        checkpoint=self.checkpoint,
+                        checkpoint=self.progress.checkpoint,
                         heartbeat_seconds=self.spec.timeouts.heartbeat_seconds,
                         resolution=resolution,
                     ),
                     start_to_close_timeout=timedelta(seconds=timeout),
                     heartbeat_timeout=timedelta(seconds=self.spec.timeouts.heartbeat_seconds),
                     retry_policy=policies.retry_policy(self.spec, attempts),
+                    summary=run_summaries.tool_summary(call.tool, arguments),
                 )
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
-                reason = policies.cause(err)
+                reason = errors.cause(err)
                 result = ToolCallResult(ok=False, error=f"tool failed: {reason}")
-                if policies.error_kind(err) == PERMISSION_DENIED:
+                if errors.error_kind(err) == PERMISSION_DENIED:
                     if self.spec.failures.on_permission_denied == "pause":
                         self._record_tool_step(step_id, call, arguments, key, result, started)
                         await self._pause_for_admin(reason)
                         continue
-                self.unresolved.append(f"{step_id}: {call.tool} failed: {reason}")
+                self.progress.unresolved.append(f"{step_id}: {call.tool} failed: {reason}")
             self._record_tool_step(step_id, call, arguments, key, result, started)
             if not result.unknown_outcome:
                 break
@@ -500,12 +564,12 @@ class AgentRunWorkflow(RunMessages):
         started: datetime,
     ) -> None:
         if result.duplicate_prevented:
-            self.duplicates_prevented += 1
+            self.progress.duplicates_prevented += 1
             self._event("duplicate.prevented", step_id, {"idempotency_key": key})
         if result.reconciliation:
             self._event("tool.reconciled", step_id, {"key": key, "verdict": result.reconciliation})
         if call.side_effect and not result.unknown_outcome:
-            self.side_effects.append(
+            self.progress.side_effects.append(
                 SideEffectRecord(
                     step_id=step_id,
                     tool=call.tool,
@@ -550,123 +614,12 @@ class AgentRunWorkflow(RunMessages):
         decision = await self._await_human("quarantine", tool, review, reason=reason)
         return decision.decision == "approved"
 
-    # ------------------------------------------------------------------ people
+    def _tool_message(self, call_id: str, content: object) -> None:
+        self.progress.pending_messages.append(
+            {"role": "tool", "tool_call_id": call_id, "content": json.dumps(content, default=str)}
+        )
 
-    async def _approval_step(self, tool: str, arguments: JsonDict) -> JsonDict | None:
-        """A risky call waits for a person; returns the arguments to run, or None."""
-        record = await self._await_human("action", tool, arguments)
-        if record.decision == "approved":
-            return record.final_arguments
-        if record.decision == "expired":
-            raise RunEnded(RunStatus.FAILED, f"approval for {tool} expired unanswered")
-        if self.spec.approval.on_reject == "cancel":
-            raise RunEnded(RunStatus.CANCELLED, f"approval for {tool} rejected: {record.reason}")
-        self._set_status(RunStatus.PLANNING)
-        return None
-
-    async def _await_human(
-        self, kind: ApprovalKind, tool: str, arguments: JsonDict, reason: str | None = None
-    ) -> ApprovalRecord:
-        """Wait, holding no worker, for a person's decision, or for the approval to expire."""
-        policy = self.spec.approval
-        step_id = self._new_step("approval", tool)
-        now = workflow.now()
-        pending = PendingApproval(
-            kind=kind,
-            reason=reason,
-            approval_id=step_id,
-            step_id=step_id,
-            tool=tool,
-            arguments=arguments,
-            # Actions keep the hash they had before other kinds existed: runs waiting on
-            # one must still match the decisions people send them.
-            action_hash=action_hash(tool if kind == "action" else f"{kind}:{tool}", arguments),
-            required_role=policy.role_for(tool),
-            approvers=policy.approvers,
-            tenant=self.spec.tenant,
-            requested_at=now,
-            expires_at=now + timedelta(seconds=policy.timeout_seconds),
-        )
-        self.pending_approval, self.decision = pending, None
-        self._set_status(RunStatus.WAITING_FOR_APPROVAL, step_id)
-        self._event("approval.requested", step_id, pending.model_dump(mode="json"))
-        self.pending_steps.append(
-            StepRecord(
-                step_id=step_id,
-                seq=self.seq,
-                type="approval",
-                name=tool,
-                status="waiting",
-                input={
-                    "kind": kind,
-                    "arguments": arguments,
-                    "required_role": pending.required_role,
-                },
-                started_at=now,
-                final=False,
-            )
-        )
-        await self._flush()
-        try:
-            await workflow.wait_condition(
-                lambda: self.decision is not None,
-                timeout=timedelta(seconds=policy.timeout_seconds),
-            )
-        except TimeoutError:
-            pass
-        decision, self.decision, self.pending_approval = self.decision, None, None
-        record = self._approval_record(pending, decision)
-        self.approvals.append(record)
-        self._complete_step(
-            StepRecord(
-                step_id=step_id,
-                seq=self._seq_of(step_id),
-                type="approval",
-                name=tool,
-                status=record.decision,
-                input={"kind": kind, "arguments": arguments},
-                output=record.model_dump(mode="json"),
-                started_at=now,
-                finished_at=record.decided_at,
-            )
-        )
-        self._event(f"approval.{record.decision}", step_id, {"by": record.by, "kind": kind})
-        return record
-
-    def _approval_record(
-        self, pending: PendingApproval, decision: ApproveInput | RejectInput | None
-    ) -> ApprovalRecord:
-        expired = ApprovalRecord(
-            kind=pending.kind,
-            approval_id=pending.approval_id,
-            tool=pending.tool,
-            proposed_arguments=pending.arguments,
-            decision="expired",
-            reason="no decision in time",
-            requested_at=pending.requested_at,
-            decided_at=workflow.now(),
-        )
-        if isinstance(decision, ApproveInput):
-            return expired.model_copy(
-                update={
-                    "decision": "approved",
-                    "by": decision.by,
-                    "role": decision.role,
-                    "edit": decision.edit,
-                    "reason": None,
-                    "final_arguments": {**pending.arguments, **(decision.edit or {})},
-                }
-            )
-        if isinstance(decision, RejectInput):
-            return expired.model_copy(
-                update={
-                    "decision": "rejected",
-                    "by": decision.by,
-                    "role": decision.role,
-                    "reason": decision.reason,
-                }
-            )
-        return expired
+    # ------------------------------------------------------------------ checks
 
     async def _verify_step(self, answer: str) -> VerifyResult:
         step_id = self._new_step("verify", "checks")
@@ -683,19 +636,20 @@ class AgentRunWorkflow(RunMessages):
                 tools_used=sorted(
                     {
                         s.name
-                        for s in self.steps
+                        for s in self.progress.steps
                         if s.type == "tool_call" and s.status == "completed"
                     }
                 ),
             ),
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
+            summary=f"verify the answer ({len(answer):,} characters)",
         )
-        self.verification = verdict
+        self.progress.verification = verdict
         self._complete_step(
             StepRecord(
                 step_id=step_id,
-                seq=self.seq,
+                seq=self.progress.seq,
                 type="verify",
                 name="checks",
                 status="passed" if verdict.passed else "failed",
@@ -707,258 +661,33 @@ class AgentRunWorkflow(RunMessages):
         return verdict
 
     async def _checkpoint_step(self, patch: JsonDict) -> None:
-        before, self.checkpoint = self.checkpoint, {**self.checkpoint, **patch}
+        before, self.progress.checkpoint = (
+            self.progress.checkpoint,
+            {**self.progress.checkpoint, **patch},
+        )
         step_id = self._new_step("checkpoint", "merge")
         try:
             await workflow.execute_activity_method(
                 MirrorActivities.save_checkpoint,
-                CheckpointInput(run_id=self.run_id, step_id=step_id, checkpoint=self.checkpoint),
+                CheckpointInput(
+                    run_id=self.run_id, step_id=step_id, checkpoint=self.progress.checkpoint
+                ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=MIRROR_RETRY,
+                summary="checkpoint save",
             )
         except ApplicationError as err:
             if payload_limits.is_too_large(err):
-                self.checkpoint = before  # the last one that fit, as the mirror holds it
+                self.progress.checkpoint = before  # the last one that fit, as the mirror holds it
             raise
         self._complete_step(
             StepRecord(
                 step_id=step_id,
-                seq=self.seq,
+                seq=self.progress.seq,
                 type="checkpoint",
                 name="merge",
                 status="completed",
                 input=patch,
                 finished_at=workflow.now(),
             )
-        )
-
-    # ------------------------------------------------------------------ state and mirror
-
-    def _set_status(self, new: RunStatus, step_id: str | None = None) -> None:
-        if new != self.status:
-            old = self.status
-            self.status = check_transition(old, new)
-            self._event("status.changed", step_id, {"from": old.value, "to": new.value})
-            if self.indexed:
-                workflow.upsert_search_attributes([search_attributes.STATUS.value_set(new.value)])
-        if step_id is not None:
-            self.current_step_id = step_id
-
-    def _finish(
-        self, status: RunStatus, *, answer: str | None = None, error: str | None = None
-    ) -> None:
-        self._set_status(status)
-        self.answer, self.error = answer, error
-        self.finished_at = workflow.now()
-        self.current_step_id = None
-        pending = self.pending_approval
-        if pending is not None:
-            self.unresolved.append(f"approval {pending.approval_id} for {pending.tool} undecided")
-            self._complete_step(
-                StepRecord(
-                    step_id=pending.step_id,
-                    seq=self._seq_of(pending.step_id),
-                    type="approval",
-                    name=pending.tool,
-                    status="abandoned",
-                    input={"arguments": pending.arguments},
-                    started_at=pending.requested_at,
-                    finished_at=self.finished_at,
-                )
-            )
-            self.pending_approval = None
-        self._event("run.finished", data={"status": status.value, "error": error})
-
-    def _fail_unsent_step(self, error: str) -> None:
-        """The step whose input was refused never started: record it as failed."""
-        last = self.steps[-1] if self.steps else None
-        if last is None or last.status != "running":
-            return
-        self._complete_step(
-            StepRecord(
-                step_id=last.step_id,
-                seq=last.seq,
-                type=last.type,
-                name=last.name,
-                status="failed",
-                error=f"{PAYLOAD_TOO_LARGE}: {error}",
-                finished_at=workflow.now(),
-            )
-        )
-
-    def _new_step(self, kind: StepType, name: str) -> str:
-        self.seq += 1
-        step_id = f"{self.seq:04d}-{kind}"
-        self.steps.append(
-            StepSummary(step_id=step_id, seq=self.seq, type=kind, name=name, status="running")
-        )
-        return step_id
-
-    def _seq_of(self, step_id: str) -> int:
-        return next(s.seq for s in self.steps if s.step_id == step_id)
-
-    def _complete_step(self, record: StepRecord) -> None:
-        for i, summary in enumerate(self.steps):
-            if summary.step_id == record.step_id:
-                self.steps[i] = summary.model_copy(
-                    update={"name": record.name, "status": record.status, "attempt": record.attempt}
-                )
-        self.pending_steps.append(record)
-        self._event(f"step.{record.status}", record.step_id, {"type": record.type})
-
-    def _event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
-        self.event_seq += 1
-        self.pending_events.append(
-            RunEvent(
-                seq=self.event_seq, type=type, step_id=step_id, data=data or {}, at=workflow.now()
-            )
-        )
-
-    def _tool_message(self, call_id: str, content: object) -> None:
-        self.pending_messages.append(
-            {"role": "tool", "tool_call_id": call_id, "content": json.dumps(content, default=str)}
-        )
-
-    def _snapshot(self) -> RunSnapshot:
-        self.version += 1
-        return RunSnapshot(
-            run_id=self.run_id,
-            version=self.version,
-            tenant=self.spec.tenant,
-            user=self.spec.user,
-            task=self.spec.task,
-            status=self.status,
-            current_step_id=self.current_step_id,
-            pause_reason=self.pause_reason,
-            model=self.model_used,
-            tokens_in=self.tokens_in,
-            tokens_out=self.tokens_out,
-            cost_usd=self.cost_usd,
-            duplicates_prevented=self.duplicates_prevented,
-            checkpoint=self.checkpoint,
-            result=self.answer,
-            error=self.error,
-            created_at=self.started_at,
-            updated_at=workflow.now(),
-            finished_at=self.finished_at,
-        )
-
-    async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
-        """Write what changed since the last flush to the mirror, as one idempotent batch."""
-        batch = MirrorBatch(
-            run=self._snapshot(),
-            steps=self.pending_steps,
-            events=self.pending_events,
-            fence=workflow.info().get_current_history_length(),
-        )
-        self.pending_steps, self.pending_events = [], []
-        sent = batch
-        if trim == "records":  # the run row (its checkpoint) stays whole
-            sent = batch.model_copy(
-                update={
-                    "steps": [payload_limits.trimmed(s) for s in batch.steps],
-                    "events": [payload_limits.trimmed(e) for e in batch.events],
-                }
-            )
-        elif trim == "all":
-            sent = payload_limits.trimmed(batch)
-        try:
-            await self._sync(sent)
-        except ApplicationError as err:
-            if payload_limits.is_too_large(err):
-                # Refused before it was sent: keep its rows for the run's final write.
-                self.pending_steps = batch.steps + self.pending_steps
-                self.pending_events = batch.events + self.pending_events
-            raise
-
-    async def _sync(self, batch: MirrorBatch) -> None:
-        if workflow.patched(MIRROR_SYNC_AFTER_COMMIT):
-            self.mirror_writes = [w for w in self.mirror_writes if not w.done()]
-            self.mirror_writes.append(
-                workflow.start_activity_method(
-                    MirrorActivities.sync,
-                    batch,
-                    start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
-                    retry_policy=MIRROR_RETRY,
-                    priority=MIRROR_PRIORITY,
-                )
-            )
-        elif workflow.patched(MIRROR_SYNC_LOCAL):
-            # Runs that wrote their mirror from local activities replay the way they did.
-            await workflow.execute_local_activity_method(
-                MirrorActivities.sync,
-                batch,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=MIRROR_RETRY,
-            )
-        else:  # runs started before either patch replay the way they were recorded
-            await workflow.execute_activity_method(
-                MirrorActivities.sync,
-                batch,
-                start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
-                retry_policy=MIRROR_RETRY,
-            )
-
-    async def _mirror_written(self) -> None:
-        """Wait until every mirror write in flight has landed."""
-        writes, self.mirror_writes = self.mirror_writes, []
-        for write in writes:
-            await write
-
-    async def _record_receipt(self) -> None:
-        """The final mirror write and the receipt. If either would be refused as too large,
-        it goes again with its long strings cut, so the run still ends recorded."""
-        trims: list[Literal["records", "all"] | None] = [None, "records", "all"]
-        for trim in trims:
-            try:
-                await self._flush(trim=trim)
-                break
-            except ApplicationError as err:
-                if trim == "all" or not payload_limits.is_too_large(err):
-                    raise
-                if trim is None:
-                    self._event("run.record_trimmed", data={"reason": err.message})
-        await self._mirror_written()  # the receipt comes after every row it sums up
-        receipt = Receipt(
-            run_id=self.run_id,
-            task=self.spec.task,
-            tenant=self.spec.tenant,
-            user=self.spec.user,
-            outcome=self.status,
-            answer=self.answer,
-            error=self.error,
-            steps=self.steps,
-            side_effects=self.side_effects,
-            approvals=self.approvals,
-            retries=[],
-            duplicates_prevented=self.duplicates_prevented,
-            tokens_in=self.tokens_in,
-            tokens_out=self.tokens_out,
-            cost_usd=self.cost_usd,
-            verification=self.verification,
-            unresolved=self.unresolved,
-            started_at=self.started_at,
-            finished_at=self.finished_at or workflow.now(),
-        )
-        try:
-            await self._store_receipt(receipt)
-        except ApplicationError as err:
-            if not payload_limits.is_too_large(err):
-                raise
-            await self._store_receipt(payload_limits.trimmed(receipt))
-
-    async def _store_receipt(self, receipt: Receipt) -> None:
-        try:
-            await self._send_receipt(receipt)
-        except ActivityError as err:
-            # The activity stores the receipt before it returns it: only the echo was refused.
-            if err.cause is None or not payload_limits.is_too_large(err.cause):
-                raise
-
-    async def _send_receipt(self, receipt: Receipt) -> None:
-        await workflow.execute_activity_method(
-            MirrorActivities.record_receipt,
-            receipt,
-            start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
-            retry_policy=MIRROR_RETRY,
         )

@@ -1,18 +1,14 @@
-"""Pure decisions the run workflow takes on failures: which retry policy, which error kind,
-what is over budget. No I/O and no clock, so they are safe in workflow code."""
+"""Pure decisions the run workflow takes on failures: which retry policy, what is over
+budget. No I/O and no clock, so they are safe in workflow code. (Which kind of error a
+failure was is decided in agentrun.errors.)"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
-from agentrun.errors import BAD_REQUEST, PAYLOAD_TOO_LARGE, PERMISSION_DENIED, UNKNOWN_TOOL
 from agentrun.models import Budget, JsonDict, RunSpec
-
-# Failures that no other model or another try will fix.
-FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "
@@ -37,19 +33,6 @@ def tool_limits(spec: RunSpec, tool: str) -> tuple[int, float]:
     attempts = override.max_attempts if override and override.max_attempts else None
     timeout = override.timeout_seconds if override and override.timeout_seconds else None
     return attempts or spec.timeouts.max_attempts, timeout or spec.timeouts.tool_seconds
-
-
-def error_kind(err: ActivityError) -> str:
-    """The classified type of an activity's final failure ("Timeout" for a timeout)."""
-    if isinstance(err.cause, ApplicationError):
-        return err.cause.type or "ApplicationError"
-    if isinstance(err.cause, TimeoutError):
-        return "Timeout"
-    return type(err.cause).__name__
-
-
-def cause(err: ActivityError) -> str:
-    return err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
 
 
 def over_budget(budget: Budget, tokens: int, cost_usd: float) -> str | None:

@@ -75,6 +75,10 @@ class Tool:
     `secret_args` name arguments that carry secrets: a raw value the model writes there is
     sealed before it enters history, and a secret's marker there is opened for the tool (and
     only there). `secret_results` name fields of the tool's result to mark secret.
+    `schema` holds the DDL of the tables the tool writes, idempotent (`IF NOT EXISTS`): every
+    worker that has the tool applies it when it starts, so a tool set brings its own tables.
+    `input_schema` is the JSON schema the model sees, when it is not `args_model`'s own (an
+    MCP server's tool declares one).
     """
 
     name: str
@@ -88,6 +92,8 @@ class Tool:
     answer_checks: AnswerCheck | None = None
     secret_args: tuple[str, ...] = ()
     secret_results: tuple[str, ...] = ()
+    schema: tuple[str, ...] = ()
+    input_schema: JsonDict | None = None
 
     def openai_schema(self) -> JsonDict:
         return {
@@ -95,7 +101,7 @@ class Tool:
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.args_model.model_json_schema(),
+                "parameters": self.input_schema or self.args_model.model_json_schema(),
             },
         }
 
@@ -141,6 +147,13 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._tools)
+
+    def tools(self) -> list[Tool]:
+        return [self._tools[n] for n in self.names()]
+
+    def schema(self) -> list[str]:
+        """The DDL every tool here needs, each statement once, in the order tools name it."""
+        return list(dict.fromkeys(sql for tool in self._tools.values() for sql in tool.schema))
 
     def allowed(self, allowed: list[str] | None) -> list[Tool]:
         names = self.names() if allowed is None else allowed

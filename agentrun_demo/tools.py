@@ -1,6 +1,8 @@
-"""The demo tool set: read-only tools, and one with a real side effect (an outbox in Postgres).
+"""The demo's tools, written against the public API as any user's tools are.
 
-The outbox lets anyone count, in SQL, how many messages a run really sent.
+Read-only tools, one with a real side effect in Postgres (the outbox, written inside the
+ledger's transaction), one in an "external" help desk that a crash leaves in doubt (its
+reconcile hook settles it), and one long job that checkpoints its progress.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
-from agentrun.models import RiskLevel
-from agentrun.tools.registry import Reconciled, Tool, ToolContext, ToolRegistry
+from agentrun import Reconciled, ToolContext, ToolRegistry, tool
+from agentrun_demo.schema import OUTBOX, TICKETS
 
 NOTES = {
     "refund": "Refunds over $100 need a manager's approval and are paid within 5 days.",
@@ -24,7 +26,9 @@ class SearchNotesArgs(BaseModel):
     query: str = Field(min_length=1, max_length=2000, description="what to look for")
 
 
+@tool
 async def search_notes(args: SearchNotesArgs, ctx: ToolContext) -> dict[str, object]:
+    """Search the team's notes for facts relevant to a question."""
     words = {w.strip(".,!?").lower() for w in args.query.split()}
     hits = [text for key, text in sorted(NOTES.items()) if key in words or f"{key}s" in words]
     return {"query": args.query, "matches": hits or ["No note matches; answer from the task."]}
@@ -36,8 +40,24 @@ class SendMessageArgs(BaseModel):
     body: str = Field(min_length=1, max_length=10_000)
 
 
+def reports_what_was_sent(answer: str) -> list[tuple[str, bool, str]]:
+    """A run that sent a message must say so in its answer's Actions section."""
+    _, found, actions = answer.partition("## Actions")
+    mentioned = bool(found) and "sent" in actions.lower()
+    return [
+        ("answer reports the message", mentioned, "the ## Actions section must say what was sent")
+    ]
+
+
+# Written to the outbox inside the ledger's transaction: the send and its record are one.
+@tool(
+    description="Send a message to a person. This is a real side effect and needs approval.",
+    side_effect=True,
+    risk="high",
+    answer_checks=reports_what_was_sent,
+    schema=[OUTBOX],
+)
 async def send_message(args: SendMessageArgs, ctx: ToolContext) -> dict[str, object]:
-    """Write to the outbox inside the ledger's transaction: the send and its record are one."""
     cur = await ctx.conn.execute(
         """INSERT INTO outbox (idempotency_key, run_id, step_id, recipient, subject, body)
            VALUES (%s, %s, %s, %s, %s, %s) RETURNING id""",
@@ -53,8 +73,10 @@ class IndexDocumentsArgs(BaseModel):
     seconds_per_document: float = Field(0.0, ge=0, le=60)
 
 
+# Long work that checkpoints each document, so a retried attempt skips what is done.
+@tool(risk="medium")
 async def index_documents(args: IndexDocumentsArgs, ctx: ToolContext) -> dict[str, object]:
-    """Long work that checkpoints each document, so a retried attempt skips what is done."""
+    """Index documents one by one, recording progress as it goes."""
     done: list[str] = list(ctx.checkpoint.get("indexed", []))
     skipped = len(done)
     for doc in args.documents:
@@ -80,25 +102,16 @@ class FetchPageArgs(BaseModel):
     url: str = Field(min_length=1, max_length=2000)
 
 
+# A small built-in web; one page carries a prompt injection.
+@tool
 async def fetch_page(args: FetchPageArgs, ctx: ToolContext) -> dict[str, object]:
-    """Read a page from a small built-in web; one page carries a prompt injection."""
+    """Fetch a web page's text."""
     return {"url": args.url, "text": PAGES.get(args.url, "404: no such page")}
 
 
 class CreateTicketArgs(BaseModel):
     title: str = Field(min_length=1, max_length=200)
     body: str = Field(min_length=1, max_length=10_000)
-
-
-async def create_ticket(args: CreateTicketArgs, ctx: ToolContext) -> dict[str, object]:
-    """Open a ticket in the help desk: an external system, outside the ledger's transaction."""
-    cur = await ctx.conn.execute(
-        "INSERT INTO tickets (external_key, title, body) VALUES (%s, %s, %s) RETURNING id",
-        (ctx.idempotency_key, args.title, args.body),
-    )
-    row = await cur.fetchone()
-    assert row is not None
-    return {"ticket_id": row[0], "title": args.title}
 
 
 async def find_ticket(args: CreateTicketArgs, ctx: ToolContext) -> Reconciled:
@@ -112,57 +125,24 @@ async def find_ticket(args: CreateTicketArgs, ctx: ToolContext) -> Reconciled:
     return Reconciled(happened=True, result={"ticket_id": row[0], "title": row[1]})
 
 
-def reports_what_was_sent(answer: str) -> list[tuple[str, bool, str]]:
-    """A run that sent a message must say so in its answer's Actions section."""
-    _, found, actions = answer.partition("## Actions")
-    mentioned = bool(found) and "sent" in actions.lower()
-    return [
-        ("answer reports the message", mentioned, "the ## Actions section must say what was sent")
-    ]
+# An external system, outside the ledger's transaction: a crash mid-call leaves the outcome
+# unknown until find_ticket says whether the ticket exists.
+@tool(
+    side_effect=True,
+    risk="medium",
+    transactional=False,
+    reconcile=find_ticket,
+    schema=[TICKETS],
+)
+async def create_ticket(args: CreateTicketArgs, ctx: ToolContext) -> dict[str, object]:
+    """Open a help-desk ticket. A real side effect in an external system."""
+    cur = await ctx.conn.execute(
+        "INSERT INTO tickets (external_key, title, body) VALUES (%s, %s, %s) RETURNING id",
+        (ctx.idempotency_key, args.title, args.body),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return {"ticket_id": row[0], "title": args.title}
 
 
-def demo_tools() -> list[Tool]:
-    return [
-        Tool(
-            "search_notes",
-            "Search the team's notes for facts relevant to a question.",
-            SearchNotesArgs,
-            search_notes,  # type: ignore[arg-type]
-        ),
-        Tool(
-            "send_message",
-            "Send a message to a person. This is a real side effect and needs approval.",
-            SendMessageArgs,
-            send_message,  # type: ignore[arg-type]
-            side_effect=True,
-            risk=RiskLevel.HIGH,
-            answer_checks=reports_what_was_sent,
-        ),
-        Tool(
-            "fetch_page",
-            "Fetch a web page's text.",
-            FetchPageArgs,
-            fetch_page,  # type: ignore[arg-type]
-        ),
-        Tool(
-            "create_ticket",
-            "Open a help-desk ticket. A real side effect in an external system.",
-            CreateTicketArgs,
-            create_ticket,  # type: ignore[arg-type]
-            side_effect=True,
-            risk=RiskLevel.MEDIUM,
-            transactional=False,
-            reconcile=find_ticket,  # type: ignore[arg-type]
-        ),
-        Tool(
-            "index_documents",
-            "Index documents one by one, recording progress as it goes.",
-            IndexDocumentsArgs,
-            index_documents,  # type: ignore[arg-type]
-            risk=RiskLevel.MEDIUM,
-        ),
-    ]
-
-
-def demo_registry() -> ToolRegistry:
-    return ToolRegistry(demo_tools())
+registry = ToolRegistry([search_notes, send_message, fetch_page, create_ticket, index_documents])

@@ -1,0 +1,152 @@
+"""`starter.py fork`: a new run from a recorded step, with an edited output, repeating nothing."""
+
+from __future__ import annotations
+
+import json
+
+from agentrun import fork_ops
+from agentrun import operations as ops
+from tests.support import make_spec, rows, wait_pending
+from tests.test_cli import run_cli
+from workflows import AgentRunWorkflow
+
+EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
+
+
+async def finish(client, run_id):
+    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+
+
+async def completed_parent(client, settings, worker):
+    """search_notes (2), approval (4), send_message (5), answer (6), verify (7)."""
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        assert (await finish(client, started.run_id)).status.value == "completed"
+    return started.run_id
+
+
+async def side_effects(pool):
+    return {
+        "outbox": await rows(pool, "SELECT run_id, step_id FROM outbox ORDER BY id"),
+        "ledger": await rows(pool, "SELECT run_id, step_id, tool FROM tool_ledger"),
+    }
+
+
+async def test_fork_at_the_tool_step_with_an_edited_output(
+    client, settings, pool, worker, model_server, tmp_path
+):
+    parent = await completed_parent(client, settings, worker)
+    steps = await rows(
+        pool, "SELECT seq, type, name FROM steps WHERE run_id = %s ORDER BY seq", parent
+    )
+    send = next(s["seq"] for s in steps if s["name"] == "send_message" and s["type"] == "tool_call")
+    before = await side_effects(pool)
+    calls_before = len(model_server.requests)
+
+    async with worker():
+        result = await run_cli(
+            settings,
+            tmp_path,
+            "fork",
+            parent,
+            "--from-step",
+            str(send),
+            "--edit-output",
+            json.dumps(EDITED),
+            "--json",
+        )
+        assert result.code == 0, result.err
+        fork = result.json()["run_id"]
+        outcome = await finish(client, fork)
+
+    assert outcome.status.value == "completed"
+    assert "EDITED-IN-FORK" in (outcome.answer or "")  # the answer reflects the edit
+    # Nothing before step N happened again, and step N itself was not run: the ledger and
+    # the outbox are as the parent left them, and the model was asked once (the answer).
+    assert await side_effects(pool) == before
+    assert len(model_server.requests) == calls_before + 1
+    fork_steps = await rows(
+        pool, "SELECT seq, type, name, status FROM steps WHERE run_id = %s ORDER BY seq", fork
+    )
+    assert [(s["seq"], s["type"], s["name"]) for s in fork_steps[:send]] == [
+        (s["seq"], s["type"], s["name"]) for s in steps[:send]
+    ]
+    attempts = await rows(
+        pool, "SELECT step_id FROM step_attempts WHERE run_id = %s ORDER BY step_id", fork
+    )
+    assert all(int(a["step_id"][:4]) > send for a in attempts)  # only steps after N ran
+    # Both receipts name each other; the parent is untouched otherwise.
+    fork_receipt = await ops.receipt(pool, fork)
+    parent_receipt = await ops.receipt(pool, parent)
+    assert fork_receipt["forked_from"]["parent_run_id"] == parent
+    assert fork_receipt["forked_from"]["from_step"] == send
+    assert parent_receipt["forks"] == [fork]
+    assert fork_receipt["side_effects"] == []
+    markdown = await run_cli(settings, tmp_path, "receipt", parent)
+    assert f"**Forks:** {fork}" in markdown.out
+
+
+async def test_a_fork_of_a_fork_and_a_live_step_n(client, settings, pool, worker, model_server):
+    parent = await completed_parent(client, settings, worker)
+    async with worker():
+        # Fork at the search (step 2) with an edited result: everything after runs live.
+        first = await fork_ops.fork_run(
+            client,
+            pool,
+            parent,
+            from_step=2,
+            edit_output={"query": "refund", "matches": ["Refunds are instant (edited)."]},
+            task_queue=settings.task_queue,
+        )
+        await wait_pending(client, first.run_id)  # the send, live, waits for approval again
+        await ops.approve(client, first.run_id, by="li", role="approver")
+        done = await finish(client, first.run_id)
+        assert done.status.value == "completed"
+        assert "Refunds are instant (edited)." in (done.answer or "")
+        sent = await rows(pool, "SELECT body FROM outbox WHERE run_id = %s", first.run_id)
+        assert len(sent) == 1 and "Refunds are instant (edited)." in sent[0]["body"]
+
+        # Fork the fork at its answer (a model step, live): its send is not repeated.
+        answer_step = next(
+            s["seq"]
+            for s in await rows(
+                pool,
+                "SELECT seq, type FROM steps WHERE run_id = %s ORDER BY seq DESC",
+                first.run_id,
+            )
+            if s["type"] == "model_call"
+        )
+        second = await fork_ops.fork_run(
+            client, pool, first.run_id, from_step=answer_step, task_queue=settings.task_queue
+        )
+        again = await finish(client, second.run_id)
+    assert again.status.value == "completed"
+    assert "Refunds are instant (edited)." in (again.answer or "")
+    assert await rows(pool, "SELECT 1 FROM outbox WHERE run_id = %s", second.run_id) == []
+    assert (await ops.receipt(pool, first.run_id))["forks"] == [second.run_id]
+    assert (await ops.receipt(pool, second.run_id))["forked_from"]["parent_run_id"] == (
+        first.run_id
+    )
+    # Asking for the same fork again returns it, not a new run.
+    same = await fork_ops.fork_run(
+        client, pool, first.run_id, from_step=answer_step, task_queue=settings.task_queue
+    )
+    assert same.existing and same.run_id == second.run_id
+
+
+async def test_fork_refusals_are_clear(client, settings, pool, worker, tmp_path):
+    parent = await completed_parent(client, settings, worker)
+    for args, message in (
+        (["--from-step", "99"], "has no step 99"),
+        (["--from-step", "4"], "fork at a model or tool step"),
+        (["--from-step", "1", "--edit-output", "{}"], "fork at a tool step"),
+        (["--from-step", "2", "--edit-output", "{nope"], "not valid JSON"),
+        (["--from-step", "0"], "--from-step"),
+    ):
+        result = await run_cli(settings, tmp_path, "fork", parent, *args)
+        assert result.code == 2, (args, result.err)
+        assert message in result.err, (args, result.err)
+    result = await run_cli(settings, tmp_path, "fork", "run-nope", "--from-step", "2")
+    assert result.code == 2

@@ -1,0 +1,129 @@
+"""Loading a worker's tools: `@agentrun.tool`, `worker.py --tools`, and one tool set per queue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import agentrun
+import agentrun_demo
+from agentrun import tool_sets
+from agentrun.models import RiskLevel
+from agentrun.tools.loading import ToolLoadError, load_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Echo(BaseModel):
+    text: str
+
+
+@agentrun.tool(risk="high", side_effect=True, secret_args=["text"], schema=["SELECT 1"])
+async def shout(args: Echo, ctx: agentrun.ToolContext) -> dict[str, str]:
+    """Say it loudly."""
+    return {"said": args.text.upper()}
+
+
+def test_the_decorator_reads_the_signature_and_docstring() -> None:
+    assert shout.name == "shout"
+    assert shout.description == "Say it loudly."
+    assert shout.args_model is Echo
+    assert (shout.risk, shout.side_effect, shout.secret_args) == (RiskLevel.HIGH, True, ("text",))
+    assert shout.openai_schema()["function"]["parameters"]["required"] == ["text"]
+
+
+def test_the_decorator_refuses_what_the_model_could_not_use() -> None:
+    with pytest.raises(TypeError, match="docstring"):
+
+        @agentrun.tool
+        async def silent(args: Echo, ctx: agentrun.ToolContext) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="SomePydanticModel"):
+
+        @agentrun.tool
+        async def untyped(args: dict, ctx: agentrun.ToolContext) -> None:  # type: ignore[type-arg]
+            """No model."""
+
+
+def test_references_load_registries_tools_and_lists() -> None:
+    registry = load_registry(["agentrun_demo:registry", shout])
+    assert "shout" in registry.names() and "send_message" in registry.names()
+    listed = load_registry([[agentrun_demo.tools.fetch_page], "agentrun_demo.tools:search_notes"])
+    assert listed.names() == ["fetch_page", "search_notes"]
+    with pytest.raises(ToolLoadError, match="comes from both"):
+        load_registry(["agentrun_demo:registry", "agentrun_demo.tools:search_notes"])
+    with pytest.raises(ToolLoadError, match="has no attribute"):
+        load_registry(["agentrun_demo:nothing"])
+    with pytest.raises(ToolLoadError, match="cannot import"):
+        load_registry(["no_such_module:tools"])
+    with pytest.raises(ToolLoadError, match="not a ToolRegistry"):
+        load_registry(["agentrun_demo.schema:OUTBOX"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--tools", "no_such_module:tools"], "cannot import 'no_such_module'"),
+        (["--tools", "agentrun_demo:nothing"], "has no attribute 'nothing'"),
+        (
+            ["--tools", "agentrun_demo:registry", "--tools", "agentrun_demo.tools:search_notes"],
+            "tool 'search_notes' comes from both",
+        ),
+        (["--tools", "agentrun_demo"], "expected PKG.MODULE:ATTR"),
+        (["--mcp", "broken"], "expected NAME=COMMAND"),
+    ],
+)
+def test_worker_exits_2_with_one_line(flags: list[str], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "worker.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTRUN_HOME": "/nonexistent"},
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+async def test_workers_with_other_tools_may_not_share_a_queue(pool, settings) -> None:
+    queue = settings.task_queue
+    await tool_sets.join(pool, queue, "w1", ["a", "b"])
+    await tool_sets.join(pool, queue, "w2", ["b", "a"])  # the same set: welcome
+    with pytest.raises(tool_sets.ToolSetConflict, match=r"\['b'\] this one lacks.*adds \['c'\]"):
+        await tool_sets.join(pool, queue, "w3", ["a", "c"])
+    assert await tool_sets.served_tools(pool, queue) == ["a", "b"]
+    await tool_sets.leave(pool, queue, "w1")
+    await tool_sets.leave(pool, queue, "w2")
+    await tool_sets.join(pool, queue, "w3", ["a", "c"])  # the others left: the queue is free
+
+
+async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
+    await tool_sets.join(pool, settings.task_queue, "first", ["search_notes"])
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "worker.py",
+        "--tools",
+        "agentrun_demo:registry",
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+        env={
+            **os.environ,
+            "TEMPORAL_ADDRESS": settings.temporal_address,
+            "DATABASE_URL": settings.database_url,
+            "OPENAI_BASE_URL": settings.openai_base_url,
+            "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        },
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2, stderr
+    assert b"is served by worker first with other tools" in stderr
+    assert b"AGENTRUN_TASK_QUEUE" in stderr

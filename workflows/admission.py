@@ -1,0 +1,262 @@
+"""TenantAdmission: one workflow per capped tenant, a durable FIFO semaphore over its runs.
+
+A start for a capped tenant is an update here (update-with-start, so the first one creates
+the queue). The update's validator refuses a start past the tenant's `max_queued` with the
+limit named; an accepted start is recorded in history before the caller hears back, and the
+handler starts the run at once as a child that waits in `queued`, so `status` finds it and no
+start is lost. When a slot is free the oldest waiting run is signalled to go; each run
+signals `admission.release` when it ends (or is cancelled while waiting). Nothing polls:
+the workflow sleeps until a signal or an update changes the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.admission import AdmissionActivities
+    from agentrun import constants as names
+    from agentrun import fairness, search_attributes
+    from agentrun.admission_models import (
+        AdmissionCarry,
+        AdmissionInput,
+        AdmitInput,
+        PositionInput,
+        QueuedStart,
+        QueuedStartInput,
+        QueuePosition,
+        QueueRow,
+        QueueState,
+        QueueSyncInput,
+        ReleaseInput,
+        TenantLimits,
+    )
+
+# Continue as new well before Temporal's limits; each start costs about ten events.
+HISTORY_EVENTS_LIMIT = 8_000
+SYNC_TIMEOUT = timedelta(seconds=10)
+
+
+def admission_id(tenant: str) -> str:
+    return names.ADMISSION_ID_PREFIX + tenant
+
+
+@workflow.defn(name=names.ADMISSION_WORKFLOW_NAME)
+class TenantAdmissionWorkflow:
+    @workflow.init
+    def __init__(self, input: AdmissionInput) -> None:
+        self.tenant = input.tenant
+        self.limits = input.limits
+        carry = input.carry or AdmissionCarry()
+        self.seq = carry.seq
+        self.waiting = list(carry.waiting)  # run ids, oldest first
+        self.seqs = dict(carry.seqs)
+        self.in_flight = list(carry.in_flight)
+        self.started: set[str] = set(carry.waiting)  # waiting runs whose child exists
+        self.rows: list[QueueRow] = []
+        self.writes: list[workflow.ActivityHandle[None]] = []
+        self.tells: list[asyncio.Task[None]] = []  # admit signals on their way
+
+    @workflow.run
+    async def run(self, input: AdmissionInput) -> None:
+        while True:
+            await workflow.wait_condition(lambda: self._next() is not None or self._too_long())
+            run_id = self._next()
+            if run_id is not None:
+                self._admit(run_id)
+                continue
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._next() is not None:  # a handler that finished freed or filled a slot
+                continue
+            await self._flush()
+            await asyncio.gather(*self.tells, *self.writes)
+            workflow.continue_as_new(
+                AdmissionInput(
+                    tenant=self.tenant,
+                    limits=self.limits,
+                    carry=AdmissionCarry(
+                        seq=self.seq,
+                        waiting=self.waiting,
+                        seqs={r: self.seqs[r] for r in self.waiting},
+                        in_flight=self.in_flight,
+                    ),
+                )
+            )
+
+    def _too_long(self) -> bool:
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= HISTORY_EVENTS_LIMIT
+        )
+
+    def _next(self) -> str | None:
+        """The oldest waiting run, if a slot is free and its child has started."""
+        cap = self.limits.max_in_flight
+        if not self.waiting or (cap is not None and len(self.in_flight) >= cap):
+            return None
+        head = self.waiting[0]
+        return head if head in self.started else None
+
+    def _admit(self, run_id: str) -> None:
+        self.waiting.pop(0)
+        self.started.discard(run_id)
+        self.in_flight.append(run_id)
+        self._row(run_id, "admitted")
+        self.tells = [t for t in self.tells if not t.done()]
+        self.tells.append(asyncio.create_task(self._tell(run_id)))
+        self._flush_soon()
+
+    async def _tell(self, run_id: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(run_id).signal(
+                names.SIGNAL_RUN_ADMIT, AdmitInput(admission_id=workflow.info().workflow_id)
+            )
+        except FailureError:
+            # The run ended before it was told (terminated): its slot is free again.
+            self._release(run_id)
+            self._flush_soon()
+
+    # ------------------------------------------------------------------ messages
+
+    @workflow.update(name=names.UPDATE_ADMISSION_ENQUEUE)
+    async def enqueue(self, request: QueuedStartInput) -> QueuedStart:
+        run_id = request.run_id
+        if run_id in self.seqs or run_id in self.in_flight:
+            return QueuedStart(run_id=run_id, existing=True, position=self._position(run_id))
+        self.limits = request.limits
+        self.seq += 1
+        self.seqs[run_id] = self.seq
+        self.waiting.append(run_id)
+        spec = request.spec.model_copy(update={"admission": workflow.info().workflow_id})
+        try:
+            await workflow.start_child_workflow(
+                names.WORKFLOW_NAME,
+                spec,
+                id=run_id,
+                task_queue=request.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                priority=fairness.run_priority(spec.priority, spec.tenant, self.limits.weight),
+                search_attributes=search_attributes.for_run(
+                    spec.agent, spec.tenant, "queued", spec.priority
+                )
+                if request.indexed
+                else None,
+            )
+        except WorkflowAlreadyStartedError:
+            self._forget(run_id)
+            return QueuedStart(run_id=run_id, existing=True)
+        except BaseException:
+            self._forget(run_id)
+            raise
+        if run_id not in self.seqs:  # it ended (was cancelled) while it started
+            return QueuedStart(run_id=run_id, existing=False)
+        self.started.add(run_id)
+        self._row(run_id, "waiting")
+        self._flush_soon()
+        return QueuedStart(run_id=run_id, existing=False, position=self._position(run_id))
+
+    @enqueue.validator
+    def _enqueue_allowed(self, request: QueuedStartInput) -> None:
+        known = request.run_id in self.seqs or request.run_id in self.in_flight
+        limits = request.limits
+        if known or limits.max_queued is None:
+            return
+        room = (limits.max_in_flight or 0) - len(self.in_flight)
+        if len(self.waiting) - max(room, 0) >= limits.max_queued:
+            raise ValueError(
+                f"tenant {self.tenant!r} already has {len(self.waiting)} runs queued "
+                f"(max_queued={limits.max_queued}, max_in_flight={limits.max_in_flight}): "
+                "try again when its runs finish, or raise the limit with "
+                f"`starter.py tenants set {self.tenant} --max-queued N`"
+            )
+
+    @workflow.update(name=names.UPDATE_ADMISSION_CONFIGURE)
+    def configure(self, limits: TenantLimits) -> QueuePosition:
+        """New limits (`tenants set`): a higher cap admits waiting runs at once."""
+        self.limits = limits
+        return self._where("")
+
+    @workflow.signal(name=names.SIGNAL_ADMISSION_RELEASE)
+    def release(self, request: ReleaseInput) -> None:
+        if self._release(request.run_id):
+            self._flush_soon()
+
+    @workflow.query(name=names.QUERY_ADMISSION_POSITION)
+    def position(self, request: PositionInput) -> QueuePosition:
+        return self._where(request.run_id)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _position(self, run_id: str) -> int | None:
+        return self.waiting.index(run_id) + 1 if run_id in self.waiting else None
+
+    def _where(self, run_id: str) -> QueuePosition:
+        state: QueueState | None = None
+        if run_id in self.waiting:
+            state = "waiting"
+        elif run_id in self.in_flight:
+            state = "admitted"
+        return QueuePosition(
+            run_id=run_id,
+            state=state,
+            position=self._position(run_id),
+            waiting=len(self.waiting),
+            in_flight=len(self.in_flight),
+            max_in_flight=self.limits.max_in_flight,
+        )
+
+    def _release(self, run_id: str) -> bool:
+        if run_id in self.in_flight:
+            self.in_flight.remove(run_id)
+        elif run_id in self.waiting:
+            self.waiting.remove(run_id)
+            self.started.discard(run_id)
+        else:
+            self.seqs.pop(run_id, None)  # cancelled before its child start returned
+            return False
+        self._row(run_id, "released")
+        self.seqs.pop(run_id, None)
+        return True
+
+    def _forget(self, run_id: str) -> None:
+        if run_id in self.waiting:
+            self.waiting.remove(run_id)
+        self.seqs.pop(run_id, None)
+
+    def _row(self, run_id: str, state: QueueState) -> None:
+        self.rows.append(
+            QueueRow(
+                tenant=self.tenant,
+                run_id=run_id,
+                seq=self.seqs.get(run_id, 0),
+                state=state,
+                at=workflow.now(),
+            )
+        )
+
+    def _flush_soon(self) -> None:
+        """Mirror the moves so far; rows only move forward, so writes may land in any order."""
+        self.writes = [w for w in self.writes if not w.done()]
+        if self.rows:
+            self.writes.append(self._sync())
+
+    def _sync(self) -> workflow.ActivityHandle[None]:
+        rows, self.rows = self.rows, []
+        return workflow.start_activity_method(
+            AdmissionActivities.sync,
+            QueueSyncInput(rows=rows),
+            start_to_close_timeout=SYNC_TIMEOUT,
+            retry_policy=fairness.MIRROR_RETRY,
+            priority=fairness.MIRROR_PRIORITY,
+        )
+
+    async def _flush(self) -> None:
+        if self.rows:
+            self.writes.append(self._sync())

@@ -1,0 +1,238 @@
+"""Human approvals: a run waits, holding no worker, for a person's decision.
+
+Mixed into AgentRunWorkflow. A risky tool call, an over-budget run, a suspected prompt
+injection and a tool call of unknown outcome all become a PendingApproval that people
+decide through the updates (refused by their validators, with a reason a person can act
+on, without changing anything) or the signals (which cannot be refused, so one that does
+not fit is recorded as an event and ignored).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from workflows.recording import Recording
+from workflows.run_state import RunEnded
+
+with workflow.unsafe.imports_passed_through():
+    from agentrun import constants as names
+    from agentrun.ledger import action_hash
+    from agentrun.models import (
+        ApprovalKind,
+        ApprovalRecord,
+        ApproveInput,
+        DecisionResult,
+        JsonDict,
+        PendingApproval,
+        RejectInput,
+        StepRecord,
+    )
+    from agentrun.states import RunStatus, is_terminal
+
+
+class Approvals(Recording):
+    async def _approval_step(self, tool: str, arguments: JsonDict) -> JsonDict | None:
+        """A risky call waits for a person; returns the arguments to run, or None."""
+        record = await self._await_human("action", tool, arguments)
+        if record.decision == "approved":
+            return record.final_arguments
+        if record.decision == "expired":
+            raise RunEnded(RunStatus.FAILED, f"approval for {tool} expired unanswered")
+        if self.spec.approval.on_reject == "cancel":
+            raise RunEnded(RunStatus.CANCELLED, f"approval for {tool} rejected: {record.reason}")
+        self._set_status(RunStatus.PLANNING)
+        return None
+
+    async def _await_human(
+        self, kind: ApprovalKind, tool: str, arguments: JsonDict, reason: str | None = None
+    ) -> ApprovalRecord:
+        """Wait, holding no worker, for a person's decision, or for the approval to expire."""
+        policy = self.spec.approval
+        step_id = self._new_step("approval", tool)
+        now = workflow.now()
+        pending = PendingApproval(
+            kind=kind,
+            reason=reason,
+            approval_id=step_id,
+            step_id=step_id,
+            tool=tool,
+            arguments=arguments,
+            # Actions keep the hash they had before other kinds existed: runs waiting on
+            # one must still match the decisions people send them.
+            action_hash=action_hash(tool if kind == "action" else f"{kind}:{tool}", arguments),
+            required_role=policy.role_for(tool),
+            approvers=policy.approvers,
+            tenant=self.spec.tenant,
+            requested_at=now,
+            expires_at=now + timedelta(seconds=policy.timeout_seconds),
+        )
+        self.progress.pending_approval, self.progress.decision = pending, None
+        self._set_status(RunStatus.WAITING_FOR_APPROVAL, step_id)
+        self._event("approval.requested", step_id, pending.model_dump(mode="json"))
+        self.pending_steps.append(
+            StepRecord(
+                step_id=step_id,
+                seq=self.progress.seq,
+                type="approval",
+                name=tool,
+                status="waiting",
+                input={
+                    "kind": kind,
+                    "arguments": arguments,
+                    "required_role": pending.required_role,
+                },
+                started_at=now,
+                final=False,
+            )
+        )
+        await self._flush()
+        try:
+            await workflow.wait_condition(
+                lambda: self.progress.decision is not None,
+                timeout=timedelta(seconds=policy.timeout_seconds),
+            )
+        except TimeoutError:
+            pass
+        decision, self.progress.decision, self.progress.pending_approval = (
+            self.progress.decision,
+            None,
+            None,
+        )
+        record = self._approval_record(pending, decision)
+        self.progress.approvals.append(record)
+        self._complete_step(
+            StepRecord(
+                step_id=step_id,
+                seq=self._seq_of(step_id),
+                type="approval",
+                name=tool,
+                status=record.decision,
+                input={"kind": kind, "arguments": arguments},
+                output=record.model_dump(mode="json"),
+                started_at=now,
+                finished_at=record.decided_at,
+            )
+        )
+        self._event(f"approval.{record.decision}", step_id, {"by": record.by, "kind": kind})
+        return record
+
+    def _approval_record(
+        self, pending: PendingApproval, decision: ApproveInput | RejectInput | None
+    ) -> ApprovalRecord:
+        expired = ApprovalRecord(
+            kind=pending.kind,
+            approval_id=pending.approval_id,
+            tool=pending.tool,
+            proposed_arguments=pending.arguments,
+            decision="expired",
+            reason="no decision in time",
+            requested_at=pending.requested_at,
+            decided_at=workflow.now(),
+        )
+        if isinstance(decision, ApproveInput):
+            return expired.model_copy(
+                update={
+                    "decision": "approved",
+                    "by": decision.by,
+                    "role": decision.role,
+                    "edit": decision.edit,
+                    "reason": None,
+                    "final_arguments": {**pending.arguments, **(decision.edit or {})},
+                }
+            )
+        if isinstance(decision, RejectInput):
+            return expired.model_copy(
+                update={
+                    "decision": "rejected",
+                    "by": decision.by,
+                    "role": decision.role,
+                    "reason": decision.reason,
+                }
+            )
+        return expired
+
+    @workflow.query(name=names.QUERY_PENDING_APPROVAL)
+    def get_pending_approval(self) -> PendingApproval | None:
+        return self.progress.pending_approval
+
+    def _check_decision(self, action: str, by: str, role: str, tenant: str | None) -> None:
+        """Refuse, with a reason a person can act on, any decision that does not fit."""
+        pending = self.progress.pending_approval
+        if is_terminal(self.progress.status):
+            raise ApplicationError(
+                f"run {self.run_id} already ended as {self.progress.status.value}"
+            )
+        if pending is None or self.progress.decision is not None:
+            status = self.progress.status.value
+            raise ApplicationError(
+                f"run {self.run_id} is not waiting for an approval (status {status})"
+            )
+        if action != pending.action_hash:
+            raise ApplicationError(
+                f"stale approval: the pending action is {pending.action_hash} "
+                f"({pending.tool}), not {action}; run `status` and decide again"
+            )
+        if tenant is not None and tenant != pending.tenant:
+            raise ApplicationError(f"run {self.run_id} belongs to another tenant")
+        if role != pending.required_role:
+            raise ApplicationError(
+                f"{by} has role {role!r}, but {pending.tool} needs role {pending.required_role!r}"
+            )
+        if pending.approvers and by not in pending.approvers:
+            raise ApplicationError(f"{by} is not among the approvers for this run")
+        if workflow.now() >= pending.expires_at:
+            raise ApplicationError(f"the approval expired at {pending.expires_at.isoformat()}")
+
+    async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
+        # Two updates can both pass validation in one activation; only the first decides.
+        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+        assert self.progress.pending_approval is not None
+        approval_id = self.progress.pending_approval.approval_id
+        self.progress.decision = input
+        await workflow.wait_condition(
+            lambda: (
+                self.progress.pending_approval is None
+                or self.progress.pending_approval.approval_id != approval_id
+            )
+        )
+        last = self.progress.approvals[-1] if self.progress.approvals else None
+        decided = last.decision if last and last.approval_id == approval_id else "applied"
+        return DecisionResult(
+            approval_id=approval_id, decision=decided, status=self.progress.status
+        )
+
+    @workflow.update(name=names.UPDATE_APPROVE)
+    async def approve(self, input: ApproveInput) -> DecisionResult:
+        return await self._decide_by_update(input)
+
+    @approve.validator
+    def _validate_approve(self, input: ApproveInput) -> None:
+        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+
+    @workflow.update(name=names.UPDATE_REJECT)
+    async def reject(self, input: RejectInput) -> DecisionResult:
+        return await self._decide_by_update(input)
+
+    @reject.validator
+    def _validate_reject(self, input: RejectInput) -> None:
+        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+
+    @workflow.signal(name=names.SIGNAL_APPROVE)
+    def approve_signal(self, input: ApproveInput) -> None:
+        self._decide_by_signal(input)
+
+    @workflow.signal(name=names.SIGNAL_REJECT)
+    def reject_signal(self, input: RejectInput) -> None:
+        self._decide_by_signal(input)
+
+    def _decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
+        """A signal cannot be refused, so one that does not fit is recorded and ignored."""
+        try:
+            self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+        except ApplicationError as err:
+            self._event("approval.refused", data={"by": input.by, "reason": err.message})
+            return
+        self.progress.decision = input

@@ -1,0 +1,285 @@
+"""Recording a run: its steps and events, the mirror of it in Postgres, and its receipt.
+
+Mixed into AgentRunWorkflow. Every change of state goes through `_set_status`, which
+enforces the state machine in `agentrun.states`; every step gets a deterministic id. What
+changed since the last flush goes to the mirror as one idempotent batch, written by an
+activity the run does not wait for; it waits for them all before its receipt and before it
+continues as new.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows import run_state
+from workflows.run_stream import RunStream
+
+with workflow.unsafe.imports_passed_through():
+    from activities import MirrorActivities
+    from agentrun import fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.errors import PAYLOAD_TOO_LARGE
+    from agentrun.models import (
+        JsonDict,
+        MirrorBatch,
+        Receipt,
+        RunEvent,
+        RunProgress,
+        RunSnapshot,
+        RunSpec,
+        StepRecord,
+        StepSummary,
+        StepType,
+    )
+    from agentrun.states import RunStatus, check_transition
+
+# Patch ids: each marks a change to what the workflow does, so histories recorded before it
+# replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
+MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
+# A local activity writes before Temporal has accepted the workflow task it runs in; if the
+# task is then lost (a server restart, a dropped speculative update task), the mirror shows
+# what never happened. The chaos suite caught it. Mirror writes are now activities, which
+# Temporal dispatches only after it has committed the task that scheduled them, and the run
+# does not wait for them: it goes on, and waits for them all before its receipt and before
+# it continues as new. Fences keep writes that land out of order from going backwards.
+MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
+# Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
+# and often enough that the mirror catches up within seconds of the database returning
+# (fairness.MIRROR_RETRY). A mirror write goes ahead of model and tool calls waiting on the
+# same task queue (fairness.MIRROR_PRIORITY: 1, the highest of Temporal's priority keys; a
+# run's own is 3 unless it was started with another), so under load the mirror keeps up.
+MIRROR_PRIORITY = fairness.MIRROR_PRIORITY
+MIRROR_RETRY = fairness.MIRROR_RETRY
+# A mirror write is one short transaction; a worker that died during one is noticed soon.
+MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
+
+
+class Recording:
+    # The run's state (declared in RunProgress) and the mirror writes not yet landed.
+    spec: RunSpec
+    run_id: str
+    progress: RunProgress
+    indexed: bool
+    pending_steps: list[StepRecord]
+    pending_events: list[RunEvent]
+    mirror_writes: list[workflow.ActivityHandle[None]]
+    stream: RunStream
+
+    def _set_status(self, new: RunStatus, step_id: str | None = None) -> None:
+        if new != self.progress.status:
+            old = self.progress.status
+            self.progress.status = check_transition(old, new)
+            self._event("status.changed", step_id, {"from": old.value, "to": new.value})
+            if self.indexed:
+                workflow.upsert_search_attributes([search_attributes.STATUS.value_set(new.value)])
+        if step_id is not None:
+            self.progress.current_step_id = step_id
+        self._show_details()
+
+    def _show_details(self) -> None:
+        """The Web UI's *Current details*: what the run does or waits for, in words."""
+        workflow.set_current_details(
+            run_summaries.current_details(
+                self.run_id,
+                self.progress.status,
+                step_id=self.progress.current_step_id,
+                pending=self.progress.pending_approval,
+                pause_reason=self.progress.pause_reason,
+                error=self.progress.error,
+            )
+        )
+
+    def _finish(
+        self, status: RunStatus, *, answer: str | None = None, error: str | None = None
+    ) -> None:
+        self._set_status(status)
+        self.progress.answer, self.progress.error = answer, error
+        self.progress.finished_at = workflow.now()
+        self.progress.current_step_id = None
+        pending = self.progress.pending_approval
+        if pending is not None:
+            self.progress.unresolved.append(
+                f"approval {pending.approval_id} for {pending.tool} undecided"
+            )
+            self._complete_step(
+                StepRecord(
+                    step_id=pending.step_id,
+                    seq=self._seq_of(pending.step_id),
+                    type="approval",
+                    name=pending.tool,
+                    status="abandoned",
+                    input={"arguments": pending.arguments},
+                    started_at=pending.requested_at,
+                    finished_at=self.progress.finished_at,
+                )
+            )
+            self.progress.pending_approval = None
+        self._event("run.finished", data={"status": status.value, "error": error})
+        self._show_details()
+
+    def _fail_unsent_step(self, error: str) -> None:
+        """The step whose input was refused never started: record it as failed."""
+        last = self.progress.steps[-1] if self.progress.steps else None
+        if last is None or last.status != "running":
+            return
+        self._complete_step(
+            StepRecord(
+                step_id=last.step_id,
+                seq=last.seq,
+                type=last.type,
+                name=last.name,
+                status="failed",
+                error=f"{PAYLOAD_TOO_LARGE}: {error}",
+                finished_at=workflow.now(),
+            )
+        )
+
+    def _new_step(self, kind: StepType, name: str) -> str:
+        self.progress.seq += 1
+        step_id = f"{self.progress.seq:04d}-{kind}"
+        self.progress.steps.append(
+            StepSummary(
+                step_id=step_id, seq=self.progress.seq, type=kind, name=name, status="running"
+            )
+        )
+        return step_id
+
+    def _seq_of(self, step_id: str) -> int:
+        return next(s.seq for s in self.progress.steps if s.step_id == step_id)
+
+    def _complete_step(self, record: StepRecord) -> None:
+        for i, summary in enumerate(self.progress.steps):
+            if summary.step_id == record.step_id:
+                self.progress.steps[i] = summary.model_copy(
+                    update={"name": record.name, "status": record.status, "attempt": record.attempt}
+                )
+        self.pending_steps.append(record)
+        self._event(f"step.{record.status}", record.step_id, {"type": record.type})
+
+    def _event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
+        self.progress.event_seq += 1
+        event = RunEvent(
+            seq=self.progress.event_seq,
+            type=type,
+            step_id=step_id,
+            data=data or {},
+            at=workflow.now(),
+        )
+        self.pending_events.append(event)
+        self.stream.publish(event)  # workflow state, rebuilt on replay: no history grows
+
+    def _snapshot(self) -> RunSnapshot:
+        self.progress.version += 1
+        return run_state.snapshot(
+            self.run_id, self.spec, self.progress, workflow.now(), self._priority()
+        )
+
+    def _priority(self) -> int:
+        """The priority the server dispatches this run's steps at (inherited from the start,
+        kept across continue-as-new)."""
+        return workflow.info().priority.priority_key or fairness.DEFAULT_PRIORITY
+
+    async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
+        """Write what changed since the last flush to the mirror, as one idempotent batch."""
+        batch = MirrorBatch(
+            run=self._snapshot(),
+            steps=self.pending_steps,
+            events=self.pending_events,
+            fence=workflow.info().get_current_history_length(),
+        )
+        self.pending_steps, self.pending_events = [], []
+        sent = batch
+        if trim == "records":  # the run row (its checkpoint) stays whole
+            sent = batch.model_copy(
+                update={
+                    "steps": [payload_limits.trimmed(s) for s in batch.steps],
+                    "events": [payload_limits.trimmed(e) for e in batch.events],
+                }
+            )
+        elif trim == "all":
+            sent = payload_limits.trimmed(batch)
+        try:
+            await self._sync(sent)
+        except ApplicationError as err:
+            if payload_limits.is_too_large(err):
+                # Refused before it was sent: keep its rows for the run's final write.
+                self.pending_steps = batch.steps + self.pending_steps
+                self.pending_events = batch.events + self.pending_events
+            raise
+
+    async def _sync(self, batch: MirrorBatch) -> None:
+        if workflow.patched(MIRROR_SYNC_AFTER_COMMIT):
+            self.mirror_writes = [w for w in self.mirror_writes if not w.done()]
+            self.mirror_writes.append(
+                workflow.start_activity_method(
+                    MirrorActivities.sync,
+                    batch,
+                    start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
+                    retry_policy=MIRROR_RETRY,
+                    priority=MIRROR_PRIORITY,
+                    summary=run_summaries.mirror_summary(batch),
+                )
+            )
+        elif workflow.patched(MIRROR_SYNC_LOCAL):
+            # Runs that wrote their mirror from local activities replay the way they did.
+            await workflow.execute_local_activity_method(
+                MirrorActivities.sync,
+                batch,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=MIRROR_RETRY,
+            )
+        else:  # runs started before either patch replay the way they were recorded
+            await workflow.execute_activity_method(
+                MirrorActivities.sync,
+                batch,
+                start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
+                retry_policy=MIRROR_RETRY,
+            )
+
+    async def _mirror_written(self) -> None:
+        """Wait until every mirror write in flight has landed."""
+        writes, self.mirror_writes = self.mirror_writes, []
+        for write in writes:
+            await write
+
+    async def _record_receipt(self) -> None:
+        """The final mirror write and the receipt. If either would be refused as too large,
+        it goes again with its long strings cut, so the run still ends recorded."""
+        trims: list[Literal["records", "all"] | None] = [None, "records", "all"]
+        for trim in trims:
+            try:
+                await self._flush(trim=trim)
+                break
+            except ApplicationError as err:
+                if trim == "all" or not payload_limits.is_too_large(err):
+                    raise
+                if trim is None:
+                    self._event("run.record_trimmed", data={"reason": err.message})
+        await self._mirror_written()  # the receipt comes after every row it sums up
+        receipt = run_state.receipt(self.run_id, self.spec, self.progress, workflow.now())
+        try:
+            await self._store_receipt(receipt)
+        except ApplicationError as err:
+            if not payload_limits.is_too_large(err):
+                raise
+            await self._store_receipt(payload_limits.trimmed(receipt))
+
+    async def _store_receipt(self, receipt: Receipt) -> None:
+        try:
+            await self._send_receipt(receipt)
+        except ActivityError as err:
+            # The activity stores the receipt before it returns it: only the echo was refused.
+            if err.cause is None or not payload_limits.is_too_large(err.cause):
+                raise
+
+    async def _send_receipt(self, receipt: Receipt) -> None:
+        await workflow.execute_activity_method(
+            MirrorActivities.record_receipt,
+            receipt,
+            start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
+            retry_policy=MIRROR_RETRY,
+            summary=f"receipt: {receipt.outcome.value}",
+        )

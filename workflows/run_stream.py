@@ -1,0 +1,42 @@
+"""The run's live stream: what `starter.py watch` follows.
+
+The workflow publishes each event it records (`_event`) into a `WorkflowStream`; that costs
+no history at all, since the log is workflow state rebuilt on replay. `model.complete`
+publishes the reply's text from the activity, in batches, one signal each. Watchers long-poll
+with updates. At continue-as-new the log goes along, cut to its last `RETAINED_ITEMS`, so the
+state a run carries stays bounded however long it runs; offsets stay global.
+"""
+
+from __future__ import annotations
+
+from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
+
+from agentrun.constants import STREAM_TOPIC_EVENTS
+from agentrun.models import RunEvent
+
+# Items a continuation carries; a watcher that asks for an older offset starts at the oldest
+# one kept (the mirror still has every event).
+RETAINED_ITEMS = 500
+
+
+class RunStream:
+    def __init__(self, prior: WorkflowStreamState | None) -> None:
+        # Must be built from an `__init__` during the workflow's init (the SDK checks).
+        self.stream = WorkflowStream(prior_state=prior)
+        self.events = self.stream.topic(STREAM_TOPIC_EVENTS, type=RunEvent)
+
+    def publish(self, event: RunEvent) -> None:
+        self.events.publish(event)
+
+    def detach(self) -> None:
+        """Release waiting watchers before the run returns or continues as new; they follow
+        the run to its next generation, or read what is left once it has ended."""
+        self.stream.detach_pollers()
+
+    def carry(self) -> WorkflowStreamState:
+        state = self.stream.get_state()
+        end = state.base_offset + len(state.log)
+        if len(state.log) <= RETAINED_ITEMS:
+            return state
+        self.stream.truncate(end - RETAINED_ITEMS)
+        return self.stream.get_state()
