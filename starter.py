@@ -27,6 +27,8 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from agentrun import (
+    approver_keys,
+    approvers_cli,
     backlog_cli,
     deployments,
     fork_ops,
@@ -38,7 +40,7 @@ from agentrun import (
     watch,
 )
 from agentrun import operations as ops
-from agentrun.cli_options import add_tenant, add_wait
+from agentrun.cli_options import add_decider, add_tenant, add_wait
 from agentrun.client import connect
 from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.db import command_pool, schema_version
@@ -146,18 +148,41 @@ async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespa
     if edit is not None and not isinstance(edit, dict):
         raise OperationError("--edit takes a JSON object of the arguments to change")
     async with mirror_pool(settings) as mirror:
+        role, key = decider(settings, args)
         result = await ops.approve(
             client,
             args.run,
             by=args.by,
-            role=args.role,
+            role=role,
             edit=edit,
             tenant=tenant_of(settings, args),
+            action_hash=args.action_hash,
             wait=args.wait,
             mirror=mirror,
+            signer=key,
         )
     emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
+
+
+def decider(
+    settings: Settings, args: argparse.Namespace
+) -> tuple[str, approver_keys.ApproverKey | None]:
+    """The role a decision goes with, and the key that signs it when `--by` has one here."""
+    key = approver_keys.load(settings.config_dir or approver_keys.default_config_dir(), args.by)
+    if key is not None:
+        if args.role and args.role != key.signer.role:
+            raise OperationError(
+                f"{args.by}'s key is registered for role {key.signer.role!r}, not {args.role!r}"
+            )
+        return key.signer.role, key
+    if not args.role:
+        raise OperationError(
+            f"{args.by} has no approver key on this machine: say the role of this unsigned "
+            "decision with --role (it counts only where no approver keys are configured), or "
+            f"create a key with `starter.py approvers add {args.by} --role ROLE`"
+        )
+    return args.role, None
 
 
 def decision_text(result: DecisionResult) -> str:
@@ -166,15 +191,18 @@ def decision_text(result: DecisionResult) -> str:
 
 async def cmd_reject(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     async with mirror_pool(settings) as mirror:
+        role, key = decider(settings, args)
         result = await ops.reject(
             client,
             args.run,
             by=args.by,
-            role=args.role,
+            role=role,
             reason=args.reason,
             tenant=tenant_of(settings, args),
+            action_hash=args.action_hash,
             wait=args.wait,
             mirror=mirror,
+            signer=key,
         )
     emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
@@ -537,16 +565,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
-    p.add_argument("--by", required=True, help="who approves")
-    p.add_argument("--role", default="approver", help="the approver's role")
+    add_decider(p)
     p.add_argument("--edit", help="JSON object of arguments to change before running")
-    add_tenant(p)
     p = command("reject", "reject the pending action", json_flag=True)
     p.add_argument("run")
-    p.add_argument("--by", required=True)
-    p.add_argument("--role", default="approver")
+    add_decider(p)
     p.add_argument("--reason", required=True)
-    add_tenant(p)
     for name, help in (
         ("pause", "pause at the next step boundary"),
         ("resume", "continue a paused run"),
@@ -601,6 +625,7 @@ def parser() -> argparse.ArgumentParser:
     )
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
+    approvers_cli.add_commands(sub)
     return top
 
 
@@ -610,6 +635,8 @@ async def dispatch(args: argparse.Namespace) -> int:
         return await backlog_cli.dispatch(settings, args)
     if args.command == "tenants":
         return await tenants_cli.dispatch(settings, args)
+    if args.command == "approvers":
+        return await approvers_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings, within_seconds=args.wait)

@@ -19,3 +19,17 @@ def add_wait(p: argparse.ArgumentParser) -> None:
 
 def add_tenant(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", help="only this tenant's runs (default AGENTRUN_TENANT)")
+
+
+def add_decider(p: argparse.ArgumentParser) -> None:
+    """Who decides, how the decision is bound to what they saw, and whose run it is."""
+    p.add_argument("--by", required=True, help="who decides: signs with their approver key")
+    p.add_argument(
+        "--role",
+        help="the role, for an unsigned decision (a signed one carries its key's role)",
+    )
+    p.add_argument(
+        "--action-hash",
+        help="decide only if the pending action is still this one (from `status`)",
+    )
+    add_tenant(p)

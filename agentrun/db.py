@@ -384,6 +384,17 @@ MIGRATIONS: list[str] = [
         FROM tenant_queue WHERE state = 'waiting';
     ALTER TABLE runs ADD COLUMN priority smallint;
     """,
+    # 12: approvers' public keys (agentrun/approver_store.py); runs copy them in at start.
+    """
+    CREATE TABLE approvers (
+        key_id text PRIMARY KEY,
+        name text NOT NULL,
+        role text NOT NULL,
+        tenant text,
+        public_key text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
 ]
 
 

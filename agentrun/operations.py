@@ -40,6 +40,8 @@ from agentrun import (
 )
 from agentrun import constants as names
 from agentrun.admission_models import TenantLimits
+from agentrun.approver_keys import ApproverKey
+from agentrun.approver_store import ApproverStore
 from agentrun.errors import OperationError
 from agentrun.fork_store import ForkStore
 from agentrun.mirror_store import MirrorStore
@@ -117,6 +119,10 @@ async def start_run(
     run_id = run_id_for(spec.idempotency_key)
     if mirror is not None and await _mirrored(mirror, run_id):
         return Started(run_id, existing=True)
+    if mirror is not None and not spec.approval.signers:
+        signers = await ApproverStore(mirror).signers(spec.tenant)
+        approval = spec.approval.model_copy(update={"signers": signers})
+        spec = spec.model_copy(update={"approval": approval})
     if limits.capped:
         try:
             queued = await admission_ops.enqueue_run(
@@ -334,8 +340,10 @@ async def approve(
     action_hash: str | None = None,
     wait: float = DEFAULT_WAIT_SECONDS,
     mirror: AsyncConnectionPool | None = None,
+    signer: ApproverKey | None = None,
 ) -> DecisionResult:
-    """Approve the pending action (or, with `action_hash`, only that exact action)."""
+    """Approve the pending action (or, with `action_hash`, only that exact action the
+    approver saw); with `signer`, signed by that approver's key."""
     return await _decide(
         client,
         run_id,
@@ -346,6 +354,7 @@ async def approve(
         wait=wait,
         mirror=mirror,
         tenant=tenant,
+        signer=signer,
     )
 
 
@@ -360,6 +369,7 @@ async def reject(
     action_hash: str | None = None,
     wait: float = DEFAULT_WAIT_SECONDS,
     mirror: AsyncConnectionPool | None = None,
+    signer: ApproverKey | None = None,
 ) -> DecisionResult:
     return await _decide(
         client,
@@ -371,6 +381,7 @@ async def reject(
         wait=wait,
         mirror=mirror,
         tenant=tenant,
+        signer=signer,
     )
 
 
@@ -383,6 +394,7 @@ async def _decide(
     wait: float,
     mirror: AsyncConnectionPool | None,
     tenant: str | None,
+    signer: ApproverKey | None,
 ) -> DecisionResult:
     """Send a decision bound to the action pending now; the workflow judges it.
 
@@ -414,7 +426,7 @@ async def _decide(
             deadline.left(),
             run.handle.signal(
                 signal,
-                decision(pending.action_hash),
+                _signed(decision(pending.action_hash), run_id, pending, signer),
                 rpc_timeout=timedelta(seconds=deadline.left()),
             ),
         )
@@ -429,8 +441,25 @@ async def _decide(
             f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
         )
     return await update_within(
-        run.handle, run.task_queue, update, decision(pending.action_hash), deadline
+        run.handle,
+        run.task_queue,
+        update,
+        _signed(decision(pending.action_hash), run_id, pending, signer),
+        deadline,
     )  # type: ignore[no-any-return]
+
+
+def _signed(
+    decision: ApproveInput | RejectInput,
+    run_id: str,
+    pending: PendingApproval,
+    signer: ApproverKey | None,
+) -> ApproveInput | RejectInput:
+    if signer is None:
+        return decision
+    return decision.model_copy(
+        update={"signature": signer.sign(run_id, pending.approval_id, decision)}
+    )
 
 
 async def _control(

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     model: str = env("AGENTRUN_MODEL", OFFLINE_MODEL)
     web_ui_url: str = env("AGENTRUN_WEB_UI", DEFAULT_WEB_UI)
     home: Path = env("AGENTRUN_HOME", Path(".agentrun"), "data of the embedded stack")
+    config_dir: Path | None = env(
+        "AGENTRUN_CONFIG_DIR", None, "your approver keys; default ~/.config/agentrun"
+    )
     artifact_threshold_bytes: int = env(
         "AGENTRUN_ARTIFACT_THRESHOLD_BYTES", 64 * 1024, "larger tool outputs become artifacts"
     )

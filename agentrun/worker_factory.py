@@ -88,6 +88,9 @@ SANDBOX_PASSTHROUGH = (
     "psycopg",
     "psycopg_pool",
     "yaml",
+    # A native (Rust) extension cannot be imported twice in one process: approval
+    # signatures are verified in workflow code with the worker's one copy.
+    "cryptography",
 )
 
 

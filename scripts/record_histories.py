@@ -19,14 +19,19 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+from agentrun import approval_signatures, approver_keys  # noqa: E402
 from agentrun import operations as ops  # noqa: E402
 from agentrun.admission_models import TenantLimits  # noqa: E402
-from agentrun.models import RunSpec  # noqa: E402
+from agentrun.errors import OperationError  # noqa: E402
+from agentrun.models import RunSpec, Signer  # noqa: E402
 from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
+_KEY = Ed25519PrivateKey.generate()
 TASK = "Look up our refund policy and notify ana@example.com about it."
 Scenario = Callable[[Client, str], Awaitable[None]]
 
@@ -74,6 +79,28 @@ async def quarantine_released(client: Client, run_id: str) -> None:
     await ops.approve(client, run_id, by="li", role="approver")
 
 
+# A keyed approver for the signed scenario, made afresh: replay needs no private key.
+SIGNER = approver_keys.ApproverKey(
+    Signer(
+        name="li",
+        role="approver",
+        public_key=approval_signatures.public_key_text(_KEY.public_key()),
+        key_id=approval_signatures.key_id(_KEY.public_key().public_bytes_raw()),
+    ),
+    _KEY,
+)
+
+
+async def signed_after_a_refusal(client: Client, run_id: str) -> None:
+    """An unsigned decision refused (and recorded by the run), then a signed one applied."""
+    await wait_pending(client, run_id)
+    try:
+        await ops.approve(client, run_id, by="li", role="approver")
+    except OperationError:
+        pass
+    await ops.approve(client, run_id, by="li", role="approver", signer=SIGNER)
+
+
 async def budget_extended(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.approve(client, run_id, by="li", role="approver", edit={"max_tokens": 100_000})
@@ -105,6 +132,11 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after model calls got a queue of their own (patch model-call-queue) and runs
     # of capped tenants waited in their tenant's admission queue; its history is recorded too.
     "admitted_from_queue": (RunSpec(task=TASK, tenant="capped", priority=2), approved_with_edit),
+    # Recorded after approvals could be signed: the run verifies the signature in workflow code.
+    "signed_approval": (
+        RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),
+        signed_after_a_refusal,
+    ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}

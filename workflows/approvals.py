@@ -18,6 +18,7 @@ from workflows.recording import Recording
 from workflows.run_state import RunEnded
 
 with workflow.unsafe.imports_passed_through():
+    from agentrun import approval_signatures
     from agentrun import constants as names
     from agentrun.ledger import action_hash
     from agentrun.models import (
@@ -27,10 +28,15 @@ with workflow.unsafe.imports_passed_through():
         DecisionResult,
         JsonDict,
         PendingApproval,
+        RefusedDecision,
         RejectInput,
         StepRecord,
     )
     from agentrun.states import RunStatus, is_terminal
+
+
+# Refused decisions a run keeps in its state for `status`.
+MAX_REFUSALS = 10
 
 
 class Approvals(Recording):
@@ -141,6 +147,7 @@ class Approvals(Recording):
                     "edit": decision.edit,
                     "reason": None,
                     "final_arguments": {**pending.arguments, **(decision.edit or {})},
+                    "key_id": decision.signature.key_id if decision.signature else None,
                 }
             )
         if isinstance(decision, RejectInput):
@@ -150,6 +157,7 @@ class Approvals(Recording):
                     "by": decision.by,
                     "role": decision.role,
                     "reason": decision.reason,
+                    "key_id": decision.signature.key_id if decision.signature else None,
                 }
             )
         return expired
@@ -186,9 +194,39 @@ class Approvals(Recording):
         if workflow.now() >= pending.expires_at:
             raise ApplicationError(f"the approval expired at {pending.expires_at.isoformat()}")
 
+    def _check_signature(self, input: ApproveInput | RejectInput) -> None:
+        """Refuse a decision whose signature the run's policy does not accept (unsigned when
+        keys are configured, forged, for another run or approval, replayed, expired, of the
+        wrong role or tenant), recording the refusal where `status` shows it."""
+        pending = self.progress.pending_approval
+        assert pending is not None
+        decided = [a.approval_id for a in self.progress.approvals]
+        try:
+            approval_signatures.check(
+                self.spec.approval, self.run_id, pending, decided, input, workflow.now()
+            )
+        except approval_signatures.SignatureRefused as err:
+            self._refuse(input, str(err))
+            raise ApplicationError(f"refused and recorded: {err}") from None
+
+    def _refuse(self, input: ApproveInput | RejectInput, reason: str) -> None:
+        pending = self.progress.pending_approval
+        refusal = RefusedDecision(
+            approval_id=input.signature.approval_id
+            if input.signature
+            else (pending.approval_id if pending else None),
+            by=input.by,
+            reason=reason,
+            at=workflow.now(),
+        )
+        # The last few are enough to say why nothing happened; all are in the events.
+        self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
+        self._event("approval.refused", data={"by": input.by, "reason": reason})
+
     async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
         self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+        self._check_signature(input)
         assert self.progress.pending_approval is not None
         approval_id = self.progress.pending_approval.approval_id
         self.progress.decision = input
@@ -233,6 +271,10 @@ class Approvals(Recording):
         try:
             self._check_decision(input.action_hash, input.by, input.role, input.tenant)
         except ApplicationError as err:
-            self._event("approval.refused", data={"by": input.by, "reason": err.message})
+            self._refuse(input, err.message)
+            return
+        try:
+            self._check_signature(input)
+        except ApplicationError:
             return
         self.progress.decision = input
