@@ -18,42 +18,35 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import yaml
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from agentrun import (
-    approver_keys,
-    approvers_cli,
-    backlog_cli,
-    deployments,
-    fork_ops,
-    metrics,
-    render,
-    retention,
-    tenant_ops,
-    tenants_cli,
-    watch,
-)
-from agentrun import operations as ops
-from agentrun.cli_options import add_decider, add_tenant, add_wait
-from agentrun.client import connect
-from agentrun.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.db import command_pool, schema_version
-from agentrun.errors import OperationError, SetupError
-from agentrun.models import DecisionResult, PendingApproval, RunSpec
-from agentrun.periods import parse_age, parse_point
-from agentrun.settings import Settings, read_stack_file
-from agentrun.stack import EmbeddedStack, port_open
-from agentrun.telemetry import shutdown_tracing
-from agentrun.tenant_store import TenantStore
-from agentrun.worker_api import run_worker
+from agentrun import profiles
+from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
+from agentrun.cli.cli_options import add_decider, add_tenant, add_wait
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import OperationError, SetupError
+from agentrun.core.models import DecisionResult, PendingApproval, RunSpec
+from agentrun.core.periods import parse_age, parse_point
+from agentrun.core.settings import Settings, read_stack_file
+from agentrun.dev.stack import EmbeddedStack, port_open
+from agentrun.ops import approver_keys, fork_ops, tenant_ops, watch
+from agentrun.ops import operations as ops
+from agentrun.store import metrics, retention
+from agentrun.store.db import command_pool, schema_version
+from agentrun.store.tenant_store import TenantStore
+from agentrun.temporal import deployments
+from agentrun.temporal.client import connect
+from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.worker.worker_api import run_worker
+from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
 
+# The demo's profiles: where `start --agent` looks when nothing else is named.
+DEMO_AGENTS = "agentrun_demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 
 
@@ -62,16 +55,14 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 
 def load_spec(args: argparse.Namespace) -> RunSpec:
+    """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
+    replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
+    if args.agent:
+        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
-        try:
-            raw = yaml.safe_load(Path(args.spec).read_text()) or {}
-        except OSError as err:
-            raise OperationError(f"cannot read {args.spec}: {err.strerror}") from err
-        except yaml.YAMLError as err:
-            raise OperationError(f"{args.spec} is not valid YAML: {err}") from err
-        if not isinstance(raw, dict):
-            raise OperationError(f"{args.spec}: a run spec must be a mapping")
+        raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
     for field, value in (
         ("task", args.task),
         ("idempotency_key", args.idempotency_key),
@@ -111,6 +102,8 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
     if settings.tenant and args.tenant is None:
         spec = spec.model_copy(update={"tenant": settings.tenant})
     async with command_pool(settings) as pool:
+        if args.agent and spec.allowed_tools:
+            await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
         started = await ops.start_run(
             client,
             spec,
@@ -465,7 +458,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 async def run_demo(settings: Settings) -> int:
     client = await connect(settings)
-    spec = RunSpec(task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}")
+    spec = support_desk.spec(
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
+    )
     started = await ops.start_run(
         client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
     )
@@ -556,6 +551,12 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
+    p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")
+    p.add_argument(
+        "--agents",
+        help="where profiles live: a YAML file or PKG.MODULE:ATTR (default AGENTRUN_AGENTS, "
+        f"else {DEMO_AGENTS})",
+    )
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
     p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")

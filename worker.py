@@ -14,11 +14,11 @@ import signal
 import socket
 import sys
 
-from agentrun.errors import SetupError
+from agentrun.core.errors import SetupError
 from agentrun.tools.loading import split_references
 from agentrun.tools.mcp import parse_servers
-from agentrun.worker_api import run_worker
-from agentrun.worker_factory import ResourceTargets
+from agentrun.worker.worker_api import run_worker
+from agentrun.worker.worker_factory import ResourceTargets
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from agentrun.admission_models import QueueSyncInput
-from agentrun.constants import ACTIVITY_ADMISSION_SYNC
-from agentrun.tenant_store import TenantStore
+from agentrun.core.admission_models import QueueSyncInput
+from agentrun.core.constants import ACTIVITY_ADMISSION_SYNC
+from agentrun.store.tenant_store import TenantStore
 
 
 class AdmissionActivities:

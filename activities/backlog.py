@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from agentrun.backlog_models import BacklogLoadInput, BacklogLoadResult, BacklogSyncInput
-from agentrun.backlog_store import BacklogStore
-from agentrun.constants import ACTIVITY_BACKLOG_LOAD, ACTIVITY_BACKLOG_SYNC
+from agentrun.core.backlog_models import BacklogLoadInput, BacklogLoadResult, BacklogSyncInput
+from agentrun.core.constants import ACTIVITY_BACKLOG_LOAD, ACTIVITY_BACKLOG_SYNC
+from agentrun.store.backlog_store import BacklogStore
 
 
 class BacklogActivities:

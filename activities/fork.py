@@ -12,10 +12,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.proposals import proposed_call
-from agentrun import forking
-from agentrun.constants import ACTIVITY_FORK_SEED
-from agentrun.fork_store import ForkStore
-from agentrun.models import ForkSeed, ForkSeedInput
+from agentrun.core import forking
+from agentrun.core.constants import ACTIVITY_FORK_SEED
+from agentrun.core.models import ForkSeed, ForkSeedInput
+from agentrun.store.fork_store import ForkStore
 from agentrun.tools import ToolRegistry
 
 

@@ -15,8 +15,8 @@ import psycopg
 from psycopg_pool import PoolTimeout
 from temporalio import activity
 
-from agentrun.background import alongside
-from agentrun.mirror_store import MirrorStore
+from agentrun.core.background import alongside
+from agentrun.store.mirror_store import MirrorStore
 
 T = TypeVar("T")
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from agentrun import faults
-from agentrun.constants import (
+from agentrun.core import faults
+from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_SYNC,
     ACTIVITY_RECEIPT_RECORD,
 )
-from agentrun.mirror_store import MirrorStore
-from agentrun.model_journal import ModelJournal
-from agentrun.models import CheckpointInput, MirrorBatch, Receipt
+from agentrun.core.models import INTERRUPTED, CheckpointInput, MirrorBatch, Receipt
+from agentrun.store import ledger
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
+
+HAPPENED = "happened before the cancel took effect (ledger)"
+NOT_HAPPENED = "did not happen: the cancel stopped it first (no ledger row)"
 
 
 class MirrorActivities:
@@ -34,6 +38,7 @@ class MirrorActivities:
         """Complete the receipt with every retry the attempts journal saw, and what model
         responses the run paid for and never used (the model journal), then store it."""
         unaccepted_tokens, unaccepted_cost = await self.journal.unaccepted(receipt.run_id)
+        receipt = await self._settle_interrupted(receipt)
         receipt = receipt.model_copy(
             update={
                 "retries": await self.store.retries(receipt.run_id),
@@ -43,3 +48,29 @@ class MirrorActivities:
         )
         await self.store.record_receipt(receipt)
         return receipt
+
+    async def _settle_interrupted(self, receipt: Receipt) -> Receipt:
+        """Side effects whose call a cancel stopped: the ledger says whether they happened
+        (its row commits with the effect); one it cannot settle is named unresolved."""
+        keys = [e.idempotency_key for e in receipt.side_effects if e.reconciliation == INTERRUPTED]
+        if not keys:
+            return receipt
+        async with self.store.pool.connection() as conn:
+            found = await ledger.entries(conn, keys)
+        effects, unresolved = [], list(receipt.unresolved)
+        for effect in receipt.side_effects:
+            if effect.reconciliation == INTERRUPTED:
+                status, result = found.get(effect.idempotency_key, ("absent", None))
+                if status == "done":
+                    effect = effect.model_copy(
+                        update={"ok": True, "output": result, "reconciliation": HAPPENED}
+                    )
+                elif status == "absent":
+                    effect = effect.model_copy(update={"reconciliation": NOT_HAPPENED})
+                else:
+                    unresolved.append(
+                        f"{effect.step_id}: whether {effect.tool} happened is unknown "
+                        f"(key {effect.idempotency_key}): the run was cancelled mid-effect"
+                    )
+            effects.append(effect)
+        return receipt.model_copy(update={"side_effects": effects, "unresolved": unresolved})

@@ -19,18 +19,20 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
+from activities.model_stream import streamed_completion
 from activities.proposals import proposed_call
-from agentrun import faults
-from agentrun.constants import ACTIVITY_MODEL_COMPLETE
-from agentrun.conversation import ConversationStore
-from agentrun.errors import classify_model_error, refused_data_is_final
-from agentrun.mirror_store import MirrorStore
-from agentrun.model_journal import ModelJournal
-from agentrun.models import ModelCallInput, ModelCallResult
-from agentrun.pricing import Prices, cost_usd, usage_of
+from activities.text_stream import text_pieces
+from agentrun.core import faults
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.core.errors import classify_model_error, refused_data_is_final
+from agentrun.core.models import ModelCallInput, ModelCallResult
+from agentrun.core.pricing import Prices, cost_usd, usage_of
+from agentrun.store.conversation import ConversationStore
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
+from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import UnknownToolError
-from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ModelActivities:
@@ -46,7 +48,11 @@ class ModelActivities:
         prices: Prices,
         identity: str,
         vault: SecretVault,
+        stream_text: bool = True,
     ) -> None:
+        # Ask the provider to stream, and pass the reply's text to watchers as it comes
+        # (`starter.py watch`); AGENTRUN_MODEL_STREAM=0 for a provider that cannot.
+        self.stream_text = stream_text
         self.vault = vault
         self.identity = identity
         self.client = client
@@ -163,7 +169,10 @@ class ModelActivities:
                 step_id=input.step_id,
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
-                return await self.client.chat.completions.create(**request)
+                if not self.stream_text:
+                    return await self.client.chat.completions.create(**request)
+                async with text_pieces(input.step_id) as on_text:
+                    return await streamed_completion(self.client, request, on_text)
         except openai.APIError as err:
             failure = classify_model_error(err)
             await self.store.end_attempt(

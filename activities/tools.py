@@ -5,13 +5,13 @@ transaction; a retry after a crash finds the key and returns the recorded result
 external tool commits its claim first; a retry that finds a claim without a result does
 not act blindly: the tool's reconcile hook (or a person) says whether the effect happened.
 Every result is screened for prompt injection before the model sees it. Secrets the tool
-marks are replaced by their markers (agentrun/vault.py) before anything leaves the activity.
+marks are replaced by their markers (agentrun/store/vault.py) before anything leaves the activity.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
@@ -19,12 +19,14 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
-from agentrun import errors, faults, injection, ledger
-from agentrun.artifacts import ArtifactStore
-from agentrun.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.errors import SecretUnavailable, refused_data_is_final
-from agentrun.mirror_store import MirrorStore
-from agentrun.models import JsonDict, ToolCallInput, ToolCallResult
+from agentrun.core import errors, faults, injection
+from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
+from agentrun.core.errors import SecretUnavailable, refused_data_is_final
+from agentrun.core.models import JsonDict, ToolCallInput, ToolCallResult
+from agentrun.store import ledger
+from agentrun.store.artifacts import ArtifactStore
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolContext, ToolRegistry
 from agentrun.tools.registry import (
     CheckpointSaver,
@@ -35,7 +37,6 @@ from agentrun.tools.registry import (
     UnknownToolError,
     compact_errors,
 )
-from agentrun.vault import MARKER, SecretScope, SecretVault
 
 
 class ToolActivities:
@@ -128,7 +129,7 @@ class ToolActivities:
         except ToolForbidden as err:
             reason = scope.redact(str(err))
             await self._fail(input, f"forbidden: {reason}")
-            raise errors.tool_forbidden(tool.name, reason) from (
+            raise errors.tool_forbidden(tool.name, reason, info.attempt) from (
                 err if reason == str(err) else None
             )
         except ToolError as err:
@@ -232,7 +233,10 @@ class ToolActivities:
                     )
                 reconciliation = None
                 if state == "started":  # an earlier attempt claimed it and never finished
-                    verdict = await self._reconcile(tool, args, context, input)
+                    # A person's answer covers the claim they were shown, made by an earlier
+                    # step; a claim this step made (a re-run that died) is unknown again.
+                    decided = input.resolution if recorded != input.step_id else None
+                    verdict = await self._reconcile(tool, args, context, decided)
                     if verdict is None:
                         return ToolCallResult(
                             ok=False,
@@ -256,6 +260,7 @@ class ToolActivities:
                             attempt=attempt,
                         )
                     reconciliation = f"not happened ({verdict.by})"
+                    await ledger.reclaim(conn, key=key, step_id=input.step_id, attempt=attempt)
                 output = await self._seal(
                     tool, input.run_id, scope, await tool.fn(args, context), conn
                 )
@@ -268,12 +273,16 @@ class ToolActivities:
                 await ledger.unlock(conn, key)
 
     async def _reconcile(
-        self, tool: Tool, args: BaseModel, context: ToolContext, input: ToolCallInput
+        self,
+        tool: Tool,
+        args: BaseModel,
+        context: ToolContext,
+        resolution: Literal["rerun", "skip"] | None,
     ) -> Reconciled | None:
-        """Did the effect happen? The tool's hook knows; failing that, a person decided."""
-        if input.resolution == "rerun":
+        """Did the effect happen? A person decided; failing that, the tool's hook knows."""
+        if resolution == "rerun":
             return Reconciled(happened=False, by="person")
-        if input.resolution == "skip":
+        if resolution == "skip":
             return Reconciled(
                 happened=True, result={"skipped": "a person resolved it"}, by="person"
             )

@@ -18,17 +18,17 @@ import openai
 from openai.types.chat import ChatCompletion
 from temporalio import activity
 
-from agentrun.constants import ACTIVITY_VERIFY_CHECK
-from agentrun.errors import classify_model_error, refused_data_is_final
-from agentrun.model_journal import ModelJournal
-from agentrun.models import (
+from agentrun.core.constants import ACTIVITY_VERIFY_CHECK
+from agentrun.core.errors import classify_model_error, refused_data_is_final
+from agentrun.core.models import (
     CheckOutcome,
     JudgeSpec,
     VerifyInput,
     VerifyResult,
     VerifySpec,
 )
-from agentrun.pricing import Prices, cost_usd, usage_of
+from agentrun.core.pricing import Prices, cost_usd, usage_of
+from agentrun.store.model_journal import ModelJournal
 from agentrun.tools import ToolRegistry
 
 JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.DOTALL)

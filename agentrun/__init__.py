@@ -5,8 +5,10 @@ What a user writes against, and nothing more (README "Your agent in five minutes
 - `tool`, `ToolContext`, `ToolError`, `Reconciled`: declare a tool, use what a call may use,
   fail a call the model should hear about, answer a reconcile hook.
 - `ToolRegistry`: a named set of tools, one thing `worker.py --tools` can load.
+- `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
 - `RunSpec`: everything one run needs; history holds exactly this.
 - `run_worker`: a worker with your tools and MCP servers, in your own process.
+- `RunClient`: start runs, decide approvals, read receipts from Python.
 
 Everything else is private and may change. Names load on first use, so importing a
 submodule (as workflow code does) never pulls in the worker or the client.
@@ -18,10 +20,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentrun.models import RunSpec
+    from agentrun.client_api import RunClient
+    from agentrun.core.models import RunSpec
+    from agentrun.profiles import Agent
     from agentrun.tools.decorator import tool
     from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
-    from agentrun.worker_api import run_worker
+    from agentrun.worker.worker_api import run_worker
 
 _HOMES = {
     "tool": "agentrun.tools.decorator",
@@ -29,12 +33,16 @@ _HOMES = {
     "ToolError": "agentrun.tools.registry",
     "Reconciled": "agentrun.tools.registry",
     "ToolRegistry": "agentrun.tools.registry",
-    "RunSpec": "agentrun.models",
-    "run_worker": "agentrun.worker_api",
+    "RunSpec": "agentrun.core.models",
+    "Agent": "agentrun.profiles",
+    "RunClient": "agentrun.client_api",
+    "run_worker": "agentrun.worker.worker_api",
 }
 
 __all__ = [
+    "Agent",
     "Reconciled",
+    "RunClient",
     "RunSpec",
     "ToolContext",
     "ToolError",

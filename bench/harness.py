@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentrun.background import alongside
+from agentrun.core.background import alongside
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentrun.models import RiskLevel, RunSpec
-from agentrun.offline_model import Reply, completion
+from agentrun.core.models import RiskLevel, RunSpec
+from agentrun.dev.offline_model import Reply, completion
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 
 NOOP_TOOL = "bench_noop"

@@ -21,9 +21,9 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun import operations as ops
-from agentrun.errors import OperationError
-from agentrun.models import RunSpec
+from agentrun.core.errors import OperationError
+from agentrun.core.models import RunSpec
+from agentrun.ops import operations as ops
 from bench.harness import WorkerProcess
 from bench.stats import summarize
 from workflows import AgentRunWorkflow

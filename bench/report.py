@@ -275,18 +275,75 @@ def full_report(results: dict[str, Any]) -> str:
         f"Machine: {machine_line(results.get('machine') or {})}",
         f"Run: {results.get('started_at', '?')}, {fmt(results.get('wall_seconds'), ' s', 0)}"
         f" in all; {results.get('config', {}).get('mode', '')}",
-        "",
-        summary_table(results),
-        "",
-        f"Throughput ({_get(results, 'throughput', 'steps_per_run')} tool steps per run; "
-        "steps/s counts the steps of completed runs, or, for a level cut short by its time "
-        "budget, the steps done by then; RSS is the worker process's peak):",
-        "",
-        throughput_table(results),
-        "",
-        targets_table(results),
     ]
+    if any(stage in results for stage in ("overhead", "throughput", "latency", "recovery")):
+        parts += [
+            "",
+            summary_table(results),
+            "",
+            f"Throughput ({_get(results, 'throughput', 'steps_per_run')} tool steps per run; "
+            "steps/s counts the steps of completed runs, or, for a level cut short by its time "
+            "budget, the steps done by then; RSS is the worker process's peak):",
+            "",
+            throughput_table(results),
+            "",
+            targets_table(results),
+        ]
+    if results.get("noisy"):
+        parts += ["", noisy_table(results["noisy"])]
     if results.get("errors"):
         parts += ["", "Stages that did not finish:", ""]
         parts += [f"- {stage}: {err}" for stage, err in results["errors"].items()]
     return "\n".join(parts)
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+def noisy_table(results: dict[str, Any]) -> str:
+    """The two modes side by side, and the issue's goals checked against them."""
+    off, on = results.get("off") or {}, results.get("on") or {}
+
+    def get(mode: dict[str, Any], key: str, stat: str | None = None) -> float | None:
+        value = mode.get(key)
+        return value.get(stat) if isinstance(value, dict) and stat else value
+
+    rows = [
+        ("idle: B-sized burst, first step p50", "idle_first_step", "p50"),
+        ("idle: first step p95", "idle_first_step", "p95"),
+        ("B start -> first step p50", "b_first_step", "p50"),
+        ("B start -> first step p95", "b_first_step", "p95"),
+        ("B start -> completion p50", "b_completion", "p50"),
+        ("B start -> completion p95", "b_completion", "p95"),
+        ("priority-1 run: start -> first step", "urgent_first_step", None),
+        ("priority-1 run: start -> completion", "urgent_completion", None),
+    ]
+    lines = [
+        f"Noisy neighbour: tenant A starts {results.get('runs')} runs at once, then tenant B "
+        f"starts {results.get('neighbours')} and one priority-1 run follows (1 tool step each):",
+        "",
+        "| | fairness off | fairness on |",
+        "| --- | --- | --- |",
+    ]
+    for label, key, stat in rows:
+        lines.append(f"| {label} | {_secs(get(off, key, stat))} | {_secs(get(on, key, stat))} |")
+    lines.append(
+        f"| A's runs done when B's were | {off.get('a_done_when_b_done', '-')} "
+        f"| {on.get('a_done_when_b_done', '-')} |"
+    )
+    lines.append(
+        f"| B first step p95 / idle p95 | "
+        f"{_times(ratio(get(off, 'b_first_step', 'p95'), get(off, 'idle_first_step', 'p95')))} | "
+        f"{_times(ratio(get(on, 'b_first_step', 'p95'), get(on, 'idle_first_step', 'p95')))} |"
+    )
+    lines.append(
+        f"| B completion p95 / idle p95 | "
+        f"{_times(ratio(get(off, 'b_completion', 'p95'), get(off, 'idle_completion', 'p95')))} | "
+        f"{_times(ratio(get(on, 'b_completion', 'p95'), get(on, 'idle_completion', 'p95')))} |"
+    )
+    return "\n".join(lines)

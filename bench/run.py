@@ -3,6 +3,8 @@
     python bench/run.py              # the full run (under ~10 minutes on 2 cores)
     python bench/run.py --quick      # a small, fast version (about 2 minutes)
     python bench/run.py --publish    # also write docs/bench/latest.{json,md,png}
+    python bench/run.py --stages noisy --publish   # only the noisy-neighbour stage, written
+                                                   # to docs/bench/noisy.{json,md}
 
 It starts a fresh embedded stack (Temporal dev server on a SQLite file with WAL, pgserver
 Postgres, the offline model) in a temporary folder, measures, prints the tables, writes
@@ -37,21 +39,21 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from agentrun.client import connect  # noqa: E402
-from agentrun.db import open_pool  # noqa: E402
-from agentrun.errors import SetupError  # noqa: E402
-from agentrun.models import ApproveInput  # noqa: E402
-from agentrun.offline_model import OfflineModelServer  # noqa: E402
-from agentrun.settings import Settings  # noqa: E402
-from agentrun.stack import EmbeddedStack, free_port  # noqa: E402
-from bench import harness, ours, pg_queue, plot, recovery, report  # noqa: E402
+from agentrun.core.errors import SetupError  # noqa: E402
+from agentrun.core.models import ApproveInput  # noqa: E402
+from agentrun.core.settings import Settings  # noqa: E402
+from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
+from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402
+from agentrun.store.db import open_pool  # noqa: E402
+from agentrun.temporal.client import connect  # noqa: E402
+from bench import harness, noisy, ours, pg_queue, plot, recovery, report  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
 from workflows import AgentRunWorkflow  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 OUR_FIRST_STEP = "model.complete"
-PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.db.open_pool's default)
+PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Config:
     level_budget: float
     recovery_budget: float
     stages: list[str]
+    noisy_runs: int
     out: Path
     publish: bool
     profile: bool
@@ -89,7 +92,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--stages",
         default="overhead,throughput,latency,recovery",
-        help="which to run: overhead,throughput,latency,recovery (and profile)",
+        help="which to run: overhead,throughput,latency,recovery (and profile, noisy)",
+    )
+    parser.add_argument(
+        "--noisy-runs", type=int, help="tenant A's burst in the noisy stage (default 500)"
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the worker at 100 runs")
     parser.add_argument(
@@ -119,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         level_budget=args.level_budget or (60 if quick else 120),
         recovery_budget=90 if quick else 300,
         stages=stages,
+        noisy_runs=args.noisy_runs or (100 if quick else 500),
         out=args.out,
         publish=args.publish,
         profile=args.profile,
@@ -587,13 +594,23 @@ def summarize_profile(raw: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ main
 
+NOISY_BUDGET = 600.0  # seconds each mode may take to finish B's runs
+
+
+async def stage_noisy(b: Bench) -> dict[str, Any]:
+    """Its own stacks (fairness is a server setting): the bench stack stays idle meanwhile."""
+    return await noisy.noisy_neighbour(runs=b.cfg.noisy_runs, budget=NOISY_BUDGET)
+
+
 STAGES: dict[str, tuple[Callable[[Bench], Awaitable[dict[str, Any]]], str]] = {
     "overhead": (stage_overhead, "1. step overhead, ours vs bare Temporal vs PG queue"),
     "throughput": (stage_throughput, "2. throughput and scale"),
     "latency": (stage_latency, "3. start and approval latency"),
     "recovery": (stage_recovery, "4. recovery after SIGKILL"),
     "profile": (stage_profile, "profile: py-spy on our worker at 100 concurrent runs"),
+    "noisy": (stage_noisy, "5. noisy neighbour: one tenant's burst, fairness off and on"),
 }
+DEFAULT_STAGES = {"overhead", "throughput", "latency", "recovery"}
 
 
 def stage_budget(cfg: Config, stage: str) -> float:
@@ -601,6 +618,8 @@ def stage_budget(cfg: Config, stage: str) -> float:
         return len(cfg.levels) * (3 * cfg.level_budget + 60)
     if stage == "recovery":
         return cfg.recovery_budget + 150
+    if stage == "noisy":
+        return 2 * NOISY_BUDGET + 300
     return 600
 
 
@@ -646,9 +665,11 @@ def write_outputs(cfg: Config, results: dict[str, Any]) -> str:
     if cfg.publish:
         docs = ROOT / "docs" / "bench"
         docs.mkdir(parents=True, exist_ok=True)
-        (docs / "latest.json").write_text(json.dumps(results, indent=2, default=str))
-        (docs / "latest.md").write_text(text + "\n")
-        if png is not None:
+        # A run of some stages only is published under their names, beside the full run.
+        name = "latest" if DEFAULT_STAGES <= set(cfg.stages) else "-".join(cfg.stages)
+        (docs / f"{name}.json").write_text(json.dumps(results, indent=2, default=str))
+        (docs / f"{name}.md").write_text(text + "\n")
+        if png is not None and name == "latest":
             shutil.copy(png, docs / "latest.png")
     log(f"\nwrote {json_path}, {cfg.out / 'latest.md'}" + (f", {png}" if png else ""))
     return text

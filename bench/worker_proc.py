@@ -2,8 +2,8 @@
 
 `python -m bench.worker_proc --kind ours|bare --task-queue Q` reads TEMPORAL_ADDRESS,
 DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once it polls and stops
-on SIGTERM. `ours` is `agentrun.worker_factory.build_worker` with the benchmark's instant tool;
-`bare` is a plain `temporalio` worker for `bench.bare`, with the same worker tuning.
+on SIGTERM. `ours` is `agentrun.worker.worker_factory.build_worker` with the benchmark's
+instant tool; `bare` is a plain `temporalio` worker for `bench.bare`, with the same worker tuning.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from agentrun.client import connect
-from agentrun.settings import Settings
-from agentrun.worker_factory import (
+from agentrun.core.settings import Settings
+from agentrun.temporal.client import connect
+from agentrun.worker.worker_factory import (
     AgentWorkers,
     WorkerDeps,
     build_worker,
@@ -33,7 +33,7 @@ from bench.ours import bench_registry
 def bare_options() -> dict[str, Any]:
     """The worker settings `build_worker` uses, so bare Temporal runs on the same ones."""
     try:
-        from agentrun.worker_factory import worker_tuning
+        from agentrun.worker.worker_factory import worker_tuning
     except ImportError:  # a worker factory without explicit tuning: Temporal's defaults
         return {"max_concurrent_activities": 100}
     options: dict[str, Any] = dict(worker_tuning())

@@ -19,14 +19,14 @@ from pathlib import Path
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentrun import operations as ops
-from agentrun.background import alongside
-from agentrun.client import connect
-from agentrun.db import open_pool
-from agentrun.models import RunSpec
-from agentrun.offline_model import Json, Reply, completion, offline_planner
-from agentrun.settings import Settings
-from agentrun.stack import EmbeddedStack, free_port
+from agentrun.core.background import alongside
+from agentrun.core.models import RunSpec
+from agentrun.core.settings import Settings
+from agentrun.dev.offline_model import Json, Reply, completion, offline_planner
+from agentrun.dev.stack import EmbeddedStack, free_port
+from agentrun.ops import operations as ops
+from agentrun.store.db import open_pool
+from agentrun.temporal.client import connect
 from bench.harness import WorkerProcess
 
 TASK = "Open a ticket, look up our refund policy and notify ana@example.com about it."

@@ -1,7 +1,7 @@
 """Try hard to break the promise, then audit: `python chaos/run.py [--quick]`.
 
 Scenarios (each on its own task queue, in one embedded stack on loopback):
-  points    each named fault point (agentrun.faults) fired in a worker mid-run
+  points    each named fault point (agentrun.core.faults) fired in a worker mid-run
   kill      workers SIGKILLed at random moments and restarted, some with faults armed
   temporal  the Temporal dev server stopped and restarted on its database file mid-load
   postgres  Postgres stopped mid-load (30 s; 10 s with --quick), then back
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo, on the path
     sys.path.insert(0, str(ROOT))
 
-from agentrun import projection  # noqa: E402
+from agentrun.ops import projection  # noqa: E402
 from bench.harness import WorkerProcess  # noqa: E402
 from chaos.audit import audit  # noqa: E402
 from chaos.lab import Lab  # noqa: E402

@@ -20,20 +20,21 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun import backlog_ops as bops  # noqa: E402
-from agentrun import operations as ops  # noqa: E402
-from agentrun.backlog_models import (  # noqa: E402
+from agentrun.core.backlog_models import (  # noqa: E402
     BacklogState,
     PolicyPatch,
     TaskItem,
     backlog_id,
 )
-from agentrun.errors import OperationError  # noqa: E402
-from agentrun.models import RunSpec  # noqa: E402
-from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.core.errors import OperationError  # noqa: E402
+from agentrun.core.models import RunSpec  # noqa: E402
+from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import backlog_ops as bops  # noqa: E402
+from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
-OUT = ROOT / "tests" / "histories" / "backlog_stop_resume_poison_retry.json"
+# The newest recording; older ones stay (their backlogs replay along the old paths).
+OUT = ROOT / "tests" / "histories" / "backlog_child_priority.json"
 AGENT = "history"
 TASK_QUEUE = "record-backlog-history"
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}

@@ -21,12 +21,13 @@ sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from agentrun import approval_signatures, approver_keys  # noqa: E402
-from agentrun import operations as ops  # noqa: E402
-from agentrun.admission_models import TenantLimits  # noqa: E402
-from agentrun.errors import OperationError  # noqa: E402
-from agentrun.models import RunSpec, Signer  # noqa: E402
-from agentrun.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.core import approval_signatures  # noqa: E402
+from agentrun.core.admission_models import TenantLimits  # noqa: E402
+from agentrun.core.errors import OperationError  # noqa: E402
+from agentrun.core.models import RunSpec, Signer  # noqa: E402
+from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import approver_keys  # noqa: E402
+from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
 
@@ -132,6 +133,17 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after model calls got a queue of their own (patch model-call-queue) and runs
     # of capped tenants waited in their tenant's admission queue; its history is recorded too.
     "admitted_from_queue": (RunSpec(task=TASK, tenant="capped", priority=2), approved_with_edit),
+    # Recorded after the audit fixes (issue 13): effect keys from content, side-effecting
+    # calls cancelled with WAIT_CANCELLATION_COMPLETED, the judge counted, the receipt
+    # shielded from a cancel, continue-as-new after the step boundary.
+    "approved_effect_keys": (RunSpec(task=TASK), approved_with_edit),
+    "cancelled_receipt_shielded": (RunSpec(task=TASK), cancelled),
+    "continued_after_step_boundary": (
+        RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
+        finishes_alone,
+    ),
+    # Recorded after mirror writes got a queue of their own (patch mirror-queue).
+    "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
     # Recorded after approvals could be signed: the run verifies the signature in workflow code.
     "signed_approval": (
         RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),

@@ -15,11 +15,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun_demo
-from agentrun import fairness, search_attributes
-from agentrun.db import install_tool_schema, open_pool
-from agentrun.offline_model import OfflineModelServer, Reply
-from agentrun.settings import Settings
-from agentrun.worker_factory import WorkerDeps, build_worker
+from agentrun.core import fairness, search_attributes
+from agentrun.core.settings import Settings
+from agentrun.dev.offline_model import OfflineModelServer, Reply
+from agentrun.store.db import install_tool_schema, open_pool
+from agentrun.worker.worker_factory import WorkerDeps, build_worker
 
 
 @contextlib.asynccontextmanager

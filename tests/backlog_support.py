@@ -10,8 +10,8 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentrun.backlog_models import TaskItem, backlog_id
-from agentrun.models import RunSpec
+from agentrun.core.backlog_models import TaskItem, backlog_id
+from agentrun.core.models import RunSpec
 from tests.support import eventually, rows
 
 QUICK = "Summarize the order policy."

@@ -20,15 +20,14 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 import agentrun_demo
-from agentrun import fairness, search_attributes
-from agentrun.db import install_tool_schema, open_pool
-from agentrun.offline_model import OfflineModelServer, offline_planner
-from agentrun.settings import Settings
+from agentrun.core import fairness, search_attributes
+from agentrun.core.settings import Settings
+from agentrun.dev.offline_model import OfflineModelServer, offline_planner
+from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import ToolRegistry
-from agentrun.worker_factory import WorkerDeps, build_worker
+from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
 
 
 @pytest.fixture(scope="session")
@@ -120,15 +119,17 @@ async def running_worker(
     *,
     registry: ToolRegistry | None = None,
     base_url: str | None = None,
-) -> AsyncIterator[Worker]:
-    """A worker on the test's task queue; a test swaps the registry or the model endpoint."""
+    resources: ResourceTargets | None = None,
+) -> AsyncIterator[AgentWorkers]:
+    """A worker on the test's task queue; a test swaps the registry or the model endpoint,
+    or sizes slots by the machine."""
     model_client = openai.AsyncOpenAI(
         base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
     )
     registry = registry or agentrun_demo.registry
     await install_tool_schema(pool, registry.schema())
     deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
-    async with build_worker(client, settings, deps) as worker:
+    async with build_worker(client, settings, deps, resources=resources) as worker:
         yield worker
 
 

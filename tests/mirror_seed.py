@@ -23,7 +23,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.db import open_pool
+from agentrun.store.db import open_pool
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun import constants as names
-    from agentrun.models import RunResult, RunSpec
+    from agentrun.core import constants as names
+    from agentrun.core.models import RunResult, RunSpec
     from workflows.agent_run import AgentRunWorkflow
 
 

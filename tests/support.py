@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun import operations as ops
-from agentrun.models import PendingApproval, RunSpec, RunState
+from agentrun.core.models import PendingApproval, RunSpec, RunState
+from agentrun.ops import operations as ops
 
 T = TypeVar("T")
 NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."
@@ -65,7 +65,7 @@ def scripted(*turns: list[tuple[str, dict[str, Any]]] | str) -> Any:
     The turn is chosen by how many assistant messages the request already holds, so a retried
     or replayed call gets the same answer.
     """
-    from agentrun.offline_model import completion
+    from agentrun.dev.offline_model import completion
 
     def respond(request: dict[str, Any]) -> Any:
         done = sum(1 for m in request["messages"] if m.get("role") == "assistant")

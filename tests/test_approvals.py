@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from agentrun import operations as ops
-from agentrun.errors import OperationError
-from agentrun.models import ApproveInput, RejectInput
+from agentrun.core.errors import OperationError
+from agentrun.core.models import ApproveInput, RejectInput
+from agentrun.ops import operations as ops
 from tests.support import make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
 

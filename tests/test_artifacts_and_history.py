@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.artifacts import ArtifactStore
-from agentrun.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.store.artifacts import ArtifactStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted
 from workflows import AgentRunWorkflow

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentrun import backlog_ops as bops
-from agentrun.backlog_models import PolicyPatch
-from agentrun.errors import OperationError
-from agentrun.offline_model import OfflineModelServer, offline_planner
+from agentrun.core.backlog_models import PolicyPatch
+from agentrun.core.errors import OperationError
+from agentrun.dev.offline_model import OfflineModelServer, offline_planner
+from agentrun.ops import backlog_ops as bops
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,

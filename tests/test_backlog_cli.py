@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agentrun import backlog_ops as bops
-from agentrun.errors import OperationError
+from agentrun.core.errors import OperationError
+from agentrun.ops import backlog_ops as bops
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, new_agent, wait_states
 from tests.test_cli import run_cli
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrun import faults
+from agentrun.core import faults
 
 ROOT = Path(__file__).resolve().parent.parent
 

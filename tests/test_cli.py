@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from agentrun.db import MIGRATIONS, schema_version
-from agentrun.models import RunResult
-from agentrun.settings import Settings
+from agentrun.core.models import RunResult
+from agentrun.core.settings import Settings
+from agentrun.store.db import MIGRATIONS, schema_version
 from tests.support import NOTIFY_TASK, wait_pending
 from workflows import AgentRunWorkflow
 

@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from agentrun import search_attributes
+from agentrun.core import search_attributes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).parent / "schemas" / "compose-spec.json"

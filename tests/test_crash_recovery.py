@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from agentrun import operations as ops
+from agentrun.ops import operations as ops
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
 

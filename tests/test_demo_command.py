@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from agentrun.stack import free_port, port_open
+from agentrun.dev.stack import free_port, port_open
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_VARS = ("TEMPORAL_ADDRESS", "DATABASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY")

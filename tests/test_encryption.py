@@ -21,12 +21,12 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from agentrun import operations as ops
-from agentrun.codec_server import CodecServer
-from agentrun.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
-from agentrun.errors import SetupError, UnknownEncryptionKey
-from agentrun.models import RunResult
-from agentrun.settings import Settings
+from agentrun.core.errors import SetupError, UnknownEncryptionKey
+from agentrun.core.models import RunResult
+from agentrun.core.settings import Settings
+from agentrun.ops import operations as ops
+from agentrun.temporal.codec_server import CodecServer
+from agentrun.temporal.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
 from tests.conftest import running_worker
 from tests.support import make_spec
 from workflows import AgentRunWorkflow

@@ -6,24 +6,26 @@ Each test is named after the promise it keeps; the audit's number is in its docs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.db import RESERVED_CONNECTIONS, open_pool
-from agentrun.mirror_store import MirrorStore
-from agentrun.models import MirrorBatch, RunResult, RunSnapshot
-from agentrun.offline_model import OfflineModelServer, completion
-from agentrun.states import RunStatus
+from agentrun.core.models import ApproveInput, MirrorBatch, RunResult, RunSnapshot
+from agentrun.core.states import RunStatus
+from agentrun.dev.offline_model import OfflineModelServer, completion
+from agentrun.ops import operations as ops
+from agentrun.store.db import RESERVED_CONNECTIONS, open_pool
+from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.conftest import running_worker
-from tests.support import eventually, make_spec, rows, scripted
+from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
 from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
@@ -223,7 +225,8 @@ async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_
             async with running_worker(
                 client, settings, small, registry=registry, base_url=model.base_url
             ) as running:
-                assert running.config()["max_concurrent_activities"] == 2
+                slots = [w.config()["max_concurrent_activities"] for w in running.workers]
+                assert sum(slots) == 2, "the pool's size less its reserve"
                 specs = [make_spec("note it", allowed_tools=["note_slowly"]) for _ in range(8)]
                 results = await asyncio.gather(
                     *(run_to_end(client, s, settings.task_queue, 120) for s in specs)
@@ -280,3 +283,391 @@ async def test_a_late_run_checkpoint_write_cannot_overwrite_a_newer_one(pool):
     assert await store.save_run_checkpoint(run_id, {"page": 3}, fence=60)
     [run] = await rows(pool, "SELECT checkpoint FROM runs WHERE run_id = %s", run_id)
     assert run["checkpoint"] == {"page": 3}
+
+
+# ---------------------------------------------------------------- people and cancels
+
+
+def gated_registry(gate: asyncio.Event, started: asyncio.Event) -> ToolRegistry:
+    """`wait_here`: a read-only tool that holds its step until the test opens the gate."""
+
+    async def wait_here(args: Note, ctx: ToolContext) -> dict[str, str]:
+        started.set()
+        await gate.wait()
+        return {"waited": args.text}
+
+    return ToolRegistry(
+        [*agentrun_demo.registry.tools(), Tool("wait_here", "wait", Note, wait_here)]
+    )
+
+
+async def test_a_pause_accepted_just_before_continue_as_new_takes_effect_first(
+    client, settings, pool
+):
+    """#2: the continue-as-new check ran before the step boundary, and a pause accepted
+    just before it went with the old generation; events handlers emitted were lost."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    turns = scripted([("wait_here", {"text": "a"})], SUMMARY)
+    spec = make_spec("wait, then finish", allowed_tools=["wait_here"], history_events_limit=100)
+    with OfflineModelServer(turns) as model:
+        async with running_worker(
+            client, settings, pool, registry=gated_registry(gate, started), base_url=model.base_url
+        ):
+            begun = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            handle = client.get_workflow_handle(begun.run_id)
+            first_execution = (await handle.describe()).run_id
+            await asyncio.wait_for(started.wait(), 30)
+            # While the tool holds its step, people pause it, again and again: the history
+            # grows past its limit, so the run continues as new at its next boundary.
+            for _ in range(25):
+                await ops.pause(client, begun.run_id, by="ops")
+            gate.set()
+            state = await wait_status(client, begun.run_id, "paused")
+            assert state.pause_requested
+            assert (await handle.describe()).run_id == first_execution, "paused before it moved"
+            await ops.resume(client, begun.run_id, by="ops")
+            result = await asyncio.wait_for(
+                client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id).result(), 60
+            )
+    assert result.status == RunStatus.COMPLETED
+    events = await rows(
+        pool, "SELECT seq, type FROM events WHERE run_id = %s ORDER BY seq", begun.run_id
+    )
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "no gaps"
+    kinds = [e["type"] for e in events]
+    assert kinds.count("pause.requested") == 25
+    assert kinds.index("run.paused") < kinds.index("run.continued_as_new")
+
+
+async def test_a_cancel_during_the_receipt_phase_still_leaves_the_receipt(
+    client, settings, pool, worker
+):
+    """#3: the receipt phase was outside the cancellable part, and its awaited mirror write
+    was cancelled with the run: a cancel there (likely in a Postgres outage) left none."""
+    spec = make_spec("Say hello", allowed_tools=[])
+    with OfflineModelServer(scripted(SUMMARY)) as model:
+        async with worker(base_url=model.base_url):
+            begun = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            await eventually(
+                lambda: rows(pool, "SELECT 1 FROM runs WHERE run_id = %s", begun.run_id),
+                what="the run row",
+            )
+            async with pool.connection() as conn, conn.transaction():
+                # The mirror is stuck (as in an outage): every write to this run row waits.
+                lock = "SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE"
+                await conn.execute(lock, (begun.run_id,))
+                await wait_status(client, begun.run_id, "completed")
+                await client.get_workflow_handle(begun.run_id).cancel()
+                await asyncio.sleep(1)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id)
+            result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == RunStatus.COMPLETED, "the cancel came after the run had ended"
+    receipt = await ops.receipt(pool, begun.run_id)
+    assert receipt["outcome"] == "completed"
+
+
+@pytest.mark.parametrize("stubborn", [True, False], ids=["finishes", "stops"])
+async def test_a_cancel_during_a_side_effect_leaves_its_outcome_in_the_receipt(
+    client, settings, pool, stubborn
+):
+    """#4: a side-effecting step was cancelled with TRY_CANCEL: the run wrote its receipt
+    at once, while the attempt went on and maybe committed its effect, which no receipt
+    showed. Now the run waits for the attempt: an effect that finished is in the receipt,
+    one the cancel stopped is there as not happened."""
+    began = asyncio.Event()
+
+    async def send_slowly(args: Note, ctx: ToolContext) -> dict[str, str]:
+        began.set()
+        if stubborn:  # an effect that cannot be interrupted once under way (a payment)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(2)
+        else:
+            await asyncio.sleep(30)
+        await ctx.conn.execute("SELECT 1")
+        return {"sent": args.text}
+
+    slow = Tool("send_slowly", "send", Note, send_slowly, side_effect=True)
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
+    turns = scripted([("send_slowly", {"text": "pay"})], SUMMARY)
+    spec = make_spec(
+        "pay",
+        allowed_tools=["send_slowly"],
+        timeouts={"heartbeat_seconds": 1, "initial_retry_seconds": 0.2},
+    )
+    with OfflineModelServer(turns) as model:
+        async with running_worker(
+            client, settings, pool, registry=registry, base_url=model.base_url
+        ):
+            begun = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            await asyncio.wait_for(began.wait(), 30)
+            await client.get_workflow_handle(begun.run_id).cancel()
+            await eventually(
+                lambda: rows(pool, "SELECT 1 FROM receipts WHERE run_id = %s", begun.run_id),
+                what="the receipt",
+            )
+    ledger = await rows(
+        pool, "SELECT idempotency_key, status FROM tool_ledger WHERE run_id = %s", begun.run_id
+    )
+    receipt = await ops.receipt(pool, begun.run_id)
+    assert receipt["outcome"] == "cancelled"
+    [effect] = receipt["side_effects"]
+    [step] = [s for s in receipt["steps"] if s["type"] == "tool_call"]
+    if stubborn:
+        assert [row["status"] for row in ledger] == ["done"], "the effect committed"
+        assert effect["idempotency_key"] == ledger[0]["idempotency_key"]
+        assert effect["ok"] and step["status"] == "completed"
+    else:
+        assert ledger == [], "the cancel rolled the effect back"
+        assert not effect["ok"] and effect["reconciliation"].startswith("did not happen")
+        assert step["status"] == "cancelled"
+
+
+async def test_an_invalid_budget_edit_is_refused_and_the_run_goes_on(
+    client, settings, pool, worker
+):
+    """#5: the validator never looked at the edit: {"max_tokens": -5} was accepted, and
+    every later workflow task failed on it; as a signal it stayed in history for good."""
+    spec = make_spec("Say hello", allowed_tools=[], budget={"max_tokens": 1})
+    with OfflineModelServer(scripted(SUMMARY)) as model:
+        async with worker(base_url=model.base_url):
+            begun = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            pending = await wait_pending(client, begun.run_id)
+            assert pending.kind == "budget"
+            with pytest.raises(ops.OperationError, match="invalid budget edit"):
+                await ops.approve(
+                    client, begun.run_id, by="maria", role="approver", edit={"max_tokens": -5}
+                )
+            handle = client.get_workflow_handle(begun.run_id)
+            await handle.signal(
+                AgentRunWorkflow.approve_signal,
+                ApproveInput(
+                    action_hash=pending.action_hash,
+                    by="maria",
+                    role="approver",
+                    edit={"max_tokns": 5000},
+                ),
+            )
+            await asyncio.sleep(1)  # the signal's workflow task has run
+            state = await ops.status(client, begun.run_id)
+            assert state.pending_approval is not None, "nothing changed"
+            decided = await ops.approve(
+                client, begun.run_id, by="maria", role="approver", edit={"max_tokens": 10**6}
+            )
+            assert decided.decision == "approved"
+            result = await asyncio.wait_for(
+                client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id).result(), 60
+            )
+    assert result.status == RunStatus.COMPLETED
+    [refused] = await rows(
+        pool,
+        "SELECT data FROM events WHERE run_id = %s AND type = 'approval.refused'",
+        begun.run_id,
+    )
+    assert "invalid budget edit" in refused["data"]["reason"]
+    receipt = await ops.receipt(pool, begun.run_id)
+    assert [a["edit"] for a in receipt["approvals"]] == [{"max_tokens": 10**6}]
+
+
+# ---------------------------------------------------------------- effects keyed by what they are
+
+
+def flaky_post(posts: list[str], fail_on: set[int]) -> Tool:
+    """An external tool (its effect does not share the ledger's transaction) whose
+    connection drops after the request went out, on the calls numbered in `fail_on`."""
+
+    async def post_webhook(args: Note, ctx: ToolContext) -> dict[str, str]:
+        posts.append(args.text)
+        if len(posts) in fail_on:
+            raise ConnectionResetError("connection reset after the request was sent")
+        return {"posted": args.text}
+
+    return Tool("post_webhook", "post", Note, post_webhook, side_effect=True, transactional=False)
+
+
+POST = [("post_webhook", {"text": "hello"})]
+
+
+async def test_a_call_proposed_again_after_an_unknown_outcome_finds_the_same_ledger_row(
+    client, settings, pool
+):
+    """#9: the model heard "failed", proposed the same call again under a new key, and the
+    effect happened twice. The key now comes from the call's content."""
+    posts: list[str] = []
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), flaky_post(posts, {1})])
+    spec = make_spec(
+        "post it",
+        allowed_tools=["post_webhook"],
+        failures={"tools": {"post_webhook": {"max_attempts": 1}}},
+    )
+    with OfflineModelServer(scripted(POST, POST, SUMMARY)) as model:
+        async with running_worker(
+            client, settings, pool, registry=registry, base_url=model.base_url
+        ):
+            begun = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            pending = await wait_pending(client, begun.run_id)
+            assert pending.kind == "unknown_outcome", "asked, not repeated"
+            await ops.reject(client, begun.run_id, by="li", role="approver", reason="it landed")
+            result = await asyncio.wait_for(
+                client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id).result(), 60
+            )
+    assert result.status == RunStatus.COMPLETED
+    assert posts == ["hello"], "the effect happened once"
+    keys = await rows(pool, "SELECT status FROM tool_ledger WHERE run_id = %s", begun.run_id)
+    assert keys == [{"status": "done"}]
+
+
+async def test_an_unknown_outcome_nobody_decided_stays_unknown(client, settings, pool):
+    """#8: an expired unknown-outcome approval was recorded as "happened (person)"."""
+    posts: list[str] = []
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), flaky_post(posts, {1})])
+    spec = make_spec("post it", allowed_tools=["post_webhook"], approval={"timeout_seconds": 2})
+    with OfflineModelServer(scripted(POST, SUMMARY)) as model:
+        async with running_worker(
+            client, settings, pool, registry=registry, base_url=model.base_url
+        ):
+            result = await run_to_end(client, spec, settings.task_queue)
+    assert result.status == RunStatus.FAILED
+    assert "unknown and nobody decided" in (result.error or "")
+    [row] = await rows(
+        pool, "SELECT status, reconciliation FROM tool_ledger WHERE run_id = %s", result.run_id
+    )
+    assert row == {"status": "started", "reconciliation": None}, "no verdict was invented"
+    receipt = await ops.receipt(pool, result.run_id)
+    assert any("is unknown" in u for u in receipt["unresolved"])
+    assert posts == ["hello"]
+
+
+async def test_a_rerun_that_dies_again_asks_again(client, settings, pool):
+    """#8: a person's "rerun" covered every later attempt: one that died mid-effect again
+    was re-run without asking."""
+    posts: list[str] = []
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), flaky_post(posts, {1, 2})])
+    spec = make_spec("post it", allowed_tools=["post_webhook"])
+    with OfflineModelServer(scripted(POST, SUMMARY)) as model:
+        async with running_worker(
+            client, settings, pool, registry=registry, base_url=model.base_url
+        ):
+            begun = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            first = await wait_pending(client, begun.run_id)
+            assert first.kind == "unknown_outcome"
+            await ops.approve(client, begun.run_id, by="li", role="approver")  # "run it"
+
+            async def asked_again() -> Any:
+                pending = (await ops.status(client, begun.run_id)).pending_approval
+                return pending if pending and pending.approval_id != first.approval_id else None
+
+            second = await eventually(asked_again, what="a second question")
+            assert second.kind == "unknown_outcome"
+            assert posts == ["hello", "hello"], "the re-run died; it was not run a third time"
+            await ops.reject(client, begun.run_id, by="li", role="approver", reason="it landed")
+            result = await asyncio.wait_for(
+                client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id).result(), 60
+            )
+    assert result.status == RunStatus.COMPLETED
+    assert posts == ["hello", "hello"]
+
+
+async def test_a_backlog_task_tried_again_does_not_repeat_its_side_effect(client, settings, pool):
+    """#7: idempotency keys held the run id, and each attempt of a backlog task is a new
+    run: a task that failed after its effect repeated the effect on its next attempt."""
+    from agentrun.core.backlog_models import PolicyPatch
+    from agentrun.ops import backlog_ops as bops
+    from tests.backlog_support import end_backlog, item, new_agent, wait_states
+
+    done: list[str] = []
+
+    async def note_once(args: Note, ctx: ToolContext) -> dict[str, str]:
+        done.append(args.text)
+        return {"noted": args.text}
+
+    note = Tool("note_once", "note", Note, note_once, side_effect=True)
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), note])
+    # Every attempt makes the same call, then gives an answer verification refuses.
+    turns = scripted([("note_once", {"text": "invoice 7"})], "no summary here")
+    agent = new_agent()
+    task = item(
+        "twice",
+        allowed_tools=["note_once"],
+        max_attempts=2,
+        verify={"required_sections": ["## Summary"], "max_rounds": 1},
+    )
+    try:
+        with OfflineModelServer(turns) as model:
+            async with running_worker(
+                client, settings, pool, registry=registry, base_url=model.base_url
+            ):
+                await bops.enqueue(
+                    client,
+                    agent,
+                    [task],
+                    task_queue=settings.task_queue,
+                    policy=PolicyPatch(retry_delay_seconds=0),
+                )
+                await wait_states(pool, agent, {"twice": "failed"}, seconds=60)
+    finally:
+        await end_backlog(client, agent)
+    assert done == ["invoice 7"], "the second attempt found the first one's ledger row"
+    ledger = await rows(
+        pool, "SELECT duplicates_prevented FROM tool_ledger WHERE run_id LIKE %s", f"run-{agent}.%"
+    )
+    assert ledger == [{"duplicates_prevented": 1}]
+
+
+# ---------------------------------------------------------------- what the record says
+
+
+async def test_a_tool_step_that_used_up_its_attempts_records_how_many(client, settings, pool):
+    """#12: a failed tool step was recorded as attempt 1 whatever it took."""
+
+    async def always_breaks(args: Note, ctx: ToolContext) -> dict[str, str]:
+        raise RuntimeError("the service is down")
+
+    breaks = Tool("always_breaks", "break", Note, always_breaks)
+    registry = ToolRegistry([*agentrun_demo.registry.tools(), breaks])
+    spec = make_spec(
+        "try it",
+        allowed_tools=["always_breaks"],
+        failures={"tools": {"always_breaks": {"max_attempts": 3}}},
+    )
+    turns = scripted([("always_breaks", {"text": "x"})], SUMMARY)
+    with OfflineModelServer(turns) as model:
+        async with running_worker(
+            client, settings, pool, registry=registry, base_url=model.base_url
+        ):
+            result = await run_to_end(client, spec, settings.task_queue)
+            state = await ops.status(client, result.run_id)
+    [step] = [s for s in state.steps if s.type == "tool_call"]
+    assert step.status == "failed" and step.attempt == 3
+    [row] = await rows(
+        pool,
+        "SELECT attempt FROM steps WHERE run_id = %s AND step_id = %s",
+        result.run_id,
+        step.step_id,
+    )
+    assert row["attempt"] == 3
+
+
+async def test_the_judge_counts_toward_the_runs_tokens_and_budget(client, settings, pool, worker):
+    """#10: an LLM judge's tokens were neither counted nor budgeted."""
+
+    def model(request: dict[str, Any]) -> Any:
+        if request.get("response_format"):
+            return completion(request, content='{"pass": true, "reason": "fine"}')
+        return completion(request, content=SUMMARY)
+
+    spec = make_spec("Say hello", allowed_tools=[], verify={"judge": {"rubric": "Be brief."}})
+    with OfflineModelServer(model) as server:
+        async with worker(base_url=server.base_url):
+            result = await run_to_end(client, spec, settings.task_queue)
+    journal = await rows(
+        pool,
+        "SELECT tokens_in, tokens_out FROM model_journal WHERE run_id = %s",
+        result.run_id,
+    )
+    receipt = await ops.receipt(pool, result.run_id)
+    assert receipt["tokens_in"] == sum(j["tokens_in"] for j in journal)
+    assert receipt["tokens_out"] == sum(j["tokens_out"] for j in journal)
+    [verify] = await rows(
+        pool, "SELECT tokens_in FROM steps WHERE run_id = %s AND type = 'verify'", result.run_id
+    )
+    assert verify["tokens_in"] > 0

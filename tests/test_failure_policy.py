@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.offline_model import OfflineModelServer, Reply, completion, offline_planner
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion, offline_planner
+from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
 from workflows import AgentRunWorkflow

@@ -7,12 +7,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agentrun import operations as ops
-from agentrun import search_attributes, tenant_ops
-from agentrun.admission_models import TenantLimits
-from agentrun.offline_model import OfflineModelServer
-from agentrun.tenant_store import TenantStore
+import pytest
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+from agentrun.core import search_attributes
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import SetupError
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.ops import tenant_ops
+from agentrun.store.tenant_store import TenantStore
+from agentrun.worker.worker_factory import ResourceTargets
 from tests.support import make_spec, rows, scripted, wait_pending
+from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow
 
 ANSWER = "## Summary\nDone.\n\n## Actions\n- sent a message to ana@example.com"
@@ -99,3 +108,58 @@ async def test_a_tenants_model_call_rate_holds_within_its_burst(client, settings
     assert limited[-1] - limited[0] >= (runs - burst) / rate * 0.8
     unlimited = await model_call_starts(pool, free)
     assert unlimited[-1] - unlimited[0] < (limited[-1] - limited[0]) / 2
+
+
+async def test_a_worker_with_resource_based_slots_serves_runs(client, settings, pool, worker):
+    async with worker(resources=ResourceTargets(cpu=0.9, memory=0.9)):
+        started = await ops.start_run(
+            client, make_spec("Answer at once.", allowed_tools=[]), task_queue=settings.task_queue
+        )
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        assert (await handle.result()).status.value == "completed"
+    with pytest.raises(SetupError, match="fraction"):
+        ResourceTargets(cpu=1.5)
+
+
+async def test_tenants_cli_sets_lists_and_refuses(client, settings, pool, tmp_path):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    set_ = await run_cli(
+        settings,
+        tmp_path,
+        "tenants",
+        "set",
+        tenant,
+        "--weight",
+        "2",
+        "--max-in-flight",
+        "3",
+        "--json",
+    )
+    assert set_.code == 0, set_.err
+    assert set_.json() | {"tenant": tenant} == {
+        "tenant": tenant,
+        "weight": 2.0,
+        "max_in_flight": 3,
+        "max_queued": None,
+        "model_calls_per_second": None,
+    }
+    off = await run_cli(
+        settings, tmp_path, "tenants", "set", tenant, "--max-in-flight", "off", "--json"
+    )
+    assert (off.json()["max_in_flight"], off.json()["weight"]) == (None, 2.0)
+    bad = await run_cli(settings, tmp_path, "tenants", "set", tenant, "--weight", "0")
+    assert bad.code == 2 and "weight" in bad.err
+    listed = await run_cli(settings, tmp_path, "tenants", "list", "--json")
+    assert {"tenant": tenant, "weight": 2.0} in [
+        {"tenant": r["tenant"], "weight": r["weight"]} for r in listed.json()
+    ]
+    # The server holds the weight too, for the run queue's workflow and activity tasks.
+    config = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=settings.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            report_config=True,
+        )
+    )
+    assert config.config.fairness_weight_overrides[tenant] == 2.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from agentrun import fork_ops
-from agentrun import operations as ops
+from agentrun.ops import fork_ops
+from agentrun.ops import operations as ops
 from tests.support import make_spec, rows, wait_pending
 from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow

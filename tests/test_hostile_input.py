@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
 import starter
-from agentrun import backlog_ops
-from agentrun import operations as ops
-from agentrun.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
-from agentrun.errors import OperationError
-from agentrun.models import MAX_TASK_CHARS, ControlInput, RunSpec
-from agentrun.offline_model import OfflineModelServer
+from agentrun.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
+from agentrun.core.errors import OperationError
+from agentrun.core.models import MAX_TASK_CHARS, ControlInput, RunSpec
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import backlog_ops
+from agentrun.ops import operations as ops
 from tests.backlog_support import new_agent
 from tests.support import NOTIFY_TASK, make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
@@ -84,6 +84,8 @@ async def test_an_oversized_task_is_refused_before_anything_starts(client, setti
 
     key = f"oversized-{settings.task_queue}"
     args = argparse.Namespace(
+        agent=None,
+        agents=None,
         spec=None,
         task="x" * (MAX_TASK_CHARS + 1),
         idempotency_key=key,

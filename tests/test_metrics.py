@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentrun import metrics, render
+from agentrun.cli import render
+from agentrun.store import metrics
 from tests.mirror_seed import Seeder, fresh_database, starter
 from tests.support import rows
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentrun import operations as ops
-from agentrun import projection
-from agentrun.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.ops import projection
 from tests.support import eventually, make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
 

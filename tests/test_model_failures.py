@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentrun import operations as ops
-from agentrun.offline_model import OfflineModelServer, Reply, offline_planner
+from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
+from agentrun.ops import operations as ops
 from tests.support import make_spec
 from workflows import AgentRunWorkflow
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from agentrun import backlog_ops
-from agentrun import operations as ops
-from agentrun.backlog_models import TaskItem
-from agentrun.settings import Settings
+from agentrun.core.backlog_models import TaskItem
+from agentrun.core.settings import Settings
+from agentrun.ops import backlog_ops
+from agentrun.ops import operations as ops
 from tests.support import eventually, make_spec, wait_pending, wait_status
 from tests.test_cli import Result, run_cli
 from tests.test_crash_recovery import start_worker_process

@@ -1,6 +1,6 @@
 """A payload Temporal would refuse fails fast, on its first attempt, with a reason.
 
-Without the guard (agentrun.payload_limits), an oversized activity result is refused on
+Without the guard (agentrun.core.payload_limits), an oversized activity result is refused on
 completion and the activity retries, and an oversized workflow input fails the workflow
 task, which Temporal retries for ever. These runs use the real dev server's 2 MB limit.
 """
@@ -18,10 +18,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
-from agentrun.offline_model import OfflineModelServer, completion
-from agentrun.payload_limits import PayloadLimitInterceptor, trimmed
+from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
+from agentrun.core.payload_limits import PayloadLimitInterceptor, trimmed
+from agentrun.dev.offline_model import OfflineModelServer, completion
+from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
 from tests.conftest import running_worker

@@ -14,13 +14,13 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agentrun.operations import run_id_for
-from agentrun.worker_factory import worker_tuning
+from agentrun.ops.operations import run_id_for
+from agentrun.worker.worker_factory import worker_tuning
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
-from workflows.backlog import AgentBacklogWorkflow
-from workflows.recording import MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
+from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
+from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # Histories whose replay needs the workflow id they were recorded under: a signed decision
@@ -72,3 +72,32 @@ def test_model_call_queue_and_admission_have_histories():
     assert MODEL_CALL_QUEUE not in taken["budget_extended"]
     assert MODEL_CALL_QUEUE in taken["admitted_from_queue"]
     assert "admitted_from_queue_queue" in taken
+
+
+def test_backlog_child_priority_has_a_history():
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
+    assert CHILD_PRIORITY in taken["backlog_child_priority"]
+
+
+def test_mirror_queue_has_a_history():
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MIRROR_QUEUE not in taken["admitted_from_queue"]
+    assert MIRROR_QUEUE in taken["mirror_queue"]
+
+
+def test_the_audit_fixes_have_histories():
+    """The paths issue 13 added (see the patch ids in workflows/agent_run.py) are recorded."""
+    from workflows.agent_run import (
+        CONTINUE_AFTER_BOUNDARY,
+        EFFECT_KEYS,
+        JUDGE_COUNTED,
+        RECEIPT_SHIELDED,
+        TOOL_CANCEL_WAITS,
+    )
+
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert taken["approved_effect_keys"] >= {EFFECT_KEYS, TOOL_CANCEL_WAITS, JUDGE_COUNTED}
+    assert taken["cancelled_receipt_shielded"] >= {RECEIPT_SHIELDED}
+    assert taken["continued_after_step_boundary"] >= {CONTINUE_AFTER_BOUNDARY}
+    assert EFFECT_KEYS not in taken["approved_mirror_after_commit"]

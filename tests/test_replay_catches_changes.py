@@ -17,7 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from agentrun import constants as names
+from agentrun.core import constants as names
 from tests.planted_change import PlantedAgentRun
 from workflows import AgentRunWorkflow
 

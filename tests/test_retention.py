@@ -6,7 +6,7 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
-from agentrun import retention
+from agentrun.store import retention
 from tests.mirror_seed import Seeder, fresh_database, starter
 from tests.support import rows
 

@@ -8,9 +8,9 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from agentrun import operations as ops
-from agentrun.errors import OperationError
-from agentrun.offline_model import OfflineModelServer
+from agentrun.core.errors import OperationError
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
 from workflows import AgentRunWorkflow
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentrun import operations as ops
-from agentrun.models import RunResult
+from agentrun.core.models import RunResult
+from agentrun.ops import operations as ops
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow
 
@@ -114,7 +114,7 @@ async def test_sql_answers_what_a_run_did_and_cost(client, settings, pool, worke
 
 async def test_search_attributes_follow_the_run(client, settings, worker):
     """The Web UI filters runs by agent, tenant and status: the attributes are kept current."""
-    from agentrun import search_attributes as sa
+    from agentrun.core import search_attributes as sa
 
     spec = make_spec(
         "Summarize our invoice policy.",

@@ -15,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import PublisherState, WorkflowStreamState
 from temporalio.contrib.workflow_streams._types import _WorkflowStreamWireItem
 
-from agentrun.models import (
+from agentrun.core.models import (
     ApprovalRecord,
     ApproveInput,
     Budget,
@@ -28,7 +28,7 @@ from agentrun.models import (
     StepSummary,
     VerifyResult,
 )
-from agentrun.states import RunStatus
+from agentrun.core.states import RunStatus
 from workflows import AgentRunWorkflow, run_state
 
 WORKFLOW_DIR = Path(__file__).parent.parent / "workflows"
@@ -67,9 +67,10 @@ def test_the_run_keeps_its_state_only_in_run_progress():
         name: methods for name, methods in written.items() if name not in run_state.WORKFLOW_ONLY
     }
     assert not stray, (
-        f"{stray} set outside RunProgress: declare the field in agentrun.models.RunProgress so "
-        "it is carried across continue-as-new (or, if a continuation truly does without it, "
-        "add it to workflows.run_state.WORKFLOW_ONLY with the reason)"
+        f"{stray} set outside RunProgress: declare the field in "
+        "agentrun.core.models.RunProgress so it is carried across continue-as-new (or, if a "
+        "continuation truly does without it, add it to workflows.run_state.WORKFLOW_ONLY "
+        "with the reason)"
     )
 
 

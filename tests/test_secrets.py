@@ -20,16 +20,16 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel, SecretStr
 
-from agentrun import operations as ops
-from agentrun.db import open_pool
-from agentrun.errors import SecretUnavailable, SetupError
-from agentrun.models import RunResult
-from agentrun.offline_model import OfflineModelServer, Reply, completion
-from agentrun.render import receipt_markdown
-from agentrun.settings import Settings
+from agentrun.cli.render import receipt_markdown
+from agentrun.core.errors import SecretUnavailable, SetupError
+from agentrun.core.models import RunResult
+from agentrun.core.settings import Settings
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
+from agentrun.ops import operations as ops
+from agentrun.store.db import open_pool
+from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import Tool, ToolContext, ToolError, ToolRegistry
-from agentrun.vault import MARKER, SecretScope, SecretVault
-from agentrun.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.worker.worker_factory import WorkerDeps, build_worker, model_client
 from tests.support import make_spec, rows
 from workflows import AgentRunWorkflow
 

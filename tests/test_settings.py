@@ -1,6 +1,6 @@
 """Settings: one typed object, one boolean syntax, errors that name the variable.
 
-Each AGENTRUN_* variable is declared once on `agentrun.settings.Settings`; these tests hold
+Each AGENTRUN_* variable is declared once on `agentrun.core.settings.Settings`; these tests hold
 the promises people rely on when they set one.
 """
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrun import faults
-from agentrun.constants import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_WEB_UI
-from agentrun.errors import SetupError
-from agentrun.settings import Settings, write_stack_file
+from agentrun.core import faults
+from agentrun.core.constants import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_WEB_UI
+from agentrun.core.errors import SetupError
+from agentrun.core.settings import Settings, write_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ def test_fault_points_are_read_on_first_use_not_at_import(monkeypatch):
 
 
 def test_the_local_ports_are_defined_once():
-    """7233 and 8233 appear in agentrun/constants.py alone among the code (compose and
+    """7233 and 8233 appear in agentrun/core/constants.py alone among the code (compose and
     docs name them for people)."""
     sources = [*ROOT.glob("agentrun/**/*.py"), ROOT / "starter.py", ROOT / "worker.py"]
     found = [
@@ -106,4 +106,4 @@ def test_the_local_ports_are_defined_once():
         for path in sources
         if re.search(r"\b(7233|8233)\b", path.read_text())
     ]
-    assert found == ["agentrun/constants.py"]
+    assert found == ["agentrun/core/constants.py"]

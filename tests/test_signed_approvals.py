@@ -13,12 +13,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import WorkflowUpdateFailedError
 
-from agentrun import approval_signatures, approver_keys
-from agentrun import operations as ops
-from agentrun.approver_keys import ApproverKey
-from agentrun.approver_store import ApproverStore
-from agentrun.errors import OperationError
-from agentrun.models import ApprovalPolicy, ApproveInput, PendingApproval, RejectInput
+from agentrun.core import approval_signatures
+from agentrun.core.errors import OperationError
+from agentrun.core.models import ApprovalPolicy, ApproveInput, PendingApproval, RejectInput
+from agentrun.ops import approver_keys
+from agentrun.ops import operations as ops
+from agentrun.ops.approver_keys import ApproverKey
+from agentrun.store.approver_store import ApproverStore
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow

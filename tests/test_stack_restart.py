@@ -11,12 +11,12 @@ import uuid
 
 from temporalio.client import WorkflowExecutionStatus
 
-from agentrun import operations as ops
-from agentrun.client import connect
-from agentrun.db import open_pool
-from agentrun.models import RunResult
-from agentrun.settings import Settings
-from agentrun.stack import EmbeddedStack, free_port, port_open
+from agentrun.core.models import RunResult
+from agentrun.core.settings import Settings
+from agentrun.dev.stack import EmbeddedStack, free_port, port_open
+from agentrun.ops import operations as ops
+from agentrun.store.db import open_pool
+from agentrun.temporal.client import connect
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import AgentRunWorkflow

@@ -20,7 +20,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from agentrun.states import (
+from agentrun.core.states import (
     TERMINAL,
     TRANSITIONS,
     IllegalTransitionError,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from agentrun.states import (
+from agentrun.core.states import (
     TERMINAL,
     TRANSITIONS,
     IllegalTransitionError,

@@ -9,9 +9,9 @@ from pydantic import BaseModel
 from temporalio import activity
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.mirror_store import MirrorStore
-from agentrun.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import eventually, make_spec, rows, scripted
 from workflows import AgentRunWorkflow

@@ -1,4 +1,4 @@
-"""Telemetry through the entry points' own code path: `agentrun.client.connect`."""
+"""Telemetry through the entry points' own code path: `agentrun.temporal.client.connect`."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.client import connect, runtime_for
-from agentrun.settings import Settings
-from agentrun.stack import free_port
-from agentrun.worker_factory import WorkerDeps, build_worker
+from agentrun.core.settings import Settings
+from agentrun.dev.stack import free_port
+from agentrun.ops import operations as ops
+from agentrun.temporal.client import connect, runtime_for
+from agentrun.worker.worker_factory import WorkerDeps, build_worker
 from tests.support import make_spec
 from workflows import AgentRunWorkflow
 

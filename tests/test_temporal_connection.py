@@ -23,10 +23,10 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from agentrun.client import connect
-from agentrun.errors import SetupError
-from agentrun.settings import Settings
-from agentrun.temporal_connection import connect_options, describe
+from agentrun.core.errors import SetupError
+from agentrun.core.settings import Settings
+from agentrun.core.temporal_connection import connect_options, describe
+from agentrun.temporal.client import connect
 
 CLOUD = {
     "TEMPORAL_ADDRESS": "payments.a1b2c.tmprl.cloud:7233",

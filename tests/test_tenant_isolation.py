@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrun import metrics
-from agentrun import operations as ops
-from agentrun.errors import OperationError
+from agentrun.client_api import RunClient
+from agentrun.core.errors import OperationError
+from agentrun.ops import operations as ops
+from agentrun.store import metrics
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 
@@ -56,6 +57,19 @@ async def test_every_read_and_write_refuses_another_tenants_run(
                 client, make_spec(tenant=acme), task_queue=settings.task_queue, tenant=globex
             )
         assert await ops.status(client, theirs.run_id) == before, "nothing was touched"
+
+        # The Python client with AGENTRUN_TENANT set goes through the same checks.
+        python_client = RunClient(client, settings.model_copy(update={"tenant": globex}))
+        for call in (
+            lambda: python_client.status(theirs.run_id),
+            lambda: python_client.approve(theirs.run_id, by="li"),
+            lambda: python_client.reject(theirs.run_id, by="li", reason="x"),
+            lambda: python_client.receipt(theirs.run_id),
+            lambda: python_client.start("x", tenant=acme),
+        ):
+            with pytest.raises(OperationError, match=f"tenant '{globex}'"):
+                await call()
+        await python_client.close()
 
         listed = await ops.list_runs(pool, tenant=globex)
         assert [r["run_id"] for r in listed] == [ours.run_id]

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 import agentrun
 import agentrun_demo
-from agentrun import tool_sets
-from agentrun.models import RiskLevel
+from agentrun.core.models import RiskLevel
+from agentrun.store import tool_sets
 from agentrun.tools.loading import ToolLoadError, load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,3 +127,13 @@ async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
     assert process.returncode == 2, stderr
     assert b"is served by worker first with other tools" in stderr
     assert b"AGENTRUN_TASK_QUEUE" in stderr
+
+
+def test_the_public_api_is_small_and_every_name_resolves() -> None:
+    assert len(agentrun.__all__) <= 10, "the public API stays small"
+    assert {"tool", "ToolRegistry", "Agent", "RunSpec", "run_worker", "RunClient"} <= set(
+        agentrun.__all__
+    )
+    assert all(getattr(agentrun, name) is not None for name in agentrun.__all__)
+    with pytest.raises(AttributeError):
+        agentrun.Worker  # noqa: B018

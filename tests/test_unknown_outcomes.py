@@ -10,10 +10,10 @@ import uuid
 from pydantic import BaseModel
 
 import agentrun_demo
-from agentrun import operations as ops
-from agentrun.model_journal import ModelJournal
-from agentrun.models import Usage
-from agentrun.offline_model import OfflineModelServer
+from agentrun.core.models import Usage
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.store.model_journal import ModelJournal
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from activities.verify import deterministic_checks
-from agentrun import operations as ops
-from agentrun.models import VerifySpec
-from agentrun.offline_model import OfflineModelServer
+from agentrun.core.models import VerifySpec
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
 from tests.support import make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
 

@@ -6,8 +6,8 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType
 
-from agentrun import deployments
-from agentrun import operations as ops
+from agentrun.ops import operations as ops
+from agentrun.temporal import deployments
 from tests.support import make_spec, wait_pending
 from workflows import AgentRunWorkflow
 

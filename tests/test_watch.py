@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 
-from agentrun import operations as ops
-from agentrun import watch
-from agentrun.models import WatchItem
-from tests.support import make_spec, rows, wait_pending
+from temporalio.api.enums.v1 import EventType
+
+from activities.text_stream import TEXT_BATCH
+from agentrun.core.models import RunSpec, WatchItem
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from agentrun.ops import watch
+from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from workflows import AgentRunWorkflow
+from workflows.run_stream import RETAINED_ITEMS
+
+# The most events one step adds past the check for the history limit, with one watcher:
+# the step's own (schedule, start, complete, a mirror write, their workflow tasks) and the
+# watcher's polls (an accepted and a completed update, and a workflow task, per batch).
+STEP_EVENTS_WITH_A_WATCHER = 60
 
 
 async def watch_cli(settings, home, run_id: str) -> asyncio.Task[tuple[int, list[WatchItem]]]:
@@ -68,15 +79,13 @@ def check_story(items: list[WatchItem]) -> None:
 async def test_watch_json_follows_a_run_to_its_receipt_and_a_late_joiner_sees_the_same(
     client, settings, pool, worker, tmp_path
 ):
-    async with worker():
-        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
-        cli = await watch_cli(settings, tmp_path, started.run_id)
-        pending = await wait_pending(client, started.run_id)
-        late = asyncio.create_task(follow(client, pool, started.run_id))  # joins at the gate
-        await asyncio.sleep(0.5)
-        await ops.approve(client, started.run_id, by="li", role="approver")
-        code, items = await cli
-        late_items = await late
+    # A model that streams its answer over about a second: several batches of text.
+    with OfflineModelServer(stream_pause_seconds=0.05) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+            code, items, late_items, pending = await watch_live_and_late(
+                client, pool, settings, tmp_path, started.run_id
+            )
 
     assert code == 0
     assert items[0].offset == 0  # followed live, from the start
@@ -92,6 +101,29 @@ async def test_watch_json_follows_a_run_to_its_receipt_and_a_late_joiner_sees_th
     assert requested.data["tool"] == pending.tool == "send_message"
     types = [i.type for i in items]
     assert types.index("approval.requested") < types.index("approval.approved")
+    # The answer's text arrived in more than one piece, before its step completed, and the
+    # pieces make up the answer.
+    answer_step = next(
+        i.step_id
+        for i in reversed(items)
+        if i.type == "step.completed" and i.data["type"] == "model_call"
+    )
+    pieces = [i for i in items if i.kind == "text" and i.step_id == answer_step]
+    assert len(pieces) > 1
+    assert "".join(p.text or "" for p in pieces) == items[-1].data["answer"]
+    done = next(i for i in items if i.type == "step.completed" and i.step_id == answer_step)
+    assert all(p.offset < done.offset for p in pieces)  # type: ignore[operator]
+
+
+async def watch_live_and_late(client, pool, settings, home, run_id):
+    """One watcher (the CLI) from the start, one (the client iterator) from the approval."""
+    cli = await watch_cli(settings, home, run_id)
+    pending = await wait_pending(client, run_id)
+    late = asyncio.create_task(follow(client, pool, run_id))  # joins at the gate
+    await asyncio.sleep(0.5)
+    await ops.approve(client, run_id, by="li", role="approver")
+    code, items = await cli
+    return code, items, await late, pending
 
 
 async def test_watching_an_ended_run_prints_its_story_from_the_mirror(
@@ -116,3 +148,55 @@ async def test_watch_refuses_unknown_runs_and_bad_offsets(client, settings, tmp_
     assert result.code == 2 and "no run 'run-nope'" in result.err
     result = await run_cli(settings, tmp_path, "watch", "run-nope", "--from", "-1")
     assert result.code == 2 and "--from" in result.err
+
+
+async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound(
+    client, settings, pool, worker
+):
+    calls = [[("search_notes", {"query": f"refund {i}"})] for i in range(12)]
+    answer = "## Summary\nDone: searched the notes twelve times and found the refund policy."
+    spec = make_spec("search a lot", allowed_tools=["search_notes"], history_events_limit=100)
+    with OfflineModelServer(scripted(*calls, answer), stream_pause_seconds=0.05) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            items = await follow(client, pool, started.run_id)
+    check_story(items)
+    events = [i for i in items if i.kind == "event"]
+    mirrored = await rows(pool, "SELECT seq FROM events WHERE run_id = %s", started.run_id)
+    assert len(events) == len(mirrored)
+    assert "run.continued_as_new" in [e.type for e in events]
+    text = "".join(i.text or "" for i in items if i.kind == "text")
+    assert text == answer  # the only reply with text, streamed whole across the generations
+
+    generations = [run async for run in client.list_workflows(f"WorkflowId = '{started.run_id}'")]
+    assert len(generations) >= 2
+    lengths, signals, carried = [], 0, []
+    for run in generations:
+        history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        lengths.append(len(history.events))
+        signals += sum(
+            1
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and e.workflow_execution_signaled_event_attributes.signal_name
+            == "__temporal_workflow_stream_publish"
+        )
+        started_event = history.events[0].workflow_execution_started_event_attributes
+        [spec_in] = await client.data_converter.decode(started_event.input.payloads, [RunSpec])
+        if spec_in.carry is not None:
+            carried.append(spec_in.carry.stream_state)
+    # Each generation ends within one step of the limit, watcher polls included.
+    assert max(lengths) <= spec.history_events_limit + STEP_EVENTS_WITH_A_WATCHER, lengths
+    # Model text: at most one signal per TEXT_BATCH of streaming per model call, plus one.
+    model_steps = await rows(
+        pool,
+        """SELECT extract(epoch FROM finished_at - started_at)::float8 AS seconds
+           FROM steps WHERE run_id = %s AND type = 'model_call'""",
+        started.run_id,
+    )
+    batch = TEXT_BATCH.total_seconds()
+    assert signals <= sum(math.ceil(s["seconds"] / batch) + 1 for s in model_steps)
+    # What a continuation carries of the stream is its tail, never more.
+    assert carried and all(
+        state is not None and len(state.log) <= RETAINED_ITEMS for state in carried
+    )

@@ -17,8 +17,8 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agentrun import operations as ops
-from agentrun import search_attributes
+from agentrun.core import search_attributes
+from agentrun.ops import operations as ops
 from tests.conftest import running_worker
 from tests.support import make_spec, wait_pending
 from workflows import AgentRunWorkflow

@@ -20,9 +20,9 @@ from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from activities.admission import AdmissionActivities
-    from agentrun import constants as names
-    from agentrun import fairness, search_attributes
-    from agentrun.admission_models import (
+    from agentrun.core import constants as names
+    from agentrun.core import fairness, search_attributes
+    from agentrun.core.admission_models import (
         AdmissionCarry,
         AdmissionInput,
         AdmitInput,

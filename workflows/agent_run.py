@@ -10,9 +10,11 @@ workflows/recording.py, and the run's state, declared once, in `RunProgress`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -21,6 +23,7 @@ from temporalio.exceptions import (
     FailureError,
     is_cancelled_exception,
 )
+from temporalio.workflow import ActivityCancellationType
 
 from workflows import run_state
 from workflows.approvals import Approvals
@@ -37,13 +40,13 @@ with workflow.unsafe.imports_passed_through():
         ToolActivities,
         VerifyActivities,
     )
-    from agentrun import constants as names
-    from agentrun import errors, fairness, payload_limits, run_summaries, search_attributes
-    from agentrun.admission_models import ReleaseInput
-    from agentrun.conversation import STEP_OUTPUT_REF
-    from agentrun.errors import PERMISSION_DENIED
-    from agentrun.ledger import idempotency_key
-    from agentrun.models import (
+    from agentrun.core import constants as names
+    from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core.admission_models import ReleaseInput
+    from agentrun.core.errors import PERMISSION_DENIED
+    from agentrun.core.keys import canonical_json, effect_key, idempotency_key
+    from agentrun.core.models import (
+        INTERRUPTED,
         CheckpointInput,
         ForkOrigin,
         ForkSeedInput,
@@ -63,18 +66,65 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         VerifyResult,
     )
-    from agentrun.states import RunStatus
+    from agentrun.core.states import RunStatus
     from workflows import policies
 
+# Patch ids (see workflows/recording.py): each marks a change to what the run does.
+# The continue-as-new point comes after the step boundary, so a pause or stop accepted just
+# before it takes effect in this generation; events handlers emit while the run waits to
+# continue are flushed before it does, so event_seq has no gaps.
+CONTINUE_AFTER_BOUNDARY = "continue-as-new-after-step-boundary"
+# Side-effect keys come from the effect, not the step: the run's idempotency scope, the
+# call's content and how many identical calls came before. A call re-proposed after an
+# unknown outcome, and a backlog task's next attempt, find the same ledger row.
+EFFECT_KEYS = "effect-keys-from-content"
+# A side-effecting tool call is cancelled with WAIT_CANCELLATION_COMPLETED: the run learns
+# whether the attempt stopped, and records the step with its key for the receipt to settle.
+TOOL_CANCEL_WAITS = "tool-cancel-waits-for-the-attempt"
+# An unknown outcome nobody decided in time stays unknown: the run ends naming it, instead
+# of recording "it happened (person)".
+UNKNOWN_STAYS_UNKNOWN = "unknown-outcome-expiry-is-no-decision"
+# The judge's tokens and cost count, and the budget is enforced after a verify step too.
+JUDGE_COUNTED = "judge-usage-counted"
+# The receipt and the final mirror write run to their end even if a cancel comes meanwhile.
+RECEIPT_SHIELDED = "receipt-shielded-from-cancel"
+
+# The system message when the spec carries no instructions (an agent profile sets them):
+# runs started without a profile, and histories from before profiles, which replay as they ran.
 SYSTEM_PROMPT = (
     "You are a careful agent. Use the tools you are given when they help, one step at a "
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
 # Patch id: model calls go to a task queue of their own, where the server limits each
-# tenant's rate (agentrun.fairness). Runs that made model calls on the run queue replay the
+# tenant's rate (agentrun.core.fairness). Runs that made model calls on the run queue replay the
 # way they did.
 MODEL_CALL_QUEUE = "model-call-queue"
+
+
+async def shielded(work: Coroutine[Any, Any, Any]) -> None:
+    """Run `work` to its end, whatever cancels the caller meanwhile (the run has ended; a
+    late cancel changes nothing it reports)."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+    task.result()
+
+
+async def outlast_cancel(
+    activity: workflow.ActivityHandle[ToolCallResult],
+) -> tuple[ToolCallResult, bool]:
+    """Await an activity through a cancel of the run: the cancel goes on to the activity,
+    and the run learns how its attempt ended. Returns (result, whether a cancel came); an
+    attempt that stopped raises its cancellation."""
+    try:
+        return await asyncio.shield(activity), False
+    except asyncio.CancelledError:
+        if activity.done():
+            raise
+        activity.cancel()
+        return await activity, True
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
@@ -100,7 +150,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 # unchanged); a continuation was admitted long ago.
                 admitted=spec.admission is None,
                 pending_messages=[
-                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
                 ],
             )
@@ -120,6 +170,12 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._mirror_written()
+        if workflow.patched(CONTINUE_AFTER_BOUNDARY):
+            # Handlers that ran while the run waited emitted events: they go too.
+            while self.pending_events or self.pending_steps:
+                await self._flush()
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._mirror_written()
         self.progress.stream_state = self.stream.carry()
         carry = run_state.carry(self.progress)
         workflow.continue_as_new(self.spec.model_copy(update={"carry": carry}))
@@ -151,16 +207,23 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 self._finish(RunStatus.CANCELLED, error="cancelled on request")
                 cancelled = True
         except ApplicationError as err:
-            # An input Temporal would refuse (agentrun.payload_limits): end the run with the
+            # An input Temporal would refuse (agentrun.core.payload_limits): end the run with the
             # reason rather than fail the workflow task, which Temporal retries for ever.
             if not payload_limits.is_too_large(err):
                 raise
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
-        await self._record_receipt()
-        await self._release_slot()
-        self.stream.detach()  # watchers read the rest once the run has closed
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        if workflow.patched(RECEIPT_SHIELDED):
+            # The run has ended: a cancel that comes now must not cost it its receipt.
+            await shielded(self._record_receipt())
+            await shielded(self._release_slot())
+            self.stream.detach()  # watchers read the rest once the run has closed
+            await shielded(workflow.wait_condition(workflow.all_handlers_finished))
+        else:
+            await self._record_receipt()
+            await self._release_slot()
+            self.stream.detach()
+            await workflow.wait_condition(workflow.all_handlers_finished)
         if cancelled:
             # The receipt is written; now Temporal shows the run as cancelled too.
             raise asyncio.CancelledError("cancelled on request")
@@ -193,8 +256,12 @@ class AgentRunWorkflow(Approvals, RunMessages):
 
     async def _agent_loop(self) -> None:
         while self.progress.model_calls < self.spec.max_steps:
-            await self._continue_as_new_if_long()
-            await self._step_boundary()
+            if workflow.patched(CONTINUE_AFTER_BOUNDARY):
+                await self._step_boundary()
+                await self._continue_as_new_if_long()
+            else:
+                await self._continue_as_new_if_long()
+                await self._step_boundary()
             reply = await self._model_step()
             self.progress.model_calls += 1
             await self._enforce_budget()
@@ -207,6 +274,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 continue
             answer = reply.content or ""
             verdict = await self._verify_step(answer)
+            if workflow.patched(JUDGE_COUNTED) and verdict.judge_model is not None:
+                await self._enforce_budget()
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
                 return
@@ -493,7 +562,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         else:
             # The output is in the step's mirror row already; the model reads it from there.
             self.progress.pending_messages.append(
-                {"role": "tool", "tool_call_id": call.call_id, STEP_OUTPUT_REF: step_id}
+                {"role": "tool", "tool_call_id": call.call_id, names.STEP_OUTPUT_REF: step_id}
             )
 
     async def _run_tool(
@@ -504,13 +573,15 @@ class AgentRunWorkflow(Approvals, RunMessages):
         resolution: Literal["rerun", "skip"] | None = None
         while True:
             step_id = self._new_step("tool_call", call.tool)
-            key = key or idempotency_key(self.run_id, step_id, call.tool, arguments)
+            key = key or self._effect_key(step_id, call.tool, arguments)
             self._set_status(RunStatus.WAITING_FOR_TOOL, step_id)
             await self._flush()
             started = workflow.now()
             attempts, timeout = policies.tool_limits(self.spec, call.tool)
+            waits = call.side_effect and workflow.patched(TOOL_CANCEL_WAITS)
+            cancelled = False
             try:
-                result = await workflow.execute_activity_method(
+                invoke = workflow.start_activity_method(
                     ToolActivities.invoke,
                     ToolCallInput(
                         run_id=self.run_id,
@@ -527,12 +598,28 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     heartbeat_timeout=timedelta(seconds=self.spec.timeouts.heartbeat_seconds),
                     retry_policy=policies.retry_policy(self.spec, attempts),
                     summary=run_summaries.tool_summary(call.tool, arguments),
+                    cancellation_type=(
+                        ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                        if waits
+                        else ActivityCancellationType.TRY_CANCEL
+                    ),
                 )
-            except ActivityError as err:
+                if waits:
+                    result, cancelled = await outlast_cancel(invoke)
+                else:
+                    result = await invoke
+            except (ActivityError, asyncio.CancelledError) as err:
                 if is_cancelled_exception(err):
+                    if waits:
+                        self._record_interrupted(step_id, call, arguments, key, started)
                     raise
+                assert isinstance(err, ActivityError)
                 reason = errors.cause(err)
-                result = ToolCallResult(ok=False, error=f"tool failed: {reason}")
+                result = ToolCallResult(
+                    ok=False,
+                    error=f"tool failed: {reason}",
+                    attempt=errors.attempts_made(err, attempts),
+                )
                 if errors.error_kind(err) == PERMISSION_DENIED:
                     if self.spec.failures.on_permission_denied == "pause":
                         self._record_tool_step(step_id, call, arguments, key, result, started)
@@ -540,6 +627,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
                         continue
                 self.progress.unresolved.append(f"{step_id}: {call.tool} failed: {reason}")
             self._record_tool_step(step_id, call, arguments, key, result, started)
+            if cancelled:  # the attempt finished before the cancel reached it: now end
+                raise asyncio.CancelledError("cancelled on request")
             if not result.unknown_outcome:
                 break
             decision = await self._await_human(
@@ -548,11 +637,71 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 {"idempotency_key": key, "arguments": arguments},
                 reason=result.error,
             )
-            # Approving says "it did not happen: run it"; anything else: do not repeat it.
+            if decision.decision == "expired" and workflow.patched(UNKNOWN_STAYS_UNKNOWN):
+                self.progress.unresolved.append(
+                    f"{step_id}: whether {call.tool} happened is unknown (key {key}); "
+                    "nobody decided in time"
+                )
+                raise RunEnded(
+                    RunStatus.FAILED,
+                    f"the outcome of {call.tool} (key {key}) is unknown and nobody decided it",
+                )
+            # Approving says "it did not happen: run it"; rejecting: "it happened".
             resolution = "rerun" if decision.decision == "approved" else "skip"
         if result.checkpoint_patch:
             await self._checkpoint_step(result.checkpoint_patch)
         return result, step_id
+
+    def _effect_key(self, step_id: str, tool: str, arguments: JsonDict) -> str:
+        if not workflow.patched(EFFECT_KEYS):
+            return idempotency_key(self.run_id, step_id, tool, arguments)
+        parent = workflow.info().parent
+        key = self.spec.idempotency_key
+        # A backlog task's attempts are runs of their own; its effects are the task's.
+        scope = f"{parent.workflow_id}/{key}" if parent is not None and key else self.run_id
+        content = canonical_json(arguments)
+        before = sum(
+            1
+            for effect in self.progress.side_effects
+            if effect.ok and effect.tool == tool and canonical_json(effect.arguments) == content
+        )
+        return effect_key(scope, tool, arguments, before)
+
+    def _record_interrupted(
+        self,
+        step_id: str,
+        call: ProposedToolCall,
+        arguments: JsonDict,
+        key: str,
+        started: datetime,
+    ) -> None:
+        """A side-effecting call the run was cancelled in: its attempt stopped, but whether
+        the effect committed first only the ledger knows; the receipt asks it (key)."""
+        self.progress.side_effects.append(
+            SideEffectRecord(
+                step_id=step_id,
+                tool=call.tool,
+                idempotency_key=key,
+                arguments=arguments,
+                ok=False,
+                duplicate_prevented=False,
+                reconciliation=INTERRUPTED,
+            )
+        )
+        self._complete_step(
+            StepRecord(
+                step_id=step_id,
+                seq=self._seq_of(step_id),
+                type="tool_call",
+                name=call.tool,
+                status="cancelled",
+                input=arguments,
+                error="the run was cancelled during the call",
+                idempotency_key=key,
+                started_at=started,
+                finished_at=workflow.now(),
+            )
+        )
 
     def _record_tool_step(
         self,
@@ -646,6 +795,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
             summary=f"verify the answer ({len(answer):,} characters)",
         )
         self.progress.verification = verdict
+        if workflow.patched(JUDGE_COUNTED):
+            self.progress.tokens_in += verdict.usage.input_tokens
+            self.progress.tokens_out += verdict.usage.output_tokens
+            self.progress.cost_usd = round(self.progress.cost_usd + verdict.cost_usd, 6)
         self._complete_step(
             StepRecord(
                 step_id=step_id,
@@ -654,6 +807,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 name="checks",
                 status="passed" if verdict.passed else "failed",
                 output=verdict.model_dump(mode="json"),
+                tokens_in=verdict.usage.input_tokens,
+                tokens_out=verdict.usage.output_tokens,
+                cost_usd=verdict.cost_usd,
                 started_at=started,
                 finished_at=workflow.now(),
             )
@@ -670,7 +826,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
             await workflow.execute_activity_method(
                 MirrorActivities.save_checkpoint,
                 CheckpointInput(
-                    run_id=self.run_id, step_id=step_id, checkpoint=self.progress.checkpoint
+                    run_id=self.run_id,
+                    step_id=step_id,
+                    checkpoint=self.progress.checkpoint,
+                    fence=workflow.info().get_current_history_length(),
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=MIRROR_RETRY,

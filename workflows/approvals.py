@@ -18,13 +18,16 @@ from workflows.recording import Recording
 from workflows.run_state import RunEnded
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun import approval_signatures
-    from agentrun import constants as names
-    from agentrun.ledger import action_hash
-    from agentrun.models import (
+    from pydantic import ValidationError
+
+    from agentrun.core import approval_signatures
+    from agentrun.core import constants as names
+    from agentrun.core.keys import action_hash
+    from agentrun.core.models import (
         ApprovalKind,
         ApprovalRecord,
         ApproveInput,
+        Budget,
         DecisionResult,
         JsonDict,
         PendingApproval,
@@ -32,7 +35,34 @@ with workflow.unsafe.imports_passed_through():
         RejectInput,
         StepRecord,
     )
-    from agentrun.states import RunStatus, is_terminal
+    from agentrun.core.states import RunStatus, is_terminal
+
+
+def decision_fields(
+    input: ApproveInput | RejectInput,
+) -> tuple[str, str, str, str | None, JsonDict | None]:
+    edit = input.edit if isinstance(input, ApproveInput) else None
+    return input.action_hash, input.by, input.role, input.tenant, edit
+
+
+def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
+    """An edit must be one the run can apply to this kind of approval."""
+    if pending.kind == "budget":
+        try:
+            Budget.model_validate(edit)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'edit'}: {e['msg']}" for e in err.errors()
+            )
+            raise ApplicationError(
+                f"invalid budget edit ({problems}): give max_tokens and/or max_cost_usd, "
+                "each above 0"
+            ) from None
+    elif pending.kind != "action":
+        raise ApplicationError(
+            f"an edit applies to an action or a budget, not to a {pending.kind} approval: "
+            "approve or reject it without one"
+        )
 
 
 # Refused decisions a run keeps in its state for `status`.
@@ -166,8 +196,11 @@ class Approvals(Recording):
     def get_pending_approval(self) -> PendingApproval | None:
         return self.progress.pending_approval
 
-    def _check_decision(self, action: str, by: str, role: str, tenant: str | None) -> None:
-        """Refuse, with a reason a person can act on, any decision that does not fit."""
+    def _check_decision(
+        self, action: str, by: str, role: str, tenant: str | None, edit: JsonDict | None = None
+    ) -> None:
+        """Refuse, with a reason a person can act on, any decision that does not fit,
+        including an edit the run could not apply (checked here, so it never reaches it)."""
         pending = self.progress.pending_approval
         if is_terminal(self.progress.status):
             raise ApplicationError(
@@ -193,6 +226,8 @@ class Approvals(Recording):
             raise ApplicationError(f"{by} is not among the approvers for this run")
         if workflow.now() >= pending.expires_at:
             raise ApplicationError(f"the approval expired at {pending.expires_at.isoformat()}")
+        if edit:
+            check_edit(pending, edit)
 
     def _check_signature(self, input: ApproveInput | RejectInput) -> None:
         """Refuse a decision whose signature the run's policy does not accept (unsigned when
@@ -225,7 +260,7 @@ class Approvals(Recording):
 
     async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
-        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+        self._check_decision(*decision_fields(input))
         self._check_signature(input)
         assert self.progress.pending_approval is not None
         approval_id = self.progress.pending_approval.approval_id
@@ -237,7 +272,8 @@ class Approvals(Recording):
             )
         )
         last = self.progress.approvals[-1] if self.progress.approvals else None
-        decided = last.decision if last and last.approval_id == approval_id else "applied"
+        # The run can end (a cancel) before it applies the decision: then it was not.
+        decided = last.decision if last and last.approval_id == approval_id else "abandoned"
         return DecisionResult(
             approval_id=approval_id, decision=decided, status=self.progress.status
         )
@@ -248,7 +284,7 @@ class Approvals(Recording):
 
     @approve.validator
     def _validate_approve(self, input: ApproveInput) -> None:
-        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+        self._check_decision(*decision_fields(input))
 
     @workflow.update(name=names.UPDATE_REJECT)
     async def reject(self, input: RejectInput) -> DecisionResult:
@@ -256,7 +292,7 @@ class Approvals(Recording):
 
     @reject.validator
     def _validate_reject(self, input: RejectInput) -> None:
-        self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+        self._check_decision(*decision_fields(input))
 
     @workflow.signal(name=names.SIGNAL_APPROVE)
     def approve_signal(self, input: ApproveInput) -> None:
@@ -269,7 +305,7 @@ class Approvals(Recording):
     def _decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
         """A signal cannot be refused, so one that does not fit is recorded and ignored."""
         try:
-            self._check_decision(input.action_hash, input.by, input.role, input.tenant)
+            self._check_decision(*decision_fields(input))
         except ApplicationError as err:
             self._refuse(input, err.message)
             return

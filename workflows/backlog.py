@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.common import Priority, RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
@@ -24,8 +24,9 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from activities.backlog import BacklogActivities
-    from agentrun import constants as names
-    from agentrun.backlog_models import (
+    from agentrun.core import constants as names
+    from agentrun.core import fairness
+    from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogInput,
         BacklogLoadInput,
@@ -40,10 +41,14 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         child_run_id,
     )
-    from agentrun.models import ControlInput
-    from agentrun.states import RunStatus
+    from agentrun.core.models import ControlInput
+    from agentrun.core.states import RunStatus
     from workflows.agent_run import AgentRunWorkflow
 
+# Patch id: each task's run is started at its own priority, with its tenant as fairness key
+# (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
+# their children's starts as they were.
+CHILD_PRIORITY = "backlog-child-priority"
 # The mirror must outlast a Postgres outage: retry for as long as it takes.
 MIRROR_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -185,6 +190,9 @@ class AgentBacklogWorkflow:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=f"{self.agent} #{task.ordinal}: {task.title}",
+                priority=fairness.run_priority(task.spec.priority, task.spec.tenant)
+                if workflow.patched(CHILD_PRIORITY)
+                else Priority.default,
             )
         except WorkflowAlreadyStartedError:
             await self._flush()

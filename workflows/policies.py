@@ -1,6 +1,6 @@
 """Pure decisions the run workflow takes on failures: which retry policy, what is over
 budget. No I/O and no clock, so they are safe in workflow code. (Which kind of error a
-failure was is decided in agentrun.errors.)"""
+failure was is decided in agentrun.core.errors.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from agentrun.models import Budget, JsonDict, RunSpec
+from agentrun.core.models import Budget, JsonDict, RunSpec
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "

@@ -1,7 +1,7 @@
 """Recording a run: its steps and events, the mirror of it in Postgres, and its receipt.
 
 Mixed into AgentRunWorkflow. Every change of state goes through `_set_status`, which
-enforces the state machine in `agentrun.states`; every step gets a deterministic id. What
+enforces the state machine in `agentrun.core.states`; every step gets a deterministic id. What
 changed since the last flush goes to the mirror as one idempotent batch, written by an
 activity the run does not wait for; it waits for them all before its receipt and before it
 continues as new.
@@ -20,9 +20,9 @@ from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
     from activities import MirrorActivities
-    from agentrun import fairness, payload_limits, run_summaries, search_attributes
-    from agentrun.errors import PAYLOAD_TOO_LARGE
-    from agentrun.models import (
+    from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core.errors import PAYLOAD_TOO_LARGE
+    from agentrun.core.models import (
         JsonDict,
         MirrorBatch,
         Receipt,
@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         StepSummary,
         StepType,
     )
-    from agentrun.states import RunStatus, check_transition
+    from agentrun.core.states import RunStatus, check_transition
 
 # Patch ids: each marks a change to what the workflow does, so histories recorded before it
 # replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
@@ -46,6 +46,11 @@ MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
 # does not wait for them: it goes on, and waits for them all before its receipt and before
 # it continues as new. Fences keep writes that land out of order from going backwards.
 MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
+# Mirror writes go to a task queue of their own. At priority 1 on the run queue they went
+# ahead of every tenant's steps: one tenant's burst of runs, writing its mirror, held another
+# tenant's tool calls back for seconds however fair the queue (bench noisy stage). On their
+# own queue they still never wait behind model or tool calls, and tenants take turns there.
+MIRROR_QUEUE = "mirror-queue"
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
 # and often enough that the mirror catches up within seconds of the database returning
 # (fairness.MIRROR_RETRY). A mirror write goes ahead of model and tool calls waiting on the
@@ -221,6 +226,9 @@ class Recording:
                     retry_policy=MIRROR_RETRY,
                     priority=MIRROR_PRIORITY,
                     summary=run_summaries.mirror_summary(batch),
+                    task_queue=fairness.mirror_task_queue(workflow.info().task_queue)
+                    if workflow.patched(MIRROR_QUEUE)
+                    else None,
                 )
             )
         elif workflow.patched(MIRROR_SYNC_LOCAL):

@@ -13,10 +13,10 @@ from workflows import run_state
 from workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun import constants as names
-    from agentrun.admission_models import AdmitInput
-    from agentrun.models import ControlInput, ControlResult, RunState
-    from agentrun.states import is_terminal
+    from agentrun.core import constants as names
+    from agentrun.core.admission_models import AdmitInput
+    from agentrun.core.models import ControlInput, ControlResult, RunState
+    from agentrun.core.states import is_terminal
 
 
 class RunMessages(Recording):

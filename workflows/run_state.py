@@ -1,6 +1,6 @@
 """A run's state and what is derived from it.
 
-The state itself is one model, `agentrun.models.RunProgress`: the workflow keeps all it
+The state itself is one model, `agentrun.core.models.RunProgress`: the workflow keeps all it
 knows there, so the continue-as-new carry is that model whole, and the mirror snapshot,
 the `state` query and the receipt below are projections of it. A workflow attribute that
 is not in it must be listed in WORKFLOW_ONLY with the reason a continuation does not need
@@ -14,8 +14,8 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.models import Receipt, RunProgress, RunSnapshot, RunSpec, RunState
-    from agentrun.states import RunStatus
+    from agentrun.core.models import Receipt, RunProgress, RunSnapshot, RunSpec, RunState
+    from agentrun.core.states import RunStatus
 
 # The workflow's own attributes besides `progress`, and why a continuation does without.
 WORKFLOW_ONLY = {
@@ -51,6 +51,8 @@ def snapshot(
     return RunSnapshot(
         run_id=run_id,
         version=progress.version,
+        agent=spec.agent,
+        profile_hash=spec.profile_hash,
         tenant=spec.tenant,
         user=spec.user,
         task=spec.task,
@@ -101,6 +103,8 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
     """The run's receipt, covering every generation of it."""
     return Receipt(
         run_id=run_id,
+        agent=spec.agent,
+        profile_hash=spec.profile_hash,
         task=spec.task,
         tenant=spec.tenant,
         user=spec.user,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from agentrun.constants import STREAM_TOPIC_EVENTS
-from agentrun.models import RunEvent
+from agentrun.core.constants import STREAM_TOPIC_EVENTS
+from agentrun.core.models import RunEvent
 
 # Items a continuation carries; a watcher that asks for an older offset starts at the oldest
 # one kept (the mirror still has every event).

@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from agentrun.errors import SetupError
+from agentrun.core.errors import SetupError
 from agentrun.tools.registry import Tool, ToolRegistry
 
 # The demo's tools: what the stock worker loads when no tools are named.

@@ -37,8 +37,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from agentrun.errors import SetupError
-from agentrun.models import JsonDict, RiskLevel
+from agentrun.core.errors import SetupError
+from agentrun.core.models import JsonDict, RiskLevel
 from agentrun.tools.registry import Reconciled, Tool, ToolContext, ToolError
 
 SEPARATOR = "__"

@@ -14,8 +14,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
-from agentrun.models import JsonDict, RiskLevel
-from agentrun.vault import SecretScope
+from agentrun.core.models import JsonDict, RiskLevel
+from agentrun.store.vault import SecretScope
 
 CheckpointSaver = Callable[[JsonDict], Awaitable[None]]
 

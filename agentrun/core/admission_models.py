@@ -1,0 +1,100 @@
+"""Tenants' limits and the admission queue's messages: what crosses the admission
+workflow's boundary, one model per message (see agentrun/core/fairness.py for the priorities)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agentrun.core.models import RunSpec
+
+QueueState = Literal["waiting", "admitted", "released"]
+
+
+class TenantLimits(BaseModel):
+    """One tenant's share and limits; a tenant with no row has the defaults (no limits)."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+    weight: float = Field(1.0, gt=0, description="its share of the workers against others")
+    max_in_flight: int | None = Field(None, gt=0, description="runs past `queued` at once")
+    max_queued: int | None = Field(
+        None, ge=0, description="runs waiting for a slot; a start past it is refused"
+    )
+    model_calls_per_second: float | None = Field(None, gt=0, description="model calls / s")
+
+    @property
+    def capped(self) -> bool:
+        """Runs of this tenant go through its admission queue."""
+        return self.max_in_flight is not None or self.max_queued is not None
+
+
+class QueuedStartInput(BaseModel):
+    """Start this run through the tenant's queue (update `admission.enqueue`)."""
+
+    run_id: str
+    spec: RunSpec
+    task_queue: str
+    indexed: bool = True
+    limits: TenantLimits
+
+
+class QueuedStart(BaseModel):
+    run_id: str
+    existing: bool = Field(description="the run was already known: not started again")
+    position: int | None = Field(None, description="1-based place among waiting runs")
+
+
+class ReleaseInput(BaseModel):
+    """A run ended (signal `admission.release`): its slot, or its place, is free."""
+
+    run_id: str
+
+
+class AdmitInput(BaseModel):
+    """The run may leave `queued` (signal to the run)."""
+
+    admission_id: str
+
+
+class PositionInput(BaseModel):
+    run_id: str
+
+
+class QueuePosition(BaseModel):
+    run_id: str
+    state: QueueState | None = Field(None, description="None: the queue does not know it")
+    position: int | None = None
+    waiting: int = 0
+    in_flight: int = 0
+    max_in_flight: int | None = None
+
+
+class QueueRow(BaseModel):
+    """One run's place in its tenant's queue, as the mirror holds it."""
+
+    tenant: str
+    run_id: str
+    seq: int
+    state: QueueState
+    at: datetime
+
+
+class QueueSyncInput(BaseModel):
+    rows: list[QueueRow]
+
+
+class AdmissionCarry(BaseModel):
+    """What a continued admission workflow picks up: the queue and the slots in use."""
+
+    seq: int = 0
+    waiting: list[str] = Field(default_factory=list)
+    seqs: dict[str, int] = Field(default_factory=dict)
+    in_flight: list[str] = Field(default_factory=list)
+
+
+class AdmissionInput(BaseModel):
+    tenant: str
+    limits: TenantLimits
+    carry: AdmissionCarry | None = None

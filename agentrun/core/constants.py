@@ -1,0 +1,67 @@
+"""Names that are part of the deployed contract: never rename one once runs use it."""
+
+TASK_QUEUE = "agent-runs"
+WORKFLOW_NAME = "AgentRun"
+RUN_ID_PREFIX = "run-"
+# The Worker Deployment that versioned workers (AGENTRUN_BUILD_ID) belong to.
+DEPLOYMENT_NAME = "agentrun"
+
+# Activity names are stable and namespaced (a rename breaks in-flight runs).
+ACTIVITY_MODEL_COMPLETE = "model.complete"
+ACTIVITY_TOOL_INVOKE = "tool.invoke"
+ACTIVITY_CHECKPOINT_SAVE = "checkpoint.save"
+ACTIVITY_VERIFY_CHECK = "verify.check"
+ACTIVITY_MIRROR_SYNC = "mirror.sync"
+ACTIVITY_RECEIPT_RECORD = "receipts.record"
+ACTIVITY_FORK_SEED = "fork.seed"
+
+# Workflow message names.
+QUERY_STATE = "state"
+QUERY_PENDING_APPROVAL = "pending_approval"
+UPDATE_APPROVE = "approve"
+UPDATE_REJECT = "reject"
+UPDATE_PAUSE = "pause"
+UPDATE_RESUME = "resume"
+SIGNAL_APPROVE = "approve_signal"
+SIGNAL_REJECT = "reject_signal"
+SIGNAL_PAUSE = "pause_signal"
+SIGNAL_RESUME = "resume_signal"
+
+# The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
+# events, the model activity the text as the provider streams it.
+STREAM_TOPIC_EVENTS = "events"
+STREAM_TOPIC_TEXT = "text"
+
+# A tool message that names a step instead of quoting its output: the model activity reads
+# the output from the step's mirror row, so history does not carry it twice.
+STEP_OUTPUT_REF = "agentrun_step_output"
+
+OFFLINE_MODEL = "offline-planner"
+OFFLINE_MODEL_PRICE = (0.15, 0.60)  # USD per million tokens in and out, for cost figures
+
+# The local stack's ports, defined here alone: the default address, the UI, `up --port`.
+TEMPORAL_PORT = 7233
+WEB_UI_PORT = 8233
+DEFAULT_TEMPORAL_ADDRESS = f"localhost:{TEMPORAL_PORT}"
+DEFAULT_WEB_UI = f"http://localhost:{WEB_UI_PORT}"
+
+# Backlogs: one long-running workflow per agent hands each task to an AgentRun child.
+BACKLOG_WORKFLOW_NAME = "AgentBacklog"
+BACKLOG_ID_PREFIX = "backlog-"
+ACTIVITY_BACKLOG_SYNC = "backlog.sync"
+ACTIVITY_BACKLOG_LOAD = "backlog.load"
+UPDATE_BACKLOG_ENQUEUE = "backlog.enqueue"
+UPDATE_BACKLOG_STOP = "backlog.stop"
+UPDATE_BACKLOG_RESUME = "backlog.resume"
+UPDATE_BACKLOG_RETRY = "backlog.retry"
+QUERY_BACKLOG_STATE = "backlog.state"
+
+# Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
+ADMISSION_WORKFLOW_NAME = "TenantAdmission"
+ADMISSION_ID_PREFIX = "admission-"
+ACTIVITY_ADMISSION_SYNC = "admission.sync"
+UPDATE_ADMISSION_ENQUEUE = "admission.enqueue"
+UPDATE_ADMISSION_CONFIGURE = "admission.configure"
+SIGNAL_ADMISSION_RELEASE = "admission.release"
+QUERY_ADMISSION_POSITION = "admission.position"
+SIGNAL_RUN_ADMIT = "admit_signal"

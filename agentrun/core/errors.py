@@ -1,0 +1,167 @@
+"""Every error agentrun raises or classifies, in one place; Temporal alone owns retries.
+
+Two families. Errors for people (SetupError, OperationError and their kin) end a command
+with exit 2 and a message that says what to do next. Failures of steps become
+ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
+what to do (SDK clients are built with max_retries=0); the run workflow reads them back
+with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+
+import openai
+import psycopg
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+
+# ---------------------------------------------------------------- errors for people
+
+
+class SetupError(Exception):
+    """A service is missing or unreachable, or a setting is wrong; the message says how to
+    provide or fix it."""
+
+
+class ConnectionSettingsError(SetupError):
+    """The Temporal profile or TLS files cannot be read; the message says which."""
+
+
+class OperationError(Exception):
+    """A refused or failed operation; the message is for a person."""
+
+
+class UnknownEncryptionKey(Exception):
+    """A payload names a key id this process does not hold."""
+
+
+class SecretUnavailable(LookupError):
+    """A marker that does not open here: not this run's, or sealed under a key we lack."""
+
+
+# ---------------------------------------------------------------- failures of steps
+
+# Error types a run treats as final; listed so workflows can recognise them.
+PERMISSION_DENIED = "PermissionDenied"
+BAD_REQUEST = "BadRequest"
+RATE_LIMITED = "RateLimited"
+PROVIDER_UNAVAILABLE = "ProviderUnavailable"
+UNKNOWN_TOOL = "UnknownTool"
+# A payload over Temporal's blob size limit (agentrun.core.payload_limits): no retry sends less.
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"
+# Another attempt holds an external tool's claim: retry later, it may finish meanwhile.
+EFFECT_IN_PROGRESS = "EffectInProgress"
+
+# Failures that no other model or another try will fix.
+FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
+
+# Postgres refused the values themselves (out of range, a broken constraint): the same write
+# fails however often it is retried.
+DATA_REFUSED = "DataRefused"
+REFUSED_DATA_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
+
+
+@contextlib.contextmanager
+def refused_data_is_final() -> Iterator[None]:
+    """Around an activity: Postgres refusing its data fails it at once, never retried."""
+    try:
+        yield
+    except REFUSED_DATA_ERRORS as err:
+        raise ApplicationError(
+            f"Postgres refused the data ({type(err).__name__}): {err}; no retry changes it",
+            type=DATA_REFUSED,
+            non_retryable=True,
+        ) from err
+
+
+def retry_after(err: openai.APIStatusError) -> timedelta | None:
+    raw = err.response.headers.get("retry-after")
+    try:
+        return timedelta(seconds=float(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def classify_model_error(err: Exception) -> ApplicationError:
+    """Turn an `openai` exception into the ApplicationError Temporal should act on."""
+    if isinstance(err, openai.RateLimitError):
+        return ApplicationError(
+            f"model provider rate limited the call: {err}",
+            type=RATE_LIMITED,
+            next_retry_delay=retry_after(err),
+        )
+    if isinstance(err, openai.AuthenticationError | openai.PermissionDeniedError):
+        return ApplicationError(
+            f"model provider refused the credentials ({err.status_code}): check "
+            "OPENAI_API_KEY and the model's access",
+            type=PERMISSION_DENIED,
+            non_retryable=True,
+        )
+    if isinstance(err, openai.APIStatusError) and 400 <= err.status_code < 500:
+        return ApplicationError(
+            f"model provider rejected the request ({err.status_code}): {err}",
+            type=BAD_REQUEST,
+            non_retryable=True,
+        )
+    # 5xx, timeouts and dropped connections: worth another try, with backoff.
+    return ApplicationError(f"model provider unavailable: {err}", type=PROVIDER_UNAVAILABLE)
+
+
+def unknown_tool(message: str) -> ApplicationError:
+    """The model named a tool this worker does not have: no retry will find it."""
+    return ApplicationError(message, type=UNKNOWN_TOOL, non_retryable=True)
+
+
+def tool_forbidden(tool: str, reason: str, attempt: int) -> ApplicationError:
+    """A tool was refused permission: final, and by default the run waits for a person. The
+    attempt goes along, so the run records which one was refused (`attempts_made`)."""
+    return ApplicationError(
+        f"{tool} was refused permission: {reason}",
+        {"attempt": attempt},
+        type=PERMISSION_DENIED,
+        non_retryable=True,
+    )
+
+
+def effect_in_progress(tool: str, key: str) -> ApplicationError:
+    return ApplicationError(
+        f"another attempt is still performing {tool} ({key}); retrying later",
+        type=EFFECT_IN_PROGRESS,
+    )
+
+
+def reworded(err: Exception, message: str) -> ApplicationError:
+    """`err` classified as it was, with another message (one that quotes no secret)."""
+    return ApplicationError(
+        message,
+        type=err.type if isinstance(err, ApplicationError) else type(err).__name__,
+        non_retryable=isinstance(err, ApplicationError) and err.non_retryable,
+    )
+
+
+def error_kind(err: ActivityError) -> str:
+    """The classified type of an activity's final failure ("Timeout" for a timeout)."""
+    if isinstance(err.cause, ApplicationError):
+        return err.cause.type or "ApplicationError"
+    if isinstance(err.cause, TimeoutError):
+        return "Timeout"
+    return type(err.cause).__name__
+
+
+def attempts_made(err: ActivityError, max_attempts: int) -> int:
+    """How many attempts an activity made before it failed for good: all it had if its
+    retries ran out, else the number the activity reported in its error's details."""
+    if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return max_attempts
+    if isinstance(err.cause, ApplicationError):
+        for detail in err.cause.details:
+            if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
+                return int(detail["attempt"])
+    return 1
+
+
+def cause(err: ActivityError) -> str:
+    """What went wrong, for the step's record and the run's error."""
+    return err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)

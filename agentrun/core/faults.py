@@ -1,0 +1,65 @@
+"""Named fault points for crash tests: off, and free, unless AGENTRUN_FAULTS names them.
+
+A fault point kills its own process with SIGKILL, the way a machine loss or an OOM kill
+would: no cleanup, no final heartbeat, no chance to report. `tool.zombie` is the exception:
+it makes the first attempt of a tool call hang past its timeout instead, ignore
+cancellation, then carry on and try to write its result late.
+
+AGENTRUN_FAULTS is a comma-separated list of points, each optionally narrowed to one tool
+or model: `tool.after_effect:send_message`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from functools import cache
+
+from agentrun.core.settings import Settings
+
+POINTS: dict[str, str] = {
+    "tool.before_run": "the tool's attempt is claimed, the tool has not run",
+    "tool.after_effect": "the tool answered and committed, the activity has not returned",
+    "tool.after_external_effect": "an external effect happened, its record is not written",
+    "model.after_response": "the model answered and was journaled, the activity has not returned",
+    "mirror.after_write": "a mirror batch committed, its completion is not reported",
+    "mirror.in_transaction": "a mirror batch is written but not committed",
+    "receipt.in_write": "the receipt is written but not committed",
+    "tool.zombie": "attempt 1 hangs past its timeout, ignores cancellation, then writes late",
+}
+
+
+@cache
+def _armed() -> tuple[frozenset[str], float]:
+    """The armed points and the zombie's hang, read from the settings on first use (never at
+    import, so importing this module reads no environment)."""
+    settings = Settings()  # the environment alone: no stack file, no Temporal profile
+    points = frozenset(name.strip() for name in settings.faults.split(",") if name.strip())
+    return points, settings.zombie_seconds
+
+
+def armed(point: str, target: str | None = None) -> bool:
+    points, _ = _armed()
+    return bool(points) and (point in points or f"{point}:{target}" in points)
+
+
+def fire(point: str, target: str | None = None) -> None:
+    """Die here if `point` (or `point:target`, e.g. `tool.after_effect:send_message`) is armed."""
+    if armed(point, target):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def zombie(target: str | None, attempt: int) -> None:
+    """If `tool.zombie` is armed, hang attempt 1 past its timeout, deaf to cancellation."""
+    if attempt != 1 or not armed("tool.zombie", target):
+        return
+    # Longer than the step's heartbeat timeout, so another attempt takes the step over and
+    # finishes it before the zombie wakes.
+    deadline = time.monotonic() + _armed()[1]
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            await asyncio.sleep(left)
+        except asyncio.CancelledError:
+            continue  # a zombie does not listen

@@ -1,0 +1,88 @@
+"""Where a fork starts, worked out from a run's recorded steps and conversation (pure).
+
+A fork at step N takes steps 1..N-1 as the parent recorded them and the conversation they
+built: every message up to the model reply that proposed step N's call, and the tool
+results of that reply's calls before it. Step N then runs live, or, at a tool step with an
+edited output, the edit stands for its result. Model steps map to the assistant messages in
+order (a completed model step appended exactly one); a tool step maps to the call of its
+reply with its name, in turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentrun.core.models import ForkOrigin, JsonDict, StepRecord
+
+FORKABLE = ("model_call", "tool_call")
+
+
+class ForkError(Exception):
+    """The run cannot be forked there; the message says why and what to do."""
+
+
+@dataclass
+class ForkPlan:
+    seeded: list[StepRecord]  # steps 1..N-1, as recorded
+    prefix: list[JsonDict]  # the conversation the fork starts with
+    model_calls: int  # model calls among the seeded steps
+    calls: list[JsonDict]  # step N's reply's calls from step N on (tool forks); [] otherwise
+    target: StepRecord
+
+
+def plan(origin: ForkOrigin, steps: list[StepRecord], conversation: list[JsonDict]) -> ForkPlan:
+    parent, n = origin.parent_run_id, origin.from_step
+    by_seq = {s.seq: s for s in steps}
+    target = by_seq.get(n)
+    if target is None:
+        raise ForkError(f"run {parent} has no step {n}: `starter.py receipt {parent}` lists them")
+    if target.type not in FORKABLE:
+        raise ForkError(
+            f"step {n} of {parent} is a {target.type} step; fork at a model or tool step"
+        )
+    if origin.edit_output is not None and target.type != "tool_call":
+        raise ForkError("--edit-output replaces a tool's output: fork at a tool step")
+    seeded = [s for s in steps if s.seq < n]
+    unfinished = [s.step_id for s in seeded if not s.final]
+    if unfinished or not target.final:
+        raise ForkError(
+            f"steps up to {n} of {parent} are not all recorded as finished "
+            f"({', '.join(unfinished) or target.step_id}); fork once they are"
+        )
+    answered = [s for s in seeded if s.type == "model_call" and s.status == "completed"]
+    replies = [i for i, m in enumerate(conversation) if m.get("role") == "assistant"]
+    if target.type == "model_call":
+        k = len(answered)
+        prefix = conversation[: replies[k]] if k < len(replies) else conversation
+        return ForkPlan(seeded, prefix, len(answered), [], target)
+    if not answered:
+        raise ForkError(f"step {n} of {parent} has no model reply before it")
+    k = len(answered) - 1
+    if k >= len(replies):
+        raise ForkError(
+            f"{parent}'s stored conversation stops before step {n}'s reply (the run made no "
+            "model call after it): fork at the model step before it"
+        )
+    reply_at = replies[k]
+    calls: list[JsonDict] = list(conversation[reply_at].get("tool_calls") or [])
+    earlier_same = [
+        s
+        for s in seeded
+        if s.seq > answered[-1].seq
+        and s.type == "tool_call"
+        and s.name == target.name
+        and s.status != "unknown_outcome"
+    ]
+    matching = [i for i, c in enumerate(calls) if _name(c) == target.name]
+    if len(earlier_same) >= len(matching):
+        raise ForkError(f"step {n}'s call is not among its reply's tool calls")
+    j = matching[len(earlier_same)]
+    results = conversation[reply_at + 1 : reply_at + 1 + j]
+    if len(results) < j or any(m.get("role") != "tool" for m in results):
+        raise ForkError(f"{parent}'s conversation lacks the results of the calls before step {n}")
+    return ForkPlan(seeded, conversation[: reply_at + 1 + j], len(answered), calls[j:], target)
+
+
+def _name(call: Any) -> str:
+    return str((call.get("function") or {}).get("name", ""))

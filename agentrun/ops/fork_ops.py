@@ -1,0 +1,78 @@
+"""`starter.py fork`: a new run from another's recorded steps, with an edited output.
+
+The parent is only read: its spec from Temporal (the input of its latest generation), its
+steps and conversation from the mirror. The fork is a run of its own, with its own id and
+receipt; `fork.seed` links the two in `run_forks`, and each receipt names the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentrun.core import forking
+from agentrun.core.errors import OperationError
+from agentrun.core.keys import canonical_json
+from agentrun.core.models import ForkOrigin, RunSpec
+from agentrun.ops import operations as ops
+from agentrun.store.fork_store import ForkStore
+
+
+async def parent_spec(client: Client, run_id: str) -> RunSpec:
+    """The spec the parent was started with (its latest generation's input, less the carry)."""
+    try:
+        history = await client.get_workflow_handle(run_id).fetch_history()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise OperationError(
+                f"no run {run_id!r} in Temporal (or its history has expired): "
+                "`starter.py list` shows the runs"
+            ) from err
+        raise
+    first = history.events[0]
+    if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        raise OperationError(f"run {run_id}'s history does not start with its input")
+    payloads = first.workflow_execution_started_event_attributes.input.payloads
+    [spec] = await client.data_converter.decode(payloads, [RunSpec])
+    assert isinstance(spec, RunSpec)
+    return spec.model_copy(update={"carry": None})
+
+
+def default_key(parent_run_id: str, from_step: int, edit_output: Any) -> str:
+    """The same fork asked for twice is one run; a different edit is another."""
+    digest = hashlib.sha256(canonical_json(edit_output).encode()).hexdigest()[:8]
+    return f"{parent_run_id.removeprefix('run-')}.fork{from_step}-{digest}"
+
+
+async def fork_run(
+    client: Client,
+    pool: AsyncConnectionPool,
+    run_id: str,
+    *,
+    from_step: int,
+    edit_output: Any = None,
+    key: str | None = None,
+    task_queue: str,
+    indexed: bool = True,
+) -> ops.Started:
+    origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
+    steps, conversation = await ForkStore(pool).record(run_id)
+    if not steps:
+        raise OperationError(f"run {run_id} has no steps in the mirror to fork from")
+    try:
+        forking.plan(origin, steps, conversation)  # refuse here, before anything starts
+    except forking.ForkError as err:
+        raise OperationError(str(err)) from err
+    spec = await parent_spec(client, run_id)
+    fork_spec = spec.model_copy(
+        update={
+            "fork": origin,
+            "idempotency_key": key or default_key(run_id, from_step, edit_output),
+        }
+    )
+    return await ops.start_run(client, fork_spec, task_queue=task_queue, indexed=indexed)

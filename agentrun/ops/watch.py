@@ -1,0 +1,148 @@
+"""Follow a run as it works: its events and its model's text as they happen, then its receipt.
+
+A live run is read from its workflow stream (`temporalio.contrib.workflow_streams`): the
+workflow publishes every event it mirrors, and `model.complete` publishes the reply's text
+as the provider streams it. Offsets are global and survive continue-as-new, so a watcher
+that joins late replays from offset 0 (or any offset) and sees the same sequence as one that
+watched from the start. An ended run's story is read from the Postgres mirror instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
+from agentrun.core.errors import OperationError
+from agentrun.core.models import JsonDict, RunEvent, TextPiece, WatchItem
+from agentrun.ops import operations as ops
+
+# After a worker crash or a server restart a subscription fails; it resumes from the next
+# offset it has not seen, this long after, for as long as the run is open.
+RESUBSCRIBE_SECONDS = 0.5
+# The receipt is written before the workflow returns; this bounds the wait for its row.
+RECEIPT_WAIT_SECONDS = 10.0
+
+
+async def watch(
+    client: Client,
+    run_id: str,
+    *,
+    pool: AsyncConnectionPool | None = None,
+    from_offset: int = 0,
+    poll_cooldown: timedelta = timedelta(milliseconds=100),
+) -> AsyncIterator[WatchItem]:
+    """Every item of the run from `from_offset` on, live, ending with its receipt.
+
+    Without a pool the items end at the run's last event (the receipt lives in Postgres),
+    and an ended run cannot be read (its story is in the mirror).
+    """
+    if from_offset < 0:
+        raise OperationError("--from takes an offset of 0 or more")
+    if not await _is_open(client, run_id):
+        if pool is None:
+            raise OperationError(
+                f"run {run_id} has ended; its story is in the mirror: set DATABASE_URL"
+            )
+        async for item in mirror_story(pool, run_id, after_seq=from_offset):
+            yield item
+        return
+    stream = WorkflowStreamClient.create(client, run_id)
+    offset = from_offset
+    while True:
+        try:
+            async for raw in stream.subscribe(
+                [STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT],
+                from_offset=offset,
+                poll_cooldown=poll_cooldown,
+            ):
+                offset = raw.offset + 1
+                yield stream_item(raw)
+            break
+        except (RPCError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            # The run's worker died mid-poll, or the server restarted: the stream itself is
+            # rebuilt from history by the next worker, so pick up at the next offset.
+            if not await _is_open(client, run_id):
+                break
+            await asyncio.sleep(RESUBSCRIBE_SECONDS)
+    if pool is not None:
+        yield await _receipt_item(pool, run_id)
+
+
+def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:
+    if raw.topic == STREAM_TOPIC_TEXT:
+        piece = TextPiece.model_validate(raw.data)
+        return WatchItem(
+            kind="text",
+            type="model.text",
+            offset=raw.offset,
+            step_id=piece.step_id,
+            data={"attempt": piece.attempt},
+            text=piece.text,
+        )
+    event = RunEvent.model_validate(raw.data)
+    return _event_item(event, offset=raw.offset)
+
+
+def _event_item(event: RunEvent, *, offset: int | None) -> WatchItem:
+    return WatchItem(
+        kind="event",
+        type=event.type,
+        offset=offset,
+        seq=event.seq,
+        step_id=event.step_id,
+        data=event.data,
+        at=event.at,
+    )
+
+
+async def mirror_story(
+    pool: AsyncConnectionPool, run_id: str, *, after_seq: int = 0
+) -> AsyncIterator[WatchItem]:
+    """An ended run's events as the mirror holds them, then its receipt."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            """SELECT seq, type, step_id, data, created_at FROM events
+               WHERE run_id = %s AND seq > %s ORDER BY seq""",
+            (run_id, after_seq),
+        )
+        rows = await cur.fetchall()
+    for seq, type_, step_id, data, at in rows:
+        event = RunEvent(seq=seq, type=type_, step_id=step_id, data=data, at=at)
+        yield _event_item(event, offset=None)
+    yield await _receipt_item(pool, run_id)
+
+
+async def _receipt_item(pool: AsyncConnectionPool, run_id: str) -> WatchItem:
+    deadline = asyncio.get_running_loop().time() + RECEIPT_WAIT_SECONDS
+    while True:
+        try:
+            receipt: JsonDict = await ops.receipt(pool, run_id)
+            break
+        except OperationError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    return WatchItem(kind="receipt", type="receipt", data=receipt)
+
+
+async def _is_open(client: Client, run_id: str) -> bool:
+    try:
+        description = await client.get_workflow_handle(run_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
+        raise
+    return description.status == WorkflowExecutionStatus.RUNNING

@@ -1,0 +1,57 @@
+"""The conversation a run's model sees, kept in Postgres rather than in Temporal's history.
+
+Passing the whole conversation to every model call would make history grow with the square
+of the run's length. Instead each model call carries only the messages added since the last
+one; the activity stores them (keyed by position, so a retry writes nothing new) and reads
+the whole conversation back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from agentrun.core.constants import STEP_OUTPUT_REF
+from agentrun.core.models import JsonDict
+
+
+class ConversationStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def extend(
+        self, run_id: str, first_index: int, messages: list[JsonDict]
+    ) -> list[JsonDict]:
+        """Store messages from `first_index` on; return the conversation up to their end."""
+        async with self.pool.connection() as conn, conn.transaction():
+            messages = [await self._resolve(conn, run_id, m) for m in messages]
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    """INSERT INTO conversation (run_id, idx, message) VALUES (%s, %s, %s)
+                       ON CONFLICT (run_id, idx) DO NOTHING""",
+                    [(run_id, first_index + i, Jsonb(m)) for i, m in enumerate(messages)],
+                )
+            cur = await conn.execute(
+                "SELECT idx, message FROM conversation WHERE run_id = %s AND idx < %s ORDER BY idx",
+                (run_id, first_index + len(messages)),
+            )
+            rows = await cur.fetchall()
+        if [idx for idx, _ in rows] != list(range(first_index + len(messages))):
+            raise LookupError(f"the stored conversation of {run_id} has gaps")
+        return [dict(message) for _, message in rows]
+
+    async def _resolve(self, conn: Any, run_id: str, message: JsonDict) -> JsonDict:
+        step_id = message.get(STEP_OUTPUT_REF)
+        if step_id is None:
+            return message
+        cur = await conn.execute(
+            "SELECT output FROM steps WHERE run_id = %s AND step_id = %s", (run_id, step_id)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise LookupError(f"step {step_id} of {run_id} has no recorded output")
+        content = json.dumps(row[0], default=str)
+        return {"role": "tool", "tool_call_id": message["tool_call_id"], "content": content}

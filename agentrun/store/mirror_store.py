@@ -1,0 +1,445 @@
+"""All SQL that writes the run mirror, in one place.
+
+Two writers touch a step row, and fencing keeps them apart:
+- an activity attempt writes its intent, lease and report, but only while the row is not
+  final and no newer attempt has claimed it;
+- the workflow makes a row final for the attempt whose result it accepted; after that, no
+  attempt (a zombie that outlived its timeout included) can change the row.
+Every write is an upsert keyed by (run_id, step_id) or (run_id, seq), so a retried write
+never adds a row. A row Postgres refuses for its data (a number out of range, say) is
+recorded in `mirror_failures` instead, and the rest of its batch lands: no retry would
+change the data, and a run must not wait for ever on a write that cannot happen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from agentrun.core import faults
+from agentrun.core.errors import REFUSED_DATA_ERRORS
+from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
+
+
+class MirrorStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    # ------------------------------------------------------------ written by activity attempts
+
+    async def begin_attempt(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        seq: int,
+        type: str,
+        name: str,
+        attempt: int,
+        worker: str,
+        lease_seconds: float,
+        input: JsonDict,
+        idempotency_key: str | None = None,
+    ) -> JsonDict:
+        """Claim the step for this attempt; returns the step's saved mid-step checkpoint."""
+        # One statement, so one round trip and atomic: the claim and the journal row.
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """
+                WITH claimed AS (
+                    INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
+                                       worker, lease_until, idempotency_key, started_at)
+                    VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running',
+                            %(input)s, %(attempt)s, %(worker)s,
+                            now() + make_interval(secs => %(lease)s), %(key)s, now())
+                    ON CONFLICT (run_id, step_id) DO UPDATE SET
+                        status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
+                        lease_until = EXCLUDED.lease_until, updated_at = now()
+                    WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
+                    RETURNING checkpoint
+                ), journal AS (
+                    INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
+                    VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
+                    ON CONFLICT DO NOTHING
+                )
+                SELECT checkpoint FROM claimed
+                """,
+                {
+                    "run": run_id,
+                    "step": step_id,
+                    "seq": seq,
+                    "type": type,
+                    "name": name,
+                    "input": Jsonb(input),
+                    "attempt": attempt,
+                    "worker": worker,
+                    "lease": lease_seconds,
+                    "key": idempotency_key,
+                },
+            )
+            row = await cur.fetchone()
+        return dict(row[0]) if row else {}
+
+    async def renew_lease(
+        self, *, run_id: str, step_id: str, attempt: int, lease_seconds: float
+    ) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """UPDATE steps SET lease_until = now() + make_interval(secs => %s)
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s AND NOT final""",
+                (lease_seconds, run_id, step_id, attempt),
+            )
+
+    async def save_step_checkpoint(
+        self, *, run_id: str, step_id: str, attempt: int, patch: JsonDict
+    ) -> None:
+        """Merge mid-step progress at once, outside the tool's transaction, for the next try."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """UPDATE steps SET checkpoint = checkpoint || %s, updated_at = now()
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s AND NOT final""",
+                (Jsonb(patch), run_id, step_id, attempt),
+            )
+
+    async def end_attempt(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        attempt: int,
+        status: str,
+        output: Any = None,
+        error: str | None = None,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        cost_usd: float = 0.0,
+    ) -> bool:
+        """Report an attempt's outcome; returns False when the step was already fenced off."""
+        # One statement, so one round trip and atomic: the journal row and the fenced report.
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """
+                WITH journal AS (
+                    UPDATE step_attempts SET status = %(status)s, error = %(error)s,
+                           tokens_in = %(tin)s, tokens_out = %(tout)s, cost_usd = %(cost)s,
+                           finished_at = now()
+                    WHERE run_id = %(run)s AND step_id = %(step)s AND attempt = %(attempt)s
+                ), report AS (
+                    UPDATE steps SET status = %(step_status)s, output = %(output)s,
+                           error = %(error)s, tokens_in = %(tin)s, tokens_out = %(tout)s,
+                           cost_usd = %(cost)s, lease_until = NULL, updated_at = now()
+                    WHERE run_id = %(run)s AND step_id = %(step)s AND attempt = %(attempt)s
+                      AND NOT final
+                    RETURNING 1
+                )
+                SELECT count(*) FROM report
+                """,
+                {
+                    "status": status,
+                    "step_status": f"attempt_{status}",
+                    "output": Jsonb(output),
+                    "error": error,
+                    "tin": tokens_in,
+                    "tout": tokens_out,
+                    "cost": cost_usd,
+                    "run": run_id,
+                    "step": step_id,
+                    "attempt": attempt,
+                },
+            )
+            row = await cur.fetchone()
+        return row is not None and row[0] == 1
+
+    # ------------------------------------------------------------ written by the workflow
+
+    async def sync(self, batch: MirrorBatch) -> None:
+        """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
+        # Pipelined: the same statements in the same transaction, sent without waiting for
+        # each reply, so a batch costs about one round trip however many rows it carries.
+        try:
+            async with (
+                self.pool.connection() as conn,
+                conn.pipeline() as pipeline,
+                conn.transaction(),
+            ):
+                await self._apply(conn, batch)
+                if faults.armed("mirror.in_transaction"):
+                    await pipeline.sync()  # the server has every row; only the commit is missing
+                    faults.fire("mirror.in_transaction")
+        except REFUSED_DATA_ERRORS:
+            await self._apply_row_by_row(batch)
+
+    async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
+        """The batch again, each row on its own: the refused ones are recorded, not retried."""
+        run_id, fence = batch.run.run_id, batch.fence
+        writes: list[tuple[str, Callable[[Any], Awaitable[None]]]] = [
+            ("runs", lambda conn: self._write_run(conn, batch))
+        ]
+        writes += [
+            (f"steps[{step.step_id}]", self._step_writer(run_id, step, fence))
+            for step in batch.steps
+        ]
+        writes += [
+            (f"events[{e.seq}]", self._events_writer(run_id, [e], fence)) for e in batch.events
+        ]
+        async with self.pool.connection() as conn, conn.transaction():
+            for target, write in writes:
+                try:
+                    async with conn.transaction():  # a savepoint: a refusal undoes this row
+                        await write(conn)
+                except REFUSED_DATA_ERRORS as err:
+                    await self._record_failure(conn, run_id, target, fence, err)
+
+    def _step_writer(
+        self, run_id: str, step: StepRecord, fence: int
+    ) -> Callable[[Any], Awaitable[None]]:
+        return lambda conn: self._finalize_step(conn, run_id, step, fence)
+
+    def _events_writer(
+        self, run_id: str, events: list[RunEvent], fence: int
+    ) -> Callable[[Any], Awaitable[None]]:
+        return lambda conn: self._write_events(conn, run_id, events, fence)
+
+    async def _record_failure(
+        self, conn: Any, run_id: str, target: str, fence: int, err: Exception
+    ) -> None:
+        await conn.execute(
+            """INSERT INTO mirror_failures (run_id, target, fence, error)
+               VALUES (%s, %s, %s, %s)
+               ON CONFLICT (run_id, target, fence) DO UPDATE SET error = EXCLUDED.error""",
+            (run_id, target, fence, f"{type(err).__name__}: {err}"),
+        )
+
+    async def failures(self, run_id: str) -> list[tuple[str, str]]:
+        """What Postgres refused to store for this run: (target, error), oldest first."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT target, error FROM mirror_failures WHERE run_id = %s
+                   ORDER BY fence, target""",
+                (run_id,),
+            )
+            return [(str(target), str(error)) for target, error in await cur.fetchall()]
+
+    async def rebuild(self, batch: MirrorBatch, receipt: Receipt | None) -> None:
+        """Replace a run's workflow-written rows with those derived from its history.
+
+        Attempt-written columns (worker, lease, mid-step checkpoint) and the attempts
+        journal stay: history does not hold them. See `agentrun.ops.projection`.
+        """
+        run_id = batch.run.run_id
+        keep = [step.step_id for step in batch.steps]
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
+            await conn.execute("DELETE FROM events WHERE run_id = %s", (run_id,))
+            await conn.execute("DELETE FROM receipts WHERE run_id = %s", (run_id,))
+            await conn.execute(
+                "DELETE FROM steps WHERE run_id = %s AND NOT step_id = ANY(%s)", (run_id, keep)
+            )
+            await conn.execute(
+                "UPDATE steps SET final = false, output = NULL, fence = 0 WHERE run_id = %s",
+                (run_id,),
+            )
+            await self._apply(conn, batch)
+            if receipt is not None:
+                await self._store_receipt(conn, receipt)
+
+    async def _apply(self, conn: Any, batch: MirrorBatch) -> None:
+        await self._write_run(conn, batch)
+        for step in batch.steps:
+            await self._finalize_step(conn, batch.run.run_id, step, batch.fence)
+        if batch.events:
+            await self._write_events(conn, batch.run.run_id, batch.events, batch.fence)
+
+    async def _write_run(self, conn: Any, batch: MirrorBatch) -> None:
+        run = batch.run
+        await conn.execute(
+            """
+            INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task, status,
+                current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
+                duplicates_prevented, checkpoint, result, error, created_at, updated_at,
+                finished_at, fence, priority)
+            VALUES (%(run_id)s, %(version)s, %(agent)s, %(profile_hash)s, %(tenant)s, %(user)s,
+                %(task)s, %(status)s,
+                %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
+                %(dups)s, %(cp)s,
+                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s,
+                %(priority)s)
+            ON CONFLICT (run_id) DO UPDATE SET
+                version = EXCLUDED.version, status = EXCLUDED.status,
+                current_step_id = EXCLUDED.current_step_id,
+                pause_reason = EXCLUDED.pause_reason, model = EXCLUDED.model,
+                tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+                cost_usd = EXCLUDED.cost_usd,
+                duplicates_prevented = EXCLUDED.duplicates_prevented,
+                checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
+                error = EXCLUDED.error, created_at = EXCLUDED.created_at,
+                updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
+                fence = EXCLUDED.fence,
+                priority = coalesce(EXCLUDED.priority, runs.priority)
+            WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
+            """,
+            {
+                "run_id": run.run_id,
+                "version": run.version,
+                "agent": run.agent,
+                "profile_hash": run.profile_hash,
+                "tenant": run.tenant,
+                "user": run.user,
+                "task": run.task,
+                "status": run.status.value,
+                "step": run.current_step_id,
+                "pause_reason": run.pause_reason,
+                "model": run.model,
+                "priority": run.priority,
+                "tin": run.tokens_in,
+                "tout": run.tokens_out,
+                "cost": run.cost_usd,
+                "dups": run.duplicates_prevented,
+                "cp": Jsonb(run.checkpoint),
+                "result": run.result,
+                "error": run.error,
+                "created": run.created_at,
+                "updated": run.updated_at,
+                "finished": run.finished_at,
+                "fence": batch.fence,
+            },
+        )
+
+    async def _write_events(
+        self, conn: Any, run_id: str, events: list[RunEvent], fence: int
+    ) -> None:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                """INSERT INTO events (run_id, seq, type, step_id, data, created_at, fence)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s)
+                   ON CONFLICT (run_id, seq) DO UPDATE SET type = EXCLUDED.type,
+                       step_id = EXCLUDED.step_id, data = EXCLUDED.data,
+                       created_at = EXCLUDED.created_at, fence = EXCLUDED.fence
+                   WHERE events.fence < EXCLUDED.fence""",
+                [(run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at, fence) for e in events],
+            )
+
+    async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord, fence: int) -> None:
+        # Never backwards: a write made earlier in the run's history (a smaller fence) that
+        # lands late changes nothing. A final row is only rewritten for the same accepted
+        # attempt: a retried sync, or the re-run of a lost workflow task.
+        await conn.execute(
+            """
+            INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output, error,
+                attempt, tokens_in, tokens_out, cost_usd, idempotency_key, final,
+                started_at, finished_at, lease_until, fence)
+            VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, %(status)s, %(input)s,
+                %(output)s, %(error)s, %(attempt)s, %(tin)s, %(tout)s, %(cost)s, %(key)s,
+                %(final)s, %(started)s, %(finished)s, NULL, %(fence)s)
+            ON CONFLICT (run_id, step_id) DO UPDATE SET
+                seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
+                status = EXCLUDED.status, output = coalesce(EXCLUDED.output, steps.output),
+                error = EXCLUDED.error,
+                attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,
+                tokens_out = EXCLUDED.tokens_out, cost_usd = EXCLUDED.cost_usd,
+                idempotency_key = coalesce(EXCLUDED.idempotency_key, steps.idempotency_key),
+                final = EXCLUDED.final,
+                started_at = coalesce(steps.started_at, EXCLUDED.started_at),
+                finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now(),
+                fence = EXCLUDED.fence
+            WHERE steps.fence <= EXCLUDED.fence
+              AND (NOT steps.final OR steps.attempt = EXCLUDED.attempt)
+            """,
+            {
+                "run": run_id,
+                "step": step.step_id,
+                "seq": step.seq,
+                "type": step.type,
+                "name": step.name,
+                "status": step.status,
+                "input": Jsonb(step.input),
+                "output": None if step.output is None else Jsonb(step.output),
+                "error": step.error,
+                "attempt": step.attempt,
+                "tin": step.tokens_in,
+                "tout": step.tokens_out,
+                "cost": step.cost_usd,
+                "key": step.idempotency_key,
+                "final": step.final,
+                "started": step.started_at,
+                "finished": step.finished_at,
+                "fence": fence,
+            },
+        )
+
+    async def save_run_checkpoint(
+        self, run_id: str, checkpoint: JsonDict, fence: int | None = None
+    ) -> bool:
+        """Merge an accepted checkpoint into the run row, unless a later mirror write (a
+        greater fence) already carried a newer one; returns whether it was written."""
+        async with self.pool.connection() as conn:
+            try:
+                cur = await conn.execute(
+                    """UPDATE runs SET checkpoint = %s
+                       WHERE run_id = %s AND (%s::bigint IS NULL OR fence <= %s)""",
+                    (Jsonb(checkpoint), run_id, fence, fence),
+                )
+            except REFUSED_DATA_ERRORS as err:
+                await self._record_failure(conn, run_id, "runs.checkpoint", fence or 0, err)
+                return False
+            return cur.rowcount == 1
+
+    async def retries(self, run_id: str) -> list[RetryRecord]:
+        """Every step that needed more than one attempt, with what went wrong each time."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT step_id, attempt, status, error FROM step_attempts
+                   WHERE run_id = %s ORDER BY step_id, attempt""",
+                (run_id,),
+            )
+            rows = await cur.fetchall()
+        by_step: dict[str, list[str]] = {}
+        attempts: dict[str, int] = {}
+        for step_id, attempt, status, error in rows:
+            attempts[step_id] = max(attempts.get(step_id, 0), attempt)
+            if status == "failed":
+                by_step.setdefault(step_id, []).append(f"attempt {attempt} failed: {error}")
+            elif status == "running":
+                by_step.setdefault(step_id, []).append(
+                    f"attempt {attempt} lost: its worker stopped before reporting"
+                )
+        return [
+            RetryRecord(step_id=step, attempts=attempts[step], reason="; ".join(reasons))
+            for step, reasons in by_step.items()
+        ]
+
+    async def record_receipt(self, receipt: Receipt) -> str | None:
+        """Store the receipt, and the final answer as a content-addressed artifact."""
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                artifact_id = await self._store_receipt(conn, receipt)
+                faults.fire("receipt.in_write")
+        except REFUSED_DATA_ERRORS as err:
+            async with self.pool.connection() as conn:
+                await self._record_failure(conn, receipt.run_id, "receipts", 0, err)
+            return None
+        return artifact_id
+
+    async def _store_receipt(self, conn: Any, receipt: Receipt) -> str | None:
+        artifact_id = None
+        if receipt.answer:
+            body = receipt.answer.encode()
+            artifact_id = "sha256:" + hashlib.sha256(body).hexdigest()
+            await conn.execute(
+                """INSERT INTO artifacts (artifact_id, run_id, step_id, name, media_type,
+                                          size_bytes, content)
+                   VALUES (%s, %s, NULL, 'answer.md', 'text/markdown', %s, %s)
+                   ON CONFLICT (artifact_id) DO NOTHING""",
+                (artifact_id, receipt.run_id, len(body), body),
+            )
+        await conn.execute(
+            """INSERT INTO receipts (run_id, outcome, receipt) VALUES (%s, %s, %s)
+               ON CONFLICT (run_id) DO UPDATE SET outcome = EXCLUDED.outcome,
+                   receipt = EXCLUDED.receipt""",
+            (receipt.run_id, receipt.outcome.value, Jsonb(receipt.model_dump(mode="json"))),
+        )
+        return artifact_id

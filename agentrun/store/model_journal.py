@@ -1,0 +1,85 @@
+"""The model-response journal: a response that arrived is paid for, so it is kept.
+
+A model activity journals each response before it returns. A retry of the same step (its
+worker died after the response came back) reuses the journaled response instead of paying
+for the call again. Responses the run never used are what the receipt calls unaccepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from agentrun.core.models import JsonDict, Usage
+
+
+class ModelJournal:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def find(self, run_id: str, step_id: str, model: str) -> tuple[int, JsonDict] | None:
+        """The earliest journaled response for this step and model: (attempt, response)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT attempt, response FROM model_journal
+                   WHERE run_id = %s AND step_id = %s AND model = %s
+                   ORDER BY attempt LIMIT 1""",
+                (run_id, step_id, model),
+            )
+            row = await cur.fetchone()
+        return (int(row[0]), dict(row[1])) if row else None
+
+    async def record(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        attempt: int,
+        model: str,
+        response: JsonDict,
+        usage: Usage,
+        cost_usd: float,
+    ) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """INSERT INTO model_journal (run_id, step_id, attempt, model, response,
+                                              tokens_in, tokens_out, cost_usd)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+                (
+                    run_id,
+                    step_id,
+                    attempt,
+                    model,
+                    Jsonb(response),
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    cost_usd,
+                ),
+            )
+
+    async def mark_reused(self, run_id: str, step_id: str, attempt: int, by: int) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """UPDATE model_journal SET reused_by = %s
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s""",
+                (by, run_id, step_id, attempt),
+            )
+
+    async def unaccepted(self, run_id: str) -> tuple[int, float]:
+        """Tokens and cost of responses no accepted step used: (tokens, usd). A model step's
+        output, and a verify step's (its judge), name the journal attempt they used."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT coalesce(sum(j.tokens_in + j.tokens_out), 0),
+                          coalesce(sum(j.cost_usd), 0)::float
+                   FROM model_journal j
+                   WHERE j.run_id = %s AND NOT EXISTS (
+                       SELECT 1 FROM steps s
+                       WHERE s.run_id = j.run_id AND s.step_id = j.step_id AND s.final
+                         AND (s.output ->> 'journal_attempt')::int = j.attempt)""",
+                (run_id,),
+            )
+            row: Any = await cur.fetchone()
+        return int(row[0]), float(row[1])

@@ -1,0 +1,3 @@
+"""Temporal plumbing for clients: the connection, the payload codec (encryption), tracing,
+worker deployments and the codec server. Imports only the core.
+"""

@@ -1,0 +1,83 @@
+"""The one way every entry point connects to Temporal: same address, namespace, converter
+(pydantic, encrypted when AGENTRUN_ENCRYPTION_KEYS is set), and the same telemetry
+(Prometheus metrics for worker processes, OpenTelemetry tracing)."""
+
+from __future__ import annotations
+
+from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+from agentrun.core.errors import ConnectionSettingsError, SetupError
+from agentrun.core.settings import Settings
+from agentrun.core.temporal_connection import connect_options, describe
+from agentrun.temporal.encryption import data_converter
+from agentrun.temporal.telemetry import client_interceptors
+from agentrun.temporal.worker_presence import NoAnswer, within
+
+# One runtime per metrics address: its endpoint binds the port for the life of the process.
+_runtimes: dict[str, Runtime] = {}
+
+
+def runtime_for(settings: Settings) -> Runtime | None:
+    """The Temporal runtime whose Prometheus endpoint serves the SDK's metrics at
+    AGENTRUN_PROMETHEUS_BIND (`/metrics`); None (the SDK's default runtime) when unset."""
+    bind = settings.prometheus_bind
+    if not bind:
+        return None
+    if bind not in _runtimes:
+        try:
+            _runtimes[bind] = Runtime(
+                telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=bind))
+            )
+        except Exception as err:  # the core reports a bad address or a taken port as-is
+            raise SetupError(
+                f"cannot serve Prometheus metrics at {bind!r} ({err}): set "
+                "AGENTRUN_PROMETHEUS_BIND to a free host:port, one per worker process"
+            ) from err
+    return _runtimes[bind]
+
+
+async def connect(
+    settings: Settings,
+    *,
+    identity: str | None = None,
+    serve_metrics: bool = False,
+    within_seconds: float | None = None,
+) -> Client:
+    """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
+    commands do not, so they never contend for the port a worker on the same host serves.
+    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang."""
+    if within_seconds is not None:
+        try:
+            return await within(
+                within_seconds, connect(settings, identity=identity, serve_metrics=serve_metrics)
+            )
+        except NoAnswer as err:
+            raise SetupError(
+                f"Temporal at {settings.temporal_address} did not answer within "
+                f"{within_seconds:g}s; is it up? (`python starter.py up` runs a local one)"
+            ) from err
+    runtime = runtime_for(settings) if serve_metrics else None
+    try:
+        options = connect_options(settings.temporal_profile)
+    except ConnectionSettingsError as err:
+        raise SetupError(str(err)) from err
+    try:
+        return await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            data_converter=data_converter(settings),
+            identity=identity,
+            interceptors=client_interceptors(settings),
+            runtime=runtime,
+            **options,
+        )
+    except RuntimeError as err:
+        where = describe(
+            settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
+        )
+        raise SetupError(
+            f"cannot reach Temporal at {where}: {err}; start the local stack with "
+            "`python starter.py up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
+            "TEMPORAL_TLS_* for a cluster that needs them)"
+        ) from err

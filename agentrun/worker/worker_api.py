@@ -1,0 +1,119 @@
+"""`agentrun.run_worker`: a worker with your tools and MCP servers, in your own process.
+
+`worker.py` is this with flags. The worker applies the DDL its tools declare, records its
+tool set on its task queue (refusing to join workers that have other tools, see
+agentrun/store/tool_sets.py), then polls until `stop` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from agentrun.core import search_attributes
+from agentrun.core.background import alongside
+from agentrun.core.settings import Settings
+from agentrun.ops import tenant_ops
+from agentrun.store import tool_sets
+from agentrun.store.db import install_tool_schema
+from agentrun.store.tenant_store import TenantStore
+from agentrun.temporal.client import connect
+from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.tools.loading import DEMO_TOOLS, load_registry
+from agentrun.tools.mcp import McpServerSpec, mcp_tools
+from agentrun.worker.worker_factory import (
+    ResourceTargets,
+    WorkerDeps,
+    build_worker,
+    model_client,
+    open_worker_pool,
+)
+
+
+async def run_worker(
+    tools: Iterable[Any] | None = None,
+    *,
+    mcp: Iterable[str | McpServerSpec] = (),
+    settings: Settings | None = None,
+    identity: str | None = None,
+    stop: asyncio.Event | None = None,
+    resources: ResourceTargets | None = None,
+) -> None:
+    """Serve runs until `stop` is set (for ever without one).
+
+    `tools`: registries, tools, lists of tools, or `PKG.MODULE:ATTR` references to them; with
+    neither tools nor MCP servers, the demo's tools. `mcp`: `NAME=COMMAND ARGS...` (stdio) or
+    `NAME=https://...`, whose tools the model sees as `NAME__TOOL`. Settings come from the
+    environment unless given. A bad tool, server or tool set raises `SetupError` before the
+    worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
+    fixed counts.
+    """
+    settings = settings or Settings.load()
+    identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
+    stop = stop or asyncio.Event()
+    servers = [s if isinstance(s, McpServerSpec) else McpServerSpec.parse(s) for s in mcp]
+    sources = list(tools or ())
+    if not sources and not servers:
+        sources = [DEMO_TOOLS]
+    async with mcp_tools(servers) as served:
+        registry = load_registry(sources, served)
+        client = await connect(settings, identity=identity, serve_metrics=True)
+        if settings.search_attributes:
+            try:
+                await search_attributes.register(client)
+            except RPCError as err:
+                print(
+                    f"warning: could not register search attributes ({err.message}); register "
+                    "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
+                    flush=True,
+                )
+        pool = await open_worker_pool(settings)
+        try:
+            await install_tool_schema(pool, registry.schema())
+            await tool_sets.join(pool, settings.task_queue, identity, registry.names())
+            deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=registry)
+            await _push_tenant_config(client, pool, settings.task_queue)
+            async with (
+                alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
+                build_worker(client, settings, deps, resources=resources),
+            ):
+                print(
+                    f"worker {identity} polling {settings.task_queue!r} at "
+                    f"{settings.temporal_address} with tools: {', '.join(registry.names())}; "
+                    "Ctrl-C drains and stops it",
+                    flush=True,
+                )
+                if settings.build_id:
+                    print(
+                        f"version {settings.deployment_name}/{settings.build_id}: runs pinned; "
+                        f"`python starter.py deploy {settings.build_id}` sends new runs here",
+                        flush=True,
+                    )
+                if settings.prometheus_bind:
+                    print(f"metrics at http://{settings.prometheus_bind}/metrics", flush=True)
+                await stop.wait()
+                print("draining: finishing the steps in hand", flush=True)
+            await tool_sets.leave(pool, settings.task_queue, identity)
+        finally:
+            await pool.close()
+            shutdown_tracing()
+
+
+async def _push_tenant_config(client: Client, pool: AsyncConnectionPool, task_queue: str) -> None:
+    """Tenants' weights and model-call rates, from Postgres to the server (a new cluster)."""
+    tenants = await TenantStore(pool).all_limits()
+    try:
+        await tenant_ops.apply_queue_config(client, task_queue, tenants)
+    except RPCError as err:
+        print(
+            f"warning: the server did not take tenants' weights and rates ({err.message}); "
+            "fairness weights and model-call rates are not enforced",
+            flush=True,
+        )

@@ -1,0 +1,336 @@
+"""Builds a worker with its injected clients; worker.py, the embedded stack and tests share it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import py_compile
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+from psycopg_pool import AsyncConnectionPool
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import (
+    ResourceBasedSlotConfig,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkerTuner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities import (
+    ForkActivities,
+    MirrorActivities,
+    ModelActivities,
+    ToolActivities,
+    VerifyActivities,
+)
+from activities.admission import AdmissionActivities
+from activities.backlog import BacklogActivities
+from agentrun.core import fairness
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
+from agentrun.core.errors import SetupError
+from agentrun.core.payload_limits import PayloadLimitInterceptor
+from agentrun.core.settings import Settings
+from agentrun.store.artifacts import ArtifactStore
+from agentrun.store.backlog_store import BacklogStore
+from agentrun.store.conversation import ConversationStore
+from agentrun.store.db import activity_slots_for, open_pool, pool_size_for
+from agentrun.store.fork_store import ForkStore
+from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.model_journal import ModelJournal
+from agentrun.store.tenant_store import TenantStore
+from agentrun.store.vault import SecretVault
+from agentrun.tools import ToolRegistry
+from workflows import AgentRunWorkflow
+from workflows.admission import TenantAdmissionWorkflow
+from workflows.backlog import AgentBacklogWorkflow
+
+
+@dataclass
+class WorkerDeps:
+    """The clients a worker's activities hold; tests swap endpoints here, never code."""
+
+    pool: AsyncConnectionPool
+    model_client: openai.AsyncOpenAI
+    registry: ToolRegistry
+
+
+def model_client(settings: Settings) -> openai.AsyncOpenAI:
+    api_key = settings.openai_api_key.get_secret_value()
+    if not settings.openai_base_url and api_key == "offline":
+        raise SetupError(
+            "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
+            "endpoint), or start the local stack with `python starter.py up`."
+        )
+    # Temporal owns retries: the SDK must not retry underneath it.
+    return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
+
+
+# What the workflow sandbox shares with the worker instead of importing afresh for every run,
+# each with its reason. Only the pure core: workflow code imports nothing else of ours but
+# activity stubs, and those (with workflows.policies) come in through
+# `workflow.unsafe.imports_passed_through()` where they are imported. Workflow files stay
+# sandboxed, so the sandbox still catches a non-deterministic call in workflow code.
+SANDBOX_PASSTHROUGH = (
+    # Models, states, errors, keys, constants: deterministic and free of side effects, and
+    # their pydantic classes must be the same objects inside and outside the sandbox.
+    "agentrun.core",
+    # A native (Rust) extension cannot be imported twice in one process: approval
+    # signatures are verified in workflow code with the worker's one copy.
+    "cryptography",
+)
+
+
+ACTIVITY_SLOTS = 100
+
+
+async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
+    """The Postgres pool a worker's activities share, sized for its activity slots."""
+    return await open_pool(settings.require_database(), max_size=pool_size_for(ACTIVITY_SLOTS))
+
+
+def worker_tuning() -> dict[str, Any]:
+    """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
+
+    Measured on 2 cores (bench/run.py, README "Benchmarks"): Temporal's defaults for task
+    slots and the workflow cache did as well as anything tried (fewer workflow threads was
+    slower), so they stay; the sandbox gets an explicit passthrough list.
+    """
+    return {
+        "max_concurrent_activities": ACTIVITY_SLOTS,
+        "max_cached_workflows": 1000,
+        "workflow_runner": SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+        ),
+    }
+
+
+def cache_workflow_bytecode(workflows: Iterable[type]) -> None:
+    """Write the workflow modules' bytecode once, if Python will not.
+
+    The sandbox imports a workflow's module afresh for every run it starts. Under
+    PYTHONDONTWRITEBYTECODE (set in our Dockerfile, common in images) nothing caches that
+    module's bytecode, so every run start compiles its source again (~10 ms of CPU for
+    agent_run.py). Only the workflow modules are written; a read-only folder is skipped.
+    """
+    if not sys.dont_write_bytecode:
+        return  # Python caches it itself on first import
+    files: set[str] = set()
+    for cls in workflows:
+        for name in {base.__module__ for base in cls.__mro__}:  # its mixins' modules too
+            while name:
+                module = sys.modules.get(name)
+                if module is not None and getattr(module, "__file__", None):
+                    files.add(str(module.__file__))
+                name = name.rpartition(".")[0]
+    for file in files:
+        if not file.endswith(".py"):
+            continue
+        with contextlib.suppress(OSError, py_compile.PyCompileError, ValueError):
+            cached = Path(importlib.util.cache_from_source(file))
+            if cached.exists() and cached.stat().st_mtime >= Path(file).stat().st_mtime:
+                continue
+            py_compile.compile(file, cfile=str(cached), doraise=True)
+
+
+def payload_guard(
+    client: Client, settings: Settings, store: MirrorStore
+) -> PayloadLimitInterceptor:
+    """The payload limit, checked with the client's own converter (and encryption codec); a
+    refused model or tool result is recorded as its attempt's failure in `step_attempts`."""
+
+    async def record(subject: Any, error: str) -> None:
+        if activity.info().activity_type not in (ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE):
+            return
+        await store.end_attempt(
+            run_id=subject.run_id,
+            step_id=subject.step_id,
+            attempt=activity.info().attempt,
+            status="failed",
+            error=error,
+        )
+
+    return PayloadLimitInterceptor(
+        client.data_converter, settings.payload_limit_bytes, on_refused=record
+    )
+
+
+class AgentWorkers:
+    """The run worker, the model-call worker and the mirror worker of one process, started
+    and drained together.
+
+    Model calls have a task queue of their own (agentrun.core.fairness) so that the server's
+    per-tenant rate limit there limits model calls and nothing else; mirror writes have one
+    so that their priority puts them ahead of other mirror writes only, not of any tenant's
+    steps.
+    """
+
+    def __init__(self, *workers: Worker) -> None:
+        self.workers = workers
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> AgentWorkers:
+        async with contextlib.AsyncExitStack() as stack:
+            for worker in self.workers:
+                await stack.enter_async_context(worker)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+@dataclass(frozen=True)
+class ResourceTargets:
+    """Size task slots by the machine instead of fixed counts (`worker.py --resource-tuner`):
+    a worker takes more steps only while CPU and memory stay under these fractions, so one
+    machine does not overcommit. Costs a little ramp-up: slots grow as load is measured."""
+
+    cpu: float = 0.8
+    memory: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name, value in (("cpu", self.cpu), ("memory", self.memory)):
+            if not 0 < value <= 1:
+                raise SetupError(f"the {name} target is a fraction of the machine, in (0, 1]")
+
+    def tuner(self, max_activities: int) -> WorkerTuner:
+        return WorkerTuner.create_resource_based(
+            target_memory_usage=self.memory,
+            target_cpu_usage=self.cpu,
+            activity_config=ResourceBasedSlotConfig(maximum_slots=max_activities),
+        )
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The version this worker declares (AGENTRUN_BUILD_ID), or None for an unversioned one.
+
+    Runs are pinned: a run finishes on the build it started on, so a deploy never changes
+    the code under an open run; new runs take whichever version is current. Changes that
+    must reach open runs still go through `workflow.patched` on the old build's line.
+    """
+    if settings.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=settings.deployment_name, build_id=settings.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    deps: WorkerDeps,
+    *,
+    task_queue: str | None = None,
+    max_concurrent_activities: int | None = None,
+    resources: ResourceTargets | None = None,
+) -> AgentWorkers:
+    store = MirrorStore(deps.pool)
+    journal = ModelJournal(deps.pool)
+    vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
+    model = ModelActivities(
+        deps.model_client,
+        deps.registry,
+        store,
+        journal,
+        ConversationStore(deps.pool),
+        default_model=settings.model,
+        prices=settings.model_prices,
+        identity=client.identity,
+        vault=vault,
+        stream_text=settings.model_stream,
+    )
+    tools = ToolActivities(
+        deps.registry,
+        deps.pool,
+        store,
+        client.identity,
+        artifacts=ArtifactStore(deps.pool),
+        artifact_threshold=settings.artifact_threshold_bytes,
+        vault=vault,
+    )
+    mirror = MirrorActivities(store, journal)
+    verify = VerifyActivities(
+        deps.model_client,
+        deps.registry,
+        journal,
+        default_model=settings.model,
+        prices=settings.model_prices,
+    )
+    backlog = BacklogActivities(BacklogStore(deps.pool))
+    admission = AdmissionActivities(TenantStore(deps.pool))
+    fork = ForkActivities(ForkStore(deps.pool), deps.registry)
+    tuning = worker_tuning()
+    # Never more activities at once than the pool serves with its reserve to spare: each may
+    # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
+    # The model-call worker takes a share of them (model calls journal to Postgres too).
+    slots = activity_slots_for(
+        deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
+    )
+    # Model calls and mirror writes have queues of their own (agentrun.core.fairness), each served
+    # by a share of the slots: a fifth for the short mirror writes, the rest halved.
+    mirror_slots = max(1, slots // 5)
+    model_slots = max(1, (slots - mirror_slots) // 2)
+    run_slots = max(1, slots - mirror_slots - model_slots)
+    activity_only = {k: v for k, v in tuning.items() if k != "max_cached_workflows"}
+    run_tuning = {**tuning, "max_concurrent_activities": run_slots}
+    model_tuning = {**activity_only, "max_concurrent_activities": model_slots}
+    mirror_tuning = {**activity_only, "max_concurrent_activities": mirror_slots}
+    if resources is not None:  # slots sized by the machine, under the same ceilings
+        for each in (run_tuning, model_tuning, mirror_tuning):
+            each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
+    workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
+    cache_workflow_bytecode(workflows)
+    queue = task_queue or settings.task_queue
+    interceptors = [payload_guard(client, settings, store)]
+    deployment = deployment_config(settings)
+    return AgentWorkers(
+        Worker(
+            client,
+            task_queue=queue,
+            workflows=workflows,
+            activities=[
+                model.complete,  # model calls scheduled before they had a queue of their own
+                tools.invoke,
+                mirror.sync,  # and mirror writes too
+                mirror.save_checkpoint,
+                mirror.record_receipt,
+                verify.check,
+                backlog.sync,
+                backlog.load,
+                fork.seed,
+                admission.sync,
+            ],
+            interceptors=interceptors,
+            deployment_config=deployment,
+            **run_tuning,
+        ),
+        # The same version: a pinned run's model calls go to workers of its own build.
+        Worker(
+            client,
+            task_queue=fairness.model_task_queue(queue),
+            activities=[model.complete],
+            interceptors=interceptors,
+            deployment_config=deployment,
+            **model_tuning,
+        ),
+        Worker(
+            client,
+            task_queue=fairness.mirror_task_queue(queue),
+            activities=[mirror.sync],
+            interceptors=interceptors,
+            deployment_config=deployment,
+            **mirror_tuning,
+        ),
+    )

@@ -1,0 +1,100 @@
+"""The tree reads as layers, each importing only downward (docs/architecture.md).
+
+A module's folder says what it may import: the pure core nothing of ours, the stores only
+the core, and so on up to the worker and the CLI. An upward import fails here, naming the
+file and the import, before it can tie two layers into one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from agentrun.worker.worker_factory import SANDBOX_PASSTHROUGH
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE, STORE, TEMPORAL, TOOLS = (
+    "agentrun.core",
+    "agentrun.store",
+    "agentrun.temporal",
+    "agentrun.tools",
+)
+OPS, WORKER, CLI, DEV = "agentrun.ops", "agentrun.worker", "agentrun.cli", "agentrun.dev"
+
+# Each layer and the layers below it that it may import (besides itself).
+MAY_IMPORT = {
+    CORE: set(),
+    STORE: {CORE},
+    TEMPORAL: {CORE},
+    DEV: {CORE},
+    TOOLS: {CORE, STORE},
+    "activities": {CORE, STORE, TOOLS},
+    "workflows": {CORE, "activities"},
+    OPS: {CORE, STORE, TEMPORAL, "workflows"},
+    CLI: {CORE, STORE, TEMPORAL, OPS},
+    WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, "activities", "workflows"},
+    # The public API (agentrun/__init__.py and the modules beside it): the top, over all.
+    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, "activities", "workflows"},
+}
+LAYERS = {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, CLI, DEV}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "agentrun" and len(parts) > 1 and f"agentrun.{parts[1]}" in LAYERS:
+        return f"agentrun.{parts[1]}"
+    return parts[0]
+
+
+def imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "agentrun":
+                found += [f"agentrun.{alias.name}" for alias in node.names]
+            else:
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return [m for m in found if m.split(".")[0] in ("agentrun", "workflows", "activities")]
+
+
+def test_every_layer_imports_only_downward():
+    files = [
+        *ROOT.glob("agentrun/**/*.py"),
+        *ROOT.glob("workflows/*.py"),
+        *ROOT.glob("activities/*.py"),
+    ]
+    upward = []
+    for path in files:
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        home = layer(module)
+        assert home in MAY_IMPORT, f"{path}: which layer is {home}? add it to MAY_IMPORT"
+        for target in imports(path):
+            if layer(target) != home and layer(target) not in MAY_IMPORT[home]:
+                upward.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not upward, "imports against the layers:\n" + "\n".join(upward)
+
+
+def test_the_allowed_imports_have_no_cycle():
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, f"cycle: {' -> '.join((*path, node))}"
+        if node in done:
+            return
+        for below in MAY_IMPORT[node]:
+            visit(below, (*path, node))
+        done.add(node)
+
+    for node in MAY_IMPORT:
+        visit(node, ())
+
+
+def test_the_sandbox_passes_through_only_the_pure_core():
+    ours = [
+        m
+        for m in SANDBOX_PASSTHROUGH
+        if layer(m) in (*LAYERS, "agentrun", "workflows", "activities")
+    ]
+    assert ours == [CORE]

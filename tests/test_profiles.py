@@ -1,0 +1,70 @@
+"""Agent profiles: expanded into the spec before the start, refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agentrun
+import agentrun_demo
+from agentrun.profiles import ProfileError, load_agents
+from agentrun.store import tool_sets
+from tests.test_cli import run_cli
+
+PROFILES = """
+writer:
+  instructions: Write plainly.
+  model: {model: small-model, temperature: 0.3}
+  tools: [search_notes, shout]
+  max_steps: 4
+"""
+
+
+@pytest.fixture
+def profile_file(tmp_path: Path) -> Path:
+    path = tmp_path / "agents.yaml"
+    path.write_text(PROFILES)
+    return path
+
+
+def test_a_profile_expands_into_the_spec_and_fields_override_it(profile_file: Path) -> None:
+    writer = load_agents(str(profile_file))["writer"]
+    spec = writer.spec("Draft the note.", max_steps=9)
+    assert (spec.agent, spec.instructions, spec.allowed_tools) == (
+        "writer",
+        "Write plainly.",
+        ["search_notes", "shout"],
+    )
+    assert (spec.model.model, spec.model.temperature, spec.max_steps) == ("small-model", 0.3, 9)
+    assert spec.profile_hash == writer.profile_hash()
+    changed = writer.model_copy(update={"instructions": "Write tersely."})
+    assert changed.profile_hash() != writer.profile_hash(), "any change names a new profile"
+
+
+def test_profiles_load_from_python_and_refuse_bad_sources(profile_file: Path) -> None:
+    assert load_agents("agentrun_demo:agents") == {"support-desk": agentrun_demo.support_desk}
+    assert isinstance(agentrun_demo.support_desk, agentrun.Agent)
+    profile_file.write_text("writer: {tools: [a]}")
+    with pytest.raises(ProfileError, match=r"writer.*instructions: Field required"):
+        load_agents(str(profile_file))
+    with pytest.raises(ProfileError, match="has no attribute"):
+        load_agents("agentrun_demo:nobody")
+
+
+async def test_start_refuses_an_unknown_agent_or_a_tool_no_worker_has(
+    settings, pool, profile_file: Path, tmp_path: Path
+) -> None:
+    flags = ["start", "--agents", str(profile_file), "--task", "Draft the note."]
+
+    unknown = await run_cli(settings, tmp_path, *flags, "--agent", "editor")
+    assert unknown.code == 2
+    assert "no agent 'editor'" in unknown.err and "it has: writer" in unknown.err
+
+    unserved = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
+    assert unserved.code == 2 and "no worker has served task queue" in unserved.err
+
+    await tool_sets.join(pool, settings.task_queue, "w", agentrun_demo.registry.names())
+    lacking = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
+    assert lacking.code == 2 and "have no tool shout" in lacking.err, lacking.err
+    await tool_sets.leave(pool, settings.task_queue, "w")
