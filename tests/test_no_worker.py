@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowFailureError
 
+from agentrun.cli import render
 from agentrun.core.backlog_models import TaskItem
 from agentrun.core.settings import Settings
 from agentrun.ops import backlog_ops
@@ -165,6 +166,7 @@ async def test_a_recorded_decision_gets_the_same_checks(client, settings, pool, 
         assert "needs role 'approver'" in refusal.reason and refusal.by == "li"
         state = await ops.status(client, started.run_id)
         assert state.status.value == "waiting_for_approval"
+        assert "refused decision by li" in render.run_state(state), "`status` text shows it"
         await ops.approve(client, started.run_id, by="li", role="approver")
         handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
         assert (await handle.result()).status.value == "completed"

@@ -45,6 +45,8 @@ def run_state(state: RunState) -> str:
             f"  approve: python starter.py approve {state.run_id} --by NAME --role "
             f"{p.required_role}",
         ]
+    for refusal in state.refusals:
+        lines.append(f"refused decision by {refusal.by} at {refusal.at}: {refusal.reason}")
     if state.error:
         lines.append(f"error: {state.error}")
     lines.append("")
