@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
@@ -342,7 +342,11 @@ async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
         runs = await ops.list_runs(
             pool, status=args.status, limit=args.limit, tenant=tenant_of(settings, args)
         )
-    emit(runs, args.json, render.table(runs, ["run_id", "status", "tenant", "cost_usd", "task"]))
+    emit(
+        runs,
+        args.json,
+        render.table(runs, ["run_id", "status", "tenant", "priority", "cost_usd", "task"]),
+    )
     return 0
 
 
@@ -655,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+def console() -> NoReturn:
+    """`python starter.py ...`, and the `agentrun ...` console script (pyproject.toml)."""
     code = main()
     shutdown_tracing()
     # The Temporal client's Rust threads can outlive asyncio.run and abort interpreter
@@ -666,3 +671,7 @@ if __name__ == "__main__":
         except (BrokenPipeError, ValueError):
             pass
     os._exit(code)
+
+
+if __name__ == "__main__":
+    console()

@@ -5,13 +5,22 @@ The same operations the CLI runs (agentrun/ops/operations.py), with the connecti
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun.core.models import DecisionResult, JsonDict, RunResult, RunSpec, RunState
+from agentrun.core.models import (
+    DecisionResult,
+    JsonDict,
+    RunResult,
+    RunSpec,
+    RunState,
+    WatchItem,
+)
 from agentrun.core.settings import Settings
+from agentrun.ops import fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.profiles import Agent
@@ -108,6 +117,38 @@ class RunClient:
 
     async def receipt(self, run_id: str) -> JsonDict:
         return await ops.receipt(await self._database(), run_id, tenant=self.settings.tenant)
+
+    def watch(self, run_id: str, *, from_offset: int = 0) -> AsyncIterator[WatchItem]:
+        """The run as it happens (events, model text), ending with its receipt when a
+        database is configured; an ended run's story from the mirror."""
+        return self._watch(run_id, from_offset)
+
+    async def _watch(self, run_id: str, from_offset: int) -> AsyncIterator[WatchItem]:
+        pool = await self._database() if self.settings.database_url else None
+        async for item in watch.watch(self.client, run_id, pool=pool, from_offset=from_offset):
+            yield item
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        from_step: int,
+        edit_output: Any = None,
+        key: str | None = None,
+    ) -> str:
+        """A new run from `run_id`'s step `from_step` (steps before it as recorded; an edited
+        output for a tool step); returns its id."""
+        started = await fork_ops.fork_run(
+            self.client,
+            await self._database(),
+            run_id,
+            from_step=from_step,
+            edit_output=edit_output,
+            key=key,
+            task_queue=self.settings.task_queue,
+            indexed=self.settings.search_attributes,
+        )
+        return started.run_id
 
     async def _database(self) -> AsyncConnectionPool:
         """The Postgres pool, opened on first use and kept until `close()`."""

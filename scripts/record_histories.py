@@ -24,9 +24,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from agentrun.core import approval_signatures  # noqa: E402
 from agentrun.core.admission_models import TenantLimits  # noqa: E402
 from agentrun.core.errors import OperationError  # noqa: E402
-from agentrun.core.models import RunSpec, Signer  # noqa: E402
+from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentrun.ops import approver_keys  # noqa: E402
+from agentrun.ops import approver_keys, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
@@ -64,6 +64,18 @@ async def paused_and_resumed(client: Client, run_id: str) -> None:
             break
         await asyncio.sleep(0.1)
     await ops.resume(client, run_id)
+
+
+async def watched(client: Client, run_id: str) -> None:
+    """Approved while a watcher follows it: stream signals and poll updates in history."""
+
+    async def follow() -> None:
+        async for _ in watch.watch(client, run_id):
+            pass
+
+    watcher = asyncio.create_task(follow())
+    await approved_with_edit(client, run_id)
+    await watcher
 
 
 async def cancelled(client: Client, run_id: str) -> None:
@@ -148,6 +160,20 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "signed_approval": (
         RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),
         signed_after_a_refusal,
+    ),
+    # Recorded after runs got a live stream (issue 17): the model's text streamed from the
+    # activity, a watcher's polls; then a fork of that run at its send (step 5), edited.
+    "watched_and_streamed": (RunSpec(task=TASK), watched),
+    "forked_with_edit": (
+        RunSpec(
+            task=TASK,
+            fork=ForkOrigin(
+                parent_run_id="run-history-watched_and_streamed",
+                from_step=5,
+                edit_output={"message_id": 1, "status": "sent (edited in the fork)"},
+            ),
+        ),
+        finishes_alone,
     ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.

@@ -38,7 +38,9 @@ class Result:
         return json.loads(self.out)
 
 
-async def run_cli(settings: Settings, home: Path, *args: str, seconds: float = 60) -> Result:
+async def run_cli(
+    settings: Settings, home: Path, *args: str, seconds: float = 60, console: bool = False
+) -> Result:
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -47,9 +49,14 @@ async def run_cli(settings: Settings, home: Path, *args: str, seconds: float = 6
         "AGENTRUN_TASK_QUEUE": settings.task_queue,
         "AGENTRUN_HOME": str(home),  # no stack.json there: only the variables above count
     }
+    # The `agentrun` console script (pyproject.toml) sits beside this interpreter.
+    command = (
+        [str(Path(sys.executable).parent / "agentrun")]
+        if console
+        else [sys.executable, "starter.py"]
+    )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "starter.py",
+        *command,
         *args,
         cwd=ROOT,
         env=env,
@@ -225,6 +232,23 @@ async def test_reads_never_migrate_and_migrate_brings_the_schema_up(settings, po
     listed = await run_cli(fresh, home, "list", "--json")
     assert listed.code == 0, listed.err
     assert listed.json() == []
+
+
+async def test_the_agentrun_console_script_is_the_same_cli(settings, tmp_path):
+    """`agentrun ...` runs the very command line `python starter.py ...` does."""
+    home = tmp_path / "home"
+    helps = [await run_cli(settings, home, "--help", console=flag) for flag in (True, False)]
+    assert [h.code for h in helps] == [0, 0]
+    assert helps[0].out.startswith("usage: agentrun ")
+    words = [
+        h.out.replace(f"usage: {prog}", "usage:", 1).split()
+        for h, prog in zip(helps, ("agentrun", "starter.py"), strict=True)
+    ]
+    assert words[0] == words[1], "the same commands, flags and help"
+    migrated = await run_cli(settings, home, "migrate", "--json", console=True)
+    assert migrated.code == 0, migrated.err
+    assert migrated.json() == {"schema_version": len(MIGRATIONS)}
+    refused(await run_cli(settings, home, "receipt", "run-nonexistent", console=True))
 
 
 async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, tmp_path):

@@ -163,3 +163,22 @@ async def test_tenants_cli_sets_lists_and_refuses(client, settings, pool, tmp_pa
         )
     )
     assert config.config.fairness_weight_overrides[tenant] == 2.0
+
+
+async def test_cli_starts_at_a_priority_and_shows_it(client, settings, pool, worker, tmp_path):
+    bad = await run_cli(settings, tmp_path, "start", "--task", "t", "--priority", "9")
+    assert bad.code == 2 and "priority" in bad.err
+    async with worker():
+        started = await run_cli(
+            settings, tmp_path, "start", "--task", "Answer at once.", "--priority", "1", "--json"
+        )
+        assert started.code == 0, started.err
+        run_id = started.json()["run_id"]
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+        await handle.result()
+        status = await run_cli(settings, tmp_path, "status", run_id, "--json")
+        assert status.json()["priority"] == 1
+    listed = await run_cli(settings, tmp_path, "list", "--json")
+    assert {"run_id": run_id, "priority": 1} in [
+        {"run_id": r["run_id"], "priority": r["priority"]} for r in listed.json()
+    ]

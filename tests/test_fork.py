@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import uuid
 
+import agentrun
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from tests.support import make_spec, rows, wait_pending
@@ -150,3 +152,22 @@ async def test_fork_refusals_are_clear(client, settings, pool, worker, tmp_path)
         assert message in result.err, (args, result.err)
     result = await run_cli(settings, tmp_path, "fork", "run-nope", "--from-step", "2")
     assert result.code == 2
+
+
+async def test_the_python_client_watches_and_forks(client, settings, pool, worker):
+    runs = await agentrun.RunClient.connect(settings)
+    try:
+        async with worker():
+            run_id = await runs.start(
+                "Look up our refund policy.", idempotency_key=f"py-{uuid.uuid4().hex[:10]}"
+            )
+            live = [item async for item in runs.watch(run_id)]
+            fork_id = await runs.fork(run_id, from_step=1)  # a model step: asked again, live
+            forked = await runs.result(fork_id)
+        story = [item async for item in runs.watch(run_id)]  # ended: from the mirror
+    finally:
+        await runs.close()
+    assert live[0].type == "run.started" and live[-1].kind == "receipt"
+    assert [i.seq for i in live if i.kind == "event"] == [i.seq for i in story if i.kind == "event"]
+    assert forked.status.value == "completed"
+    assert (await ops.receipt(pool, run_id))["forks"] == [fork_id]

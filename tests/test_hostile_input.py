@@ -1,7 +1,7 @@
-"""Hostile and bad input, row by row (README "Hostile and bad input"): each is refused with a
+"""Hostile and bad input, row by row (docs/hostile-input.md): each is refused with a
 message that says what is wrong, or handled safely, and nothing already recorded changes.
 
-Rows covered elsewhere are named in the README table rather than repeated here.
+Rows covered elsewhere are named in the docs/hostile-input.md table rather than repeated here.
 """
 
 from __future__ import annotations
@@ -251,7 +251,8 @@ def _backlog(tmp_path, tasks: list[Any], name: str = "backlog.json"):
 
 
 def test_a_backlog_file_of_100_001_tasks_is_refused_whole(tmp_path):
-    # Minimal items: the file is parsed in full before the count is checked (see the README).
+    # Minimal items: the file is parsed in full before the count is checked
+    # (see docs/hostile-input.md).
     path = _backlog(tmp_path, [{}] * 100_001)
     with pytest.raises(OperationError) as caught:
         backlog_ops.load_tasks(path)

@@ -27,6 +27,7 @@ from agentrun.tools.registry import ToolError
 from tests.conftest import running_worker
 from tests.support import make_spec, rows, scripted
 from workflows import AgentRunWorkflow
+from workflows.admission import TenantAdmissionWorkflow
 from workflows.backlog import AgentBacklogWorkflow
 
 SUMMARY = "## Summary\nDone."
@@ -310,7 +311,7 @@ async def test_committed_histories_replay_with_the_guard_on():
     for path in sorted((Path(__file__).parent / "histories").glob("*.json")):
         history = WorkflowHistory.from_json(path.stem, path.read_text())
         replayer = Replayer(
-            workflows=[AgentRunWorkflow, AgentBacklogWorkflow],
+            workflows=[AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow],
             data_converter=pydantic_data_converter,
             interceptors=[PayloadLimitInterceptor(pydantic_data_converter)],
         )

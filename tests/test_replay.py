@@ -101,3 +101,24 @@ def test_the_audit_fixes_have_histories():
     assert taken["cancelled_receipt_shielded"] >= {RECEIPT_SHIELDED}
     assert taken["continued_after_step_boundary"] >= {CONTINUE_AFTER_BOUNDARY}
     assert EFFECT_KEYS not in taken["approved_mirror_after_commit"]
+
+
+def test_streams_and_forks_have_histories():
+    """A watched run (stream signals from the model activity, a watcher's poll updates) and
+    a fork (`fork.seed`, an edited step) are recorded, so their paths replay."""
+    watched = json.loads((HISTORIES[0].parent / "watched_and_streamed.json").read_text())
+    kinds = [e["eventType"] for e in watched["events"]]
+    assert "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED" in kinds
+    signals = [
+        e["workflowExecutionSignaledEventAttributes"]["signalName"]
+        for e in watched["events"]
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"
+    ]
+    assert "__temporal_workflow_stream_publish" in signals
+    forked = json.loads((HISTORIES[0].parent / "forked_with_edit.json").read_text())
+    activities = [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in forked["events"]
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+    ]
+    assert "fork.seed" in activities and "tool.invoke" not in activities

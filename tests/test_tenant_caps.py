@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core.admission_models import TenantLimits
+from agentrun.core.admission_models import AdmissionInput, TenantLimits
 from agentrun.core.errors import OperationError
-from agentrun.ops import admission_ops
+from agentrun.ops import admission_ops, tenant_ops
 from agentrun.ops import operations as ops
 from agentrun.store.tenant_store import TenantStore
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow
-from workflows.admission import admission_id
+from workflows.admission import TenantAdmissionWorkflow, admission_id
 
 # One model call, then a send_message that waits for approval: each run holds its slot
 # until the test approves it.
@@ -174,3 +174,61 @@ async def test_cli_refuses_with_exit_2_naming_the_limit(
         assert "max_queued=0" in refused.err and "tenants set" in refused.err
         await ops.approve(client, ok.json()["run_id"], by="maria", role="approver")
         await wait_status(client, ok.json()["run_id"], "completed")
+
+
+async def test_the_queue_continues_as_new_and_keeps_its_order(client, settings, pool, worker):
+    tenant, cap, total = f"t-{uuid.uuid4().hex[:8]}", 1, 12
+    limits = capped(tenant, cap)
+    # A queue that continues as new every 100 events or so: several times in this test.
+    await client.start_workflow(
+        TenantAdmissionWorkflow.run,
+        AdmissionInput(tenant=tenant, limits=limits, history_events_limit=100),
+        id=admission_id(tenant),
+        task_queue=settings.task_queue,
+    )
+    specs = [make_spec(TASK, tenant=tenant, allowed_tools=["send_message"]) for _ in range(total)]
+    async with worker():
+        order = []
+        for spec in specs:  # one at a time, so the order is the start order
+            started = await ops.start_run(
+                client, spec, task_queue=settings.task_queue, limits=limits
+            )
+            order.append(started.run_id)
+        for position, run_id in enumerate(order):
+            await wait_pending(client, run_id)
+            for later in order[position + 1 :][:2]:
+                state = await ops.status(client, later)
+                assert state.status.value == "queued"
+            await ops.approve(client, run_id, by="maria", role="approver")
+            await wait_status(client, run_id, "completed")
+    description = await client.get_workflow_handle(admission_id(tenant)).describe()
+    info = description.raw_description.workflow_execution_info
+    assert info.first_run_id != description.run_id, "the queue continued as new"
+    admitted = await rows(
+        pool,
+        "SELECT run_id FROM tenant_queue WHERE tenant = %s ORDER BY admitted_at, seq",
+        tenant,
+    )
+    assert [r["run_id"] for r in admitted] == order
+
+
+async def test_raising_the_cap_admits_waiting_runs_at_once(client, settings, pool, worker):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    await TenantStore(pool).save(capped(tenant, 1))
+    limits = await TenantStore(pool).limits(tenant)
+    specs = [make_spec(TASK, tenant=tenant, allowed_tools=["send_message"]) for _ in range(3)]
+    async with worker():
+        run_ids = [
+            (await ops.start_run(client, s, task_queue=settings.task_queue, limits=limits)).run_id
+            for s in specs
+        ]
+        await wait_pending(client, run_ids[0])
+        assert (await ops.status(client, run_ids[2])).queue_position == 2
+        await tenant_ops.set_tenant(
+            client, pool, tenant, {"max_in_flight": 3}, task_queue=settings.task_queue
+        )
+        for run_id in run_ids[1:]:
+            await wait_pending(client, run_id)
+        for run_id in run_ids:
+            await ops.approve(client, run_id, by="maria", role="approver")
+            await wait_status(client, run_id, "completed")

@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import sys
 
 from temporalio.api.enums.v1 import EventType
@@ -18,6 +19,7 @@ from agentrun.ops import operations as ops
 from agentrun.ops import watch
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
+from tests.test_crash_recovery import start_worker_process
 from workflows import AgentRunWorkflow
 from workflows.run_stream import RETAINED_ITEMS
 
@@ -200,3 +202,29 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
     assert carried and all(
         state is not None and len(state.log) <= RETAINED_ITEMS for state in carried
     )
+
+
+async def test_a_watcher_outlives_a_worker_crash(client, settings, pool, worker):
+    """The worker dies (SIGKILL) mid-run; the watcher carries on with the next worker, which
+    rebuilds the stream from history, and follows the run to its receipt."""
+    doomed = await start_worker_process(settings, "doomed", faults="tool.after_effect:send_message")
+    try:
+        spec = make_spec(timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.2})
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        watcher = asyncio.create_task(follow(client, pool, started.run_id))
+        await wait_pending(client, started.run_id, seconds=60)
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        assert await asyncio.wait_for(doomed.wait(), 30) == -signal.SIGKILL
+    finally:
+        if doomed.returncode is None:
+            doomed.kill()
+            await doomed.wait()
+    async with worker():
+        items = await asyncio.wait_for(watcher, 90)
+        again = await follow(client, pool, started.run_id, from_offset=0)
+    check_story(items)
+    # After the run closed, `again` read the mirror; the live watcher's events match it.
+    assert [(i.seq, i.type) for i in items if i.kind == "event"] == [
+        (i.seq, i.type) for i in again if i.kind == "event"
+    ]
+    assert "step.completed" in [i.type for i in items if i.step_id and "tool_call" in i.step_id]

@@ -37,8 +37,6 @@ with workflow.unsafe.imports_passed_through():
         TenantLimits,
     )
 
-# Continue as new well before Temporal's limits; each start costs about ten events.
-HISTORY_EVENTS_LIMIT = 8_000
 SYNC_TIMEOUT = timedelta(seconds=10)
 
 
@@ -52,6 +50,7 @@ class TenantAdmissionWorkflow:
     def __init__(self, input: AdmissionInput) -> None:
         self.tenant = input.tenant
         self.limits = input.limits
+        self.history_events_limit = input.history_events_limit
         carry = input.carry or AdmissionCarry()
         self.seq = carry.seq
         self.waiting = list(carry.waiting)  # run ids, oldest first
@@ -85,6 +84,7 @@ class TenantAdmissionWorkflow:
                         seqs={r: self.seqs[r] for r in self.waiting},
                         in_flight=self.in_flight,
                     ),
+                    history_events_limit=self.history_events_limit,
                 )
             )
 
@@ -92,7 +92,7 @@ class TenantAdmissionWorkflow:
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= HISTORY_EVENTS_LIMIT
+            or info.get_current_history_length() >= self.history_events_limit
         )
 
     def _next(self) -> str | None:

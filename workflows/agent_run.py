@@ -134,7 +134,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.spec = spec
         self.run_id = workflow.info().workflow_id
         # Only runs started with the search attributes keep them current (see the module).
-        self.indexed = search_attributes.STATUS in workflow.info().typed_search_attributes
+        attributes = workflow.info().typed_search_attributes
+        self.indexed = attributes.get(search_attributes.STATUS) is not None
         self.pending_steps: list[StepRecord] = []
         self.pending_events: list[RunEvent] = []
         self.mirror_writes: list[workflow.ActivityHandle[None]] = []

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy, WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
@@ -49,10 +49,6 @@ with workflow.unsafe.imports_passed_through():
 # (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
 # their children's starts as they were.
 CHILD_PRIORITY = "backlog-child-priority"
-# The mirror must outlast a Postgres outage: retry for as long as it takes.
-MIRROR_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
-)
 
 
 def failure_text(err: ChildWorkflowError) -> str:
@@ -273,7 +269,7 @@ class AgentBacklogWorkflow:
                 BacklogActivities.sync,
                 batch,
                 start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=MIRROR_RETRY,
+                retry_policy=fairness.MIRROR_RETRY,  # the run's: retried until Postgres answers
             )
         finally:
             self.flushing -= 1
@@ -283,7 +279,7 @@ class AgentBacklogWorkflow:
             BacklogActivities.load,
             BacklogLoadInput(agent=self.agent),
             start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=MIRROR_RETRY,
+            retry_policy=fairness.MIRROR_RETRY,  # the run's: retried until Postgres answers
         )
         if not mirrored.found:
             return

@@ -98,3 +98,5 @@ class AdmissionInput(BaseModel):
     tenant: str
     limits: TenantLimits
     carry: AdmissionCarry | None = None
+    # Continue as new well before Temporal's limits; each start costs about ten events.
+    history_events_limit: int = Field(8_000, ge=100)

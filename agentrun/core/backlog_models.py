@@ -7,14 +7,13 @@ number, so Temporal's workflow-id uniqueness is what keeps one attempt from star
 
 from __future__ import annotations
 
-import hashlib
-import re
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from agentrun.core.constants import BACKLOG_ID_PREFIX, RUN_ID_PREFIX
+from agentrun.core.keys import id_part
 from agentrun.core.models import JsonDict, RunSpec, Strict
 
 AGENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
@@ -28,10 +27,7 @@ def backlog_id(agent: str) -> str:
 
 def safe_key(key: str) -> str:
     """The key as it may appear in a workflow id: no dots, distinct keys stay distinct."""
-    safe = re.sub(r"[^A-Za-z0-9_-]", "-", key)
-    if safe != key:  # keep "a/b" and "a-b" apart
-        safe += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return safe
+    return id_part(key, dots=False)
 
 
 def compact_spec(spec: RunSpec | None) -> JsonDict | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from agentrun.core.models import JsonDict
@@ -34,3 +35,14 @@ def effect_key(scope: str, tool: str, arguments: JsonDict, occurrence: int) -> s
 def action_hash(tool: str, arguments: JsonDict) -> str:
     """What an approval is bound to: this tool with exactly these arguments."""
     return hashlib.sha256(canonical_json([tool, arguments]).encode()).hexdigest()[:16]
+
+
+def id_part(key: str, *, dots: bool = True) -> str:
+    """A person's key as it may stand in a workflow id: readable, and distinct keys stay
+    distinct ("a/b" and "a-b" differ by a hash suffix). Backlog keys keep no dots, which
+    separate the parts of their runs' ids; run keys always kept theirs, so ids stay as they
+    were."""
+    safe = re.sub(r"[^A-Za-z0-9._-]" if dots else r"[^A-Za-z0-9_-]", "-", key)
+    if safe != key:
+        safe += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    return safe

@@ -44,13 +44,7 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.errors import OperationError
 from agentrun.core.models import ControlInput, JsonDict
-from agentrun.ops.operations import (
-    ask_within,
-    describe_within,
-    held,
-    update_refusal,
-    update_within,
-)
+from agentrun.ops import handles
 from agentrun.store.backlog_store import BacklogStore
 from agentrun.temporal.worker_presence import (
     DEFAULT_WAIT_SECONDS,
@@ -200,9 +194,9 @@ async def enqueue(
                 ),
             )
         except WorkflowUpdateFailedError as err:
-            raise OperationError(f"refused: {update_refusal(err)}") from err
+            raise OperationError(f"refused: {handles.refusal(err)}") from err
         except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-            raise OperationError(held(backlog_id(agent), task_queue, deadline)) from err
+            raise OperationError(handles.held(backlog_id(agent), task_queue, deadline)) from err
         except RPCError as err:
             raise OperationError(f"cannot enqueue for agent {agent}: {err.message}") from err
         total = EnqueueResult(
@@ -254,7 +248,7 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
     check_agent(agent)
     handle = client.get_workflow_handle(backlog_id(agent))
     try:
-        description = await describe_within(handle, deadline)
+        description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise OperationError(
@@ -274,7 +268,7 @@ async def _served(client: Client, backlog: Backlog, deadline: Deadline) -> None:
     """Refuse, sending nothing, unless a worker answers the backlog now: its changes are
     updates, which the server would hold (not keep) while no worker runs."""
     try:
-        await ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
+        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
     except NoAnswer as err:
         found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
         raise OperationError(
@@ -286,7 +280,7 @@ async def _change(client: Client, agent: str, update: Any, arg: Any, wait: float
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     await _served(client, backlog, deadline)
-    return await update_within(backlog.handle, backlog.task_queue, update, arg, deadline)
+    return await handles.update_within(backlog.handle, backlog.task_queue, update, arg, deadline)
 
 
 async def stop(
@@ -316,7 +310,7 @@ async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECOND
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     try:
-        return await ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline, 1.0)  # type: ignore[no-any-return]
+        return await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline, 1.0)  # type: ignore[no-any-return]
     except NoAnswer as err:
         found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
         raise OperationError(

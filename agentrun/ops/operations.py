@@ -6,8 +6,6 @@ Every failure becomes an `OperationError` whose message says what to do next.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,11 +19,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
-    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -35,6 +30,7 @@ from agentrun.core import constants as names
 from agentrun.core import fairness, run_summaries, search_attributes
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import OperationError
+from agentrun.core.keys import id_part
 from agentrun.core.models import (
     ApproveInput,
     ControlInput,
@@ -48,7 +44,7 @@ from agentrun.core.models import (
 )
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
-from agentrun.ops import admission_ops, projection
+from agentrun.ops import admission_ops, handles, projection
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.store import mirror_views, tool_sets
 from agentrun.store.approver_store import ApproverStore
@@ -77,10 +73,7 @@ def run_id_for(key: str | None) -> str:
     """The workflow id for an idempotency key: readable, and distinct for distinct keys."""
     if key is None:
         return names.RUN_ID_PREFIX + uuid.uuid4().hex[:12]
-    safe = re.sub(r"[^A-Za-z0-9._-]", "-", key)
-    if safe != key:  # keep "a/b" and "a-b" apart
-        safe += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
-    return names.RUN_ID_PREFIX + safe
+    return names.RUN_ID_PREFIX + id_part(key)
 
 
 async def start_run(
@@ -210,7 +203,7 @@ async def _find(
     """
     handle = client.get_workflow_handle(run_id)
     try:
-        description = await describe_within(handle, deadline)
+        description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
@@ -243,20 +236,6 @@ async def _find(
     )
 
 
-async def describe_within(
-    handle: WorkflowHandle[Any, Any], deadline: Deadline
-) -> WorkflowExecutionDescription:
-    """What the server knows of a workflow (no worker needed), or OperationError in time."""
-    try:
-        return await within(
-            deadline.left(), handle.describe(rpc_timeout=timedelta(seconds=deadline.left()))
-        )
-    except NoAnswer as err:
-        raise OperationError(
-            f"Temporal did not answer within {deadline.seconds:g}s; is the server up?"
-        ) from err
-
-
 async def _running(
     client: Client,
     run_id: str,
@@ -271,52 +250,6 @@ async def _running(
             f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how"
         )
     return run
-
-
-async def ask_within(
-    handle: WorkflowHandle[Any, Any], query: Any, deadline: Deadline, fraction: float = 0.5
-) -> Any:
-    """A query, or NoAnswer when no worker answers within its share of the bound."""
-    seconds = deadline.share(fraction)
-    try:
-        return await within(seconds, handle.query(query, rpc_timeout=timedelta(seconds=seconds)))
-    except RPCError as err:
-        # A query fails only at the server (the workflow's own failures are another error):
-        # out of time, or, as the server also says, "no poller seen ... worker may be down".
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {handle.id!r}: `starter.py list` shows the runs") from err
-        raise NoAnswer from err
-
-
-async def update_within(
-    handle: WorkflowHandle[Any, Any], task_queue: str, update: Any, arg: Any, deadline: Deadline
-) -> Any:
-    """An update, or OperationError: refused (its reason), or held (no worker in time)."""
-    seconds = deadline.left()
-    try:
-        return await within(
-            seconds, handle.execute_update(update, arg, rpc_timeout=timedelta(seconds=seconds))
-        )
-    except WorkflowUpdateFailedError as err:
-        raise OperationError(f"refused: {update_refusal(err)}") from err
-    except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-        raise OperationError(held(handle.id, task_queue, deadline)) from err
-    except RPCError as err:
-        raise OperationError(f"refused: {err.message}") from err
-
-
-def update_refusal(err: WorkflowUpdateFailedError) -> str:
-    return getattr(err.cause, "message", None) or str(err.cause)
-
-
-def held(workflow_id: str, task_queue: str, deadline: Deadline) -> str:
-    """An update sent when a worker seemed alive that none answered in time."""
-    return (
-        f"sent, but no worker answered within {deadline.seconds:g}s (one was polling a moment "
-        "before): the server holds the request and applies it, with the same checks, when a "
-        f"worker takes {workflow_id}; `status` shows whether it did; "
-        f"{start_a_worker(task_queue)}"
-    )
 
 
 async def _no_worker(client: Client, run: RunRef, deadline: Deadline) -> str:
@@ -338,7 +271,7 @@ async def pending_approval(
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline)
     try:
-        pending: PendingApproval | None = await ask_within(
+        pending: PendingApproval | None = await handles.ask_within(
             run.handle, AgentRunWorkflow.get_pending_approval, deadline
         )
     except NoAnswer as err:
@@ -427,7 +360,7 @@ async def _decide(
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
-        pending: PendingApproval | None = await ask_within(
+        pending: PendingApproval | None = await handles.ask_within(
             run.handle, AgentRunWorkflow.get_pending_approval, deadline
         )
     except NoAnswer:
@@ -461,7 +394,7 @@ async def _decide(
         raise OperationError(
             f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
         )
-    return await update_within(
+    return await handles.update_within(
         run.handle,
         run.task_queue,
         update,
@@ -498,7 +431,7 @@ async def _control(
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
-        await ask_within(run.handle, AgentRunWorkflow.state, deadline)
+        await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
         await within(
             deadline.left(),
@@ -509,7 +442,7 @@ async def _control(
             paused=signal is AgentRunWorkflow.pause_signal,
             message=_recorded(signal.__name__.removesuffix("_signal"), run),
         )
-    return await update_within(run.handle, run.task_queue, update, input, deadline)  # type: ignore[no-any-return]
+    return await handles.update_within(run.handle, run.task_queue, update, input, deadline)  # type: ignore[no-any-return]
 
 
 async def pause(
@@ -565,7 +498,7 @@ async def cancel(
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     await within(deadline.left(), run.handle.cancel(rpc_timeout=timedelta(seconds=deadline.left())))
     try:
-        await ask_within(run.handle, AgentRunWorkflow.state, deadline)
+        await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
         return (
             f"cancel recorded: {run_id} ends as cancelled and writes its receipt when a "
@@ -581,7 +514,9 @@ async def status(
     deadline = Deadline(wait)
     run = await _find(client, run_id, deadline, tenant=tenant)
     try:
-        state: RunState = await ask_within(run.handle, AgentRunWorkflow.state, deadline, 0.8)
+        state: RunState = await handles.ask_within(
+            run.handle, AgentRunWorkflow.state, deadline, 0.8
+        )
     except NoAnswer as err:
         raise OperationError(await _no_worker(client, run, deadline)) from err
     return await _with_queue_position(client, run_id, state)
@@ -636,7 +571,7 @@ async def inspect(
     state: RunState | None = None
     if not run.running or any(p.fresh(now) for p in found):
         try:
-            state = await ask_within(run.handle, AgentRunWorkflow.state, deadline)
+            state = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
             state = await _with_queue_position(client, run_id, state)
         except NoAnswer:
             state = None
@@ -695,7 +630,7 @@ async def list_runs(
     """Recent runs from the mirror; with `tenant`, that tenant's only."""
     async with pool.connection() as conn:
         cur = await conn.execute(
-            """SELECT run_id, status, tenant, user_id, task, current_step_id, tokens_in,
+            """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
                       tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
                FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
                  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)

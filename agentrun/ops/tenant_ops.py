@@ -15,6 +15,7 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import RateLimit
 from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentrun.core import fairness
 from agentrun.core.admission_models import TenantLimits
@@ -46,20 +47,32 @@ async def set_tenant(
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise TenantError(f"invalid tenant settings: {problems}") from err
     await store.save(limits)
-    await apply_queue_config(client, task_queue, await store.all_limits())
+    rated = any(t.model_calls_per_second is not None for t in await store.all_limits())
+    try:
+        # Overrides for keys left out stay as they are: this tenant's are enough.
+        await apply_queue_config(client, task_queue, [limits], rated=rated)
+    except RPCError as err:
+        raise TenantError(
+            f"saved {tenant}'s settings, but the server refused them ({err.message}); "
+            "every worker pushes them again when it starts"
+        ) from err
     await admission_ops.configure(client, limits)
     return limits
 
 
-async def apply_queue_config(client: Client, task_queue: str, tenants: list[TenantLimits]) -> None:
-    """Tell the server each tenant's weight on the run queue, and its weight and model-call
-    rate on the model queue (rate = MODEL_RATE_CEILING x weight there)."""
+async def apply_queue_config(
+    client: Client, task_queue: str, tenants: list[TenantLimits], *, rated: bool
+) -> None:
+    """Tell the server these tenants' weights on the run and mirror queues, and their weights
+    and model-call rates on the model queue (rate = MODEL_RATE_CEILING x weight there);
+    `rated`: some tenant has a rate, so the model queue's per-tenant limit is on."""
     if not tenants:
         return
     weights = {t.tenant: t.weight for t in tenants}
     for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
         await _update(client, task_queue, kind, weights=weights)
-    rated = any(t.model_calls_per_second is not None for t in tenants)
+    mirror = fairness.mirror_task_queue(task_queue)
+    await _update(client, mirror, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, weights=weights)
     await _update(
         client,
         fairness.model_task_queue(task_queue),

@@ -110,7 +110,8 @@ async def _push_tenant_config(client: Client, pool: AsyncConnectionPool, task_qu
     """Tenants' weights and model-call rates, from Postgres to the server (a new cluster)."""
     tenants = await TenantStore(pool).all_limits()
     try:
-        await tenant_ops.apply_queue_config(client, task_queue, tenants)
+        rated = any(t.model_calls_per_second is not None for t in tenants)
+        await tenant_ops.apply_queue_config(client, task_queue, tenants, rated=rated)
     except RPCError as err:
         print(
             f"warning: the server did not take tenants' weights and rates ({err.message}); "

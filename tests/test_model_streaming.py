@@ -1,0 +1,83 @@
+"""Streamed responses as real providers send them: tool-call arguments split across chunks,
+`finish_reason: tool_calls`, usage only in the last chunk; read by the real `openai` client.
+Workers ask for a stream unless AGENTRUN_MODEL_STREAM=0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+
+import openai
+
+from activities.model_stream import streamed_completion
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import operations as ops
+from tests.support import make_spec, scripted, wait_pending
+from workflows import AgentRunWorkflow
+
+SUMMARY = "## Summary\nSent it.\n\n## Actions\n- Sent a message to ana."
+CALL = ("send_message", {"to": "ana@example.com", "subject": "Refunds", "body": "Within 5 days."})
+
+
+async def test_the_stream_splits_arguments_and_puts_usage_last() -> None:
+    """The wire format itself, read raw: what a provider sends and our reader must handle."""
+    request = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "t"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with OfflineModelServer(scripted([CALL], SUMMARY)) as model:
+        post = urllib.request.Request(
+            f"{model.base_url}/chat/completions",
+            data=json.dumps(request).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with await asyncio.to_thread(urllib.request.urlopen, post, timeout=10) as response:
+            text = (await asyncio.to_thread(response.read)).decode()
+    events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    pieces = [
+        c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+        for c in chunks
+        if c["choices"] and "tool_calls" in c["choices"][0]["delta"]
+    ]
+    assert len([p for p in pieces if p]) >= 2, "the arguments arrive in several chunks"
+    assert "".join(pieces) == json.dumps(CALL[1])
+    assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] > 0
+    assert all("usage" not in c for c in chunks[:-1])
+
+
+async def test_reading_a_stream_gives_back_the_response() -> None:
+    texts: list[str] = []
+    answer = "## Summary\nThe refund is on its way, within five working days."
+    with OfflineModelServer(scripted([CALL], answer)) as model:
+        client = openai.AsyncOpenAI(base_url=model.base_url, api_key="x", max_retries=0)
+        for turn, messages in enumerate([[], [{"role": "assistant", "content": "x"}]]):
+            request = {"model": "m", "messages": [{"role": "user", "content": "t"}, *messages]}
+            plain = await client.chat.completions.create(**request)
+            streamed = await streamed_completion(client, request, texts.append)
+            assert streamed.choices[0].message == plain.choices[0].message, turn
+            assert streamed.choices[0].finish_reason == plain.choices[0].finish_reason
+            assert streamed.usage == plain.usage and streamed.usage is not None
+        await client.close()
+    assert "".join(texts) == answer and len(texts) > 1, "the text is seen piece by piece"
+
+
+async def test_a_streamed_run_calls_its_tools_and_counts_its_tokens(client, settings, worker):
+    spec = make_spec()
+    with OfflineModelServer(scripted([CALL], SUMMARY)) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            pending = await wait_pending(client, started.run_id)
+            assert pending.arguments == CALL[1]
+            await ops.approve(client, started.run_id, by="li", role="approver")
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await handle.result()
+            state = await ops.status(client, started.run_id)
+    assert result.status.value == "completed"
+    assert all(r.get("stream") is True for r in model.requests)
+    assert state.tokens_in > 0 and state.tokens_out > 0, "usage came in the last chunk"
