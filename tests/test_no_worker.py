@@ -19,7 +19,7 @@ from agentrun.core.backlog_models import TaskItem
 from agentrun.core.settings import Settings
 from agentrun.ops import backlog_ops
 from agentrun.ops import operations as ops
-from tests.support import eventually, make_spec, wait_pending, wait_status
+from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import Result, run_cli
 from tests.test_crash_recovery import start_worker_process
 from workflows import AgentRunWorkflow
@@ -27,6 +27,18 @@ from workflows import AgentRunWorkflow
 BOUND = 3.0
 # A CLI process spends up to this long importing and connecting on a loaded 2-core machine.
 STARTUP = 20.0
+
+
+async def mirrored_waiting(pool: Any, run_id: str) -> None:
+    """Until the mirror has the approval the run waits on (its writes trail the run)."""
+    await eventually(
+        lambda: rows(
+            pool,
+            "SELECT 1 FROM steps WHERE run_id = %s AND type = 'approval' AND status = 'waiting'",
+            run_id,
+        ),
+        what=f"the mirror to show {run_id} waiting",
+    )
 
 
 @pytest.fixture
@@ -52,6 +64,7 @@ async def test_every_command_answers_with_the_workers_dead(
             runs[name] = started.run_id
         for run_id in runs.values():
             await wait_pending(client, run_id, seconds=60)
+            await mirrored_waiting(pool, run_id)
         agent = f"agent-{settings.task_queue}"
         spec = make_spec().model_copy(update={"idempotency_key": None})
         task = TaskItem(title="one", idempotency_key=f"{agent}-1", spec=spec)
@@ -153,6 +166,7 @@ async def test_a_recorded_decision_gets_the_same_checks(client, settings, pool, 
     async with worker():
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
         await wait_pending(client, started.run_id)
+        await mirrored_waiting(pool, started.run_id)
     result = await ops.approve(
         client, started.run_id, by="li", role="intern", wait=BOUND, mirror=pool
     )

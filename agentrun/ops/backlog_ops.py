@@ -50,6 +50,7 @@ from agentrun.temporal.worker_presence import (
     DEFAULT_WAIT_SECONDS,
     Deadline,
     NoAnswer,
+    fresh_pollers,
     no_worker,
     pollers_or_unknown,
     within,
@@ -213,7 +214,7 @@ async def _enqueue_served(client: Client, agent: str, task_queue: str, deadline:
     try:
         backlog = await _running(client, agent, deadline)
     except OperationError:  # no backlog yet, or an ended one: a worker must poll the queue
-        found = await pollers_or_unknown(client, task_queue, seconds=deadline.share(0.2))
+        found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
         if not any(p.fresh(datetime.now(UTC)) for p in found):
             raise OperationError(
                 f"not sent: {no_worker(task_queue, found, deadline.seconds)}"

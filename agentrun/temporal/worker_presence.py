@@ -99,6 +99,18 @@ async def pollers_or_unknown(client: Client, task_queue: str, *, seconds: float)
         return []
 
 
+async def fresh_pollers(client: Client, task_queue: str, *, seconds: float) -> list[Poller]:
+    """The pollers of `task_queue`, asked again for up to `seconds` until one is fresh: a
+    worker that has just started takes a moment to send its first poll."""
+    end = asyncio.get_running_loop().time() + seconds
+    while True:
+        found = await pollers_or_unknown(client, task_queue, seconds=seconds)
+        now = datetime.now(UTC)
+        if any(p.fresh(now) for p in found) or asyncio.get_running_loop().time() >= end:
+            return found
+        await asyncio.sleep(0.2)
+
+
 def describe_pollers(task_queue: str, found: list[Poller], now: datetime | None = None) -> str:
     """Who polls `task_queue`, for a person: "none", or identities and how long ago."""
     now = now or datetime.now(UTC)
