@@ -29,11 +29,11 @@ from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
 from agentrun.cli.cli_options import add_decider, add_tenant, add_wait
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
-from agentrun.core.models import DecisionResult, PendingApproval, RunSpec
+from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
 from agentrun.dev.stack import EmbeddedStack, port_open
-from agentrun.ops import approver_keys, fork_ops, tenant_ops, watch
+from agentrun.ops import approver_keys, fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
 from agentrun.store.db import command_pool, schema_version
@@ -241,6 +241,29 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
+# A live run's stream is served by its workers: if nothing comes for this long, say why.
+WATCH_SILENCE_SECONDS = 10.0
+
+
+async def noting_silence(items: AsyncIterator[WatchItem], run_id: str) -> AsyncIterator[WatchItem]:
+    """The items; if the first is slow to come, say once on stderr what it waits for."""
+    first = asyncio.ensure_future(anext(items, None))
+    done, _ = await asyncio.wait({first}, timeout=WATCH_SILENCE_SECONDS)
+    if not done:
+        print(
+            f"note: nothing from {run_id} for {WATCH_SILENCE_SECONDS:.0f}s: a live run's "
+            "stream is served by a worker; is one running? (`python worker.py`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    item = await first
+    if item is None:
+        return
+    yield item
+    async for item in items:
+        yield item
+
+
 async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
     outcome: str | None = None
@@ -251,7 +274,8 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
             if settings.database_url
             else None
         )
-        async for item in watch.watch(client, args.run, pool=pool, from_offset=args.from_offset):
+        items = watch.watch(client, args.run, pool=pool, from_offset=args.from_offset)
+        async for item in noting_silence(items, args.run):
             if args.json:
                 print(item.model_dump_json(), flush=True)
             elif item.kind == "text":
@@ -259,7 +283,7 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
                 in_text = True
                 continue
             else:
-                print(("\n" if in_text else "") + render.watch_line(item), flush=True)
+                print(("\n" if in_text else "") + render.watch_line(item, args.run), flush=True)
             in_text = False
             if item.kind == "receipt":
                 outcome = item.data.get("outcome")
@@ -314,10 +338,7 @@ async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespac
 async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespace) -> int:
     """Make a build current: new runs go to it; open runs stay on the build they started on."""
     name = args.deployment or settings.deployment_name
-    try:
-        await deployments.set_current_version(client, name, args.build_id)
-    except deployments.DeploymentError as err:
-        raise OperationError(str(err)) from err
+    await deployments.set_current_version(client, name, args.build_id)
     print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
     return 0
 
@@ -652,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return asyncio.run(dispatch(args))
-    except (OperationError, tenant_ops.TenantError, SetupError) as err:
+    except (OperationError, SetupError) as err:  # TenantError, ForkError, ... among them
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

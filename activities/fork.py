@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from activities.proposals import proposed_call
 from agentrun.core import forking
 from agentrun.core.constants import ACTIVITY_FORK_SEED
+from agentrun.core.errors import ForkError
 from agentrun.core.models import ForkSeed, ForkSeedInput
 from agentrun.store.fork_store import ForkStore
 from agentrun.tools import ToolRegistry
@@ -30,7 +31,7 @@ class ForkActivities:
         steps, conversation = await self.store.record(origin.parent_run_id)
         try:
             plan = forking.plan(origin, steps, conversation)
-        except forking.ForkError as err:
+        except ForkError as err:
             raise ApplicationError(str(err), type="ForkError", non_retryable=True) from err
         await self.store.seed(
             fork_run_id=input.run_id,

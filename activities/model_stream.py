@@ -30,7 +30,15 @@ async def streamed_completion(
     async for chunk in stream:
         last = chunk
         if chunk.usage is not None:
-            usage = chunk.usage.model_dump()
+            # As sent: a provider may leave a count out (the SDK does not check chunks).
+            prompt = chunk.usage.prompt_tokens or 0
+            completion = chunk.usage.completion_tokens or 0
+            total = chunk.usage.total_tokens or prompt + completion
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": total,
+            }
         for choice in chunk.choices:
             delta = choice.delta
             if delta.content:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import ProfileError
 from agentrun.core.models import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
@@ -29,10 +29,6 @@ from agentrun.core.models import (
     VerifySpec,
 )
 from agentrun.tools.loading import ToolLoadError, resolve
-
-
-class ProfileError(OperationError):
-    """A profile source that does not load, or a name it lacks; the message says which."""
 
 
 def read_yaml_mapping(path: str, what: str) -> dict[str, Any]:

@@ -63,10 +63,15 @@ def responder(request: dict[str, Any]) -> Reply:
     return completion(request, tool_calls=[(NOOP_TOOL, {"n": i}) for i in range(steps)])
 
 
+def bench_task(steps: int) -> str:
+    """The task that makes the scripted model ask for `steps` instant tool calls."""
+    return f"bench: {steps} steps"
+
+
 def run_spec(steps: int, *, key: str | None = None, heartbeat_seconds: float = 30) -> RunSpec:
     """A run of `steps` instant tool steps that needs no approval."""
     return RunSpec(
-        task=f"bench: {steps} steps",
+        task=bench_task(steps),
         idempotency_key=key or f"bench-{uuid.uuid4().hex[:12]}",
         allowed_tools=[NOOP_TOOL],
         approval={"require_at_or_above": "high"},

@@ -7,7 +7,8 @@ from typing import Any
 
 SERIES = [
     ("ours", "agentrun (ours)", "o-"),
-    ("bare", "bare Temporal", "s--"),
+    ("bare_agent", "bare agent (Temporal)", "d-."),
+    ("bare", "bare activities (Temporal)", "s--"),
     ("pgq", "PG queue", "^:"),
 ]
 

@@ -1,4 +1,4 @@
-"""What durability costs: agentrun beside bare Temporal and a Postgres SKIP LOCKED queue.
+"""What durability costs: agentrun beside a bare agent on Temporal, bare activities, a PG queue.
 
     python bench/run.py              # the full run (under ~10 minutes on 2 cores)
     python bench/run.py --quick      # a small, fast version (about 2 minutes)
@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentrun.core.errors import SetupError  # noqa: E402
 from agentrun.core.models import ApproveInput  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
@@ -48,11 +49,17 @@ from agentrun.store.db import open_pool  # noqa: E402
 from agentrun.temporal.client import connect  # noqa: E402
 from bench import harness, noisy, ours, pg_queue, plot, recovery, report  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
+from bench.bare_agent import AGENT_MODEL, AGENT_TOOL, AgentTask, BareAgentWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
 from workflows import AgentRunWorkflow  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 OUR_FIRST_STEP = "model.complete"
+# The systems measured side by side: ours, the fair baseline (the same agent loop on bare
+# Temporal, bench/bare_agent.py) and the floor (N no-op activities, bench/bare.py).
+SYSTEMS = ("bare", "bare_agent", "ours")
+STEP_ACTIVITY = {"ours": OUR_STEP, "bare_agent": AGENT_TOOL, "bare": BARE_ACTIVITY}
+FIRST_ACTIVITY = {"ours": OUR_FIRST_STEP, "bare_agent": AGENT_MODEL, "bare": BARE_ACTIVITY}
 PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
 
 
@@ -235,6 +242,13 @@ class Bench:
                 id=workflow_id,
                 task_queue=queue,
             )
+        elif system == "bare_agent":
+            await self.client.start_workflow(
+                BareAgentWorkflow.run,
+                AgentTask(task=ours.bench_task(steps), model=OFFLINE_MODEL),
+                id=workflow_id,
+                task_queue=queue,
+            )
         else:
             await self.client.start_workflow(
                 BareWorkflow.run, steps, id=workflow_id, task_queue=queue
@@ -283,12 +297,13 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
         "runs": cfg.runs,
         "method": (
             "per-step latency = gap between consecutive step completions "
-            f"(ActivityTaskCompleted of {OUR_STEP} / {BARE_ACTIVITY}) in each run's history; "
-            "ours includes each step's mirror flush (mirror.sync) and the attempt's mirror "
-            "writes. 'one run at a time' leaves 2 s between runs; 'back to back' none."
+            f"(ActivityTaskCompleted of {OUR_STEP} / {AGENT_TOOL} / {BARE_ACTIVITY}) in "
+            "each run's history; ours includes each step's mirror flush (mirror.sync) and "
+            "the attempt's mirror writes. 'one run at a time' leaves 2 s between runs; "
+            "'back to back' none."
         ),
     }
-    for system in ("bare", "ours"):
+    for system in SYSTEMS:
         queue = harness.new_queue(f"{system}-overhead")
         async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
             out[system] = {}
@@ -299,7 +314,7 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
                     await b.run_one(system, workflow_id, cfg.steps, queue)
                     ids.append(workflow_id)
                     await asyncio.sleep(gap)
-                name = OUR_STEP if system == "ours" else BARE_ACTIVITY
+                name = STEP_ACTIVITY[system]
                 gaps: list[float] = []
                 walls: list[float] = []
                 for workflow_id in ids:
@@ -391,7 +406,7 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
     lag_level = max((x for x in cfg.levels if x <= 100), default=None)
     for level in cfg.levels:
         row: dict[str, Any] = {"level": level}
-        for system in ("bare", "ours"):
+        for system in SYSTEMS:
             try:
                 row[system], completed = await one_level(b, system, level)
             except Exception as err:
@@ -423,10 +438,10 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
             "consumers": pgq.consumers,
         }
         out["levels"].append(row)
-        ours_row, bare_row = row.get("ours", {}), row.get("bare", {})
+        rates = {k: (row.get(k) or {}).get("steps_per_second") or 0 for k in SYSTEMS}
         log(
-            f"  {level:>5} concurrent: ours {ours_row.get('steps_per_second') or 0:.1f} steps/s"
-            f", bare {bare_row.get('steps_per_second') or 0:.1f}, "
+            f"  {level:>5} concurrent: ours {rates['ours']:.1f} steps/s, bare agent "
+            f"{rates['bare_agent']:.1f}, bare activities {rates['bare']:.1f}, "
             f"pg queue {row['pgq']['steps_per_second'] or 0:.1f}"
         )
     return out
@@ -439,7 +454,8 @@ async def stage_latency(b: Bench) -> dict[str, Any]:
     cfg = b.cfg
     out: dict[str, Any] = {"samples": cfg.samples}
     firsts: dict[str, list[float]] = {}
-    for system, first in (("bare", BARE_ACTIVITY), ("ours", OUR_FIRST_STEP)):
+    for system in SYSTEMS:
+        first = FIRST_ACTIVITY[system]
         queue = harness.new_queue(f"{system}-start")
         async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
             sent: dict[str, float] = {}
@@ -457,7 +473,8 @@ async def stage_latency(b: Bench) -> dict[str, Any]:
     out["start_to_first_step_ms"] = {k: ms(v) for k, v in firsts.items()}
     out["start_method"] = (
         "client clock before start_workflow → ActivityTaskStarted of the first step "
-        f"({OUR_FIRST_STEP} for ours, which flushes the run row first; {BARE_ACTIVITY} for bare)"
+        f"({OUR_FIRST_STEP} for ours, which flushes the run row first; {AGENT_MODEL} for the "
+        f"bare agent; {BARE_ACTIVITY} for bare activities)"
     )
 
     queue = harness.new_queue("ours-approval")
@@ -603,7 +620,10 @@ async def stage_noisy(b: Bench) -> dict[str, Any]:
 
 
 STAGES: dict[str, tuple[Callable[[Bench], Awaitable[dict[str, Any]]], str]] = {
-    "overhead": (stage_overhead, "1. step overhead, ours vs bare Temporal vs PG queue"),
+    "overhead": (
+        stage_overhead,
+        "1. step overhead, ours vs bare agent vs bare activities vs PG queue",
+    ),
     "throughput": (stage_throughput, "2. throughput and scale"),
     "latency": (stage_latency, "3. start and approval latency"),
     "recovery": (stage_recovery, "4. recovery after SIGKILL"),

@@ -1,9 +1,10 @@
 """A benchmark worker in its own process, so its memory and CPU are its own.
 
-`python -m bench.worker_proc --kind ours|bare --task-queue Q` reads TEMPORAL_ADDRESS,
+`python -m bench.worker_proc --kind ours|bare_agent|bare --task-queue Q` reads TEMPORAL_ADDRESS,
 DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once it polls and stops
 on SIGTERM. `ours` is `agentrun.worker.worker_factory.build_worker` with the benchmark's
-instant tool; `bare` is a plain `temporalio` worker for `bench.bare`, with the same worker tuning.
+instant tool; `bare_agent` and `bare` are plain `temporalio` workers for `bench.bare_agent`
+and `bench.bare`, with the same worker tuning (and, for the agent, the same model client).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agentrun.worker.worker_factory import (
     open_worker_pool,
 )
 from bench.bare import BareWorkflow, noop
+from bench.bare_agent import AgentActivities, BareAgentWorkflow
 from bench.ours import bench_registry
 
 
@@ -50,6 +52,15 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
         pool = await open_worker_pool(settings)
         deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=bench_registry())
         worker = build_worker(client, settings, deps, task_queue=task_queue)
+    elif kind == "bare_agent":
+        activities = AgentActivities(model_client(settings))
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[BareAgentWorkflow],
+            activities=[activities.complete, activities.invoke],
+            **bare_options(),
+        )
     else:
         worker = Worker(
             client,
@@ -69,7 +80,7 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kind", choices=["ours", "bare"], required=True)
+    parser.add_argument("--kind", choices=["ours", "bare_agent", "bare"], required=True)
     parser.add_argument("--task-queue", required=True)
     parser.add_argument("--identity", default=f"bench-{os.getpid()}")
     parser.add_argument(

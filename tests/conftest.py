@@ -120,6 +120,7 @@ async def running_worker(
     registry: ToolRegistry | None = None,
     base_url: str | None = None,
     resources: ResourceTargets | None = None,
+    max_concurrent_activities: int | None = None,
 ) -> AsyncIterator[AgentWorkers]:
     """A worker on the test's task queue; a test swaps the registry or the model endpoint,
     or sizes slots by the machine."""
@@ -129,7 +130,13 @@ async def running_worker(
     registry = registry or agentrun_demo.registry
     await install_tool_schema(pool, registry.schema())
     deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
-    async with build_worker(client, settings, deps, resources=resources) as worker:
+    async with build_worker(
+        client,
+        settings,
+        deps,
+        resources=resources,
+        max_concurrent_activities=max_concurrent_activities,
+    ) as worker:
         yield worker
 
 

@@ -23,7 +23,8 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.store.db import open_pool
+import agentrun_demo
+from agentrun.store.db import install_tool_schema, open_pool
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,6 +39,8 @@ async def fresh_database(
         await admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = make_conninfo(database_url, dbname=name)
     pool = await open_pool(url, max_size=4)
+    # The tables a demo worker would bring: seeded runs sent messages and opened tickets.
+    await install_tool_schema(pool, agentrun_demo.registry.schema())
     try:
         yield url, pool
     finally:

@@ -78,7 +78,11 @@ async def test_a_row_postgres_refuses_is_recorded_the_run_ends_and_mirror_check_
 
     def expensive(request: dict[str, Any]) -> Any:
         reply = play(request)
-        reply.body["usage"] = {"prompt_tokens": 60_000_000, "completion_tokens": 0}
+        reply.body["usage"] = {
+            "prompt_tokens": 60_000_000,
+            "completion_tokens": 0,
+            "total_tokens": 60_000_000,
+        }
         return reply
 
     priced = settings.model_copy(update={"model_prices": {"offline-planner": (1_000_000.0, 0.0)}})
@@ -218,7 +222,7 @@ async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_
 
     slow = Tool("note_slowly", "note", Note, note_slowly, side_effect=True)
     registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
-    small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 2)
+    small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 3)
     turns = scripted([("note_slowly", {"text": "hi"})], SUMMARY)
     try:
         with OfflineModelServer(turns) as model:
@@ -226,7 +230,7 @@ async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_
                 client, settings, small, registry=registry, base_url=model.base_url
             ) as running:
                 slots = [w.config()["max_concurrent_activities"] for w in running.workers]
-                assert sum(slots) == 2, "the pool's size less its reserve"
+                assert sum(slots) == 3, "the pool's size less its reserve"
                 specs = [make_spec("note it", allowed_tools=["note_slowly"]) for _ in range(8)]
                 results = await asyncio.gather(
                     *(run_to_end(client, s, settings.task_queue, 120) for s in specs)

@@ -182,3 +182,36 @@ async def test_cli_starts_at_a_priority_and_shows_it(client, settings, pool, wor
     assert {"run_id": run_id, "priority": 1} in [
         {"run_id": r["run_id"], "priority": r["priority"]} for r in listed.json()
     ]
+
+
+async def test_tenants_share_a_busy_worker_by_their_weights(client, settings, pool, worker):
+    heavy, light = (f"t-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    runs = 40
+    await tenant_ops.set_tenant(
+        client, pool, heavy, {"weight": 3.0}, task_queue=settings.task_queue
+    )
+    limits = {t: await TenantStore(pool).limits(t) for t in (heavy, light)}
+    # Every run is waiting before any worker polls; the light tenant's runs start first.
+    specs = [make_spec("Answer at once.", tenant=light, allowed_tools=[]) for _ in range(runs)]
+    specs += [make_spec("Answer at once.", tenant=heavy, allowed_tools=[]) for _ in range(runs)]
+    started = [
+        await ops.start_run(client, s, task_queue=settings.task_queue, limits=limits[s.tenant])
+        for s in specs
+    ]
+    # One model call at a time: the order they start in is the order the server handed out.
+    async with worker(max_concurrent_activities=4):
+        for each in started:
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, each.run_id)
+            assert (await handle.result()).status.value == "completed"
+    found = await rows(
+        pool,
+        """SELECT r.tenant FROM step_attempts a JOIN runs r USING (run_id)
+           WHERE r.tenant IN (%s, %s) AND a.step_id LIKE '%%model_call'
+           ORDER BY a.started_at""",
+        heavy,
+        light,
+    )
+    first = [r["tenant"] for r in found[:runs]]
+    # FIFO would give the light tenant (which started first) nearly all of the first half;
+    # weights 3:1 give the heavy tenant about three quarters of it.
+    assert first.count(heavy) >= runs * 0.6, first

@@ -8,7 +8,8 @@ import pytest
 
 import agentrun
 import agentrun_demo
-from agentrun.profiles import ProfileError, load_agents
+from agentrun.core.errors import ProfileError
+from agentrun.profiles import load_agents
 from agentrun.store import tool_sets
 from tests.test_cli import run_cli
 

@@ -122,3 +122,23 @@ def test_streams_and_forks_have_histories():
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
     assert "fork.seed" in activities and "tool.invoke" not in activities
+
+
+def test_quiet_mirror_writes_have_a_history():
+    from workflows.agent_run import QUIET_MIRROR
+
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert QUIET_MIRROR in taken["quiet_mirror"]
+    assert QUIET_MIRROR not in taken["watched_and_streamed"]
+    quiet = json.loads((HISTORIES[0].parent / "quiet_mirror.json").read_text())
+    loud = json.loads((HISTORIES[0].parent / "watched_and_streamed.json").read_text())
+
+    def mirror_writes(history: dict) -> int:
+        return sum(
+            1
+            for e in history["events"]
+            if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+            and e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "mirror.sync"
+        )
+
+    assert mirror_writes(quiet) == mirror_writes(loud) - 2  # the same run, two writes fewer

@@ -13,9 +13,10 @@ from pydantic import BaseModel
 
 import agentrun
 import agentrun_demo
+from agentrun.core.errors import ToolLoadError, ToolSetConflict
 from agentrun.core.models import RiskLevel
 from agentrun.store import tool_sets
-from agentrun.tools.loading import ToolLoadError, load_registry
+from agentrun.tools.loading import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +99,7 @@ async def test_workers_with_other_tools_may_not_share_a_queue(pool, settings) ->
     queue = settings.task_queue
     await tool_sets.join(pool, queue, "w1", ["a", "b"])
     await tool_sets.join(pool, queue, "w2", ["b", "a"])  # the same set: welcome
-    with pytest.raises(tool_sets.ToolSetConflict, match=r"\['b'\] this one lacks.*adds \['c'\]"):
+    with pytest.raises(ToolSetConflict, match=r"\['b'\] this one lacks.*adds \['c'\]"):
         await tool_sets.join(pool, queue, "w3", ["a", "c"])
     assert await tool_sets.served_tools(pool, queue) == ["a", "b"]
     await tool_sets.leave(pool, queue, "w1")

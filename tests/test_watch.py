@@ -131,9 +131,10 @@ async def watch_live_and_late(client, pool, settings, home, run_id):
 async def test_watching_an_ended_run_prints_its_story_from_the_mirror(
     client, settings, pool, worker, tmp_path
 ):
-    spec = make_spec(task="Look up our refund policy.")
     async with worker():
-        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.approve(client, started.run_id, by="li", role="approver")
         await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
     # No worker now: the story comes from Postgres alone.
     result = await run_cli(settings, tmp_path, "watch", started.run_id, "--json")
@@ -143,6 +144,8 @@ async def test_watching_an_ended_run_prints_its_story_from_the_mirror(
     assert items[0]["type"] == "run.started" and items[-1]["kind"] == "receipt"
     text = await run_cli(settings, tmp_path, "watch", started.run_id)
     assert "run.finished" in text.out and "receipt: completed" in text.out
+    decide = f"decide: python starter.py approve {started.run_id} --by NAME --role approver"
+    assert decide in text.out
 
 
 async def test_watch_refuses_unknown_runs_and_bad_offsets(client, settings, tmp_path):
@@ -228,3 +231,35 @@ async def test_a_watcher_outlives_a_worker_crash(client, settings, pool, worker)
         (i.seq, i.type) for i in again if i.kind == "event"
     ]
     assert "step.completed" in [i.type for i in items if i.step_id and "tool_call" in i.step_id]
+
+
+async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_path):
+    """No worker: the stream cannot answer; within a bound, watch says what it waits for."""
+    started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url or "",
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(tmp_path),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "watch",
+        started.run_id,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        line = await asyncio.wait_for(proc.stderr.readline(), 40)
+        while line and not line.startswith(b"note:"):  # warnings from libraries first
+            line = await asyncio.wait_for(proc.stderr.readline(), 40)
+        assert b"is one running? (`python worker.py`)" in line
+    finally:
+        proc.kill()
+        await proc.wait()
+        await client.get_workflow_handle(started.run_id).terminate("test over")

@@ -104,6 +104,7 @@ class Recording:
         self.progress.answer, self.progress.error = answer, error
         self.progress.finished_at = workflow.now()
         self.progress.current_step_id = None
+        self._close_steps_in_flight(status)
         pending = self.progress.pending_approval
         if pending is not None:
             self.progress.unresolved.append(
@@ -124,6 +125,25 @@ class Recording:
             self.progress.pending_approval = None
         self._event("run.finished", data={"status": status.value, "error": error})
         self._show_details()
+
+    def _close_steps_in_flight(self, status: RunStatus) -> None:
+        """A step the run ended during (a cancel, a failed check) ends with it, on record:
+        otherwise its attempt's own report would stand in the mirror as if accepted."""
+        pending = self.progress.pending_approval
+        for step in list(self.progress.steps):
+            if step.status != "running" or (pending and step.step_id == pending.step_id):
+                continue
+            self._complete_step(
+                StepRecord(
+                    step_id=step.step_id,
+                    seq=step.seq,
+                    type=step.type,
+                    name=step.name,
+                    status="cancelled" if status == RunStatus.CANCELLED else "abandoned",
+                    error=f"the run ended ({status.value}) during this step",
+                    finished_at=self.progress.finished_at,
+                )
+            )
 
     def _fail_unsent_step(self, error: str) -> None:
         """The step whose input was refused never started: record it as failed."""

@@ -251,8 +251,9 @@ def mirror_report(report: JsonDict) -> str:
     return "\n".join(lines)
 
 
-def watch_line(item: WatchItem) -> str:
-    """One line of `starter.py watch` for people (model text is printed as it comes)."""
+def watch_line(item: WatchItem, run_id: str) -> str:
+    """One line of `starter.py watch` for people (model text is printed as it comes); an
+    approval request says how to decide it."""
     if item.kind == "receipt":
         r = item.data
         return (
@@ -262,4 +263,11 @@ def watch_line(item: WatchItem) -> str:
     when = item.at.strftime("%H:%M:%S") if item.at else "        "
     details = ", ".join(f"{k}={v}" for k, v in item.data.items() if v not in (None, "", {}, []))
     step = f" [{item.step_id}]" if item.step_id else ""
-    return f"{when} {item.type}{step}" + (f"  {details}" if details else "")
+    line = f"{when} {item.type}{step}" + (f"  {details}" if details else "")
+    role = item.data.get("required_role")
+    if item.type == "approval.requested" and role:
+        line += (
+            f"\n         decide: python starter.py approve {run_id} --by NAME --role {role}"
+            f"  (or reject ... --reason ...)"
+        )
+    return line

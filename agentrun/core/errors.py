@@ -33,6 +33,34 @@ class OperationError(Exception):
     """A refused or failed operation; the message is for a person."""
 
 
+class TenantError(OperationError):
+    """A refused tenant change."""
+
+
+class ForkError(OperationError):
+    """The run cannot be forked there; the message says why and what to do."""
+
+
+class DeploymentError(OperationError):
+    """The version cannot be made current; the message says what to do."""
+
+
+class ToolLoadError(SetupError):
+    """A tool source (`worker.py --tools`) that does not load; the message names it."""
+
+
+class McpSetupError(SetupError):
+    """An MCP server (`worker.py --mcp`) that cannot be started or listed."""
+
+
+class ToolSetConflict(SetupError):
+    """Another live worker on the task queue has other tools."""
+
+
+class ProfileError(OperationError):
+    """An agent profile source that does not load, or a name it lacks; the message says which."""
+
+
 class UnknownEncryptionKey(Exception):
     """A payload names a key id this process does not hold."""
 

@@ -13,13 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentrun.core.errors import ForkError
 from agentrun.core.models import ForkOrigin, JsonDict, StepRecord
 
 FORKABLE = ("model_call", "tool_call")
-
-
-class ForkError(Exception):
-    """The run cannot be forked there; the message says why and what to do."""
 
 
 @dataclass

@@ -64,10 +64,7 @@ async def fork_run(
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
         raise OperationError(f"run {run_id} has no steps in the mirror to fork from")
-    try:
-        forking.plan(origin, steps, conversation)  # refuse here, before anything starts
-    except forking.ForkError as err:
-        raise OperationError(str(err)) from err
+    forking.plan(origin, steps, conversation)  # refuse here (a ForkError), before anything starts
     spec = await parent_spec(client, run_id)
     fork_spec = spec.model_copy(
         update={

@@ -19,14 +19,11 @@ from temporalio.service import RPCError
 
 from agentrun.core import fairness
 from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import TenantError
 from agentrun.ops import admission_ops
 from agentrun.store.tenant_store import TenantStore
 
 RateUpdate = UpdateTaskQueueConfigRequest.RateLimitUpdate
-
-
-class TenantError(Exception):
-    """A refused tenant change; the message is for a person."""
 
 
 async def set_tenant(

@@ -325,7 +325,8 @@ class MirrorStore:
 
     async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord, fence: int) -> None:
         # Never backwards: a write made earlier in the run's history (a smaller fence) that
-        # lands late changes nothing. A final row is only rewritten for the same accepted
+        # lands late changes nothing. A step the run ended during keeps no attempt's output:
+        # the run never accepted it. A final row is only rewritten for the same accepted
         # attempt: a retried sync, or the re-run of a lost workflow task.
         await conn.execute(
             """
@@ -337,7 +338,9 @@ class MirrorStore:
                 %(final)s, %(started)s, %(finished)s, NULL, %(fence)s)
             ON CONFLICT (run_id, step_id) DO UPDATE SET
                 seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
-                status = EXCLUDED.status, output = coalesce(EXCLUDED.output, steps.output),
+                status = EXCLUDED.status,
+                output = CASE WHEN EXCLUDED.status IN ('cancelled', 'abandoned') THEN NULL
+                              ELSE coalesce(EXCLUDED.output, steps.output) END,
                 error = EXCLUDED.error,
                 attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,
                 tokens_out = EXCLUDED.tokens_out, cost_usd = EXCLUDED.cost_usd,

@@ -15,15 +15,11 @@ from collections.abc import Sequence
 
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.errors import SetupError
+from agentrun.core.errors import ToolSetConflict
 
 # A worker renews its row this often; a row older than LIVE_SECONDS is a worker that is gone.
 BEAT_SECONDS = 10.0
 LIVE_SECONDS = 30.0
-
-
-class ToolSetConflict(SetupError):
-    """Another live worker on the task queue has other tools."""
 
 
 def fingerprint(tools: Sequence[str]) -> str:

@@ -13,13 +13,10 @@ from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionR
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core.errors import DeploymentError
 from agentrun.core.models import RunVersion
 
 __all__ = ["DeploymentError", "RunVersion", "run_version", "set_current_version"]
-
-
-class DeploymentError(Exception):
-    """The version cannot be made current; the message says what to do."""
 
 
 async def set_current_version(

@@ -10,15 +10,11 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from agentrun.core.errors import SetupError
+from agentrun.core.errors import ToolLoadError
 from agentrun.tools.registry import Tool, ToolRegistry
 
 # The demo's tools: what the stock worker loads when no tools are named.
 DEMO_TOOLS = "agentrun_demo:registry"
-
-
-class ToolLoadError(SetupError):
-    """A tool reference that does not load; the message names it and says what to fix."""
 
 
 def resolve(reference: str) -> Any:

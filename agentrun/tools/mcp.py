@@ -37,17 +37,13 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from agentrun.core.errors import SetupError
+from agentrun.core.errors import McpSetupError
 from agentrun.core.models import JsonDict, RiskLevel
 from agentrun.tools.registry import Reconciled, Tool, ToolContext, ToolError
 
 SEPARATOR = "__"
 START_SECONDS = 30.0
 PING_SECONDS = 5.0
-
-
-class McpSetupError(SetupError):
-    """An MCP server named on the command line cannot be started or listed."""
 
 
 class McpServerDied(Exception):

@@ -1,0 +1,389 @@
+"""The real run workflow under random people and a hostile model, checked by its promises.
+
+Hypothesis drives live runs (the dev server, Postgres, the `openai` client over HTTP, a
+worker) with random sequences of operator actions: pause, resume, cancel, approve (with
+valid and invalid edits), reject, duplicate decisions, signals that do not fit, late
+commands; and a model whose replies hold NUL characters, 1 MB strings, arguments that are
+not JSON, unknown tools and calls repeated. After each sequence the run is driven to its
+end and these must hold:
+- every ended run has a receipt, whose outcome is how the run ended;
+- `mirror check` finds the mirror and the history in agreement;
+- no effect happened twice (effects commit with their ledger key; none twice), and the
+  receipt states every effect that happened;
+- every refused command changed nothing (it left no decision and no event behind);
+- no run is ever stuck: running with no activity, no timer and no pending human decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import openai
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+
+import agentrun_demo
+from agentrun.core.models import ApproveInput, RunSpec
+from agentrun.core.settings import Settings
+from agentrun.core.states import RunStatus, is_terminal
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
+from agentrun.ops import operations as ops
+from agentrun.store.db import install_tool_schema, open_pool
+from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
+from workflows import AgentRunWorkflow
+
+T = TypeVar("T")
+MB = 1_000_000
+SCRIPTS: dict[str, list[tuple[Any, ...]]] = {}  # run marker -> the model's turns
+MARKER = re.compile(r"\[run ([0-9a-f]+)\]")
+EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
+    idempotency_key text NOT NULL, run_id text NOT NULL, at timestamptz DEFAULT now())"""
+
+
+class Text(BaseModel):
+    text: str
+
+
+async def note_effect(args: Text, ctx: ToolContext) -> dict[str, int]:
+    """A side effect: its row commits with the ledger's, in the tool's transaction."""
+    await ctx.conn.execute(
+        "INSERT INTO property_effects (idempotency_key, run_id) VALUES (%s, %s)",
+        (ctx.idempotency_key, ctx.run_id),
+    )
+    return {"noted": len(args.text)}
+
+
+# ---------------------------------------------------------------- the hostile model
+
+TEXTS = {
+    "plain": "invoice 7",
+    "nul": "invoice\x007",
+    "big": "y" * MB,
+}
+answers = st.sampled_from(["good", "nul", "bad", "empty", "big"])
+calls = st.tuples(
+    st.just("call"),
+    st.sampled_from(["note_effect", "search_notes", "no_such_tool"]),
+    st.sampled_from(["plain", "plain", "nul", "big", "invalid_json"]),
+    st.integers(1, 2),
+)
+turns = st.lists(st.one_of(calls, st.tuples(st.just("answer"), answers)), min_size=1, max_size=4)
+
+
+def hostile_model(request: dict[str, Any]) -> Reply:
+    """Plays the run's script, chosen by the marker in its task; turn by assistant count."""
+    task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    found = MARKER.search(task)
+    script = SCRIPTS.get(found.group(1), []) if found else []
+    script = script or [("answer", "good")]
+    done = sum(1 for m in request["messages"] if m.get("role") == "assistant")
+    turn = script[min(done, len(script) - 1)]
+    if turn[0] == "answer":
+        content = {
+            "good": "## Summary\nDone.",
+            "nul": "## Summary\nDone\x00.",
+            "bad": "no summary here",
+            "empty": "",
+            "big": "## Summary\n" + "z" * MB,
+        }[turn[1]]
+        return completion(request, content=content)
+    _, tool, variant, times = turn
+    if variant == "big":
+        times = 1  # two would pass the payload limit in one reply: tested elsewhere
+    text = TEXTS.get(variant, "x")
+    args = {"text": text} if tool != "search_notes" else {"query": text}
+    reply = completion(request, tool_calls=[(tool, args)] * times)
+    if variant == "invalid_json":
+        for call in reply.body["choices"][0]["message"]["tool_calls"]:
+            call["function"]["arguments"] = '{"text": "unterminated'
+    return reply
+
+
+# ---------------------------------------------------------------- a live stack on its own loop
+
+
+class Live:
+    """A client, pool, model server and worker on an event loop of their own, so that
+    Hypothesis (which runs rules synchronously) can drive real runs."""
+
+    def __init__(self, address: str, database_url: str, converter: Any) -> None:
+        self.address, self.database_url, self.converter = address, database_url, converter
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.model = OfflineModelServer(hostile_model)
+        self.model.__enter__()
+        self.task_queue = f"prop-{uuid.uuid4().hex[:8]}"
+        self.call(self._open())
+
+    def call(self, work: Coroutine[Any, Any, T], seconds: float = 120) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(seconds)
+
+    async def _open(self) -> None:
+        self.client = await Client.connect(self.address, data_converter=self.converter)
+        self.pool = await open_pool(self.database_url, max_size=20)
+        async with self.pool.connection() as conn:
+            await conn.execute(EFFECTS_TABLE)
+        effect = Tool("note_effect", "note it", Text, note_effect, side_effect=True)
+        registry = ToolRegistry([*agentrun_demo.registry.tools(), effect])
+        await install_tool_schema(self.pool, registry.schema())
+        settings = Settings.load({}).model_copy(
+            update={
+                "temporal_address": self.address,
+                "database_url": self.database_url,
+                "openai_base_url": self.model.base_url,
+                "task_queue": self.task_queue,
+            }
+        )
+        model = openai.AsyncOpenAI(base_url=self.model.base_url, api_key="x", max_retries=0)
+        deps = WorkerDeps(pool=self.pool, model_client=model, registry=registry)
+        self.workers: AgentWorkers = build_worker(self.client, settings, deps)
+        await self.workers.__aenter__()
+
+    async def _close(self) -> None:
+        await self.workers.__aexit__(None, None, None)
+        await self.pool.close()
+
+    def close(self) -> None:
+        try:
+            self.call(self._close())
+        finally:
+            self.model.__exit__(None, None, None)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+
+LIVE: Live | None = None
+
+
+# ---------------------------------------------------------------- the machine
+
+
+class LiveRun(RuleBasedStateMachine):
+    """One real run per example; each rule is something a person does to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert LIVE is not None
+        self.live = LIVE
+        self.refused: list[str] = []
+        self.count = 0
+
+    def by(self, action: str) -> str:
+        self.count += 1
+        return f"{action}-{self.count}"
+
+    def attempt(self, who: str, work: Coroutine[Any, Any, Any]) -> None:
+        """Send a command; a refusal is expected sometimes and must change nothing."""
+        try:
+            self.live.call(work, 60)
+        except ops.OperationError:
+            self.refused.append(who)
+
+    @initialize(script=turns, budget=st.sampled_from([None, None, 60]))
+    def start(self, script: list[tuple[Any, ...]], budget: int | None) -> None:
+        marker = uuid.uuid4().hex[:12]
+        SCRIPTS[marker] = script
+        spec = RunSpec(
+            task=f"Note the invoice and report [run {marker}]",
+            idempotency_key=f"prop-{marker}",
+            allowed_tools=["note_effect", "search_notes"],
+            approval={"always": ["note_effect"], "timeout_seconds": 120},
+            max_steps=5,
+            budget={"max_tokens": budget} if budget else {},
+            timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
+            verify={"max_rounds": 1},
+        )
+        started = self.live.call(
+            ops.start_run(self.live.client, spec, task_queue=self.live.task_queue)
+        )
+        self.run_id = started.run_id
+
+    @rule()
+    def pause(self) -> None:
+        who = self.by("pause")
+        self.attempt(who, ops.pause(self.live.client, self.run_id, by=who))
+
+    @rule()
+    def resume(self) -> None:
+        who = self.by("resume")
+        self.attempt(who, ops.resume(self.live.client, self.run_id, by=who))
+
+    @rule()
+    def cancel(self) -> None:
+        self.attempt(self.by("cancel"), ops.cancel(self.live.client, self.run_id))
+
+    @rule(
+        edit=st.sampled_from(
+            [None, {"text": "edited"}, {"max_tokens": 10**6}, {"max_tokens": -5}, {"nope": 1}]
+        )
+    )
+    def approve(self, edit: dict[str, Any] | None) -> None:
+        who = self.by("approve")
+        self.attempt(
+            who, ops.approve(self.live.client, self.run_id, by=who, role="approver", edit=edit)
+        )
+
+    @rule()
+    def reject(self) -> None:
+        who = self.by("reject")
+        self.attempt(
+            who,
+            ops.reject(self.live.client, self.run_id, by=who, role="approver", reason="no"),
+        )
+
+    @rule()
+    def approve_twice_at_once(self) -> None:
+        first, second = self.by("twice"), self.by("twice")
+
+        async def both() -> list[Any]:
+            return await asyncio.gather(
+                ops.approve(self.live.client, self.run_id, by=first, role="approver"),
+                ops.approve(self.live.client, self.run_id, by=second, role="approver"),
+                return_exceptions=True,
+            )
+
+        outcomes = self.live.call(both())
+        for who, outcome in zip((first, second), outcomes, strict=True):
+            if isinstance(outcome, ops.OperationError):
+                self.refused.append(who)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    @rule(role=st.sampled_from(["approver", "intern"]))
+    def stale_signal(self, role: str) -> None:
+        """A signal cannot be refused: one that does not fit must be recorded and ignored."""
+        who = self.by("signal")
+        self.refused.append(who)
+
+        async def send() -> None:
+            handle = self.live.client.get_workflow_handle(self.run_id)
+            decision = ApproveInput(action_hash="0" * 16, by=who, role=role)
+            try:
+                await handle.signal(AgentRunWorkflow.approve_signal, decision)
+            except Exception as err:  # the run has ended: the late signal goes nowhere
+                if "not found" not in str(err).lower() and "completed" not in str(err).lower():
+                    raise
+
+        self.live.call(send())
+
+    @rule(seconds=st.sampled_from([0.05, 0.3, 1.0]))
+    def wait(self, seconds: float) -> None:
+        self.live.call(asyncio.sleep(seconds))
+
+    def teardown(self) -> None:
+        if hasattr(self, "run_id"):
+            self.live.call(self.finish_and_check(), 240)
+
+    # ------------------------------------------------------------ the end, and the promises
+
+    async def finish_and_check(self) -> None:
+        outcome = await self.drive_to_end()
+        client, pool, run_id = self.live.client, self.live.pool, self.run_id
+        receipt = await ops.receipt(pool, run_id)
+        assert receipt["outcome"] == outcome, (receipt["outcome"], outcome)
+
+        report = await ops.check_mirror(client, pool, run_id)
+        assert report["agrees"], report["differences"]
+
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT idempotency_key, count(*) FROM property_effects
+                   GROUP BY idempotency_key HAVING count(*) > 1"""
+            )
+            assert await cur.fetchall() == [], "an effect happened twice"
+            cur = await conn.execute(
+                "SELECT idempotency_key FROM property_effects WHERE run_id = %s", (run_id,)
+            )
+            happened = {row[0] for row in await cur.fetchall()}
+            cur = await conn.execute(
+                """SELECT type, data->>'by' FROM events
+                   WHERE run_id = %s AND data->>'by' = ANY(%s)""",
+                (run_id, self.refused),
+            )
+            traces = await cur.fetchall()
+        stated = {
+            e["idempotency_key"]
+            for e in receipt["side_effects"]
+            if e["ok"] and not e["duplicate_prevented"]
+        }
+        assert happened <= stated, f"effects the receipt does not state: {happened - stated}"
+        deciders = {a["by"] for a in receipt["approvals"]}
+        assert not deciders & set(self.refused), "a refused decision was applied"
+        # A refused signal is recorded (approval.refused) and nothing else.
+        assert all(kind == "approval.refused" for kind, _ in traces), traces
+
+    async def drive_to_end(self) -> str:
+        """Answer whatever the run waits for until it ends; it must never sit stuck."""
+        client, handle = self.live.client, self.live.client.get_workflow_handle(self.run_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 180
+        last_seen, idle_since = None, loop.time()
+        while loop.time() < deadline:
+            described = await handle.describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                break
+            state = await ops.status(client, self.run_id)
+            if is_terminal(state.status):
+                await asyncio.sleep(0.1)
+                continue
+            if state.pending_approval is not None:
+                await self.quietly(ops.approve(client, self.run_id, by="closer", role="approver"))
+            elif state.pause_requested:
+                await self.quietly(ops.resume(client, self.run_id, by="closer"))
+            else:
+                seen = (state.status, len(state.steps), state.current_step_id)
+                if seen != last_seen:
+                    last_seen, idle_since = seen, loop.time()
+                elif loop.time() - idle_since > 5:
+                    pending = described.raw_description.pending_activities
+                    assert pending, f"stuck: {state.status.value} with nothing pending"
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"{self.run_id} did not end within the bound")
+        typed = client.get_workflow_handle_for(AgentRunWorkflow.run, self.run_id)
+        try:
+            result = await typed.result()
+        except WorkflowFailureError:
+            return RunStatus.CANCELLED.value
+        return result.status.value
+
+    @staticmethod
+    async def quietly(work: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await work
+        except ops.OperationError:
+            pass  # the run moved on meanwhile
+
+
+def test_operators_and_a_hostile_model_never_break_the_promises(
+    env: WorkflowEnvironment, database_url: str
+) -> None:
+    global LIVE
+    LIVE = Live(
+        env.client.service_client.config.target_host, database_url, env.client.data_converter
+    )
+    try:
+        run_state_machine_as_test(
+            LiveRun,
+            settings=settings(
+                max_examples=25,
+                stateful_step_count=6,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    finally:
+        LIVE.close()
+        LIVE = None
