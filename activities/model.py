@@ -21,6 +21,7 @@ from temporalio import activity
 from activities.leases import hold_lease, once_postgres_answers
 from activities.model_stream import streamed_completion
 from activities.proposals import proposed_call
+from activities.retry_notes import announce_retry
 from activities.text_stream import text_pieces
 from agentrun.core import faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
@@ -85,6 +86,7 @@ class ModelActivities:
             ),
             input.heartbeat_seconds,
         )
+        await announce_retry(self.store, input.run_id, input.step_id)
         journaled = await self.journal.find(input.run_id, input.step_id, model)
         if journaled is not None:
             # The response arrived before an earlier attempt died: it is paid for; reuse it.

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
+from activities.retry_notes import announce_retry
 from agentrun.core import errors, faults, injection
 from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SecretUnavailable, refused_data_is_final
@@ -98,6 +99,7 @@ class ToolActivities:
             ),
             input.heartbeat_seconds,
         )
+        await announce_retry(self.store, input.run_id, input.step_id)
         checkpoint: JsonDict = {**input.checkpoint, **saved}
         patch: JsonDict = dict(saved)
         faults.fire("tool.before_run", tool.name)

@@ -37,6 +37,13 @@ async def statuses(pool, tenant: str) -> dict[str, str]:
 async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, worker):
     tenant, cap, total = f"t-{uuid.uuid4().hex[:8]}", 5, 50
     limits = capped(tenant, cap)
+    # The queue continues as new every 200 events or so, several times during the burst.
+    await client.start_workflow(
+        TenantAdmissionWorkflow.run,
+        AdmissionInput(tenant=tenant, limits=limits, history_events_limit=200),
+        id=admission_id(tenant),
+        task_queue=settings.task_queue,
+    )
     specs = [make_spec(TASK, tenant=tenant, allowed_tools=["send_message"]) for _ in range(total)]
     async with worker():
         started = await asyncio.gather(
@@ -112,6 +119,9 @@ async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, work
         tenant,
     )
     assert released == [{"n": total}]
+    description = await client.get_workflow_handle(admission_id(tenant)).describe()
+    info = description.raw_description.workflow_execution_info
+    assert info.first_run_id != description.run_id, "the queue continued as new"
 
 
 def _seq(row):

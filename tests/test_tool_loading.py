@@ -79,6 +79,7 @@ def test_references_load_registries_tools_and_lists() -> None:
         ),
         (["--tools", "agentrun_demo"], "expected PKG.MODULE:ATTR"),
         (["--mcp", "broken"], "expected NAME=COMMAND"),
+        ([], "cannot import 'no_such_module'"),  # AGENTRUN_TOOLS, below
     ],
 )
 def test_worker_exits_2_with_one_line(flags: list[str], says: str) -> None:
@@ -88,7 +89,12 @@ def test_worker_exits_2_with_one_line(flags: list[str], says: str) -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "AGENTRUN_HOME": "/nonexistent"},
+        env={
+            **os.environ,
+            "AGENTRUN_HOME": "/nonexistent",
+            "AGENTRUN_TOOLS": "agentrun_demo:registry, no_such_module:tools",
+            "AGENTRUN_MCP": "",
+        },
     )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

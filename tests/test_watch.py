@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 
 from activities.text_stream import TEXT_BATCH
 from agentrun.core.models import RunSpec, WatchItem
-from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
 from agentrun.ops import watch
 from tests.support import make_spec, rows, scripted, wait_pending
@@ -70,7 +70,7 @@ def check_story(items: list[WatchItem]) -> None:
     """Every event once and in order, the stream's offsets whole, steps in order, receipt."""
     live = [i for i in items if i.kind != "receipt"]
     assert [i.offset for i in live] == list(range(len(live)))
-    events = [i for i in live if i.kind == "event"]
+    events = [i for i in live if i.kind == "event" and i.type != "step.retry"]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[0].type == "run.started" and events[-1].type == "run.finished"
     finished = [e.step_id for e in events if e.type.startswith("step.")]
@@ -227,10 +227,14 @@ async def test_a_watcher_outlives_a_worker_crash(client, settings, pool, worker)
         again = await follow(client, pool, started.run_id, from_offset=0)
     check_story(items)
     # After the run closed, `again` read the mirror; the live watcher's events match it.
-    assert [(i.seq, i.type) for i in items if i.kind == "event"] == [
+    assert [(i.seq, i.type) for i in items if i.seq is not None] == [
         (i.seq, i.type) for i in again if i.kind == "event"
     ]
     assert "step.completed" in [i.type for i in items if i.step_id and "tool_call" in i.step_id]
+    # The send's second attempt said why it was needed: the first one's worker died.
+    [retry] = [i for i in items if i.type == "step.retry"]
+    assert retry.data["attempt"] == 2
+    assert "lost: its worker stopped before reporting" in retry.data["reason"]
 
 
 async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_path):
@@ -263,3 +267,25 @@ async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_pat
         proc.kill()
         await proc.wait()
         await client.get_workflow_handle(started.run_id).terminate("test over")
+
+
+async def test_a_retried_step_says_why_on_the_stream(client, settings, pool, worker):
+    calls = 0
+
+    def fails_once(request):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return Reply({"error": {"message": "the provider is overloaded"}}, status=503)
+        return offline_planner(request)
+
+    spec = make_spec("Look up our refund policy.")
+    with OfflineModelServer(fails_once) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            items = await follow(client, pool, started.run_id)
+    check_story(items)
+    [retry] = [i for i in items if i.type == "step.retry"]
+    assert retry.step_id == "0001-model_call" and retry.data["attempt"] == 2
+    assert retry.data["reason"].startswith("attempt 1 failed: ")
+    assert "overloaded" in retry.data["reason"]

@@ -126,6 +126,7 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
                 await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
                 ended, _ = await page_text(browser, url, tab="User Metadata", wait_for="Receipt:")
                 assert "Completed" in ended
+                assert "1 side effect · 0 duplicates prevented" in ended
                 assert f"python starter.py receipt {run_id}" in ended
             finally:
                 await browser.close()

@@ -56,6 +56,7 @@ class TenantAdmissionWorkflow:
         self.waiting = list(carry.waiting)  # run ids, oldest first
         self.seqs = dict(carry.seqs)
         self.in_flight = list(carry.in_flight)
+        self.requests = dict(carry.requests)
         self.started: set[str] = set(carry.waiting)  # waiting runs whose child exists
         self.rows: list[QueueRow] = []
         self.writes: list[workflow.ActivityHandle[None]] = []
@@ -69,11 +70,12 @@ class TenantAdmissionWorkflow:
             if run_id is not None:
                 self._admit(run_id)
                 continue
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            # Continue as new only at a moment when nothing is in flight: no message handler
+            # (an enqueue whose run is starting), no admit signal, no queue write. Nothing
+            # awaits between that check and continue_as_new, so nothing slips in between.
+            await workflow.wait_condition(lambda: self._next() is not None or self._settled())
             if self._next() is not None:  # a handler that finished freed or filled a slot
                 continue
-            await self._flush()
-            await asyncio.gather(*self.tells, *self.writes)
             workflow.continue_as_new(
                 AdmissionInput(
                     tenant=self.tenant,
@@ -83,10 +85,23 @@ class TenantAdmissionWorkflow:
                         waiting=self.waiting,
                         seqs={r: self.seqs[r] for r in self.waiting},
                         in_flight=self.in_flight,
+                        requests={
+                            r: self.requests[r]
+                            for r in (*self.waiting, *self.in_flight)
+                            if r in self.requests
+                        },
                     ),
                     history_events_limit=self.history_events_limit,
                 )
             )
+
+    def _settled(self) -> bool:
+        return (
+            workflow.all_handlers_finished()
+            and not self.rows
+            and all(t.done() for t in self.tells)
+            and all(w.done() for w in self.writes)
+        )
 
     def _too_long(self) -> bool:
         info = workflow.info()
@@ -128,11 +143,17 @@ class TenantAdmissionWorkflow:
     async def enqueue(self, request: QueuedStartInput) -> QueuedStart:
         run_id = request.run_id
         if run_id in self.seqs or run_id in self.in_flight:
-            return QueuedStart(run_id=run_id, existing=True, position=self._position(run_id))
+            # A repeat of the start that queued it (a retried request) is not "existing".
+            same = request.request_id is not None and (
+                self.requests.get(run_id) == request.request_id
+            )
+            return QueuedStart(run_id=run_id, existing=not same, position=self._position(run_id))
         self.limits = request.limits
         self.seq += 1
         self.seqs[run_id] = self.seq
         self.waiting.append(run_id)
+        if request.request_id is not None:
+            self.requests[run_id] = request.request_id
         spec = request.spec.model_copy(update={"admission": workflow.info().workflow_id})
         try:
             await workflow.start_child_workflow(
@@ -223,12 +244,14 @@ class TenantAdmissionWorkflow:
             return False
         self._row(run_id, "released")
         self.seqs.pop(run_id, None)
+        self.requests.pop(run_id, None)
         return True
 
     def _forget(self, run_id: str) -> None:
         if run_id in self.waiting:
             self.waiting.remove(run_id)
         self.seqs.pop(run_id, None)
+        self.requests.pop(run_id, None)
 
     def _row(self, run_id: str, state: QueueState) -> None:
         self.rows.append(
@@ -256,7 +279,3 @@ class TenantAdmissionWorkflow:
             retry_policy=fairness.MIRROR_RETRY,
             priority=fairness.MIRROR_PRIORITY,
         )
-
-    async def _flush(self) -> None:
-        if self.rows:
-            self.writes.append(self._sync())

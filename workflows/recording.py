@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.models import (
         JsonDict,
         MirrorBatch,
+        PendingApproval,
         Receipt,
         RunEvent,
         RunProgress,
@@ -62,6 +63,16 @@ MIRROR_RETRY = fairness.MIRROR_RETRY
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 
 
+def approval_input(pending: PendingApproval) -> JsonDict:
+    """An approval step's input, the same in each of its records: the mirror keeps the one
+    that lands first, and concurrent writes may land in any order."""
+    return {
+        "kind": pending.kind,
+        "arguments": pending.arguments,
+        "required_role": pending.required_role,
+    }
+
+
 class Recording:
     # The run's state (declared in RunProgress) and the mirror writes not yet landed.
     spec: RunSpec
@@ -86,16 +97,7 @@ class Recording:
 
     def _show_details(self) -> None:
         """The Web UI's *Current details*: what the run does or waits for, in words."""
-        workflow.set_current_details(
-            run_summaries.current_details(
-                self.run_id,
-                self.progress.status,
-                step_id=self.progress.current_step_id,
-                pending=self.progress.pending_approval,
-                pause_reason=self.progress.pause_reason,
-                error=self.progress.error,
-            )
-        )
+        workflow.set_current_details(run_summaries.current_details(self.run_id, self.progress))
 
     def _finish(
         self, status: RunStatus, *, answer: str | None = None, error: str | None = None
@@ -117,7 +119,7 @@ class Recording:
                     type="approval",
                     name=pending.tool,
                     status="abandoned",
-                    input={"arguments": pending.arguments},
+                    input=approval_input(pending),
                     started_at=pending.requested_at,
                     finished_at=self.progress.finished_at,
                 )

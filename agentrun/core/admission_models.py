@@ -38,6 +38,7 @@ class QueuedStartInput(BaseModel):
     task_queue: str
     indexed: bool = True
     limits: TenantLimits
+    request_id: str | None = Field(None, description="the same for every try of one start")
 
 
 class QueuedStart(BaseModel):
@@ -92,6 +93,9 @@ class AdmissionCarry(BaseModel):
     waiting: list[str] = Field(default_factory=list)
     seqs: dict[str, int] = Field(default_factory=dict)
     in_flight: list[str] = Field(default_factory=list)
+    requests: dict[str, str] = Field(
+        default_factory=dict, description="run id -> the start request that queued it"
+    )
 
 
 class AdmissionInput(BaseModel):

@@ -31,6 +31,7 @@ SIGNAL_RESUME = "resume_signal"
 # events, the model activity the text as the provider streams it.
 STREAM_TOPIC_EVENTS = "events"
 STREAM_TOPIC_TEXT = "text"
+STREAM_TOPIC_RETRIES = "retries"
 
 # A tool message that names a step instead of quoting its output: the model activity reads
 # the output from the step's mirror row, so history does not carry it twice.

@@ -680,6 +680,14 @@ class TextPiece(BaseModel):
     text: str
 
 
+class RetryNote(BaseModel):
+    """A step's attempt that is a retry, and why the one before it ended (topic `retries`)."""
+
+    step_id: str
+    attempt: int
+    reason: str
+
+
 class WatchItem(BaseModel):
     """One line of `starter.py watch --json`: an event, a piece of model text, or the receipt."""
 

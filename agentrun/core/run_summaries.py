@@ -8,7 +8,7 @@ instead of `tool.invoke`. Mirror writes say they are bookkeeping.
 
 from __future__ import annotations
 
-from agentrun.core.models import JsonDict, MirrorBatch, PendingApproval, RunSpec
+from agentrun.core.models import JsonDict, MirrorBatch, RunProgress, RunSpec
 from agentrun.core.states import RunStatus
 
 # The Web UI cuts summaries near here; keep the start readable.
@@ -63,16 +63,11 @@ def mirror_summary(batch: MirrorBatch) -> str:
     )
 
 
-def current_details(
-    run_id: str,
-    status: RunStatus,
-    *,
-    step_id: str | None,
-    pending: PendingApproval | None,
-    pause_reason: str | None,
-    error: str | None,
-) -> str:
-    """Markdown for the Web UI's *Current details*: what the run does or waits for now."""
+def current_details(run_id: str, progress: RunProgress) -> str:
+    """Markdown for the Web UI's *Current details*: what the run does or waits for now, and
+    once it has ended, what its receipt says in one line and where to read it."""
+    status, step_id, error = progress.status, progress.current_step_id, progress.error
+    pending, pause_reason = progress.pending_approval, progress.pause_reason
     if pending is not None:
         args = _argument_hint(pending.arguments)
         what = f"{pending.tool} {args}".strip() if pending.kind == "action" else pending.kind
@@ -96,8 +91,13 @@ def current_details(
         )
     if status in TERMINAL:
         outcome = f"**{status.value.capitalize()}**" + (f": {_cut(error, 300)}" if error else "")
+        effects = len(progress.side_effects)
         return (
-            f"{outcome}\n\nReceipt: `python starter.py receipt {run_id}` "
+            f"{outcome}\n\n{len(progress.steps)} steps · {effects} side effect"
+            f"{'' if effects == 1 else 's'} · {progress.duplicates_prevented} duplicates "
+            f"prevented · {progress.tokens_in + progress.tokens_out:,} tokens · "
+            f"${progress.cost_usd:.6f}\n\n"
+            f"Receipt: `python starter.py receipt {run_id}` "
             f"(Postgres: `SELECT receipt FROM receipts WHERE run_id = '{run_id}'`)"
         )
     doing = f" at step {step_id}" if step_id else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,8 +57,15 @@ async def enqueue_run(
             priority=fairness.run_priority(fairness.HIGHEST_PRIORITY, spec.tenant, limits.weight),
         )
 
+    # One id for every try of this call: a try that the server (or the SDK, on its own)
+    # repeats after the queue took it is this start, not someone else's with the same key.
     request = QueuedStartInput(
-        run_id=run_id, spec=spec, task_queue=task_queue, indexed=indexed, limits=limits
+        run_id=run_id,
+        spec=spec,
+        task_queue=task_queue,
+        indexed=indexed,
+        limits=limits,
+        request_id=uuid.uuid4().hex,
     )
     deadline = time.monotonic() + BUSY_SECONDS
     for pause in backoff():

@@ -24,9 +24,9 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
+from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
 from agentrun.core.errors import OperationError
-from agentrun.core.models import JsonDict, RunEvent, TextPiece, WatchItem
+from agentrun.core.models import JsonDict, RetryNote, RunEvent, TextPiece, WatchItem
 from agentrun.ops import operations as ops
 
 # After a worker crash or a server restart a subscription fails; it resumes from the next
@@ -64,7 +64,7 @@ async def watch(
     while True:
         try:
             async for raw in stream.subscribe(
-                [STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT],
+                [STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT, STREAM_TOPIC_RETRIES],
                 from_offset=offset,
                 poll_cooldown=poll_cooldown,
             ):
@@ -82,6 +82,15 @@ async def watch(
 
 
 def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:
+    if raw.topic == STREAM_TOPIC_RETRIES:
+        note = RetryNote.model_validate(raw.data)
+        return WatchItem(
+            kind="event",
+            type="step.retry",
+            offset=raw.offset,
+            step_id=note.step_id,
+            data={"attempt": note.attempt, "reason": note.reason},
+        )
     if raw.topic == STREAM_TOPIC_TEXT:
         piece = TextPiece.model_validate(raw.data)
         return WatchItem(

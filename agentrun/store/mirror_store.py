@@ -391,6 +391,22 @@ class MirrorStore:
                 return False
             return cur.rowcount == 1
 
+    async def attempt_outcome(self, run_id: str, step_id: str, attempt: int) -> str:
+        """How one attempt of a step ended, in words."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT status, error FROM step_attempts
+                   WHERE run_id = %s AND step_id = %s AND attempt = %s""",
+                (run_id, step_id, attempt),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return f"attempt {attempt} left no record"
+        status, error = row
+        if status == "running":
+            return f"attempt {attempt} lost: its worker stopped before reporting"
+        return f"attempt {attempt} {status}" + (f": {error}" if error else "")
+
     async def retries(self, run_id: str) -> list[RetryRecord]:
         """Every step that needed more than one attempt, with what went wrong each time."""
         async with self.pool.connection() as conn:

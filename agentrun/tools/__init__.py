@@ -1,4 +1,5 @@
-"""Tools an agent may call: a registry of typed callables, and a demo set."""
+"""Tools an agent may call: the registry, `@tool`, and loading tools from modules and MCP
+servers. The demo's tools live in `agentrun_demo`, written against the public API."""
 
 from agentrun.tools.registry import (
     Reconciled,
