@@ -14,7 +14,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.recording import Recording
+from workflows.recording import Recording, approval_input
 from workflows.run_state import RunEnded
 
 with workflow.unsafe.imports_passed_through():
@@ -109,11 +109,7 @@ class Approvals(Recording):
                 type="approval",
                 name=tool,
                 status="waiting",
-                input={
-                    "kind": kind,
-                    "arguments": arguments,
-                    "required_role": pending.required_role,
-                },
+                input=approval_input(pending),
                 started_at=now,
                 final=False,
             )
@@ -140,7 +136,7 @@ class Approvals(Recording):
                 type="approval",
                 name=tool,
                 status=record.decision,
-                input={"kind": kind, "arguments": arguments},
+                input=approval_input(pending),
                 output=record.model_dump(mode="json"),
                 started_at=now,
                 finished_at=record.decided_at,

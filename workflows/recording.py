@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.models import (
         JsonDict,
         MirrorBatch,
+        PendingApproval,
         Receipt,
         RunEvent,
         RunProgress,
@@ -60,6 +61,16 @@ MIRROR_PRIORITY = fairness.MIRROR_PRIORITY
 MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
+
+
+def approval_input(pending: PendingApproval) -> JsonDict:
+    """An approval step's input, the same in each of its records: the mirror keeps the one
+    that lands first, and concurrent writes may land in any order."""
+    return {
+        "kind": pending.kind,
+        "arguments": pending.arguments,
+        "required_role": pending.required_role,
+    }
 
 
 class Recording:
@@ -108,7 +119,7 @@ class Recording:
                     type="approval",
                     name=pending.tool,
                     status="abandoned",
-                    input={"arguments": pending.arguments},
+                    input=approval_input(pending),
                     started_at=pending.requested_at,
                     finished_at=self.progress.finished_at,
                 )
