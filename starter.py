@@ -51,12 +51,12 @@ def emit(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
-def load_spec(args: argparse.Namespace) -> RunSpec:
+def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
     replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
     if args.agent:
-        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        source = args.agents or settings.agents or DEMO_AGENTS
         raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
         raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
@@ -80,7 +80,7 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    spec = load_spec(args)
+    spec = load_spec(args, settings)
     async with command_pool(settings) as pool:
         if args.agent and spec.allowed_tools:
             await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
