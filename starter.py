@@ -54,12 +54,12 @@ def emit(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
-def load_spec(args: argparse.Namespace) -> RunSpec:
+def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
     replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
     if args.agent:
-        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        source = args.agents or settings.agents or DEMO_AGENTS
         raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
         raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
@@ -98,7 +98,7 @@ async def mirror_pool(settings: Settings) -> AsyncIterator[AsyncConnectionPool |
 
 
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    spec = load_spec(args)
+    spec = load_spec(args, settings)
     if settings.tenant and args.tenant is None:
         spec = spec.model_copy(update={"tenant": settings.tenant})
     async with command_pool(settings) as pool:

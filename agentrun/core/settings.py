@@ -107,6 +107,13 @@ class Settings(BaseSettings):
     # pinned to the version it started on.
     deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
     build_id: str | None = env("AGENTRUN_BUILD_ID", None, "None: unversioned workers")
+    # What a worker serves and where a starter finds profiles, when no flag says (worker.py
+    # --tools/--mcp, starter.py start --agents).
+    tools: str = env("AGENTRUN_TOOLS", "", "comma-separated `PKG.MODULE:ATTR` tool sources")
+    mcp: str = env("AGENTRUN_MCP", "", "`;`-separated MCP servers")
+    agents: str | None = env(
+        "AGENTRUN_AGENTS", None, "agent profiles: a YAML file or PKG.MODULE:ATTR"
+    )
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
