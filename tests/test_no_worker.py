@@ -59,12 +59,13 @@ async def test_every_command_answers_with_the_workers_dead(
     doomed = await start_worker_process(settings, "doomed")
     try:
         runs = {}
-        for name in ("approved", "rejected", "paused", "cancelled"):
+        for name in ("approved", "rejected", "paused", "resumed", "cancelled"):
             started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
             runs[name] = started.run_id
         for run_id in runs.values():
             await wait_pending(client, run_id, seconds=60)
             await mirrored_waiting(pool, run_id)
+        await ops.pause(client, runs["resumed"])  # paused while a worker ran: resumed without
         agent = f"agent-{settings.task_queue}"
         spec = make_spec().model_copy(update={"idempotency_key": None})
         task = TaskItem(title="one", idempotency_key=f"{agent}-1", spec=spec)
@@ -112,6 +113,7 @@ async def test_every_command_answers_with_the_workers_dead(
             "--json",
         ),
         "paused": ("pause", runs["paused"], "--json"),
+        "resumed": ("resume", runs["resumed"], "--json"),
     }
     for name, args in recorded.items():
         result, seconds = await timed_cli(*args)
@@ -150,13 +152,19 @@ async def test_every_command_answers_with_the_workers_dead(
             return (await ops.status(client, runs["paused"])).pause_requested
 
         await eventually(pause_applied, what="the recorded pause to apply")
+
+        async def resume_applied() -> bool:
+            return not (await ops.status(client, runs["resumed"])).pause_requested
+
+        await eventually(resume_applied, what="the recorded resume to apply")
         backlog = await backlog_ops.state(client, agent)
         assert [t.key for t in backlog.tasks] == [f"{agent}-1"]
         assert not backlog.stopped
         live, _ = await timed_cli("status", runs["paused"], "--json")
         assert live.json()["source"] == "workflow"
-        await ops.cancel(client, runs["paused"])
-        await wait_status(client, runs["paused"], "cancelled")
+        for name in ("paused", "resumed"):
+            await ops.cancel(client, runs[name])
+            await wait_status(client, runs[name], "cancelled")
         await backlog_ops.stop(client, agent)
 
 
