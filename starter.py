@@ -16,21 +16,24 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
+from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from temporalio.client import Client
 
 from agentrun import profiles
-from agentrun.cli import backlog_cli, render, tenants_cli
+from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
+from agentrun.cli.cli_options import add_decider, add_tenant, add_wait
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
-from agentrun.core.models import PendingApproval, RunSpec, WatchItem
+from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
 from agentrun.dev.stack import EmbeddedStack, port_open
-from agentrun.ops import fork_ops, watch
+from agentrun.ops import approver_keys, fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
 from agentrun.store.db import command_pool, schema_version
@@ -51,12 +54,12 @@ def emit(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if as_json else text)
 
 
-def load_spec(args: argparse.Namespace) -> RunSpec:
+def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
     replaces the profile's whole field), then the flags."""
     raw: dict[str, Any] = {}
     if args.agent:
-        source = args.agents or os.environ.get("AGENTRUN_AGENTS") or DEMO_AGENTS
+        source = args.agents or settings.agents or DEMO_AGENTS
         raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
     if args.spec:
         raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
@@ -79,8 +82,25 @@ def load_spec(args: argparse.Namespace) -> RunSpec:
 # ---------------------------------------------------------------- commands that need a client
 
 
+def tenant_of(settings: Settings, args: argparse.Namespace) -> str | None:
+    """--tenant, else AGENTRUN_TENANT: the only tenant whose runs a command sees."""
+    return getattr(args, "tenant", None) or settings.tenant
+
+
+@asynccontextmanager
+async def mirror_pool(settings: Settings) -> AsyncIterator[AsyncConnectionPool | None]:
+    """The mirror, for reads and decisions while no worker answers; None if not configured."""
+    if not settings.database_url:
+        yield None
+        return
+    async with command_pool(settings) as pool:
+        yield pool
+
+
 async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    spec = load_spec(args)
+    spec = load_spec(args, settings)
+    if settings.tenant and args.tenant is None:
+        spec = spec.model_copy(update={"tenant": settings.tenant})
     async with command_pool(settings) as pool:
         if args.agent and spec.allowed_tools:
             await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
@@ -90,6 +110,7 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
             mirror=pool,
+            tenant=settings.tenant,
             limits=await TenantStore(pool).limits(spec.tenant),
         )
     note = (
@@ -119,50 +140,104 @@ async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespa
         raise OperationError(f"--edit is not valid JSON: {err}") from err
     if edit is not None and not isinstance(edit, dict):
         raise OperationError("--edit takes a JSON object of the arguments to change")
-    result = await ops.approve(
-        client, args.run, by=args.by, role=args.role, edit=edit, tenant=args.tenant
-    )
-    emit(
-        result.model_dump(mode="json"),
-        args.json,
-        f"{result.decision}; run is {result.status.value}",
-    )
+    async with mirror_pool(settings) as mirror:
+        role, key = decider(settings, args)
+        result = await ops.approve(
+            client,
+            args.run,
+            by=args.by,
+            role=role,
+            edit=edit,
+            tenant=tenant_of(settings, args),
+            action_hash=args.action_hash,
+            wait=args.wait,
+            mirror=mirror,
+            signer=key,
+        )
+    emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
+def decider(
+    settings: Settings, args: argparse.Namespace
+) -> tuple[str, approver_keys.ApproverKey | None]:
+    """The role a decision goes with, and the key that signs it when `--by` has one here."""
+    key = approver_keys.load(settings.config_dir or approver_keys.default_config_dir(), args.by)
+    if key is not None:
+        if args.role and args.role != key.signer.role:
+            raise OperationError(
+                f"{args.by}'s key is registered for role {key.signer.role!r}, not {args.role!r}"
+            )
+        return key.signer.role, key
+    if not args.role:
+        raise OperationError(
+            f"{args.by} has no approver key on this machine: say the role of this unsigned "
+            "decision with --role (it counts only where no approver keys are configured), or "
+            f"create a key with `starter.py approvers add {args.by} --role ROLE`"
+        )
+    return args.role, None
+
+
+def decision_text(result: DecisionResult) -> str:
+    return result.note or f"{result.decision}; run is {result.status.value}"
+
+
 async def cmd_reject(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    result = await ops.reject(
-        client, args.run, by=args.by, role=args.role, reason=args.reason, tenant=args.tenant
-    )
-    emit(
-        result.model_dump(mode="json"),
-        args.json,
-        f"{result.decision}; run is {result.status.value}",
-    )
+    async with mirror_pool(settings) as mirror:
+        role, key = decider(settings, args)
+        result = await ops.reject(
+            client,
+            args.run,
+            by=args.by,
+            role=role,
+            reason=args.reason,
+            tenant=tenant_of(settings, args),
+            action_hash=args.action_hash,
+            wait=args.wait,
+            mirror=mirror,
+            signer=key,
+        )
+    emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
 async def cmd_pause(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    result = await ops.pause(client, args.run)
+    async with mirror_pool(settings) as mirror:
+        result = await ops.pause(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
     emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
 async def cmd_resume(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    result = await ops.resume(client, args.run)
+    async with mirror_pool(settings) as mirror:
+        result = await ops.resume(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
     emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
 async def cmd_cancel(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    await ops.cancel(client, args.run)
-    print(f"cancel requested: {args.run} ends as cancelled and writes its receipt")
+    async with mirror_pool(settings) as mirror:
+        message = await ops.cancel(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
+    print(message)
     return 0
 
 
 async def cmd_status(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    state = await ops.status(client, args.run)
-    emit(state.model_dump(mode="json"), args.json, render.run_state(state))
+    async with mirror_pool(settings) as mirror:
+        report = await ops.inspect(
+            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
+        )
+    emit(
+        report.flat_json(),
+        args.json,
+        render.run_report(report),
+    )
     return 0
 
 
@@ -285,7 +360,9 @@ async def cmd_version(client: Client, settings: Settings, args: argparse.Namespa
 
 async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     async with command_pool(settings) as pool:
-        runs = await ops.list_runs(pool, status=args.status, limit=args.limit)
+        runs = await ops.list_runs(
+            pool, status=args.status, limit=args.limit, tenant=tenant_of(settings, args)
+        )
     emit(
         runs,
         args.json,
@@ -296,7 +373,7 @@ async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
     async with command_pool(settings) as pool:
-        receipt = await ops.receipt(pool, args.run)
+        receipt = await ops.receipt(pool, args.run, tenant=tenant_of(settings, args))
     emit(receipt, args.json, render.receipt_markdown(receipt))
     return 0
 
@@ -307,7 +384,7 @@ async def cmd_stats(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as err:
         raise OperationError(f"--since: {err}") from err
     async with command_pool(settings) as pool:
-        figures = await metrics.stats(pool, since=since)
+        figures = await metrics.stats(pool, since=since, tenant=tenant_of(settings, args))
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
     return 0
 
@@ -487,6 +564,8 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help)
         if json_flag:
             p.add_argument("--json", action="store_true", help="print JSON for machines")
+        if name not in ("demo", "up"):
+            add_wait(p)
         return p
 
     for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
@@ -512,25 +591,22 @@ def parser() -> argparse.ArgumentParser:
     )
     p = command("approve", "approve the pending action", json_flag=True)
     p.add_argument("run")
-    p.add_argument("--by", required=True, help="who approves")
-    p.add_argument("--role", default="approver", help="the approver's role")
+    add_decider(p)
     p.add_argument("--edit", help="JSON object of arguments to change before running")
-    p.add_argument("--tenant", help="refuse unless the run belongs to this tenant")
     p = command("reject", "reject the pending action", json_flag=True)
     p.add_argument("run")
-    p.add_argument("--by", required=True)
-    p.add_argument("--role", default="approver")
+    add_decider(p)
     p.add_argument("--reason", required=True)
-    p.add_argument("--tenant")
     for name, help in (
         ("pause", "pause at the next step boundary"),
         ("resume", "continue a paused run"),
         ("cancel", "end the run as cancelled, with its receipt"),
-        ("status", "the live state of a run"),
+        ("status", "the state of a run: live, else as the mirror last saw it"),
         ("receipt", "what a run did, cost and changed"),
     ):
         p = command(name, help, json_flag=name in ("pause", "resume", "status", "receipt"))
         p.add_argument("run")
+        add_tenant(p)
     p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")
@@ -560,8 +636,10 @@ def parser() -> argparse.ArgumentParser:
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
     p.add_argument("--limit", type=int, default=50)
+    add_tenant(p)
     p = command("stats", "fleet figures: cost per completed run, failures, waits", json_flag=True)
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")
+    add_tenant(p)
     p = command("prune", "delete what runs that finished long ago recorded", json_flag=True)
     p.add_argument(
         "--older-than",
@@ -573,6 +651,7 @@ def parser() -> argparse.ArgumentParser:
     )
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
+    approvers_cli.add_commands(sub)
     return top
 
 
@@ -582,9 +661,11 @@ async def dispatch(args: argparse.Namespace) -> int:
         return await backlog_cli.dispatch(settings, args)
     if args.command == "tenants":
         return await tenants_cli.dispatch(settings, args)
+    if args.command == "approvers":
+        return await approvers_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
-    client = await connect(settings)
+    client = await connect(settings, within_seconds=args.wait)
     return await CLIENT_COMMANDS[args.command](client, settings, args)
 
 

@@ -15,6 +15,7 @@ import socket
 import sys
 
 from agentrun.core.errors import SetupError
+from agentrun.core.settings import Settings
 from agentrun.tools.loading import split_references
 from agentrun.tools.mcp import parse_servers
 from agentrun.worker.worker_api import run_worker
@@ -60,8 +61,9 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        tools = args.tools or split_references(os.environ.get("AGENTRUN_TOOLS", ""))
-        mcp = args.mcp or parse_servers(os.environ.get("AGENTRUN_MCP", ""))
+        settings = Settings.load()
+        tools = args.tools or split_references(settings.tools)
+        mcp = args.mcp or parse_servers(settings.mcp)
         await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, resources=resources)
 
     try:

@@ -22,6 +22,7 @@ from agentrun.core.models import (
 from agentrun.core.settings import Settings
 from agentrun.ops import fork_ops, watch
 from agentrun.ops import operations as ops
+from agentrun.ops.approver_keys import ApproverKey
 from agentrun.profiles import Agent
 from agentrun.store.db import open_pool
 from agentrun.temporal.client import connect
@@ -62,21 +63,52 @@ class RunClient:
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
             mirror=pool,
+            tenant=self.settings.tenant,
         )
         return started.run_id
 
     async def approve(
-        self, run_id: str, *, by: str, role: str = "approver", edit: JsonDict | None = None
+        self,
+        run_id: str,
+        *,
+        by: str,
+        role: str = "approver",
+        edit: JsonDict | None = None,
+        signer: ApproverKey | None = None,
     ) -> DecisionResult:
-        return await ops.approve(self.client, run_id, by=by, role=role, edit=edit)
+        """With `signer` (`approver_keys.load`), the decision is signed with that key, as
+        runs with keyed approvers require; AGENTRUN_TENANT confines it to that tenant."""
+        return await ops.approve(
+            self.client,
+            run_id,
+            by=by,
+            role=signer.signer.role if signer else role,
+            edit=edit,
+            tenant=self.settings.tenant,
+            signer=signer,
+        )
 
     async def reject(
-        self, run_id: str, *, by: str, reason: str, role: str = "approver"
+        self,
+        run_id: str,
+        *,
+        by: str,
+        reason: str,
+        role: str = "approver",
+        signer: ApproverKey | None = None,
     ) -> DecisionResult:
-        return await ops.reject(self.client, run_id, by=by, role=role, reason=reason)
+        return await ops.reject(
+            self.client,
+            run_id,
+            by=by,
+            role=signer.signer.role if signer else role,
+            reason=reason,
+            tenant=self.settings.tenant,
+            signer=signer,
+        )
 
     async def status(self, run_id: str) -> RunState:
-        return await ops.status(self.client, run_id)
+        return await ops.status(self.client, run_id, tenant=self.settings.tenant)
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for the run to end."""
@@ -84,7 +116,7 @@ class RunClient:
         return await handle.result()
 
     async def receipt(self, run_id: str) -> JsonDict:
-        return await ops.receipt(await self._database(), run_id)
+        return await ops.receipt(await self._database(), run_id, tenant=self.settings.tenant)
 
     def watch(self, run_id: str, *, from_offset: int = 0) -> AsyncIterator[WatchItem]:
         """The run as it happens (events, model text), ending with its receipt when a

@@ -19,15 +19,20 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+from agentrun.core import approval_signatures  # noqa: E402
 from agentrun.core.admission_models import TenantLimits  # noqa: E402
-from agentrun.core.models import ForkOrigin, RunSpec  # noqa: E402
+from agentrun.core.errors import OperationError  # noqa: E402
+from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentrun.ops import approver_keys, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
-from agentrun.ops import watch  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import admission_id  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
+_KEY = Ed25519PrivateKey.generate()
 TASK = "Look up our refund policy and notify ana@example.com about it."
 Scenario = Callable[[Client, str], Awaitable[None]]
 
@@ -87,6 +92,28 @@ async def quarantine_released(client: Client, run_id: str) -> None:
     await ops.approve(client, run_id, by="li", role="approver")
 
 
+# A keyed approver for the signed scenario, made afresh: replay needs no private key.
+SIGNER = approver_keys.ApproverKey(
+    Signer(
+        name="li",
+        role="approver",
+        public_key=approval_signatures.public_key_text(_KEY.public_key()),
+        key_id=approval_signatures.key_id(_KEY.public_key().public_bytes_raw()),
+    ),
+    _KEY,
+)
+
+
+async def signed_after_a_refusal(client: Client, run_id: str) -> None:
+    """An unsigned decision refused (and recorded by the run), then a signed one applied."""
+    await wait_pending(client, run_id)
+    try:
+        await ops.approve(client, run_id, by="li", role="approver")
+    except OperationError:
+        pass
+    await ops.approve(client, run_id, by="li", role="approver", signer=SIGNER)
+
+
 async def budget_extended(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.approve(client, run_id, by="li", role="approver", edit={"max_tokens": 100_000})
@@ -129,6 +156,11 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     ),
     # Recorded after mirror writes got a queue of their own (patch mirror-queue).
     "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after approvals could be signed: the run verifies the signature in workflow code.
+    "signed_approval": (
+        RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),
+        signed_after_a_refusal,
+    ),
     # Recorded after runs got a live stream (issue 17): the model's text streamed from the
     # activity, a watcher's polls; then a fork of that run at its send (step 5), edited.
     "watched_and_streamed": (RunSpec(task=TASK), watched),

@@ -104,9 +104,11 @@ def test_schema_setup_creates_both_databases(services: dict[str, Any]) -> None:
 
 def test_setup_registers_the_search_attributes_runs_use(services: dict[str, Any]) -> None:
     script = "\n".join(services["temporal-setup"]["command"])
-    registered = set(re.search(r"for name in ([^;]+);", script).group(1).split())  # type: ignore[union-attr]
-    assert registered == {key.name for key in search_attributes.ALL}
-    assert "--type Keyword" in script
+    pairs = re.search(r"for name in ([^;]+);", script).group(1).split()  # type: ignore[union-attr]
+    registered = dict(pair.split(":") for pair in pairs)
+    assert registered == {
+        key.name: key.indexed_value_type.name.title() for key in search_attributes.ALL
+    }
     assert "namespace create -n default" in script
     worker_waits = services["worker"]["depends_on"]["temporal-setup"]["condition"]
     assert worker_waits == "service_completed_successfully"

@@ -20,6 +20,7 @@ from workflows.run_state import RunEnded
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from agentrun.core import approval_signatures
     from agentrun.core import constants as names
     from agentrun.core.keys import action_hash
     from agentrun.core.models import (
@@ -30,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionResult,
         JsonDict,
         PendingApproval,
+        RefusedDecision,
         RejectInput,
         StepRecord,
     )
@@ -61,6 +63,10 @@ def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
             f"an edit applies to an action or a budget, not to a {pending.kind} approval: "
             "approve or reject it without one"
         )
+
+
+# Refused decisions a run keeps in its state for `status`.
+MAX_REFUSALS = 10
 
 
 class Approvals(Recording):
@@ -167,6 +173,7 @@ class Approvals(Recording):
                     "edit": decision.edit,
                     "reason": None,
                     "final_arguments": {**pending.arguments, **(decision.edit or {})},
+                    "key_id": decision.signature.key_id if decision.signature else None,
                 }
             )
         if isinstance(decision, RejectInput):
@@ -176,6 +183,7 @@ class Approvals(Recording):
                     "by": decision.by,
                     "role": decision.role,
                     "reason": decision.reason,
+                    "key_id": decision.signature.key_id if decision.signature else None,
                 }
             )
         return expired
@@ -217,9 +225,39 @@ class Approvals(Recording):
         if edit:
             check_edit(pending, edit)
 
+    def _check_signature(self, input: ApproveInput | RejectInput) -> None:
+        """Refuse a decision whose signature the run's policy does not accept (unsigned when
+        keys are configured, forged, for another run or approval, replayed, expired, of the
+        wrong role or tenant), recording the refusal where `status` shows it."""
+        pending = self.progress.pending_approval
+        assert pending is not None
+        decided = [a.approval_id for a in self.progress.approvals]
+        try:
+            approval_signatures.check(
+                self.spec.approval, self.run_id, pending, decided, input, workflow.now()
+            )
+        except approval_signatures.SignatureRefused as err:
+            self._refuse(input, str(err))
+            raise ApplicationError(f"refused and recorded: {err}") from None
+
+    def _refuse(self, input: ApproveInput | RejectInput, reason: str) -> None:
+        pending = self.progress.pending_approval
+        refusal = RefusedDecision(
+            approval_id=input.signature.approval_id
+            if input.signature
+            else (pending.approval_id if pending else None),
+            by=input.by,
+            reason=reason,
+            at=workflow.now(),
+        )
+        # The last few are enough to say why nothing happened; all are in the events.
+        self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
+        self._event("approval.refused", data={"by": input.by, "reason": reason})
+
     async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
         self._check_decision(*decision_fields(input))
+        self._check_signature(input)
         assert self.progress.pending_approval is not None
         approval_id = self.progress.pending_approval.approval_id
         self.progress.decision = input
@@ -265,6 +303,10 @@ class Approvals(Recording):
         try:
             self._check_decision(*decision_fields(input))
         except ApplicationError as err:
-            self._event("approval.refused", data={"by": input.by, "reason": err.message})
+            self._refuse(input, err.message)
+            return
+        try:
+            self._check_signature(input)
+        except ApplicationError:
             return
         self.progress.decision = input

@@ -95,6 +95,7 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int)
         error=progress.error,
         priority=priority,
         admission=spec.admission,
+        refusals=progress.refusals,
     )
 
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from agentrun.cli import render
+from agentrun.cli.cli_options import add_wait
 from agentrun.core.backlog_models import PolicyPatch
 from agentrun.core.errors import OperationError
 from agentrun.core.settings import Settings
@@ -32,6 +33,7 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--agent", required=True, help="whose backlog")
         if json_flag:
             p.add_argument("--json", action="store_true", help="print JSON for machines")
+        add_wait(p)
         return p
 
     p = command("enqueue", "add the tasks of a JSON or YAML file at the end, in order")
@@ -63,7 +65,7 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 text = render.table(dead, DEAD_COLUMNS) if dead else "no failed tasks"
                 emit(dead, args.json, text)
         return 0
-    client = await connect(settings)
+    client = await connect(settings, within_seconds=args.wait)
     if args.backlog_command == "enqueue":
         try:
             policy = PolicyPatch(
@@ -76,7 +78,12 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
             raise OperationError(f"invalid policy option: {err}") from err
         tasks = ops.load_tasks(args.file)
         result = await ops.enqueue(
-            client, args.agent, tasks, task_queue=settings.task_queue, policy=policy
+            client,
+            args.agent,
+            tasks,
+            task_queue=settings.task_queue,
+            policy=policy,
+            wait=args.wait,
         )
         text = (
             f"added {len(result.added)}, ignored {len(result.ignored)} already in the backlog; "
@@ -86,11 +93,11 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
         )
         emit(result.model_dump(mode="json"), args.json, text)
     elif args.backlog_command == "retry":
-        retried = await ops.retry(client, args.agent, args.task)
+        retried = await ops.retry(client, args.agent, args.task, wait=args.wait)
         emit(retried.model_dump(mode="json"), args.json, retried.message)
     else:
         control = ops.stop if args.backlog_command == "stop" else ops.resume
-        done = await control(client, args.agent)
+        done = await control(client, args.agent, wait=args.wait)
         emit(done.model_dump(mode="json"), args.json, done.message)
     return 0
 

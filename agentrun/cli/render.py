@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrun.core.models import JsonDict, RunState, WatchItem
+from agentrun.ops.operations import RunReport
 from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
 
@@ -44,11 +45,34 @@ def run_state(state: RunState) -> str:
             f"  approve: python starter.py approve {state.run_id} --by NAME --role "
             f"{p.required_role}",
         ]
+    for refusal in state.refusals:
+        lines.append(f"refused decision by {refusal.by} at {refusal.at}: {refusal.reason}")
     if state.error:
         lines.append(f"error: {state.error}")
     lines.append("")
     lines.append(
         table([s.model_dump() for s in state.steps], ["step_id", "type", "name", "status"])
+    )
+    return "\n".join(lines)
+
+
+def run_report(report: RunReport) -> str:
+    """`status`: the state, then where it came from and who serves the run."""
+    lines = [run_state(report.state), ""]
+    if report.source == "mirror":
+        lines.append("(no worker answered: this is the run as the Postgres mirror last saw it)")
+    if report.no_progress_seconds is not None:
+        lines.append(
+            f"last progress: {report.last_progress_at} ({report.no_progress_seconds:.0f}s ago)"
+        )
+    workers = ", ".join(
+        f"{w.identity} ({w.seconds_ago:.0f}s ago)" if w.seconds_ago is not None else w.identity
+        for w in report.workers
+    )
+    lines.append(
+        f"workers polling {report.task_queue}: {workers}"
+        if workers
+        else f"no worker polls {report.task_queue}: start one with `python worker.py`"
     )
     return "\n".join(lines)
 

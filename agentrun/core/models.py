@@ -43,6 +43,26 @@ class ModelSettings(Strict):
     max_tokens: int | None = Field(None, gt=0)
 
 
+class Signer(Strict):
+    """An approver identity: a name, the role and tenant it may decide for, its public key."""
+
+    name: str = Field(min_length=1)
+    role: str = Field(min_length=1)
+    tenant: str | None = Field(None, description="None: any tenant's runs")
+    public_key: str = Field(description="Ed25519 public key, base64 of its 32 raw bytes")
+    key_id: str = Field(description="the key's fingerprint (agentrun.approval_signatures)")
+
+
+class DecisionSignature(Strict):
+    """An approver's Ed25519 signature over (run id, approval id, action hash, decision,
+    edit or reason, time): agentrun.approval_signatures says exactly what is signed."""
+
+    key_id: str
+    approval_id: str
+    signed_at: datetime
+    signature: str = Field(description="base64")
+
+
 class ApprovalPolicy(Strict):
     # Tool calls at or above this risk wait for a human; "always" names tools that always do.
     require_at_or_above: RiskLevel = RiskLevel.HIGH
@@ -52,6 +72,15 @@ class ApprovalPolicy(Strict):
     approvers: list[str] = Field(default_factory=list, description="if set, only these may decide")
     timeout_seconds: float = Field(24 * 3600, gt=0)
     on_reject: Literal["cancel", "replan"] = "cancel"
+    # Keyed approvers (`starter.py approvers add`, copied in when the run starts): with any,
+    # only decisions signed by one of them apply. None and no require_signatures is the
+    # single-user escape hatch: unsigned decisions, as anyone who reaches Temporal sends them.
+    signers: list[Signer] = Field(default_factory=list)
+    require_signatures: bool = False
+    signature_max_age_seconds: float = Field(3600, gt=0, description="older signatures expire")
+
+    def signatures_required(self) -> bool:
+        return self.require_signatures or bool(self.signers)
 
     def needs_approval(self, tool: str, risk: RiskLevel) -> bool:
         return tool in self.always or RISK_ORDER[risk] >= RISK_ORDER[self.require_at_or_above]
@@ -392,6 +421,7 @@ class ApproveInput(BaseModel):
     role: str = Field(min_length=1)
     edit: JsonDict | None = Field(None, description="arguments the approver changed")
     tenant: str | None = None
+    signature: DecisionSignature | None = None
 
 
 class RejectInput(BaseModel):
@@ -400,6 +430,7 @@ class RejectInput(BaseModel):
     role: str = Field(min_length=1)
     reason: str = Field(min_length=1)
     tenant: str | None = None
+    signature: DecisionSignature | None = None
 
 
 class ApprovalRecord(BaseModel):
@@ -415,12 +446,24 @@ class ApprovalRecord(BaseModel):
     reason: str | None = None
     requested_at: datetime
     decided_at: datetime
+    key_id: str | None = Field(None, description="the key whose signature the run verified")
+
+
+class RefusedDecision(BaseModel):
+    """A decision the run refused when it applied it (a signal, or a signature that failed),
+    kept so `status` can say why nothing happened."""
+
+    approval_id: str | None
+    by: str
+    reason: str
+    at: datetime
 
 
 class DecisionResult(BaseModel):
     approval_id: str
     decision: str
     status: RunStatus
+    note: str | None = Field(None, description="what happens next, when not applied yet")
 
 
 class ControlInput(BaseModel):
@@ -466,6 +509,9 @@ class RunState(BaseModel):
     priority: int | None = None
     admission: str | None = Field(None, description="the admission workflow it waits in")
     queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
+    refusals: list[RefusedDecision] = Field(
+        default_factory=list, description="decisions refused when the run applied them"
+    )
 
 
 # A side effect whose call the run was cancelled in: the receipt asks the ledger.
@@ -563,6 +609,9 @@ class RunProgress(BaseModel):
     pending_approval: PendingApproval | None = None
     decision: ApproveInput | RejectInput | None = Field(
         None, description="a person's decision on the pending approval, not yet applied"
+    )
+    refusals: list[RefusedDecision] = Field(
+        default_factory=list, description="the last decisions refused on applying them"
     )
     pause_requested: bool = False
     pause_reason: str | None = None

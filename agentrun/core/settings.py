@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     temporal_profile: ClientConfigProfile | None = Field(None, repr=False)
 
     task_queue: str = env("AGENTRUN_TASK_QUEUE", TASK_QUEUE)
+    tenant: str | None = env(
+        "AGENTRUN_TENANT", None, "commands see and touch only this tenant's runs (None: all)"
+    )
     database_url: str | None = Field(
         None, validation_alias="DATABASE_URL", repr=False, description="holds its password"
     )
@@ -67,6 +70,9 @@ class Settings(BaseSettings):
     model: str = env("AGENTRUN_MODEL", OFFLINE_MODEL)
     web_ui_url: str = env("AGENTRUN_WEB_UI", DEFAULT_WEB_UI)
     home: Path = env("AGENTRUN_HOME", Path(".agentrun"), "data of the embedded stack")
+    config_dir: Path | None = env(
+        "AGENTRUN_CONFIG_DIR", None, "your approver keys; default ~/.config/agentrun"
+    )
     artifact_threshold_bytes: int = env(
         "AGENTRUN_ARTIFACT_THRESHOLD_BYTES", 64 * 1024, "larger tool outputs become artifacts"
     )
@@ -101,6 +107,13 @@ class Settings(BaseSettings):
     # pinned to the version it started on.
     deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
     build_id: str | None = env("AGENTRUN_BUILD_ID", None, "None: unversioned workers")
+    # What a worker serves and where a starter finds profiles, when no flag says (worker.py
+    # --tools/--mcp, starter.py start --agents).
+    tools: str = env("AGENTRUN_TOOLS", "", "comma-separated `PKG.MODULE:ATTR` tool sources")
+    mcp: str = env("AGENTRUN_MCP", "", "`;`-separated MCP servers")
+    agents: str | None = env(
+        "AGENTRUN_AGENTS", None, "agent profiles: a YAML file or PKG.MODULE:ATTR"
+    )
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )

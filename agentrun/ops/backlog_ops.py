@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,13 @@ from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core.backlog_models import (
     AGENT_PATTERN,
@@ -42,6 +46,15 @@ from agentrun.core.errors import OperationError
 from agentrun.core.models import ControlInput, JsonDict
 from agentrun.ops import handles
 from agentrun.store.backlog_store import BacklogStore
+from agentrun.temporal.worker_presence import (
+    DEFAULT_WAIT_SECONDS,
+    Deadline,
+    NoAnswer,
+    fresh_pollers,
+    no_worker,
+    pollers_or_unknown,
+    within,
+)
 from workflows.backlog import AgentBacklogWorkflow
 
 ENQUEUE_BATCH = 100
@@ -141,6 +154,7 @@ async def enqueue(
     task_queue: str,
     policy: PolicyPatch | None = None,
     by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
 ) -> EnqueueResult:
     """Add tasks at the end, in order; keys already in the backlog are ignored.
 
@@ -156,6 +170,8 @@ async def enqueue(
             "the tasks name"
         )
     policy = policy or PolicyPatch()
+    deadline = Deadline(wait)
+    await _enqueue_served(client, agent, task_queue, deadline)
     total = EnqueueResult(added=[], ignored=[], total=0, stopped=False)
     # In batches, so no single update's payload nears Temporal's size limit.
     for tasks_in_batch in _batches(tasks):
@@ -169,13 +185,19 @@ async def enqueue(
         batch = EnqueueInput(tasks=tasks_in_batch, policy=policy, by=by)
         try:
             # The SDK's overloads do not see through an async update handler's return type.
-            result: EnqueueResult = await client.execute_update_with_start_workflow(
-                AgentBacklogWorkflow.enqueue,  # type: ignore[arg-type]
-                batch,
-                start_workflow_operation=start,
+            result: EnqueueResult = await within(
+                deadline.left(),
+                client.execute_update_with_start_workflow(
+                    AgentBacklogWorkflow.enqueue,  # type: ignore[arg-type]
+                    batch,
+                    start_workflow_operation=start,
+                    rpc_timeout=timedelta(seconds=deadline.left()),
+                ),
             )
         except WorkflowUpdateFailedError as err:
             raise OperationError(f"refused: {handles.refusal(err)}") from err
+        except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+            raise OperationError(handles.held(backlog_id(agent), task_queue, deadline)) from err
         except RPCError as err:
             raise OperationError(f"cannot enqueue for agent {agent}: {err.message}") from err
         total = EnqueueResult(
@@ -185,6 +207,20 @@ async def enqueue(
             stopped=result.stopped,
         )
     return total
+
+
+async def _enqueue_served(client: Client, agent: str, task_queue: str, deadline: Deadline) -> None:
+    """Refuse, sending nothing, unless a worker would take the enqueue now."""
+    try:
+        backlog = await _running(client, agent, deadline)
+    except OperationError:  # no backlog yet, or an ended one: a worker must poll the queue
+        found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
+        if not any(p.fresh(datetime.now(UTC)) for p in found):
+            raise OperationError(
+                f"not sent: {no_worker(task_queue, found, deadline.seconds)}"
+            ) from None
+        return
+    await _served(client, backlog, deadline)
 
 
 def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
@@ -203,45 +239,84 @@ def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
     return [batch for batch in batches if batch]
 
 
-async def _running(client: Client, agent: str) -> WorkflowHandle[Any, Any]:
+@dataclass
+class Backlog:
+    handle: WorkflowHandle[Any, Any]
+    task_queue: str
+
+
+async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
     check_agent(agent)
-    return await handles.running(
-        client,
-        backlog_id(agent),
-        missing=f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it",
-        ended=lambda status: (
+    handle = client.get_workflow_handle(backlog_id(agent))
+    try:
+        description = await handles.describe_within(handle, deadline)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise OperationError(
+                f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
+            ) from err
+        raise
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "closed"
+        raise OperationError(
             f"the backlog workflow of agent {agent} is {status}; `backlog enqueue --agent "
             f"{agent} FILE` starts it again from the mirror"
-        ),
+        )
+    return Backlog(handle, description.task_queue)
+
+
+async def _served(client: Client, backlog: Backlog, deadline: Deadline) -> None:
+    """Refuse, sending nothing, unless a worker answers the backlog now: its changes are
+    updates, which the server would hold (not keep) while no worker runs."""
+    try:
+        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
+    except NoAnswer as err:
+        found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
+        raise OperationError(
+            f"not sent: {no_worker(backlog.task_queue, found, deadline.seconds)}"
+        ) from err
+
+
+async def _change(client: Client, agent: str, update: Any, arg: Any, wait: float) -> Any:
+    deadline = Deadline(wait)
+    backlog = await _running(client, agent, deadline)
+    await _served(client, backlog, deadline)
+    return await handles.update_within(backlog.handle, backlog.task_queue, update, arg, deadline)
+
+
+async def stop(
+    client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+) -> BacklogControlResult:
+    """A graceful pause: running tasks stop at their next step boundary, none start."""
+    return await _change(client, agent, AgentBacklogWorkflow.stop, ControlInput(by=by), wait)  # type: ignore[no-any-return]
+
+
+async def resume(
+    client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+) -> BacklogControlResult:
+    return await _change(client, agent, AgentBacklogWorkflow.resume, ControlInput(by=by), wait)  # type: ignore[no-any-return]
+
+
+async def retry(
+    client: Client, agent: str, key: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+) -> RetryResult:
+    """Put a dead-lettered task back, in its place, with a fresh set of attempts."""
+    return await _change(  # type: ignore[no-any-return]
+        client, agent, AgentBacklogWorkflow.retry, RetryInput(key=key, by=by), wait
     )
 
 
-async def stop(client: Client, agent: str, *, by: str = "cli") -> BacklogControlResult:
-    """A graceful pause: running tasks stop at their next step boundary, none start."""
-    handle = await _running(client, agent)
-    return await handles.update(handle, AgentBacklogWorkflow.stop, ControlInput(by=by))  # type: ignore[no-any-return]
-
-
-async def resume(client: Client, agent: str, *, by: str = "cli") -> BacklogControlResult:
-    handle = await _running(client, agent)
-    return await handles.update(handle, AgentBacklogWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
-
-
-async def retry(client: Client, agent: str, key: str, *, by: str = "cli") -> RetryResult:
-    """Put a dead-lettered task back, in its place, with a fresh set of attempts."""
-    handle = await _running(client, agent)
-    return await handles.update(handle, AgentBacklogWorkflow.retry, RetryInput(key=key, by=by))  # type: ignore[no-any-return]
-
-
-async def state(client: Client, agent: str) -> BacklogState:
+async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> BacklogState:
     """The live state, from the workflow itself (a worker answers the query)."""
-    handle = await _running(client, agent)
+    deadline = Deadline(wait)
+    backlog = await _running(client, agent, deadline)
     try:
-        return await handle.query(AgentBacklogWorkflow.state)  # type: ignore[no-any-return]
-    except RPCError as err:
+        return await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline, 1.0)  # type: ignore[no-any-return]
+    except NoAnswer as err:
+        found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
         raise OperationError(
-            f"the backlog of agent {agent} did not answer ({err.message}): is a worker "
-            "running? Start one with `python worker.py`"
+            f"{no_worker(backlog.task_queue, found, deadline.seconds)}; `backlog list --agent "
+            f"{agent}` shows the backlog as the mirror last saw it"
         ) from err
 
 

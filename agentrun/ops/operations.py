@@ -9,9 +9,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, Field
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -40,9 +45,20 @@ from agentrun.core.models import (
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
 from agentrun.ops import admission_ops, handles, projection
-from agentrun.store import tool_sets
+from agentrun.ops.approver_keys import ApproverKey
+from agentrun.store import mirror_views, tool_sets
+from agentrun.store.approver_store import ApproverStore
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
+from agentrun.temporal.worker_presence import (
+    DEFAULT_WAIT_SECONDS,
+    Deadline,
+    NoAnswer,
+    no_worker,
+    pollers_or_unknown,
+    start_a_worker,
+    within,
+)
 from workflows import AgentRunWorkflow
 
 
@@ -66,10 +82,12 @@ async def start_run(
     *,
     task_queue: str,
     indexed: bool = True,
+    tenant: str | None = None,
     limits: TenantLimits | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
+    With `tenant`, only a run of that tenant may be started.
 
     `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters
     on. The run's priority and its tenant (the fairness key, weighted by `limits.weight`)
@@ -78,6 +96,10 @@ async def start_run(
     run: its id is not started again over the old run's conversation, journal and ledger,
     and the caller is told it exists (its receipt is in the mirror).
     """
+    if tenant is not None and spec.tenant != tenant:
+        raise OperationError(
+            f"this client acts for tenant {tenant!r} and cannot start a run for {spec.tenant!r}"
+        )
     if spec.carry is not None:
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
     if spec.admission is not None:
@@ -86,6 +108,10 @@ async def start_run(
     run_id = run_id_for(spec.idempotency_key)
     if mirror is not None and await _mirrored(mirror, run_id):
         return Started(run_id, existing=True)
+    if mirror is not None and not spec.approval.signers:
+        signers = await ApproverStore(mirror).signers(spec.tenant)
+        approval = spec.approval.model_copy(update={"signers": signers})
+        spec = spec.model_copy(update={"approval": approval})
     if limits.capped:
         try:
             queued = await admission_ops.enqueue_run(
@@ -153,32 +179,106 @@ async def _mirrored(pool: AsyncConnectionPool, run_id: str) -> bool:
         return await cur.fetchone() is not None
 
 
-async def _handle(client: Client, run_id: str) -> tuple[WorkflowHandle[Any, Any], bool]:
-    """The run's handle and whether it is still running; unknown runs are a clear error."""
-    handle, status = await handles.described(client, run_id, missing=_missing(run_id))
-    return handle, status == WorkflowExecutionStatus.RUNNING
+@dataclass
+class RunRef:
+    """A run the server knows, with what it says of it without asking a worker."""
+
+    handle: WorkflowHandle[Any, Any]
+    running: bool
+    task_queue: str
+    indexed_status: str | None
 
 
-def _missing(run_id: str) -> str:
-    return f"no run {run_id!r}: `starter.py list` shows the runs"
+async def _find(
+    client: Client,
+    run_id: str,
+    deadline: Deadline,
+    *,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> RunRef:
+    """The run, if it exists and (with `tenant`) belongs to that tenant; no worker needed.
 
-
-async def _running(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
-    return await handles.running(
-        client,
-        run_id,
-        missing=_missing(run_id),
-        ended=lambda _: f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how",
+    Another tenant's run is reported exactly as a missing one, so ids cannot be probed.
+    """
+    handle = client.get_workflow_handle(run_id)
+    try:
+        description = await handles.describe_within(handle, deadline)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
+        raise
+    indexed = description.typed_search_attributes
+    if tenant is not None:
+        owner = indexed.get(search_attributes.TENANT)
+        if owner is None and mirror is not None:
+            owner = await mirror_views.run_tenant(mirror, run_id)
+        if owner is None:
+            try:
+                state: RunState = await within(
+                    deadline.share(0.5), handle.query(AgentRunWorkflow.state)
+                )
+                owner = state.tenant
+            except (NoAnswer, RPCError) as err:
+                raise OperationError(
+                    f"cannot tell which tenant run {run_id} belongs to while no worker "
+                    "answers and the mirror has not seen it; try again when a worker runs"
+                ) from err
+        if owner != tenant:
+            raise OperationError(
+                f"no run {run_id!r} for tenant {tenant!r}: `starter.py list` shows its runs"
+            )
+    return RunRef(
+        handle=handle,
+        running=description.status == WorkflowExecutionStatus.RUNNING,
+        task_queue=description.task_queue,
+        indexed_status=indexed.get(search_attributes.STATUS),
     )
 
 
-async def pending_approval(client: Client, run_id: str) -> PendingApproval:
-    handle = await _running(client, run_id)
-    pending: PendingApproval | None = await handle.query(AgentRunWorkflow.get_pending_approval)
-    if pending is None:
-        state: RunState = await handle.query(AgentRunWorkflow.state)
+async def _running(
+    client: Client,
+    run_id: str,
+    deadline: Deadline,
+    *,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> RunRef:
+    run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    if not run.running:
         raise OperationError(
-            f"run {run_id} is not waiting for an approval (status {state.status.value})"
+            f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how"
+        )
+    return run
+
+
+async def _no_worker(client: Client, run: RunRef, deadline: Deadline) -> str:
+    found = await pollers_or_unknown(client, run.task_queue, seconds=deadline.share(0.2))
+    return no_worker(run.task_queue, found, deadline.seconds)
+
+
+def _recorded(what: str, run: RunRef) -> str:
+    return (
+        f"recorded: no worker answered, so the run holds the {what} in its history and applies "
+        f"it, with the same checks, when a worker takes it ({start_a_worker(run.task_queue)}); "
+        f"`starter.py status {run.handle.id}` shows the outcome"
+    )
+
+
+async def pending_approval(
+    client: Client, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS
+) -> PendingApproval:
+    deadline = Deadline(wait)
+    run = await _running(client, run_id, deadline)
+    try:
+        pending: PendingApproval | None = await handles.ask_within(
+            run.handle, AgentRunWorkflow.get_pending_approval, deadline
+        )
+    except NoAnswer as err:
+        raise OperationError(await _no_worker(client, run, deadline)) from err
+    if pending is None:
+        raise OperationError(
+            f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
         )
     return pending
 
@@ -192,15 +292,23 @@ async def approve(
     edit: JsonDict | None = None,
     tenant: str | None = None,
     action_hash: str | None = None,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    mirror: AsyncConnectionPool | None = None,
+    signer: ApproverKey | None = None,
 ) -> DecisionResult:
-    """Approve the pending action (or, with `action_hash`, only that exact action)."""
+    """Approve the pending action (or, with `action_hash`, only that exact action the
+    approver saw); with `signer`, signed by that approver's key."""
     return await _decide(
         client,
         run_id,
-        AgentRunWorkflow.approve,
+        (AgentRunWorkflow.approve, AgentRunWorkflow.approve_signal),
         lambda pending: ApproveInput(
             action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
         ),
+        wait=wait,
+        mirror=mirror,
+        tenant=tenant,
+        signer=signer,
     )
 
 
@@ -213,85 +321,345 @@ async def reject(
     reason: str,
     tenant: str | None = None,
     action_hash: str | None = None,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    mirror: AsyncConnectionPool | None = None,
+    signer: ApproverKey | None = None,
 ) -> DecisionResult:
     return await _decide(
         client,
         run_id,
-        AgentRunWorkflow.reject,
+        (AgentRunWorkflow.reject, AgentRunWorkflow.reject_signal),
         lambda pending: RejectInput(
             action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
         ),
+        wait=wait,
+        mirror=mirror,
+        tenant=tenant,
+        signer=signer,
     )
 
 
 async def _decide(
     client: Client,
     run_id: str,
-    update: Any,
+    messages: tuple[Any, Any],
     decision: Callable[[str], ApproveInput | RejectInput],
+    *,
+    wait: float,
+    mirror: AsyncConnectionPool | None,
+    tenant: str | None,
+    signer: ApproverKey | None,
 ) -> DecisionResult:
-    """Send a decision bound to the action pending now; the workflow's validator judges it."""
-    pending = await pending_approval(client, run_id)
-    handle = client.get_workflow_handle(run_id)
-    return await handles.update(handle, update, decision(pending.action_hash))  # type: ignore[no-any-return]
+    """Send a decision bound to the action pending now; the workflow judges it.
 
-
-async def pause(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:
-    handle = await _running(client, run_id)
-    return await handles.update(handle, AgentRunWorkflow.pause, ControlInput(by=by))  # type: ignore[no-any-return]
-
-
-async def resume(client: Client, run_id: str, *, by: str = "cli") -> ControlResult:
-    handle = await _running(client, run_id)
-    return await handles.update(handle, AgentRunWorkflow.resume, ControlInput(by=by))  # type: ignore[no-any-return]
-
-
-async def cancel(client: Client, run_id: str) -> None:
-    handle = await _running(client, run_id)
-    await handle.cancel()
-
-
-async def status(client: Client, run_id: str) -> RunState:
-    """The live state, from the workflow itself (a worker answers the query); a run waiting
-    for its tenant's slot says where it stands in the queue."""
-    handle, _ = await _handle(client, run_id)
+    With a worker: an update, so a refusal comes back at once. Without one: a signal, which
+    the server keeps in the run's history until a worker applies it with the same checks
+    (a refusal is then recorded on the run); the approval it answers comes from the mirror.
+    """
+    update, signal = messages
+    deadline = Deadline(wait)
+    run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
-        state: RunState = await handle.query(AgentRunWorkflow.state)
-    except RPCError as err:
+        pending: PendingApproval | None = await handles.ask_within(
+            run.handle, AgentRunWorkflow.get_pending_approval, deadline
+        )
+    except NoAnswer:
+        if mirror is None:
+            raise OperationError(
+                await _no_worker(client, run, deadline)
+                + "; or set DATABASE_URL, so decisions can be recorded while none runs"
+            ) from None
+        mirrored = await mirror_views.run_state(mirror, run_id)
+        pending = mirrored[0].pending_approval if mirrored else None
+        if pending is None:
+            raise OperationError(
+                f"run {run_id} is not waiting for an approval as far as the mirror knows "
+                f"(status {run.indexed_status}), and {await _no_worker(client, run, deadline)}"
+            ) from None
+        await within(
+            deadline.left(),
+            run.handle.signal(
+                signal,
+                _signed(decision(pending.action_hash), run_id, pending, signer),
+                rpc_timeout=timedelta(seconds=deadline.left()),
+            ),
+        )
+        return DecisionResult(
+            approval_id=pending.approval_id,
+            decision="recorded",
+            status=RunStatus.WAITING_FOR_APPROVAL,
+            note=_recorded("decision", run),
+        )
+    if pending is None:
         raise OperationError(
-            f"run {run_id} did not answer ({err.message}): is a worker running? "
-            "Start one with `python worker.py`"
-        ) from err
+            f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
+        )
+    return await handles.update_within(
+        run.handle,
+        run.task_queue,
+        update,
+        _signed(decision(pending.action_hash), run_id, pending, signer),
+        deadline,
+    )  # type: ignore[no-any-return]
+
+
+def _signed(
+    decision: ApproveInput | RejectInput,
+    run_id: str,
+    pending: PendingApproval,
+    signer: ApproverKey | None,
+) -> ApproveInput | RejectInput:
+    if signer is None:
+        return decision
+    return decision.model_copy(
+        update={"signature": signer.sign(run_id, pending.approval_id, decision)}
+    )
+
+
+async def _control(
+    client: Client,
+    run_id: str,
+    messages: tuple[Any, Any],
+    input: ControlInput,
+    *,
+    wait: float,
+    tenant: str | None,
+    mirror: AsyncConnectionPool | None,
+) -> ControlResult:
+    """Pause or resume: an update when a worker answers, else a signal the run keeps."""
+    update, signal = messages
+    deadline = Deadline(wait)
+    run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    try:
+        await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+    except NoAnswer:
+        await within(
+            deadline.left(),
+            run.handle.signal(signal, input, rpc_timeout=timedelta(seconds=deadline.left())),
+        )
+        return ControlResult(
+            status=RunStatus(run.indexed_status or RunStatus.QUEUED.value),
+            paused=signal is AgentRunWorkflow.pause_signal,
+            message=_recorded(signal.__name__.removesuffix("_signal"), run),
+        )
+    return await handles.update_within(run.handle, run.task_queue, update, input, deadline)  # type: ignore[no-any-return]
+
+
+async def pause(
+    client: Client,
+    run_id: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> ControlResult:
+    return await _control(
+        client,
+        run_id,
+        (AgentRunWorkflow.pause, AgentRunWorkflow.pause_signal),
+        ControlInput(by=by),
+        wait=wait,
+        tenant=tenant,
+        mirror=mirror,
+    )
+
+
+async def resume(
+    client: Client,
+    run_id: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> ControlResult:
+    return await _control(
+        client,
+        run_id,
+        (AgentRunWorkflow.resume, AgentRunWorkflow.resume_signal),
+        ControlInput(by=by),
+        wait=wait,
+        tenant=tenant,
+        mirror=mirror,
+    )
+
+
+async def cancel(
+    client: Client,
+    run_id: str,
+    *,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> str:
+    """Ask the run to end as cancelled: the server records the request, a worker acts on it."""
+    deadline = Deadline(wait)
+    run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    await within(deadline.left(), run.handle.cancel(rpc_timeout=timedelta(seconds=deadline.left())))
+    try:
+        await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+    except NoAnswer:
+        return (
+            f"cancel recorded: {run_id} ends as cancelled and writes its receipt when a "
+            f"worker takes it ({await _no_worker(client, run, deadline)})"
+        )
+    return f"cancel requested: {run_id} ends as cancelled and writes its receipt"
+
+
+async def status(
+    client: Client, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS, tenant: str | None = None
+) -> RunState:
+    """The live state, from the workflow itself (a worker answers the query)."""
+    deadline = Deadline(wait)
+    run = await _find(client, run_id, deadline, tenant=tenant)
+    try:
+        state: RunState = await handles.ask_within(
+            run.handle, AgentRunWorkflow.state, deadline, 0.8
+        )
+    except NoAnswer as err:
+        raise OperationError(await _no_worker(client, run, deadline)) from err
+    return await _with_queue_position(client, run_id, state)
+
+
+async def _with_queue_position(client: Client, run_id: str, state: RunState) -> RunState:
+    """A run waiting for its tenant's slot says where it stands in the queue."""
     if state.status == RunStatus.QUEUED and state.admission is not None:
         place = await admission_ops.position(client, state.admission, run_id)
         state = state.model_copy(update={"queue_position": place.position if place else None})
     return state
 
 
+class WorkerSeen(BaseModel):
+    identity: str
+    last_poll: datetime | None
+    seconds_ago: float | None
+
+
+class RunReport(BaseModel):
+    """What `status` shows: the state, where it came from, and who serves the run."""
+
+    source: Literal["workflow", "mirror"]
+    state: RunState
+    task_queue: str
+    workers: list[WorkerSeen] = Field(description="who polled the run's task queue lately")
+    last_progress_at: datetime | None = Field(description="a worker last moved the run then")
+    no_progress_seconds: float | None
+
+    def flat_json(self) -> JsonDict:
+        """The state's fields with the report's beside them, as `status --json` prints."""
+        return {
+            **self.state.model_dump(mode="json"),
+            **self.model_dump(mode="json", exclude={"state"}),
+        }
+
+
+async def inspect(
+    client: Client,
+    run_id: str,
+    *,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> RunReport:
+    """The run's state from its workflow, or from the mirror when no worker answers."""
+    deadline = Deadline(wait)
+    run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    now = datetime.now(UTC)
+    found = await pollers_or_unknown(client, run.task_queue, seconds=deadline.share(0.2))
+    progress = await _last_progress(client, run_id, deadline)
+    state: RunState | None = None
+    if not run.running or any(p.fresh(now) for p in found):
+        try:
+            state = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+            state = await _with_queue_position(client, run_id, state)
+        except NoAnswer:
+            state = None
+    source: Literal["workflow", "mirror"] = "workflow"
+    if state is None:
+        mirrored = await mirror_views.run_state(mirror, run_id) if mirror else None
+        if mirrored is None:
+            raise OperationError(
+                await _no_worker(client, run, deadline)
+                + ("" if mirror else "; set DATABASE_URL to read the mirror meanwhile")
+            )
+        state, source = mirrored[0], "mirror"
+    return RunReport(
+        source=source,
+        state=state,
+        task_queue=run.task_queue,
+        workers=[
+            WorkerSeen(identity=p.identity, last_poll=p.last_poll, seconds_ago=p.age_seconds(now))
+            for p in found
+        ],
+        last_progress_at=progress,
+        no_progress_seconds=(now - progress).total_seconds() if progress else None,
+    )
+
+
+async def _last_progress(client: Client, run_id: str, deadline: Deadline) -> datetime | None:
+    """When a worker last completed a workflow task of the run (its history says)."""
+    request = GetWorkflowExecutionHistoryReverseRequest(
+        namespace=client.namespace,
+        execution=WorkflowExecution(workflow_id=run_id),
+        maximum_page_size=100,
+    )
+    seconds = deadline.share(0.2)
+    try:
+        response = await within(
+            seconds,
+            client.workflow_service.get_workflow_execution_history_reverse(
+                request, timeout=timedelta(seconds=seconds)
+            ),
+        )
+    except (NoAnswer, RPCError):
+        return None
+    for event in response.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return event.event_time.ToDatetime(tzinfo=UTC)
+    return None
+
+
 async def list_runs(
-    pool: AsyncConnectionPool, *, status: str | None = None, limit: int = 50
+    pool: AsyncConnectionPool,
+    *,
+    status: str | None = None,
+    limit: int = 50,
+    tenant: str | None = None,
 ) -> list[JsonDict]:
+    """Recent runs from the mirror; with `tenant`, that tenant's only."""
     async with pool.connection() as conn:
         cur = await conn.execute(
             """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
                       tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
-               FROM runs WHERE %(status)s::text IS NULL OR status = %(status)s
+               FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
+                 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
                ORDER BY created_at DESC LIMIT %(limit)s""",
-            {"status": status, "limit": limit},
+            {"status": status, "limit": limit, "tenant": tenant},
         )
         columns = [c.name for c in cur.description or []]
         return [dict(zip(columns, row, strict=True)) for row in await cur.fetchall()]
 
 
-async def receipt(pool: AsyncConnectionPool, run_id: str) -> JsonDict:
+async def receipt(pool: AsyncConnectionPool, run_id: str, *, tenant: str | None = None) -> JsonDict:
+    """The run's receipt; with `tenant`, only if the run is that tenant's."""
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT receipt FROM receipts WHERE run_id = %s", (run_id,))
+        cur = await conn.execute(
+            """SELECT r.receipt FROM receipts r LEFT JOIN runs USING (run_id)
+               WHERE run_id = %(run)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)""",
+            {"run": run_id, "tenant": tenant},
+        )
         row = await cur.fetchone()
         if row is None:
-            cur = await conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,))
+            cur = await conn.execute(
+                """SELECT status FROM runs
+                   WHERE run_id = %(run)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)""",
+                {"run": run_id, "tenant": tenant},
+            )
             run = await cur.fetchone()
             if run is None:
-                raise OperationError(f"no run {run_id!r} in the mirror: `starter.py list`")
+                owner = f" for tenant {tenant!r}" if tenant else ""
+                raise OperationError(f"no run {run_id!r}{owner} in the mirror: `starter.py list`")
             raise OperationError(
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
@@ -308,7 +676,7 @@ async def check_mirror(
     payload_limit: int = DEFAULT_LIMIT_BYTES,
 ) -> JsonDict:
     """Compare the run's mirror rows with those its Temporal history derives."""
-    _, running = await _handle(client, run_id)
+    running = (await _find(client, run_id, Deadline(DEFAULT_WAIT_SECONDS))).running
     found = await projection.check(client, pool, run_id, payload_limit=payload_limit)
     counts = {kind: sum(d.kind == kind for d in found) for kind in projection.KINDS}
     return {
@@ -328,8 +696,7 @@ async def rebuild_mirror(
     payload_limit: int = DEFAULT_LIMIT_BYTES,
 ) -> JsonDict:
     """Rewrite an ended run's mirror rows from its Temporal history, then check them."""
-    _, running = await _handle(client, run_id)
-    if running:
+    if (await _find(client, run_id, Deadline(DEFAULT_WAIT_SECONDS))).running:
         raise OperationError(
             f"run {run_id} is still running and keeps writing its mirror; rebuild it once "
             f"it ends (`starter.py mirror check {run_id}` compares it now)"

@@ -389,6 +389,17 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
     ALTER TABLE runs ADD COLUMN profile_hash text;
     """,
+    # 13: approvers' public keys (agentrun/store/approver_store.py); runs copy them in at start.
+    """
+    CREATE TABLE approvers (
+        key_id text PRIMARY KEY,
+        name text NOT NULL,
+        role text NOT NULL,
+        tenant text,
+        public_key text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
 ]
 
 

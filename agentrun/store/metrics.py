@@ -16,7 +16,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 
-WINDOW = "%(since)s::timestamptz IS NULL OR {column} >= %(since)s::timestamptz"
+WINDOW = (
+    "(%(since)s::timestamptz IS NULL OR {column} >= %(since)s::timestamptz) AND "
+    "(%(tenant)s::text IS NULL OR run_id IN (SELECT run_id FROM runs WHERE tenant = %(tenant)s))"
+)
 
 RUNS_SQL = f"""
 SELECT count(*) AS runs_started,
@@ -125,8 +128,11 @@ def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-async def stats(pool: AsyncConnectionPool, *, since: datetime | None = None) -> Stats:
-    params = {"since": since}
+async def stats(
+    pool: AsyncConnectionPool, *, since: datetime | None = None, tenant: str | None = None
+) -> Stats:
+    """The figures over every tenant's runs, or with `tenant` over that tenant's only."""
+    params = {"since": since, "tenant": tenant}
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(RUNS_SQL, params)
         runs: dict[str, Any] = await cur.fetchone() or {}

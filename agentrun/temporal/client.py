@@ -12,6 +12,7 @@ from agentrun.core.settings import Settings
 from agentrun.core.temporal_connection import connect_options, describe
 from agentrun.temporal.encryption import data_converter
 from agentrun.temporal.telemetry import client_interceptors
+from agentrun.temporal.worker_presence import NoAnswer, within
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.
 _runtimes: dict[str, Runtime] = {}
@@ -37,10 +38,25 @@ def runtime_for(settings: Settings) -> Runtime | None:
 
 
 async def connect(
-    settings: Settings, *, identity: str | None = None, serve_metrics: bool = False
+    settings: Settings,
+    *,
+    identity: str | None = None,
+    serve_metrics: bool = False,
+    within_seconds: float | None = None,
 ) -> Client:
     """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
-    commands do not, so they never contend for the port a worker on the same host serves."""
+    commands do not, so they never contend for the port a worker on the same host serves.
+    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang."""
+    if within_seconds is not None:
+        try:
+            return await within(
+                within_seconds, connect(settings, identity=identity, serve_metrics=serve_metrics)
+            )
+        except NoAnswer as err:
+            raise SetupError(
+                f"Temporal at {settings.temporal_address} did not answer within "
+                f"{within_seconds:g}s; is it up? (`python starter.py up` runs a local one)"
+            ) from err
     runtime = runtime_for(settings) if serve_metrics else None
     try:
         options = connect_options(settings.temporal_profile)

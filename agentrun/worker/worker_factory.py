@@ -82,6 +82,9 @@ SANDBOX_PASSTHROUGH = (
     # Models, states, errors, keys, constants: deterministic and free of side effects, and
     # their pydantic classes must be the same objects inside and outside the sandbox.
     "agentrun.core",
+    # A native (Rust) extension cannot be imported twice in one process: approval
+    # signatures are verified in workflow code with the worker's one copy.
+    "cryptography",
 )
 
 

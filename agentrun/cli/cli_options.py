@@ -1,0 +1,35 @@
+"""Options every command of the CLI shares, so each means the same everywhere."""
+
+from __future__ import annotations
+
+import argparse
+
+from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS
+
+
+def add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=DEFAULT_WAIT_SECONDS,
+        help=f"seconds to wait for an answer before saying why none came "
+        f"(default {DEFAULT_WAIT_SECONDS:g})",
+    )
+
+
+def add_tenant(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tenant", help="only this tenant's runs (default AGENTRUN_TENANT)")
+
+
+def add_decider(p: argparse.ArgumentParser) -> None:
+    """Who decides, how the decision is bound to what they saw, and whose run it is."""
+    p.add_argument("--by", required=True, help="who decides: signs with their approver key")
+    p.add_argument(
+        "--role",
+        help="the role, for an unsigned decision (a signed one carries its key's role)",
+    )
+    p.add_argument(
+        "--action-hash",
+        help="decide only if the pending action is still this one (from `status`)",
+    )
+    add_tenant(p)

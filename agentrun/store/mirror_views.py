@@ -1,0 +1,62 @@
+"""A run as the Postgres mirror last saw it: what commands show when no worker answers.
+
+The mirror is written at every step boundary, so it lags the workflow by at most the step in
+flight; whatever reads it says so (`"source": "mirror"`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from agentrun.core.models import PendingApproval, RunState, StepSummary
+
+RUN_SQL = """
+SELECT run_id, status, tenant, user_id AS user, task, current_step_id, pause_reason,
+       checkpoint, tokens_in, tokens_out, cost_usd::float8 AS cost_usd, result, error,
+       updated_at
+FROM runs WHERE run_id = %s
+"""
+STEPS_SQL = """
+SELECT step_id, seq, type, name, status, attempt FROM steps WHERE run_id = %s ORDER BY seq
+"""
+# The approval still waiting: its request event, for a step the mirror has not seen decided.
+PENDING_SQL = """
+SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
+WHERE e.run_id = %s AND e.type = 'approval.requested' AND s.status = 'waiting'
+ORDER BY e.seq DESC LIMIT 1
+"""
+
+
+async def run_tenant(pool: AsyncConnectionPool, run_id: str) -> str | None:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT tenant FROM runs WHERE run_id = %s", (run_id,))
+        row = await cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+async def run_state(pool: AsyncConnectionPool, run_id: str) -> tuple[RunState, datetime] | None:
+    """The run's state as mirrored, and when the mirror last changed; None if never mirrored."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(RUN_SQL, (run_id,))
+        run = await cur.fetchone()
+        if run is None:
+            return None
+        await cur.execute(STEPS_SQL, (run_id,))
+        steps = [StepSummary.model_validate(row) for row in await cur.fetchall()]
+        await cur.execute(PENDING_SQL, (run_id,))
+        pending = await cur.fetchone()
+    updated_at = run.pop("updated_at")
+    state = RunState.model_validate(
+        {
+            **run,
+            "steps": steps,
+            "pending_approval": PendingApproval.model_validate(pending["data"])
+            if pending
+            else None,
+            "pause_requested": False,
+        }
+    )
+    return state, updated_at
