@@ -8,14 +8,12 @@ task, which Temporal retries for ever. These runs use the real dev server's 2 MB
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 import agentrun_demo
 from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
@@ -25,6 +23,7 @@ from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
 from tests.conftest import running_worker
+from tests.recorded import HISTORIES, recorded_history, replayer
 from tests.support import make_spec, rows, scripted
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
@@ -308,11 +307,9 @@ def test_a_last_record_too_large_to_send_is_cut_not_lost():
 
 
 async def test_committed_histories_replay_with_the_guard_on():
-    for path in sorted((Path(__file__).parent / "histories").glob("*.json")):
-        history = WorkflowHistory.from_json(path.stem, path.read_text())
-        replayer = Replayer(
-            workflows=[AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow],
-            data_converter=pydantic_data_converter,
-            interceptors=[PayloadLimitInterceptor(pydantic_data_converter)],
-        )
-        await replayer.replay_workflow(history)
+    guarded = replayer(
+        [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow],
+        interceptors=[PayloadLimitInterceptor(pydantic_data_converter)],
+    )
+    for path in HISTORIES:
+        await guarded.replay_workflow(recorded_history(path))

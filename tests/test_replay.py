@@ -11,21 +11,13 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
-from agentrun.ops.operations import run_id_for
-from agentrun.worker.worker_factory import worker_tuning
+from tests.recorded import HISTORIES, recorded_history, replayer
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
 from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
-
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
-# Histories whose replay needs the workflow id they were recorded under: a signed decision
-# covers its run's id (scripts/record_histories.py names runs "history-<scenario>").
-RECORDED_IDS = {"signed_approval": run_id_for("history-signed_approval")}
 
 
 def test_histories_are_committed():
@@ -34,15 +26,8 @@ def test_histories_are_committed():
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_replay(path: Path):
-    workflow_id = RECORDED_IDS.get(path.stem, f"replay-{path.stem}")
-    history = WorkflowHistory.from_json(workflow_id, path.read_text())  # noqa: ASYNC240
-    replayer = Replayer(
-        workflows=[AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow],
-        data_converter=pydantic_data_converter,
-        # The workers' sandbox, which shares native modules (signature checks) with the worker.
-        workflow_runner=worker_tuning()["workflow_runner"],
-    )
-    await replayer.replay_workflow(history)
+    replaying = replayer([AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow])
+    await replaying.replay_workflow(recorded_history(path))
 
 
 def patch_ids(path: Path) -> set[str]:

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from agentrun.core import constants as names
 from tests.planted_change import PlantedAgentRun
+from tests.recorded import recorded_history, replayer
 from workflows import AgentRunWorkflow
 
 
@@ -34,37 +33,33 @@ RUN_HISTORIES = sorted(
 )
 
 
-def _history(path: Path) -> WorkflowHistory:
-    return WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
-
-
 def test_there_are_run_histories_to_replay():
     assert len(RUN_HISTORIES) >= 4, "record them with scripts/record_histories.py"
 
 
 @pytest.mark.parametrize("path", RUN_HISTORIES, ids=lambda p: p.stem)
 async def test_the_unchanged_workflow_replays_cleanly(path: Path):
-    replayer = Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(_history(path))
+    replaying = replayer([AgentRunWorkflow])
+    await replaying.replay_workflow(recorded_history(path))
 
 
 @pytest.mark.parametrize("path", RUN_HISTORIES, ids=lambda p: p.stem)
 async def test_a_planted_timer_is_caught_as_nondeterminism(path: Path):
-    replayer = Replayer(workflows=[PlantedAgentRun], data_converter=pydantic_data_converter)
+    replaying = replayer([PlantedAgentRun])
     with pytest.raises(NondeterminismError):
-        await replayer.replay_workflow(_history(path))
+        await replaying.replay_workflow(recorded_history(path))
 
 
 async def _histories() -> AsyncIterator[WorkflowHistory]:
     for path in RUN_HISTORIES:
-        yield _history(path)
+        yield recorded_history(path)
 
 
 async def test_every_history_fails_in_one_batch_replay():
-    replayer = Replayer(workflows=[PlantedAgentRun], data_converter=pydantic_data_converter)
+    replaying = replayer([PlantedAgentRun])
     failed = set()
-    async with replayer.workflow_replay_iterator(_histories()) as results:
+    async with replaying.workflow_replay_iterator(_histories()) as results:
         async for result in results:
             assert isinstance(result.replay_failure, NondeterminismError), result.history
             failed.add(result.history.workflow_id)
-    assert failed == {f"replay-{p.stem}" for p in RUN_HISTORIES}
+    assert failed == {recorded_history(p).workflow_id for p in RUN_HISTORIES}

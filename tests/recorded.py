@@ -1,0 +1,40 @@
+"""The committed histories, and a replayer that runs them as the workers do.
+
+Every replay test goes through here: a history replays under the workflow id it was recorded
+with where its run depends on it, and inside the workers' own sandbox, which shares native
+modules (the signature checks' `cryptography`) with the process instead of importing them a
+second time (a second import of a native extension aborts the whole process).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from agentrun.ops.operations import run_id_for
+from agentrun.worker.worker_factory import worker_tuning
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+# Histories whose replay needs the workflow id they were recorded under: a signed decision
+# covers its run's id (scripts/record_histories.py names runs "history-<scenario>").
+RECORDED_IDS = {"signed_approval": run_id_for("history-signed_approval")}
+
+
+def recorded_history(path: Path) -> WorkflowHistory:
+    """The history in `path`, under its recorded workflow id (or `replay-<name>`)."""
+    workflow_id = RECORDED_IDS.get(path.stem, f"replay-{path.stem}")
+    return WorkflowHistory.from_json(workflow_id, path.read_text())
+
+
+def replayer(workflows: list[type], **options: Any) -> Replayer:
+    """A replayer with the workers' data converter and sandbox."""
+    return Replayer(
+        workflows=workflows,
+        data_converter=pydantic_data_converter,
+        workflow_runner=worker_tuning()["workflow_runner"],
+        **options,
+    )
