@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core.admission_models import AdmissionInput, TenantLimits
+from agentrun.core.admission_models import AdmissionInput, AdmitInput, TenantLimits
+from agentrun.core.constants import SIGNAL_RUN_ADMIT
 from agentrun.core.errors import OperationError
 from agentrun.ops import admission_ops, tenant_ops
 from agentrun.ops import operations as ops
@@ -242,3 +243,27 @@ async def test_raising_the_cap_admits_waiting_runs_at_once(client, settings, poo
         for run_id in run_ids:
             await ops.approve(client, run_id, by="maria", role="approver")
             await wait_status(client, run_id, "completed")
+
+
+async def test_a_slot_given_before_the_run_first_ran_is_on_record(client, settings, pool, worker):
+    """The queue's admit can reach a run before its first workflow task (a busy worker):
+    the run starts admitted, and its events still say when."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    spec = make_spec(TASK, tenant=tenant, allowed_tools=["send_message"])
+    spec = spec.model_copy(update={"admission": admission_id(tenant)})
+    handle = await client.start_workflow(
+        AgentRunWorkflow.run, spec, id=run_id, task_queue=settings.task_queue
+    )
+    # No worker yet: the admit lands in the same first task as the start.
+    await handle.signal(SIGNAL_RUN_ADMIT, AdmitInput(admission_id=admission_id(tenant)))
+    async with worker():
+        await wait_pending(client, run_id)
+        await ops.approve(client, run_id, by="maria", role="approver")
+        assert (await handle.result()).status.value == "completed"
+    events = await rows(
+        pool,
+        "SELECT type FROM events WHERE run_id = %s AND type IN ('run.admitted', 'run.finished')",
+        run_id,
+    )
+    assert sorted(e["type"] for e in events) == ["run.admitted", "run.finished"]

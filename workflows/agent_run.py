@@ -249,6 +249,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
     async def _wait_for_slot(self) -> None:
         """Stay `queued` until the tenant's admission queue says a slot is ours."""
         if self.progress.admitted:
+            if self.spec.admission is not None and self.spec.carry is None:
+                # The slot came with the run's first task, before it could wait: still on record.
+                self._event("run.admitted")
             return
         self._event("run.queued", data={"admission": self.spec.admission})
         await self._flush()
