@@ -44,9 +44,18 @@ def main() -> None:
         action="store_true",
         help="size task slots by this machine's CPU and memory instead of fixed counts",
     )
+    parser.add_argument(
+        "--workflow-cache",
+        type=int,
+        metavar="RUNS",
+        help="runs kept in memory between their steps (default AGENTRUN_WORKFLOW_CACHE); "
+        "fewer hold less memory, and a run not held replays its history on its next step",
+    )
     parser.add_argument("--target-cpu", type=float, default=0.8, help="with --resource-tuner")
     parser.add_argument("--target-memory", type=float, default=0.8, help="with --resource-tuner")
     args = parser.parse_args()
+    if args.workflow_cache is not None and args.workflow_cache < 0:
+        parser.error("--workflow-cache is a number of runs: 0 or more")
     for name in ("target_cpu", "target_memory"):
         if not 0 < getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
@@ -62,9 +71,18 @@ def main() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         settings = Settings.load()
+        if args.workflow_cache is not None:
+            settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
         tools = args.tools or split_references(settings.tools)
         mcp = args.mcp or parse_servers(settings.mcp)
-        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, resources=resources)
+        await run_worker(
+            tools,
+            mcp=mcp,
+            settings=settings,
+            identity=args.identity,
+            stop=stop,
+            resources=resources,
+        )
 
     try:
         asyncio.run(serve())
