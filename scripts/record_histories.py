@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
+import agentrun_demo  # noqa: E402
 from agentrun.core import approval_signatures  # noqa: E402
 from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentrun.core.errors import OperationError  # noqa: E402
@@ -28,6 +30,7 @@ from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentrun.ops import approver_keys, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
+from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 
@@ -132,7 +135,32 @@ async def budget_extended(client: Client, run_id: str) -> None:
     await ops.approve(client, run_id, by="li", role="approver", edit={"max_tokens": 100_000})
 
 
+class Post(BaseModel):
+    text: str
+
+
+POSTED: list[str] = []
+
+
+async def post_webhook(args: Post, ctx: ToolContext) -> dict[str, str]:
+    """An external effect with no reconcile hook whose first request goes out and then
+    loses its connection: the next attempt cannot tell whether it happened."""
+    POSTED.append(args.text)
+    if len(POSTED) == 1:
+        raise ConnectionResetError("connection reset after the request was sent")
+    return {"posted": args.text}
+
+
+REGISTRY = ToolRegistry(
+    [
+        *agentrun_demo.registry.tools(),
+        Tool("post_webhook", "post", Post, post_webhook, side_effect=True, transactional=False),
+    ]
+)
+
+
 FORUM_TASK = "Read the forum post and summarize it."
+POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
@@ -194,6 +222,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after the admission queue learned to free the slot of a terminated run
     # (patch admission-sweeps-closed-runs); the queue's history shows the sweep.
     "terminated_holding_slot": (RunSpec(task=TASK, tenant="swept"), terminated_holding_slot),
+    # Recorded after an unknown outcome nobody decided in time stays unknown (patch
+    # unknown-outcome-expiry-is-no-decision): the run fails naming it.
+    "unknown_outcome_expired": (
+        RunSpec(task=POST_TASK, allowed_tools=["post_webhook"], approval={"timeout_seconds": 2}),
+        finishes_alone,
+    ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
@@ -217,12 +251,14 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
         if done < 12:
             return completion(request, tool_calls=[("search_notes", {"query": f"refund {done}"})])
         return completion(request, content="## Summary\nSearched twelve times.")
+    if task == POST_TASK:
+        return completion(request, tool_calls=[("post_webhook", {"text": "hello"})])
     return offline_planner(request)
 
 
 async def main(force: bool) -> None:
     task_queue = "record-histories"
-    async with recording_worker(model_for_scenarios, task_queue) as client:
+    async with recording_worker(model_for_scenarios, task_queue, REGISTRY) as client:
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
             path = OUT / f"{name}.json"

@@ -86,12 +86,15 @@ def test_the_audit_fixes_have_histories():
         JUDGE_COUNTED,
         RECEIPT_SHIELDED,
         TOOL_CANCEL_WAITS,
+        UNKNOWN_STAYS_UNKNOWN,
     )
 
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert taken["approved_effect_keys"] >= {EFFECT_KEYS, TOOL_CANCEL_WAITS, JUDGE_COUNTED}
     assert taken["cancelled_receipt_shielded"] >= {RECEIPT_SHIELDED}
     assert taken["continued_after_step_boundary"] >= {CONTINUE_AFTER_BOUNDARY}
+    assert taken["unknown_outcome_expired"] >= {UNKNOWN_STAYS_UNKNOWN}
+    assert UNKNOWN_STAYS_UNKNOWN not in taken["approved_effect_keys"]
     assert EFFECT_KEYS not in taken["approved_mirror_after_commit"]
 
 
