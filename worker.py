@@ -14,10 +14,9 @@ import signal
 import socket
 import sys
 
+from agentrun.cli.cli_options import add_tool_flags, tool_sources
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
-from agentrun.tools.loading import split_references
-from agentrun.tools.mcp import parse_servers
 from agentrun.worker.worker_api import run_worker
 from agentrun.worker.worker_factory import ResourceTargets
 
@@ -25,20 +24,7 @@ from agentrun.worker.worker_factory import ResourceTargets
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
-    parser.add_argument(
-        "--tools",
-        action="append",
-        metavar="PKG.MODULE:ATTR",
-        help="tools to serve: a ToolRegistry, a tool or a list of tools (repeatable; default "
-        "AGENTRUN_TOOLS, comma-separated; with neither this nor --mcp, the demo's tools)",
-    )
-    parser.add_argument(
-        "--mcp",
-        action="append",
-        metavar="NAME=COMMAND ARGS...",
-        help="an MCP server whose tools the model sees as NAME__TOOL: NAME=COMMAND ARGS... "
-        "(stdio) or NAME=https://... (repeatable; default AGENTRUN_MCP, ';'-separated)",
-    )
+    add_tool_flags(parser)
     parser.add_argument(
         "--resource-tuner",
         action="store_true",
@@ -73,8 +59,7 @@ def main() -> None:
         settings = Settings.load()
         if args.workflow_cache is not None:
             settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
-        tools = args.tools or split_references(settings.tools)
-        mcp = args.mcp or parse_servers(settings.mcp)
+        tools, mcp = tool_sources(args, settings)
         await run_worker(
             tools,
             mcp=mcp,

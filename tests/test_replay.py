@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHistory
 
 from tests.recorded import HISTORIES, recorded_history, replayer
 from workflows import AgentRunWorkflow
-from workflows.admission import TenantAdmissionWorkflow
+from workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
 from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
@@ -57,6 +57,13 @@ def test_model_call_queue_and_admission_have_histories():
     assert MODEL_CALL_QUEUE not in taken["budget_extended"]
     assert MODEL_CALL_QUEUE in taken["admitted_from_queue"]
     assert "admitted_from_queue_queue" in taken
+
+
+def test_the_admission_sweep_has_a_history():
+    """A queue whose slot holder was terminated, swept free; older queues replay without."""
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert SWEEPS_CLOSED_RUNS not in taken["admitted_from_queue_queue"]
+    assert SWEEPS_CLOSED_RUNS in taken["terminated_holding_slot_queue"]
 
 
 def test_backlog_child_priority_has_a_history():

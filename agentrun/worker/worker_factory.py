@@ -273,7 +273,7 @@ def build_worker(
         prices=settings.model_prices,
     )
     backlog = BacklogActivities(BacklogStore(deps.pool))
-    admission = AdmissionActivities(TenantStore(deps.pool))
+    admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning(settings.workflow_cache)
     # Never more activities at once than the pool serves with its reserve to spare: each may
@@ -315,6 +315,7 @@ def build_worker(
                 backlog.load,
                 fork.seed,
                 admission.sync,
+                admission.closed_runs,
             ],
             interceptors=interceptors,
             deployment_config=deployment,
