@@ -178,6 +178,9 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after the writes at a run's start and before its verify step were dropped
     # (patch quiet-mirror-writes).
     "quiet_mirror": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after each step's activity carried the run's pending mirror batch instead of a
+    # `mirror.sync` of its own before it (patch mirror-batch-rides-step).
+    "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from temporalio import activity
 
 import agentrun_demo
+from agentrun.core.models import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.mirror_store import MirrorStore
@@ -148,3 +150,91 @@ async def test_fencing_rules_in_the_store(pool):
     assert await store.end_attempt(
         run_id=run_id, step_id=step_id, attempt=2, status="succeeded", output="fresh"
     )
+
+
+def carried_batch(run_id: str, version: int, fence: int, status: str) -> MirrorBatch:
+    """What a run accepted before its next step: the run row, a finished step, an event."""
+    now = datetime.now(UTC)
+    return MirrorBatch(
+        run=RunSnapshot(
+            run_id=run_id,
+            version=version,
+            tenant="t",
+            user="u",
+            task="task",
+            status=status,
+            created_at=now,
+            updated_at=now,
+        ),
+        steps=[
+            StepRecord(
+                step_id="0001-model_call",
+                seq=1,
+                type="model_call",
+                name="m",
+                status="completed",
+                output={"content": f"v{version}"},
+            )
+        ],
+        events=[RunEvent(seq=1, type="run.started", data={"v": version}, at=now)],
+        fence=fence,
+    )
+
+
+async def test_a_claim_carries_the_runs_batch_fenced_and_idempotent(pool):
+    """The batch a step's activity carries lands with the step's claim; a retried attempt
+    re-applies it to no effect, and a stale one that lands after a newer write changes
+    nothing (as `mirror.sync` is fenced)."""
+    store = MirrorStore(pool)
+    run_id = f"run-carry-{uuid.uuid4().hex[:8]}"
+    claim = {
+        "run_id": run_id,
+        "step_id": "0002-tool_call",
+        "seq": 2,
+        "type": "tool_call",
+        "name": "t",
+        "worker": "w",
+        "lease_seconds": 5,
+        "input": {},
+    }
+    old = carried_batch(run_id, version=3, fence=10, status="waiting_for_tool")
+    await store.begin_attempt(attempt=1, batch=old, **claim)
+    await store.begin_attempt(attempt=2, batch=old, **claim)  # a retry carries the same batch
+
+    async def mirror() -> tuple[list[dict], list[dict], list[dict]]:
+        run = await rows(pool, "SELECT version, status FROM runs WHERE run_id = %s", run_id)
+        steps = await rows(
+            pool,
+            "SELECT step_id, status, attempt, final, output FROM steps WHERE run_id = %s "
+            "ORDER BY seq",
+            run_id,
+        )
+        events = await rows(pool, "SELECT seq, data FROM events WHERE run_id = %s", run_id)
+        return run, steps, events
+
+    run, steps, events = await mirror()
+    assert run == [{"version": 3, "status": "waiting_for_tool"}]
+    assert steps == [
+        {
+            "step_id": "0001-model_call",
+            "status": "completed",
+            "attempt": 1,
+            "final": True,
+            "output": {"content": "v3"},
+        },
+        {
+            "step_id": "0002-tool_call",
+            "status": "running",
+            "attempt": 2,
+            "final": False,
+            "output": None,
+        },
+    ]
+    assert events == [{"seq": 1, "data": {"v": 3}}]
+    # A newer write lands; then a zombie attempt's claim with the old batch comes late.
+    await store.sync(carried_batch(run_id, version=4, fence=20, status="planning"))
+    await store.begin_attempt(attempt=3, batch=old, **claim)
+    run, steps, events = await mirror()
+    assert run == [{"version": 4, "status": "planning"}]
+    assert steps[0]["output"] == {"content": "v4"}
+    assert events == [{"seq": 1, "data": {"v": 4}}]
