@@ -116,12 +116,8 @@ def test_report_from_fixed_results() -> None:
         for line in summary.splitlines()
         if "activities scheduled per run" in line
     ]
-    assert activities == ["activities scheduled per run, 20 tool steps", "26", "22"] + [
-        "—",
-        "—",
-        "1.18x",
-        "—",
-    ]
+    label = "activities scheduled per run, 20 tool steps"
+    assert activities == [label, "26", "22", "—", "—", "1.18x", "—"]
     throughput = report.throughput_table(results)
     assert "| 10 " in throughput and "| 100 " in throughput
     assert "0.50x" in throughput and "0.25x" in throughput  # ÷ bare agent, ÷ bare activities

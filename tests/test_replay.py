@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHistory
 
 from tests.recorded import HISTORIES, recorded_history, replayer
 from workflows import AgentRunWorkflow
-from workflows.admission import TenantAdmissionWorkflow
+from workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
 from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
@@ -59,6 +59,13 @@ def test_model_call_queue_and_admission_have_histories():
     assert "admitted_from_queue_queue" in taken
 
 
+def test_the_admission_sweep_has_a_history():
+    """A queue whose slot holder was terminated, swept free; older queues replay without."""
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert SWEEPS_CLOSED_RUNS not in taken["admitted_from_queue_queue"]
+    assert SWEEPS_CLOSED_RUNS in taken["terminated_holding_slot_queue"]
+
+
 def test_backlog_child_priority_has_a_history():
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
@@ -79,12 +86,15 @@ def test_the_audit_fixes_have_histories():
         JUDGE_COUNTED,
         RECEIPT_SHIELDED,
         TOOL_CANCEL_WAITS,
+        UNKNOWN_STAYS_UNKNOWN,
     )
 
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert taken["approved_effect_keys"] >= {EFFECT_KEYS, TOOL_CANCEL_WAITS, JUDGE_COUNTED}
     assert taken["cancelled_receipt_shielded"] >= {RECEIPT_SHIELDED}
     assert taken["continued_after_step_boundary"] >= {CONTINUE_AFTER_BOUNDARY}
+    assert taken["unknown_outcome_expired"] >= {UNKNOWN_STAYS_UNKNOWN}
+    assert UNKNOWN_STAYS_UNKNOWN not in taken["approved_effect_keys"]
     assert EFFECT_KEYS not in taken["approved_mirror_after_commit"]
 
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from temporalio import activity
 
 import agentrun_demo
-from agentrun.core.models import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from tests.support import eventually, make_spec, rows, scripted
+from tests.support import eventually, make_spec, mirror_batch, rows, scripted
 from workflows import AgentRunWorkflow
 
 
@@ -152,35 +150,6 @@ async def test_fencing_rules_in_the_store(pool):
     )
 
 
-def carried_batch(run_id: str, version: int, fence: int, status: str) -> MirrorBatch:
-    """What a run accepted before its next step: the run row, a finished step, an event."""
-    now = datetime.now(UTC)
-    return MirrorBatch(
-        run=RunSnapshot(
-            run_id=run_id,
-            version=version,
-            tenant="t",
-            user="u",
-            task="task",
-            status=status,
-            created_at=now,
-            updated_at=now,
-        ),
-        steps=[
-            StepRecord(
-                step_id="0001-model_call",
-                seq=1,
-                type="model_call",
-                name="m",
-                status="completed",
-                output={"content": f"v{version}"},
-            )
-        ],
-        events=[RunEvent(seq=1, type="run.started", data={"v": version}, at=now)],
-        fence=fence,
-    )
-
-
 async def test_a_claim_carries_the_runs_batch_fenced_and_idempotent(pool):
     """The batch a step's activity carries lands with the step's claim; a retried attempt
     re-applies it to no effect, and a stale one that lands after a newer write changes
@@ -197,7 +166,7 @@ async def test_a_claim_carries_the_runs_batch_fenced_and_idempotent(pool):
         "lease_seconds": 5,
         "input": {},
     }
-    old = carried_batch(run_id, version=3, fence=10, status="waiting_for_tool")
+    old = mirror_batch(run_id, fence=10, step_seq=1, status="waiting_for_tool")
     await store.begin_attempt(attempt=1, batch=old, **claim)
     await store.begin_attempt(attempt=2, batch=old, **claim)  # a retry carries the same batch
 
@@ -209,18 +178,18 @@ async def test_a_claim_carries_the_runs_batch_fenced_and_idempotent(pool):
             "ORDER BY seq",
             run_id,
         )
-        events = await rows(pool, "SELECT seq, data FROM events WHERE run_id = %s", run_id)
+        events = await rows(pool, "SELECT seq, fence FROM events WHERE run_id = %s", run_id)
         return run, steps, events
 
     run, steps, events = await mirror()
-    assert run == [{"version": 3, "status": "waiting_for_tool"}]
+    assert run == [{"version": 10, "status": "waiting_for_tool"}]
     assert steps == [
         {
-            "step_id": "0001-model_call",
+            "step_id": "0001-tool_call",
             "status": "completed",
             "attempt": 1,
             "final": True,
-            "output": {"content": "v3"},
+            "output": {"fence": 10},
         },
         {
             "step_id": "0002-tool_call",
@@ -230,11 +199,11 @@ async def test_a_claim_carries_the_runs_batch_fenced_and_idempotent(pool):
             "output": None,
         },
     ]
-    assert events == [{"seq": 1, "data": {"v": 3}}]
+    assert events == [{"seq": 1, "fence": 10}]
     # A newer write lands; then a zombie attempt's claim with the old batch comes late.
-    await store.sync(carried_batch(run_id, version=4, fence=20, status="planning"))
+    await store.sync(mirror_batch(run_id, fence=20, step_seq=1, status="planning"))
     await store.begin_attempt(attempt=3, batch=old, **claim)
     run, steps, events = await mirror()
-    assert run == [{"version": 4, "status": "planning"}]
-    assert steps[0]["output"] == {"content": "v4"}
-    assert events == [{"seq": 1, "data": {"v": 4}}]
+    assert run == [{"version": 20, "status": "planning"}]
+    assert steps[0]["output"] == {"fence": 20} and steps[1]["attempt"] == 3
+    assert events == [{"seq": 1, "fence": 20}]

@@ -23,11 +23,16 @@ from psycopg_pool import AsyncConnectionPool
 from agentrun.core import faults
 from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
+from agentrun.store.group_commit import GroupCommit
 
 
 class MirrorStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
+        # One per store, so one per worker process: its runs' mirror writes share commits.
+        self.group_commit: GroupCommit[MirrorBatch] = GroupCommit(
+            self._write_group, self._write_alone
+        )
 
     # ------------------------------------------------------------ written by activity attempts
 
@@ -183,21 +188,36 @@ class MirrorStore:
     # ------------------------------------------------------------ written by the workflow
 
     async def sync(self, batch: MirrorBatch) -> None:
-        """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
-        # Pipelined: the same statements in the same transaction, sent without waiting for
-        # each reply, so a batch costs about one round trip however many rows it carries.
+        """Apply what the workflow accepted: in one transaction (with the other runs' batches
+        that arrive meanwhile, see agentrun.store.group_commit), idempotent, never backwards."""
+        await self.group_commit.submit(batch)
+
+    async def _write_group(self, batches: list[MirrorBatch]) -> None:
+        """Several runs' batches in one transaction; one refused row fails the group, and
+        the group commit then writes each batch alone."""
+        await self._write_pipelined(batches)
+
+    async def _write_alone(self, batch: MirrorBatch) -> None:
         try:
-            async with (
-                self.pool.connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.transaction(),
-            ):
-                await self._apply(conn, batch)
-                if faults.armed("mirror.in_transaction"):
-                    await pipeline.sync()  # the server has every row; only the commit is missing
-                    faults.fire("mirror.in_transaction")
+            await self._write_pipelined([batch])
         except REFUSED_DATA_ERRORS:
             await self._apply_row_by_row(batch)
+
+    async def _write_pipelined(self, batches: list[MirrorBatch]) -> None:
+        # Pipelined: the statements sent in one transaction without waiting for each reply,
+        # so a group costs about one round trip however many rows it carries. Batches are
+        # applied in arrival order; each write's fence keeps a run's newest state whatever
+        # the order.
+        async with (
+            self.pool.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.transaction(),
+        ):
+            for batch in batches:
+                await self._apply(conn, batch)
+            if faults.armed("mirror.in_transaction"):
+                await pipeline.sync()  # the server has every row; only the commit is missing
+                faults.fire("mirror.in_transaction")
 
     async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
         """The batch again, each row on its own: the refused ones are recorded, not retried."""
