@@ -83,9 +83,12 @@ class ModelActivities:
                 worker=self.identity,
                 lease_seconds=input.heartbeat_seconds,
                 input={"model": model, "messages": input.first_index + len(input.new_messages)},
+                batch=input.mirror,
             ),
             input.heartbeat_seconds,
         )
+        if input.mirror is not None:
+            faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
         journaled = await self.journal.find(input.run_id, input.step_id, model)
         if journaled is not None:
