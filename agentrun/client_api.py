@@ -72,7 +72,7 @@ class RunClient:
         run_id: str,
         *,
         by: str,
-        role: str = "approver",
+        role: str | None = None,
         edit: JsonDict | None = None,
         signer: ApproverKey | None = None,
     ) -> DecisionResult:
@@ -82,7 +82,7 @@ class RunClient:
             self.client,
             run_id,
             by=by,
-            role=signer.signer.role if signer else role,
+            role=_deciding_role(role, signer),
             edit=edit,
             tenant=self.settings.tenant,
             signer=signer,
@@ -94,14 +94,14 @@ class RunClient:
         *,
         by: str,
         reason: str,
-        role: str = "approver",
+        role: str | None = None,
         signer: ApproverKey | None = None,
     ) -> DecisionResult:
         return await ops.reject(
             self.client,
             run_id,
             by=by,
-            role=signer.signer.role if signer else role,
+            role=_deciding_role(role, signer),
             reason=reason,
             tenant=self.settings.tenant,
             signer=signer,
@@ -161,3 +161,16 @@ class RunClient:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+def _deciding_role(role: str | None, signer: ApproverKey | None) -> str:
+    """A decision names the role it is made in: a signer's key carries it; no default is
+    a free pass."""
+    if signer is not None:
+        return signer.signer.role
+    if not role:
+        raise ValueError(
+            "name the role this decision is made in: role='approver' (the role the approval "
+            "asks for, shown by status), or pass signer= (its key carries the role)"
+        )
+    return role

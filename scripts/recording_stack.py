@@ -19,14 +19,17 @@ from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, Reply
 from agentrun.store.db import install_tool_schema, open_pool
+from agentrun.tools import ToolRegistry
 from agentrun.worker.worker_factory import WorkerDeps, build_worker
 
 
 @contextlib.asynccontextmanager
 async def recording_worker(
-    model: Callable[[dict[str, Any]], Reply], task_queue: str
+    model: Callable[[dict[str, Any]], Reply], task_queue: str, registry: ToolRegistry | None = None
 ) -> AsyncIterator[Client]:
-    """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker."""
+    """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker
+    serving the demo's tools, or `registry`'s."""
+    registry = registry or agentrun_demo.registry
     pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentrun-record-"), cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),
@@ -35,7 +38,7 @@ async def recording_worker(
         dev_server_extra_args=fairness.dev_server_flags(),
     )
     pool = await open_pool(pg.get_uri())
-    await install_tool_schema(pool, agentrun_demo.registry.schema())
+    await install_tool_schema(pool, registry.schema())
     try:
         with OfflineModelServer(model) as server:
             settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))
@@ -44,7 +47,7 @@ async def recording_worker(
                 model_client=openai.AsyncOpenAI(
                     base_url=server.base_url, api_key="x", max_retries=0
                 ),
-                registry=agentrun_demo.registry,
+                registry=registry,
             )
             async with build_worker(env.client, settings, deps):
                 yield env.client

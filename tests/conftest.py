@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
 import agentrun_demo
 from agentrun.core import fairness, search_attributes
@@ -121,22 +122,34 @@ async def running_worker(
     base_url: str | None = None,
     resources: ResourceTargets | None = None,
     max_concurrent_activities: int | None = None,
+    batch_activations: bool = False,
 ) -> AsyncIterator[AgentWorkers]:
     """A worker on the test's task queue; a test swaps the registry or the model endpoint,
-    or sizes slots by the machine."""
+    sizes slots by the machine, or (`batch_activations`) applies all of an activation's jobs
+    before workflow code runs, as coming SDK releases will by default."""
     model_client = openai.AsyncOpenAI(
         base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
     )
     registry = registry or agentrun_demo.registry
     await install_tool_schema(pool, registry.schema())
     deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
-    async with build_worker(
+    workers = build_worker(
         client,
         settings,
         deps,
         resources=resources,
         max_concurrent_activities=max_concurrent_activities,
-    ) as worker:
+    )
+    if batch_activations:
+        for each in workers.workers:
+            if each.config().get("workflows"):
+                # The SDK's own switch for its tests; it means to make this the default
+                # (temporalio.worker._workflow_instance._DEFAULT_ENABLED_WORKFLOW_LOGIC_FLAGS).
+                each._set_default_workflow_logic_flag(
+                    _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH,
+                    enabled=True,
+                )
+    async with workers as worker:
         yield worker
 
 

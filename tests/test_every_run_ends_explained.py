@@ -14,10 +14,17 @@ import pytest
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun_demo
-from agentrun.core.models import ApproveInput, MirrorBatch, RunResult, RunSnapshot
+from agentrun.core.models import (
+    ApproveInput,
+    DecisionResult,
+    MirrorBatch,
+    RunResult,
+    RunSnapshot,
+)
 from agentrun.core.states import RunStatus
 from agentrun.dev.offline_model import OfflineModelServer, completion
 from agentrun.ops import operations as ops
@@ -424,6 +431,64 @@ async def test_a_cancel_during_a_side_effect_leaves_its_outcome_in_the_receipt(
         assert ledger == [], "the cancel rolled the effect back"
         assert not effect["ok"] and effect["reconciliation"].startswith("did not happen")
         assert step["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["jobs-in-sets", "jobs-as-one-batch"])
+@pytest.mark.parametrize("cancel_first", [True, False], ids=["cancel-first", "approve-first"])
+async def test_an_approval_that_comes_with_a_cancel_is_told_what_the_receipt_says(
+    client, settings, pool, cancel_first, batch
+):
+    """#12: an approval the run never applied (a cancel came with it) was told "applied".
+
+    With no worker running, the cancel and the approval both wait for the run's next workflow
+    task, so they reach it in one activation, whichever the server took first. How the SDK
+    orders them decides who wins: applying the update's job and running the workflow before
+    the cancel's job (temporalio 1.35's default), the run applies the decision, then is
+    cancelled; applying all jobs as one batch (the SDK's coming default), the cancel ends the
+    run first. Either way the approver is told what the receipt records."""
+    begun = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+    async with running_worker(client, settings, pool):
+        pending = await wait_pending(client, begun.run_id)
+    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id)
+    decision = ApproveInput(action_hash=pending.action_hash, by="li", role="approver")
+
+    async def approve() -> DecisionResult:
+        update = await handle.start_update(
+            AgentRunWorkflow.approve, decision, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+        )
+        return await update.result()
+
+    if cancel_first:
+        await handle.cancel()
+        approving = asyncio.create_task(approve())
+    else:
+        approving = asyncio.create_task(approve())
+        await asyncio.sleep(1)  # the server holds the update for the run's next task
+        await handle.cancel()
+    await asyncio.sleep(1)
+    assert not approving.done(), "nothing decides while no worker runs"
+    async with running_worker(client, settings, pool, batch_activations=batch):
+        told = await asyncio.wait_for(approving, 60)
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+    receipt = await ops.receipt(pool, begun.run_id)
+    assert receipt["outcome"] == "cancelled"
+    assert told.approval_id == pending.approval_id
+    [step] = [s for s in receipt["steps"] if s["type"] == "approval"]
+    if batch:
+        assert told.decision == "abandoned" and told.status == RunStatus.CANCELLED
+        assert receipt["approvals"] == [], "no decision was applied"
+        assert receipt["unresolved"] == [
+            f"approval {pending.approval_id} for {pending.tool} undecided"
+        ]
+        assert step["status"] == "abandoned"
+    else:
+        assert told.decision == "approved", "then the run went on, and the cancel came"
+        assert [(a["decision"], a["by"]) for a in receipt["approvals"]] == [("approved", "li")]
+        assert step["status"] == "approved"
+    assert await rows(pool, "SELECT 1 FROM outbox WHERE run_id = %s", begun.run_id) == [], (
+        "the cancel came before the approved action could run"
+    )
 
 
 async def test_an_invalid_budget_edit_is_refused_and_the_run_goes_on(

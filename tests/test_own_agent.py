@@ -195,7 +195,7 @@ async def test_a_users_tools_and_mcp_server_keep_every_guarantee(
         pending = await wait_pending(runs.client, deleted, seconds=60)
         assert pending.tool == "notes__delete_note" and pending.arguments == {"name": "old-policy"}
         assert "delete" not in calls.read_text()
-        await runs.approve(deleted, by="maria")
+        await runs.approve(deleted, by="maria", role="approver")
         assert (await runs.result(deleted)).status.value == "completed"
         assert calls.read_text().count("delete old-policy") == 1
 

@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import WorkflowUpdateFailedError
 
+from agentrun.client_api import RunClient
 from agentrun.core import approval_signatures
 from agentrun.core.errors import OperationError
 from agentrun.core.models import ApprovalPolicy, ApproveInput, PendingApproval, RejectInput
@@ -202,3 +203,24 @@ async def test_runs_take_the_registered_approvers_and_the_cli_signs(
     receipt = await ops.receipt(pool, started.run_id)
     assert receipt["approvals"][0]["key_id"] == registered.key_id
     assert receipt["approvals"][0]["by"] == "dana"
+
+
+async def test_the_python_client_names_a_role_or_a_signer(client, settings, worker, tmp_path):
+    """`RunClient.approve` has no default role: a decision without one is refused before it
+    is sent, and the run still waits; a signer's key carries its role."""
+    runs = RunClient(client, settings)
+    async with worker():
+        spec = make_spec(allowed_tools=["send_message"])
+        run_id = await runs.start(**spec.model_dump(exclude={"agent"}))
+        await wait_pending(client, run_id)
+        for decide in (
+            lambda: runs.approve(run_id, by="ana"),
+            lambda: runs.reject(run_id, by="ana", reason="no"),
+        ):
+            with pytest.raises(ValueError, match="name the role"):
+                await decide()
+        assert (await runs.status(run_id)).status.value == "waiting_for_approval"
+        decided = await runs.approve(run_id, by="ana", role="approver")
+        assert decided.decision == "approved"
+        assert (await runs.result(run_id)).status.value == "completed"
+    await runs.close()

@@ -62,8 +62,8 @@ async def test_every_read_and_write_refuses_another_tenants_run(
         python_client = RunClient(client, settings.model_copy(update={"tenant": globex}))
         for call in (
             lambda: python_client.status(theirs.run_id),
-            lambda: python_client.approve(theirs.run_id, by="li"),
-            lambda: python_client.reject(theirs.run_id, by="li", reason="x"),
+            lambda: python_client.approve(theirs.run_id, by="li", role="approver"),
+            lambda: python_client.reject(theirs.run_id, by="li", reason="x", role="approver"),
             lambda: python_client.receipt(theirs.run_id),
             lambda: python_client.start("x", tenant=acme),
         ):
