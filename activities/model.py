@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
-from activities.model_stream import streamed_completion
+from activities.model_stream import plain_completion, streamed_completion
 from activities.proposals import proposed_call
 from activities.retry_notes import announce_retry
 from activities.text_stream import text_pieces
@@ -175,7 +175,7 @@ class ModelActivities:
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
                 if not self.stream_text:
-                    return await self.client.chat.completions.create(**request)
+                    return await plain_completion(self.client, request)
                 async with text_pieces(input.step_id) as on_text:
                     return await streamed_completion(self.client, request, on_text)
         except openai.APIError as err:
