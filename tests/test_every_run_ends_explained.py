@@ -215,41 +215,66 @@ class Note(BaseModel):
 async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_pool(
     client, settings, database_url
 ):
-    """#11: every slot's tool held a connection in its transaction and waited for a second
-    (its checkpoint): a pool smaller than the slots deadlocked into PoolTimeout."""
-    started_calls = 0
+    """#11: a transactional tool held a connection in its transaction and took a second
+    from the same pool for its checkpoint and its lease: when the tools running at once
+    outnumbered the free connections, each waited for another's, into PoolTimeout. Here the
+    rest of the worker's pool is busy (as under load), two connections are free, and four
+    such tools run."""
+    holding = 0
+    most_holding = 0
+    all_held = asyncio.Event()
 
     async def note_slowly(args: Note, ctx: ToolContext) -> dict[str, str]:
-        nonlocal started_calls
-        started_calls += 1
-        await asyncio.sleep(1)  # holding the transaction's connection, as slow tools do
-        await ctx.save_checkpoint({"noted": args.text})
-        await ctx.conn.execute("SELECT 1")
+        nonlocal holding, most_holding
+        holding += 1
+        most_holding = max(most_holding, holding)
+        if holding == free:
+            all_held.set()
+        try:
+            # The first calls hold their transactions' connections until they hold every
+            # free one: then each commits a checkpoint, with no connection free.
+            await asyncio.wait_for(all_held.wait(), 30)
+            await ctx.save_checkpoint({"noted": args.text})
+            await ctx.conn.execute("SELECT 1")
+        finally:
+            holding -= 1
         return {"noted": args.text}
 
     slow = Tool("note_slowly", "note", Note, note_slowly, side_effect=True)
     registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
-    small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 3)
+    free = 2
+    small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 8)
     turns = scripted([("note_slowly", {"text": "hi"})], SUMMARY)
     try:
         with OfflineModelServer(turns) as model:
-            async with running_worker(
-                client, settings, small, registry=registry, base_url=model.base_url
-            ) as running:
-                slots = [w.config()["max_concurrent_activities"] for w in running.workers]
-                assert sum(slots) == 3, "the pool's size less its reserve"
-                specs = [make_spec("note it", allowed_tools=["note_slowly"]) for _ in range(8)]
+            async with (
+                running_worker(
+                    client, settings, small, registry=registry, base_url=model.base_url
+                ) as running,
+                contextlib.AsyncExitStack() as busy,
+            ):
+                run_slots = running.workers[0].config()["max_concurrent_activities"]
+                assert run_slots >= 4, "four tool calls can run at once"
+                for _ in range(small.max_size - free):
+                    await busy.enter_async_context(small.connection())
+                specs = [make_spec("note it", allowed_tools=["note_slowly"]) for _ in range(4)]
                 results = await asyncio.gather(
                     *(run_to_end(client, s, settings.task_queue, 120) for s in specs)
                 )
         assert all(r.status == RunStatus.COMPLETED for r in results)
+        assert most_holding == free, "the tools' transactions held every free connection"
         failed = await rows(
             small,
             "SELECT error FROM step_attempts WHERE run_id = ANY(%s) AND status <> 'succeeded'",
             [r.run_id for r in results],
         )
         assert failed == [], "no attempt timed out waiting for a connection"
-        assert started_calls == 8
+        checkpoints = await rows(
+            small,
+            "SELECT checkpoint FROM steps WHERE run_id = ANY(%s) AND type = 'tool_call'",
+            [r.run_id for r in results],
+        )
+        assert [c["checkpoint"] for c in checkpoints] == [{"noted": "hi"}] * 4
     finally:
         await small.close()
 
