@@ -219,6 +219,9 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after the writes at a run's start and before its verify step were dropped
     # (patch quiet-mirror-writes).
     "quiet_mirror": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after each step's activity carried the run's pending mirror batch instead of a
+    # `mirror.sync` of its own before it (patch mirror-batch-rides-step).
+    "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
     # Recorded after the admission queue learned to free the slot of a terminated run
     # (patch admission-sweeps-closed-runs); the queue's history shows the sweep.
     "terminated_holding_slot": (RunSpec(task=TASK, tenant="swept"), terminated_holding_slot),

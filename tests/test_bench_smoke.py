@@ -75,8 +75,16 @@ def fixed_results() -> dict[str, object]:
         "machine": {"nproc": 2, "cpu_model": "test cpu"},
         "overhead": {
             "steps": 20,
-            "ours": {"isolated": {"step_ms": step, "wall_per_step_ms": step}},
-            "bare_agent": {"isolated": {"step_ms": agent_step, "wall_per_step_ms": agent_step}},
+            "ours": {
+                "isolated": {"step_ms": step, "wall_per_step_ms": step, "activities_per_run": 26}
+            },
+            "bare_agent": {
+                "isolated": {
+                    "step_ms": agent_step,
+                    "wall_per_step_ms": agent_step,
+                    "activities_per_run": 22,
+                }
+            },
             "bare": {"isolated": {"step_ms": bare_step, "wall_per_step_ms": bare_step}},
             "mirror_lag_ms": {"n": 5, "p50": 20.0, "p95": 150.0},
         },
@@ -104,6 +112,13 @@ def test_report_from_fixed_results() -> None:
     assert "1.50x / 1.50x" in summary  # ours ÷ bare agent, p50 / p99
     assert "2.50x / 3.00x" in summary  # ours ÷ bare activities
     assert "2.2 / 2.5 s" in summary
+    [activities] = [
+        [cell.strip() for cell in line.split("|")[1:-1]]
+        for line in summary.splitlines()
+        if "activities scheduled per run" in line
+    ]
+    label = "activities scheduled per run, 20 tool steps"
+    assert activities == [label, "26", "22", "—", "—", "1.18x", "—"]
     throughput = report.throughput_table(results)
     assert "| 10 " in throughput and "| 100 " in throughput
     assert "0.50x" in throughput and "0.25x" in throughput  # ÷ bare agent, ÷ bare activities

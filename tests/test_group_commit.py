@@ -4,43 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
 
-from agentrun.core.models import MirrorBatch as Batch
-from agentrun.core.models import RunEvent, RunSnapshot, StepRecord
-from agentrun.core.states import RunStatus
 from agentrun.store.db import open_pool
 from agentrun.store.mirror_store import MirrorStore
+from tests.support import mirror_batch as batch
 from tests.support import rows
-
-
-def batch(run_id: str, *, fence: int, cost_usd: float = 0.0, status: str = "planning") -> Batch:
-    now = datetime.now(UTC)
-    return Batch(
-        run=RunSnapshot(
-            run_id=run_id,
-            version=fence,
-            tenant="t",
-            user="u",
-            task="group commit",
-            status=RunStatus(status),
-            cost_usd=cost_usd,
-            created_at=now,
-            updated_at=now,
-        ),
-        steps=[
-            StepRecord(
-                step_id=f"{fence:04d}-tool_call",
-                seq=fence,
-                type="tool_call",
-                name="noop",
-                status="completed",
-                output={"fence": fence},
-            )
-        ],
-        events=[RunEvent(seq=fence, type="step.completed", at=now)],
-        fence=fence,
-    )
 
 
 def new_run() -> str:

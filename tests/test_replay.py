@@ -137,3 +137,28 @@ def test_quiet_mirror_writes_have_a_history():
         )
 
     assert mirror_writes(quiet) == mirror_writes(loud) - 2  # the same run, two writes fewer
+
+
+def test_a_step_carrying_the_mirror_batch_has_a_history():
+    """With the batch riding in each step's activity, a run schedules one activity per step:
+    the same approved run as quiet_mirror, with `mirror.sync` only at the approval and the end."""
+    from workflows.recording import MIRROR_RIDES_STEP
+
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MIRROR_RIDES_STEP in taken["step_carries_mirror"]
+    assert MIRROR_RIDES_STEP not in taken["quiet_mirror"]
+
+    def scheduled(name: str) -> list[str]:
+        history = json.loads((HISTORIES[0].parent / f"{name}.json").read_text())
+        return [
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+            for e in history["events"]
+            if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+        ]
+
+    before, after = scheduled("quiet_mirror"), scheduled("step_carries_mirror")
+    steps = [a for a in after if a in ("model.complete", "tool.invoke", "verify.check")]
+    assert steps == [a for a in before if a in ("model.complete", "tool.invoke", "verify.check")]
+    assert after.count("mirror.sync") == 2  # the approval wait and the run's final write
+    assert len(after) == len(steps) + 3  # and the receipt
+    assert len(before) - len(after) == before.count("mirror.sync") - 2
