@@ -26,13 +26,7 @@ from temporalio.client import Client
 
 from agentrun import profiles
 from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
-from agentrun.cli.cli_options import (
-    add_decider,
-    add_tenant,
-    add_tool_flags,
-    add_wait,
-    tool_sources,
-)
+from agentrun.cli.cli_options import add_decider, add_tenant, add_wait
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
 from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
@@ -48,6 +42,7 @@ from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import load_registry
+from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow

@@ -14,9 +14,9 @@ import signal
 import socket
 import sys
 
-from agentrun.cli.cli_options import add_tool_flags, tool_sources
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
+from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 from agentrun.worker.worker_factory import ResourceTargets
 

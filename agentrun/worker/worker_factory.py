@@ -101,7 +101,9 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
 
     Measured on 2 cores (bench/run.py, README "Benchmarks"): Temporal's defaults for task
     slots and the workflow cache did as well as anything tried (fewer workflow threads was
-    slower), so they stay; the sandbox gets an explicit passthrough list.
+    slower), so they stay; the sandbox gets an explicit passthrough list. The workflow cache
+    is a setting (AGENTRUN_WORKFLOW_CACHE): each cached run holds ~0.3-0.5 MB, and a run that
+    does not fit replays its history on its next task (docs/benchmarks.md, "Scale").
     """
     return {
         "max_concurrent_activities": ACTIVITY_SLOTS,
