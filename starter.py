@@ -41,6 +41,8 @@ from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.tools.loading import load_registry
+from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 from agentrun_demo import support_desk
 from workflows import AgentRunWorkflow
@@ -431,6 +433,8 @@ def existing_stack(settings: Settings) -> bool:
 
 
 async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    tools, mcp = tool_sources(args, settings)
+    load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
     endpoints = stack.start()
     stop = asyncio.Event()
@@ -449,7 +453,9 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
                 pass  # a worker would migrate on start; without one, `up` does
             await stop.wait()
         else:
-            await run_worker(settings=Settings.load(), identity="embedded-worker", stop=stop)
+            await run_worker(
+                tools, mcp=mcp, settings=Settings.load(), identity="embedded-worker", stop=stop
+            )
     finally:
         stack.stop()
     return 0
@@ -574,6 +580,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--ui-port", type=int, default=WEB_UI_PORT, help="Web UI port")
         if name == "up":
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
+            add_tool_flags(p)
     p = command("start", "start a run; prints its id", json_flag=True)
     p.add_argument("--task", help="what the agent should do")
     p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")

@@ -16,8 +16,7 @@ import sys
 
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
-from agentrun.tools.loading import split_references
-from agentrun.tools.mcp import parse_servers
+from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 from agentrun.worker.worker_factory import ResourceTargets
 
@@ -25,28 +24,24 @@ from agentrun.worker.worker_factory import ResourceTargets
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
-    parser.add_argument(
-        "--tools",
-        action="append",
-        metavar="PKG.MODULE:ATTR",
-        help="tools to serve: a ToolRegistry, a tool or a list of tools (repeatable; default "
-        "AGENTRUN_TOOLS, comma-separated; with neither this nor --mcp, the demo's tools)",
-    )
-    parser.add_argument(
-        "--mcp",
-        action="append",
-        metavar="NAME=COMMAND ARGS...",
-        help="an MCP server whose tools the model sees as NAME__TOOL: NAME=COMMAND ARGS... "
-        "(stdio) or NAME=https://... (repeatable; default AGENTRUN_MCP, ';'-separated)",
-    )
+    add_tool_flags(parser)
     parser.add_argument(
         "--resource-tuner",
         action="store_true",
         help="size task slots by this machine's CPU and memory instead of fixed counts",
     )
+    parser.add_argument(
+        "--workflow-cache",
+        type=int,
+        metavar="RUNS",
+        help="runs kept in memory between their steps (default AGENTRUN_WORKFLOW_CACHE); "
+        "fewer hold less memory, and a run not held replays its history on its next step",
+    )
     parser.add_argument("--target-cpu", type=float, default=0.8, help="with --resource-tuner")
     parser.add_argument("--target-memory", type=float, default=0.8, help="with --resource-tuner")
     args = parser.parse_args()
+    if args.workflow_cache is not None and args.workflow_cache < 0:
+        parser.error("--workflow-cache is a number of runs: 0 or more")
     for name in ("target_cpu", "target_memory"):
         if not 0 < getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
@@ -62,9 +57,17 @@ def main() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         settings = Settings.load()
-        tools = args.tools or split_references(settings.tools)
-        mcp = args.mcp or parse_servers(settings.mcp)
-        await run_worker(tools, mcp=mcp, identity=args.identity, stop=stop, resources=resources)
+        if args.workflow_cache is not None:
+            settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
+        tools, mcp = tool_sources(args, settings)
+        await run_worker(
+            tools,
+            mcp=mcp,
+            settings=settings,
+            identity=args.identity,
+            stop=stop,
+            resources=resources,
+        )
 
     try:
         asyncio.run(serve())

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
-from activities.model_stream import streamed_completion
+from activities.model_stream import plain_completion, streamed_completion
 from activities.proposals import proposed_call
 from activities.retry_notes import announce_retry
 from activities.text_stream import text_pieces
@@ -83,9 +83,12 @@ class ModelActivities:
                 worker=self.identity,
                 lease_seconds=input.heartbeat_seconds,
                 input={"model": model, "messages": input.first_index + len(input.new_messages)},
+                batch=input.mirror,
             ),
             input.heartbeat_seconds,
         )
+        if input.mirror is not None:
+            faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
         journaled = await self.journal.find(input.run_id, input.step_id, model)
         if journaled is not None:
@@ -172,7 +175,7 @@ class ModelActivities:
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
                 if not self.stream_text:
-                    return await self.client.chat.completions.create(**request)
+                    return await plain_completion(self.client, request)
                 async with text_pieces(input.step_id) as on_text:
                     return await streamed_completion(self.client, request, on_text)
         except openai.APIError as err:

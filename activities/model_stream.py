@@ -3,7 +3,9 @@
 
 Providers send the reply in chunks: content deltas, tool calls whose id and name come first
 and whose arguments arrive in pieces (keyed by the call's index), `finish_reason` near the
-end, and usage only in the last chunk (with `stream_options.include_usage`).
+end, and usage only in the last chunk (with `stream_options.include_usage`). A provider
+that answers with one JSON body instead is read as that; anything else (an HTML page from
+a proxy) is a provider error that names what came, and is retried like one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import pydantic
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from activities.text_stream import TextSink
@@ -19,9 +22,18 @@ from activities.text_stream import TextSink
 async def streamed_completion(
     client: openai.AsyncOpenAI, request: dict[str, Any], on_text: TextSink
 ) -> ChatCompletion:
-    stream = await client.chat.completions.create(
+    raw = await client.chat.completions.with_raw_response.create(
         **request, stream=True, stream_options={"include_usage": True}
     )
+    kind = raw.headers.get("content-type", "")
+    if "text/event-stream" not in kind:
+        # Not a stream: a provider that ignores `stream`, or a page from something between.
+        whole = await whole_reply(raw.http_response, kind)
+        for choice in whole.choices:
+            if choice.message.content:
+                on_text(choice.message.content)
+        return whole
+    stream = raw.parse()
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish_reason = "stop"
@@ -69,3 +81,24 @@ async def streamed_completion(
             "usage": usage,
         }
     )
+
+
+async def plain_completion(client: openai.AsyncOpenAI, request: dict[str, Any]) -> ChatCompletion:
+    """One chat completion, not streamed (AGENTRUN_MODEL_STREAM=0), checked the same way."""
+    raw = await client.chat.completions.with_raw_response.create(**request)
+    return await whole_reply(raw.http_response, raw.headers.get("content-type", ""))
+
+
+async def whole_reply(response: Any, kind: str) -> ChatCompletion:
+    """`response`: the SDK's HTTP response, its body not read yet."""
+    body = await response.aread()
+    try:
+        return ChatCompletion.model_validate_json(body)
+    except pydantic.ValidationError:
+        seen = body[:200].decode("utf-8", "replace")
+        raise openai.APIResponseValidationError(
+            response=response,
+            body=seen,
+            message=f"the provider answered {response.status_code} with "
+            f"{kind or 'no content-type'}, not a chat completion: {seen!r}",
+        ) from None

@@ -79,15 +79,12 @@ class ToolActivities:
         try:
             arguments = await self._open_secrets(tool, input, scope)
         except SecretUnavailable as err:
-            return ToolCallResult(ok=False, error=str(err), attempt=info.attempt)
+            return await self._refused(input, str(err))
         try:
             args = tool.parse_arguments(arguments)
         except ValidationError as err:
-            return ToolCallResult(
-                ok=False,
-                error=scope.redact(f"arguments failed validation: {compact_errors(err)}"),
-                attempt=info.attempt,
-            )
+            error = f"arguments failed validation: {compact_errors(err)}"
+            return await self._refused(input, scope.redact(error))
         saved = await once_postgres_answers(
             lambda: self.store.begin_attempt(
                 run_id=input.run_id,
@@ -100,9 +97,12 @@ class ToolActivities:
                 lease_seconds=input.heartbeat_seconds,
                 input=scope.redact(input.arguments),
                 idempotency_key=input.idempotency_key if tool.side_effect else None,
+                batch=input.mirror,
             ),
             input.heartbeat_seconds,
         )
+        if input.mirror is not None:
+            faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
         checkpoint: JsonDict = {**input.checkpoint, **saved}
         patch: JsonDict = dict(saved)
@@ -362,6 +362,14 @@ class ToolActivities:
         output = scope.redact(output)
         await self.vault.seal(run_id, scope, conn)
         return output
+
+    async def _refused(self, input: ToolCallInput, error: str) -> ToolCallResult:
+        """A call refused before it could claim its step: the mirror batch it carries still
+        lands, since the run counts it written once this activity completes."""
+        if input.mirror is not None:
+            batch = input.mirror
+            await once_postgres_answers(lambda: self.store.sync(batch), input.heartbeat_seconds)
+        return ToolCallResult(ok=False, error=error, attempt=activity.info().attempt)
 
     async def _fail(self, input: ToolCallInput, error: str) -> None:
         await self.store.end_attempt(

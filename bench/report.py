@@ -47,6 +47,10 @@ def _p50(summary: Any) -> str:
     return fmt(value, " ms")
 
 
+def _count(value: Any) -> str:
+    return str(value) if isinstance(value, int) and value else "—"
+
+
 def summary_table(results: dict[str, Any]) -> str:
     """The figures of one run at a time: ours beside the bare agent, bare activities and the
     Postgres queue, with ours ÷ bare agent (the fair baseline) and ÷ bare activities (the floor)."""
@@ -74,6 +78,13 @@ def summary_table(results: dict[str, Any]) -> str:
             "run time ÷ steps, p50 (one at a time)",
             *(_p50(_get(o, k, "isolated", "wall_per_step_ms")) for k in SYSTEMS),
             *_ratios(results, "isolated", "wall_per_step_ms", "p50"),
+        ]
+    )
+    rows.append(
+        [
+            f"activities scheduled per run, {steps} tool steps",
+            *(_count(_get(o, k, "isolated", "activities_per_run")) for k in SYSTEMS),
+            *_ratios(results, "isolated", "activities_per_run"),
         ]
     )
     lat = results.get("latency") or {}

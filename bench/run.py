@@ -81,6 +81,7 @@ class Config:
     publish: bool
     profile: bool
     render: Path | None = None
+    systems: tuple[str, ...] = (*SYSTEMS, "pgq")
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -106,6 +107,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the worker at 100 runs")
     parser.add_argument(
+        "--systems",
+        default=",".join((*SYSTEMS, "pgq")),
+        help="which systems to measure: ours,bare_agent,bare,pgq (e.g. `--systems ours` to "
+        "measure one change of ours at one level without the baselines)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results", help="default: bench/results/"
     )
     parser.add_argument(
@@ -120,6 +127,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if args.profile and "profile" not in stages:
         stages.append("profile")
     levels = args.levels or ("1,10" if quick else "1,10,100,1000")
+    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    unknown = set(systems) - {*SYSTEMS, "pgq"}
+    if unknown:
+        parser.error(
+            f"unknown --systems {', '.join(sorted(unknown))}: pick from ours,bare_agent,bare,pgq"
+        )
     return Config(
         mode="quick" if quick else "full",
         levels=[int(x) for x in levels.split(",")],
@@ -137,6 +150,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         publish=args.publish,
         profile=args.profile,
         render=args.render,
+        systems=systems,
     )
 
 
@@ -279,6 +293,11 @@ class Bench:
         return lags
 
 
+def measured(cfg: Config) -> list[str]:
+    """The Temporal systems this run measures (`--systems`), in the table's order."""
+    return [s for s in SYSTEMS if s in cfg.systems]
+
+
 def log(message: str) -> None:
     print(message, flush=True)
 
@@ -298,12 +317,13 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
         "method": (
             "per-step latency = gap between consecutive step completions "
             f"(ActivityTaskCompleted of {OUR_STEP} / {AGENT_TOOL} / {BARE_ACTIVITY}) in "
-            "each run's history; ours includes each step's mirror flush (mirror.sync) and "
-            "the attempt's mirror writes. 'one run at a time' leaves 2 s between runs; "
-            "'back to back' none."
+            "each run's history; ours includes the run's mirror batch, which each step's "
+            "activity applies with its claim, and the attempt's mirror writes. 'one run at a "
+            "time' leaves 2 s between runs; 'back to back' none. Activities per run: the "
+            "most any run scheduled (retries not counted)."
         ),
     }
-    for system in SYSTEMS:
+    for system in measured(cfg):
         queue = harness.new_queue(f"{system}-overhead")
         async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
             out[system] = {}
@@ -317,24 +337,31 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
                 name = STEP_ACTIVITY[system]
                 gaps: list[float] = []
                 walls: list[float] = []
+                scheduled: list[int] = []
                 for workflow_id in ids:
                     times = await harness.run_times(b.client, workflow_id)
                     gaps += deltas([a.completed for a in times.of(name) if a.completed])
+                    scheduled.append(len(times.activities))
                     if times.closed is not None:
                         walls.append((times.closed - times.started) / cfg.steps)
-                out[system][mode] = {"step_ms": ms(gaps), "wall_per_step_ms": ms(walls)}
+                out[system][mode] = {
+                    "step_ms": ms(gaps),
+                    "wall_per_step_ms": ms(walls),
+                    "activities_per_run": max(scheduled, default=0),
+                }
                 if system == "ours" and mode == "isolated":
                     out["mirror_lag_ms"] = ms(await b.mirror_lags(ids))
             log(f"  {system}: step p50 {out[system]['isolated']['step_ms']['p50']:.1f} ms")
     gaps, walls = [], []
-    for _ in range(cfg.runs):
+    for _ in range(cfg.runs if "pgq" in cfg.systems else 0):
         result = await pg_queue.run(
             b.pool, runs=1, steps=cfg.steps, consumers=PG_CONSUMERS, budget_seconds=60
         )
         gaps += result.step_gaps
         walls += [d / cfg.steps for d in result.durations]
         await asyncio.sleep(0.2)
-    out["pgq"] = {"isolated": {"step_ms": ms(gaps), "wall_per_step_ms": ms(walls)}}
+    if gaps:
+        out["pgq"] = {"isolated": {"step_ms": ms(gaps), "wall_per_step_ms": ms(walls)}}
     return out
 
 
@@ -406,7 +433,7 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
     lag_level = max((x for x in cfg.levels if x <= 100), default=None)
     for level in cfg.levels:
         row: dict[str, Any] = {"level": level}
-        for system in SYSTEMS:
+        for system in measured(cfg):
             try:
                 row[system], completed = await one_level(b, system, level)
             except Exception as err:
@@ -419,30 +446,33 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
                     "runs_sampled": len(sample),
                     "ms": ms(await b.mirror_lags(sample)),
                 }
-        pgq = await pg_queue.run(
-            b.pool,
-            runs=level,
-            steps=cfg.level_steps,
-            consumers=PG_CONSUMERS,
-            budget_seconds=cfg.level_budget,
-        )
-        row["pgq"] = {
-            "started": pgq.runs,
-            "completed": pgq.completed_runs,
-            "timed_out": pgq.timed_out,
-            "runs_per_second": pgq.runs_per_second,
-            "steps_per_second": pgq.steps_per_second,
-            "step_ms_p50": (
-                summarize(pgq.durations)["p50"] * 1000 / cfg.level_steps if pgq.durations else None
-            ),
-            "consumers": pgq.consumers,
-        }
+        if "pgq" in cfg.systems:
+            pgq = await pg_queue.run(
+                b.pool,
+                runs=level,
+                steps=cfg.level_steps,
+                consumers=PG_CONSUMERS,
+                budget_seconds=cfg.level_budget,
+            )
+            row["pgq"] = {
+                "started": pgq.runs,
+                "completed": pgq.completed_runs,
+                "timed_out": pgq.timed_out,
+                "runs_per_second": pgq.runs_per_second,
+                "steps_per_second": pgq.steps_per_second,
+                "step_ms_p50": (
+                    summarize(pgq.durations)["p50"] * 1000 / cfg.level_steps
+                    if pgq.durations
+                    else None
+                ),
+                "consumers": pgq.consumers,
+            }
         out["levels"].append(row)
         rates = {k: (row.get(k) or {}).get("steps_per_second") or 0 for k in SYSTEMS}
         log(
             f"  {level:>5} concurrent: ours {rates['ours']:.1f} steps/s, bare agent "
             f"{rates['bare_agent']:.1f}, bare activities {rates['bare']:.1f}, "
-            f"pg queue {row['pgq']['steps_per_second'] or 0:.1f}"
+            f"pg queue {(row.get('pgq') or {}).get('steps_per_second') or 0:.1f}"
         )
     return out
 
@@ -454,7 +484,7 @@ async def stage_latency(b: Bench) -> dict[str, Any]:
     cfg = b.cfg
     out: dict[str, Any] = {"samples": cfg.samples}
     firsts: dict[str, list[float]] = {}
-    for system in SYSTEMS:
+    for system in measured(cfg):
         first = FIRST_ACTIVITY[system]
         queue = harness.new_queue(f"{system}-start")
         async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
@@ -546,6 +576,7 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
     )
     raw = cfg.out / "profile-py-spy.txt"
     cfg.out.mkdir(parents=True, exist_ok=True)
+    commits_before = await postgres_commits(b.pool)
     async with harness.running(worker):
         spy = None
         if spy_bin is not None:
@@ -561,8 +592,12 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(spy.wait(), 30)
     steps_done = max(result.completed * cfg.level_steps, 1)
+    # Counted once the worker is gone: a backend reports its transactions as it exits.
+    await asyncio.sleep(1.0)
+    commits = await postgres_commits(b.pool) - commits_before
     out: dict[str, Any] = {
         "level": level,
+        "postgres_commits_per_step": commits / steps_done,
         "steps_per_run": cfg.level_steps,
         "steps_per_second": result.steps_per_second,
         "runs_per_second": result.runs_per_second,
@@ -576,12 +611,32 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
     return out
 
 
+async def postgres_commits(pool: AsyncConnectionPool) -> int:
+    """Transactions the database has committed so far (all its connections)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 CATEGORIES = [
     ("workflow sandbox (import, exec, restrictions)", ("workflow_sandbox",)),
     ("psycopg (all Postgres I/O: mirror, ledger, journal)", ("psycopg",)),
     ("temporal bridge (poll/complete, payload visitors)", ("temporalio/bridge",)),
     ("pydantic conversion", ("pydantic", "temporalio/contrib/pydantic", "converter.py")),
     ("openai/httpx (model calls)", ("openai/", "httpx", "httpcore")),
+    # Within psycopg's share: the mirror's batches (through the group commit), and each
+    # activity attempt's own claim and report.
+    (
+        "mirror.sync writes",
+        ("MirrorStore.sync ", "MirrorStore._apply ", "MirrorStore._write_", "GroupCommit."),
+    ),
+    (
+        "attempt writes (begin/end_attempt)",
+        ("MirrorStore.begin_attempt", "MirrorStore.end_attempt"),
+    ),
 ]
 
 

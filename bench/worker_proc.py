@@ -38,7 +38,7 @@ def bare_options() -> dict[str, Any]:
         from agentrun.worker.worker_factory import worker_tuning
     except ImportError:  # a worker factory without explicit tuning: Temporal's defaults
         return {"max_concurrent_activities": 100}
-    options: dict[str, Any] = dict(worker_tuning())
+    options: dict[str, Any] = dict(worker_tuning(Settings.load().workflow_cache))
     options.pop("workflow_runner", None)  # the sandbox passthrough list names our modules
     return options
 

@@ -31,6 +31,20 @@ from bench.harness import WorkerProcess
 
 TASK = "Open a ticket, look up our refund policy and notify ana@example.com about it."
 TOOLS = ["search_notes", "create_ticket", "send_message"]
+
+# One plan per fault point, aimed where it hurts most.
+POINT_PLANS = [
+    "tool.before_run:create_ticket",
+    "tool.after_effect:send_message",
+    "tool.after_external_effect:create_ticket",
+    "model.after_response",
+    "mirror.after_write",
+    "mirror.in_transaction",
+    "receipt.in_write",
+    "tool.zombie",
+]
+ZOMBIE_SECONDS = 8
+
 ENDED = {
     WorkflowExecutionStatus.COMPLETED,
     WorkflowExecutionStatus.FAILED,
@@ -122,9 +136,9 @@ class Lab:
         self.workers.append(process)
         return process
 
-    async def start_runs(self, queue: str, prefix: str, count: int) -> list[str]:
+    async def start_runs(self, queue: str, prefix: str, count: int, first: int = 0) -> list[str]:
         run_ids = []
-        for index in range(count):
+        for index in range(first, first + count):
             started = await ops.start_run(self.client, chaos_spec(prefix, index), task_queue=queue)
             run_ids.append(started.run_id)
         return run_ids

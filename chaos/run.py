@@ -1,14 +1,16 @@
-"""Try hard to break the promise, then audit: `python chaos/run.py [--quick]`.
+"""Try hard to break the promise, then audit: `python chaos/run.py [--quick] [--mixed]`.
 
 Scenarios (each on its own task queue, in one embedded stack on loopback):
   points    each named fault point (agentrun.core.faults) fired in a worker mid-run
   kill      workers SIGKILLed at random moments and restarted, some with faults armed
   temporal  the Temporal dev server stopped and restarted on its database file mid-load
   postgres  Postgres stopped mid-load (30 s; 10 s with --quick), then back
+  mixed     (only with --mixed) all of the above at once on one load of 1,000 runs (chaos/mixed.py)
 
 After each: every run ended completed; its mirror matches its Temporal history row by row
 (0 duplicate, divergent, lost and orphan rows); every side effect happened exactly once; no
-model answer that had arrived was paid for twice. Exits 1 if anything is off.
+model answer that had arrived was paid for twice; each run has its receipt. Exits 1 if
+anything is off.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo, on the path
@@ -33,61 +34,11 @@ if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo
 
 from agentrun.ops import projection  # noqa: E402
 from bench.harness import WorkerProcess  # noqa: E402
-from chaos.audit import audit  # noqa: E402
-from chaos.lab import Lab  # noqa: E402
+from chaos.lab import POINT_PLANS, ZOMBIE_SECONDS, Lab  # noqa: E402
+from chaos.mixed import Pace, mixed  # noqa: E402
+from chaos.outcome import Outcome, finish, late_writes  # noqa: E402
 
-# One plan per fault point, aimed where it hurts most.
-POINT_PLANS = [
-    "tool.before_run:create_ticket",
-    "tool.after_effect:send_message",
-    "tool.after_external_effect:create_ticket",
-    "model.after_response",
-    "mirror.after_write",
-    "mirror.in_transaction",
-    "receipt.in_write",
-    "tool.zombie",
-]
 KILL_PLANS = [plan for plan in POINT_PLANS if plan != "tool.zombie"]
-ZOMBIE_SECONDS = 8
-
-
-@dataclass
-class Outcome:
-    scenario: str
-    runs: int
-    completed: int = 0
-    seconds: float = 0.0
-    disruptions: int = 0
-    duplicate: int = 0
-    divergent: int = 0
-    lost: int = 0
-    orphan: int = 0
-    duplicate_effects: int = 0
-    missing_effects: int = 0
-    paid_twice: int = 0
-    figures: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not self.problems
-
-
-async def finish(lab: Lab, outcome: Outcome, run_ids: list[str], started: float) -> Outcome:
-    still_open = await lab.wait_ended(run_ids, 300)
-    outcome.problems += [f"{run_id} did not end" for run_id in still_open]
-    outcome.seconds = round(time.monotonic() - started, 1)
-    result = await audit(lab.client, lab.pool, run_ids)
-    outcome.completed = result.completed
-    for kind in projection.KINDS:
-        setattr(outcome, kind, result.differences[kind])
-    outcome.duplicate_effects = result.duplicate_effects
-    outcome.missing_effects = result.missing_effects
-    outcome.paid_twice = result.paid_twice
-    if result.overlapping_calls:
-        outcome.figures["model calls paid by two overlapping attempts"] = result.overlapping_calls
-    outcome.problems += result.problems
-    return outcome
 
 
 async def healthy(lab: Lab, queue: str) -> WorkerProcess:
@@ -133,20 +84,6 @@ async def points(lab: Lab, runs: int) -> Outcome:
     async with lab.approver_for(every):
         await asyncio.gather(*(one(plan) for plan in POINT_PLANS))
     return await finish(lab, outcome, every, started)
-
-
-async def late_writes(lab: Lab, run_ids: list[str]) -> int:
-    """Attempts that reported after another attempt's result was accepted (and changed
-    nothing: the audit checks every row against history)."""
-    async with lab.pool.connection() as conn:
-        cur = await conn.execute(
-            """SELECT count(*) FROM step_attempts a JOIN steps s USING (run_id, step_id)
-               WHERE a.run_id = ANY(%s) AND a.attempt < s.attempt AND s.final
-                 AND a.finished_at > s.finished_at""",
-            (run_ids,),
-        )
-        row = await cur.fetchone()
-    return int(row[0]) if row else 0
 
 
 async def kill(lab: Lab, runs: int, chaos_seconds: float, rng: random.Random) -> Outcome:
@@ -327,18 +264,20 @@ async def catch_up(lab: Lab, run_ids: list[str], since: float, within: float) ->
 def table(outcomes: list[Outcome]) -> str:
     head = (
         f"{'scenario':9} {'runs':>5} {'done':>5} {'hits':>5} {'dup':>4} {'div':>4} "
-        f"{'lost':>4} {'orph':>4} {'2x fx':>5} {'0x fx':>5} {'2x $':>4} {'secs':>6}"
+        f"{'lost':>4} {'orph':>4} {'2x fx':>5} {'0x fx':>5} {'2x $':>4} {'no rcpt':>7} "
+        f"{'secs':>6}"
     )
     lines = [head, "-" * len(head)]
     for o in outcomes:
         lines.append(
             f"{o.scenario:9} {o.runs:>5} {o.completed:>5} {o.disruptions:>5} {o.duplicate:>4} "
             f"{o.divergent:>4} {o.lost:>4} {o.orphan:>4} {o.duplicate_effects:>5} "
-            f"{o.missing_effects:>5} {o.paid_twice:>4} {o.seconds:>6}"
+            f"{o.missing_effects:>5} {o.paid_twice:>4} {o.missing_receipts:>7} {o.seconds:>6}"
         )
     lines.append(
         "hits: faults fired or SIGKILLs; dup/div/lost/orph: mirror rows against history; "
-        "2x/0x fx: side effects done twice / never; 2x $: model answers paid twice"
+        "2x/0x fx: side effects done twice / never; 2x $: model answers paid twice; "
+        "no rcpt: runs without a receipt"
     )
     for o in outcomes:
         for name, value in o.figures.items():
@@ -358,8 +297,11 @@ async def main_async(args: argparse.Namespace) -> list[Outcome]:
         ),
         "temporal": lambda lab: temporal(lab, 6 if quick else 40, 3 if quick else 10),
         "postgres": lambda lab: postgres(lab, 6 if quick else 40, 10 if quick else 30),
+        "mixed": lambda lab: mixed(lab, mixed_pace(args), rng),
     }
-    chosen = args.only.split(",") if args.only else list(plan)
+    chosen = args.only.split(",") if args.only else [name for name in plan if name != "mixed"]
+    if args.mixed:
+        chosen = ["mixed"]
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="agentrun-chaos-") as home:
         lab = await Lab(Path(home) / "lab").start()
@@ -379,20 +321,58 @@ async def main_async(args: argparse.Namespace) -> list[Outcome]:
     return outcomes
 
 
+def mixed_pace(args: argparse.Namespace) -> Pace:
+    if args.quick:
+        return Pace(
+            runs=args.runs or 12,
+            in_flight=args.in_flight or 12,
+            kill_every=(3.0, 6.0),
+            killable_after=5,
+            temporal_down=3,
+            postgres_down=6,
+        )
+    return Pace(runs=args.runs or 1000, in_flight=args.in_flight or Pace.in_flight)
+
+
 def main() -> None:
     # The lab's own pool complains while Postgres is down on purpose; the audit speaks.
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the short version CI runs")
-    parser.add_argument("--only", help="comma-separated scenarios: points,kill,temporal,postgres")
-    parser.add_argument("--runs", type=int, help="runs in the kill scenario (200; 12 quick)")
+    parser.add_argument(
+        "--only", help="comma-separated scenarios: points,kill,temporal,postgres,mixed"
+    )
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="every kind of chaos at once on one load (1,000 runs; 12 with --quick)",
+    )
+    parser.add_argument(
+        "--runs", type=int, help="runs in the kill scenario (200; 12 quick) or with --mixed"
+    )
+    parser.add_argument(
+        "--in-flight", type=int, help=f"with --mixed: runs open at once ({Pace.in_flight})"
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed for when and whom to kill")
     parser.add_argument("--json", help="also write the outcomes to this JSON file")
+    parser.add_argument("--text", help="also write the printed table to this file")
     args = parser.parse_args()
+    known = {"points", "kill", "temporal", "postgres", "mixed"}
+    unknown = set(args.only.split(",")) - known if args.only else set()
+    if unknown:
+        parser.error(
+            f"no scenario {', '.join(sorted(unknown))}; pick from {', '.join(sorted(known))}"
+        )
+    for name in ("runs", "in_flight"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be 1 or more")
     outcomes = asyncio.run(main_async(args))
-    print(table(outcomes))
+    printed = table(outcomes)
+    print(printed)
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=2))
+        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+    if args.text:
+        Path(args.text).write_text(printed + "\n")
     sys.exit(0 if all(o.clean for o in outcomes) else 1)
 
 

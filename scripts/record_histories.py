@@ -24,7 +24,7 @@ from pydantic import BaseModel  # noqa: E402
 
 import agentrun_demo  # noqa: E402
 from agentrun.core import approval_signatures  # noqa: E402
-from agentrun.core.admission_models import TenantLimits  # noqa: E402
+from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentrun.core.errors import OperationError  # noqa: E402
 from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
@@ -32,7 +32,7 @@ from agentrun.ops import approver_keys, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
 from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
-from workflows.admission import admission_id  # noqa: E402
+from workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 _KEY = Ed25519PrivateKey.generate()
@@ -67,6 +67,19 @@ async def paused_and_resumed(client: Client, run_id: str) -> None:
             break
         await asyncio.sleep(0.1)
     await ops.resume(client, run_id)
+
+
+async def terminated_holding_slot(client: Client, run_id: str) -> None:
+    """The run holding the tenant's only slot is terminated; the queue's sweep frees the
+    slot for the run waiting behind it, which is approved and completes."""
+    await wait_pending(client, run_id)
+    spec = RunSpec(task=TASK, tenant="swept", idempotency_key="history-swept-second")
+    second = await ops.start_run(
+        client, spec, task_queue="record-histories", limits=LIMITS["terminated_holding_slot"]
+    )
+    await client.get_workflow_handle(run_id).terminate("recording: a stuck run")
+    await approved_with_edit(client, second.run_id)
+    await client.get_workflow_handle(second.run_id).result()
 
 
 async def watched(client: Client, run_id: str) -> None:
@@ -206,6 +219,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after the writes at a run's start and before its verify step were dropped
     # (patch quiet-mirror-writes).
     "quiet_mirror": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after each step's activity carried the run's pending mirror batch instead of a
+    # `mirror.sync` of its own before it (patch mirror-batch-rides-step).
+    "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after the admission queue learned to free the slot of a terminated run
+    # (patch admission-sweeps-closed-runs); the queue's history shows the sweep.
+    "terminated_holding_slot": (RunSpec(task=TASK, tenant="swept"), terminated_holding_slot),
     # Recorded after an unknown outcome nobody decided in time stays unknown (patch
     # unknown-outcome-expiry-is-no-decision): the run fails naming it.
     "unknown_outcome_expired": (
@@ -214,7 +233,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
-LIMITS = {"admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5)}
+LIMITS = {
+    "admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5),
+    "terminated_holding_slot": TenantLimits(tenant="swept", max_in_flight=1),
+}
+# Queues started before their first run, to sweep every second rather than every minute.
+SWEEP_SECONDS = {"terminated_holding_slot": 1.0}
 
 
 def model_for_scenarios(request: dict[str, Any]) -> Reply:
@@ -245,6 +269,15 @@ async def main(force: bool) -> None:
                 continue
             spec = base.model_copy(update={"idempotency_key": f"history-{name}"})
             limits = LIMITS.get(name)
+            if name in SWEEP_SECONDS and limits is not None:
+                await client.start_workflow(
+                    TenantAdmissionWorkflow.run,
+                    AdmissionInput(
+                        tenant=limits.tenant, limits=limits, sweep_seconds=SWEEP_SECONDS[name]
+                    ),
+                    id=admission_id(limits.tenant),
+                    task_queue=task_queue,
+                )
             started = await ops.start_run(client, spec, task_queue=task_queue, limits=limits)
             await scenario(client, started.run_id)
             handle = client.get_workflow_handle(started.run_id)

@@ -5,16 +5,66 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun.core.models import PendingApproval, RunSpec, RunState
+from agentrun.core.models import (
+    MirrorBatch,
+    PendingApproval,
+    RunEvent,
+    RunSnapshot,
+    RunSpec,
+    RunState,
+    StepRecord,
+)
+from agentrun.core.states import RunStatus
 from agentrun.ops import operations as ops
 
 T = TypeVar("T")
 NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."
+
+
+def mirror_batch(
+    run_id: str,
+    *,
+    fence: int,
+    step_seq: int | None = None,
+    cost_usd: float = 0.0,
+    status: str = "planning",
+) -> MirrorBatch:
+    """A mirror write as a run sends it at `fence` (its version too): the run row, one
+    completed tool step (seq `step_seq`, else the fence) whose output names the fence, and
+    one event at the step's seq."""
+    now = datetime.now(UTC)
+    seq = fence if step_seq is None else step_seq
+    return MirrorBatch(
+        run=RunSnapshot(
+            run_id=run_id,
+            version=fence,
+            tenant="t",
+            user="u",
+            task="group commit",
+            status=RunStatus(status),
+            cost_usd=cost_usd,
+            created_at=now,
+            updated_at=now,
+        ),
+        steps=[
+            StepRecord(
+                step_id=f"{seq:04d}-tool_call",
+                seq=seq,
+                type="tool_call",
+                name="noop",
+                status="completed",
+                output={"fence": fence},
+            )
+        ],
+        events=[RunEvent(seq=seq, type="step.completed", at=now)],
+        fence=fence,
+    )
 
 
 def make_spec(task: str = NOTIFY_TASK, **fields: Any) -> RunSpec:

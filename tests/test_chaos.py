@@ -44,3 +44,32 @@ def test_quick_chaos_breaks_nothing(tmp_path):
     assert outcomes["kill"]["figures"]["SIGKILLs"] > 0
     assert outcomes["postgres"]["figures"]["mirror holds all history accepted after (s)"] <= 10
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_mixed_chaos_breaks_nothing(tmp_path):
+    """SIGKILLs, fault points, a Temporal restart and a Postgres outage on one load at once
+    (`python chaos/run.py --mixed` does it to 1,000 runs)."""
+    report = tmp_path / "mixed.json"
+    done = subprocess.run(
+        [sys.executable, "chaos/run.py", "--mixed", "--quick", "--json", str(report)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    [o] = json.loads(report.read_text())
+    assert o["scenario"] == "mixed"
+    assert o["problems"] == [], o["problems"]
+    assert o["runs"] == 12 and o["completed"] == 12
+    for count in ("duplicate", "divergent", "lost", "orphan"):
+        assert o[count] == 0, f"{count} mirror rows"
+    assert o["duplicate_effects"] == o["missing_effects"] == o["paid_twice"] == 0
+    assert o["missing_receipts"] == 0
+    figures = o["figures"]
+    assert figures["Temporal restarts"] == figures["Postgres outages"] == 1
+    assert figures["SIGKILLs"] + sum(figures["faults fired"].values()) > 0
+    assert o["disruptions"] >= 3
+    assert "chaos: mixed: " in done.stdout  # it says how far it got while it runs
+    assert done.returncode == 0, done.stdout[-3000:]

@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel
+
+import agentrun_demo
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.ops import projection
+from agentrun.tools import Tool, ToolContext, ToolRegistry
 from tests.support import eventually, make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
 
@@ -154,3 +158,35 @@ async def test_cli_checks_and_refuses_to_rebuild_an_open_run(client, settings, p
     assert report["agrees"] and report["open"] is False
     rebuilt = cli("mirror", "rebuild", started.run_id)
     assert rebuilt.returncode == 0 and "agrees with Temporal's history" in rebuilt.stdout
+
+
+class Nothing(BaseModel):
+    pass
+
+
+async def always_breaks(args: Nothing, ctx: ToolContext) -> None:
+    raise RuntimeError("the service is down")
+
+
+async def test_a_failed_step_activity_hands_its_mirror_batch_to_the_next_write(
+    client, settings, pool, worker
+):
+    """The tool call's one attempt wrote the batch it carried with its claim, then failed.
+    History counts only what completed, so the run sends those rows again with its next
+    write, and the mirror agrees with history row by row."""
+    registry = ToolRegistry(
+        [*agentrun_demo.registry.tools(), Tool("breaks", "always fails", Nothing, always_breaks)]
+    )
+    spec = make_spec("break something", failures={"tools": {"breaks": {"max_attempts": 1}}})
+    with OfflineModelServer(scripted([("breaks", {})], "## Summary\nIt broke.")) as model:
+        async with worker(registry=registry, base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            assert (await handle.result()).status.value == "completed"
+    [step] = await rows(
+        pool,
+        "SELECT status, final FROM steps WHERE run_id = %s AND type = 'tool_call'",
+        started.run_id,
+    )
+    assert step == {"status": "failed", "final": True}
+    await assert_agrees(client, pool, started.run_id)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
-from tests.support import make_spec
+from tests.support import eventually, make_spec
+from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow
 
 
@@ -56,3 +57,30 @@ async def test_exhausted_retries_fail_the_run_with_the_cause(client, settings, p
     receipt = await ops.receipt(pool, run_id)
     assert receipt["error"] == result.error
     assert receipt["retries"][0]["attempts"] == 2
+
+
+async def test_status_shows_the_retrying_call_and_why(client, settings, pool, worker, tmp_path):
+    """While the provider fails, `status` names the call in flight, its attempt, the last
+    failure and the next try, from Temporal alone."""
+    with OfflineModelServer(failing(503, times=99)) as model:
+        async with worker(base_url=model.base_url):
+            spec = make_spec(
+                "Summarize the invoice policy.",
+                timeouts={"initial_retry_seconds": 30, "max_attempts": 5},
+            )
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+
+            async def retrying():
+                report = await ops.inspect(client, started.run_id, mirror=pool)
+                calls = [a for a in report.in_flight if a.activity == "model.complete"]
+                return calls[0] if calls and calls[0].attempt >= 2 else None
+
+            call = await eventually(retrying, what="the model call's second attempt")
+            assert "503" in (call.last_failure or "") and call.state == "scheduled"
+            assert call.next_attempt_at is not None
+            shown = await run_cli(settings, tmp_path, "status", started.run_id)
+            assert "in flight: model.complete, attempt 2, scheduled" in shown.out
+            assert "next try at" in shown.out and "503" in shown.out
+            as_json = await run_cli(settings, tmp_path, "status", started.run_id, "--json")
+            assert as_json.json()["in_flight"][0]["attempt"] == 2
+            await ops.cancel(client, started.run_id)

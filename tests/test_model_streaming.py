@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
+from dataclasses import replace
 
 import openai
+import pytest
 
-from activities.model_stream import streamed_completion
-from agentrun.dev.offline_model import OfflineModelServer
+from activities.model_stream import plain_completion, streamed_completion
+from agentrun.core.errors import PROVIDER_UNAVAILABLE, classify_model_error
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
 from tests.support import make_spec, scripted, wait_pending
 from workflows import AgentRunWorkflow
@@ -81,3 +84,38 @@ async def test_a_streamed_run_calls_its_tools_and_counts_its_tokens(client, sett
     assert result.status.value == "completed"
     assert all(r.get("stream") is True for r in model.requests)
     assert state.tokens_in > 0 and state.tokens_out > 0, "usage came in the last chunk"
+
+
+async def test_a_provider_that_ignores_stream_is_read_whole() -> None:
+    """Some OpenAI-compatible servers answer `stream: true` with one JSON body: that is the
+    reply, and its text still reaches watchers."""
+    answer = "## Summary\nRead whole."
+
+    def whole(request: dict) -> Reply:
+        return replace(completion(request, content=answer), streams=False)
+
+    texts: list[str] = []
+    with OfflineModelServer(whole) as model:
+        client = openai.AsyncOpenAI(base_url=model.base_url, api_key="x", max_retries=0)
+        request = {"model": "m", "messages": [{"role": "user", "content": "t"}]}
+        reply = await streamed_completion(client, request, texts.append)
+        await client.close()
+    assert reply.choices[0].message.content == answer and texts == [answer]
+    assert reply.usage is not None and reply.usage.total_tokens > 0
+
+
+async def test_a_page_instead_of_a_reply_is_a_provider_error_that_names_it() -> None:
+    """A proxy's HTML page with status 200 is not an empty reply: it is retried as the
+    provider being unavailable, and the error says what came."""
+    page = "<html><body>502 upstream gone</body></html>"
+    with OfflineModelServer(lambda request: Reply({}, page=page)) as model:
+        client = openai.AsyncOpenAI(base_url=model.base_url, api_key="x", max_retries=0)
+        request = {"model": "m", "messages": [{"role": "user", "content": "t"}]}
+        with pytest.raises(openai.APIResponseValidationError) as caught:
+            await streamed_completion(client, request, lambda text: None)
+        with pytest.raises(openai.APIResponseValidationError, match="502 upstream gone"):
+            await plain_completion(client, request)  # AGENTRUN_MODEL_STREAM=0: the same
+        await client.close()
+    failure = classify_model_error(caught.value)
+    assert failure.type == PROVIDER_UNAVAILABLE and not failure.non_retryable
+    assert "text/html" in failure.message and "502 upstream gone" in failure.message

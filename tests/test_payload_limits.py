@@ -20,6 +20,7 @@ from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, S
 from agentrun.core.payload_limits import PayloadLimitInterceptor, trimmed
 from agentrun.dev.offline_model import OfflineModelServer, completion
 from agentrun.ops import operations as ops
+from agentrun.ops import projection
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
 from tests.conftest import running_worker
@@ -275,6 +276,39 @@ async def test_a_checkpoint_grown_past_the_limit_fails_the_run_and_keeps_the_las
     assert len(trimmed_events) == 1 and "mirror.sync" in trimmed_events[0]["data"]["reason"]
     receipt = await ops.receipt(pool, run_id)
     assert receipt["outcome"] == "failed" and receipt["error"] == result.error
+
+
+async def test_a_mirror_batch_too_large_to_ride_with_a_step_is_written_on_its_own(
+    client, settings, pool, worker
+):
+    """The next model call's own input (the tool's 200 KB error, which the model hears)
+    fits, and so does the batch it would carry (the failed tool step, with the same error),
+    but not the two together: the batch goes first as a `mirror.sync` of its own."""
+    limit = 300_000
+    turns = scripted([("fail_loudly", {"kilobytes": 200})], SUMMARY)
+    small = settings.model_copy(update={"payload_limit_bytes": limit})
+    with OfflineModelServer(turns) as model:
+        async with worker(settings=small, registry=REGISTRY, base_url=model.base_url):
+            spec = make_spec("fail_loudly")
+            run_id, result = await run_to_end(client, spec, settings.task_queue)
+    assert result.status.value == "completed"
+    events = await history_of(client, run_id)
+    assert not workflow_task_failures(events)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled == [
+        "model.complete",
+        "tool.invoke",
+        "mirror.sync",  # the tool step's record, too large to ride with the model call
+        "model.complete",
+        "verify.check",
+        "mirror.sync",
+        "receipts.record",
+    ]
+    assert await projection.check(client, pool, run_id, payload_limit=limit) == []
 
 
 # ---------------------------------------------------------------- the last record, replay

@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHistory
 
 from tests.recorded import HISTORIES, recorded_history, replayer
 from workflows import AgentRunWorkflow
-from workflows.admission import TenantAdmissionWorkflow
+from workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from workflows.agent_run import MODEL_CALL_QUEUE
 from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
 from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
@@ -57,6 +57,13 @@ def test_model_call_queue_and_admission_have_histories():
     assert MODEL_CALL_QUEUE not in taken["budget_extended"]
     assert MODEL_CALL_QUEUE in taken["admitted_from_queue"]
     assert "admitted_from_queue_queue" in taken
+
+
+def test_the_admission_sweep_has_a_history():
+    """A queue whose slot holder was terminated, swept free; older queues replay without."""
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert SWEEPS_CLOSED_RUNS not in taken["admitted_from_queue_queue"]
+    assert SWEEPS_CLOSED_RUNS in taken["terminated_holding_slot_queue"]
 
 
 def test_backlog_child_priority_has_a_history():
@@ -130,3 +137,28 @@ def test_quiet_mirror_writes_have_a_history():
         )
 
     assert mirror_writes(quiet) == mirror_writes(loud) - 2  # the same run, two writes fewer
+
+
+def test_a_step_carrying_the_mirror_batch_has_a_history():
+    """With the batch riding in each step's activity, a run schedules one activity per step:
+    the same approved run as quiet_mirror, with `mirror.sync` only at the approval and the end."""
+    from workflows.recording import MIRROR_RIDES_STEP
+
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert MIRROR_RIDES_STEP in taken["step_carries_mirror"]
+    assert MIRROR_RIDES_STEP not in taken["quiet_mirror"]
+
+    def scheduled(name: str) -> list[str]:
+        history = json.loads((HISTORIES[0].parent / f"{name}.json").read_text())
+        return [
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+            for e in history["events"]
+            if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+        ]
+
+    before, after = scheduled("quiet_mirror"), scheduled("step_carries_mirror")
+    steps = [a for a in after if a in ("model.complete", "tool.invoke", "verify.check")]
+    assert steps == [a for a in before if a in ("model.complete", "tool.invoke", "verify.check")]
+    assert after.count("mirror.sync") == 2  # the approval wait and the run's final write
+    assert len(after) == len(steps) + 3  # and the receipt
+    assert len(before) - len(after) == before.count("mirror.sync") - 2

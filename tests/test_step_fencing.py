@@ -13,7 +13,7 @@ from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from tests.support import eventually, make_spec, rows, scripted
+from tests.support import eventually, make_spec, mirror_batch, rows, scripted
 from workflows import AgentRunWorkflow
 
 
@@ -148,3 +148,62 @@ async def test_fencing_rules_in_the_store(pool):
     assert await store.end_attempt(
         run_id=run_id, step_id=step_id, attempt=2, status="succeeded", output="fresh"
     )
+
+
+async def test_a_claim_carries_the_runs_batch_fenced_and_idempotent(pool):
+    """The batch a step's activity carries lands with the step's claim; a retried attempt
+    re-applies it to no effect, and a stale one that lands after a newer write changes
+    nothing (as `mirror.sync` is fenced)."""
+    store = MirrorStore(pool)
+    run_id = f"run-carry-{uuid.uuid4().hex[:8]}"
+    claim = {
+        "run_id": run_id,
+        "step_id": "0002-tool_call",
+        "seq": 2,
+        "type": "tool_call",
+        "name": "t",
+        "worker": "w",
+        "lease_seconds": 5,
+        "input": {},
+    }
+    old = mirror_batch(run_id, fence=10, step_seq=1, status="waiting_for_tool")
+    await store.begin_attempt(attempt=1, batch=old, **claim)
+    await store.begin_attempt(attempt=2, batch=old, **claim)  # a retry carries the same batch
+
+    async def mirror() -> tuple[list[dict], list[dict], list[dict]]:
+        run = await rows(pool, "SELECT version, status FROM runs WHERE run_id = %s", run_id)
+        steps = await rows(
+            pool,
+            "SELECT step_id, status, attempt, final, output FROM steps WHERE run_id = %s "
+            "ORDER BY seq",
+            run_id,
+        )
+        events = await rows(pool, "SELECT seq, fence FROM events WHERE run_id = %s", run_id)
+        return run, steps, events
+
+    run, steps, events = await mirror()
+    assert run == [{"version": 10, "status": "waiting_for_tool"}]
+    assert steps == [
+        {
+            "step_id": "0001-tool_call",
+            "status": "completed",
+            "attempt": 1,
+            "final": True,
+            "output": {"fence": 10},
+        },
+        {
+            "step_id": "0002-tool_call",
+            "status": "running",
+            "attempt": 2,
+            "final": False,
+            "output": None,
+        },
+    ]
+    assert events == [{"seq": 1, "fence": 10}]
+    # A newer write lands; then a zombie attempt's claim with the old batch comes late.
+    await store.sync(mirror_batch(run_id, fence=20, step_seq=1, status="planning"))
+    await store.begin_attempt(attempt=3, batch=old, **claim)
+    run, steps, events = await mirror()
+    assert run == [{"version": 20, "status": "planning"}]
+    assert steps[0]["output"] == {"fence": 20} and steps[1]["attempt"] == 3
+    assert events == [{"seq": 1, "fence": 20}]

@@ -267,3 +267,32 @@ async def test_a_slot_given_before_the_run_first_ran_is_on_record(client, settin
         run_id,
     )
     assert sorted(e["type"] for e in events) == ["run.admitted", "run.finished"]
+
+
+async def test_a_terminated_run_frees_its_slot(client, settings, pool, worker):
+    """A terminate runs none of the run's code, so it never says it left: the queue asks
+    Temporal while runs wait behind the cap, and frees the slot."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = capped(tenant, 1)
+    await client.start_workflow(
+        TenantAdmissionWorkflow.run,
+        AdmissionInput(tenant=tenant, limits=limits, sweep_seconds=1),
+        id=admission_id(tenant),
+        task_queue=settings.task_queue,
+    )
+    first, second = (make_spec(TASK, tenant=tenant, allowed_tools=["send_message"]) for _ in "ab")
+    async with worker():
+        a = await ops.start_run(client, first, task_queue=settings.task_queue, limits=limits)
+        await wait_pending(client, a.run_id)
+        b = await ops.start_run(client, second, task_queue=settings.task_queue, limits=limits)
+        assert b.queue_position == 1
+        await client.get_workflow_handle(a.run_id).terminate("operator: stuck")
+        await wait_pending(client, b.run_id)  # admitted: the slot came back
+        await ops.approve(client, b.run_id, by="maria", role="approver")
+        await wait_status(client, b.run_id, "completed")
+
+        async def released():
+            found = await rows(pool, "SELECT state FROM tenant_queue WHERE run_id = %s", a.run_id)
+            return found == [{"state": "released"}]
+
+        await eventually(released, what="the terminated run's queue row to say released")

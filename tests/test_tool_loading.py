@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import agentrun
 import agentrun_demo
 from agentrun.core.errors import ToolLoadError, ToolSetConflict
 from agentrun.core.models import RiskLevel
+from agentrun.dev.stack import free_port
 from agentrun.store import tool_sets
 from agentrun.tools.loading import load_registry
 
@@ -144,3 +146,50 @@ def test_the_public_api_is_small_and_every_name_resolves() -> None:
     assert all(getattr(agentrun, name) is not None for name in agentrun.__all__)
     with pytest.raises(AttributeError):
         agentrun.Worker  # noqa: B018
+
+
+def test_up_refuses_a_bad_tool_reference_before_starting_the_stack(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "starter.py", "up", "--tools", "no_such_module:tools"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTRUN_HOME": str(tmp_path / "home"), "AGENTRUN_TOOLS": ""},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "cannot import 'no_such_module'" in done.stderr
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").iterdir()), (
+        "nothing started"
+    )
+
+
+async def test_up_serves_the_tools_it_is_given(tmp_path: Path) -> None:
+    """`starter.py up --tools` runs the stack's worker with your tools, as `worker.py` does."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "up",
+        "--port",
+        str(free_port()),
+        "--ui-port",
+        str(free_port()),
+        "--tools",
+        "examples.my_agent.my_tools:registry",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "AGENTRUN_HOME": str(tmp_path / "home"), "AGENTRUN_TOOLS": ""},
+    )
+    assert process.stdout is not None
+    try:
+        polling = b""
+        async with asyncio.timeout(120):
+            while b"with tools:" not in polling:
+                polling = await process.stdout.readline()
+                assert polling, (await process.stderr.read()).decode()  # type: ignore[union-attr]
+        assert polling.decode().split("with tools: ")[1].split(";")[0] == "refund"
+    finally:
+        process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.wait(), 60)
+    assert process.returncode == 0

@@ -5,8 +5,10 @@ the queue). The update's validator refuses a start past the tenant's `max_queued
 limit named; an accepted start is recorded in history before the caller hears back, and the
 handler starts the run at once as a child that waits in `queued`, so `status` finds it and no
 start is lost. When a slot is free the oldest waiting run is signalled to go; each run
-signals `admission.release` when it ends (or is cancelled while waiting). Nothing polls:
-the workflow sleeps until a signal or an update changes the queue.
+signals `admission.release` when it ends (or is cancelled while waiting). Nothing polls
+while the queue moves: the workflow sleeps until a signal or an update changes it. Only
+while runs wait behind a full cap does it ask Temporal, every `sweep_seconds`, whether an
+admitted run closed without a word (a terminate runs none of its code), and frees its slot.
 """
 
 from __future__ import annotations
@@ -34,14 +36,22 @@ with workflow.unsafe.imports_passed_through():
         QueueState,
         QueueSyncInput,
         ReleaseInput,
+        RunIdsInput,
         TenantLimits,
     )
 
 SYNC_TIMEOUT = timedelta(seconds=10)
+# Queues recorded before the sweep existed replay without its timers.
+SWEEPS_CLOSED_RUNS = "admission-sweeps-closed-runs"
 
 
 def admission_id(tenant: str) -> str:
     return names.ADMISSION_ID_PREFIX + tenant
+
+
+def _outcome_seen(outcome: asyncio.Future[object]) -> None:
+    if not outcome.cancelled():
+        outcome.exception()
 
 
 @workflow.defn(name=names.ADMISSION_WORKFLOW_NAME)
@@ -51,6 +61,7 @@ class TenantAdmissionWorkflow:
         self.tenant = input.tenant
         self.limits = input.limits
         self.history_events_limit = input.history_events_limit
+        self.sweep_seconds = input.sweep_seconds
         carry = input.carry or AdmissionCarry()
         self.seq = carry.seq
         self.waiting = list(carry.waiting)  # run ids, oldest first
@@ -65,7 +76,11 @@ class TenantAdmissionWorkflow:
     @workflow.run
     async def run(self, input: AdmissionInput) -> None:
         while True:
-            await workflow.wait_condition(lambda: self._next() is not None or self._too_long())
+            if workflow.patched(SWEEPS_CLOSED_RUNS):
+                if not await self._wait_or_sweep():
+                    continue
+            else:
+                await workflow.wait_condition(lambda: self._next() is not None or self._too_long())
             run_id = self._next()
             if run_id is not None:
                 self._admit(run_id)
@@ -92,8 +107,41 @@ class TenantAdmissionWorkflow:
                         },
                     ),
                     history_events_limit=self.history_events_limit,
+                    sweep_seconds=self.sweep_seconds,
                 )
             )
+
+    async def _wait_or_sweep(self) -> bool:
+        """Wait for a free slot or the history limit (True); while runs wait behind a full
+        cap, wake every `sweep_seconds` to free the slots of runs that closed (False)."""
+        blocked = self._blocked()
+        try:
+            await workflow.wait_condition(
+                lambda: self._next() is not None or self._too_long() or self._blocked() != blocked,
+                timeout=timedelta(seconds=self.sweep_seconds) if blocked else None,
+            )
+        except TimeoutError:
+            await self._sweep_closed()
+            return False
+        return self._next() is not None or self._too_long()
+
+    def _blocked(self) -> bool:
+        cap = self.limits.max_in_flight
+        full = cap is not None and len(self.in_flight) >= cap
+        return bool(self.waiting and self.in_flight) and full
+
+    async def _sweep_closed(self) -> None:
+        closed = await workflow.execute_activity_method(
+            AdmissionActivities.closed_runs,
+            RunIdsInput(run_ids=list(self.in_flight)),
+            start_to_close_timeout=SYNC_TIMEOUT,
+            retry_policy=fairness.MIRROR_RETRY,
+            priority=fairness.MIRROR_PRIORITY,
+        )
+        for run_id in closed:
+            if self._release(run_id):
+                workflow.logger.warning("run %s closed holding its slot: slot freed", run_id)
+        self._flush_soon()
 
     def _settled(self) -> bool:
         return (
@@ -156,7 +204,7 @@ class TenantAdmissionWorkflow:
             self.requests[run_id] = request.request_id
         spec = request.spec.model_copy(update={"admission": workflow.info().workflow_id})
         try:
-            await workflow.start_child_workflow(
+            child = await workflow.start_child_workflow(
                 names.WORKFLOW_NAME,
                 spec,
                 id=run_id,
@@ -176,6 +224,9 @@ class TenantAdmissionWorkflow:
         except BaseException:
             self._forget(run_id)
             raise
+        # The run tells its own end (release, or the sweep finds it closed): its outcome is
+        # not the queue's, so it is read here only to keep a failed run's out of the log.
+        child.add_done_callback(_outcome_seen)
         if run_id not in self.seqs:  # it ended (was cancelled) while it started
             return QueuedStart(run_id=run_id, existing=False)
         self.started.add(run_id)

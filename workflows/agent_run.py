@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
@@ -51,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         ForkOrigin,
         ForkSeedInput,
         JsonDict,
+        MirrorBatch,
         ModelCallInput,
         ModelCallResult,
         ProposedToolCall,
@@ -423,11 +425,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
     async def _call_model(self, model: str | None, attempts: int) -> ModelCallResult:
         step_id = self._new_step("model_call", model or self.progress.model_used or "model")
         self._set_status(RunStatus.PLANNING, step_id)
-        await self._flush()
+        batch = await self._batch_for_step()
         started = workflow.now()
         timeouts = self.spec.timeouts
-        try:
-            reply = await workflow.execute_activity_method(
+        call, carried = await self._start_step(
+            lambda mirror: workflow.start_activity_method(
                 ModelActivities.complete,
                 ModelCallInput(
                     run_id=self.run_id,
@@ -441,6 +443,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     max_tokens=self.spec.model.max_tokens,
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
+                    mirror=mirror,
                 ),
                 task_queue=fairness.model_task_queue(workflow.info().task_queue)
                 if workflow.patched(MODEL_CALL_QUEUE)
@@ -452,7 +455,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     model or self.progress.model_used or "(the worker's default)",
                     self.progress.tokens_in + self.progress.tokens_out,
                 ),
-            )
+            ),
+            batch,
+        )
+        try:
+            reply = await self._step_result(call, carried)
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 self._complete_step(
@@ -590,39 +597,30 @@ class AgentRunWorkflow(Approvals, RunMessages):
             step_id = self._new_step("tool_call", call.tool)
             key = key or self._effect_key(step_id, call.tool, arguments)
             self._set_status(RunStatus.WAITING_FOR_TOOL, step_id)
-            await self._flush()
+            batch = await self._batch_for_step()
             started = workflow.now()
             attempts, timeout = policies.tool_limits(self.spec, call.tool)
             waits = call.side_effect and workflow.patched(TOOL_CANCEL_WAITS)
+            tool_input = ToolCallInput(
+                run_id=self.run_id,
+                step_id=step_id,
+                seq=self.progress.seq,
+                tool=call.tool,
+                arguments=arguments,
+                idempotency_key=key,
+                checkpoint=self.progress.checkpoint,
+                heartbeat_seconds=self.spec.timeouts.heartbeat_seconds,
+                resolution=resolution,
+            )
+            invoke, carried = await self._start_step(
+                functools.partial(self._start_tool, tool_input, attempts, timeout, waits), batch
+            )
             cancelled = False
             try:
-                invoke = workflow.start_activity_method(
-                    ToolActivities.invoke,
-                    ToolCallInput(
-                        run_id=self.run_id,
-                        step_id=step_id,
-                        seq=self.progress.seq,
-                        tool=call.tool,
-                        arguments=arguments,
-                        idempotency_key=key,
-                        checkpoint=self.progress.checkpoint,
-                        heartbeat_seconds=self.spec.timeouts.heartbeat_seconds,
-                        resolution=resolution,
-                    ),
-                    start_to_close_timeout=timedelta(seconds=timeout),
-                    heartbeat_timeout=timedelta(seconds=self.spec.timeouts.heartbeat_seconds),
-                    retry_policy=policies.retry_policy(self.spec, attempts),
-                    summary=run_summaries.tool_summary(call.tool, arguments),
-                    cancellation_type=(
-                        ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                        if waits
-                        else ActivityCancellationType.TRY_CANCEL
-                    ),
-                )
                 if waits:
-                    result, cancelled = await outlast_cancel(invoke)
+                    result, cancelled = await self._step_result(outlast_cancel(invoke), carried)
                 else:
-                    result = await invoke
+                    result = await self._step_result(invoke, carried)
             except (ActivityError, asyncio.CancelledError) as err:
                 if is_cancelled_exception(err):
                     if waits:
@@ -666,6 +664,28 @@ class AgentRunWorkflow(Approvals, RunMessages):
         if result.checkpoint_patch:
             await self._checkpoint_step(result.checkpoint_patch)
         return result, step_id
+
+    def _start_tool(
+        self,
+        input: ToolCallInput,
+        attempts: int,
+        timeout: float,
+        waits: bool,
+        mirror: MirrorBatch | None,
+    ) -> workflow.ActivityHandle[ToolCallResult]:
+        return workflow.start_activity_method(
+            ToolActivities.invoke,
+            input.model_copy(update={"mirror": mirror}),
+            start_to_close_timeout=timedelta(seconds=timeout),
+            heartbeat_timeout=timedelta(seconds=self.spec.timeouts.heartbeat_seconds),
+            retry_policy=policies.retry_policy(self.spec, attempts),
+            summary=run_summaries.tool_summary(input.tool, input.arguments),
+            cancellation_type=(
+                ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if waits
+                else ActivityCancellationType.TRY_CANCEL
+            ),
+        )
 
     def _effect_key(self, step_id: str, tool: str, arguments: JsonDict) -> str:
         if not workflow.patched(EFFECT_KEYS):

@@ -2,15 +2,17 @@
 
 Mixed into AgentRunWorkflow. Every change of state goes through `_set_status`, which
 enforces the state machine in `agentrun.core.states`; every step gets a deterministic id. What
-changed since the last flush goes to the mirror as one idempotent batch, written by an
-activity the run does not wait for; it waits for them all before its receipt and before it
+changed since the last write goes to the mirror as one idempotent batch: in the input of the
+next step's own activity, or, where the run blocks or ends, written by an activity of its own
+that the run does not wait for; it waits for them all before its receipt and before it
 continues as new.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -61,6 +63,17 @@ MIRROR_PRIORITY = fairness.MIRROR_PRIORITY
 MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
+# A step schedules one activity, not two (issue 15: a `mirror.sync` before every step doubled
+# the activities, and the Temporal server's work, per step). What the run accepted before a
+# model or tool call rides in that call's input, and its activity applies it in the same
+# transaction as its claim on the step, fenced as `mirror.sync` is. Temporal dispatches the
+# activity only after it has committed the task that scheduled it, so the mirror still never
+# runs ahead of history. A write of its own is left for where the run blocks or ends
+# (approval, pause, admission queue, continue-as-new, receipt) and for a batch too large to
+# ride along.
+MIRROR_RIDES_STEP = "mirror-batch-rides-step"
+
+T = TypeVar("T")
 
 
 def approval_input(pending: PendingApproval) -> JsonDict:
@@ -209,8 +222,8 @@ class Recording:
         kept across continue-as-new)."""
         return workflow.info().priority.priority_key or fairness.DEFAULT_PRIORITY
 
-    async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
-        """Write what changed since the last flush to the mirror, as one idempotent batch."""
+    def _take_batch(self) -> MirrorBatch:
+        """What changed since the last mirror write, as one idempotent batch."""
         batch = MirrorBatch(
             run=self._snapshot(),
             steps=self.pending_steps,
@@ -218,6 +231,54 @@ class Recording:
             fence=workflow.info().get_current_history_length(),
         )
         self.pending_steps, self.pending_events = [], []
+        return batch
+
+    def _put_back(self, batch: MirrorBatch) -> None:
+        """A batch that may not have landed: its rows go again with the next write, ahead of
+        the newer ones (a second landing changes nothing: the writes are idempotent)."""
+        self.pending_steps = batch.steps + self.pending_steps
+        self.pending_events = batch.events + self.pending_events
+
+    async def _batch_for_step(self) -> MirrorBatch | None:
+        """The run's pending mirror batch, to ride in the next step activity's input. Runs
+        from before MIRROR_RIDES_STEP write it on their own here instead (None)."""
+        if workflow.patched(MIRROR_RIDES_STEP):
+            return self._take_batch()
+        await self._flush()
+        return None
+
+    async def _start_step(
+        self,
+        start: Callable[[MirrorBatch | None], workflow.ActivityHandle[T]],
+        batch: MirrorBatch | None,
+    ) -> tuple[workflow.ActivityHandle[T], MirrorBatch | None]:
+        """Schedule a step's activity, `start(batch)`; returns it and the batch it carries.
+        A batch that makes the input too large is written on its own first (trimmed if it
+        must be, as the run's final write is)."""
+        if batch is None:
+            return start(None), None
+        try:
+            return start(batch), batch
+        except ApplicationError as err:
+            self._put_back(batch)
+            if not payload_limits.is_too_large(err):
+                raise
+        await self._flush()
+        return start(None), None
+
+    async def _step_result(self, step: Awaitable[T], carried: MirrorBatch | None) -> T:
+        """The step activity's result. One that did not complete may have ended before it
+        applied the batch it carried, so that batch's rows go again with the next write."""
+        try:
+            return await step
+        except BaseException:
+            if carried is not None:
+                self._put_back(carried)
+            raise
+
+    async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
+        """Write what changed since the last flush to the mirror, as one idempotent batch."""
+        batch = self._take_batch()
         sent = batch
         if trim == "records":  # the run row (its checkpoint) stays whole
             sent = batch.model_copy(
@@ -233,8 +294,7 @@ class Recording:
         except ApplicationError as err:
             if payload_limits.is_too_large(err):
                 # Refused before it was sent: keep its rows for the run's final write.
-                self.pending_steps = batch.steps + self.pending_steps
-                self.pending_events = batch.events + self.pending_events
+                self._put_back(batch)
             raise
 
     async def _sync(self, batch: MirrorBatch) -> None:

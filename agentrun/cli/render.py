@@ -65,6 +65,15 @@ def run_report(report: RunReport) -> str:
         lines.append(
             f"last progress: {report.last_progress_at} ({report.no_progress_seconds:.0f}s ago)"
         )
+    for a in report.in_flight:
+        line = f"in flight: {a.activity}, attempt {a.attempt}, {a.state}"
+        line += f" since {a.since:%H:%M:%S}" if a.since else ""
+        line += f" on {a.worker}" if a.worker else ""
+        if a.last_failure:
+            line += f"; last failure: {a.last_failure}"
+        if a.next_attempt_at:
+            line += f"; next try at {a.next_attempt_at:%H:%M:%S}"
+        lines.append(line)
     workers = ", ".join(
         f"{w.identity} ({w.seconds_ago:.0f}s ago)" if w.seconds_ago is not None else w.identity
         for w in report.workers

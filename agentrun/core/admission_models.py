@@ -104,3 +104,12 @@ class AdmissionInput(BaseModel):
     carry: AdmissionCarry | None = None
     # Continue as new well before Temporal's limits; each start costs about ten events.
     history_events_limit: int = Field(8_000, ge=100)
+    # While runs wait behind a full cap, ask Temporal this often whether an admitted run has
+    # closed without saying so (terminated, timed out): its slot is freed then.
+    sweep_seconds: float = Field(60, gt=0)
+
+
+class RunIdsInput(BaseModel):
+    """Runs the queue holds slots for, to ask Temporal about."""
+
+    run_ids: list[str]

@@ -232,6 +232,9 @@ class ModelCallInput(BaseModel):
     max_tokens: int | None = None
     heartbeat_seconds: float = 30
     timeout_seconds: float = 120
+    mirror: MirrorBatch | None = Field(
+        None, description="the run's pending mirror writes: applied with the step's claim"
+    )
 
 
 class ProposedToolCall(BaseModel):
@@ -268,6 +271,9 @@ class ToolCallInput(BaseModel):
     heartbeat_seconds: float = 30
     resolution: Literal["rerun", "skip"] | None = Field(
         None, description="a person's answer to an unknown outcome"
+    )
+    mirror: MirrorBatch | None = Field(
+        None, description="the run's pending mirror writes: applied with the step's claim"
     )
 
 

@@ -114,9 +114,21 @@ class Settings(BaseSettings):
     agents: str | None = env(
         "AGENTRUN_AGENTS", None, "agent profiles: a YAML file or PKG.MODULE:ATTR"
     )
+    workflow_cache: int = env(
+        "AGENTRUN_WORKFLOW_CACHE",
+        1000,
+        "runs a worker keeps in memory between steps; an evicted run replays its history",
+    )
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
+
+    @field_validator("workflow_cache")
+    @classmethod
+    def _a_cache_holds_no_fewer_than_none(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("a number of runs: 0 or more")
+        return value
 
     @field_validator("model_prices", mode="before")
     @classmethod

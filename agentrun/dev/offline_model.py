@@ -41,6 +41,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_seconds: float = 0.0
     drop_connection: bool = False
+    streams: bool = True  # False: one JSON body even when asked to stream, as some providers
+    page: str | None = None  # sent instead of `body` as text/html, as a proxy's error page is
 
 
 Responder = Callable[[Json], Reply]
@@ -206,7 +208,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if request.get("stream") and reply.status == 200 and "choices" in reply.body:
+        if (
+            reply.streams
+            and request.get("stream")
+            and reply.status == 200
+            and "choices" in reply.body
+        ):
             self._send_stream(
                 reply, bool((request.get("stream_options") or {}).get("include_usage"))
             )
@@ -274,9 +281,10 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _send(self, reply: Reply) -> None:
-        payload = json.dumps(reply.body).encode()
+        html = reply.page is not None
+        payload = reply.page.encode() if reply.page is not None else json.dumps(reply.body).encode()
         self.send_response(reply.status)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", "text/html" if html else "application/json")
         self.send_header("content-length", str(len(payload)))
         for name, value in reply.headers.items():
             self.send_header(name, value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentrun.core.states import RunStatus
 from agentrun.ops import admission_ops, handles, projection
 from agentrun.ops.approver_keys import ApproverKey
+from agentrun.ops.in_flight import ActivityInFlight, in_flight
 from agentrun.store import mirror_views, tool_sets
 from agentrun.store.approver_store import ApproverStore
 from agentrun.store.fork_store import ForkStore
@@ -187,6 +188,7 @@ class RunRef:
     running: bool
     task_queue: str
     indexed_status: str | None
+    in_flight: list[ActivityInFlight] = field(default_factory=list)
 
 
 async def _find(
@@ -233,6 +235,7 @@ async def _find(
         running=description.status == WorkflowExecutionStatus.RUNNING,
         task_queue=description.task_queue,
         indexed_status=indexed.get(search_attributes.STATUS),
+        in_flight=[in_flight(a) for a in description.raw_description.pending_activities],
     )
 
 
@@ -545,6 +548,9 @@ class RunReport(BaseModel):
     workers: list[WorkerSeen] = Field(description="who polled the run's task queue lately")
     last_progress_at: datetime | None = Field(description="a worker last moved the run then")
     no_progress_seconds: float | None
+    in_flight: list[ActivityInFlight] = Field(
+        default_factory=list, description="the run's activities Temporal holds open, as it says"
+    )
 
     def flat_json(self) -> JsonDict:
         """The state's fields with the report's beside them, as `status --json` prints."""
@@ -594,6 +600,7 @@ async def inspect(
         ],
         last_progress_at=progress,
         no_progress_seconds=(now - progress).total_seconds() if progress else None,
+        in_flight=run.in_flight,
     )
 
 

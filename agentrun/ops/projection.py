@@ -2,7 +2,8 @@
 
 Replaying a run's histories (every execution of a continue-as-new chain) re-runs the
 workflow code against what Temporal accepted. An interceptor notes each mirror write the
-workflow made whose activity completed in history, and each accepted tool result; folding
+workflow made whose activity completed in history (a `mirror.sync`, or the batch a step's
+activity carried), and each accepted tool result; folding
 those gives the rows the mirror must hold. `compare` says, row by row, what is duplicate,
 divergent, lost or orphan; `MirrorStore.rebuild` writes the derived rows back.
 """
@@ -69,6 +70,8 @@ STEP_COLUMNS = (
     "final",
     "finished_at",
 )
+# Step activities whose input may carry the run's pending mirror batch (MIRROR_RIDES_STEP).
+CARRIERS = {names.ACTIVITY_MODEL_COMPLETE, names.ACTIVITY_TOOL_INVOKE}
 RUN_COLUMNS = (
     "version",
     "agent",
@@ -221,6 +224,8 @@ async def project(
     )
     tool_results: dict[str, ToolCallResult] = {}
     for _, activity, arg, result in sorted(accepted.results, key=lambda r: r[0]):
+        if activity in CARRIERS and arg.mirror is not None:
+            _fold(projection, arg.mirror)  # applied with the step's claim, before its work
         if activity == names.ACTIVITY_MIRROR_SYNC:
             _fold(projection, arg)
         elif activity == names.ACTIVITY_TOOL_INVOKE:

@@ -432,6 +432,11 @@ async def install_tool_schema(pool: AsyncConnectionPool, statements: list[str]) 
             await conn.execute(sql)  # type: ignore[arg-type]
 
 
+# A statement is prepared on the server the second time a connection runs it (psycopg's
+# default waits for the sixth): the mirror's and the ledger's few statements then cost a
+# Bind/Execute, not a parse and plan, each time. Not the first: a script of several
+# statements (a migration) cannot be prepared, and psycopg learns that from its first run.
+PREPARE_THRESHOLD = 1
 RECONNECT_SECONDS = 5.0
 WAIT_SECONDS = 5.0
 # Connections beyond one per activity slot: headroom, so an activity seldom waits for its
@@ -501,7 +506,7 @@ def unopened_pool(database_url: AsyncConninfoParam, max_size: int) -> AsyncConne
         min_size=1,
         max_size=max_size,
         open=False,
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, "prepare_threshold": PREPARE_THRESHOLD},
         timeout=WAIT_SECONDS,
         reconnect_timeout=RECONNECT_SECONDS,
         configure=make_storable,

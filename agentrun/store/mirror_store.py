@@ -23,11 +23,16 @@ from psycopg_pool import AsyncConnectionPool
 from agentrun.core import faults
 from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
+from agentrun.store.group_commit import GroupCommit
 
 
 class MirrorStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
+        # One per store, so one per worker process: its runs' mirror writes share commits.
+        self.group_commit: GroupCommit[MirrorBatch] = GroupCommit(
+            self._write_group, self._write_alone
+        )
 
     # ------------------------------------------------------------ written by activity attempts
 
@@ -44,44 +49,70 @@ class MirrorStore:
         lease_seconds: float,
         input: JsonDict,
         idempotency_key: str | None = None,
+        batch: MirrorBatch | None = None,
     ) -> JsonDict:
-        """Claim the step for this attempt; returns the step's saved mid-step checkpoint."""
+        """Claim the step for this attempt; returns the step's saved mid-step checkpoint.
+
+        `batch`, what the run accepted before it scheduled this step, is applied in the
+        same transaction, exactly as `sync` applies it: the step needs no write of its own.
+        """
+        claim = {
+            "run": run_id,
+            "step": step_id,
+            "seq": seq,
+            "type": type,
+            "name": name,
+            "input": Jsonb(input),
+            "attempt": attempt,
+            "worker": worker,
+            "lease": lease_seconds,
+            "key": idempotency_key,
+        }
+        if batch is None:
+            async with self.pool.connection() as conn:
+                return await self._claim(conn, claim)
+        try:
+            async with (
+                self.pool.connection() as conn,
+                conn.pipeline() as pipeline,
+                conn.transaction(),
+            ):
+                await self._apply(conn, batch)
+                saved = await self._claim(conn, claim)
+                if faults.armed("mirror.in_transaction"):
+                    await pipeline.sync()
+                    faults.fire("mirror.in_transaction")
+        except REFUSED_DATA_ERRORS:
+            await self._apply_row_by_row(batch)
+            async with self.pool.connection() as conn:
+                return await self._claim(conn, claim)
+        return saved
+
+    async def _claim(self, conn: Any, claim: JsonDict) -> JsonDict:
         # One statement, so one round trip and atomic: the claim and the journal row.
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                """
-                WITH claimed AS (
-                    INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
-                                       worker, lease_until, idempotency_key, started_at)
-                    VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running',
-                            %(input)s, %(attempt)s, %(worker)s,
-                            now() + make_interval(secs => %(lease)s), %(key)s, now())
-                    ON CONFLICT (run_id, step_id) DO UPDATE SET
-                        status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
-                        lease_until = EXCLUDED.lease_until, updated_at = now()
-                    WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
-                    RETURNING checkpoint
-                ), journal AS (
-                    INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
-                    VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
-                    ON CONFLICT DO NOTHING
-                )
-                SELECT checkpoint FROM claimed
-                """,
-                {
-                    "run": run_id,
-                    "step": step_id,
-                    "seq": seq,
-                    "type": type,
-                    "name": name,
-                    "input": Jsonb(input),
-                    "attempt": attempt,
-                    "worker": worker,
-                    "lease": lease_seconds,
-                    "key": idempotency_key,
-                },
+        cur = await conn.execute(
+            """
+            WITH claimed AS (
+                INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
+                                   worker, lease_until, idempotency_key, started_at)
+                VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running',
+                        %(input)s, %(attempt)s, %(worker)s,
+                        now() + make_interval(secs => %(lease)s), %(key)s, now())
+                ON CONFLICT (run_id, step_id) DO UPDATE SET
+                    status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
+                    lease_until = EXCLUDED.lease_until, updated_at = now()
+                WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
+                RETURNING checkpoint
+            ), journal AS (
+                INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
+                VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
+                ON CONFLICT DO NOTHING
             )
-            row = await cur.fetchone()
+            SELECT checkpoint FROM claimed
+            """,
+            claim,
+        )
+        row = await cur.fetchone()
         return dict(row[0]) if row else {}
 
     async def renew_lease(
@@ -157,21 +188,36 @@ class MirrorStore:
     # ------------------------------------------------------------ written by the workflow
 
     async def sync(self, batch: MirrorBatch) -> None:
-        """Apply what the workflow accepted: one transaction, idempotent, never backwards."""
-        # Pipelined: the same statements in the same transaction, sent without waiting for
-        # each reply, so a batch costs about one round trip however many rows it carries.
+        """Apply what the workflow accepted: in one transaction (with the other runs' batches
+        that arrive meanwhile, see agentrun.store.group_commit), idempotent, never backwards."""
+        await self.group_commit.submit(batch)
+
+    async def _write_group(self, batches: list[MirrorBatch]) -> None:
+        """Several runs' batches in one transaction; one refused row fails the group, and
+        the group commit then writes each batch alone."""
+        await self._write_pipelined(batches)
+
+    async def _write_alone(self, batch: MirrorBatch) -> None:
         try:
-            async with (
-                self.pool.connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.transaction(),
-            ):
-                await self._apply(conn, batch)
-                if faults.armed("mirror.in_transaction"):
-                    await pipeline.sync()  # the server has every row; only the commit is missing
-                    faults.fire("mirror.in_transaction")
+            await self._write_pipelined([batch])
         except REFUSED_DATA_ERRORS:
             await self._apply_row_by_row(batch)
+
+    async def _write_pipelined(self, batches: list[MirrorBatch]) -> None:
+        # Pipelined: the statements sent in one transaction without waiting for each reply,
+        # so a group costs about one round trip however many rows it carries. Batches are
+        # applied in arrival order; each write's fence keeps a run's newest state whatever
+        # the order.
+        async with (
+            self.pool.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.transaction(),
+        ):
+            for batch in batches:
+                await self._apply(conn, batch)
+            if faults.armed("mirror.in_transaction"):
+                await pipeline.sync()  # the server has every row; only the commit is missing
+                faults.fire("mirror.in_transaction")
 
     async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
         """The batch again, each row on its own: the refused ones are recorded, not retried."""

@@ -96,16 +96,22 @@ async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
     return await open_pool(settings.require_database(), max_size=pool_size_for(ACTIVITY_SLOTS))
 
 
-def worker_tuning() -> dict[str, Any]:
+def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
     """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
 
     Measured on 2 cores (bench/run.py, README "Benchmarks"): Temporal's defaults for task
     slots and the workflow cache did as well as anything tried (fewer workflow threads was
-    slower), so they stay; the sandbox gets an explicit passthrough list.
+    slower), so they stay; the sandbox gets an explicit passthrough list. The workflow cache
+    is a setting (AGENTRUN_WORKFLOW_CACHE): each cached run holds ~0.3-0.5 MB, and a run that
+    does not fit replays its history on its next task (docs/benchmarks.md, "Scale").
     """
     return {
         "max_concurrent_activities": ACTIVITY_SLOTS,
-        "max_cached_workflows": 1000,
+        "max_cached_workflows": (
+            Settings.model_fields["workflow_cache"].default
+            if workflow_cache is None
+            else workflow_cache
+        ),
         "workflow_runner": SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
         ),
@@ -276,9 +282,9 @@ def build_worker(
         prices=settings.model_prices,
     )
     backlog = BacklogActivities(BacklogStore(deps.pool))
-    admission = AdmissionActivities(TenantStore(deps.pool))
+    admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
-    tuning = worker_tuning()
+    tuning = worker_tuning(settings.workflow_cache)
     # Never more activities at once than the pool serves with its reserve to spare: each may
     # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
     # The model-call worker takes a share of them (model calls journal to Postgres too).
@@ -318,6 +324,7 @@ def build_worker(
                 backlog.load,
                 fork.seed,
                 admission.sync,
+                admission.closed_runs,
             ],
             interceptors=interceptors,
             deployment_config=deployment,

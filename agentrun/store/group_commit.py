@@ -1,0 +1,113 @@
+"""Group commit: writes that arrive together share one transaction.
+
+Postgres pays for each commit (a WAL flush), and a worker pays for each transaction (a
+connection from the pool, BEGIN and COMMIT, a round trip). Under load many runs' mirror
+writes arrive at once; one writer commits them together while the next ones queue, so a
+group grows with the load and an idle worker adds no delay: a write that arrives alone is
+written alone, at once.
+
+A group that fails (a row Postgres refuses, a connection lost) is written again one item
+at a time, concurrently, so each caller gets its own item's outcome: one bad write never
+fails the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+# Enough to carry every mirror write a worker's slots can have in flight in one transaction,
+# few enough that one transaction stays short.
+MAX_GROUP = 64
+
+
+@dataclass
+class GroupCommitStats:
+    """What the committer did, for tests and the benchmark: groups written, items in them."""
+
+    groups: int = 0
+    items: int = 0
+    fallbacks: int = 0
+
+
+@dataclass
+class GroupCommit(Generic[T]):
+    """Callers `await submit(item)`; it returns once a transaction holding the item committed.
+
+    `write_group` writes several items in one transaction; `write_one` writes one alone (also
+    the path for an item that arrives alone, and for each item of a failed group).
+    """
+
+    write_group: Callable[[list[T]], Awaitable[None]]
+    write_one: Callable[[T], Awaitable[None]]
+    max_group: int = MAX_GROUP
+    stats: GroupCommitStats = field(default_factory=GroupCommitStats)
+    _queue: list[tuple[T, asyncio.Future[None]]] = field(default_factory=list)
+    _writer: asyncio.Task[None] | None = None
+
+    async def submit(self, item: T) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        done.add_done_callback(_retrieved)  # its caller may have stopped waiting
+        self._queue.append((item, done))
+        writer = self._writer
+        if writer is None or writer.done() or writer.get_loop() is not loop:
+            self._writer = loop.create_task(self._drain())
+        # A caller that stops waiting (its activity cancelled) does not stop the write: the
+        # item may already be in a transaction with others, and every write is idempotent.
+        await asyncio.shield(done)
+
+    async def _drain(self) -> None:
+        group: list[tuple[T, asyncio.Future[None]]] = []
+        try:
+            while self._queue:
+                group, self._queue = self._queue[: self.max_group], self._queue[self.max_group :]
+                await self._write(group)
+        except BaseException:  # the writer itself stopped (the loop closing): nobody waits for ever
+            for _, done in group + self._queue:
+                _settle(done, RuntimeError("the mirror's group writer stopped; retry the write"))
+            self._queue = []
+            raise
+
+    async def _write(self, group: list[tuple[T, asyncio.Future[None]]]) -> None:
+        if len(group) == 1:
+            await self._alone(*group[0])
+            return
+        try:
+            await self.write_group([item for item, _ in group])
+        except Exception:
+            self.stats.fallbacks += 1
+            await asyncio.gather(*(self._alone(item, done) for item, done in group))
+            return
+        self.stats.groups += 1
+        self.stats.items += len(group)
+        for _, done in group:
+            _settle(done, None)
+
+    async def _alone(self, item: T, done: asyncio.Future[None]) -> None:
+        try:
+            await self.write_one(item)
+        except Exception as err:
+            _settle(done, err)
+        else:
+            self.stats.groups += 1
+            self.stats.items += 1
+            _settle(done, None)
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    if not done.cancelled():
+        done.exception()
+
+
+def _settle(done: asyncio.Future[None], error: Exception | None) -> None:
+    if done.done():
+        return
+    if error is None:
+        done.set_result(None)
+    else:
+        done.set_exception(error)

@@ -1,0 +1,72 @@
+"""Many runs' mirror writes share one transaction, and one refused batch fails no other."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from agentrun.store.db import open_pool
+from agentrun.store.mirror_store import MirrorStore
+from tests.support import mirror_batch as batch
+from tests.support import rows
+
+
+def new_run() -> str:
+    return f"run-group-{uuid.uuid4().hex[:8]}"
+
+
+async def test_writes_that_arrive_together_commit_as_one_group(pool):
+    store = MirrorStore(pool)
+    runs = [new_run() for _ in range(20)]
+    await asyncio.gather(*(store.sync(batch(run, fence=3)) for run in runs))
+    assert (store.group_commit.stats.groups, store.group_commit.stats.items) == (1, 20)
+    landed = await rows(
+        pool, "SELECT count(*) AS n FROM steps WHERE run_id = ANY(%s) AND final", runs
+    )
+    assert landed == [{"n": 20}]
+    # Alone, a write does not wait for company.
+    await store.sync(batch(new_run(), fence=1))
+    assert (store.group_commit.stats.groups, store.group_commit.stats.items) == (2, 21)
+
+
+async def test_one_refused_batch_fails_no_other_in_its_group(pool):
+    store = MirrorStore(pool)
+    good = [new_run() for _ in range(5)]
+    bad = new_run()
+    writes = [batch(run, fence=2) for run in good]
+    writes.insert(2, batch(bad, fence=2, cost_usd=1e12))  # beyond numeric(14, 6)
+    await asyncio.gather(*(store.sync(w) for w in writes))
+    assert store.group_commit.stats.fallbacks == 1
+    landed = await rows(pool, "SELECT run_id FROM runs WHERE run_id = ANY(%s)", [*good, bad])
+    assert {r["run_id"] for r in landed} == set(good)
+    # The refused batch is recorded, and the rest of it landed, as when it is written alone.
+    failures = await rows(pool, "SELECT target FROM mirror_failures WHERE run_id = %s", bad)
+    assert failures == [{"target": "runs"}]
+    steps = await rows(pool, "SELECT final FROM steps WHERE run_id = %s", bad)
+    assert steps == [{"final": True}]
+
+
+async def test_a_group_keeps_each_runs_newest_state_whatever_the_order(pool):
+    store = MirrorStore(pool)
+    run = new_run()
+    await asyncio.gather(
+        store.sync(batch(run, fence=9, status="completed")),
+        store.sync(batch(run, fence=4, status="planning")),  # a stale write, in the same group
+    )
+    assert store.group_commit.stats.groups == 1
+    [row] = await rows(pool, "SELECT status, fence FROM runs WHERE run_id = %s", run)
+    assert row == {"status": "completed", "fence": 9}
+
+
+async def test_the_mirrors_statements_are_prepared_from_their_second_run(database_url):
+    pool = await open_pool(database_url, max_size=1)
+    try:
+        store = MirrorStore(pool)
+        for fence in (1, 2):
+            await store.sync(batch(new_run(), fence=fence))
+        prepared = await rows(pool, "SELECT statement FROM pg_prepared_statements")
+    finally:
+        await pool.close()
+    texts = " ".join(r["statement"] for r in prepared)
+    assert "INSERT INTO runs" in texts and "INSERT INTO steps" in texts
+    assert "INSERT INTO events" in texts
