@@ -285,8 +285,9 @@ def build_worker(
     admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning(settings.workflow_cache)
-    # Never more activities at once than the pool serves with its reserve to spare: each may
-    # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
+    # Never more activities at once than the pool serves with its reserve to spare: each
+    # holds one connection at most (what a tool commits during its transaction goes through
+    # the commit pool), so none waits long for its one.
     # The model-call worker takes a share of them (model calls journal to Postgres too).
     slots = activity_slots_for(
         deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
