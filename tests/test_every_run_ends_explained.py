@@ -375,6 +375,72 @@ async def test_a_pause_accepted_just_before_continue_as_new_takes_effect_first(
     assert kinds.index("run.paused") < kinds.index("run.continued_as_new")
 
 
+async def test_a_backlog_stop_accepted_just_before_continue_as_new_takes_effect_first(
+    client, settings, pool
+):
+    """#2: a backlog `stop` pauses its running task's run with a signal; one that came while
+    the run's last step before its continue-as-new was under way went with the old
+    generation. The stop now pauses the run where it is, and the backlog's word holds."""
+    from agentrun.core.backlog_models import child_run_id
+    from agentrun.ops import backlog_ops as bops
+    from tests.backlog_support import end_backlog, item, new_agent, wait_states
+
+    gate, started = asyncio.Event(), asyncio.Event()
+    # One reply of many calls, the last held: the run's history passes its limit (100
+    # events) during that reply, and the next boundary is where it continues as new.
+    searches = [("search_notes", {"query": f"refunds {n}"}) for n in range(20)]
+    turns = scripted([*searches, ("wait_here", {"text": "a"})], SUMMARY)
+    agent = new_agent()
+    task = item(
+        "long",
+        "search, wait, then finish",
+        allowed_tools=["search_notes", "wait_here"],
+        history_events_limit=100,
+    )
+    run_id = child_run_id(agent, "long", 1)
+    try:
+        with OfflineModelServer(turns) as model:
+            async with running_worker(
+                client,
+                settings,
+                pool,
+                registry=gated_registry(gate, started),
+                base_url=model.base_url,
+            ):
+                await bops.enqueue(client, agent, [task], task_queue=settings.task_queue)
+                await asyncio.wait_for(started.wait(), 30)
+                run = client.get_workflow_handle(run_id)
+                described = await run.describe()
+                first_execution = described.run_id
+                assert described.history_length >= 100, "it continues as new next"
+                stopped = await bops.stop(client, agent, by="ops")
+                assert stopped.tasks == ["long"]
+
+                async def heard() -> bool:
+                    return (await ops.status(client, run_id)).pause_requested
+
+                await eventually(heard, what="the run to hear the stop")
+                gate.set()
+                state = await wait_status(client, run_id, "paused")
+                assert state.pause_requested
+                assert (await run.describe()).run_id == first_execution, "paused before it moved"
+                await wait_states(pool, agent, {"long": "paused"})
+                await bops.resume(client, agent, by="ops")
+                await wait_states(pool, agent, {"long": "done"}, seconds=60)
+                result = await asyncio.wait_for(
+                    client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result(), 60
+                )
+    finally:
+        await end_backlog(client, agent)
+    assert result.status == RunStatus.COMPLETED
+    events = await rows(pool, "SELECT seq, type FROM events WHERE run_id = %s ORDER BY seq", run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "no gaps"
+    kinds = [e["type"] for e in events]
+    assert kinds.count("run.paused") == 1
+    assert kinds.index("run.paused") < kinds.index("run.resumed")
+    assert kinds.index("run.resumed") < kinds.index("run.continued_as_new")
+
+
 async def test_a_cancel_during_the_receipt_phase_still_leaves_the_receipt(
     client, settings, pool, worker
 ):
