@@ -576,6 +576,7 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
     )
     raw = cfg.out / "profile-py-spy.txt"
     cfg.out.mkdir(parents=True, exist_ok=True)
+    commits_before = await postgres_commits(b.pool)
     async with harness.running(worker):
         spy = None
         if spy_bin is not None:
@@ -591,8 +592,12 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(spy.wait(), 30)
     steps_done = max(result.completed * cfg.level_steps, 1)
+    # Counted once the worker is gone: a backend reports its transactions as it exits.
+    await asyncio.sleep(1.0)
+    commits = await postgres_commits(b.pool) - commits_before
     out: dict[str, Any] = {
         "level": level,
+        "postgres_commits_per_step": commits / steps_done,
         "steps_per_run": cfg.level_steps,
         "steps_per_second": result.steps_per_second,
         "runs_per_second": result.runs_per_second,
@@ -606,12 +611,32 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
     return out
 
 
+async def postgres_commits(pool: AsyncConnectionPool) -> int:
+    """Transactions the database has committed so far (all its connections)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 CATEGORIES = [
     ("workflow sandbox (import, exec, restrictions)", ("workflow_sandbox",)),
     ("psycopg (all Postgres I/O: mirror, ledger, journal)", ("psycopg",)),
     ("temporal bridge (poll/complete, payload visitors)", ("temporalio/bridge",)),
     ("pydantic conversion", ("pydantic", "temporalio/contrib/pydantic", "converter.py")),
     ("openai/httpx (model calls)", ("openai/", "httpx", "httpcore")),
+    # Within psycopg's share: the mirror's batches (through the group commit), and each
+    # activity attempt's own claim and report.
+    (
+        "mirror.sync writes",
+        ("MirrorStore.sync ", "MirrorStore._apply ", "MirrorStore._write_", "GroupCommit."),
+    ),
+    (
+        "attempt writes (begin/end_attempt)",
+        ("MirrorStore.begin_attempt", "MirrorStore.end_attempt"),
+    ),
 ]
 
 

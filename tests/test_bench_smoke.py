@@ -6,6 +6,7 @@ Nothing here times anything: the real run checks the baseline does the work it c
 
 from __future__ import annotations
 
+import json
 import tempfile
 import uuid
 
@@ -14,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentrun.core.constants import OFFLINE_MODEL
 from agentrun.dev.offline_model import OfflineModelServer
-from bench import bare, bare_agent, harness, ours, pg_queue, report, stats
+from bench import bare, bare_agent, compare_profiles, harness, ours, pg_queue, report, stats
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
@@ -196,3 +197,37 @@ async def test_bare_agent_runs_the_same_loop_for_real(env: WorkflowEnvironment) 
         bare_agent.AGENT_MODEL,
     ]
     assert all(a.completed is not None and a.attempt == 1 for a in times.activities)
+
+
+def test_profiles_of_two_trees_combine_into_means_and_a_table(tmp_path) -> None:
+    def result(name: str, steps: float, cpu: float, psycopg: float) -> str:
+        path = tmp_path / f"{name}.json"
+        profile = {
+            "steps_per_second": steps,
+            "runs_per_second": steps / 5,
+            "worker_cpu_ms_per_step": cpu,
+            "temporal_cpu_ms_per_step": 30.0,
+            "rss_mb": 200.0,
+            "top": {"inclusive_share": {"psycopg": psycopg}, "top_self": []},
+        }
+        path.write_text(
+            json.dumps({"machine": {"load_average_at_start": [1, 1, 1]}, "profile": profile})
+        )
+        return str(path)
+
+    out = tmp_path / "combined.json"
+    compare_profiles.main(
+        [
+            "--before", result("b1", 10, 30, 0.2), result("b2", 20, 20, 0.3),
+            "--after", result("a1", 30, 10, 0.1),
+            "--out", str(out),
+        ]
+    )  # fmt: skip
+    combined = json.loads(out.read_text())
+    assert combined["before"]["steps_per_second"] == 15
+    assert combined["before"]["worker_cpu_ms_per_step"] == 25
+    assert combined["before"]["inclusive_share"] == {"psycopg": 0.25}
+    assert combined["after"]["runs"] == 1 and combined["after"]["steps_per_second"] == 30
+    table = compare_profiles.table(combined["before"], combined["after"])
+    assert "| steps/s | 15.0 | 30.0 | 2.00x |" in table
+    assert "| psycopg | 25% | 10% | |" in table

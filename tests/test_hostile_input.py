@@ -22,7 +22,7 @@ from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import backlog_ops
 from agentrun.ops import operations as ops
 from tests.backlog_support import new_agent
-from tests.support import NOTIFY_TASK, make_spec, rows, scripted, wait_pending
+from tests.support import NOTIFY_TASK, eventually, make_spec, rows, scripted, wait_pending
 from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
@@ -197,7 +197,13 @@ async def test_an_approval_for_another_tenants_run_is_refused(client, settings, 
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
         pending = await wait_pending(client, started.run_id)
         before = await ops.status(client, started.run_id)
-        mirrored = await mirror(pool, started.run_id)
+
+        async def mirrored_wait() -> dict[str, Any] | None:
+            """The mirror once the wait's own write (not awaited by the run) has landed."""
+            held = await mirror(pool, started.run_id)
+            return held if held["run"][0]["status"] == "waiting_for_approval" else None
+
+        mirrored = await eventually(mirrored_wait, what="the mirror to show the wait")
         for decide in (ops.approve, ops.reject):
             extra = {"reason": "mine now"} if decide is ops.reject else {}
             with pytest.raises(OperationError, match=r"no run .* for tenant .other."):
