@@ -48,6 +48,7 @@ class ToolActivities:
         store: MirrorStore,
         identity: str,
         *,
+        commits: MirrorStore,
         artifacts: ArtifactStore,
         artifact_threshold: int,
         vault: SecretVault,
@@ -59,6 +60,9 @@ class ToolActivities:
         self.registry = registry
         self.pool = pool
         self.store = store
+        # The mirror over a pool of its own (agentrun.store.db.commit_pool_beside), for what
+        # a call commits while it holds a connection of `pool`: checkpoints and its lease.
+        self.commits = commits
 
     @activity.defn(name=ACTIVITY_TOOL_INVOKE)
     async def invoke(self, input: ToolCallInput) -> ToolCallResult:
@@ -109,13 +113,13 @@ class ToolActivities:
             update = scope.redact(update)
             patch.update(update)
             checkpoint.update(update)
-            await self.store.save_step_checkpoint(
+            await self.commits.save_step_checkpoint(
                 run_id=input.run_id, step_id=input.step_id, attempt=info.attempt, patch=update
             )
 
         try:
             async with hold_lease(
-                self.store,
+                self.commits,
                 run_id=input.run_id,
                 step_id=input.step_id,
                 heartbeat_seconds=input.heartbeat_seconds,

@@ -215,41 +215,66 @@ class Note(BaseModel):
 async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_pool(
     client, settings, database_url
 ):
-    """#11: every slot's tool held a connection in its transaction and waited for a second
-    (its checkpoint): a pool smaller than the slots deadlocked into PoolTimeout."""
-    started_calls = 0
+    """#11: a transactional tool held a connection in its transaction and took a second
+    from the same pool for its checkpoint and its lease: when the tools running at once
+    outnumbered the free connections, each waited for another's, into PoolTimeout. Here the
+    rest of the worker's pool is busy (as under load), two connections are free, and four
+    such tools run."""
+    holding = 0
+    most_holding = 0
+    all_held = asyncio.Event()
 
     async def note_slowly(args: Note, ctx: ToolContext) -> dict[str, str]:
-        nonlocal started_calls
-        started_calls += 1
-        await asyncio.sleep(1)  # holding the transaction's connection, as slow tools do
-        await ctx.save_checkpoint({"noted": args.text})
-        await ctx.conn.execute("SELECT 1")
+        nonlocal holding, most_holding
+        holding += 1
+        most_holding = max(most_holding, holding)
+        if holding == free:
+            all_held.set()
+        try:
+            # The first calls hold their transactions' connections until they hold every
+            # free one: then each commits a checkpoint, with no connection free.
+            await asyncio.wait_for(all_held.wait(), 30)
+            await ctx.save_checkpoint({"noted": args.text})
+            await ctx.conn.execute("SELECT 1")
+        finally:
+            holding -= 1
         return {"noted": args.text}
 
     slow = Tool("note_slowly", "note", Note, note_slowly, side_effect=True)
     registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
-    small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 3)
+    free = 2
+    small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 8)
     turns = scripted([("note_slowly", {"text": "hi"})], SUMMARY)
     try:
         with OfflineModelServer(turns) as model:
-            async with running_worker(
-                client, settings, small, registry=registry, base_url=model.base_url
-            ) as running:
-                slots = [w.config()["max_concurrent_activities"] for w in running.workers]
-                assert sum(slots) == 3, "the pool's size less its reserve"
-                specs = [make_spec("note it", allowed_tools=["note_slowly"]) for _ in range(8)]
+            async with (
+                running_worker(
+                    client, settings, small, registry=registry, base_url=model.base_url
+                ) as running,
+                contextlib.AsyncExitStack() as busy,
+            ):
+                run_slots = running.workers[0].config()["max_concurrent_activities"]
+                assert run_slots >= 4, "four tool calls can run at once"
+                for _ in range(small.max_size - free):
+                    await busy.enter_async_context(small.connection())
+                specs = [make_spec("note it", allowed_tools=["note_slowly"]) for _ in range(4)]
                 results = await asyncio.gather(
                     *(run_to_end(client, s, settings.task_queue, 120) for s in specs)
                 )
         assert all(r.status == RunStatus.COMPLETED for r in results)
+        assert most_holding == free, "the tools' transactions held every free connection"
         failed = await rows(
             small,
             "SELECT error FROM step_attempts WHERE run_id = ANY(%s) AND status <> 'succeeded'",
             [r.run_id for r in results],
         )
         assert failed == [], "no attempt timed out waiting for a connection"
-        assert started_calls == 8
+        checkpoints = await rows(
+            small,
+            "SELECT checkpoint FROM steps WHERE run_id = ANY(%s) AND type = 'tool_call'",
+            [r.run_id for r in results],
+        )
+        assert [c["checkpoint"] for c in checkpoints] == [{"noted": "hi"}] * 4
     finally:
         await small.close()
 
@@ -348,6 +373,72 @@ async def test_a_pause_accepted_just_before_continue_as_new_takes_effect_first(
     kinds = [e["type"] for e in events]
     assert kinds.count("pause.requested") == 25
     assert kinds.index("run.paused") < kinds.index("run.continued_as_new")
+
+
+async def test_a_backlog_stop_accepted_just_before_continue_as_new_takes_effect_first(
+    client, settings, pool
+):
+    """#2: a backlog `stop` pauses its running task's run with a signal; one that came while
+    the run's last step before its continue-as-new was under way went with the old
+    generation. The stop now pauses the run where it is, and the backlog's word holds."""
+    from agentrun.core.backlog_models import child_run_id
+    from agentrun.ops import backlog_ops as bops
+    from tests.backlog_support import end_backlog, item, new_agent, wait_states
+
+    gate, started = asyncio.Event(), asyncio.Event()
+    # One reply of many calls, the last held: the run's history passes its limit (100
+    # events) during that reply, and the next boundary is where it continues as new.
+    searches = [("search_notes", {"query": f"refunds {n}"}) for n in range(20)]
+    turns = scripted([*searches, ("wait_here", {"text": "a"})], SUMMARY)
+    agent = new_agent()
+    task = item(
+        "long",
+        "search, wait, then finish",
+        allowed_tools=["search_notes", "wait_here"],
+        history_events_limit=100,
+    )
+    run_id = child_run_id(agent, "long", 1)
+    try:
+        with OfflineModelServer(turns) as model:
+            async with running_worker(
+                client,
+                settings,
+                pool,
+                registry=gated_registry(gate, started),
+                base_url=model.base_url,
+            ):
+                await bops.enqueue(client, agent, [task], task_queue=settings.task_queue)
+                await asyncio.wait_for(started.wait(), 30)
+                run = client.get_workflow_handle(run_id)
+                described = await run.describe()
+                first_execution = described.run_id
+                assert described.history_length >= 100, "it continues as new next"
+                stopped = await bops.stop(client, agent, by="ops")
+                assert stopped.tasks == ["long"]
+
+                async def heard() -> bool:
+                    return (await ops.status(client, run_id)).pause_requested
+
+                await eventually(heard, what="the run to hear the stop")
+                gate.set()
+                state = await wait_status(client, run_id, "paused")
+                assert state.pause_requested
+                assert (await run.describe()).run_id == first_execution, "paused before it moved"
+                await wait_states(pool, agent, {"long": "paused"})
+                await bops.resume(client, agent, by="ops")
+                await wait_states(pool, agent, {"long": "done"}, seconds=60)
+                result = await asyncio.wait_for(
+                    client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result(), 60
+                )
+    finally:
+        await end_backlog(client, agent)
+    assert result.status == RunStatus.COMPLETED
+    events = await rows(pool, "SELECT seq, type FROM events WHERE run_id = %s ORDER BY seq", run_id)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "no gaps"
+    kinds = [e["type"] for e in events]
+    assert kinds.count("run.paused") == 1
+    assert kinds.index("run.paused") < kinds.index("run.resumed")
+    assert kinds.index("run.resumed") < kinds.index("run.continued_as_new")
 
 
 async def test_a_cancel_during_the_receipt_phase_still_leaves_the_receipt(

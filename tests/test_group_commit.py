@@ -70,3 +70,46 @@ async def test_the_mirrors_statements_are_prepared_from_their_second_run(databas
     texts = " ".join(r["statement"] for r in prepared)
     assert "INSERT INTO runs" in texts and "INSERT INTO steps" in texts
     assert "INSERT INTO events" in texts
+
+
+async def test_claims_that_arrive_together_share_a_group_and_each_gets_its_own_checkpoint(pool):
+    store = MirrorStore(pool)
+    runs = [new_run() for _ in range(4)]
+
+    def claim(run: str, attempt: int) -> dict:
+        return {
+            "run_id": run,
+            "step_id": "0009-tool_call",
+            "seq": 9,
+            "type": "tool_call",
+            "name": "noop",
+            "attempt": attempt,
+            "worker": "w",
+            "lease_seconds": 5,
+            "input": {},
+        }
+
+    await store.begin_attempt(**claim(runs[0], 1))
+    await store.save_step_checkpoint(
+        run_id=runs[0], step_id="0009-tool_call", attempt=1, patch={"page": 3}
+    )
+    before = store.group_commit.stats.groups
+    saved = await asyncio.gather(
+        store.begin_attempt(**claim(runs[0], 2), batch=batch(runs[0], fence=5)),
+        *(store.begin_attempt(**claim(run, 1), batch=batch(run, fence=5)) for run in runs[1:]),
+        store.sync(batch(new_run(), fence=5)),
+    )
+    assert store.group_commit.stats.groups == before + 1
+    assert saved == [{"page": 3}, {}, {}, {}, None]
+    claimed = await rows(
+        pool,
+        "SELECT run_id, attempt, status FROM steps WHERE step_id = '0009-tool_call'"
+        " AND run_id = ANY(%s) ORDER BY run_id",
+        runs,
+    )
+    assert {(c["run_id"], c["attempt"], c["status"]) for c in claimed} == {
+        (runs[0], 2, "running"),
+        *((run, 1, "running") for run in runs[1:]),
+    }
+    landed = await rows(pool, "SELECT count(*) AS n FROM runs WHERE run_id = ANY(%s)", runs)
+    assert landed == [{"n": 4}]

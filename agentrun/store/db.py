@@ -19,6 +19,7 @@ from psycopg.abc import Buffer
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool.abc import AsyncConninfoParam
 
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
@@ -438,10 +439,12 @@ async def install_tool_schema(pool: AsyncConnectionPool, statements: list[str]) 
 PREPARE_THRESHOLD = 1
 RECONNECT_SECONDS = 5.0
 WAIT_SECONDS = 5.0
-# Connections beyond one per activity slot: an activity holding one (a tool's transaction)
-# may write a mid-step checkpoint or renew its lease on another, and mirror writes must not
-# wait behind tools; these always find one free.
+# Connections beyond one per activity slot: headroom, so an activity seldom waits for its
+# one. None waits for a second while it holds one (see commit_pool_beside).
 RESERVED_CONNECTIONS = 4
+# The commit pool's size (commit_pool_beside): its statements are short, so two serve a
+# worker's checkpoints and lease renewals.
+COMMIT_CONNECTIONS = 2
 
 
 def pool_size_for(activity_slots: int) -> int:
@@ -493,15 +496,12 @@ async def check_schema(conn: AsyncConnection[Any]) -> None:
         )
 
 
-async def open_pool(
-    database_url: str, *, max_size: int = 10, connect_seconds: float = 30, migrate: bool = True
-) -> AsyncConnectionPool:
-    """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
-    its schema lags. Every entry point that touches Postgres opens its pool here."""
+def unopened_pool(database_url: AsyncConninfoParam, max_size: int) -> AsyncConnectionPool:
+    """A pool as every entry point configures it, not yet open."""
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
-    pool = AsyncConnectionPool(
+    return AsyncConnectionPool(
         database_url,
         min_size=1,
         max_size=max_size,
@@ -511,6 +511,22 @@ async def open_pool(
         reconnect_timeout=RECONNECT_SECONDS,
         configure=make_storable,
     )
+
+
+def commit_pool_beside(pool: AsyncConnectionPool) -> AsyncConnectionPool:
+    """A small pool of its own for the short commits an activity makes while it holds a
+    connection of `pool` (a tool's transaction): its mid-step checkpoints and lease renewals.
+    Nothing holds one of these while waiting for another connection, so a holder of `pool`
+    waiting here always gets one. Not yet open."""
+    return unopened_pool(pool.conninfo, COMMIT_CONNECTIONS)
+
+
+async def open_pool(
+    database_url: str, *, max_size: int = 10, connect_seconds: float = 30, migrate: bool = True
+) -> AsyncConnectionPool:
+    """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
+    its schema lags. Every entry point that touches Postgres opens its pool here."""
+    pool = unopened_pool(database_url, max_size)
     try:
         await pool.open(wait=True, timeout=connect_seconds)
     except PoolTimeout as err:

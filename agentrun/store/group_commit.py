@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # Enough to carry every mirror write a worker's slots can have in flight in one transaction,
 # few enough that one transaction stays short.
@@ -35,23 +36,25 @@ class GroupCommitStats:
 
 
 @dataclass
-class GroupCommit(Generic[T]):
-    """Callers `await submit(item)`; it returns once a transaction holding the item committed.
+class GroupCommit(Generic[T, R]):
+    """Callers `await submit(item)`; it returns the item's result once a transaction holding
+    the item committed.
 
-    `write_group` writes several items in one transaction; `write_one` writes one alone (also
-    the path for an item that arrives alone, and for each item of a failed group).
+    `write_group` writes several items in one transaction and returns their results in
+    order; `write_one` writes one alone (also the path for an item that arrives alone, and
+    for each item of a failed group).
     """
 
-    write_group: Callable[[list[T]], Awaitable[None]]
-    write_one: Callable[[T], Awaitable[None]]
+    write_group: Callable[[list[T]], Awaitable[list[R]]]
+    write_one: Callable[[T], Awaitable[R]]
     max_group: int = MAX_GROUP
     stats: GroupCommitStats = field(default_factory=GroupCommitStats)
-    _queue: list[tuple[T, asyncio.Future[None]]] = field(default_factory=list)
+    _queue: list[tuple[T, asyncio.Future[R]]] = field(default_factory=list)
     _writer: asyncio.Task[None] | None = None
 
-    async def submit(self, item: T) -> None:
+    async def submit(self, item: T) -> R:
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
+        done: asyncio.Future[R] = loop.create_future()
         done.add_done_callback(_retrieved)  # its caller may have stopped waiting
         self._queue.append((item, done))
         writer = self._writer
@@ -59,55 +62,56 @@ class GroupCommit(Generic[T]):
             self._writer = loop.create_task(self._drain())
         # A caller that stops waiting (its activity cancelled) does not stop the write: the
         # item may already be in a transaction with others, and every write is idempotent.
-        await asyncio.shield(done)
+        return await asyncio.shield(done)
 
     async def _drain(self) -> None:
-        group: list[tuple[T, asyncio.Future[None]]] = []
+        group: list[tuple[T, asyncio.Future[R]]] = []
         try:
             while self._queue:
                 group, self._queue = self._queue[: self.max_group], self._queue[self.max_group :]
                 await self._write(group)
         except BaseException:  # the writer itself stopped (the loop closing): nobody waits for ever
             for _, done in group + self._queue:
-                _settle(done, RuntimeError("the mirror's group writer stopped; retry the write"))
+                _fail(done, RuntimeError("the group writer stopped; retry the write"))
             self._queue = []
             raise
 
-    async def _write(self, group: list[tuple[T, asyncio.Future[None]]]) -> None:
+    async def _write(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
         if len(group) == 1:
             await self._alone(*group[0])
             return
         try:
-            await self.write_group([item for item, _ in group])
+            results = await self.write_group([item for item, _ in group])
         except Exception:
             self.stats.fallbacks += 1
             await asyncio.gather(*(self._alone(item, done) for item, done in group))
             return
         self.stats.groups += 1
         self.stats.items += len(group)
-        for _, done in group:
-            _settle(done, None)
+        for (_, done), result in zip(group, results, strict=True):
+            _succeed(done, result)
 
-    async def _alone(self, item: T, done: asyncio.Future[None]) -> None:
+    async def _alone(self, item: T, done: asyncio.Future[R]) -> None:
         try:
-            await self.write_one(item)
+            result = await self.write_one(item)
         except Exception as err:
-            _settle(done, err)
+            _fail(done, err)
         else:
             self.stats.groups += 1
             self.stats.items += 1
-            _settle(done, None)
+            _succeed(done, result)
 
 
-def _retrieved(done: asyncio.Future[None]) -> None:
+def _retrieved(done: asyncio.Future[Any]) -> None:
     if not done.cancelled():
         done.exception()
 
 
-def _settle(done: asyncio.Future[None], error: Exception | None) -> None:
-    if done.done():
-        return
-    if error is None:
-        done.set_result(None)
-    else:
+def _succeed(done: asyncio.Future[R], result: R) -> None:
+    if not done.done():
+        done.set_result(result)
+
+
+def _fail(done: asyncio.Future[Any], error: Exception) -> None:
+    if not done.done():
         done.set_exception(error)

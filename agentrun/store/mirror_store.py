@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -26,11 +27,21 @@ from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, Ru
 from agentrun.store.group_commit import GroupCommit
 
 
+@dataclass(frozen=True)
+class _Write:
+    """One caller's write: a run's accepted batch, an attempt's claim of its step, or both
+    (the batch a step's activity carries, applied in its claim's transaction)."""
+
+    batch: MirrorBatch | None = None
+    claim: JsonDict | None = None
+
+
 class MirrorStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
-        # One per store, so one per worker process: its runs' mirror writes share commits.
-        self.group_commit: GroupCommit[MirrorBatch] = GroupCommit(
+        # One per store, so one per worker process: its runs' mirror batches and its
+        # attempts' claims share commits.
+        self.group_commit: GroupCommit[_Write, JsonDict] = GroupCommit(
             self._write_group, self._write_alone
         )
 
@@ -55,6 +66,7 @@ class MirrorStore:
 
         `batch`, what the run accepted before it scheduled this step, is applied in the
         same transaction, exactly as `sync` applies it: the step needs no write of its own.
+        Claims and batches that arrive together share one transaction (group commit).
         """
         claim = {
             "run": run_id,
@@ -68,29 +80,11 @@ class MirrorStore:
             "lease": lease_seconds,
             "key": idempotency_key,
         }
-        if batch is None:
-            async with self.pool.connection() as conn:
-                return await self._claim(conn, claim)
-        try:
-            async with (
-                self.pool.connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.transaction(),
-            ):
-                await self._apply(conn, batch)
-                saved = await self._claim(conn, claim)
-                if faults.armed("mirror.in_transaction"):
-                    await pipeline.sync()
-                    faults.fire("mirror.in_transaction")
-        except REFUSED_DATA_ERRORS:
-            await self._apply_row_by_row(batch)
-            async with self.pool.connection() as conn:
-                return await self._claim(conn, claim)
-        return saved
+        return await self.group_commit.submit(_Write(batch=batch, claim=claim))
 
-    async def _claim(self, conn: Any, claim: JsonDict) -> JsonDict:
+    async def _send_claim(self, conn: Any, claim: JsonDict) -> Any:
         # One statement, so one round trip and atomic: the claim and the journal row.
-        cur = await conn.execute(
+        return await conn.execute(
             """
             WITH claimed AS (
                 INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
@@ -112,6 +106,10 @@ class MirrorStore:
             """,
             claim,
         )
+
+    async def _read_claim(self, cur: Any) -> JsonDict:
+        """The claimed step's saved checkpoint; {} when the claim lost (a newer attempt, or
+        the step already final)."""
         row = await cur.fetchone()
         return dict(row[0]) if row else {}
 
@@ -190,34 +188,46 @@ class MirrorStore:
     async def sync(self, batch: MirrorBatch) -> None:
         """Apply what the workflow accepted: in one transaction (with the other runs' batches
         that arrive meanwhile, see agentrun.store.group_commit), idempotent, never backwards."""
-        await self.group_commit.submit(batch)
+        await self.group_commit.submit(_Write(batch=batch))
 
-    async def _write_group(self, batches: list[MirrorBatch]) -> None:
-        """Several runs' batches in one transaction; one refused row fails the group, and
-        the group commit then writes each batch alone."""
-        await self._write_pipelined(batches)
+    async def _write_group(self, writes: list[_Write]) -> list[JsonDict]:
+        """Several callers' writes in one transaction; one refused row fails the group, and
+        the group commit then writes each alone."""
+        return await self._write_pipelined(writes)
 
-    async def _write_alone(self, batch: MirrorBatch) -> None:
+    async def _write_alone(self, write: _Write) -> JsonDict:
         try:
-            await self._write_pipelined([batch])
+            [saved] = await self._write_pipelined([write])
         except REFUSED_DATA_ERRORS:
-            await self._apply_row_by_row(batch)
+            if write.batch is not None:
+                await self._apply_row_by_row(write.batch)
+            if write.claim is None:
+                return {}
+            async with self.pool.connection() as conn:
+                return await self._read_claim(await self._send_claim(conn, write.claim))
+        return saved
 
-    async def _write_pipelined(self, batches: list[MirrorBatch]) -> None:
+    async def _write_pipelined(self, writes: list[_Write]) -> list[JsonDict]:
         # Pipelined: the statements sent in one transaction without waiting for each reply,
-        # so a group costs about one round trip however many rows it carries. Batches are
-        # applied in arrival order; each write's fence keeps a run's newest state whatever
-        # the order.
+        # so a group costs about one round trip however many rows it carries. Writes are
+        # applied in arrival order; each row's fence keeps a run's newest state, and each
+        # claim's fence its newest attempt, whatever the order.
         async with (
             self.pool.connection() as conn,
             conn.pipeline() as pipeline,
             conn.transaction(),
         ):
-            for batch in batches:
-                await self._apply(conn, batch)
+            claims = []
+            for write in writes:
+                if write.batch is not None:
+                    await self._apply(conn, write.batch)
+                if write.claim is not None:
+                    claims.append(await self._send_claim(conn, write.claim))
             if faults.armed("mirror.in_transaction"):
                 await pipeline.sync()  # the server has every row; only the commit is missing
                 faults.fire("mirror.in_transaction")
+            saved = iter([await self._read_claim(cur) for cur in claims])
+        return [{} if write.claim is None else next(saved) for write in writes]
 
     async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
         """The batch again, each row on its own: the refused ones are recorded, not retried."""

@@ -41,7 +41,7 @@ from agentrun.core.settings import Settings
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.backlog_store import BacklogStore
 from agentrun.store.conversation import ConversationStore
-from agentrun.store.db import activity_slots_for, open_pool, pool_size_for
+from agentrun.store.db import activity_slots_for, commit_pool_beside, open_pool, pool_size_for
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import ModelJournal
@@ -178,12 +178,15 @@ class AgentWorkers:
     steps.
     """
 
-    def __init__(self, *workers: Worker) -> None:
+    def __init__(self, *workers: Worker, commit_pool: AsyncConnectionPool) -> None:
         self.workers = workers
+        self.commit_pool = commit_pool
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> AgentWorkers:
         async with contextlib.AsyncExitStack() as stack:
+            await self.commit_pool.open()
+            stack.push_async_callback(self.commit_pool.close)  # after the workers drain
             for worker in self.workers:
                 await stack.enter_async_context(worker)
             self._stack = stack.pop_all()
@@ -257,11 +260,15 @@ def build_worker(
         vault=vault,
         stream_text=settings.model_stream,
     )
+    # A tool's transaction holds a connection of the pool; what it commits meanwhile (its
+    # checkpoints, its lease) goes through a pool of its own, so it never waits on its peers.
+    commit_pool = commit_pool_beside(deps.pool)
     tools = ToolActivities(
         deps.registry,
         deps.pool,
         store,
         client.identity,
+        commits=MirrorStore(commit_pool),
         artifacts=ArtifactStore(deps.pool),
         artifact_threshold=settings.artifact_threshold_bytes,
         vault=vault,
@@ -278,8 +285,9 @@ def build_worker(
     admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning(settings.workflow_cache)
-    # Never more activities at once than the pool serves with its reserve to spare: each may
-    # hold a connection (a tool's transaction) and still find one for a checkpoint or lease.
+    # Never more activities at once than the pool serves with its reserve to spare: each
+    # holds one connection at most (what a tool commits during its transaction goes through
+    # the commit pool), so none waits long for its one.
     # The model-call worker takes a share of them (model calls journal to Postgres too).
     slots = activity_slots_for(
         deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
@@ -340,4 +348,5 @@ def build_worker(
             deployment_config=deployment,
             **mirror_tuning,
         ),
+        commit_pool=commit_pool,
     )
