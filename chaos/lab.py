@@ -184,9 +184,9 @@ class Lab:
                     continue
                 for run_id in waiting:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(
-                            ops.approve(self.client, run_id, by="chaos", role="approver"), 10
-                        )
+                        # Bounded by its own `wait`: an outer wait_for cancelling the update's
+                        # own wait_for left its exception unretrieved (noise in the log).
+                        await ops.approve(self.client, run_id, by="chaos", role="approver", wait=10)
                         self.approvals += 1
 
         async with alongside(approve_forever()):

@@ -70,7 +70,7 @@ class Crew:
     every: list[WorkerProcess] = field(default_factory=list)
     armed: Counter[str] = field(default_factory=Counter)
     fired: Counter[str] = field(default_factory=Counter)
-    killed: set[int] = field(default_factory=set)
+    killed: set[WorkerProcess] = field(default_factory=set)  # not pids: those are reused
     sigkills: int = 0
     restarts: int = 0
     gave_up: int = 0
@@ -103,7 +103,7 @@ class Crew:
             code = await worker.proc.wait()
             del self.live[slot]
             self.restarts += 1
-            if worker.pid in self.killed:
+            if worker in self.killed:
                 continue
             if code == -9 and plan:
                 self.fired[plan] += 1
@@ -120,7 +120,7 @@ class Crew:
         ]
         if alive:
             victim = self.rng.choice(alive)
-            self.killed.add(victim.pid)
+            self.killed.add(victim)
             assert victim.proc is not None
             victim.proc.kill()
             self.sigkills += 1
