@@ -26,7 +26,7 @@ from temporalio.client import Client
 
 from agentrun import profiles
 from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
-from agentrun.cli.cli_options import add_decider, add_tenant, add_wait
+from agentrun.cli.cli_options import add_decider, add_tenant, add_wait, count
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
 from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
@@ -642,7 +642,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     add_tenant(p)
     p = command("stats", "fleet figures: cost per completed run, failures, waits", json_flag=True)
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")

@@ -285,3 +285,22 @@ async def test_cli_exits_cleanly_when_many_run_at_once(cli):
     for result in results:
         assert "Fatal Python error" not in result.err, result.err
         assert "no run" in refused(result)
+
+
+async def test_cli_refuses_bounds_that_cannot_bound(cli):
+    """A negative or NaN --wait, or a --limit under 1, is refused before anything is asked."""
+    refusals = await asyncio.gather(
+        cli("status", "run-any", "--wait", "-1"),
+        cli("status", "run-any", "--wait", "nan"),
+        cli("watch", "run-any", "--wait", "0"),
+        cli("list", "--limit", "-1"),
+        cli("list", "--limit", "0", "--json"),
+    )
+    for result in refusals:
+        assert result.code == 2, (result.code, result.out, result.err)
+        assert "Traceback" not in result.err, result.err
+    assert "argument --wait: takes seconds above 0" in refusals[0].err
+    assert "not 'nan'" in refusals[1].err
+    assert "not '0'" in refusals[2].err
+    assert "argument --limit: takes a whole number, 1 or more" in refusals[3].err
+    assert "not '0'" in refusals[4].err
