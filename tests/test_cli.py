@@ -293,13 +293,16 @@ async def test_cli_exits_cleanly_when_many_run_at_once(cli):
 
 
 async def test_cli_refuses_bounds_that_cannot_bound(cli):
-    """A negative or NaN --wait, or a --limit under 1, is refused before anything is asked."""
+    """A negative or NaN --wait, a --limit under 1 or a blank --reason is refused before
+    anything is asked."""
+    assert (await cli("migrate")).code == 0  # `reject` looks up approver keys first
     refusals = await asyncio.gather(
         cli("status", "run-any", "--wait", "-1"),
         cli("status", "run-any", "--wait", "nan"),
         cli("watch", "run-any", "--wait", "0"),
         cli("list", "--limit", "-1"),
         cli("list", "--limit", "0", "--json"),
+        cli("reject", "run-any", "--by", "x", "--role", "approver", "--reason", " "),
     )
     for result in refusals:
         assert result.code == 2, (result.code, result.out, result.err)
@@ -309,6 +312,7 @@ async def test_cli_refuses_bounds_that_cannot_bound(cli):
     assert "not '0'" in refusals[2].err
     assert "argument --limit: takes a whole number, 1 or more" in refusals[3].err
     assert "not '0'" in refusals[4].err
+    assert "a rejection needs a reason (--reason TEXT)" in refused(refusals[5])
 
 
 async def test_watch_says_within_its_wait_why_a_live_run_is_silent(cli, client, settings, tmp_path):
