@@ -53,7 +53,7 @@ DEMO_TASK = "Look up our refund policy and notify customer@example.com about it.
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if as_json else text)
+    print(json.dumps(data, indent=2, default=str) if as_json else render.for_terminal(text))
 
 
 def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
@@ -279,11 +279,12 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
             if args.json:
                 print(item.model_dump_json(), flush=True)
             elif item.kind == "text":
-                print(item.text or "", end="", flush=True)
+                print(render.for_terminal(item.text or ""), end="", flush=True)
                 in_text = True
                 continue
             else:
-                print(("\n" if in_text else "") + render.watch_line(item, args.run), flush=True)
+                line = render.for_terminal(render.watch_line(item, args.run))
+                print(("\n" if in_text else "") + line, flush=True)
             in_text = False
             if item.kind == "receipt":
                 outcome = item.data.get("outcome")

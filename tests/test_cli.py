@@ -343,3 +343,20 @@ async def test_watch_says_within_its_wait_why_a_live_run_is_silent(cli, client, 
             proc.kill()
         await proc.wait()
     assert f"nothing from {started.run_id} for 1s" in said, said
+
+
+async def test_status_shows_control_characters_escaped_not_obeyed(cli, worker, tmp_path):
+    """A task carrying terminal escapes (clear the screen, retitle the window) is shown as
+    text by `status`; `--json` keeps it exact."""
+    task = "Summarize \x1b[2J\x1b]0;owned\x07 the policy."
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"task": task}))
+    async with worker():
+        started = await cli("start", "--spec", str(spec), "--json")
+        assert started.code == 0, started.err
+        run_id = started.json()["run_id"]
+        shown, exact = await asyncio.gather(cli("status", run_id), cli("status", run_id, "--json"))
+    assert shown.code == 0, shown.err
+    assert "\x1b" not in shown.out and "\x07" not in shown.out
+    assert "Summarize \\x1b[2J\\x1b]0;owned\\x07 the policy." in shown.out
+    assert exact.json()["task"] == task

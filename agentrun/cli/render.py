@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from agentrun.core.models import JsonDict, RunState, WatchItem
 from agentrun.ops.operations import RunReport
 from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
+
+# Control characters other than newline and tab: printed raw, an ESC sequence in a task or a
+# model's answer would drive the reader's terminal (clear it, retitle it, hide lines).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str) -> str:
+    """`text` with each control character shown as its escape (`\\x1b`), not obeyed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def table(rows: list[JsonDict], columns: list[str]) -> str:
