@@ -26,7 +26,7 @@ from temporalio.client import Client
 
 from agentrun import profiles
 from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
-from agentrun.cli.cli_options import add_decider, add_tenant, add_wait
+from agentrun.cli.cli_options import add_decider, add_tenant, add_wait, count
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
 from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
@@ -243,17 +243,15 @@ async def cmd_status(client: Client, settings: Settings, args: argparse.Namespac
     return 0
 
 
-# A live run's stream is served by its workers: if nothing comes for this long, say why.
-WATCH_SILENCE_SECONDS = 10.0
-
-
-async def noting_silence(items: AsyncIterator[WatchItem], run_id: str) -> AsyncIterator[WatchItem]:
-    """The items; if the first is slow to come, say once on stderr what it waits for."""
+async def noting_silence(
+    items: AsyncIterator[WatchItem], run_id: str, seconds: float
+) -> AsyncIterator[WatchItem]:
+    """The items; if the first is slow to come (`--wait`), say once on stderr what it waits for."""
     first = asyncio.ensure_future(anext(items, None))
-    done, _ = await asyncio.wait({first}, timeout=WATCH_SILENCE_SECONDS)
+    done, _ = await asyncio.wait({first}, timeout=seconds)
     if not done:
         print(
-            f"note: nothing from {run_id} for {WATCH_SILENCE_SECONDS:.0f}s: a live run's "
+            f"note: nothing from {run_id} for {seconds:g}s: a live run's "
             "stream is served by a worker; is one running? (`python worker.py`)",
             file=sys.stderr,
             flush=True,
@@ -277,7 +275,7 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
             else None
         )
         items = watch.watch(client, args.run, pool=pool, from_offset=args.from_offset)
-        async for item in noting_silence(items, args.run):
+        async for item in noting_silence(items, args.run, args.wait):
             if args.json:
                 print(item.model_dump_json(), flush=True)
             elif item.kind == "text":
@@ -642,7 +640,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     add_tenant(p)
     p = command("stats", "fleet figures: cost per completed run, failures, waits", json_flag=True)
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")

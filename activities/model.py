@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
@@ -34,6 +34,21 @@ from agentrun.store.model_journal import ModelJournal
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import UnknownToolError
+
+
+def once_per_call_id(message: ChatCompletionMessage) -> ChatCompletionMessage:
+    """The reply without a tool call whose id repeats an earlier one's. An id names one call,
+    so running it again would do its side effect twice, and a provider refuses a conversation
+    that answers one id twice."""
+    seen: set[str] = set()
+    calls = []
+    for call in message.tool_calls or []:
+        if call.id not in seen:
+            seen.add(call.id)
+            calls.append(call)
+    if len(calls) == len(message.tool_calls or []):
+        return message
+    return message.model_copy(update={"tool_calls": calls})
 
 
 class ModelActivities:
@@ -116,7 +131,7 @@ class ModelActivities:
                 cost_usd=cost,
             )
         faults.fire("model.after_response", model)
-        message = response.choices[0].message
+        message = once_per_call_id(response.choices[0].message)
         proposals = [
             proposed_call(
                 self.registry,

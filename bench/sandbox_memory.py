@@ -2,9 +2,11 @@
 
 The workflow sandbox imports a workflow's module (and every module of ours it imports that
 is not passed through) afresh for each run it holds. This creates that many sandboxed
-`AgentRunWorkflow` instances the way the worker does, with the worker's own passthrough
-list, and prints the memory each one adds and the modules each one executes anew. No
-server is involved: it measures the module copies alone, not a run's state.
+`AgentRunWorkflow` instances with the worker's own passthrough list, first as the sandbox
+does alone, then with the code objects shared as the worker shares them
+(agentrun/worker/workflow_code.py), and prints the memory and CPU each one costs, side by
+side, and the modules each one executes anew. No server is involved: it measures the module
+copies alone, not a run's state.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import argparse
 import asyncio
 import gc
 import sys
+import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +32,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner  # noqa: 
 from temporalio.worker.workflow_sandbox._runner import _fake_info  # noqa: E402
 
 from agentrun.worker.worker_factory import worker_tuning  # noqa: E402
-from bench.harness import rss_bytes  # noqa: E402
+from agentrun.worker.workflow_code import share_workflow_code  # noqa: E402
 from workflows import AgentRunWorkflow  # noqa: E402
 
 
@@ -50,10 +54,8 @@ def details() -> WorkflowInstanceDetails:
     )
 
 
-async def measure(runs: int) -> tuple[float, list[str]]:
-    """KB each sandboxed instance adds, and the modules of ours each one executes anew."""
-    import os
-
+async def measure(runs: int) -> tuple[float, float, list[str]]:
+    """KB and CPU ms each sandboxed instance adds, and the modules it executes anew."""
     runner: SandboxedWorkflowRunner = worker_tuning()["workflow_runner"]
     first = runner.create_instance(details())
     fresh = sorted(
@@ -61,21 +63,34 @@ async def measure(runs: int) -> tuple[float, list[str]]:
         for name, module in first.importer.new_modules.items()
         if sys.modules.get(name) is not module
     )
+    # Memory by tracemalloc (what the instances allocate and keep), not RSS: freed memory
+    # that the allocator keeps would hide the second measurement.
     gc.collect()
-    before = rss_bytes(os.getpid()) or 0
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
     held: list[WorkflowInstance] = [runner.create_instance(details()) for _ in range(runs)]
     gc.collect()
-    after = rss_bytes(os.getpid()) or 0
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
     del held
-    return (after - before) / runs / 1024, fresh
+    cpu = time.process_time()
+    for _ in range(runs):
+        runner.create_instance(details())
+    cpu = time.process_time() - cpu
+    return kept / runs / 1024, cpu * 1000 / runs, fresh
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="instances to hold at once")
     args = parser.parse_args(argv)
-    per_run, fresh = asyncio.run(measure(args.runs))
-    print(f"{per_run:.0f} KB per sandboxed run ({args.runs} held)")
+    alone_kb, alone_ms, fresh = asyncio.run(measure(args.runs))
+    share_workflow_code([AgentRunWorkflow])
+    shared_kb, shared_ms, _ = asyncio.run(measure(args.runs))
+    print(
+        f"per sandboxed run ({args.runs} held): the sandbox alone {alone_kb:.0f} KB, "
+        f"{alone_ms:.2f} ms CPU; code shared {shared_kb:.0f} KB, {shared_ms:.2f} ms CPU"
+    )
     print(f"modules executed anew per run ({len(fresh)}): {', '.join(fresh)}")
     return 0
 

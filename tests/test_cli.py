@@ -21,8 +21,9 @@ from psycopg.conninfo import make_conninfo
 
 from agentrun.core.models import RunResult
 from agentrun.core.settings import Settings
+from agentrun.ops import operations as ops
 from agentrun.store.db import MIGRATIONS, schema_version
-from tests.support import NOTIFY_TASK, wait_pending
+from tests.support import NOTIFY_TASK, make_spec, wait_pending
 from workflows import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,10 +39,8 @@ class Result:
         return json.loads(self.out)
 
 
-async def run_cli(
-    settings: Settings, home: Path, *args: str, seconds: float = 60, console: bool = False
-) -> Result:
-    env = {
+def cli_env(settings: Settings, home: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url or "",
@@ -49,6 +48,12 @@ async def run_cli(
         "AGENTRUN_TASK_QUEUE": settings.task_queue,
         "AGENTRUN_HOME": str(home),  # no stack.json there: only the variables above count
     }
+
+
+async def run_cli(
+    settings: Settings, home: Path, *args: str, seconds: float = 60, console: bool = False
+) -> Result:
+    env = cli_env(settings, home)
     # The `agentrun` console script (pyproject.toml) sits beside this interpreter.
     command = (
         [str(Path(sys.executable).parent / "agentrun")]
@@ -285,3 +290,56 @@ async def test_cli_exits_cleanly_when_many_run_at_once(cli):
     for result in results:
         assert "Fatal Python error" not in result.err, result.err
         assert "no run" in refused(result)
+
+
+async def test_cli_refuses_bounds_that_cannot_bound(cli):
+    """A negative or NaN --wait, a --limit under 1 or a blank --reason is refused before
+    anything is asked."""
+    assert (await cli("migrate")).code == 0  # `reject` looks up approver keys first
+    refusals = await asyncio.gather(
+        cli("status", "run-any", "--wait", "-1"),
+        cli("status", "run-any", "--wait", "nan"),
+        cli("watch", "run-any", "--wait", "0"),
+        cli("list", "--limit", "-1"),
+        cli("list", "--limit", "0", "--json"),
+        cli("reject", "run-any", "--by", "x", "--role", "approver", "--reason", " "),
+    )
+    for result in refusals:
+        assert result.code == 2, (result.code, result.out, result.err)
+        assert "Traceback" not in result.err, result.err
+    assert "argument --wait: takes seconds above 0" in refusals[0].err
+    assert "not 'nan'" in refusals[1].err
+    assert "not '0'" in refusals[2].err
+    assert "argument --limit: takes a whole number, 1 or more" in refusals[3].err
+    assert "not '0'" in refusals[4].err
+    assert "a rejection needs a reason (--reason TEXT)" in refused(refusals[5])
+
+
+async def test_watch_says_within_its_wait_why_a_live_run_is_silent(cli, client, settings, tmp_path):
+    """`watch --wait 1` on a live run no worker serves notes the silence after 1 s, not 10."""
+    assert (await cli("migrate")).code == 0  # no worker here to migrate the database
+    started = await ops.start_run(client, make_spec("anything"), task_queue=settings.task_queue)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "watch",
+        started.run_id,
+        "--wait",
+        "1",
+        cwd=ROOT,
+        env=cli_env(settings, tmp_path / "agentrun-home"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        said = ""
+        while "note:" not in said:
+            line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+            assert line, f"watch ended without a note: {said}"
+            said += line
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+    assert f"nothing from {started.run_id} for 1s" in said, said

@@ -296,3 +296,38 @@ async def test_an_oversized_enqueue_is_refused_whole_with_a_clear_error(client, 
     assert await rows(pool, "SELECT 1 FROM backlog_tasks WHERE agent = %s", agent) == []
     with pytest.raises(RPCError):  # no backlog workflow was started either
         await client.get_workflow_handle(backlog_id(agent)).describe()
+
+
+# ---------------------------------------------------------------- a call id repeated
+
+
+async def test_a_tool_call_repeated_under_one_id_runs_once(client, settings, pool, worker):
+    """A reply that lists the same call (same id) twice opens one ticket, not two, and the
+    conversation answers that id once."""
+    arguments = {"title": "Printer down", "body": "Floor 3"}
+
+    def twice_one_id(request):
+        reply = scripted([("create_ticket", arguments)] * 2, SUMMARY)(request)
+        calls = reply.body["choices"][0]["message"].get("tool_calls") or []
+        for call in calls:
+            call["id"] = "call_same"
+        return reply
+
+    spec = make_spec("open a ticket")
+    with OfflineModelServer(twice_one_id) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            result = await finish(client, started.run_id)
+
+    assert result.status.value == "completed" and result.answer == SUMMARY
+    ledger = await rows(
+        pool, "SELECT idempotency_key FROM tool_ledger WHERE run_id = %s", started.run_id
+    )
+    assert len(ledger) == 1, ledger
+    tickets = await rows(
+        pool, "SELECT title FROM tickets WHERE external_key = %s", ledger[0]["idempotency_key"]
+    )
+    assert tickets == [{"title": "Printer down"}]
+    answered = [m for m in model.requests[1]["messages"] if m.get("role") == "tool"]
+    assert [m["tool_call_id"] for m in answered] == ["call_same"]
+    assert len(model.requests[1]["messages"][-2]["tool_calls"]) == 1

@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS
+
+
+def seconds(text: str) -> float:
+    """A bound in seconds: a finite number above 0 (a negative or NaN bound cannot bound)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"takes seconds above 0 (e.g. 10), not {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """How many: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number, 1 or more, not {text!r}")
+    return value
 
 
 def add_wait(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--wait",
-        type=float,
+        type=seconds,
         default=DEFAULT_WAIT_SECONDS,
         help=f"seconds to wait for an answer before saying why none came "
         f"(default {DEFAULT_WAIT_SECONDS:g})",

@@ -328,6 +328,11 @@ async def reject(
     mirror: AsyncConnectionPool | None = None,
     signer: ApproverKey | None = None,
 ) -> DecisionResult:
+    """Reject the pending action, saying why: the run, its model and its receipt hear it."""
+    if not reason.strip():
+        raise OperationError(
+            "a rejection needs a reason (--reason TEXT): the run and its receipt record it"
+        )
     return await _decide(
         client,
         run_id,

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import py_compile
-import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -48,6 +43,7 @@ from agentrun.store.model_journal import ModelJournal
 from agentrun.store.tenant_store import TenantStore
 from agentrun.store.vault import SecretVault
 from agentrun.tools import ToolRegistry
+from agentrun.worker.workflow_code import share_workflow_code
 from workflows import AgentRunWorkflow
 from workflows.admission import TenantAdmissionWorkflow
 from workflows.backlog import AgentBacklogWorkflow
@@ -116,34 +112,6 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
         ),
     }
-
-
-def cache_workflow_bytecode(workflows: Iterable[type]) -> None:
-    """Write the workflow modules' bytecode once, if Python will not.
-
-    The sandbox imports a workflow's module afresh for every run it starts. Under
-    PYTHONDONTWRITEBYTECODE (set in our Dockerfile, common in images) nothing caches that
-    module's bytecode, so every run start compiles its source again (~10 ms of CPU for
-    agent_run.py). Only the workflow modules are written; a read-only folder is skipped.
-    """
-    if not sys.dont_write_bytecode:
-        return  # Python caches it itself on first import
-    files: set[str] = set()
-    for cls in workflows:
-        for name in {base.__module__ for base in cls.__mro__}:  # its mixins' modules too
-            while name:
-                module = sys.modules.get(name)
-                if module is not None and getattr(module, "__file__", None):
-                    files.add(str(module.__file__))
-                name = name.rpartition(".")[0]
-    for file in files:
-        if not file.endswith(".py"):
-            continue
-        with contextlib.suppress(OSError, py_compile.PyCompileError, ValueError):
-            cached = Path(importlib.util.cache_from_source(file))
-            if cached.exists() and cached.stat().st_mtime >= Path(file).stat().st_mtime:
-                continue
-            py_compile.compile(file, cfile=str(cached), doraise=True)
 
 
 def payload_guard(
@@ -305,7 +273,7 @@ def build_worker(
         for each in (run_tuning, model_tuning, mirror_tuning):
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
     workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
-    cache_workflow_bytecode(workflows)
+    share_workflow_code(workflows)
     queue = task_queue or settings.task_queue
     interceptors = [payload_guard(client, settings, store)]
     deployment = deployment_config(settings)
