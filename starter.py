@@ -293,8 +293,6 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
 
 
 async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    if args.from_step < 1:
-        raise OperationError("--from-step takes a step number, 1 or more")
     try:
         edit = json.loads(args.edit_output) if args.edit_output is not None else None
     except json.JSONDecodeError as err:

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import forking
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import ForkError, OperationError
 from agentrun.core.keys import canonical_json
 from agentrun.core.models import ForkOrigin, RunSpec
 from agentrun.ops import operations as ops
@@ -60,6 +60,8 @@ async def fork_run(
     task_queue: str,
     indexed: bool = True,
 ) -> ops.Started:
+    if from_step < 1:
+        raise ForkError(f"--from-step takes a step number, 1 or more, not {from_step}")
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
