@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import WorkflowFailureError, WorkflowUpdateStage
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import (
+    DeleteWorkflowExecutionRequest,
+    PollWorkflowExecutionUpdateRequest,
+)
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun_demo
@@ -543,20 +549,25 @@ async def test_an_approval_that_comes_with_a_cancel_is_told_what_the_receipt_say
     handle = client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id)
     decision = ApproveInput(action_hash=pending.action_hash, by="li", role="approver")
 
+    update_id = f"approve-{uuid.uuid4().hex[:8]}"
+
     async def approve() -> DecisionResult:
         update = await handle.start_update(
-            AgentRunWorkflow.approve, decision, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+            AgentRunWorkflow.approve,
+            decision,
+            id=update_id,
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
         )
         return await update.result()
 
     if cancel_first:
         await handle.cancel()
         approving = asyncio.create_task(approve())
+        await update_admitted(client, begun.run_id, update_id)
     else:
         approving = asyncio.create_task(approve())
-        await asyncio.sleep(1)  # the server holds the update for the run's next task
+        await update_admitted(client, begun.run_id, update_id)
         await handle.cancel()
-    await asyncio.sleep(1)
     assert not approving.done(), "nothing decides while no worker runs"
     async with running_worker(client, settings, pool, batch_activations=batch):
         told = await asyncio.wait_for(approving, 60)
@@ -831,3 +842,30 @@ async def test_the_judge_counts_toward_the_runs_tokens_and_budget(client, settin
         pool, "SELECT tokens_in FROM steps WHERE run_id = %s AND type = 'verify'", result.run_id
     )
     assert verify["tokens_in"] > 0
+
+
+async def update_admitted(client: Client, run_id: str, update_id: str) -> None:
+    """Until the server holds the update for the run's next workflow task: only then does a
+    worker that starts get it in one activation with the cancel (a loaded machine may send
+    the update's request late)."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=run_id), update_id=update_id
+        ),
+        identity=client.identity,
+        wait_policy=WaitPolicy(
+            lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+        ),
+    )
+    for _ in range(300):
+        try:
+            await client.workflow_service.poll_workflow_execution_update(
+                request, timeout=timedelta(seconds=5)
+            )
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the server never admitted update {update_id}")
