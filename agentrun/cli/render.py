@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from agentrun.core.models import JsonDict, RunState, WatchItem
+from agentrun.core.states import is_terminal
 from agentrun.ops.operations import RunReport
 from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
@@ -33,7 +34,8 @@ def table(rows: list[JsonDict], columns: list[str]) -> str:
 def run_state(state: RunState) -> str:
     lines = [
         f"run {state.run_id}: {state.status.value}"
-        + (" (pause requested)" if state.pause_requested else ""),
+        # An ended run keeps the flag of a pause it never reached: it means nothing now.
+        + (" (pause requested)" if state.pause_requested and not is_terminal(state.status) else ""),
         f"task: {state.task}",
         f"tenant: {state.tenant}, priority {state.priority or '-'}"
         + (
