@@ -35,6 +35,32 @@ async def test_edit_runs_the_edited_call_and_records_the_change(client, settings
     assert approval["final_arguments"]["body"] == "Edited by a human."
 
 
+async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
+    client, settings, pool, worker
+):
+    """The edit is checked against the tool's own argument schema before the run takes it:
+    an approver never hears "approved" for a call that could not run."""
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        assert pending.parameters is not None and "body" in pending.parameters["properties"]
+        for edit, says in (
+            ({"body": ""}, "body: '' should be non-empty"),
+            ({"to": 5}, "to: 5 is not of type 'string'"),
+            # JSON has no infinity: 1e400 reaches the run as null, which no string field takes.
+            ({"subject": float("inf")}, "subject: None is not of type 'string'"),
+        ):
+            with pytest.raises(OperationError, match="invalid edit of send_message") as refused:
+                await ops.approve(client, started.run_id, by="li", role="approver", edit=edit)
+            assert says in str(refused.value), str(refused.value)
+        assert (await wait_pending(client, started.run_id)).approval_id == pending.approval_id
+        edit = {"body": "Fixed by a human."}
+        await ops.approve(client, started.run_id, by="li", role="approver", edit=edit)
+        assert (await finish(client, started.run_id)).status.value == "completed"
+    sent = await rows(pool, "SELECT body FROM outbox WHERE run_id = %s", started.run_id)
+    assert sent == [{"body": "Fixed by a human."}]
+
+
 async def test_reject_cancels_the_run_without_the_side_effect(client, settings, pool, worker):
     async with worker():
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)

@@ -570,7 +570,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.progress.argument_streak = 0
         arguments = call.arguments or {}
         if self.spec.approval.needs_approval(call.tool, call.risk):
-            approved = await self._approval_step(call.tool, arguments)
+            approved = await self._approval_step(call.tool, arguments, call.parameters)
             if approved is None:
                 self._tool_message(call.call_id, {"error": "the approver rejected this call"})
                 return

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentrun.core import approval_signatures
     from agentrun.core import constants as names
+    from agentrun.core.argument_schema import argument_problems
     from agentrun.core.keys import action_hash
     from agentrun.core.models import (
         ApprovalKind,
@@ -63,6 +64,13 @@ def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
             f"an edit applies to an action or a budget, not to a {pending.kind} approval: "
             "approve or reject it without one"
         )
+    elif pending.parameters is not None:
+        found = argument_problems(pending.parameters, {**pending.arguments, **edit})
+        if found:
+            raise ApplicationError(
+                f"invalid edit of {pending.tool}'s arguments ({'; '.join(found)}): the tool "
+                "would refuse them; approve with arguments it accepts, or reject"
+            )
 
 
 # Refused decisions a run keeps in its state for `status`.
@@ -70,9 +78,11 @@ MAX_REFUSALS = 10
 
 
 class Approvals(Recording):
-    async def _approval_step(self, tool: str, arguments: JsonDict) -> JsonDict | None:
+    async def _approval_step(
+        self, tool: str, arguments: JsonDict, parameters: JsonDict | None = None
+    ) -> JsonDict | None:
         """A risky call waits for a person; returns the arguments to run, or None."""
-        record = await self._await_human("action", tool, arguments)
+        record = await self._await_human("action", tool, arguments, parameters=parameters)
         if record.decision == "approved":
             return record.final_arguments
         if record.decision == "expired":
@@ -83,7 +93,13 @@ class Approvals(Recording):
         return None
 
     async def _await_human(
-        self, kind: ApprovalKind, tool: str, arguments: JsonDict, reason: str | None = None
+        self,
+        kind: ApprovalKind,
+        tool: str,
+        arguments: JsonDict,
+        reason: str | None = None,
+        *,
+        parameters: JsonDict | None = None,
     ) -> ApprovalRecord:
         """Wait, holding no worker, for a person's decision, or for the approval to expire."""
         policy = self.spec.approval
@@ -104,6 +120,7 @@ class Approvals(Recording):
             tenant=self.spec.tenant,
             requested_at=now,
             expires_at=now + timedelta(seconds=policy.timeout_seconds),
+            parameters=parameters,
         )
         self.progress.pending_approval, self.progress.decision = pending, None
         self._set_status(RunStatus.WAITING_FOR_APPROVAL, step_id)

@@ -247,6 +247,9 @@ class ProposedToolCall(BaseModel):
     error_kind: Literal["malformed", "invalid_arguments", "unknown_tool"] | None = None
     risk: RiskLevel = RiskLevel.LOW
     side_effect: bool = False
+    parameters: JsonDict | None = Field(
+        None, description="the tool's argument schema, to check an approver's edit against"
+    )
 
 
 class ModelCallResult(BaseModel):
@@ -419,6 +422,9 @@ class PendingApproval(BaseModel):
     tenant: str
     requested_at: datetime
     expires_at: datetime
+    parameters: JsonDict | None = Field(
+        None, description="the tool's argument schema: an edit must leave arguments it accepts"
+    )
 
 
 class ApproveInput(BaseModel):
