@@ -10,8 +10,10 @@ its marker stands for it, before the response is journaled or returned.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import openai
@@ -23,7 +25,7 @@ from activities.model_stream import plain_completion, streamed_completion
 from activities.proposals import proposed_call
 from activities.retry_notes import announce_retry
 from activities.text_stream import text_pieces
-from agentrun.core import faults
+from agentrun.core import errors, faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.errors import classify_model_error, refused_data_is_final
 from agentrun.core.models import ModelCallInput, ModelCallResult
@@ -182,19 +184,27 @@ class ModelActivities:
             request["tools"] = tools
         if input.max_tokens:
             request["max_tokens"] = input.max_tokens
+        allowed = time_left(input.timeout_seconds)
         try:
-            async with hold_lease(
-                self.store,
-                run_id=input.run_id,
-                step_id=input.step_id,
-                heartbeat_seconds=input.heartbeat_seconds,
+            async with (
+                hold_lease(
+                    self.store,
+                    run_id=input.run_id,
+                    step_id=input.step_id,
+                    heartbeat_seconds=input.heartbeat_seconds,
+                ),
+                asyncio.timeout(allowed),
             ):
                 if not self.stream_text:
                     return await plain_completion(self.client, request)
                 async with text_pieces(input.step_id) as on_text:
                     return await streamed_completion(self.client, request, on_text)
-        except openai.APIError as err:
-            failure = classify_model_error(err)
+        except (openai.APIError, TimeoutError) as err:
+            failure = (
+                classify_model_error(err)
+                if isinstance(err, openai.APIError)
+                else errors.provider_too_slow(allowed)
+            )
             await self.store.end_attempt(
                 run_id=input.run_id,
                 step_id=input.step_id,
@@ -236,3 +246,18 @@ class ModelActivities:
                         scope.redact(json.loads(function["arguments"]))
                     )
         return ChatCompletion.model_validate(scope.redact(raw))
+
+
+# Left for the attempt to report its own timeout before Temporal's start-to-close ends it.
+REPORT_SECONDS = 2.0
+
+
+def time_left(timeout_seconds: float) -> float:
+    """What the call may still take: the step's timeout, less what this attempt has spent
+    (its claim on the step) and the moment it needs to say why it gave up."""
+    info = activity.info()
+    left = timeout_seconds
+    if info.start_to_close_timeout is not None:
+        spent = (datetime.now(UTC) - info.started_time).total_seconds()
+        left = info.start_to_close_timeout.total_seconds() - spent
+    return max(1.0, min(timeout_seconds, left) - REPORT_SECONDS)

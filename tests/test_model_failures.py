@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
-from tests.support import eventually, make_spec
+from tests.support import eventually, make_spec, rows
 from tests.test_cli import run_cli
 from workflows import AgentRunWorkflow
 
@@ -84,3 +84,27 @@ async def test_status_shows_the_retrying_call_and_why(client, settings, pool, wo
             as_json = await run_cli(settings, tmp_path, "status", started.run_id, "--json")
             assert as_json.json()["in_flight"][0]["attempt"] == 2
             await ops.cancel(client, started.run_id)
+
+
+async def test_a_provider_that_never_answers_is_named_before_the_step_times_out(
+    client, settings, pool, worker
+):
+    """A provider that holds the request open: the attempt gives up just inside the step's
+    timeout and says why, rather than leaving Temporal to say only that the step timed out."""
+
+    def silent(request):
+        return Reply({"error": {"message": "never sent"}}, status=500, delay_seconds=30)
+
+    run_id, result, _ = await run(
+        client,
+        settings,
+        worker,
+        silent,
+        timeouts={"model_seconds": 4, "max_attempts": 1, "heartbeat_seconds": 2},
+    )
+    assert result.status.value == "failed"
+    assert "no complete answer within 2 s" in (result.error or ""), result.error
+    [attempt] = await rows(
+        pool, "SELECT status, error FROM step_attempts WHERE run_id = %s", run_id
+    )
+    assert attempt["status"] == "failed" and "ProviderUnavailable" in attempt["error"]

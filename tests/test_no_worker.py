@@ -85,6 +85,7 @@ async def test_every_command_answers_with_the_workers_dead(
     assert status.code == 0, status.err
     assert shown["source"] == "mirror"
     assert shown["status"] == "waiting_for_approval"
+    assert shown["priority"] == 3, "the mirror keeps the run's priority"
     assert shown["pending_approval"]["tool"] == "send_message"
     assert shown["task_queue"] == settings.task_queue
     assert shown["workers"], "the server still lists the dead worker's last poll"

@@ -137,6 +137,16 @@ def classify_model_error(err: Exception) -> ApplicationError:
     return ApplicationError(f"model provider unavailable: {err}", type=PROVIDER_UNAVAILABLE)
 
 
+def provider_too_slow(seconds: float) -> ApplicationError:
+    """The provider sent no whole answer in the time the step allows: retried like an outage,
+    and said in words, before Temporal's own timeout would say only that the step timed out."""
+    return ApplicationError(
+        f"model provider unavailable: no complete answer within {seconds:.0f} s "
+        "(timeouts.model_seconds)",
+        type=PROVIDER_UNAVAILABLE,
+    )
+
+
 def unknown_tool(message: str) -> ApplicationError:
     """The model named a tool this worker does not have: no retry will find it."""
     return ApplicationError(message, type=UNKNOWN_TOOL, non_retryable=True)

@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from agentrun.core.models import PendingApproval, RunState, StepSummary
 
 RUN_SQL = """
-SELECT run_id, status, tenant, user_id AS user, task, current_step_id, pause_reason,
+SELECT run_id, status, tenant, priority, user_id AS user, task, current_step_id, pause_reason,
        checkpoint, tokens_in, tokens_out, cost_usd::float8 AS cost_usd, result, error,
        updated_at
 FROM runs WHERE run_id = %s
