@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
+from agentrun.core.errors import OperationError
 from agentrun.core.models import (
     MirrorBatch,
     PendingApproval,
@@ -97,7 +98,14 @@ async def wait_status(client: Client, run_id: str, *statuses: str, seconds: floa
 
 async def wait_pending(client: Client, run_id: str, seconds: float = 30) -> PendingApproval:
     async def probe() -> PendingApproval | None:
-        return (await ops.status(client, run_id)).pending_approval
+        try:
+            return (await ops.status(client, run_id)).pending_approval
+        except OperationError as err:
+            # A worker that just started (after a crash or a restart) may not answer the
+            # first query in time: the server offers it to the old worker's sticky queue first.
+            if "no worker answered" in str(err):
+                return None
+            raise
 
     return await eventually(probe, seconds=seconds, what=f"{run_id} to wait for approval")
 
