@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from agentrun.core.argument_schema import argument_problems
 from agentrun.core.errors import OperationError
 from agentrun.core.models import ApproveInput, RejectInput
 from agentrun.ops import operations as ops
@@ -59,6 +60,20 @@ async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
         assert (await finish(client, started.run_id)).status.value == "completed"
     sent = await rows(pool, "SELECT body FROM outbox WHERE run_id = %s", started.run_id)
     assert sent == [{"body": "Fixed by a human."}]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "nonsense"}, {"$ref": "#/$defs/Missing"}, {"$ref": "https://example.com/x.json"}],
+    ids=["unknown type", "missing def", "remote ref"],
+)
+def test_a_schema_that_cannot_be_applied_refuses_nothing(schema):
+    """Checked in workflow code: a tool's schema the check cannot read (an MCP server's)
+    must not fail the run's workflow task; the tool checks its arguments when it runs."""
+    assert argument_problems(schema, {"to": 5}) == []
+    assert argument_problems(
+        {"type": "object", "properties": {"to": {"type": "string"}}}, {"to": 5}
+    )
 
 
 async def test_reject_cancels_the_run_without_the_side_effect(client, settings, pool, worker):
