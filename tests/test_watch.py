@@ -22,6 +22,7 @@ from agentrun.ops import watch
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from tests.test_crash_recovery import start_worker_process
+from tests.test_unknown_outcomes import FAST, start_and_crash
 from workflows import AgentRunWorkflow
 from workflows.run_stream import RETAINED_ITEMS
 
@@ -194,7 +195,8 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
             carried.append(spec_in.carry.stream_state)
     # Each generation ends within one step of the limit, watcher polls included.
     assert max(lengths) <= spec.history_events_limit + STEP_EVENTS_WITH_A_WATCHER, lengths
-    # Model text: at most one signal per TEXT_BATCH of streaming per model call, plus one.
+    # Model text: at most one signal per TEXT_BATCH of streaming per model call (the rest of a
+    # reply goes from the workflow, with no signal).
     model_steps = await rows(
         pool,
         """SELECT extract(epoch FROM finished_at - started_at)::float8 AS seconds
@@ -202,7 +204,7 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
         started.run_id,
     )
     batch = TEXT_BATCH.total_seconds()
-    assert signals <= sum(math.ceil(s["seconds"] / batch) + 1 for s in model_steps)
+    assert signals <= sum(math.ceil(s["seconds"] / batch) for s in model_steps)
     # What a continuation carries of the stream is its tail, never more.
     assert carried and all(
         state is not None and len(state.log) <= RETAINED_ITEMS for state in carried
@@ -405,3 +407,23 @@ async def test_without_provider_streaming_watchers_get_each_reply_when_its_step_
     assert [p.text for p in answer_pieces(items)] == [answer]
     signals, _ = await stream_signals_and_model_results(client, run_id)
     assert signals == 0
+
+
+async def test_a_reply_reused_after_a_crash_reaches_watchers_with_its_attempt(
+    client, settings, pool, worker
+):
+    """The worker dies once the model has answered (journaled, not returned); the next
+    attempt reuses the journaled reply without streaming it, and the workflow publishes it
+    whole, marked with the attempt that returned it."""
+    answer = "## Summary\nRefunds are paid within five working days of the request."
+    with OfflineModelServer(scripted(answer)) as model:
+        spec = make_spec(
+            "Look up our refund policy.", allowed_tools=["search_notes"], timeouts=FAST
+        )
+        run_id = await start_and_crash(client, settings, model, spec, "model.after_response")
+        async with worker(base_url=model.base_url):
+            items = await asyncio.wait_for(follow(client, pool, run_id), 90)
+        assert len(model.requests) == 1, "the second attempt reused the journaled reply"
+    check_story(items)
+    reused = [p.text for p in answer_pieces(items) if p.data["attempt"] == 2]
+    assert reused == [answer]
