@@ -64,12 +64,10 @@ class StepClaim:
         self._timer = None
         self._start()
 
-    def _start(self) -> asyncio.Task[JsonDict]:
+    def _start(self, end: AttemptEnd | None = None) -> asyncio.Task[JsonDict]:
         if self._claim is None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._claim = asyncio.create_task(self._write(None))
+            self.abandon()
+            self._claim = asyncio.create_task(self._write(end))
         return self._claim
 
     async def written(self) -> JsonDict:
@@ -79,11 +77,7 @@ class StepClaim:
     async def end(self, end: AttemptEnd) -> None:
         """Report the attempt: with its claim in one statement when none was written."""
         if self._claim is None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._claim = asyncio.create_task(self._write(end))
-            await self._claim
+            await self._start(end)
             return
         await self.written()
         await self._store.end_attempt(
@@ -107,8 +101,9 @@ class StepClaim:
         return saved
 
     def abandon(self) -> None:
-        """The attempt leaves without a report (cancelled, or it raised before one): a claim
-        not yet due is not written, so the run's batch goes again with its next write."""
+        """Stop the grace timer. An attempt that leaves without a report (cancelled, or it
+        raised before one) writes no claim not yet due: the run's batch goes again with its
+        next write."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -15,13 +15,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.step_claim import QUICK_GRACE_SECONDS
 from activities.tools import ToolActivities
-from agentrun.core.models import ToolCallInput
+from agentrun.core.models import ToolCallInput, ToolCallResult
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore
 from agentrun.store.vault import SecretVault
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
-from tests.support import eventually, mirror_batch, rows
+from tests.support import eventually, mirror_batch, rows, step_claim
 
 STEP = "0002-tool_call"
 
@@ -68,17 +68,7 @@ REGISTRY = ToolRegistry(
 
 
 def claim_of(run_id: str, attempt: int) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "step_id": STEP,
-        "seq": 2,
-        "type": "tool_call",
-        "name": "noop",
-        "attempt": attempt,
-        "worker": "w",
-        "lease_seconds": 5,
-        "input": {},
-    }
+    return step_claim(run_id, STEP, attempt)
 
 
 def new_run() -> str:
@@ -249,15 +239,21 @@ async def test_a_side_effect_tool_still_claims_before_it_runs(pool, tools):
     assert attempts == [{"attempt": 1, "status": "succeeded", "error": None, "finished": True}]
 
 
+async def start_slow(
+    env: ActivityEnvironment, activities: ToolActivities, run_id: str
+) -> asyncio.Task[ToolCallResult]:
+    """The slow tool's attempt, once the tool runs."""
+    SLOW_STARTED.clear()
+    SLOW_MAY_END.clear()
+    running = asyncio.create_task(env.run(activities.invoke, call(run_id, "slow")))
+    await asyncio.wait_for(SLOW_STARTED.wait(), 10)
+    return running
+
+
 async def test_a_slow_tool_is_shown_running_while_it_runs(pool, tools):
     activities, store = tools
     run_id = new_run()
-    SLOW_STARTED.clear()
-    SLOW_MAY_END.clear()
-    running = asyncio.create_task(
-        ActivityEnvironment().run(activities.invoke, call(run_id, "slow"))
-    )
-    await asyncio.wait_for(SLOW_STARTED.wait(), 10)
+    running = await start_slow(ActivityEnvironment(), activities, run_id)
 
     async def shown_running() -> bool:
         steps, _ = await step_rows(pool, run_id)
@@ -315,12 +311,9 @@ async def test_a_quick_attempt_cancelled_before_its_claim_writes_nothing(pool, t
     """The run puts the batch of a step that did not complete back for its next write."""
     activities, store = tools
     run_id = new_run()
-    SLOW_STARTED.clear()
-    SLOW_MAY_END.clear()
     env = ActivityEnvironment()  # attempt 1
     before = store.group_commit.stats.items
-    running = asyncio.create_task(env.run(activities.invoke, call(run_id, "slow")))
-    await asyncio.wait_for(SLOW_STARTED.wait(), 10)
+    running = await start_slow(env, activities, run_id)
     env.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
