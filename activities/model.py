@@ -32,7 +32,7 @@ from agentrun.core.models import ModelCallInput, ModelCallResult
 from agentrun.core.pricing import Prices, cost_usd, usage_of
 from agentrun.store.conversation import ConversationStore
 from agentrun.store.mirror_store import MirrorStore
-from agentrun.store.model_journal import ModelJournal
+from agentrun.store.model_journal import Answer, ModelJournal
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import UnknownToolError
@@ -89,13 +89,13 @@ class ModelActivities:
     async def _complete(self, input: ModelCallInput) -> ModelCallResult:
         info = activity.info()
         model = input.model or self.default_model
-        await once_postgres_answers(
-            lambda: self.store.begin_attempt(
+        # The claim reads the answer an earlier attempt journaled, in the same statement.
+        journaled = await once_postgres_answers(
+            lambda: self.store.begin_model_attempt(
                 run_id=input.run_id,
                 step_id=input.step_id,
                 seq=input.seq,
-                type="model_call",
-                name=model,
+                model=model,
                 attempt=info.attempt,
                 worker=self.identity,
                 lease_seconds=input.heartbeat_seconds,
@@ -107,7 +107,6 @@ class ModelActivities:
         if input.mirror is not None:
             faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
-        journaled = await self.journal.find(input.run_id, input.step_id, model)
         streamed_chars = 0  # a reused response: none of its text went to the stream yet
         if journaled is not None:
             # The response arrived before an earlier attempt died: it is paid for; reuse it.
@@ -122,50 +121,56 @@ class ModelActivities:
             response = await self._seal_secret_arguments(input.run_id, response)
         usage = usage_of(response)
         cost = cost_usd(self.prices, model, usage)
-        if journaled is None:
-            await self.journal.record(
+        # A new answer is journaled with the attempt's report, in one statement. It is paid
+        # for: should the result not build, it is journaled alone, for a retry to reuse.
+        answer = (
+            None
+            if journaled is not None
+            else Answer(model, response.model_dump(mode="json"), usage, cost)
+        )
+        try:
+            message = once_per_call_id(response.choices[0].message)
+            proposals = [
+                proposed_call(
+                    self.registry,
+                    call.id,
+                    call.function.name,
+                    call.function.arguments,
+                    input.allowed_tools,
+                )
+                for call in message.tool_calls or []
+                if call.type == "function"
+            ]
+            result = ModelCallResult(
+                content=message.content,
+                tool_calls=proposals,
+                assistant_message=message.model_dump(exclude_none=True, exclude_unset=True),
+                usage=usage,
+                cost_usd=cost,
+                model=response.model or model,
+                attempt=info.attempt,
+                journal_attempt=journal_attempt,
+                streamed_chars=streamed_chars,
+            )
+        except Exception:
+            if answer is not None:
+                await self.journal.keep(input.run_id, input.step_id, info.attempt, answer)
+            raise
+        await once_postgres_answers(
+            lambda: self.store.end_attempt(
                 run_id=input.run_id,
                 step_id=input.step_id,
                 attempt=info.attempt,
-                model=model,
-                response=response.model_dump(mode="json"),
-                usage=usage,
-                cost_usd=cost,
-            )
+                status="succeeded",
+                output={"content": result.content, "tool_calls": [p.tool for p in proposals]},
+                tokens_in=usage.input_tokens if journaled is None else 0,
+                tokens_out=usage.output_tokens if journaled is None else 0,
+                cost_usd=cost if journaled is None else 0.0,
+                answer=answer,
+            ),
+            input.heartbeat_seconds,
+        )
         faults.fire("model.after_response", model)
-        message = once_per_call_id(response.choices[0].message)
-        proposals = [
-            proposed_call(
-                self.registry,
-                call.id,
-                call.function.name,
-                call.function.arguments,
-                input.allowed_tools,
-            )
-            for call in message.tool_calls or []
-            if call.type == "function"
-        ]
-        result = ModelCallResult(
-            content=message.content,
-            tool_calls=proposals,
-            assistant_message=message.model_dump(exclude_none=True, exclude_unset=True),
-            usage=usage,
-            cost_usd=cost,
-            model=response.model or model,
-            attempt=info.attempt,
-            journal_attempt=journal_attempt,
-            streamed_chars=streamed_chars,
-        )
-        await self.store.end_attempt(
-            run_id=input.run_id,
-            step_id=input.step_id,
-            attempt=info.attempt,
-            status="succeeded",
-            output={"content": result.content, "tool_calls": [p.tool for p in proposals]},
-            tokens_in=usage.input_tokens if journaled is None else 0,
-            tokens_out=usage.output_tokens if journaled is None else 0,
-            cost_usd=cost if journaled is None else 0.0,
-        )
         return result
 
     async def _call(self, input: ModelCallInput, model: str) -> tuple[ChatCompletion, int]:

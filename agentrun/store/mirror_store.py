@@ -26,6 +26,7 @@ from agentrun.core import faults
 from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
 from agentrun.store.group_commit import GroupCommit
+from agentrun.store.model_journal import EARLIEST_ANSWER, RECORD_ANSWER, Answer
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,16 @@ class _Write:
     batch: MirrorBatch | None = None
     claim: JsonDict | None = None
     end: AttemptEnd | None = None
+    answer_of: str | None = None  # the model whose journaled answer the claim reads
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    """What a write's claim read: the step's saved checkpoint ({} when the claim lost: a
+    newer attempt, or the step already final), and the model answer it asked for."""
+
+    checkpoint: JsonDict
+    answer: tuple[int, JsonDict] | None = None
 
 
 class MirrorStore:
@@ -67,7 +78,7 @@ class MirrorStore:
         self.pool = pool
         # One per store, so one per worker process: its runs' mirror batches and its
         # attempts' claims share commits.
-        self.group_commit: GroupCommit[_Write, JsonDict] = GroupCommit(
+        self.group_commit: GroupCommit[_Write, _Claimed] = GroupCommit(
             self._write_group, self._write_alone
         )
 
@@ -100,7 +111,68 @@ class MirrorStore:
         its report are one statement, fenced as the two are apart, so a quick attempt
         costs one round trip instead of two.
         """
-        claim = {
+        write = self._claim(
+            run_id=run_id,
+            step_id=step_id,
+            seq=seq,
+            type=type,
+            name=name,
+            attempt=attempt,
+            worker=worker,
+            lease_seconds=lease_seconds,
+            input=input,
+            idempotency_key=idempotency_key,
+            started_at=started_at,
+        )
+        claimed = await self.group_commit.submit(_Write(batch=batch, claim=write, end=end))
+        return claimed.checkpoint
+
+    async def begin_model_attempt(
+        self,
+        *,
+        run_id: str,
+        step_id: str,
+        seq: int,
+        model: str,
+        attempt: int,
+        worker: str,
+        lease_seconds: float,
+        input: JsonDict,
+        batch: MirrorBatch | None = None,
+    ) -> tuple[int, JsonDict] | None:
+        """Claim a model step, as `begin_attempt` does, and read in the same statement the
+        answer an earlier attempt journaled: (its attempt, the response), paid for, so the
+        step reuses it instead of asking again."""
+        write = self._claim(
+            run_id=run_id,
+            step_id=step_id,
+            seq=seq,
+            type="model_call",
+            name=model,
+            attempt=attempt,
+            worker=worker,
+            lease_seconds=lease_seconds,
+            input=input,
+        )
+        claimed = await self.group_commit.submit(_Write(batch=batch, claim=write, answer_of=model))
+        return claimed.answer
+
+    @staticmethod
+    def _claim(
+        *,
+        run_id: str,
+        step_id: str,
+        seq: int,
+        type: str,
+        name: str,
+        attempt: int,
+        worker: str,
+        lease_seconds: float,
+        input: JsonDict,
+        idempotency_key: str | None = None,
+        started_at: datetime | None = None,
+    ) -> JsonDict:
+        return {
             "run": run_id,
             "step": step_id,
             "seq": seq,
@@ -113,11 +185,19 @@ class MirrorStore:
             "key": idempotency_key,
             "started": started_at,
         }
-        return await self.group_commit.submit(_Write(batch=batch, claim=claim, end=end))
 
-    async def _send_claim(self, conn: Any, claim: JsonDict, end: AttemptEnd | None) -> Any:
-        if end is not None:
-            return await self._send_ended_claim(conn, claim, end)
+    async def _send_claim(self, conn: Any, claim: JsonDict, write: _Write) -> Any:
+        if write.end is not None:
+            return await self._send_ended_claim(conn, claim, write.end)
+        if write.answer_of is not None:
+            # The answer is read in the claim's statement: no round trip of its own.
+            tail = f"""
+            SELECT (SELECT checkpoint FROM claimed), answer.attempt, answer.response
+            FROM (SELECT 1) AS one LEFT JOIN LATERAL ({EARLIEST_ANSWER}) AS answer ON true"""
+            params = {**claim, "model": write.answer_of}
+        else:
+            tail = "SELECT checkpoint, NULL, NULL FROM claimed"
+            params = claim
         # One statement, so one round trip and atomic: the claim and the journal row.
         return await conn.execute(
             """
@@ -136,10 +216,9 @@ class MirrorStore:
                 INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
                 VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
                 ON CONFLICT DO NOTHING
-            )
-            SELECT checkpoint FROM claimed
-            """,
-            claim,
+            )"""
+            + tail,
+            params,
         )
 
     async def _send_ended_claim(self, conn: Any, claim: JsonDict, end: AttemptEnd) -> Any:
@@ -173,16 +252,20 @@ class MirrorStore:
                     tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
                     cost_usd = EXCLUDED.cost_usd, finished_at = EXCLUDED.finished_at
             )
-            SELECT checkpoint FROM claimed
+            SELECT checkpoint, NULL, NULL FROM claimed
             """,
             {**claim, **end.params()},
         )
 
-    async def _read_claim(self, cur: Any) -> JsonDict:
-        """The claimed step's saved checkpoint; {} when the claim lost (a newer attempt, or
-        the step already final)."""
+    async def _read_claim(self, cur: Any) -> _Claimed:
         row = await cur.fetchone()
-        return dict(row[0]) if row else {}
+        if row is None:
+            return _Claimed({})
+        checkpoint, answer_attempt, answer = row
+        return _Claimed(
+            dict(checkpoint or {}),
+            None if answer_attempt is None else (int(answer_attempt), dict(answer)),
+        )
 
     async def renew_lease(
         self, *, run_id: str, step_id: str, attempt: int, lease_seconds: float
@@ -217,9 +300,14 @@ class MirrorStore:
         tokens_in: int = 0,
         tokens_out: int = 0,
         cost_usd: float = 0.0,
+        answer: Answer | None = None,
     ) -> bool:
-        """Report an attempt's outcome; returns False when the step was already fenced off."""
+        """Report an attempt's outcome; returns False when the step was already fenced off.
+
+        `answer`, a model attempt's response, is journaled in the same statement, fenced or
+        not (it is paid for): a model step's report costs no round trip of its own."""
         # One statement, so one round trip and atomic: the journal row and the fenced report.
+        journal_answer = "" if answer is None else f", answer AS ({RECORD_ANSWER})"
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 """
@@ -235,17 +323,20 @@ class MirrorStore:
                     WHERE run_id = %(run)s AND step_id = %(step)s AND attempt = %(attempt)s
                       AND NOT final
                     RETURNING 1
-                )
+                )"""
+                + journal_answer
+                + """
                 SELECT count(*) FROM report
                 """,
                 {
                     **AttemptEnd(status, output, error, tokens_in, tokens_out, cost_usd).params(),
+                    **({} if answer is None else answer.params()),
                     "run": run_id,
                     "step": step_id,
                     "attempt": attempt,
                 },
             )
-            row = await cur.fetchone()
+        row = await cur.fetchone()
         return row is not None and row[0] == 1
 
     # ------------------------------------------------------------ written by the workflow
@@ -255,24 +346,24 @@ class MirrorStore:
         that arrive meanwhile, see agentrun.store.group_commit), idempotent, never backwards."""
         await self.group_commit.submit(_Write(batch=batch))
 
-    async def _write_group(self, writes: list[_Write]) -> list[JsonDict]:
+    async def _write_group(self, writes: list[_Write]) -> list[_Claimed]:
         """Several callers' writes in one transaction; one refused row fails the group, and
         the group commit then writes each alone."""
         return await self._write_pipelined(writes)
 
-    async def _write_alone(self, write: _Write) -> JsonDict:
+    async def _write_alone(self, write: _Write) -> _Claimed:
         try:
             [saved] = await self._write_pipelined([write])
         except REFUSED_DATA_ERRORS:
             if write.batch is not None:
                 await self._apply_row_by_row(write.batch)
             if write.claim is None:
-                return {}
+                return _Claimed({})
             async with self.pool.connection() as conn:
-                return await self._read_claim(await self._send_claim(conn, write.claim, write.end))
+                return await self._read_claim(await self._send_claim(conn, write.claim, write))
         return saved
 
-    async def _write_pipelined(self, writes: list[_Write]) -> list[JsonDict]:
+    async def _write_pipelined(self, writes: list[_Write]) -> list[_Claimed]:
         # Pipelined: the statements sent in one transaction without waiting for each reply,
         # so a group costs about one round trip however many rows it carries. Writes are
         # applied in arrival order; each row's fence keeps a run's newest state, and each
@@ -287,12 +378,12 @@ class MirrorStore:
                 if write.batch is not None:
                     await self._apply(conn, write.batch)
                 if write.claim is not None:
-                    claims.append(await self._send_claim(conn, write.claim, write.end))
+                    claims.append(await self._send_claim(conn, write.claim, write))
             if faults.armed("mirror.in_transaction"):
                 await pipeline.sync()  # the server has every row; only the commit is missing
                 faults.fire("mirror.in_transaction")
             saved = iter([await self._read_claim(cur) for cur in claims])
-        return [{} if write.claim is None else next(saved) for write in writes]
+        return [_Claimed({}) if write.claim is None else next(saved) for write in writes]
 
     async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
         """The batch again, each row on its own: the refused ones are recorded, not retried."""

@@ -7,12 +7,43 @@ for the call again. Responses the run never used are what the receipt calls unac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core.models import JsonDict, Usage
+
+# The journal's statements, shared with the mirror's claim and report of a model attempt
+# (agentrun.store.mirror_store), which run them in their own statements to save round trips.
+EARLIEST_ANSWER = """SELECT attempt, response FROM model_journal
+                     WHERE run_id = %(run)s AND step_id = %(step)s AND model = %(model)s
+                     ORDER BY attempt LIMIT 1"""
+RECORD_ANSWER = """INSERT INTO model_journal (run_id, step_id, attempt, model, response,
+                                              tokens_in, tokens_out, cost_usd)
+                   VALUES (%(run)s, %(step)s, %(attempt)s, %(model)s, %(response)s,
+                           %(answer_tin)s, %(answer_tout)s, %(answer_cost)s)
+                   ON CONFLICT DO NOTHING"""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A model's response as the journal keeps it: paid for, so never asked for again."""
+
+    model: str
+    response: JsonDict
+    usage: Usage
+    cost_usd: float
+
+    def params(self) -> JsonDict:
+        return {
+            "model": self.model,
+            "response": Jsonb(self.response),
+            "answer_tin": self.usage.input_tokens,
+            "answer_tout": self.usage.output_tokens,
+            "answer_cost": self.cost_usd,
+        }
 
 
 class ModelJournal:
@@ -23,10 +54,7 @@ class ModelJournal:
         """The earliest journaled response for this step and model: (attempt, response)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                """SELECT attempt, response FROM model_journal
-                   WHERE run_id = %s AND step_id = %s AND model = %s
-                   ORDER BY attempt LIMIT 1""",
-                (run_id, step_id, model),
+                EARLIEST_ANSWER, {"run": run_id, "step": step_id, "model": model}
             )
             row = await cur.fetchone()
         return (int(row[0]), dict(row[1])) if row else None
@@ -42,21 +70,14 @@ class ModelJournal:
         usage: Usage,
         cost_usd: float,
     ) -> None:
+        await self.keep(run_id, step_id, attempt, Answer(model, response, usage, cost_usd))
+
+    async def keep(self, run_id: str, step_id: str, attempt: int, answer: Answer) -> None:
+        """Journal one attempt's answer (a second write of it changes nothing)."""
         async with self.pool.connection() as conn:
             await conn.execute(
-                """INSERT INTO model_journal (run_id, step_id, attempt, model, response,
-                                              tokens_in, tokens_out, cost_usd)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
-                (
-                    run_id,
-                    step_id,
-                    attempt,
-                    model,
-                    Jsonb(response),
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    cost_usd,
-                ),
+                RECORD_ANSWER,
+                {"run": run_id, "step": step_id, "attempt": attempt, **answer.params()},
             )
 
     async def mark_reused(self, run_id: str, step_id: str, attempt: int, by: int) -> None:
