@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from agentrun.core import search_attributes  # noqa: E402
 from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentrun.core.errors import SetupError  # noqa: E402
 from agentrun.core.models import ApproveInput  # noqa: E402
@@ -250,11 +251,16 @@ class Bench:
 
     async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
         if system == "ours":
+            spec = ours.run_spec(steps, key=workflow_id)
             await self.client.start_workflow(
                 AgentRunWorkflow.run,
-                ours.run_spec(steps, key=workflow_id),
+                spec,
                 id=workflow_id,
                 task_queue=queue,
+                # As `starter.py run` starts it: the Web UI's search attributes, kept current.
+                search_attributes=search_attributes.for_run(
+                    spec.agent, spec.tenant, search_attributes.RUNNING, spec.priority
+                ),
             )
         elif system == "bare_agent":
             await self.client.start_workflow(
