@@ -108,6 +108,7 @@ class ModelActivities:
             faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
         journaled = await self.journal.find(input.run_id, input.step_id, model)
+        streamed_chars = 0  # a reused response: none of its text went to the stream yet
         if journaled is not None:
             # The response arrived before an earlier attempt died: it is paid for; reuse it.
             journal_attempt, raw = journaled
@@ -117,9 +118,8 @@ class ModelActivities:
             response = ChatCompletion.model_validate(raw)
         else:
             journal_attempt = info.attempt
-            response = await self._seal_secret_arguments(
-                input.run_id, await self._call(input, model)
-            )
+            response, streamed_chars = await self._call(input, model)
+            response = await self._seal_secret_arguments(input.run_id, response)
         usage = usage_of(response)
         cost = cost_usd(self.prices, model, usage)
         if journaled is None:
@@ -154,6 +154,7 @@ class ModelActivities:
             model=response.model or model,
             attempt=info.attempt,
             journal_attempt=journal_attempt,
+            streamed_chars=streamed_chars,
         )
         await self.store.end_attempt(
             run_id=input.run_id,
@@ -167,7 +168,8 @@ class ModelActivities:
         )
         return result
 
-    async def _call(self, input: ModelCallInput, model: str) -> ChatCompletion:
+    async def _call(self, input: ModelCallInput, model: str) -> tuple[ChatCompletion, int]:
+        """The response, and how much of its text this attempt already streamed."""
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
         messages = input.messages
         if messages is None:
@@ -196,9 +198,10 @@ class ModelActivities:
                 asyncio.timeout(allowed),
             ):
                 if not self.stream_text:
-                    return await plain_completion(self.client, request)
+                    return await plain_completion(self.client, request), 0
                 async with text_pieces(input.step_id) as on_text:
-                    return await streamed_completion(self.client, request, on_text)
+                    response = await streamed_completion(self.client, request, on_text)
+                return response, on_text.streamed_chars
         except (openai.APIError, TimeoutError) as err:
             failure = (
                 classify_model_error(err)

@@ -216,6 +216,9 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         ),
         finishes_alone,
     ),
+    # Recorded after a model reply's text stopped ending in a signal: the workflow publishes
+    # what the activity had not streamed (`streamed_chars`) and a watcher's polls get it.
+    "watched_rest_from_workflow": (RunSpec(task=TASK), watched),
     # Recorded after the writes at a run's start and before its verify step were dropped
     # (patch quiet-mirror-writes).
     "quiet_mirror": (RunSpec(task=TASK), approved_with_edit),

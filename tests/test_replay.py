@@ -11,8 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.core.models import ModelCallResult
 from tests.recorded import HISTORIES, recorded_history, replayer
 from workflows import AgentRunWorkflow
 from workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
@@ -204,3 +208,28 @@ def test_generation_2_has_histories_with_one_marker_and_one_last_write():
     assert shown == ["waiting_for_approval", "running", "completed"]
     assert [a for a in scheduled(before) if a != "receipts.record"][:-1] == scheduled(after)[:-1]
     assert len(after) < len(before) - 25
+
+
+def test_a_reply_finished_by_the_workflow_has_a_history():
+    """A reply streamed in part by its activity and finished by the workflow's own publish
+    (`streamed_chars`), with a watcher's polls answered from it, replays."""
+    path = HISTORIES[0].parent / "watched_rest_from_workflow.json"
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    model_calls, replies = set(), []
+    for event in history.events:
+        if event.activity_task_scheduled_event_attributes.activity_type.name == (
+            ACTIVITY_MODEL_COMPLETE
+        ):
+            model_calls.add(event.event_id)
+        completed = event.activity_task_completed_event_attributes
+        if completed.scheduled_event_id in model_calls:
+            [reply] = pydantic_data_converter.payload_converter.from_payloads(
+                completed.result.payloads, [ModelCallResult]
+            )
+            replies.append(reply)
+    assert all(r.streamed_chars is not None for r in replies)
+    last = replies[-1]
+    assert last.content and last.streamed_chars is not None
+    assert 0 < last.streamed_chars < len(last.content)
+    polls = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+    assert polls in {e.event_type for e in history.events}

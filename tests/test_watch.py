@@ -13,13 +13,16 @@ import sys
 from temporalio.api.enums.v1 import EventType
 
 from activities.text_stream import TEXT_BATCH
-from agentrun.core.models import RunSpec, WatchItem
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.core.models import ModelCallResult, RunSpec, WatchItem
+from agentrun.core.streamed_text import MAX_STREAMED_CHARS
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
 from agentrun.ops import watch
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from tests.test_crash_recovery import start_worker_process
+from tests.test_unknown_outcomes import FAST, start_and_crash
 from workflows import AgentRunWorkflow
 from workflows.run_stream import RETAINED_ITEMS
 
@@ -192,7 +195,8 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
             carried.append(spec_in.carry.stream_state)
     # Each generation ends within one step of the limit, watcher polls included.
     assert max(lengths) <= spec.history_events_limit + STEP_EVENTS_WITH_A_WATCHER, lengths
-    # Model text: at most one signal per TEXT_BATCH of streaming per model call, plus one.
+    # Model text: at most one signal per TEXT_BATCH of streaming per model call (the rest of a
+    # reply goes from the workflow, with no signal).
     model_steps = await rows(
         pool,
         """SELECT extract(epoch FROM finished_at - started_at)::float8 AS seconds
@@ -200,7 +204,7 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
         started.run_id,
     )
     batch = TEXT_BATCH.total_seconds()
-    assert signals <= sum(math.ceil(s["seconds"] / batch) + 1 for s in model_steps)
+    assert signals <= sum(math.ceil(s["seconds"] / batch) for s in model_steps)
     # What a continuation carries of the stream is its tail, never more.
     assert carried and all(
         state is not None and len(state.log) <= RETAINED_ITEMS for state in carried
@@ -289,3 +293,137 @@ async def test_a_retried_step_says_why_on_the_stream(client, settings, pool, wor
     assert retry.step_id == "0001-model_call" and retry.data["attempt"] == 2
     assert retry.data["reason"].startswith("attempt 1 failed: ")
     assert "overloaded" in retry.data["reason"]
+
+
+PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
+
+
+async def stream_signals_and_model_results(client, run_id) -> tuple[int, list[ModelCallResult]]:
+    """How many stream signals a run's history holds, and its model calls' results."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    signals, scheduled, results = 0, set(), []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            signals += e.workflow_execution_signaled_event_attributes.signal_name == PUBLISH_SIGNAL
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attributes = e.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name == ACTIVITY_MODEL_COMPLETE:
+                scheduled.add(e.event_id)
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed = e.activity_task_completed_event_attributes
+            if completed.scheduled_event_id in scheduled:
+                [result] = await client.data_converter.decode(
+                    completed.result.payloads, [ModelCallResult]
+                )
+                results.append(result)
+    return signals, results
+
+
+def answer_pieces(items: list[WatchItem]) -> list[WatchItem]:
+    """The text pieces of the run's last model call, checked to come before its step ends."""
+    step = next(
+        i.step_id
+        for i in reversed(items)
+        if i.type == "step.completed" and i.data["type"] == "model_call"
+    )
+    pieces = [i for i in items if i.kind == "text" and i.step_id == step]
+    done = next(i for i in items if i.type == "step.completed" and i.step_id == step)
+    assert pieces and all(p.offset < done.offset for p in pieces)  # type: ignore[operator]
+    return pieces
+
+
+async def search_then_answer(
+    client, settings, pool, worker, answer, *, pause, worker_settings=None
+):
+    """A run that searches the notes once and then gives `answer`, streamed with `pause`
+    between its pieces, followed from its start: its id, its items, the model's requests."""
+    spec = make_spec("Look up our refund policy.", allowed_tools=["search_notes"])
+    search = [("search_notes", {"query": "refund"})]
+    with OfflineModelServer(scripted(search, answer), stream_pause_seconds=pause) as model:
+        async with worker(settings=worker_settings or settings, base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            items = await follow(client, pool, started.run_id)
+        return started.run_id, items, model.requests
+
+
+async def test_a_quick_reply_reaches_watchers_whole_without_a_signal(
+    client, settings, pool, worker
+):
+    """A reply that comes faster than TEXT_BATCH is published by the workflow when it takes
+    the call's result: watchers get it whole, and the run's history has no stream signal."""
+    answer = "## Summary\nRefunds are paid within five working days of the request."
+    run_id, items, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0)
+    check_story(items)
+    [piece] = answer_pieces(items)
+    assert piece.text == answer and piece.data == {"attempt": 1}
+    signals, results = await stream_signals_and_model_results(client, run_id)
+    assert signals == 0
+    assert [r.streamed_chars for r in results] == [0, 0]
+
+
+async def test_a_slow_reply_streams_during_the_call_and_the_rest_after(
+    client, settings, pool, worker
+):
+    """A reply that streams for about two seconds: the activity signals what is due every
+    TEXT_BATCH, and the workflow publishes exactly what the activity had not sent."""
+    answer = "## Summary\n" + " ".join(f"Note {i}: refunds take five days." for i in range(16))
+    run_id, items, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0.05)
+    check_story(items)
+    pieces = answer_pieces(items)
+    assert "".join(p.text or "" for p in pieces) == answer  # whole and in order
+    signals, results = await stream_signals_and_model_results(client, run_id)
+    streamed = results[-1].streamed_chars
+    assert streamed is not None and 0 < streamed <= len(answer)
+    # The first pieces came one signal each during the call; any after them, from the
+    # workflow, are the rest of the reply, in one piece.
+    during, after = pieces[:signals], pieces[signals:]
+    assert signals >= 2 and sum(len(p.text or "") for p in during) == streamed
+    assert [p.text for p in after] == ([answer[streamed:]] if streamed < len(answer) else [])
+
+
+async def test_a_reply_past_the_budget_is_cut_with_a_note(client, settings, pool, worker):
+    answer = "## Summary\n" + "Refunds take five working days. " * 1_100
+    _, items, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0)
+    text = "".join(p.text or "" for p in answer_pieces(items))
+    dropped = len(answer) - MAX_STREAMED_CHARS
+    assert dropped > 0
+    assert text == answer[:MAX_STREAMED_CHARS] + (
+        f"\n[{dropped:,} more characters not streamed; the step has them all]"
+    )
+    assert items[-1].data["answer"] == answer  # the step itself has it all
+
+
+async def test_without_provider_streaming_watchers_get_each_reply_when_its_step_ends(
+    client, settings, pool, worker
+):
+    """AGENTRUN_MODEL_STREAM=0: the provider answers whole, the workflow publishes it."""
+    answer = "## Summary\nRefunds are paid within five working days of the request."
+    whole = settings.model_copy(update={"model_stream": False})
+    run_id, items, requests = await search_then_answer(
+        client, settings, pool, worker, answer, pause=0, worker_settings=whole
+    )
+    assert not any(r.get("stream") for r in requests)
+    check_story(items)
+    assert [p.text for p in answer_pieces(items)] == [answer]
+    signals, _ = await stream_signals_and_model_results(client, run_id)
+    assert signals == 0
+
+
+async def test_a_reply_reused_after_a_crash_reaches_watchers_with_its_attempt(
+    client, settings, pool, worker
+):
+    """The worker dies once the model has answered (journaled, not returned); the next
+    attempt reuses the journaled reply without streaming it, and the workflow publishes it
+    whole, marked with the attempt that returned it."""
+    answer = "## Summary\nRefunds are paid within five working days of the request."
+    with OfflineModelServer(scripted(answer)) as model:
+        spec = make_spec(
+            "Look up our refund policy.", allowed_tools=["search_notes"], timeouts=FAST
+        )
+        run_id = await start_and_crash(client, settings, model, spec, "model.after_response")
+        async with worker(base_url=model.base_url):
+            items = await asyncio.wait_for(follow(client, pool, run_id), 90)
+        assert len(model.requests) == 1, "the second attempt reused the journaled reply"
+    check_story(items)
+    reused = [p.text for p in answer_pieces(items) if p.data["attempt"] == 2]
+    assert reused == [answer]

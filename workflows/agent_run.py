@@ -477,6 +477,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     )
                 )
             raise
+        self.stream.publish_rest_of_reply(step_id, reply)  # before its step.completed event
         self.progress.stored_messages += len(self.progress.pending_messages)
         self.progress.pending_messages = []
         self.progress.model_used = reply.model

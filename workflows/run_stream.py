@@ -2,17 +2,20 @@
 
 The workflow publishes each event it records (`_event`) into a `WorkflowStream`; that costs
 no history at all, since the log is workflow state rebuilt on replay. `model.complete`
-publishes the reply's text from the activity, in batches, one signal each. Watchers long-poll
-with updates. At continue-as-new the log goes along, cut to its last `RETAINED_ITEMS`, so the
-state a run carries stays bounded however long it runs; offsets stay global.
+publishes a reply's text from the activity only while the provider is still sending it (one
+signal per batch); the workflow publishes the rest itself when it takes the call's result,
+so a quick reply costs no signal. Watchers long-poll with updates. At continue-as-new the
+log goes along, cut to its last `RETAINED_ITEMS`, so the state a run carries stays bounded
+however long it runs; offsets stay global.
 """
 
 from __future__ import annotations
 
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from agentrun.core.constants import STREAM_TOPIC_EVENTS
-from agentrun.core.models import RunEvent
+from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
+from agentrun.core.models import ModelCallResult, RunEvent, TextPiece
+from agentrun.core.streamed_text import rest_of_reply
 
 # Items a continuation carries; a watcher that asks for an older offset starts at the oldest
 # one kept (the mirror still has every event).
@@ -24,9 +27,21 @@ class RunStream:
         # Must be built from an `__init__` during the workflow's init (the SDK checks).
         self.stream = WorkflowStream(prior_state=prior)
         self.events = self.stream.topic(STREAM_TOPIC_EVENTS, type=RunEvent)
+        self.text = self.stream.topic(STREAM_TOPIC_TEXT, type=TextPiece)
 
     def publish(self, event: RunEvent) -> None:
         self.events.publish(event)
+
+    def publish_rest_of_reply(self, step_id: str, reply: ModelCallResult) -> None:
+        """The part of a model's reply its activity did not stream, as one more piece of the
+        same attempt's text. Only the result and the log decide it, so replay rebuilds the
+        same log; and it adds no command, so it needs no `workflow.patched`. A result
+        without `streamed_chars` came from an activity that streamed all of it itself."""
+        if reply.streamed_chars is None:
+            return
+        text = rest_of_reply(reply.content, reply.streamed_chars)
+        if text:
+            self.text.publish(TextPiece(step_id=step_id, attempt=reply.attempt, text=text))
 
     def detach(self) -> None:
         """Release waiting watchers before the run returns or continues as new; they follow

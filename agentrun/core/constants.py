@@ -29,7 +29,7 @@ SIGNAL_PAUSE = "pause_signal"
 SIGNAL_RESUME = "resume_signal"
 
 # The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
-# events, the model activity the text as the provider streams it.
+# events, the model activity the text as the provider streams it (the workflow its rest).
 STREAM_TOPIC_EVENTS = "events"
 STREAM_TOPIC_TEXT = "text"
 STREAM_TOPIC_RETRIES = "retries"

@@ -261,6 +261,11 @@ class ModelCallResult(BaseModel):
     model: str
     attempt: int = 1
     journal_attempt: int = Field(1, description="the attempt that paid for this response")
+    streamed_chars: int | None = Field(
+        None,
+        description="how much of `content` the activity already streamed to watchers; the "
+        "workflow publishes the rest (None: an older activity that streamed it all itself)",
+    )
 
 
 class ToolCallInput(BaseModel):

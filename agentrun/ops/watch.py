@@ -1,10 +1,11 @@
 """Follow a run as it works: its events and its model's text as they happen, then its receipt.
 
 A live run is read from its workflow stream (`temporalio.contrib.workflow_streams`): the
-workflow publishes every event it mirrors, and `model.complete` publishes the reply's text
-as the provider streams it. Offsets are global and survive continue-as-new, so a watcher
-that joins late replays from offset 0 (or any offset) and sees the same sequence as one that
-watched from the start. An ended run's story is read from the Postgres mirror instead.
+workflow publishes every event it mirrors, `model.complete` publishes the reply's text as
+the provider streams it, and the workflow the rest of the reply when the call ends. Offsets
+are global and survive continue-as-new, so a watcher that joins late replays from offset 0
+(or any offset) and sees the same sequence as one that watched from the start. An ended
+run's story is read from the Postgres mirror instead.
 """
 
 from __future__ import annotations
