@@ -11,6 +11,8 @@ marks are replaced by their markers (agentrun/store/vault.py) before anything le
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
+from datetime import datetime
 from typing import Any, Literal
 
 from psycopg import AsyncConnection
@@ -20,13 +22,14 @@ from temporalio import activity
 
 from activities.leases import hold_lease, once_postgres_answers
 from activities.retry_notes import announce_retry
+from activities.step_claim import StepClaim
 from agentrun.core import errors, faults, injection
 from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SecretUnavailable, refused_data_is_final
 from agentrun.core.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.store import ledger
 from agentrun.store.artifacts import ArtifactStore
-from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.mirror_store import AttemptEnd, MirrorStore
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolContext, ToolRegistry
 from agentrun.tools.registry import (
@@ -85,8 +88,9 @@ class ToolActivities:
         except ValidationError as err:
             error = f"arguments failed validation: {compact_errors(err)}"
             return await self._refused(input, scope.redact(error))
-        saved = await once_postgres_answers(
-            lambda: self.store.begin_attempt(
+
+        def write_claim(end: AttemptEnd | None, started_at: datetime) -> Awaitable[JsonDict]:
+            return self.store.begin_attempt(
                 run_id=input.run_id,
                 step_id=input.step_id,
                 seq=input.seq,
@@ -98,11 +102,36 @@ class ToolActivities:
                 input=scope.redact(input.arguments),
                 idempotency_key=input.idempotency_key if tool.side_effect else None,
                 batch=input.mirror,
-            ),
-            input.heartbeat_seconds,
+                end=end,
+                started_at=started_at,
+            )
+
+        claim = StepClaim(
+            self.store,
+            write_claim,
+            run_id=input.run_id,
+            step_id=input.step_id,
+            attempt=info.attempt,
+            heartbeat_seconds=input.heartbeat_seconds,
+            carries_batch=input.mirror is not None,
         )
-        if input.mirror is not None:
-            faults.fire("mirror.after_write")
+        try:
+            return await self._run(tool, args, input, scope, claim)
+        finally:
+            claim.abandon()
+
+    async def _run(
+        self,
+        tool: Tool,
+        args: BaseModel,
+        input: ToolCallInput,
+        scope: SecretScope,
+        claim: StepClaim,
+    ) -> ToolCallResult:
+        info = activity.info()
+        # A first attempt of a tool without side effects needs nothing from its claim before
+        # it runs: no ledger entry, no checkpoint of an earlier attempt to resume from.
+        saved = await claim.begin(deferred=not tool.side_effect and info.attempt == 1)
         await announce_retry(self.store, input.run_id, input.step_id)
         checkpoint: JsonDict = {**input.checkpoint, **saved}
         patch: JsonDict = dict(saved)
@@ -113,6 +142,7 @@ class ToolActivities:
             update = scope.redact(update)
             patch.update(update)
             checkpoint.update(update)
+            await claim.written()  # the checkpoint is saved on the claimed row
             await self.commits.save_step_checkpoint(
                 run_id=input.run_id, step_id=input.step_id, attempt=info.attempt, patch=update
             )
@@ -134,24 +164,24 @@ class ToolActivities:
                     )
         except ToolForbidden as err:
             reason = scope.redact(str(err))
-            await self._fail(input, f"forbidden: {reason}")
+            await self._fail(claim, f"forbidden: {reason}")
             raise errors.tool_forbidden(tool.name, reason, info.attempt) from (
                 err if reason == str(err) else None
             )
         except ToolError as err:
             reason = scope.redact(str(err))
-            await self._fail(input, reason)
+            await self._fail(claim, reason)
             return ToolCallResult(ok=False, error=reason, attempt=info.attempt)
         except Exception as err:
             reason = scope.redact(str(err))
-            await self._fail(input, f"{type(err).__name__}: {reason}")
+            await self._fail(claim, f"{type(err).__name__}: {reason}")
             if reason == str(err):
                 raise
             # The message quoted a secret: raise it without the original, which would carry
             # the value into history and the worker's log.
             raise errors.reworded(err, reason) from None
         if outcome.unknown_outcome:
-            await self._fail(input, outcome.error or "unknown outcome")
+            await self._fail(claim, outcome.error or "unknown outcome")
             return outcome
         faults.fire("tool.after_effect", tool.name)
         output = await self.artifacts.offload(
@@ -161,13 +191,7 @@ class ToolActivities:
             name=f"{tool.name}.json",
             threshold=self.artifact_threshold,
         )
-        await self.store.end_attempt(
-            run_id=input.run_id,
-            step_id=input.step_id,
-            attempt=info.attempt,
-            status="succeeded",
-            output=output,
-        )
+        await claim.end(AttemptEnd("succeeded", output=output))
         return outcome.model_copy(
             update={
                 "output": output,
@@ -371,11 +395,5 @@ class ToolActivities:
             await once_postgres_answers(lambda: self.store.sync(batch), input.heartbeat_seconds)
         return ToolCallResult(ok=False, error=error, attempt=activity.info().attempt)
 
-    async def _fail(self, input: ToolCallInput, error: str) -> None:
-        await self.store.end_attempt(
-            run_id=input.run_id,
-            step_id=input.step_id,
-            attempt=activity.info().attempt,
-            status="failed",
-            error=error,
-        )
+    async def _fail(self, claim: StepClaim, error: str) -> None:
+        await claim.end(AttemptEnd("failed", error=error))

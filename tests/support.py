@@ -68,6 +68,21 @@ def mirror_batch(
     )
 
 
+def step_claim(run_id: str, step_id: str, attempt: int) -> dict[str, Any]:
+    """`MirrorStore.begin_attempt`'s arguments for a no-op tool step (seq from its id)."""
+    return {
+        "run_id": run_id,
+        "step_id": step_id,
+        "seq": int(step_id.split("-")[0]),
+        "type": "tool_call",
+        "name": "noop",
+        "attempt": attempt,
+        "worker": "w",
+        "lease_seconds": 5,
+        "input": {},
+    }
+
+
 def make_spec(task: str = NOTIFY_TASK, **fields: Any) -> RunSpec:
     """A run spec with a fresh idempotency key and timeouts short enough for tests."""
     fields.setdefault("idempotency_key", f"t-{uuid.uuid4().hex[:12]}")

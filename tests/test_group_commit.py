@@ -8,7 +8,7 @@ import uuid
 from agentrun.store.db import open_pool
 from agentrun.store.mirror_store import MirrorStore
 from tests.support import mirror_batch as batch
-from tests.support import rows
+from tests.support import rows, step_claim
 
 
 def new_run() -> str:
@@ -77,17 +77,7 @@ async def test_claims_that_arrive_together_share_a_group_and_each_gets_its_own_c
     runs = [new_run() for _ in range(4)]
 
     def claim(run: str, attempt: int) -> dict:
-        return {
-            "run_id": run,
-            "step_id": "0009-tool_call",
-            "seq": 9,
-            "type": "tool_call",
-            "name": "noop",
-            "attempt": attempt,
-            "worker": "w",
-            "lease_seconds": 5,
-            "input": {},
-        }
+        return step_claim(run, "0009-tool_call", attempt)
 
     await store.begin_attempt(**claim(runs[0], 1))
     await store.save_step_checkpoint(

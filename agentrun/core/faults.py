@@ -20,7 +20,7 @@ from functools import cache
 from agentrun.core.settings import Settings
 
 POINTS: dict[str, str] = {
-    "tool.before_run": "the tool's attempt is claimed, the tool has not run",
+    "tool.before_run": "the tool has not run; its attempt is claimed unless it is quick",
     "tool.after_effect": "the tool answered and committed, the activity has not returned",
     "tool.after_external_effect": "an external effect happened, its record is not written",
     "model.after_response": "the model answered and was journaled, the activity has not returned",
