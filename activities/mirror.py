@@ -7,10 +7,11 @@ from temporalio import activity
 from agentrun.core import faults
 from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
+    ACTIVITY_MIRROR_FINISH,
     ACTIVITY_MIRROR_SYNC,
     ACTIVITY_RECEIPT_RECORD,
 )
-from agentrun.core.models import INTERRUPTED, CheckpointInput, MirrorBatch, Receipt
+from agentrun.core.models import INTERRUPTED, CheckpointInput, FinishInput, MirrorBatch, Receipt
 from agentrun.store import ledger
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import ModelJournal
@@ -48,6 +49,13 @@ class MirrorActivities:
         )
         await self.store.record_receipt(receipt)
         return receipt
+
+    @activity.defn(name=ACTIVITY_MIRROR_FINISH)
+    async def finish(self, input: FinishInput) -> Receipt:
+        """The run's last rows, then its receipt: one activity where a run ends, not two
+        (a run from before generation 2 schedules `mirror.sync`, then `receipts.record`)."""
+        await self.sync(input.batch)
+        return await self.record_receipt(input.receipt)
 
     async def _settle_interrupted(self, receipt: Receipt) -> Receipt:
         """Side effects whose call a cancel stopped: the ledger says whether they happened

@@ -230,9 +230,21 @@ class RunTimes:
     started: float
     closed: float | None
     activities: list[ActivityTimes]
+    tasks_completed: list[float]
 
     def of(self, name: str) -> list[ActivityTimes]:
         return [a for a in self.activities if a.name == name]
+
+    def acceptance_lags(self, name: str) -> list[float]:
+        """Seconds from each `name` activity's completion to the workflow task that took it
+        (the first to complete after it): when the run has accepted the step. Nothing that
+        waits for Temporal's commit of a step, a mirror included, can land sooner."""
+        lags = []
+        for item in self.of(name):
+            after = [t for t in self.tasks_completed if item.completed and t >= item.completed]
+            if item.completed is not None and after:
+                lags.append(after[0] - item.completed)
+        return lags
 
 
 async def run_times(client: Client, workflow_id: str) -> RunTimes:
@@ -240,9 +252,12 @@ async def run_times(client: Client, workflow_id: str) -> RunTimes:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     started = closed = None
     by_id: dict[int, ActivityTimes] = {}
+    tasks_completed: list[float] = []
     for event in history.events:
         kind = event.event_type
-        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            tasks_completed.append(_ts(event))
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started = _ts(event)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
@@ -264,7 +279,7 @@ async def run_times(client: Client, workflow_id: str) -> RunTimes:
         ):
             closed = _ts(event)
     assert started is not None, f"{workflow_id} has no start event"
-    return RunTimes(workflow_id, started, closed, list(by_id.values()))
+    return RunTimes(workflow_id, started, closed, list(by_id.values()), tasks_completed)
 
 
 # ------------------------------------------------------------------ load at a concurrency

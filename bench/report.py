@@ -150,6 +150,21 @@ def summary_table(results: dict[str, Any]) -> str:
             *dash,
         ]
     )
+    accepted = _get(results, "throughput", "acceptance_lag_under_load")
+    if isinstance(accepted, dict):
+        ours_ms, agent_ms = accepted.get("ours"), accepted.get("bare_agent")
+        rows.append(
+            [
+                "step done in Temporal → accepted by the run's workflow task, p50 / p95, "
+                f"at {accepted.get('level')} concurrent",
+                _pair(ours_ms, "p50", "p95"),
+                _pair(agent_ms, "p50", "p95"),
+                "—",
+                "—",
+                fmt_ratio(ratio(_get(ours_ms, "p95"), _get(agent_ms, "p95"))),
+                "—",
+            ]
+        )
     return render_table(
         [
             "measure",
@@ -274,12 +289,15 @@ def targets_table(results: dict[str, Any]) -> str:
         )
     load = _get(results, "throughput", "mirror_lag_under_load") or {}
     lag_load = _get(load, "ms", "p95") if load.get("level") == TARGET_LEVEL else None
+    accepted = _get(results, "throughput", "acceptance_lag_under_load") or {}
+    floor = _get(accepted, "bare_agent", "p95") if accepted.get("level") == TARGET_LEVEL else None
     rows.append(
         [
-            f"mirror lag p95 ≤ {MIRROR_LAG_P95_MAX_MS:.0f} ms, {TARGET_LEVEL} concurrent runs",
+            f"mirror lag p95 ≤ {MIRROR_LAG_P95_MAX_MS:.0f} ms, {TARGET_LEVEL} concurrent runs "
+            "(bare agent: a step's acceptance by its run, the floor of any write after it)",
             fmt(lag_load, " ms"),
-            "—",
-            "—",
+            fmt(floor, " ms"),
+            fmt_ratio(ratio(lag_load, floor)),
             _verdict(None if lag_load is None else lag_load <= MIRROR_LAG_P95_MAX_MS),
         ]
     )

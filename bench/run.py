@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from agentrun.core import search_attributes  # noqa: E402
 from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentrun.core.errors import SetupError  # noqa: E402
 from agentrun.core.models import ApproveInput  # noqa: E402
@@ -54,6 +55,8 @@ from bench.stats import deltas, summarize  # noqa: E402
 from workflows import AgentRunWorkflow  # noqa: E402
 
 OUR_STEP = "tool.invoke"
+# Each agent's tool step, whose acceptance by the run's next workflow task is timed.
+STEP_OF = {"ours": OUR_STEP, "bare_agent": AGENT_TOOL}
 OUR_FIRST_STEP = "model.complete"
 # The systems measured side by side: ours, the fair baseline (the same agent loop on bare
 # Temporal, bench/bare_agent.py) and the floor (N no-op activities, bench/bare.py).
@@ -197,7 +200,9 @@ class Bench:
         self.stack = EmbeddedStack(
             home=self.home, temporal_port=free_port(), ui_port=free_port(), ui=False
         )
-        self.model = OfflineModelServer(ours.responder)
+        # Unpaced: a streamed reply (ours asks for one) would otherwise wait 20 ms between
+        # pieces, which the bare agent's unstreamed call never does.
+        self.model = OfflineModelServer(ours.responder, stream_pause_seconds=0)
         self.endpoints: dict[str, str] = {}
         self.client: Client
         self.pool: AsyncConnectionPool
@@ -250,11 +255,16 @@ class Bench:
 
     async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
         if system == "ours":
+            spec = ours.run_spec(steps, key=workflow_id)
             await self.client.start_workflow(
                 AgentRunWorkflow.run,
-                ours.run_spec(steps, key=workflow_id),
+                spec,
                 id=workflow_id,
                 task_queue=queue,
+                # As `starter.py run` starts it: the Web UI's search attributes, kept current.
+                search_attributes=search_attributes.for_run(
+                    spec.agent, spec.tenant, search_attributes.RUNNING, spec.priority
+                ),
             )
         elif system == "bare_agent":
             await self.client.start_workflow(
@@ -281,6 +291,13 @@ class Bench:
                 (run_id,),
             )
             return [(str(a), float(b)) for a, b in await cur.fetchall()]
+
+    async def acceptance_lags(self, workflow_ids: list[str], step: str) -> list[float]:
+        """Seconds from each tool step's completion to the workflow task that accepted it."""
+        lags: list[float] = []
+        for workflow_id in workflow_ids:
+            lags += (await harness.run_times(self.client, workflow_id)).acceptance_lags(step)
+        return lags
 
     async def mirror_lags(self, workflow_ids: list[str]) -> list[float]:
         """Seconds from each tool step's ActivityTaskCompleted to its final row in Postgres."""
@@ -439,8 +456,13 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
             except Exception as err:
                 row[system] = {"error": f"{type(err).__name__}: {err}"}
                 continue
-            if system == "ours" and level == lag_level:
-                sample = completed[:: max(1, len(completed) // 20)][:20]
+            if level != lag_level:
+                continue
+            sample = completed[:: max(1, len(completed) // 20)][:20]
+            if system in STEP_OF:
+                accepted = out.setdefault("acceptance_lag_under_load", {"level": level})
+                accepted[system] = ms(await b.acceptance_lags(sample, STEP_OF[system]))
+            if system == "ours":
                 out["mirror_lag_under_load"] = {
                     "level": level,
                     "runs_sampled": len(sample),

@@ -225,6 +225,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after each step's activity carried the run's pending mirror batch instead of a
     # `mirror.sync` of its own before it (patch mirror-batch-rides-step).
     "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
+    # Recorded after runs took generation 2 (workflows/changes.py): one patch marker for
+    # every change before it, `AgentrunStatus` upserted only when the shown status changes,
+    # the last rows and the receipt in one activity (`mirror.finish`).
+    "generation_2": (RunSpec(task=TASK), approved_with_edit),
+    "generation_2_cancelled": (RunSpec(task=TASK), cancelled),
+    "generation_2_watched": (RunSpec(task=TASK), watched),
     # Recorded after the admission queue learned to free the slot of a terminated run
     # (patch admission-sweeps-closed-runs); the queue's history shows the sweep.
     "terminated_holding_slot": (RunSpec(task=TASK, tenant="swept"), terminated_holding_slot),

@@ -273,7 +273,7 @@ async def test_a_checkpoint_grown_past_the_limit_fails_the_run_and_keeps_the_las
     trimmed_events = await rows(
         pool, "SELECT data FROM events WHERE run_id = %s AND type = 'run.record_trimmed'", run_id
     )
-    assert len(trimmed_events) == 1 and "mirror.sync" in trimmed_events[0]["data"]["reason"]
+    assert len(trimmed_events) == 1 and "mirror.finish" in trimmed_events[0]["data"]["reason"]
     receipt = await ops.receipt(pool, run_id)
     assert receipt["outcome"] == "failed" and receipt["error"] == result.error
 
@@ -305,8 +305,7 @@ async def test_a_mirror_batch_too_large_to_ride_with_a_step_is_written_on_its_ow
         "mirror.sync",  # the tool step's record, too large to ride with the model call
         "model.complete",
         "verify.check",
-        "mirror.sync",
-        "receipts.record",
+        "mirror.finish",  # the run's last rows and its receipt, in one activity
     ]
     assert await projection.check(client, pool, run_id, payload_limit=limit) == []
 

@@ -6,6 +6,7 @@ and keep the old ones: in-flight runs were started by the old code.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -166,6 +167,47 @@ def test_a_step_carrying_the_mirror_batch_has_a_history():
     assert after.count("mirror.sync") == 2  # the approval wait and the run's final write
     assert len(after) == len(steps) + 3  # and the receipt
     assert len(before) - len(after) == before.count("mirror.sync") - 2
+
+
+def test_generation_2_has_histories_with_one_marker_and_one_last_write():
+    """A run of generation 2 asks one patch for every change before it, upserts its status
+    only when the shown status changes, and writes its last rows with its receipt: the same
+    approved run as step_carries_mirror, in fewer events."""
+    from workflows.changes import GENERATION_2
+
+    def events(name: str) -> list[dict]:
+        return json.loads((HISTORIES[0].parent / f"{name}.json").read_text())["events"]
+
+    def of_type(history: list[dict], kind: str) -> list[dict]:
+        return [e for e in history if e["eventType"] == f"EVENT_TYPE_{kind}"]
+
+    def scheduled(history: list[dict]) -> list[str]:
+        return [
+            e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+            for e in of_type(history, "ACTIVITY_TASK_SCHEDULED")
+        ]
+
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    for name in ("generation_2", "generation_2_cancelled", "generation_2_watched"):
+        assert taken[name] == {GENERATION_2}, name
+        assert scheduled(events(name))[-1] == "mirror.finish", name
+        assert "receipts.record" not in scheduled(events(name)), name
+    assert all(GENERATION_2 not in ids for name, ids in taken.items() if "generation_2" not in name)
+    before, after = events("step_carries_mirror"), events("generation_2")
+    assert len(of_type(before, "MARKER_RECORDED")) == 10
+    assert len(of_type(after, "MARKER_RECORDED")) == 1
+    statuses = [
+        e["upsertWorkflowSearchAttributesEventAttributes"]["searchAttributes"]["indexedFields"]
+        for e in of_type(after, "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES")
+    ]
+    shown = [
+        json.loads(base64.b64decode(f["AgentrunStatus"]["data"]))
+        for f in statuses
+        if "AgentrunStatus" in f
+    ]
+    assert shown == ["waiting_for_approval", "running", "completed"]
+    assert [a for a in scheduled(before) if a != "receipts.record"][:-1] == scheduled(after)[:-1]
+    assert len(after) < len(before) - 25
 
 
 def test_a_reply_finished_by_the_workflow_has_a_history():

@@ -139,3 +139,37 @@ async def test_search_attributes_follow_the_run(client, settings, worker):
         return [w.id async for w in client.list_workflows(query)]
 
     assert await eventually(listed, what="visibility to index the run") == [started.run_id]
+
+
+async def test_a_run_pays_one_patch_marker_and_upserts_only_shown_statuses(
+    client, settings, worker
+):
+    """Generation 2 (workflows/changes.py): one `core_patch` marker for all the workflow's
+    changes, and `AgentrunStatus` upserted only when what a person filters on changes; it is
+    "running" while the run works, so the Web UI finds it by that."""
+    from temporalio.api.enums.v1 import EventType
+
+    from agentrun.core import search_attributes as sa
+
+    spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        handle = client.get_workflow_handle(started.run_id)
+        assert (await handle.describe()).typed_search_attributes.get(sa.STATUS) == "running"
+        await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
+    events = (await handle.fetch_history()).events
+    markers = [e for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    upserts = [
+        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    assert len(markers) == 1
+    shown = [f["AgentrunStatus"].data.decode() for f in upserts if "AgentrunStatus" in f]
+    assert shown == ['"completed"']
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled[-1] == "mirror.finish" and "mirror.sync" not in scheduled

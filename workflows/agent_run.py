@@ -28,6 +28,7 @@ from temporalio.workflow import ActivityCancellationType
 
 from workflows import run_state
 from workflows.approvals import Approvals
+from workflows.changes import Changes
 from workflows.recording import MIRROR_RETRY
 from workflows.run_messages import RunMessages
 from workflows.run_state import RunEnded
@@ -143,11 +144,11 @@ async def outlast_cancel(
 class AgentRunWorkflow(Approvals, RunMessages):
     @workflow.init
     def __init__(self, spec: RunSpec) -> None:
+        self.changes = Changes()
         self.spec = spec
         self.run_id = workflow.info().workflow_id
         # Only runs started with the search attributes keep them current (see the module).
-        attributes = workflow.info().typed_search_attributes
-        self.indexed = attributes.get(search_attributes.STATUS) is not None
+        self.indexed_status = workflow.info().typed_search_attributes.get(search_attributes.STATUS)
         self.pending_steps: list[StepRecord] = []
         self.pending_events: list[RunEvent] = []
         self.mirror_writes: list[workflow.ActivityHandle[None]] = []
@@ -183,7 +184,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._mirror_written()
-        if workflow.patched(CONTINUE_AFTER_BOUNDARY):
+        if self.changes.has(CONTINUE_AFTER_BOUNDARY):
             # Handlers that ran while the run waited emitted events: they go too.
             while self.pending_events or self.pending_steps:
                 await self._flush()
@@ -201,7 +202,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
         cancelled = False
         try:
-            if not workflow.patched(QUIET_MIRROR):
+            if not self.changes.has(QUIET_MIRROR):
                 await self._flush()
             await self._wait_for_slot()
             if spec.fork is not None and spec.carry is None:
@@ -227,7 +228,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 raise
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
-        if workflow.patched(RECEIPT_SHIELDED):
+        if self.changes.has(RECEIPT_SHIELDED):
             # The run has ended: a cancel that comes now must not cost it its receipt.
             await shielded(self._record_receipt())
             await shielded(self._release_slot())
@@ -273,7 +274,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
 
     async def _agent_loop(self) -> None:
         while self.progress.model_calls < self.spec.max_steps:
-            if workflow.patched(CONTINUE_AFTER_BOUNDARY):
+            if self.changes.has(CONTINUE_AFTER_BOUNDARY):
                 await self._step_boundary()
                 await self._continue_as_new_if_long()
             else:
@@ -291,7 +292,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 continue
             answer = reply.content or ""
             verdict = await self._verify_step(answer)
-            if workflow.patched(JUDGE_COUNTED) and verdict.judge_model is not None:
+            if self.changes.has(JUDGE_COUNTED) and verdict.judge_model is not None:
                 await self._enforce_budget()
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
@@ -446,7 +447,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     mirror=mirror,
                 ),
                 task_queue=fairness.model_task_queue(workflow.info().task_queue)
-                if workflow.patched(MODEL_CALL_QUEUE)
+                if self.changes.has(MODEL_CALL_QUEUE)
                 else None,
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
@@ -601,7 +602,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             batch = await self._batch_for_step()
             started = workflow.now()
             attempts, timeout = policies.tool_limits(self.spec, call.tool)
-            waits = call.side_effect and workflow.patched(TOOL_CANCEL_WAITS)
+            waits = call.side_effect and self.changes.has(TOOL_CANCEL_WAITS)
             tool_input = ToolCallInput(
                 run_id=self.run_id,
                 step_id=step_id,
@@ -651,7 +652,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 {"idempotency_key": key, "arguments": arguments},
                 reason=result.error,
             )
-            if decision.decision == "expired" and workflow.patched(UNKNOWN_STAYS_UNKNOWN):
+            if decision.decision == "expired" and self.changes.has(UNKNOWN_STAYS_UNKNOWN):
                 self.progress.unresolved.append(
                     f"{step_id}: whether {call.tool} happened is unknown (key {key}); "
                     "nobody decided in time"
@@ -689,7 +690,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
         )
 
     def _effect_key(self, step_id: str, tool: str, arguments: JsonDict) -> str:
-        if not workflow.patched(EFFECT_KEYS):
+        if not self.changes.has(EFFECT_KEYS):
             return idempotency_key(self.run_id, step_id, tool, arguments)
         parent = workflow.info().parent
         key = self.spec.idempotency_key
@@ -809,7 +810,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
     async def _verify_step(self, answer: str) -> VerifyResult:
         step_id = self._new_step("verify", "checks")
         self._set_status(RunStatus.VERIFYING, step_id)
-        if not workflow.patched(QUIET_MIRROR):
+        if not self.changes.has(QUIET_MIRROR):
             await self._flush()
         started = workflow.now()
         verdict = await workflow.execute_activity_method(
@@ -832,7 +833,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             summary=f"verify the answer ({len(answer):,} characters)",
         )
         self.progress.verification = verdict
-        if workflow.patched(JUDGE_COUNTED):
+        if self.changes.has(JUDGE_COUNTED):
             self.progress.tokens_in += verdict.usage.input_tokens
             self.progress.tokens_out += verdict.usage.output_tokens
             self.progress.cost_usd = round(self.progress.cost_usd + verdict.cost_usd, 6)

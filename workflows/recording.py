@@ -18,6 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows import run_state
+from workflows.changes import Changes
 from workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
@@ -25,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core.errors import PAYLOAD_TOO_LARGE
     from agentrun.core.models import (
+        FinishInput,
         JsonDict,
         MirrorBatch,
         PendingApproval,
@@ -74,6 +76,24 @@ MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 MIRROR_RIDES_STEP = "mirror-batch-rides-step"
 
 T = TypeVar("T")
+Trim = Literal["records", "all"] | None
+# How a write Temporal would refuse as too large is cut down, a step at a time.
+TRIMS: list[Trim] = [None, "records", "all"]
+
+
+def trimmed(batch: MirrorBatch, trim: Trim) -> MirrorBatch:
+    """`batch` with its long strings cut: the records' ("records"; the run row and its
+    checkpoint stay whole), or all of them ("all")."""
+    if trim == "records":
+        return batch.model_copy(
+            update={
+                "steps": [payload_limits.trimmed(s) for s in batch.steps],
+                "events": [payload_limits.trimmed(e) for e in batch.events],
+            }
+        )
+    if trim == "all":
+        return payload_limits.trimmed(batch)
+    return batch
 
 
 def approval_input(pending: PendingApproval) -> JsonDict:
@@ -91,7 +111,8 @@ class Recording:
     spec: RunSpec
     run_id: str
     progress: RunProgress
-    indexed: bool
+    changes: Changes
+    indexed_status: str | None
     pending_steps: list[StepRecord]
     pending_events: list[RunEvent]
     mirror_writes: list[workflow.ActivityHandle[None]]
@@ -102,11 +123,20 @@ class Recording:
             old = self.progress.status
             self.progress.status = check_transition(old, new)
             self._event("status.changed", step_id, {"from": old.value, "to": new.value})
-            if self.indexed:
-                workflow.upsert_search_attributes([search_attributes.STATUS.value_set(new.value)])
+            self._index_status(new)
         if step_id is not None:
             self.progress.current_step_id = step_id
         self._show_details()
+
+    def _index_status(self, new: RunStatus) -> None:
+        """Keep `AgentrunStatus` current, for runs started with it (see
+        agentrun.core.search_attributes): an upsert only when the shown status changes."""
+        if self.indexed_status is None:
+            return
+        shown = search_attributes.shown_status(new) if self.changes.generation_2 else new.value
+        if shown != self.indexed_status or not self.changes.generation_2:
+            workflow.upsert_search_attributes([search_attributes.STATUS.value_set(shown)])
+            self.indexed_status = shown
 
     def _show_details(self) -> None:
         """The Web UI's *Current details*: what the run does or waits for, in words."""
@@ -242,7 +272,7 @@ class Recording:
     async def _batch_for_step(self) -> MirrorBatch | None:
         """The run's pending mirror batch, to ride in the next step activity's input. Runs
         from before MIRROR_RIDES_STEP write it on their own here instead (None)."""
-        if workflow.patched(MIRROR_RIDES_STEP):
+        if self.changes.has(MIRROR_RIDES_STEP):
             return self._take_batch()
         await self._flush()
         return None
@@ -276,21 +306,11 @@ class Recording:
                 self._put_back(carried)
             raise
 
-    async def _flush(self, *, trim: Literal["records", "all"] | None = None) -> None:
+    async def _flush(self, *, trim: Trim = None) -> None:
         """Write what changed since the last flush to the mirror, as one idempotent batch."""
         batch = self._take_batch()
-        sent = batch
-        if trim == "records":  # the run row (its checkpoint) stays whole
-            sent = batch.model_copy(
-                update={
-                    "steps": [payload_limits.trimmed(s) for s in batch.steps],
-                    "events": [payload_limits.trimmed(e) for e in batch.events],
-                }
-            )
-        elif trim == "all":
-            sent = payload_limits.trimmed(batch)
         try:
-            await self._sync(sent)
+            await self._sync(trimmed(batch, trim))
         except ApplicationError as err:
             if payload_limits.is_too_large(err):
                 # Refused before it was sent: keep its rows for the run's final write.
@@ -298,7 +318,7 @@ class Recording:
             raise
 
     async def _sync(self, batch: MirrorBatch) -> None:
-        if workflow.patched(MIRROR_SYNC_AFTER_COMMIT):
+        if self.changes.has(MIRROR_SYNC_AFTER_COMMIT):
             self.mirror_writes = [w for w in self.mirror_writes if not w.done()]
             self.mirror_writes.append(
                 workflow.start_activity_method(
@@ -309,11 +329,11 @@ class Recording:
                     priority=MIRROR_PRIORITY,
                     summary=run_summaries.mirror_summary(batch),
                     task_queue=fairness.mirror_task_queue(workflow.info().task_queue)
-                    if workflow.patched(MIRROR_QUEUE)
+                    if self.changes.has(MIRROR_QUEUE)
                     else None,
                 )
             )
-        elif workflow.patched(MIRROR_SYNC_LOCAL):
+        elif self.changes.has(MIRROR_SYNC_LOCAL):
             # Runs that wrote their mirror from local activities replay the way they did.
             await workflow.execute_local_activity_method(
                 MirrorActivities.sync,
@@ -338,8 +358,10 @@ class Recording:
     async def _record_receipt(self) -> None:
         """The final mirror write and the receipt. If either would be refused as too large,
         it goes again with its long strings cut, so the run still ends recorded."""
-        trims: list[Literal["records", "all"] | None] = [None, "records", "all"]
-        for trim in trims:
+        if self.changes.generation_2:
+            await self._finish_record()
+            return
+        for trim in TRIMS:
             try:
                 await self._flush(trim=trim)
                 break
@@ -357,7 +379,27 @@ class Recording:
                 raise
             await self._store_receipt(payload_limits.trimmed(receipt))
 
-    async def _store_receipt(self, receipt: Receipt) -> None:
+    async def _finish_record(self) -> None:
+        """Generation 2: the final batch and the receipt in one activity, `mirror.finish`."""
+        await self._mirror_written()  # the receipt comes after every row it sums up
+        for trim in TRIMS:
+            batch = self._take_batch()
+            receipt = run_state.receipt(self.run_id, self.spec, self.progress, workflow.now())
+            last = FinishInput(
+                batch=trimmed(batch, trim),
+                receipt=payload_limits.trimmed(receipt) if trim == "all" else receipt,
+            )
+            try:
+                await self._store_receipt(last)
+                return
+            except ApplicationError as err:
+                self._put_back(batch)
+                if trim == "all" or not payload_limits.is_too_large(err):
+                    raise
+                if trim is None:
+                    self._event("run.record_trimmed", data={"reason": err.message})
+
+    async def _store_receipt(self, receipt: Receipt | FinishInput) -> None:
         try:
             await self._send_receipt(receipt)
         except ActivityError as err:
@@ -365,7 +407,17 @@ class Recording:
             if err.cause is None or not payload_limits.is_too_large(err.cause):
                 raise
 
-    async def _send_receipt(self, receipt: Receipt) -> None:
+    async def _send_receipt(self, receipt: Receipt | FinishInput) -> None:
+        if isinstance(receipt, FinishInput):
+            await workflow.execute_activity_method(
+                MirrorActivities.finish,
+                receipt,
+                start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
+                retry_policy=MIRROR_RETRY,
+                summary=f"receipt: {receipt.receipt.outcome.value}, with the last "
+                f"{len(receipt.batch.steps)} step rows and {len(receipt.batch.events)} events",
+            )
+            return
         await workflow.execute_activity_method(
             MirrorActivities.record_receipt,
             receipt,

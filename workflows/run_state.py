@@ -21,7 +21,8 @@ with workflow.unsafe.imports_passed_through():
 WORKFLOW_ONLY = {
     "spec": "the run's input: the continuation is started with it again",
     "run_id": "the workflow id, the same for every continuation",
-    "indexed": "read from the search attributes, which a continuation inherits",
+    "changes": "asked in the run's first activation; a continuation asks again",
+    "indexed_status": "read from the search attributes, which a continuation inherits",
     "progress": "the declared state itself, carried whole",
     "pending_steps": "mirror rows not sent yet: a run flushes them before it continues",
     "pending_events": "mirror events not sent yet: flushed like pending_steps",

@@ -13,6 +13,7 @@ ACTIVITY_CHECKPOINT_SAVE = "checkpoint.save"
 ACTIVITY_VERIFY_CHECK = "verify.check"
 ACTIVITY_MIRROR_SYNC = "mirror.sync"
 ACTIVITY_RECEIPT_RECORD = "receipts.record"
+ACTIVITY_MIRROR_FINISH = "mirror.finish"
 ACTIVITY_FORK_SEED = "fork.seed"
 
 # Workflow message names.

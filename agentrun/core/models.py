@@ -582,6 +582,14 @@ class Receipt(BaseModel):
     )
 
 
+class FinishInput(BaseModel):
+    """Where a run ends: its last mirror batch and its receipt, for one activity to write
+    (`mirror.finish`), the rows first since the receipt sums them up."""
+
+    batch: MirrorBatch
+    receipt: Receipt
+
+
 class RunResult(BaseModel):
     run_id: str
     status: RunStatus

@@ -4,6 +4,11 @@ filter runs by agent, tenant, status and priority (e.g. `AgentrunStatus="waiting
 
 A run upserts its status only if it was started with these attributes, which keeps runs
 started without them (older runs, clusters without them registered) deterministic.
+`AgentrunStatus` holds what a person filters on (`shown_status`): queued, running,
+waiting_for_approval, paused, completed, failed or cancelled. The step-by-step status
+(planning, waiting_for_tool, verifying) is in `starter.py status` and the mirror; keeping it
+in the attribute cost two upserts, each a history event and a visibility write, per step.
+Runs from before generation 2 (workflows/changes.py) upsert every status, as they did.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core.states import RunStatus
+
 AGENT = SearchAttributeKey.for_keyword("AgentrunAgent")
 TENANT = SearchAttributeKey.for_keyword("AgentrunTenant")
 STATUS = SearchAttributeKey.for_keyword("AgentrunStatus")
@@ -29,6 +36,16 @@ ALL: tuple[SearchAttributeKey[str] | SearchAttributeKey[int], ...] = (
     STATUS,
     PRIORITY,
 )
+# The statuses a run passes through many times a run, shown as one.
+RUNNING = "running"
+_WORKING = frozenset({RunStatus.PLANNING, RunStatus.WAITING_FOR_TOOL, RunStatus.VERIFYING})
+
+
+def shown_status(status: RunStatus) -> str:
+    """The value `AgentrunStatus` holds while the run is in `status`."""
+    return RUNNING if status in _WORKING else status.value
+
+
 _CLI_TYPES = {
     SearchAttributeIndexedValueType.KEYWORD: "Keyword",
     SearchAttributeIndexedValueType.INT: "Int",

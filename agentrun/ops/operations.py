@@ -129,7 +129,12 @@ async def start_run(
             task_queue=task_queue,
             search_attributes=(
                 search_attributes.for_run(
-                    spec.agent, spec.tenant, RunStatus.QUEUED.value, spec.priority
+                    # It starts at once (no admission queue): a running run, which its
+                    # first step does not need to upsert.
+                    spec.agent,
+                    spec.tenant,
+                    search_attributes.shown_status(RunStatus.PLANNING),
+                    spec.priority,
                 )
                 if indexed
                 else None
@@ -446,11 +451,23 @@ async def _control(
             run.handle.signal(signal, input, rpc_timeout=timedelta(seconds=deadline.left())),
         )
         return ControlResult(
-            status=RunStatus(run.indexed_status or RunStatus.QUEUED.value),
+            status=await _last_status(run, mirror),
             paused=signal is AgentRunWorkflow.pause_signal,
             message=_recorded(signal.__name__.removesuffix("_signal"), run),
         )
     return await handles.update_within(run.handle, run.task_queue, update, input, deadline)  # type: ignore[no-any-return]
+
+
+async def _last_status(run: RunRef, mirror: AsyncConnectionPool | None) -> RunStatus:
+    """What the run was last seen doing, without asking a worker: its search attribute, or,
+    where that shows only "running" (agentrun.core.search_attributes), the mirror's row."""
+    shown = run.indexed_status
+    if shown is not None and shown != search_attributes.RUNNING:
+        return RunStatus(shown)
+    found = await mirror_views.run_state(mirror, run.handle.id) if mirror is not None else None
+    if found is not None:
+        return found[0].status
+    return RunStatus.QUEUED if shown is None else RunStatus.PLANNING
 
 
 async def pause(

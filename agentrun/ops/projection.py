@@ -232,6 +232,9 @@ async def project(
             tool_results[arg.step_id] = result
         elif activity == names.ACTIVITY_RECEIPT_RECORD:
             projection.receipt = result
+        elif activity == names.ACTIVITY_MIRROR_FINISH:
+            _fold(projection, arg.batch)
+            projection.receipt = result
     for step_id, step in projection.steps.items():
         # A tool step's output is written by its accepted attempt, and that attempt's
         # result is in history: the two must agree.

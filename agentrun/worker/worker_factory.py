@@ -288,6 +288,7 @@ def build_worker(
                 mirror.sync,  # and mirror writes too
                 mirror.save_checkpoint,
                 mirror.record_receipt,
+                mirror.finish,
                 verify.check,
                 backlog.sync,
                 backlog.load,
