@@ -128,32 +128,13 @@ class MirrorStore:
         return claimed.checkpoint
 
     async def begin_model_attempt(
-        self,
-        *,
-        run_id: str,
-        step_id: str,
-        seq: int,
-        model: str,
-        attempt: int,
-        worker: str,
-        lease_seconds: float,
-        input: JsonDict,
-        batch: MirrorBatch | None = None,
+        self, *, model: str, batch: MirrorBatch | None = None, **claim: Any
     ) -> tuple[int, JsonDict] | None:
-        """Claim a model step, as `begin_attempt` does, and read in the same statement the
-        answer an earlier attempt journaled: (its attempt, the response), paid for, so the
-        step reuses it instead of asking again."""
-        write = self._claim(
-            run_id=run_id,
-            step_id=step_id,
-            seq=seq,
-            type="model_call",
-            name=model,
-            attempt=attempt,
-            worker=worker,
-            lease_seconds=lease_seconds,
-            input=input,
-        )
+        """Claim a model step, as `begin_attempt` does (`claim`: its run_id, step_id, seq,
+        attempt, worker, lease_seconds, input), and read in the same statement the answer
+        an earlier attempt journaled: (its attempt, the response), paid for, so the step
+        reuses it instead of asking again."""
+        write = self._claim(type="model_call", name=model, **claim)
         claimed = await self.group_commit.submit(_Write(batch=batch, claim=write, answer_of=model))
         return claimed.answer
 
