@@ -35,5 +35,5 @@ def proposed_call(
         error_kind="invalid_arguments" if error else None,
         risk=tool.risk,
         side_effect=tool.side_effect,
-        parameters=tool.openai_schema()["function"]["parameters"],
+        parameters=tool.parameters,
     )

@@ -216,9 +216,6 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         ),
         finishes_alone,
     ),
-    # Recorded after a model reply's text stopped ending in a signal: the workflow publishes
-    # what the activity had not streamed (`streamed_chars`) and a watcher's polls get it.
-    "watched_rest_from_workflow": (RunSpec(task=TASK), watched),
     # Recorded after the writes at a run's start and before its verify step were dropped
     # (patch quiet-mirror-writes).
     "quiet_mirror": (RunSpec(task=TASK), approved_with_edit),
@@ -227,7 +224,9 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
     # Recorded after runs took generation 2 (workflows/changes.py): one patch marker for
     # every change before it, `AgentrunStatus` upserted only when the shown status changes,
-    # the last rows and the receipt in one activity (`mirror.finish`).
+    # the last rows and the receipt in one activity (`mirror.finish`), and a model reply's
+    # text no longer ending in a signal: the workflow publishes what the activity had not
+    # streamed (`streamed_chars`), and a watcher's polls get it (generation_2_watched).
     "generation_2": (RunSpec(task=TASK), approved_with_edit),
     "generation_2_cancelled": (RunSpec(task=TASK), cancelled),
     "generation_2_watched": (RunSpec(task=TASK), watched),

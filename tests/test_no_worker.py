@@ -120,6 +120,8 @@ async def test_every_command_answers_with_the_workers_dead(
         result, seconds = await timed_cli(*args)
         assert answered(result, seconds).code == 0, result.err
         assert "recorded" in json.dumps(result.json()), (name, result.out)
+        if name == "paused":  # what the run was last seen doing: its search attribute
+            assert result.json()["status"] == "waiting_for_approval", result.out
     cancel, seconds = await timed_cli("cancel", runs["cancelled"])
     assert answered(cancel, seconds).code == 0 and "cancel recorded" in cancel.out
 
@@ -193,3 +195,15 @@ async def test_a_recorded_decision_gets_the_same_checks(client, settings, pool, 
         await ops.approve(client, started.run_id, by="li", role="approver")
         handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
         assert (await handle.result()).status.value == "completed"
+
+
+async def test_a_pause_recorded_for_a_run_no_worker_has_started_says_it_is_queued(client, settings):
+    """Its search attribute shows only "running" and the mirror has no row of it yet: the
+    pause is recorded, and the run is reported queued, not in a step it never took."""
+    started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+    try:
+        result = await ops.pause(client, started.run_id, wait=2)
+        assert result.paused and result.status.value == "queued"
+        assert "recorded" in result.message
+    finally:
+        await client.get_workflow_handle(started.run_id).terminate("test over")

@@ -213,7 +213,7 @@ def test_generation_2_has_histories_with_one_marker_and_one_last_write():
 def test_a_reply_finished_by_the_workflow_has_a_history():
     """A reply streamed in part by its activity and finished by the workflow's own publish
     (`streamed_chars`), with a watcher's polls answered from it, replays."""
-    path = HISTORIES[0].parent / "watched_rest_from_workflow.json"
+    path = HISTORIES[0].parent / "generation_2_watched.json"
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     model_calls, replies = set(), []
     for event in history.events:

@@ -477,7 +477,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     )
                 )
             raise
-        self.stream.publish_rest_of_reply(step_id, reply)  # before its step.completed event
+        if self.changes.generation_2:
+            # A watcher's pending poll completes in this task: an update's completion, which
+            # a run of an older generation (its activity signalled the rest) did not make here.
+            self.stream.publish_rest_of_reply(step_id, reply)  # before its step.completed event
         self.progress.stored_messages += len(self.progress.pending_messages)
         self.progress.pending_messages = []
         self.progress.model_used = reply.model

@@ -460,14 +460,15 @@ async def _control(
 
 async def _last_status(run: RunRef, mirror: AsyncConnectionPool | None) -> RunStatus:
     """What the run was last seen doing, without asking a worker: its search attribute, or,
-    where that shows only "running" (agentrun.core.search_attributes), the mirror's row."""
+    where that shows only "running" (agentrun.core.search_attributes), the mirror's row;
+    with neither, queued."""
     shown = run.indexed_status
     if shown is not None and shown != search_attributes.RUNNING:
         return RunStatus(shown)
     found = await mirror_views.run_state(mirror, run.handle.id) if mirror is not None else None
     if found is not None:
         return found[0].status
-    return RunStatus.QUEUED if shown is None else RunStatus.PLANNING
+    return RunStatus.QUEUED  # no worker has written its row: it has not started yet
 
 
 async def pause(

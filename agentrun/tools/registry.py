@@ -6,6 +6,7 @@ verdict on a proposed call, so tools can change without touching workflow code.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -95,13 +96,19 @@ class Tool:
     schema: tuple[str, ...] = ()
     input_schema: JsonDict | None = None
 
+    @functools.cached_property
+    def parameters(self) -> JsonDict:
+        """The JSON schema of the arguments, built once: pydantic builds it anew on every
+        call, and every model call sends it and checks each proposed call against it."""
+        return self.input_schema or self.args_model.model_json_schema()
+
     def openai_schema(self) -> JsonDict:
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.input_schema or self.args_model.model_json_schema(),
+                "parameters": self.parameters,
             },
         }
 
