@@ -33,6 +33,8 @@ from agentrun.core.models import Usage  # noqa: E402
 from agentrun.store.db import open_pool  # noqa: E402
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore  # noqa: E402
 from agentrun.store.model_journal import Answer, ModelJournal  # noqa: E402
+
+# The rows the store tests write: a run's batch with one finished step, a no-op step's claim.
 from tests.support import mirror_batch, step_claim  # noqa: E402
 
 TOOL_STEP = "0002-tool_call"
