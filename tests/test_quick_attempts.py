@@ -320,3 +320,19 @@ async def test_a_quick_attempt_cancelled_before_its_claim_writes_nothing(pool, t
     await asyncio.sleep(QUICK_GRACE_SECONDS * 2)
     assert store.group_commit.stats.items == before
     assert await step_rows(pool, run_id) == ([], [])
+
+
+async def test_a_retried_steps_attempt_that_left_no_record_is_named(pool):
+    """A quick attempt whose worker died before its claim left no row; the receipt's
+    retries still name it."""
+    store = MirrorStore(pool)
+    run_id = new_run()
+    await store.begin_attempt(
+        **claim_of(run_id, 2),
+        end=AttemptEnd("succeeded", output={"ok": True}),
+        started_at=datetime.now(UTC),
+    )
+    [retried] = await store.retries(run_id)
+    assert (retried.step_id, retried.attempts) == (STEP, 2)
+    assert retried.reason == "attempt 1 left no record"
+    assert await store.attempt_outcome(run_id, STEP, 1) == "attempt 1 left no record"

@@ -28,6 +28,10 @@ from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, Ru
 from agentrun.store.group_commit import GroupCommit
 from agentrun.store.model_journal import EARLIEST_ANSWER, RECORD_ANSWER, Answer
 
+# How a retried step's earlier attempt that never reported is named (receipts, `watch`).
+LOST = "lost: its worker stopped before reporting"
+NO_RECORD = "left no record"
+
 
 @dataclass(frozen=True)
 class AttemptEnd:
@@ -594,10 +598,10 @@ class MirrorStore:
             )
             row = await cur.fetchone()
         if row is None:
-            return f"attempt {attempt} left no record"
+            return f"attempt {attempt} {NO_RECORD}"
         status, error = row
         if status == "running":
-            return f"attempt {attempt} lost: its worker stopped before reporting"
+            return f"attempt {attempt} {LOST}"
         return f"attempt {attempt} {status}" + (f": {error}" if error else "")
 
     async def retries(self, run_id: str) -> list[RetryRecord]:
@@ -612,13 +616,15 @@ class MirrorStore:
         by_step: dict[str, list[str]] = {}
         attempts: dict[str, int] = {}
         for step_id, attempt, status, error in rows:
-            attempts[step_id] = max(attempts.get(step_id, 0), attempt)
+            # An earlier attempt with no row ended before it wrote its claim: a quick one
+            # whose worker stopped (activities/step_claim.py), say.
+            for missing in range(attempts.get(step_id, 0) + 1, attempt):
+                by_step.setdefault(step_id, []).append(f"attempt {missing} {NO_RECORD}")
+            attempts[step_id] = attempt
             if status == "failed":
                 by_step.setdefault(step_id, []).append(f"attempt {attempt} failed: {error}")
             elif status == "running":
-                by_step.setdefault(step_id, []).append(
-                    f"attempt {attempt} lost: its worker stopped before reporting"
-                )
+                by_step.setdefault(step_id, []).append(f"attempt {attempt} {LOST}")
         return [
             RetryRecord(step_id=step, attempts=attempts[step], reason="; ".join(reasons))
             for step, reasons in by_step.items()
