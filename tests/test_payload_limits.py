@@ -304,7 +304,6 @@ async def test_a_mirror_batch_too_large_to_ride_with_a_step_is_written_on_its_ow
         "tool.invoke",
         "mirror.sync",  # the tool step's record, too large to ride with the model call
         "model.complete",
-        "verify.check",
         "mirror.finish",  # the run's last rows and its receipt, in one activity
     ]
     assert await projection.check(client, pool, run_id, payload_limit=limit) == []

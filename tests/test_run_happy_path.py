@@ -158,7 +158,12 @@ async def test_a_run_pays_one_patch_marker_and_upserts_only_shown_statuses(
         assert (await handle.describe()).typed_search_attributes.get(sa.STATUS) == "running"
         await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
     events = (await handle.fetch_history()).events
-    markers = [e for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    markers = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
     upserts = [
         e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
         for e in events
@@ -173,3 +178,4 @@ async def test_a_run_pays_one_patch_marker_and_upserts_only_shown_statuses(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
     assert scheduled[-1] == "mirror.finish" and "mirror.sync" not in scheduled
+    assert "verify.check" not in scheduled  # checks without a judge: a local activity

@@ -816,25 +816,35 @@ class AgentRunWorkflow(Approvals, RunMessages):
         if not self.changes.has(QUIET_MIRROR):
             await self._flush()
         started = workflow.now()
-        verdict = await workflow.execute_activity_method(
-            VerifyActivities.check,
-            VerifyInput(
-                run_id=self.run_id,
-                step_id=step_id,
-                answer=answer,
-                spec=self.spec.verify,
-                tools_used=sorted(
-                    {
-                        s.name
-                        for s in self.progress.steps
-                        if s.type == "tool_call" and s.status == "completed"
-                    }
-                ),
+        check = VerifyInput(
+            run_id=self.run_id,
+            step_id=step_id,
+            answer=answer,
+            spec=self.spec.verify,
+            tools_used=sorted(
+                {
+                    s.name
+                    for s in self.progress.steps
+                    if s.type == "tool_call" and s.status == "completed"
+                }
             ),
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
-            summary=f"verify the answer ({len(answer):,} characters)",
         )
+        options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=60),
+            "retry_policy": policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
+            "summary": f"verify the answer ({len(answer):,} characters)",
+        }
+        if self.changes.generation_2 and self.spec.verify.judge is None:
+            # Checks that are computation only (no judge, no I/O) run as a local activity,
+            # inside the workflow task that asks for them: no task to dispatch and no task to
+            # take the verdict, for the same record in history (a marker).
+            verdict = await workflow.execute_local_activity_method(
+                VerifyActivities.check, check, **options
+            )
+        else:
+            verdict = await workflow.execute_activity_method(
+                VerifyActivities.check, check, **options
+            )
         self.progress.verification = verdict
         if self.changes.has(JUDGE_COUNTED):
             self.progress.tokens_in += verdict.usage.input_tokens
