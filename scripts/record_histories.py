@@ -225,9 +225,9 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after runs took generation 2 (workflows/changes.py): one patch marker for
     # every change before it, `AgentrunStatus` upserted only when the shown status changes,
     # the last rows and the receipt in one activity (`mirror.finish`), checks without a judge
-    # as a local activity, and a model reply's
-    # text no longer ending in a signal: the workflow publishes what the activity had not
-    # streamed (`streamed_chars`), and a watcher's polls get it (generation_2_watched).
+    # as a local activity, and a model reply's text no longer ending in a signal: the
+    # workflow publishes what the activity had not streamed (`streamed_chars`), and a
+    # watcher's polls get it (generation_2_watched).
     "generation_2": (RunSpec(task=TASK), approved_with_edit),
     "generation_2_cancelled": (RunSpec(task=TASK), cancelled),
     "generation_2_watched": (RunSpec(task=TASK), watched),
