@@ -553,7 +553,12 @@ class AgentRunWorkflow(Approvals, RunMessages):
             if record.decision == "expired":
                 raise RunEnded(RunStatus.FAILED, f"{over}; nobody extended the budget in time")
             self.progress.budget = policies.extend_budget(
-                self.progress.budget, self.spec.budget, record.edit
+                self.progress.budget,
+                self.spec.budget,
+                record.edit,
+                spent=(spent["spent_tokens"], spent["spent_cost_usd"])
+                if self.changes.generation_2
+                else None,
             )
             self._event("budget.extended", data=self.progress.budget.model_dump())
 
