@@ -29,6 +29,7 @@ from agentrun.core.errors import SecretUnavailable, refused_data_is_final
 from agentrun.core.models import JsonDict, ToolCallInput, ToolCallResult
 from agentrun.store import ledger
 from agentrun.store.artifacts import ArtifactStore
+from agentrun.store.db import transaction_if_used
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolContext, ToolRegistry
@@ -209,9 +210,13 @@ class ToolActivities:
         save_checkpoint: CheckpointSaver,
         scope: SecretScope,
     ) -> ToolCallResult:
-        """Effect and ledger in one transaction: after a crash, either both or neither."""
+        """Effect and ledger in one transaction: after a crash, either both or neither. A tool
+        without a side effect gets the transaction only if it sends a statement."""
         attempt = activity.info().attempt
-        async with self.pool.connection() as conn, conn.transaction():
+        async with (
+            self.pool.connection() as conn,
+            conn.transaction() if tool.side_effect else transaction_if_used(conn),
+        ):
             if tool.side_effect:
                 act, recorded = await ledger.claim(
                     conn,

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.abc import Buffer
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -494,6 +495,33 @@ async def check_schema(conn: AsyncConnection[Any]) -> None:
             f"the database's schema is at version {version}, this code needs {len(MIGRATIONS)}: "
             "run `python starter.py migrate` (or start a worker, which migrates)"
         )
+
+
+@asynccontextmanager
+async def transaction_if_used(conn: AsyncConnection[Any]) -> AsyncIterator[None]:
+    """One transaction around the body, that costs nothing when the body sends nothing.
+
+    `conn.transaction()` sends BEGIN and COMMIT, two round trips, whether or not anything
+    ran between them; most tool calls never touch the connection they are given. Here the
+    connection leaves autocommit, so the body's first statement opens the transaction, which
+    commits at the end (rolls back on an error); a body that sent nothing sends nothing. A
+    connection left in any other state is closed, so the pool drops it.
+    """
+    await conn.set_autocommit(False)
+    try:
+        yield
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.commit()
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.rollback()
+        raise
+    finally:
+        if not conn.closed:
+            if conn.info.transaction_status == TransactionStatus.IDLE:
+                await conn.set_autocommit(True)
+            else:
+                await conn.close()
 
 
 def unopened_pool(database_url: AsyncConninfoParam, max_size: int) -> AsyncConnectionPool:
