@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import openai
+import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.model import ModelActivities
+from agentrun.core.constants import STEP_OUTPUT_REF
 from agentrun.core.models import ModelCallInput, Usage
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.store.conversation import ConversationStore
-from agentrun.store.mirror_store import MirrorStore
+from agentrun.store.mirror_store import AttemptEnd, MirrorStore
 from agentrun.store.model_journal import Answer, ModelJournal
 from agentrun.store.vault import SecretVault
 from agentrun.tools import ToolRegistry
-from tests.support import mirror_batch, rows, scripted
+from tests.support import mirror_batch, rows, scripted, step_claim
 
 STEP = "0002-model_call"
 
@@ -185,4 +188,35 @@ async def test_a_model_attempt_reads_and_journals_its_answer_with_its_claim_and_
     assert attempts == [
         {"attempt": 1, "status": "succeeded", "paid": True},
         {"attempt": 2, "status": "succeeded", "paid": False},
+    ]
+
+
+async def test_the_conversation_resolves_every_step_output_it_names(pool):
+    """New messages may name tool steps' outputs (STEP_OUTPUT_REF); they are read together
+    and stored as tool messages; a name with no recorded output stores nothing."""
+    store, conversation = MirrorStore(pool), ConversationStore(pool)
+    run_id = f"run-conv-{uuid.uuid4().hex[:8]}"
+    for step, output in (("0003-tool_call", {"found": 3}), ("0004-tool_call", "plain")):
+        await store.begin_attempt(
+            **step_claim(run_id, step, 1),
+            end=AttemptEnd("succeeded", output=output),
+            started_at=datetime.now(UTC),
+        )
+    new = [
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {STEP_OUTPUT_REF: "0003-tool_call", "tool_call_id": "a"},
+        {STEP_OUTPUT_REF: "0004-tool_call", "tool_call_id": "b"},
+    ]
+    with pytest.raises(LookupError, match="0009-tool_call"):
+        await conversation.extend(
+            run_id, 1, [*new, {STEP_OUTPUT_REF: "0009-tool_call", "tool_call_id": "c"}]
+        )
+    assert await rows(pool, "SELECT idx FROM conversation WHERE run_id = %s", run_id) == []
+    await conversation.extend(run_id, 0, [{"role": "user", "content": "find it"}])
+    whole = await conversation.extend(run_id, 1, new)
+    assert whole == [
+        {"role": "user", "content": "find it"},
+        new[0],
+        {"role": "tool", "tool_call_id": "a", "content": '{"found": 3}'},
+        {"role": "tool", "tool_call_id": "b", "content": '"plain"'},
     ]

@@ -27,7 +27,7 @@ class ConversationStore:
     ) -> list[JsonDict]:
         """Store messages from `first_index` on; return the conversation up to their end."""
         async with self.pool.connection() as conn, conn.transaction():
-            messages = [await self._resolve(conn, run_id, m) for m in messages]
+            messages = await self._resolve(conn, run_id, messages)
             async with conn.cursor() as cur:
                 await cur.executemany(
                     """INSERT INTO conversation (run_id, idx, message) VALUES (%s, %s, %s)
@@ -43,15 +43,27 @@ class ConversationStore:
             raise LookupError(f"the stored conversation of {run_id} has gaps")
         return [dict(message) for _, message in rows]
 
-    async def _resolve(self, conn: Any, run_id: str, message: JsonDict) -> JsonDict:
-        step_id = message.get(STEP_OUTPUT_REF)
-        if step_id is None:
-            return message
+    async def _resolve(self, conn: Any, run_id: str, messages: list[JsonDict]) -> list[JsonDict]:
+        """The messages, each reference to a step's output replaced by a tool message that
+        holds it: the outputs read in one query, however many the messages name."""
+        wanted = [m[STEP_OUTPUT_REF] for m in messages if m.get(STEP_OUTPUT_REF) is not None]
+        if not wanted:
+            return messages
         cur = await conn.execute(
-            "SELECT output FROM steps WHERE run_id = %s AND step_id = %s", (run_id, step_id)
+            "SELECT step_id, output FROM steps WHERE run_id = %s AND step_id = ANY(%s)",
+            (run_id, wanted),
         )
-        row = await cur.fetchone()
-        if row is None:
-            raise LookupError(f"step {step_id} of {run_id} has no recorded output")
-        content = json.dumps(row[0], default=str)
-        return {"role": "tool", "tool_call_id": message["tool_call_id"], "content": content}
+        outputs = {str(step_id): output for step_id, output in await cur.fetchall()}
+        resolved = []
+        for message in messages:
+            step_id = message.get(STEP_OUTPUT_REF)
+            if step_id is None:
+                resolved.append(message)
+                continue
+            if step_id not in outputs:
+                raise LookupError(f"step {step_id} of {run_id} has no recorded output")
+            content = json.dumps(outputs[step_id], default=str)
+            resolved.append(
+                {"role": "tool", "tool_call_id": message["tool_call_id"], "content": content}
+            )
+        return resolved
