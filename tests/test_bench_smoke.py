@@ -92,6 +92,11 @@ def fixed_results() -> dict[str, object]:
             "steps_per_run": 5,
             "levels": [level(10, 20.0, 10.0), level(100, 36.0, 25.0)],
             "mirror_lag_under_load": {"level": 100, "ms": {"n": 5, "p50": 100.0, "p95": 250.0}},
+            "acceptance_lag_under_load": {
+                "level": 100,
+                "ours": {"n": 5, "p50": 60.0, "p95": 90.0},
+                "bare_agent": {"n": 5, "p50": 50.0, "p95": 125.0},
+            },
         },
         "recovery": {
             "heartbeat_seconds": 2.0,
@@ -141,10 +146,11 @@ def test_targets_are_issue_15s_against_the_bare_agent() -> None:
     assert targets["steps/s ≥ 0.8x bare agent, 100 concurrent runs"][2:] == ["0.90x", "met"]
     cpu = targets["worker CPU per step ≤ 1.5x bare agent, 100 concurrent runs"]
     assert cpu[2:] == ["1.20x", "met"]
-    assert targets["mirror lag p95 ≤ 200 ms, 100 concurrent runs"][::3] == [
-        "250.0 ms",
-        "**not met**",
+    lag = targets[
+        "mirror lag p95 ≤ 200 ms, 100 concurrent runs (bare agent: a step's acceptance by its "
+        "run, the floor of any write after it)"
     ]
+    assert lag == ["250.0 ms", "125.0 ms", "2.00x", "**not met**"]
     assert targets["mirror lag p95 ≤ 200 ms, one run at a time"][::3] == ["150.0 ms", "met"]
     assert targets["recovery p99 within the heartbeat timeout + 2 s"][-1] == "met"
     quick = fixed_results()
