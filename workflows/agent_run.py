@@ -834,21 +834,28 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 }
             ),
         )
-        options: dict[str, Any] = {
-            "start_to_close_timeout": timedelta(seconds=60),
-            "retry_policy": policies.retry_policy(self.spec, self.spec.timeouts.max_attempts),
-            "summary": f"verify the answer ({len(answer):,} characters)",
-        }
+        timeout = timedelta(seconds=60)
+        retry = policies.retry_policy(self.spec, self.spec.timeouts.max_attempts)
+        summary = f"verify the answer ({len(answer):,} characters)"
+        verdict: VerifyResult
         if self.changes.generation_2 and self.spec.verify.judge is None:
             # Checks that are computation only (no judge, no I/O) run as a local activity,
             # inside the workflow task that asks for them: no task to dispatch and no task to
             # take the verdict, for the same record in history (a marker).
             verdict = await workflow.execute_local_activity_method(
-                VerifyActivities.check, check, **options
+                VerifyActivities.check,
+                check,
+                start_to_close_timeout=timeout,
+                retry_policy=retry,
+                summary=summary,
             )
         else:
             verdict = await workflow.execute_activity_method(
-                VerifyActivities.check, check, **options
+                VerifyActivities.check,
+                check,
+                start_to_close_timeout=timeout,
+                retry_policy=retry,
+                summary=summary,
             )
         self.progress.verification = verdict
         if self.changes.has(JUDGE_COUNTED):
