@@ -25,10 +25,11 @@ from activities.model_stream import plain_completion, streamed_completion
 from activities.proposals import proposed_call
 from activities.retry_notes import announce_retry
 from activities.text_stream import text_pieces
+from activities.verify import checks_without_judge
 from agentrun.core import errors, faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.errors import classify_model_error, refused_data_is_final
-from agentrun.core.models import ModelCallInput, ModelCallResult
+from agentrun.core.models import ModelCallInput, ModelCallResult, ProposedToolCall, VerifyResult
 from agentrun.core.pricing import Prices, cost_usd, usage_of
 from agentrun.store.conversation import ConversationStore
 from agentrun.store.mirror_store import MirrorStore
@@ -144,6 +145,7 @@ class ModelActivities:
             result = ModelCallResult(
                 content=message.content,
                 tool_calls=proposals,
+                verdict=final_answer_verdict(self.registry, input, message.content, proposals),
                 assistant_message=message.model_dump(exclude_none=True, exclude_unset=True),
                 usage=usage,
                 cost_usd=cost,
@@ -254,6 +256,21 @@ class ModelActivities:
                         scope.redact(json.loads(function["arguments"]))
                     )
         return ChatCompletion.model_validate(scope.redact(raw))
+
+
+def final_answer_verdict(
+    registry: ToolRegistry,
+    input: ModelCallInput,
+    content: str | None,
+    proposals: list[ProposedToolCall],
+) -> VerifyResult | None:
+    """The checks' verdict on a final answer (a reply that proposes no tool call), when the
+    call carried checks: the run's verify step then needs no activity of its own."""
+    if input.checks is None or proposals or not isinstance(content, str):
+        return None
+    answer = content
+    checks = checks_without_judge(registry, answer, input.checks, input.tools_used)
+    return VerifyResult(passed=all(c.passed for c in checks), checks=checks)
 
 
 # Left for the attempt to report its own timeout before Temporal's start-to-close ends it.

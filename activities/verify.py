@@ -60,8 +60,7 @@ class VerifyActivities:
             return await self._check(input)
 
     async def _check(self, input: VerifyInput) -> VerifyResult:
-        checks = deterministic_checks(input.answer, input.spec)
-        checks += self._tool_checks(input.answer, input.tools_used)
+        checks = checks_without_judge(self.registry, input.answer, input.spec, input.tools_used)
         if input.spec.judge is None or not all(c.passed for c in checks):
             return VerifyResult(passed=all(c.passed for c in checks), checks=checks)
         model = input.spec.judge.model or self.default_model
@@ -96,17 +95,6 @@ class VerifyActivities:
         )
         return attempt, response
 
-    def _tool_checks(self, answer: str, tools_used: list[str]) -> list[CheckOutcome]:
-        """The checks each tool that ran declares on the answer (see `Tool.answer_checks`)."""
-        outcomes = []
-        for tool in self.registry.allowed(tools_used):
-            if tool.answer_checks is not None:
-                outcomes += [
-                    CheckOutcome(name=f"{tool.name}: {name}", passed=passed, detail=detail)
-                    for name, passed, detail in tool.answer_checks(answer)
-                ]
-        return outcomes
-
     async def _ask_judge(self, answer: str, judge: JudgeSpec | None, model: str) -> ChatCompletion:
         assert judge is not None
         try:
@@ -121,6 +109,21 @@ class VerifyActivities:
             )
         except openai.APIError as err:
             raise classify_model_error(err) from err
+
+
+def checks_without_judge(
+    registry: ToolRegistry, answer: str, spec: VerifySpec, tools_used: list[str]
+) -> list[CheckOutcome]:
+    """Every check that is computation only: the spec's, then those each tool that ran
+    declares on the answer (see `Tool.answer_checks`)."""
+    checks = deterministic_checks(answer, spec)
+    for tool in registry.allowed(tools_used):
+        if tool.answer_checks is not None:
+            checks += [
+                CheckOutcome(name=f"{tool.name}: {name}", passed=passed, detail=detail)
+                for name, passed, detail in tool.answer_checks(answer)
+            ]
+    return checks
 
 
 def judge_verdict(response: ChatCompletion) -> CheckOutcome:

@@ -53,6 +53,7 @@ from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.bare_agent import AGENT_MODEL, AGENT_TOOL, AgentTask, BareAgentWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
 from workflows import AgentRunWorkflow  # noqa: E402
+from workflows.changes import for_new_run  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 # Each agent's tool step, whose acceptance by the run's next workflow task is timed.
@@ -255,7 +256,8 @@ class Bench:
 
     async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
         if system == "ours":
-            spec = ours.run_spec(steps, key=workflow_id)
+            # As `starter.py run` starts it: stamped with the generation new runs take.
+            spec = for_new_run(ours.run_spec(steps, key=workflow_id))
             await self.client.start_workflow(
                 AgentRunWorkflow.run,
                 spec,
@@ -535,7 +537,7 @@ async def stage_latency(b: Bench) -> dict[str, Any]:
         for workflow_id in ids:
             await b.client.start_workflow(
                 AgentRunWorkflow.run,
-                ours.gated_spec(key=workflow_id),
+                for_new_run(ours.gated_spec(key=workflow_id)),
                 id=workflow_id,
                 task_queue=queue,
             )

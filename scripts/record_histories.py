@@ -231,6 +231,11 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "generation_2": (RunSpec(task=TASK), approved_with_edit),
     "generation_2_cancelled": (RunSpec(task=TASK), cancelled),
     "generation_2_watched": (RunSpec(task=TASK), watched),
+    # Recorded after runs took generation 3: the generation named in the run's input (no
+    # patch marker, no `TemporalChangeVersion` upsert), and the answer's checks (no judge)
+    # returned with the model's reply (no verify activity, no local-activity marker).
+    "generation_3": (RunSpec(task=TASK), approved_with_edit),
+    "generation_3_cancelled": (RunSpec(task=TASK), cancelled),
     # Recorded after the admission queue learned to free the slot of a terminated run
     # (patch admission-sweeps-closed-runs); the queue's history shows the sweep.
     "terminated_holding_slot": (RunSpec(task=TASK, tenant="swept"), terminated_holding_slot),

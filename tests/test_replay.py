@@ -221,6 +221,26 @@ def test_generation_2_has_histories_with_one_marker_and_one_last_write():
     assert len(after) < len(before) - 25
 
 
+def test_generation_3_has_histories_without_markers():
+    """A run of generation 3 names it in its input: no patch marker, no change-version
+    upsert; its checks' verdict came back with the model's reply: no local activity."""
+    for name in ("generation_3", "generation_3_cancelled"):
+        history = json.loads((HISTORIES[0].parent / f"{name}.json").read_text())["events"]
+        started = history[0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+        assert json.loads(base64.b64decode(started["data"]))["workflow_generation"] == 3
+        kinds = [e["eventType"] for e in history]
+        assert "EVENT_TYPE_MARKER_RECORDED" not in kinds, name
+        upserted = [
+            field
+            for e in history
+            if e["eventType"] == "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"
+            for field in e["upsertWorkflowSearchAttributesEventAttributes"]["searchAttributes"][
+                "indexedFields"
+            ]
+        ]
+        assert set(upserted) == {"AgentrunStatus"}, name
+
+
 def test_a_reply_finished_by_the_workflow_has_a_history():
     """A reply streamed in part by its activity and finished by the workflow's own publish
     (`streamed_chars`), with a watcher's polls answered from it, replays."""

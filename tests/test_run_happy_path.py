@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentrun.core.models import RunResult
 from agentrun.ops import operations as ops
 from tests.support import eventually, make_spec, rows, wait_pending
@@ -141,14 +143,39 @@ async def test_search_attributes_follow_the_run(client, settings, worker):
     assert await eventually(listed, what="visibility to index the run") == [started.run_id]
 
 
-async def test_a_run_pays_one_patch_marker_and_upserts_only_shown_statuses(
-    client, settings, worker
-):
-    """Generation 2 (workflows/changes.py): one `core_patch` marker for all the workflow's
-    changes, and `AgentrunStatus` upserted only when what a person filters on changes; it is
-    "running" while the run works, so the Web UI finds it by that."""
+def _history_costs(events: list[Any]) -> tuple[list[str], list[str], list[str]]:
+    """(markers recorded, search attributes upserted, activities scheduled) of a history."""
     from temporalio.api.enums.v1 import EventType
 
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    upserts = [
+        f"{name}={value.data.decode()}"
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        for name, value in (
+            e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields.items()
+        )
+    ]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    return markers, upserts, scheduled
+
+
+async def test_a_new_run_pays_no_marker_and_upserts_only_shown_statuses(
+    client, settings, pool, worker
+):
+    """Generation 3 (workflows/changes.py): a run the engine starts names its generation in
+    its input, so it records no patch marker (and no `TemporalChangeVersion` upsert); its
+    answer's checks come back with the model's reply (no verify activity, no local-activity
+    marker); `AgentrunStatus` is upserted only when what a person filters on changes; it is
+    "running" while the run works, so the Web UI finds it by that."""
     from agentrun.core import search_attributes as sa
 
     spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
@@ -156,26 +183,32 @@ async def test_a_run_pays_one_patch_marker_and_upserts_only_shown_statuses(
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
         handle = client.get_workflow_handle(started.run_id)
         assert (await handle.describe()).typed_search_attributes.get(sa.STATUS) == "running"
-        await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
-    events = (await handle.fetch_history()).events
-    markers = [
-        e
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and e.marker_recorded_event_attributes.marker_name == "core_patch"
-    ]
-    upserts = [
-        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
-    ]
-    assert len(markers) == 1
-    shown = [f["AgentrunStatus"].data.decode() for f in upserts if "AgentrunStatus" in f]
-    assert shown == ['"completed"']
-    scheduled = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
+        result = await client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id).result()
+    assert result.status.value == "completed"
+    markers, upserts, scheduled = _history_costs((await handle.fetch_history()).events)
+    assert markers == []
+    assert upserts == ['AgentrunStatus="completed"']
     assert scheduled[-1] == "mirror.finish" and "mirror.sync" not in scheduled
-    assert "verify.check" not in scheduled  # checks without a judge: a local activity
+    assert "verify.check" not in scheduled
+    verify = await rows(
+        pool,
+        "SELECT status, output FROM steps WHERE run_id = %s AND type = 'verify'",
+        started.run_id,
+    )
+    assert [v["status"] for v in verify] == ["passed"]
+    assert verify[0]["output"]["checks"], "the verdict names the checks it ran"
+
+
+async def test_a_run_without_a_generation_pays_one_patch_marker(client, settings, worker):
+    """A run whose input names no generation (started by an older engine) asks the
+    generation-2 patch once: one marker for all twelve changes, checks as a local activity."""
+    spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
+    async with worker():
+        handle = await client.start_workflow(
+            AgentRunWorkflow.run, spec, id="no-generation-run", task_queue=settings.task_queue
+        )
+        await handle.result()
+    markers, upserts, scheduled = _history_costs((await handle.fetch_history()).events)
+    assert markers == ["core_patch", "core_local_activity"]
+    assert [u for u in upserts if u.startswith("TemporalChangeVersion")]
+    assert scheduled[-1] == "mirror.finish" and "verify.check" not in scheduled

@@ -144,7 +144,7 @@ async def outlast_cancel(
 class AgentRunWorkflow(Approvals, RunMessages):
     @workflow.init
     def __init__(self, spec: RunSpec) -> None:
-        self.changes = Changes()
+        self.changes = Changes(spec.workflow_generation)
         self.spec = spec
         self.run_id = workflow.info().workflow_id
         # Only runs started with the search attributes keep them current (see the module).
@@ -291,7 +291,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     await self._tool_step(call)
                 continue
             answer = reply.content or ""
-            verdict = await self._verify_step(answer)
+            verdict = await self._verify_step(answer, reply.verdict)
             if self.changes.has(JUDGE_COUNTED) and verdict.judge_model is not None:
                 await self._enforce_budget()
             if verdict.passed:
@@ -445,6 +445,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                     mirror=mirror,
+                    **self._checks_for_reply(),
                 ),
                 task_queue=fairness.model_task_queue(workflow.info().task_queue)
                 if self.changes.has(MODEL_CALL_QUEUE)
@@ -815,7 +816,21 @@ class AgentRunWorkflow(Approvals, RunMessages):
 
     # ------------------------------------------------------------------ checks
 
-    async def _verify_step(self, answer: str) -> VerifyResult:
+    def _tools_used(self) -> list[str]:
+        """Tools that ran: the checks each declares on the answer apply too."""
+        steps = self.progress.steps
+        return sorted({s.name for s in steps if s.type == "tool_call" and s.status == "completed"})
+
+    def _checks_for_reply(self) -> dict[str, Any]:
+        """What a model call carries so that, should its reply be a final answer, it returns
+        the checks' verdict: the checks when they are computation only (no judge)."""
+        if not self.changes.generation_3 or self.spec.verify.judge is not None:
+            return {}
+        return {"checks": self.spec.verify, "tools_used": self._tools_used()}
+
+    async def _verify_step(self, answer: str, checked: VerifyResult | None) -> VerifyResult:
+        """The answer's checks: the verdict the model call returned with the answer (its
+        activity ran them), or a verify activity's."""
         step_id = self._new_step("verify", "checks")
         self._set_status(RunStatus.VERIFYING, step_id)
         if not self.changes.has(QUIET_MIRROR):
@@ -826,19 +841,15 @@ class AgentRunWorkflow(Approvals, RunMessages):
             step_id=step_id,
             answer=answer,
             spec=self.spec.verify,
-            tools_used=sorted(
-                {
-                    s.name
-                    for s in self.progress.steps
-                    if s.type == "tool_call" and s.status == "completed"
-                }
-            ),
+            tools_used=self._tools_used(),
         )
         timeout = timedelta(seconds=60)
         retry = policies.retry_policy(self.spec, self.spec.timeouts.max_attempts)
         summary = f"verify the answer ({len(answer):,} characters)"
         verdict: VerifyResult
-        if self.changes.generation_2 and self.spec.verify.judge is None:
+        if checked is not None and self.changes.generation_3:
+            verdict = checked
+        elif self.changes.generation_2 and self.spec.verify.judge is None:
             # Checks that are computation only (no judge, no I/O) run as a local activity,
             # inside the workflow task that asks for them: no task to dispatch and no task to
             # take the verdict, for the same record in history (a marker).

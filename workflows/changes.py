@@ -9,20 +9,37 @@ patches that was 16 of the 87 events of a five-step run and eight of its visibil
 every change the generation includes; a run from before it (a recorded history, a run in
 flight through the deploy) asks each change's own patch, as it did. A change made later gets
 a patch of its own until a next generation takes it in.
+
+Generation 3 asks no patch at all: the engine writes the generation into the run's input
+(`RunSpec.workflow_generation`, `for_new_run`) when it starts the run, and the input is in
+history, so a replay reads the same answer; the run pays no marker and no upsert. A run's
+input names its generation only from generation 3 on; an input without one asks the
+generation-2 patch, as before.
 """
 
 from __future__ import annotations
 
 from temporalio import workflow
 
+from agentrun.core.models import RunSpec
+
 GENERATION_2 = "agentrun-generation-2"
+# The generation `for_new_run` writes into a new run's input.
+CURRENT_GENERATION = 3
+
+
+def for_new_run(spec: RunSpec) -> RunSpec:
+    """The spec as the engine starts it: with the generation new runs take."""
+    return spec.model_copy(update={"workflow_generation": CURRENT_GENERATION})
 
 
 class Changes:
-    def __init__(self) -> None:
-        # Asked once, in the run's first activation: replaying a history recorded before
-        # generation 2, there is no marker and the answer is False.
-        self.generation_2 = workflow.patched(GENERATION_2)
+    def __init__(self, generation: int | None) -> None:
+        # `generation`: what the run's input names. Without it, the patch is asked once, in
+        # the run's first activation: replaying a history recorded before generation 2,
+        # there is no marker and the answer is False.
+        self.generation_3 = generation is not None and generation >= 3
+        self.generation_2 = self.generation_3 or workflow.patched(GENERATION_2)
 
     def has(self, patch_id: str) -> bool:
         """Whether the run takes the change behind `patch_id`, one generation 2 includes."""

@@ -195,6 +195,12 @@ class RunSpec(Strict):
     fork: ForkOrigin | None = Field(
         None, description="set by `starter.py fork`: the run and step this one starts from"
     )
+    workflow_generation: int | None = Field(
+        None,
+        ge=1,
+        description="set by the engine: the run workflow generation the run takes "
+        "(workflows/changes.py); None: an older run, which asks a patch marker",
+    )
 
 
 # ---------------------------------------------------------------- activity inputs and results
@@ -235,6 +241,14 @@ class ModelCallInput(BaseModel):
     mirror: MirrorBatch | None = Field(
         None, description="the run's pending mirror writes: applied with the step's claim"
     )
+    checks: VerifySpec | None = Field(
+        None,
+        description="the run's answer checks, when no judge is among them: should the reply "
+        "be a final answer, the activity returns their verdict (generation 3)",
+    )
+    tools_used: list[str] = Field(
+        default_factory=list, description="tools that ran: their declared checks apply too"
+    )
 
 
 class ProposedToolCall(BaseModel):
@@ -265,6 +279,9 @@ class ModelCallResult(BaseModel):
         None,
         description="how much of `content` the activity already streamed to watchers; the "
         "workflow publishes the rest (None: an older activity that streamed it all itself)",
+    )
+    verdict: VerifyResult | None = Field(
+        None, description="the answer's checks, for a final answer of a call that carried them"
     )
 
 

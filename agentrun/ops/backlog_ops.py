@@ -56,6 +56,7 @@ from agentrun.temporal.worker_presence import (
     within,
 )
 from workflows.backlog import AgentBacklogWorkflow
+from workflows.changes import for_new_run
 
 ENQUEUE_BATCH = 100
 # Well under Temporal's 2 MB payload limit, whatever the tasks' sizes.
@@ -170,6 +171,7 @@ async def enqueue(
             "the tasks name"
         )
     policy = policy or PolicyPatch()
+    tasks = [task.model_copy(update={"spec": for_new_run(task.spec)}) for task in tasks]
     deadline = Deadline(wait)
     await _enqueue_served(client, agent, task_queue, deadline)
     total = EnqueueResult(added=[], ignored=[], total=0, stopped=False)

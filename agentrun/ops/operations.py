@@ -61,6 +61,7 @@ from agentrun.temporal.worker_presence import (
     within,
 )
 from workflows import AgentRunWorkflow
+from workflows.changes import for_new_run
 
 
 @dataclass
@@ -105,6 +106,7 @@ async def start_run(
         raise OperationError("`carry` is set by the engine when a run continues; leave it out")
     if spec.admission is not None:
         raise OperationError("`admission` is set by the engine; leave it out")
+    spec = for_new_run(spec)
     limits = limits or TenantLimits(tenant=spec.tenant)
     run_id = run_id_for(spec.idempotency_key)
     if mirror is not None and await _mirrored(mirror, run_id):

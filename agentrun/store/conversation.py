@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core.constants import STEP_OUTPUT_REF
 from agentrun.core.models import JsonDict
+from agentrun.store.db import pipelined_transaction
 
 
 class ConversationStore:
@@ -26,18 +27,20 @@ class ConversationStore:
         self, run_id: str, first_index: int, messages: list[JsonDict]
     ) -> list[JsonDict]:
         """Store messages from `first_index` on; return the conversation up to their end."""
-        async with self.pool.connection() as conn, conn.transaction():
-            messages = await self._resolve(conn, run_id, messages)
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    """INSERT INTO conversation (run_id, idx, message) VALUES (%s, %s, %s)
-                       ON CONFLICT (run_id, idx) DO NOTHING""",
-                    [(run_id, first_index + i, Jsonb(m)) for i, m in enumerate(messages)],
+        async with self.pool.connection() as conn:
+            async with pipelined_transaction(conn):
+                messages = await self._resolve(conn, run_id, messages)
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        """INSERT INTO conversation (run_id, idx, message) VALUES (%s, %s, %s)
+                           ON CONFLICT (run_id, idx) DO NOTHING""",
+                        [(run_id, first_index + i, Jsonb(m)) for i, m in enumerate(messages)],
+                    )
+                cur = await conn.execute(
+                    "SELECT idx, message FROM conversation WHERE run_id = %s AND idx < %s "
+                    "ORDER BY idx",
+                    (run_id, first_index + len(messages)),
                 )
-            cur = await conn.execute(
-                "SELECT idx, message FROM conversation WHERE run_id = %s AND idx < %s ORDER BY idx",
-                (run_id, first_index + len(messages)),
-            )
             rows = await cur.fetchall()
         if [idx for idx, _ in rows] != list(range(first_index + len(messages))):
             raise LookupError(f"the stored conversation of {run_id} has gaps")

@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from agentrun.core import faults
 from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
+from agentrun.store.db import pipelined_transaction
 from agentrun.store.group_commit import GroupCommit
 from agentrun.store.model_journal import EARLIEST_ANSWER, RECORD_ANSWER, Answer
 
@@ -353,20 +354,18 @@ class MirrorStore:
         # so a group costs about one round trip however many rows it carries. Writes are
         # applied in arrival order; each row's fence keeps a run's newest state, and each
         # claim's fence its newest attempt, whatever the order.
-        async with (
-            self.pool.connection() as conn,
-            conn.pipeline() as pipeline,
-            conn.transaction(),
-        ):
-            claims = []
-            for write in writes:
-                if write.batch is not None:
-                    await self._apply(conn, write.batch)
-                if write.claim is not None:
-                    claims.append(await self._send_claim(conn, write.claim, write))
-            if faults.armed("mirror.in_transaction"):
-                await pipeline.sync()  # the server has every row; only the commit is missing
-                faults.fire("mirror.in_transaction")
+        async with self.pool.connection() as conn:
+            async with pipelined_transaction(conn) as pipeline:
+                claims = []
+                for write in writes:
+                    if write.batch is not None:
+                        await self._apply(conn, write.batch)
+                    if write.claim is not None:
+                        claims.append(await self._send_claim(conn, write.claim, write))
+                if faults.armed("mirror.in_transaction"):
+                    await pipeline.sync()  # the server has every row; only the commit is missing
+                    faults.fire("mirror.in_transaction")
+            # Read once committed: the replies came back with the COMMIT's.
             saved = iter([await self._read_claim(cur) for cur in claims])
         return [_Claimed({}) if write.claim is None else next(saved) for write in writes]
 
