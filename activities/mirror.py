@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import activity
 
 from agentrun.core import faults
@@ -11,6 +13,7 @@ from agentrun.core.constants import (
     ACTIVITY_MIRROR_SYNC,
     ACTIVITY_RECEIPT_RECORD,
 )
+from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.models import INTERRUPTED, CheckpointInput, FinishInput, MirrorBatch, Receipt
 from agentrun.store import ledger
 from agentrun.store.mirror_store import MirrorStore
@@ -36,35 +39,48 @@ class MirrorActivities:
 
     @activity.defn(name=ACTIVITY_RECEIPT_RECORD)
     async def record_receipt(self, receipt: Receipt) -> Receipt:
-        """Complete the receipt with every retry the attempts journal saw, and what model
-        responses the run paid for and never used (the model journal), then store it."""
-        unaccepted_tokens, unaccepted_cost = await self.journal.unaccepted(receipt.run_id)
-        receipt = await self._settle_interrupted(receipt)
-        receipt = receipt.model_copy(
-            update={
-                "retries": await self.store.retries(receipt.run_id),
-                "unaccepted_tokens": unaccepted_tokens,
-                "unaccepted_cost_usd": unaccepted_cost,
-            }
-        )
+        """Complete the receipt (`_completed`), then store it."""
+        async with self.store.pool.connection() as conn:
+            receipt = await self._completed(conn, receipt)
         await self.store.record_receipt(receipt)
         return receipt
 
     @activity.defn(name=ACTIVITY_MIRROR_FINISH)
     async def finish(self, input: FinishInput) -> Receipt:
         """The run's last rows, then its receipt: one activity where a run ends, not two
-        (a run from before generation 2 schedules `mirror.sync`, then `receipts.record`)."""
-        await self.sync(input.batch)
-        return await self.record_receipt(input.receipt)
+        (a run from before generation 2 schedules `mirror.sync`, then `receipts.record`),
+        and one transaction. Data Postgres refuses there is written as `sync` and
+        `record_receipt` write it, the refused rows recorded in `mirror_failures`."""
+        try:
+            receipt = await self.store.finish(
+                input.batch, lambda conn: self._completed(conn, input.receipt)
+            )
+        except REFUSED_DATA_ERRORS:
+            await self.sync(input.batch)
+            return await self.record_receipt(input.receipt)
+        faults.fire("mirror.after_write")
+        return receipt
 
-    async def _settle_interrupted(self, receipt: Receipt) -> Receipt:
+    async def _completed(self, conn: Any, receipt: Receipt) -> Receipt:
+        """The receipt with every retry the attempts journal saw, and what model responses
+        the run paid for and never used (the model journal), read on `conn`."""
+        unaccepted_tokens, unaccepted_cost = await self.journal.unaccepted(receipt.run_id, conn)
+        receipt = await self._settle_interrupted(conn, receipt)
+        return receipt.model_copy(
+            update={
+                "retries": await self.store.retries(receipt.run_id, conn),
+                "unaccepted_tokens": unaccepted_tokens,
+                "unaccepted_cost_usd": unaccepted_cost,
+            }
+        )
+
+    async def _settle_interrupted(self, conn: Any, receipt: Receipt) -> Receipt:
         """Side effects whose call a cancel stopped: the ledger says whether they happened
         (its row commits with the effect); one it cannot settle is named unresolved."""
         keys = [e.idempotency_key for e in receipt.side_effects if e.reconciliation == INTERRUPTED]
         if not keys:
             return receipt
-        async with self.store.pool.connection() as conn:
-            found = await ledger.entries(conn, keys)
+        found = await ledger.entries(conn, keys)
         effects, unresolved = [], list(receipt.unresolved)
         for effect in receipt.side_effects:
             if effect.reconciliation == INTERRUPTED:

@@ -603,15 +603,18 @@ class MirrorStore:
             return f"attempt {attempt} {LOST}"
         return f"attempt {attempt} {status}" + (f": {error}" if error else "")
 
-    async def retries(self, run_id: str) -> list[RetryRecord]:
-        """Every step that needed more than one attempt, with what went wrong each time."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                """SELECT step_id, attempt, status, error FROM step_attempts
-                   WHERE run_id = %s ORDER BY step_id, attempt""",
-                (run_id,),
-            )
-            rows = await cur.fetchall()
+    async def retries(self, run_id: str, conn: Any | None = None) -> list[RetryRecord]:
+        """Every step that needed more than one attempt, with what went wrong each time; read
+        on `conn` when given (inside its transaction), else on a connection of the pool."""
+        if conn is None:
+            async with self.pool.connection() as own:
+                return await self.retries(run_id, own)
+        cur = await conn.execute(
+            """SELECT step_id, attempt, status, error FROM step_attempts
+               WHERE run_id = %s ORDER BY step_id, attempt""",
+            (run_id,),
+        )
+        rows = await cur.fetchall()
         by_step: dict[str, list[str]] = {}
         attempts: dict[str, int] = {}
         for step_id, attempt, status, error in rows:
@@ -628,6 +631,20 @@ class MirrorStore:
             RetryRecord(step_id=step, attempts=attempts[step], reason="; ".join(reasons))
             for step, reasons in by_step.items()
         ]
+
+    async def finish(
+        self, batch: MirrorBatch, complete: Callable[[Any], Awaitable[Receipt]]
+    ) -> Receipt:
+        """A run's last rows and its receipt in one transaction of two round trips: the
+        rows, then `complete(conn)` (its reads, on the same connection, see them), then the
+        receipt it returns. Data Postgres refuses raises, and nothing is written."""
+        async with self.pool.connection() as conn:
+            async with pipelined_transaction(conn):
+                await self._apply(conn, batch)
+                receipt = await complete(conn)
+                await self._store_receipt(conn, receipt)
+                faults.fire("receipt.in_write")
+        return receipt
 
     async def record_receipt(self, receipt: Receipt) -> str | None:
         """Store the receipt, and the final answer as a content-addressed artifact."""

@@ -88,19 +88,22 @@ class ModelJournal:
                 (by, run_id, step_id, attempt),
             )
 
-    async def unaccepted(self, run_id: str) -> tuple[int, float]:
+    async def unaccepted(self, run_id: str, conn: Any | None = None) -> tuple[int, float]:
         """Tokens and cost of responses no accepted step used: (tokens, usd). A model step's
-        output, and a verify step's (its judge), name the journal attempt they used."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                """SELECT coalesce(sum(j.tokens_in + j.tokens_out), 0),
-                          coalesce(sum(j.cost_usd), 0)::float
-                   FROM model_journal j
-                   WHERE j.run_id = %s AND NOT EXISTS (
-                       SELECT 1 FROM steps s
-                       WHERE s.run_id = j.run_id AND s.step_id = j.step_id AND s.final
-                         AND (s.output ->> 'journal_attempt')::int = j.attempt)""",
-                (run_id,),
-            )
-            row: Any = await cur.fetchone()
+        output, and a verify step's (its judge), name the journal attempt they used. Read on
+        `conn` when given (inside its transaction), else on a connection of the pool."""
+        if conn is None:
+            async with self.pool.connection() as own:
+                return await self.unaccepted(run_id, own)
+        cur = await conn.execute(
+            """SELECT coalesce(sum(j.tokens_in + j.tokens_out), 0),
+                      coalesce(sum(j.cost_usd), 0)::float
+               FROM model_journal j
+               WHERE j.run_id = %s AND NOT EXISTS (
+                   SELECT 1 FROM steps s
+                   WHERE s.run_id = j.run_id AND s.step_id = j.step_id AND s.final
+                     AND (s.output ->> 'journal_attempt')::int = j.attempt)""",
+            (run_id,),
+        )
+        row: Any = await cur.fetchone()
         return int(row[0]), float(row[1])
