@@ -78,8 +78,10 @@ async def test_worker_serves_temporal_metrics_for_prometheus(settings, pool):
     assert {"model.complete", "tool.invoke", "mirror.finish"} <= ran(
         "temporal_activity_execution_latency_count"
     )
-    # Checks without a judge run as a local activity (workflows/agent_run.py, _verify_step).
-    assert "verify.check" in ran("temporal_local_activity_execution_latency_count")
+    # A run of generation 3 gets its checks' verdict (no judge) with the model's reply: no
+    # verify activity, local or not (workflows/agent_run.py, _verify_step).
+    assert "verify.check" not in ran("temporal_local_activity_execution_latency_count")
+    assert "verify.check" not in ran("temporal_activity_execution_latency_count")
 
 
 async def test_otel_traces_a_run_from_start_to_every_activity(settings, pool):
@@ -104,7 +106,6 @@ async def test_otel_traces_a_run_from_start_to_every_activity(settings, pool):
         "StartActivity:model.complete",
         "RunActivity:model.complete",
         "RunActivity:tool.invoke",
-        "RunActivity:verify.check",
     ):
         assert name in names, f"{name} missing: {sorted(names)}"
     # One trace: the start, the workflow and every activity, across the Temporal server.
