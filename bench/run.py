@@ -590,15 +590,25 @@ async def stage_recovery(b: Bench) -> dict[str, Any]:
 
 
 async def stage_profile(b: Bench) -> dict[str, Any]:
-    """py-spy (all threads) on our worker at 100 concurrent runs; a summary by function."""
+    """py-spy (all threads) on our worker at 100 concurrent runs, a summary by function; and
+    on the bare agent's worker at the same level, when `--systems` names it, so a share of
+    ours reads beside what the same agent loop pays on bare Temporal."""
+    out = await profile_system(b, "ours")
+    if "bare_agent" in b.cfg.systems:
+        out["bare_agent"] = await profile_system(b, "bare_agent")
+    return out
+
+
+async def profile_system(b: Bench, system: str) -> dict[str, Any]:
+    """One system's worker under py-spy at 100 concurrent runs."""
     cfg = b.cfg
     level = 100
-    queue = harness.new_queue("ours-profile")
-    worker = harness.bench_worker("ours", queue, b.worker_env())
+    queue = harness.new_queue(f"{system}-profile")
+    worker = harness.bench_worker(system, queue, b.worker_env())
     spy_bin = shutil.which("py-spy") or shutil.which(
         "py-spy", path=str(Path(sys.executable).parent)
     )
-    raw = cfg.out / "profile-py-spy.txt"
+    raw = cfg.out / ("profile-py-spy.txt" if system == "ours" else f"profile-py-spy-{system}.txt")
     cfg.out.mkdir(parents=True, exist_ok=True)
     commits_before = await postgres_commits(b.pool)
     async with harness.running(worker):
@@ -610,7 +620,7 @@ async def stage_profile(b: Bench) -> dict[str, Any]:
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             await asyncio.sleep(1.0)
-        result, sampler = await sampled_level(b, "ours", queue, level, worker.pid)
+        result, sampler = await sampled_level(b, system, queue, level, worker.pid)
         if spy is not None:
             spy.send_signal(2)
             with contextlib.suppress(TimeoutError):
@@ -706,7 +716,7 @@ STAGES: dict[str, tuple[Callable[[Bench], Awaitable[dict[str, Any]]], str]] = {
     "throughput": (stage_throughput, "2. throughput and scale"),
     "latency": (stage_latency, "3. start and approval latency"),
     "recovery": (stage_recovery, "4. recovery after SIGKILL"),
-    "profile": (stage_profile, "profile: py-spy on our worker at 100 concurrent runs"),
+    "profile": (stage_profile, "profile: py-spy on the workers at 100 concurrent runs"),
     "noisy": (stage_noisy, "5. noisy neighbour: one tenant's burst, fairness off and on"),
 }
 DEFAULT_STAGES = {"overhead", "throughput", "latency", "recovery"}

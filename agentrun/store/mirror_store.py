@@ -14,24 +14,177 @@ change the data, and a run must not wait for ever on a write that cannot happen.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core import faults
 from agentrun.core.errors import REFUSED_DATA_ERRORS
-from agentrun.core.models import JsonDict, MirrorBatch, Receipt, RetryRecord, RunEvent, StepRecord
+from agentrun.core.models import (
+    JsonDict,
+    MirrorBatch,
+    Receipt,
+    RetryRecord,
+    RunEvent,
+    StepRecord,
+)
+from agentrun.core.storable import json_dumps
 from agentrun.store.db import pipelined_transaction
 from agentrun.store.group_commit import GroupCommit
 from agentrun.store.model_journal import EARLIEST_ANSWER, RECORD_ANSWER, Answer
 
+T = TypeVar("T")
+
 # How a retried step's earlier attempt that never reported is named (receipts, `watch`).
 LOST = "lost: its worker stopped before reporting"
 NO_RECORD = "left no record"
+
+# A run's batch as one statement's common table expressions: the run row, the steps the run
+# accepted and its events, from the batch as JSON (%(batch)s), each row fenced as the run
+# wrote it (never backwards). One statement needs no BEGIN or COMMIT of its own, and its
+# rows cost the worker one parameter instead of one statement each.
+# - runs: an older snapshot (a smaller version and fence) never wins.
+# - steps: a write made earlier in the run's history (a smaller fence) that lands late
+#   changes nothing; a step the run ended during keeps no attempt's output (the run never
+#   accepted it); a final row is only rewritten for the same accepted attempt (a retried
+#   write, or the re-run of a lost workflow task).
+# - events: a re-sent event changes its row only from a later write.
+# One statement may not write a row twice: `_distinct_rows` splits a batch that names a
+# step or an event twice.
+BATCH_ROWS = """
+    batch AS (SELECT %(batch)s::jsonb AS j),
+    run_row AS (
+        INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task,
+            status, current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
+            duplicates_prevented, checkpoint, result, error, created_at, updated_at,
+            finished_at, fence, priority)
+        SELECT r.run_id, r.version, r.agent, r.profile_hash, r.tenant, r."user", r.task,
+            r.status, r.current_step_id, r.pause_reason, r.model, r.tokens_in, r.tokens_out,
+            r.cost_usd, r.duplicates_prevented, r.checkpoint, r.result, r.error, r.created_at,
+            r.updated_at, r.finished_at, %(batch_fence)s, r.priority
+        FROM batch, jsonb_to_record(batch.j->'run') AS r(run_id text, version bigint,
+            agent text, profile_hash text, tenant text, "user" text, task text, status text,
+            current_step_id text, pause_reason text, model text, tokens_in bigint,
+            tokens_out bigint, cost_usd float8, duplicates_prevented int, checkpoint jsonb,
+            result text, error text, created_at timestamptz, updated_at timestamptz,
+            finished_at timestamptz, priority int)
+        WHERE %(with_run)s
+        ON CONFLICT (run_id) DO UPDATE SET
+            version = EXCLUDED.version, status = EXCLUDED.status,
+            current_step_id = EXCLUDED.current_step_id,
+            pause_reason = EXCLUDED.pause_reason, model = EXCLUDED.model,
+            tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+            cost_usd = EXCLUDED.cost_usd,
+            duplicates_prevented = EXCLUDED.duplicates_prevented,
+            checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
+            error = EXCLUDED.error, created_at = EXCLUDED.created_at,
+            updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
+            fence = EXCLUDED.fence,
+            priority = coalesce(EXCLUDED.priority, runs.priority)
+        WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
+    ),
+    step_rows AS (
+        INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output, error,
+            attempt, tokens_in, tokens_out, cost_usd, idempotency_key, final,
+            started_at, finished_at, lease_until, fence)
+        SELECT %(batch_run)s, s.step_id, s.seq, s.type, s.name, s.status, s.input,
+            nullif(s.output, 'null'::jsonb), s.error, s.attempt, s.tokens_in, s.tokens_out,
+            s.cost_usd, s.idempotency_key, s.final, s.started_at, s.finished_at, NULL,
+            %(batch_fence)s
+        FROM batch, jsonb_to_recordset(batch.j->'steps') AS s(step_id text, seq int,
+            type text, name text, status text, input jsonb, output jsonb, error text,
+            attempt int, tokens_in bigint, tokens_out bigint, cost_usd float8,
+            idempotency_key text, started_at timestamptz, finished_at timestamptz,
+            final boolean)
+        ON CONFLICT (run_id, step_id) DO UPDATE SET
+            seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
+            status = EXCLUDED.status,
+            output = CASE WHEN EXCLUDED.status IN ('cancelled', 'abandoned') THEN NULL
+                          ELSE coalesce(EXCLUDED.output, steps.output) END,
+            error = EXCLUDED.error,
+            attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,
+            tokens_out = EXCLUDED.tokens_out, cost_usd = EXCLUDED.cost_usd,
+            idempotency_key = coalesce(EXCLUDED.idempotency_key, steps.idempotency_key),
+            final = EXCLUDED.final,
+            started_at = coalesce(steps.started_at, EXCLUDED.started_at),
+            finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now(),
+            fence = EXCLUDED.fence
+        WHERE steps.fence <= EXCLUDED.fence
+          AND (NOT steps.final OR steps.attempt = EXCLUDED.attempt)
+    ),
+    event_rows AS (
+        INSERT INTO events (run_id, seq, type, step_id, data, created_at, fence)
+        SELECT %(batch_run)s, e.seq, e.type, e.step_id, e.data, e.at, %(batch_fence)s
+        FROM batch, jsonb_to_recordset(batch.j->'events') AS e(seq int, type text,
+            step_id text, data jsonb, at timestamptz)
+        ON CONFLICT (run_id, seq) DO UPDATE SET type = EXCLUDED.type,
+            step_id = EXCLUDED.step_id, data = EXCLUDED.data,
+            created_at = EXCLUDED.created_at, fence = EXCLUDED.fence
+        WHERE events.fence < EXCLUDED.fence
+    )"""
+
+# An attempt's claim on its step, and its row in the attempts journal.
+CLAIM_ROWS = """
+    claimed AS (
+        INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
+                           worker, lease_until, idempotency_key, started_at)
+        VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running',
+                %(input)s, %(attempt)s, %(worker)s,
+                now() + make_interval(secs => %(lease)s), %(key)s, now())
+        ON CONFLICT (run_id, step_id) DO UPDATE SET
+            status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
+            lease_until = EXCLUDED.lease_until, updated_at = now()
+        WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
+        RETURNING checkpoint
+    ),
+    journal AS (
+        INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
+        VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
+        ON CONFLICT DO NOTHING
+    )"""
+
+# A quick attempt's claim and report at once: the claim's fence (not final, no newer
+# attempt) guards the report; the attempts journal is written whatever the fence says, as
+# `end_attempt` writes it.
+ENDED_CLAIM_ROWS = """
+    claimed AS (
+        INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output,
+                           error, attempt, worker, lease_until, idempotency_key,
+                           tokens_in, tokens_out, cost_usd, started_at)
+        VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, %(step_status)s,
+                %(input)s, %(output)s, %(error)s, %(attempt)s, %(worker)s, NULL,
+                %(key)s, %(tin)s, %(tout)s, %(cost)s, %(started)s)
+        ON CONFLICT (run_id, step_id) DO UPDATE SET
+            status = EXCLUDED.status, output = EXCLUDED.output,
+            error = EXCLUDED.error, attempt = EXCLUDED.attempt,
+            worker = EXCLUDED.worker, lease_until = NULL,
+            tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+            cost_usd = EXCLUDED.cost_usd, updated_at = now()
+        WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
+        RETURNING checkpoint
+    ),
+    journal AS (
+        INSERT INTO step_attempts (run_id, step_id, attempt, worker, status, error,
+                                   tokens_in, tokens_out, cost_usd, started_at,
+                                   finished_at)
+        VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, %(status)s, %(error)s,
+                %(tin)s, %(tout)s, %(cost)s, %(started)s, now())
+        ON CONFLICT (run_id, step_id, attempt) DO UPDATE SET
+            status = EXCLUDED.status, error = EXCLUDED.error,
+            tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
+            cost_usd = EXCLUDED.cost_usd, finished_at = EXCLUDED.finished_at
+    )"""
+
+# What a statement with a claim returns: the step's saved checkpoint (no row when the claim
+# lost), and the answer an earlier attempt journaled, read in the same statement.
+CLAIM_REPLY = "SELECT checkpoint, NULL, NULL FROM claimed"
+CLAIM_REPLY_WITH_ANSWER = f"""
+    SELECT (SELECT checkpoint FROM claimed), answer.attempt, answer.response
+    FROM (SELECT 1) AS one LEFT JOIN LATERAL ({EARLIEST_ANSWER}) AS answer ON true"""
 
 
 @dataclass(frozen=True)
@@ -76,6 +229,22 @@ class _Claimed:
 
     checkpoint: JsonDict
     answer: tuple[int, JsonDict] | None = None
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One statement of a write: its rows (common table expressions) and its reply, which
+    is the write's claim when `claims`; `steps` names the step rows it writes."""
+
+    rows: str
+    params: JsonDict
+    reply: str = "SELECT 1"
+    claims: bool = False
+    steps: frozenset[str] = frozenset()
+
+    @property
+    def sql(self) -> str:
+        return f"WITH {self.rows} {self.reply}"
 
 
 class MirrorStore:
@@ -172,76 +341,18 @@ class MirrorStore:
             "started": started_at,
         }
 
-    async def _send_claim(self, conn: Any, claim: JsonDict, write: _Write) -> Any:
+    @staticmethod
+    def _claim_statement(write: _Write) -> _Statement:
+        """A write's claim (and its report, for a quick attempt), as one statement."""
+        assert write.claim is not None
+        step = frozenset([write.claim["step"]])
         if write.end is not None:
-            return await self._send_ended_claim(conn, claim, write.end)
+            params = {**write.claim, **write.end.params()}
+            return _Statement(ENDED_CLAIM_ROWS, params, CLAIM_REPLY, True, step)
         if write.answer_of is not None:
-            # The answer is read in the claim's statement: no round trip of its own.
-            tail = f"""
-            SELECT (SELECT checkpoint FROM claimed), answer.attempt, answer.response
-            FROM (SELECT 1) AS one LEFT JOIN LATERAL ({EARLIEST_ANSWER}) AS answer ON true"""
-            params = {**claim, "model": write.answer_of}
-        else:
-            tail = "SELECT checkpoint, NULL, NULL FROM claimed"
-            params = claim
-        # One statement, so one round trip and atomic: the claim and the journal row.
-        return await conn.execute(
-            """
-            WITH claimed AS (
-                INSERT INTO steps (run_id, step_id, seq, type, name, status, input, attempt,
-                                   worker, lease_until, idempotency_key, started_at)
-                VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, 'running',
-                        %(input)s, %(attempt)s, %(worker)s,
-                        now() + make_interval(secs => %(lease)s), %(key)s, now())
-                ON CONFLICT (run_id, step_id) DO UPDATE SET
-                    status = 'running', attempt = EXCLUDED.attempt, worker = EXCLUDED.worker,
-                    lease_until = EXCLUDED.lease_until, updated_at = now()
-                WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
-                RETURNING checkpoint
-            ), journal AS (
-                INSERT INTO step_attempts (run_id, step_id, attempt, worker, status)
-                VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, 'running')
-                ON CONFLICT DO NOTHING
-            )"""
-            + tail,
-            params,
-        )
-
-    async def _send_ended_claim(self, conn: Any, claim: JsonDict, end: AttemptEnd) -> Any:
-        # The claim's fence (not final, no newer attempt) guards the report; the attempts
-        # journal is written whatever the fence says, as `end_attempt` writes it.
-        return await conn.execute(
-            """
-            WITH claimed AS (
-                INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output,
-                                   error, attempt, worker, lease_until, idempotency_key,
-                                   tokens_in, tokens_out, cost_usd, started_at)
-                VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, %(step_status)s,
-                        %(input)s, %(output)s, %(error)s, %(attempt)s, %(worker)s, NULL,
-                        %(key)s, %(tin)s, %(tout)s, %(cost)s, %(started)s)
-                ON CONFLICT (run_id, step_id) DO UPDATE SET
-                    status = EXCLUDED.status, output = EXCLUDED.output,
-                    error = EXCLUDED.error, attempt = EXCLUDED.attempt,
-                    worker = EXCLUDED.worker, lease_until = NULL,
-                    tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
-                    cost_usd = EXCLUDED.cost_usd, updated_at = now()
-                WHERE NOT steps.final AND steps.attempt <= EXCLUDED.attempt
-                RETURNING checkpoint
-            ), journal AS (
-                INSERT INTO step_attempts (run_id, step_id, attempt, worker, status, error,
-                                           tokens_in, tokens_out, cost_usd, started_at,
-                                           finished_at)
-                VALUES (%(run)s, %(step)s, %(attempt)s, %(worker)s, %(status)s, %(error)s,
-                        %(tin)s, %(tout)s, %(cost)s, %(started)s, now())
-                ON CONFLICT (run_id, step_id, attempt) DO UPDATE SET
-                    status = EXCLUDED.status, error = EXCLUDED.error,
-                    tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
-                    cost_usd = EXCLUDED.cost_usd, finished_at = EXCLUDED.finished_at
-            )
-            SELECT checkpoint, NULL, NULL FROM claimed
-            """,
-            {**claim, **end.params()},
-        )
+            params = {**write.claim, "model": write.answer_of}
+            return _Statement(CLAIM_ROWS, params, CLAIM_REPLY_WITH_ANSWER, True, step)
+        return _Statement(CLAIM_ROWS, write.claim, CLAIM_REPLY, True, step)
 
     async def _read_claim(self, cur: Any) -> _Claimed:
         row = await cur.fetchone()
@@ -345,60 +456,90 @@ class MirrorStore:
                 await self._apply_row_by_row(write.batch)
             if write.claim is None:
                 return _Claimed({})
+            claim = self._claim_statement(write)
             async with self.pool.connection() as conn:
-                return await self._read_claim(await self._send_claim(conn, write.claim, write))
+                return await self._read_claim(await conn.execute(claim.sql, claim.params))
         return saved
 
     async def _write_pipelined(self, writes: list[_Write]) -> list[_Claimed]:
-        # Pipelined: the statements sent in one transaction without waiting for each reply,
-        # so a group costs about one round trip however many rows it carries. Writes are
-        # applied in arrival order; each row's fence keeps a run's newest state, and each
-        # claim's fence its newest attempt, whatever the order.
+        # A write is one statement (its batch and its claim) unless its batch names a row
+        # twice. One statement alone is its own transaction; several are pipelined in one
+        # (sent without waiting for each reply, so a group costs about one round trip however
+        # many rows it carries). Writes are applied in arrival order; each row's fence keeps
+        # a run's newest state, and each claim's fence its newest attempt, whatever the order.
+        statements = [statement for write in writes for statement in self._statements(write)]
         async with self.pool.connection() as conn:
-            async with pipelined_transaction(conn) as pipeline:
-                claims = []
-                for write in writes:
-                    if write.batch is not None:
-                        await self._apply(conn, write.batch)
-                    if write.claim is not None:
-                        claims.append(await self._send_claim(conn, write.claim, write))
-                if faults.armed("mirror.in_transaction"):
-                    await pipeline.sync()  # the server has every row; only the commit is missing
-                    faults.fire("mirror.in_transaction")
-            # Read once committed: the replies came back with the COMMIT's.
-            saved = iter([await self._read_claim(cur) for cur in claims])
+            if len(statements) == 1 and not faults.armed("mirror.in_transaction"):
+                [only] = statements
+                cursors = [await conn.execute(only.sql, only.params)]
+            else:
+                async with pipelined_transaction(conn) as pipeline:
+                    cursors = [await conn.execute(each.sql, each.params) for each in statements]
+                    if faults.armed("mirror.in_transaction"):
+                        # The server has every row; only the commit is missing.
+                        await pipeline.sync()
+                        faults.fire("mirror.in_transaction")
+            # Read once committed: a pipeline's replies came back with the COMMIT's.
+            saved = iter(
+                [
+                    await self._read_claim(cur)
+                    for cur, statement in zip(cursors, statements, strict=True)
+                    if statement.claims
+                ]
+            )
         return [_Claimed({}) if write.claim is None else next(saved) for write in writes]
+
+    def _statements(self, write: _Write) -> list[_Statement]:
+        """A write as statements: its batch's, the last carrying the claim too unless that
+        statement writes the claimed step's row itself (one statement writes a row once)."""
+        statements = [] if write.batch is None else self._batch_statements(write.batch)
+        if write.claim is None:
+            return statements
+        claim = self._claim_statement(write)
+        if statements and write.claim["step"] not in statements[-1].steps:
+            last = statements.pop()
+            rows, params = f"{last.rows}, {claim.rows}", {**last.params, **claim.params}
+            claim = _Statement(rows, params, claim.reply, True, last.steps | claim.steps)
+        return [*statements, claim]
+
+    @staticmethod
+    def _batch_statements(batch: MirrorBatch, *, with_run: bool = True) -> list[_Statement]:
+        return [
+            _Statement(
+                BATCH_ROWS,
+                {
+                    "batch": _batch_json(part),
+                    "batch_run": batch.run.run_id,
+                    "batch_fence": batch.fence,
+                    "with_run": with_run and i == 0,
+                },
+                steps=frozenset(step.step_id for step in part.steps),
+            )
+            for i, part in enumerate(_distinct_rows(batch))
+        ]
+
+    async def _apply(self, conn: Any, batch: MirrorBatch) -> None:
+        for statement in self._batch_statements(batch):
+            await conn.execute(statement.sql, statement.params)
 
     async def _apply_row_by_row(self, batch: MirrorBatch) -> None:
         """The batch again, each row on its own: the refused ones are recorded, not retried."""
         run_id, fence = batch.run.run_id, batch.fence
-        writes: list[tuple[str, Callable[[Any], Awaitable[None]]]] = [
-            ("runs", lambda conn: self._write_run(conn, batch))
-        ]
-        writes += [
-            (f"steps[{step.step_id}]", self._step_writer(run_id, step, fence))
-            for step in batch.steps
-        ]
-        writes += [
-            (f"events[{e.seq}]", self._events_writer(run_id, [e], fence)) for e in batch.events
-        ]
+
+        def alone(steps: list[StepRecord], events: list[RunEvent]) -> MirrorBatch:
+            return batch.model_copy(update={"steps": steps, "events": events})
+
+        rows = [("runs", alone([], []), True)]
+        rows += [(f"steps[{step.step_id}]", alone([step], []), False) for step in batch.steps]
+        rows += [(f"events[{e.seq}]", alone([], [e]), False) for e in batch.events]
         async with self.pool.connection() as conn, conn.transaction():
-            for target, write in writes:
+            for target, row, with_run in rows:
+                [statement] = self._batch_statements(row, with_run=with_run)
                 try:
                     async with conn.transaction():  # a savepoint: a refusal undoes this row
-                        await write(conn)
+                        await conn.execute(statement.sql, statement.params)
                 except REFUSED_DATA_ERRORS as err:
                     await self._record_failure(conn, run_id, target, fence, err)
-
-    def _step_writer(
-        self, run_id: str, step: StepRecord, fence: int
-    ) -> Callable[[Any], Awaitable[None]]:
-        return lambda conn: self._finalize_step(conn, run_id, step, fence)
-
-    def _events_writer(
-        self, run_id: str, events: list[RunEvent], fence: int
-    ) -> Callable[[Any], Awaitable[None]]:
-        return lambda conn: self._write_events(conn, run_id, events, fence)
 
     async def _record_failure(
         self, conn: Any, run_id: str, target: str, fence: int, err: Exception
@@ -442,133 +583,6 @@ class MirrorStore:
             await self._apply(conn, batch)
             if receipt is not None:
                 await self._store_receipt(conn, receipt)
-
-    async def _apply(self, conn: Any, batch: MirrorBatch) -> None:
-        await self._write_run(conn, batch)
-        for step in batch.steps:
-            await self._finalize_step(conn, batch.run.run_id, step, batch.fence)
-        if batch.events:
-            await self._write_events(conn, batch.run.run_id, batch.events, batch.fence)
-
-    async def _write_run(self, conn: Any, batch: MirrorBatch) -> None:
-        run = batch.run
-        await conn.execute(
-            """
-            INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task, status,
-                current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
-                duplicates_prevented, checkpoint, result, error, created_at, updated_at,
-                finished_at, fence, priority)
-            VALUES (%(run_id)s, %(version)s, %(agent)s, %(profile_hash)s, %(tenant)s, %(user)s,
-                %(task)s, %(status)s,
-                %(step)s, %(pause_reason)s, %(model)s, %(tin)s, %(tout)s, %(cost)s,
-                %(dups)s, %(cp)s,
-                %(result)s, %(error)s, %(created)s, %(updated)s, %(finished)s, %(fence)s,
-                %(priority)s)
-            ON CONFLICT (run_id) DO UPDATE SET
-                version = EXCLUDED.version, status = EXCLUDED.status,
-                current_step_id = EXCLUDED.current_step_id,
-                pause_reason = EXCLUDED.pause_reason, model = EXCLUDED.model,
-                tokens_in = EXCLUDED.tokens_in, tokens_out = EXCLUDED.tokens_out,
-                cost_usd = EXCLUDED.cost_usd,
-                duplicates_prevented = EXCLUDED.duplicates_prevented,
-                checkpoint = EXCLUDED.checkpoint, result = EXCLUDED.result,
-                error = EXCLUDED.error, created_at = EXCLUDED.created_at,
-                updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
-                fence = EXCLUDED.fence,
-                priority = coalesce(EXCLUDED.priority, runs.priority)
-            WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
-            """,
-            {
-                "run_id": run.run_id,
-                "version": run.version,
-                "agent": run.agent,
-                "profile_hash": run.profile_hash,
-                "tenant": run.tenant,
-                "user": run.user,
-                "task": run.task,
-                "status": run.status.value,
-                "step": run.current_step_id,
-                "pause_reason": run.pause_reason,
-                "model": run.model,
-                "priority": run.priority,
-                "tin": run.tokens_in,
-                "tout": run.tokens_out,
-                "cost": run.cost_usd,
-                "dups": run.duplicates_prevented,
-                "cp": Jsonb(run.checkpoint),
-                "result": run.result,
-                "error": run.error,
-                "created": run.created_at,
-                "updated": run.updated_at,
-                "finished": run.finished_at,
-                "fence": batch.fence,
-            },
-        )
-
-    async def _write_events(
-        self, conn: Any, run_id: str, events: list[RunEvent], fence: int
-    ) -> None:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                """INSERT INTO events (run_id, seq, type, step_id, data, created_at, fence)
-                   VALUES (%s, %s, %s, %s, %s, %s, %s)
-                   ON CONFLICT (run_id, seq) DO UPDATE SET type = EXCLUDED.type,
-                       step_id = EXCLUDED.step_id, data = EXCLUDED.data,
-                       created_at = EXCLUDED.created_at, fence = EXCLUDED.fence
-                   WHERE events.fence < EXCLUDED.fence""",
-                [(run_id, e.seq, e.type, e.step_id, Jsonb(e.data), e.at, fence) for e in events],
-            )
-
-    async def _finalize_step(self, conn: Any, run_id: str, step: StepRecord, fence: int) -> None:
-        # Never backwards: a write made earlier in the run's history (a smaller fence) that
-        # lands late changes nothing. A step the run ended during keeps no attempt's output:
-        # the run never accepted it. A final row is only rewritten for the same accepted
-        # attempt: a retried sync, or the re-run of a lost workflow task.
-        await conn.execute(
-            """
-            INSERT INTO steps (run_id, step_id, seq, type, name, status, input, output, error,
-                attempt, tokens_in, tokens_out, cost_usd, idempotency_key, final,
-                started_at, finished_at, lease_until, fence)
-            VALUES (%(run)s, %(step)s, %(seq)s, %(type)s, %(name)s, %(status)s, %(input)s,
-                %(output)s, %(error)s, %(attempt)s, %(tin)s, %(tout)s, %(cost)s, %(key)s,
-                %(final)s, %(started)s, %(finished)s, NULL, %(fence)s)
-            ON CONFLICT (run_id, step_id) DO UPDATE SET
-                seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
-                status = EXCLUDED.status,
-                output = CASE WHEN EXCLUDED.status IN ('cancelled', 'abandoned') THEN NULL
-                              ELSE coalesce(EXCLUDED.output, steps.output) END,
-                error = EXCLUDED.error,
-                attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,
-                tokens_out = EXCLUDED.tokens_out, cost_usd = EXCLUDED.cost_usd,
-                idempotency_key = coalesce(EXCLUDED.idempotency_key, steps.idempotency_key),
-                final = EXCLUDED.final,
-                started_at = coalesce(steps.started_at, EXCLUDED.started_at),
-                finished_at = EXCLUDED.finished_at, lease_until = NULL, updated_at = now(),
-                fence = EXCLUDED.fence
-            WHERE steps.fence <= EXCLUDED.fence
-              AND (NOT steps.final OR steps.attempt = EXCLUDED.attempt)
-            """,
-            {
-                "run": run_id,
-                "step": step.step_id,
-                "seq": step.seq,
-                "type": step.type,
-                "name": step.name,
-                "status": step.status,
-                "input": Jsonb(step.input),
-                "output": None if step.output is None else Jsonb(step.output),
-                "error": step.error,
-                "attempt": step.attempt,
-                "tin": step.tokens_in,
-                "tout": step.tokens_out,
-                "cost": step.cost_usd,
-                "key": step.idempotency_key,
-                "final": step.final,
-                "started": step.started_at,
-                "finished": step.finished_at,
-                "fence": fence,
-            },
-        )
 
     async def save_run_checkpoint(
         self, run_id: str, checkpoint: JsonDict, fence: int | None = None
@@ -677,3 +691,44 @@ class MirrorStore:
             (receipt.run_id, receipt.outcome.value, Jsonb(receipt.model_dump(mode="json"))),
         )
         return artifact_id
+
+
+def _batch_json(batch: MirrorBatch) -> str:
+    """The batch as JSON text Postgres accepts as `jsonb` (a NUL spelled out, as
+    agentrun.core.storable spells it in every other value the mirror writes)."""
+    text = batch.model_dump_json()
+    if "\\u0000" in text:
+        text = json_dumps(batch.model_dump(mode="json"))
+    return text
+
+
+def _distinct_rows(batch: MirrorBatch) -> list[MirrorBatch]:
+    """The batch as batches in which no step and no event appears twice, in order: a row's
+    second version goes in the second, and so on (a batch put back after a step that did not
+    complete may hold a row that a newer version follows)."""
+    steps = _by_occurrence(batch.steps, lambda step: step.step_id)
+    events = _by_occurrence(batch.events, lambda event: event.seq)
+    if len(steps) <= 1 and len(events) <= 1:
+        return [batch]
+    return [
+        batch.model_copy(
+            update={
+                "steps": steps[i] if i < len(steps) else [],
+                "events": events[i] if i < len(events) else [],
+            }
+        )
+        for i in range(max(len(steps), len(events)))
+    ]
+
+
+def _by_occurrence(items: list[T], key: Callable[[T], Hashable]) -> list[list[T]]:
+    """`items` split so that the k-th item of each key is in the k-th list."""
+    parts: list[list[T]] = []
+    seen: dict[Hashable, int] = {}
+    for item in items:
+        k = seen.get(key(item), 0)
+        seen[key(item)] = k + 1
+        if k == len(parts):
+            parts.append([])
+        parts[k].append(item)
+    return parts
