@@ -220,3 +220,22 @@ async def test_the_conversation_resolves_every_step_output_it_names(pool):
         {"role": "tool", "tool_call_id": "a", "content": '{"found": 3}'},
         {"role": "tool", "tool_call_id": "b", "content": '"plain"'},
     ]
+
+
+async def test_a_retried_call_stores_only_its_new_messages_and_reads_the_stored_ones(pool):
+    """The conversation is one statement: a retry's messages where an attempt that died stored
+    them already change nothing (the stored ones are read back), the rest are added; a
+    conversation with a hole says so."""
+    conversation = ConversationStore(pool)
+    run_id = f"run-conv-{uuid.uuid4().hex[:8]}"
+    first = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert await conversation.extend(run_id, 0, first) == first
+    again = [{"role": "system", "content": "other"}, {"role": "user", "content": "hi"}]
+    more = {"role": "assistant", "content": "hello"}
+    assert await conversation.extend(run_id, 0, [*again, more]) == [*first, more]
+    stored = await rows(
+        pool, "SELECT idx, message FROM conversation WHERE run_id = %s ORDER BY idx", run_id
+    )
+    assert stored == [{"idx": i, "message": m} for i, m in enumerate([*first, more])]
+    with pytest.raises(LookupError, match="gaps"):
+        await conversation.extend(run_id, 5, [{"role": "user", "content": "later"}])

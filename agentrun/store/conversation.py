@@ -16,7 +16,26 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core.constants import STEP_OUTPUT_REF
 from agentrun.core.models import JsonDict
-from agentrun.store.db import pipelined_transaction
+
+# The new messages stored where no earlier attempt stored them, and the conversation up to
+# their end read back, in one statement. Its read sees the table as it was before the
+# statement, so the rows it inserts are added from its input: the result is the table after
+# it, a row stored earlier (by an attempt that died) winning over its new copy.
+EXTEND = """
+    WITH given AS (
+        SELECT %(first)s + m.ord - 1 AS idx, m.message
+        FROM jsonb_array_elements(%(messages)s::jsonb) WITH ORDINALITY AS m(message, ord)
+    ), stored AS (
+        INSERT INTO conversation (run_id, idx, message)
+        SELECT %(run)s, idx, message FROM given
+        ON CONFLICT (run_id, idx) DO NOTHING
+        RETURNING idx
+    )
+    SELECT idx, message FROM conversation WHERE run_id = %(run)s AND idx < %(end)s
+    UNION ALL
+    SELECT idx, message FROM given WHERE idx IN (SELECT idx FROM stored)
+    ORDER BY idx
+"""
 
 
 class ConversationStore:
@@ -28,21 +47,14 @@ class ConversationStore:
     ) -> list[JsonDict]:
         """Store messages from `first_index` on; return the conversation up to their end."""
         async with self.pool.connection() as conn:
-            async with pipelined_transaction(conn):
-                messages = await self._resolve(conn, run_id, messages)
-                async with conn.cursor() as cur:
-                    await cur.executemany(
-                        """INSERT INTO conversation (run_id, idx, message) VALUES (%s, %s, %s)
-                           ON CONFLICT (run_id, idx) DO NOTHING""",
-                        [(run_id, first_index + i, Jsonb(m)) for i, m in enumerate(messages)],
-                    )
-                cur = await conn.execute(
-                    "SELECT idx, message FROM conversation WHERE run_id = %s AND idx < %s "
-                    "ORDER BY idx",
-                    (run_id, first_index + len(messages)),
-                )
+            messages = await self._resolve(conn, run_id, messages)
+            end = first_index + len(messages)
+            cur = await conn.execute(
+                EXTEND,
+                {"run": run_id, "first": first_index, "end": end, "messages": Jsonb(messages)},
+            )
             rows = await cur.fetchall()
-        if [idx for idx, _ in rows] != list(range(first_index + len(messages))):
+        if [idx for idx, _ in rows] != list(range(end)):
             raise LookupError(f"the stored conversation of {run_id} has gaps")
         return [dict(message) for _, message in rows]
 
