@@ -355,6 +355,33 @@ def profile_table(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     return render_table(["at 100 concurrent runs", "before", "after", "after ÷ before"], rows)
 
 
+def profile_parts_table(profile: dict[str, Any]) -> str:
+    """Ours' worker beside the bare agent's, at the profiled level: each part's share of the
+    sampled time times the worker's measured CPU per step, so the parts add up to it."""
+    ours, agent = profile, profile.get("bare_agent") or {}
+
+    def ms(side: dict[str, Any], part: str) -> float | None:
+        share = ((side.get("top") or {}).get("part_share") or {}).get(part)
+        cpu = side.get("worker_cpu_ms_per_step")
+        return None if share is None or cpu is None else share * cpu
+
+    parts = list(((ours.get("top") or {}).get("part_share") or {}).keys())
+    rows: list[list[object]] = []
+    for part in [*parts, "worker CPU per step"]:
+        a, b = (
+            (ours.get("worker_cpu_ms_per_step"), agent.get("worker_cpu_ms_per_step"))
+            if part == "worker CPU per step"
+            else (ms(ours, part), ms(agent, part))
+        )
+        gap = None if a is None or b is None else a - b
+        rows.append([part, fmt(a, " ms", 2), fmt(b, " ms", 2), fmt(gap, " ms", 2)])
+    level = ours.get("level", "?")
+    return render_table(
+        [f"worker CPU per step at {level} concurrent runs, by part", "ours", "bare agent", "gap"],
+        rows,
+    )
+
+
 def machine_line(machine: dict[str, Any]) -> str:
     return (
         f"{machine.get('nproc')} cores ({machine.get('cpu_model')}), "
@@ -385,6 +412,14 @@ def full_report(results: dict[str, Any]) -> str:
             "budget, the steps done by then; RSS is the worker process's peak):",
             "",
             throughput_table(results),
+        ]
+    if (results.get("profile") or {}).get("bare_agent"):
+        parts += [
+            "",
+            "Where the worker's CPU goes (py-spy, each sample in the first part its stack "
+            "passes through):",
+            "",
+            profile_parts_table(results["profile"]),
         ]
     if results.get("noisy"):
         parts += ["", noisy_table(results["noisy"])]

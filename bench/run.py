@@ -674,10 +674,43 @@ CATEGORIES = [
 ]
 
 
+# Where a worker's time goes, each sample counted once, in the first part its stack passes
+# through: the two workers' parts side by side say what ours pays that the bare agent does not.
+PARTS = [
+    ("Postgres I/O (psycopg: mirror, ledger, journal, conversation)", ("psycopg",)),
+    ("model calls (openai, httpx)", ("openai/", "httpx", "httpcore")),
+    (
+        "the SDK's payload passes (visitors, converter contexts, codecs)",
+        (
+            "encode_completion",
+            "decode_activation",
+            "get_serialization_context",
+            "get_external_store_context",
+            "_command_aware_visitor",
+            "temporalio/bridge/_visitor",
+        ),
+    ),
+    ("workflow code (in the sandbox)", ("_Instance.activate",)),
+    ("a run's sandbox (its modules, executed per run)", ("_create_workflow_instance",)),
+    ("the bridge (polls, completions)", ("temporalio/bridge",)),
+    ("pydantic (inputs and results)", ("pydantic",)),
+    (
+        "our activities' own code (claims, leases, tools, the payload guard)",
+        ("activities/", "agentrun/", "bench/bare_agent.py", "bench/ours.py"),
+    ),
+]
+OTHER_PART = "the rest (the event loop, threads, the SDK's task handling)"
+# Leaves that are a thread waiting, not working (py-spy does not always see it idle): the
+# workflow thread pool waiting for an activation, the event loop waiting in epoll.
+WAITING = ("_worker (concurrent/futures/thread.py", "EpollSelector.select (selectors.py")
+
+
 def summarize_profile(raw: Path) -> dict[str, Any]:
-    """Share of sampled time by category (inclusive) and the top self-time functions."""
+    """Share of sampled time by category (inclusive), of working time by part (each sample
+    once, waits left out) and the top self-time functions."""
     total = 0
     by_cat = dict.fromkeys([c for c, _ in CATEGORIES], 0)
+    by_part = dict.fromkeys([*(p for p, _ in PARTS), OTHER_PART], 0)
     self_time: dict[str, int] = {}
     for line in raw.read_text().splitlines():
         if " " not in line:
@@ -689,11 +722,20 @@ def summarize_profile(raw: Path) -> dict[str, Any]:
         for cat, needles in CATEGORIES:
             if any(any(x in f for x in needles) for f in frames):
                 by_cat[cat] += n
+        if not frames[-1].startswith(WAITING):
+            part = next(
+                (p for p, needles in PARTS if any(any(x in f for x in needles) for f in frames)),
+                OTHER_PART,
+            )
+            by_part[part] += n
         self_time[frames[-1]] = self_time.get(frames[-1], 0) + n
     top = sorted(self_time.items(), key=lambda kv: -kv[1])[:15]
     return {
         "samples": total,
         "inclusive_share": {k: round(v / total, 3) for k, v in by_cat.items()} if total else {},
+        "part_share": {k: round(v / working, 3) for k, v in by_part.items()}
+        if (working := sum(by_part.values()))
+        else {},
         "top_self": [(name, round(n / total, 3)) for name, n in top] if total else [],
     }
 

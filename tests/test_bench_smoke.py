@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from agentrun.core.constants import OFFLINE_MODEL
 from agentrun.dev.offline_model import OfflineModelServer
 from bench import bare, bare_agent, compare_profiles, harness, ours, pg_queue, report, stats
+from bench import run as bench_run
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
@@ -237,3 +238,31 @@ def test_profiles_of_two_trees_combine_into_means_and_a_table(tmp_path) -> None:
     table = compare_profiles.table(combined["before"], combined["after"])
     assert "| steps/s | 15.0 | 30.0 | 2.00x |" in table
     assert "| psycopg | 25% | 10% | |" in table
+
+
+def test_a_profile_splits_each_sample_into_one_part_and_the_two_workers_read_side_by_side(
+    tmp_path,
+) -> None:
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "main;run (a.py:1);execute (psycopg/cursor.py:2) 6\n"
+        "main;run (a.py:1);create (openai/resources.py:3);send (httpx/_client.py:4) 3\n"
+        "main;_handle_activation (x.py:5);encode_completion (temporalio/bridge/worker.py:6) 1\n"
+    )
+    summary = bench_run.summarize_profile(raw)
+    assert summary["samples"] == 10
+    parts = summary["part_share"]
+    assert parts[bench_run.PARTS[0][0]] == 0.6 and parts["model calls (openai, httpx)"] == 0.3
+    assert sum(parts.values()) == pytest.approx(1.0) and parts[bench_run.OTHER_PART] == 0
+    agent = {
+        "worker_cpu_ms_per_step": 5.0,
+        "top": {"part_share": {**parts, bench_run.PARTS[0][0]: 0.0}},
+    }
+    ours = {"level": 100, "worker_cpu_ms_per_step": 10.0, "top": summary, "bare_agent": agent}
+    table = " ".join(report.profile_parts_table(ours).split())  # columns padded
+    assert (
+        "| worker CPU per step at 100 concurrent runs, by part | ours | bare agent | gap |" in table
+    )
+    assert f"| {bench_run.PARTS[0][0]} | 6.00 ms | 0.00 ms | 6.00 ms |" in table
+    assert "| worker CPU per step | 10.00 ms | 5.00 ms | 5.00 ms |" in table
+    assert "Where the worker's CPU goes" in report.full_report({"profile": ours})
