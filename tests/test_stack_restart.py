@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import WorkflowExecutionStatus
 
 from agentrun.core.models import RunResult
 from agentrun.core.settings import Settings
-from agentrun.dev.stack import EmbeddedStack, free_port, port_open
+from agentrun.dev.stack import EmbeddedStack, free_port, frontend_serving, port_open
 from agentrun.ops import operations as ops
 from agentrun.store.db import open_pool
 from agentrun.temporal.client import connect
@@ -99,3 +100,22 @@ async def test_restarted_stack_resumes_a_run_waiting_for_approval(tmp_path):
     finally:
         await asyncio.to_thread(stack.stop)
     assert not port_open(temporal_port)
+
+
+async def test_a_started_stack_serves_clients_at_once(tmp_path):
+    """The dev server opens its port before its frontend serves ("Frontend is not healthy
+    yet"): the stack counts as started only once it passes the health check, so the worker
+    `up` starts next, and any client, connects at the first try."""
+    port = free_port()
+    assert not frontend_serving(port)  # nothing listens there yet
+    stack = EmbeddedStack(
+        home=tmp_path / "stack", temporal_port=port, ui_port=free_port(), ui=False
+    )
+    try:
+        endpoints = await asyncio.to_thread(stack.start)
+        assert frontend_serving(port)
+        client = await connect(settings_for(endpoints, "health"))
+        info = await client.workflow_service.get_system_info(GetSystemInfoRequest())
+        assert info.server_version
+    finally:
+        await asyncio.to_thread(stack.stop)

@@ -35,6 +35,21 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def frontend_serving(port: int) -> bool:
+    """Whether the dev server's frontend passes its health check (`temporal operator cluster
+    health`, the gRPC health service clients are refused by until it does)."""
+    try:
+        done = subprocess.run(
+            [temporal_binary(), "operator", "cluster", "health", "--address", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and "SERVING" in done.stdout and "NOT_SERVING" not in done.stdout
+
+
 def temporal_binary() -> str:
     # Beside the interpreter too: a venv's python run without activating the venv.
     path = shutil.which("temporal") or shutil.which(
@@ -132,7 +147,9 @@ class EmbeddedStack:
         log = (self.home / "temporal.log").open("ab")
         self._temporal = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        while not port_open(self.temporal_port):
+        # The port opens before the frontend serves: a client that connects in between is
+        # told "Frontend is not healthy yet", so the stack is up only once it says SERVING.
+        while not (port_open(self.temporal_port) and frontend_serving(self.temporal_port)):
             if self._temporal.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise SetupError(f"Temporal dev server did not start; see {log.name}")
