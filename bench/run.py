@@ -109,7 +109,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--noisy-runs", type=int, help="tenant A's burst in the noisy stage (default 500)"
     )
-    parser.add_argument("--profile", action="store_true", help="py-spy the worker at 100 runs")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the workers (ours; the bare agent too, if in --systems) at 100 runs",
+    )
     parser.add_argument(
         "--systems",
         default=",".join((*SYSTEMS, "pgq")),

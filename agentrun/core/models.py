@@ -142,6 +142,8 @@ class JudgeSpec(Strict):
 
 class VerifySpec(Strict):
     required_sections: list[str] = Field(default_factory=lambda: ["## Summary"])
+    # Text a final answer must not contain: by default the placeholder "TODO", which marks
+    # an answer the model left unfinished (the check fails it and the model is asked again).
     forbidden: list[str] = Field(default_factory=lambda: ["TODO"])
     min_chars: int = Field(1, ge=0)
     json_schema: JsonDict | None = Field(
