@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.server_work import LABELS as SERVER_WORK
 from bench.stats import fmt, fmt_ratio, ratio, render_table
 
 SYSTEMS = ("ours", "bare_agent", "bare", "pgq")
@@ -231,6 +232,46 @@ def throughput_table(results: dict[str, Any]) -> str:
     )
 
 
+def server_work_table(results: dict[str, Any], level: int = TARGET_LEVEL) -> str | None:
+    """What the Temporal server did per step at one level, from its own counters, beside its
+    CPU per step and one run's history: what each system's server CPU was spent on."""
+    row = _level(results, level)
+    if row is None:
+        return None
+    trio = [row.get(k) or {} for k in ("ours", "bare_agent", "bare")]
+    work = [r.get("server_work_per_step") or {} for r in trio]
+    if not any(work):
+        return None
+
+    def line(label: str, values: list[Any], digits: int = 2, unit: str = "") -> list[object]:
+        return [label, *(fmt(v, unit, digits) for v in values), fmt_ratio(ratio(*values[:2]))]
+
+    rows = [
+        line(
+            "Temporal server CPU per step",
+            [r.get("temporal_cpu_ms_per_step") for r in trio],
+            1,
+            " ms",
+        ),
+        *(
+            line(f"{label}, per step", [w.get(key) for w in work])
+            for key, label in SERVER_WORK.items()
+        ),
+        line("history events of one run", [r.get("history_events") for r in trio], 0),
+        line("history size of one run", [r.get("history_bytes") for r in trio], 0, " B"),
+    ]
+    return render_table(
+        [
+            "at " + f"{level} concurrent runs",
+            "ours",
+            "bare agent",
+            "bare activities",
+            "ours ÷ bare agent",
+        ],
+        rows,
+    )
+
+
 def _level(results: dict[str, Any], level: int) -> dict[str, Any] | None:
     for row in _get(results, "throughput", "levels") or []:
         if row.get("level") == level:
@@ -413,6 +454,14 @@ def full_report(results: dict[str, Any]) -> str:
             "",
             throughput_table(results),
         ]
+        server = server_work_table(results)
+        if server is not None:
+            parts += [
+                "",
+                "What the Temporal server did (its own counters over the level, per step done):",
+                "",
+                server,
+            ]
     if (results.get("profile") or {}).get("bare_agent"):
         parts += [
             "",

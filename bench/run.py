@@ -48,7 +48,16 @@ from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
 from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402
 from agentrun.store.db import open_pool  # noqa: E402
 from agentrun.temporal.client import connect  # noqa: E402
-from bench import harness, noisy, ours, pg_queue, plot, recovery, report  # noqa: E402
+from bench import (  # noqa: E402
+    harness,
+    noisy,
+    ours,
+    pg_queue,
+    plot,
+    recovery,
+    report,
+    server_work,
+)
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.bare_agent import AGENT_MODEL, AGENT_TOOL, AgentTask, BareAgentWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
@@ -202,9 +211,15 @@ class Bench:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.home = Path(tempfile.mkdtemp(prefix="agentrun-bench-"))
+        metrics_port = free_port()
         self.stack = EmbeddedStack(
-            home=self.home, temporal_port=free_port(), ui_port=free_port(), ui=False
+            home=self.home,
+            temporal_port=free_port(),
+            ui_port=free_port(),
+            ui=False,
+            metrics_port=metrics_port,
         )
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         # Unpaced: a streamed reply (ours asks for one) would otherwise wait 20 ms between
         # pieces, which the bare agent's unstreamed call never does.
         self.model = OfflineModelServer(ours.responder, stream_pause_seconds=0)
@@ -413,7 +428,9 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
     queue = harness.new_queue(f"{system}-l{level}")
     worker = harness.bench_worker(system, queue, b.worker_env())
     async with harness.running(worker):
+        counted = server_work.scrape(b.metrics_url)
         result, sampler = await sampled_level(b, system, queue, level, worker.pid)
+        server_counts = server_work.scrape(b.metrics_url)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
     if result.timed_out and system == "ours":
@@ -445,8 +462,13 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
         "worker_cpu_ms_per_step": sampler.cpu["worker"] * 1000 / steps_done,
         "temporal_cpu_ms_per_step": sampler.cpu.get("temporal", 0) * 1000 / steps_done,
         "postgres_cpu_ms_per_step": sampler.cpu.get("postgres", 0) * 1000 / steps_done,
+        "server_work_per_step": server_work.per_step(counted, server_counts, steps_done),
     }
     completed = [w for w in result.workflow_ids if w in result.close_times]
+    if completed:  # one run's history: what the server stores per run
+        history = await b.client.get_workflow_handle(completed[0]).fetch_history()
+        row["history_events"] = len(history.events)
+        row["history_bytes"] = sum(event.ByteSize() for event in history.events)
     return row, completed
 
 

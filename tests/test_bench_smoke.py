@@ -15,8 +15,19 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentrun.core.constants import OFFLINE_MODEL
 from agentrun.dev.offline_model import OfflineModelServer
-from bench import bare, bare_agent, compare_profiles, harness, ours, pg_queue, report, stats
+from bench import (
+    bare,
+    bare_agent,
+    compare_profiles,
+    harness,
+    ours,
+    pg_queue,
+    report,
+    server_work,
+    stats,
+)
 from bench import run as bench_run
+from tests.conftest import SERVER_METRICS_PORT
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
@@ -136,6 +147,48 @@ def test_report_from_fixed_results() -> None:
     assert "1.50x" in profile
 
 
+PROMETHEUS = """# HELP persistence_latency persistence latency
+persistence_latency_count{operation="UpdateWorkflowExecution",service_name="history"} 30
+persistence_latency_count{operation="UpdateWorkflowExecution",service_name="frontend"} 10
+persistence_latency_count{operation="CreateTasks",service_name="matching"} 4
+persistence_latency_sum{operation="UpdateWorkflowExecution",service_name="history"} 0.5
+client_latency_count{operation="HistoryClientRespondWorkflowTaskCompleted"} NaN
+unrelated_total 7
+"""
+
+
+def test_the_server_s_counters_are_read_per_step_and_put_side_by_side() -> None:
+    before = server_work.parse(PROMETHEUS)
+    assert before[("persistence_latency_count", "UpdateWorkflowExecution")] == 40
+    assert ("client_latency_count", "HistoryClientRespondWorkflowTaskCompleted") not in before
+    after = {**before, ("persistence_latency_count", "UpdateWorkflowExecution"): 60.0}
+    work = server_work.per_step(before, after, 10)
+    assert work is not None and work["workflow_state_writes"] == 2.0
+    assert work["tasks_stored_by_matching"] == 0.0
+    assert server_work.per_step(None, after, 10) is None
+    assert server_work.scrape(None) is None
+
+    results = fixed_results()
+    levels = results["throughput"]["levels"]  # type: ignore[index]
+    for system, writes in (("ours", 6.5), ("bare_agent", 4.6), ("bare", 3.4)):
+        row = levels[1][system]
+        row["server_work_per_step"] = {**work, "workflow_state_writes": writes}
+        row["temporal_cpu_ms_per_step"] = writes * 3.5
+        row["history_events"] = 50
+    table = report.server_work_table(results)
+    assert table is not None
+    [writes_line] = [line for line in table.splitlines() if "writes of a workflow" in line]
+    assert [c.strip() for c in writes_line.split("|")[1:-1]] == [
+        "writes of a workflow's state, per step",
+        "6.50",
+        "4.60",
+        "3.40",
+        "1.41x",
+    ]
+    assert "What the Temporal server did" in report.full_report(results)
+    assert report.server_work_table(fixed_results()) is None  # a run without the counters
+
+
 def test_targets_are_issue_15s_against_the_bare_agent() -> None:
     targets = {
         line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
@@ -188,15 +241,24 @@ async def test_bare_agent_runs_the_same_loop_for_real(env: WorkflowEnvironment) 
             "OPENAI_API_KEY": "bench",
             "AGENTRUN_HOME": home,
         }
+        metrics_url = f"http://127.0.0.1:{SERVER_METRICS_PORT}/metrics"
         async with harness.running(harness.bench_worker("bare_agent", queue, worker_env)):
             workflow_id = f"{queue}-{uuid.uuid4().hex[:6]}"
+            before = server_work.scrape(metrics_url)
             result = await env.client.execute_workflow(
                 bare_agent.BareAgentWorkflow.run,
                 bare_agent.AgentTask(task=ours.bench_task(3), model=OFFLINE_MODEL),
                 id=workflow_id,
                 task_queue=queue,
             )
+            after = server_work.scrape(metrics_url)
     assert result == bare_agent.AgentResult(answer=ours.ANSWER, tool_steps=3, model_calls=2)
+    # The dev server counts what it did under the names the bench reads (other tests share
+    # the server, so at least this run's work).
+    work = server_work.per_step(before, after, 1)
+    assert work is not None
+    assert work["activities"] >= 5 and work["workflow_tasks"] >= 5
+    assert work["workflow_state_writes"] >= 10
     times = await harness.run_times(env.client, workflow_id)
     assert [a.name for a in times.activities] == [
         bare_agent.AGENT_MODEL,

@@ -72,6 +72,9 @@ class EmbeddedStack:
     # Fair dispatch across tenants (agentrun.core.fairness); off only to measure what it buys.
     fairness: bool = True
     model_port: int = 0
+    # Where the dev server serves its Prometheus `/metrics` (what it did, counted: the
+    # benchmark reads them); 0 leaves the server's own choice, a random port.
+    metrics_port: int = 0
     planner: Responder = offline_planner
     endpoints: dict[str, str] = field(default_factory=dict)
     _temporal: subprocess.Popen[bytes] | None = None
@@ -141,6 +144,7 @@ class EmbeddedStack:
             "synchronous=NORMAL",
             *search_attributes.dev_server_flags(),
             *fairness.dev_server_flags(self.fairness),
+            *(["--metrics-port", str(self.metrics_port)] if self.metrics_port else []),
         ]
         if not self.ui:
             command.append("--headless")
