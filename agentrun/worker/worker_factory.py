@@ -204,6 +204,25 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     )
 
 
+def slot_shares(slots: int) -> tuple[int, int, int]:
+    """A worker's activity slots on its three queues: (run, model calls, mirror writes).
+
+    Model calls and mirror writes have queues of their own (agentrun.core.fairness): a fifth
+    of the slots for the short mirror writes, half the rest for model calls. The run queue
+    serves the steps' own tool calls and may use every slot but the mirror's, overlapping
+    the model calls' share: a tool call that finds a slot free there starts in the reply to
+    the workflow task that scheduled it (eager dispatch), which spares the Temporal server
+    the matching and one write of the run's state, its costliest unit of work (about 3.5 ms
+    of its CPU on 2 cores; docs/benchmarks.md). Connections stay bounded by the pool, not
+    the slots: an activity holds one at most (what a tool commits during its transaction
+    goes through the commit pool), so under a burst one waits for a connection, never for
+    itself.
+    """
+    mirror = max(1, slots // 5)
+    model = max(1, (slots - mirror) // 2)
+    return max(1, slots - mirror), model, mirror
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -253,18 +272,10 @@ def build_worker(
     admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     tuning = worker_tuning(settings.workflow_cache)
-    # Never more activities at once than the pool serves with its reserve to spare: each
-    # holds one connection at most (what a tool commits during its transaction goes through
-    # the commit pool), so none waits long for its one.
-    # The model-call worker takes a share of them (model calls journal to Postgres too).
     slots = activity_slots_for(
         deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
     )
-    # Model calls and mirror writes have queues of their own (agentrun.core.fairness), each served
-    # by a share of the slots: a fifth for the short mirror writes, the rest halved.
-    mirror_slots = max(1, slots // 5)
-    model_slots = max(1, (slots - mirror_slots) // 2)
-    run_slots = max(1, slots - mirror_slots - model_slots)
+    run_slots, model_slots, mirror_slots = slot_shares(slots)
     activity_only = {k: v for k, v in tuning.items() if k != "max_cached_workflows"}
     run_tuning = {**tuning, "max_concurrent_activities": run_slots}
     model_tuning = {**activity_only, "max_concurrent_activities": model_slots}
