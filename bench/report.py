@@ -262,7 +262,7 @@ def server_work_table(results: dict[str, Any], level: int = TARGET_LEVEL) -> str
     ]
     return render_table(
         [
-            "at " + f"{level} concurrent runs",
+            f"at {level} concurrent runs",
             "ours",
             "bare agent",
             "bare activities",

@@ -41,7 +41,6 @@ from temporalio.client import Client  # noqa: E402
 
 from agentrun.core import search_attributes  # noqa: E402
 from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
-from agentrun.core.errors import SetupError  # noqa: E402
 from agentrun.core.models import ApproveInput  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
 from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
@@ -230,16 +229,8 @@ class Bench:
     async def __aenter__(self) -> Bench:
         self.endpoints = await asyncio.to_thread(self.stack.start)
         self.model.start()
-        settings = Settings.load(self.worker_env())
-        deadline = time.monotonic() + 60
-        while True:  # the port opens before the frontend is healthy
-            try:
-                self.client = await connect(settings, identity="bench")
-                break
-            except SetupError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
+        # The stack is up once Temporal's frontend serves (EmbeddedStack.start_temporal).
+        self.client = await connect(Settings.load(self.worker_env()), identity="bench")
         self.pool = await open_pool(self.endpoints["database_url"], max_size=10)
         await pg_queue.setup(self.pool)
         return self
@@ -428,9 +419,9 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
     queue = harness.new_queue(f"{system}-l{level}")
     worker = harness.bench_worker(system, queue, b.worker_env())
     async with harness.running(worker):
-        counted = server_work.scrape(b.metrics_url)
+        server_before = server_work.scrape(b.metrics_url)
         result, sampler = await sampled_level(b, system, queue, level, worker.pid)
-        server_counts = server_work.scrape(b.metrics_url)
+        server_after = server_work.scrape(b.metrics_url)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
     if result.timed_out and system == "ours":
@@ -462,7 +453,7 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
         "worker_cpu_ms_per_step": sampler.cpu["worker"] * 1000 / steps_done,
         "temporal_cpu_ms_per_step": sampler.cpu.get("temporal", 0) * 1000 / steps_done,
         "postgres_cpu_ms_per_step": sampler.cpu.get("postgres", 0) * 1000 / steps_done,
-        "server_work_per_step": server_work.per_step(counted, server_counts, steps_done),
+        "server_work_per_step": server_work.per_step(server_before, server_after, steps_done),
     }
     completed = [w for w in result.workflow_ids if w in result.close_times]
     if completed:  # one run's history: what the server stores per run

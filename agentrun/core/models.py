@@ -140,11 +140,15 @@ class JudgeSpec(Strict):
     model: str | None = Field(None, description="None: the worker's default model")
 
 
+# The placeholder a model leaves in an answer it did not finish: by default the verify
+# check fails an answer that holds it, and the model is asked again.
+UNFINISHED_ANSWER_MARKER = "TODO"
+
+
 class VerifySpec(Strict):
     required_sections: list[str] = Field(default_factory=lambda: ["## Summary"])
-    # Text a final answer must not contain: by default the placeholder "TODO", which marks
-    # an answer the model left unfinished (the check fails it and the model is asked again).
-    forbidden: list[str] = Field(default_factory=lambda: ["TODO"])
+    # Text a final answer must not contain.
+    forbidden: list[str] = Field(default_factory=lambda: [UNFINISHED_ANSWER_MARKER])
     min_chars: int = Field(1, ge=0)
     json_schema: JsonDict | None = Field(
         None, description="the answer's ```json block must validate against this schema"
