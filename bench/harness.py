@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -131,9 +134,12 @@ class Sampler:
 class WorkerProcess:
     """`python -m bench.worker_proc` (or `worker.py`) as a child process we can kill."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], *, gc_report: Path | None = None
+    ) -> None:
         self.argv = argv
         self.env = env
+        self.gc_report = gc_report
         self.proc: asyncio.subprocess.Process | None = None
         self.exited_at: float | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -183,7 +189,31 @@ class WorkerProcess:
             await asyncio.wait_for(asyncio.shield(self._watch), within)
         return self.exited_at
 
+    async def collector_totals(self, within: float = 5) -> tuple[float, int] | None:
+        """(seconds, collections) the worker has spent in garbage collection so far, or None
+        for a worker that does not count them (bench.worker_proc's CollectorClock)."""
+        if self.gc_report is None or self.proc is None or self.proc.returncode is not None:
+            return None
+        lines = self._report_lines()
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            now = self._report_lines()
+            if len(now) > len(lines):
+                seconds, collections = now[-1].split()
+                return float(seconds), int(collections)
+            await asyncio.sleep(0.02)
+        return None
+
+    def _report_lines(self) -> list[str]:
+        assert self.gc_report is not None
+        if not self.gc_report.exists():
+            return []
+        return [line for line in self.gc_report.read_text().splitlines() if line.strip()]
+
     async def stop(self, within: float = 20) -> None:
+        if self.gc_report is not None:
+            shutil.rmtree(self.gc_report.parent, ignore_errors=True)
         if self.proc is None or self.proc.returncode is not None:
             return
         self.proc.terminate()
@@ -195,8 +225,9 @@ class WorkerProcess:
 
 
 def bench_worker(kind: str, task_queue: str, env: dict[str, str], *extra: str) -> WorkerProcess:
+    report = Path(tempfile.mkdtemp(prefix="agentrun-bench-gc-")) / "gc.txt"
     argv = [sys.executable, "-m", "bench.worker_proc", "--kind", kind, "--task-queue", task_queue]
-    return WorkerProcess([*argv, *extra], env)
+    return WorkerProcess([*argv, "--gc-report", str(report), *extra], env, gc_report=report)
 
 
 @contextlib.asynccontextmanager

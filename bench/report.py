@@ -208,6 +208,7 @@ def throughput_table(results: dict[str, Any]) -> str:
                 fmt_ratio(
                     ratio(ours.get("worker_cpu_ms_per_step"), agent.get("worker_cpu_ms_per_step"))
                 ),
+                _slash(*(fmt(r.get("gc_ms_per_step"), " ms", 2) for r in trio)),
                 _slash(*(fmt(r.get("temporal_cpu_ms_per_step"), " ms") for r in trio)),
                 _slash(*(fmt(r.get("rss_mb"), " MB", 0) for r in trio)),
                 "; ".join(notes) or "",
@@ -224,6 +225,7 @@ def throughput_table(results: dict[str, Any]) -> str:
             "ours ÷ bare activities steps/s",
             "worker CPU/step, ours / agent / activities",
             "ours ÷ bare agent worker CPU/step",
+            "of which garbage collection, ours / agent / activities",
             "Temporal server CPU/step, ours / agent / activities",
             "worker RSS, ours / agent / activities",
             "note",

@@ -338,6 +338,24 @@ def ms(values: list[float]) -> dict[str, Any]:
 # ------------------------------------------------------------------ 1. step overhead
 
 
+async def step_times(b: Bench, workflow_ids: list[str], step: str, steps: int) -> dict[str, Any]:
+    """Per-step gaps and wall time per step of these runs, from their histories."""
+    gaps: list[float] = []
+    walls: list[float] = []
+    scheduled: list[int] = []
+    for workflow_id in workflow_ids:
+        times = await harness.run_times(b.client, workflow_id)
+        gaps += deltas([a.completed for a in times.of(step) if a.completed])
+        scheduled.append(len(times.activities))
+        if times.closed is not None:
+            walls.append((times.closed - times.started) / steps)
+    return {
+        "step_ms": ms(gaps),
+        "wall_per_step_ms": ms(walls),
+        "activities_per_run": max(scheduled, default=0),
+    }
+
+
 async def stage_overhead(b: Bench) -> dict[str, Any]:
     cfg = b.cfg
     out: dict[str, Any] = {
@@ -347,40 +365,37 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
             "per-step latency = gap between consecutive step completions "
             f"(ActivityTaskCompleted of {OUR_STEP} / {AGENT_TOOL} / {BARE_ACTIVITY}) in "
             "each run's history; ours includes the run's mirror batch, which each step's "
-            "activity applies with its claim, and the attempt's mirror writes. 'one run at a "
-            "time' leaves 2 s between runs; 'back to back' none. Activities per run: the "
-            "most any run scheduled (retries not counted)."
+            "activity applies with its claim, and the attempt's mirror writes. The systems "
+            "take turns, run by run, each on its own worker; 'one run at a time' leaves 2 s "
+            "after each run, 'back to back' none. Activities per run: the most any run "
+            "scheduled (retries not counted)."
         ),
     }
-    for system in measured(cfg):
-        queue = harness.new_queue(f"{system}-overhead")
-        async with harness.running(harness.bench_worker(system, queue, b.worker_env())):
-            out[system] = {}
-            for mode, gap in (("isolated", 2.0), ("back_to_back", 0.0)):
-                ids = []
-                for i in range(cfg.runs):
+    systems = measured(cfg)
+    async with contextlib.AsyncExitStack() as workers:
+        queues = {system: harness.new_queue(f"{system}-overhead") for system in systems}
+        for system, queue in queues.items():
+            await workers.enter_async_context(
+                harness.running(harness.bench_worker(system, queue, b.worker_env()))
+            )
+        for mode, gap in (("isolated", 2.0), ("back_to_back", 0.0)):
+            ids: dict[str, list[str]] = {system: [] for system in systems}
+            # The systems take turns, run by run, so a slower spell of the machine falls on
+            # each of them alike and their ratio holds.
+            for i in range(cfg.runs):
+                for system, queue in queues.items():
                     workflow_id = f"{queue}-{mode}-{i}"
                     await b.run_one(system, workflow_id, cfg.steps, queue)
-                    ids.append(workflow_id)
+                    ids[system].append(workflow_id)
                     await asyncio.sleep(gap)
-                name = STEP_ACTIVITY[system]
-                gaps: list[float] = []
-                walls: list[float] = []
-                scheduled: list[int] = []
-                for workflow_id in ids:
-                    times = await harness.run_times(b.client, workflow_id)
-                    gaps += deltas([a.completed for a in times.of(name) if a.completed])
-                    scheduled.append(len(times.activities))
-                    if times.closed is not None:
-                        walls.append((times.closed - times.started) / cfg.steps)
-                out[system][mode] = {
-                    "step_ms": ms(gaps),
-                    "wall_per_step_ms": ms(walls),
-                    "activities_per_run": max(scheduled, default=0),
-                }
-                if system == "ours" and mode == "isolated":
-                    out["mirror_lag_ms"] = ms(await b.mirror_lags(ids))
-            log(f"  {system}: step p50 {out[system]['isolated']['step_ms']['p50']:.1f} ms")
+            for system in systems:
+                out.setdefault(system, {})[mode] = await step_times(
+                    b, ids[system], STEP_ACTIVITY[system], cfg.steps
+                )
+            if mode == "isolated" and "ours" in systems:
+                out["mirror_lag_ms"] = ms(await b.mirror_lags(ids["ours"]))
+    for system in systems:
+        log(f"  {system}: step p50 {out[system]['isolated']['step_ms']['p50']:.1f} ms")
     gaps, walls = [], []
     for _ in range(cfg.runs if "pgq" in cfg.systems else 0):
         result = await pg_queue.run(
@@ -420,7 +435,9 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
     worker = harness.bench_worker(system, queue, b.worker_env())
     async with harness.running(worker):
         server_before = server_work.scrape(b.metrics_url)
+        collector_before = await worker.collector_totals()
         result, sampler = await sampled_level(b, system, queue, level, worker.pid)
+        collector_after = await worker.collector_totals()
         server_after = server_work.scrape(b.metrics_url)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
@@ -455,6 +472,9 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
         "postgres_cpu_ms_per_step": sampler.cpu.get("postgres", 0) * 1000 / steps_done,
         "server_work_per_step": server_work.per_step(server_before, server_after, steps_done),
     }
+    if collector_before is not None and collector_after is not None:
+        row["gc_ms_per_step"] = (collector_after[0] - collector_before[0]) * 1000 / steps_done
+        row["gc_collections"] = collector_after[1] - collector_before[1]
     completed = [w for w in result.workflow_ids if w in result.close_times]
     if completed:  # one run's history: what the server stores per run
         history = await b.client.get_workflow_handle(completed[0]).fetch_history()

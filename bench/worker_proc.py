@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from temporalio.worker import Worker
 
 from agentrun.core.settings import Settings
 from agentrun.temporal.client import connect
+from agentrun.worker import garbage_collector
 from agentrun.worker.worker_factory import (
     AgentWorkers,
     WorkerDeps,
@@ -71,11 +74,37 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
         )
     try:
         async with worker:
+            if kind == "ours":  # as `run_worker` does; the peers keep Python's defaults
+                garbage_collector.settle(settings.gc_threshold)
             print("ready", flush=True)
             await stop.wait()
     finally:
         if pool is not None:
             await pool.close()
+
+
+class CollectorClock:
+    """The time this process spends in garbage collection (`gc.callbacks`); on SIGUSR1 it
+    appends `seconds collections` so far to `path`, which the bench reads around a level."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds = 0.0
+        self.collections = 0
+        self._began = 0.0
+        gc.callbacks.append(self._on_collection)
+        signal.signal(signal.SIGUSR1, self._report)
+
+    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._began
+        self.collections += 1
+
+    def _report(self, *_: object) -> None:
+        with self.path.open("a") as out:
+            out.write(f"{self.seconds:.6f} {self.collections}\n")
 
 
 def main() -> None:
@@ -86,7 +115,10 @@ def main() -> None:
     parser.add_argument(
         "--pyinstrument", type=Path, help="profile the event loop thread into this HTML file"
     )
+    parser.add_argument("--gc-report", type=Path, help="see CollectorClock")
     args = parser.parse_args()
+    if args.gc_report is not None:
+        CollectorClock(args.gc_report)
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -119,15 +119,20 @@ class Settings(BaseSettings):
         1000,
         "runs a worker keeps in memory between steps; an evicted run replays its history",
     )
+    gc_threshold: int = env(
+        "AGENTRUN_GC_THRESHOLD",
+        20_000,
+        "allocations between a worker's young garbage collections; 0 keeps Python's own",
+    )
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
 
-    @field_validator("workflow_cache")
+    @field_validator("workflow_cache", "gc_threshold")
     @classmethod
-    def _a_cache_holds_no_fewer_than_none(cls, value: int) -> int:
+    def _a_count_is_not_negative(cls, value: int) -> int:
         if value < 0:
-            raise ValueError("a number of runs: 0 or more")
+            raise ValueError("a count: 0 or more")
         return value
 
     @field_validator("model_prices", mode="before")

@@ -28,6 +28,7 @@ from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
+from agentrun.worker import garbage_collector
 from agentrun.worker.worker_factory import (
     ResourceTargets,
     WorkerDeps,
@@ -84,6 +85,7 @@ async def run_worker(
                 alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
                 build_worker(client, settings, deps, resources=resources),
             ):
+                garbage_collector.settle(settings.gc_threshold)
                 print(
                     f"worker {identity} polling {settings.task_queue!r} at "
                     f"{settings.temporal_address} with tools: {', '.join(registry.names())}; "
