@@ -10,7 +10,6 @@ COPY pyproject.toml README.md ./
 COPY workflows/ ./workflows/
 COPY activities/ ./activities/
 COPY agentrun/ ./agentrun/
-COPY agentrun_demo/ ./agentrun_demo/
 COPY worker.py starter.py ./
 
 RUN pip install --no-cache-dir . \

@@ -4,7 +4,7 @@ What a user writes against, and nothing more (README "Your agent in five minutes
 
 - `tool`, `ToolContext`, `ToolError`, `Reconciled`: declare a tool, use what a call may use,
   fail a call the model should hear about, answer a reconcile hook.
-- `ToolRegistry`: a named set of tools, one thing `worker.py --tools` can load.
+- `ToolRegistry`: a named set of tools, one thing `agentrun-worker --tools` can load.
 - `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
 - `RunSpec`: everything one run needs; history holds exactly this.
 - `run_worker`: a worker with your tools and MCP servers, in your own process.

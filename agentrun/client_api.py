@@ -26,7 +26,6 @@ from agentrun.ops.approver_keys import ApproverKey
 from agentrun.profiles import Agent
 from agentrun.store.db import open_pool
 from agentrun.temporal.client import connect
-from workflows import AgentRunWorkflow
 
 
 class RunClient:
@@ -112,8 +111,7 @@ class RunClient:
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for the run to end."""
-        handle = self.client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
-        return await handle.result()
+        return await ops.result(self.client, run_id)
 
     async def receipt(self, run_id: str) -> JsonDict:
         return await ops.receipt(await self._database(), run_id, tenant=self.settings.tenant)

@@ -24,9 +24,9 @@ from temporalio.client import Client
 from agentrun.core.errors import OperationError
 from agentrun.core.models import RunSpec
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from bench.harness import WorkerProcess
 from bench.stats import summarize
-from workflows import AgentRunWorkflow
 
 TASK = "Look up our refund policy and notify ana@example.com about it."
 FAULT = "tool.after_effect:send_message"

@@ -47,6 +47,8 @@ from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
 from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402
 from agentrun.store.db import open_pool  # noqa: E402
 from agentrun.temporal.client import connect  # noqa: E402
+from agentrun.workflows import AgentRunWorkflow  # noqa: E402
+from agentrun.workflows.changes import for_new_run  # noqa: E402
 from bench import (  # noqa: E402
     harness,
     noisy,
@@ -60,8 +62,6 @@ from bench import (  # noqa: E402
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.bare_agent import AGENT_MODEL, AGENT_TOOL, AgentTask, BareAgentWorkflow  # noqa: E402
 from bench.stats import deltas, summarize  # noqa: E402
-from workflows import AgentRunWorkflow  # noqa: E402
-from workflows.changes import for_new_run  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 # Each agent's tool step, whose acceptance by the run's next workflow task is timed.
@@ -733,7 +733,7 @@ PARTS = [
     ("pydantic (inputs and results)", ("pydantic",)),
     (
         "our activities' own code (claims, leases, tools, the payload guard)",
-        ("activities/", "agentrun/", "bench/bare_agent.py", "bench/ours.py"),
+        ("agentrun/", "bench/bare_agent.py", "bench/ours.py"),
     ),
 ]
 OTHER_PART = "the rest (the event loop, threads, the SDK's task handling)"

@@ -33,7 +33,7 @@ from temporalio.worker.workflow_sandbox._runner import _fake_info  # noqa: E402
 
 from agentrun.worker.worker_factory import worker_tuning  # noqa: E402
 from agentrun.worker.workflow_code import share_workflow_code  # noqa: E402
-from workflows import AgentRunWorkflow  # noqa: E402
+from agentrun.workflows import AgentRunWorkflow  # noqa: E402
 
 
 def details() -> WorkflowInstanceDetails:

@@ -1,6 +1,7 @@
 """Record one AgentBacklog workflow history into tests/histories/, for the replay test.
 
-Run after an intended change to workflows/backlog.py: `python scripts/record_backlog_history.py`
+Run after an intended change to agentrun/workflows/backlog.py:
+`python scripts/record_backlog_history.py`
 (keep the old file under another name: backlogs in flight were started by the old code). It
 starts its own in-memory Temporal dev server, embedded Postgres and scripted offline model,
 and records the first run of a backlog that enqueues, stops and resumes a running task,

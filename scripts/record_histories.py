@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-import agentrun_demo  # noqa: E402
+import agentrun.demo  # noqa: E402
 from agentrun.core import approval_signatures  # noqa: E402
 from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentrun.core.errors import OperationError  # noqa: E402
@@ -31,8 +31,8 @@ from agentrun.dev.offline_model import Reply, completion, offline_planner  # noq
 from agentrun.ops import approver_keys, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
 from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
+from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
-from workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 _KEY = Ed25519PrivateKey.generate()
@@ -153,7 +153,7 @@ async def post_webhook(args: Post, ctx: ToolContext) -> dict[str, str]:
 
 REGISTRY = ToolRegistry(
     [
-        *agentrun_demo.registry.tools(),
+        *agentrun.demo.registry.tools(),
         Tool("post_webhook", "post", Post, post_webhook, side_effect=True, transactional=False),
     ]
 )
@@ -222,7 +222,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # Recorded after each step's activity carried the run's pending mirror batch instead of a
     # `mirror.sync` of its own before it (patch mirror-batch-rides-step).
     "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
-    # Recorded after runs took generation 2 (workflows/changes.py): one patch marker for
+    # Recorded after runs took generation 2 (agentrun/workflows/changes.py): one patch marker for
     # every change before it, `AgentrunStatus` upserted only when the shown status changes,
     # the last rows and the receipt in one activity (`mirror.finish`), checks without a judge
     # as a local activity, and a model reply's text no longer ending in a signal: the

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, Reply
@@ -29,7 +29,7 @@ async def recording_worker(
 ) -> AsyncIterator[Client]:
     """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker
     serving the demo's tools, or `registry`'s."""
-    registry = registry or agentrun_demo.registry
+    registry = registry or agentrun.demo.registry
     pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentrun-record-"), cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),

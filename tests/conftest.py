@@ -22,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
@@ -52,7 +52,7 @@ def database_url() -> Iterator[str]:
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     pool = await open_pool(database_url, max_size=20)
     # Tests count the demo's sent messages and tickets whatever worker ran.
-    await install_tool_schema(pool, agentrun_demo.registry.schema())
+    await install_tool_schema(pool, agentrun.demo.registry.schema())
     yield pool
     await pool.close()
 
@@ -139,7 +139,7 @@ async def running_worker(
     model_client = openai.AsyncOpenAI(
         base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
     )
-    registry = registry or agentrun_demo.registry
+    registry = registry or agentrun.demo.registry
     await install_tool_schema(pool, registry.schema())
     deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
     workers = build_worker(

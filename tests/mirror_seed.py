@@ -23,7 +23,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.store.db import install_tool_schema, open_pool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ async def fresh_database(
     url = make_conninfo(database_url, dbname=name)
     pool = await open_pool(url, max_size=4)
     # The tables a demo worker would bring: seeded runs sent messages and opened tickets.
-    await install_tool_schema(pool, agentrun_demo.registry.schema())
+    await install_tool_schema(pool, agentrun.demo.registry.schema())
     try:
         yield url, pool
     finally:

@@ -14,7 +14,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names
     from agentrun.core.models import RunResult, RunSpec
-    from workflows.agent_run import AgentRunWorkflow
+    from agentrun.workflows.agent_run import AgentRunWorkflow
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)

@@ -11,8 +11,8 @@ from agentrun.core.argument_schema import argument_problems
 from agentrun.core.errors import OperationError
 from agentrun.core.models import ApproveInput, RejectInput
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, wait_pending
-from workflows import AgentRunWorkflow
 
 
 async def finish(client, run_id):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
 
@@ -24,7 +24,7 @@ async def dump(args: Size, ctx: ToolContext) -> dict[str, str]:
 
 
 REGISTRY = ToolRegistry(
-    [*agentrun_demo.registry.tools(), Tool("dump", "produce a large output", Size, dump)]
+    [*agentrun.demo.registry.tools(), Tool("dump", "produce a large output", Size, dump)]
 )
 
 

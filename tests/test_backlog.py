@@ -8,6 +8,7 @@ from agentrun.core.backlog_models import PolicyPatch
 from agentrun.core.errors import OperationError
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
 from agentrun.ops import backlog_ops as bops
+from agentrun.workflows import AgentRunWorkflow
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,
@@ -19,7 +20,6 @@ from tests.backlog_support import (
     wait_states,
 )
 from tests.support import eventually, rows, scripted
-from workflows import AgentRunWorkflow
 
 NO_DELAY = PolicyPatch(retry_delay_seconds=0)
 # Verification that no answer passes: the run fails, every time, for the same reason.

@@ -23,8 +23,8 @@ from agentrun.core.models import RunResult
 from agentrun.core.settings import Settings
 from agentrun.ops import operations as ops
 from agentrun.store.db import MIGRATIONS, schema_version
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import NOTIFY_TASK, make_spec, wait_pending
-from workflows import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 

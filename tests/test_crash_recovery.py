@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
-from workflows import AgentRunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ from agentrun.core.states import RunStatus
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.worker.worker_factory import slot_shares
+from agentrun.workflows import AgentRunWorkflow
 from bench import server_work
 from tests.conftest import SERVER_METRICS_PORT
 from tests.support import make_spec, scripted
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nThe notes were searched."
 

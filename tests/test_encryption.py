@@ -27,9 +27,9 @@ from agentrun.core.settings import Settings
 from agentrun.ops import operations as ops
 from agentrun.temporal.codec_server import CodecServer
 from agentrun.temporal.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
+from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import make_spec
-from workflows import AgentRunWorkflow
 
 KEY_A = os.urandom(32)
 KEY_B = os.urandom(32)

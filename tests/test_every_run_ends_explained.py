@@ -23,7 +23,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.core.models import (
     ApproveInput,
     DecisionResult,
@@ -37,9 +37,9 @@ from agentrun.ops import operations as ops
 from agentrun.store.db import RESERVED_CONNECTIONS, open_pool
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
 NUL = "\x00"
@@ -247,7 +247,7 @@ async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_
         return {"noted": args.text}
 
     slow = Tool("note_slowly", "note", Note, note_slowly, side_effect=True)
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), slow])
     free = 2
     small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 8)
     turns = scripted([("note_slowly", {"text": "hi"})], SUMMARY)
@@ -339,7 +339,7 @@ def gated_registry(gate: asyncio.Event, started: asyncio.Event) -> ToolRegistry:
         return {"waited": args.text}
 
     return ToolRegistry(
-        [*agentrun_demo.registry.tools(), Tool("wait_here", "wait", Note, wait_here)]
+        [*agentrun.demo.registry.tools(), Tool("wait_here", "wait", Note, wait_here)]
     )
 
 
@@ -495,7 +495,7 @@ async def test_a_cancel_during_a_side_effect_leaves_its_outcome_in_the_receipt(
         return {"sent": args.text}
 
     slow = Tool("send_slowly", "send", Note, send_slowly, side_effect=True)
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), slow])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), slow])
     turns = scripted([("send_slowly", {"text": "pay"})], SUMMARY)
     spec = make_spec(
         "pay",
@@ -664,7 +664,7 @@ async def test_a_call_proposed_again_after_an_unknown_outcome_finds_the_same_led
     """#9: the model heard "failed", proposed the same call again under a new key, and the
     effect happened twice. The key now comes from the call's content."""
     posts: list[str] = []
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), flaky_post(posts, {1})])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), flaky_post(posts, {1})])
     spec = make_spec(
         "post it",
         allowed_tools=["post_webhook"],
@@ -690,7 +690,7 @@ async def test_a_call_proposed_again_after_an_unknown_outcome_finds_the_same_led
 async def test_an_unknown_outcome_nobody_decided_stays_unknown(client, settings, pool):
     """#8: an expired unknown-outcome approval was recorded as "happened (person)"."""
     posts: list[str] = []
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), flaky_post(posts, {1})])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), flaky_post(posts, {1})])
     spec = make_spec("post it", allowed_tools=["post_webhook"], approval={"timeout_seconds": 2})
     with OfflineModelServer(scripted(POST, SUMMARY)) as model:
         async with running_worker(
@@ -712,7 +712,7 @@ async def test_a_rerun_that_dies_again_asks_again(client, settings, pool):
     """#8: a person's "rerun" covered every later attempt: one that died mid-effect again
     was re-run without asking."""
     posts: list[str] = []
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), flaky_post(posts, {1, 2})])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), flaky_post(posts, {1, 2})])
     spec = make_spec("post it", allowed_tools=["post_webhook"])
     with OfflineModelServer(scripted(POST, SUMMARY)) as model:
         async with running_worker(
@@ -752,7 +752,7 @@ async def test_a_backlog_task_tried_again_does_not_repeat_its_side_effect(client
         return {"noted": args.text}
 
     note = Tool("note_once", "note", Note, note_once, side_effect=True)
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), note])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), note])
     # Every attempt makes the same call, then gives an answer verification refuses.
     turns = scripted([("note_once", {"text": "invoice 7"})], "no summary here")
     agent = new_agent()
@@ -794,7 +794,7 @@ async def test_a_tool_step_that_used_up_its_attempts_records_how_many(client, se
         raise RuntimeError("the service is down")
 
     breaks = Tool("always_breaks", "break", Note, always_breaks)
-    registry = ToolRegistry([*agentrun_demo.registry.tools(), breaks])
+    registry = ToolRegistry([*agentrun.demo.registry.tools(), breaks])
     spec = make_spec(
         "try it",
         allowed_tools=["always_breaks"],

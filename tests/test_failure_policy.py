@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion, offline_planner
 from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
 
@@ -249,7 +249,7 @@ async def test_a_forbidden_tool_pauses_for_an_admin(client, settings, pool, work
         return {"secret_count": 3}
 
     registry = ToolRegistry(
-        [*agentrun_demo.registry.tools(), Tool("read_secrets", "read", Nothing, read_secrets)]
+        [*agentrun.demo.registry.tools(), Tool("read_secrets", "read", Nothing, read_secrets)]
     )
     spec = make_spec("read", allowed_tools=["read_secrets"])
     with OfflineModelServer(scripted([("read_secrets", {})], SUMMARY)) as model:

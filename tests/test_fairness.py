@@ -20,9 +20,9 @@ from agentrun.ops import operations as ops
 from agentrun.ops import tenant_ops
 from agentrun.store.tenant_store import TenantStore
 from agentrun.worker.worker_factory import ResourceTargets
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
-from workflows import AgentRunWorkflow
 
 ANSWER = "## Summary\nDone.\n\n## Actions\n- sent a message to ana@example.com"
 

@@ -11,9 +11,9 @@ import agentrun
 from agentrun.core.errors import ForkError
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, wait_pending
 from tests.test_cli import run_cli
-from workflows import AgentRunWorkflow
 
 EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
 

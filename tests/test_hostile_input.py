@@ -21,9 +21,9 @@ from agentrun.core.models import MAX_TASK_CHARS, ControlInput, RunSpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import backlog_ops
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.backlog_support import new_agent
 from tests.support import NOTIFY_TASK, eventually, make_spec, rows, scripted, wait_pending
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
 QUICK_TASK = "Summarize the order policy."

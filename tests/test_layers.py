@@ -19,7 +19,11 @@ CORE, STORE, TEMPORAL, TOOLS = (
     "agentrun.temporal",
     "agentrun.tools",
 )
+ACTIVITIES, WORKFLOWS = "agentrun.activities", "agentrun.workflows"
 OPS, WORKER, CLI, DEV = "agentrun.ops", "agentrun.worker", "agentrun.cli", "agentrun.dev"
+DEMO = "agentrun.demo"
+# This deployment's own code, beside the package (the design card's top level).
+OWN_WORKFLOWS, OWN_ACTIVITIES = "workflows", "activities"
 
 # Each layer and the layers below it that it may import (besides itself).
 MAY_IMPORT = {
@@ -28,18 +32,25 @@ MAY_IMPORT = {
     TEMPORAL: {CORE},
     DEV: {CORE},
     TOOLS: {CORE, STORE},
-    "activities": {CORE, STORE, TOOLS},
-    "workflows": {CORE, "activities"},
-    OPS: {CORE, STORE, TEMPORAL, "workflows"},
-    CLI: {CORE, STORE, TEMPORAL, OPS},
-    WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, "activities", "workflows"},
-    # The public API (agentrun/__init__.py and the modules beside it): the top, over all.
-    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, "activities", "workflows"},
+    ACTIVITIES: {CORE, STORE, TOOLS},
+    WORKFLOWS: {CORE, ACTIVITIES},
+    OPS: {CORE, STORE, TEMPORAL, WORKFLOWS},
+    # The demo is an example of the public API: tools and a profile, nothing of the engine.
+    DEMO: {CORE, TOOLS, "agentrun"},
+    WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, ACTIVITIES, WORKFLOWS},
+    # The public API (agentrun/__init__.py and the modules beside it): over the engine.
+    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, ACTIVITIES, WORKFLOWS},
+    CLI: {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, DEV, DEMO, "agentrun"},
+    # A deployment's own workflows and activities use agentrun's public API only.
+    OWN_ACTIVITIES: {"agentrun"},
+    OWN_WORKFLOWS: {"agentrun", OWN_ACTIVITIES},
 }
-LAYERS = {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, CLI, DEV}
+LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, OPS, WORKER, CLI, DEV, DEMO}
 
 
 def layer(module: str) -> str:
+    if module == "agentrun.__main__":
+        return CLI
     parts = module.split(".")
     if parts[0] == "agentrun" and len(parts) > 1 and f"agentrun.{parts[1]}" in LAYERS:
         return f"agentrun.{parts[1]}"
@@ -95,7 +106,7 @@ def test_the_sandbox_passes_through_only_the_pure_core():
     ours = [
         m
         for m in SANDBOX_PASSTHROUGH
-        if layer(m) in (*LAYERS, "agentrun", "workflows", "activities")
+        if layer(m) in (*LAYERS, "agentrun", OWN_WORKFLOWS, OWN_ACTIVITIES)
     ]
     assert ours == [CORE]
 
@@ -106,6 +117,7 @@ def test_the_architecture_map_names_every_module_of_the_layers():
     text = (ROOT / "docs" / "architecture.md").read_text()
     folders = ["agentrun/core", "agentrun/store", "agentrun/tools", "agentrun/temporal"]
     folders += ["agentrun/ops", "agentrun/worker", "agentrun/cli", "agentrun/dev"]
+    folders += ["agentrun/activities", "agentrun/workflows", "agentrun/demo"]
     folders += ["activities", "workflows"]
     missing = [
         f"{folder}/{path.name}"

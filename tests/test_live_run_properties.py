@@ -32,7 +32,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.core.models import ApproveInput, RunSpec
 from agentrun.core.settings import Settings
 from agentrun.core.states import RunStatus, is_terminal
@@ -41,7 +41,7 @@ from agentrun.ops import operations as ops
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
-from workflows import AgentRunWorkflow
+from agentrun.workflows import AgentRunWorkflow
 
 T = TypeVar("T")
 MB = 1_000_000
@@ -136,7 +136,7 @@ class Live:
         async with self.pool.connection() as conn:
             await conn.execute(EFFECTS_TABLE)
         effect = Tool("note_effect", "note it", Text, note_effect, side_effect=True)
-        registry = ToolRegistry([*agentrun_demo.registry.tools(), effect])
+        registry = ToolRegistry([*agentrun.demo.registry.tools(), effect])
         await install_tool_schema(self.pool, registry.schema())
         settings = Settings.load({}).model_copy(
             update={

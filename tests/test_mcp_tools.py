@@ -17,8 +17,8 @@ from agentrun.ops import operations as ops
 from agentrun.tools.loading import load_registry
 from agentrun.tools.mcp import McpConnection, McpServerDied, McpServerSpec, mcp_tools
 from agentrun.tools.registry import ToolRegistry
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, scripted, wait_pending
-from workflows import AgentRunWorkflow
 
 SERVER = """
 import os

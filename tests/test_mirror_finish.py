@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.mirror import MirrorActivities
+from agentrun.activities.mirror import MirrorActivities
 from agentrun.core.models import FinishInput, Receipt, RunStatus
 from agentrun.store.db import pipelined_transaction
 from agentrun.store.mirror_store import MirrorStore

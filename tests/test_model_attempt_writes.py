@@ -12,7 +12,7 @@ import openai
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.model import ModelActivities
+from agentrun.activities.model import ModelActivities
 from agentrun.core.constants import STEP_OUTPUT_REF
 from agentrun.core.models import ModelCallInput, Usage
 from agentrun.core.settings import Settings

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows
 from tests.test_cli import run_cli
-from workflows import AgentRunWorkflow
 
 
 def failing(status: int, times: int, headers: dict[str, str] | None = None):

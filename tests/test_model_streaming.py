@@ -12,12 +12,12 @@ from dataclasses import replace
 import openai
 import pytest
 
-from activities.model_stream import plain_completion, streamed_completion
+from agentrun.activities.model_stream import plain_completion, streamed_completion
 from agentrun.core.errors import PROVIDER_UNAVAILABLE, classify_model_error
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, scripted, wait_pending
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nSent it.\n\n## Actions\n- Sent a message to ana."
 CALL = ("send_message", {"to": "ana@example.com", "subject": "Refunds", "body": "Within 5 days."})

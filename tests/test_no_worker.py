@@ -19,10 +19,10 @@ from agentrun.core.backlog_models import TaskItem
 from agentrun.core.settings import Settings
 from agentrun.ops import backlog_ops
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import Result, run_cli
 from tests.test_crash_recovery import start_worker_process
-from workflows import AgentRunWorkflow
 
 BOUND = 3.0
 # A CLI process spends up to this long importing and connecting on a loaded 2-core machine.
@@ -138,7 +138,7 @@ async def test_every_command_answers_with_the_workers_dead(
         result, seconds = await timed_cli(*args)
         assert answered(result, seconds).code == 2, (args, result.out, result.err)
         assert "not sent: no worker answered" in result.err
-        assert "python worker.py" in result.err and settings.task_queue in result.err
+        assert "agentrun-worker" in result.err and settings.task_queue in result.err
 
     # A worker returns: every recorded write applies; no refused one does.
     async with worker():

@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
 from agentrun.core.payload_limits import PayloadLimitInterceptor, trimmed
 from agentrun.dev.offline_model import OfflineModelServer, completion
@@ -23,12 +23,12 @@ from agentrun.ops import operations as ops
 from agentrun.ops import projection
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
+from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.admission import TenantAdmissionWorkflow
+from agentrun.workflows.backlog import AgentBacklogWorkflow
 from tests.conftest import running_worker
 from tests.recorded import HISTORIES, recorded_history, replayer
 from tests.support import make_spec, rows, scripted
-from workflows import AgentRunWorkflow
-from workflows.admission import TenantAdmissionWorkflow
-from workflows.backlog import AgentBacklogWorkflow
 
 SUMMARY = "## Summary\nDone."
 MB = 1024 * 1024
@@ -48,7 +48,7 @@ async def fail_loudly(args: Size, ctx: ToolContext) -> None:
 
 REGISTRY = ToolRegistry(
     [
-        *agentrun_demo.registry.tools(),
+        *agentrun.demo.registry.tools(),
         Tool("dump", "produce a large output", Size, dump),
         Tool("fail_loudly", "fail with a long message", Size, fail_loudly),
     ]
@@ -251,7 +251,7 @@ async def test_a_checkpoint_grown_past_the_limit_fails_the_run_and_keeps_the_las
     with the step's copy cut, the run row's checkpoint whole."""
     registry = ToolRegistry(
         [
-            *agentrun_demo.registry.tools(),
+            *agentrun.demo.registry.tools(),
             Tool("save", "save a checkpoint part", Patch, save_big_checkpoint),
         ]
     )

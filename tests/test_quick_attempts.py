@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel
 from temporalio.testing import ActivityEnvironment
 
-from activities.step_claim import QUICK_GRACE_SECONDS
-from activities.tools import ToolActivities
+from agentrun.activities.step_claim import QUICK_GRACE_SECONDS
+from agentrun.activities.tools import ToolActivities
 from agentrun.core.models import ToolCallInput, ToolCallResult
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore

@@ -17,12 +17,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.models import ModelCallResult
+from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
+from agentrun.workflows.agent_run import MODEL_CALL_QUEUE
+from agentrun.workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
+from agentrun.workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 from tests.recorded import HISTORIES, recorded_history, replayer
-from workflows import AgentRunWorkflow
-from workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
-from workflows.agent_run import MODEL_CALL_QUEUE
-from workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
-from workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 
 
 def test_histories_are_committed():
@@ -84,8 +84,8 @@ def test_mirror_queue_has_a_history():
 
 
 def test_the_audit_fixes_have_histories():
-    """The paths issue 13 added (see the patch ids in workflows/agent_run.py) are recorded."""
-    from workflows.agent_run import (
+    """The paths issue 13 added (the patch ids in agentrun/workflows/agent_run.py) are recorded."""
+    from agentrun.workflows.agent_run import (
         CONTINUE_AFTER_BOUNDARY,
         EFFECT_KEYS,
         JUDGE_COUNTED,
@@ -125,7 +125,7 @@ def test_streams_and_forks_have_histories():
 
 
 def test_quiet_mirror_writes_have_a_history():
-    from workflows.agent_run import QUIET_MIRROR
+    from agentrun.workflows.agent_run import QUIET_MIRROR
 
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert QUIET_MIRROR in taken["quiet_mirror"]
@@ -147,7 +147,7 @@ def test_quiet_mirror_writes_have_a_history():
 def test_a_step_carrying_the_mirror_batch_has_a_history():
     """With the batch riding in each step's activity, a run schedules one activity per step:
     the same approved run as quiet_mirror, with `mirror.sync` only at the approval and the end."""
-    from workflows.recording import MIRROR_RIDES_STEP
+    from agentrun.workflows.recording import MIRROR_RIDES_STEP
 
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert MIRROR_RIDES_STEP in taken["step_carries_mirror"]
@@ -173,7 +173,7 @@ def test_generation_2_has_histories_with_one_marker_and_one_last_write():
     """A run of generation 2 asks one patch for every change before it, upserts its status
     only when the shown status changes, and writes its last rows with its receipt: the same
     approved run as step_carries_mirror, in fewer events."""
-    from workflows.changes import GENERATION_2
+    from agentrun.workflows.changes import GENERATION_2
 
     def events(name: str) -> list[dict]:
         return json.loads((HISTORIES[0].parent / f"{name}.json").read_text())["events"]

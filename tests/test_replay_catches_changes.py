@@ -16,9 +16,9 @@ from temporalio.client import WorkflowHistory
 from temporalio.workflow import NondeterminismError
 
 from agentrun.core import constants as names
+from agentrun.workflows import AgentRunWorkflow
 from tests.planted_change import PlantedAgentRun
 from tests.recorded import recorded_history, replayer
-from workflows import AgentRunWorkflow
 
 
 def _workflow_type(path: Path) -> str:

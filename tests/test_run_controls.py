@@ -11,8 +11,8 @@ from temporalio.exceptions import CancelledError
 from agentrun.core.errors import OperationError
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
-from workflows import AgentRunWorkflow
 
 SLOW_INDEX = [("index_documents", {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.4})]
 DONE = "## Summary\nIndexed the documents."

@@ -6,8 +6,8 @@ from typing import Any
 
 from agentrun.core.models import RunResult
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
-from workflows import AgentRunWorkflow
 
 
 async def test_run_completes_with_receipt_and_mirror(client, settings, pool, worker):
@@ -171,7 +171,7 @@ def _history_costs(events: list[Any]) -> tuple[list[str], list[str], list[str]]:
 async def test_a_new_run_pays_no_marker_and_upserts_only_shown_statuses(
     client, settings, pool, worker
 ):
-    """Generation 3 (workflows/changes.py): a run the engine starts names its generation in
+    """Generation 3 (agentrun/workflows/changes.py): a run the engine starts names its generation in
     its input, so it records no patch marker (and no `TemporalChangeVersion` upsert); its
     answer's checks come back with the model's reply (no verify activity, no local-activity
     marker); `AgentrunStatus` is upserted only when what a person filters on changes; it is

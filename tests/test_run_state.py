@@ -29,14 +29,16 @@ from agentrun.core.models import (
     VerifyResult,
 )
 from agentrun.core.states import RunStatus
-from workflows import AgentRunWorkflow, run_state
+from agentrun.workflows import AgentRunWorkflow, run_state
 
-WORKFLOW_DIR = Path(__file__).parent.parent / "workflows"
+WORKFLOW_DIR = Path(__file__).parent.parent / "agentrun" / "workflows"
 
 
 def attributes_written(cls: type) -> dict[str, set[str]]:
     """Each `self.<name>` the class and its mixins assign, with the methods that do it."""
-    modules = {base.__module__ for base in cls.__mro__ if base.__module__.startswith("workflows")}
+    modules = {
+        base.__module__ for base in cls.__mro__ if base.__module__.startswith("agentrun.workflows")
+    }
     written: dict[str, set[str]] = {}
     for module in modules:
         tree = ast.parse((WORKFLOW_DIR / f"{module.split('.')[-1]}.py").read_text())

@@ -30,8 +30,8 @@ from agentrun.store.db import open_pool
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import Tool, ToolContext, ToolError, ToolRegistry
 from agentrun.worker.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows
-from workflows import AgentRunWorkflow
 
 CANARY = uuid.uuid4().hex[:12]
 API_KEY = f"sk-canary-apikey-{CANARY}"

@@ -21,9 +21,9 @@ from agentrun.ops import approver_keys
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.store.approver_store import ApproverStore
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
-from workflows import AgentRunWorkflow
 
 
 @pytest.fixture

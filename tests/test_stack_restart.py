@@ -18,9 +18,9 @@ from agentrun.dev.stack import EmbeddedStack, free_port, frontend_serving, port_
 from agentrun.ops import operations as ops
 from agentrun.store.db import open_pool
 from agentrun.temporal.client import connect
+from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending
-from workflows import AgentRunWorkflow
 
 
 def settings_for(endpoints: dict[str, str], task_queue: str) -> Settings:

@@ -8,13 +8,13 @@ import uuid
 from pydantic import BaseModel
 from temporalio import activity
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, mirror_batch, rows, scripted
-from workflows import AgentRunWorkflow
 
 
 class Docs(BaseModel):
@@ -52,7 +52,7 @@ async def zombie_on_first_attempt(args: Lookup, ctx: ToolContext) -> dict[str, o
 
 REGISTRY = ToolRegistry(
     [
-        *agentrun_demo.registry.tools(),
+        *agentrun.demo.registry.tools(),
         Tool("crashy_index", "index documents", Docs, crashes_once_midway),  # type: ignore[arg-type]
         Tool("zombie_lookup", "look something up", Lookup, zombie_on_first_attempt),  # type: ignore[arg-type]
     ]

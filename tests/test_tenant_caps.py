@@ -15,10 +15,10 @@ from agentrun.core.errors import OperationError
 from agentrun.ops import admission_ops, tenant_ops
 from agentrun.ops import operations as ops
 from agentrun.store.tenant_store import TenantStore
+from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
-from workflows import AgentRunWorkflow
-from workflows.admission import TenantAdmissionWorkflow, admission_id
 
 # One model call, then a send_message that waits for approval: each run holds its slot
 # until the test approves it.
@@ -88,7 +88,7 @@ async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, work
                 queued = await ops.status(client, order[cap])
                 assert queued.status.value == "queued" and queued.queue_position == 1
 
-                # The queue mirrors its moves without waiting for them (workflows/admission.py):
+                # The queue mirrors its moves without waiting (agentrun/workflows/admission.py):
                 # the runs at the gate may be there before the row saying they left the queue.
                 async def second_in_line() -> bool:
                     sql = await rows(

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 import agentrun
-import agentrun_demo
+import agentrun.demo
 from agentrun.core.errors import ToolLoadError, ToolSetConflict
 from agentrun.core.models import RiskLevel
 from agentrun.dev.stack import free_port
@@ -56,30 +56,30 @@ def test_the_decorator_refuses_what_the_model_could_not_use() -> None:
 
 
 def test_references_load_registries_tools_and_lists() -> None:
-    registry = load_registry(["agentrun_demo:registry", shout])
+    registry = load_registry(["agentrun.demo:registry", shout])
     assert "shout" in registry.names() and "send_message" in registry.names()
-    listed = load_registry([[agentrun_demo.tools.fetch_page], "agentrun_demo.tools:search_notes"])
+    listed = load_registry([[agentrun.demo.tools.fetch_page], "agentrun.demo.tools:search_notes"])
     assert listed.names() == ["fetch_page", "search_notes"]
     with pytest.raises(ToolLoadError, match="comes from both"):
-        load_registry(["agentrun_demo:registry", "agentrun_demo.tools:search_notes"])
+        load_registry(["agentrun.demo:registry", "agentrun.demo.tools:search_notes"])
     with pytest.raises(ToolLoadError, match="has no attribute"):
-        load_registry(["agentrun_demo:nothing"])
+        load_registry(["agentrun.demo:nothing"])
     with pytest.raises(ToolLoadError, match="cannot import"):
         load_registry(["no_such_module:tools"])
     with pytest.raises(ToolLoadError, match="not a ToolRegistry"):
-        load_registry(["agentrun_demo.schema:OUTBOX"])
+        load_registry(["agentrun.demo.schema:OUTBOX"])
 
 
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
         (["--tools", "no_such_module:tools"], "cannot import 'no_such_module'"),
-        (["--tools", "agentrun_demo:nothing"], "has no attribute 'nothing'"),
+        (["--tools", "agentrun.demo:nothing"], "has no attribute 'nothing'"),
         (
-            ["--tools", "agentrun_demo:registry", "--tools", "agentrun_demo.tools:search_notes"],
+            ["--tools", "agentrun.demo:registry", "--tools", "agentrun.demo.tools:search_notes"],
             "tool 'search_notes' comes from both",
         ),
-        (["--tools", "agentrun_demo"], "expected PKG.MODULE:ATTR"),
+        (["--tools", "agentrun.demo"], "expected PKG.MODULE:ATTR"),
         (["--mcp", "broken"], "expected NAME=COMMAND"),
         ([], "cannot import 'no_such_module'"),  # AGENTRUN_TOOLS, below
     ],
@@ -94,7 +94,7 @@ def test_worker_exits_2_with_one_line(flags: list[str], says: str) -> None:
         env={
             **os.environ,
             "AGENTRUN_HOME": "/nonexistent",
-            "AGENTRUN_TOOLS": "agentrun_demo:registry, no_such_module:tools",
+            "AGENTRUN_TOOLS": "agentrun.demo:registry, no_such_module:tools",
             "AGENTRUN_MCP": "",
         },
     )
@@ -121,7 +121,7 @@ async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
         sys.executable,
         "worker.py",
         "--tools",
-        "agentrun_demo:registry",
+        "agentrun.demo:registry",
         cwd=ROOT,
         stderr=asyncio.subprocess.PIPE,
         env={

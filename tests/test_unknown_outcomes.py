@@ -9,15 +9,15 @@ import uuid
 
 from pydantic import BaseModel
 
-import agentrun_demo
+import agentrun.demo
 from agentrun.core.models import Usage
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.model_journal import ModelJournal
 from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process
-from workflows import AgentRunWorkflow
 
 SUMMARY = "## Summary\nDone."
 TICKET = [("create_ticket", {"title": "Printer on fire", "body": "Floor 3"})]
@@ -95,7 +95,7 @@ async def test_without_a_reconcile_hook_a_person_decides(client, settings, pool,
 
     registry = ToolRegistry(
         [
-            *agentrun_demo.registry.tools(),
+            *agentrun.demo.registry.tools(),
             Tool(
                 "post_webhook", "post", Payload, post_webhook, side_effect=True, transactional=False
             ),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from activities.verify import deterministic_checks
+from agentrun.activities.verify import deterministic_checks
 from agentrun.core.models import VerifySpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted, wait_pending
-from workflows import AgentRunWorkflow
 
 GOOD = '## Summary\nTwo items.\n- a\n- b\n```json\n{"count": 2}\n```'
 BAD = '## Summary\nThree items.\n- a\n- b\n- c\n```json\n{"count": "three"}\n```'

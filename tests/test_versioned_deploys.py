@@ -8,8 +8,8 @@ from temporalio.api.enums.v1 import EventType
 
 from agentrun.ops import operations as ops
 from agentrun.temporal import deployments
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, wait_pending
-from workflows import AgentRunWorkflow
 
 
 async def builds_that_ran(client, run_id: str) -> set[str]:

@@ -12,19 +12,19 @@ import sys
 
 from temporalio.api.enums.v1 import EventType
 
-from activities.text_stream import TEXT_BATCH
+from agentrun.activities.text_stream import TEXT_BATCH
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.models import ModelCallResult, RunSpec, WatchItem
 from agentrun.core.streamed_text import MAX_STREAMED_CHARS
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
 from agentrun.ops import watch
+from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.run_stream import RETAINED_ITEMS
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from tests.test_crash_recovery import start_worker_process
 from tests.test_unknown_outcomes import FAST, start_and_crash
-from workflows import AgentRunWorkflow
-from workflows.run_stream import RETAINED_ITEMS
 
 # The most events one step adds past the check for the history limit, with one watcher:
 # the step's own (schedule, start, complete, a mirror write, their workflow tasks) and the
@@ -147,7 +147,7 @@ async def test_watching_an_ended_run_prints_its_story_from_the_mirror(
     assert items[0]["type"] == "run.started" and items[-1]["kind"] == "receipt"
     text = await run_cli(settings, tmp_path, "watch", started.run_id)
     assert "run.finished" in text.out and "receipt: completed" in text.out
-    decide = f"decide: python starter.py approve {started.run_id} --by NAME --role approver"
+    decide = f"decide: agentrun approve {started.run_id} --by NAME --role approver"
     assert decide in text.out
 
 
@@ -266,7 +266,7 @@ async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_pat
         line = await asyncio.wait_for(proc.stderr.readline(), 40)
         while line and not line.startswith(b"note:"):  # warnings from libraries first
             line = await asyncio.wait_for(proc.stderr.readline(), 40)
-        assert b"is one running? (`python worker.py`)" in line
+        assert b"is one running? (`agentrun-worker`)" in line
     finally:
         proc.kill()
         await proc.wait()

@@ -19,9 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentrun.core import search_attributes
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import make_spec, wait_pending
-from workflows import AgentRunWorkflow
 
 CHROMIUM = os.environ.get("AGENTRUN_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -111,7 +111,7 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
                 # The static summary, and the current details with the exact command.
                 assert "agent support-bot · tenant acme · Look up our refund policy" in metadata
                 assert "Waiting for approval of send_message to ana@example.com" in metadata
-                approve = f"python starter.py approve {run_id} --by YOUR_NAME --role approver"
+                approve = f"agentrun approve {run_id} --by YOUR_NAME --role approver"
                 assert approve in metadata
                 shot = os.environ.get("AGENTRUN_SCREENSHOT") or str(tmp_path / "web-ui-run.png")
                 png = await page.screenshot(path=shot)  # type: ignore[attr-defined]
@@ -127,6 +127,6 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
                 ended, _ = await page_text(browser, url, tab="User Metadata", wait_for="Receipt:")
                 assert "Completed" in ended
                 assert "1 side effect · 0 duplicates prevented" in ended
-                assert f"python starter.py receipt {run_id}" in ended
+                assert f"agentrun receipt {run_id}" in ended
             finally:
                 await browser.close()

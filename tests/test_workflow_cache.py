@@ -9,8 +9,8 @@ import pytest
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
 from agentrun.ops import operations as ops
+from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows
-from workflows import AgentRunWorkflow
 
 
 def test_the_cache_setting_is_a_number_of_runs():

@@ -1,5 +1,1 @@
-"""Workflows: deterministic orchestration only. All I/O lives in activities."""
-
-from workflows.agent_run import AgentRunWorkflow
-
-__all__ = ["AgentRunWorkflow"]
+"""This deployment's own workflows, registered by worker.py beside agentrun's engine."""

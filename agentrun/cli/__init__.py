@@ -1,1 +1,2 @@
-"""The command line's groups and its text rendering; `starter.py` is the entry point."""
+"""The command line: `agentrun` (also `python -m agentrun`, `python starter.py`), its groups
+and its rendering."""

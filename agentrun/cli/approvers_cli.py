@@ -1,4 +1,4 @@
-"""`python starter.py approvers add|list`: approvers as identities with keys, not typed names.
+"""`agentrun approvers add|list`: approvers as identities with keys, not typed names.
 
 `add` makes an Ed25519 key pair: the private key stays in your config directory (mode
 0600), the public key goes to the approvers table, and every run started afterwards (for
@@ -43,7 +43,7 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
             text = (
                 f"approver {args.name} ({args.role}, key {created.signer.key_id}); private key "
                 f"in {config / 'approvers'} (mode 0600). Runs started from now on take only "
-                "signed decisions: `starter.py approve RUN --by "
+                "signed decisions: `agentrun approve RUN --by "
                 f"{args.name}` signs with it."
             )
         else:

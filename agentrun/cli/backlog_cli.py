@@ -1,4 +1,4 @@
-"""`python starter.py backlog enqueue|list|stop|resume|dead|retry --agent A`.
+"""`agentrun backlog enqueue|list|stop|resume|dead|retry --agent A`.
 
 Commands that change a backlog go through Temporal; `list` and `dead` read the Postgres
 mirror, so they answer even when no worker is running.

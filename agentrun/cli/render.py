@@ -47,15 +47,14 @@ def run_state(state: RunState) -> str:
     ]
     if state.pause_reason:
         lines.append(f"paused for an admin: {state.pause_reason}")
-        lines.append(f"  fix it, then: python starter.py resume {state.run_id}")
+        lines.append(f"  fix it, then: agentrun resume {state.run_id}")
     if state.pending_approval:
         p = state.pending_approval
         lines += [
             f"waiting for approval ({p.kind}) {p.approval_id}: {p.tool}({p.arguments})",
             *([f"  why: {p.reason}"] if p.reason else []),
             f"  needs role {p.required_role!r}; action {p.action_hash}; expires {p.expires_at}",
-            f"  approve: python starter.py approve {state.run_id} --by NAME --role "
-            f"{p.required_role}",
+            f"  approve: agentrun approve {state.run_id} --by NAME --role {p.required_role}",
         ]
     for refusal in state.refusals:
         lines.append(f"refused decision by {refusal.by} at {refusal.at}: {refusal.reason}")
@@ -93,7 +92,7 @@ def run_report(report: RunReport) -> str:
     lines.append(
         f"workers polling {report.task_queue}: {workers}"
         if workers
-        else f"no worker polls {report.task_queue}: start one with `python worker.py`"
+        else f"no worker polls {report.task_queue}: start one with `agentrun-worker`"
     )
     return "\n".join(lines)
 
@@ -268,18 +267,18 @@ def mirror_report(report: JsonDict) -> str:
     if report["open"]:
         lines.append("the run is still open: its latest writes may not have landed yet")
     else:
-        lines.append(f"`starter.py mirror rebuild {run_id}` rewrites it from the history")
+        lines.append(f"`agentrun mirror rebuild {run_id}` rewrites it from the history")
     return "\n".join(lines)
 
 
 def watch_line(item: WatchItem, run_id: str) -> str:
-    """One line of `starter.py watch` for people (model text is printed as it comes); an
+    """One line of `agentrun watch` for people (model text is printed as it comes); an
     approval request says how to decide it."""
     if item.kind == "receipt":
         r = item.data
         return (
             f"receipt: {r.get('outcome')}, {len(r.get('steps', []))} steps, "
-            f"{_usd(r.get('cost_usd'))}; `starter.py receipt {r.get('run_id')}` shows it all"
+            f"{_usd(r.get('cost_usd'))}; `agentrun receipt {r.get('run_id')}` shows it all"
         )
     when = item.at.strftime("%H:%M:%S") if item.at else "        "
     details = ", ".join(f"{k}={v}" for k, v in item.data.items() if v not in (None, "", {}, []))
@@ -288,7 +287,7 @@ def watch_line(item: WatchItem, run_id: str) -> str:
     role = item.data.get("required_role")
     if item.type == "approval.requested" and role:
         line += (
-            f"\n         decide: python starter.py approve {run_id} --by NAME --role {role}"
+            f"\n         decide: agentrun approve {run_id} --by NAME --role {role}"
             f"  (or reject ... --reason ...)"
         )
     return line

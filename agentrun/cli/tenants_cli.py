@@ -1,4 +1,4 @@
-"""`python starter.py tenants set|list`: each tenant's share of the workers and its limits."""
+"""`agentrun tenants set|list`: each tenant's share of the workers and its limits."""
 
 from __future__ import annotations
 

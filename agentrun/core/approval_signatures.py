@@ -97,7 +97,7 @@ def check(
         if policy.signatures_required():
             raise SignatureRefused(
                 f"this run takes only signed decisions: {decision.by} must sign with their "
-                "approver key (`starter.py approvers add` creates one)"
+                "approver key (`agentrun approvers add` creates one)"
             )
         return None
     signer = next((s for s in policy.signers if s.key_id == signature.key_id), None)

@@ -46,11 +46,11 @@ class DeploymentError(OperationError):
 
 
 class ToolLoadError(SetupError):
-    """A tool source (`worker.py --tools`) that does not load; the message names it."""
+    """A tool source (`agentrun-worker --tools`) that does not load; the message names it."""
 
 
 class McpSetupError(SetupError):
-    """An MCP server (`worker.py --mcp`) that cannot be started or listed."""
+    """An MCP server (`agentrun-worker --mcp`) that cannot be started or listed."""
 
 
 class ToolSetConflict(SetupError):

@@ -33,7 +33,7 @@ def plan(origin: ForkOrigin, steps: list[StepRecord], conversation: list[JsonDic
     by_seq = {s.seq: s for s in steps}
     target = by_seq.get(n)
     if target is None:
-        raise ForkError(f"run {parent} has no step {n}: `starter.py receipt {parent}` lists them")
+        raise ForkError(f"run {parent} has no step {n}: `agentrun receipt {parent}` lists them")
     if target.type not in FORKABLE:
         raise ForkError(
             f"step {n} of {parent} is a {target.type} step; fork at a model or tool step"

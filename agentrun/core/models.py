@@ -72,7 +72,7 @@ class ApprovalPolicy(Strict):
     approvers: list[str] = Field(default_factory=list, description="if set, only these may decide")
     timeout_seconds: float = Field(24 * 3600, gt=0)
     on_reject: Literal["cancel", "replan"] = "cancel"
-    # Keyed approvers (`starter.py approvers add`, copied in when the run starts): with any,
+    # Keyed approvers (`agentrun approvers add`, copied in when the run starts): with any,
     # only decisions signed by one of them apply. None and no require_signatures is the
     # single-user escape hatch: unsigned decisions, as anyone who reaches Temporal sends them.
     signers: list[Signer] = Field(default_factory=list)
@@ -199,13 +199,13 @@ class RunSpec(Strict):
         None, description="set by the engine: the tenant admission workflow that started it"
     )
     fork: ForkOrigin | None = Field(
-        None, description="set by `starter.py fork`: the run and step this one starts from"
+        None, description="set by `agentrun fork`: the run and step this one starts from"
     )
     workflow_generation: int | None = Field(
         None,
         ge=1,
         description="set by the engine: the run workflow generation the run takes "
-        "(workflows/changes.py); None: an older run, which asks a patch marker",
+        "(agentrun/workflows/changes.py); None: an older run, which asks a patch marker",
     )
 
 
@@ -625,7 +625,7 @@ class RunProgress(BaseModel):
 
     The workflow keeps its state in one of these; it is carried whole across
     continue-as-new (`RunSpec.carry`), and the mirror snapshot, the `state` query and the
-    receipt are projections of it (workflows/run_state.py). Compact, since the
+    receipt are projections of it (agentrun/workflows/run_state.py). Compact, since the
     conversation and large outputs live in Postgres. Every field has a default, so carries
     written before a field existed still load.
     """
@@ -737,7 +737,7 @@ class RetryNote(BaseModel):
 
 
 class WatchItem(BaseModel):
-    """One line of `starter.py watch --json`: an event, a piece of model text, or the receipt."""
+    """One line of `agentrun watch --json`: an event, a piece of model text, or the receipt."""
 
     kind: Literal["event", "text", "receipt"]
     type: str = Field(description="the event's type; `model.text`; or `receipt`")

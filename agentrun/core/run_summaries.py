@@ -29,7 +29,7 @@ def static_details(spec: RunSpec, run_id: str) -> str:
     lines = [
         f"**Task:** {_cut(spec.task, 2000)}",
         f"**Agent:** {spec.agent} · **tenant:** {spec.tenant} · **user:** {spec.user}",
-        f"**Follow it:** `python starter.py watch {run_id}`",
+        f"**Follow it:** `agentrun watch {run_id}`",
     ]
     if spec.fork is not None:
         lines.append(
@@ -78,16 +78,15 @@ def current_details(run_id: str, progress: RunProgress) -> str:
         if pending.reason:
             lines.append(f"Why: {_cut(pending.reason, 300)}")
         lines += [
-            f"Approve: `python starter.py approve {run_id} --by YOUR_NAME "
-            f"--role {pending.required_role}`",
-            f"Reject: `python starter.py reject {run_id} --by YOUR_NAME "
+            f"Approve: `agentrun approve {run_id} --by YOUR_NAME --role {pending.required_role}`",
+            f"Reject: `agentrun reject {run_id} --by YOUR_NAME "
             f'--role {pending.required_role} --reason "..."`',
         ]
         return "\n\n".join(lines)
     if status == RunStatus.PAUSED:
         return (
             f"**Paused**{': ' + pause_reason if pause_reason else ''}. "
-            f"Resume: `python starter.py resume {run_id}`"
+            f"Resume: `agentrun resume {run_id}`"
         )
     if status in TERMINAL:
         outcome = f"**{status.value.capitalize()}**" + (f": {_cut(error, 300)}" if error else "")
@@ -97,7 +96,7 @@ def current_details(run_id: str, progress: RunProgress) -> str:
             f"{'' if effects == 1 else 's'} · {progress.duplicates_prevented} duplicates "
             f"prevented · {progress.tokens_in + progress.tokens_out:,} tokens · "
             f"${progress.cost_usd:.6f}\n\n"
-            f"Receipt: `python starter.py receipt {run_id}` "
+            f"Receipt: `agentrun receipt {run_id}` "
             f"(Postgres: `SELECT receipt FROM receipts WHERE run_id = '{run_id}'`)"
         )
     doing = f" at step {step_id}" if step_id else ""

@@ -6,9 +6,9 @@ A run upserts its status only if it was started with these attributes, which kee
 started without them (older runs, clusters without them registered) deterministic.
 `AgentrunStatus` holds what a person filters on (`shown_status`): queued, running,
 waiting_for_approval, paused, completed, failed or cancelled. The step-by-step status
-(planning, waiting_for_tool, verifying) is in `starter.py status` and the mirror; keeping it
+(planning, waiting_for_tool, verifying) is in `agentrun status` and the mirror; keeping it
 in the attribute cost two upserts, each a history event and a visibility write, per step.
-Runs from before generation 2 (workflows/changes.py) upsert every status, as they did.
+Runs from before generation 2 (agentrun/workflows/changes.py) upsert every status, as they did.
 """
 
 from __future__ import annotations

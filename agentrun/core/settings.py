@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     )
     otel: bool = env("AGENTRUN_OTEL", False, "OpenTelemetry tracing (needs the `otel` extra)")
     retention_days: float | None = env(
-        "AGENTRUN_RETENTION_DAYS", None, "the default age for `starter.py prune`"
+        "AGENTRUN_RETENTION_DAYS", None, "the default age for `agentrun prune`"
     )
     # Old ids stay after a rotation so history written under them still decodes.
     encryption_keys: dict[str, SecretBytes] = env(
@@ -107,8 +107,8 @@ class Settings(BaseSettings):
     # pinned to the version it started on.
     deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
     build_id: str | None = env("AGENTRUN_BUILD_ID", None, "None: unversioned workers")
-    # What a worker serves and where a starter finds profiles, when no flag says (worker.py
-    # --tools/--mcp, starter.py start --agents).
+    # What a worker serves and where a starter finds profiles, when no flag says (agentrun-worker
+    # --tools/--mcp, agentrun start --agents).
     tools: str = env("AGENTRUN_TOOLS", "", "comma-separated `PKG.MODULE:ATTR` tool sources")
     mcp: str = env("AGENTRUN_MCP", "", "`;`-separated MCP servers")
     agents: str | None = env(
@@ -160,7 +160,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """The environment (or `environ`), then the stack file `starter.py up` writes, then
+        """The environment (or `environ`), then the stack file `agentrun up` writes, then
         the defaults. A value that does not parse is a SetupError naming its variable."""
         given = dict(os.environ if environ is None else environ)
         try:
@@ -195,7 +195,7 @@ class Settings(BaseSettings):
         if not self.database_url:
             raise SetupError(
                 "No database configured: set DATABASE_URL, or start the local stack with "
-                "`python starter.py up` (it records its database in .agentrun/stack.json)."
+                "`agentrun up` (it records its database in .agentrun/stack.json)."
             )
         return self.database_url
 

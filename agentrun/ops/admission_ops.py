@@ -1,6 +1,6 @@
 """Starting a capped tenant's run through its admission workflow, and asking where it stands.
 
-Client operations over workflows/admission.py; `operations.start_run` calls `enqueue_run`
+Client operations over agentrun/workflows/admission.py; `operations.start_run` calls `enqueue_run`
 for every tenant with a cap, so callers never choose.
 """
 
@@ -27,7 +27,7 @@ from agentrun.core.admission_models import (
     TenantLimits,
 )
 from agentrun.core.models import RunSpec
-from workflows.admission import TenantAdmissionWorkflow, admission_id
+from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id
 
 
 class Refused(Exception):

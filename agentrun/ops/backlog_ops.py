@@ -55,8 +55,8 @@ from agentrun.temporal.worker_presence import (
     pollers_or_unknown,
     within,
 )
-from workflows.backlog import AgentBacklogWorkflow
-from workflows.changes import for_new_run
+from agentrun.workflows.backlog import AgentBacklogWorkflow
+from agentrun.workflows.changes import for_new_run
 
 ENQUEUE_BATCH = 100
 # Well under Temporal's 2 MB payload limit, whatever the tasks' sizes.

@@ -1,4 +1,4 @@
-"""`starter.py fork`: a new run from another's recorded steps, with an edited output.
+"""`agentrun fork`: a new run from another's recorded steps, with an edited output.
 
 The parent is only read: its spec from Temporal (the input of its latest generation), its
 steps and conversation from the mirror. The fork is a run of its own, with its own id and
@@ -31,7 +31,7 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise OperationError(
                 f"no run {run_id!r} in Temporal (or its history has expired): "
-                "`starter.py list` shows the runs"
+                "`agentrun list` shows the runs"
             ) from err
         raise
     first = history.events[0]

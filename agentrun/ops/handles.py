@@ -44,7 +44,7 @@ async def ask_within(
         # A query fails only at the server (the workflow's own failures are another error):
         # out of time, or, as the server also says, "no poller seen ... worker may be down".
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {handle.id!r}: `starter.py list` shows the runs") from err
+            raise OperationError(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
         raise NoAnswer from err
 
 

@@ -39,6 +39,7 @@ from agentrun.core.models import (
     JsonDict,
     PendingApproval,
     RejectInput,
+    RunResult,
     RunSpec,
     RunState,
 )
@@ -60,8 +61,8 @@ from agentrun.temporal.worker_presence import (
     start_a_worker,
     within,
 )
-from workflows import AgentRunWorkflow
-from workflows.changes import for_new_run
+from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.changes import for_new_run
 
 
 @dataclass
@@ -170,7 +171,7 @@ async def require_tools(pool: AsyncConnectionPool, task_queue: str, tools: list[
     if served is None:
         raise OperationError(
             f"no worker has served task queue {task_queue!r} yet, so its tools are unknown: "
-            "start one (`python worker.py --tools ...`), then start the run"
+            "start one (`agentrun-worker --tools ...`), then start the run"
         )
     missing = sorted(set(tools) - set(served))
     if missing:
@@ -215,7 +216,7 @@ async def _find(
         description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
+            raise OperationError(f"no run {run_id!r}: `agentrun list` shows the runs") from err
         raise
     indexed = description.typed_search_attributes
     if tenant is not None:
@@ -235,7 +236,7 @@ async def _find(
                 ) from err
         if owner != tenant:
             raise OperationError(
-                f"no run {run_id!r} for tenant {tenant!r}: `starter.py list` shows its runs"
+                f"no run {run_id!r} for tenant {tenant!r}: `agentrun list` shows its runs"
             )
     return RunRef(
         handle=handle,
@@ -257,7 +258,7 @@ async def _running(
     run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
     if not run.running:
         raise OperationError(
-            f"run {run_id} has already ended; `starter.py receipt {run_id}` shows how"
+            f"run {run_id} has already ended; `agentrun receipt {run_id}` shows how"
         )
     return run
 
@@ -271,7 +272,7 @@ def _recorded(what: str, run: RunRef) -> str:
     return (
         f"recorded: no worker answered, so the run holds the {what} in its history and applies "
         f"it, with the same checks, when a worker takes it ({start_a_worker(run.task_queue)}); "
-        f"`starter.py status {run.handle.id}` shows the outcome"
+        f"`agentrun status {run.handle.id}` shows the outcome"
     )
 
 
@@ -535,6 +536,11 @@ async def cancel(
     return f"cancel requested: {run_id} ends as cancelled and writes its receipt"
 
 
+async def result(client: Client, run_id: str) -> RunResult:
+    """Wait for the run to end: its result, as its workflow returned it."""
+    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+
+
 async def status(
     client: Client, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS, tenant: str | None = None
 ) -> RunState:
@@ -691,7 +697,7 @@ async def receipt(pool: AsyncConnectionPool, run_id: str, *, tenant: str | None 
             run = await cur.fetchone()
             if run is None:
                 owner = f" for tenant {tenant!r}" if tenant else ""
-                raise OperationError(f"no run {run_id!r}{owner} in the mirror: `starter.py list`")
+                raise OperationError(f"no run {run_id!r}{owner} in the mirror: `agentrun list`")
             raise OperationError(
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
@@ -731,7 +737,7 @@ async def rebuild_mirror(
     if (await _find(client, run_id, Deadline(DEFAULT_WAIT_SECONDS))).running:
         raise OperationError(
             f"run {run_id} is still running and keeps writing its mirror; rebuild it once "
-            f"it ends (`starter.py mirror check {run_id}` compares it now)"
+            f"it ends (`agentrun mirror check {run_id}` compares it now)"
         )
     derived = await projection.project(client, run_id, payload_limit=payload_limit)
     if derived.run is None:

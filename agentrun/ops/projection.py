@@ -44,7 +44,7 @@ from agentrun.core.models import (
 )
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
 from agentrun.core.storable import escape_nul
-from workflows import AgentRunWorkflow
+from agentrun.workflows import AgentRunWorkflow
 
 CLOSED_EVENTS = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,

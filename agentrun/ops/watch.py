@@ -153,6 +153,6 @@ async def _is_open(client: Client, run_id: str) -> bool:
         description = await client.get_workflow_handle(run_id).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {run_id!r}: `starter.py list` shows the runs") from err
+            raise OperationError(f"no run {run_id!r}: `agentrun list` shows the runs") from err
         raise
     return description.status == WorkflowExecutionStatus.RUNNING

@@ -2,7 +2,7 @@
 
 Migrations are an ordered list; each runs once, in its own transaction, under an advisory
 lock so that several workers starting together do not race. They run only where the schema
-may change: a worker's start, `starter.py up` and `starter.py migrate`. A read (the CLI's
+may change: a worker's start, `agentrun up` and `agentrun migrate`. A read (the CLI's
 `list`, `receipt`, ...) checks the schema's version instead, and says what to do if it lags.
 """
 
@@ -235,7 +235,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, idx)
     );
     """,
-    # 5: metrics: one row per run, per model or tool call, per approval; `starter.py stats`
+    # 5: metrics: one row per run, per model or tool call, per approval; `agentrun stats`
     # aggregates them over a window, and the *_failures views are the all-time summaries.
     """
     -- Per run: outcome, wall-clock duration, cost, retries, attempts lost with their worker
@@ -333,7 +333,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (task_queue, worker)
     );
     """,
-    # 9: forks: a run started from another's recorded steps (`starter.py fork`); both
+    # 9: forks: a run started from another's recorded steps (`agentrun fork`); both
     # receipts name each other through this table.
     """
     CREATE TABLE run_forks (
@@ -493,7 +493,7 @@ async def check_schema(conn: AsyncConnection[Any]) -> None:
     if version < len(MIGRATIONS):
         raise SetupError(
             f"the database's schema is at version {version}, this code needs {len(MIGRATIONS)}: "
-            "run `python starter.py migrate` (or start a worker, which migrates)"
+            "run `agentrun migrate` (or start a worker, which migrates)"
         )
 
 
@@ -587,7 +587,7 @@ async def open_pool(
         await pool.close()
         raise SetupError(
             f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
-            "DATABASE_URL, or start the local stack with `python starter.py up`"
+            "DATABASE_URL, or start the local stack with `agentrun up`"
         ) from err
     try:
         async with pool.connection() as conn:

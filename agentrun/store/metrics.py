@@ -3,7 +3,7 @@ fail, retry, wait for people and recover, over the runs started since a point in
 
 The definitions live in the views of migration 5 (`metrics_runs`, `metrics_calls`,
 `metrics_approval_waits`, and the all-time `metrics_tool_failures` and
-`metrics_model_failures`); this module only aggregates them, so `starter.py stats` and
+`metrics_model_failures`); this module only aggregates them, so `agentrun stats` and
 anyone writing SQL get the same figures.
 """
 

@@ -9,7 +9,7 @@ purpose, whatever their age:
 - `backlog_tasks`: a backlog's own record of its tasks.
 Artifacts are addressed by content, so one row can serve a later run too: an artifact that
 a kept run still refers to is handed to that run instead of deleted.
-Nothing prunes on its own: `starter.py prune` does, when someone (or a cron job) runs it.
+Nothing prunes on its own: `agentrun prune` does, when someone (or a cron job) runs it.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ async def connect(
         except NoAnswer as err:
             raise SetupError(
                 f"Temporal at {settings.temporal_address} did not answer within "
-                f"{within_seconds:g}s; is it up? (`python starter.py up` runs a local one)"
+                f"{within_seconds:g}s; is it up? (`agentrun up` runs a local one)"
             ) from err
     runtime = runtime_for(settings) if serve_metrics else None
     try:
@@ -78,6 +78,6 @@ async def connect(
         )
         raise SetupError(
             f"cannot reach Temporal at {where}: {err}; start the local stack with "
-            "`python starter.py up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
+            "`agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
             "TEMPORAL_TLS_* for a cluster that needs them)"
         ) from err

@@ -67,7 +67,8 @@ def ensure_tracer_provider() -> None:
 
 def shutdown_tracing() -> None:
     """Flush the spans still batched in a provider we installed; entry points call this last,
-    since `starter.py` leaves with os._exit and would skip OpenTelemetry's atexit flush."""
+    since the `agentrun` command leaves with os._exit and would skip OpenTelemetry's atexit
+    flush."""
     global _installed_provider
     if _installed_provider is not None:
         _installed_provider.shutdown()

@@ -124,7 +124,7 @@ def describe_pollers(task_queue: str, found: list[Poller], now: datetime | None 
 
 
 def start_a_worker(task_queue: str) -> str:
-    return f"start one with `AGENTRUN_TASK_QUEUE={task_queue} python worker.py`"
+    return f"start one with `AGENTRUN_TASK_QUEUE={task_queue} agentrun-worker`"
 
 
 def no_worker(task_queue: str, found: list[Poller], seconds: float) -> str:

@@ -1,4 +1,5 @@
-"""Load a worker's tools from `PKG.MODULE:ATTR` references (`worker.py --tools`, AGENTRUN_TOOLS).
+"""Load a worker's tools from `PKG.MODULE:ATTR` references (`agentrun-worker --tools`,
+AGENTRUN_TOOLS).
 
 ATTR is a `ToolRegistry`, a `Tool` or a list of tools. Every problem (an import error, a bad
 attribute, a name two sources both use) is one `ToolLoadError` line, before the worker polls.
@@ -14,7 +15,7 @@ from agentrun.core.errors import ToolLoadError
 from agentrun.tools.registry import Tool, ToolRegistry
 
 # The demo's tools: what the stock worker loads when no tools are named.
-DEMO_TOOLS = "agentrun_demo:registry"
+DEMO_TOOLS = "agentrun.demo:registry"
 
 
 def resolve(reference: str) -> Any:

@@ -1,4 +1,4 @@
-"""MCP servers as tool sources (`worker.py --mcp NAME=COMMAND ARGS...` or `NAME=https://...`).
+"""MCP servers as tool sources (`agentrun-worker --mcp NAME=COMMAND ARGS...` or `NAME=https://...`).
 
 Each server's tools are listed when the worker starts and offered to the model as
 `NAME__TOOL` (OpenAI function names allow no dots). A call is an ordinary `Tool`, so it goes

@@ -1,4 +1,4 @@
-"""The flags that name a worker's tools, shared by `worker.py` and `starter.py up`."""
+"""The flags that name a worker's tools, shared by `agentrun-worker` and `agentrun up`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from agentrun.tools.mcp import parse_servers
 
 
 def add_tool_flags(p: argparse.ArgumentParser) -> None:
-    """The tools a worker serves: `worker.py` and `starter.py up` take the same flags."""
+    """The tools a worker serves: `agentrun-worker` and `agentrun up` take the same flags."""
     p.add_argument(
         "--tools",
         action="append",

@@ -1,6 +1,6 @@
 """`agentrun.run_worker`: a worker with your tools and MCP servers, in your own process.
 
-`worker.py` is this with flags. The worker applies the DDL its tools declare, records its
+`agentrun-worker` is this with flags. The worker applies the DDL its tools declare, records its
 tool set on its task queue (refusing to join workers that have other tools, see
 agentrun/store/tool_sets.py), then polls until `stop` is set.
 """
@@ -95,7 +95,7 @@ async def run_worker(
                 if settings.build_id:
                     print(
                         f"version {settings.deployment_name}/{settings.build_id}: runs pinned; "
-                        f"`python starter.py deploy {settings.build_id}` sends new runs here",
+                        f"`agentrun deploy {settings.build_id}` sends new runs here",
                         flush=True,
                     )
                 if settings.prometheus_bind:

@@ -1,4 +1,5 @@
-"""Builds a worker with its injected clients; worker.py, the embedded stack and tests share it."""
+"""Builds a worker with its injected clients; `agentrun-worker`, the embedded stack and tests
+share it."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import (
+from agentrun.activities import (
     ForkActivities,
     MirrorActivities,
     ModelActivities,
     ToolActivities,
     VerifyActivities,
 )
-from activities.admission import AdmissionActivities
-from activities.backlog import BacklogActivities
+from agentrun.activities.admission import AdmissionActivities
+from agentrun.activities.backlog import BacklogActivities
 from agentrun.core import fairness
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SetupError
@@ -44,9 +45,9 @@ from agentrun.store.tenant_store import TenantStore
 from agentrun.store.vault import SecretVault
 from agentrun.tools import ToolRegistry
 from agentrun.worker.workflow_code import share_workflow_code
-from workflows import AgentRunWorkflow
-from workflows.admission import TenantAdmissionWorkflow
-from workflows.backlog import AgentBacklogWorkflow
+from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.admission import TenantAdmissionWorkflow
+from agentrun.workflows.backlog import AgentBacklogWorkflow
 
 
 @dataclass
@@ -63,7 +64,7 @@ def model_client(settings: Settings) -> openai.AsyncOpenAI:
     if not settings.openai_base_url and api_key == "offline":
         raise SetupError(
             "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
-            "endpoint), or start the local stack with `python starter.py up`."
+            "endpoint), or start the local stack with `agentrun up`."
         )
     # Temporal owns retries: the SDK must not retry underneath it.
     return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
@@ -166,7 +167,7 @@ class AgentWorkers:
 
 @dataclass(frozen=True)
 class ResourceTargets:
-    """Size task slots by the machine instead of fixed counts (`worker.py --resource-tuner`):
+    """Size task slots by the machine instead of fixed counts (`agentrun-worker --resource-tuner`):
     a worker takes more steps only while CPU and memory stay under these fractions, so one
     machine does not overcommit. Costs a little ramp-up: slots grow as load is measured."""
 

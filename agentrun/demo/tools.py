@@ -12,7 +12,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from agentrun import Reconciled, ToolContext, ToolRegistry, tool
-from agentrun_demo.schema import OUTBOX, TICKETS
+from agentrun.demo.schema import OUTBOX, TICKETS
 
 NOTES = {
     "refund": "Refunds over $100 need a manager's approval and are paid within 5 days.",

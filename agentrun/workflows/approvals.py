@@ -14,8 +14,8 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.recording import Recording, approval_input
-from workflows.run_state import RunEnded
+from agentrun.workflows.recording import Recording, approval_input
+from agentrun.workflows.run_state import RunEnded
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from activities.leases import once_postgres_answers
+from agentrun.activities.leases import once_postgres_answers
 from agentrun.core import faults
 from agentrun.core.models import JsonDict
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore

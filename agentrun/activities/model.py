@@ -20,12 +20,12 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from temporalio import activity
 
-from activities.leases import hold_lease, once_postgres_answers
-from activities.model_stream import plain_completion, streamed_completion
-from activities.proposals import proposed_call
-from activities.retry_notes import announce_retry
-from activities.text_stream import text_pieces
-from activities.verify import checks_without_judge
+from agentrun.activities.leases import hold_lease, once_postgres_answers
+from agentrun.activities.model_stream import plain_completion, streamed_completion
+from agentrun.activities.proposals import proposed_call
+from agentrun.activities.retry_notes import announce_retry
+from agentrun.activities.text_stream import text_pieces
+from agentrun.activities.verify import checks_without_judge
 from agentrun.core import errors, faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.errors import classify_model_error, refused_data_is_final
@@ -70,7 +70,7 @@ class ModelActivities:
         stream_text: bool = True,
     ) -> None:
         # Ask the provider to stream, and pass the reply's text to watchers as it comes
-        # (`starter.py watch`); AGENTRUN_MODEL_STREAM=0 for a provider that cannot.
+        # (`agentrun watch`); AGENTRUN_MODEL_STREAM=0 for a provider that cannot.
         self.stream_text = stream_text
         self.vault = vault
         self.identity = identity

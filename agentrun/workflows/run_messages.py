@@ -1,6 +1,6 @@
 """What people may ask a run or tell it besides approvals: its state, pause and resume.
 
-Mixed into AgentRunWorkflow (approvals are in workflows/approvals.py). Validators refuse,
+Mixed into AgentRunWorkflow (approvals are in agentrun/workflows/approvals.py). Validators refuse,
 with a reason a person can act on, without changing anything; signals cannot be refused.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows import run_state
-from workflows.recording import Recording
+from agentrun.workflows import run_state
+from agentrun.workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names

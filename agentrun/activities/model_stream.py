@@ -16,7 +16,7 @@ import openai
 import pydantic
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from activities.text_stream import TextSink
+from agentrun.activities.text_stream import TextSink
 
 
 async def streamed_completion(

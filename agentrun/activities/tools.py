@@ -20,9 +20,9 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities.leases import hold_lease, once_postgres_answers
-from activities.retry_notes import announce_retry
-from activities.step_claim import StepClaim
+from agentrun.activities.leases import hold_lease, once_postgres_answers
+from agentrun.activities.retry_notes import announce_retry
+from agentrun.activities.step_claim import StepClaim
 from agentrun.core import errors, faults, injection
 from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SecretUnavailable, refused_data_is_final

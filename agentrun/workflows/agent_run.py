@@ -2,9 +2,9 @@
 
 The loop is: decide (model call), act (tool calls, some behind a human approval), verify,
 finish with a receipt. This module holds the deciding; people's decisions are in
-workflows/approvals.py, the record of the run (steps, events, mirror, receipt) in
-workflows/recording.py, and the run's state, declared once, in `RunProgress`
-(workflows/run_state.py derives the rest from it).
+agentrun/workflows/approvals.py, the record of the run (steps, events, mirror, receipt) in
+agentrun/workflows/recording.py, and the run's state, declared once, in `RunProgress`
+(agentrun/workflows/run_state.py derives the rest from it).
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ActivityCancellationType
 
-from workflows import run_state
-from workflows.approvals import Approvals
-from workflows.changes import Changes
-from workflows.recording import MIRROR_RETRY
-from workflows.run_messages import RunMessages
-from workflows.run_state import RunEnded
-from workflows.run_stream import RunStream
+from agentrun.workflows import run_state
+from agentrun.workflows.approvals import Approvals
+from agentrun.workflows.changes import Changes
+from agentrun.workflows.recording import MIRROR_RETRY
+from agentrun.workflows.run_messages import RunMessages
+from agentrun.workflows.run_state import RunEnded
+from agentrun.workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
-    from activities import (
+    from agentrun.activities import (
         ForkActivities,
         MirrorActivities,
         ModelActivities,
@@ -70,9 +70,9 @@ with workflow.unsafe.imports_passed_through():
         VerifyResult,
     )
     from agentrun.core.states import RunStatus
-    from workflows import policies
+    from agentrun.workflows import policies
 
-# Patch ids (see workflows/recording.py): each marks a change to what the run does.
+# Patch ids (see agentrun/workflows/recording.py): each marks a change to what the run does.
 # The continue-as-new point comes after the step boundary, so a pause or stop accepted just
 # before it takes effect in this generation; events handlers emit while the run waits to
 # continue are flushed before it does, so event_seq has no gaps.
@@ -206,7 +206,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 await self._flush()
             await self._wait_for_slot()
             if spec.fork is not None and spec.carry is None:
-                # Only runs started by `starter.py fork` carry `fork`: no recorded history
+                # Only runs started by `agentrun fork` carry `fork`: no recorded history
                 # takes this path, so it needs no patch.
                 await self._start_from_fork(spec.fork)
             await self._agent_loop()

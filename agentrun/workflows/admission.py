@@ -21,7 +21,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.admission import AdmissionActivities
+    from agentrun.activities.admission import AdmissionActivities
     from agentrun.core import constants as names
     from agentrun.core import fairness, search_attributes
     from agentrun.core.admission_models import (
@@ -246,7 +246,7 @@ class TenantAdmissionWorkflow:
                 f"tenant {self.tenant!r} already has {len(self.waiting)} runs queued "
                 f"(max_queued={limits.max_queued}, max_in_flight={limits.max_in_flight}): "
                 "try again when its runs finish, or raise the limit with "
-                f"`starter.py tenants set {self.tenant} --max-queued N`"
+                f"`agentrun tenants set {self.tenant} --max-queued N`"
             )
 
     @workflow.update(name=names.UPDATE_ADMISSION_CONFIGURE)

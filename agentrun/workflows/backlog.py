@@ -23,7 +23,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities.backlog import BacklogActivities
+    from agentrun.activities.backlog import BacklogActivities
     from agentrun.core import constants as names
     from agentrun.core import fairness
     from agentrun.core.backlog_models import (
@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core.models import ControlInput
     from agentrun.core.states import RunStatus
-    from workflows.agent_run import AgentRunWorkflow
+    from agentrun.workflows.agent_run import AgentRunWorkflow
 
 # Patch id: each task's run is started at its own priority, with its tenant as fairness key
 # (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay

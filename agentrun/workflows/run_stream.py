@@ -1,4 +1,4 @@
-"""The run's live stream: what `starter.py watch` follows.
+"""The run's live stream: what `agentrun watch` follows.
 
 The workflow publishes each event it records (`_event`) into a `WorkflowStream`; that costs
 no history at all, since the log is workflow state rebuilt on replay. `model.complete`

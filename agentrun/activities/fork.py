@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.proposals import proposed_call
+from agentrun.activities.proposals import proposed_call
 from agentrun.core import forking
 from agentrun.core.constants import ACTIVITY_FORK_SEED
 from agentrun.core.errors import ForkError

@@ -17,12 +17,12 @@ from typing import Literal, TypeVar
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows import run_state
-from workflows.changes import Changes
-from workflows.run_stream import RunStream
+from agentrun.workflows import run_state
+from agentrun.workflows.changes import Changes
+from agentrun.workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
-    from activities import MirrorActivities
+    from agentrun.activities import MirrorActivities
     from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core.errors import PAYLOAD_TOO_LARGE
     from agentrun.core.models import (
