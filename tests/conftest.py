@@ -132,6 +132,8 @@ async def running_worker(
     resources: ResourceTargets | None = None,
     max_concurrent_activities: int | None = None,
     batch_activations: bool = False,
+    workflows: tuple[type, ...] = (),
+    activities: tuple[Any, ...] = (),
 ) -> AsyncIterator[AgentWorkers]:
     """A worker on the test's task queue; a test swaps the registry or the model endpoint,
     sizes slots by the machine, or (`batch_activations`) applies all of an activation's jobs
@@ -148,6 +150,8 @@ async def running_worker(
         deps,
         resources=resources,
         max_concurrent_activities=max_concurrent_activities,
+        workflows=workflows,
+        activities=activities,
     )
     if batch_activations:
         for each in workers.workers:

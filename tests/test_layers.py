@@ -41,9 +41,10 @@ MAY_IMPORT = {
     # The public API (agentrun/__init__.py and the modules beside it): over the engine.
     "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, ACTIVITIES, WORKFLOWS},
     CLI: {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, DEV, DEMO, "agentrun"},
-    # A deployment's own workflows and activities use agentrun's public API only.
+    # A deployment's own workflows and activities use agentrun's public API only (for
+    # workflows, `agentrun.workflows.run_agent` too).
     OWN_ACTIVITIES: {"agentrun"},
-    OWN_WORKFLOWS: {"agentrun", OWN_ACTIVITIES},
+    OWN_WORKFLOWS: {"agentrun", WORKFLOWS, OWN_ACTIVITIES},
 }
 LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, OPS, WORKER, CLI, DEV, DEMO}
 

@@ -13,6 +13,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
@@ -21,7 +23,9 @@ from agentrun.worker.worker_api import run_worker
 from agentrun.worker.worker_factory import ResourceTargets
 
 
-def main() -> None:
+def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = ()) -> None:
+    """`agentrun-worker`; a deployment's worker.py passes its own `workflows` and
+    `activities`, served beside the engine's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     add_tool_flags(parser)
@@ -67,6 +71,8 @@ def main() -> None:
             identity=args.identity,
             stop=stop,
             resources=resources,
+            workflows=workflows,
+            activities=activities,
         )
 
     try:

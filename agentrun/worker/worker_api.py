@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -46,6 +46,8 @@ async def run_worker(
     identity: str | None = None,
     stop: asyncio.Event | None = None,
     resources: ResourceTargets | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
 ) -> None:
     """Serve runs until `stop` is set (for ever without one).
 
@@ -54,7 +56,8 @@ async def run_worker(
     `NAME=https://...`, whose tools the model sees as `NAME__TOOL`. Settings come from the
     environment unless given. A bad tool, server or tool set raises `SetupError` before the
     worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
-    fixed counts.
+    fixed counts. `workflows` and `activities`: your own, served beside the engine's (a
+    workflow of yours that runs an agent with `agentrun.workflows.run_agent`, say).
     """
     settings = settings or Settings.load()
     identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
@@ -83,7 +86,14 @@ async def run_worker(
             await _push_tenant_config(client, pool, settings.task_queue)
             async with (
                 alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
-                build_worker(client, settings, deps, resources=resources),
+                build_worker(
+                    client,
+                    settings,
+                    deps,
+                    resources=resources,
+                    workflows=workflows,
+                    activities=activities,
+                ),
             ):
                 garbage_collector.settle(settings.gc_threshold)
                 print(

@@ -4,6 +4,7 @@ share it."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,7 +233,12 @@ def build_worker(
     task_queue: str | None = None,
     max_concurrent_activities: int | None = None,
     resources: ResourceTargets | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
 ) -> AgentWorkers:
+    """The worker's three Temporal workers (run, model and mirror queues). `workflows` and
+    `activities`: a deployment's own (a business workflow that runs an agent as a child,
+    and the activities it calls), served on the run queue beside the engine's."""
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
@@ -284,8 +290,8 @@ def build_worker(
     if resources is not None:  # slots sized by the machine, under the same ceilings
         for each in (run_tuning, model_tuning, mirror_tuning):
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
-    workflows = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
-    share_workflow_code(workflows)
+    engine = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
+    share_workflow_code(engine)
     queue = task_queue or settings.task_queue
     interceptors = [payload_guard(client, settings, store)]
     deployment = deployment_config(settings)
@@ -293,8 +299,9 @@ def build_worker(
         Worker(
             client,
             task_queue=queue,
-            workflows=workflows,
+            workflows=[*engine, *workflows],
             activities=[
+                *activities,
                 model.complete,  # model calls scheduled before they had a queue of their own
                 tools.invoke,
                 mirror.sync,  # and mirror writes too

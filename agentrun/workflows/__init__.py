@@ -1,5 +1,9 @@
-"""Workflows: deterministic orchestration only. All I/O lives in activities."""
+"""Workflows: deterministic orchestration only. All I/O lives in activities.
+
+`run_agent` is public: it runs an agent as a child of your own workflow.
+"""
 
 from agentrun.workflows.agent_run import AgentRunWorkflow
+from agentrun.workflows.child_runs import run_agent
 
-__all__ = ["AgentRunWorkflow"]
+__all__ = ["AgentRunWorkflow", "run_agent"]
