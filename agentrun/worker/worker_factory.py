@@ -87,6 +87,8 @@ SANDBOX_PASSTHROUGH = (
 
 
 ACTIVITY_SLOTS = 100
+# Every workflow the engine's worker registers (a deployment adds its own beside them).
+ENGINE_WORKFLOWS: list[type] = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
 
 
 async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
@@ -290,8 +292,7 @@ def build_worker(
     if resources is not None:  # slots sized by the machine, under the same ceilings
         for each in (run_tuning, model_tuning, mirror_tuning):
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
-    engine = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
-    share_workflow_code(engine)
+    share_workflow_code(ENGINE_WORKFLOWS)
     queue = task_queue or settings.task_queue
     interceptors = [payload_guard(client, settings, store)]
     deployment = deployment_config(settings)
@@ -299,7 +300,7 @@ def build_worker(
         Worker(
             client,
             task_queue=queue,
-            workflows=[*engine, *workflows],
+            workflows=[*ENGINE_WORKFLOWS, *workflows],
             activities=[
                 *activities,
                 model.complete,  # model calls scheduled before they had a queue of their own

@@ -1,0 +1,130 @@
+"""`agentrun deploy check`: replay the runs open on the server against this checkout's code.
+
+Temporal's advice before every deploy: a change that reorders, adds or removes what a
+workflow does breaks every run already in flight, and only the histories of those runs can
+tell. This fetches the history of every open workflow of the types the worker registers (and
+of the N most recently closed, to catch what committed histories missed), replays each in the
+workers' own sandbox with the client's data converter (so encrypted payloads decode as the
+codec server decodes them) and reports, per run, ok or the first nondeterminism. It needs no
+worker: the replay runs here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowExecution
+from temporalio.worker import Replayer
+
+from agentrun.worker.worker_factory import ENGINE_WORKFLOWS, worker_tuning
+
+PAGE_SIZE = 200
+
+
+class ReplayVerdict(BaseModel):
+    """One run's replay against this checkout's code."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    open: bool
+    ok: bool
+    event_id: int | None = None  # the history event the code disagreed with, where known
+    error: str | None = None  # the first nondeterminism, as the SDK tells it
+
+
+class DeployCheck(BaseModel):
+    verdicts: list[ReplayVerdict]
+
+    @property
+    def passed(self) -> bool:
+        return all(v.ok for v in self.verdicts)
+
+    @property
+    def failed(self) -> list[ReplayVerdict]:
+        return [v for v in self.verdicts if not v.ok]
+
+
+def workflow_names(workflows: Sequence[type]) -> list[str]:
+    names = []
+    for each in workflows:
+        definition = getattr(each, "__temporal_workflow_definition", None)
+        if definition is None or definition.name is None:
+            raise ValueError(f"{each!r} is not a named @workflow.defn class")
+        names.append(definition.name)
+    return names
+
+
+async def executions(
+    client: Client, names: list[str], *, task_queue: str, closed: int
+) -> AsyncIterator[tuple[WorkflowExecution, bool]]:
+    """Every open workflow of these types on the queue, page by page, then the `closed` most
+    recent."""
+    kinds = ", ".join(f"'{name}'" for name in names)
+    ours = f"WorkflowType IN ({kinds}) AND TaskQueue = '{task_queue}'"
+    opened = client.list_workflows(f'{ours} AND ExecutionStatus = "Running"', page_size=PAGE_SIZE)
+    async for execution in opened:
+        yield execution, True
+    if closed > 0:
+        ended = client.list_workflows(
+            f'{ours} AND ExecutionStatus != "Running"',
+            page_size=min(closed, PAGE_SIZE),
+            limit=closed,
+        )
+        async for execution in ended:
+            yield execution, False
+
+
+async def check(
+    client: Client,
+    *,
+    task_queue: str,
+    workflows: Sequence[type] = ENGINE_WORKFLOWS,
+    closed: int = 0,
+    progress: Callable[[ReplayVerdict], Any] | None = None,
+) -> DeployCheck:
+    """Replay the open runs on `task_queue` (and its `closed` most recent closed ones) of the
+    `workflows` a worker registers (the engine's, and a deployment's own beside them) against
+    the code loaded in this process."""
+    registered = list(workflows)
+    replayer = Replayer(
+        workflows=registered,
+        data_converter=client.data_converter,
+        workflow_runner=worker_tuning()["workflow_runner"],
+    )
+    verdicts = []
+    names = workflow_names(registered)
+    async for execution, is_open in executions(client, names, task_queue=task_queue, closed=closed):
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        history = await handle.fetch_history()
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        failure = result.replay_failure
+        verdict = ReplayVerdict(
+            workflow_id=execution.id,
+            run_id=execution.run_id,
+            workflow_type=execution.workflow_type,
+            open=is_open,
+            ok=failure is None,
+            event_id=event_of(str(failure)) if failure else None,
+            error=first_message(str(failure)) if failure else None,
+        )
+        verdicts.append(verdict)
+        if progress is not None:
+            progress(verdict)
+    return DeployCheck(verdicts=verdicts)
+
+
+def first_message(error: str) -> str:
+    """The SDK's own words from the core's failure dump ("[TMPRL1100] Nondeterminism error:
+    Timer machine does not handle this event: HistoryEvent(id: 5, ActivityTaskScheduled)")."""
+    found = re.search(r'message: "((?:[^"\\]|\\.)*)"', error)
+    return found.group(1) if found else error
+
+
+def event_of(error: str) -> int | None:
+    """The event id a nondeterminism error names, where the SDK's message names one."""
+    found = re.search(r"event(?:[ _]id)?[^0-9]{0,12}(\d+)", error, re.IGNORECASE)
+    return int(found.group(1)) if found else None
