@@ -463,7 +463,7 @@ class RunClient:
         migrates (`migrate()` does)."""
         if self._pool is None:
             database = self.settings.require_database()
-            self._pool = await open_pool(database, max_size=2, connect_seconds=5)
+            self._pool = await open_pool(database, max_size=2, connect_seconds=5, migrate=False)
         return self._pool
 
 

@@ -764,6 +764,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
     Parser.json_errors = as_json
+    if as_json:
+        import logging
+
+        # stderr carries one JSON object: a library's warnings (a pool retrying its
+        # connection) must not fall to logging's last-resort handler beside it.
+        if not logging.getLogger().handlers:
+            logging.getLogger().addHandler(logging.NullHandler())
     try:
         args = parser().parse_args(argv)
         if args.command in LOCAL:

@@ -19,7 +19,6 @@ from agentrun.core import forking
 from agentrun.core.errors import (
     InvalidRequest,
     OperationError,
-    OperationRefused,
     RunNotFound,
 )
 from agentrun.core.keys import canonical_json
