@@ -8,7 +8,6 @@ import uuid
 import pytest
 
 import agentrun
-from agentrun.core.errors import ForkError
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
@@ -168,7 +167,7 @@ async def test_the_python_client_watches_and_forks(client, settings, pool, worke
             live = [item async for item in runs.watch(run_id)]
             fork_id = await runs.fork(run_id, from_step=1)  # a model step: asked again, live
             forked = await runs.result(fork_id)
-            with pytest.raises(ForkError, match="a step number, 1 or more, not 0"):
+            with pytest.raises(agentrun.InvalidInput, match="a step number, 1 or more, not 0"):
                 await runs.fork(run_id, from_step=0)
         story = [item async for item in runs.watch(run_id)]  # ended: from the mirror
     finally:
