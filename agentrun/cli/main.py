@@ -455,6 +455,7 @@ async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
     worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
     try:
         async with RunClient.lazy(settings) as demo_runs:
+            await demo_runs.migrate()  # the worker migrates too, meanwhile; either goes first
             demo = asyncio.create_task(run_demo(demo_runs, args))
             await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
             if worker.done():  # the worker died first: say why instead of waiting on it
