@@ -201,8 +201,9 @@ async def test_run_client_is_an_async_context_manager_over_real_postgres(setting
     """`async with` opens what an operation needs and closes it on the way out; a read of
     the mirror needs no Temporal connection."""
     async with RunClient.lazy(settings) as runs:
+        assert await runs.migrate() >= 1  # a pool of its own, closed at once
+        assert runs._pool is None
         assert isinstance(await runs.list_runs(limit=1), list)
-        assert await runs.migrate() >= 1
         pool = runs._pool
         assert pool is not None and not pool.closed
         assert runs._client is None, "no Temporal connection was needed"
