@@ -137,6 +137,15 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
         run_id = started.json()["run_id"]
         await wait_pending(client, run_id)
 
+        pinned = await agentrun(settings, home, "version", run_id, "--json")
+        assert pinned.code == 0, pinned.err
+        assert pinned.json() == {
+            "run_id": run_id,
+            "deployment_name": None,
+            "build_id": None,
+            "behavior": None,
+        }
+
         wrong_role, theirs, missing = await asyncio.gather(
             agentrun(settings, home, "approve", run_id, "--by", "x", "--role", "boss", "--json"),
             agentrun(settings, home, "status", run_id, "--tenant", globex, "--json"),
