@@ -8,7 +8,11 @@ What a user writes against, and nothing more (README "Your agent in five minutes
 - `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
 - `RunSpec`: everything one run needs; history holds exactly this.
 - `run_worker`: a worker with your tools and MCP servers, in your own process.
-- `RunClient`: start runs, decide approvals, read receipts from Python.
+- `RunClient`: the one front door from Python: every operation the `agentrun` command has.
+- `AgentrunError` and its public subclasses `InvalidInput`, `NotFound`, `Unreachable` and
+  `Refused`: what agentrun raises for people, each with the command's exit code.
+- `agentrun.types`: the types RunClient's methods take and return (`Settings`, `Started`,
+  `RunState`, ...).
 
 Everything else is private and may change. Names load on first use, so importing a
 submodule (as workflow code does) never pulls in the worker or the client.
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrun.client_api import RunClient
+    from agentrun.core.errors import AgentrunError, InvalidInput, NotFound, Refused, Unreachable
     from agentrun.core.models import RunSpec
     from agentrun.profiles import Agent
     from agentrun.tools.decorator import tool
@@ -37,16 +42,27 @@ _HOMES = {
     "Agent": "agentrun.profiles",
     "RunClient": "agentrun.client_api",
     "run_worker": "agentrun.worker.worker_api",
+    # Errors: each public class carries the `agentrun` command's exit code for it.
+    "AgentrunError": "agentrun.core.errors",
+    "InvalidInput": "agentrun.core.errors",
+    "NotFound": "agentrun.core.errors",
+    "Unreachable": "agentrun.core.errors",
+    "Refused": "agentrun.core.errors",
 }
 
 __all__ = [
     "Agent",
+    "AgentrunError",
+    "InvalidInput",
+    "NotFound",
     "Reconciled",
+    "Refused",
     "RunClient",
     "RunSpec",
     "ToolContext",
     "ToolError",
     "ToolRegistry",
+    "Unreachable",
     "run_worker",
     "tool",
 ]

@@ -1,39 +1,74 @@
-"""`agentrun.RunClient`: start runs, decide approvals and read receipts from Python.
+"""`agentrun.RunClient`: the one front door to agentrun from Python.
 
-The same operations the CLI runs (agentrun/ops/operations.py), with the connection made once.
+Every operation the `agentrun` command offers is a method here, and the command is a thin
+layer over them (tests/test_cli_front_door.py holds it to that). Each method delegates to
+the operations layer (agentrun/ops), which decides policy; this class only holds the
+connections (Temporal, made on first use; Postgres, opened on first use) and the caller's
+tenant (AGENTRUN_TENANT). Signatures use only the public types `agentrun` exports.
+
+    async with await agentrun.RunClient.connect() as runs:
+        run_id = await runs.start("Summarize our refund policy.")
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
 from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.backlog_models import (
+    BacklogControlResult,
+    EnqueueResult,
+    PolicyPatch,
+    RetryResult,
+    TaskItem,
+    backlog_id,
+)
+from agentrun.core.constants import DEFAULT_WAIT_SECONDS
+from agentrun.core.errors import InvalidRequest
 from agentrun.core.models import (
+    ControlResult,
     DecisionResult,
     JsonDict,
     RunResult,
     RunSpec,
     RunState,
+    RunVersion,
+    Signer,
     WatchItem,
 )
 from agentrun.core.settings import Settings
-from agentrun.ops import fork_ops, watch
+from agentrun.ops import approver_keys, backlog_ops, fork_ops, tenant_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
+from agentrun.ops.operations import RunReport, Started
 from agentrun.profiles import Agent
-from agentrun.store.db import open_pool
+from agentrun.store import metrics, retention
+from agentrun.store.approver_store import ApproverStore
+from agentrun.store.db import open_pool, schema_version
+from agentrun.store.metrics import Stats
+from agentrun.store.retention import PruneResult
+from agentrun.store.tenant_store import TenantStore
+from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 
 
 class RunClient:
-    """A connection to Temporal (and, for receipts, to Postgres) for one program."""
+    """Connections to Temporal and Postgres for one program, acting for one tenant (the
+    settings' `tenant`, else any). Use it as `async with`, or call `close()` when done."""
 
-    def __init__(self, client: Client, settings: Settings) -> None:
-        self.client = client
+    def __init__(
+        self, client: Client | None, settings: Settings, *, wait: float | None = None
+    ) -> None:
+        self._client = client
         self.settings = settings
+        self._wait = wait  # how long connecting to Temporal may take; None: as long as it takes
         self._pool: AsyncConnectionPool | None = None
 
     @classmethod
@@ -41,6 +76,35 @@ class RunClient:
         """Connect to the stack the settings (by default the environment) name."""
         settings = settings or Settings.load()
         return cls(await connect(settings), settings)
+
+    @classmethod
+    def lazy(cls, settings: Settings | None = None, *, wait: float | None = None) -> Self:
+        """A client that connects to Temporal only when an operation needs it (within `wait`
+        seconds), so reads of the mirror work while Temporal is down."""
+        return cls(None, settings or Settings.load(), wait=wait)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def tenant(self) -> str | None:
+        """The only tenant whose runs this client sees (None: every tenant's)."""
+        return self.settings.tenant
+
+    # ------------------------------------------------------------ starting runs
 
     async def start(
         self, task: str | None = None, *, agent: Agent | None = None, **fields: Any
@@ -51,80 +115,26 @@ class RunClient:
         if task is not None:
             fields["task"] = task
         spec = agent.spec(**fields) if agent is not None else RunSpec.model_validate(fields)
-        pool = await self._database() if self.settings.database_url else None
-        if agent is not None and spec.allowed_tools:
+        return (await self.start_run(spec, require_tools=agent is not None)).run_id
+
+    async def start_run(self, spec: RunSpec, *, require_tools: bool = False) -> Started:
+        """Start the run `spec` describes: its id, whether it existed already (same
+        idempotency key) and its place in its tenant's queue. With `require_tools`, a run
+        naming a tool its task queue's workers lack is refused before it starts."""
+        pool = await self._mirror()
+        if require_tools and spec.allowed_tools:
             await ops.require_tools(
                 pool or await self._database(), self.settings.task_queue, spec.allowed_tools
             )
-        started = await ops.start_run(
-            self.client,
+        return await ops.start_run(
+            await self.temporal(),
             spec,
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
             mirror=pool,
-            tenant=self.settings.tenant,
+            tenant=self.tenant,
+            limits=await TenantStore(pool).limits(spec.tenant) if pool is not None else None,
         )
-        return started.run_id
-
-    async def approve(
-        self,
-        run_id: str,
-        *,
-        by: str,
-        role: str | None = None,
-        edit: JsonDict | None = None,
-        signer: ApproverKey | None = None,
-    ) -> DecisionResult:
-        """With `signer` (`approver_keys.load`), the decision is signed with that key, as
-        runs with keyed approvers require; AGENTRUN_TENANT confines it to that tenant."""
-        return await ops.approve(
-            self.client,
-            run_id,
-            by=by,
-            role=_deciding_role(role, signer),
-            edit=edit,
-            tenant=self.settings.tenant,
-            signer=signer,
-        )
-
-    async def reject(
-        self,
-        run_id: str,
-        *,
-        by: str,
-        reason: str,
-        role: str | None = None,
-        signer: ApproverKey | None = None,
-    ) -> DecisionResult:
-        return await ops.reject(
-            self.client,
-            run_id,
-            by=by,
-            role=_deciding_role(role, signer),
-            reason=reason,
-            tenant=self.settings.tenant,
-            signer=signer,
-        )
-
-    async def status(self, run_id: str) -> RunState:
-        return await ops.status(self.client, run_id, tenant=self.settings.tenant)
-
-    async def result(self, run_id: str) -> RunResult:
-        """Wait for the run to end."""
-        return await ops.result(self.client, run_id)
-
-    async def receipt(self, run_id: str) -> JsonDict:
-        return await ops.receipt(await self._database(), run_id, tenant=self.settings.tenant)
-
-    def watch(self, run_id: str, *, from_offset: int = 0) -> AsyncIterator[WatchItem]:
-        """The run as it happens (events, model text), ending with its receipt when a
-        database is configured; an ended run's story from the mirror."""
-        return self._watch(run_id, from_offset)
-
-    async def _watch(self, run_id: str, from_offset: int) -> AsyncIterator[WatchItem]:
-        pool = await self._database() if self.settings.database_url else None
-        async for item in watch.watch(self.client, run_id, pool=pool, from_offset=from_offset):
-            yield item
 
     async def fork(
         self,
@@ -136,8 +146,21 @@ class RunClient:
     ) -> str:
         """A new run from `run_id`'s step `from_step` (steps before it as recorded; an edited
         output for a tool step); returns its id."""
-        started = await fork_ops.fork_run(
-            self.client,
+        return (
+            await self.fork_run(run_id, from_step=from_step, edit_output=edit_output, key=key)
+        ).run_id
+
+    async def fork_run(
+        self,
+        run_id: str,
+        *,
+        from_step: int,
+        edit_output: Any = None,
+        key: str | None = None,
+    ) -> Started:
+        """`fork`, saying also whether the fork existed already (the same key)."""
+        return await fork_ops.fork_run(
+            await self.temporal(),
             await self._database(),
             run_id,
             from_step=from_step,
@@ -146,19 +169,302 @@ class RunClient:
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
         )
-        return started.run_id
+
+    # ------------------------------------------------------------ acting on a run
+
+    async def approve(
+        self,
+        run_id: str,
+        *,
+        by: str,
+        role: str | None = None,
+        edit: JsonDict | None = None,
+        signer: ApproverKey | None = None,
+        action_hash: str | None = None,
+        wait: float = DEFAULT_WAIT_SECONDS,
+    ) -> DecisionResult:
+        """With `signer` (`approver_key(name)`), the decision is signed with that key, as
+        runs with keyed approvers require; with `action_hash`, it holds only if the pending
+        action is still that one."""
+        return await ops.approve(
+            await self.temporal(wait),
+            run_id,
+            by=by,
+            role=_deciding_role(role, signer),
+            edit=edit,
+            tenant=self.tenant,
+            action_hash=action_hash,
+            wait=wait,
+            mirror=await self._mirror(),
+            signer=signer,
+        )
+
+    async def reject(
+        self,
+        run_id: str,
+        *,
+        by: str,
+        reason: str,
+        role: str | None = None,
+        signer: ApproverKey | None = None,
+        action_hash: str | None = None,
+        wait: float = DEFAULT_WAIT_SECONDS,
+    ) -> DecisionResult:
+        return await ops.reject(
+            await self.temporal(wait),
+            run_id,
+            by=by,
+            role=_deciding_role(role, signer),
+            reason=reason,
+            tenant=self.tenant,
+            action_hash=action_hash,
+            wait=wait,
+            mirror=await self._mirror(),
+            signer=signer,
+        )
+
+    async def pause(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> ControlResult:
+        """Pause at the next step boundary (recorded for later while no worker runs)."""
+        return await ops.pause(
+            await self.temporal(wait),
+            run_id,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+
+    async def resume(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> ControlResult:
+        return await ops.resume(
+            await self.temporal(wait),
+            run_id,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+
+    async def cancel(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> str:
+        """End the run as cancelled (it writes its receipt); returns what happened."""
+        return await ops.cancel(
+            await self.temporal(wait),
+            run_id,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+
+    # ------------------------------------------------------------ reading a run
+
+    async def status(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> RunState:
+        """The live state, from the run itself (a worker answers)."""
+        return await ops.status(await self.temporal(wait), run_id, wait=wait, tenant=self.tenant)
+
+    async def inspect(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> RunReport:
+        """The state with where it came from: the run itself, or the mirror while no worker
+        answers; who serves the run and when it last moved."""
+        return await ops.inspect(
+            await self.temporal(wait),
+            run_id,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+
+    async def result(self, run_id: str) -> RunResult:
+        """Wait for the run to end."""
+        return await ops.result(await self.temporal(), run_id)
+
+    async def receipt(self, run_id: str) -> JsonDict:
+        return await ops.receipt(await self._database(), run_id, tenant=self.tenant)
+
+    def watch(
+        self, run_id: str, *, from_offset: int = 0, wait: float = DEFAULT_WAIT_SECONDS
+    ) -> AsyncIterator[WatchItem]:
+        """The run as it happens (events, model text), ending with its receipt when a
+        database is configured; an ended run's story from the mirror."""
+        return self._watch(run_id, from_offset, wait)
+
+    async def _watch(self, run_id: str, from_offset: int, wait: float) -> AsyncIterator[WatchItem]:
+        client = await self.temporal(wait)
+        pool = await self._mirror()
+        async for item in watch.watch(client, run_id, pool=pool, from_offset=from_offset):
+            yield item
+
+    async def version(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> RunVersion:
+        """The worker build the run is pinned to (all None on unversioned workers)."""
+        client = await self.temporal(wait)
+        await ops.status(client, run_id, wait=wait, tenant=self.tenant)  # unknown: NotFound
+        return await deployments.run_version(client, run_id)
+
+    async def list_runs(self, *, status: str | None = None, limit: int = 50) -> list[JsonDict]:
+        """Recent runs from the mirror, newest first."""
+        return await ops.list_runs(
+            await self._database(), status=status, limit=limit, tenant=self.tenant
+        )
+
+    async def stats(self, *, since: datetime | None = None) -> Stats:
+        """Fleet figures: cost per completed run, failures, waits."""
+        return await metrics.stats(await self._database(), since=since, tenant=self.tenant)
+
+    # ------------------------------------------------------------ the mirror and the schema
+
+    async def check_mirror(self, run_id: str) -> JsonDict:
+        """Compare the run's mirror rows with those its Temporal history derives."""
+        return await ops.check_mirror(
+            await self.temporal(),
+            await self._database(),
+            run_id,
+            payload_limit=self.settings.payload_limit_bytes,
+        )
+
+    async def rebuild_mirror(self, run_id: str) -> JsonDict:
+        """Rewrite an ended run's mirror rows from its history, then check them."""
+        return await ops.rebuild_mirror(
+            await self.temporal(),
+            await self._database(),
+            run_id,
+            payload_limit=self.settings.payload_limit_bytes,
+        )
+
+    async def prune(self, *, older_than: timedelta, dry_run: bool = False) -> PruneResult:
+        """Delete what runs that finished longer ago than `older_than` recorded."""
+        return await retention.prune(
+            await self._database(), cutoff=datetime.now(UTC) - older_than, dry_run=dry_run
+        )
+
+    async def migrate(self) -> int:
+        """Bring the database's schema up to this code's version; returns the version."""
+        pool = await open_pool(
+            self.settings.require_database(), max_size=1, connect_seconds=5, migrate=True
+        )
+        try:
+            async with pool.connection() as conn:
+                return await schema_version(conn)
+        finally:
+            await pool.close()
+
+    # ------------------------------------------------------------ deployments
+
+    async def deploy(self, build_id: str, *, deployment: str | None = None) -> str:
+        """Make a worker build current: new runs start on it, open runs stay pinned.
+        Returns the deployment's name."""
+        name = deployment or self.settings.deployment_name
+        await deployments.set_current_version(await self.temporal(), name, build_id)
+        return name
+
+    # ------------------------------------------------------------ backlogs
+
+    def backlog_link(self, agent: str) -> str:
+        """The Web UI's page of the agent's backlog workflow."""
+        return self.settings.run_link(backlog_id(agent))
+
+    @staticmethod
+    def load_backlog_tasks(path: str | Path) -> list[TaskItem]:
+        """The tasks of a JSON or YAML backlog file, checked, in order."""
+        return backlog_ops.load_tasks(path)
+
+    async def backlog_enqueue(
+        self,
+        agent: str,
+        tasks: list[TaskItem],
+        *,
+        policy: PolicyPatch | None = None,
+        wait: float = DEFAULT_WAIT_SECONDS,
+    ) -> EnqueueResult:
+        """Add tasks at the end of the agent's backlog, in order (creating it)."""
+        return await backlog_ops.enqueue(
+            await self.temporal(wait),
+            agent,
+            tasks,
+            task_queue=self.settings.task_queue,
+            policy=policy,
+            wait=wait,
+        )
+
+    async def backlog_stop(
+        self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
+    ) -> BacklogControlResult:
+        return await backlog_ops.stop(await self.temporal(wait), agent, wait=wait)
+
+    async def backlog_resume(
+        self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
+    ) -> BacklogControlResult:
+        return await backlog_ops.resume(await self.temporal(wait), agent, wait=wait)
+
+    async def backlog_retry(
+        self, agent: str, task_key: str, *, wait: float = DEFAULT_WAIT_SECONDS
+    ) -> RetryResult:
+        return await backlog_ops.retry(await self.temporal(wait), agent, task_key, wait=wait)
+
+    async def backlog_tasks(self, agent: str) -> JsonDict:
+        """The backlog as the mirror last saw it, with every task in order."""
+        return await backlog_ops.list_tasks(await self._database(), agent)
+
+    async def backlog_dead(self, agent: str) -> list[JsonDict]:
+        """The tasks that used up their attempts."""
+        return await backlog_ops.dead_letters(await self._database(), agent)
+
+    # ------------------------------------------------------------ tenants and approvers
+
+    async def tenants(self) -> list[JsonDict]:
+        """Every tenant: its settings, runs in flight and queued."""
+        return await tenant_ops.list_tenants(await self._database())
+
+    async def set_tenant(self, tenant: str, changes: dict[str, Any]) -> TenantLimits:
+        """Change some of a tenant's settings (weight, max_in_flight, max_queued,
+        model_calls_per_second; None removes a limit), keep the rest."""
+        return await tenant_ops.set_tenant(
+            await self.temporal(),
+            await self._database(),
+            tenant,
+            changes,
+            task_queue=self.settings.task_queue,
+        )
+
+    def config_dir(self) -> Path:
+        """Where approver keys live on this machine."""
+        return self.settings.config_dir or approver_keys.default_config_dir()
+
+    def approver_key(self, name: str) -> ApproverKey | None:
+        """`name`'s approver key on this machine, to sign decisions with; None if absent."""
+        return approver_keys.load(self.config_dir(), name)
+
+    async def add_approver(self, name: str, *, role: str, tenant: str | None = None) -> Signer:
+        """A key pair for a new approver: the private key kept in `config_dir()`, the public
+        key registered, so runs started afterwards take only signed decisions."""
+        created = approver_keys.create(self.config_dir(), name, role, tenant)
+        await ApproverStore(await self._database()).add(created.signer)
+        return created.signer
+
+    async def approvers(self) -> list[Signer]:
+        """The registered approvers and their key ids."""
+        return await ApproverStore(await self._database()).signers()
+
+    # ------------------------------------------------------------ connections
+
+    async def temporal(self, wait: float | None = None) -> Client:
+        """The Temporal client, connected on first use (within `wait` seconds)."""
+        if self._client is None:
+            self._client = await connect(self.settings, within_seconds=wait or self._wait)
+        return self._client
+
+    @property
+    def client(self) -> Client:
+        """The Temporal client this RunClient was made with."""
+        if self._client is None:
+            raise RuntimeError("not connected yet: use `await runs.temporal()`")
+        return self._client
+
+    async def _mirror(self) -> AsyncConnectionPool | None:
+        """The Postgres pool when a database is configured, else None."""
+        return await self._database() if self.settings.database_url else None
 
     async def _database(self) -> AsyncConnectionPool:
-        """The Postgres pool, opened on first use and kept until `close()`."""
+        """The Postgres pool, opened on first use and kept until `close()`; it never
+        migrates (`migrate()` does)."""
         if self._pool is None:
             database = self.settings.require_database()
-            self._pool = await open_pool(database, max_size=2, connect_seconds=5)
+            self._pool = await open_pool(database, max_size=2, connect_seconds=5, migrate=False)
         return self._pool
-
-    async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
 
 
 def _deciding_role(role: str | None, signer: ApproverKey | None) -> str:
@@ -167,7 +473,7 @@ def _deciding_role(role: str | None, signer: ApproverKey | None) -> str:
     if signer is not None:
         return signer.signer.role
     if not role:
-        raise ValueError(
+        raise InvalidRequest(
             "name the role this decision is made in: role='approver' (the role the approval "
             "asks for, shown by status), or pass signer= (its key carries the role)"
         )

@@ -36,9 +36,10 @@ def cli(settings, tmp_path):
     return call
 
 
-def refused(result) -> str:
-    """A refusal: exit code 2 and an `error: ...` message on stderr, no traceback."""
-    assert result.code == 2, (result.code, result.out, result.err)
+def refused(result, code: int = 2) -> str:
+    """A refusal: its exit code (README "Exit codes") and an `error: ...` message on stderr,
+    no traceback."""
+    assert result.code == code, (result.code, result.out, result.err)
     assert result.err.startswith("error: ") and "Traceback" not in result.err, result.err
     return result.err
 
@@ -56,7 +57,7 @@ async def test_cli_enqueues_lists_and_dead_letters(cli, client, pool, worker, tm
     )
     message = refused(malformed)
     assert "task 2 (line 5)" in message and "idempotency_key: Field required" in message
-    assert f"agent {agent} has no backlog" in refused(unknown)
+    assert f"agent {agent} has no backlog" in refused(unknown, 3)
     try:
         async with worker():
             first = await cli(
@@ -89,7 +90,7 @@ async def test_cli_enqueues_lists_and_dead_letters(cli, client, pool, worker, tm
     assert dead.code == 0, dead.err
     assert "poison" in dead.out and "verification failed" in dead.out
     assert "order-policy" not in dead.out
-    assert "only failed tasks" in refused(retry_done)
+    assert "only failed tasks" in refused(retry_done, 5)
 
 
 def test_backlog_files_accept_json_yaml_and_shorthands(tmp_path):

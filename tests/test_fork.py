@@ -8,7 +8,6 @@ import uuid
 import pytest
 
 import agentrun
-from agentrun.core.errors import ForkError
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
@@ -143,18 +142,19 @@ async def test_a_fork_of_a_fork_and_a_live_step_n(client, settings, pool, worker
 
 async def test_fork_refusals_are_clear(client, settings, pool, worker, tmp_path):
     parent = await completed_parent(client, settings, worker)
-    for args, message in (
-        (["--from-step", "99"], "has no step 99"),
-        (["--from-step", "4"], "fork at a model or tool step"),
-        (["--from-step", "1", "--edit-output", "{}"], "fork at a tool step"),
-        (["--from-step", "2", "--edit-output", "{nope"], "not valid JSON"),
-        (["--from-step", "0"], "--from-step"),
+    # 5: refused by the run (no such step, not a step one may fork at); 2: invalid input.
+    for args, message, code in (
+        (["--from-step", "99"], "has no step 99", 5),
+        (["--from-step", "4"], "fork at a model or tool step", 5),
+        (["--from-step", "1", "--edit-output", "{}"], "fork at a tool step", 5),
+        (["--from-step", "2", "--edit-output", "{nope"], "not valid JSON", 2),
+        (["--from-step", "0"], "--from-step", 2),
     ):
         result = await run_cli(settings, tmp_path, "fork", parent, *args)
-        assert result.code == 2, (args, result.err)
+        assert result.code == code, (args, result.err)
         assert message in result.err, (args, result.err)
     result = await run_cli(settings, tmp_path, "fork", "run-nope", "--from-step", "2")
-    assert result.code == 2
+    assert result.code == 3, result.err  # not found
 
 
 async def test_the_python_client_watches_and_forks(client, settings, pool, worker):
@@ -167,7 +167,7 @@ async def test_the_python_client_watches_and_forks(client, settings, pool, worke
             live = [item async for item in runs.watch(run_id)]
             fork_id = await runs.fork(run_id, from_step=1)  # a model step: asked again, live
             forked = await runs.result(fork_id)
-            with pytest.raises(ForkError, match="a step number, 1 or more, not 0"):
+            with pytest.raises(agentrun.InvalidInput, match="a step number, 1 or more, not 0"):
                 await runs.fork(run_id, from_step=0)
         story = [item async for item in runs.watch(run_id)]  # ended: from the mirror
     finally:

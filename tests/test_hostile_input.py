@@ -14,9 +14,10 @@ import pytest
 from pydantic import ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
-import starter
+from agentrun.cli.main import cmd_start
+from agentrun.client_api import RunClient
 from agentrun.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import InvalidInput, OperationError
 from agentrun.core.models import MAX_TASK_CHARS, ControlInput, RunSpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import backlog_ops
@@ -93,8 +94,8 @@ async def test_an_oversized_task_is_refused_before_anything_starts(client, setti
         user=None,
         json=False,
     )
-    with pytest.raises(OperationError, match="invalid run spec: task: String should have"):
-        await starter.cmd_start(client, settings, args)
+    with pytest.raises(InvalidInput, match="invalid run spec: task: String should have"):
+        await cmd_start(RunClient(client, settings), args)
     with pytest.raises(RPCError) as missing:  # nothing was started on the real server
         await client.get_workflow_handle(ops.run_id_for(key)).describe()
     assert missing.value.status == RPCStatusCode.NOT_FOUND

@@ -40,7 +40,9 @@ MAY_IMPORT = {
     WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, ACTIVITIES, WORKFLOWS},
     # The public API (agentrun/__init__.py and the modules beside it): over the engine.
     "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, ACTIVITIES, WORKFLOWS},
-    CLI: {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, DEV, DEMO, "agentrun"},
+    # The CLI is a thin layer over RunClient ("agentrun"): never the operations, the stores
+    # or Temporal underneath it (tests/test_cli_front_door.py).
+    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, "agentrun"},
     # A deployment's own workflows and activities use agentrun's public API only (for
     # workflows, `agentrun.workflows.run_agent` too).
     OWN_ACTIVITIES: {"agentrun"},

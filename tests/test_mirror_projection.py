@@ -138,14 +138,14 @@ async def test_cli_checks_and_refuses_to_rebuild_an_open_run(client, settings, p
         )
 
     missing = cli("mirror", "check", "run-nope")
-    assert missing.returncode == 2 and "no run 'run-nope'" in missing.stderr
+    assert missing.returncode == 3 and "no run 'run-nope'" in missing.stderr
 
     spec = make_spec()
     async with worker():
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
         await wait_pending(client, started.run_id)
         refused = cli("mirror", "rebuild", started.run_id)
-        assert refused.returncode == 2 and "still running" in refused.stderr
+        assert refused.returncode == 5 and "still running" in refused.stderr
         await ops.cancel(client, started.run_id)
         await eventually(
             lambda: rows(pool, "SELECT 1 FROM receipts WHERE run_id = %s", started.run_id),

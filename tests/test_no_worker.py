@@ -1,6 +1,6 @@
 """Every command with every worker killed: each answers within its bound; reads come from
-the mirror and say so; each write is applied once a worker returns, or refused with exit 2
-naming the missing worker: never lost, never silently pending."""
+the mirror and say so; each write is applied once a worker returns, or refused with exit 4 (a
+service unreachable) naming the missing worker: never lost, never silently pending."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ async def test_every_command_answers_with_the_workers_dead(
     stats, seconds = await timed_cli("stats", "--json")
     assert answered(stats, seconds).code == 0
     receipt, seconds = await timed_cli("receipt", runs["approved"])
-    assert answered(receipt, seconds).code == 2 and "no receipt yet" in receipt.err
+    assert answered(receipt, seconds).code == 5 and "no receipt yet" in receipt.err
 
     # Run writes: recorded in the run's history, applied when a worker returns.
     recorded = {
@@ -136,7 +136,7 @@ async def test_every_command_answers_with_the_workers_dead(
         ("backlog", "retry", "--agent", agent, f"{agent}-1"),
     ):
         result, seconds = await timed_cli(*args)
-        assert answered(result, seconds).code == 2, (args, result.out, result.err)
+        assert answered(result, seconds).code == 4, (args, result.out, result.err)
         assert "not sent: no worker answered" in result.err
         assert "agentrun-worker" in result.err and settings.task_queue in result.err
 

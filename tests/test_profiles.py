@@ -63,9 +63,9 @@ async def test_start_refuses_an_unknown_agent_or_a_tool_no_worker_has(
     assert "no agent 'editor'" in unknown.err and "it has: writer" in unknown.err
 
     unserved = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
-    assert unserved.code == 2 and "no worker has served task queue" in unserved.err
+    assert unserved.code == 5 and "no worker has served task queue" in unserved.err
 
     await tool_sets.join(pool, settings.task_queue, "w", agentrun.demo.registry.names())
     lacking = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
-    assert lacking.code == 2 and "have no tool shout" in lacking.err, lacking.err
+    assert lacking.code == 5 and "have no tool shout" in lacking.err, lacking.err
     await tool_sets.leave(pool, settings.task_queue, "w")

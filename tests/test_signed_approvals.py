@@ -15,7 +15,7 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from agentrun.client_api import RunClient
 from agentrun.core import approval_signatures
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import InvalidInput, OperationError
 from agentrun.core.models import ApprovalPolicy, ApproveInput, PendingApproval, RejectInput
 from agentrun.ops import approver_keys
 from agentrun.ops import operations as ops
@@ -180,13 +180,13 @@ async def test_runs_take_the_registered_approvers_and_the_cli_signs(
         unsigned = await run_cli(
             settings, home, "approve", started.run_id, "--by", "eve", "--role", "approver"
         )
-        assert unsigned.code == 2 and "only signed decisions" in unsigned.err
+        assert unsigned.code == 5 and "only signed decisions" in unsigned.err
         no_role = await run_cli(settings, home, "approve", started.run_id, "--by", "eve")
         assert no_role.code == 2 and "--role" in no_role.err, "the default role is no free pass"
         stale = await run_cli(
             settings, home, "approve", started.run_id, "--by", "dana", "--action-hash", "0" * 16
         )
-        assert stale.code == 2 and "stale approval" in stale.err
+        assert stale.code == 5 and "stale approval" in stale.err
         approved = await run_cli(
             settings,
             home,
@@ -217,7 +217,7 @@ async def test_the_python_client_names_a_role_or_a_signer(client, settings, work
             lambda: runs.approve(run_id, by="ana"),
             lambda: runs.reject(run_id, by="ana", reason="no"),
         ):
-            with pytest.raises(ValueError, match="name the role"):
+            with pytest.raises(InvalidInput, match="name the role"):
                 await decide()
         assert (await runs.status(run_id)).status.value == "waiting_for_approval"
         decided = await runs.approve(run_id, by="ana", role="approver")

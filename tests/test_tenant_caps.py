@@ -192,7 +192,7 @@ async def test_cli_refuses_with_exit_2_naming_the_limit(
         assert ok.code == 0, ok.err
         await wait_pending(client, ok.json()["run_id"])
         refused = await run_cli(settings, tmp_path, *args, str(spec))
-        assert refused.code == 2
+        assert refused.code == 5  # refused by the tenant's policy
         assert "max_queued=0" in refused.err and "tenants set" in refused.err
         await ops.approve(client, ok.json()["run_id"], by="maria", role="approver")
         await wait_status(client, ok.json()["run_id"], "completed")

@@ -91,13 +91,13 @@ async def test_the_cli_takes_the_tenant_from_the_environment(
         monkeypatch.setenv("AGENTRUN_TENANT", globex)
         home = tmp_path / "home"
         status = await run_cli(settings, home, "status", theirs.run_id)
-        assert status.code == 2 and f"for tenant '{globex}'" in status.err
+        assert status.code == 3 and f"for tenant '{globex}'" in status.err
         listed = await run_cli(settings, home, "list", "--json")
         assert listed.code == 0 and listed.json() == []
         approve = await run_cli(
             settings, home, "approve", theirs.run_id, "--by", "li", "--role", "approver"
         )
-        assert approve.code == 2 and f"for tenant '{globex}'" in approve.err
+        assert approve.code == 3 and f"for tenant '{globex}'" in approve.err
         own = await run_cli(settings, home, "status", theirs.run_id, "--tenant", acme, "--json")
         assert own.code == 0 and own.json()["tenant"] == acme
         await ops.cancel(client, theirs.run_id)

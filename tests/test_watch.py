@@ -153,7 +153,7 @@ async def test_watching_an_ended_run_prints_its_story_from_the_mirror(
 
 async def test_watch_refuses_unknown_runs_and_bad_offsets(client, settings, tmp_path):
     result = await run_cli(settings, tmp_path, "watch", "run-nope", "--json")
-    assert result.code == 2 and "no run 'run-nope'" in result.err
+    assert result.code == 3 and "no run 'run-nope'" in result.err
     result = await run_cli(settings, tmp_path, "watch", "run-nope", "--from", "-1")
     assert result.code == 2 and "--from" in result.err
 

@@ -7,17 +7,12 @@ mirror, so they answer even when no worker is running.
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentrun.cli import render
-from agentrun.cli.cli_options import add_wait
-from agentrun.core.backlog_models import PolicyPatch
-from agentrun.core.errors import OperationError
-from agentrun.core.settings import Settings
-from agentrun.ops import backlog_ops as ops
-from agentrun.store.db import command_pool
-from agentrun.temporal.client import connect
+from agentrun.cli.cli_options import add_json, add_wait, emit
+
+if TYPE_CHECKING:
+    from agentrun import RunClient
 
 LIST_COLUMNS = "ordinal task_key title state attempts run last_error checkpoint".split()
 DEAD_COLUMNS = ["ordinal", "task_key", "attempts", "run_id", "last_error"]
@@ -26,13 +21,12 @@ DEAD_COLUMNS = ["ordinal", "task_key", "attempts", "run_id", "last_error"]
 def add_commands(sub: Any) -> None:
     """Add the `backlog` command group to the top-level subparsers."""
     group = sub.add_parser("backlog", help="an agent's ordered task list (AFK backlogs)")
-    commands = group.add_subparsers(dest="backlog_command", required=True)
+    commands = group.add_subparsers(dest="backlog_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = commands.add_parser(name, help=help)
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help)
         p.add_argument("--agent", required=True, help="whose backlog")
-        if json_flag:
-            p.add_argument("--json", action="store_true", help="print JSON for machines")
+        add_json(p)
         add_wait(p)
         return p
 
@@ -50,23 +44,20 @@ def add_commands(sub: Any) -> None:
     p.add_argument("task", help="the task's idempotency key")
 
 
-def emit(data: Any, as_json: bool, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if as_json else text)
+async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.cli import render
 
+    agent = args.agent
+    if args.backlog_command == "list":
+        listing = await runs.backlog_tasks(agent)
+        emit(listing, args.json, _listing_text(listing))
+    elif args.backlog_command == "dead":
+        dead = await runs.backlog_dead(agent)
+        emit(dead, args.json, render.table(dead, DEAD_COLUMNS) if dead else "no failed tasks")
+    elif args.backlog_command == "enqueue":
+        from agentrun.core.errors import InvalidRequest
+        from agentrun.types import PolicyPatch
 
-async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
-    if args.backlog_command in ("list", "dead"):
-        async with command_pool(settings) as pool:
-            if args.backlog_command == "list":
-                listing = await ops.list_tasks(pool, args.agent)
-                emit(listing, args.json, _listing_text(listing))
-            else:
-                dead = await ops.dead_letters(pool, args.agent)
-                text = render.table(dead, DEAD_COLUMNS) if dead else "no failed tasks"
-                emit(dead, args.json, text)
-        return 0
-    client = await connect(settings, within_seconds=args.wait)
-    if args.backlog_command == "enqueue":
         try:
             policy = PolicyPatch(
                 max_attempts=args.max_attempts,
@@ -75,34 +66,29 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
                 retry_delay_seconds=args.retry_delay,
             )
         except ValueError as err:
-            raise OperationError(f"invalid policy option: {err}") from err
-        tasks = ops.load_tasks(args.file)
-        result = await ops.enqueue(
-            client,
-            args.agent,
-            tasks,
-            task_queue=settings.task_queue,
-            policy=policy,
-            wait=args.wait,
-        )
+            raise InvalidRequest(f"invalid policy option: {err}") from err
+        tasks = runs.load_backlog_tasks(args.file)
+        result = await runs.backlog_enqueue(agent, tasks, policy=policy, wait=args.wait)
         text = (
             f"added {len(result.added)}, ignored {len(result.ignored)} already in the backlog; "
             f"{result.total} tasks in all"
             + ("\nthe backlog is stopped: `backlog resume` continues it" if result.stopped else "")
-            + f"\n{settings.run_link(ops.backlog_id(args.agent))}"
+            + f"\n{runs.backlog_link(agent)}"
         )
         emit(result.model_dump(mode="json"), args.json, text)
     elif args.backlog_command == "retry":
-        retried = await ops.retry(client, args.agent, args.task, wait=args.wait)
+        retried = await runs.backlog_retry(agent, args.task, wait=args.wait)
         emit(retried.model_dump(mode="json"), args.json, retried.message)
     else:
-        control = ops.stop if args.backlog_command == "stop" else ops.resume
-        done = await control(client, args.agent, wait=args.wait)
+        control = runs.backlog_stop if args.backlog_command == "stop" else runs.backlog_resume
+        done = await control(agent, wait=args.wait)
         emit(done.model_dump(mode="json"), args.json, done.message)
     return 0
 
 
 def _listing_text(listing: dict[str, Any]) -> str:
+    from agentrun.cli import render
+
     status = listing["status"] + (f" ({listing['stop_reason']})" if listing["stop_reason"] else "")
     rows = []
     for task in listing["tasks"]:
@@ -116,11 +102,11 @@ def _listing_text(listing: dict[str, Any]) -> str:
         rows.append(
             {
                 **task,
-                "title": ops.compact(task["title"], 30),
+                "title": render.compact(task["title"], 30),
                 "attempts": f"{task['attempts']}/{task['max_attempts']}",
                 "run": run,
-                "last_error": ops.compact(task["last_error"], 50) if task["last_error"] else "",
-                "checkpoint": ops.compact(checkpoint, 40) if checkpoint else "",
+                "last_error": render.compact(task["last_error"], 50) if task["last_error"] else "",
+                "checkpoint": render.compact(checkpoint, 40) if checkpoint else "",
             }
         )
     return f"backlog of {listing['agent']}: {status}\n" + render.table(rows, LIST_COLUMNS)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from typing import Any
 
-from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS
+from agentrun.core.constants import DEFAULT_WAIT_SECONDS
 
 
 def seconds(text: str) -> float:
@@ -28,6 +30,24 @@ def count(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"takes a whole number, 1 or more, not {text!r}")
     return value
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON for machines; an error is one JSON object on stderr",
+    )
+
+
+def emit(data: Any, as_json: bool, text: str) -> None:
+    """The answer: JSON for machines, else text with control characters shown, not obeyed."""
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        from agentrun.cli import render
+
+        print(render.for_terminal(text))
 
 
 def add_wait(p: argparse.ArgumentParser) -> None:

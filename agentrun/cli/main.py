@@ -3,61 +3,56 @@
 With nothing configured, `demo` and `up` bring up the embedded stack (Temporal dev server
 with its Web UI, an embedded Postgres, the offline model) in `.agentrun/`. Every other
 command talks to whatever stack the settings name.
+
+A thin layer over `agentrun.RunClient`: each command reads its flags, calls one RunClient
+method and prints the answer (tests/test_cli_front_door.py holds it to that). The parser
+imports nothing heavy, so `agentrun --help` answers at once; a command imports what it
+needs when it runs. Exit codes: README "Exit codes" (agentrun.core.errors).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
 import os
-import signal
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from psycopg_pool import AsyncConnectionPool
-from pydantic import ValidationError
-from temporalio.client import Client
-
-from agentrun import profiles
-from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
-from agentrun.cli.cli_options import add_decider, add_tenant, add_wait, count
+from agentrun.cli import approvers_cli, backlog_cli, tenants_cli
+from agentrun.cli.cli_options import add_decider, add_json, add_tenant, add_wait, count, emit
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.core.errors import OperationError, SetupError
-from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
-from agentrun.core.periods import parse_age, parse_point
-from agentrun.core.settings import Settings, read_stack_file
-from agentrun.demo import support_desk
-from agentrun.dev.stack import EmbeddedStack, port_open
-from agentrun.ops import approver_keys, fork_ops, watch
-from agentrun.ops import operations as ops
-from agentrun.store import metrics, retention
-from agentrun.store.db import command_pool, schema_version
-from agentrun.store.tenant_store import TenantStore
-from agentrun.temporal import deployments
-from agentrun.temporal.client import connect
-from agentrun.temporal.telemetry import shutdown_tracing
-from agentrun.tools.loading import load_registry
-from agentrun.worker.tool_flags import add_tool_flags, tool_sources
-from agentrun.worker.worker_api import run_worker
+from agentrun.core.states import RunStatus
+from agentrun.worker.tool_flags import add_tool_flags
+
+if TYPE_CHECKING:
+    from agentrun import RunClient
+    from agentrun.types import (
+        ApproverKey,
+        DecisionResult,
+        PendingApproval,
+        RunSpec,
+        Settings,
+        WatchItem,
+    )
 
 # The demo's profiles: where `start --agent` looks when nothing else is named.
 DEMO_AGENTS = "agentrun.demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
-
-
-def emit(data: Any, as_json: bool, text: str) -> None:
-    print(json.dumps(data, indent=2, default=str) if as_json else render.for_terminal(text))
+# Commands whose --tenant confines them to that tenant's runs (AGENTRUN_TENANT otherwise).
+SCOPED = {"approve", "reject", "pause", "resume", "cancel", "status", "receipt", "list", "stats"}
+# A run's statuses, as `list --status` takes them.
+STATUSES = [s.value for s in RunStatus]
 
 
 def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
     replaces the profile's whole field), then the flags."""
+    from pydantic import ValidationError
+
+    from agentrun import RunSpec, profiles
+    from agentrun.core.errors import InvalidRequest
+
     raw: dict[str, Any] = {}
     if args.agent:
         source = args.agents or settings.agents or DEMO_AGENTS
@@ -73,47 +68,32 @@ def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     ):
         if value is not None:
             raw[field] = value
+    if settings.tenant and args.tenant is None:
+        raw["tenant"] = settings.tenant
     try:
         return RunSpec.model_validate(raw)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise OperationError(f"invalid run spec: {problems}") from err
+        raise InvalidRequest(f"invalid run spec: {problems}") from err
 
 
-# ---------------------------------------------------------------- commands that need a client
+def json_argument(text: str | None, flag: str) -> Any:
+    """A flag's JSON value (None when absent), or InvalidInput naming the flag."""
+    from agentrun.core.errors import InvalidRequest
+
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidRequest(f"{flag} is not valid JSON: {err}") from err
 
 
-def tenant_of(settings: Settings, args: argparse.Namespace) -> str | None:
-    """--tenant, else AGENTRUN_TENANT: the only tenant whose runs a command sees."""
-    return getattr(args, "tenant", None) or settings.tenant
+# ---------------------------------------------------------------- starting runs
 
 
-@asynccontextmanager
-async def mirror_pool(settings: Settings) -> AsyncIterator[AsyncConnectionPool | None]:
-    """The mirror, for reads and decisions while no worker answers; None if not configured."""
-    if not settings.database_url:
-        yield None
-        return
-    async with command_pool(settings) as pool:
-        yield pool
-
-
-async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    spec = load_spec(args, settings)
-    if settings.tenant and args.tenant is None:
-        spec = spec.model_copy(update={"tenant": settings.tenant})
-    async with command_pool(settings) as pool:
-        if args.agent and spec.allowed_tools:
-            await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
-        started = await ops.start_run(
-            client,
-            spec,
-            task_queue=settings.task_queue,
-            indexed=settings.search_attributes,
-            mirror=pool,
-            tenant=settings.tenant,
-            limits=await TenantStore(pool).limits(spec.tenant),
-        )
+async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
+    started = await runs.start_run(load_spec(args, runs.settings), require_tools=bool(args.agent))
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
@@ -121,57 +101,59 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
     )
     if started.queue_position is not None:
         note += f"; queued at position {started.queue_position} behind its tenant's cap"
+    link = runs.settings.run_link(started.run_id)
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
             "queue_position": started.queue_position,
-            "url": settings.run_link(started.run_id),
+            "url": link,
         },
         args.json,
-        f"{started.run_id} {note}\n{settings.run_link(started.run_id)}",
+        f"{started.run_id} {note}\n{link}",
     )
     return 0
 
 
-async def cmd_approve(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        edit = json.loads(args.edit) if args.edit else None
-    except json.JSONDecodeError as err:
-        raise OperationError(f"--edit is not valid JSON: {err}") from err
-    if edit is not None and not isinstance(edit, dict):
-        raise OperationError("--edit takes a JSON object of the arguments to change")
-    async with mirror_pool(settings) as mirror:
-        role, key = decider(settings, args)
-        result = await ops.approve(
-            client,
-            args.run,
-            by=args.by,
-            role=role,
-            edit=edit,
-            tenant=tenant_of(settings, args),
-            action_hash=args.action_hash,
-            wait=args.wait,
-            mirror=mirror,
-            signer=key,
-        )
-    emit(result.model_dump(mode="json"), args.json, decision_text(result))
+async def cmd_fork(runs: RunClient, args: argparse.Namespace) -> int:
+    started = await runs.fork_run(
+        args.run,
+        from_step=args.from_step,
+        edit_output=json_argument(args.edit_output, "--edit-output"),
+        key=args.key,
+    )
+    note = "already exists (same key); not started again" if started.existing else "started"
+    link = runs.settings.run_link(started.run_id)
+    emit(
+        {
+            "run_id": started.run_id,
+            "existing": started.existing,
+            "forked_from": args.run,
+            "from_step": args.from_step,
+            "url": link,
+        },
+        args.json,
+        f"{started.run_id} {note}: a fork of {args.run} from step {args.from_step}\n{link}",
+    )
     return 0
 
 
-def decider(
-    settings: Settings, args: argparse.Namespace
-) -> tuple[str, approver_keys.ApproverKey | None]:
+# ---------------------------------------------------------------- acting on a run
+
+
+def decider(runs: RunClient, args: argparse.Namespace) -> tuple[str, ApproverKey | None]:
     """The role a decision goes with, and the key that signs it when `--by` has one here."""
-    key = approver_keys.load(settings.config_dir or approver_keys.default_config_dir(), args.by)
+    from agentrun.core.errors import InvalidRequest
+
+    key = runs.approver_key(args.by)
     if key is not None:
         if args.role and args.role != key.signer.role:
-            raise OperationError(
+            raise InvalidRequest(
                 f"{args.by}'s key is registered for role {key.signer.role!r}, not {args.role!r}"
             )
         return key.signer.role, key
     if not args.role:
-        raise OperationError(
+        raise InvalidRequest(
             f"{args.by} has no approver key on this machine: say the role of this unsigned "
             "decision with --role (it counts only where no approver keys are configured), or "
             f"create a key with `agentrun approvers add {args.by} --role ROLE`"
@@ -183,62 +165,62 @@ def decision_text(result: DecisionResult) -> str:
     return result.note or f"{result.decision}; run is {result.status.value}"
 
 
-async def cmd_reject(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    async with mirror_pool(settings) as mirror:
-        role, key = decider(settings, args)
-        result = await ops.reject(
-            client,
-            args.run,
-            by=args.by,
-            role=role,
-            reason=args.reason,
-            tenant=tenant_of(settings, args),
-            action_hash=args.action_hash,
-            wait=args.wait,
-            mirror=mirror,
-            signer=key,
-        )
+async def cmd_approve(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.core.errors import InvalidRequest
+
+    edit = json_argument(args.edit, "--edit")
+    if edit is not None and not isinstance(edit, dict):
+        raise InvalidRequest("--edit takes a JSON object of the arguments to change")
+    role, key = decider(runs, args)
+    result = await runs.approve(
+        args.run,
+        by=args.by,
+        role=role,
+        edit=edit,
+        signer=key,
+        action_hash=args.action_hash,
+        wait=args.wait,
+    )
     emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
-async def cmd_pause(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    async with mirror_pool(settings) as mirror:
-        result = await ops.pause(
-            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
-        )
-    emit(result.model_dump(mode="json"), args.json, result.message)
-    return 0
-
-
-async def cmd_resume(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    async with mirror_pool(settings) as mirror:
-        result = await ops.resume(
-            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
-        )
-    emit(result.model_dump(mode="json"), args.json, result.message)
-    return 0
-
-
-async def cmd_cancel(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    async with mirror_pool(settings) as mirror:
-        message = await ops.cancel(
-            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
-        )
-    print(message)
-    return 0
-
-
-async def cmd_status(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    async with mirror_pool(settings) as mirror:
-        report = await ops.inspect(
-            client, args.run, wait=args.wait, tenant=tenant_of(settings, args), mirror=mirror
-        )
-    emit(
-        report.flat_json(),
-        args.json,
-        render.run_report(report),
+async def cmd_reject(runs: RunClient, args: argparse.Namespace) -> int:
+    role, key = decider(runs, args)
+    result = await runs.reject(
+        args.run,
+        by=args.by,
+        role=role,
+        reason=args.reason,
+        signer=key,
+        action_hash=args.action_hash,
+        wait=args.wait,
     )
+    emit(result.model_dump(mode="json"), args.json, decision_text(result))
+    return 0
+
+
+async def cmd_pause(runs: RunClient, args: argparse.Namespace) -> int:
+    control = runs.resume if args.command == "resume" else runs.pause
+    result = await control(args.run, wait=args.wait)
+    emit(result.model_dump(mode="json"), args.json, result.message)
+    return 0
+
+
+async def cmd_cancel(runs: RunClient, args: argparse.Namespace) -> int:
+    message = await runs.cancel(args.run, wait=args.wait)
+    emit({"run_id": args.run, "message": message}, args.json, message)
+    return 0
+
+
+# ---------------------------------------------------------------- reading a run
+
+
+async def cmd_status(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.cli import render
+
+    report = await runs.inspect(args.run, wait=args.wait)
+    emit(report.flat_json(), args.json, render.run_report(report))
     return 0
 
 
@@ -246,6 +228,8 @@ async def noting_silence(
     items: AsyncIterator[WatchItem], run_id: str, seconds: float
 ) -> AsyncIterator[WatchItem]:
     """The items; if the first is slow to come (`--wait`), say once on stderr what it waits for."""
+    import asyncio
+
     first = asyncio.ensure_future(anext(items, None))
     done, _ = await asyncio.wait({first}, timeout=seconds)
     if not done:
@@ -263,87 +247,41 @@ async def noting_silence(
         yield item
 
 
-async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_watch(runs: RunClient, args: argparse.Namespace) -> int:
     """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
+    from agentrun.cli import render
+
     outcome: str | None = None
     in_text = False  # model text is printed as it arrives, on one line per reply
-    async with contextlib.AsyncExitStack() as resources:
-        pool = (
-            await resources.enter_async_context(command_pool(settings))
-            if settings.database_url
-            else None
-        )
-        items = watch.watch(client, args.run, pool=pool, from_offset=args.from_offset)
-        async for item in noting_silence(items, args.run, args.wait):
-            if args.json:
-                print(item.model_dump_json(), flush=True)
-            elif item.kind == "text":
-                print(render.for_terminal(item.text or ""), end="", flush=True)
-                in_text = True
-                continue
-            else:
-                line = render.for_terminal(render.watch_line(item, args.run))
-                print(("\n" if in_text else "") + line, flush=True)
-            in_text = False
-            if item.kind == "receipt":
-                outcome = item.data.get("outcome")
-            elif item.type == "run.finished":
-                outcome = outcome or item.data.get("status")
+    items = runs.watch(args.run, from_offset=args.from_offset, wait=args.wait)
+    async for item in noting_silence(items, args.run, args.wait):
+        if args.json:
+            print(item.model_dump_json(), flush=True)
+        elif item.kind == "text":
+            print(render.for_terminal(item.text or ""), end="", flush=True)
+            in_text = True
+            continue
+        else:
+            line = render.for_terminal(render.watch_line(item, args.run))
+            print(("\n" if in_text else "") + line, flush=True)
+        in_text = False
+        if item.kind == "receipt":
+            outcome = item.data.get("outcome")
+        elif item.type == "run.finished":
+            outcome = outcome or item.data.get("status")
     return 0 if outcome == "completed" else 1
 
 
-async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        edit = json.loads(args.edit_output) if args.edit_output is not None else None
-    except json.JSONDecodeError as err:
-        raise OperationError(f"--edit-output is not valid JSON: {err}") from err
-    async with command_pool(settings) as pool:
-        started = await fork_ops.fork_run(
-            client,
-            pool,
-            args.run,
-            from_step=args.from_step,
-            edit_output=edit,
-            key=args.key,
-            task_queue=settings.task_queue,
-            indexed=settings.search_attributes,
-        )
-    note = "already exists (same key); not started again" if started.existing else "started"
-    emit(
-        {
-            "run_id": started.run_id,
-            "existing": started.existing,
-            "forked_from": args.run,
-            "from_step": args.from_step,
-            "url": settings.run_link(started.run_id),
-        },
-        args.json,
-        f"{started.run_id} {note}: a fork of {args.run} from step {args.from_step}\n"
-        f"{settings.run_link(started.run_id)}",
-    )
+async def cmd_receipt(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.cli import render
+
+    receipt = await runs.receipt(args.run)
+    emit(receipt, args.json, render.receipt_markdown(receipt))
     return 0
 
 
-async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
-    async with command_pool(settings) as pool:
-        action = ops.rebuild_mirror if args.action == "rebuild" else ops.check_mirror
-        report = await action(client, pool, args.run, payload_limit=settings.payload_limit_bytes)
-    emit(report, args.json, render.mirror_report(report))
-    return 0 if report["agrees"] else 1
-
-
-async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    """Make a build current: new runs go to it; open runs stay on the build they started on."""
-    name = args.deployment or settings.deployment_name
-    await deployments.set_current_version(client, name, args.build_id)
-    print(f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned")
-    return 0
-
-
-async def cmd_version(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    await ops.status(client, args.run)  # an unknown run is a clear error
-    version = await deployments.run_version(client, args.run)
+async def cmd_version(runs: RunClient, args: argparse.Namespace) -> int:
+    version = await runs.version(args.run, wait=args.wait)
     text = (
         f"{args.run} is {version.behavior} to {version.deployment_name}/{version.build_id}"
         if version.build_id
@@ -353,67 +291,84 @@ async def cmd_version(client: Client, settings: Settings, args: argparse.Namespa
     return 0
 
 
-# ---------------------------------------------------------------- commands that read Postgres
+async def cmd_list(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.cli import render
 
-
-async def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
-    async with command_pool(settings) as pool:
-        runs = await ops.list_runs(
-            pool, status=args.status, limit=args.limit, tenant=tenant_of(settings, args)
-        )
-    emit(
-        runs,
-        args.json,
-        render.table(runs, ["run_id", "status", "tenant", "priority", "cost_usd", "task"]),
-    )
+    found = await runs.list_runs(status=args.status, limit=args.limit)
+    columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
+    emit(found, args.json, render.table(found, columns))
     return 0
 
 
-async def cmd_receipt(settings: Settings, args: argparse.Namespace) -> int:
-    async with command_pool(settings) as pool:
-        receipt = await ops.receipt(pool, args.run, tenant=tenant_of(settings, args))
-    emit(receipt, args.json, render.receipt_markdown(receipt))
-    return 0
+async def cmd_stats(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.cli import render
+    from agentrun.core.errors import InvalidRequest
+    from agentrun.core.periods import parse_point
 
-
-async def cmd_stats(settings: Settings, args: argparse.Namespace) -> int:
     try:
         since = parse_point(args.since) if args.since else None
     except ValueError as err:
-        raise OperationError(f"--since: {err}") from err
-    async with command_pool(settings) as pool:
-        figures = await metrics.stats(pool, since=since, tenant=tenant_of(settings, args))
+        raise InvalidRequest(f"--since: {err}") from err
+    figures = await runs.stats(since=since)
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
     return 0
 
 
-async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
+# ---------------------------------------------------------------- the mirror, schema, builds
+
+
+async def cmd_mirror(runs: RunClient, args: argparse.Namespace) -> int:
+    """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
+    from agentrun.cli import render
+
+    action = runs.rebuild_mirror if args.action == "rebuild" else runs.check_mirror
+    report = await action(args.run)
+    emit(report, args.json, render.mirror_report(report))
+    return 0 if report["agrees"] else 1
+
+
+async def cmd_prune(runs: RunClient, args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from agentrun.cli import render
+    from agentrun.core.errors import InvalidRequest
+    from agentrun.core.periods import parse_age
+
     try:
         if args.older_than:
             age = parse_age(args.older_than)
-        elif settings.retention_days is not None:
-            age = timedelta(days=settings.retention_days)
+        elif runs.settings.retention_days is not None:
+            age = timedelta(days=runs.settings.retention_days)
         else:
-            raise OperationError(
+            raise InvalidRequest(
                 "say how old a finished run must be: --older-than 30d, or set "
                 "AGENTRUN_RETENTION_DAYS"
             )
     except ValueError as err:
-        raise OperationError(f"--older-than: {err}") from err
+        raise InvalidRequest(f"--older-than: {err}") from err
     if age <= timedelta(0):
-        raise OperationError("--older-than must be more than zero")
-    async with command_pool(settings) as pool:
-        result = await retention.prune(pool, cutoff=datetime.now(UTC) - age, dry_run=args.dry_run)
+        raise InvalidRequest("--older-than must be more than zero")
+    result = await runs.prune(older_than=age, dry_run=args.dry_run)
     emit(result.model_dump(mode="json"), args.json, render.prune_text(result))
     return 0
 
 
-async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_migrate(runs: RunClient, args: argparse.Namespace) -> int:
     """Bring the database's schema up to this code's version; running it again is a no-op.
     Workers and `up` do it on start; reads never do."""
-    async with command_pool(settings, migrate=True) as pool, pool.connection() as conn:
-        version = await schema_version(conn)
+    version = await runs.migrate()
     emit({"schema_version": version}, args.json, f"the schema is at version {version}")
+    return 0
+
+
+async def cmd_deploy(runs: RunClient, args: argparse.Namespace) -> int:
+    """Make a build current: new runs go to it; open runs stay on the build they started on."""
+    name = await runs.deploy(args.build_id, deployment=args.deployment)
+    emit(
+        {"deployment": name, "build_id": args.build_id, "current": True},
+        args.json,
+        f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned",
+    )
     return 0
 
 
@@ -422,13 +377,31 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 def existing_stack(settings: Settings) -> bool:
     """True when settings point at a stack that is up (set by env, or by `up`)."""
+    from agentrun.core.settings import read_stack_file
+    from agentrun.dev.stack import port_open
+
     host, _, port = settings.temporal_address.rpartition(":")
     return bool(read_stack_file(settings.home) or settings.database_url) and port_open(
         int(port), host or "127.0.0.1"
     )
 
 
-async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+def say(args: argparse.Namespace, text: str) -> None:
+    """Progress for a person: on stdout, or on stderr when stdout carries JSON."""
+    print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
+async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from agentrun.core.settings import Settings
+    from agentrun.dev.stack import EmbeddedStack
+    from agentrun.tools.loading import load_registry
+    from agentrun.worker.tool_flags import tool_sources
+    from agentrun.worker.worker_api import run_worker
+
+    settings = runs.settings
     tools, mcp = tool_sources(args, settings)
     load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
@@ -437,16 +410,21 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(
-        "stack up:\n"
-        + "\n".join(f"  {k}: {v}" for k, v in endpoints.items())
-        + f"\ndata kept in {settings.home.resolve()}; Ctrl-C stops everything",
-        flush=True,
-    )
+    if args.json:
+        emit({**endpoints, "home": str(settings.home.resolve())}, True, "")
+    else:
+        print(
+            "stack up:\n"
+            + "\n".join(f"  {k}: {v}" for k, v in endpoints.items())
+            + f"\ndata kept in {settings.home.resolve()}; Ctrl-C stops everything",
+            flush=True,
+        )
     try:
         if args.no_worker:
-            async with command_pool(Settings.load(), migrate=True):
-                pass  # a worker would migrate on start; without one, `up` does
+            from agentrun import RunClient
+
+            async with RunClient.lazy(Settings.load()) as stacked:
+                await stacked.migrate()  # a worker would migrate on start; without one, `up` does
             await stop.wait()
         else:
             await run_worker(
@@ -457,23 +435,33 @@ async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
     """Run a sample task end to end: start, stop at the approval gate, approve, verify."""
+    import asyncio
+
+    from agentrun import RunClient
+    from agentrun.core.settings import Settings
+    from agentrun.dev.stack import EmbeddedStack
+    from agentrun.worker.worker_api import run_worker
+
+    settings = runs.settings
     stack = None
     if not existing_stack(settings):
         stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
-        print("starting the embedded stack (Temporal dev server, Postgres, offline model)...")
+        say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
         stack.start()
         settings = Settings.load()
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
-    demo = asyncio.create_task(run_demo(settings))
     try:
-        await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
-        if worker.done():  # the worker died first: say why instead of waiting on it
-            demo.cancel()
-            await worker
-        return await demo
+        async with RunClient.lazy(settings) as demo_runs:
+            await demo_runs.migrate()  # the worker migrates too, meanwhile; either goes first
+            demo = asyncio.create_task(run_demo(demo_runs, args))
+            await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
+            if worker.done():  # the worker died first: say why instead of waiting on it
+                demo.cancel()
+                await worker
+            return await demo
     finally:
         stop.set()
         try:
@@ -483,40 +471,61 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
                 stack.stop()
 
 
-async def run_demo(settings: Settings) -> int:
-    client = await connect(settings)
+async def run_demo(runs: RunClient, args: argparse.Namespace) -> int:
+    import time
+
+    from agentrun.cli import render
+    from agentrun.demo import support_desk
+
+    settings = runs.settings
+    # Under AGENTRUN_TENANT the demo's run is that tenant's, as any run it starts must be.
+    tenant = {"tenant": settings.tenant} if settings.tenant else {}
     spec = support_desk.spec(
-        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}", **tenant
     )
-    started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
-    )
-    print(f"run {started.run_id} started: {settings.run_link(started.run_id)}")
-    pending = await wait_for_approval(client, started.run_id)
-    print(
+    started = await runs.start_run(spec)
+    run_id = started.run_id
+    say(args, f"run {run_id} started: {settings.run_link(run_id)}")
+    pending = await wait_for_approval(runs, run_id)
+    say(
+        args,
         f"waiting for approval: {pending.tool}({json.dumps(pending.arguments)[:120]}...)"
-        f"\n  needs role {pending.required_role!r}; approving as demo-approver"
+        f"\n  needs role {pending.required_role!r}; approving as demo-approver",
     )
-    decision = await ops.approve(
-        client, started.run_id, by="demo-approver", role=pending.required_role
-    )
-    print(f"approval {decision.decision}; run is {decision.status.value}")
-    result = await ops.result(client, started.run_id)
-    async with command_pool(settings) as pool:
-        receipt = await ops.receipt(pool, started.run_id)
-    print()
-    print(render.receipt_markdown(receipt))
-    print(f"\nWeb UI: {settings.run_link(started.run_id)}")
-    print("(the UI is live while the stack runs: `agentrun up` serves it again)")
-    return 0 if result.status.value == "completed" and receipt["outcome"] == "completed" else 1
+    decision = await runs.approve(run_id, by="demo-approver", role=pending.required_role)
+    say(args, f"approval {decision.decision}; run is {decision.status.value}")
+    result = await runs.result(run_id)
+    receipt = await runs.receipt(run_id)
+    completed = result.status.value == "completed" and receipt["outcome"] == "completed"
+    if args.json:
+        emit(
+            {
+                "run_id": run_id,
+                "status": result.status.value,
+                "url": settings.run_link(run_id),
+                "receipt": receipt,
+            },
+            True,
+            "",
+        )
+    else:
+        print()
+        print(render.receipt_markdown(receipt))
+        print(f"\nWeb UI: {settings.run_link(run_id)}")
+        print("(the UI is live while the stack runs: `agentrun up` serves it again)")
+    return 0 if completed else 1
 
 
 async def wait_for_approval(
-    client: Client, run_id: str, wait_seconds: float = 120
+    runs: RunClient, run_id: str, wait_seconds: float = 120
 ) -> PendingApproval:
+    import asyncio
+
+    from agentrun.core.errors import OperationError
+
     deadline = asyncio.get_running_loop().time() + wait_seconds
     while True:
-        state = await ops.status(client, run_id)
+        state = await runs.status(run_id)
         if state.pending_approval is not None:
             return state.pending_approval
         if asyncio.get_running_loop().time() > deadline or state.status.value in (
@@ -530,54 +539,101 @@ async def wait_for_approval(
         await asyncio.sleep(0.2)
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    """A completion script, made from this very parser: it needs no stack and no settings."""
+    from agentrun.cli import completion
+
+    script = completion.script(parser(), args.shell)
+    if args.json:
+        print(json.dumps({"shell": args.shell, "script": script}, indent=2))
+    else:
+        print(script, end="")
+    return 0
+
+
 # ---------------------------------------------------------------- the command line
 
-ClientCommand = Callable[[Client, Settings, argparse.Namespace], Awaitable[int]]
-CLIENT_COMMANDS: dict[str, ClientCommand] = {
+Command = Callable[["RunClient", argparse.Namespace], Awaitable[int]]
+COMMANDS: dict[str, Command] = {
     "start": cmd_start,
     "approve": cmd_approve,
     "reject": cmd_reject,
     "pause": cmd_pause,
-    "resume": cmd_resume,
+    "resume": cmd_pause,
     "cancel": cmd_cancel,
     "status": cmd_status,
+    "receipt": cmd_receipt,
     "mirror": cmd_mirror,
     "watch": cmd_watch,
     "fork": cmd_fork,
     "deploy": cmd_deploy,
     "version": cmd_version,
-}
-LOCAL_COMMANDS = {
     "list": cmd_list,
-    "receipt": cmd_receipt,
     "stats": cmd_stats,
     "prune": cmd_prune,
     "migrate": cmd_migrate,
     "up": cmd_up,
     "demo": cmd_demo,
+    "backlog": backlog_cli.dispatch,
+    "tenants": tenants_cli.dispatch,
+    "approvers": approvers_cli.dispatch,
 }
+# Commands that need no stack, no settings and no event loop.
+LOCAL: dict[str, Callable[[argparse.Namespace], int]] = {"completion": cmd_completion}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors as one JSON object on stderr under `--json`."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if Parser.json_errors:
+            print_error(2, "invalid_input", f"{self.prog}: {message}", as_json=True)
+            self.exit(2)
+        super().error(message)
+
+
+def version_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"agentrun {version('agentrun')}"
+    except PackageNotFoundError:  # a checkout that was never installed
+        return "agentrun (not installed)"
+
+
+class VersionAction(argparse.Action):
+    """`--version`, read from the package's metadata only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text())
+        parser.exit()
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+    top = Parser(prog="agentrun", description=(__doc__ or "").split("\n")[0])
+    top.add_argument("--version", action=VersionAction)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, *, json_flag: bool = False) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        if json_flag:
-            p.add_argument("--json", action="store_true", help="print JSON for machines")
-        if name not in ("demo", "up"):
+    def command(name: str, help: str, *, wait: bool = True) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
+        add_json(p)
+        if wait:
             add_wait(p)
         return p
 
     for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
-        p = command(name, help)
+        p = command(name, help, wait=False)
         p.add_argument("--port", type=int, default=TEMPORAL_PORT, help="Temporal frontend port")
         p.add_argument("--ui-port", type=int, default=WEB_UI_PORT, help="Web UI port")
         if name == "up":
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
             add_tool_flags(p)
-    p = command("start", "start a run; prints its id", json_flag=True)
+    p = command("start", "start a run; prints its id")
     p.add_argument("--task", help="what the agent should do")
     p.add_argument("--agent", help="the agent profile to run (its fields fill the spec)")
     p.add_argument(
@@ -590,13 +646,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
     p.add_argument("--user")
     p.add_argument(
-        "--priority", type=int, help="1 (runs first) to 5 (last); default 3, or the spec's"
+        "--priority",
+        type=int,
+        choices=range(1, 6),
+        metavar="{1..5}",
+        help="1 (runs first) to 5 (last); default 3, or the spec's",
     )
-    p = command("approve", "approve the pending action", json_flag=True)
+    p = command("approve", "approve the pending action")
     p.add_argument("run")
     add_decider(p)
     p.add_argument("--edit", help="JSON object of arguments to change before running")
-    p = command("reject", "reject the pending action", json_flag=True)
+    p = command("reject", "reject the pending action")
     p.add_argument("run")
     add_decider(p)
     p.add_argument("--reason", required=True)
@@ -607,13 +667,13 @@ def parser() -> argparse.ArgumentParser:
         ("status", "the state of a run: live, else as the mirror last saw it"),
         ("receipt", "what a run did, cost and changed"),
     ):
-        p = command(name, help, json_flag=name in ("pause", "resume", "status", "receipt"))
+        p = command(name, help)
         p.add_argument("run")
         add_tenant(p)
-    p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
+    p = command("mirror", "compare a run's mirror with its history, or rebuild it")
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")
-    p = command("watch", "follow a run live: steps, approvals, model text, receipt", json_flag=True)
+    p = command("watch", "follow a run live: steps, approvals, model text, receipt")
     p.add_argument("run")
     p.add_argument(
         "--from",
@@ -622,9 +682,7 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="start at this stream offset (an ended run: after this event seq)",
     )
-    p = command(
-        "fork", "a new run from another's step N, optionally with an edited output", json_flag=True
-    )
+    p = command("fork", "a new run from another's step N, optionally with an edited output")
     p.add_argument("run")
     p.add_argument("--from-step", type=int, required=True, help="the step (its number) to fork at")
     p.add_argument(
@@ -634,59 +692,120 @@ def parser() -> argparse.ArgumentParser:
     p = command("deploy", "make a worker build current for new runs")
     p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
-    p = command("version", "the worker build a run is pinned to", json_flag=True)
+    p = command("version", "the worker build a run is pinned to")
     p.add_argument("run")
-    p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
-    p.add_argument("--status", help="only runs in this status")
+    p = command("list", "recent runs, from the Postgres mirror")
+    p.add_argument("--status", choices=STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     add_tenant(p)
-    p = command("stats", "fleet figures: cost per completed run, failures, waits", json_flag=True)
+    p = command("stats", "fleet figures: cost per completed run, failures, waits")
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")
     add_tenant(p)
-    p = command("prune", "delete what runs that finished long ago recorded", json_flag=True)
+    p = command("prune", "delete what runs that finished long ago recorded")
     p.add_argument(
         "--older-than",
         help="finished longer ago than this (30d, 12h); default AGENTRUN_RETENTION_DAYS",
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
-    command(
-        "migrate", "bring the database's schema up to date (workers do it on start)", json_flag=True
-    )
+    command("migrate", "bring the database's schema up to date (workers do it on start)")
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
+    p = command("completion", "print a shell completion script (bash or zsh)", wait=False)
+    p.add_argument("shell", choices=["bash", "zsh"])
     return top
 
 
 async def dispatch(args: argparse.Namespace) -> int:
+    from agentrun import RunClient
+    from agentrun.core.settings import Settings
+
     settings = Settings.load()
-    if args.command == "backlog":
-        return await backlog_cli.dispatch(settings, args)
-    if args.command == "tenants":
-        return await tenants_cli.dispatch(settings, args)
-    if args.command == "approvers":
-        return await approvers_cli.dispatch(settings, args)
-    if args.command in LOCAL_COMMANDS:
-        return await LOCAL_COMMANDS[args.command](settings, args)
-    client = await connect(settings, within_seconds=args.wait)
-    return await CLIENT_COMMANDS[args.command](client, settings, args)
+    if args.command in SCOPED and getattr(args, "tenant", None):
+        settings = settings.model_copy(update={"tenant": args.tenant})
+    async with RunClient.lazy(settings, wait=getattr(args, "wait", None)) as runs:
+        return await COMMANDS[args.command](runs, args)
+
+
+def print_error(code: int, kind: str, message: str, *, as_json: bool) -> None:
+    if as_json:
+        error = {"code": code, "kind": kind, "message": message}
+        print(json.dumps({"error": error}), file=sys.stderr)
+    else:
+        print(f"error: {message}", file=sys.stderr)
+
+
+def exit_code(err: BaseException, as_json: bool) -> int:
+    """Say what went wrong on stderr; the exit code that class of failure has."""
+    from agentrun.core.errors import AgentrunError
+
+    if isinstance(err, AgentrunError):
+        print_error(err.exit_code, err.kind, str(err), as_json=as_json)
+        return err.exit_code
+    if unreachable(err):
+        print_error(4, "unreachable", f"{type(err).__name__}: {err}", as_json=as_json)
+        return 4
+    if as_json:  # a bug: still one JSON object, with what a report of it needs
+        print_error(1, "failure", f"{type(err).__name__}: {err}", as_json=True)
+    else:
+        import traceback
+
+        traceback.print_exception(err)
+    return 1
+
+
+def unreachable(err: BaseException) -> bool:
+    """A connection Temporal or Postgres dropped under a command (not a setting's fault)."""
+    rpc = sys.modules.get("temporalio.service")
+    psycopg = sys.modules.get("psycopg")
+    if rpc is not None and isinstance(err, rpc.RPCError):
+        return err.status in (rpc.RPCStatusCode.UNAVAILABLE, rpc.RPCStatusCode.DEADLINE_EXCEEDED)
+    return psycopg is not None and isinstance(err, psycopg.OperationalError)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in argv
+    Parser.json_errors = as_json
+    if as_json:
+        import logging
+
+        # stderr carries one JSON object: a library's warnings (a pool retrying its
+        # connection) must not fall to logging's last-resort handler beside it.
+        if not logging.getLogger().handlers:
+            logging.getLogger().addHandler(logging.NullHandler())
     try:
+        args = parser().parse_args(argv)
+        if args.command in LOCAL:
+            return LOCAL[args.command](args)
+        import asyncio
+
         return asyncio.run(dispatch(args))
-    except (OperationError, SetupError) as err:  # TenantError, ForkError, ... among them
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except SystemExit as done:  # argparse: --help, --version, a usage error
+        return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # a reader that stopped reading (`| head`): end quietly
+        closed_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a pipeline's writer
+    except Exception as err:
+        return exit_code(err, as_json)
+
+
+def closed_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush meets no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def console() -> NoReturn:
     """`agentrun ...`, and the `agentrun ...` console script (pyproject.toml)."""
     code = main()
-    shutdown_tracing()
+    # Spans still batched: flushed only if this command loaded tracing at all.
+    telemetry = sys.modules.get("agentrun.temporal.telemetry")
+    if telemetry is not None:
+        telemetry.shutdown_tracing()
     # The Temporal client's Rust threads can outlive asyncio.run and abort interpreter
     # teardown (SIGABRT, temporalio/sdk-python#300): flush, then exit without it.
     for stream in (sys.stdout, sys.stderr):

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrun.core.models import JsonDict, RunState, WatchItem
 from agentrun.core.states import is_terminal
-from agentrun.ops.operations import RunReport
-from agentrun.store.metrics import Stats
-from agentrun.store.retention import PruneResult
+
+if TYPE_CHECKING:
+    from agentrun.types import PruneResult, RunReport, Stats
 
 # Control characters other than newline and tab: printed raw, an ESC sequence in a task or a
 # model's answer would drive the reader's terminal (clear it, retitle it, hide lines).
@@ -291,3 +292,10 @@ def watch_line(item: WatchItem, run_id: str) -> str:
             f"  (or reject ... --reason ...)"
         )
     return line
+
+
+def compact(value: Any, limit: int = 60) -> str:
+    """One line of JSON (or text) for a table cell."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

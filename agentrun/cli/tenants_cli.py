@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentrun.cli import render
-from agentrun.core.settings import Settings
-from agentrun.ops import tenant_ops
-from agentrun.store.db import open_pool
-from agentrun.temporal.client import connect
+from agentrun.cli.cli_options import add_json, emit
+
+if TYPE_CHECKING:
+    from agentrun import RunClient
 
 OFF = "off"
 COLUMNS = [
@@ -40,7 +38,7 @@ def limit(kind: type) -> Any:
 
 def add_commands(sub: Any) -> None:
     group = sub.add_parser("tenants", help="tenants' weights, caps and model-call rates")
-    commands = group.add_subparsers(dest="tenants_command", required=True)
+    commands = group.add_subparsers(dest="tenants_command", required=True, metavar="COMMAND")
     p = commands.add_parser(
         "set",
         help="change a tenant's settings (the others stay)",
@@ -54,36 +52,29 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--max-queued",
         type=limit(int),
-        help="runs waiting for a slot; a start past it is refused with exit 2; or off (off)",
+        help="runs waiting for a slot; a start past it is refused (exit 5); or off (off)",
     )
     p.add_argument(
         "--model-calls-per-second", type=limit(float), help="model calls per second, or off"
     )
     p.add_argument("--json", action="store_true", default=False, help="print JSON for machines")
     p = commands.add_parser("list", help="every tenant: settings, runs in flight and queued")
-    p.add_argument("--json", action="store_true", help="print JSON for machines")
+    add_json(p)
 
 
-async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
-    try:
-        if args.tenants_command == "list":
-            rows = await tenant_ops.list_tenants(pool)
-            text = render.table(rows, COLUMNS) if rows else "no tenant is configured"
-            print(json.dumps(rows, indent=2, default=str) if args.json else text)
-            return 0
-        changes = {
-            name: getattr(args, name)
-            for name in ("weight", "max_in_flight", "max_queued", "model_calls_per_second")
-            if hasattr(args, name)  # flags left out are absent (SUPPRESS): they stay
-        }
-        client = await connect(settings)
-        limits = await tenant_ops.set_tenant(
-            client, pool, args.tenant, changes, task_queue=settings.task_queue
-        )
-    finally:
-        await pool.close()
+async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
+    from agentrun.cli import render
+
+    if args.tenants_command == "list":
+        rows = await runs.tenants()
+        emit(rows, args.json, render.table(rows, COLUMNS) if rows else "no tenant is configured")
+        return 0
+    changes = {
+        name: getattr(args, name)
+        for name in ("weight", "max_in_flight", "max_queued", "model_calls_per_second")
+        if hasattr(args, name)  # flags left out are absent (SUPPRESS): they stay
+    }
+    limits = await runs.set_tenant(args.tenant, changes)
     data = limits.model_dump()
-    text = ", ".join(f"{k}={'off' if v is None else v}" for k, v in data.items())
-    print(json.dumps(data, indent=2) if args.json else text)
+    emit(data, args.json, ", ".join(f"{k}={'off' if v is None else v}" for k, v in data.items()))
     return 0

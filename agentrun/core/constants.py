@@ -68,3 +68,6 @@ UPDATE_ADMISSION_CONFIGURE = "admission.configure"
 SIGNAL_ADMISSION_RELEASE = "admission.release"
 QUERY_ADMISSION_POSITION = "admission.position"
 SIGNAL_RUN_ADMIT = "admit_signal"
+
+# How long a command waits for Temporal or a worker before it says why no answer came.
+DEFAULT_WAIT_SECONDS = 10.0

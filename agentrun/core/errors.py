@@ -1,8 +1,10 @@
 """Every error agentrun raises or classifies, in one place; Temporal alone owns retries.
 
-Two families. Errors for people (SetupError, OperationError and their kin) end a command
-with exit 2 and a message that says what to do next. Failures of steps become
-ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
+Two families. Errors for people all derive from `AgentrunError`; each carries the exit code
+the `agentrun` command ends with (README "Exit codes") through one of its public subclasses,
+`InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a message that
+says what to do next; any other `AgentrunError` is a runtime failure (1). Failures of steps
+become ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
 what to do (SDK clients are built with max_retries=0); the run workflow reads them back
 with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fallback.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import ClassVar
 
 import openai
 import psycopg
@@ -20,28 +23,89 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState, T
 # ---------------------------------------------------------------- errors for people
 
 
-class SetupError(Exception):
-    """A service is missing or unreachable, or a setting is wrong; the message says how to
-    provide or fix it."""
+class AgentrunError(Exception):
+    """What agentrun raises for people: the message says what happened and what to do next;
+    `exit_code` is what the `agentrun` command exits with, `kind` its name under `--json`."""
+
+    exit_code: ClassVar[int] = 1
+    kind: ClassVar[str] = "failure"
+
+
+class InvalidInput(AgentrunError):
+    """A request that cannot be carried out as written: a bad flag, file, spec or setting."""
+
+    exit_code = 2
+    kind = "invalid_input"
+
+
+class NotFound(AgentrunError):
+    """No such run (another tenant's run reads the same), backlog or record."""
+
+    exit_code = 3
+    kind = "not_found"
+
+
+class Unreachable(AgentrunError):
+    """A service the request needs did not answer: Temporal, Postgres or a worker."""
+
+    exit_code = 4
+    kind = "unreachable"
+
+
+class Refused(AgentrunError):
+    """Refused by policy (a cap, a role, a signature) or by the run (it has ended, it waits
+    for no approval)."""
+
+    exit_code = 5
+    kind = "refused"
+
+
+# The classes below are the ones agentrun raises; each has the public class that says what
+# it means first among its bases, so it carries that class's exit code.
+
+
+class SetupError(InvalidInput):
+    """A setting is wrong or a service is missing; the message says how to provide or fix it."""
+
+
+class ServiceUnreachable(Unreachable, SetupError):
+    """Temporal or Postgres cannot be reached at the address the settings name."""
 
 
 class ConnectionSettingsError(SetupError):
     """The Temporal profile or TLS files cannot be read; the message says which."""
 
 
-class OperationError(Exception):
-    """A refused or failed operation; the message is for a person."""
+class OperationError(AgentrunError):
+    """A failed operation on a run; the message is for a person. The subclasses below say
+    why it failed, where that is known."""
 
 
-class TenantError(OperationError):
+class InvalidRequest(InvalidInput, OperationError):
+    """An operation asked with arguments it cannot take."""
+
+
+class RunNotFound(NotFound, OperationError):
+    """No such run, or not the caller's tenant's: the two read the same."""
+
+
+class NotAnswered(Unreachable, OperationError):
+    """No worker (or no server) answered within the command's wait."""
+
+
+class OperationRefused(Refused, OperationError):
+    """The run or its policy refused the operation: the message says why."""
+
+
+class TenantError(InvalidInput, OperationError):
     """A refused tenant change."""
 
 
-class ForkError(OperationError):
+class ForkError(Refused, OperationError):
     """The run cannot be forked there; the message says why and what to do."""
 
 
-class DeploymentError(OperationError):
+class DeploymentError(Refused, OperationError):
     """The version cannot be made current; the message says what to do."""
 
 
@@ -57,7 +121,7 @@ class ToolSetConflict(SetupError):
     """Another live worker on the task queue has other tools."""
 
 
-class ProfileError(OperationError):
+class ProfileError(InvalidInput, OperationError):
     """An agent profile source that does not load, or a name it lacks; the message says which."""
 
 

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from agentrun.core import approval_signatures
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import InvalidRequest, OperationError, OperationRefused
 from agentrun.core.models import ApproveInput, DecisionSignature, RejectInput, Signer
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
@@ -46,7 +46,7 @@ class ApproverKey:
 
 def _paths(config_dir: Path, name: str) -> tuple[Path, Path]:
     if not NAME.match(name):
-        raise OperationError(f"approver name {name!r}: use letters, digits and . _ @ - (up to 100)")
+        raise InvalidRequest(f"approver name {name!r}: use letters, digits and . _ @ - (up to 100)")
     folder = config_dir / "approvers"
     return folder / f"{name}.pem", folder / f"{name}.json"
 
@@ -67,7 +67,7 @@ def create(config_dir: Path, name: str, role: str, tenant: str | None) -> Approv
     try:
         fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError as err:
-        raise OperationError(
+        raise OperationRefused(
             f"{key_path} exists already: {name} has a key on this machine"
         ) from err
     with os.fdopen(fd, "wb") as out:

@@ -42,7 +42,13 @@ from agentrun.core.backlog_models import (
     TaskItem,
     backlog_id,
 )
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import (
+    InvalidRequest,
+    NotAnswered,
+    OperationError,
+    OperationRefused,
+    RunNotFound,
+)
 from agentrun.core.models import ControlInput, JsonDict
 from agentrun.ops import handles
 from agentrun.store.backlog_store import BacklogStore
@@ -68,7 +74,7 @@ MAX_ENQUEUE_BYTES = 1024 * 1024
 
 def check_agent(agent: str) -> str:
     if not re.fullmatch(AGENT_PATTERN, agent):
-        raise OperationError(
+        raise InvalidRequest(
             f"invalid agent name {agent!r}: use 1-64 letters, digits, '_' or '-', starting "
             "with a letter or digit"
         )
@@ -88,21 +94,21 @@ def load_tasks(path: str | Path) -> list[TaskItem]:
     try:
         text = path.read_text()
     except OSError as err:
-        raise OperationError(f"cannot read {path}: {err.strerror}") from err
+        raise InvalidRequest(f"cannot read {path}: {err.strerror}") from err
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise OperationError(f"{path} is not valid JSON or YAML: {err}") from err
+        raise InvalidRequest(f"{path} is not valid JSON or YAML: {err}") from err
     lines = _item_lines(text)
     if isinstance(data, dict) and set(data) == {"tasks"}:
         data = data["tasks"]
     if not isinstance(data, list) or not data:
-        raise OperationError(
+        raise InvalidRequest(
             f"{path}: a backlog file is a non-empty list of tasks, each with title, "
             "idempotency_key and spec"
         )
     if len(data) > MAX_TASKS_PER_ENQUEUE:
-        raise OperationError(
+        raise InvalidRequest(
             f"{path}: {len(data)} tasks; enqueue at most {MAX_TASKS_PER_ENQUEUE} per file"
         )
     tasks: list[TaskItem] = []
@@ -110,7 +116,7 @@ def load_tasks(path: str | Path) -> list[TaskItem]:
     for i, raw in enumerate(data, start=1):
         where = f"{path} task {i}" + (f" (line {lines[i - 1]})" if i <= len(lines) else "")
         if not isinstance(raw, dict):
-            raise OperationError(f"{where}: a task is a mapping with title, idempotency_key, spec")
+            raise InvalidRequest(f"{where}: a task is a mapping with title, idempotency_key, spec")
         raw = dict(raw)
         spec = raw.get("spec", raw.get("title"))
         raw["spec"] = {"task": spec} if isinstance(spec, str) else spec
@@ -120,9 +126,9 @@ def load_tasks(path: str | Path) -> list[TaskItem]:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'task'}: {e['msg']}" for e in err.errors()
             )
-            raise OperationError(f"{where}: {problems}") from err
+            raise InvalidRequest(f"{where}: {problems}") from err
         if task.idempotency_key in seen:
-            raise OperationError(
+            raise InvalidRequest(
                 f"{where}: idempotency_key {task.idempotency_key!r} is already used by task "
                 f"{seen[task.idempotency_key]}; each task needs its own"
             )
@@ -165,7 +171,7 @@ async def enqueue(
     check_agent(agent)
     size = sum(len(task.model_dump_json().encode()) for task in tasks)
     if size > MAX_ENQUEUE_BYTES:
-        raise OperationError(
+        raise InvalidRequest(
             f"these {len(tasks)} tasks come to {size:,} bytes, over the {MAX_ENQUEUE_BYTES:,} "
             "a backlog takes at once: enqueue them in parts, or keep large inputs in files "
             "the tasks name"
@@ -197,9 +203,9 @@ async def enqueue(
                 ),
             )
         except WorkflowUpdateFailedError as err:
-            raise OperationError(f"refused: {handles.refusal(err)}") from err
+            raise OperationRefused(f"refused: {handles.refusal(err)}") from err
         except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-            raise OperationError(handles.held(backlog_id(agent), task_queue, deadline)) from err
+            raise NotAnswered(handles.held(backlog_id(agent), task_queue, deadline)) from err
         except RPCError as err:
             raise OperationError(f"cannot enqueue for agent {agent}: {err.message}") from err
         total = EnqueueResult(
@@ -218,7 +224,7 @@ async def _enqueue_served(client: Client, agent: str, task_queue: str, deadline:
     except OperationError:  # no backlog yet, or an ended one: a worker must poll the queue
         found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
         if not any(p.fresh(datetime.now(UTC)) for p in found):
-            raise OperationError(
+            raise NotAnswered(
                 f"not sent: {no_worker(task_queue, found, deadline.seconds)}"
             ) from None
         return
@@ -254,13 +260,13 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
         description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(
+            raise RunNotFound(
                 f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
             ) from err
         raise
     if description.status != WorkflowExecutionStatus.RUNNING:
         status = description.status.name.lower() if description.status else "closed"
-        raise OperationError(
+        raise OperationRefused(
             f"the backlog workflow of agent {agent} is {status}; `backlog enqueue --agent "
             f"{agent} FILE` starts it again from the mirror"
         )
@@ -274,7 +280,7 @@ async def _served(client: Client, backlog: Backlog, deadline: Deadline) -> None:
         await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
     except NoAnswer as err:
         found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
-        raise OperationError(
+        raise NotAnswered(
             f"not sent: {no_worker(backlog.task_queue, found, deadline.seconds)}"
         ) from err
 
@@ -316,7 +322,7 @@ async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECOND
         return await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline, 1.0)  # type: ignore[no-any-return]
     except NoAnswer as err:
         found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
-        raise OperationError(
+        raise NotAnswered(
             f"{no_worker(backlog.task_queue, found, deadline.seconds)}; `backlog list --agent "
             f"{agent}` shows the backlog as the mirror last saw it"
         ) from err
@@ -329,7 +335,7 @@ async def _known(store: BacklogStore, agent: str) -> JsonDict:
     check_agent(agent)
     head = await store.backlog(agent)
     if head is None:
-        raise OperationError(
+        raise RunNotFound(
             f"agent {agent} has no backlog in the mirror: `backlog enqueue --agent {agent} "
             "FILE` creates it"
         )

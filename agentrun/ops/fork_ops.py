@@ -16,7 +16,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import forking
-from agentrun.core.errors import ForkError, OperationError
+from agentrun.core.errors import (
+    InvalidRequest,
+    OperationError,
+    RunNotFound,
+)
 from agentrun.core.keys import canonical_json
 from agentrun.core.models import ForkOrigin, RunSpec
 from agentrun.ops import operations as ops
@@ -29,7 +33,7 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
         history = await client.get_workflow_handle(run_id).fetch_history()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(
+            raise RunNotFound(
                 f"no run {run_id!r} in Temporal (or its history has expired): "
                 "`agentrun list` shows the runs"
             ) from err
@@ -61,11 +65,11 @@ async def fork_run(
     indexed: bool = True,
 ) -> ops.Started:
     if from_step < 1:
-        raise ForkError(f"--from-step takes a step number, 1 or more, not {from_step}")
+        raise InvalidRequest(f"--from-step takes a step number, 1 or more, not {from_step}")
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
-        raise OperationError(f"run {run_id} has no steps in the mirror to fork from")
+        raise RunNotFound(f"run {run_id} has no steps in the mirror to fork from")
     forking.plan(origin, steps, conversation)  # refuse here (a ForkError), before anything starts
     spec = await parent_spec(client, run_id)
     fork_spec = spec.model_copy(

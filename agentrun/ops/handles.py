@@ -15,7 +15,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import NotAnswered, OperationRefused, RunNotFound
 from agentrun.temporal.worker_presence import Deadline, NoAnswer, start_a_worker, within
 
 
@@ -28,7 +28,7 @@ async def describe_within(
             deadline.left(), handle.describe(rpc_timeout=timedelta(seconds=deadline.left()))
         )
     except NoAnswer as err:
-        raise OperationError(
+        raise NotAnswered(
             f"Temporal did not answer within {deadline.seconds:g}s; is the server up?"
         ) from err
 
@@ -44,7 +44,7 @@ async def ask_within(
         # A query fails only at the server (the workflow's own failures are another error):
         # out of time, or, as the server also says, "no poller seen ... worker may be down".
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
+            raise RunNotFound(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
         raise NoAnswer from err
 
 
@@ -58,11 +58,11 @@ async def update_within(
             seconds, handle.execute_update(update, arg, rpc_timeout=timedelta(seconds=seconds))
         )
     except WorkflowUpdateFailedError as err:
-        raise OperationError(f"refused: {refusal(err)}") from err
+        raise OperationRefused(f"refused: {refusal(err)}") from err
     except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-        raise OperationError(held(handle.id, task_queue, deadline)) from err
+        raise NotAnswered(held(handle.id, task_queue, deadline)) from err
     except RPCError as err:
-        raise OperationError(f"refused: {err.message}") from err
+        raise OperationRefused(f"refused: {err.message}") from err
 
 
 def refusal(err: WorkflowUpdateFailedError) -> str:

@@ -29,7 +29,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentrun.core import constants as names
 from agentrun.core import fairness, run_summaries, search_attributes
 from agentrun.core.admission_models import TenantLimits
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import (
+    InvalidRequest,
+    NotAnswered,
+    OperationError,
+    OperationRefused,
+    RunNotFound,
+)
 from agentrun.core.keys import id_part
 from agentrun.core.models import (
     ApproveInput,
@@ -100,13 +106,13 @@ async def start_run(
     and the caller is told it exists (its receipt is in the mirror).
     """
     if tenant is not None and spec.tenant != tenant:
-        raise OperationError(
+        raise OperationRefused(
             f"this client acts for tenant {tenant!r} and cannot start a run for {spec.tenant!r}"
         )
     if spec.carry is not None:
-        raise OperationError("`carry` is set by the engine when a run continues; leave it out")
+        raise InvalidRequest("`carry` is set by the engine when a run continues; leave it out")
     if spec.admission is not None:
-        raise OperationError("`admission` is set by the engine; leave it out")
+        raise InvalidRequest("`admission` is set by the engine; leave it out")
     spec = for_new_run(spec)
     limits = limits or TenantLimits(tenant=spec.tenant)
     run_id = run_id_for(spec.idempotency_key)
@@ -122,7 +128,7 @@ async def start_run(
                 client, run_id, spec, task_queue=task_queue, indexed=indexed, limits=limits
             )
         except admission_ops.Refused as err:
-            raise OperationError(f"refused: {err}") from err
+            raise OperationRefused(f"refused: {err}") from err
         return Started(run_id, existing=queued.existing, queue_position=queued.position)
     try:
         await client.start_workflow(
@@ -169,13 +175,13 @@ async def require_tools(pool: AsyncConnectionPool, task_queue: str, tools: list[
     """Refuse a run naming a tool the queue's workers lack, before it starts."""
     served = await tool_sets.served_tools(pool, task_queue)
     if served is None:
-        raise OperationError(
+        raise OperationRefused(
             f"no worker has served task queue {task_queue!r} yet, so its tools are unknown: "
             "start one (`agentrun-worker --tools ...`), then start the run"
         )
     missing = sorted(set(tools) - set(served))
     if missing:
-        raise OperationError(
+        raise OperationRefused(
             f"the workers on task queue {task_queue!r} have no tool {', '.join(missing)} "
             f"(they have: {', '.join(served) or 'none'}); start them with the tools the "
             "agent names, or fix its profile"
@@ -216,7 +222,7 @@ async def _find(
         description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {run_id!r}: `agentrun list` shows the runs") from err
+            raise RunNotFound(f"no run {run_id!r}: `agentrun list` shows the runs") from err
         raise
     indexed = description.typed_search_attributes
     if tenant is not None:
@@ -230,12 +236,12 @@ async def _find(
                 )
                 owner = state.tenant
             except (NoAnswer, RPCError) as err:
-                raise OperationError(
+                raise NotAnswered(
                     f"cannot tell which tenant run {run_id} belongs to while no worker "
                     "answers and the mirror has not seen it; try again when a worker runs"
                 ) from err
         if owner != tenant:
-            raise OperationError(
+            raise RunNotFound(
                 f"no run {run_id!r} for tenant {tenant!r}: `agentrun list` shows its runs"
             )
     return RunRef(
@@ -257,7 +263,7 @@ async def _running(
 ) -> RunRef:
     run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
     if not run.running:
-        raise OperationError(
+        raise OperationRefused(
             f"run {run_id} has already ended; `agentrun receipt {run_id}` shows how"
         )
     return run
@@ -286,9 +292,9 @@ async def pending_approval(
             run.handle, AgentRunWorkflow.get_pending_approval, deadline
         )
     except NoAnswer as err:
-        raise OperationError(await _no_worker(client, run, deadline)) from err
+        raise NotAnswered(await _no_worker(client, run, deadline)) from err
     if pending is None:
-        raise OperationError(
+        raise OperationRefused(
             f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
         )
     return pending
@@ -338,7 +344,7 @@ async def reject(
 ) -> DecisionResult:
     """Reject the pending action, saying why: the run, its model and its receipt hear it."""
     if not reason.strip():
-        raise OperationError(
+        raise InvalidRequest(
             "a rejection needs a reason (--reason TEXT): the run and its receipt record it"
         )
     return await _decide(
@@ -381,14 +387,14 @@ async def _decide(
         )
     except NoAnswer:
         if mirror is None:
-            raise OperationError(
+            raise NotAnswered(
                 await _no_worker(client, run, deadline)
                 + "; or set DATABASE_URL, so decisions can be recorded while none runs"
             ) from None
         mirrored = await mirror_views.run_state(mirror, run_id)
         pending = mirrored[0].pending_approval if mirrored else None
         if pending is None:
-            raise OperationError(
+            raise OperationRefused(
                 f"run {run_id} is not waiting for an approval as far as the mirror knows "
                 f"(status {run.indexed_status}), and {await _no_worker(client, run, deadline)}"
             ) from None
@@ -407,7 +413,7 @@ async def _decide(
             note=_recorded("decision", run),
         )
     if pending is None:
-        raise OperationError(
+        raise OperationRefused(
             f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
         )
     return await handles.update_within(
@@ -552,7 +558,7 @@ async def status(
             run.handle, AgentRunWorkflow.state, deadline, 0.8
         )
     except NoAnswer as err:
-        raise OperationError(await _no_worker(client, run, deadline)) from err
+        raise NotAnswered(await _no_worker(client, run, deadline)) from err
     return await _with_queue_position(client, run_id, state)
 
 
@@ -616,7 +622,7 @@ async def inspect(
     if state is None:
         mirrored = await mirror_views.run_state(mirror, run_id) if mirror else None
         if mirrored is None:
-            raise OperationError(
+            raise NotAnswered(
                 await _no_worker(client, run, deadline)
                 + ("" if mirror else "; set DATABASE_URL to read the mirror meanwhile")
             )
@@ -697,8 +703,8 @@ async def receipt(pool: AsyncConnectionPool, run_id: str, *, tenant: str | None 
             run = await cur.fetchone()
             if run is None:
                 owner = f" for tenant {tenant!r}" if tenant else ""
-                raise OperationError(f"no run {run_id!r}{owner} in the mirror: `agentrun list`")
-            raise OperationError(
+                raise RunNotFound(f"no run {run_id!r}{owner} in the mirror: `agentrun list`")
+            raise OperationRefused(
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
             )
@@ -735,7 +741,7 @@ async def rebuild_mirror(
 ) -> JsonDict:
     """Rewrite an ended run's mirror rows from its Temporal history, then check them."""
     if (await _find(client, run_id, Deadline(DEFAULT_WAIT_SECONDS))).running:
-        raise OperationError(
+        raise OperationRefused(
             f"run {run_id} is still running and keeps writing its mirror; rebuild it once "
             f"it ends (`agentrun mirror check {run_id}` compares it now)"
         )

@@ -26,7 +26,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowSt
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import InvalidRequest, NotAnswered, OperationError, RunNotFound
 from agentrun.core.models import JsonDict, RetryNote, RunEvent, TextPiece, WatchItem
 from agentrun.ops import operations as ops
 
@@ -51,10 +51,10 @@ async def watch(
     and an ended run cannot be read (its story is in the mirror).
     """
     if from_offset < 0:
-        raise OperationError("--from takes an offset of 0 or more")
+        raise InvalidRequest("--from takes an offset of 0 or more")
     if not await _is_open(client, run_id):
         if pool is None:
-            raise OperationError(
+            raise NotAnswered(
                 f"run {run_id} has ended; its story is in the mirror: set DATABASE_URL"
             )
         async for item in mirror_story(pool, run_id, after_seq=from_offset):
@@ -153,6 +153,6 @@ async def _is_open(client: Client, run_id: str) -> bool:
         description = await client.get_workflow_handle(run_id).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise OperationError(f"no run {run_id!r}: `agentrun list` shows the runs") from err
+            raise RunNotFound(f"no run {run_id!r}: `agentrun list` shows the runs") from err
         raise
     return description.status == WorkflowExecutionStatus.RUNNING

@@ -22,7 +22,7 @@ from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from psycopg_pool.abc import AsyncConninfoParam
 
-from agentrun.core.errors import SetupError
+from agentrun.core.errors import ServiceUnreachable, SetupError
 from agentrun.core.settings import Settings
 from agentrun.core.storable import NUL, escape_nul, json_dumps
 
@@ -585,7 +585,7 @@ async def open_pool(
         await pool.open(wait=True, timeout=connect_seconds)
     except PoolTimeout as err:
         await pool.close()
-        raise SetupError(
+        raise ServiceUnreachable(
             f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
             "DATABASE_URL, or start the local stack with `agentrun up`"
         ) from err

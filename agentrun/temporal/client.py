@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from agentrun.core.errors import ConnectionSettingsError, SetupError
+from agentrun.core.errors import ConnectionSettingsError, ServiceUnreachable, SetupError
 from agentrun.core.settings import Settings
 from agentrun.core.temporal_connection import connect_options, describe
 from agentrun.temporal.encryption import data_converter
@@ -53,7 +53,7 @@ async def connect(
                 within_seconds, connect(settings, identity=identity, serve_metrics=serve_metrics)
             )
         except NoAnswer as err:
-            raise SetupError(
+            raise ServiceUnreachable(
                 f"Temporal at {settings.temporal_address} did not answer within "
                 f"{within_seconds:g}s; is it up? (`agentrun up` runs a local one)"
             ) from err
@@ -76,7 +76,7 @@ async def connect(
         where = describe(
             settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
         )
-        raise SetupError(
+        raise ServiceUnreachable(
             f"cannot reach Temporal at {where}: {err}; start the local stack with "
             "`agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
             "TEMPORAL_TLS_* for a cluster that needs them)"

@@ -19,7 +19,10 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-DEFAULT_WAIT_SECONDS = 10.0
+# Re-exported: the operations' default bound (it lives in the core, so the CLI's parser can
+# name it without importing Temporal).
+from agentrun.core.constants import DEFAULT_WAIT_SECONDS as DEFAULT_WAIT_SECONDS
+
 # A live worker long-polls without pause (a poll lasts about a minute when idle), so a poller
 # the server last heard from longer ago than this has gone; a younger one may have just died.
 POLL_FRESH_SECONDS = 75.0

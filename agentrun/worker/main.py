@@ -79,7 +79,7 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
         asyncio.run(serve())
     except SetupError as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentrun.core.settings import Settings
-from agentrun.tools.loading import split_references
-from agentrun.tools.mcp import parse_servers
+if TYPE_CHECKING:  # loaded when the flags are read, not when `agentrun --help` builds them
+    from agentrun.core.settings import Settings
 
 
 def add_tool_flags(p: argparse.ArgumentParser) -> None:
@@ -30,4 +29,7 @@ def add_tool_flags(p: argparse.ArgumentParser) -> None:
 
 def tool_sources(args: argparse.Namespace, settings: Settings) -> tuple[list[Any], list[Any]]:
     """The flags' tools and MCP servers, else the settings' (AGENTRUN_TOOLS, AGENTRUN_MCP)."""
+    from agentrun.tools.loading import split_references
+    from agentrun.tools.mcp import parse_servers
+
     return args.tools or split_references(settings.tools), args.mcp or parse_servers(settings.mcp)
