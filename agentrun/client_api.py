@@ -12,7 +12,7 @@ tenant (AGENTRUN_TENANT). Signatures use only the public types `agentrun` export
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +31,7 @@ from agentrun.core.backlog_models import (
     backlog_id,
 )
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
-from agentrun.core.errors import InvalidRequest
+from agentrun.core.errors import InvalidRequest, OperationRefused
 from agentrun.core.models import (
     ControlResult,
     DecisionResult,
@@ -43,6 +43,7 @@ from agentrun.core.models import (
     Signer,
     WatchItem,
 )
+from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.settings import Settings
 from agentrun.ops import approver_keys, backlog_ops, fork_ops, tenant_ops, watch
 from agentrun.ops import operations as ops
@@ -344,12 +345,50 @@ class RunClient:
 
     # ------------------------------------------------------------ deployments
 
-    async def deploy(self, build_id: str, *, deployment: str | None = None) -> str:
-        """Make a worker build current: new runs start on it, open runs stay pinned.
+    async def deploy(
+        self,
+        build_id: str,
+        *,
+        deployment: str | None = None,
+        workflows: Sequence[type] = (),
+        check: bool = True,
+    ) -> str:
+        """Make a worker build current: new runs start on it, open runs stay pinned. Unless
+        `check` is off, only after `deploy_check` passes (the open runs replay against the
+        code loaded here, with `workflows`, a deployment's own, beside the engine's).
         Returns the deployment's name."""
+        if check:
+            report = await self.deploy_check(workflows=workflows)
+            if not report.passed:
+                first = report.failed[0]
+                raise OperationRefused(
+                    f"not deployed: {len(report.failed)} open run(s) do not replay against "
+                    f"this code, first {first.workflow_id} at event {first.event_id}: "
+                    f"{first.error}; `agentrun deploy check` lists them"
+                )
         name = deployment or self.settings.deployment_name
         await deployments.set_current_version(await self.temporal(), name, build_id)
         return name
+
+    async def deploy_check(
+        self,
+        *,
+        workflows: Sequence[type] = (),
+        closed: int = 0,
+        progress: Callable[[ReplayVerdict], Any] | None = None,
+    ) -> DeployCheck:
+        """Replay every open run on this client's task queue (and the `closed` most recent
+        closed ones) against the workflows loaded here: the engine's, and `workflows`."""
+        from agentrun.worker import deploy_check
+        from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
+
+        return await deploy_check.check(
+            await self.temporal(),
+            task_queue=self.settings.task_queue,
+            workflows=[*ENGINE_WORKFLOWS, *workflows],
+            closed=closed,
+            progress=progress,
+        )
 
     # ------------------------------------------------------------ backlogs
 

@@ -27,6 +27,7 @@ from agentrun.core.models import (
     Signer,
     WatchItem,
 )
+from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.settings import Settings
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.operations import RunReport, Started
@@ -40,11 +41,13 @@ __all__ = [
     "BacklogControlResult",
     "ControlResult",
     "DecisionResult",
+    "DeployCheck",
     "EnqueueResult",
     "JsonDict",
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
+    "ReplayVerdict",
     "RetryResult",
     "RunReport",
     "RunResult",

@@ -11,10 +11,11 @@ from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
 from agentrun.workflows import AgentRunWorkflow
 from tests.planted_change import PlantedAgentRun
 from tests.support import eventually, make_spec, wait_pending
+from tests.test_cli import run_cli
 
 
 async def test_deploy_check_passes_today_s_code_and_names_a_planted_change(
-    client: Client, settings, worker
+    client: Client, settings, worker, tmp_path
 ):
     queue = settings.task_queue
     async with worker():
@@ -42,6 +43,13 @@ async def test_deploy_check_passes_today_s_code_and_names_a_planted_change(
         waiting[1].run_id: True,
         done.run_id: False,
     }
+
+    # The same through the command line, with no worker either.
+    checked = await run_cli(settings, tmp_path, "deploy", "check", "--closed", "1", "--json")
+    assert checked.code == 0, checked.err
+    assert checked.json()["passed"] is True and len(checked.json()["verdicts"]) == 3
+    shown = await run_cli(settings, tmp_path, "deploy", "check")
+    assert shown.code == 0 and shown.out.count("ok   run-") == 2, shown.out
 
     planted = [PlantedAgentRun if w is AgentRunWorkflow else w for w in ENGINE_WORKFLOWS]
     broken = await deploy_check.check(client, task_queue=queue, workflows=planted, closed=1)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ApproverKey,
         DecisionResult,
         PendingApproval,
+        ReplayVerdict,
         RunSpec,
         Settings,
         WatchItem,
@@ -361,15 +362,58 @@ async def cmd_migrate(runs: RunClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def own_workflows(references: list[str]) -> list[type]:
+    """`--workflows PKG.MODULE:ATTR`: a deployment's own workflow classes (one, or a list)."""
+    from agentrun.core.errors import InvalidRequest
+    from agentrun.tools.loading import resolve
+
+    found: list[type] = []
+    for reference in references:
+        try:
+            target = resolve(reference)
+        except Exception as err:  # a bad reference is the user's input, named as such
+            raise InvalidRequest(f"--workflows {reference}: {err}") from err
+        found += list(target) if isinstance(target, list | tuple) else [target]
+    return found
+
+
 async def cmd_deploy(runs: RunClient, args: argparse.Namespace) -> int:
-    """Make a build current: new runs go to it; open runs stay on the build they started on."""
-    name = await runs.deploy(args.build_id, deployment=args.deployment)
+    """`deploy check`: replay the open runs; `deploy BUILD`: make a build current (after the
+    check passes): new runs go to it; open runs stay on the build they started on."""
+    if args.build_id == "check":
+        return await cmd_deploy_check(runs, args)
+    name = await runs.deploy(
+        args.build_id,
+        deployment=args.deployment,
+        workflows=own_workflows(args.workflows),
+        check=not args.skip_check,
+    )
     emit(
         {"deployment": name, "build_id": args.build_id, "current": True},
         args.json,
         f"{name}/{args.build_id} is current: new runs start on it; open runs stay pinned",
     )
     return 0
+
+
+async def cmd_deploy_check(runs: RunClient, args: argparse.Namespace) -> int:
+    def progress(verdict: ReplayVerdict) -> None:
+        if not args.json:
+            where = "" if verdict.ok else f" at event {verdict.event_id}: {verdict.error}"
+            state = "open" if verdict.open else "closed"
+            print(f"{'ok  ' if verdict.ok else 'FAIL'} {verdict.workflow_id} ({state}){where}")
+
+    report = await runs.deploy_check(
+        workflows=own_workflows(args.workflows), closed=args.closed, progress=progress
+    )
+    failed = len(report.failed)
+    emit(
+        report.model_dump(mode="json") | {"passed": report.passed},
+        args.json,
+        f"{len(report.verdicts)} run(s) replayed, {failed} failed"
+        + ("" if report.passed else ": deploying this code would break them"),
+    )
+    return 0 if report.passed else 1
 
 
 # ---------------------------------------------------------------- the embedded stack
@@ -689,8 +733,28 @@ def parser() -> argparse.ArgumentParser:
         "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
     )
     p.add_argument("--key", help="idempotency key of the fork (default: from run, step, edit)")
-    p = command("deploy", "make a worker build current for new runs")
-    p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
+    p = command(
+        "deploy",
+        "make a worker build current for new runs, once the open runs replay (`deploy check`)",
+    )
+    p.add_argument(
+        "build_id",
+        help="the AGENTRUN_BUILD_ID its workers were started with; `check`: replay every open "
+        "run on the task queue against this code and report each (exit 1 if any fails)",
+    )
+    p.add_argument(
+        "--closed", type=count, default=0, help="with check: also the N most recently closed"
+    )
+    p.add_argument(
+        "--workflows",
+        action="append",
+        default=[],
+        metavar="PKG.MODULE:ATTR",
+        help="your own workflow classes your workers register beside the engine's",
+    )
+    p.add_argument(
+        "--skip-check", action="store_true", help="make the build current without the replay"
+    )
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
     p = command("version", "the worker build a run is pinned to")
     p.add_argument("run")

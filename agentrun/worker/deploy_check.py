@@ -15,37 +15,13 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecution
 from temporalio.worker import Replayer
 
+from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.worker.worker_factory import ENGINE_WORKFLOWS, worker_tuning
 
 PAGE_SIZE = 200
-
-
-class ReplayVerdict(BaseModel):
-    """One run's replay against this checkout's code."""
-
-    workflow_id: str
-    run_id: str
-    workflow_type: str
-    open: bool
-    ok: bool
-    event_id: int | None = None  # the history event the code disagreed with, where known
-    error: str | None = None  # the first nondeterminism, as the SDK tells it
-
-
-class DeployCheck(BaseModel):
-    verdicts: list[ReplayVerdict]
-
-    @property
-    def passed(self) -> bool:
-        return all(v.ok for v in self.verdicts)
-
-    @property
-    def failed(self) -> list[ReplayVerdict]:
-        return [v for v in self.verdicts if not v.ok]
 
 
 def workflow_names(workflows: Sequence[type]) -> list[str]:
