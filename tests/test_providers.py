@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from genai_prices import Usage as TableUsage
 from genai_prices import calc_price
+from temporalio.exceptions import ApplicationError
 
 from agentrun.cli.render import receipt_markdown
 from agentrun.core.errors import SetupError
 from agentrun.core.models import Usage
 from agentrun.core.pricing import price_of
-from agentrun.core.providers import load_providers
+from agentrun.core.providers import Provider, load_providers, with_retry_after_policy
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
@@ -49,6 +51,24 @@ def test_providers_load_from_inline_json_or_a_file(tmp_path):
     ):
         with pytest.raises(SetupError, match=says):
             load_providers(bad)
+
+
+def test_a_providers_retry_after_policy_sets_the_next_attempts_delay():
+    asked = ApplicationError("slow down", type="RateLimited", next_retry_delay=timedelta(hours=1))
+    trusted = Provider(base_url="http://a", max_retry_after_seconds=30)
+    capped = with_retry_after_policy(asked, trusted)
+    assert capped.next_retry_delay == timedelta(seconds=30)
+    assert (capped.type, capped.message, capped.non_retryable) == (
+        "RateLimited",
+        "slow down",
+        False,
+    )
+    ignored = with_retry_after_policy(
+        asked, Provider(base_url="http://a", honour_retry_after=False)
+    )
+    assert ignored.next_retry_delay is None, "the retry policy's backoff decides"
+    short = ApplicationError("slow down", type="RateLimited", next_retry_delay=timedelta(seconds=2))
+    assert with_retry_after_policy(short, trusted) is short
 
 
 def test_prices_come_from_the_table_unless_the_user_says_and_unknown_is_none():

@@ -110,7 +110,9 @@ class AgentSpans:
             with self._span(f"execute_tool {input.tool}", attributes) as span:
                 yield _ToolSpan(span, self.capture_content, input.tool)
         except BaseException as err:
-            count_tool_failure(input.tool, failure_kind(err))
+            kind = failure_kind(err)
+            if kind != "cancelled":  # a cancel is the run's decision, not the tool's failure
+                count_tool_failure(input.tool, kind)
             raise
 
     @contextmanager
