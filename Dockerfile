@@ -12,7 +12,8 @@ COPY activities/ ./activities/
 COPY agentrun/ ./agentrun/
 COPY worker.py starter.py ./
 
-RUN pip install --no-cache-dir . \
+# The otel extra: AGENTRUN_OTEL=1 exports traces over OTLP (docker-compose.yml turns it on).
+RUN pip install --no-cache-dir ".[otel]" \
     && useradd --create-home --uid 10001 agentrun \
     && chown -R agentrun:agentrun /app
 

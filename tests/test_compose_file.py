@@ -154,3 +154,56 @@ def test_built_services_run_files_the_image_copies(services: dict[str, Any]) -> 
         path = target.replace(".", "/") + ".py" if argv[1] == "-m" else target
         assert (REPO_ROOT / path).is_file(), f"{name} runs missing {path}"
         assert path in copied or path.split("/")[0] in copied, f"{path} is not in the image"
+
+
+def test_traces_go_through_a_collector_to_jaeger(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    """Workers export OTLP to the collector; the collector's trace pipeline ends in Jaeger,
+    which takes OTLP itself; its metrics pipeline scrapes every worker replica's endpoint."""
+    env = services["worker"]["environment"]
+    assert env["AGENTRUN_OTEL"] == "1"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
+    assert services["worker"]["depends_on"]["otel-collector"]["condition"] == "service_started"
+    collector = services["otel-collector"]
+    assert image_tag(collector)[0] == "otel/opentelemetry-collector-contrib"
+    mount = collector["configs"][0]
+    assert collector["command"] == [f"--config={mount['target']}"]
+    config = yaml.safe_load(compose["configs"][mount["source"]]["content"])
+    assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
+    traces = config["service"]["pipelines"]["traces"]
+    assert traces["receivers"] == ["otlp"]
+    (exporter,) = traces["exporters"]
+    assert config["exporters"][exporter]["endpoint"] == "jaeger:4317"
+    jaeger = services["jaeger"]
+    assert image_tag(jaeger)[0] == "jaegertracing/all-in-one"
+    assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    assert "16686:16686" in jaeger["ports"], "the trace viewer's UI"
+    for pipeline in config["service"]["pipelines"].values():
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline.get(kind, [])) <= set(config[kind]), f"undeclared {kind}"
+
+
+def test_the_collector_scrapes_every_worker_for_metrics(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    bind = services["worker"]["environment"]["AGENTRUN_PROMETHEUS_BIND"]
+    host, _, port = bind.rpartition(":")
+    assert host == "0.0.0.0", "reachable from the collector, not loopback only"
+    mount = services["otel-collector"]["configs"][0]
+    config = yaml.safe_load(compose["configs"][mount["source"]]["content"])
+    (job,) = config["receivers"]["prometheus"]["config"]["scrape_configs"]
+    (discovery,) = job["dns_sd_configs"]
+    assert discovery["names"] == ["worker"] and discovery["port"] == int(port)
+    metrics = config["service"]["pipelines"]["metrics"]
+    assert "prometheus" in metrics["receivers"]
+    served = config["exporters"][metrics["exporters"][0]]["endpoint"]
+    assert (
+        f"{served.rpartition(':')[2]}:{served.rpartition(':')[2]}"
+        in (services["otel-collector"]["ports"])
+    )
+
+
+def test_the_image_has_the_otel_extra() -> None:
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    assert 'pip install --no-cache-dir ".[otel]"' in dockerfile

@@ -135,6 +135,9 @@ WEEK = {
         {"model": "gpt-y", "calls": 2, "failed_attempts": 2, "failed_calls": 1},
         {"model": "gpt-x", "calls": 3, "failed_attempts": 2, "failed_calls": 0},
     ],
+    # Every seeded model is priced (tests/test_providers.py runs an unpriced one).
+    "unpriced_model_calls": 0,
+    "unpriced_models": [],
 }
 
 # All time adds the old run: 7 started, 6 finished, 4 completed.

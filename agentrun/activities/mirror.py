@@ -6,6 +6,7 @@ from typing import Any
 
 from temporalio import activity
 
+from agentrun.activities.agent_metrics import record_mirror_lag
 from agentrun.core import faults
 from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
@@ -30,6 +31,7 @@ class MirrorActivities:
 
     @activity.defn(name=ACTIVITY_MIRROR_SYNC)
     async def sync(self, batch: MirrorBatch) -> None:
+        record_mirror_lag(batch)
         await self.store.sync(batch)
         faults.fire("mirror.after_write")
 
@@ -51,6 +53,7 @@ class MirrorActivities:
         (a run from before generation 2 schedules `mirror.sync`, then `receipts.record`),
         and one transaction. Data Postgres refuses there is written as `sync` and
         `record_receipt` write it, the refused rows recorded in `mirror_failures`."""
+        record_mirror_lag(input.batch)
         try:
             receipt = await self.store.finish(
                 input.batch, lambda conn: self._completed(conn, input.receipt)

@@ -20,9 +20,12 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from temporalio import activity
 
+from agentrun.activities.agent_metrics import record_mirror_lag
+from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.leases import hold_lease, once_postgres_answers
 from agentrun.activities.model_stream import plain_completion, streamed_completion
 from agentrun.activities.proposals import proposed_call
+from agentrun.activities.provider_clients import ModelEndpoint, ProviderClients
 from agentrun.activities.retry_notes import announce_retry
 from agentrun.activities.text_stream import text_pieces
 from agentrun.activities.verify import checks_without_judge
@@ -30,7 +33,8 @@ from agentrun.core import errors, faults
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.errors import classify_model_error, refused_data_is_final
 from agentrun.core.models import ModelCallInput, ModelCallResult, ProposedToolCall, VerifyResult
-from agentrun.core.pricing import Prices, cost_usd, usage_of
+from agentrun.core.pricing import Prices, price_of, usage_of
+from agentrun.core.providers import with_retry_after_policy
 from agentrun.store.conversation import ConversationStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import Answer, ModelJournal
@@ -57,7 +61,7 @@ def once_per_call_id(message: ChatCompletionMessage) -> ChatCompletionMessage:
 class ModelActivities:
     def __init__(
         self,
-        client: openai.AsyncOpenAI,
+        client: openai.AsyncOpenAI | ProviderClients,
         registry: ToolRegistry,
         store: MirrorStore,
         journal: ModelJournal,
@@ -68,13 +72,16 @@ class ModelActivities:
         identity: str,
         vault: SecretVault,
         stream_text: bool = True,
+        spans: AgentSpans | None = None,
     ) -> None:
         # Ask the provider to stream, and pass the reply's text to watchers as it comes
         # (`agentrun watch`); AGENTRUN_MODEL_STREAM=0 for a provider that cannot.
         self.stream_text = stream_text
         self.vault = vault
         self.identity = identity
-        self.client = client
+        # Each run's calls go to the provider its profile names (None: the default client).
+        self.clients = client if isinstance(client, ProviderClients) else ProviderClients(client)
+        self.spans = spans or AgentSpans(enabled=False)
         self.registry = registry
         self.store = store
         self.journal = journal
@@ -84,12 +91,19 @@ class ModelActivities:
 
     @activity.defn(name=ACTIVITY_MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
-        with refused_data_is_final():
-            return await self._complete(input)
-
-    async def _complete(self, input: ModelCallInput) -> ModelCallResult:
-        info = activity.info()
+        endpoint = self.clients.get(input.provider)
         model = input.model or self.default_model
+        with self.spans.model_call(input, model, endpoint) as span:
+            with refused_data_is_final():
+                result = await self._complete(input, endpoint, model)
+            span.ended(result)
+            return result
+
+    async def _complete(
+        self, input: ModelCallInput, endpoint: ModelEndpoint, model: str
+    ) -> ModelCallResult:
+        info = activity.info()
+        record_mirror_lag(input.mirror)
         # The claim reads the answer an earlier attempt journaled, in the same statement.
         journaled = await once_postgres_answers(
             lambda: self.store.begin_model_attempt(
@@ -118,10 +132,11 @@ class ModelActivities:
             response = ChatCompletion.model_validate(raw)
         else:
             journal_attempt = info.attempt
-            response, streamed_chars = await self._call(input, model)
+            response, streamed_chars = await self._call(input, model, endpoint)
             response = await self._seal_secret_arguments(input.run_id, response)
         usage = usage_of(response)
-        cost = cost_usd(self.prices, model, usage)
+        priced = price_of(self.prices, model, usage, endpoint.price_provider)
+        cost = priced or 0.0  # an unknown price is said so (`priced`), never taken for $0
         # A new answer is journaled with the attempt's report, in one statement. It is paid
         # for: should the result not build, it is journaled alone, for a retry to reuse.
         answer = (
@@ -153,6 +168,7 @@ class ModelActivities:
                 attempt=info.attempt,
                 journal_attempt=journal_attempt,
                 streamed_chars=streamed_chars,
+                priced=priced is not None,
             )
         except Exception:
             if answer is not None:
@@ -175,7 +191,9 @@ class ModelActivities:
         faults.fire("model.after_response", model)
         return result
 
-    async def _call(self, input: ModelCallInput, model: str) -> tuple[ChatCompletion, int]:
+    async def _call(
+        self, input: ModelCallInput, model: str, endpoint: ModelEndpoint
+    ) -> tuple[ChatCompletion, int]:
         """The response, and how much of its text this attempt already streamed."""
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
         messages = input.messages
@@ -187,7 +205,7 @@ class ModelActivities:
             "model": model,
             "messages": messages,
             "temperature": input.temperature,
-            "timeout": input.timeout_seconds,
+            "timeout": endpoint.timeout(input.timeout_seconds),
         }
         if tools:
             request["tools"] = tools
@@ -205,9 +223,9 @@ class ModelActivities:
                 asyncio.timeout(allowed),
             ):
                 if not self.stream_text:
-                    return await plain_completion(self.client, request), 0
+                    return await plain_completion(endpoint.client, request), 0
                 async with text_pieces(input.step_id) as on_text:
-                    response = await streamed_completion(self.client, request, on_text)
+                    response = await streamed_completion(endpoint.client, request, on_text)
                 return response, on_text.streamed_chars
         except (openai.APIError, TimeoutError) as err:
             failure = (
@@ -215,6 +233,8 @@ class ModelActivities:
                 if isinstance(err, openai.APIError)
                 else errors.provider_too_slow(allowed)
             )
+            if endpoint.provider is not None:
+                failure = with_retry_after_policy(failure, endpoint.provider)
             await self.store.end_attempt(
                 run_id=input.run_id,
                 step_id=input.step_id,

@@ -9,6 +9,7 @@ import logging
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from agentrun.activities.agent_spans import note_retry_reason
 from agentrun.core.constants import STREAM_TOPIC_RETRIES
 from agentrun.core.models import RetryNote
 from agentrun.store.mirror_store import MirrorStore
@@ -22,6 +23,7 @@ async def announce_retry(store: MirrorStore, run_id: str, step_id: str) -> None:
         return
     try:
         reason = await store.attempt_outcome(run_id, step_id, attempt - 1)
+        note_retry_reason(reason)  # on the attempt's span too
         client = WorkflowStreamClient.from_within_activity()
         client.topic(STREAM_TOPIC_RETRIES, type=RetryNote).publish(
             RetryNote(step_id=step_id, attempt=attempt, reason=reason)

@@ -20,6 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
+from agentrun.activities.agent_metrics import record_mirror_lag
+from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.leases import hold_lease, once_postgres_answers
 from agentrun.activities.retry_notes import announce_retry
 from agentrun.activities.step_claim import StepClaim
@@ -56,7 +58,9 @@ class ToolActivities:
         artifacts: ArtifactStore,
         artifact_threshold: int,
         vault: SecretVault,
+        spans: AgentSpans | None = None,
     ) -> None:
+        self.spans = spans or AgentSpans(enabled=False)
         self.vault = vault
         self.artifacts = artifacts
         self.artifact_threshold = artifact_threshold
@@ -70,11 +74,15 @@ class ToolActivities:
 
     @activity.defn(name=ACTIVITY_TOOL_INVOKE)
     async def invoke(self, input: ToolCallInput) -> ToolCallResult:
-        with refused_data_is_final():
-            return await self._invoke(input)
+        with self.spans.tool_call(input) as span:
+            with refused_data_is_final():
+                result = await self._invoke(input)
+            span.ended(result)
+            return result
 
     async def _invoke(self, input: ToolCallInput) -> ToolCallResult:
         info = activity.info()
+        record_mirror_lag(input.mirror)
         try:
             tool = self.registry.get(input.tool)
         except UnknownToolError as err:

@@ -108,7 +108,7 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         + (f" (profile {r['profile_hash']})" if r.get("profile_hash") else ""),
         f"- **Task:** {r['task']}",
         f"- **Tenant / user:** {r['tenant']} / {r['user']}",
-        f"- **Tokens:** {r['tokens_in']} in, {r['tokens_out']} out; **cost:** ${r['cost_usd']:.6f}",
+        f"- **Tokens:** {r['tokens_in']} in, {r['tokens_out']} out; **cost:** " + receipt_cost(r),
         f"- **Duplicates prevented:** {r['duplicates_prevented']}",
         f"- **Paid for but unused:** {r.get('unaccepted_tokens', 0)} tokens, "
         f"${r.get('unaccepted_cost_usd', 0):.6f}",
@@ -157,6 +157,17 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def receipt_cost(receipt: dict[str, Any]) -> str:
+    """The run's cost; what no price is known for is said to be unknown, never $0."""
+    unpriced = receipt.get("unpriced_models") or []
+    if not unpriced:
+        return f"${receipt['cost_usd']:.6f}"
+    unknown = f"unknown for {', '.join(unpriced)} (no price: set AGENTRUN_MODEL_PRICES)"
+    if not receipt["cost_usd"]:
+        return unknown
+    return f"${receipt['cost_usd']:.6f} for priced models + {unknown}"
+
+
 def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:.6f}"
 
@@ -190,8 +201,13 @@ def stats_text(s: Stats) -> str:
         f" / {s.runs_completed} completed)",
         f"  a completed run's own cost, on average: {_usd(s.completed_run_cost_avg_usd)};"
         f" all spend, live runs included: {_usd(s.cost_total_usd)}",
-        "",
     ]
+    if s.unpriced_model_calls:
+        lines.append(
+            f"  not counted: {s.unpriced_model_calls} model calls of models with no known price"
+            f" ({', '.join(s.unpriced_models)}): their cost is unknown"
+        )
+    lines.append("")
     figures = [
         (
             "runs",

@@ -39,6 +39,9 @@ class Strict(BaseModel):
 
 class ModelSettings(Strict):
     model: str | None = Field(None, description="Model name; None means the worker's default.")
+    provider: str | None = Field(
+        None, description="a provider the worker names (AGENTRUN_PROVIDERS); None: its default"
+    )
     temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: int | None = Field(None, gt=0)
 
@@ -113,6 +116,9 @@ class FailurePolicy(Strict):
     """What the run does for each kind of failure. Every field's default is in the README."""
 
     fallback_model: str | None = Field(None, description="used when the model keeps failing")
+    fallback_provider: str | None = Field(
+        None, description="the fallback model's provider; None: the worker's default"
+    )
     model_attempts_before_fallback: int = Field(3, ge=1)
     backoff_coefficient: float = Field(2.0, ge=1)
     max_retry_seconds: float = Field(60, gt=0)
@@ -255,6 +261,9 @@ class ModelCallInput(BaseModel):
     tools_used: list[str] = Field(
         default_factory=list, description="tools that ran: their declared checks apply too"
     )
+    provider: str | None = Field(
+        None, description="the worker's named provider to call; None: its default client"
+    )
 
 
 class ProposedToolCall(BaseModel):
@@ -289,6 +298,7 @@ class ModelCallResult(BaseModel):
     verdict: VerifyResult | None = Field(
         None, description="the answer's checks, for a final answer of a call that carried them"
     )
+    priced: bool = Field(True, description="False: no price is known for the model")
 
 
 class ToolCallInput(BaseModel):
@@ -306,6 +316,7 @@ class ToolCallInput(BaseModel):
     mirror: MirrorBatch | None = Field(
         None, description="the run's pending mirror writes: applied with the step's claim"
     )
+    call_id: str | None = Field(None, description="the model's id for the call (for traces)")
 
 
 class ToolCallResult(BaseModel):
@@ -595,6 +606,9 @@ class Receipt(BaseModel):
     cost_usd: float
     unaccepted_tokens: int = Field(0, description="paid for on attempts the run did not use")
     unaccepted_cost_usd: float = 0.0
+    unpriced_models: list[str] = Field(
+        default_factory=list, description="models with no known price: cost_usd leaves them out"
+    )
     verification: VerifyResult | None
     unresolved: list[str]
     started_at: datetime
@@ -651,6 +665,9 @@ class RunProgress(BaseModel):
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    unpriced_models: list[str] = Field(
+        default_factory=list, description="models called with no known price"
+    )
     duplicates_prevented: int = 0
     side_effects: list[SideEffectRecord] = Field(default_factory=list)
     approvals: list[ApprovalRecord] = Field(default_factory=list)

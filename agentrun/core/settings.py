@@ -127,6 +127,17 @@ class Settings(BaseSettings):
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
+    # Production: agent traces and named providers (issue 27; docs/production.md).
+    otel_capture_content: bool = env(
+        "AGENTRUN_OTEL_CAPTURE_CONTENT",
+        False,
+        "agent spans carry prompts, answers, tool arguments and results (users' data)",
+    )
+    providers: str | None = env(
+        "AGENTRUN_PROVIDERS",
+        None,
+        "named model providers: a YAML/JSON file, or inline JSON (agentrun.core.providers)",
+    )
 
     @field_validator("workflow_cache", "gc_threshold")
     @classmethod

@@ -201,6 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(Reply({"error": {"message": f"invalid JSON: {err}"}}, status=400))
             return
         self.server.requests.append(request)
+        self.server.request_headers.append({k.lower(): v for k, v in self.headers.items()})
         reply = self.server.responder(request)
         if reply.delay_seconds:
             time.sleep(reply.delay_seconds)
@@ -302,6 +303,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     responder: Responder
     requests: list[Json]
+    request_headers: list[dict[str, str]]
     stream_pause_seconds: float
 
 
@@ -321,6 +323,7 @@ class OfflineModelServer(BackgroundHTTPServer):
         server = _Server((host, port), _Handler)
         server.responder = responder
         server.requests = []
+        server.request_headers = []
         server.stream_pause_seconds = stream_pause_seconds
         super().__init__(server)
 
@@ -332,6 +335,11 @@ class OfflineModelServer(BackgroundHTTPServer):
     def requests(self) -> list[Json]:
         """Every chat request received, in order: tests read what the model was sent."""
         return self._server.requests
+
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        """Each chat request's headers (names in lower case), in the order of `requests`."""
+        return self._server.request_headers
 
 
 def main() -> None:

@@ -89,6 +89,16 @@ class ModelFailures(BaseModel):
     failed_calls: int
 
 
+# Model calls of models with no known price (the run records `"priced": false` on the step):
+# their cost is unknown, and not counted in the figures above.
+UNPRICED_SQL = f"""
+SELECT name, count(*) AS calls FROM steps
+WHERE type = 'model_call' AND final AND output->>'priced' = 'false'
+  AND {WINDOW.format(column="started_at")}
+GROUP BY name ORDER BY name
+"""
+
+
 class Stats(BaseModel):
     """Every figure is over the runs started since `since` (all runs when None)."""
 
@@ -122,6 +132,10 @@ class Stats(BaseModel):
     approval_wait_p95_seconds: float | None
     tool_failures: list[ToolFailures]
     model_failures: list[ModelFailures]
+    unpriced_model_calls: int = Field(0, description="calls of models with no known price")
+    unpriced_models: list[str] = Field(
+        default_factory=list, description="their models: the cost figures leave them out"
+    )
 
 
 def _ratio(part: float, whole: float) -> float | None:
@@ -140,6 +154,8 @@ async def stats(
         approvals: dict[str, Any] = await cur.fetchone() or {}
         await cur.execute(CALLS_SQL, params)
         calls = await cur.fetchall()
+        await cur.execute(UNPRICED_SQL, params)
+        unpriced = await cur.fetchall()
     counts = {k: int(runs[k]) for k in RUN_COUNTS}
     finished, completed = counts["runs_finished"], counts["runs_completed"]
     return Stats(
@@ -166,6 +182,8 @@ async def stats(
             for c in calls
             if c["type"] == "model_call"
         ],
+        unpriced_model_calls=sum(int(u["calls"]) for u in unpriced),
+        unpriced_models=[u["name"] for u in unpriced],
     )
 
 

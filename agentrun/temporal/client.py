@@ -43,21 +43,26 @@ async def connect(
     identity: str | None = None,
     serve_metrics: bool = False,
     within_seconds: float | None = None,
+    runtime: Runtime | None = None,
 ) -> Client:
     """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
     commands do not, so they never contend for the port a worker on the same host serves.
-    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang."""
+    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang.
+    An application (or a test) that keeps its own `runtime` passes it: its metrics, the
+    SDK's and agentrun's, go where that runtime sends them."""
     if within_seconds is not None:
         try:
             return await within(
-                within_seconds, connect(settings, identity=identity, serve_metrics=serve_metrics)
+                within_seconds,
+                connect(settings, identity=identity, serve_metrics=serve_metrics, runtime=runtime),
             )
         except NoAnswer as err:
             raise ServiceUnreachable(
                 f"Temporal at {settings.temporal_address} did not answer within "
                 f"{within_seconds:g}s; is it up? (`agentrun up` runs a local one)"
             ) from err
-    runtime = runtime_for(settings) if serve_metrics else None
+    if runtime is None and serve_metrics:
+        runtime = runtime_for(settings)
     try:
         options = connect_options(settings.temporal_profile)
     except ConnectionSettingsError as err:

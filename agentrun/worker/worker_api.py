@@ -28,7 +28,7 @@ from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp import McpServerSpec, mcp_tools
-from agentrun.worker import garbage_collector
+from agentrun.worker import fleet_gauges, garbage_collector
 from agentrun.worker.worker_factory import (
     ResourceTargets,
     WorkerDeps,
@@ -86,6 +86,7 @@ async def run_worker(
             await _push_tenant_config(client, pool, settings.task_queue)
             async with (
                 alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
+                alongside(fleet_gauges.publish(pool, fleet_gauges.meter_of(client))),
                 build_worker(
                     client,
                     settings,

@@ -29,11 +29,14 @@ from agentrun.activities import (
     VerifyActivities,
 )
 from agentrun.activities.admission import AdmissionActivities
+from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.backlog import BacklogActivities
+from agentrun.activities.provider_clients import ProviderClients
 from agentrun.core import fairness
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SetupError
 from agentrun.core.payload_limits import PayloadLimitInterceptor
+from agentrun.core.providers import load_providers
 from agentrun.core.settings import Settings
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.backlog_store import BacklogStore
@@ -244,8 +247,9 @@ def build_worker(
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
+    spans = AgentSpans(enabled=settings.otel, capture_content=settings.otel_capture_content)
     model = ModelActivities(
-        deps.model_client,
+        ProviderClients(deps.model_client, load_providers(settings.providers)),
         deps.registry,
         store,
         journal,
@@ -255,6 +259,7 @@ def build_worker(
         identity=client.identity,
         vault=vault,
         stream_text=settings.model_stream,
+        spans=spans,
     )
     # A tool's transaction holds a connection of the pool; what it commits meanwhile (its
     # checkpoints, its lease) goes through a pool of its own, so it never waits on its peers.
@@ -268,6 +273,7 @@ def build_worker(
         artifacts=ArtifactStore(deps.pool),
         artifact_threshold=settings.artifact_threshold_bytes,
         vault=vault,
+        spans=spans,
     )
     mirror = MirrorActivities(store, journal)
     verify = VerifyActivities(

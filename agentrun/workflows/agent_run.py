@@ -398,8 +398,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
         and stays there."""
         failures = self.spec.failures
         models = [self.spec.model.model]
+        providers = [self.spec.model.provider]
         if failures.fallback_model:
             models.append(failures.fallback_model)
+            providers.append(failures.fallback_provider)
         while True:
             index = min(self.progress.model_choice, len(models) - 1)
             last = index == len(models) - 1
@@ -407,7 +409,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 self.spec.timeouts.max_attempts if last else failures.model_attempts_before_fallback
             )
             try:
-                return await self._call_model(models[index], attempts)
+                return await self._call_model(models[index], attempts, providers[index])
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
@@ -423,7 +425,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 )
                 self.progress.model_choice = index + 1
 
-    async def _call_model(self, model: str | None, attempts: int) -> ModelCallResult:
+    async def _call_model(
+        self, model: str | None, attempts: int, provider: str | None = None
+    ) -> ModelCallResult:
         step_id = self._new_step("model_call", model or self.progress.model_used or "model")
         self._set_status(RunStatus.PLANNING, step_id)
         batch = await self._batch_for_step()
@@ -445,6 +449,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     heartbeat_seconds=timeouts.heartbeat_seconds,
                     timeout_seconds=timeouts.model_seconds,
                     mirror=mirror,
+                    provider=provider,
                     **self._checks_for_reply(),
                 ),
                 task_queue=fairness.model_task_queue(workflow.info().task_queue)
@@ -488,6 +493,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.progress.tokens_in += reply.usage.input_tokens
         self.progress.tokens_out += reply.usage.output_tokens
         self.progress.cost_usd = round(self.progress.cost_usd + reply.cost_usd, 6)
+        if not reply.priced and reply.model not in self.progress.unpriced_models:
+            self.progress.unpriced_models.append(reply.model)
         self.progress.pending_messages.append(reply.assistant_message)
         self._complete_step(
             StepRecord(
@@ -501,6 +508,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     "content": reply.content,
                     "tool_calls": [c.tool for c in reply.tool_calls],
                     "journal_attempt": reply.journal_attempt,
+                    **({} if reply.priced else {"priced": False}),
                 },
                 tokens_in=reply.usage.input_tokens,
                 tokens_out=reply.usage.output_tokens,
@@ -622,6 +630,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 checkpoint=self.progress.checkpoint,
                 heartbeat_seconds=self.spec.timeouts.heartbeat_seconds,
                 resolution=resolution,
+                call_id=call.call_id,
             )
             invoke, carried = await self._start_step(
                 functools.partial(self._start_tool, tool_input, attempts, timeout, waits), batch

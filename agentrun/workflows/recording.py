@@ -17,7 +17,7 @@ from typing import Literal, TypeVar
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from agentrun.workflows import run_state
+from agentrun.workflows import run_metrics, run_state
 from agentrun.workflows.changes import Changes
 from agentrun.workflows.run_stream import RunStream
 
@@ -227,6 +227,7 @@ class Recording:
                     update={"name": record.name, "status": record.status, "attempt": record.attempt}
                 )
         self.pending_steps.append(record)
+        run_metrics.on_step(self.spec, record)
         self._event(f"step.{record.status}", record.step_id, {"type": record.type})
 
     def _event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
@@ -239,6 +240,7 @@ class Recording:
             at=workflow.now(),
         )
         self.pending_events.append(event)
+        run_metrics.on_event(self.spec, type, event.data)
         self.stream.publish(event)  # workflow state, rebuilt on replay: no history grows
 
     def _snapshot(self) -> RunSnapshot:

@@ -120,6 +120,7 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
         tokens_in=progress.tokens_in,
         tokens_out=progress.tokens_out,
         cost_usd=progress.cost_usd,
+        unpriced_models=list(progress.unpriced_models),
         verification=progress.verification,
         unresolved=progress.unresolved,
         started_at=progress.started_at,

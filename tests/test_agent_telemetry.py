@@ -1,0 +1,273 @@
+"""Agent traces and metrics from a real run: the demo's flow (search, an approved message,
+an answer) on the real stack, with an in-memory span exporter and the SDK's metric buffer.
+
+The worker keeps no run in memory (workflow cache 0), so every workflow task replays the
+run's history first; the run's history is then replayed once more by a Replayer. Neither
+may make a span or count a metric twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+from temporalio.worker import Replayer
+
+import agentrun.demo
+from agentrun.core.constants import OFFLINE_MODEL
+from agentrun.ops import operations as ops
+from agentrun.temporal.client import connect
+from agentrun.tools import ToolContext, ToolRegistry
+from agentrun.tools.registry import Tool
+from agentrun.worker import fleet_gauges
+from agentrun.worker.worker_factory import worker_tuning
+from agentrun.workflows import AgentRunWorkflow
+from tests.conftest import running_worker
+from tests.support import NOTIFY_TASK, make_spec, rows, wait_pending
+
+
+def span_exporter() -> InMemorySpanExporter:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+class Nothing(BaseModel):
+    pass
+
+
+def flaky_registry() -> ToolRegistry:
+    """The demo's tools and one that fails its first attempt, for the failure counter."""
+    calls = {"n": 0}
+
+    async def flaky_lookup(args: Nothing, ctx: ToolContext) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("the lookup service hung up")
+        return {"found": True}
+
+    return ToolRegistry(
+        [*agentrun.demo.registry.tools(), Tool("flaky_lookup", "look up", Nothing, flaky_lookup)]
+    )
+
+
+def sums(updates: Iterable[Any], name: str, **labels: str) -> dict[tuple[Any, ...], float]:
+    """Counter deltas (or histogram values) of `name` added up per attribute set, over the
+    updates whose attributes include `labels`."""
+    found: dict[tuple[Any, ...], float] = defaultdict(float)
+    for u in updates:
+        if u.metric.name != name:
+            continue
+        if any(u.attributes.get(k) != v for k, v in labels.items()):
+            continue
+        found[tuple(sorted(u.attributes.items()))] += u.value
+    return dict(found)
+
+
+def total(updates: list[Any], name: str, **labels: str) -> float:
+    return sum(sums(updates, name, **labels).values())
+
+
+def last(updates: list[Any], name: str, **labels: str) -> float | None:
+    values = [
+        u.value
+        for u in updates
+        if u.metric.name == name and all(u.attributes.get(k) == v for k, v in labels.items())
+    ]
+    return values[-1] if values else None
+
+
+@pytest.mark.timeout(180)
+async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_metrics(
+    settings, pool
+):
+    exporter = span_exporter()
+    buffer = MetricBuffer(100_000)
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    settings = settings.model_copy(update={"otel": True, "workflow_cache": 0})
+    client = await connect(settings, identity="agent-telemetry", runtime=runtime)
+    tenant = f"acme-{uuid.uuid4().hex[:8]}"
+    updates: list[Any] = []
+
+    async with running_worker(client, settings, pool, registry=flaky_registry()):
+        demo = await ops.start_run(
+            client, make_spec(NOTIFY_TASK, tenant=tenant), task_queue=settings.task_queue
+        )
+        flaky = await ops.start_run(
+            client,
+            make_spec("Check the account: call flaky_lookup {}", tenant=tenant),
+            task_queue=settings.task_queue,
+        )
+        await wait_pending(client, demo.run_id)
+        await fleet_gauges.publish_once(pool, fleet_gauges.meter_of(client), set())
+        updates += buffer.retrieve_updates()
+        assert last(updates, fleet_gauges.APPROVALS_PENDING, tenant=tenant) == 1
+        assert (last(updates, fleet_gauges.APPROVAL_OLDEST_AGE, tenant=tenant) or -1) >= 0
+        await ops.approve(client, demo.run_id, by="li", role="approver")
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, demo.run_id)
+        assert (await handle.result()).status.value == "completed"
+        flaky_handle = client.get_workflow_handle_for(AgentRunWorkflow.run, flaky.run_id)
+        assert (await flaky_handle.result()).status.value == "completed"
+        await fleet_gauges.publish_once(pool, fleet_gauges.meter_of(client), {tenant})
+    updates += buffer.retrieve_updates()
+
+    # ---- traces: the run's one trace holds a span per model call and per tool call
+    spans = exporter.get_finished_spans()
+    (workflow_span,) = [
+        s
+        for s in spans
+        if s.name == "RunWorkflow:AgentRun"
+        and s.attributes.get("temporalWorkflowID") == demo.run_id
+    ]
+    trace_id = workflow_span.context.trace_id
+    in_trace = [s for s in spans if s.context.trace_id == trace_id]
+    by_id = {s.context.span_id: s for s in in_trace}
+
+    def parent_name(span: ReadableSpan) -> str:
+        assert span.parent is not None, f"{span.name} has no parent"
+        return by_id[span.parent.span_id].name
+
+    model_spans = [s for s in in_trace if s.attributes.get("gen_ai.operation.name") == "chat"]
+    tool_spans = [
+        s for s in in_trace if s.attributes.get("gen_ai.operation.name") == "execute_tool"
+    ]
+    model_steps = await rows(
+        pool,
+        "SELECT step_id, tokens_in, tokens_out FROM steps"
+        " WHERE run_id = %s AND type = 'model_call' AND final ORDER BY seq",
+        demo.run_id,
+    )
+    tool_steps = await rows(
+        pool,
+        "SELECT step_id, name FROM steps WHERE run_id = %s AND type = 'tool_call' ORDER BY seq",
+        demo.run_id,
+    )
+    assert len(model_steps) == 3 and [t["name"] for t in tool_steps] == [
+        "search_notes",
+        "send_message",
+    ]
+    # Once each: one span per step, though every workflow task replayed the history.
+    assert sorted(s.attributes["agentrun.step_id"] for s in model_spans) == sorted(
+        m["step_id"] for m in model_steps
+    )
+    assert [s.attributes["agentrun.step_id"] for s in tool_spans] == [
+        t["step_id"] for t in tool_steps
+    ]
+    for span, step in zip(
+        sorted(model_spans, key=lambda s: s.attributes["agentrun.step_id"]),
+        model_steps,
+        strict=True,
+    ):
+        assert span.name == f"chat {OFFLINE_MODEL}"
+        assert parent_name(span) == "RunActivity:model.complete"
+        assert span.attributes["gen_ai.request.model"] == OFFLINE_MODEL
+        assert span.attributes["gen_ai.response.model"] == OFFLINE_MODEL
+        assert span.attributes["gen_ai.provider.name"] == "127.0.0.1"  # the offline server
+        assert span.attributes["gen_ai.usage.input_tokens"] == step["tokens_in"] > 0
+        assert span.attributes["gen_ai.usage.output_tokens"] == step["tokens_out"] > 0
+        assert span.attributes["agentrun.cost_usd"] > 0
+        assert span.attributes["agentrun.outcome"] == "ok"
+        # Content capture is off by default: no prompt and no answer on the span.
+        assert "gen_ai.input.messages" not in span.attributes
+        assert "gen_ai.output.messages" not in span.attributes
+    for span, name in zip(tool_spans, ["search_notes", "send_message"], strict=True):
+        assert span.name == f"execute_tool {name}"
+        assert parent_name(span) == "RunActivity:tool.invoke"
+        assert span.attributes["gen_ai.tool.name"] == name
+        assert str(span.attributes["gen_ai.tool.call.id"]).startswith("call_")
+        assert span.attributes["agentrun.outcome"] == "ok"
+        assert "gen_ai.tool.call.arguments" not in span.attributes
+    # The failed attempt of the flaky tool, with its kind; the retry says why it retried.
+    flaky_spans = [s for s in spans if s.attributes.get("gen_ai.tool.name") == "flaky_lookup"]
+    assert [s.attributes["agentrun.outcome"] for s in flaky_spans] == ["error", "ok"]
+    assert flaky_spans[0].attributes["error.type"] == "ConnectionError"
+    assert "hung up" in str(flaky_spans[1].attributes["agentrun.retry.reason"])
+
+    # ---- a replay of the whole history makes no span
+    agent_spans = len(model_spans) + len(tool_spans)
+    workflow_spans = len([s for s in exporter.get_finished_spans() if "Workflow" in s.name])
+    replayer = Replayer(
+        workflows=[AgentRunWorkflow],
+        data_converter=client.data_converter,
+        interceptors=[TracingInterceptor()],
+        workflow_runner=worker_tuning()["workflow_runner"],
+    )
+    await replayer.replay_workflow(await handle.fetch_history())
+    after = exporter.get_finished_spans()
+    assert (
+        len(
+            [
+                s
+                for s in after
+                if s.context.trace_id == trace_id and "gen_ai.operation.name" in s.attributes
+            ]
+        )
+        == agent_spans
+    )
+    assert len([s for s in after if "Workflow" in s.name]) == workflow_spans
+
+    # ---- metrics, read back from the SDK's meter: counted once despite the replays
+    receipt = await ops.receipt(pool, demo.run_id)
+    assert receipt is not None
+    assert total(updates, "agentrun_runs_started", tenant=tenant) == 2
+    assert total(updates, "agentrun_runs_ended", tenant=tenant, status="completed") == 2
+    tokens = dict(
+        (d, total(updates, "agentrun_model_tokens", tenant=tenant, direction=d))
+        for d in ("input", "output")
+    )
+    flaky_receipt = await ops.receipt(pool, flaky.run_id)
+    assert flaky_receipt is not None
+    assert tokens == {
+        "input": receipt["tokens_in"] + flaky_receipt["tokens_in"],
+        "output": receipt["tokens_out"] + flaky_receipt["tokens_out"],
+    }
+    cost = total(updates, "agentrun_model_cost_usd", tenant=tenant, model=OFFLINE_MODEL)
+    assert cost == pytest.approx(receipt["cost_usd"] + flaky_receipt["cost_usd"], abs=1e-6)
+    assert total(updates, "agentrun_approvals_requested", tenant=tenant) == 1
+    assert total(updates, "agentrun_approvals_closed", tenant=tenant, decision="approved") == 1
+    assert last(updates, fleet_gauges.APPROVALS_PENDING, tenant=tenant) == 0
+    assert total(updates, "agentrun_tool_failures", tool="flaky_lookup") == 1
+    assert (
+        total(updates, "agentrun_tool_failures", tool="flaky_lookup", kind="ConnectionError") == 1
+    )
+    lag = [u for u in updates if u.metric.name == "agentrun_mirror_lag"]
+    assert lag and all(u.value >= 0 for u in lag)
+    # The run metrics carry the workflow's own labels, so Prometheus can split by queue.
+    started = next(u for u in updates if u.metric.name == "agentrun_runs_started")
+    assert started.attributes["task_queue"] == settings.task_queue
+
+
+async def test_content_capture_puts_prompts_and_answers_on_the_spans(settings, pool):
+    exporter = span_exporter()
+    settings = settings.model_copy(update={"otel": True, "otel_capture_content": True})
+    client = await connect(settings, identity="agent-telemetry-content")
+    async with running_worker(client, settings, pool):
+        spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        assert (await handle.result()).status.value == "completed"
+    spans = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.attributes.get("agentrun.run_id") == started.run_id
+    ]
+    first_chat = next(s for s in spans if s.attributes["gen_ai.operation.name"] == "chat")
+    assert "Summarize our invoice policy." in str(first_chat.attributes["gen_ai.input.messages"])
+    assert "search_notes" in str(first_chat.attributes["gen_ai.output.messages"])
+    tool = next(s for s in spans if s.attributes["gen_ai.operation.name"] == "execute_tool")
+    assert "invoice" in str(tool.attributes["gen_ai.tool.call.arguments"])
+    assert "gen_ai.tool.call.result" in tool.attributes
