@@ -29,6 +29,7 @@ from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
 from agentrun.cli.cli_options import add_decider, add_tenant, add_wait, count
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
+from agentrun.core.log_setup import LEVELS, configure_logging
 from agentrun.core.models import DecisionResult, PendingApproval, RunSpec, WatchItem
 from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
@@ -42,7 +43,7 @@ from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
-from agentrun.tools.loading import load_registry
+from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 
@@ -430,6 +431,8 @@ def existing_stack(settings: Settings) -> bool:
 
 async def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     tools, mcp = tool_sources(args, settings)
+    if not tools and not mcp:
+        tools = [DEMO_TOOLS]  # the dev stack serves the demo's tools unless given others
     load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
     endpoints = stack.start()
@@ -466,7 +469,9 @@ async def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         stack.start()
         settings = Settings.load()
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
+    worker = asyncio.create_task(
+        run_worker([DEMO_TOOLS], settings=settings, identity="demo-worker", stop=stop)
+    )
     demo = asyncio.create_task(run_demo(settings))
     try:
         await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
@@ -560,6 +565,13 @@ LOCAL_COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    top.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO); "
+        "AGENTRUN_LOG_FORMAT=json writes one JSON object per line",
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
     def command(name: str, help: str, *, json_flag: bool = False) -> argparse.ArgumentParser:
@@ -660,6 +672,7 @@ def parser() -> argparse.ArgumentParser:
 
 async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
+    configure_logging(args.log_level or settings.log_level, settings.log_format)
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
     if args.command == "tenants":
