@@ -46,18 +46,20 @@ def test_no_library_module_calls_print() -> None:
 def test_json_lines_carry_the_message_the_extras_and_the_traceback() -> None:
     stream = io.StringIO()
     root = logging.getLogger()
-    level = root.level
+    level, handlers = root.level, list(root.handlers)
     try:
         configure_logging("debug", "json", stream=stream)
         configure_logging("DEBUG", "json", stream=stream)  # again: replaced, not doubled
         log = logging.getLogger("agentrun.test")
         log.info("worker %s polling", "w1", extra={"task_queue": "q1"})
+        configure_logging("INFO", "json", stream=stream)
+        logging.getLogger("httpx2").info("HTTP Request: POST /v1/chat/completions")  # unheard
         try:
             raise ValueError("boom")
         except ValueError:
             log.exception("it failed")
-    finally:
-        configure_logging("WARNING", stream=io.StringIO())
+    finally:  # the test runner's logging as it was
+        root.handlers[:] = handlers
         root.setLevel(level)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(e["level"], e["logger"], e["message"]) for e in lines] == [

@@ -19,6 +19,9 @@ LogFormat = Literal["text", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# HTTP clients that log every request at INFO (the model client's, one line per model call):
+# heard only at DEBUG.
+CHATTY = ("httpx", "httpx2", "httpcore", "httpcore2")
 
 # What every LogRecord carries; anything else on a record came from `extra=` (or from
 # Temporal's activity and workflow loggers) and is written as a field of its own.
@@ -68,3 +71,5 @@ def configure_logging(
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level.upper() == "DEBUG" else "WARNING")

@@ -98,8 +98,10 @@ class EmbeddedStack:
     _postgres: Any = None
     _model: OfflineModelServer | None = None
 
+    def __post_init__(self) -> None:
+        require_local_extra()  # before a command says it is starting the stack
+
     def start(self, *, timeout: float = 60) -> dict[str, str]:
-        require_local_extra()
         self.home.mkdir(parents=True, exist_ok=True)
         for port in (self.temporal_port, self.ui_port):
             if port_open(port):
