@@ -155,7 +155,8 @@ class WorkerProcess:
             cwd=ROOT,
             env={**os.environ, **self.env},
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
+            # worker.py logs (its `polling` line among them) on stderr; read both as one.
+            stderr=asyncio.subprocess.STDOUT,
         )
         if ready_line:
             await asyncio.wait_for(self._wait_for_line(ready_line), within)

@@ -34,7 +34,7 @@ FAULT = "tool.after_effect:send_message"
 
 def worker_process(env: dict[str, str], identity: str, faults: str = "") -> WorkerProcess:
     return WorkerProcess(
-        [sys.executable, "worker.py", "--identity", identity],
+        [sys.executable, "worker.py", "--demo", "--identity", identity],
         {**env, "AGENTRUN_FAULTS": faults},
     )
 

@@ -122,7 +122,13 @@ class Lab:
         """A `worker.py` process on `queue`, with `faults` armed; started by the caller."""
         endpoints = self.stack.endpoints
         process = WorkerProcess(
-            [sys.executable, "worker.py", "--identity", f"{queue}-{uuid.uuid4().hex[:6]}"],
+            [
+                sys.executable,
+                "worker.py",
+                "--demo",
+                "--identity",
+                f"{queue}-{uuid.uuid4().hex[:6]}",
+            ],
             {
                 "TEMPORAL_ADDRESS": endpoints["temporal_address"],
                 "DATABASE_URL": endpoints["database_url"],

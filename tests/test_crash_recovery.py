@@ -30,6 +30,7 @@ async def start_worker_process(
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "worker.py",
+        "--demo",
         "--identity",
         identity,
         cwd=ROOT,

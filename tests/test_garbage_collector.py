@@ -46,7 +46,11 @@ async def test_run_worker_settles_the_collector_once_it_serves(collector, settin
     gc.set_threshold(700, 10, 10)
     stop = asyncio.Event()
     served = asyncio.create_task(
-        run_worker(settings=settings.model_copy(update={"gc_threshold": 12_345}), stop=stop)
+        run_worker(
+            demo=True,
+            settings=settings.model_copy(update={"gc_threshold": 12_345}),
+            stop=stop,
+        )
     )
 
     async def settled() -> bool:

@@ -1,8 +1,9 @@
 """The Temporal Web UI, read in a real browser: a run says who it is for, what it waits for,
 the exact command that decides it, and what each activity did.
 
-Headless Chromium (Debian's `chromium` package) driven by Playwright; without it the test is
-skipped with the reason. The Web UI comes from a dev server of its own on free ports.
+Headless Chromium (Debian's `chromium` package) driven by Playwright (the `browser` extra, which
+`.ci/run` installs and `dev` does not); without either the test is skipped with the reason. The
+Web UI comes from a dev server of its own on free ports.
 `AGENTRUN_SCREENSHOT=docs/web-ui-run.png` also writes the screenshot the docs show.
 """
 
@@ -32,7 +33,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-playwright = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
+playwright = pytest.importorskip(
+    "playwright.async_api",
+    reason="playwright is not installed: it is the browser extra, `pip install -e '.[browser]'`",
+)
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
     reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTRUN_CHROMIUM)",

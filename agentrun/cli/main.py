@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from agentrun.cli import approvers_cli, backlog_cli, tenants_cli
 from agentrun.cli.cli_options import add_decider, add_json, add_tenant, add_wait, count, emit
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.log_setup import LEVELS
 from agentrun.core.states import RunStatus
 from agentrun.worker.tool_flags import add_tool_flags
 
@@ -441,12 +442,14 @@ async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
 
     from agentrun.core.settings import Settings
     from agentrun.dev.stack import EmbeddedStack
-    from agentrun.tools.loading import load_registry
+    from agentrun.tools.loading import DEMO_TOOLS, load_registry
     from agentrun.worker.tool_flags import tool_sources
     from agentrun.worker.worker_api import run_worker
 
     settings = runs.settings
     tools, mcp = tool_sources(args, settings)
+    if not tools and not mcp:
+        tools = [DEMO_TOOLS]  # the dev stack serves the demo's tools unless given others
     load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
     stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
     endpoints = stack.start()
@@ -486,6 +489,7 @@ async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun import RunClient
     from agentrun.core.settings import Settings
     from agentrun.dev.stack import EmbeddedStack
+    from agentrun.tools.loading import DEMO_TOOLS
     from agentrun.worker.worker_api import run_worker
 
     settings = runs.settings
@@ -496,7 +500,9 @@ async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
         stack.start()
         settings = Settings.load()
     stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(settings=settings, identity="demo-worker", stop=stop))
+    worker = asyncio.create_task(
+        run_worker([DEMO_TOOLS], settings=settings, identity="demo-worker", stop=stop)
+    )
     try:
         async with RunClient.lazy(settings) as demo_runs:
             await demo_runs.migrate()  # the worker migrates too, meanwhile; either goes first
@@ -661,6 +667,13 @@ class VersionAction(argparse.Action):
 def parser() -> argparse.ArgumentParser:
     top = Parser(prog="agentrun", description=(__doc__ or "").split("\n")[0])
     top.add_argument("--version", action=VersionAction)
+    top.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO); "
+        "AGENTRUN_LOG_FORMAT=json writes one JSON object per line",
+    )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, *, wait: bool = True) -> argparse.ArgumentParser:
@@ -782,9 +795,11 @@ def parser() -> argparse.ArgumentParser:
 
 async def dispatch(args: argparse.Namespace) -> int:
     from agentrun import RunClient
+    from agentrun.core.log_setup import configure_logging
     from agentrun.core.settings import Settings
 
     settings = Settings.load()
+    configure_logging(args.log_level or settings.log_level, settings.log_format)
     if args.command in SCOPED and getattr(args, "tenant", None):
         settings = settings.model_copy(update={"tenant": args.tenant})
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None)) as runs:

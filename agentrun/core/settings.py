@@ -29,6 +29,7 @@ from agentrun.core.constants import (
     TASK_QUEUE,
 )
 from agentrun.core.errors import ConnectionSettingsError, SetupError
+from agentrun.core.log_setup import LogFormat, LogLevel
 from agentrun.core.temporal_connection import load_profile
 
 STACK_FILE = "stack.json"
@@ -138,6 +139,16 @@ class Settings(BaseSettings):
         None,
         "named model providers: a YAML/JSON file, or inline JSON (agentrun.core.providers)",
     )
+    # Read by agentrun's own commands (agentrun.core.log_setup); `--log-level` overrides.
+    log_level: LogLevel = env("AGENTRUN_LOG_LEVEL", "INFO", "what agentrun logs, on stderr")
+    log_format: LogFormat = env(
+        "AGENTRUN_LOG_FORMAT", "text", "`json`: one JSON object per log line, for log pipelines"
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("workflow_cache", "gc_threshold")
     @classmethod

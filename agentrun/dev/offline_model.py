@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import re
 import socket
 import time
@@ -21,7 +22,10 @@ from typing import Any
 
 from agentrun.core.background_http import BackgroundHTTPServer
 from agentrun.core.constants import OFFLINE_MODEL
+from agentrun.core.log_setup import configure_logging
+from agentrun.core.settings import Settings
 
+log = logging.getLogger(__name__)
 Json = dict[str, Any]
 # A streamed reply's text goes out in pieces this long (in at most STREAM_MAX_PIECES),
 # `stream_pause_seconds` apart.
@@ -347,8 +351,10 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
+    settings = Settings.load()
+    configure_logging(settings.log_level, settings.log_format)
     server = OfflineModelServer(host=args.host, port=args.port)
-    print(f"offline model serving {OFFLINE_MODEL!r} at {server.base_url}", flush=True)
+    log.info("offline model serving %r at %s", OFFLINE_MODEL, server.base_url)
     server.serve_forever()
 
 

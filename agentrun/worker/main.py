@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -17,10 +18,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrun.core.errors import SetupError
+from agentrun.core.log_setup import LEVELS, configure_logging
 from agentrun.core.settings import Settings
 from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 from agentrun.worker.worker_factory import ResourceTargets
+
+log = logging.getLogger(__name__)
 
 
 def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = ()) -> None:
@@ -29,6 +33,19 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     add_tool_flags(parser)
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="serve the demo's tools (agentrun.demo); without tools, MCP servers or this "
+        "flag the worker refuses to start",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO); "
+        "AGENTRUN_LOG_FORMAT=json writes one JSON object per line",
+    )
     parser.add_argument(
         "--resource-tuner",
         action="store_true",
@@ -55,12 +72,19 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
         else None
     )
 
-    async def serve() -> None:
+    try:
+        settings = Settings.load()
+    except SetupError as err:
+        configure_logging(args.log_level or "INFO")
+        log.error("%s", err)
+        sys.exit(2)
+    configure_logging(args.log_level or settings.log_level, settings.log_format)
+
+    async def serve(settings: Settings) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        settings = Settings.load()
         if args.workflow_cache is not None:
             settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
         tools, mcp = tool_sources(args, settings)
@@ -73,12 +97,13 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
             resources=resources,
             workflows=workflows,
             activities=activities,
+            demo=args.demo,
         )
 
     try:
-        asyncio.run(serve())
+        asyncio.run(serve(settings))
     except SetupError as err:
-        print(f"error: {err}", file=sys.stderr)
+        log.error("%s", err)
         sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
 
 

@@ -16,7 +16,7 @@ def add_tool_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="PKG.MODULE:ATTR",
         help="tools to serve: a ToolRegistry, a tool or a list of tools (repeatable; default "
-        "AGENTRUN_TOOLS, comma-separated; with neither this nor --mcp, the demo's tools)",
+        "AGENTRUN_TOOLS, comma-separated)",
     )
     p.add_argument(
         "--mcp",

