@@ -228,7 +228,8 @@ def test_help_and_version_load_nothing_heavy():
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: agentrun [-h] [--version] COMMAND ...")
+    assert done.stdout.startswith("usage: agentrun [-h] [--version]")
+    assert "[--log-level {DEBUG,INFO,WARNING,ERROR,CRITICAL}]" in done.stdout
     assert json.loads(done.stdout.splitlines()[-1]) == {"codes": [0, 0], "heavy": []}
     shown = subprocess.run(
         [AGENTRUN, "--version"], capture_output=True, text=True, timeout=60, check=True

@@ -44,13 +44,14 @@ def test_the_quick_start_still_installs_the_stack_and_ci_the_browser() -> None:
 def test_the_image_installs_the_lean_package_with_every_version_pinned() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     installs = [line for line in dockerfile.splitlines() if "pip install" in line]
-    assert installs == ["RUN pip install --no-cache-dir -c constraints.txt . \\"], installs
+    assert installs == ['RUN pip install --no-cache-dir -c constraints.txt ".[otel]" \\'], installs
     assert "constraints.txt" in dockerfile.split("COPY", 2)[1], "copied before the install"
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pins = dict(line.split("==", 1) for line in lines if line.strip() and not line.startswith("#"))
     pinned = {name(p) for p in pins}
     assert all(re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", v) for v in pins.values()), pins
     assert {name(r) for r in PROJECT["dependencies"]} <= pinned
+    assert {name(r) for r in PROJECT["optional-dependencies"]["otel"]} <= pinned
     assert not pinned & NOT_FOR_PRODUCTION, pinned & NOT_FOR_PRODUCTION
     assert "agentrun" not in pinned
 

@@ -799,7 +799,10 @@ async def dispatch(args: argparse.Namespace) -> int:
     from agentrun.core.settings import Settings
 
     settings = Settings.load()
-    configure_logging(args.log_level or settings.log_level, settings.log_format)
+    # Under --json, stderr carries one JSON object (an error), not a library's warnings (a
+    # pool retrying its connection), unless --log-level asks for them.
+    quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
+    configure_logging(args.log_level or quiet, settings.log_format)
     if args.command in SCOPED and getattr(args, "tenant", None):
         settings = settings.model_copy(update={"tenant": args.tenant})
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None)) as runs:
@@ -846,13 +849,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
     Parser.json_errors = as_json
-    if as_json:
-        import logging
-
-        # stderr carries one JSON object: a library's warnings (a pool retrying its
-        # connection) must not fall to logging's last-resort handler beside it.
-        if not logging.getLogger().handlers:
-            logging.getLogger().addHandler(logging.NullHandler())
     try:
         args = parser().parse_args(argv)
         if args.command in LOCAL:

@@ -68,6 +68,7 @@ def configure_logging(
     for old in [h for h in root.handlers if isinstance(h, _AgentrunHandler)]:
         root.removeHandler(old)
     handler = _AgentrunHandler(stream or sys.stderr)
+    handler.setLevel(level.upper())  # a chatty library's own logger level does not widen it
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root.addHandler(handler)
     root.setLevel(level.upper())
