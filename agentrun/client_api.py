@@ -20,7 +20,7 @@ from agentrun.core.models import (
     WatchItem,
 )
 from agentrun.core.settings import Settings
-from agentrun.ops import fork_ops, watch
+from agentrun.ops import door, fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.profiles import Agent
@@ -47,22 +47,23 @@ class RunClient:
     ) -> str:
         """Start a run and return its id: `agent`'s profile expanded, `fields` (any run-spec
         field, e.g. `idempotency_key`) over it. Starting again with the same idempotency key
-        returns the same run."""
+        returns the same run. The run takes its tenant's approvers, cap and weight from the
+        database (agentrun/ops/door.py); without one, the start is refused."""
         if task is not None:
             fields["task"] = task
+        if self.settings.tenant is not None:
+            fields.setdefault("tenant", self.settings.tenant)
         spec = agent.spec(**fields) if agent is not None else RunSpec.model_validate(fields)
         pool = await self._database() if self.settings.database_url else None
-        if agent is not None and spec.allowed_tools:
-            await ops.require_tools(
-                pool or await self._database(), self.settings.task_queue, spec.allowed_tools
-            )
-        started = await ops.start_run(
+        if pool is not None and agent is not None and spec.allowed_tools:
+            await ops.require_tools(pool, self.settings.task_queue, spec.allowed_tools)
+        started = await door.start(
             self.client,
+            pool,
             spec,
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
-            mirror=pool,
-            tenant=self.settings.tenant,
+            acting_tenant=self.settings.tenant,
         )
         return started.run_id
 
@@ -85,6 +86,7 @@ class RunClient:
             edit=edit,
             tenant=self.settings.tenant,
             signer=signer,
+            mirror=await self._mirror(),
         )
 
     async def reject(
@@ -104,14 +106,19 @@ class RunClient:
             reason=reason,
             tenant=self.settings.tenant,
             signer=signer,
+            mirror=await self._mirror(),
         )
 
     async def status(self, run_id: str) -> RunState:
-        return await ops.status(self.client, run_id, tenant=self.settings.tenant)
+        return await ops.status(
+            self.client, run_id, tenant=self.settings.tenant, mirror=await self._mirror()
+        )
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for the run to end."""
-        return await ops.result(self.client, run_id)
+        return await ops.result(
+            self.client, run_id, tenant=self.settings.tenant, mirror=await self._mirror()
+        )
 
     async def receipt(self, run_id: str) -> JsonDict:
         return await ops.receipt(await self._database(), run_id, tenant=self.settings.tenant)
@@ -122,8 +129,14 @@ class RunClient:
         return self._watch(run_id, from_offset)
 
     async def _watch(self, run_id: str, from_offset: int) -> AsyncIterator[WatchItem]:
-        pool = await self._database() if self.settings.database_url else None
-        async for item in watch.watch(self.client, run_id, pool=pool, from_offset=from_offset):
+        items = watch.watch(
+            self.client,
+            run_id,
+            pool=await self._mirror(),
+            from_offset=from_offset,
+            tenant=self.settings.tenant,
+        )
+        async for item in items:
             yield item
 
     async def fork(
@@ -145,8 +158,13 @@ class RunClient:
             key=key,
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
+            tenant=self.settings.tenant,
         )
         return started.run_id
+
+    async def _mirror(self) -> AsyncConnectionPool | None:
+        """The pool when a database is configured, else None (reads that can do without)."""
+        return await self._database() if self.settings.database_url else None
 
     async def _database(self) -> AsyncConnectionPool:
         """The Postgres pool, opened on first use and kept until `close()`."""

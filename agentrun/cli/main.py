@@ -34,14 +34,14 @@ from agentrun.core.periods import parse_age, parse_point
 from agentrun.core.settings import Settings, read_stack_file
 from agentrun.demo import support_desk
 from agentrun.dev.stack import EmbeddedStack, port_open
-from agentrun.ops import approver_keys, fork_ops, watch
+from agentrun.ops import approver_keys, door, fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
 from agentrun.store.db import command_pool, schema_version
-from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
+from agentrun.temporal.worker_presence import Deadline
 from agentrun.tools.loading import load_registry
 from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
@@ -84,8 +84,14 @@ def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
 
 
 def tenant_of(settings: Settings, args: argparse.Namespace) -> str | None:
-    """--tenant, else AGENTRUN_TENANT: the only tenant whose runs a command sees."""
-    return getattr(args, "tenant", None) or settings.tenant
+    """--tenant, else AGENTRUN_TENANT: the only tenant whose runs a command sees. Under
+    AGENTRUN_TENANT, --tenant may only repeat it: a flag does not widen the scope."""
+    flag = getattr(args, "tenant", None)
+    if flag and settings.tenant and flag != settings.tenant:
+        raise OperationError(
+            f"this client acts for tenant {settings.tenant!r} (AGENTRUN_TENANT), not {flag!r}"
+        )
+    return flag or settings.tenant
 
 
 @asynccontextmanager
@@ -105,14 +111,13 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
     async with command_pool(settings) as pool:
         if args.agent and spec.allowed_tools:
             await ops.require_tools(pool, settings.task_queue, spec.allowed_tools)
-        started = await ops.start_run(
+        started = await door.start(
             client,
+            pool,
             spec,
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
-            mirror=pool,
-            tenant=settings.tenant,
-            limits=await TenantStore(pool).limits(spec.tenant),
+            acting_tenant=settings.tenant,
         )
     note = (
         "already exists (same idempotency key); not started again"
@@ -273,7 +278,13 @@ async def cmd_watch(client: Client, settings: Settings, args: argparse.Namespace
             if settings.database_url
             else None
         )
-        items = watch.watch(client, args.run, pool=pool, from_offset=args.from_offset)
+        items = watch.watch(
+            client,
+            args.run,
+            pool=pool,
+            from_offset=args.from_offset,
+            tenant=tenant_of(settings, args),
+        )
         async for item in noting_silence(items, args.run, args.wait):
             if args.json:
                 print(item.model_dump_json(), flush=True)
@@ -307,6 +318,7 @@ async def cmd_fork(client: Client, settings: Settings, args: argparse.Namespace)
             key=args.key,
             task_queue=settings.task_queue,
             indexed=settings.search_attributes,
+            tenant=tenant_of(settings, args),
         )
     note = "already exists (same key); not started again" if started.existing else "started"
     emit(
@@ -328,7 +340,13 @@ async def cmd_mirror(client: Client, settings: Settings, args: argparse.Namespac
     """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
     async with command_pool(settings) as pool:
         action = ops.rebuild_mirror if args.action == "rebuild" else ops.check_mirror
-        report = await action(client, pool, args.run, payload_limit=settings.payload_limit_bytes)
+        report = await action(
+            client,
+            pool,
+            args.run,
+            payload_limit=settings.payload_limit_bytes,
+            tenant=tenant_of(settings, args),
+        )
     emit(report, args.json, render.mirror_report(report))
     return 0 if report["agrees"] else 1
 
@@ -342,7 +360,10 @@ async def cmd_deploy(client: Client, settings: Settings, args: argparse.Namespac
 
 
 async def cmd_version(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    await ops.status(client, args.run)  # an unknown run is a clear error
+    async with mirror_pool(settings) as mirror:  # an unknown run is a clear error
+        await ops.find_run(
+            client, args.run, Deadline(args.wait), tenant=tenant_of(settings, args), mirror=mirror
+        )
     version = await deployments.run_version(client, args.run)
     text = (
         f"{args.run} is {version.behavior} to {version.deployment_name}/{version.build_id}"
@@ -488,9 +509,17 @@ async def run_demo(settings: Settings) -> int:
     spec = support_desk.spec(
         task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
     )
-    started = await ops.start_run(
-        client, spec, task_queue=settings.task_queue, indexed=settings.search_attributes
-    )
+    if settings.tenant:
+        spec = spec.model_copy(update={"tenant": settings.tenant})
+    async with command_pool(settings) as pool:
+        started = await door.start(
+            client,
+            pool,
+            spec,
+            task_queue=settings.task_queue,
+            indexed=settings.search_attributes,
+            acting_tenant=settings.tenant,
+        )
     print(f"run {started.run_id} started: {settings.run_link(started.run_id)}")
     pending = await wait_for_approval(client, started.run_id)
     print(
@@ -613,6 +642,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("mirror", "compare a run's mirror with its history, or rebuild it", json_flag=True)
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")
+    add_tenant(p)
     p = command("watch", "follow a run live: steps, approvals, model text, receipt", json_flag=True)
     p.add_argument("run")
     p.add_argument(
@@ -622,6 +652,7 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="start at this stream offset (an ended run: after this event seq)",
     )
+    add_tenant(p)
     p = command(
         "fork", "a new run from another's step N, optionally with an edited output", json_flag=True
     )
@@ -631,11 +662,13 @@ def parser() -> argparse.ArgumentParser:
         "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
     )
     p.add_argument("--key", help="idempotency key of the fork (default: from run, step, edit)")
+    add_tenant(p)
     p = command("deploy", "make a worker build current for new runs")
     p.add_argument("build_id", help="the AGENTRUN_BUILD_ID its workers were started with")
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
     p = command("version", "the worker build a run is pinned to", json_flag=True)
     p.add_argument("run")
+    add_tenant(p)
     p = command("list", "recent runs, from the Postgres mirror", json_flag=True)
     p.add_argument("--status", help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")

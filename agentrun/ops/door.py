@@ -1,0 +1,121 @@
+"""The one door every run comes in by: the tenant's policy, read here, never passed in.
+
+Every path that starts a run (the CLI's `start`, `RunClient.start`, a fork, `demo`, a
+capped tenant's queue) calls `start`. It reads the tenant's policy from Postgres itself:
+its registered approvers (a spec may add approvers, never remove the tenant's), its cap, its
+weight, its model-call rate. No caller hands it limits or approvers, so a caller with stale
+or chosen limits changes nothing; without a database there is no policy to read, and the
+start is refused. `tests/test_door.py` fails if any other module starts a run.
+
+Run ids are scoped by tenant (`run_id`): the same key in two tenants names two runs. The
+engine's own runs (forks) take ids under `run-~`, which no person's key can produce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+
+from agentrun.core import constants as names
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import OperationError
+from agentrun.core.keys import id_part
+from agentrun.core.models import RunSpec, Signer
+from agentrun.ops import operations
+from agentrun.store import mirror_views
+from agentrun.store.approver_store import ApproverStore
+from agentrun.store.tenant_store import TenantStore
+
+# The tenant of single-user deployments: its runs keep the ids they always had.
+DEFAULT_TENANT = "default"
+# Ids no direct start can take: `id_part` never yields "~", and a tenant's part is never empty.
+ENGINE_ID_PREFIX = names.RUN_ID_PREFIX + "~"
+
+Origin = Literal["start", "fork"]
+
+NO_DATABASE = (
+    "refused: a run's policy (its tenant's approvers, cap and weight) lives in Postgres, and "
+    "no database is configured; set DATABASE_URL (`agentrun up` prints it)"
+)
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """What a tenant's runs must carry, as Postgres holds it now."""
+
+    limits: TenantLimits
+    signers: list[Signer]
+
+
+async def policy(pool: AsyncConnectionPool, tenant: str) -> RunPolicy:
+    """The tenant's stored limits and every approver who may decide its runs (its own and
+    any-tenant ones)."""
+    return RunPolicy(
+        limits=await TenantStore(pool).limits(tenant),
+        signers=await ApproverStore(pool).signers(tenant),
+    )
+
+
+def with_policy(spec: RunSpec, found: RunPolicy) -> RunSpec:
+    """The spec with the tenant's approvers in its approval policy: a spec's own signers are
+    added to them, never put in their place."""
+    if not found.signers:
+        return spec
+    known = {s.key_id for s in found.signers}
+    signers = [*found.signers, *(s for s in spec.approval.signers if s.key_id not in known)]
+    approval = spec.approval.model_copy(update={"signers": signers})
+    return spec.model_copy(update={"approval": approval})
+
+
+def run_id(tenant: str, key: str | None, *, origin: Origin = "start") -> str:
+    """The workflow id for a tenant's idempotency key: the same key in two tenants names two
+    runs. The default tenant's direct starts keep `run-<key>` (the ids runs had before ids
+    were scoped); another tenant's are `run-<tenant>~<key>`; a fork's `run-~fork.<tenant>~<key>`.
+    Neither part can hold "~", so no two (tenant, key, origin) share an id."""
+    if key is None:
+        return operations.run_id_for(None)
+    scoped = id_part(key) if tenant == DEFAULT_TENANT else f"{id_part(tenant)}~{id_part(key)}"
+    if origin == "fork":
+        return f"{ENGINE_ID_PREFIX}fork.{id_part(tenant)}~{id_part(key)}"
+    return names.RUN_ID_PREFIX + scoped
+
+
+async def start(
+    client: Client,
+    pool: AsyncConnectionPool | None,
+    spec: RunSpec,
+    *,
+    task_queue: str,
+    acting_tenant: str | None,
+    indexed: bool = True,
+    origin: Origin = "start",
+) -> operations.Started:
+    """Start a run under its tenant's policy, read from `pool`; the same key (in the same
+    tenant) always names the same run. `acting_tenant`: the tenant the caller acts for
+    (AGENTRUN_TENANT), None for an operator; a run of another tenant is refused."""
+    if pool is None:
+        raise OperationError(NO_DATABASE)
+    if acting_tenant is not None and spec.tenant != acting_tenant:
+        raise OperationError(
+            f"this client acts for tenant {acting_tenant!r} and cannot start a run for "
+            f"{spec.tenant!r}"
+        )
+    found = await policy(pool, spec.tenant)
+    scoped = run_id(spec.tenant, spec.idempotency_key, origin=origin)
+    legacy = operations.run_id_for(spec.idempotency_key)
+    if spec.idempotency_key is not None and legacy != scoped:
+        # A run this tenant started with the key before ids were scoped is still that run.
+        if await mirror_views.run_tenant(pool, legacy) == spec.tenant:
+            return operations.Started(legacy, existing=True)
+    return await operations.start_run(
+        client,
+        with_policy(spec, found),
+        task_queue=task_queue,
+        indexed=indexed,
+        limits=found.limits,
+        mirror=pool,
+        run_id=scoped,
+    )
