@@ -371,3 +371,52 @@ async def test_approvers_belong_to_a_tenant(settings, pool, tenants, tmp_path):
     assert operator.code == 0, operator.err
     [kept] = await ApproverStore(pool).registered_for(acme)
     assert kept.key_id == operator.json()["key_id"], "the operator replaced the key on purpose"
+
+
+# ---------------------------------------------------------------- backlogs
+
+
+async def test_backlog_runs_carry_their_tenants_approvers(
+    client, settings, pool, worker, tenants, tmp_path
+):
+    """An unsigned "mallory" cannot approve a backlog run of a tenant with a keyed approver;
+    a task for another tenant is refused."""
+    acme, globex = tenants
+    ana = approver_keys.create(tmp_path, "ana", "approver", acme)
+    assert await ApproverStore(pool).add(ana.signer)
+    agent = f"desk-{uuid.uuid4().hex[:8]}"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "- title: notify\n  idempotency_key: notify-1\n"
+        f"  spec: {{task: {make_spec().task!r}, timeouts: {{heartbeat_seconds: 5}}}}\n"
+    )
+    foreign = tmp_path / "foreign.yaml"
+    foreign.write_text(
+        f"- title: x\n  idempotency_key: x-1\n  spec: {{task: x, tenant: {globex}}}\n"
+    )
+    async with worker():
+        refused = await cli(
+            settings, tmp_path, acme, "backlog", "enqueue", "--agent", agent, str(foreign)
+        )
+        assert refused.code == 2 and "acts for tenant" in refused.err
+        added = await cli(
+            settings, tmp_path, acme, "backlog", "enqueue", "--agent", agent, str(plan)
+        )
+        assert added.code == 0, added.err
+
+        async def child() -> str | None:
+            found = await rows(
+                pool,
+                "SELECT run_id FROM backlog_tasks WHERE agent = %s AND run_id IS NOT NULL",
+                agent,
+            )
+            return found[0]["run_id"] if found else None
+
+        run_id = await eventually(child, what="the backlog's run")
+        await wait_pending(client, run_id)
+        carried = (await fork_ops.parent_spec(client, run_id)).approval.signers
+        assert ana.signer.key_id in {s.key_id for s in carried}
+        assert (await ops.status(client, run_id)).tenant == acme
+        with pytest.raises(OperationError, match="only signed decisions"):
+            await ops.approve(client, run_id, by="mallory", role="approver")
+        await client.get_workflow_handle(f"backlog-{agent}").terminate("test over")

@@ -16,6 +16,7 @@ from agentrun.core.backlog_models import PolicyPatch
 from agentrun.core.errors import OperationError
 from agentrun.core.settings import Settings
 from agentrun.ops import backlog_ops as ops
+from agentrun.ops import door
 from agentrun.store.db import command_pool
 from agentrun.temporal.client import connect
 
@@ -76,7 +77,10 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
             )
         except ValueError as err:
             raise OperationError(f"invalid policy option: {err}") from err
-        tasks = ops.load_tasks(args.file)
+        async with command_pool(settings) as pool:
+            tasks = await door.backlog_tasks(
+                pool, ops.load_tasks(args.file), acting_tenant=settings.tenant
+            )
         result = await ops.enqueue(
             client,
             args.agent,

@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from agentrun.core import constants as names
 from agentrun.core.admission_models import TenantLimits
+from agentrun.core.backlog_models import TaskItem
 from agentrun.core.errors import OperationError
 from agentrun.core.keys import id_part
 from agentrun.core.models import RunSpec, Signer
@@ -119,3 +120,29 @@ async def start(
         mirror=pool,
         run_id=scoped,
     )
+
+
+async def backlog_tasks(
+    pool: AsyncConnectionPool | None, tasks: list[TaskItem], *, acting_tenant: str | None
+) -> list[TaskItem]:
+    """A backlog's tasks as its runs will start: each of the caller's tenant (a task of
+    another is refused), with its tenant's approvers in its spec. The backlog workflow starts
+    them as its children; what it starts is what passed here."""
+    if pool is None:
+        raise OperationError(NO_DATABASE)
+    ready: list[TaskItem] = []
+    policies: dict[str, RunPolicy] = {}
+    for task in tasks:
+        spec = task.spec
+        if acting_tenant is not None:
+            if "tenant" not in spec.model_fields_set:
+                spec = spec.model_copy(update={"tenant": acting_tenant})
+            elif spec.tenant != acting_tenant:
+                raise OperationError(
+                    f"this client acts for tenant {acting_tenant!r} and cannot enqueue task "
+                    f"{task.idempotency_key!r} for {spec.tenant!r}"
+                )
+        if spec.tenant not in policies:
+            policies[spec.tenant] = await policy(pool, spec.tenant)
+        ready.append(task.model_copy(update={"spec": with_policy(spec, policies[spec.tenant])}))
+    return ready
