@@ -144,5 +144,13 @@ async def backlog_tasks(
                 )
         if spec.tenant not in policies:
             policies[spec.tenant] = await policy(pool, spec.tenant)
+        if policies[spec.tenant].limits.capped:
+            # The backlog starts its runs as its own children, past the tenant's queue: until
+            # they wait there, a capped tenant's backlog is refused rather than run uncapped.
+            raise OperationError(
+                f"refused: tenant {spec.tenant!r} has a cap, and backlog runs do not wait "
+                "in its queue yet; start its runs one by one (`agentrun start`), or lift the "
+                f"cap (`agentrun tenants set {spec.tenant} --max-in-flight off --max-queued off`)"
+            )
         ready.append(task.model_copy(update={"spec": with_policy(spec, policies[spec.tenant])}))
     return ready
