@@ -19,8 +19,10 @@ from temporalio.api.enums.v1 import EventType
 
 from agentrun.client_api import RunClient
 from agentrun.core.admission_models import AdmitInput, TenantLimits
+from agentrun.core.backlog_models import AGENT_PATTERN, child_run_id
 from agentrun.core.constants import SIGNAL_RUN_ADMIT
 from agentrun.core.errors import OperationError
+from agentrun.core.keys import id_part
 from agentrun.core.settings import Settings
 from agentrun.ops import admission_ops, approver_keys, door, fork_ops
 from agentrun.ops import operations as ops
@@ -95,7 +97,25 @@ def test_run_ids_are_scoped_by_tenant(a: tuple[str, str], b: tuple[str, str], or
         assert door.run_id(*a, origin=origin) != door.run_id(*b, origin=origin)
     assert not door.run_id(*a).startswith(door.ENGINE_ID_PREFIX)
     assert door.run_id(*a, origin="fork").startswith(door.ENGINE_ID_PREFIX)
-    assert door.run_id("default", a[1]) == ops.run_id_for(a[1]), "single-user ids stay"
+    if not door.BACKLOG_RUN.fullmatch(id_part(a[1])):
+        assert door.run_id("default", a[1]) == ops.run_id_for(a[1]), "single-user ids stay"
+
+
+@given(
+    st.from_regex(AGENT_PATTERN, fullmatch=True),
+    names,
+    st.integers(1, 20),
+    names,
+    st.sampled_from(["default", "acme"]),
+)
+def test_no_direct_start_takes_a_backlog_runs_id(
+    agent: str, task: str, launch: int, key: str, tenant: str
+):
+    """Issue 24: `run-<agent>.<key>.<n>` could be taken first by a direct start with that
+    key; now every key in every tenant, the backlog's own included, names another id."""
+    taken = child_run_id(agent, task, launch)
+    assert door.run_id(tenant, key) != taken
+    assert door.run_id(tenant, taken.removeprefix("run-")) != taken
 
 
 # ---------------------------------------------------------------- starts

@@ -8,11 +8,13 @@ or chosen limits changes nothing; without a database there is no policy to read,
 start is refused. `tests/test_door.py` fails if any other module starts a run.
 
 Run ids are scoped by tenant (`run_id`): the same key in two tenants names two runs. The
-engine's own runs (forks) take ids under `run-~`, which no person's key can produce.
+engine's own runs take ids no direct start can: forks under `run-~`, backlog runs
+`run-AGENT.KEY.N` (a direct start's key of that shape is scoped instead).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +38,9 @@ DEFAULT_TENANT = "default"
 ENGINE_ID_PREFIX = names.RUN_ID_PREFIX + "~"
 
 Origin = Literal["start", "fork"]
+# What a backlog names its runs after `run-` (agentrun/core/backlog_models.py, `child_run_id`):
+# agent (no dot), key (no dot), launch.
+BACKLOG_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.[A-Za-z0-9_-]+\.[0-9]+")
 
 NO_DATABASE = (
     "refused: a run's policy (its tenant's approvers, cap and weight) lives in Postgres, and "
@@ -74,11 +79,15 @@ def with_policy(spec: RunSpec, found: RunPolicy) -> RunSpec:
 def run_id(tenant: str, key: str | None, *, origin: Origin = "start") -> str:
     """The workflow id for a tenant's idempotency key: the same key in two tenants names two
     runs. The default tenant's direct starts keep `run-<key>` (the ids runs had before ids
-    were scoped); another tenant's are `run-<tenant>~<key>`; a fork's `run-~fork.<tenant>~<key>`.
-    Neither part can hold "~", so no two (tenant, key, origin) share an id."""
+    were scoped), except a key shaped like a backlog run's name (`AGENT.KEY.N`), which would
+    take that run's id first; those, and another tenant's, are `run-<tenant>~<key>`; a fork's
+    `run-~fork.<tenant>~<key>`. Neither part can hold "~", so no two (tenant, key, origin)
+    share an id, and none is a backlog run's."""
     if key is None:
         return operations.run_id_for(None)
-    scoped = id_part(key) if tenant == DEFAULT_TENANT else f"{id_part(tenant)}~{id_part(key)}"
+    own = id_part(key)
+    keeps = tenant == DEFAULT_TENANT and not BACKLOG_RUN.fullmatch(own)
+    scoped = own if keeps else f"{id_part(tenant)}~{own}"
     if origin == "fork":
         return f"{ENGINE_ID_PREFIX}fork.{id_part(tenant)}~{id_part(key)}"
     return names.RUN_ID_PREFIX + scoped
@@ -107,8 +116,10 @@ async def start(
     found = await policy(pool, spec.tenant)
     scoped = run_id(spec.tenant, spec.idempotency_key, origin=origin)
     legacy = operations.run_id_for(spec.idempotency_key)
-    if spec.idempotency_key is not None and legacy != scoped:
-        # A run this tenant started with the key before ids were scoped is still that run.
+    key = spec.idempotency_key
+    if key is not None and legacy != scoped and not BACKLOG_RUN.fullmatch(id_part(key)):
+        # A run this tenant started with the key before ids were scoped is still that run
+        # (a key shaped like a backlog run's name may name the backlog's run: never).
         if await mirror_views.run_tenant(pool, legacy) == spec.tenant:
             return operations.Started(legacy, existing=True)
     return await operations.start_run(
