@@ -177,7 +177,7 @@ class Tenants(RuleBasedStateMachine):
         self.call(store.save(TenantLimits(tenant=c, weight=3)))
         folder = os.path.join(self.stack.config_dir, a)
         ana = approver_keys.create(Path(folder), "ana", "approver", a)
-        assert self.call(ApproverStore(self.stack.pool).add(ana.signer))
+        self.call(ApproverStore(self.stack.pool).add(ana.signer))
         self.signers[a] = {ana.signer.key_id}
 
     def learn(self, run_id: str, tenant: str, path: str) -> Run:
