@@ -446,3 +446,17 @@ async def test_backlog_runs_carry_their_tenants_approvers(
         with pytest.raises(OperationError, match="only signed decisions"):
             await ops.approve(client, run_id, by="mallory", role="approver")
         await client.get_workflow_handle(f"backlog-{agent}").terminate("test over")
+
+
+async def test_a_tenant_neither_sets_nor_sees_other_tenants_limits(
+    settings, pool, tenants, tmp_path
+):
+    """Its cap and weight are the policy the door enforces: `tenants set` is an operator's."""
+    acme, globex = tenants
+    await TenantStore(pool).save(TenantLimits(tenant=acme, max_in_flight=1))
+    await TenantStore(pool).save(TenantLimits(tenant=globex, weight=3))
+    lifted = await cli(settings, tmp_path, acme, "tenants", "set", acme, "--max-in-flight", "off")
+    assert lifted.code == 2 and "operator" in lifted.err
+    assert (await TenantStore(pool).limits(acme)).max_in_flight == 1
+    listed = await cli(settings, tmp_path, acme, "tenants", "list", "--json")
+    assert listed.code == 0 and [r["tenant"] for r in listed.json()] == [acme]

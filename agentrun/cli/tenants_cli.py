@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from agentrun.cli import render
+from agentrun.core.errors import OperationError
 from agentrun.core.settings import Settings
 from agentrun.ops import tenant_ops
 from agentrun.store.db import open_pool
@@ -65,10 +66,18 @@ def add_commands(sub: Any) -> None:
 
 
 async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
+    if args.tenants_command == "set" and settings.tenant:
+        # A tenant's cap and weight are its policy, which the door enforces: not its own to set.
+        raise OperationError(
+            "tenants set changes a tenant's share and limits: an operator's act, not one "
+            f"under AGENTRUN_TENANT={settings.tenant}"
+        )
     pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
     try:
         if args.tenants_command == "list":
             rows = await tenant_ops.list_tenants(pool)
+            if settings.tenant:
+                rows = [r for r in rows if r["tenant"] == settings.tenant]
             text = render.table(rows, COLUMNS) if rows else "no tenant is configured"
             print(json.dumps(rows, indent=2, default=str) if args.json else text)
             return 0
