@@ -341,8 +341,7 @@ class Tenants(RuleBasedStateMachine):
         described = await client.get_workflow_handle(run.run_id).describe()
         priority = described.raw_description.workflow_execution_info.priority
         assert priority.fairness_key == run.tenant
-        if run.path != "backlog":  # backlog runs take the default weight: issue 24, left
-            assert (priority.fairness_weight or 1.0) == self.weights[run.tenant], run
+        assert (priority.fairness_weight or 1.0) == self.weights[run.tenant], run
         if run.tenant == self.tenants[0]:
             assert state.admission is not None, f"{run} did not pass its tenant's cap"
         handle = client.get_workflow_handle(run.run_id)

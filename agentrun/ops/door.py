@@ -66,8 +66,9 @@ async def policy(pool: AsyncConnectionPool, tenant: str) -> RunPolicy:
 
 
 def with_policy(spec: RunSpec, found: RunPolicy) -> RunSpec:
-    """The spec with the tenant's approvers in its approval policy: a spec's own signers are
-    added to them, never put in their place."""
+    """The spec with the tenant's weight and its approvers in its approval policy: a spec's
+    own signers are added to them, never put in their place."""
+    spec = spec.model_copy(update={"fairness_weight": found.limits.weight})
     if not found.signers:
         return spec
     known = {s.key_id for s in found.signers}
