@@ -45,7 +45,7 @@ from agentrun.core.models import (
 )
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.settings import Settings
-from agentrun.ops import approver_keys, backlog_ops, fork_ops, tenant_ops, watch
+from agentrun.ops import approver_keys, backlog_ops, door, fork_ops, tenant_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.operations import RunReport, Started
@@ -55,9 +55,9 @@ from agentrun.store.approver_store import ApproverStore
 from agentrun.store.db import open_pool, schema_version
 from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
-from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
+from agentrun.temporal.worker_presence import Deadline
 
 
 class RunClient:
@@ -112,9 +112,12 @@ class RunClient:
     ) -> str:
         """Start a run and return its id: `agent`'s profile expanded, `fields` (any run-spec
         field, e.g. `idempotency_key`) over it. Starting again with the same idempotency key
-        returns the same run."""
+        returns the same run. The run takes its tenant's approvers, cap and weight from the
+        database (agentrun/ops/door.py); without one, the start is refused."""
         if task is not None:
             fields["task"] = task
+        if self.settings.tenant is not None:
+            fields.setdefault("tenant", self.settings.tenant)
         spec = agent.spec(**fields) if agent is not None else RunSpec.model_validate(fields)
         return (await self.start_run(spec, require_tools=agent is not None)).run_id
 
@@ -127,14 +130,15 @@ class RunClient:
             await ops.require_tools(
                 pool or await self._database(), self.settings.task_queue, spec.allowed_tools
             )
-        return await ops.start_run(
+        if self.tenant is not None and "tenant" not in spec.model_fields_set:
+            spec = spec.model_copy(update={"tenant": self.tenant})
+        return await door.start(
             await self.temporal(),
+            pool,
             spec,
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
-            mirror=pool,
-            tenant=self.tenant,
-            limits=await TenantStore(pool).limits(spec.tenant) if pool is not None else None,
+            acting_tenant=self.tenant,
         )
 
     async def fork(
@@ -169,6 +173,7 @@ class RunClient:
             key=key,
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
+            tenant=self.tenant,
         )
 
     # ------------------------------------------------------------ acting on a run
@@ -257,7 +262,13 @@ class RunClient:
 
     async def status(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> RunState:
         """The live state, from the run itself (a worker answers)."""
-        return await ops.status(await self.temporal(wait), run_id, wait=wait, tenant=self.tenant)
+        return await ops.status(
+            await self.temporal(wait),
+            run_id,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
 
     async def inspect(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> RunReport:
         """The state with where it came from: the run itself, or the mirror while no worker
@@ -272,7 +283,9 @@ class RunClient:
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for the run to end."""
-        return await ops.result(await self.temporal(), run_id)
+        return await ops.result(
+            await self.temporal(), run_id, tenant=self.tenant, mirror=await self._mirror()
+        )
 
     async def receipt(self, run_id: str) -> JsonDict:
         return await ops.receipt(await self._database(), run_id, tenant=self.tenant)
@@ -287,13 +300,17 @@ class RunClient:
     async def _watch(self, run_id: str, from_offset: int, wait: float) -> AsyncIterator[WatchItem]:
         client = await self.temporal(wait)
         pool = await self._mirror()
-        async for item in watch.watch(client, run_id, pool=pool, from_offset=from_offset):
+        items = watch.watch(client, run_id, pool=pool, from_offset=from_offset, tenant=self.tenant)
+        async for item in items:
             yield item
 
     async def version(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> RunVersion:
         """The worker build the run is pinned to (all None on unversioned workers)."""
         client = await self.temporal(wait)
-        await ops.status(client, run_id, wait=wait, tenant=self.tenant)  # unknown: NotFound
+        if self.tenant is not None:  # another tenant's run reads as a missing one
+            await ops.find_run(
+                client, run_id, Deadline(wait), tenant=self.tenant, mirror=await self._mirror()
+            )
         return await deployments.run_version(client, run_id)
 
     async def list_runs(self, *, status: str | None = None, limit: int = 50) -> list[JsonDict]:
@@ -315,6 +332,7 @@ class RunClient:
             await self._database(),
             run_id,
             payload_limit=self.settings.payload_limit_bytes,
+            tenant=self.tenant,
         )
 
     async def rebuild_mirror(self, run_id: str) -> JsonDict:
@@ -324,6 +342,7 @@ class RunClient:
             await self._database(),
             run_id,
             payload_limit=self.settings.payload_limit_bytes,
+            tenant=self.tenant,
         )
 
     async def prune(self, *, older_than: timedelta, dry_run: bool = False) -> PruneResult:
@@ -409,7 +428,10 @@ class RunClient:
         policy: PolicyPatch | None = None,
         wait: float = DEFAULT_WAIT_SECONDS,
     ) -> EnqueueResult:
-        """Add tasks at the end of the agent's backlog, in order (creating it)."""
+        """Add tasks at the end of the agent's backlog, in order (creating it). Each task
+        runs for this client's tenant (a task naming another is refused) under its tenant's
+        policy (its approvers and weight), read through the door."""
+        tasks = await door.backlog_tasks(await self._mirror(), tasks, acting_tenant=self.tenant)
         return await backlog_ops.enqueue(
             await self.temporal(wait),
             agent,
@@ -445,12 +467,20 @@ class RunClient:
     # ------------------------------------------------------------ tenants and approvers
 
     async def tenants(self) -> list[JsonDict]:
-        """Every tenant: its settings, runs in flight and queued."""
-        return await tenant_ops.list_tenants(await self._database())
+        """Every tenant (this client's alone under AGENTRUN_TENANT): its settings, runs in
+        flight and queued."""
+        rows = await tenant_ops.list_tenants(await self._database())
+        return [r for r in rows if r["tenant"] == self.tenant] if self.tenant else rows
 
     async def set_tenant(self, tenant: str, changes: dict[str, Any]) -> TenantLimits:
         """Change some of a tenant's settings (weight, max_in_flight, max_queued,
-        model_calls_per_second; None removes a limit), keep the rest."""
+        model_calls_per_second; None removes a limit), keep the rest. An operator's act: a
+        tenant's cap and weight are the policy the door enforces on it, not its own to set."""
+        if self.tenant:
+            raise OperationRefused(
+                "tenants set changes a tenant's share and limits: an operator's act, not one "
+                f"under AGENTRUN_TENANT={self.tenant}"
+            )
         return await tenant_ops.set_tenant(
             await self.temporal(),
             await self._database(),
@@ -467,16 +497,68 @@ class RunClient:
         """`name`'s approver key on this machine, to sign decisions with; None if absent."""
         return approver_keys.load(self.config_dir(), name)
 
-    async def add_approver(self, name: str, *, role: str, tenant: str | None = None) -> Signer:
-        """A key pair for a new approver: the private key kept in `config_dir()`, the public
-        key registered, so runs started afterwards take only signed decisions."""
-        created = approver_keys.create(self.config_dir(), name, role, tenant)
-        await ApproverStore(await self._database()).add(created.signer)
+    async def add_approver(
+        self,
+        name: str,
+        *,
+        role: str,
+        tenant: str | None = None,
+        any_tenant: bool = False,
+        replace: bool = False,
+    ) -> Signer:
+        """A key pair for a new approver of `tenant`'s runs (default this client's tenant):
+        the private key kept in `config_dir()`, the public key registered, so runs started
+        afterwards take only signed decisions. Names are one person each per tenant; an
+        approver of every tenant (`any_tenant`) and a new key for a registered name
+        (`replace`) are an operator's acts, refused under AGENTRUN_TENANT."""
+        scope = self._scope(tenant)
+        if replace and self.tenant:
+            raise OperationRefused(
+                "--replace gives a registered approver a new key: an operator's act, not one "
+                f"under AGENTRUN_TENANT={self.tenant}"
+            )
+        if any_tenant:
+            if scope is not None:
+                raise OperationRefused(
+                    "--any-tenant registers an approver of every tenant's runs: an operator's "
+                    f"act, not one for tenant {scope!r}; leave out --tenant and AGENTRUN_TENANT"
+                )
+        elif scope is None:
+            raise InvalidRequest(
+                "say whose runs this approver decides: --tenant NAME (or AGENTRUN_TENANT), or, "
+                "as an operator, --any-tenant for every tenant's"
+            )
+        store = ApproverStore(await self._database())
+        where = f"tenant {scope!r}" if scope else "any tenant"
+        if not replace and await store.taken(name, scope):
+            raise OperationRefused(
+                f"an approver {name!r} is already registered for {where}: names are one person "
+                "each; pick another name, or, as an operator replacing their key on purpose, "
+                "add --replace"
+            )
+        created = approver_keys.create(self.config_dir(), name, role, scope, replace=replace)
+        if not await store.add(created.signer, replace=replace):
+            raise OperationRefused(
+                f"an approver {name!r} was registered for {where} meanwhile; add --replace to "
+                "replace their key on purpose"
+            )
         return created.signer
 
-    async def approvers(self) -> list[Signer]:
-        """The registered approvers and their key ids."""
-        return await ApproverStore(await self._database()).signers()
+    async def approvers(self, *, tenant: str | None = None) -> list[Signer]:
+        """The approvers who decide runs of `tenant` (default this client's; an operator
+        without either sees every one) and their key ids."""
+        scope = self._scope(tenant)
+        store = ApproverStore(await self._database())
+        return await (store.registered_for(scope) if scope else store.signers())
+
+    def _scope(self, tenant: str | None) -> str | None:
+        """The tenant a command acts in: `tenant`, or this client's (AGENTRUN_TENANT), which
+        `tenant` may repeat but never widen."""
+        if tenant and self.tenant and tenant != self.tenant:
+            raise OperationRefused(
+                f"this client acts for tenant {self.tenant!r} (AGENTRUN_TENANT), not {tenant!r}"
+            )
+        return tenant or self.tenant
 
     # ------------------------------------------------------------ connections
 
@@ -494,7 +576,7 @@ class RunClient:
         return self._client
 
     async def _mirror(self) -> AsyncConnectionPool | None:
-        """The Postgres pool when a database is configured, else None."""
+        """The pool when a database is configured, else None (reads that can do without)."""
         return await self._database() if self.settings.database_url else None
 
     async def _database(self) -> AsyncConnectionPool:

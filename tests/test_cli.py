@@ -268,7 +268,7 @@ async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, t
     )
     assert started.code == 0, started.err
     run_id = started.json()["run_id"]
-    assert run_id == f"run-{key}"
+    assert run_id == f"run-acme~{key}", "the run's id is scoped by its tenant"
     handle = client.get_workflow_handle(run_id)
     try:
         spec_sent = (await handle.fetch_history()).events[0]

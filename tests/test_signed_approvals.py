@@ -17,7 +17,7 @@ from agentrun.client_api import RunClient
 from agentrun.core import approval_signatures
 from agentrun.core.errors import InvalidInput, OperationError
 from agentrun.core.models import ApprovalPolicy, ApproveInput, PendingApproval, RejectInput
-from agentrun.ops import approver_keys
+from agentrun.ops import approver_keys, door
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.store.approver_store import ApproverStore
@@ -175,7 +175,9 @@ async def test_runs_take_the_registered_approvers_and_the_cli_signs(
 
     spec = make_spec(tenant=tenant)
     async with worker():
-        started = await ops.start_run(client, spec, task_queue=settings.task_queue, mirror=pool)
+        started = await door.start(
+            client, pool, spec, task_queue=settings.task_queue, acting_tenant=None
+        )
         pending = await wait_pending(client, started.run_id)
         unsigned = await run_cli(
             settings, home, "approve", started.run_id, "--by", "eve", "--role", "approver"

@@ -10,6 +10,7 @@ import pytest
 
 from agentrun.client_api import RunClient
 from agentrun.core.errors import OperationError
+from agentrun.ops import door
 from agentrun.ops import operations as ops
 from agentrun.store import metrics
 from tests.support import make_spec, wait_pending
@@ -31,7 +32,7 @@ async def test_every_read_and_write_refuses_another_tenants_run(
         ours = await ops.start_run(client, make_spec(tenant=globex), task_queue=settings.task_queue)
         await wait_pending(client, theirs.run_id)
         await wait_pending(client, ours.run_id)
-        hidden = f"no run '{theirs.run_id}' for tenant '{globex}'"
+        hidden = str(ops.no_run(theirs.run_id))
 
         refusals = {
             "status": lambda: ops.inspect(client, theirs.run_id, tenant=globex, mirror=pool),
@@ -51,10 +52,14 @@ async def test_every_read_and_write_refuses_another_tenants_run(
         for name, call in refusals.items():
             with pytest.raises(OperationError) as refused:
                 await call()
-            assert hidden in str(refused.value), name
+            assert str(refused.value) == hidden, name
         with pytest.raises(OperationError, match=f"acts for tenant '{globex}'"):
-            await ops.start_run(
-                client, make_spec(tenant=acme), task_queue=settings.task_queue, tenant=globex
+            await door.start(
+                client,
+                pool,
+                make_spec(tenant=acme),
+                task_queue=settings.task_queue,
+                acting_tenant=globex,
             )
         assert await ops.status(client, theirs.run_id) == before, "nothing was touched"
 
@@ -65,10 +70,12 @@ async def test_every_read_and_write_refuses_another_tenants_run(
             lambda: python_client.approve(theirs.run_id, by="li", role="approver"),
             lambda: python_client.reject(theirs.run_id, by="li", reason="x", role="approver"),
             lambda: python_client.receipt(theirs.run_id),
-            lambda: python_client.start("x", tenant=acme),
         ):
-            with pytest.raises(OperationError, match=f"tenant '{globex}'"):
+            with pytest.raises(OperationError) as refused:
                 await call()
+            assert str(refused.value) == hidden
+        with pytest.raises(OperationError, match=f"tenant '{globex}'"):
+            await python_client.start("x", tenant=acme)
         await python_client.close()
 
         listed = await ops.list_runs(pool, tenant=globex)
@@ -91,13 +98,16 @@ async def test_the_cli_takes_the_tenant_from_the_environment(
         monkeypatch.setenv("AGENTRUN_TENANT", globex)
         home = tmp_path / "home"
         status = await run_cli(settings, home, "status", theirs.run_id)
-        assert status.code == 3 and f"for tenant '{globex}'" in status.err
+        assert status.code == 3 and status.err.strip() == f"error: {ops.no_run(theirs.run_id)}"
         listed = await run_cli(settings, home, "list", "--json")
         assert listed.code == 0 and listed.json() == []
         approve = await run_cli(
             settings, home, "approve", theirs.run_id, "--by", "li", "--role", "approver"
         )
-        assert approve.code == 3 and f"for tenant '{globex}'" in approve.err
+        assert approve.code == 3 and approve.err == status.err
+        widened = await run_cli(settings, home, "status", theirs.run_id, "--tenant", acme)
+        assert widened.code == 5 and "acts for tenant" in widened.err, "a flag cannot widen"
+        monkeypatch.setenv("AGENTRUN_TENANT", acme)
         own = await run_cli(settings, home, "status", theirs.run_id, "--tenant", acme, "--json")
         assert own.code == 0 and own.json()["tenant"] == acme
         await ops.cancel(client, theirs.run_id)

@@ -1,8 +1,10 @@
 """`agentrun approvers add|list`: approvers as identities with keys, not typed names.
 
 `add` makes an Ed25519 key pair: the private key stays in your config directory (mode
-0600), the public key goes to the approvers table, and every run started afterwards (for
-that tenant, or any) takes only decisions signed by one of its approvers.
+0600), the public key goes to the approvers table, and every run of that tenant started
+afterwards takes only decisions signed by one of its approvers. An approver is registered
+for one tenant (--tenant, or AGENTRUN_TENANT); one for every tenant's runs is an operator's
+act (--any-tenant). A name is one person per tenant: `--replace` gives it a new key.
 """
 
 from __future__ import annotations
@@ -24,9 +26,20 @@ def add_commands(sub: Any) -> None:
     p = commands.add_parser("add", help="create a key pair for an approver and register it")
     p.add_argument("name", help="the approver; `approve --by NAME` then signs with this key")
     p.add_argument("--role", required=True, help="the role they approve in")
-    p.add_argument("--tenant", help="only this tenant's runs (default: any tenant's)")
+    p.add_argument("--tenant", help="the tenant whose runs they decide (default AGENTRUN_TENANT)")
+    p.add_argument(
+        "--any-tenant",
+        action="store_true",
+        help="operators only: an approver of every tenant's runs (not under AGENTRUN_TENANT)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="operators only: give a registered name a new key (its old keys stop counting)",
+    )
     add_json(p)
     p = commands.add_parser("list", help="the registered approvers and their key ids")
+    p.add_argument("--tenant", help="only this tenant's (default AGENTRUN_TENANT)")
     add_json(p)
 
 
@@ -34,15 +47,22 @@ async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
     if args.approvers_command == "add":
-        signer = await runs.add_approver(args.name, role=args.role, tenant=args.tenant)
+        signer = await runs.add_approver(
+            args.name,
+            role=args.role,
+            tenant=args.tenant,
+            any_tenant=args.any_tenant,
+            replace=args.replace,
+        )
+        where = f"tenant {signer.tenant!r}" if signer.tenant else "any tenant"
         text = (
-            f"approver {args.name} ({args.role}, key {signer.key_id}); private key "
+            f"approver {args.name} ({args.role}, {where}, key {signer.key_id}); private key "
             f"in {runs.config_dir() / 'approvers'} (mode 0600). Runs started from now on take "
             f"only signed decisions: `agentrun approve RUN --by {args.name}` signs with it."
         )
         emit(signer.model_dump(mode="json"), args.json, text)
     else:
-        rows = [s.model_dump(mode="json") for s in await runs.approvers()]
+        rows = [s.model_dump(mode="json") for s in await runs.approvers(tenant=args.tenant)]
         text = render.table(rows, COLUMNS) if rows else "no approvers: decisions are unsigned"
         emit(rows, args.json, text)
     return 0

@@ -803,8 +803,15 @@ async def dispatch(args: argparse.Namespace) -> int:
     # pool retrying its connection), unless --log-level asks for them.
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
-    if args.command in SCOPED and getattr(args, "tenant", None):
-        settings = settings.model_copy(update={"tenant": args.tenant})
+    flag = getattr(args, "tenant", None) if args.command in SCOPED else None
+    if flag and settings.tenant and flag != settings.tenant:  # a flag never widens the scope
+        from agentrun.core.errors import OperationRefused
+
+        raise OperationRefused(
+            f"this client acts for tenant {settings.tenant!r} (AGENTRUN_TENANT), not {flag!r}"
+        )
+    if flag:
+        settings = settings.model_copy(update={"tenant": flag})
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None)) as runs:
         return await COMMANDS[args.command](runs, args)
 

@@ -213,6 +213,12 @@ class RunSpec(Strict):
         description="set by the engine: the run workflow generation the run takes "
         "(agentrun/workflows/changes.py); None: an older run, which asks a patch marker",
     )
+    fairness_weight: float | None = Field(
+        None,
+        gt=0,
+        description="set by the engine (agentrun/ops/door.py): its tenant's weight, which a "
+        "backlog starts the run with; whatever a spec says is replaced",
+    )
 
 
 # ---------------------------------------------------------------- activity inputs and results

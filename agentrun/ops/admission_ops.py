@@ -50,7 +50,7 @@ async def enqueue_run(
         """A with-start operation is used once: each try gets its own."""
         return WithStartWorkflowOperation(
             TenantAdmissionWorkflow.run,
-            AdmissionInput(tenant=spec.tenant, limits=limits),
+            AdmissionInput(tenant=spec.tenant, limits=limits, keeps_limits=True),
             id=admission_id(spec.tenant),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

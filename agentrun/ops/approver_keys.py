@@ -51,10 +51,16 @@ def _paths(config_dir: Path, name: str) -> tuple[Path, Path]:
     return folder / f"{name}.pem", folder / f"{name}.json"
 
 
-def create(config_dir: Path, name: str, role: str, tenant: str | None) -> ApproverKey:
-    """A new key pair for `name`: the private key written with mode 0600, never replaced."""
+def create(
+    config_dir: Path, name: str, role: str, tenant: str | None, *, replace: bool = False
+) -> ApproverKey:
+    """A new key pair for `name`: the private key written with mode 0600, never replaced
+    unless `replace` (an operator replacing the key on purpose)."""
     key_path, identity_path = _paths(config_dir, name)
     key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if replace:
+        key_path.unlink(missing_ok=True)
+        identity_path.unlink(missing_ok=True)
     key = Ed25519PrivateKey.generate()
     raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     signer = Signer(

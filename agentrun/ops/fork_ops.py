@@ -23,8 +23,10 @@ from agentrun.core.errors import (
 )
 from agentrun.core.keys import canonical_json
 from agentrun.core.models import ForkOrigin, RunSpec
+from agentrun.ops import door
 from agentrun.ops import operations as ops
 from agentrun.store.fork_store import ForkStore
+from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 
 
 async def parent_spec(client: Client, run_id: str) -> RunSpec:
@@ -33,10 +35,7 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
         history = await client.get_workflow_handle(run_id).fetch_history()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(
-                f"no run {run_id!r} in Temporal (or its history has expired): "
-                "`agentrun list` shows the runs"
-            ) from err
+            raise ops.no_run(run_id) from err
         raise
     first = history.events[0]
     if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
@@ -44,7 +43,8 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
     payloads = first.workflow_execution_started_event_attributes.input.payloads
     [spec] = await client.data_converter.decode(payloads, [RunSpec])
     assert isinstance(spec, RunSpec)
-    return spec.model_copy(update={"carry": None})
+    # What the engine set for the parent is the parent's: the fork gets its own at the door.
+    return spec.model_copy(update={"carry": None, "admission": None, "workflow_generation": None})
 
 
 def default_key(parent_run_id: str, from_step: int, edit_output: Any) -> str:
@@ -63,9 +63,16 @@ async def fork_run(
     key: str | None = None,
     task_queue: str,
     indexed: bool = True,
+    tenant: str | None = None,
 ) -> ops.Started:
+    """Fork `run_id` (with `tenant`, the caller's, only a run of that tenant: another's
+    reads as missing); the fork is a run of the parent's tenant, started through the door."""
     if from_step < 1:
         raise InvalidRequest(f"--from-step takes a step number, 1 or more, not {from_step}")
+    if tenant is not None:
+        await ops.find_run(
+            client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=pool
+        )
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
@@ -78,4 +85,12 @@ async def fork_run(
             "idempotency_key": key or default_key(run_id, from_step, edit_output),
         }
     )
-    return await ops.start_run(client, fork_spec, task_queue=task_queue, indexed=indexed)
+    return await door.start(
+        client,
+        pool,
+        fork_spec,
+        task_queue=task_queue,
+        indexed=indexed,
+        acting_tenant=tenant,
+        origin="fork",
+    )

@@ -55,7 +55,6 @@ from agentrun.ops import admission_ops, handles, projection
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight, in_flight
 from agentrun.store import mirror_views, tool_sets
-from agentrun.store.approver_store import ApproverStore
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.temporal.worker_presence import (
@@ -69,6 +68,12 @@ from agentrun.temporal.worker_presence import (
 )
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.changes import for_new_run
+
+
+def no_run(run_id: str) -> RunNotFound:
+    """The one refusal for a run the caller may not see: a missing run and another tenant's
+    read alike, word for word and exit code (3), so run ids cannot be probed."""
+    return RunNotFound(f"no run {run_id!r}: `agentrun list` shows the runs")
 
 
 @dataclass
@@ -91,12 +96,13 @@ async def start_run(
     *,
     task_queue: str,
     indexed: bool = True,
-    tenant: str | None = None,
     limits: TenantLimits | None = None,
     mirror: AsyncConnectionPool | None = None,
+    run_id: str | None = None,
 ) -> Started:
-    """Start a run; the same idempotency key always names the same run, running or ended.
-    With `tenant`, only a run of that tenant may be started.
+    """The engine's start, under the policy given: only `agentrun.ops.door.start` calls it
+    (tests/test_door.py), with the policy it read; tests call it to set up runs. The same
+    idempotency key always names the same run (`run_id`, else `run_id_for` the key).
 
     `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters
     on. The run's priority and its tenant (the fairness key, weighted by `limits.weight`)
@@ -105,23 +111,15 @@ async def start_run(
     run: its id is not started again over the old run's conversation, journal and ledger,
     and the caller is told it exists (its receipt is in the mirror).
     """
-    if tenant is not None and spec.tenant != tenant:
-        raise OperationRefused(
-            f"this client acts for tenant {tenant!r} and cannot start a run for {spec.tenant!r}"
-        )
     if spec.carry is not None:
         raise InvalidRequest("`carry` is set by the engine when a run continues; leave it out")
     if spec.admission is not None:
         raise InvalidRequest("`admission` is set by the engine; leave it out")
     spec = for_new_run(spec)
     limits = limits or TenantLimits(tenant=spec.tenant)
-    run_id = run_id_for(spec.idempotency_key)
+    run_id = run_id or run_id_for(spec.idempotency_key)
     if mirror is not None and await _mirrored(mirror, run_id):
         return Started(run_id, existing=True)
-    if mirror is not None and not spec.approval.signers:
-        signers = await ApproverStore(mirror).signers(spec.tenant)
-        approval = spec.approval.model_copy(update={"signers": signers})
-        spec = spec.model_copy(update={"approval": approval})
     if limits.capped:
         try:
             queued = await admission_ops.enqueue_run(
@@ -205,7 +203,7 @@ class RunRef:
     in_flight: list[ActivityInFlight] = field(default_factory=list)
 
 
-async def _find(
+async def find_run(
     client: Client,
     run_id: str,
     deadline: Deadline,
@@ -213,16 +211,18 @@ async def _find(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunRef:
-    """The run, if it exists and (with `tenant`) belongs to that tenant; no worker needed.
+    """The one accessor every command that reads or writes a run goes through: the run, if
+    it exists and (with `tenant`, the caller's) belongs to that tenant; no worker needed.
 
-    Another tenant's run is reported exactly as a missing one, so ids cannot be probed.
+    Another tenant's run is refused exactly as a missing one (`no_run`), so ids cannot be
+    probed.
     """
     handle = client.get_workflow_handle(run_id)
     try:
         description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"no run {run_id!r}: `agentrun list` shows the runs") from err
+            raise no_run(run_id) from err
         raise
     indexed = description.typed_search_attributes
     if tenant is not None:
@@ -241,9 +241,7 @@ async def _find(
                     "answers and the mirror has not seen it; try again when a worker runs"
                 ) from err
         if owner != tenant:
-            raise RunNotFound(
-                f"no run {run_id!r} for tenant {tenant!r}: `agentrun list` shows its runs"
-            )
+            raise no_run(run_id)
     return RunRef(
         handle=handle,
         running=description.status == WorkflowExecutionStatus.RUNNING,
@@ -261,7 +259,7 @@ async def _running(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunRef:
-    run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     if not run.running:
         raise OperationRefused(
             f"run {run_id} has already ended; `agentrun receipt {run_id}` shows how"
@@ -283,10 +281,15 @@ def _recorded(what: str, run: RunRef) -> str:
 
 
 async def pending_approval(
-    client: Client, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    run_id: str,
+    *,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> PendingApproval:
     deadline = Deadline(wait)
-    run = await _running(client, run_id, deadline)
+    run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
         pending: PendingApproval | None = await handles.ask_within(
             run.handle, AgentRunWorkflow.get_pending_approval, deadline
@@ -542,17 +545,30 @@ async def cancel(
     return f"cancel requested: {run_id} ends as cancelled and writes its receipt"
 
 
-async def result(client: Client, run_id: str) -> RunResult:
+async def result(
+    client: Client,
+    run_id: str,
+    *,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> RunResult:
     """Wait for the run to end: its result, as its workflow returned it."""
+    if tenant is not None:
+        await find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=mirror)
     return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
 
 
 async def status(
-    client: Client, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS, tenant: str | None = None
+    client: Client,
+    run_id: str,
+    *,
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> RunState:
     """The live state, from the workflow itself (a worker answers the query)."""
     deadline = Deadline(wait)
-    run = await _find(client, run_id, deadline, tenant=tenant)
+    run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
         state: RunState = await handles.ask_within(
             run.handle, AgentRunWorkflow.state, deadline, 0.8
@@ -607,7 +623,7 @@ async def inspect(
 ) -> RunReport:
     """The run's state from its workflow, or from the mirror when no worker answers."""
     deadline = Deadline(wait)
-    run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     now = datetime.now(UTC)
     found = await pollers_or_unknown(client, run.task_queue, seconds=deadline.share(0.2))
     progress = await _last_progress(client, run_id, deadline)
@@ -702,8 +718,7 @@ async def receipt(pool: AsyncConnectionPool, run_id: str, *, tenant: str | None 
             )
             run = await cur.fetchone()
             if run is None:
-                owner = f" for tenant {tenant!r}" if tenant else ""
-                raise RunNotFound(f"no run {run_id!r}{owner} in the mirror: `agentrun list`")
+                raise no_run(run_id)
             raise OperationRefused(
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
@@ -718,9 +733,12 @@ async def check_mirror(
     run_id: str,
     *,
     payload_limit: int = DEFAULT_LIMIT_BYTES,
+    tenant: str | None = None,
 ) -> JsonDict:
     """Compare the run's mirror rows with those its Temporal history derives."""
-    running = (await _find(client, run_id, Deadline(DEFAULT_WAIT_SECONDS))).running
+    running = (
+        await find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=pool)
+    ).running
     found = await projection.check(client, pool, run_id, payload_limit=payload_limit)
     counts = {kind: sum(d.kind == kind for d in found) for kind in projection.KINDS}
     return {
@@ -738,9 +756,13 @@ async def rebuild_mirror(
     run_id: str,
     *,
     payload_limit: int = DEFAULT_LIMIT_BYTES,
+    tenant: str | None = None,
 ) -> JsonDict:
     """Rewrite an ended run's mirror rows from its Temporal history, then check them."""
-    if (await _find(client, run_id, Deadline(DEFAULT_WAIT_SECONDS))).running:
+    found = await find_run(
+        client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=pool
+    )
+    if found.running:
         raise OperationRefused(
             f"run {run_id} is still running and keeps writing its mirror; rebuild it once "
             f"it ends (`agentrun mirror check {run_id}` compares it now)"
@@ -749,4 +771,4 @@ async def rebuild_mirror(
     if derived.run is None:
         raise OperationError(f"run {run_id}'s history holds no mirror write to rebuild from")
     await MirrorStore(pool).rebuild(derived.batch(), derived.receipt)
-    return await check_mirror(client, pool, run_id, payload_limit=payload_limit)
+    return await check_mirror(client, pool, run_id, payload_limit=payload_limit, tenant=tenant)

@@ -26,9 +26,11 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowSt
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
-from agentrun.core.errors import InvalidRequest, NotAnswered, OperationError, RunNotFound
+from agentrun.core.errors import InvalidRequest, NotAnswered, OperationError
 from agentrun.core.models import JsonDict, RetryNote, RunEvent, TextPiece, WatchItem
 from agentrun.ops import operations as ops
+from agentrun.store import mirror_views
+from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 
 # After a worker crash or a server restart a subscription fails; it resumes from the next
 # offset it has not seen, this long after, for as long as the run is open.
@@ -44,14 +46,18 @@ async def watch(
     pool: AsyncConnectionPool | None = None,
     from_offset: int = 0,
     poll_cooldown: timedelta = timedelta(milliseconds=100),
+    tenant: str | None = None,
 ) -> AsyncIterator[WatchItem]:
-    """Every item of the run from `from_offset` on, live, ending with its receipt.
+    """Every item of the run from `from_offset` on, live, ending with its receipt; with
+    `tenant` (the caller's), only a run of that tenant (another's reads as missing).
 
     Without a pool the items end at the run's last event (the receipt lives in Postgres),
     and an ended run cannot be read (its story is in the mirror).
     """
     if from_offset < 0:
         raise InvalidRequest("--from takes an offset of 0 or more")
+    if tenant is not None:
+        await _belongs(client, run_id, tenant, pool)
     if not await _is_open(client, run_id):
         if pool is None:
             raise NotAnswered(
@@ -153,6 +159,18 @@ async def _is_open(client: Client, run_id: str) -> bool:
         description = await client.get_workflow_handle(run_id).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"no run {run_id!r}: `agentrun list` shows the runs") from err
+            raise ops.no_run(run_id) from err
         raise
     return description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def _belongs(
+    client: Client, run_id: str, tenant: str, pool: AsyncConnectionPool | None
+) -> None:
+    """Refuse, as a missing run, a run of another tenant: the mirror's row says whose it is,
+    else Temporal's (a run Temporal has forgotten is read from the mirror alone)."""
+    owner = await mirror_views.run_tenant(pool, run_id) if pool is not None else None
+    if owner is None:
+        await ops.find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant)
+    elif owner != tenant:
+        raise ops.no_run(run_id)

@@ -62,6 +62,7 @@ class TenantAdmissionWorkflow:
         self.limits = input.limits
         self.history_events_limit = input.history_events_limit
         self.sweep_seconds = input.sweep_seconds
+        self.keeps_limits = input.keeps_limits
         carry = input.carry or AdmissionCarry()
         self.seq = carry.seq
         self.waiting = list(carry.waiting)  # run ids, oldest first
@@ -108,6 +109,7 @@ class TenantAdmissionWorkflow:
                     ),
                     history_events_limit=self.history_events_limit,
                     sweep_seconds=self.sweep_seconds,
+                    keeps_limits=self.keeps_limits,
                 )
             )
 
@@ -196,7 +198,8 @@ class TenantAdmissionWorkflow:
                 self.requests.get(run_id) == request.request_id
             )
             return QueuedStart(run_id=run_id, existing=not same, position=self._position(run_id))
-        self.limits = request.limits
+        if not self.keeps_limits:
+            self.limits = request.limits
         self.seq += 1
         self.seqs[run_id] = self.seq
         self.waiting.append(run_id)
@@ -236,8 +239,13 @@ class TenantAdmissionWorkflow:
 
     @enqueue.validator
     def _enqueue_allowed(self, request: QueuedStartInput) -> None:
+        if request.spec.tenant != self.tenant:
+            # The queue holds only its tenant's runs: a slot here is this tenant's to give.
+            raise ValueError(
+                f"tenant {self.tenant!r}'s queue does not take a run of {request.spec.tenant!r}"
+            )
         known = request.run_id in self.seqs or request.run_id in self.in_flight
-        limits = request.limits
+        limits = self.limits if self.keeps_limits else request.limits
         if known or limits.max_queued is None:
             return
         room = (limits.max_in_flight or 0) - len(self.in_flight)

@@ -186,7 +186,11 @@ class AgentBacklogWorkflow:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=f"{self.agent} #{task.ordinal}: {task.title}",
-                priority=fairness.run_priority(task.spec.priority, task.spec.tenant)
+                # The tenant's weight, as the door wrote it into the task's spec (None in
+                # backlogs recorded before: the default weight, as then).
+                priority=fairness.run_priority(
+                    task.spec.priority, task.spec.tenant, task.spec.fairness_weight
+                )
                 if workflow.patched(CHILD_PRIORITY)
                 else Priority.default,
             )

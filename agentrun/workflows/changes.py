@@ -15,6 +15,9 @@ Generation 3 asks no patch at all: the engine writes the generation into the run
 history, so a replay reads the same answer; the run pays no marker and no upsert. A run's
 input names its generation only from generation 3 on; an input without one asks the
 generation-2 patch, as before.
+
+Generation 4 (issue 24): a run takes an admit signal only from the admission queue its input
+names; an admit from any other sender is ignored. Runs of generation 3 and before took any.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from agentrun.core.models import RunSpec
 
 GENERATION_2 = "agentrun-generation-2"
 # The generation `for_new_run` writes into a new run's input.
-CURRENT_GENERATION = 3
+CURRENT_GENERATION = 4
 
 
 def for_new_run(spec: RunSpec) -> RunSpec:
@@ -39,6 +42,7 @@ class Changes:
         # the run's first activation: replaying a history recorded before generation 2,
         # there is no marker and the answer is False.
         self.generation_3 = generation is not None and generation >= 3
+        self.generation_4 = generation is not None and generation >= 4
         self.generation_2 = self.generation_3 or workflow.patched(GENERATION_2)
 
     def has(self, patch_id: str) -> bool:

@@ -26,7 +26,16 @@ class RunMessages(Recording):
 
     @workflow.signal(name=names.SIGNAL_RUN_ADMIT)
     def admit_signal(self, input: AdmitInput) -> None:
-        """The tenant's admission queue gives this run a slot."""
+        """The tenant's admission queue gives this run a slot: only the queue that holds it
+        (the one its input names) may; an admit from another sender is ignored."""
+        if self.changes.generation_4 and input.admission_id != self.spec.admission:
+            workflow.logger.warning(
+                "run %s ignored an admit from %r: its slot is %r's to give",
+                self.run_id,
+                input.admission_id,
+                self.spec.admission,
+            )
+            return
         self.progress.admitted = True
 
     @workflow.update(name=names.UPDATE_PAUSE)

@@ -1,0 +1,168 @@
+"""The one door every run comes in by: the tenant's policy, read here, never passed in.
+
+Every path that starts a run (the CLI's `start`, `RunClient.start`, a fork, `demo`, a
+capped tenant's queue) calls `start`. It reads the tenant's policy from Postgres itself:
+its registered approvers (a spec may add approvers, never remove the tenant's), its cap, its
+weight, its model-call rate. No caller hands it limits or approvers, so a caller with stale
+or chosen limits changes nothing; without a database there is no policy to read, and the
+start is refused. `tests/test_door.py` fails if any other module starts a run.
+
+Run ids are scoped by tenant (`run_id`): the same key in two tenants names two runs. The
+engine's own runs take ids no direct start can: forks under `run-~`, backlog runs
+`run-AGENT.KEY.N` (a direct start's key of that shape is scoped instead).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+
+from agentrun.core import constants as names
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.backlog_models import TaskItem
+from agentrun.core.errors import OperationRefused, SetupError
+from agentrun.core.keys import id_part
+from agentrun.core.models import RunSpec, Signer
+from agentrun.ops import operations
+from agentrun.store import mirror_views
+from agentrun.store.approver_store import ApproverStore
+from agentrun.store.tenant_store import TenantStore
+
+# The tenant of single-user deployments: its runs keep the ids they always had.
+DEFAULT_TENANT = "default"
+# Ids no direct start can take: `id_part` never yields "~", and a tenant's part is never empty.
+ENGINE_ID_PREFIX = names.RUN_ID_PREFIX + "~"
+
+Origin = Literal["start", "fork"]
+# What a backlog names its runs after `run-` (agentrun/core/backlog_models.py, `child_run_id`):
+# agent (no dot), key (no dot), launch.
+BACKLOG_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.[A-Za-z0-9_-]+\.[0-9]+")
+
+NO_DATABASE = (
+    "refused: a run's policy (its tenant's approvers, cap and weight) lives in Postgres, and "
+    "no database is configured; set DATABASE_URL (`agentrun up` prints it)"
+)
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """What a tenant's runs must carry, as Postgres holds it now."""
+
+    limits: TenantLimits
+    signers: list[Signer]
+
+
+async def policy(pool: AsyncConnectionPool, tenant: str) -> RunPolicy:
+    """The tenant's stored limits and every approver who may decide its runs (its own and
+    any-tenant ones)."""
+    return RunPolicy(
+        limits=await TenantStore(pool).limits(tenant),
+        signers=await ApproverStore(pool).signers(tenant),
+    )
+
+
+def with_policy(spec: RunSpec, found: RunPolicy) -> RunSpec:
+    """The spec with the tenant's weight and its approvers in its approval policy: a spec's
+    own signers are added to them, never put in their place."""
+    spec = spec.model_copy(update={"fairness_weight": found.limits.weight})
+    if not found.signers:
+        return spec
+    known = {s.key_id for s in found.signers}
+    signers = [*found.signers, *(s for s in spec.approval.signers if s.key_id not in known)]
+    approval = spec.approval.model_copy(update={"signers": signers})
+    return spec.model_copy(update={"approval": approval})
+
+
+def run_id(tenant: str, key: str | None, *, origin: Origin = "start") -> str:
+    """The workflow id for a tenant's idempotency key: the same key in two tenants names two
+    runs. The default tenant's direct starts keep `run-<key>` (the ids runs had before ids
+    were scoped), except a key shaped like a backlog run's name (`AGENT.KEY.N`), which would
+    take that run's id first; those, and another tenant's, are `run-<tenant>~<key>`; a fork's
+    `run-~fork.<tenant>~<key>`. Neither part can hold "~", so no two (tenant, key, origin)
+    share an id, and none is a backlog run's."""
+    if key is None:
+        return operations.run_id_for(None)
+    own = id_part(key)
+    keeps = tenant == DEFAULT_TENANT and not BACKLOG_RUN.fullmatch(own)
+    scoped = own if keeps else f"{id_part(tenant)}~{own}"
+    if origin == "fork":
+        return f"{ENGINE_ID_PREFIX}fork.{id_part(tenant)}~{id_part(key)}"
+    return names.RUN_ID_PREFIX + scoped
+
+
+async def start(
+    client: Client,
+    pool: AsyncConnectionPool | None,
+    spec: RunSpec,
+    *,
+    task_queue: str,
+    acting_tenant: str | None,
+    indexed: bool = True,
+    origin: Origin = "start",
+) -> operations.Started:
+    """Start a run under its tenant's policy, read from `pool`; the same key (in the same
+    tenant) always names the same run. `acting_tenant`: the tenant the caller acts for
+    (AGENTRUN_TENANT), None for an operator; a run of another tenant is refused."""
+    if pool is None:
+        raise SetupError(NO_DATABASE)
+    if acting_tenant is not None and spec.tenant != acting_tenant:
+        raise OperationRefused(
+            f"this client acts for tenant {acting_tenant!r} and cannot start a run for "
+            f"{spec.tenant!r}"
+        )
+    found = await policy(pool, spec.tenant)
+    scoped = run_id(spec.tenant, spec.idempotency_key, origin=origin)
+    legacy = operations.run_id_for(spec.idempotency_key)
+    key = spec.idempotency_key
+    if key is not None and legacy != scoped and not BACKLOG_RUN.fullmatch(id_part(key)):
+        # A run this tenant started with the key before ids were scoped is still that run
+        # (a key shaped like a backlog run's name may name the backlog's run: never).
+        if await mirror_views.run_tenant(pool, legacy) == spec.tenant:
+            return operations.Started(legacy, existing=True)
+    return await operations.start_run(
+        client,
+        with_policy(spec, found),
+        task_queue=task_queue,
+        indexed=indexed,
+        limits=found.limits,
+        mirror=pool,
+        run_id=scoped,
+    )
+
+
+async def backlog_tasks(
+    pool: AsyncConnectionPool | None, tasks: list[TaskItem], *, acting_tenant: str | None
+) -> list[TaskItem]:
+    """A backlog's tasks as its runs will start: each of the caller's tenant (a task of
+    another is refused), with its tenant's approvers in its spec. The backlog workflow starts
+    them as its children; what it starts is what passed here."""
+    if pool is None:
+        raise SetupError(NO_DATABASE)
+    ready: list[TaskItem] = []
+    policies: dict[str, RunPolicy] = {}
+    for task in tasks:
+        spec = task.spec
+        if acting_tenant is not None:
+            if "tenant" not in spec.model_fields_set:
+                spec = spec.model_copy(update={"tenant": acting_tenant})
+            elif spec.tenant != acting_tenant:
+                raise OperationRefused(
+                    f"this client acts for tenant {acting_tenant!r} and cannot enqueue task "
+                    f"{task.idempotency_key!r} for {spec.tenant!r}"
+                )
+        if spec.tenant not in policies:
+            policies[spec.tenant] = await policy(pool, spec.tenant)
+        if policies[spec.tenant].limits.capped:
+            # The backlog starts its runs as its own children, past the tenant's queue: until
+            # they wait there, a capped tenant's backlog is refused rather than run uncapped.
+            raise OperationRefused(
+                f"refused: tenant {spec.tenant!r} has a cap, and backlog runs do not wait "
+                "in its queue yet; start its runs one by one (`agentrun start`), or lift the "
+                f"cap (`agentrun tenants set {spec.tenant} --max-in-flight off --max-queued off`)"
+            )
+        ready.append(task.model_copy(update={"spec": with_policy(spec, policies[spec.tenant])}))
+    return ready

@@ -1,0 +1,383 @@
+"""Three tenants through every way in, under random operations, on the real stack (issue 24).
+
+Hypothesis drives tenants through the CLI (in process, with AGENTRUN_TENANT set), the Python
+`RunClient`, forks, backlog enqueues and a capped tenant's starts, and has each tenant try
+every run it has heard of, its own or not. Tenant A has a cap of one, a weight of 2 and a
+keyed approver; B has nothing; C a weight of 3. After each step and each sequence:
+- no operation of one tenant returned or changed another's run (a refused command left no
+  signal, update or cancel request in the run's history);
+- every run, whatever path started it, is its starter's tenant's, carries that tenant's
+  approvers and weight, and (A) waits behind its cap;
+- the capped tenant never has more than one run past `queued`;
+- a refusal for another tenant's run reads exactly as one for a missing run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import threading
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import openai
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+import agentrun.demo
+from agentrun.cli import main as cli_main
+from agentrun.client_api import RunClient
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.constants import SIGNAL_RUN_ADMIT
+from agentrun.core.errors import OperationError
+from agentrun.core.settings import Settings
+from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import approver_keys, fork_ops
+from agentrun.ops import operations as ops
+from agentrun.store.approver_store import ApproverStore
+from agentrun.store.db import install_tool_schema, open_pool
+from agentrun.store.tenant_store import TenantStore
+from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
+from tests.support import NOTIFY_TASK, rows
+
+T = TypeVar("T")
+WAIT = 15.0
+ENDED = ("completed", "failed", "cancelled")
+# Signals a run takes that are not a person's command.
+ENGINE_SIGNALS = {SIGNAL_RUN_ADMIT}
+
+
+@dataclass
+class Run:
+    run_id: str
+    tenant: str
+    path: str
+
+
+class Stack:
+    """A client, pool, model server and worker on a loop of their own (Hypothesis runs rules
+    synchronously); the CLI runs in the calling thread, in process."""
+
+    def __init__(self, address: str, database_url: str, converter: Any, tmp: str) -> None:
+        self.address, self.database_url, self.converter = address, database_url, converter
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.model = OfflineModelServer()
+        self.model.__enter__()
+        self.task_queue = f"door-{uuid.uuid4().hex[:8]}"
+        self.config_dir = tmp
+        self.settings = Settings.load({}).model_copy(
+            update={
+                "temporal_address": address,
+                "database_url": database_url,
+                "openai_base_url": self.model.base_url,
+                "task_queue": self.task_queue,
+            }
+        )
+        self.call(self._open())
+
+    def call(self, work: Coroutine[Any, Any, T], seconds: float = 120) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(seconds)
+
+    async def _open(self) -> None:
+        self.client = await Client.connect(self.address, data_converter=self.converter)
+        self.pool = await open_pool(self.database_url, max_size=10)
+        registry = agentrun.demo.registry
+        await install_tool_schema(self.pool, registry.schema())
+        model = openai.AsyncOpenAI(base_url=self.model.base_url, api_key="x", max_retries=0)
+        deps = WorkerDeps(pool=self.pool, model_client=model, registry=registry)
+        self.workers: AgentWorkers = build_worker(self.client, self.settings, deps)
+        await self.workers.__aenter__()
+
+    def runs_for(self, tenant: str | None) -> RunClient:
+        return RunClient(self.client, self.settings.model_copy(update={"tenant": tenant}))
+
+    def cli(self, tenant: str, *argv: str) -> tuple[int, str, str]:
+        """`agentrun ARGV` with AGENTRUN_TENANT=`tenant`, in this process."""
+        env = {
+            "TEMPORAL_ADDRESS": self.address,
+            "DATABASE_URL": self.database_url,
+            "OPENAI_BASE_URL": self.model.base_url,
+            "AGENTRUN_TASK_QUEUE": self.task_queue,
+            "AGENTRUN_TENANT": tenant,
+            "AGENTRUN_CONFIG_DIR": self.config_dir,
+        }
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = cli_main.main(list(argv))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return code, out.getvalue(), err.getvalue()
+
+    async def _close(self) -> None:
+        await self.workers.__aexit__(None, None, None)
+        await self.pool.close()
+
+    def close(self) -> None:
+        try:
+            self.call(self._close())
+        finally:
+            self.model.__exit__(None, None, None)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+
+STACK: Stack | None = None
+keys = st.sampled_from(["k1", "k2", "k3"])
+who = st.sampled_from([0, 1, 2])
+reads = st.sampled_from(["status", "receipt", "watch", "pause", "cancel", "approve", "fork"])
+
+
+class Tenants(RuleBasedStateMachine):
+    runs = Bundle("runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert STACK is not None
+        self.stack = STACK
+        mark = uuid.uuid4().hex[:6]
+        self.tenants = [f"a-{mark}", f"b-{mark}", f"c-{mark}"]
+        self.weights = {self.tenants[0]: 2.0, self.tenants[1]: 1.0, self.tenants[2]: 3.0}
+        self.known: list[Run] = []
+        self.signers: dict[str, set[str]] = {t: set() for t in self.tenants}
+
+    def call(self, work: Coroutine[Any, Any, T]) -> T:
+        return self.stack.call(work)
+
+    @initialize()
+    def policies(self) -> None:
+        a, _, c = self.tenants
+        store = TenantStore(self.stack.pool)
+        self.call(store.save(TenantLimits(tenant=a, max_in_flight=1, weight=2)))
+        self.call(store.save(TenantLimits(tenant=c, weight=3)))
+        folder = os.path.join(self.stack.config_dir, a)
+        ana = approver_keys.create(Path(folder), "ana", "approver", a)
+        self.call(ApproverStore(self.stack.pool).add(ana.signer))
+        self.signers[a] = {ana.signer.key_id}
+
+    def learn(self, run_id: str, tenant: str, path: str) -> Run:
+        found = next((r for r in self.known if r.run_id == run_id), None)
+        if found is not None:
+            assert found.tenant == tenant, f"{path} of {tenant} returned {found}"
+            return found
+        run = Run(run_id, tenant, path)
+        self.known.append(run)
+        return run
+
+    # ------------------------------------------------------------ the ways in
+
+    @rule(target=runs, t=who, key=keys)
+    def start_with_the_cli(self, t: int, key: str) -> Run:
+        tenant = self.tenants[t]
+        code, out, err = self.stack.cli(
+            tenant, "start", "--task", NOTIFY_TASK, "--idempotency-key", key, "--json"
+        )
+        assert code == 0, err
+        return self.learn(json.loads(out)["run_id"], tenant, "cli")
+
+    @rule(target=runs, t=who, key=keys)
+    def start_with_the_python_client(self, t: int, key: str) -> Run:
+        tenant = self.tenants[t]
+        runs = self.stack.runs_for(tenant)
+        try:
+            run_id = self.call(runs.start(NOTIFY_TASK, idempotency_key=key))
+        finally:
+            self.call(runs.close())
+        return self.learn(run_id, tenant, "client")
+
+    @rule(target=runs, t=who, run=runs)
+    def fork(self, t: int, run: Run) -> Run:
+        tenant = self.tenants[t]
+        runs = self.stack.runs_for(tenant)
+        try:
+            fork_id = self.call(runs.fork(run.run_id, from_step=1))
+        except OperationError as err:
+            if run.tenant != tenant:
+                self.same_as_missing(tenant, "fork", run, err)
+            else:
+                assert str(err) != str(ops.no_run(run.run_id)), "its own run is there"
+            return run
+        finally:
+            self.call(runs.close())
+        assert run.tenant == tenant, f"{tenant} forked {run}"
+        return self.learn(fork_id, tenant, "fork")
+
+    @rule(t=who, key=keys)
+    def enqueue_a_backlog_task(self, t: int, key: str) -> None:
+        tenant = self.tenants[t]
+        plan = os.path.join(self.stack.config_dir, f"plan-{uuid.uuid4().hex[:6]}.yaml")
+        with open(plan, "w") as out:
+            out.write(f"- title: t\n  idempotency_key: {key}\n  spec: {{task: {NOTIFY_TASK!r}}}\n")
+        agent = f"desk-{tenant}"
+        code, _, err = self.stack.cli(tenant, "backlog", "enqueue", "--agent", agent, plan)
+        if t == 0:
+            assert code == 5 and "has a cap" in err, err
+        else:
+            assert code == 0, err
+
+    # ------------------------------------------------------------ acting on runs
+
+    @rule(t=who, run=runs, action=reads)
+    def act(self, t: int, run: Run, action: str) -> None:
+        tenant = self.tenants[t]
+        if run.tenant == tenant and action in ("pause", "cancel", "approve", "fork"):
+            return  # owners' own changes are not under test here: others' are
+        try:
+            self.call(self.try_(tenant, action, run.run_id))
+        except OperationError as err:
+            if run.tenant != tenant:
+                self.same_as_missing(tenant, action, run, err)
+            return
+        assert run.tenant == tenant, f"{tenant}'s {action} reached {run}"
+
+    async def try_(self, tenant: str, action: str, run_id: str) -> Any:
+        client, pool = self.stack.client, self.stack.pool
+        if action == "status":
+            return await ops.inspect(client, run_id, tenant=tenant, mirror=pool, wait=WAIT)
+        if action == "receipt":
+            try:
+                return await ops.receipt(pool, run_id, tenant=tenant)
+            except OperationError as err:
+                if "no receipt yet" in str(err):
+                    return None
+                raise
+        if action == "watch":
+            runs = self.stack.runs_for(tenant)
+            try:
+                items = runs.watch(run_id)
+                return await asyncio.wait_for(anext(items), WAIT)
+            finally:
+                await runs.close()
+        if action == "pause":
+            return await ops.pause(client, run_id, tenant=tenant, mirror=pool, wait=WAIT)
+        if action == "cancel":
+            return await ops.cancel(client, run_id, tenant=tenant, mirror=pool, wait=WAIT)
+        if action == "approve":
+            return await ops.approve(
+                client, run_id, by="mallory", role="approver", tenant=tenant, mirror=pool
+            )
+        runs = self.stack.runs_for(tenant)
+        try:
+            return await runs.fork(run_id, from_step=1)
+        finally:
+            await runs.close()
+
+    def same_as_missing(self, tenant: str, action: str, run: Run, err: OperationError) -> None:
+        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
+        try:
+            self.call(self.try_(tenant, action, missing))
+        except OperationError as absent:
+            assert str(err).replace(run.run_id, "X") == str(absent).replace(missing, "X"), action
+        else:
+            raise AssertionError(f"{action} of a missing run succeeded")
+
+    # ------------------------------------------------------------ the promises
+
+    @invariant()
+    def the_capped_tenant_stays_under_its_cap(self) -> None:
+        capped = self.tenants[0]
+        past_queue = 0
+        for run in self.known:
+            if run.tenant == capped:
+                state = self.call(ops.status(self.stack.client, run.run_id, wait=WAIT))
+                past_queue += state.status.value not in ("queued", *ENDED)
+        assert past_queue <= 1
+
+    def teardown(self) -> None:
+        try:
+            for tenant in self.tenants[1:]:
+                children = self.call(
+                    rows(
+                        self.stack.pool,
+                        "SELECT run_id FROM backlog_tasks WHERE agent = %s AND run_id IS NOT NULL",
+                        f"desk-{tenant}",
+                    )
+                )
+                for child in children:
+                    self.learn(child["run_id"], tenant, "backlog")
+            for run in self.known:
+                self.call(self.check(run))
+        finally:
+            for run in self.known:
+                with contextlib.suppress(Exception):
+                    self.call(ops.cancel(self.stack.client, run.run_id, wait=WAIT))
+            for tenant in self.tenants:
+                handle = self.stack.client.get_workflow_handle(f"backlog-desk-{tenant}")
+                with contextlib.suppress(Exception):
+                    self.call(handle.terminate("sequence over"))
+
+    async def check(self, run: Run) -> None:
+        client = self.stack.client
+        state = await ops.status(client, run.run_id, wait=WAIT)
+        assert state.tenant == run.tenant, run
+        spec = await fork_ops.parent_spec(client, run.run_id)
+        carried = {s.key_id for s in spec.approval.signers}
+        assert self.signers[run.tenant] <= carried, f"{run} lacks its tenant's approvers"
+        described = await client.get_workflow_handle(run.run_id).describe()
+        priority = described.raw_description.workflow_execution_info.priority
+        assert priority.fairness_key == run.tenant
+        assert (priority.fairness_weight or 1.0) == self.weights[run.tenant], run
+        if run.tenant == self.tenants[0]:
+            assert state.admission is not None, f"{run} did not pass its tenant's cap"
+        handle = client.get_workflow_handle(run.run_id)
+        async for event in handle.fetch_history_events():
+            changed = event.event_type in (
+                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED,
+                EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+            ) or (
+                event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                and event.workflow_execution_signaled_event_attributes.signal_name
+                not in ENGINE_SIGNALS
+            )
+            assert not changed, f"{run} was changed by another tenant: {event}"
+
+
+def test_tenants_stay_apart_through_every_door(
+    env: WorkflowEnvironment, database_url: str, pool: Any, tmp_path: Any
+) -> None:
+    global STACK
+    STACK = Stack(
+        env.client.service_client.config.target_host,
+        database_url,
+        env.client.data_converter,
+        str(tmp_path),
+    )
+    try:
+        run_state_machine_as_test(
+            Tenants,
+            settings=settings(
+                max_examples=3,
+                stateful_step_count=8,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    finally:
+        STACK.close()
+        STACK = None
