@@ -9,10 +9,11 @@ import pytest
 
 import agentrun
 from agentrun.core.errors import ForkError
+from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import make_spec, rows, wait_pending
+from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
 
 EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
@@ -176,3 +177,88 @@ async def test_the_python_client_watches_and_forks(client, settings, pool, worke
     assert [i.seq for i in live if i.kind == "event"] == [i.seq for i in story if i.kind == "event"]
     assert forked.status.value == "completed"
     assert (await ops.receipt(pool, run_id))["forks"] == [fork_id]
+
+
+# ---------------------------------------------------------------- forks inside a reply (issue 25)
+
+TO_ANA = {"to": "ana@example.com", "subject": "Refunds", "body": "Refunds take 5 days."}
+TO_BO = {"to": "bo@example.com", "subject": "Refunds", "body": "Refunds take 5 days."}
+ANSWER = "## Summary\nDone.\n\n## Actions\nSent one message, to bo."
+
+
+async def rejected_then_sent(client, settings, pool, worker, model):
+    """One reply, two sends: the first rejected, the second approved and sent.
+    Steps: model (1), approval rejected (2), approval (3), send to bo (4), model (5), verify."""
+    spec = make_spec("Tell ana and bo about refunds.", approval={"on_reject": "replan"})
+    async with worker(base_url=model.base_url):
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.reject(client, started.run_id, by="li", role="approver", reason="not ana")
+        pending = await wait_pending(client, started.run_id)
+        assert pending.arguments == TO_BO
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        assert (await finish(client, started.run_id)).status.value == "completed"
+    steps = await rows(
+        pool,
+        "SELECT seq, type, status, input FROM steps WHERE run_id = %s ORDER BY seq",
+        started.run_id,
+    )
+    assert [(s["type"], s["status"]) for s in steps[:4]] == [
+        ("model_call", "completed"),
+        ("approval", "rejected"),
+        ("approval", "approved"),
+        ("tool_call", "completed"),
+    ]
+    return started.run_id
+
+
+def two_sends():
+    return OfflineModelServer(scripted([("send_message", TO_ANA), ("send_message", TO_BO)], ANSWER))
+
+
+async def test_an_edit_after_a_rejected_call_lands_on_the_steps_own_call(
+    client, settings, pool, worker
+):
+    with two_sends() as model:
+        parent = await rejected_then_sent(client, settings, pool, worker, model)
+        before = await side_effects(pool)
+        async with worker(base_url=model.base_url):
+            forked = await fork_ops.fork_run(
+                client,
+                pool,
+                parent,
+                from_step=4,
+                edit_output={"message_id": 1, "to": "bo@example.com", "status": "EDITED"},
+                task_queue=settings.task_queue,
+            )
+            outcome = await finish(client, forked.run_id)  # no approval: nothing runs live
+    assert outcome.status.value == "completed"
+    step = await rows(
+        pool, "SELECT type, input, output FROM steps WHERE run_id = %s AND seq = 4", forked.run_id
+    )
+    assert step[0]["input"] == TO_BO, "the edit stands for the call step 4 made"
+    assert step[0]["output"]["status"] == "EDITED"
+    assert await side_effects(pool) == before, "ana's rejected message was not sent"
+
+
+async def test_a_fork_at_a_tool_step_without_an_edit_completes_without_a_second_effect(
+    client, settings, pool, worker, tmp_path
+):
+    with two_sends() as model:
+        parent = await rejected_then_sent(client, settings, pool, worker, model)
+        before = await side_effects(pool)
+        async with worker(base_url=model.base_url):
+            result = await run_cli(settings, tmp_path, "fork", parent, "--from-step", "4", "--json")
+            assert result.code == 0, result.err
+            fork = result.json()["run_id"]
+            pending = await wait_pending(client, fork)  # step 4 runs live: asked again
+            assert pending.arguments == TO_BO
+            await ops.approve(client, fork, by="li", role="approver")
+            outcome = await finish(client, fork)
+    assert outcome.status.value == "completed"
+    # The send to bo happened in the parent: the fork finds its ledger row, sends nothing.
+    assert await side_effects(pool) == before
+    receipt = await ops.receipt(pool, fork)
+    assert [(e["tool"], e["duplicate_prevented"]) for e in receipt["side_effects"]] == [
+        ("send_message", True)
+    ]
