@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentrun.core import approval_signatures
     from agentrun.core import constants as names
-    from agentrun.core.argument_schema import argument_problems
+    from agentrun.core.argument_schema import argument_problems, unknown_fields
     from agentrun.core.keys import action_hash
     from agentrun.core.models import (
         ApprovalKind,
@@ -65,7 +65,9 @@ def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
             "approve or reject it without one"
         )
     elif pending.parameters is not None:
-        found = argument_problems(pending.parameters, {**pending.arguments, **edit})
+        found = unknown_fields(pending.parameters, edit) or argument_problems(
+            pending.parameters, {**pending.arguments, **edit}
+        )
         if found:
             raise ApplicationError(
                 f"invalid edit of {pending.tool}'s arguments ({'; '.join(found)}): the tool "
@@ -187,7 +189,7 @@ class Approvals(Recording):
                     "decision": "approved",
                     "by": decision.by,
                     "role": decision.role,
-                    "edit": decision.edit,
+                    "edit": decision.edit or None,  # only an edit that changed something
                     "reason": None,
                     "final_arguments": {**pending.arguments, **(decision.edit or {})},
                     "key_id": decision.signature.key_id if decision.signature else None,
