@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.core import forking
+from agentrun.core import bounds, forking
 from agentrun.core.errors import ForkError, OperationError
 from agentrun.core.keys import canonical_json
 from agentrun.core.models import ForkOrigin, RunSpec
@@ -75,6 +75,8 @@ async def fork_run(
     if from_step < 1:
         raise ForkError(f"--from-step takes a step number, 1 or more, not {from_step}")
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
+    bounds.check(origin, "fork")
+    bounds.check_text("idempotency_key", key)
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
         raise OperationError(f"run {run_id} has no steps in the mirror to fork from")

@@ -26,8 +26,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core import bounds, fairness, run_summaries, search_attributes
 from agentrun.core import constants as names
-from agentrun.core import fairness, run_summaries, search_attributes
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import OperationError
 from agentrun.core.keys import id_part
@@ -99,6 +99,7 @@ async def start_run(
     run: its id is not started again over the old run's conversation, journal and ledger,
     and the caller is told it exists (its receipt is in the mirror).
     """
+    bounds.check(spec, "run spec")
     if tenant is not None and spec.tenant != tenant:
         raise OperationError(
             f"this client acts for tenant {tenant!r} and cannot start a run for {spec.tenant!r}"
@@ -255,6 +256,8 @@ async def _running(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunRef:
+    bounds.check_text("run_id", run_id)
+    bounds.check_text("tenant", tenant)
     run = await _find(client, run_id, deadline, tenant=tenant, mirror=mirror)
     if not run.running:
         raise OperationError(
@@ -373,6 +376,7 @@ async def _decide(
     (a refusal is then recorded on the run); the approval it answers comes from the mirror.
     """
     update, signal = messages
+    bounds.check(decision("0" * 16), "decision")  # before anything is asked or sent
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
@@ -443,6 +447,7 @@ async def _control(
     mirror: AsyncConnectionPool | None,
 ) -> ControlResult:
     """Pause or resume: an update when a worker answers, else a signal the run keeps."""
+    bounds.check(input, "control")
     update, signal = messages
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)

@@ -20,7 +20,7 @@ from agentrun.workflows.run_state import RunEnded
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from agentrun.core import approval_signatures
+    from agentrun.core import approval_signatures, bounds
     from agentrun.core import constants as names
     from agentrun.core.argument_schema import argument_problems, unknown_fields
     from agentrun.core.keys import action_hash
@@ -44,6 +44,14 @@ def decision_fields(
 ) -> tuple[str, str, str, str | None, JsonDict | None]:
     edit = input.edit if isinstance(input, ApproveInput) else None
     return input.action_hash, input.by, input.role, input.tenant, edit
+
+
+def check_bounds(input: ApproveInput | RejectInput) -> None:
+    """Refuse a decision with a field over its maximum (agentrun.core.bounds): checked first,
+    so nothing of it is recorded (a signal's refusal is recorded once, cut short)."""
+    found = bounds.problems(input)
+    if found:
+        raise ApplicationError(f"decision refused: {'; '.join(found[:5])}")
 
 
 def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
@@ -265,13 +273,13 @@ class Approvals(Recording):
             approval_id=input.signature.approval_id
             if input.signature
             else (pending.approval_id if pending else None),
-            by=input.by,
-            reason=reason,
+            by=bounds.recorded(input.by) or "",
+            reason=bounds.recorded(reason) or "",
             at=workflow.now(),
         )
         # The last few are enough to say why nothing happened; all are in the events.
         self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
-        self._event("approval.refused", data={"by": input.by, "reason": reason})
+        self._event("approval.refused", data={"by": refusal.by, "reason": refusal.reason})
 
     async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
@@ -299,6 +307,7 @@ class Approvals(Recording):
 
     @approve.validator
     def _validate_approve(self, input: ApproveInput) -> None:
+        check_bounds(input)
         self._check_decision(*decision_fields(input))
 
     @workflow.update(name=names.UPDATE_REJECT)
@@ -307,6 +316,7 @@ class Approvals(Recording):
 
     @reject.validator
     def _validate_reject(self, input: RejectInput) -> None:
+        check_bounds(input)
         self._check_decision(*decision_fields(input))
 
     @workflow.signal(name=names.SIGNAL_APPROVE)
@@ -320,6 +330,7 @@ class Approvals(Recording):
     def _decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
         """A signal cannot be refused, so one that does not fit is recorded and ignored."""
         try:
+            check_bounds(input)
             self._check_decision(*decision_fields(input))
         except ApplicationError as err:
             self._refuse(input, err.message)
