@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-import starter
+from agentrun.cli import main as starter
 from agentrun.core import bounds
 from agentrun.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
 from agentrun.core.errors import OperationError
