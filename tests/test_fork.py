@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
 import pytest
+from temporalio.service import RPCError
 
 import agentrun
-from agentrun.core.errors import ForkError
+from agentrun.core.errors import ForkError, OperationError
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
@@ -262,3 +264,100 @@ async def test_a_fork_at_a_tool_step_without_an_edit_completes_without_a_second_
     assert [(e["tool"], e["duplicate_prevented"]) for e in receipt["side_effects"]] == [
         ("send_message", True)
     ]
+
+
+# ---------------------------------------------------------------- every step of recorded runs
+
+
+async def drive(client, run_id):
+    """Approve whatever the run asks until it ends; it must not sit stuck meanwhile."""
+    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+    for _ in range(600):
+        state = await ops.status(client, run_id)
+        if state.status.value in ("completed", "failed", "cancelled"):
+            return await handle.result()
+        if state.pending_approval is not None:
+            try:
+                await ops.approve(client, run_id, by="li", role="approver")
+            except OperationError:
+                pass  # decided meanwhile
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{run_id} did not end: {state.status.value}")
+
+
+async def test_a_fork_at_every_step_of_recorded_runs_completes_or_is_refused_and_repeats_nothing(
+    client, settings, pool, worker
+):
+    with two_sends() as first:
+        rejected = await rejected_then_sent(client, settings, pool, worker, first)
+        async with worker(base_url=first.base_url):
+            approved = await ops.start_run(
+                client, make_spec("Tell bo."), task_queue=settings.task_queue
+            )
+            await drive(client, approved.run_id)
+    refused_first = scripted(
+        [("no_such_tool", {"x": 1}), ("send_message", TO_ANA)], "no summary here", ANSWER
+    )
+    with OfflineModelServer(refused_first) as model:
+        async with worker(base_url=model.base_url):
+            replanned = await ops.start_run(
+                client, make_spec("Tell ana."), task_queue=settings.task_queue
+            )
+            assert (await drive(client, replanned.run_id)).status.value == "completed"
+    cases = [(rejected, two_sends), (approved.run_id, two_sends)]
+    cases.append((replanned.run_id, lambda: OfflineModelServer(refused_first)))
+    before = await side_effects(pool)
+    outcomes: dict[str, str] = {}
+    for parent, model_for in cases:
+        steps = await rows(
+            pool, "SELECT seq, type FROM steps WHERE run_id = %s ORDER BY seq", parent
+        )
+        with model_for() as model:
+            async with worker(base_url=model.base_url):
+                for step in steps:
+                    edits = [None] + ([{"status": "EDITED"}] if step["type"] == "tool_call" else [])
+                    for edit in edits:
+                        case = f"{parent} step {step['seq']} ({step['type']}, edit={edit})"
+                        key = fork_ops.default_key(parent, step["seq"], edit)
+                        try:
+                            forked = await fork_ops.fork_run(
+                                client,
+                                pool,
+                                parent,
+                                from_step=step["seq"],
+                                edit_output=edit,
+                                task_queue=settings.task_queue,
+                            )
+                        except ForkError as refused:
+                            assert step["type"] not in ("model_call",), (case, refused)
+                            with pytest.raises(RPCError):  # refused before anything started
+                                await client.get_workflow_handle(ops.run_id_for(key)).describe()
+                            outcomes[case] = "refused"
+                            continue
+                        done = await drive(client, forked.run_id)
+                        outcomes[case] = done.status.value
+                        receipt = await ops.receipt(pool, forked.run_id)
+                        assert receipt["outcome"] == done.status.value, case
+                        assert receipt["forked_from"]["from_step"] == step["seq"], case
+    assert set(outcomes.values()) <= {"completed", "refused"}, outcomes
+    refused = [c for c, o in outcomes.items() if o == "refused"]
+    assert all("approval" in c or "verify" in c for c in refused), refused
+    # No effect a parent made happened again in any of its forks: a fork's send of what its
+    # parent sent found the parent's ledger row. (A fork may send what its parent did not:
+    # here every approval is approved, the one the parent rejected too.)
+    after = await side_effects(pool)
+    assert after["outbox"][: len(before["outbox"])] == before["outbox"]
+    for parent, _ in cases:
+        sent = await rows(
+            pool, "SELECT recipient, subject, body FROM outbox WHERE run_id = %s", parent
+        )
+        again = await rows(
+            pool,
+            """SELECT o.run_id, o.recipient FROM outbox o JOIN run_forks f
+               ON f.fork_run_id = o.run_id WHERE f.parent_run_id = %s""",
+            parent,
+        )
+        assert not [m for m in again if m["recipient"] in {s["recipient"] for s in sent}], (
+            parent,
+            again,
+        )
