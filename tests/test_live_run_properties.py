@@ -433,28 +433,47 @@ OVERSIZED = {
 class LiveRunForksAndOversized(LiveRun):
     """The same run and people, plus forks at any step and input past every bound."""
 
-    @rule(at=st.integers(1, 12), edited=st.booleans())
-    def fork(self, at: int, edited: bool) -> None:
-        """A fork is refused before anything starts, or it is a run like any other."""
+    @rule(pick=st.integers(0, 11), edited=st.booleans())
+    def fork(self, pick: int, edited: bool) -> None:
+        """A fork at any step is refused before anything starts, or it is a run like any
+        other."""
+        self.fork_at(pick, edited, ("model_call", "tool_call", "approval", "verify"))
 
+    @rule(pick=st.integers(0, 11), edited=st.booleans())
+    def fork_at_a_model_or_tool_step(self, pick: int, edited: bool) -> None:
+        """The forks that start: at a finished model or tool step (an edit at a tool step)."""
+        self.fork_at(pick, edited, ("model_call", "tool_call"))
+
+    def fork_at(self, pick: int, edited: bool, kinds: tuple[str, ...]) -> None:
         async def attempt() -> str | None:
+            at, kind = pick + 1, "model_call"
+            for _ in range(20):  # the first steps may not be in the mirror yet
+                async with self.live.pool.connection() as conn:
+                    cur = await conn.execute(
+                        """SELECT seq, type FROM steps WHERE run_id = %s AND final
+                           AND type = ANY(%s) ORDER BY seq""",
+                        (self.run_id, list(kinds)),
+                    )
+                    finished = await cur.fetchall()
+                if finished:
+                    at, kind = finished[pick % len(finished)]
+                    break
+                await asyncio.sleep(0.25)
             try:
                 started = await fork_ops.fork_run(
                     self.live.client,
                     self.live.pool,
                     self.run_id,
                     from_step=at,
-                    edit_output={"noted": 7} if edited else None,
+                    edit_output={"noted": 7} if edited and kind == "tool_call" else None,
                     task_queue=self.live.task_queue,
                 )
-            except ops.OperationError:  # ForkError among them
+            except ops.OperationError:  # ForkError among them: nothing started
                 return None
             return started.run_id
 
         fork_id = self.live.call(attempt())
-        if fork_id is None:
-            return
-        if fork_id not in self.forks:
+        if fork_id is not None and fork_id not in self.forks:
             self.forks.append(fork_id)
 
     @rule(what=st.sampled_from(sorted(OVERSIZED)))
@@ -536,8 +555,8 @@ def test_forks_and_oversized_input_never_break_the_promises(
         run_state_machine_as_test(
             LiveRunForksAndOversized,
             settings=settings(
-                max_examples=12,
-                stateful_step_count=8,
+                max_examples=20,
+                stateful_step_count=10,
                 deadline=None,
                 database=None,
                 suppress_health_check=list(HealthCheck),
