@@ -187,8 +187,6 @@ class LiveRun(RuleBasedStateMachine):
         self.live = LIVE
         self.refused: list[str] = []
         self.count = 0
-        self.forks: list[str] = []  # forks that started (refused ones started nothing)
-        self.oversized_signals = 0
 
     def by(self, action: str) -> str:
         self.count += 1
@@ -302,7 +300,6 @@ class LiveRun(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "run_id"):
             self.live.call(self.finish_and_check(), 240)
-            self.live.call(self.check_forks_and_oversized(), 240 + 120 * len(self.forks))
 
     # ------------------------------------------------------------ the end, and the promises
 
@@ -432,6 +429,16 @@ OVERSIZED = {
 
 class LiveRunForksAndOversized(LiveRun):
     """The same run and people, plus forks at any step and input past every bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forks: list[str] = []  # forks that started (refused ones started nothing)
+        self.oversized_signals = 0
+
+    def teardown(self) -> None:
+        super().teardown()
+        if hasattr(self, "run_id"):
+            self.live.call(self.check_forks_and_oversized(), 240 + 120 * len(self.forks))
 
     @rule(pick=st.integers(0, 11), edited=st.booleans())
     def fork(self, pick: int, edited: bool) -> None:
