@@ -50,6 +50,9 @@ async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
             ({"to": 5}, "to: 5 is not of type 'string'"),
             # JSON has no infinity: 1e400 reaches the run as null, which no string field takes.
             ({"subject": float("inf")}, "subject: None is not of type 'string'"),
+            # A field the tool does not have: the tool would ignore it (issue 25).
+            ({"nosuch": "x"}, "nosuch: the tool has no such field"),
+            ({"body": "ok", "Body": "x"}, "Body: the tool has no such field"),
         ):
             with pytest.raises(OperationError, match="invalid edit of send_message") as refused:
                 await ops.approve(client, started.run_id, by="li", role="approver", edit=edit)
@@ -60,6 +63,8 @@ async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
         assert (await finish(client, started.run_id)).status.value == "completed"
     sent = await rows(pool, "SELECT body FROM outbox WHERE run_id = %s", started.run_id)
     assert sent == [{"body": "Fixed by a human."}]
+    [approval] = (await ops.receipt(pool, started.run_id))["approvals"]
+    assert approval["edit"] == edit, "the receipt records the edit that was applied, only it"
 
 
 @pytest.mark.parametrize(
@@ -110,7 +115,7 @@ async def test_reject_with_replan_policy_lets_the_model_continue(client, setting
     [
         ({"role": "intern"}, "needs role 'approver'"),
         ({"action_hash": "0000000000000000"}, "stale approval"),
-        ({"tenant": "someone-else"}, "no run .* for tenant .someone-else."),
+        ({"tenant": "someone-else"}, "no run .*: `agentrun list` shows the runs"),
         ({"by": "mallory"}, "not among the approvers"),
     ],
 )

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
 import pytest
+from temporalio.service import RPCError
 
 import agentrun
+from agentrun.core.errors import ForkError, OperationError
+from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import make_spec, rows, wait_pending
+from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
 
 EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
@@ -176,3 +180,185 @@ async def test_the_python_client_watches_and_forks(client, settings, pool, worke
     assert [i.seq for i in live if i.kind == "event"] == [i.seq for i in story if i.kind == "event"]
     assert forked.status.value == "completed"
     assert (await ops.receipt(pool, run_id))["forks"] == [fork_id]
+
+
+# ---------------------------------------------------------------- forks inside a reply (issue 25)
+
+TO_ANA = {"to": "ana@example.com", "subject": "Refunds", "body": "Refunds take 5 days."}
+TO_BO = {"to": "bo@example.com", "subject": "Refunds", "body": "Refunds take 5 days."}
+ANSWER = "## Summary\nDone.\n\n## Actions\nSent one message, to bo."
+
+
+async def rejected_then_sent(client, settings, pool, worker, model):
+    """One reply, two sends: the first rejected, the second approved and sent.
+    Steps: model (1), approval rejected (2), approval (3), send to bo (4), model (5), verify."""
+    spec = make_spec("Tell ana and bo about refunds.", approval={"on_reject": "replan"})
+    async with worker(base_url=model.base_url):
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.reject(client, started.run_id, by="li", role="approver", reason="not ana")
+        pending = await wait_pending(client, started.run_id)
+        assert pending.arguments == TO_BO
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        assert (await finish(client, started.run_id)).status.value == "completed"
+    steps = await rows(
+        pool,
+        "SELECT seq, type, status, input FROM steps WHERE run_id = %s ORDER BY seq",
+        started.run_id,
+    )
+    assert [(s["type"], s["status"]) for s in steps[:4]] == [
+        ("model_call", "completed"),
+        ("approval", "rejected"),
+        ("approval", "approved"),
+        ("tool_call", "completed"),
+    ]
+    return started.run_id
+
+
+def two_sends():
+    return OfflineModelServer(scripted([("send_message", TO_ANA), ("send_message", TO_BO)], ANSWER))
+
+
+async def test_an_edit_after_a_rejected_call_lands_on_the_steps_own_call(
+    client, settings, pool, worker
+):
+    with two_sends() as model:
+        parent = await rejected_then_sent(client, settings, pool, worker, model)
+        before = await side_effects(pool)
+        async with worker(base_url=model.base_url):
+            forked = await fork_ops.fork_run(
+                client,
+                pool,
+                parent,
+                from_step=4,
+                edit_output={"message_id": 1, "to": "bo@example.com", "status": "EDITED"},
+                task_queue=settings.task_queue,
+            )
+            outcome = await finish(client, forked.run_id)  # no approval: nothing runs live
+    assert outcome.status.value == "completed"
+    step = await rows(
+        pool, "SELECT type, input, output FROM steps WHERE run_id = %s AND seq = 4", forked.run_id
+    )
+    assert step[0]["input"] == TO_BO, "the edit stands for the call step 4 made"
+    assert step[0]["output"]["status"] == "EDITED"
+    assert await side_effects(pool) == before, "ana's rejected message was not sent"
+
+
+async def test_a_fork_at_a_tool_step_without_an_edit_completes_without_a_second_effect(
+    client, settings, pool, worker, tmp_path
+):
+    with two_sends() as model:
+        parent = await rejected_then_sent(client, settings, pool, worker, model)
+        before = await side_effects(pool)
+        async with worker(base_url=model.base_url):
+            result = await run_cli(settings, tmp_path, "fork", parent, "--from-step", "4", "--json")
+            assert result.code == 0, result.err
+            fork = result.json()["run_id"]
+            pending = await wait_pending(client, fork)  # step 4 runs live: asked again
+            assert pending.arguments == TO_BO
+            await ops.approve(client, fork, by="li", role="approver")
+            outcome = await finish(client, fork)
+    assert outcome.status.value == "completed"
+    # The send to bo happened in the parent: the fork finds its ledger row, sends nothing.
+    assert await side_effects(pool) == before
+    receipt = await ops.receipt(pool, fork)
+    assert [(e["tool"], e["duplicate_prevented"]) for e in receipt["side_effects"]] == [
+        ("send_message", True)
+    ]
+
+
+# ---------------------------------------------------------------- every step of recorded runs
+
+
+async def drive(client, run_id):
+    """Approve whatever the run asks until it ends; it must not sit stuck meanwhile."""
+    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+    for _ in range(600):
+        state = await ops.status(client, run_id)
+        if state.status.value in ("completed", "failed", "cancelled"):
+            return await handle.result()
+        if state.pending_approval is not None:
+            try:
+                await ops.approve(client, run_id, by="li", role="approver")
+            except OperationError:
+                pass  # decided meanwhile
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{run_id} did not end: {state.status.value}")
+
+
+async def test_a_fork_at_every_step_of_recorded_runs_completes_or_is_refused_and_repeats_nothing(
+    client, settings, pool, worker
+):
+    with two_sends() as first:
+        rejected = await rejected_then_sent(client, settings, pool, worker, first)
+        async with worker(base_url=first.base_url):
+            approved = await ops.start_run(
+                client, make_spec("Tell bo."), task_queue=settings.task_queue
+            )
+            await drive(client, approved.run_id)
+    refused_first = scripted(
+        [("no_such_tool", {"x": 1}), ("send_message", TO_ANA)], "no summary here", ANSWER
+    )
+    with OfflineModelServer(refused_first) as model:
+        async with worker(base_url=model.base_url):
+            replanned = await ops.start_run(
+                client, make_spec("Tell ana."), task_queue=settings.task_queue
+            )
+            assert (await drive(client, replanned.run_id)).status.value == "completed"
+    cases = [(rejected, two_sends), (approved.run_id, two_sends)]
+    cases.append((replanned.run_id, lambda: OfflineModelServer(refused_first)))
+    before = await side_effects(pool)
+    outcomes: dict[str, str] = {}
+    for parent, model_for in cases:
+        steps = await rows(
+            pool, "SELECT seq, type FROM steps WHERE run_id = %s ORDER BY seq", parent
+        )
+        with model_for() as model:
+            async with worker(base_url=model.base_url):
+                for step in steps:
+                    edits = [None] + ([{"status": "EDITED"}] if step["type"] == "tool_call" else [])
+                    for edit in edits:
+                        case = f"{parent} step {step['seq']} ({step['type']}, edit={edit})"
+                        key = fork_ops.default_key(parent, step["seq"], edit)
+                        try:
+                            forked = await fork_ops.fork_run(
+                                client,
+                                pool,
+                                parent,
+                                from_step=step["seq"],
+                                edit_output=edit,
+                                task_queue=settings.task_queue,
+                            )
+                        except ForkError as refused:
+                            assert step["type"] not in ("model_call",), (case, refused)
+                            with pytest.raises(RPCError):  # refused before anything started
+                                await client.get_workflow_handle(ops.run_id_for(key)).describe()
+                            outcomes[case] = "refused"
+                            continue
+                        done = await drive(client, forked.run_id)
+                        outcomes[case] = done.status.value
+                        receipt = await ops.receipt(pool, forked.run_id)
+                        assert receipt["outcome"] == done.status.value, case
+                        assert receipt["forked_from"]["from_step"] == step["seq"], case
+    assert set(outcomes.values()) <= {"completed", "refused"}, outcomes
+    refused = [c for c, o in outcomes.items() if o == "refused"]
+    assert all("approval" in c or "verify" in c for c in refused), refused
+    # No effect a parent made happened again in any of its forks: a fork's send of what its
+    # parent sent found the parent's ledger row. (A fork may send what its parent did not:
+    # here every approval is approved, the one the parent rejected too.)
+    after = await side_effects(pool)
+    assert after["outbox"][: len(before["outbox"])] == before["outbox"]
+    for parent, _ in cases:
+        sent = await rows(
+            pool, "SELECT recipient, subject, body FROM outbox WHERE run_id = %s", parent
+        )
+        again = await rows(
+            pool,
+            """SELECT o.run_id, o.recipient FROM outbox o JOIN run_forks f
+               ON f.fork_run_id = o.run_id WHERE f.parent_run_id = %s""",
+            parent,
+        )
+        assert not [m for m in again if m["recipient"] in {s["recipient"] for s in sent}], (
+            parent,
+            again,
+        )

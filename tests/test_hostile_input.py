@@ -12,19 +12,32 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.cli.main import cmd_start
 from agentrun.client_api import RunClient
+from agentrun.core import bounds
 from agentrun.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
 from agentrun.core.errors import InvalidInput, OperationError
-from agentrun.core.models import MAX_TASK_CHARS, ControlInput, RunSpec
+from agentrun.core.models import (
+    MAX_TASK_CHARS,
+    ApprovalPolicy,
+    ApproveInput,
+    ControlInput,
+    FailurePolicy,
+    ModelSettings,
+    RejectInput,
+    RunSpec,
+    VerifySpec,
+)
 from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import backlog_ops
+from agentrun.ops import approver_keys, backlog_ops, fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
 from tests.backlog_support import new_agent
 from tests.support import NOTIFY_TASK, eventually, make_spec, rows, scripted, wait_pending
+from tests.test_cli import run_cli
 
 SUMMARY = "## Summary\nDone."
 QUICK_TASK = "Summarize the order policy."
@@ -207,7 +220,7 @@ async def test_an_approval_for_another_tenants_run_is_refused(client, settings, 
         mirrored = await eventually(mirrored_wait, what="the mirror to show the wait")
         for decide in (ops.approve, ops.reject):
             extra = {"reason": "mine now"} if decide is ops.reject else {}
-            with pytest.raises(OperationError, match=r"no run .* for tenant .other."):
+            with pytest.raises(OperationError, match=r"no run .*: `agentrun list` shows the runs"):
                 await decide(
                     client, started.run_id, by="li", role="approver", tenant="other", **extra
                 )
@@ -332,3 +345,200 @@ async def test_a_tool_call_repeated_under_one_id_runs_once(client, settings, poo
     answered = [m for m in model.requests[1]["messages"] if m.get("role") == "tool"]
     assert [m["tool_call_id"] for m in answered] == ["call_same"]
     assert len(model.requests[1]["messages"][-2]["tool_calls"]) == 1
+
+
+# ------------------------------------------------------- every field at ten times its bound
+
+
+def _ten_times(field: str) -> str:
+    return "x" * (10 * bounds.limit_for(field))
+
+
+def _many(n: int = 10 * bounds.LIST_ITEMS) -> list[str]:
+    return [f"t{i}" for i in range(n)]
+
+
+# (what, field named in the refusal, how to send it): each at ten times its maximum.
+START_FIELDS = {
+    "task": {"task": _ten_times("task")},
+    "instructions": {"instructions": _ten_times("instructions")},
+    "agent": {"agent": _ten_times("agent")},
+    "tenant": {"tenant": _ten_times("tenant")},
+    "user": {"user": _ten_times("user")},
+    "idempotency_key": {"idempotency_key": _ten_times("idempotency_key")},
+    "profile_hash": {"profile_hash": _ten_times("profile_hash")},
+    "allowed_tools": {"allowed_tools": _many()},
+    "allowed_tools[0]": {"allowed_tools": [_ten_times("allowed_tools")]},
+    "model.model": {"model": {"model": _ten_times("model")}},
+    "approval.always": {"approval": {"always": _many()}},
+    "approval.approvers[0]": {"approval": {"approvers": [_ten_times("approvers")]}},
+    "approval.roles": {"approval": {"roles": {k: "approver" for k in _many()}}},
+    "failures.fallback_model": {"failures": {"fallback_model": _ten_times("fallback_model")}},
+    "verify.forbidden": {"verify": {"forbidden": _many()}},
+    "verify.required_sections[0]": {"verify": {"required_sections": ["y" * 20_000]}},
+    "verify.json_schema": {
+        "verify": {"json_schema": {"type": "object", "description": "z" * 640_000}}
+    },
+}
+
+
+def _construct(raw: dict[str, Any]) -> RunSpec:
+    """A spec past a bound, built without the models' own checks (the task's, the agent's)
+    so that the engine's door is what refuses it, as it would a spec sent some other way."""
+    nested = {
+        "model": ModelSettings,
+        "approval": ApprovalPolicy,
+        "failures": FailurePolicy,
+        "verify": VerifySpec,
+    }
+    values = {
+        k: nested[k].model_construct(**{**nested[k]().model_dump(), **v}) if k in nested else v
+        for k, v in raw.items()
+    }
+    return RunSpec.model_construct(**values)
+
+
+@pytest.mark.parametrize("field", sorted(START_FIELDS))
+async def test_a_start_with_a_field_at_ten_times_its_bound_is_refused_before_anything_starts(
+    client, settings, field
+):
+    spec = _construct({**make_spec("anything").model_dump(), **START_FIELDS[field]})
+    with pytest.raises(bounds.InputTooLarge) as refused:
+        await ops.start_run(client, spec, task_queue=settings.task_queue)
+    said = str(refused.value)
+    assert f"{field}: " in said and "over the limit of" in said, said
+    run_id = ops.run_id_for(spec.idempotency_key or "none")
+    with pytest.raises(RPCError):  # nothing was started
+        await client.get_workflow_handle(run_id).describe()
+
+
+DECISION_FIELDS = {
+    "by": lambda c: ops.approve(c, "run-nope", by=_ten_times("by"), role="approver"),
+    "role": lambda c: ops.approve(c, "run-nope", by="li", role=_ten_times("role")),
+    "action_hash": lambda c: ops.approve(
+        c, "run-nope", by="li", role="approver", action_hash=_ten_times("action_hash")
+    ),
+    "edit": lambda c: ops.approve(
+        c, "run-nope", by="li", role="approver", edit={"body": _ten_times("edit")}
+    ),
+    "reason": lambda c: ops.reject(
+        c, "run-nope", by="li", role="approver", reason=_ten_times("reason")
+    ),
+    "tenant": lambda c: ops.approve(
+        c, "run-nope", by="li", role="approver", tenant=_ten_times("tenant")
+    ),
+    "run_id": lambda c: ops.approve(c, _ten_times("run_id"), by="li", role="approver"),
+    "pause by": lambda c: ops.pause(c, "run-nope", by=_ten_times("by")),
+    "resume by": lambda c: ops.resume(c, "run-nope", by=_ten_times("by")),
+    "cancel run_id": lambda c: ops.cancel(c, _ten_times("run_id")),
+    "backlog stop by": lambda c: backlog_ops.stop(c, "agent", by=_ten_times("by")),
+    "backlog retry key": lambda c: backlog_ops.retry(c, "agent", _ten_times("key")),
+    "enqueue by": lambda c: backlog_ops.enqueue(
+        c, "agent", [], task_queue="none", by=_ten_times("by")
+    ),
+    "enqueue title": lambda c: backlog_ops.enqueue(
+        c,
+        "agent",
+        [TaskItem.model_construct(title=_ten_times("title"), idempotency_key="k", spec=None)],
+        task_queue="none",
+    ),
+    "fork edit_output": lambda c: fork_ops.fork_run(
+        c, None, "run-nope", from_step=1, edit_output="o" * 640_000, task_queue="none"
+    ),
+    "fork key": lambda c: fork_ops.fork_run(
+        c, None, "run-nope", from_step=1, key=_ten_times("idempotency_key"), task_queue="none"
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(DECISION_FIELDS))
+async def test_a_command_with_a_field_at_ten_times_its_bound_is_refused_at_the_door(client, what):
+    """Refused before Temporal is asked anything (the runs named do not exist)."""
+    with pytest.raises(bounds.InputTooLarge, match="over the limit of"):
+        await DECISION_FIELDS[what](client)
+
+
+def test_tenant_and_approver_commands_are_bounded(tmp_path):
+    with pytest.raises(bounds.InputTooLarge, match="name: 2,000 characters, over the limit of 100"):
+        approver_keys.create(tmp_path, "n" * 2000, "approver", None)
+    with pytest.raises(bounds.InputTooLarge, match="role: "):
+        approver_keys.create(tmp_path, "li", "r" * 2000, None)
+    with pytest.raises(bounds.InputTooLarge, match="tenant: "):
+        approver_keys.create(tmp_path, "li", "approver", "t" * 2000)
+    assert not (tmp_path / "approvers").exists()
+
+
+async def test_the_command_line_exits_2_naming_the_field_and_the_limit(settings, pool, tmp_path):
+    for args, says in (
+        (["approve", "run-nope", "--by", "b" * 2000, "--role", "approver"], "name: 2,000"),
+        (["pause", "run-nope", "--tenant", "t" * 2000], "tenant: 2,000"),
+        (
+            ["reject", "run-nope", "--by", "li", "--role", "approver", "--reason", "r" * 20_000],
+            "reason: 20,000",
+        ),
+        (["tenants", "set", "t" * 2000, "--weight", "2"], "tenant: 2,000"),
+    ):
+        result = await run_cli(settings, tmp_path, *args)
+        assert result.code == 2, (args[0], result.err)
+        assert says in result.err and "over the limit of" in result.err, result.err
+        assert "Traceback" not in result.err
+
+
+async def test_oversized_decisions_sent_raw_are_refused_by_the_run_and_recorded_once_cut_short(
+    client, settings, pool, worker
+):
+    """Anyone with a Temporal client can skip the door. An update past a bound is refused by
+    its validator and leaves nothing behind; a signal cannot be refused, so each is recorded
+    once, cut short: four 300 kB `by`s no longer fail the run on its mirror write's size."""
+    async with worker():
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        pending = await wait_pending(client, started.run_id)
+        handle = client.get_workflow_handle(started.run_id)
+        huge = "m" * 300_000
+        for decision in (
+            ApproveInput(action_hash=pending.action_hash, by=huge, role="approver"),
+            RejectInput(action_hash=pending.action_hash, by="li", role="approver", reason=huge),
+            ApproveInput(action_hash=pending.action_hash, by="li", role=huge),
+        ):
+            update = (
+                AgentRunWorkflow.approve
+                if isinstance(decision, ApproveInput)
+                else (AgentRunWorkflow.reject)
+            )
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update(update, decision)
+            assert "over the limit of" in str(refused.value.cause)
+        await handle.execute_update(
+            AgentRunWorkflow.pause, ControlInput(by="li")
+        )  # a control within bounds goes through...
+        with pytest.raises(WorkflowUpdateFailedError):  # ...one past them does not
+            await handle.execute_update(AgentRunWorkflow.resume, ControlInput(by=huge))
+        await handle.execute_update(AgentRunWorkflow.resume, ControlInput(by="li"))
+        for _ in range(4):
+            await handle.signal(
+                AgentRunWorkflow.approve_signal,
+                ApproveInput(action_hash=pending.action_hash, by=huge, role="approver"),
+            )
+        state = await eventually(
+            lambda: _refused(client, started.run_id, 4), what="four refusals on the run"
+        )
+        assert all(len(r.by) < 300 for r in state.refusals)
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        assert (await finish(client, started.run_id)).status.value == "completed"
+    refusals = await rows(
+        pool,
+        "SELECT data FROM events WHERE run_id = %s AND type = 'approval.refused'",
+        started.run_id,
+    )
+    assert len(refusals) == 4, "each refused signal once; the refused updates not at all"
+    assert all(len(r["data"]["by"]) < 300 for r in refusals)
+    assert all("by: 300,000 characters" in r["data"]["reason"] for r in refusals)
+    longest = await rows(
+        pool, "SELECT max(length(data::text)) AS n FROM events WHERE run_id = %s", started.run_id
+    )
+    assert longest[0]["n"] < 10_000
+
+
+async def _refused(client, run_id: str, n: int):
+    state = await ops.status(client, run_id)
+    return state if len(state.refusals) >= n else None

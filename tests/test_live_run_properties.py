@@ -12,6 +12,12 @@ end and these must hold:
   receipt states every effect that happened;
 - every refused command changed nothing (it left no decision and no event behind);
 - no run is ever stuck: running with no activity, no timer and no pending human decision.
+
+Forks and oversized input are operations too (issue 25): a fork at a random step is refused
+before anything starts or is a run held to the same promises (no effect of its parent
+happens again: effects are counted across every run); a command with a field at ten times
+its bound is refused at the door, and one sent raw as a signal is recorded at most once, cut
+short.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun.demo
+from agentrun.core import bounds
 from agentrun.core.models import ApproveInput, RunSpec
 from agentrun.core.settings import Settings
 from agentrun.core.states import RunStatus, is_terminal
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
+from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import Tool, ToolContext, ToolRegistry
@@ -331,9 +339,10 @@ class LiveRun(RuleBasedStateMachine):
         # A refused signal is recorded (approval.refused) and nothing else.
         assert all(kind == "approval.refused" for kind, _ in traces), traces
 
-    async def drive_to_end(self) -> str:
+    async def drive_to_end(self, run_id: str | None = None) -> str:
         """Answer whatever the run waits for until it ends; it must never sit stuck."""
-        client, handle = self.live.client, self.live.client.get_workflow_handle(self.run_id)
+        run_id = run_id or self.run_id
+        client, handle = self.live.client, self.live.client.get_workflow_handle(run_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 180
         last_seen, idle_since = None, loop.time()
@@ -341,14 +350,14 @@ class LiveRun(RuleBasedStateMachine):
             described = await handle.describe()
             if described.status != WorkflowExecutionStatus.RUNNING:
                 break
-            state = await ops.status(client, self.run_id)
+            state = await ops.status(client, run_id)
             if is_terminal(state.status):
                 await asyncio.sleep(0.1)
                 continue
             if state.pending_approval is not None:
-                await self.quietly(ops.approve(client, self.run_id, by="closer", role="approver"))
+                await self.quietly(ops.approve(client, run_id, by="closer", role="approver"))
             elif state.pause_requested:
-                await self.quietly(ops.resume(client, self.run_id, by="closer"))
+                await self.quietly(ops.resume(client, run_id, by="closer"))
             else:
                 seen = (state.status, len(state.steps), state.current_step_id)
                 if seen != last_seen:
@@ -359,8 +368,8 @@ class LiveRun(RuleBasedStateMachine):
                     assert working, f"stuck: {state.status.value} with nothing pending"
             await asyncio.sleep(0.2)
         else:
-            raise AssertionError(f"{self.run_id} did not end within the bound")
-        typed = client.get_workflow_handle_for(AgentRunWorkflow.run, self.run_id)
+            raise AssertionError(f"{run_id} did not end within the bound")
+        typed = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
         try:
             result = await typed.result()
         except WorkflowFailureError:
@@ -388,6 +397,173 @@ def test_operators_and_a_hostile_model_never_break_the_promises(
             settings=settings(
                 max_examples=25,
                 stateful_step_count=6,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    finally:
+        LIVE.close()
+        LIVE = None
+
+
+# ---------------------------------------------------------------- forks and oversized input
+
+
+def _ten_times(field: str) -> str:
+    return "x" * (10 * bounds.limit_for(field))
+
+
+OVERSIZED = {
+    "approve by": lambda c, r: ops.approve(c, r, by=_ten_times("by"), role="approver"),
+    "approve edit": lambda c, r: ops.approve(
+        c, r, by="big", role="approver", edit={"text": _ten_times("edit")}
+    ),
+    "reject reason": lambda c, r: ops.reject(
+        c, r, by="big", role="approver", reason=_ten_times("reason")
+    ),
+    "pause by": lambda c, r: ops.pause(c, r, by=_ten_times("by")),
+    "resume by": lambda c, r: ops.resume(c, r, by=_ten_times("by")),
+}
+
+
+class LiveRunForksAndOversized(LiveRun):
+    """The same run and people, plus forks at any step and input past every bound."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forks: list[str] = []  # forks that started (refused ones started nothing)
+        self.oversized_signals = 0
+
+    def teardown(self) -> None:
+        super().teardown()
+        if hasattr(self, "run_id"):
+            self.live.call(self.check_forks_and_oversized(), 240 + 120 * len(self.forks))
+
+    @rule(pick=st.integers(0, 11), edited=st.booleans())
+    def fork(self, pick: int, edited: bool) -> None:
+        """A fork at any step is refused before anything starts, or it is a run like any
+        other."""
+        self.fork_at(pick, edited, ("model_call", "tool_call", "approval", "verify"))
+
+    @rule(pick=st.integers(0, 11), edited=st.booleans())
+    def fork_at_a_model_or_tool_step(self, pick: int, edited: bool) -> None:
+        """The forks that start: at a finished model or tool step (an edit at a tool step)."""
+        self.fork_at(pick, edited, ("model_call", "tool_call"))
+
+    def fork_at(self, pick: int, edited: bool, kinds: tuple[str, ...]) -> None:
+        async def attempt() -> str | None:
+            at, kind = pick + 1, "model_call"
+            for _ in range(20):  # the first steps may not be in the mirror yet
+                async with self.live.pool.connection() as conn:
+                    cur = await conn.execute(
+                        """SELECT seq, type FROM steps WHERE run_id = %s AND final
+                           AND type = ANY(%s) ORDER BY seq""",
+                        (self.run_id, list(kinds)),
+                    )
+                    finished = await cur.fetchall()
+                if finished:
+                    at, kind = finished[pick % len(finished)]
+                    break
+                await asyncio.sleep(0.25)
+            try:
+                started = await fork_ops.fork_run(
+                    self.live.client,
+                    self.live.pool,
+                    self.run_id,
+                    from_step=at,
+                    edit_output={"noted": 7} if edited and kind == "tool_call" else None,
+                    task_queue=self.live.task_queue,
+                )
+            except ops.OperationError:  # ForkError among them: nothing started
+                return None
+            return started.run_id
+
+        fork_id = self.live.call(attempt())
+        if fork_id is not None and fork_id not in self.forks:
+            self.forks.append(fork_id)
+
+    @rule(what=st.sampled_from(sorted(OVERSIZED)))
+    def oversized_at_the_door(self, what: str) -> None:
+        """Refused before anything is sent, whatever the run is doing."""
+        try:
+            self.live.call(OVERSIZED[what](self.live.client, self.run_id), 60)
+        except bounds.InputTooLarge:
+            return
+        raise AssertionError(f"{what} at ten times its bound was not refused at the door")
+
+    @rule()
+    def oversized_signal(self) -> None:
+        """Sent raw, past the door: a signal cannot be refused, so it is recorded, once, cut."""
+
+        async def send() -> bool:
+            handle = self.live.client.get_workflow_handle(self.run_id)
+            decision = ApproveInput(action_hash="0" * 16, by="o" * 300_000, role="approver")
+            try:
+                await handle.signal(AgentRunWorkflow.approve_signal, decision)
+            except RPCError as err:  # the run has ended: the signal goes nowhere
+                if "completed" not in err.message.lower() and "not found" not in err.message:
+                    raise
+                return False
+            return True
+
+        self.oversized_signals += int(self.live.call(send()))
+
+    async def check_forks_and_oversized(self) -> None:
+        client, pool = self.live.client, self.live.pool
+        for fork_id in self.forks:
+            outcome = await self.drive_to_end(fork_id)
+            receipt = await ops.receipt(pool, fork_id)
+            assert receipt["outcome"] == outcome, (fork_id, receipt["outcome"], outcome)
+            assert receipt["forked_from"]["parent_run_id"] == self.run_id
+            report = await ops.check_mirror(client, pool, fork_id)
+            assert report["agrees"], report["differences"]
+            await self.fork_made_no_effect_of_its_parent(fork_id, receipt)
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT idempotency_key, count(*) FROM property_effects
+                   GROUP BY idempotency_key HAVING count(*) > 1"""
+            )
+            assert await cur.fetchall() == [], "an effect happened twice"
+            cur = await conn.execute(
+                """SELECT data->>'by' FROM events
+                   WHERE run_id = %s AND type = 'approval.refused' AND data->>'by' LIKE 'ooo%%'""",
+                (self.run_id,),
+            )
+            recorded = [row[0] for row in await cur.fetchall()]
+        assert len(recorded) <= self.oversized_signals, "a refused input recorded twice"
+        assert all(len(by) <= bounds.RECORDED_CHARS + 40 for by in recorded), "not cut short"
+
+    async def fork_made_no_effect_of_its_parent(self, fork_id: str, receipt: Any) -> None:
+        """Every effect the fork made is stated in its receipt, and none was one its parent
+        already made: an identical call found the parent's ledger row instead."""
+        async with self.live.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT idempotency_key FROM property_effects WHERE run_id = %s", (fork_id,)
+            )
+            made = {row[0] for row in await cur.fetchall()}
+            cur = await conn.execute(
+                "SELECT idempotency_key FROM property_effects WHERE run_id = %s", (self.run_id,)
+            )
+            parents = {row[0] for row in await cur.fetchall()}
+        stated = {e["idempotency_key"] for e in receipt["side_effects"] if e["ok"]}
+        assert made <= stated, f"effects {fork_id}'s receipt does not state: {made - stated}"
+        assert not made & parents, "a fork made an effect its parent had made"
+
+
+def test_forks_and_oversized_input_never_break_the_promises(
+    env: WorkflowEnvironment, database_url: str
+) -> None:
+    global LIVE
+    LIVE = Live(
+        env.client.service_client.config.target_host, database_url, env.client.data_converter
+    )
+    try:
+        run_state_machine_as_test(
+            LiveRunForksAndOversized,
+            settings=settings(
+                max_examples=20,
+                stateful_step_count=10,
                 deadline=None,
                 database=None,
                 suppress_health_check=list(HealthCheck),

@@ -196,3 +196,39 @@ async def test_a_server_over_streamable_http(desk: McpServerSpec, tmp_path: Path
     finally:
         server.terminate()
         await server.wait()
+
+
+async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServerSpec) -> None:
+    """An MCP tool's input schema lists its fields without closing the object; an edit of a
+    field it does not list would be ignored by the tool, so the run refuses it."""
+    from datetime import UTC, datetime
+
+    from temporalio.exceptions import ApplicationError
+
+    from agentrun.core.models import PendingApproval
+    from agentrun.workflows.approvals import check_edit
+
+    connection = McpConnection(desk)
+    try:
+        [ticket] = [
+            t for t in connection.tools(await connection.list_tools()) if "ticket" in t.name
+        ]
+    finally:
+        await connection.close()
+    now = datetime.now(UTC)
+    pending = PendingApproval(
+        kind="action",
+        approval_id="0002-approval",
+        step_id="0002-approval",
+        tool=ticket.name,
+        arguments={"title": "printer"},
+        action_hash="0" * 16,
+        required_role="approver",
+        tenant="default",
+        requested_at=now,
+        expires_at=now,
+        parameters=ticket.parameters,
+    )
+    with pytest.raises(ApplicationError, match="nosuch: the tool has no such field"):
+        check_edit(pending, {"nosuch": "x"})
+    check_edit(pending, {"title": "scanner"})  # a field it has is fine

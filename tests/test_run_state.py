@@ -122,6 +122,7 @@ def every_field_set() -> RunProgress:
         tokens_out=50,
         cost_usd=0.25,
         duplicates_prevented=1,
+        inherited_effects=["a" * 32],
         side_effects=[
             SideEffectRecord(
                 step_id="0003-tool_call",

@@ -57,4 +57,5 @@ class ForkActivities:
             stored_messages=len(plan.prefix),
             edited_call=edited,
             live_calls=calls[1:] if edited is not None else calls,
+            inherited_effects=plan.inherited_effects,
         )

@@ -32,6 +32,12 @@ def effect_key(scope: str, tool: str, arguments: JsonDict, occurrence: int) -> s
     return f"{tool}:{digest.hexdigest()[:32]}"
 
 
+def effect_content(tool: str, arguments: JsonDict) -> str:
+    """What `effect_key` counts identical calls by: the tool and its arguments, hashed (a
+    fork carries its parent's effects this way, not their arguments)."""
+    return hashlib.sha256(canonical_json([tool, arguments]).encode()).hexdigest()[:32]
+
+
 def action_hash(tool: str, arguments: JsonDict) -> str:
     """What an approval is bound to: this tool with exactly these arguments."""
     return hashlib.sha256(canonical_json([tool, arguments]).encode()).hexdigest()[:16]

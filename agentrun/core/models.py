@@ -676,6 +676,11 @@ class RunProgress(BaseModel):
     )
     duplicates_prevented: int = 0
     side_effects: list[SideEffectRecord] = Field(default_factory=list)
+    inherited_effects: list[str] = Field(
+        default_factory=list,
+        description="a fork's: the content (keys.effect_content) of each effect its parent "
+        "made before the fork point, counted when the fork keys an identical call",
+    )
     approvals: list[ApprovalRecord] = Field(default_factory=list)
     pending_approval: PendingApproval | None = None
     decision: ApproveInput | RejectInput | None = Field(
@@ -708,6 +713,11 @@ class ForkOrigin(Strict):
     parent_run_id: str = Field(min_length=1)
     from_step: int = Field(ge=1)
     edit_output: Any = None
+    effect_scope: str | None = Field(
+        None,
+        description="whose effects the fork's are: the parent's scope, so that a call the "
+        "parent made finds its ledger row (None: forks from before it, scoped by their id)",
+    )
 
 
 class ForkSeedInput(BaseModel):
@@ -726,6 +736,9 @@ class ForkSeed(BaseModel):
     stored_messages: int
     edited_call: ProposedToolCall | None = None
     live_calls: list[ProposedToolCall] = Field(default_factory=list)
+    inherited_effects: list[str] = Field(
+        default_factory=list, description="the parent's effects before the fork point"
+    )
 
 
 RunSpec.model_rebuild()

@@ -19,11 +19,12 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from agentrun.core import approval_signatures
+from agentrun.core import approval_signatures, bounds
 from agentrun.core.errors import InvalidRequest, OperationError, OperationRefused
 from agentrun.core.models import ApproveInput, DecisionSignature, RejectInput, Signer
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
+NAME_CHARS = 100  # a file name in the config directory: tighter than agentrun.core.bounds
 
 
 def default_config_dir() -> Path:
@@ -45,6 +46,7 @@ class ApproverKey:
 
 
 def _paths(config_dir: Path, name: str) -> tuple[Path, Path]:
+    bounds.check_text("approver name", name, NAME_CHARS)
     if not NAME.match(name):
         raise InvalidRequest(f"approver name {name!r}: use letters, digits and . _ @ - (up to 100)")
     folder = config_dir / "approvers"
@@ -56,6 +58,8 @@ def create(
 ) -> ApproverKey:
     """A new key pair for `name`: the private key written with mode 0600, never replaced
     unless `replace` (an operator replacing the key on purpose)."""
+    for field, text in (("role", role), ("tenant", tenant)):  # the name: `_paths`
+        bounds.check_text(field, text)
     key_path, identity_path = _paths(config_dir, name)
     key_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if replace:

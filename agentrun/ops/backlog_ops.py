@@ -27,6 +27,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core import bounds
 from agentrun.core.backlog_models import (
     AGENT_PATTERN,
     MAX_TASKS_PER_ENQUEUE,
@@ -169,6 +170,11 @@ async def enqueue(
     people enqueueing at once still get one backlog.
     """
     check_agent(agent)
+    bounds.check(ControlInput(by=by), "enqueue")
+    for i, item in enumerate(tasks, start=1):
+        bounds.check(item, f"task {i}")
+    if policy is not None:
+        bounds.check(policy, "policy")
     size = sum(len(task.model_dump_json().encode()) for task in tasks)
     if size > MAX_ENQUEUE_BYTES:
         raise InvalidRequest(
@@ -286,6 +292,7 @@ async def _served(client: Client, backlog: Backlog, deadline: Deadline) -> None:
 
 
 async def _change(client: Client, agent: str, update: Any, arg: Any, wait: float) -> Any:
+    bounds.check(arg, "backlog command")  # checked again by the backlog's validators
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     await _served(client, backlog, deadline)

@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.core import forking
+from agentrun.core import bounds, forking
 from agentrun.core.errors import (
     InvalidRequest,
     OperationError,
@@ -47,6 +47,18 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
     return spec.model_copy(update={"carry": None, "admission": None, "workflow_generation": None})
 
 
+async def effect_scope(client: Client, run_id: str, spec: RunSpec) -> str:
+    """The scope the parent keys its effects in (agent_run's `_effect_key`): the fork keys its
+    own in it too, so what the parent did is found in the ledger, not done again."""
+    if spec.fork is not None:
+        return spec.fork.effect_scope or run_id
+    if spec.idempotency_key:
+        described = await client.get_workflow_handle(run_id).describe()
+        if described.parent_id:  # a backlog task's attempt: its effects are the task's
+            return f"{described.parent_id}/{spec.idempotency_key}"
+    return run_id
+
+
 def default_key(parent_run_id: str, from_step: int, edit_output: Any) -> str:
     """The same fork asked for twice is one run; a different edit is another."""
     digest = hashlib.sha256(canonical_json(edit_output).encode()).hexdigest()[:8]
@@ -74,11 +86,14 @@ async def fork_run(
             client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=pool
         )
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
+    bounds.check(origin, "fork")
+    bounds.check_text("idempotency_key", key)
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
         raise RunNotFound(f"run {run_id} has no steps in the mirror to fork from")
     forking.plan(origin, steps, conversation)  # refuse here (a ForkError), before anything starts
     spec = await parent_spec(client, run_id)
+    origin.effect_scope = await effect_scope(client, run_id, spec)
     fork_spec = spec.model_copy(
         update={
             "fork": origin,

@@ -26,8 +26,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core import bounds, fairness, run_summaries, search_attributes
 from agentrun.core import constants as names
-from agentrun.core import fairness, run_summaries, search_attributes
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import (
     InvalidRequest,
@@ -111,6 +111,7 @@ async def start_run(
     run: its id is not started again over the old run's conversation, journal and ledger,
     and the caller is told it exists (its receipt is in the mirror).
     """
+    bounds.check(spec, "run spec")
     if spec.carry is not None:
         raise InvalidRequest("`carry` is set by the engine when a run continues; leave it out")
     if spec.admission is not None:
@@ -259,6 +260,8 @@ async def _running(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunRef:
+    bounds.check_text("run_id", run_id)
+    bounds.check_text("tenant", tenant)
     run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     if not run.running:
         raise OperationRefused(
@@ -382,6 +385,7 @@ async def _decide(
     (a refusal is then recorded on the run); the approval it answers comes from the mirror.
     """
     update, signal = messages
+    bounds.check(decision("0" * 16), "decision")  # before anything is asked or sent
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
@@ -452,6 +456,7 @@ async def _control(
     mirror: AsyncConnectionPool | None,
 ) -> ControlResult:
     """Pause or resume: an update when a worker answers, else a signal the run keeps."""
+    bounds.check(input, "control")
     update, signal = messages
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)

@@ -17,7 +17,7 @@ from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentrun.core import fairness
+from agentrun.core import bounds, fairness
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import TenantError
 from agentrun.ops import admission_ops
@@ -36,6 +36,7 @@ async def set_tenant(
 ) -> TenantLimits:
     """Change some of a tenant's settings, keep the rest; takes effect for new starts at once,
     and for runs already queued too (a raised cap admits waiting runs)."""
+    bounds.check_text("tenant", tenant)
     store = TenantStore(pool)
     current = await store.limits(tenant)
     try:

@@ -22,8 +22,8 @@ from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities.admission import AdmissionActivities
+    from agentrun.core import bounds, fairness, search_attributes
     from agentrun.core import constants as names
-    from agentrun.core import fairness, search_attributes
     from agentrun.core.admission_models import (
         AdmissionCarry,
         AdmissionInput,
@@ -239,6 +239,9 @@ class TenantAdmissionWorkflow:
 
     @enqueue.validator
     def _enqueue_allowed(self, request: QueuedStartInput) -> None:
+        too_large = bounds.problems(request)
+        if too_large:  # checked at the door too (agentrun.core.bounds): anyone may send
+            raise ValueError(f"refused: {'; '.join(too_large[:5])}")
         if request.spec.tenant != self.tenant:
             # The queue holds only its tenant's runs: a slot here is this tenant's to give.
             raise ValueError(

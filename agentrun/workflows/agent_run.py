@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core.admission_models import ReleaseInput
     from agentrun.core.errors import PERMISSION_DENIED
-    from agentrun.core.keys import canonical_json, effect_key, idempotency_key
+    from agentrun.core.keys import canonical_json, effect_content, effect_key, idempotency_key
     from agentrun.core.models import (
         INTERRUPTED,
         CheckpointInput,
@@ -339,6 +339,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             )
             self.pending_steps.append(record)
         self.progress.seq = origin.from_step - 1
+        self.progress.inherited_effects = seed.inherited_effects
         self.progress.model_calls = seed.model_calls
         self.progress.stored_messages = seed.stored_messages
         self.progress.pending_messages = []
@@ -370,6 +371,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
             )
             self._event("fork.output_edited", step_id, {"tool": call.tool, "ran": False})
             self._tool_message(call.call_id, origin.edit_output)
+        if seed.live_calls:
+            # The fork goes on from inside its parent's reply, as a run does once the model
+            # has answered (a queued run cannot wait for a tool or a person). Forks that
+            # reached this point wedged before it (issue 25): no history needs the old path.
+            self._set_status(RunStatus.PLANNING)
         for call in seed.live_calls:
             await self._step_boundary()
             await self._tool_step(call)
@@ -714,12 +720,17 @@ class AgentRunWorkflow(Approvals, RunMessages):
         key = self.spec.idempotency_key
         # A backlog task's attempts are runs of their own; its effects are the task's.
         scope = f"{parent.workflow_id}/{key}" if parent is not None and key else self.run_id
+        fork = self.spec.fork
+        if fork is not None and fork.effect_scope is not None:
+            # A fork's effects are its parent's: a call the parent made (same content, same
+            # count) finds the parent's ledger row and does not happen a second time.
+            scope = fork.effect_scope
         content = canonical_json(arguments)
         before = sum(
             1
             for effect in self.progress.side_effects
             if effect.ok and effect.tool == tool and canonical_json(effect.arguments) == content
-        )
+        ) + self.progress.inherited_effects.count(effect_content(tool, arguments))
         return effect_key(scope, tool, arguments, before)
 
     def _record_interrupted(

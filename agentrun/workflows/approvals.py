@@ -20,9 +20,9 @@ from agentrun.workflows.run_state import RunEnded
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from agentrun.core import approval_signatures
+    from agentrun.core import approval_signatures, bounds
     from agentrun.core import constants as names
-    from agentrun.core.argument_schema import argument_problems
+    from agentrun.core.argument_schema import argument_problems, unknown_fields
     from agentrun.core.keys import action_hash
     from agentrun.core.models import (
         ApprovalKind,
@@ -46,6 +46,14 @@ def decision_fields(
     return input.action_hash, input.by, input.role, input.tenant, edit
 
 
+def check_bounds(input: ApproveInput | RejectInput) -> None:
+    """Refuse a decision with a field over its maximum (agentrun.core.bounds): checked first,
+    so nothing of it is recorded (a signal's refusal is recorded once, cut short)."""
+    found = bounds.problems(input)
+    if found:
+        raise ApplicationError(f"decision refused: {'; '.join(found[:5])}")
+
+
 def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
     """An edit must be one the run can apply to this kind of approval."""
     if pending.kind == "budget":
@@ -65,7 +73,9 @@ def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
             "approve or reject it without one"
         )
     elif pending.parameters is not None:
-        found = argument_problems(pending.parameters, {**pending.arguments, **edit})
+        found = unknown_fields(pending.parameters, edit) or argument_problems(
+            pending.parameters, {**pending.arguments, **edit}
+        )
         if found:
             raise ApplicationError(
                 f"invalid edit of {pending.tool}'s arguments ({'; '.join(found)}): the tool "
@@ -187,7 +197,7 @@ class Approvals(Recording):
                     "decision": "approved",
                     "by": decision.by,
                     "role": decision.role,
-                    "edit": decision.edit,
+                    "edit": decision.edit or None,  # only an edit that changed something
                     "reason": None,
                     "final_arguments": {**pending.arguments, **(decision.edit or {})},
                     "key_id": decision.signature.key_id if decision.signature else None,
@@ -263,13 +273,13 @@ class Approvals(Recording):
             approval_id=input.signature.approval_id
             if input.signature
             else (pending.approval_id if pending else None),
-            by=input.by,
-            reason=reason,
+            by=bounds.recorded(input.by) or "",
+            reason=bounds.recorded(reason) or "",
             at=workflow.now(),
         )
         # The last few are enough to say why nothing happened; all are in the events.
         self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
-        self._event("approval.refused", data={"by": input.by, "reason": reason})
+        self._event("approval.refused", data={"by": refusal.by, "reason": refusal.reason})
 
     async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
@@ -297,6 +307,7 @@ class Approvals(Recording):
 
     @approve.validator
     def _validate_approve(self, input: ApproveInput) -> None:
+        check_bounds(input)
         self._check_decision(*decision_fields(input))
 
     @workflow.update(name=names.UPDATE_REJECT)
@@ -305,6 +316,7 @@ class Approvals(Recording):
 
     @reject.validator
     def _validate_reject(self, input: RejectInput) -> None:
+        check_bounds(input)
         self._check_decision(*decision_fields(input))
 
     @workflow.signal(name=names.SIGNAL_APPROVE)
@@ -318,6 +330,7 @@ class Approvals(Recording):
     def _decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
         """A signal cannot be refused, so one that does not fit is recorded and ignored."""
         try:
+            check_bounds(input)
             self._check_decision(*decision_fields(input))
         except ApplicationError as err:
             self._refuse(input, err.message)

@@ -24,8 +24,8 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities.backlog import BacklogActivities
+    from agentrun.core import bounds, fairness
     from agentrun.core import constants as names
-    from agentrun.core import fairness
     from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogInput,
@@ -56,6 +56,14 @@ def failure_text(err: ChildWorkflowError) -> str:
     if isinstance(cause, FailureError) and cause.message:
         return cause.message
     return str(cause or err)
+
+
+def _within_bounds(input: Any) -> None:
+    """Refuse input with a field over its maximum (agentrun.core.bounds), before any of it
+    lands in the backlog's state."""
+    found = bounds.problems(input)
+    if found:
+        raise ApplicationError(f"refused: {'; '.join(found[:5])}")
 
 
 @workflow.defn(name=names.BACKLOG_WORKFLOW_NAME)
@@ -367,6 +375,7 @@ class AgentBacklogWorkflow:
 
     @enqueue.validator
     def _validate_enqueue(self, input: EnqueueInput) -> None:
+        _within_bounds(input)
         seen: dict[str, int] = {}
         for i, item in enumerate(input.tasks, start=1):
             if item.idempotency_key in seen:
@@ -392,6 +401,7 @@ class AgentBacklogWorkflow:
 
     @stop.validator
     def _validate_stop(self, input: ControlInput) -> None:
+        _within_bounds(input)
         if self.stopped:
             raise ApplicationError(
                 f"the backlog of agent {self.agent} is already stopped ({self.stop_reason}); "
@@ -418,6 +428,7 @@ class AgentBacklogWorkflow:
 
     @resume.validator
     def _validate_resume(self, input: ControlInput) -> None:
+        _within_bounds(input)
         if not self.stopped:
             raise ApplicationError(f"the backlog of agent {self.agent} is not stopped")
 
@@ -442,6 +453,7 @@ class AgentBacklogWorkflow:
 
     @retry.validator
     def _validate_retry(self, input: RetryInput) -> None:
+        _within_bounds(input)
         task = self.tasks.get(input.key)
         if input.key in self.done_keys:
             raise ApplicationError(f"task {input.key} is done; only failed tasks can be retried")

@@ -13,10 +13,19 @@ from agentrun.workflows import run_state
 from agentrun.workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
+    from agentrun.core import bounds
     from agentrun.core import constants as names
     from agentrun.core.admission_models import AdmitInput
     from agentrun.core.models import ControlInput, ControlResult, RunState
     from agentrun.core.states import is_terminal
+
+
+def check_control(input: ControlInput) -> None:
+    """A pause or resume with a field over its maximum (agentrun.core.bounds) is refused
+    before its `by` is recorded."""
+    found = bounds.problems(input)
+    if found:
+        raise ApplicationError(f"refused: {'; '.join(found)}")
 
 
 class RunMessages(Recording):
@@ -50,6 +59,7 @@ class RunMessages(Recording):
 
     @pause.validator
     def _validate_pause(self, input: ControlInput) -> None:
+        check_control(input)
         if is_terminal(self.progress.status):
             raise ApplicationError(
                 f"run {self.run_id} already ended as {self.progress.status.value}"
@@ -63,6 +73,7 @@ class RunMessages(Recording):
 
     @resume.validator
     def _validate_resume(self, input: ControlInput) -> None:
+        check_control(input)
         if is_terminal(self.progress.status):
             raise ApplicationError(
                 f"run {self.run_id} already ended as {self.progress.status.value}"
