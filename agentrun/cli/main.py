@@ -417,6 +417,13 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
+    """The settings in effect, as every command and worker here reads them; no secret shown."""
+    shown = settings.shown()
+    emit(shown, args.json, "\n".join(f"{name}={value}" for name, value in shown.items()))
+    return 0
+
+
 # ---------------------------------------------------------------- the embedded stack
 
 
@@ -553,6 +560,7 @@ LOCAL_COMMANDS = {
     "stats": cmd_stats,
     "prune": cmd_prune,
     "migrate": cmd_migrate,
+    "settings": cmd_settings,
     "up": cmd_up,
     "demo": cmd_demo,
 }
@@ -652,6 +660,7 @@ def parser() -> argparse.ArgumentParser:
     command(
         "migrate", "bring the database's schema up to date (workers do it on start)", json_flag=True
     )
+    command("settings", "the settings in effect, secrets hidden", json_flag=True)
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
