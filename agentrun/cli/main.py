@@ -37,7 +37,7 @@ from agentrun.dev.stack import EmbeddedStack, port_open
 from agentrun.ops import approver_keys, fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
-from agentrun.store.db import command_pool, schema_version
+from agentrun.store.db import COMMAND_SECONDS, command_pool, schema_version
 from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
@@ -113,6 +113,7 @@ async def cmd_start(client: Client, settings: Settings, args: argparse.Namespace
             mirror=pool,
             tenant=settings.tenant,
             limits=await TenantStore(pool).limits(spec.tenant),
+            wait=args.wait,
         )
     note = (
         "already exists (same idempotency key); not started again"
@@ -669,6 +670,8 @@ def parser() -> argparse.ArgumentParser:
 
 async def dispatch(args: argparse.Namespace) -> int:
     settings = Settings.load()
+    if getattr(args, "wait", None) is not None:
+        COMMAND_SECONDS.set(args.wait)
     if args.command == "backlog":
         return await backlog_cli.dispatch(settings, args)
     if args.command == "tenants":

@@ -88,6 +88,7 @@ async def start_run(
     tenant: str | None = None,
     limits: TenantLimits | None = None,
     mirror: AsyncConnectionPool | None = None,
+    wait: float = DEFAULT_WAIT_SECONDS,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
     With `tenant`, only a run of that tenant may be started.
@@ -119,7 +120,13 @@ async def start_run(
     if limits.capped:
         try:
             queued = await admission_ops.enqueue_run(
-                client, run_id, spec, task_queue=task_queue, indexed=indexed, limits=limits
+                client,
+                run_id,
+                spec,
+                task_queue=task_queue,
+                indexed=indexed,
+                limits=limits,
+                seconds=wait,
             )
         except admission_ops.Refused as err:
             raise OperationError(f"refused: {err}") from err

@@ -8,9 +8,11 @@ may change: a worker's start, `agentrun up` and `agentrun migrate`. A read (the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -19,7 +21,7 @@ from psycopg.abc import Buffer
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.abc import AsyncConninfoParam
 
 from agentrun.core.errors import SetupError
@@ -579,26 +581,44 @@ async def open_pool(
     database_url: str, *, max_size: int = 10, connect_seconds: float = 30, migrate: bool = True
 ) -> AsyncConnectionPool:
     """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
-    its schema lags. Every entry point that touches Postgres opens its pool here."""
-    pool = unopened_pool(database_url, max_size)
+    its schema lags. Every entry point that touches Postgres opens its pool here.
+
+    The first connection and the schema check are made here, under one deadline of
+    `connect_seconds`: a Postgres that accepts and never answers is named within it (the
+    pool's own connect would wait out libpq's timeout, and its close that one). The pool
+    opens only once a connection has answered."""
     try:
-        await pool.open(wait=True, timeout=connect_seconds)
-    except PoolTimeout as err:
-        await pool.close()
+        async with asyncio.timeout(connect_seconds):
+            conn = await AsyncConnection.connect(database_url, autocommit=True)
+    except (TimeoutError, psycopg.OperationalError) as err:
+        why = "no answer" if isinstance(err, TimeoutError) else _first_line(err)
         raise SetupError(
-            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
-            "DATABASE_URL, or start the local stack with `agentrun up`"
+            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:g}s "
+            f"({why}): check DATABASE_URL, or start the local stack with `agentrun up`"
         ) from err
     try:
-        async with pool.connection() as conn:
+        async with asyncio.timeout(None if migrate else connect_seconds):
             if migrate:
                 await apply_migrations(conn)
             else:
                 await check_schema(conn)
-    except BaseException:
-        await pool.close()
-        raise
+    except TimeoutError as err:
+        raise SetupError(
+            f"Postgres at {redact(database_url)} did not answer within {connect_seconds:g}s"
+        ) from err
+    finally:
+        await conn.close()
+    pool = unopened_pool(database_url, max_size)
+    await pool.open(wait=False)
     return pool
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+# How long one CLI command waits for Postgres (its `--wait`); set once by the CLI.
+COMMAND_SECONDS: ContextVar[float] = ContextVar("command_seconds", default=5.0)
 
 
 @asynccontextmanager
@@ -606,14 +626,17 @@ async def command_pool(
     settings: Settings, *, migrate: bool = False
 ) -> AsyncIterator[AsyncConnectionPool]:
     """A small pool for one CLI command, closed when it is done; it never migrates unless
-    asked (only `migrate` and `up` ask)."""
+    asked (only `migrate` and `up` ask). It waits for Postgres as long as the command's
+    `--wait` (COMMAND_SECONDS)."""
+    seconds = COMMAND_SECONDS.get()
     pool = await open_pool(
-        settings.require_database(), max_size=2, connect_seconds=5, migrate=migrate
+        settings.require_database(), max_size=2, connect_seconds=seconds, migrate=migrate
     )
+    pool.timeout = seconds
     try:
         yield pool
     finally:
-        await pool.close()
+        await pool.close(timeout=seconds)
 
 
 def redact(database_url: str) -> str:
