@@ -152,7 +152,12 @@ class RunClient:
         """The Postgres pool, opened on first use and kept until `close()`."""
         if self._pool is None:
             database = self.settings.require_database()
-            self._pool = await open_pool(database, max_size=2, connect_seconds=5)
+            self._pool = await open_pool(
+                database,
+                max_size=2,
+                connect_seconds=5,
+                prepared_statements=self.settings.prepared_statements,
+            )
         return self._pool
 
     async def close(self) -> None:

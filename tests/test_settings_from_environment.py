@@ -192,6 +192,10 @@ CASES: dict[str, Case] = {
     "AGENTRUN_GC_THRESHOLD": Case(
         [({"AGENTRUN_GC_THRESHOLD": "0"}, {})], [{"AGENTRUN_GC_THRESHOLD": "-5"}]
     ),
+    "AGENTRUN_PREPARED_STATEMENTS": Case(
+        [({"AGENTRUN_PREPARED_STATEMENTS": "0"}, {"AGENTRUN_PREPARED_STATEMENTS": "False"})],
+        [{"AGENTRUN_PREPARED_STATEMENTS": "never"}],
+    ),
     "AGENTRUN_MODEL_STREAM": Case(
         [({"AGENTRUN_MODEL_STREAM": "off"}, {"AGENTRUN_MODEL_STREAM": "False"})],
         [{"AGENTRUN_MODEL_STREAM": "sometimes"}],

@@ -37,12 +37,12 @@ from agentrun.dev.stack import EmbeddedStack, port_open
 from agentrun.ops import approver_keys, fork_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.store import metrics, retention
-from agentrun.store.db import COMMAND_SECONDS, command_pool, schema_version
+from agentrun.store.db import COMMAND_SECONDS, command_pool, install_tool_schema, schema_version
 from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
-from agentrun.tools.loading import load_registry
+from agentrun.tools.loading import DEMO_TOOLS, load_registry, split_references
 from agentrun.worker.tool_flags import add_tool_flags, tool_sources
 from agentrun.worker.worker_api import run_worker
 
@@ -410,10 +410,14 @@ async def cmd_prune(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    """Bring the database's schema up to this code's version; running it again is a no-op.
-    Workers and `up` do it on start; reads never do."""
-    async with command_pool(settings, migrate=True) as pool, pool.connection() as conn:
-        version = await schema_version(conn)
+    """Bring the database's schema up to this code's version, and create the tables of the
+    tools AGENTRUN_TOOLS names (the demo's by default); running it again is a no-op. The deploy
+    step for a role with DDL rights: workers whose role has none start on what it made."""
+    registry = load_registry(split_references(settings.tools) or [DEMO_TOOLS])
+    async with command_pool(settings, migrate=True) as pool:
+        await install_tool_schema(pool, registry.schema())
+        async with pool.connection() as conn:
+            version = await schema_version(conn)
     emit({"schema_version": version}, args.json, f"the schema is at version {version}")
     return 0
 

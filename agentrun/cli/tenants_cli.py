@@ -65,7 +65,12 @@ def add_commands(sub: Any) -> None:
 
 
 async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
-    pool = await open_pool(settings.require_database(), max_size=2, connect_seconds=5)
+    pool = await open_pool(
+        settings.require_database(),
+        max_size=2,
+        connect_seconds=5,
+        prepared_statements=settings.prepared_statements,
+    )
     try:
         if args.tenants_command == "list":
             rows = await tenant_ops.list_tenants(pool)

@@ -122,6 +122,11 @@ class Settings(BaseSettings):
         20_000,
         "allocations between a worker's young garbage collections; 0 keeps Python's own",
     )
+    prepared_statements: bool = env(
+        "AGENTRUN_PREPARED_STATEMENTS",
+        True,
+        "server-side prepared statements; 0 behind PgBouncer in transaction mode",
+    )
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )

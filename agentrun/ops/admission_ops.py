@@ -29,9 +29,9 @@ from agentrun.core.admission_models import (
 from agentrun.core.errors import OperationError
 from agentrun.core.models import RunSpec
 from agentrun.temporal.worker_presence import (
-    DEFAULT_WAIT_SECONDS,
     Deadline,
     NoAnswer,
+    Poller,
     fresh_pollers,
     no_worker,
     within,
@@ -51,18 +51,21 @@ async def enqueue_run(
     task_queue: str,
     indexed: bool,
     limits: TenantLimits,
-    seconds: float = DEFAULT_WAIT_SECONDS,
+    seconds: float | None = None,
 ) -> QueuedStart:
     """Queue the run (creating the tenant's queue on first use); it exists, `queued`, on
     return, with its place among the waiting runs (None: admitted at once).
 
-    The queue is a workflow and only a worker admits to it: with none polling, nothing is
-    sent (OperationError, saying so); with one that does not answer within `seconds`, the
-    OperationError says the start was sent and its outcome is unknown."""
-    deadline = Deadline(seconds)
-    found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
-    if not found:
-        raise OperationError(f"not started: {no_worker(task_queue, found, seconds)}")
+    The queue is a workflow and only a worker admits to it. With `seconds` (a command's
+    `--wait`): with no worker polling, nothing is sent (OperationError, saying so); with one
+    that does not answer in time, the OperationError says the start was sent and its outcome
+    is unknown. Without, it waits for a worker and rides out a busy queue for BUSY_SECONDS."""
+    deadline = Deadline(UNBOUNDED_SECONDS if seconds is None else seconds)
+    found: list[Poller] = []
+    if seconds is not None:
+        found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
+        if not found:
+            raise OperationError(f"not started: {no_worker(task_queue, found, seconds)}")
 
     def start() -> WithStartWorkflowOperation[Any, Any]:
         """A with-start operation is used once: each try gets its own."""
@@ -85,7 +88,7 @@ async def enqueue_run(
         limits=limits,
         request_id=uuid.uuid4().hex,
     )
-    busy_until = time.monotonic() + min(BUSY_SECONDS, seconds)
+    busy_until = time.monotonic() + min(BUSY_SECONDS, deadline.seconds)
     for pause in backoff():
         try:
             # The SDK's overloads do not see through an async update handler's return type.
@@ -100,7 +103,7 @@ async def enqueue_run(
             return result
         except NoAnswer as err:
             raise OperationError(
-                f"sent, but {no_worker(task_queue, found, seconds)}: whether run {run_id} "
+                f"sent, but {no_worker(task_queue, found, deadline.seconds)}: whether run {run_id} "
                 f"was queued is unknown; `agentrun status {run_id}` says"
             ) from err
         except WorkflowUpdateFailedError as err:
@@ -117,6 +120,8 @@ async def enqueue_run(
 
 
 BUSY_SECONDS = 60.0
+# "No bound": a library caller that gives none waits for a worker as long as it takes.
+UNBOUNDED_SECONDS = 10.0 * 365 * 24 * 3600
 BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
 
 

@@ -88,7 +88,7 @@ async def start_run(
     tenant: str | None = None,
     limits: TenantLimits | None = None,
     mirror: AsyncConnectionPool | None = None,
-    wait: float = DEFAULT_WAIT_SECONDS,
+    wait: float | None = None,
 ) -> Started:
     """Start a run; the same idempotency key always names the same run, running or ended.
     With `tenant`, only a run of that tenant may be started.
@@ -98,7 +98,8 @@ async def start_run(
     reach every step it schedules. A tenant with a cap starts through its admission queue.
     With the `mirror`, a run Temporal has forgotten (its retention passed) is still the same
     run: its id is not started again over the old run's conversation, journal and ledger,
-    and the caller is told it exists (its receipt is in the mirror).
+    and the caller is told it exists (its receipt is in the mirror). With `wait` (a
+    command's), a capped tenant's start gives up after that long (admission_ops.enqueue_run).
     """
     if tenant is not None and spec.tenant != tenant:
         raise OperationError(
