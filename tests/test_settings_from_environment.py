@@ -1,9 +1,11 @@
 """Every setting in the README's table, read from a real process environment.
 
-Each row of the README's settings table is set in the environment of a fresh process: a valid
-value shows in `agentrun settings`; an invalid one stops the CLI, the worker and the codec
-server alike with exit 2 and one line naming the variable, never a traceback. The cases are
-keyed by the README's own names, so a new row without a case here fails until it has one.
+Each row of the README's settings table is set in the process environment: a valid value shows
+in `agentrun settings`; an invalid one stops the CLI, the worker and the codec server alike
+with exit 2 and one line naming the variable, never a traceback. The cases are keyed by the
+README's own names, so a new row without a case here fails until it has one. The cases run in
+one process of tests/entry_points_driver.py (one process per case took 25 minutes on a busy
+machine); the issue's own reproductions also run in processes of their own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +31,9 @@ SHORT_KEY = base64.b64encode(bytes(16)).decode()
 # Read by the crash tests alone; not for operators, so not in the README.
 INTERNAL = {"AGENTRUN_FAULTS", "AGENTRUN_ZOMBIE_SECONDS"}
 
-ENTRY_POINTS = {
+# Each entry point and the arguments it is run with.
+ENTRY_POINTS = {"cli": ["list", "--wait", "1"], "worker": [], "codec server": ["--port", "0"]}
+PROCESSES = {
     "cli": [sys.executable, "-m", "agentrun", "list", "--wait", "1"],
     "worker": [sys.executable, "-m", "agentrun.worker.main"],
     "codec server": [sys.executable, "-m", "agentrun.temporal.codec_server", "--port", "0"],
@@ -295,55 +300,109 @@ def test_every_operator_setting_is_in_the_readme_table_and_has_a_case():
     assert documented - set(CASES) == set(), "add a case for each new README row"
 
 
+DRIVER = ROOT / "tests" / "entry_points_driver.py"
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int, str], Any]:
+    """Every case of every row through its entry points, in one process of DRIVER: a valid
+    value through `agentrun settings --json`, an invalid one through all three."""
+    tmp_path = tmp_path_factory.mktemp("settings")
+    keys: list[tuple[str, str, int, str]] = []
+    runs: list[dict[str, Any]] = []
+    for name, case in CASES.items():
+        for index, (values, _) in enumerate(case.valid):
+            keys.append((name, "valid", index, "cli"))
+            env = {**clean_environment(tmp_path), **filled(values, tmp_path)}
+            runs.append({"entry": "cli", "args": ["settings", "--json"], "env": env})
+        for index, values in enumerate(case.invalid):
+            env = {**clean_environment(tmp_path), **filled(values, tmp_path)}
+            for entry, args in ENTRY_POINTS.items():
+                keys.append((name, "invalid", index, entry))
+                runs.append({"entry": entry, "args": args, "env": env})
+    done = subprocess.run(
+        [sys.executable, str(DRIVER)],
+        input=json.dumps(runs),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(zip(keys, json.loads(done.stdout), strict=True))
+
+
 @pytest.mark.parametrize("name", README_VARIABLES)
-def test_a_valid_value_from_the_environment_is_in_effect(name, tmp_path):
+def test_a_valid_value_from_the_environment_is_in_effect(name, outcomes, tmp_path_factory):
+    for index, (values, expected) in enumerate(CASES[name].valid):
+        outcome = outcomes[(name, "valid", index, "cli")]
+        assert outcome["code"] == 0, outcome["err"]
+        shown = json.loads(outcome["out"])
+        # What was set shows as set, unless the case says how it shows.
+        as_set = {
+            k: v
+            for k, v in values.items()
+            if k in shown and k not in expected and "{" not in v and k not in SHOWN_OTHERWISE
+        }
+        assert {k: shown[k] for k in {**as_set, **expected}} == {**as_set, **expected}
+        assert not any(secret in outcome["out"] for secret in SECRETS)
+
+
+@pytest.mark.parametrize("name", README_VARIABLES)
+def test_an_invalid_value_stops_every_entry_point_with_one_line_naming_it(name, outcomes):
     case = CASES[name]
-    for values, expected in case.valid:
-        environ = filled(values, tmp_path)
-        done = subprocess.run(
+    if not case.invalid:
+        assert case.no_invalid, f"{name}: give invalid values, or say why none exist"
+        return
+    for index, values in enumerate(case.invalid):
+        for entry in ENTRY_POINTS:
+            outcome = outcomes[(name, "invalid", index, entry)]
+            err = outcome["err"]
+            lines = err.strip().splitlines()
+            assert outcome["code"] == 2, (entry, values, err)
+            assert len(lines) == 1 and "Traceback" not in err, (entry, values, err)
+            assert any(v in lines[0] for v in values), (entry, values, lines[0])
+            assert not any(secret in outcome["out"] + err for secret in SECRETS), (entry, err)
+
+
+# Shown as the program reads them, not as written (secrets hidden, JSON normalised).
+SHOWN_OTHERWISE = {
+    "DATABASE_URL",
+    "AGENTRUN_ENCRYPTION_KEYS",
+    "AGENTRUN_MODEL_PRICES",
+    "OPENAI_API_KEY",
+    "TEMPORAL_API_KEY",
+}
+
+
+@pytest.mark.parametrize(
+    ("entry", "command"), [(entry, command) for entry, command in PROCESSES.items()]
+)
+def test_the_reported_failures_in_processes_of_their_own(entry, command, tmp_path):
+    """Issue 25's reproductions, each entry point a process of its own: a valid
+    AGENTRUN_ENCRYPTION_KEYS is read; AGENTRUN_MODEL_PRICES='{bad' is one line, exit 2."""
+    environ = clean_environment(tmp_path)
+    if entry == "cli":
+        keyed = subprocess.run(
             [sys.executable, "-m", "agentrun", "settings", "--json"],
-            env={**clean_environment(tmp_path), **environ},
+            env={**environ, "AGENTRUN_ENCRYPTION_KEYS": f"k1:{KEY}"},
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=120,
         )
-        assert done.returncode == 0, done.stderr
-        shown = json.loads(done.stdout)
-        wanted = {k: v for k, v in environ.items() if k in shown and not expected.get(k)}
-        wanted = {
-            k: v for k, v in wanted.items() if k not in ("OPENAI_API_KEY", "TEMPORAL_API_KEY")
-        }
-        for k in ("DATABASE_URL", "AGENTRUN_ENCRYPTION_KEYS", "AGENTRUN_MODEL_PRICES"):
-            wanted.pop(k, None)
-        assert {k: shown[k] for k in {**wanted, **expected}} == {**wanted, **expected}
-        assert not any(secret in done.stdout for secret in SECRETS)
-
-
-@pytest.mark.parametrize("name", README_VARIABLES)
-def test_an_invalid_value_stops_every_entry_point_with_one_line_naming_it(name, tmp_path):
-    case = CASES[name]
-    if not case.invalid:
-        assert case.no_invalid, f"{name}: give invalid values, or say why none exist"
-        return
-    for values in case.invalid:
-        environ = {**clean_environment(tmp_path), **filled(values, tmp_path)}
-        running = {
-            entry: subprocess.Popen(
-                command,
-                env=environ,
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for entry, command in ENTRY_POINTS.items()
-        }
-        for entry, process in running.items():
-            out, err = process.communicate(timeout=120)
-            lines = err.strip().splitlines()
-            assert process.returncode == 2, (entry, values, out, err)
-            assert len(lines) == 1 and "Traceback" not in err, (entry, values, err)
-            named = [v for v in values if v in lines[0]]
-            assert named, (entry, values, lines[0])
-            assert not any(secret in out + err for secret in SECRETS), (entry, err)
+        assert keyed.returncode == 0, keyed.stderr
+        assert json.loads(keyed.stdout)["AGENTRUN_ENCRYPTION_KEYS"] == "k1:<key>"
+    bad = subprocess.run(
+        command,
+        env={**environ, "AGENTRUN_MODEL_PRICES": "{bad"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: invalid setting: AGENTRUN_MODEL_PRICES: not JSON (Expecting property name "
+        "enclosed in double quotes at character 1)"
+    ]
