@@ -52,12 +52,13 @@ from agentrun.ops.operations import RunReport, Started
 from agentrun.profiles import Agent
 from agentrun.store import metrics, retention
 from agentrun.store.approver_store import ApproverStore
-from agentrun.store.db import open_pool, schema_version
+from agentrun.store.db import install_tool_schema, open_pool, schema_version
 from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.worker_presence import Deadline
+from agentrun.tools.loading import DEMO_TOOLS, load_registry, split_references
 
 
 class RunClient:
@@ -121,10 +122,13 @@ class RunClient:
         spec = agent.spec(**fields) if agent is not None else RunSpec.model_validate(fields)
         return (await self.start_run(spec, require_tools=agent is not None)).run_id
 
-    async def start_run(self, spec: RunSpec, *, require_tools: bool = False) -> Started:
+    async def start_run(
+        self, spec: RunSpec, *, require_tools: bool = False, wait: float | None = None
+    ) -> Started:
         """Start the run `spec` describes: its id, whether it existed already (same
         idempotency key) and its place in its tenant's queue. With `require_tools`, a run
-        naming a tool its task queue's workers lack is refused before it starts."""
+        naming a tool its task queue's workers lack is refused before it starts. With `wait`,
+        a start no worker could take within it (a capped tenant's) is not sent at all."""
         pool = await self._mirror()
         if require_tools and spec.allowed_tools:
             await ops.require_tools(
@@ -139,6 +143,7 @@ class RunClient:
             task_queue=self.settings.task_queue,
             indexed=self.settings.search_attributes,
             acting_tenant=self.tenant,
+            wait=wait,
         )
 
     async def fork(
@@ -352,11 +357,20 @@ class RunClient:
         )
 
     async def migrate(self) -> int:
-        """Bring the database's schema up to this code's version; returns the version."""
+        """Bring the database's schema up to this code's version, and create the tables of
+        the tools AGENTRUN_TOOLS names (the demo's by default); returns the version. The
+        deploy step for a role with DDL rights: workers whose role has none start on what
+        it made."""
+        registry = load_registry(split_references(self.settings.tools) or [DEMO_TOOLS])
         pool = await open_pool(
-            self.settings.require_database(), max_size=1, connect_seconds=5, migrate=True
+            self.settings.require_database(),
+            max_size=1,
+            connect_seconds=self._wait or 5,
+            migrate=True,
+            prepared_statements=self.settings.prepared_statements,
         )
         try:
+            await install_tool_schema(pool, registry.schema())
             async with pool.connection() as conn:
                 return await schema_version(conn)
         finally:
@@ -584,7 +598,13 @@ class RunClient:
         migrates (`migrate()` does)."""
         if self._pool is None:
             database = self.settings.require_database()
-            self._pool = await open_pool(database, max_size=2, connect_seconds=5, migrate=False)
+            self._pool = await open_pool(
+                database,
+                max_size=2,
+                connect_seconds=self._wait or 5,
+                migrate=False,
+                prepared_statements=self.settings.prepared_statements,
+            )
         return self._pool
 
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,7 +30,7 @@ import agentrun.demo
 from agentrun.core import fairness, search_attributes
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
-from agentrun.dev.stack import free_port
+from agentrun.dev.stack import free_port, port_open
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
@@ -55,6 +59,53 @@ async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     await install_tool_schema(pool, agentrun.demo.registry.schema())
     yield pool
     await pool.close()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(database_url: str) -> Iterator[str]:
+    """PgBouncer (Debian's `pgbouncer`) in transaction mode in front of the session's Postgres,
+    as a managed Postgres usually sits behind one; its URL. Database `tight` has one server
+    connection, so two clients' statements share it. Skips where the binary is missing."""
+    binary = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
+    if binary is None:
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+    params = conninfo_to_dict(database_url)
+    host, port = str(params.get("host", "127.0.0.1")), str(params.get("port", 5432))
+    user, dbname = str(params.get("user", "postgres")), str(params.get("dbname", "postgres"))
+    # Not under pytest's folder: PgBouncer runs as another user, who must read its config.
+    folder = Path(tempfile.mkdtemp(prefix="agentrun-pgbouncer-"))
+    listen = free_port()
+    (folder / "users.txt").write_text(f'"{user}" "{params.get("password", "")}"\n')
+    (folder / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"{dbname} = host={host} port={port} dbname={dbname}\n"
+        f"tight = host={host} port={port} dbname={dbname} pool_size=1\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {listen}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {folder / 'users.txt'}\n"
+        "pool_mode = transaction\nmax_client_conn = 500\ndefault_pool_size = 20\n"
+        f"logfile = {folder / 'pgbouncer.log'}\n"
+    )
+    command = [binary, str(folder / "pgbouncer.ini")]
+    if os.geteuid() == 0:  # it will not run as root: as the owner of Postgres's socket folder
+        owner = Path(host).owner() if host.startswith("/") else "postgres"
+        shutil.chown(folder, owner)
+        for each in folder.iterdir():
+            shutil.chown(each, owner)
+        command += ["-u", owner]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while not port_open(listen):
+            if process.poll() is not None or time.monotonic() > deadline:
+                output = process.stdout.read() if process.stdout else b""
+                raise AssertionError(f"pgbouncer did not start: {output.decode()}")
+            time.sleep(0.05)
+        yield f"postgresql://{user}@127.0.0.1:{listen}/{dbname}"
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # Where the session's dev server serves its Prometheus counters (the bench reads the same).

@@ -227,7 +227,7 @@ async def test_reads_never_migrate_and_migrate_brings_the_schema_up(settings, po
     home = tmp_path / "home"
 
     message = refused(await run_cli(fresh, home, "list"))
-    assert "schema is at version 0" in message and "agentrun migrate" in message
+    assert "schema is at version 0" in message and "`agentrun migrate`" in message
     async with await psycopg.AsyncConnection.connect(fresh.database_url or "") as conn:
         assert await schema_version(conn) == 0, "a read must not migrate"
 

@@ -4,9 +4,13 @@ Web UI decode over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
+import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -24,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 from agentrun.core.errors import SetupError, UnknownEncryptionKey
 from agentrun.core.models import RunResult
 from agentrun.core.settings import Settings
+from agentrun.dev.stack import free_port, port_open
 from agentrun.ops import operations as ops
 from agentrun.temporal.codec_server import CodecServer
 from agentrun.temporal.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
@@ -199,3 +204,76 @@ def test_codec_server_encodes_and_decodes_for_the_web_ui():
             json_format.MessageToJson(Payloads(payloads=[foreign])).encode(),
         )
         assert status == 400 and "'z'" in json.loads(error)["error"]
+
+
+async def test_encryption_switched_on_through_the_environment(settings, tmp_path):
+    """AGENTRUN_ENCRYPTION_KEYS in the environment of the worker, the CLI and the codec server:
+    the run completes, the server's history holds ciphertext, the codec server decodes it."""
+    port = free_port()
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url,
+        "OPENAI_BASE_URL": settings.openai_base_url,
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(tmp_path / "home"),
+        "AGENTRUN_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}",
+    }
+    log = (tmp_path / "processes.log").open("w")
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentrun.worker.main", env=environ, stdout=log, stderr=log
+    )
+    codec = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agentrun.temporal.codec_server", "--port", str(port)),
+        env=environ,
+        stdout=log,
+        stderr=log,
+    )
+    marker = f"okapi-{uuid.uuid4().hex[:8]}"
+    try:
+        start = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "agentrun", "start", "--json", "--wait", "30", "--task"),
+            f"Summarize our invoice policy. {marker}",
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(start.communicate(), 120)
+        assert start.returncode == 0, err.decode()
+        run_id = json.loads(out)["run_id"]
+        keyed = await Client.connect(
+            settings.temporal_address, data_converter=data_converter(Settings.load(environ))
+        )
+        result = await keyed.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+        assert result.status.value == "completed"
+
+        plain = await Client.connect(settings.temporal_address)
+        history = await plain.get_workflow_handle(run_id).fetch_history()
+        raw = b"".join(event.SerializeToString() for event in history.events)
+        assert marker.encode() not in raw
+        started_input = history.events[0].workflow_execution_started_event_attributes.input
+        assert all(p.metadata["encoding"] == ENCODING for p in started_input.payloads)
+        assert all(p.metadata[KEY_ID_METADATA] == b"k1" for p in started_input.payloads)
+
+        # The Web UI's call: the codec server, keyed by the same variable, decodes the input.
+        body = json_format.MessageToJson(Payloads(payloads=list(started_input.payloads)))
+        for _ in range(100):
+            if port_open(port):
+                break
+            await asyncio.sleep(0.1)
+        status, _, decoded = await asyncio.to_thread(
+            post, f"http://127.0.0.1:{port}/decode", body.encode()
+        )
+        assert status == 200
+        plain_payloads = json_format.Parse(decoded, Payloads()).payloads
+        assert plain_payloads[0].metadata["encoding"] == b"json/plain"
+        assert marker in plain_payloads[0].data.decode()
+    finally:
+        for process in (worker, codec):
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        log.close()

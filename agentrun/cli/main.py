@@ -95,7 +95,9 @@ def json_argument(text: str | None, flag: str) -> Any:
 
 
 async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
-    started = await runs.start_run(load_spec(args, runs.settings), require_tools=bool(args.agent))
+    started = await runs.start_run(
+        load_spec(args, runs.settings), require_tools=bool(args.agent), wait=args.wait
+    )
     note = (
         "already exists (same idempotency key); not started again"
         if started.existing
@@ -589,6 +591,15 @@ async def wait_for_approval(
         await asyncio.sleep(0.2)
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    """The settings in effect, as every command and worker here reads them; no secret shown."""
+    from agentrun.core.settings import Settings
+
+    shown = Settings.load().shown()
+    emit(shown, args.json, "\n".join(f"{name}={value}" for name, value in shown.items()))
+    return 0
+
+
 def cmd_completion(args: argparse.Namespace) -> int:
     """A completion script, made from this very parser: it needs no stack and no settings."""
     from agentrun.cli import completion
@@ -629,7 +640,10 @@ COMMANDS: dict[str, Command] = {
     "approvers": approvers_cli.dispatch,
 }
 # Commands that need no stack, no settings and no event loop.
-LOCAL: dict[str, Callable[[argparse.Namespace], int]] = {"completion": cmd_completion}
+LOCAL: dict[str, Callable[[argparse.Namespace], int]] = {
+    "completion": cmd_completion,
+    "settings": cmd_settings,
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -785,6 +799,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     command("migrate", "bring the database's schema up to date (workers do it on start)")
+    command("settings", "the settings in effect, secrets hidden", wait=False)
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
     approvers_cli.add_commands(sub)

@@ -35,7 +35,7 @@ POINTS: dict[str, str] = {
 def _armed() -> tuple[frozenset[str], float]:
     """The armed points and the zombie's hang, read from the settings on first use (never at
     import, so importing this module reads no environment)."""
-    settings = Settings()  # the environment alone: no stack file, no Temporal profile
+    settings = Settings.read()  # the environment alone: no stack file, no Temporal profile
     points = frozenset(name.strip() for name in settings.faults.split(",") if name.strip())
     return points, settings.zombie_seconds
 

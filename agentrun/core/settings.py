@@ -9,13 +9,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretBytes, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
@@ -30,11 +32,9 @@ from agentrun.core.constants import (
 )
 from agentrun.core.errors import ConnectionSettingsError, SetupError
 from agentrun.core.log_setup import LogFormat, LogLevel
-from agentrun.core.temporal_connection import load_profile
+from agentrun.core.temporal_connection import connect_options, load_profile
 
 STACK_FILE = "stack.json"
-# Set while `Settings.load(env)` reads a given mapping instead of the process environment.
-_GIVEN_ENV: ContextVar[bool] = ContextVar("given_env", default=False)
 
 
 def env(name: str, default: Any = None, description: str = "") -> Any:
@@ -50,9 +50,7 @@ class Settings(BaseSettings):
     SecretStr/SecretBytes or left out of repr(), so a logged Settings shows none of them.
     """
 
-    model_config = SettingsConfigDict(
-        frozen=True, env_ignore_empty=True, case_sensitive=True, extra="ignore"
-    )
+    model_config = SettingsConfigDict(frozen=True, case_sensitive=True, extra="ignore")
 
     # From TEMPORAL_* or a TOML profile, the temporal CLI's way (agentrun.core.temporal_connection).
     temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
@@ -125,6 +123,11 @@ class Settings(BaseSettings):
         20_000,
         "allocations between a worker's young garbage collections; 0 keeps Python's own",
     )
+    prepared_statements: bool = env(
+        "AGENTRUN_PREPARED_STATEMENTS",
+        True,
+        "server-side prepared statements; 0 behind PgBouncer in transaction mode",
+    )
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
@@ -150,24 +153,115 @@ class Settings(BaseSettings):
     def _level_in_any_case(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("workflow_cache", "gc_threshold")
+    @field_validator("workflow_cache", "gc_threshold", "artifact_threshold_bytes")
     @classmethod
     def _a_count_is_not_negative(cls, value: int) -> int:
         if value < 0:
             raise ValueError("a count: 0 or more")
         return value
 
+    @field_validator("payload_limit_bytes")
+    @classmethod
+    def _a_limit_is_positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("a number of bytes: 1 or more")
+        return value
+
+    @field_validator("retention_days", "zombie_seconds")
+    @classmethod
+    def _a_duration_is_positive(cls, value: float | None) -> float | None:
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise ValueError("a duration: 0 or more")
+        return value
+
     @field_validator("model_prices", mode="before")
     @classmethod
     def _prices_over_the_default(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = json.loads(value)
-        return {OFFLINE_MODEL: OFFLINE_MODEL_PRICE, **value}
+        return {OFFLINE_MODEL: OFFLINE_MODEL_PRICE, **parse_model_prices(value)}
+
+    @field_validator("providers")
+    @classmethod
+    def _providers_that_load(cls, value: str | None) -> str | None:
+        from agentrun.core.providers import load_providers  # pure: a file read at most
+
+        try:
+            load_providers(value)
+        except SetupError as err:
+            raise ValueError(str(err).removeprefix("AGENTRUN_PROVIDERS").lstrip(": ")) from err
+        return value
 
     @field_validator("encryption_keys", mode="before")
     @classmethod
     def _parse_keys(cls, value: Any) -> Any:
         return parse_encryption_keys(value) if isinstance(value, str) else value
+
+    @field_validator("openai_base_url", "web_ui_url")
+    @classmethod
+    def _an_http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("expected an http:// or https:// URL with a host")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _a_connection_string(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_database_url(value)
+        return value
+
+    @field_validator("prometheus_bind")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _, port = value.rpartition(":")
+            if not host or not _is_port(port):
+                raise ValueError("expected HOST:PORT, e.g. 0.0.0.0:9464")
+        return value
+
+    @field_validator("home", "config_dir")
+    @classmethod
+    def _a_folder(cls, value: Path | None) -> Path | None:
+        if value is not None and value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a folder")
+        return value
+
+    @field_validator("tenant")
+    @classmethod
+    def _a_tenant_name(cls, value: str | None) -> str | None:
+        if value is not None and not 0 < len(value.strip()) <= 200:
+            raise ValueError("a tenant name: 1 to 200 characters")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_references(cls, value: str) -> str:
+        for reference in (part.strip() for part in value.split(",")):
+            module, sep, attr = reference.partition(":")
+            if reference and (not sep or not module or not attr):
+                raise ValueError(f"{reference!r}: expected PKG.MODULE:ATTR, e.g. my_tools:registry")
+        return value
+
+    @field_validator("agents")
+    @classmethod
+    def _agent_profiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            path = Path(value)
+            reference = value.partition(":")
+            is_file = path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file()
+            if not is_file and not (reference[1] and reference[0] and reference[2]):
+                raise ValueError(f"{value!r}: expected a YAML or JSON file, or PKG.MODULE:ATTR")
+        return value
+
+    @field_validator("mcp")
+    @classmethod
+    def _mcp_servers(cls, value: str) -> str:
+        for server in (p.strip() for line in value.splitlines() for p in line.split(";")):
+            name, sep, target = server.partition("=")
+            if server and (not sep or not name.strip() or not target.strip()):
+                raise ValueError(f"{server!r}: expected NAME=COMMAND ARGS... or NAME=https://...")
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -178,22 +272,34 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,) if _GIVEN_ENV.get() else (init_settings, env_settings)
+        # `read` hands every variable over as an init value, so a value meets the same
+        # validators from the environment as from a given mapping. pydantic-settings' own
+        # environment source JSON-decodes dict-typed fields first, which
+        # AGENTRUN_ENCRYPTION_KEYS (`id:key,...`) is not: it never sees a variable.
+        return (init_settings,)
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The variables alone (the environment, or `environ`): no stack file, no Temporal
+        profile. An empty variable counts as unset; a value that does not parse is a
+        SetupError of one line naming its variable."""
+        given = os.environ if environ is None else environ
+        named: dict[str, Any] = {k: v for k, v in given.items() if v and k in _NAMES}
+        try:
+            return cls(**named)
+        except ValidationError as err:
+            raise SetupError(f"invalid setting: {describe_problems(err)}") from err
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The environment (or `environ`), then the stack file `agentrun up` writes, then
         the defaults. A value that does not parse is a SetupError naming its variable."""
         given = dict(os.environ if environ is None else environ)
+        read = cls.read(given)
         try:
-            with _reading(environ):
-                # A given mapping stands in for the environment, as init values by name.
-                named: dict[str, Any] = {k: v for k, v in given.items() if v and k in _NAMES}
-                read = cls(**named) if environ is not None else cls()
             profile = load_profile(given)
-        except ValidationError as err:
-            problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in err.errors())
-            raise SetupError(f"invalid setting: {problems}") from err
+            check_temporal_variables(given, profile.address)
+            connect_options(profile)  # reads the TLS files: a missing one is named now
         except ConnectionSettingsError as err:
             raise SetupError(str(err)) from err
         stack = read_stack_file(read.home)
@@ -224,6 +330,25 @@ class Settings(BaseSettings):
     def run_link(self, run_id: str) -> str:
         return f"{self.web_ui_url}/namespaces/{self.temporal_namespace}/workflows/{run_id}"
 
+    def shown(self) -> dict[str, str]:
+        """Each variable and the value in effect, secrets hidden (`agentrun settings`)."""
+        options = connect_options(self.temporal_profile)
+        tls = options.get("tls", False)
+        shown = {
+            "TEMPORAL_ADDRESS": self.temporal_address,
+            "TEMPORAL_NAMESPACE": self.temporal_namespace,
+            "TEMPORAL_TLS": "off"
+            if tls is False
+            else "on, client certificate"
+            if getattr(tls, "client_cert", None)
+            else "on",
+            "TEMPORAL_API_KEY": "<set>" if options.get("api_key") else "",
+        }
+        for name, field in Settings.model_fields.items():
+            if isinstance(field.validation_alias, str):
+                shown[field.validation_alias] = _shown_value(name, getattr(self, name))
+        return shown
+
     def encryption_key_material(self) -> dict[str, bytes]:
         """The AES keys by id, unwrapped for the codec and the vault alone."""
         return {key_id: key.get_secret_value() for key_id, key in self.encryption_keys.items()}
@@ -236,13 +361,91 @@ _NAMES = frozenset(
 )
 
 
-@contextmanager
-def _reading(environ: Mapping[str, str] | None) -> Iterator[None]:
-    token = _GIVEN_ENV.set(environ is not None)
+def describe_problems(err: ValidationError) -> str:
+    """pydantic's errors as `VARIABLE: problem; ...`, without the values (some are secrets)."""
+    return "; ".join(
+        f"{e['loc'][0]}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors()
+    )
+
+
+def _shown_value(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if name == "encryption_keys":
+        return ",".join(f"{key_id}:<key>" for key_id in value)
+    if name == "database_url":
+        return " ".join(
+            f"{k}={'<set>' if k == 'password' else v}" for k, v in conninfo_to_dict(value).items()
+        )
+    if isinstance(value, SecretStr | SecretBytes):
+        return "<set>"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _is_port(raw: str) -> bool:
+    return raw.isdigit() and 0 < int(raw) < 65536
+
+
+_BOOLEAN_WORDS = frozenset({"1", "0", "true", "false", "yes", "no", "on", "off"})
+
+
+def check_temporal_variables(env: Mapping[str, str], address: str | None) -> None:
+    """What `temporalio.envconfig` takes without a word: an address with no port, and
+    TEMPORAL_TLS=maybe (which it reads as on)."""
+    if address:
+        host, _, port = address.rpartition(":")
+        if not host or not _is_port(port):
+            raise SetupError(
+                f"invalid setting: TEMPORAL_ADDRESS: expected HOST:PORT, e.g. "
+                f"{DEFAULT_TEMPORAL_ADDRESS} (got {address!r})"
+            )
+    tls = env.get("TEMPORAL_TLS", "").strip().lower()
+    if tls and tls not in _BOOLEAN_WORDS:
+        raise SetupError("invalid setting: TEMPORAL_TLS: expected true or false")
+
+
+def check_database_url(url: str) -> None:
+    """A libpq connection string (URL or key=value pairs) that parses, with numeric ports;
+    the message never repeats a password."""
+    hint = (
+        "expected postgresql://USER:PASSWORD@HOST:PORT/DBNAME (libpq parameters such as "
+        "?sslmode=verify-full may follow) or libpq key=value pairs"
+    )
     try:
-        yield
-    finally:
-        _GIVEN_ENV.reset(token)
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as err:
+        detail = "" if "@" in url or "password" in url else f" ({str(err).strip()})"
+        raise ValueError(f"malformed{detail}; {hint}") from None
+    ports = str(params.get("port", "")).split(",")
+    if any(port and not _is_port(port) for port in ports):
+        raise ValueError(f"malformed (the port is not a number); {hint}")
+
+
+def parse_model_prices(value: Any) -> dict[str, tuple[float, float]]:
+    """AGENTRUN_MODEL_PRICES: `{"model": [usd per 1M input tokens, per 1M output]}`."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not JSON ({err.msg} at character {err.pos})") from None
+    shape = 'expected a JSON object {"model": [usd per 1M input, usd per 1M output]}'
+    if not isinstance(value, Mapping):
+        raise ValueError(shape)
+    prices: dict[str, tuple[float, float]] = {}
+    for model, pair in value.items():
+        if (
+            not isinstance(pair, list | tuple)
+            or len(pair) != 2
+            or not all(
+                isinstance(p, int | float) and not isinstance(p, bool) and 0 <= p < math.inf
+                for p in pair
+            )
+        ):
+            raise ValueError(f"{shape}; the price of {model!r} is not two numbers 0 or more")
+        prices[str(model)] = (float(pair[0]), float(pair[1]))
+    return prices
 
 
 ENCRYPTION_KEY_BYTES = 32

@@ -26,7 +26,16 @@ from agentrun.core.admission_models import (
     QueuePosition,
     TenantLimits,
 )
+from agentrun.core.errors import OperationError
 from agentrun.core.models import RunSpec
+from agentrun.temporal.worker_presence import (
+    Deadline,
+    NoAnswer,
+    Poller,
+    fresh_pollers,
+    no_worker,
+    within,
+)
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id
 
 
@@ -42,9 +51,21 @@ async def enqueue_run(
     task_queue: str,
     indexed: bool,
     limits: TenantLimits,
+    seconds: float | None = None,
 ) -> QueuedStart:
     """Queue the run (creating the tenant's queue on first use); it exists, `queued`, on
-    return, with its place among the waiting runs (None: admitted at once)."""
+    return, with its place among the waiting runs (None: admitted at once).
+
+    The queue is a workflow and only a worker admits to it. With `seconds` (a command's
+    `--wait`): with no worker polling, nothing is sent (OperationError, saying so); with one
+    that does not answer in time, the OperationError says the start was sent and its outcome
+    is unknown. Without, it waits for a worker and rides out a busy queue for BUSY_SECONDS."""
+    deadline = Deadline(UNBOUNDED_SECONDS if seconds is None else seconds)
+    found: list[Poller] = []
+    if seconds is not None:
+        found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
+        if not found:
+            raise OperationError(f"not started: {no_worker(task_queue, found, seconds)}")
 
     def start() -> WithStartWorkflowOperation[Any, Any]:
         """A with-start operation is used once: each try gets its own."""
@@ -67,16 +88,24 @@ async def enqueue_run(
         limits=limits,
         request_id=uuid.uuid4().hex,
     )
-    deadline = time.monotonic() + BUSY_SECONDS
+    busy_until = time.monotonic() + min(BUSY_SECONDS, deadline.seconds)
     for pause in backoff():
         try:
             # The SDK's overloads do not see through an async update handler's return type.
-            result: QueuedStart = await client.execute_update_with_start_workflow(
-                TenantAdmissionWorkflow.enqueue,  # type: ignore[arg-type]
-                request,
-                start_workflow_operation=start(),
+            result: QueuedStart = await within(
+                deadline.left(),
+                client.execute_update_with_start_workflow(
+                    TenantAdmissionWorkflow.enqueue,  # type: ignore[arg-type]
+                    request,
+                    start_workflow_operation=start(),
+                ),
             )
             return result
+        except NoAnswer as err:
+            raise OperationError(
+                f"sent, but {no_worker(task_queue, found, deadline.seconds)}: whether run {run_id} "
+                f"was queued is unknown; `agentrun status {run_id}` says"
+            ) from err
         except WorkflowUpdateFailedError as err:
             reason = getattr(err.cause, "message", None) or str(err.cause)
             raise Refused(reason) from err
@@ -84,13 +113,15 @@ async def enqueue_run(
             # The server takes a bounded number of updates per workflow at once (10 by
             # default) and aborts some of a burst that races to create the queue; a burst of
             # starts for one tenant waits its turn. Enqueueing one run twice is a no-op.
-            if err.status not in BUSY or time.monotonic() > deadline:
+            if err.status not in BUSY or time.monotonic() > busy_until:
                 raise
-            await asyncio.sleep(pause)
+            await asyncio.sleep(min(pause, deadline.left()))
     raise AssertionError("unreachable: backoff() never ends")
 
 
 BUSY_SECONDS = 60.0
+# "No bound": a library caller that gives none waits for a worker as long as it takes.
+UNBOUNDED_SECONDS = 10.0 * 365 * 24 * 3600
 BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
 
 

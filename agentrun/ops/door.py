@@ -103,6 +103,7 @@ async def start(
     acting_tenant: str | None,
     indexed: bool = True,
     origin: Origin = "start",
+    wait: float | None = None,
 ) -> operations.Started:
     """Start a run under its tenant's policy, read from `pool`; the same key (in the same
     tenant) always names the same run. `acting_tenant`: the tenant the caller acts for
@@ -131,6 +132,7 @@ async def start(
         limits=found.limits,
         mirror=pool,
         run_id=scoped,
+        wait=wait,
     )
 
 

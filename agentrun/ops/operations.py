@@ -99,6 +99,7 @@ async def start_run(
     limits: TenantLimits | None = None,
     mirror: AsyncConnectionPool | None = None,
     run_id: str | None = None,
+    wait: float | None = None,
 ) -> Started:
     """The engine's start, under the policy given: only `agentrun.ops.door.start` calls it
     (tests/test_door.py), with the policy it read; tests call it to set up runs. The same
@@ -109,7 +110,8 @@ async def start_run(
     reach every step it schedules. A tenant with a cap starts through its admission queue.
     With the `mirror`, a run Temporal has forgotten (its retention passed) is still the same
     run: its id is not started again over the old run's conversation, journal and ledger,
-    and the caller is told it exists (its receipt is in the mirror).
+    and the caller is told it exists (its receipt is in the mirror). With `wait` (a
+    command's), a capped tenant's start gives up after that long (admission_ops.enqueue_run).
     """
     bounds.check(spec, "run spec")
     if spec.carry is not None:
@@ -124,7 +126,13 @@ async def start_run(
     if limits.capped:
         try:
             queued = await admission_ops.enqueue_run(
-                client, run_id, spec, task_queue=task_queue, indexed=indexed, limits=limits
+                client,
+                run_id,
+                spec,
+                task_queue=task_queue,
+                indexed=indexed,
+                limits=limits,
+                seconds=wait,
             )
         except admission_ops.Refused as err:
             raise OperationRefused(f"refused: {err}") from err

@@ -8,9 +8,11 @@ may change: a worker's start, `agentrun up` and `agentrun migrate`. A read (the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -19,7 +21,7 @@ from psycopg.abc import Buffer
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import set_json_dumps
 from psycopg.types.string import StrBinaryDumper, StrDumperUnknown
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.abc import AsyncConninfoParam
 
 from agentrun.core.errors import ServiceUnreachable, SetupError
@@ -406,31 +408,75 @@ MIGRATIONS: list[str] = [
 
 
 async def apply_migrations(conn: AsyncConnection[Any]) -> int:
-    """Apply every migration not yet applied; returns the schema version."""
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
-        row = await cur.fetchone()
-        current = int(row[0]) if row else 0
-        for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):
-            await conn.execute(sql)  # type: ignore[arg-type]
-            await conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (version,))
+    """Apply every migration not yet applied; returns the schema version.
+
+    A schema already at this code's version is left alone, without a statement of DDL, so a
+    worker whose role may not change the schema starts on a migrated database; on one that
+    lags, the role's refusal becomes a SetupError that says to run `agentrun migrate`."""
+    current = await schema_version(conn)
+    if current >= len(MIGRATIONS):
+        return len(MIGRATIONS)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations")
+            row = await cur.fetchone()
+            current = int(row[0]) if row else 0
+            for version, sql in enumerate(MIGRATIONS[current:], start=current + 1):
+                await conn.execute(sql)  # type: ignore[arg-type]
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version) VALUES (%s)", (version,)
+                )
+    except psycopg.errors.InsufficientPrivilege as err:
+        raise SetupError(
+            f"the database's schema is at version {current}, this code needs "
+            f"{len(MIGRATIONS)}, and role {conn.info.user!r} may not change it "
+            f"({_first_line(err)}): run `agentrun migrate` with a role that may (the schema's "
+            "owner), then start again"
+        ) from err
     return len(MIGRATIONS)
+
+
+# `CREATE TABLE|INDEX IF NOT EXISTS name`: a tool's statement whose object may already exist.
+_CREATES = re.compile(
+    r"^\s*CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+([\w.\"]+)", re.I
+)
 
 
 async def install_tool_schema(pool: AsyncConnectionPool, statements: list[str]) -> None:
     """Create the tables a worker's tools declare (`Tool.schema`), under the migration lock so
-    workers starting together do not race; the statements are idempotent."""
+    workers starting together do not race; the statements are idempotent. A statement whose
+    table or index exists is not sent (Postgres checks the right to create before it looks),
+    so a role without DDL rights starts where `agentrun migrate` made them."""
     if not statements:
         return
-    async with pool.connection() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+    async with pool.connection() as conn:
+        missing = []
         for sql in statements:
-            await conn.execute(sql)  # type: ignore[arg-type]
+            found = _CREATES.match(sql)
+            if found:
+                cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (found[1],))
+                row = await cur.fetchone()
+                if row and row[0]:
+                    continue
+            missing.append(sql)
+        if not missing:
+            return
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                for sql in missing:
+                    await conn.execute(sql)  # type: ignore[arg-type]
+        except psycopg.errors.InsufficientPrivilege as err:
+            raise SetupError(
+                f"the tools' tables are missing and role {conn.info.user!r} may not create "
+                f"them ({_first_line(err)}): run `agentrun migrate` (AGENTRUN_TOOLS set as for "
+                "the workers) with a role that may, then start again"
+            ) from err
 
 
 # A statement is prepared on the server the second time a connection runs it (psycopg's
@@ -550,8 +596,13 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
         raise
 
 
-def unopened_pool(database_url: AsyncConninfoParam, max_size: int) -> AsyncConnectionPool:
-    """A pool as every entry point configures it, not yet open."""
+def unopened_pool(
+    database_url: AsyncConninfoParam, max_size: int, *, prepared_statements: bool = True
+) -> AsyncConnectionPool:
+    """A pool as every entry point configures it, not yet open. Without
+    `prepared_statements` (AGENTRUN_PREPARED_STATEMENTS=0) nothing is prepared on the server:
+    a pooler in transaction mode (PgBouncer) hands each transaction to any server
+    connection, where a statement prepared on another is unknown."""
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
@@ -560,7 +611,10 @@ def unopened_pool(database_url: AsyncConninfoParam, max_size: int) -> AsyncConne
         min_size=1,
         max_size=max_size,
         open=False,
-        kwargs={"autocommit": True, "prepare_threshold": PREPARE_THRESHOLD},
+        kwargs={
+            "autocommit": True,
+            "prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None,
+        },
         timeout=WAIT_SECONDS,
         reconnect_timeout=RECONNECT_SECONDS,
         configure=make_storable,
@@ -572,33 +626,60 @@ def commit_pool_beside(pool: AsyncConnectionPool) -> AsyncConnectionPool:
     connection of `pool` (a tool's transaction): its mid-step checkpoints and lease renewals.
     Nothing holds one of these while waiting for another connection, so a holder of `pool`
     waiting here always gets one. Not yet open."""
-    return unopened_pool(pool.conninfo, COMMIT_CONNECTIONS)
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    prepared = kwargs.get("prepare_threshold") is not None
+    return unopened_pool(pool.conninfo, COMMIT_CONNECTIONS, prepared_statements=prepared)
 
 
 async def open_pool(
-    database_url: str, *, max_size: int = 10, connect_seconds: float = 30, migrate: bool = True
+    database_url: str,
+    *,
+    max_size: int = 10,
+    connect_seconds: float = 30,
+    migrate: bool = True,
+    prepared_statements: bool = True,
 ) -> AsyncConnectionPool:
     """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
-    its schema lags. Every entry point that touches Postgres opens its pool here."""
-    pool = unopened_pool(database_url, max_size)
+    its schema lags. Every entry point that touches Postgres opens its pool here.
+
+    The first connection and the schema check are made here, under one deadline of
+    `connect_seconds`: a Postgres that accepts and never answers is named within it (the
+    pool's own connect would wait out libpq's timeout, and its close that one). The pool
+    opens only once a connection has answered."""
     try:
-        await pool.open(wait=True, timeout=connect_seconds)
-    except PoolTimeout as err:
-        await pool.close()
+        async with asyncio.timeout(connect_seconds):
+            conn = await AsyncConnection.connect(
+                database_url, autocommit=True, prepare_threshold=None
+            )
+    except (TimeoutError, psycopg.OperationalError) as err:
+        why = "no answer" if isinstance(err, TimeoutError) else _first_line(err)
         raise ServiceUnreachable(
-            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:.0f}s: check "
-            "DATABASE_URL, or start the local stack with `agentrun up`"
+            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:g}s "
+            f"({why}): check DATABASE_URL, or start the local stack with `agentrun up`"
         ) from err
     try:
-        async with pool.connection() as conn:
+        async with asyncio.timeout(None if migrate else connect_seconds):
             if migrate:
                 await apply_migrations(conn)
             else:
                 await check_schema(conn)
-    except BaseException:
-        await pool.close()
-        raise
+    except TimeoutError as err:
+        raise ServiceUnreachable(
+            f"Postgres at {redact(database_url)} did not answer within {connect_seconds:g}s"
+        ) from err
+    finally:
+        await conn.close()
+    pool = unopened_pool(database_url, max_size, prepared_statements=prepared_statements)
+    await pool.open(wait=False)
     return pool
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+# How long one CLI command waits for Postgres (its `--wait`); set once by the CLI.
+COMMAND_SECONDS: ContextVar[float] = ContextVar("command_seconds", default=5.0)
 
 
 @asynccontextmanager
@@ -606,14 +687,21 @@ async def command_pool(
     settings: Settings, *, migrate: bool = False
 ) -> AsyncIterator[AsyncConnectionPool]:
     """A small pool for one CLI command, closed when it is done; it never migrates unless
-    asked (only `migrate` and `up` ask)."""
+    asked (only `migrate` and `up` ask). It waits for Postgres as long as the command's
+    `--wait` (COMMAND_SECONDS)."""
+    seconds = COMMAND_SECONDS.get()
     pool = await open_pool(
-        settings.require_database(), max_size=2, connect_seconds=5, migrate=migrate
+        settings.require_database(),
+        max_size=2,
+        connect_seconds=seconds,
+        migrate=migrate,
+        prepared_statements=settings.prepared_statements,
     )
+    pool.timeout = seconds
     try:
         yield pool
     finally:
-        await pool.close()
+        await pool.close(timeout=seconds)
 
 
 def redact(database_url: str) -> str:

@@ -132,8 +132,8 @@ def main() -> None:
                 "workers encrypt with"
             )
     except SetupError as err:
-        configure_logging()
-        log.error("%s", err)
+        # Settings that do not load leave no log format to speak in: one plain line.
+        sys.stderr.write(f"error: {err}\n")
         sys.exit(2)
     server = CodecServer(codec, host=args.host, port=args.port, web_ui_origin=args.web_ui)
     log.info(

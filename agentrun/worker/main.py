@@ -75,8 +75,8 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
     try:
         settings = Settings.load()
     except SetupError as err:
-        configure_logging(args.log_level or "INFO")
-        log.error("%s", err)
+        # No settings, so no log format to speak in: one plain line, as the CLI says it.
+        sys.stderr.write(f"error: {err}\n")
         sys.exit(2)
     configure_logging(args.log_level or settings.log_level, settings.log_format)
 

@@ -96,7 +96,11 @@ ENGINE_WORKFLOWS: list[type] = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAd
 
 async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
     """The Postgres pool a worker's activities share, sized for its activity slots."""
-    return await open_pool(settings.require_database(), max_size=pool_size_for(ACTIVITY_SLOTS))
+    return await open_pool(
+        settings.require_database(),
+        max_size=pool_size_for(ACTIVITY_SLOTS),
+        prepared_statements=settings.prepared_statements,
+    )
 
 
 def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:

@@ -1,0 +1,112 @@
+"""Every command returns within its `--wait` (plus a second): a Postgres that accepts and
+never answers, a malformed DATABASE_URL, a capped tenant's start with no worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import OperationError, SetupError
+from agentrun.ops import operations as ops
+from agentrun.store.db import COMMAND_SECONDS, command_pool
+from tests.support import make_spec
+
+
+@pytest.fixture
+def silent_postgres() -> Iterator[str]:
+    """A TCP listener that accepts every connection and never says a word."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(50)
+    listener.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"postgresql://app:s3cr3t@127.0.0.1:{listener.getsockname()[1]}/runs"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+async def test_a_postgres_that_never_answers_is_named_within_the_wait(settings, silent_postgres):
+    silent = settings.model_copy(update={"database_url": silent_postgres})
+    token = COMMAND_SECONDS.set(1.0)
+    began = time.monotonic()
+    try:
+        with pytest.raises(SetupError, match=r"cannot reach Postgres .* within 1s \(no answer\)"):
+            async with command_pool(silent):
+                pass
+    finally:
+        COMMAND_SECONDS.reset(token)
+    assert time.monotonic() - began < 2.0
+
+
+def run_cli(environ: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "agentrun", *args],
+        env={**env, "AGENTRUN_HOME": str(cwd / "home"), **environ},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_list_against_a_silent_postgres_says_so_in_one_line(silent_postgres, tmp_path):
+    done = run_cli({"DATABASE_URL": silent_postgres}, "list", "--wait", "1", cwd=tmp_path)
+    assert done.returncode == 4  # a service out of reach (README "Exit codes")
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot reach Postgres at {silent_postgres.replace(':s3cr3t@', ':***@')} "
+        "within 1s (no answer): check DATABASE_URL, or start the local stack with `agentrun up`"
+    ]
+
+
+def test_a_malformed_database_url_is_named_malformed_once(tmp_path):
+    done = run_cli({"DATABASE_URL": "notaurl"}, "list", "--wait", "1", cwd=tmp_path)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting: DATABASE_URL: malformed")
+    assert line.count("malformed") == 1 and line.count("notaurl") == 1
+
+
+async def test_a_capped_start_with_no_worker_returns_within_its_wait(client, settings):
+    tenant = f"capped-{uuid.uuid4().hex[:6]}"
+    spec = make_spec(tenant=tenant)
+    began = time.monotonic()
+    with pytest.raises(OperationError, match="not started: no worker answered within 2s"):
+        await asyncio.wait_for(
+            ops.start_run(
+                client,
+                spec,
+                task_queue=settings.task_queue,
+                limits=TenantLimits(tenant=tenant, max_in_flight=1),
+                wait=2,
+            ),
+            30,
+        )
+    assert time.monotonic() - began < 3.0

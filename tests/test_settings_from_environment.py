@@ -1,0 +1,428 @@
+"""Every setting in the README's table, read from a real process environment.
+
+Each row of the README's settings table is set in the process environment: a valid value shows
+in `agentrun settings`; an invalid one stops the CLI, the worker and the codec server alike
+with exit 2 and one line naming the variable, never a traceback. The cases are keyed by the
+README's own names, so a new row without a case here fails until it has one. The cases run in
+one process of tests/entry_points_driver.py (one process per case took 25 minutes on a busy
+machine); the issue's own reproductions also run in processes of their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrun.core.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = base64.b64encode(bytes(range(32))).decode()
+OLD_KEY = base64.b64encode(bytes(range(32, 64))).decode()
+SHORT_KEY = base64.b64encode(bytes(16)).decode()
+# Read by the crash tests alone; not for operators, so not in the README.
+INTERNAL = {"AGENTRUN_FAULTS", "AGENTRUN_ZOMBIE_SECONDS"}
+
+# Each entry point and the arguments it is run with.
+ENTRY_POINTS = {"cli": ["list", "--wait", "1"], "worker": [], "codec server": ["--port", "0"]}
+PROCESSES = {
+    "cli": [sys.executable, "-m", "agentrun", "list", "--wait", "1"],
+    "worker": [sys.executable, "-m", "agentrun.worker.main"],
+    "codec server": [sys.executable, "-m", "agentrun.temporal.codec_server", "--port", "0"],
+}
+
+
+@dataclass
+class Case:
+    """`valid`: (environment, what `agentrun settings` shows for some variables);
+    `invalid`: environments every entry point refuses, naming `names` (default the row's);
+    `no_invalid`: why no value of the variable can be malformed."""
+
+    valid: list[tuple[dict[str, str], dict[str, str]]]
+    invalid: list[dict[str, str]] = field(default_factory=list)
+    no_invalid: str = ""
+
+
+ANY_STRING = "any text is a valid name; the service it names decides"
+
+# {tmp}: a fresh folder; {file}: a file in it; {cert}, {key}, {toml}: files made there.
+CASES: dict[str, Case] = {
+    "TEMPORAL_ADDRESS": Case(
+        [({"TEMPORAL_ADDRESS": "temporal.example:7233"}, {})],
+        [{"TEMPORAL_ADDRESS": "temporal.example"}, {"TEMPORAL_ADDRESS": "host:port"}],
+    ),
+    "TEMPORAL_API_KEY": Case(
+        [({"TEMPORAL_API_KEY": "key-123"}, {"TEMPORAL_API_KEY": "<set>", "TEMPORAL_TLS": "on"})],
+        no_invalid="any text is a key; a wrong one is refused by the server",
+    ),
+    "TEMPORAL_TLS_CLIENT_CERT_PATH": Case(
+        [
+            (
+                {
+                    "TEMPORAL_TLS_CLIENT_CERT_PATH": "{cert}",
+                    "TEMPORAL_TLS_CLIENT_KEY_PATH": "{key}",
+                },
+                {"TEMPORAL_TLS": "on, client certificate"},
+            )
+        ],
+        [
+            {
+                "TEMPORAL_TLS_CLIENT_CERT_PATH": "{tmp}/none.pem",
+                "TEMPORAL_TLS_CLIENT_KEY_PATH": "{key}",
+            }
+        ],
+    ),
+    "TEMPORAL_TLS_CLIENT_KEY_PATH": Case(
+        [
+            (
+                {
+                    "TEMPORAL_TLS_CLIENT_CERT_PATH": "{cert}",
+                    "TEMPORAL_TLS_CLIENT_KEY_PATH": "{key}",
+                },
+                {"TEMPORAL_TLS": "on, client certificate"},
+            )
+        ],
+        [{"TEMPORAL_TLS_CLIENT_CERT_PATH": "{cert}", "TEMPORAL_TLS_CLIENT_KEY_PATH": "{tmp}/none"}],
+    ),
+    "TEMPORAL_TLS*": Case(
+        [({"TEMPORAL_TLS": "true"}, {"TEMPORAL_TLS": "on"})],
+        [{"TEMPORAL_TLS": "maybe"}],
+    ),
+    "TEMPORAL_PROFILE": Case(
+        [
+            (
+                {"TEMPORAL_CONFIG_FILE": "{toml}", "TEMPORAL_PROFILE": "staging"},
+                {"TEMPORAL_ADDRESS": "staging.example:7233", "TEMPORAL_NAMESPACE": "stage"},
+            )
+        ],
+        [{"TEMPORAL_CONFIG_FILE": "{toml}", "TEMPORAL_PROFILE": "nosuch"}],
+    ),
+    "TEMPORAL_NAMESPACE": Case([({"TEMPORAL_NAMESPACE": "prod.acct"}, {})], no_invalid=ANY_STRING),
+    "AGENTRUN_TASK_QUEUE": Case([({"AGENTRUN_TASK_QUEUE": "billing"}, {})], no_invalid=ANY_STRING),
+    "AGENTRUN_TOOLS": Case(
+        [({"AGENTRUN_TOOLS": "my_tools:registry, more.tools:extra"}, {})],
+        [{"AGENTRUN_TOOLS": "my_tools"}],
+    ),
+    "AGENTRUN_MCP": Case(
+        [({"AGENTRUN_MCP": "fs=python -m fs_server; docs=https://mcp.example/mcp"}, {})],
+        [{"AGENTRUN_MCP": "python -m fs_server"}],
+    ),
+    "AGENTRUN_AGENTS": Case(
+        [({"AGENTRUN_AGENTS": "agents.yaml"}, {}), ({"AGENTRUN_AGENTS": "my.agents:all"}, {})],
+        [{"AGENTRUN_AGENTS": "nowhere"}],
+    ),
+    "DATABASE_URL": Case(
+        [
+            (
+                {
+                    "DATABASE_URL": "postgresql://app:s3cr3t@db.example:6432/runs?sslmode=verify-full"
+                },
+                {
+                    "DATABASE_URL": "user=app password=<set> dbname=runs host=db.example "
+                    "port=6432 sslmode=verify-full"
+                },
+            )
+        ],
+        [{"DATABASE_URL": "notaurl"}, {"DATABASE_URL": "postgresql://app:s3cr3t@db:port/runs"}],
+    ),
+    "OPENAI_BASE_URL": Case(
+        [({"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, {})],
+        [{"OPENAI_BASE_URL": "localhost:8000"}],
+    ),
+    "OPENAI_API_KEY": Case(
+        [({"OPENAI_API_KEY": "sk-s3cr3t"}, {"OPENAI_API_KEY": "<set>"})],
+        no_invalid="any text is a key; a wrong one is refused by the provider",
+    ),
+    "AGENTRUN_MODEL": Case([({"AGENTRUN_MODEL": "gpt-4.1-mini"}, {})], no_invalid=ANY_STRING),
+    "AGENTRUN_MODEL_PRICES": Case(
+        [
+            (
+                {"AGENTRUN_MODEL_PRICES": '{"gpt-x": [2.5, 10]}'},
+                {"AGENTRUN_MODEL_PRICES": '{"gpt-x": [2.5, 10.0], "offline-planner": [0.15, 0.6]}'},
+            )
+        ],
+        [
+            {"AGENTRUN_MODEL_PRICES": "{bad"},
+            {"AGENTRUN_MODEL_PRICES": "[1, 2]"},
+            {"AGENTRUN_MODEL_PRICES": '{"gpt-x": [-1, 2]}'},
+        ],
+    ),
+    "AGENTRUN_WEB_UI": Case(
+        [({"AGENTRUN_WEB_UI": "https://temporal.example"}, {})], [{"AGENTRUN_WEB_UI": "ui:8233"}]
+    ),
+    "AGENTRUN_HOME": Case([({"AGENTRUN_HOME": "{tmp}/stack"}, {})], [{"AGENTRUN_HOME": "{file}"}]),
+    "AGENTRUN_TENANT": Case([({"AGENTRUN_TENANT": "acme"}, {})], [{"AGENTRUN_TENANT": "x" * 201}]),
+    "AGENTRUN_CONFIG_DIR": Case(
+        [({"AGENTRUN_CONFIG_DIR": "{tmp}/keys"}, {})], [{"AGENTRUN_CONFIG_DIR": "{file}"}]
+    ),
+    "AGENTRUN_ARTIFACT_THRESHOLD_BYTES": Case(
+        [({"AGENTRUN_ARTIFACT_THRESHOLD_BYTES": "1024"}, {})],
+        [{"AGENTRUN_ARTIFACT_THRESHOLD_BYTES": "64k"}, {"AGENTRUN_ARTIFACT_THRESHOLD_BYTES": "-1"}],
+    ),
+    "AGENTRUN_PAYLOAD_LIMIT_BYTES": Case(
+        [({"AGENTRUN_PAYLOAD_LIMIT_BYTES": "1000000"}, {})],
+        [{"AGENTRUN_PAYLOAD_LIMIT_BYTES": "2MB"}, {"AGENTRUN_PAYLOAD_LIMIT_BYTES": "0"}],
+    ),
+    "AGENTRUN_SEARCH_ATTRIBUTES": Case(
+        [({"AGENTRUN_SEARCH_ATTRIBUTES": "0"}, {"AGENTRUN_SEARCH_ATTRIBUTES": "False"})],
+        [{"AGENTRUN_SEARCH_ATTRIBUTES": "maybe"}],
+    ),
+    "AGENTRUN_PROMETHEUS_BIND": Case(
+        [({"AGENTRUN_PROMETHEUS_BIND": "0.0.0.0:9464"}, {})],
+        [{"AGENTRUN_PROMETHEUS_BIND": "9464"}, {"AGENTRUN_PROMETHEUS_BIND": "host:http"}],
+    ),
+    "AGENTRUN_OTEL_CAPTURE_CONTENT": Case(
+        [({"AGENTRUN_OTEL_CAPTURE_CONTENT": "1"}, {"AGENTRUN_OTEL_CAPTURE_CONTENT": "True"})],
+        [{"AGENTRUN_OTEL_CAPTURE_CONTENT": "maybe"}],
+    ),
+    "AGENTRUN_PROVIDERS": Case(
+        [({"AGENTRUN_PROVIDERS": '{"local": {"base_url": "http://127.0.0.1:9/v1"}}'}, {})],
+        [
+            {"AGENTRUN_PROVIDERS": "{bad"},
+            {"AGENTRUN_PROVIDERS": '{"local": {"base_url": "ftp://x"}}'},
+            {"AGENTRUN_PROVIDERS": "{tmp}/no-such-providers.yaml"},
+        ],
+    ),
+    "AGENTRUN_LOG_LEVEL": Case(
+        [({"AGENTRUN_LOG_LEVEL": "debug"}, {"AGENTRUN_LOG_LEVEL": "DEBUG"})],
+        [{"AGENTRUN_LOG_LEVEL": "loud"}],
+    ),
+    "AGENTRUN_LOG_FORMAT": Case(
+        [({"AGENTRUN_LOG_FORMAT": "json"}, {"AGENTRUN_LOG_FORMAT": "json"})],
+        [{"AGENTRUN_LOG_FORMAT": "xml"}],
+    ),
+    "AGENTRUN_OTEL": Case(
+        [({"AGENTRUN_OTEL": "1"}, {"AGENTRUN_OTEL": "True"})], [{"AGENTRUN_OTEL": "maybe"}]
+    ),
+    "AGENTRUN_RETENTION_DAYS": Case(
+        [({"AGENTRUN_RETENTION_DAYS": "30"}, {"AGENTRUN_RETENTION_DAYS": "30.0"})],
+        [{"AGENTRUN_RETENTION_DAYS": "a month"}, {"AGENTRUN_RETENTION_DAYS": "-1"}],
+    ),
+    "AGENTRUN_BUILD_ID": Case([({"AGENTRUN_BUILD_ID": "v2"}, {})], no_invalid=ANY_STRING),
+    "AGENTRUN_DEPLOYMENT_NAME": Case(
+        [({"AGENTRUN_DEPLOYMENT_NAME": "fleet"}, {})], no_invalid=ANY_STRING
+    ),
+    "AGENTRUN_WORKFLOW_CACHE": Case(
+        [({"AGENTRUN_WORKFLOW_CACHE": "10"}, {})],
+        [{"AGENTRUN_WORKFLOW_CACHE": "-1"}, {"AGENTRUN_WORKFLOW_CACHE": "lots"}],
+    ),
+    "AGENTRUN_GC_THRESHOLD": Case(
+        [({"AGENTRUN_GC_THRESHOLD": "0"}, {})], [{"AGENTRUN_GC_THRESHOLD": "-5"}]
+    ),
+    "AGENTRUN_PREPARED_STATEMENTS": Case(
+        [({"AGENTRUN_PREPARED_STATEMENTS": "0"}, {"AGENTRUN_PREPARED_STATEMENTS": "False"})],
+        [{"AGENTRUN_PREPARED_STATEMENTS": "never"}],
+    ),
+    "AGENTRUN_MODEL_STREAM": Case(
+        [({"AGENTRUN_MODEL_STREAM": "off"}, {"AGENTRUN_MODEL_STREAM": "False"})],
+        [{"AGENTRUN_MODEL_STREAM": "sometimes"}],
+    ),
+    "AGENTRUN_ENCRYPTION_KEYS": Case(
+        [
+            (
+                {"AGENTRUN_ENCRYPTION_KEYS": f"k2:{KEY},k1:{OLD_KEY}"},
+                {
+                    "AGENTRUN_ENCRYPTION_KEYS": "k2:<key>,k1:<key>",
+                    "AGENTRUN_ENCRYPTION_KEY_ID": "k2",
+                },
+            )
+        ],
+        [
+            {"AGENTRUN_ENCRYPTION_KEYS": "k1:not base64!"},
+            {"AGENTRUN_ENCRYPTION_KEYS": f"k1:{SHORT_KEY}"},
+            {"AGENTRUN_ENCRYPTION_KEYS": KEY},
+        ],
+    ),
+    "AGENTRUN_ENCRYPTION_KEY_ID": Case(
+        [
+            (
+                {
+                    "AGENTRUN_ENCRYPTION_KEYS": f"k2:{KEY},k1:{OLD_KEY}",
+                    "AGENTRUN_ENCRYPTION_KEY_ID": "k1",
+                },
+                {},
+            )
+        ],
+        [{"AGENTRUN_ENCRYPTION_KEYS": f"k2:{KEY}", "AGENTRUN_ENCRYPTION_KEY_ID": "k9"}],
+    ),
+}
+
+
+def readme_variables() -> list[str]:
+    """The variables the README's settings table names, in its order."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Settings", 1)[1].split("\n\n", 2)[1]
+    names: list[str] = []
+    for row in table.splitlines()[2:]:
+        first_cell = row.split("|")[1]
+        names += re.findall(r"`([A-Z_]+\*?)`", first_cell)
+    return names
+
+
+README_VARIABLES = readme_variables()
+SECRETS = ("s3cr3t", KEY, OLD_KEY)
+
+
+def settings_variables() -> set[str]:
+    return {
+        f.validation_alias
+        for f in Settings.model_fields.values()
+        if isinstance(f.validation_alias, str)
+    }
+
+
+def clean_environment(tmp_path: Path) -> dict[str, str]:
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENTRUN_", "TEMPORAL_", "OPENAI_")) and k != "DATABASE_URL"
+    }
+    return {**environ, "AGENTRUN_HOME": str(tmp_path / "home")}
+
+
+def filled(values: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "client.pem").write_text(
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    )
+    (tmp_path / "client.key").write_text(
+        "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n"
+    )
+    (tmp_path / "temporal.toml").write_text(
+        '[profile.staging]\naddress = "staging.example:7233"\nnamespace = "stage"\n'
+    )
+    places = {
+        "{tmp}": str(tmp_path),
+        "{file}": str(tmp_path / "a-file"),
+        "{cert}": str(tmp_path / "client.pem"),
+        "{key}": str(tmp_path / "client.key"),
+        "{toml}": str(tmp_path / "temporal.toml"),
+    }
+    out = {}
+    for name, value in values.items():
+        for mark, place in places.items():
+            value = value.replace(mark, place)
+        out[name] = value
+    return out
+
+
+def test_every_operator_setting_is_in_the_readme_table_and_has_a_case():
+    documented = set(README_VARIABLES)
+    assert settings_variables() - INTERNAL - documented == set()
+    assert documented - set(CASES) == set(), "add a case for each new README row"
+
+
+DRIVER = ROOT / "tests" / "entry_points_driver.py"
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int, str], Any]:
+    """Every case of every row through its entry points, in one process of DRIVER: a valid
+    value through `agentrun settings --json`, an invalid one through all three."""
+    tmp_path = tmp_path_factory.mktemp("settings")
+    keys: list[tuple[str, str, int, str]] = []
+    runs: list[dict[str, Any]] = []
+    for name, case in CASES.items():
+        for index, (values, _) in enumerate(case.valid):
+            keys.append((name, "valid", index, "cli"))
+            env = {**clean_environment(tmp_path), **filled(values, tmp_path)}
+            runs.append({"entry": "cli", "args": ["settings", "--json"], "env": env})
+        for index, values in enumerate(case.invalid):
+            env = {**clean_environment(tmp_path), **filled(values, tmp_path)}
+            for entry, args in ENTRY_POINTS.items():
+                keys.append((name, "invalid", index, entry))
+                runs.append({"entry": entry, "args": args, "env": env})
+    done = subprocess.run(
+        [sys.executable, str(DRIVER)],
+        input=json.dumps(runs),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(zip(keys, json.loads(done.stdout), strict=True))
+
+
+@pytest.mark.parametrize("name", README_VARIABLES)
+def test_a_valid_value_from_the_environment_is_in_effect(name, outcomes, tmp_path_factory):
+    for index, (values, expected) in enumerate(CASES[name].valid):
+        outcome = outcomes[(name, "valid", index, "cli")]
+        assert outcome["code"] == 0, outcome["err"]
+        shown = json.loads(outcome["out"])
+        # What was set shows as set, unless the case says how it shows.
+        as_set = {
+            k: v
+            for k, v in values.items()
+            if k in shown and k not in expected and "{" not in v and k not in SHOWN_OTHERWISE
+        }
+        assert {k: shown[k] for k in {**as_set, **expected}} == {**as_set, **expected}
+        assert not any(secret in outcome["out"] for secret in SECRETS)
+
+
+@pytest.mark.parametrize("name", README_VARIABLES)
+def test_an_invalid_value_stops_every_entry_point_with_one_line_naming_it(name, outcomes):
+    case = CASES[name]
+    if not case.invalid:
+        assert case.no_invalid, f"{name}: give invalid values, or say why none exist"
+        return
+    for index, values in enumerate(case.invalid):
+        for entry in ENTRY_POINTS:
+            outcome = outcomes[(name, "invalid", index, entry)]
+            err = outcome["err"]
+            lines = err.strip().splitlines()
+            assert outcome["code"] == 2, (entry, values, err)
+            assert len(lines) == 1 and "Traceback" not in err, (entry, values, err)
+            assert any(v in lines[0] for v in values), (entry, values, lines[0])
+            assert not any(secret in outcome["out"] + err for secret in SECRETS), (entry, err)
+
+
+# Shown as the program reads them, not as written (secrets hidden, JSON normalised).
+SHOWN_OTHERWISE = {
+    "DATABASE_URL",
+    "AGENTRUN_ENCRYPTION_KEYS",
+    "AGENTRUN_MODEL_PRICES",
+    "OPENAI_API_KEY",
+    "TEMPORAL_API_KEY",
+}
+
+
+@pytest.mark.parametrize(
+    ("entry", "command"), [(entry, command) for entry, command in PROCESSES.items()]
+)
+def test_the_reported_failures_in_processes_of_their_own(entry, command, tmp_path):
+    """Issue 25's reproductions, each entry point a process of its own: a valid
+    AGENTRUN_ENCRYPTION_KEYS is read; AGENTRUN_MODEL_PRICES='{bad' is one line, exit 2."""
+    environ = clean_environment(tmp_path)
+    if entry == "cli":
+        keyed = subprocess.run(
+            [sys.executable, "-m", "agentrun", "settings", "--json"],
+            env={**environ, "AGENTRUN_ENCRYPTION_KEYS": f"k1:{KEY}"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert keyed.returncode == 0, keyed.stderr
+        assert json.loads(keyed.stdout)["AGENTRUN_ENCRYPTION_KEYS"] == "k1:<key>"
+    bad = subprocess.run(
+        command,
+        env={**environ, "AGENTRUN_MODEL_PRICES": "{bad"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: invalid setting: AGENTRUN_MODEL_PRICES: not JSON (Expecting property name "
+        "enclosed in double quotes at character 1)"
+    ]
