@@ -85,9 +85,19 @@ async def dispatch(settings: Settings, args: argparse.Namespace) -> int:
             policy=policy,
             wait=args.wait,
         )
-        text = (
+        applied = (
             f"added {len(result.added)}, ignored {len(result.ignored)} already in the backlog; "
             f"{result.total} tasks in all"
+            if result.added or result.ignored
+            else ""
+        )
+        held = (
+            ops.held_note(args.agent, settings.task_queue, f"{len(result.held)} tasks")
+            if result.held
+            else ""
+        )
+        text = (
+            "\n".join(part for part in (applied, held) if part)
             + ("\nthe backlog is stopped: `backlog resume` continues it" if result.stopped else "")
             + f"\n{settings.run_link(ops.backlog_id(args.agent))}"
         )
