@@ -466,11 +466,16 @@ async def _signalled_decision(
         ]
         if refused:
             raise OperationError(f"refused and recorded: {refused[-1].reason}")
-        step = next((s for s in state.steps if s.step_id == pending.step_id), None)
-        if step is not None and step.status in ("approved", "rejected", "expired"):
+        decided = next((d for d in state.decided if d.approval_id == pending.approval_id), None)
+        if decided is not None and decided.by != message.by:
+            raise OperationError(
+                f"not applied: {decided.by or 'nobody'} decided this approval first "
+                f"({decided.decision}); the run ignores the later decision, recording it"
+            )
+        if decided is not None:
             return DecisionResult(
                 approval_id=pending.approval_id,
-                decision=step.status,
+                decision=decided.decision,
                 status=state.status,
                 note=f"sent as a signal: {why}",
             )
