@@ -55,6 +55,7 @@ from agentrun.temporal.worker_presence import (
     DEFAULT_WAIT_SECONDS,
     Deadline,
     NoAnswer,
+    fresh_pollers,
     no_worker,
     pollers_or_unknown,
     start_a_worker,
@@ -254,8 +255,9 @@ async def _delivery(
     deadline: Deadline,
 ) -> Delivery | None:
     """What the backlog made of a write sent as a signal, if a worker applies it within the
-    bound; None when none does (the server holds it). With no worker polling, no wait."""
-    found = await pollers_or_unknown(client, task_queue, seconds=deadline.share(0.2))
+    bound; None when none does (the server holds it). With no worker polling (a worker that
+    has just started is given a moment to send its first poll), no wait."""
+    found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
     if not any(p.fresh(datetime.now(UTC)) for p in found):
         return None
     while deadline.left() > DELIVERY_POLL_SECONDS:
