@@ -425,6 +425,10 @@ class RunClient:
 
     # ------------------------------------------------------------ backlogs
 
+    def backlog_held_note(self, agent: str, what: str) -> str:
+        """What became of a backlog write the server holds for a worker to apply."""
+        return backlog_ops.held_note(agent, self.settings.task_queue, what)
+
     def backlog_link(self, agent: str) -> str:
         """The Web UI's page of the agent's backlog workflow."""
         return self.settings.run_link(backlog_id(agent))

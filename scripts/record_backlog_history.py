@@ -4,8 +4,9 @@ Run after an intended change to agentrun/workflows/backlog.py:
 `python scripts/record_backlog_history.py`
 (keep the old file under another name: backlogs in flight were started by the old code). It
 starts its own in-memory Temporal dev server, embedded Postgres and scripted offline model,
-and records the first run of a backlog that enqueues, stops and resumes a running task,
-dead-letters a poison task, retries it, and continues as new.
+and records the first run of a backlog that enqueues (a signal-with-start), stops (an update)
+and resumes (a held signal) a running task, dead-letters a poison task, retries it (a held
+signal), and continues as new.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrun.core import constants as names  # noqa: E402
 from agentrun.core.backlog_models import (  # noqa: E402
+    BacklogControlSignal,
     BacklogState,
     PolicyPatch,
+    RetryInput,
     TaskItem,
     backlog_id,
 )
@@ -35,7 +39,7 @@ from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
 # The newest recording; older ones stay (their backlogs replay along the old paths).
-OUT = ROOT / "tests" / "histories" / "backlog_child_priority.json"
+OUT = ROOT / "tests" / "histories" / "backlog_held_writes.json"
 AGENT = "history"
 TASK_QUEUE = "record-backlog-history"
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}
@@ -93,7 +97,11 @@ async def scenario(client: Client, task_queue: str) -> str:
     await until(lambda: child_is("waiting_for_tool"), "the slow task's tool step")
     await bops.stop(client, AGENT)
     await until(lambda: child_is("paused"), "the slow task to pause")
-    await bops.resume(client, AGENT)
+    backlog = client.get_workflow_handle(backlog_id(AGENT))
+    # The held path, as the server keeps it while no worker runs: a signal.
+    await backlog.signal(
+        names.SIGNAL_BACKLOG_RESUME, BacklogControlSignal(by="history", request_id="resume-1")
+    )
 
     async def state() -> BacklogState:
         return await bops.state(client, AGENT)
@@ -102,7 +110,9 @@ async def scenario(client: Client, task_queue: str) -> str:
         return [t.state for t in (await state()).tasks] == ["done", "failed", "done"]
 
     await until(ended, "slow and ok done, poison dead-lettered")
-    await bops.retry(client, AGENT, "poison")
+    await backlog.signal(
+        names.SIGNAL_BACKLOG_RETRY, RetryInput(key="poison", by="history", request_id="retry-1")
+    )
 
     async def continued() -> bool:
         return (await state()).generation == 1

@@ -54,7 +54,12 @@ SERVED_BY = {
     "migrate": {"migrate"},
     "up": {"migrate"},
     "demo": {"start_run", "status", "approve", "result", "receipt"},
-    "backlog enqueue": {"load_backlog_tasks", "backlog_enqueue", "backlog_link"},
+    "backlog enqueue": {
+        "load_backlog_tasks",
+        "backlog_enqueue",
+        "backlog_link",
+        "backlog_held_note",
+    },
     "backlog list": {"backlog_tasks"},
     "backlog stop": {"backlog_stop"},
     "backlog resume": {"backlog_resume"},

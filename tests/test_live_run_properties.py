@@ -11,7 +11,10 @@ end and these must hold:
 - no effect happened twice (effects commit with their ledger key; none twice), and the
   receipt states every effect that happened;
 - every refused command changed nothing (it left no decision and no event behind);
-- no run is ever stuck: running with no activity, no timer and no pending human decision.
+- no run is ever stuck: running with no activity, no timer and no pending human decision;
+- watchers (up to twelve) and clients holding every update slot of the run block nothing:
+  each watcher sees the whole story and the receipt, every decision a command reported as
+  applied is in the receipt as reported, and none it reported as recorded is lost.
 
 Forks and oversized input are operations too (issue 25): a fork at a random step is refused
 before anything starts or is a run held to the same promises (no effect of its parent
@@ -27,25 +30,35 @@ import re
 import threading
 import uuid
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import openai
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun.demo
 from agentrun.core import bounds
-from agentrun.core.models import ApproveInput, RunSpec
+from agentrun.core.models import ApproveInput, DecisionResult, RunSpec, WatchItem
 from agentrun.core.settings import Settings
 from agentrun.core.states import RunStatus, is_terminal
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
+from agentrun.ops import watch as run_watch
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
@@ -55,6 +68,9 @@ T = TypeVar("T")
 MB = 1_000_000
 SCRIPTS: dict[str, list[tuple[Any, ...]]] = {}  # run marker -> the model's turns
 MARKER = re.compile(r"\[run ([0-9a-f]+)\]")
+# Watchers one example may start, and the update slots the dev server gives a run.
+MAX_WATCHERS = 12
+UPDATE_SLOTS = 10
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
     idempotency_key text NOT NULL, run_id text NOT NULL, at timestamptz DEFAULT now())"""
 
@@ -138,6 +154,10 @@ class Live:
     def call(self, work: Coroutine[Any, Any, T], seconds: float = 120) -> T:
         return asyncio.run_coroutine_threadsafe(work, self.loop).result(seconds)
 
+    def spawn(self, work: Coroutine[Any, Any, T]) -> Future[T]:
+        """Start `work` on the stack's loop and return at once (a watcher, a slot holder)."""
+        return asyncio.run_coroutine_threadsafe(work, self.loop)
+
     async def _open(self) -> None:
         self.client = await Client.connect(self.address, data_converter=self.converter)
         self.pool = await open_pool(self.database_url, max_size=20)
@@ -186,6 +206,7 @@ class LiveRun(RuleBasedStateMachine):
         assert LIVE is not None
         self.live = LIVE
         self.refused: list[str] = []
+        self.reported: dict[str, Any] = {}  # what each command that was not refused said
         self.count = 0
 
     def by(self, action: str) -> str:
@@ -197,12 +218,14 @@ class LiveRun(RuleBasedStateMachine):
         whose call timed out (a loaded machine) may or may not have landed: the promises
         checked at the end hold either way."""
         try:
-            self.live.call(work, 60)
+            said = self.live.call(work, 60)
         except ops.OperationError:
             self.refused.append(who)
         except RPCError as err:
             if "Timeout" not in err.message:
                 raise
+        else:
+            self.reported[who] = said
 
     @initialize(script=turns, budget=st.sampled_from([None, None, 60]))
     def start(self, script: list[tuple[Any, ...]], budget: int | None) -> None:
@@ -293,13 +316,86 @@ class LiveRun(RuleBasedStateMachine):
 
         self.live.call(send())
 
+    # ------------------------------------------------------------ watchers (issue 25, item 1)
+
+    @initialize()
+    def nobody_watching(self) -> None:
+        self.watchers: list[Future[list[WatchItem]]] = []
+        self.holders: list[Future[None]] = []
+
+    @rule(count=st.sampled_from([1, 4, 12]))
+    def watch(self, count: int) -> None:
+        """People follow the run live; watching must take nothing decisions need."""
+        for _ in range(min(count, MAX_WATCHERS - len(self.watchers))):
+            self.watchers.append(self.live.spawn(self.follow()))
+
+    @rule()
+    def hold_every_update_slot(self) -> None:
+        """Clients that long-poll with updates hold every slot the server gives the run:
+        decisions and controls must still land (as signals) and say so truthfully."""
+        if not self.holders:
+            self.holders = [self.live.spawn(self.hold_a_slot()) for _ in range(UPDATE_SLOTS)]
+
+    async def follow(self) -> list[WatchItem]:
+        live = self.live
+        return [i async for i in run_watch.watch(live.client, self.run_id, pool=live.pool)]
+
+    async def hold_a_slot(self) -> None:
+        stream = WorkflowStreamClient.create(self.live.client, self.run_id)
+        try:
+            async for _ in stream.subscribe(from_offset=10**9):
+                pass
+        except (RPCError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            pass  # the run ended: nothing left to hold
+
+    async def check_watching(self) -> None:
+        """Every watcher saw the whole story and the receipt; no decision a command reported
+        as applied is missing from the receipt, or applied as another; none it reported as
+        recorded was lost (applied, or refused on the record, unless the run ended first)."""
+        receipt = await ops.receipt(self.live.pool, self.run_id)
+        for watcher in getattr(self, "watchers", []):
+            story = await asyncio.wrap_future(watcher)
+            live = [i for i in story if i.kind != "receipt"]
+            if live and live[0].offset is not None:  # followed live: the stream, whole
+                assert [i.offset for i in live] == list(range(len(live)))
+            # else the run had ended when the watcher came: its story came from the mirror
+            events = [i for i in live if i.kind == "event" and i.type != "step.retry"]
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            kinds = [e.type for e in events]
+            assert kinds[0] == "run.started" and "run.finished" in kinds, kinds
+            # A decision signalled as the run ended is refused on the record after it.
+            after = kinds[kinds.index("run.finished") + 1 :]
+            assert set(after) <= {"approval.refused"}, kinds
+            assert story[-1].kind == "receipt"
+            assert story[-1].data["outcome"] == receipt["outcome"]
+        applied = {(a["approval_id"], a["by"]): a["decision"] for a in receipt["approvals"]}
+        async with self.live.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT data->>'by' FROM events WHERE run_id = %s AND type = 'approval.refused'",
+                (self.run_id,),
+            )
+            refused_on_record = {row[0] for row in await cur.fetchall()}
+        for who, said in self.reported.items():
+            if not isinstance(said, DecisionResult):
+                continue
+            if said.decision in ("approved", "rejected"):
+                assert applied.get((said.approval_id, who)) == said.decision, (who, said)
+            elif said.decision == "recorded":
+                kept = (said.approval_id, who) in applied or who in refused_on_record
+                assert kept or receipt["outcome"] != "completed", (who, said, receipt)
+
     @rule(seconds=st.sampled_from([0.05, 0.3, 1.0]))
     def wait(self, seconds: float) -> None:
         self.live.call(asyncio.sleep(seconds))
 
     def teardown(self) -> None:
-        if hasattr(self, "run_id"):
-            self.live.call(self.finish_and_check(), 240)
+        try:
+            if hasattr(self, "run_id"):
+                self.live.call(self.finish_and_check(), 240)
+                self.live.call(self.check_watching(), 120)
+        finally:
+            for holder in getattr(self, "holders", []):
+                holder.cancel()
 
     # ------------------------------------------------------------ the end, and the promises
 
@@ -384,6 +480,7 @@ class LiveRun(RuleBasedStateMachine):
             pass  # the run moved on meanwhile
 
 
+@pytest.mark.timeout(900)  # 25 live runs, watched, on a 2-core machine others share
 def test_operators_and_a_hostile_model_never_break_the_promises(
     env: WorkflowEnvironment, database_url: str
 ) -> None:

@@ -15,7 +15,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.core.constants import (
+    ACTIVITY_MODEL_COMPLETE,
+    SIGNAL_BACKLOG_ENQUEUE,
+    SIGNAL_BACKLOG_RESUME,
+    SIGNAL_BACKLOG_RETRY,
+)
 from agentrun.core.models import ModelCallResult
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
@@ -75,6 +80,19 @@ def test_backlog_child_priority_has_a_history():
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
     assert CHILD_PRIORITY in taken["backlog_child_priority"]
+
+
+def test_backlog_held_writes_have_a_history():
+    """The signals that carry backlog writes while no worker runs: enqueue (signal-with-start),
+    resume and retry are recorded, so a change to how they apply fails the replay."""
+    path = next(p for p in HISTORIES if p.stem == "backlog_held_writes")
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    signals = [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert signals == [SIGNAL_BACKLOG_ENQUEUE, SIGNAL_BACKLOG_RESUME, SIGNAL_BACKLOG_RETRY]
 
 
 def test_mirror_queue_has_a_history():

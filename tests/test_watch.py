@@ -27,8 +27,8 @@ from tests.test_crash_recovery import start_worker_process
 from tests.test_unknown_outcomes import FAST, start_and_crash
 
 # The most events one step adds past the check for the history limit, with one watcher:
-# the step's own (schedule, start, complete, a mirror write, their workflow tasks) and the
-# watcher's polls (an accepted and a completed update, and a workflow task, per batch).
+# the step's own (schedule, start, complete, a mirror write, their workflow tasks); the
+# watcher's polls are queries, which add none (they once were updates, three events each).
 STEP_EVENTS_WITH_A_WATCHER = 60
 
 

@@ -69,9 +69,15 @@ async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
             raise InvalidRequest(f"invalid policy option: {err}") from err
         tasks = runs.load_backlog_tasks(args.file)
         result = await runs.backlog_enqueue(agent, tasks, policy=policy, wait=args.wait)
-        text = (
+        applied = (
             f"added {len(result.added)}, ignored {len(result.ignored)} already in the backlog; "
             f"{result.total} tasks in all"
+            if result.added or result.ignored
+            else ""
+        )
+        held = runs.backlog_held_note(agent, f"{len(result.held)} tasks") if result.held else ""
+        text = (
+            "\n".join(part for part in (applied, held) if part)
             + ("\nthe backlog is stopped: `backlog resume` continues it" if result.stopped else "")
             + f"\n{runs.backlog_link(agent)}"
         )

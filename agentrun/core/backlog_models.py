@@ -168,6 +168,9 @@ class EnqueueInput(BaseModel):
     tasks: list[TaskItem] = Field(min_length=1, max_length=MAX_TASKS_PER_ENQUEUE)
     policy: PolicyPatch = Field(default_factory=PolicyPatch)
     by: str = "cli"
+    request_id: str | None = Field(
+        None, max_length=64, description="sent as a signal: names its outcome (`delivery`)"
+    )
 
 
 class EnqueueResult(BaseModel):
@@ -175,6 +178,11 @@ class EnqueueResult(BaseModel):
     ignored: list[str] = Field(description="keys already in the backlog: not added again")
     total: int
     stopped: bool
+    held: list[str] = Field(
+        default_factory=list,
+        description="keys the server holds in the backlog's history, not applied yet: a "
+        "worker adds them (ignoring keys already there) when it takes the backlog",
+    )
 
 
 class BacklogControlResult(BaseModel):
@@ -186,13 +194,33 @@ class BacklogControlResult(BaseModel):
 class RetryInput(BaseModel):
     key: str
     by: str = "cli"
+    request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
 
 
 class RetryResult(BaseModel):
     key: str
-    ordinal: int
-    state: TaskState
+    ordinal: int | None = Field(description="None while the server holds the retry")
+    state: TaskState | None
     message: str
+
+
+class BacklogControlSignal(BaseModel):
+    """A stop or resume sent as a signal (the updates take a ControlInput)."""
+
+    by: str = "cli"
+    reason: str | None = None
+    request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
+
+
+class Delivery(BaseModel):
+    """What the backlog made of a write sent as a signal, kept for its sender to read."""
+
+    request_id: str
+    applied: bool = Field(description="False: refused by the same checks as the update's")
+    message: str
+    enqueued: EnqueueResult | None = None
+    control: BacklogControlResult | None = None
+    retried: RetryResult | None = None
 
 
 class BacklogState(BaseModel):

@@ -57,6 +57,13 @@ UPDATE_BACKLOG_STOP = "backlog.stop"
 UPDATE_BACKLOG_RESUME = "backlog.resume"
 UPDATE_BACKLOG_RETRY = "backlog.retry"
 QUERY_BACKLOG_STATE = "backlog.state"
+# The same writes as signals, which the server keeps in the backlog's history (and starts it
+# with, signal-with-start) while no worker runs; the delivery query tells a sender the outcome.
+SIGNAL_BACKLOG_ENQUEUE = "backlog.enqueue_signal"
+SIGNAL_BACKLOG_STOP = "backlog.stop_signal"
+SIGNAL_BACKLOG_RESUME = "backlog.resume_signal"
+SIGNAL_BACKLOG_RETRY = "backlog.retry_signal"
+QUERY_BACKLOG_DELIVERY = "backlog.delivery"
 
 # Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
 ADMISSION_WORKFLOW_NAME = "TenantAdmission"

@@ -546,6 +546,12 @@ class StepSummary(BaseModel):
     attempt: int = 1
 
 
+class DecisionSeen(BaseModel):
+    approval_id: str
+    decision: str
+    by: str | None
+
+
 class RunState(BaseModel):
     run_id: str
     status: RunStatus
@@ -568,6 +574,11 @@ class RunState(BaseModel):
     queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
     refusals: list[RefusedDecision] = Field(
         default_factory=list, description="decisions refused when the run applied them"
+    )
+    decided: list[DecisionSeen] = Field(
+        default_factory=list,
+        description="the last approvals decided, and by whom: how a decision sent as a signal "
+        "learns it was the one applied",
     )
 
 

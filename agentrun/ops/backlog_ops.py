@@ -6,8 +6,10 @@ failure becomes an `OperationError` whose message says what to do next.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,9 +20,9 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
-    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -28,13 +30,16 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import bounds
+from agentrun.core import constants as names
 from agentrun.core.backlog_models import (
     AGENT_PATTERN,
     MAX_TASKS_PER_ENQUEUE,
     BacklogControlResult,
+    BacklogControlSignal,
     BacklogInput,
     BacklogPolicy,
     BacklogState,
+    Delivery,
     EnqueueInput,
     EnqueueResult,
     PolicyPatch,
@@ -60,6 +65,7 @@ from agentrun.temporal.worker_presence import (
     fresh_pollers,
     no_worker,
     pollers_or_unknown,
+    start_a_worker,
     within,
 )
 from agentrun.workflows.backlog import AgentBacklogWorkflow
@@ -166,8 +172,11 @@ async def enqueue(
 ) -> EnqueueResult:
     """Add tasks at the end, in order; keys already in the backlog are ignored.
 
-    The first enqueue for an agent starts its backlog workflow (update-with-start), so two
-    people enqueueing at once still get one backlog.
+    Each batch goes as a signal-with-start: the server keeps it in the backlog's history (and
+    starts the backlog with it, if it runs not), whether or not a worker runs now, so an
+    enqueue sent while workers restart is not lost; the next worker applies it once, in
+    order, ignoring keys already there. Two people enqueueing at once still get one backlog.
+    The result says what a worker applied within `wait`, and which keys the server holds.
     """
     check_agent(agent)
     bounds.check(ControlInput(by=by), "enqueue")
@@ -182,59 +191,115 @@ async def enqueue(
             "a backlog takes at once: enqueue them in parts, or keep large inputs in files "
             "the tasks name"
         )
+    seen: dict[str, int] = {}
+    for i, task in enumerate(tasks, start=1):
+        if task.idempotency_key in seen:
+            raise OperationError(
+                f"tasks {seen[task.idempotency_key]} and {i} share the idempotency key "
+                f"{task.idempotency_key!r}; each task needs its own"
+            )
+        seen[task.idempotency_key] = i
     policy = policy or PolicyPatch()
     tasks = [task.model_copy(update={"spec": for_new_run(task.spec)}) for task in tasks]
     deadline = Deadline(wait)
-    await _enqueue_served(client, agent, task_queue, deadline)
-    total = EnqueueResult(added=[], ignored=[], total=0, stopped=False)
-    # In batches, so no single update's payload nears Temporal's size limit.
+    sent: list[tuple[str, list[TaskItem]]] = []
+    handle: WorkflowHandle[Any, Any] | None = None
+    # In batches, so no single signal's payload nears Temporal's size limit.
     for tasks_in_batch in _batches(tasks):
-        start = WithStartWorkflowOperation(
-            AgentBacklogWorkflow.run,
-            BacklogInput(agent=agent, policy=policy.apply(BacklogPolicy())),
-            id=backlog_id(agent),
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        batch = EnqueueInput(
+            tasks=tasks_in_batch, policy=policy, by=by, request_id=uuid.uuid4().hex
         )
-        batch = EnqueueInput(tasks=tasks_in_batch, policy=policy, by=by)
         try:
-            # The SDK's overloads do not see through an async update handler's return type.
-            result: EnqueueResult = await within(
+            handle = await within(
                 deadline.left(),
-                client.execute_update_with_start_workflow(
-                    AgentBacklogWorkflow.enqueue,  # type: ignore[arg-type]
-                    batch,
-                    start_workflow_operation=start,
+                client.start_workflow(
+                    AgentBacklogWorkflow.run,
+                    BacklogInput(agent=agent, policy=policy.apply(BacklogPolicy())),
+                    id=backlog_id(agent),
+                    task_queue=task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    start_signal=names.SIGNAL_BACKLOG_ENQUEUE,
+                    start_signal_args=[batch],
                     rpc_timeout=timedelta(seconds=deadline.left()),
                 ),
             )
-        except WorkflowUpdateFailedError as err:
-            raise OperationRefused(f"refused: {handles.refusal(err)}") from err
-        except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-            raise NotAnswered(handles.held(backlog_id(agent), task_queue, deadline)) from err
-        except RPCError as err:
-            raise OperationError(f"cannot enqueue for agent {agent}: {err.message}") from err
+        except (NoAnswer, RPCError) as err:
+            why = (
+                f"the server did not confirm it within {deadline.seconds:g}s"
+                if isinstance(err, NoAnswer)
+                else f"the server refused it ({err.message})"
+            )
+            held = [t.idempotency_key for _, batch_tasks in sent for t in batch_tasks]
+            unsent = NotAnswered if isinstance(err, NoAnswer) else OperationRefused
+            raise unsent(
+                f"not sent: {why}"
+                + (f"; the {len(held)} tasks before it are held by the backlog" if held else "")
+                + f"; `backlog list --agent {agent}` shows what it has"
+            ) from err
+        assert batch.request_id is not None
+        sent.append((batch.request_id, tasks_in_batch))
+    assert handle is not None
+    total = EnqueueResult(added=[], ignored=[], total=0, stopped=False)
+    for request_id, tasks_in_batch in sent:
+        delivery = await _delivery(client, handle, task_queue, request_id, deadline)
+        if delivery is None or delivery.enqueued is None:
+            total.held.extend(t.idempotency_key for t in tasks_in_batch)
+            continue
+        result = delivery.enqueued
         total = EnqueueResult(
             added=total.added + result.added,
             ignored=total.ignored + result.ignored,
             total=result.total,
             stopped=result.stopped,
+            held=total.held,
         )
     return total
 
 
-async def _enqueue_served(client: Client, agent: str, task_queue: str, deadline: Deadline) -> None:
-    """Refuse, sending nothing, unless a worker would take the enqueue now."""
-    try:
-        backlog = await _running(client, agent, deadline)
-    except OperationError:  # no backlog yet, or an ended one: a worker must poll the queue
-        found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
-        if not any(p.fresh(datetime.now(UTC)) for p in found):
-            raise NotAnswered(
-                f"not sent: {no_worker(task_queue, found, deadline.seconds)}"
-            ) from None
-        return
-    await _served(client, backlog, deadline)
+# While a worker polls, how often a sender asks whether its held write was applied.
+DELIVERY_POLL_SECONDS = 0.2
+
+
+async def _delivery(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    task_queue: str,
+    request_id: str,
+    deadline: Deadline,
+) -> Delivery | None:
+    """What the backlog made of a write sent as a signal, if a worker applies it within the
+    bound; None when none does (the server holds it). With no worker polling (a worker that
+    has just started is given a moment to send its first poll), no wait."""
+    found = await fresh_pollers(client, task_queue, seconds=deadline.share(0.5))
+    if not any(p.fresh(datetime.now(UTC)) for p in found):
+        return None
+    while deadline.left() > DELIVERY_POLL_SECONDS:
+        try:
+            delivery: Delivery | None = await within(
+                deadline.left() - DELIVERY_POLL_SECONDS / 2,
+                handle.query(
+                    AgentBacklogWorkflow.delivery,
+                    request_id,
+                    rpc_timeout=timedelta(seconds=deadline.left()),
+                ),
+            )
+        except (NoAnswer, RPCError, WorkflowQueryFailedError):
+            # A worker that just started: the server offers the query to the old one's
+            # sticky queue first. Ask again while the bound lasts.
+            delivery = None
+        if delivery is not None:
+            return delivery
+        await asyncio.sleep(DELIVERY_POLL_SECONDS)
+    return None
+
+
+def held_note(agent: str, task_queue: str, what: str) -> str:
+    return (
+        f"held: the server keeps the {what} in the backlog's history, and a worker applies it "
+        f"once, with the same checks, when it takes the backlog of agent {agent} (none did "
+        f"within the bound; {start_a_worker(task_queue)}); `backlog list --agent {agent}` "
+        "shows the outcome"
+    )
 
 
 def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
@@ -279,46 +344,124 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
     return Backlog(handle, description.task_queue)
 
 
-async def _served(client: Client, backlog: Backlog, deadline: Deadline) -> None:
-    """Refuse, sending nothing, unless a worker answers the backlog now: its changes are
-    updates, which the server would hold (not keep) while no worker runs."""
-    try:
-        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
-    except NoAnswer as err:
-        found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
-        raise NotAnswered(
-            f"not sent: {no_worker(backlog.task_queue, found, deadline.seconds)}"
-        ) from err
-
-
-async def _change(client: Client, agent: str, update: Any, arg: Any, wait: float) -> Any:
-    bounds.check(arg, "backlog command")  # checked again by the backlog's validators
+async def _change(
+    client: Client,
+    agent: str,
+    update: str,
+    update_arg: Any,
+    signal: str,
+    signal_arg: BacklogControlSignal | RetryInput,
+    result_type: type[Any],
+    wait: float,
+) -> Any:
+    """A stop, resume or retry: an update when a worker answers and the backlog takes it,
+    else a signal the server keeps in the backlog's history (the answer says which), whose
+    outcome the command reports if a worker applies it within the bound."""
+    bounds.check(update_arg, "backlog command")  # checked again by the backlog's validators
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
-    await _served(client, backlog, deadline)
-    return await handles.update_within(backlog.handle, backlog.task_queue, update, arg, deadline)
+    try:
+        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
+        answered = True
+    except NoAnswer:
+        answered = False
+    if answered:
+        try:
+            accepted = await handles.admit_update(
+                client, backlog.handle, update, update_arg, deadline.share(0.5), result_type
+            )
+        except handles.NotAdmitted:
+            pass
+        else:
+            try:
+                return await within(
+                    deadline.left(),
+                    accepted.result(rpc_timeout=timedelta(seconds=deadline.left())),
+                )
+            except WorkflowUpdateFailedError as err:
+                raise OperationError(f"refused: {handles.refusal(err)}") from err
+            except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+                return None
+    await handles.signal_within(backlog.handle, signal, signal_arg, deadline)
+    assert signal_arg.request_id is not None
+    delivery = await _delivery(
+        client, backlog.handle, backlog.task_queue, signal_arg.request_id, deadline
+    )
+    if delivery is not None and not delivery.applied:
+        raise OperationError(f"refused: {delivery.message}")
+    if delivery is not None:
+        return delivery.control or delivery.retried
+    return None
 
 
 async def stop(
     client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
 ) -> BacklogControlResult:
     """A graceful pause: running tasks stop at their next step boundary, none start."""
-    return await _change(client, agent, AgentBacklogWorkflow.stop, ControlInput(by=by), wait)  # type: ignore[no-any-return]
+    done = await _change(
+        client,
+        agent,
+        names.UPDATE_BACKLOG_STOP,
+        ControlInput(by=by),
+        names.SIGNAL_BACKLOG_STOP,
+        BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
+        BacklogControlResult,
+        wait,
+    )
+    if isinstance(done, BacklogControlResult):
+        return done
+    return BacklogControlResult(
+        stopped=True, tasks=[], message=held_note(agent, await _queue(client, agent), "stop")
+    )
 
 
 async def resume(
     client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
 ) -> BacklogControlResult:
-    return await _change(client, agent, AgentBacklogWorkflow.resume, ControlInput(by=by), wait)  # type: ignore[no-any-return]
+    done = await _change(
+        client,
+        agent,
+        names.UPDATE_BACKLOG_RESUME,
+        ControlInput(by=by),
+        names.SIGNAL_BACKLOG_RESUME,
+        BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
+        BacklogControlResult,
+        wait,
+    )
+    if isinstance(done, BacklogControlResult):
+        return done
+    return BacklogControlResult(
+        stopped=False, tasks=[], message=held_note(agent, await _queue(client, agent), "resume")
+    )
 
 
 async def retry(
     client: Client, agent: str, key: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
 ) -> RetryResult:
     """Put a dead-lettered task back, in its place, with a fresh set of attempts."""
-    return await _change(  # type: ignore[no-any-return]
-        client, agent, AgentBacklogWorkflow.retry, RetryInput(key=key, by=by), wait
+    done = await _change(
+        client,
+        agent,
+        names.UPDATE_BACKLOG_RETRY,
+        RetryInput(key=key, by=by),
+        names.SIGNAL_BACKLOG_RETRY,
+        RetryInput(key=key, by=by, request_id=uuid.uuid4().hex),
+        RetryResult,
+        wait,
     )
+    if isinstance(done, RetryResult):
+        return done
+    return RetryResult(
+        key=key,
+        ordinal=None,
+        state=None,
+        message=held_note(agent, await _queue(client, agent), f"retry of task {key}"),
+    )
+
+
+async def _queue(client: Client, agent: str) -> str:
+    description = await client.get_workflow_handle(backlog_id(agent)).describe()
+    return description.task_queue
 
 
 async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> BacklogState:

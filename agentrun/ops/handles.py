@@ -1,16 +1,30 @@
 """What every client operation needs of a workflow, run or backlog alike, each within the
 command's bound: its description (no worker needed), a query, an update whose refusal
-becomes an OperationError saying why, and what to say of an update no worker took in time."""
+becomes an OperationError saying why, and what to say of an update no worker took in time.
+
+A write is reported as held only with evidence that the server holds it: an update the
+run accepted (it is in the history), or a signal the server confirmed (likewise). An
+update the server would not admit (every update slot of the run taken, or its total
+spent) is told apart at once (`admit_update`), so a command can send its signal instead
+of waiting out its bound and guessing.
+"""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.common.v1 import Payloads, WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
+from temporalio.api.workflowservice.v1 import UpdateWorkflowExecutionRequest
 from temporalio.client import (
+    Client,
     WorkflowExecutionDescription,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -77,3 +91,103 @@ def held(workflow_id: str, task_queue: str, deadline: Deadline) -> str:
         f"worker takes {workflow_id}; `status` shows whether it did; "
         f"{start_a_worker(task_queue)}"
     )
+
+
+ACCEPTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED
+
+
+class NotAdmitted(Exception):
+    """The run did not take an update: the server refused to admit it (its limits), or no
+    worker accepted it in time. Nothing the run holds; send a signal instead."""
+
+    def __init__(self, reason: str, *, maybe_admitted: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        # Out of time, the server may have admitted it: it can still arrive, and the run's
+        # checks (a decision applies once; pause and resume are idempotent) absorb a second.
+        self.maybe_admitted = maybe_admitted
+
+
+async def admit_update(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    name: str,
+    arg: Any,
+    seconds: float,
+    result_type: type[Any],
+) -> WorkflowUpdateHandle[Any]:
+    """An update the run has accepted (so its history holds it), or OperationError when its
+    validator refused it, or NotAdmitted.
+
+    The SDK retries an update the server will not admit ("limit on number of concurrent
+    in-flight updates") for as long as the bound allows, so a command could not tell a full
+    run from a slow worker; this one call, not retried, can.
+    """
+    update_id = uuid.uuid4().hex
+    payloads = await client.data_converter.encode([arg])
+    request = UpdateWorkflowExecutionRequest(
+        namespace=client.namespace,
+        workflow_execution=WorkflowExecution(workflow_id=handle.id),
+        request=Request(
+            meta=Meta(update_id=update_id, identity=client.identity),
+            input=Input(name=name, args=Payloads(payloads=payloads)),
+        ),
+        wait_policy=WaitPolicy(lifecycle_stage=ACCEPTED),
+    )
+    try:
+        response = await within(
+            seconds,
+            client.workflow_service.update_workflow_execution(
+                request, retry=False, timeout=timedelta(seconds=seconds)
+            ),
+        )
+    except NoAnswer as err:
+        raise NotAdmitted(_not_accepted(seconds), maybe_admitted=True) from err
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
+        if err.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.FAILED_PRECONDITION):
+            raise NotAdmitted(f"the server admits no more updates to it ({err.message})") from err
+        if err.status in (
+            RPCStatusCode.DEADLINE_EXCEEDED,
+            RPCStatusCode.CANCELLED,
+            RPCStatusCode.UNAVAILABLE,
+        ):
+            raise NotAdmitted(_not_accepted(seconds), maybe_admitted=True) from err
+        raise OperationRefused(f"refused: {err.message}") from err
+    if response.outcome.HasField("failure"):
+        failure = await client.data_converter.decode_failure(response.outcome.failure)
+        raise OperationRefused(f"refused: {getattr(failure, 'message', None) or failure}")
+    if response.stage < ACCEPTED:
+        raise NotAdmitted(_not_accepted(seconds), maybe_admitted=True)
+    return handle.get_update_handle(
+        update_id,
+        workflow_run_id=response.update_ref.workflow_execution.run_id,
+        result_type=result_type,
+    )
+
+
+def _not_accepted(seconds: float) -> str:
+    return f"no worker accepted the update within {seconds:g}s"
+
+
+async def signal_within(
+    handle: WorkflowHandle[Any, Any], signal: Any, arg: Any, deadline: Deadline
+) -> None:
+    """A signal the server confirmed (its history holds it), or OperationError saying it
+    was not sent (the server refused it) or that its arrival is unknown (out of time)."""
+    try:
+        await within(
+            deadline.left(),
+            handle.signal(signal, arg, rpc_timeout=timedelta(seconds=deadline.left())),
+        )
+    except NoAnswer as err:
+        raise NotAnswered(
+            f"not confirmed: the server did not confirm the signal to {handle.id} within "
+            f"{deadline.seconds:g}s, so it may or may not hold it; `agentrun status "
+            f"{handle.id}` shows whether it arrived"
+        ) from err
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
+        raise OperationRefused(f"not sent: the server refused the signal ({err.message})") from err

@@ -6,6 +6,7 @@ Every failure becomes an `OperationError` whose message says what to do next.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -332,7 +335,7 @@ async def approve(
     return await _decide(
         client,
         run_id,
-        (AgentRunWorkflow.approve, AgentRunWorkflow.approve_signal),
+        (names.UPDATE_APPROVE, AgentRunWorkflow.approve_signal),
         lambda pending: ApproveInput(
             action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
         ),
@@ -364,7 +367,7 @@ async def reject(
     return await _decide(
         client,
         run_id,
-        (AgentRunWorkflow.reject, AgentRunWorkflow.reject_signal),
+        (names.UPDATE_REJECT, AgentRunWorkflow.reject_signal),
         lambda pending: RejectInput(
             action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
         ),
@@ -378,7 +381,7 @@ async def reject(
 async def _decide(
     client: Client,
     run_id: str,
-    messages: tuple[Any, Any],
+    messages: tuple[str, Any],
     decision: Callable[[str], ApproveInput | RejectInput],
     *,
     wait: float,
@@ -388,18 +391,19 @@ async def _decide(
 ) -> DecisionResult:
     """Send a decision bound to the action pending now; the workflow judges it.
 
-    With a worker: an update, so a refusal comes back at once. Without one: a signal, which
-    the server keeps in the run's history until a worker applies it with the same checks
-    (a refusal is then recorded on the run); the approval it answers comes from the mirror.
+    With a worker: an update, so a refusal comes back at once. When the run takes no more
+    updates (its slots held by other clients, or its total spent) or no worker accepts it:
+    a signal, which the server keeps in the run's history until a worker applies it with
+    the same checks (a refusal is then recorded on the run). Without a worker the approval
+    it answers comes from the mirror. The answer says which happened, and claims the run
+    holds the decision only once the server confirmed it.
     """
     update, signal = messages
     bounds.check(decision("0" * 16), "decision")  # before anything is asked or sent
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
-        pending: PendingApproval | None = await handles.ask_within(
-            run.handle, AgentRunWorkflow.get_pending_approval, deadline
-        )
+        state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
         if mirror is None:
             raise NotAnswered(
@@ -413,31 +417,100 @@ async def _decide(
                 f"run {run_id} is not waiting for an approval as far as the mirror knows "
                 f"(status {run.indexed_status}), and {await _no_worker(client, run, deadline)}"
             ) from None
-        await within(
-            deadline.left(),
-            run.handle.signal(
-                signal,
-                _signed(decision(pending.action_hash), run_id, pending, signer),
-                rpc_timeout=timedelta(seconds=deadline.left()),
-            ),
-        )
+        message = _signed(decision(pending.action_hash), run_id, pending, signer)
+        await handles.signal_within(run.handle, signal, message, deadline)
         return DecisionResult(
             approval_id=pending.approval_id,
             decision="recorded",
             status=RunStatus.WAITING_FOR_APPROVAL,
             note=_recorded("decision", run),
         )
+    pending = state.pending_approval
     if pending is None:
         raise OperationRefused(
-            f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
+            f"run {run_id} is not waiting for an approval (status {state.status.value})"
         )
-    return await handles.update_within(
-        run.handle,
-        run.task_queue,
-        update,
-        _signed(decision(pending.action_hash), run_id, pending, signer),
-        deadline,
-    )  # type: ignore[no-any-return]
+    message = _signed(decision(pending.action_hash), run_id, pending, signer)
+    try:
+        accepted = await handles.admit_update(
+            client, run.handle, update, message, deadline.share(0.5), DecisionResult
+        )
+    except handles.NotAdmitted as err:
+        await handles.signal_within(run.handle, signal, message, deadline)
+        return await _signalled_decision(run, state, message, err.reason, deadline)
+    try:
+        return await within(  # type: ignore[no-any-return]
+            deadline.left(), accepted.result(rpc_timeout=timedelta(seconds=deadline.left()))
+        )
+    except WorkflowUpdateFailedError as err:
+        raise OperationRefused(f"refused: {handles.refusal(err)}") from err
+    except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+        return DecisionResult(
+            approval_id=pending.approval_id,
+            decision="recorded",
+            status=RunStatus.WAITING_FOR_APPROVAL,
+            note=(
+                "recorded: the run accepted the decision (its history holds it) and applies "
+                f"it at its next step; `agentrun status {run_id}` shows the outcome"
+            ),
+        )
+
+
+# How long a decision sent as a signal waits to see the run apply it, within `--wait`.
+SIGNAL_OUTCOME_SECONDS = 3.0
+
+
+async def _signalled_decision(
+    run: RunRef,
+    before: RunState,
+    message: ApproveInput | RejectInput,
+    why: str,
+    deadline: Deadline,
+) -> DecisionResult:
+    """A decision the server confirmed as a signal: what the run made of it, if it says so
+    within a few seconds, else that the run holds it."""
+    pending = before.pending_approval
+    assert pending is not None
+    seen = {r.model_dump_json() for r in before.refusals}
+    waited = Deadline(min(SIGNAL_OUTCOME_SECONDS, deadline.left()))
+    while waited.left() > 0.15:
+        try:
+            state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, waited)
+        except (NoAnswer, OperationError):
+            break
+        refused = [
+            r
+            for r in state.refusals
+            if r.model_dump_json() not in seen
+            and r.by == message.by
+            and r.approval_id in (None, pending.approval_id)
+        ]
+        if refused:
+            raise OperationRefused(f"refused and recorded: {refused[-1].reason}")
+        decided = next((d for d in state.decided if d.approval_id == pending.approval_id), None)
+        if decided is not None and decided.by != message.by:
+            raise OperationRefused(
+                f"not applied: {decided.by or 'nobody'} decided this approval first "
+                f"({decided.decision}); the run ignores the later decision, recording it"
+            )
+        if decided is not None:
+            return DecisionResult(
+                approval_id=pending.approval_id,
+                decision=decided.decision,
+                status=state.status,
+                note=f"sent as a signal: {why}",
+            )
+        await asyncio.sleep(0.1)
+    return DecisionResult(
+        approval_id=pending.approval_id,
+        decision="recorded",
+        status=RunStatus.WAITING_FOR_APPROVAL,
+        note=(
+            f"recorded: {why}, so the decision went as a signal; the run holds it in its "
+            "history and applies it, with the same checks, at its next step; "
+            f"`agentrun status {run.handle.id}` shows the outcome"
+        ),
+    )
 
 
 def _signed(
@@ -456,31 +529,56 @@ def _signed(
 async def _control(
     client: Client,
     run_id: str,
-    messages: tuple[Any, Any],
+    messages: tuple[str, Any],
     input: ControlInput,
     *,
     wait: float,
     tenant: str | None,
     mirror: AsyncConnectionPool | None,
 ) -> ControlResult:
-    """Pause or resume: an update when a worker answers, else a signal the run keeps."""
+    """Pause or resume: an update when a worker answers and the run takes it, else a signal
+    the run keeps (the server confirmed it before the answer says so)."""
     bounds.check(input, "control")
     update, signal = messages
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    paused = signal is AgentRunWorkflow.pause_signal
+    what = signal.__name__.removesuffix("_signal")
     try:
         await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
-        await within(
-            deadline.left(),
-            run.handle.signal(signal, input, rpc_timeout=timedelta(seconds=deadline.left())),
-        )
+        await handles.signal_within(run.handle, signal, input, deadline)
         return ControlResult(
             status=await _last_status(run, mirror),
-            paused=signal is AgentRunWorkflow.pause_signal,
-            message=_recorded(signal.__name__.removesuffix("_signal"), run),
+            paused=paused,
+            message=_recorded(what, run),
         )
-    return await handles.update_within(run.handle, run.task_queue, update, input, deadline)  # type: ignore[no-any-return]
+    try:
+        accepted = await handles.admit_update(
+            client, run.handle, update, input, deadline.share(0.5), ControlResult
+        )
+    except handles.NotAdmitted as err:
+        await handles.signal_within(run.handle, signal, input, deadline)
+        return ControlResult(
+            status=await _last_status(run, mirror),
+            paused=paused,
+            message=(
+                f"recorded: {err.reason}, so the {what} went as a signal; the run holds it "
+                "in its history and applies it at its next step boundary"
+            ),
+        )
+    try:
+        return await within(  # type: ignore[no-any-return]
+            deadline.left(), accepted.result(rpc_timeout=timedelta(seconds=deadline.left()))
+        )
+    except WorkflowUpdateFailedError as err:
+        raise OperationRefused(f"refused: {handles.refusal(err)}") from err
+    except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+        return ControlResult(
+            status=await _last_status(run, mirror),
+            paused=paused,
+            message=f"recorded: the run accepted the {what} (its history holds it)",
+        )
 
 
 async def _last_status(run: RunRef, mirror: AsyncConnectionPool | None) -> RunStatus:
@@ -508,7 +606,7 @@ async def pause(
     return await _control(
         client,
         run_id,
-        (AgentRunWorkflow.pause, AgentRunWorkflow.pause_signal),
+        (names.UPDATE_PAUSE, AgentRunWorkflow.pause_signal),
         ControlInput(by=by),
         wait=wait,
         tenant=tenant,
@@ -528,7 +626,7 @@ async def resume(
     return await _control(
         client,
         run_id,
-        (AgentRunWorkflow.resume, AgentRunWorkflow.resume_signal),
+        (names.UPDATE_RESUME, AgentRunWorkflow.resume_signal),
         ControlInput(by=by),
         wait=wait,
         tenant=tenant,
@@ -547,7 +645,17 @@ async def cancel(
     """Ask the run to end as cancelled: the server records the request, a worker acts on it."""
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
-    await within(deadline.left(), run.handle.cancel(rpc_timeout=timedelta(seconds=deadline.left())))
+    try:
+        await within(
+            deadline.left(), run.handle.cancel(rpc_timeout=timedelta(seconds=deadline.left()))
+        )
+    except NoAnswer as err:
+        raise NotAnswered(
+            f"not confirmed: the server did not confirm the cancel of {run_id} within "
+            f"{deadline.seconds:g}s; `agentrun status {run_id}` shows whether it arrived"
+        ) from err
+    except RPCError as err:
+        raise OperationRefused(f"not sent: the server refused the cancel ({err.message})") from err
     try:
         await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:

@@ -6,23 +6,32 @@ the provider streams it, and the workflow the rest of the reply when the call en
 are global and survive continue-as-new, so a watcher that joins late replays from offset 0
 (or any offset) and sees the same sequence as one that watched from the start. An ended
 run's story is read from the Postgres mirror instead.
+
+Watchers read the stream with its poll *query*, never its long-poll update: the server
+admits about ten updates in flight per workflow (and a bounded total per run), and those
+belong to people's decisions and controls. A query takes no slot and adds nothing to the
+run's history, so any number of watchers can follow a run without starving an approval.
+The price is a poll: at once while items come, backing off to `IDLE_POLL_SECONDS` while
+the run is quiet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
 )
-from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
@@ -37,6 +46,13 @@ from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 RESUBSCRIBE_SECONDS = 0.5
 # The receipt is written before the workflow returns; this bounds the wait for its row.
 RECEIPT_WAIT_SECONDS = 10.0
+# A quiet run is polled less and less often, down to once per this long.
+IDLE_POLL_SECONDS = 1.0
+# One poll's bound: a query waits for a worker, and a busy one answers late.
+POLL_RPC_SECONDS = 10.0
+# The stream's own read: the library registers it beside its long-poll update, same name.
+STREAM_POLL_QUERY = "__temporal_workflow_stream_poll"
+TOPICS = [STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT, STREAM_TOPIC_RETRIES]
 
 
 async def watch(
@@ -66,26 +82,56 @@ async def watch(
         async for item in mirror_story(pool, run_id, after_seq=from_offset):
             yield item
         return
-    stream = WorkflowStreamClient.create(client, run_id)
     offset = from_offset
-    while True:
-        try:
-            async for raw in stream.subscribe(
-                [STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT, STREAM_TOPIC_RETRIES],
-                from_offset=offset,
-                poll_cooldown=poll_cooldown,
-            ):
-                offset = raw.offset + 1
-                yield stream_item(raw)
-            break
-        except (RPCError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            # The run's worker died mid-poll, or the server restarted: the stream itself is
-            # rebuilt from history by the next worker, so pick up at the next offset.
-            if not await _is_open(client, run_id):
-                break
-            await asyncio.sleep(RESUBSCRIBE_SECONDS)
+    async for raw in _follow(client, run_id, offset, poll_cooldown.total_seconds()):
+        yield stream_item(raw)
     if pool is not None:
         yield await _receipt_item(pool, run_id)
+
+
+async def _follow(
+    client: Client, run_id: str, offset: int, cooldown: float
+) -> AsyncIterator[WorkflowStreamItem[Any]]:
+    """The stream's items from `offset` on while the run is open, then what it published
+    before it ended. A query to the workflow id reaches its latest generation, so this
+    follows continue-as-new; a failed poll (a worker died, the server restarted) is tried
+    again from the same offset."""
+    handle = client.get_workflow_handle(run_id)
+    converter = client.data_converter.payload_converter
+    pause = cooldown
+    ended = False
+    while True:
+        try:
+            result: PollResult = await handle.query(
+                STREAM_POLL_QUERY,
+                PollInput(topics=TOPICS, from_offset=offset),
+                result_type=PollResult,
+                rpc_timeout=timedelta(seconds=POLL_RPC_SECONDS),
+            )
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+            if ended or not await _is_open(client, run_id):
+                return
+            await asyncio.sleep(RESUBSCRIBE_SECONDS)
+            continue
+        for wire in result.items:
+            payload = Payload()
+            payload.ParseFromString(base64.b64decode(wire.data))
+            yield WorkflowStreamItem(
+                topic=wire.topic, data=converter.from_payload(payload), offset=wire.offset
+            )
+        offset = max(offset, result.next_offset)
+        if result.more_ready:
+            continue
+        if ended:
+            return
+        if result.items:
+            pause = cooldown
+        else:
+            # Read once more after the run ends: it may have published since this poll.
+            ended = not await _is_open(client, run_id)
+            pause = min(max(pause * 2, cooldown), IDLE_POLL_SECONDS)
+        if not ended:
+            await asyncio.sleep(pause)
 
 
 def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:

@@ -10,6 +10,7 @@ large, between tasks, carrying only what it still needs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -28,11 +29,13 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names
     from agentrun.core.backlog_models import (
         BacklogControlResult,
+        BacklogControlSignal,
         BacklogInput,
         BacklogLoadInput,
         BacklogState,
         BacklogSyncInput,
         BacklogTask,
+        Delivery,
         EnqueueInput,
         EnqueueResult,
         RetryInput,
@@ -49,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
 # (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
 # their children's starts as they were.
 CHILD_PRIORITY = "backlog-child-priority"
+# Outcomes of held writes a backlog keeps for their senders to read.
+KEPT_DELIVERIES = 200
 
 
 def failure_text(err: ChildWorkflowError) -> str:
@@ -90,6 +95,8 @@ class AgentBacklogWorkflow:
         self.unsynced_specs: set[str] = set()
         self.head_dirty = True
         self.flushing = 0  # mirror writes in flight: the run continues as new without any
+        # Outcomes of writes sent as signals, by request id, for their senders (not carried).
+        self.deliveries: dict[str, Delivery] = {}
 
     # ------------------------------------------------------------------ the loop
 
@@ -342,6 +349,9 @@ class AgentBacklogWorkflow:
 
     @workflow.update(name=names.UPDATE_BACKLOG_ENQUEUE)
     async def enqueue(self, input: EnqueueInput) -> EnqueueResult:
+        return await self._enqueue(input)
+
+    async def _enqueue(self, input: EnqueueInput) -> EnqueueResult:
         await workflow.wait_condition(lambda: self.ready)
         if not input.policy.is_empty():
             self.policy = input.policy.apply(self.policy)
@@ -387,7 +397,10 @@ class AgentBacklogWorkflow:
 
     @workflow.update(name=names.UPDATE_BACKLOG_STOP)
     async def stop(self, input: ControlInput) -> BacklogControlResult:
-        reason = f"stopped by {input.by}" + (f": {input.reason}" if input.reason else "")
+        return await self._stop_now(input.by, input.reason)
+
+    async def _stop_now(self, by: str, why: str | None) -> BacklogControlResult:
+        reason = f"stopped by {by}" + (f": {why}" if why else "")
         keys = await self._stop(reason)
         return BacklogControlResult(
             stopped=True,
@@ -402,6 +415,9 @@ class AgentBacklogWorkflow:
     @stop.validator
     def _validate_stop(self, input: ControlInput) -> None:
         _within_bounds(input)
+        self._check_stop()
+
+    def _check_stop(self) -> None:
         if self.stopped:
             raise ApplicationError(
                 f"the backlog of agent {self.agent} is already stopped ({self.stop_reason}); "
@@ -410,6 +426,9 @@ class AgentBacklogWorkflow:
 
     @workflow.update(name=names.UPDATE_BACKLOG_RESUME)
     async def resume(self, input: ControlInput) -> BacklogControlResult:
+        return await self._resume_now()
+
+    async def _resume_now(self) -> BacklogControlResult:
         self.stopped, self.stop_reason, self.head_dirty = False, None, True
         keys = [k for k in sorted(self.in_flight) if self.tasks[k].state == "paused"]
         for key in keys:
@@ -429,11 +448,17 @@ class AgentBacklogWorkflow:
     @resume.validator
     def _validate_resume(self, input: ControlInput) -> None:
         _within_bounds(input)
+        self._check_resume()
+
+    def _check_resume(self) -> None:
         if not self.stopped:
             raise ApplicationError(f"the backlog of agent {self.agent} is not stopped")
 
     @workflow.update(name=names.UPDATE_BACKLOG_RETRY)
     async def retry(self, input: RetryInput) -> RetryResult:
+        return await self._retry_now(input)
+
+    async def _retry_now(self, input: RetryInput) -> RetryResult:
         task = self.tasks[input.key]
         task.attempts, task.finished_at = 0, None
         self._set(task, "todo")
@@ -467,3 +492,80 @@ class AgentBacklogWorkflow:
                 f"task {input.key} is {task.state}; only failed tasks (`backlog dead`) can be "
                 "retried"
             )
+
+    # ------------------------------------------------------------------ held writes
+
+    # The same writes as signals: the server keeps each in the backlog's history (a first
+    # enqueue starts the backlog with it, signal-with-start) while no worker runs, and the
+    # next worker applies it once, in order, with the update's checks; one that does not
+    # fit is refused the way its update would be. Adding these handlers adds no command to
+    # a history that has no such signal, so recorded backlogs replay as before.
+
+    @workflow.signal(name=names.SIGNAL_BACKLOG_ENQUEUE)
+    async def enqueue_signal(self, input: EnqueueInput) -> None:
+        if not await self._checked(input.request_id, lambda: self._validate_enqueue(input)):
+            return
+        result = await self._enqueue(input)
+        self._deliver(
+            Delivery(
+                request_id=input.request_id or "",
+                applied=True,
+                message=f"added {len(result.added)}, ignored {len(result.ignored)}",
+                enqueued=result,
+            )
+        )
+
+    @workflow.signal(name=names.SIGNAL_BACKLOG_STOP)
+    async def stop_signal(self, input: BacklogControlSignal) -> None:
+        if not await self._checked(input.request_id, self._check_stop):
+            return
+        done = await self._stop_now(input.by, input.reason)
+        self._deliver(
+            Delivery(
+                request_id=input.request_id or "", applied=True, message=done.message, control=done
+            )
+        )
+
+    @workflow.signal(name=names.SIGNAL_BACKLOG_RESUME)
+    async def resume_signal(self, input: BacklogControlSignal) -> None:
+        if not await self._checked(input.request_id, self._check_resume):
+            return
+        done = await self._resume_now()
+        self._deliver(
+            Delivery(
+                request_id=input.request_id or "", applied=True, message=done.message, control=done
+            )
+        )
+
+    @workflow.signal(name=names.SIGNAL_BACKLOG_RETRY)
+    async def retry_signal(self, input: RetryInput) -> None:
+        if not await self._checked(input.request_id, lambda: self._validate_retry(input)):
+            return
+        done = await self._retry_now(input)
+        self._deliver(
+            Delivery(
+                request_id=input.request_id or "", applied=True, message=done.message, retried=done
+            )
+        )
+
+    async def _checked(self, request_id: str | None, check: Callable[[], None]) -> bool:
+        """Wait until the backlog has its state (a fresh start reads the mirror first),
+        then run the update's check; a refusal is delivered, not raised."""
+        await workflow.wait_condition(lambda: self.ready)
+        try:
+            check()
+        except ApplicationError as err:
+            self._deliver(Delivery(request_id=request_id or "", applied=False, message=err.message))
+            return False
+        return True
+
+    def _deliver(self, delivery: Delivery) -> None:
+        if not delivery.request_id:
+            return
+        self.deliveries[delivery.request_id] = delivery
+        while len(self.deliveries) > KEPT_DELIVERIES:
+            del self.deliveries[next(iter(self.deliveries))]
+
+    @workflow.query(name=names.QUERY_BACKLOG_DELIVERY)
+    def delivery(self, request_id: str) -> Delivery | None:
+        return self.deliveries.get(request_id)

@@ -14,8 +14,18 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.core.models import Receipt, RunProgress, RunSnapshot, RunSpec, RunState
+    from agentrun.core.models import (
+        DecisionSeen,
+        Receipt,
+        RunProgress,
+        RunSnapshot,
+        RunSpec,
+        RunState,
+    )
     from agentrun.core.states import RunStatus
+
+# The decided approvals the state query lists (a query adds nothing to history).
+DECISIONS_SHOWN = 10
 
 # The workflow's own attributes besides `progress`, and why a continuation does without.
 WORKFLOW_ONLY = {
@@ -97,6 +107,10 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int)
         priority=priority,
         admission=spec.admission,
         refusals=progress.refusals,
+        decided=[
+            DecisionSeen(approval_id=a.approval_id, decision=a.decision, by=a.by)
+            for a in progress.approvals[-DECISIONS_SHOWN:]
+        ],
     )
 
 
