@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from agentrun import profiles
-from agentrun.cli import approvers_cli, backlog_cli, render, tenants_cli
+from agentrun.cli import approvers_cli, backlog_cli, render, sandbox_cli, tenants_cli
 from agentrun.cli.cli_options import add_decider, add_tenant, add_wait, count
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import OperationError, SetupError
@@ -655,6 +655,7 @@ def parser() -> argparse.ArgumentParser:
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
+    sandbox_cli.add_commands(sub)
     return top
 
 
@@ -666,6 +667,8 @@ async def dispatch(args: argparse.Namespace) -> int:
         return await tenants_cli.dispatch(settings, args)
     if args.command == "approvers":
         return await approvers_cli.dispatch(settings, args)
+    if args.command == "sandbox":
+        return await sandbox_cli.dispatch(settings, args)
     if args.command in LOCAL_COMMANDS:
         return await LOCAL_COMMANDS[args.command](settings, args)
     client = await connect(settings, within_seconds=args.wait)

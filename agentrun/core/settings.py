@@ -111,6 +111,12 @@ class Settings(BaseSettings):
     # --tools/--mcp, agentrun start --agents).
     tools: str = env("AGENTRUN_TOOLS", "", "comma-separated `PKG.MODULE:ATTR` tool sources")
     mcp: str = env("AGENTRUN_MCP", "", "`;`-separated MCP servers")
+    sandbox: str | None = env(
+        "AGENTRUN_SANDBOX", None, "serve run_code in this Docker image (agentrun-worker --sandbox)"
+    )
+    sandbox_limits: str = env(
+        "AGENTRUN_SANDBOX_LIMITS", "", "run_code's limits, e.g. seconds=60,memory_mb=512"
+    )
     agents: str | None = env(
         "AGENTRUN_AGENTS", None, "agent profiles: a YAML file or PKG.MODULE:ATTR"
     )

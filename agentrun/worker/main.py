@@ -59,7 +59,7 @@ def main() -> None:
         settings = Settings.load()
         if args.workflow_cache is not None:
             settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
-        tools, mcp = tool_sources(args, settings)
+        tools, mcp = tool_sources(args, settings, args.identity)
         await run_worker(
             tools,
             mcp=mcp,
