@@ -545,11 +545,8 @@ def sandbox_tools(
     import docker
 
     if client is None:
-        try:
-            client = docker.from_env()
-        except docker.errors.DockerException as err:
-            print(f"warning: the Docker engine does not answer ({err}); run_code will retry")
-            client = docker.DockerClient(base_url=os.environ.get("DOCKER_HOST"))
+        # A pinned API version: the client is made without asking an engine that may be down.
+        client = docker.from_env(version=docker.constants.DEFAULT_DOCKER_API_VERSION)
     engine = SandboxEngine(client, image, limits, identity=identity)
     try:
         client.ping()
