@@ -1,18 +1,28 @@
-FROM python:3.11-slim
+# The worker's image. BASE_IMAGE is any Debian-like image with Python 3.11+ and its venv
+# module: python:3.11-slim from a registry, or one built from Debian's packages where no
+# registry is reachable (CI: debootstrap with python3,python3-venv, then `docker import`).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+# More pip arguments: "--no-index --find-links /app/wheels" installs only docker/wheels/.
+ARG PIP_INSTALL_ARGS=""
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH
 
 WORKDIR /app
 
 COPY pyproject.toml README.md ./
+COPY docker/wheels/ ./wheels/
 COPY workflows/ ./workflows/
 COPY activities/ ./activities/
 COPY agentrun/ ./agentrun/
 COPY worker.py starter.py ./
 
-RUN pip install --no-cache-dir . \
+RUN python3 -m venv /opt/venv \
+    && pip install --no-cache-dir $PIP_INSTALL_ARGS . \
+    && rm -rf wheels \
     && useradd --create-home --uid 10001 agentrun \
     && chown -R agentrun:agentrun /app
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,3 +109,55 @@ def docker_engine() -> Iterator[Engine]:
                 daemon.wait(30)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+
+
+# ---------------------------------------------------------------- the project's own image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE_INPUTS = ("Dockerfile", "pyproject.toml", "README.md", "worker.py", "starter.py")
+IMAGE_TREES = ("agentrun", "workflows", "activities")
+
+
+def project_image_key() -> str:
+    """A hash of everything the Dockerfile copies: the image is rebuilt when one changes."""
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    paths = [Path(ROOT, name) for name in IMAGE_INPUTS]
+    for tree in IMAGE_TREES:
+        paths += sorted(p for p in Path(ROOT, tree).rglob("*.py") if "__pycache__" not in p.parts)
+    for path in paths:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_project_image(engine: Engine) -> str:
+    """The Dockerfile built on a base from Debian's packages, offline: its dependencies are
+    wheels this machine's pip gathers into docker/wheels. Reused while its inputs hash alike."""
+    from agentrun.tools import sandbox_image
+
+    client = engine.client
+    name = f"agentrun:test-{project_image_key()}"
+    if client.images.list(name=name):
+        return name
+    recipe = sandbox_image.Recipe(packages=("python3-venv",))
+    base = f"agentrun-python-base:{recipe.key}"
+    if not client.images.list(name=base):
+        sandbox_image.import_base(client, recipe, base, log=lambda _: None)
+    wheels = os.path.join(ROOT, "docker", "wheels")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "-w", wheels, ROOT, "setuptools>=70.1"],
+        check=True,
+    )
+    client.images.build(
+        path=ROOT,
+        tag=name,
+        rm=True,
+        network_mode="none",
+        buildargs={
+            "BASE_IMAGE": base,
+            "PIP_INSTALL_ARGS": "--no-index --find-links /app/wheels",
+        },
+    )
+    return name
