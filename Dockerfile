@@ -3,7 +3,7 @@
 # registry is reachable (CI: debootstrap with python3,python3-venv, then `docker import`).
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
-# More pip arguments: "--no-index --find-links /app/wheels" installs only docker/wheels/.
+# More pip arguments: "--no-index --find-links /app/wheels" installs only wheelhouse/.
 ARG PIP_INSTALL_ARGS=""
 
 ENV PYTHONUNBUFFERED=1 \
@@ -14,7 +14,7 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 
 COPY pyproject.toml README.md ./
-COPY docker/wheels/ ./wheels/
+COPY wheelhouse/ ./wheels/
 COPY workflows/ ./workflows/
 COPY activities/ ./activities/
 COPY agentrun/ ./agentrun/

@@ -134,7 +134,7 @@ def project_image_key() -> str:
 
 def build_project_image(engine: Engine) -> str:
     """The Dockerfile built on a base from Debian's packages, offline: its dependencies are
-    wheels this machine's pip gathers into docker/wheels. Reused while its inputs hash alike."""
+    wheels this machine's pip gathers into wheelhouse/. Reused while its inputs hash alike."""
     from agentrun.tools import sandbox_image
 
     client = engine.client
@@ -145,7 +145,7 @@ def build_project_image(engine: Engine) -> str:
     base = f"agentrun-python-base:{recipe.key}"
     if not client.images.list(name=base):
         sandbox_image.import_base(client, recipe, base, log=lambda _: None)
-    wheels = os.path.join(ROOT, "docker", "wheels")
+    wheels = os.path.join(ROOT, "wheelhouse")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "-w", wheels, ROOT, "setuptools>=70.1"],
         check=True,
