@@ -268,3 +268,24 @@ def test_the_build_command_reuses_an_image_of_the_same_recipe(
     assert built["reused"] is True and built["digest"] == docker_engine.digest
     labels = docker_engine.client.images.get(docker_engine.image).labels
     assert labels["agentrun.sandbox.key"] == built["key"]
+
+
+def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
+    docker_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from agentrun.core.settings import Settings
+    from agentrun.tools.loading import DEMO_TOOLS, load_registry
+    from agentrun.worker.tool_flags import add_tool_flags, tool_sources
+
+    monkeypatch.setenv("DOCKER_HOST", docker_engine.base_url)
+    parser = argparse.ArgumentParser()
+    add_tool_flags(parser)
+    args = parser.parse_args(["--sandbox", docker_engine.image, "--sandbox-limits", "seconds=5"])
+    tools, mcp = tool_sources(args, Settings.load({}), "worker-7")
+    assert tools[0] == DEMO_TOOLS and mcp == []
+    registry = load_registry(tools)
+    assert "run_code" in registry.names() and "send_message" in registry.names()
+    assert "at most 5 s" in registry.get("run_code").description
+    assert not registry.get("run_code").side_effect, "a retry is safe: nothing leaves the box"

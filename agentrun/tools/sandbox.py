@@ -181,7 +181,7 @@ class SandboxEngine:
             dead = mine and not _alive(labels.get("agentrun.pid"), labels.get("agentrun.boot"))
             deadline = float(labels.get("agentrun.deadline", "0") or 0)
             if dead or time.time() > deadline:
-                container.remove(force=True)
+                self.remove(container)  # another worker starting may remove it first
                 removed.append(container.id)
         return removed
 
@@ -228,12 +228,12 @@ class SandboxEngine:
         return container
 
     def remove(self, container: Any) -> None:
-        import docker.errors
-
+        """Remove it now; an engine that does not answer leaves it to the next reaper."""
         try:
             container.remove(force=True)
-        except docker.errors.NotFound:
-            pass
+        except Exception as err:
+            if "No such container" not in str(err):
+                print(f"warning: sandbox container {container.id[:12]} not removed: {err}")
 
     def execute(self, container: Any, code: str, inputs: dict[str, bytes]) -> Execution:
         """Stage the code and inputs, run the code under the limits, read its outputs."""
