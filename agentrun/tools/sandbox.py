@@ -54,6 +54,7 @@ GRACE_SECONDS = 30
 # Run inside the container as the sandbox user: append base64 chunks to files.
 _STAGE = (
     "import base64,os,sys\n"
+    f"os.makedirs('{OUTPUTS}',exist_ok=True)\n"
     "a=sys.argv[1:]\n"
     "for p,c in zip(a[::2],a[1::2]):\n"
     " os.makedirs(os.path.dirname(p),exist_ok=True)\n"
@@ -239,7 +240,6 @@ class SandboxEngine:
         """Stage the code and inputs, run the code under the limits, read its outputs."""
         started = time.monotonic()
         self._stage(container, {f"{WORKDIR}/main.py": code.encode(), **_inputs(inputs)})
-        self._exec(container, ["mkdir", "-p", OUTPUTS])
         limits = self.limits
         api = self.client.api
         exec_id = api.exec_create(
@@ -266,8 +266,7 @@ class SandboxEngine:
             backstop.cancel()
         elapsed = time.monotonic() - run_started
         exit_code = api.exec_inspect(exec_id).get("ExitCode")
-        if not over:
-            self._kill_code(container)  # what it left running in the background
+        oom = self._after(container)
         container.reload()
         if container.status != "running":
             return Execution(
@@ -280,13 +279,12 @@ class SandboxEngine:
                 seconds=round(time.monotonic() - started, 3),
                 notes=["the container was stopped; its outputs are lost"],
             )
-        oom = self._exec(container, ["python3", "-c", _OOM_KILLS]).strip()
         files, notes = self._outputs(container)
         if over:
             status = "output_limit"
         elif elapsed >= limits.seconds - 0.05 and exit_code in (124, 137):
             status = "timeout"
-        elif oom.isdigit() and int(oom) > 0:
+        elif oom is not None and oom.isdigit() and int(oom) > 0:
             status = "out_of_memory"
         else:
             status = "ok" if exit_code == 0 else "error"
@@ -347,6 +345,18 @@ class SandboxEngine:
                 if handle is not None:
                     files[member.name.removeprefix("./")] = handle.read()
         return files, []
+
+    def _after(self, container: Any) -> str | None:
+        """Kill what the code left running, then read the out-of-memory count; None (and
+        the container killed) where no process can start in it."""
+        try:
+            result = container.exec_run(["python3", "-c", _KILL_LEFTOVERS + _OOM_KILLS], user=USER)
+        except Exception:
+            result = None
+        if result is None or result.exit_code != 0:
+            self._kill(container)
+            return None
+        return str(result.output.decode(errors="replace").strip())
 
     def _kill_code(self, container: Any) -> None:
         """Kill the code's processes (all but the container's own), else the container."""
