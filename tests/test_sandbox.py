@@ -289,3 +289,80 @@ def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
     assert "run_code" in registry.names() and "send_message" in registry.names()
     assert "at most 5 s" in registry.get("run_code").description
     assert not registry.get("run_code").side_effect, "a retry is safe: nothing leaves the box"
+
+
+async def test_a_worker_process_killed_while_code_runs_leaves_no_container_and_the_run_finishes(
+    client, settings, worker, pool, docker_engine: Engine, tmp_path
+) -> None:
+    import asyncio
+
+    turns = scripted(
+        [("run_code", {"code": "import time\ntime.sleep(4)\nprint(6 * 7)"})], "## Summary\n42"
+    )
+    with OfflineModelServer(turns) as model:
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": settings.temporal_address,
+            "DATABASE_URL": settings.database_url,
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "test",
+            "AGENTRUN_TASK_QUEUE": settings.task_queue,
+            "AGENTRUN_HOME": str(tmp_path),
+            "DOCKER_HOST": docker_engine.base_url,
+        }
+        log = (tmp_path / "worker.log").open("wb")
+        doomed = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agentrun.worker.main",
+            "--identity",
+            "doomed-worker",
+            "--sandbox",
+            docker_engine.image,
+            "--sandbox-limits",
+            "seconds=60",
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            spec = make_spec(
+                "Compute.", timeouts={"heartbeat_seconds": 3, "initial_retry_seconds": 0.2}
+            )
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+
+            async def running() -> list[Any]:
+                return [
+                    c
+                    for c in sandbox_containers(docker_engine)
+                    if c.labels.get("agentrun.run_id") == started.run_id
+                ]
+
+            try:
+                (box,) = await eventually(running, seconds=90, what="the code to run")
+            except AssertionError:
+                raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
+            assert box.labels["agentrun.worker"] == "doomed-worker"
+            os.kill(doomed.pid, signal.SIGKILL)
+            await doomed.wait()
+        finally:
+            if doomed.returncode is None:
+                doomed.kill()
+                await doomed.wait()
+        assert await running(), "the dead worker's container is still there"
+        # A worker that starts with --sandbox reaps it, then takes the step over.
+        limits = SandboxLimits(seconds=20)
+        tools = sandbox_tools(docker_engine.image, limits, client=docker_engine.client)
+        assert await running() == []
+        async with worker(registry=ToolRegistry(tools), base_url=model.base_url):
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await handle.result()
+    assert result.status.value == "completed" and result.answer == "## Summary\n42", result
+    steps = await rows(
+        pool,
+        "SELECT attempt, output->>'stdout' AS stdout FROM steps "
+        "WHERE run_id = %s AND type = 'tool_call'",
+        started.run_id,
+    )
+    assert steps == [{"attempt": 2, "stdout": "42\n"}]
+    assert sandbox_containers(docker_engine) == []

@@ -50,6 +50,7 @@ SHOWN_BYTES = 16_000
 CHUNK, CHUNKS_PER_EXEC = 96_000, 12
 # The container's sleep outlives the time limit by this much, then the container stops itself.
 GRACE_SECONDS = 30
+FALLBACK_API_VERSION = "1.41"
 
 # Run inside the container as the sandbox user: append base64 chunks to files.
 _STAGE = (
@@ -555,8 +556,12 @@ def sandbox_tools(
     import docker
 
     if client is None:
-        # A pinned API version: the client is made without asking an engine that may be down.
-        client = docker.from_env(version=docker.constants.DEFAULT_DOCKER_API_VERSION)
+        try:
+            client = docker.from_env()  # the API version the engine speaks
+        except docker.errors.DockerException:
+            # The engine is down: a client that need not ask it, at an API version old enough
+            # for any engine still in use (Debian 12's docker.io 20.10 speaks 1.41).
+            client = docker.from_env(version=FALLBACK_API_VERSION)
     engine = SandboxEngine(client, image, limits, identity=identity)
     try:
         client.ping()
