@@ -141,8 +141,8 @@ def build_project_image(engine: Engine) -> str:
     name = f"agentrun:test-{project_image_key()}"
     if client.images.list(name=name):
         return name
-    recipe = sandbox_image.Recipe(packages=("python3-venv",))
-    base = f"agentrun-python-base:{recipe.key}"
+    recipe = sandbox_image.Recipe()  # the sandbox's own base: one debootstrap for both
+    base = f"agentrun-sandbox-base:{recipe.key}"
     if not client.images.list(name=base):
         sandbox_image.import_base(client, recipe, base, log=lambda _: None)
     wheels = os.path.join(ROOT, "wheelhouse")

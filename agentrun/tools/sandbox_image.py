@@ -1,10 +1,10 @@
 """`agentrun sandbox build`: the sandbox image, from Debian's packages, with no registry.
 
-`debootstrap --variant=minbase --include=python3,PACKAGES` makes a root file system, `docker
-import` turns it into a base image, and a one-line `docker build` on it adds the sandbox user
-and labels. An image whose recipe (suite, mirror, packages, this module's version) is already
-built is reused: the recipe's hash is a label on it. The image is known by its id, the digest
-of its content, which every execution records (and a run's receipt lists).
+`debootstrap --variant=minbase --include=python3,python3-venv,PACKAGES` makes a root file
+system, `docker import` turns it into a base image, and a one-line `docker build` on it adds the
+sandbox user and labels. An image whose recipe (suite, mirror, packages, this module's
+version) is already built is reused: the recipe's hash is a label on it. The image is known by
+its id, the digest of its content, which every execution records (and a run's receipt lists).
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from agentrun.tools.sandbox import DEFAULT_IMAGE, USER, WORKDIR
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
+# Beside your packages: Python, and its venv module, so the project's own image (the Dockerfile's
+# BASE_IMAGE) can build on the same base and one debootstrap serves both.
+BASE_PACKAGES = ("python3", "python3-venv")
 KEY_LABEL = "agentrun.sandbox.key"
 # What a minimal sandbox does not need: documentation, translations, package caches.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
@@ -101,7 +104,7 @@ def import_base(client: Any, recipe: Recipe, base: str, log: Any) -> None:
     """debootstrap a root file system from Debian's packages and import it as `base`."""
     if shutil.which("debootstrap") is None:
         raise SetupError("debootstrap is not installed: apt-get install debootstrap")
-    include = ",".join(dict.fromkeys(["python3", *recipe.packages]))
+    include = ",".join(dict.fromkeys([*BASE_PACKAGES, *recipe.packages]))
     with tempfile.TemporaryDirectory(prefix="agentrun-sandbox-") as tmp:
         rootfs, archive = Path(tmp, "rootfs"), Path(tmp, "rootfs.tar")
         log(f"debootstrap {recipe.suite} with {include} (about a minute)")
