@@ -1,12 +1,20 @@
-FROM python:3.11-slim
+# The worker's image. BASE_IMAGE is any Debian-like image with Python 3.11+ and its venv
+# module: python:3.11-slim from a registry, or one built from Debian's packages where no
+# registry is reachable (CI: debootstrap with python3,python3-venv, then `docker import`).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+# More pip arguments: "--no-index --find-links /app/wheels" installs only wheelhouse/.
+ARG PIP_INSTALL_ARGS=""
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH
 
 WORKDIR /app
 
 COPY pyproject.toml README.md constraints.txt ./
+COPY wheelhouse/ ./wheels/
 COPY workflows/ ./workflows/
 COPY activities/ ./activities/
 COPY agentrun/ ./agentrun/
@@ -15,7 +23,9 @@ COPY worker.py starter.py ./
 # The lean install with the otel extra (AGENTRUN_OTEL=1 exports traces over OTLP;
 # docker-compose.yml turns it on): what a production worker needs, no dev server and no
 # embedded Postgres (those are the `local` extra), every version pinned by constraints.txt.
-RUN pip install --no-cache-dir -c constraints.txt ".[otel]" \
+RUN python3 -m venv /opt/venv \
+    && pip install --no-cache-dir $PIP_INSTALL_ARGS -c constraints.txt ".[otel]" \
+    && rm -rf wheels \
     && useradd --create-home --uid 10001 agentrun \
     && chown -R agentrun:agentrun /app
 

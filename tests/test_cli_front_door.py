@@ -145,7 +145,8 @@ def test_the_check_catches_an_import_of_the_operations_layer(tmp_path):
 
 
 def test_every_command_is_served_by_a_run_client_method():
-    offered = commands(parser())
+    # A local command (no stack: completion, settings, sandbox) may be a group of its own.
+    offered = {c for c in commands(parser()) if c.split()[0] not in LOCAL} | set(LOCAL)
     assert offered == set(SERVED_BY) | set(LOCAL), (
         "a command without a RunClient method (add one, and list it in SERVED_BY): "
         f"{sorted(offered ^ (set(SERVED_BY) | set(LOCAL)))}"

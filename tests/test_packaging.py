@@ -44,7 +44,7 @@ def test_the_quick_start_still_installs_the_stack_and_ci_the_browser() -> None:
 def test_the_image_installs_the_lean_package_with_every_version_pinned() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     installs = [line for line in dockerfile.splitlines() if "pip install" in line]
-    assert installs == ['RUN pip install --no-cache-dir -c constraints.txt ".[otel]" \\'], installs
+    assert len(installs) == 1 and '-c constraints.txt ".[otel]"' in installs[0], installs
     assert "constraints.txt" in dockerfile.split("COPY", 2)[1], "copied before the install"
     lines = (ROOT / "constraints.txt").read_text().splitlines()
     pins = dict(line.split("==", 1) for line in lines if line.strip() and not line.startswith("#"))

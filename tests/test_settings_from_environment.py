@@ -191,6 +191,23 @@ CASES: dict[str, Case] = {
             {"AGENTRUN_PROVIDERS": "{tmp}/no-such-providers.yaml"},
         ],
     ),
+    "AGENTRUN_SANDBOX": Case(
+        [
+            (
+                {"AGENTRUN_SANDBOX": "agentrun-sandbox:test"},
+                {"AGENTRUN_SANDBOX": "agentrun-sandbox:test"},
+            )
+        ],
+        no_invalid="any image name; the Docker engine decides whether it has it",
+    ),
+    "AGENTRUN_SANDBOX_LIMITS": Case(
+        [({"AGENTRUN_SANDBOX_LIMITS": "seconds=10,memory_mb=128"}, {})],
+        [
+            {"AGENTRUN_SANDBOX_LIMITS": "nosuch=1"},
+            {"AGENTRUN_SANDBOX_LIMITS": "seconds=soon"},
+            {"AGENTRUN_SANDBOX_LIMITS": "pids=0"},
+        ],
+    ),
     "AGENTRUN_LOG_LEVEL": Case(
         [({"AGENTRUN_LOG_LEVEL": "debug"}, {"AGENTRUN_LOG_LEVEL": "DEBUG"})],
         [{"AGENTRUN_LOG_LEVEL": "loud"}],

@@ -19,7 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from agentrun.cli import approvers_cli, backlog_cli, tenants_cli
+from agentrun.cli import approvers_cli, backlog_cli, sandbox_cli, tenants_cli
 from agentrun.cli.cli_options import add_decider, add_json, add_tenant, add_wait, count, emit
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.log_setup import LEVELS
@@ -643,6 +643,7 @@ COMMANDS: dict[str, Command] = {
 LOCAL: dict[str, Callable[[argparse.Namespace], int]] = {
     "completion": cmd_completion,
     "settings": cmd_settings,
+    "sandbox": sandbox_cli.dispatch,
 }
 
 
@@ -805,6 +806,7 @@ def parser() -> argparse.ArgumentParser:
     approvers_cli.add_commands(sub)
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)
     p.add_argument("shell", choices=["bash", "zsh"])
+    sandbox_cli.add_commands(sub)
     return top
 
 

@@ -78,3 +78,5 @@ SIGNAL_RUN_ADMIT = "admit_signal"
 
 # How long a command waits for Temporal or a worker before it says why no answer came.
 DEFAULT_WAIT_SECONDS = 10.0
+# The image `run_code` runs code in unless told otherwise (`agentrun sandbox build`).
+SANDBOX_IMAGE = "agentrun-sandbox:latest"

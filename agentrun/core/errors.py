@@ -145,6 +145,8 @@ UNKNOWN_TOOL = "UnknownTool"
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"
 # Another attempt holds an external tool's claim: retry later, it may finish meanwhile.
 EFFECT_IN_PROGRESS = "EffectInProgress"
+# The Docker engine or the image `run_code` needs is not there: retried until it is.
+SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 
 # Failures that no other model or another try will fix.
 FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
@@ -267,3 +269,9 @@ def attempts_made(err: ActivityError, max_attempts: int) -> int:
 def cause(err: ActivityError) -> str:
     """What went wrong, for the step's record and the run's error."""
     return err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+
+
+def sandbox_unavailable(detail: str) -> ApplicationError:
+    """`run_code` could not reach its engine or image: nothing ran, so another try is safe,
+    and the status says why the step waits."""
+    return ApplicationError(f"sandbox unavailable: {detail}", type=SANDBOX_UNAVAILABLE)

@@ -32,6 +32,7 @@ from agentrun.core.constants import (
 )
 from agentrun.core.errors import ConnectionSettingsError, SetupError
 from agentrun.core.log_setup import LogFormat, LogLevel
+from agentrun.core.sandbox_limits import SandboxLimits
 from agentrun.core.temporal_connection import connect_options, load_profile
 
 STACK_FILE = "stack.json"
@@ -110,6 +111,12 @@ class Settings(BaseSettings):
     # --tools/--mcp, agentrun start --agents).
     tools: str = env("AGENTRUN_TOOLS", "", "comma-separated `PKG.MODULE:ATTR` tool sources")
     mcp: str = env("AGENTRUN_MCP", "", "`;`-separated MCP servers")
+    sandbox: str | None = env(
+        "AGENTRUN_SANDBOX", None, "serve run_code in this Docker image (agentrun-worker --sandbox)"
+    )
+    sandbox_limits: str = env(
+        "AGENTRUN_SANDBOX_LIMITS", "", "run_code's limits, e.g. seconds=60,memory_mb=512"
+    )
     agents: str | None = env(
         "AGENTRUN_AGENTS", None, "agent profiles: a YAML file or PKG.MODULE:ATTR"
     )
@@ -178,6 +185,15 @@ class Settings(BaseSettings):
     @classmethod
     def _prices_over_the_default(cls, value: Any) -> Any:
         return {OFFLINE_MODEL: OFFLINE_MODEL_PRICE, **parse_model_prices(value)}
+
+    @field_validator("sandbox_limits")
+    @classmethod
+    def _limits_that_parse(cls, value: str) -> str:
+        try:
+            SandboxLimits.parse(value)
+        except SetupError as err:
+            raise ValueError(str(err)) from err
+        return value
 
     @field_validator("providers")
     @classmethod

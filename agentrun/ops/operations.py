@@ -58,6 +58,7 @@ from agentrun.ops import admission_ops, handles, projection
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight, in_flight
 from agentrun.store import mirror_views, tool_sets
+from agentrun.store.artifacts import sandbox_executions
 from agentrun.store.fork_store import ForkStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.temporal.worker_presence import (
@@ -844,8 +845,14 @@ async def receipt(pool: AsyncConnectionPool, run_id: str, *, tenant: str | None 
                 f"run {run_id} has no receipt yet (status {run[0]}); receipts are written "
                 "when a run ends"
             )
+        # Each run_code execution and the image digest it ran on, from its step's output.
+        sandbox = await sandbox_executions(conn, run_id)
     # Forks made after the receipt was written: the link lives in `run_forks`.
-    return {**dict(row[0]), "forks": await ForkStore(pool).forks_of(run_id)}
+    return {
+        **dict(row[0]),
+        "forks": await ForkStore(pool).forks_of(run_id),
+        **({"sandbox_executions": sandbox} if sandbox else {}),
+    }
 
 
 async def check_mirror(

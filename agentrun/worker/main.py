@@ -87,7 +87,7 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
             loop.add_signal_handler(sig, stop.set)
         if args.workflow_cache is not None:
             settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
-        tools, mcp = tool_sources(args, settings)
+        tools, mcp = tool_sources(args, settings, args.identity)
         await run_worker(
             tools,
             mcp=mcp,

@@ -25,11 +25,37 @@ def add_tool_flags(p: argparse.ArgumentParser) -> None:
         help="an MCP server whose tools the model sees as NAME__TOOL: NAME=COMMAND ARGS... "
         "(stdio) or NAME=https://... (repeatable; default AGENTRUN_MCP, ';'-separated)",
     )
+    p.add_argument(
+        "--sandbox",
+        metavar="IMAGE",
+        help="also serve run_code: the model's Python in a container of this Docker image "
+        "(built with `agentrun sandbox build`; default AGENTRUN_SANDBOX)",
+    )
+    p.add_argument(
+        "--sandbox-limits",
+        metavar="NAME=VALUE,...",
+        help="run_code's limits: seconds, memory_mb, cpus, pids, output_bytes, scratch_mb, "
+        "input_bytes (default AGENTRUN_SANDBOX_LIMITS)",
+    )
 
 
-def tool_sources(args: argparse.Namespace, settings: Settings) -> tuple[list[Any], list[Any]]:
-    """The flags' tools and MCP servers, else the settings' (AGENTRUN_TOOLS, AGENTRUN_MCP)."""
+def tool_sources(
+    args: argparse.Namespace, settings: Settings, identity: str | None = None
+) -> tuple[list[Any], list[Any]]:
+    """The flags' tools and MCP servers, else the settings' (AGENTRUN_TOOLS, AGENTRUN_MCP),
+    and run_code when a sandbox image is named (--sandbox, AGENTRUN_SANDBOX)."""
     from agentrun.tools.loading import split_references
     from agentrun.tools.mcp import parse_servers
 
-    return args.tools or split_references(settings.tools), args.mcp or parse_servers(settings.mcp)
+    tools = args.tools or split_references(settings.tools)
+    mcp = args.mcp or parse_servers(settings.mcp)
+    image = getattr(args, "sandbox", None) or settings.sandbox
+    if image:
+        from agentrun.core.sandbox_limits import SandboxLimits
+        from agentrun.tools.sandbox import sandbox_tools
+
+        limits = SandboxLimits.parse(
+            getattr(args, "sandbox_limits", None) or settings.sandbox_limits
+        )
+        tools = [*tools, sandbox_tools(image, limits, identity=identity)]
+    return tools, mcp
