@@ -4,11 +4,13 @@ and the demo's run completed through it, every step done by the container's work
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from agentrun import RunClient
 from agentrun.cli.main import run_demo
 from tests import sandbox_support
 from tests.sandbox_support import Engine, build_project_image
@@ -51,7 +53,9 @@ async def test_the_projects_image_runs_the_demo(settings, pool, docker_engine: E
             return b"polling" in container.logs()
 
         await eventually(polling, seconds=120, what="the container's worker to poll")
-        assert await run_demo(settings) == 0, container.logs().decode()[-3000:]
+        async with RunClient.lazy(settings) as runs:
+            demo = await run_demo(runs, argparse.Namespace(json=True))
+        assert demo == 0, container.logs().decode()[-3000:]
         runs = await rows(pool, "SELECT DISTINCT run_id FROM steps WHERE worker = %s", identity)
         assert len(runs) == 1, "the demo's run, on the container's worker"
         workers = await rows(

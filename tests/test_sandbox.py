@@ -283,7 +283,10 @@ def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
     monkeypatch.setenv("DOCKER_HOST", docker_engine.base_url)
     parser = argparse.ArgumentParser()
     add_tool_flags(parser)
-    args = parser.parse_args(["--sandbox", docker_engine.image, "--sandbox-limits", "seconds=5"])
+    flags = ["--sandbox", docker_engine.image, "--sandbox-limits", "seconds=5"]
+    alone, _ = tool_sources(parser.parse_args(flags), Settings.load({}), "worker-7")
+    assert [t.name for t in alone[0]] == ["run_code"], "named alone, run_code alone"
+    args = parser.parse_args([*flags, "--tools", DEMO_TOOLS])
     tools, mcp = tool_sources(args, Settings.load({}), "worker-7")
     assert tools[0] == DEMO_TOOLS and mcp == []
     registry = load_registry(tools)

@@ -21,9 +21,10 @@ with workflow.unsafe.imports_passed_through():
 
 
 def child_run_id(parent_id: str, key: str) -> str:
-    """`run-<parent>~<key>`: no direct start makes a `~` (id_part replaces it), so a child's
-    id can only be taken by its parent."""
-    return f"{RUN_ID_PREFIX}{id_part(parent_id)}~{id_part(key)}"
+    """`run-~child.<parent>~<key>`: ids under `run-~` are the engine's (forks are
+    `run-~fork.`), and neither part can hold a `~` (id_part replaces it), so no start through
+    the door, a fork or another parent's child takes a child's id."""
+    return f"{RUN_ID_PREFIX}~child.{id_part(parent_id)}~{id_part(key)}"
 
 
 async def run_agent(spec: RunSpec, *, key: str, task_queue: str | None = None) -> RunResult:
