@@ -608,7 +608,10 @@ class RunClient:
                 connect_seconds=self._wait or 5,
                 migrate=False,
                 prepared_statements=self.settings.prepared_statements,
+                statement_seconds=self._wait,
             )
+            if self._wait is not None:  # nor may waiting for a connection outlast it
+                self._pool.timeout = self._wait
         return self._pool
 
 

@@ -19,7 +19,7 @@ import pytest
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import OperationError, SetupError
 from agentrun.ops import operations as ops
-from agentrun.store.db import COMMAND_SECONDS, command_pool
+from agentrun.store.db import open_pool
 from tests.support import make_spec
 
 
@@ -52,17 +52,25 @@ def silent_postgres() -> Iterator[str]:
         listener.close()
 
 
-async def test_a_postgres_that_never_answers_is_named_within_the_wait(settings, silent_postgres):
-    silent = settings.model_copy(update={"database_url": silent_postgres})
-    token = COMMAND_SECONDS.set(1.0)
+async def test_a_postgres_that_never_answers_is_named_within_the_wait(silent_postgres):
     began = time.monotonic()
-    try:
-        with pytest.raises(SetupError, match=r"cannot reach Postgres .* within 1s \(no answer\)"):
-            async with command_pool(silent):
-                pass
-    finally:
-        COMMAND_SECONDS.reset(token)
+    with pytest.raises(SetupError, match=r"cannot reach Postgres .* within 1s \(no answer\)"):
+        await open_pool(silent_postgres, connect_seconds=1, migrate=False)
     assert time.monotonic() - began < 2.0
+
+
+async def test_a_read_held_behind_a_lock_ends_within_the_wait(settings, pool, tmp_path):
+    """Connected is not answered: a read waiting on a lock is cancelled by Postgres at the
+    command's `--wait` (its statement timeout), and the command says so."""
+    environ = {"DATABASE_URL": settings.database_url or ""}
+    async with pool.connection() as holder, holder.transaction():
+        await holder.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+        began = time.monotonic()
+        done = await asyncio.to_thread(run_cli, environ, "list", "--wait", "2", cwd=tmp_path)
+        took = time.monotonic() - began
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    assert "statement timeout" in done.stderr and "Traceback" not in done.stderr
+    assert took < 2 + 1 + 5, f"{took:.1f} s (the bound, a second, the interpreter's start)"
 
 
 def run_cli(environ: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

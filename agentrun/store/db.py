@@ -12,7 +12,6 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from typing import Any
 
 import psycopg
@@ -25,7 +24,6 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.abc import AsyncConninfoParam
 
 from agentrun.core.errors import ServiceUnreachable, SetupError
-from agentrun.core.settings import Settings
 from agentrun.core.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
@@ -597,12 +595,25 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
 
 
 def unopened_pool(
-    database_url: AsyncConninfoParam, max_size: int, *, prepared_statements: bool = True
+    database_url: AsyncConninfoParam,
+    max_size: int,
+    *,
+    prepared_statements: bool = True,
+    statement_seconds: float | None = None,
 ) -> AsyncConnectionPool:
     """A pool as every entry point configures it, not yet open. Without
     `prepared_statements` (AGENTRUN_PREPARED_STATEMENTS=0) nothing is prepared on the server:
     a pooler in transaction mode (PgBouncer) hands each transaction to any server
-    connection, where a statement prepared on another is unknown."""
+    connection, where a statement prepared on another is unknown. With `statement_seconds`
+    (a command's `--wait`), Postgres cancels a statement that runs longer: a read behind a
+    lock cannot hold a command past its bound (a pooler that drops the `options` startup
+    parameter drops this bound too)."""
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None,
+    }
+    if statement_seconds is not None:
+        kwargs["options"] = f"-c statement_timeout={max(1, int(statement_seconds * 1000))}"
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
@@ -611,10 +622,7 @@ def unopened_pool(
         min_size=1,
         max_size=max_size,
         open=False,
-        kwargs={
-            "autocommit": True,
-            "prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None,
-        },
+        kwargs=kwargs,
         timeout=WAIT_SECONDS,
         reconnect_timeout=RECONNECT_SECONDS,
         configure=make_storable,
@@ -638,9 +646,11 @@ async def open_pool(
     connect_seconds: float = 30,
     migrate: bool = True,
     prepared_statements: bool = True,
+    statement_seconds: float | None = None,
 ) -> AsyncConnectionPool:
     """Open a pool on the database, migrating it first, or (`migrate=False`) refusing it if
-    its schema lags. Every entry point that touches Postgres opens its pool here.
+    its schema lags. Every entry point that touches Postgres opens its pool here; a
+    command's (`statement_seconds`) bounds each statement too.
 
     The first connection and the schema check are made here, under one deadline of
     `connect_seconds`: a Postgres that accepts and never answers is named within it (the
@@ -669,39 +679,18 @@ async def open_pool(
         ) from err
     finally:
         await conn.close()
-    pool = unopened_pool(database_url, max_size, prepared_statements=prepared_statements)
+    pool = unopened_pool(
+        database_url,
+        max_size,
+        prepared_statements=prepared_statements,
+        statement_seconds=statement_seconds,
+    )
     await pool.open(wait=False)
     return pool
 
 
 def _first_line(err: Exception) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
-# How long one CLI command waits for Postgres (its `--wait`); set once by the CLI.
-COMMAND_SECONDS: ContextVar[float] = ContextVar("command_seconds", default=5.0)
-
-
-@asynccontextmanager
-async def command_pool(
-    settings: Settings, *, migrate: bool = False
-) -> AsyncIterator[AsyncConnectionPool]:
-    """A small pool for one CLI command, closed when it is done; it never migrates unless
-    asked (only `migrate` and `up` ask). It waits for Postgres as long as the command's
-    `--wait` (COMMAND_SECONDS)."""
-    seconds = COMMAND_SECONDS.get()
-    pool = await open_pool(
-        settings.require_database(),
-        max_size=2,
-        connect_seconds=seconds,
-        migrate=migrate,
-        prepared_statements=settings.prepared_statements,
-    )
-    pool.timeout = seconds
-    try:
-        yield pool
-    finally:
-        await pool.close(timeout=seconds)
 
 
 def redact(database_url: str) -> str:
