@@ -206,4 +206,4 @@ def test_the_collector_scrapes_every_worker_for_metrics(
 
 def test_the_image_has_the_otel_extra() -> None:
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
-    assert "-c constraints.txt \".[otel]\"" in dockerfile
+    assert '-c constraints.txt ".[otel]"' in dockerfile
