@@ -206,8 +206,9 @@ def test_codec_server_encodes_and_decodes_for_the_web_ui():
         assert status == 400 and "'z'" in json.loads(error)["error"]
 
 
-async def test_encryption_switched_on_through_the_environment(settings, tmp_path):
-    """AGENTRUN_ENCRYPTION_KEYS in the environment of the worker, the CLI and the codec server:
+async def test_encryption_switched_on_through_the_environment(settings, pool, tmp_path):
+    """AGENTRUN_ENCRYPTION_KEYS in the environment of the worker, the CLI and the codec server
+    (`pool`: a migrated database, as a deployment has before its first command):
     the run completes, the server's history holds ciphertext, the codec server decodes it."""
     port = free_port()
     environ = {
@@ -221,7 +222,10 @@ async def test_encryption_switched_on_through_the_environment(settings, tmp_path
     }
     log = (tmp_path / "processes.log").open("w")
     worker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentrun.worker.main", env=environ, stdout=log, stderr=log
+        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        env=environ,
+        stdout=log,
+        stderr=log,
     )
     codec = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "agentrun.temporal.codec_server", "--port", str(port)),
@@ -244,7 +248,8 @@ async def test_encryption_switched_on_through_the_environment(settings, tmp_path
         keyed = await Client.connect(
             settings.temporal_address, data_converter=data_converter(Settings.load(environ))
         )
-        result = await keyed.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+        handle = keyed.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+        result = await asyncio.wait_for(handle.result(), 120)
         assert result.status.value == "completed"
 
         plain = await Client.connect(settings.temporal_address)
