@@ -54,6 +54,7 @@ from agentrun.core.errors import (
     OperationError,
     OperationRefused,
     RunNotFound,
+    SetupError,
 )
 from agentrun.core.models import ControlInput, JsonDict
 from agentrun.ops import handles
@@ -318,6 +319,60 @@ def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
     return [batch for batch in batches if batch]
 
 
+def no_backlog(agent: str) -> RunNotFound:
+    """What a command that goes through Temporal says of a backlog that is not there, or
+    (under a tenant) that holds none of the tenant's tasks."""
+    return RunNotFound(
+        f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
+    )
+
+
+def no_task(agent: str, key: str) -> OperationError:
+    """A retry of a key the backlog does not hold, or (under a tenant) of another tenant's
+    task: word for word the refusal of the backlog's retry validator
+    (agentrun/workflows/backlog.py), as `_change` passes it on."""
+    return OperationError(
+        f"refused: no task {key!r} in the backlog of agent {agent}; "
+        f"`backlog list --agent {agent}` shows the keys"
+    )
+
+
+async def _tenant_door(
+    mirror: AsyncConnectionPool | None,
+    agent: str,
+    tenant: str | None,
+    *,
+    whole: bool = False,
+    key: str | None = None,
+) -> None:
+    """Apply the caller's tenant to a command that goes through Temporal. A backlog holds
+    tasks of several tenants; under a tenant, one with none of its tasks reads as a missing
+    backlog, and another tenant's task as a missing task (`key`). A command on the `whole`
+    backlog (stop, resume) is refused unless every task in it is the caller's: an operator's
+    act otherwise. The tenants are the mirror's (a task whose spec is not mirrored yet is
+    nobody's); an operator (no tenant) passes, with or without a database."""
+    check_agent(agent)
+    if tenant is None:
+        return
+    if mirror is None:
+        raise SetupError(
+            "refused: a backlog's tasks and their tenants live in Postgres, and no database "
+            "is configured; set DATABASE_URL (`agentrun up` prints it)"
+        )
+    owners = await BacklogStore(mirror).task_tenants(agent)
+    own = {k for k, owner in owners.items() if owner == tenant}
+    if not own:
+        raise no_backlog(agent)
+    if key is not None and key not in own:
+        raise no_task(agent, key)
+    if whole and len(own) < len(owners):
+        raise OperationRefused(
+            f"refused: the backlog of agent {agent} holds other tenants' tasks too, and this "
+            f"command acts on all of them; this client acts for tenant {tenant!r} only. An "
+            "operator (no AGENTRUN_TENANT) may"
+        )
+
+
 @dataclass
 class Backlog:
     handle: WorkflowHandle[Any, Any]
@@ -331,9 +386,7 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
         description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(
-                f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
-            ) from err
+            raise no_backlog(agent) from err
         raise
     if description.status != WorkflowExecutionStatus.RUNNING:
         status = description.status.name.lower() if description.status else "closed"
@@ -395,9 +448,17 @@ async def _change(
 
 
 async def stop(
-    client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    agent: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
-    """A graceful pause: running tasks stop at their next step boundary, none start."""
+    """A graceful pause: running tasks stop at their next step boundary, none start. With
+    `tenant` (the caller's), refused unless every task in the backlog is that tenant's."""
+    await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
@@ -416,8 +477,16 @@ async def stop(
 
 
 async def resume(
-    client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    agent: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
+    """Continue a stopped backlog; with `tenant`, as `stop`."""
+    await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
@@ -436,9 +505,18 @@ async def resume(
 
 
 async def retry(
-    client: Client, agent: str, key: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    agent: str,
+    key: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> RetryResult:
-    """Put a dead-lettered task back, in its place, with a fresh set of attempts."""
+    """Put a dead-lettered task back, in its place, with a fresh set of attempts. With
+    `tenant` (the caller's), another tenant's task reads as a missing one."""
+    await _tenant_door(mirror, agent, tenant, key=key)
     done = await _change(
         client,
         agent,
@@ -481,10 +559,11 @@ async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECOND
 # ---------------------------------------------------------------- from the Postgres mirror
 
 
-async def _known(store: BacklogStore, agent: str) -> JsonDict:
+async def _known(store: BacklogStore, agent: str, tenant: str | None) -> JsonDict:
+    """The backlog's head; under a tenant, a backlog with none of its tasks is not there."""
     check_agent(agent)
     head = await store.backlog(agent)
-    if head is None:
+    if head is None or (tenant is not None and not await store.tasks(agent, tenant=tenant)):
         raise RunNotFound(
             f"agent {agent} has no backlog in the mirror: `backlog enqueue --agent {agent} "
             "FILE` creates it"
@@ -492,17 +571,23 @@ async def _known(store: BacklogStore, agent: str) -> JsonDict:
     return head
 
 
-async def list_tasks(pool: AsyncConnectionPool, agent: str) -> JsonDict:
-    """The backlog and every task in order: state, attempts, last error, run, checkpoint."""
+async def list_tasks(
+    pool: AsyncConnectionPool, agent: str, *, tenant: str | None = None
+) -> JsonDict:
+    """The backlog and every task in order: state, attempts, last error, run, checkpoint.
+    With `tenant` (the caller's), its tasks alone; one with none there sees no backlog."""
     store = BacklogStore(pool)
-    head = await _known(store, agent)
-    return {**head, "tasks": await store.tasks(agent)}
+    head = await _known(store, agent, tenant)
+    return {**head, "tasks": await store.tasks(agent, tenant=tenant)}
 
 
-async def dead_letters(pool: AsyncConnectionPool, agent: str) -> list[JsonDict]:
+async def dead_letters(
+    pool: AsyncConnectionPool, agent: str, *, tenant: str | None = None
+) -> list[JsonDict]:
+    """The tasks that used up their attempts; with `tenant`, as `list_tasks`."""
     store = BacklogStore(pool)
-    await _known(store, agent)
-    return await store.dead_letters(agent)
+    await _known(store, agent, tenant)
+    return await store.dead_letters(agent, tenant=tenant)
 
 
 def compact(value: Any, limit: int = 60) -> str:
