@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from agentrun.client_api import RunClient
+from agentrun.core.errors import OperationRefused
 from agentrun.core.settings import Settings
-from tests.backlog_support import FAST_TIMEOUTS, end_backlog, new_agent, tasks, wait_states
+from tests.backlog_support import FAST_TIMEOUTS, end_backlog, item, new_agent, tasks, wait_states
 from tests.test_cli import Result
 from tests.test_door import cli
 
@@ -133,3 +135,36 @@ async def test_backlog_commands_apply_the_callers_tenant(
     finally:
         for agent in (shared, solo):
             await end_backlog(client, agent)
+
+
+async def test_a_stop_is_refused_for_a_task_the_mirror_has_not_shown_yet(
+    client, settings: Settings, pool, worker
+):
+    """The mirror trails the backlog: a task another tenant enqueued a moment ago may not be
+    in it yet. While a worker answers, the backlog's own task list is checked too."""
+    mark = uuid.uuid4().hex[:8]
+    acme, globex = f"acme-{mark}", f"globex-{mark}"
+    agent = new_agent("lag")
+    as_acme = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    as_globex = RunClient(client, settings.model_copy(update={"tenant": globex}))
+    try:
+        async with worker():
+            await as_acme.backlog_enqueue(agent, [item("a-1")])
+            await as_globex.backlog_enqueue(agent, [item("g-1")])
+            await wait_states(pool, agent, {"a-1": "done", "g-1": "done"}, seconds=60)
+            await as_globex.backlog_enqueue(
+                agent, [item("g-2", max_attempts=1, verify=NEVER_PASSES)]
+            )
+            # As if the mirror had not been written since globex's second enqueue.
+            async with pool.connection() as conn:
+                await conn.execute(
+                    "DELETE FROM backlog_tasks WHERE agent = %s AND task_key LIKE 'g-%%'", (agent,)
+                )
+            with pytest.raises(OperationRefused, match="other tenants' tasks"):
+                await as_acme.backlog_stop(agent)
+            listing = await RunClient(client, settings).backlog_tasks(agent)
+            assert listing["status"] == "active", "the refused stop stopped nothing"
+    finally:
+        await as_acme.close()
+        await as_globex.close()
+        await end_backlog(client, agent)

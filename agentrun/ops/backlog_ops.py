@@ -344,16 +344,17 @@ async def _tenant_door(
     *,
     whole: bool = False,
     key: str | None = None,
-) -> None:
+) -> set[str] | None:
     """Apply the caller's tenant to a command that goes through Temporal. A backlog holds
     tasks of several tenants; under a tenant, one with none of its tasks reads as a missing
     backlog, and another tenant's task as a missing task (`key`). A command on the `whole`
     backlog (stop, resume) is refused unless every task in it is the caller's: an operator's
     act otherwise. The tenants are the mirror's (a task whose spec is not mirrored yet is
-    nobody's); an operator (no tenant) passes, with or without a database."""
+    nobody's); an operator (no tenant) passes, with or without a database. Returns the keys
+    of the caller's tasks (None for an operator)."""
     check_agent(agent)
     if tenant is None:
-        return
+        return None
     if mirror is None:
         raise SetupError(
             "refused: a backlog's tasks and their tenants live in Postgres, and no database "
@@ -366,11 +367,16 @@ async def _tenant_door(
     if key is not None and key not in own:
         raise no_task(agent, key)
     if whole and len(own) < len(owners):
-        raise OperationRefused(
-            f"refused: the backlog of agent {agent} holds other tenants' tasks too, and this "
-            f"command acts on all of them; this client acts for tenant {tenant!r} only. An "
-            "operator (no AGENTRUN_TENANT) may"
-        )
+        raise not_all_yours(agent, tenant)
+    return own
+
+
+def not_all_yours(agent: str, tenant: str) -> OperationRefused:
+    return OperationRefused(
+        f"refused: the backlog of agent {agent} holds other tenants' tasks too, and this "
+        f"command acts on all of them; this client acts for tenant {tenant!r} only. An "
+        "operator (no AGENTRUN_TENANT) may"
+    )
 
 
 @dataclass
@@ -406,18 +412,25 @@ async def _change(
     signal_arg: BacklogControlSignal | RetryInput,
     result_type: type[Any],
     wait: float,
+    only: tuple[str, set[str]] | None = None,
 ) -> Any:
     """A stop, resume or retry: an update when a worker answers and the backlog takes it,
     else a signal the server keeps in the backlog's history (the answer says which), whose
-    outcome the command reports if a worker applies it within the bound."""
+    outcome the command reports if a worker applies it within the bound. With `only` (a
+    tenant and its tasks' keys), refused if the backlog, as its worker answers now, holds a
+    task the mirror did not show as that tenant's (one enqueued since it was written)."""
     bounds.check(update_arg, "backlog command")  # checked again by the backlog's validators
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     try:
-        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
+        live: BacklogState = await handles.ask_within(
+            backlog.handle, AgentBacklogWorkflow.state, deadline
+        )
         answered = True
     except NoAnswer:
         answered = False
+    if answered and only is not None and any(t.key not in only[1] for t in live.tasks):
+        raise not_all_yours(agent, only[0])
     if answered:
         try:
             accepted = await handles.admit_update(
@@ -458,7 +471,7 @@ async def stop(
 ) -> BacklogControlResult:
     """A graceful pause: running tasks stop at their next step boundary, none start. With
     `tenant` (the caller's), refused unless every task in the backlog is that tenant's."""
-    await _tenant_door(mirror, agent, tenant, whole=True)
+    own = await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
@@ -468,6 +481,7 @@ async def stop(
         BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
         BacklogControlResult,
         wait,
+        only=None if tenant is None or own is None else (tenant, own),
     )
     if isinstance(done, BacklogControlResult):
         return done
@@ -486,7 +500,7 @@ async def resume(
     mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
     """Continue a stopped backlog; with `tenant`, as `stop`."""
-    await _tenant_door(mirror, agent, tenant, whole=True)
+    own = await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
@@ -496,6 +510,7 @@ async def resume(
         BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
         BacklogControlResult,
         wait,
+        only=None if tenant is None or own is None else (tenant, own),
     )
     if isinstance(done, BacklogControlResult):
         return done
