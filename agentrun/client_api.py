@@ -462,25 +462,48 @@ class RunClient:
     async def backlog_stop(
         self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> BacklogControlResult:
-        return await backlog_ops.stop(await self.temporal(wait), agent, wait=wait)
+        """Stop the whole backlog: under a tenant, only one that holds its tasks alone."""
+        return await backlog_ops.stop(
+            await self.temporal(wait),
+            agent,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
 
     async def backlog_resume(
         self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> BacklogControlResult:
-        return await backlog_ops.resume(await self.temporal(wait), agent, wait=wait)
+        """Resume the whole backlog: under a tenant, as `backlog_stop`."""
+        return await backlog_ops.resume(
+            await self.temporal(wait),
+            agent,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
 
     async def backlog_retry(
         self, agent: str, task_key: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> RetryResult:
-        return await backlog_ops.retry(await self.temporal(wait), agent, task_key, wait=wait)
+        """Put a failed task back; another tenant's task reads as a missing one."""
+        return await backlog_ops.retry(
+            await self.temporal(wait),
+            agent,
+            task_key,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
 
     async def backlog_tasks(self, agent: str) -> JsonDict:
-        """The backlog as the mirror last saw it, with every task in order."""
-        return await backlog_ops.list_tasks(await self._database(), agent)
+        """The backlog as the mirror last saw it, with every task (this client's tenant's
+        alone, under one) in order."""
+        return await backlog_ops.list_tasks(await self._database(), agent, tenant=self.tenant)
 
     async def backlog_dead(self, agent: str) -> list[JsonDict]:
-        """The tasks that used up their attempts."""
-        return await backlog_ops.dead_letters(await self._database(), agent)
+        """The tasks that used up their attempts (this client's tenant's, under one)."""
+        return await backlog_ops.dead_letters(await self._database(), agent, tenant=self.tenant)
 
     # ------------------------------------------------------------ tenants and approvers
 

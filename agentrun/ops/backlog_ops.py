@@ -54,6 +54,7 @@ from agentrun.core.errors import (
     OperationError,
     OperationRefused,
     RunNotFound,
+    SetupError,
 )
 from agentrun.core.models import ControlInput, JsonDict
 from agentrun.ops import handles
@@ -318,6 +319,66 @@ def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
     return [batch for batch in batches if batch]
 
 
+def no_backlog(agent: str) -> RunNotFound:
+    """What a command that goes through Temporal says of a backlog that is not there, or
+    (under a tenant) that holds none of the tenant's tasks."""
+    return RunNotFound(
+        f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
+    )
+
+
+def no_task(agent: str, key: str) -> OperationError:
+    """A retry of a key the backlog does not hold, or (under a tenant) of another tenant's
+    task: word for word the refusal of the backlog's retry validator
+    (agentrun/workflows/backlog.py), as `_change` passes it on."""
+    return OperationError(
+        f"refused: no task {key!r} in the backlog of agent {agent}; "
+        f"`backlog list --agent {agent}` shows the keys"
+    )
+
+
+async def _tenant_door(
+    mirror: AsyncConnectionPool | None,
+    agent: str,
+    tenant: str | None,
+    *,
+    whole: bool = False,
+    key: str | None = None,
+) -> set[str] | None:
+    """Apply the caller's tenant to a command that goes through Temporal. A backlog holds
+    tasks of several tenants; under a tenant, one with none of its tasks reads as a missing
+    backlog, and another tenant's task as a missing task (`key`). A command on the `whole`
+    backlog (stop, resume) is refused unless every task in it is the caller's: an operator's
+    act otherwise. The tenants are the mirror's (a task whose spec is not mirrored yet is
+    nobody's); an operator (no tenant) passes, with or without a database. Returns the keys
+    of the caller's tasks (None for an operator)."""
+    check_agent(agent)
+    if tenant is None:
+        return None
+    if mirror is None:
+        raise SetupError(
+            "refused: a backlog's tasks and their tenants live in Postgres, and no database "
+            "is configured; set DATABASE_URL (`agentrun up` prints it)"
+        )
+    owners = await BacklogStore(mirror).task_tenants(agent)
+    own = {k for k, owner in owners.items() if owner == tenant}
+    if not own:
+        raise no_backlog(agent)
+    if key is not None and key not in own:
+        raise no_task(agent, key)
+    if whole and len(own) < len(owners):
+        raise not_all_yours(agent, tenant)
+    return own
+
+
+def not_all_yours(agent: str, tenant: str) -> OperationRefused:
+    return OperationRefused(
+        f"refused: the backlog of agent {agent} holds other tenants' tasks too, and this "
+        f"command acts on all of them; this client acts for tenant {tenant!r} only. An "
+        "operator (no AGENTRUN_TENANT) may"
+    )
+
+
 @dataclass
 class Backlog:
     handle: WorkflowHandle[Any, Any]
@@ -331,9 +392,7 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
         description = await handles.describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(
-                f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
-            ) from err
+            raise no_backlog(agent) from err
         raise
     if description.status != WorkflowExecutionStatus.RUNNING:
         status = description.status.name.lower() if description.status else "closed"
@@ -353,18 +412,25 @@ async def _change(
     signal_arg: BacklogControlSignal | RetryInput,
     result_type: type[Any],
     wait: float,
+    only: tuple[str, set[str]] | None = None,
 ) -> Any:
     """A stop, resume or retry: an update when a worker answers and the backlog takes it,
     else a signal the server keeps in the backlog's history (the answer says which), whose
-    outcome the command reports if a worker applies it within the bound."""
+    outcome the command reports if a worker applies it within the bound. With `only` (a
+    tenant and its tasks' keys), refused if the backlog, as its worker answers now, holds a
+    task the mirror did not show as that tenant's (one enqueued since it was written)."""
     bounds.check(update_arg, "backlog command")  # checked again by the backlog's validators
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     try:
-        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
+        live: BacklogState = await handles.ask_within(
+            backlog.handle, AgentBacklogWorkflow.state, deadline
+        )
         answered = True
     except NoAnswer:
         answered = False
+    if answered and only is not None and any(t.key not in only[1] for t in live.tasks):
+        raise not_all_yours(agent, only[0])
     if answered:
         try:
             accepted = await handles.admit_update(
@@ -395,9 +461,17 @@ async def _change(
 
 
 async def stop(
-    client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    agent: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
-    """A graceful pause: running tasks stop at their next step boundary, none start."""
+    """A graceful pause: running tasks stop at their next step boundary, none start. With
+    `tenant` (the caller's), refused unless every task in the backlog is that tenant's."""
+    own = await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
@@ -407,6 +481,7 @@ async def stop(
         BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
         BacklogControlResult,
         wait,
+        only=None if tenant is None or own is None else (tenant, own),
     )
     if isinstance(done, BacklogControlResult):
         return done
@@ -416,8 +491,16 @@ async def stop(
 
 
 async def resume(
-    client: Client, agent: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    agent: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
+    """Continue a stopped backlog; with `tenant`, as `stop`."""
+    own = await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
@@ -427,6 +510,7 @@ async def resume(
         BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
         BacklogControlResult,
         wait,
+        only=None if tenant is None or own is None else (tenant, own),
     )
     if isinstance(done, BacklogControlResult):
         return done
@@ -436,9 +520,18 @@ async def resume(
 
 
 async def retry(
-    client: Client, agent: str, key: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    client: Client,
+    agent: str,
+    key: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> RetryResult:
-    """Put a dead-lettered task back, in its place, with a fresh set of attempts."""
+    """Put a dead-lettered task back, in its place, with a fresh set of attempts. With
+    `tenant` (the caller's), another tenant's task reads as a missing one."""
+    await _tenant_door(mirror, agent, tenant, key=key)
     done = await _change(
         client,
         agent,
@@ -481,10 +574,11 @@ async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECOND
 # ---------------------------------------------------------------- from the Postgres mirror
 
 
-async def _known(store: BacklogStore, agent: str) -> JsonDict:
+async def _known(store: BacklogStore, agent: str, tenant: str | None) -> JsonDict:
+    """The backlog's head; under a tenant, a backlog with none of its tasks is not there."""
     check_agent(agent)
     head = await store.backlog(agent)
-    if head is None:
+    if head is None or (tenant is not None and not await store.tasks(agent, tenant=tenant)):
         raise RunNotFound(
             f"agent {agent} has no backlog in the mirror: `backlog enqueue --agent {agent} "
             "FILE` creates it"
@@ -492,17 +586,23 @@ async def _known(store: BacklogStore, agent: str) -> JsonDict:
     return head
 
 
-async def list_tasks(pool: AsyncConnectionPool, agent: str) -> JsonDict:
-    """The backlog and every task in order: state, attempts, last error, run, checkpoint."""
+async def list_tasks(
+    pool: AsyncConnectionPool, agent: str, *, tenant: str | None = None
+) -> JsonDict:
+    """The backlog and every task in order: state, attempts, last error, run, checkpoint.
+    With `tenant` (the caller's), its tasks alone; one with none there sees no backlog."""
     store = BacklogStore(pool)
-    head = await _known(store, agent)
-    return {**head, "tasks": await store.tasks(agent)}
+    head = await _known(store, agent, tenant)
+    return {**head, "tasks": await store.tasks(agent, tenant=tenant)}
 
 
-async def dead_letters(pool: AsyncConnectionPool, agent: str) -> list[JsonDict]:
+async def dead_letters(
+    pool: AsyncConnectionPool, agent: str, *, tenant: str | None = None
+) -> list[JsonDict]:
+    """The tasks that used up their attempts; with `tenant`, as `list_tasks`."""
     store = BacklogStore(pool)
-    await _known(store, agent)
-    return await store.dead_letters(agent)
+    await _known(store, agent, tenant)
+    return await store.dead_letters(agent, tenant=tenant)
 
 
 def compact(value: Any, limit: int = 60) -> str:

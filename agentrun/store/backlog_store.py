@@ -24,6 +24,9 @@ TASK_COLUMNS = """t.ordinal, t.task_key, t.title, t.state, t.attempts, t.max_att
     t.last_error, t.run_id, r.status AS run_status, r.current_step_id,
     coalesce(r.checkpoint, '{}'::jsonb) AS checkpoint, s.checkpoint AS step_checkpoint,
     t.enqueued_at, t.started_at, t.finished_at, t.updated_at"""
+# With a tenant (the second and third parameters), only its tasks; with None, every task. A
+# task whose spec is not mirrored yet has no known tenant, so no tenant sees it.
+TASK_OF_TENANT = "(%s::text IS NULL OR t.spec->>'tenant' = %s::text)"
 
 
 class BacklogStore:
@@ -160,23 +163,39 @@ class BacklogStore:
         )
         return rows[0] if rows else None
 
-    async def tasks(self, agent: str) -> list[JsonDict]:
-        """Every task in order, with its run's live status, step and checkpoint."""
+    async def tasks(self, agent: str, *, tenant: str | None = None) -> list[JsonDict]:
+        """Every task in order (with `tenant`, that tenant's alone), with its run's live
+        status, step and checkpoint."""
         return await self._rows(
             f"""SELECT {TASK_COLUMNS} FROM backlog_tasks t
                 LEFT JOIN runs r ON r.run_id = t.run_id
                 LEFT JOIN steps s ON s.run_id = t.run_id AND s.step_id = r.current_step_id
-                WHERE t.agent = %s ORDER BY t.ordinal""",
+                WHERE t.agent = %s AND {TASK_OF_TENANT} ORDER BY t.ordinal""",
             agent,
+            tenant,
+            tenant,
         )
 
-    async def dead_letters(self, agent: str) -> list[JsonDict]:
+    async def dead_letters(self, agent: str, *, tenant: str | None = None) -> list[JsonDict]:
         return await self._rows(
-            """SELECT ordinal, task_key, title, attempts, max_attempts, last_error, run_id,
-                      finished_at
-               FROM backlog_dead_letters WHERE agent = %s ORDER BY ordinal""",
+            f"""SELECT d.ordinal, d.task_key, d.title, d.attempts, d.max_attempts,
+                       d.last_error, d.run_id, d.finished_at
+                FROM backlog_dead_letters d
+                JOIN backlog_tasks t ON t.agent = d.agent AND t.task_key = d.task_key
+                WHERE d.agent = %s AND {TASK_OF_TENANT} ORDER BY d.ordinal""",
+            agent,
+            tenant,
+            tenant,
+        )
+
+    async def task_tenants(self, agent: str) -> dict[str, str | None]:
+        """Each task's tenant, as its spec names it (None while its spec is not mirrored)."""
+        rows = await self._rows(
+            """SELECT task_key, spec->>'tenant' AS tenant FROM backlog_tasks
+               WHERE agent = %s""",
             agent,
         )
+        return {r["task_key"]: r["tenant"] for r in rows}
 
     async def _rows(self, sql: str, *params: Any) -> list[JsonDict]:
         async with self.pool.connection() as conn:
