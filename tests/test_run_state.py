@@ -121,6 +121,7 @@ def every_field_set() -> RunProgress:
         tokens_in=100,
         tokens_out=50,
         cost_usd=0.25,
+        unpriced_models=["self-hosted-model"],
         duplicates_prevented=1,
         inherited_effects=["a" * 32],
         side_effects=[

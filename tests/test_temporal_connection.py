@@ -72,14 +72,14 @@ def test_no_variables_mean_the_local_stack(tmp_path: Path) -> None:
 
 
 async def test_unreadable_tls_file_is_a_setup_error(tmp_path: Path) -> None:
-    settings = Settings.load(
-        {
-            "TEMPORAL_ADDRESS": "127.0.0.1:1",
-            "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(tmp_path / "missing-ca.pem"),
-        }
-    )
+    """Named where the settings load, before anything connects."""
     with pytest.raises(SetupError, match="TEMPORAL_TLS_SERVER_CA_CERT_PATH"):
-        await connect(settings)
+        Settings.load(
+            {
+                "TEMPORAL_ADDRESS": "127.0.0.1:1",
+                "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(tmp_path / "missing-ca.pem"),
+            }
+        )
 
 
 def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:

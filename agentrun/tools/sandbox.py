@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import logging
 import os
 import socket
 import tarfile
@@ -52,6 +53,8 @@ CHUNK, CHUNKS_PER_EXEC = 96_000, 12
 # The container's sleep outlives the time limit by this much, then the container stops itself.
 GRACE_SECONDS = 30
 FALLBACK_API_VERSION = "1.41"
+
+log = logging.getLogger(__name__)
 
 # Run inside the container as the sandbox user: append base64 chunks to files.
 _STAGE = (
@@ -200,7 +203,7 @@ class SandboxEngine:
             container.remove(force=True)
         except Exception as err:
             if "No such container" not in str(err):
-                print(f"warning: sandbox container {container.id[:12]} not removed: {err}")
+                log.warning("sandbox container %s not removed: %s", container.id[:12], err)
 
     def execute(self, container: Any, code: str, inputs: dict[str, bytes]) -> Execution:
         """Stage the code and inputs, run the code under the limits, read its outputs."""
@@ -531,7 +534,7 @@ def sandbox_tools(
     try:
         client.ping()
     except Exception as err:
-        print(f"warning: the Docker engine does not answer ({err}); run_code will retry")
+        log.warning("the Docker engine does not answer (%s); run_code will retry", err)
         return [run_code_tool(engine)]
     try:
         client.images.get(image)
@@ -542,5 +545,5 @@ def sandbox_tools(
         ) from None
     reaped = engine.reap()
     if reaped:
-        print(f"removed {len(reaped)} sandbox container(s) left by dead workers", flush=True)
+        log.info("removed %d sandbox container(s) left by dead workers", len(reaped))
     return [run_code_tool(engine)]
