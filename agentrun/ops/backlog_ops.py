@@ -471,23 +471,7 @@ async def stop(
 ) -> BacklogControlResult:
     """A graceful pause: running tasks stop at their next step boundary, none start. With
     `tenant` (the caller's), refused unless every task in the backlog is that tenant's."""
-    own = await _tenant_door(mirror, agent, tenant, whole=True)
-    done = await _change(
-        client,
-        agent,
-        names.UPDATE_BACKLOG_STOP,
-        ControlInput(by=by),
-        names.SIGNAL_BACKLOG_STOP,
-        BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
-        BacklogControlResult,
-        wait,
-        only=None if tenant is None or own is None else (tenant, own),
-    )
-    if isinstance(done, BacklogControlResult):
-        return done
-    return BacklogControlResult(
-        stopped=True, tasks=[], message=held_note(agent, await _queue(client, agent), "stop")
-    )
+    return await _control(client, agent, True, by, wait, tenant, mirror)
 
 
 async def resume(
@@ -500,13 +484,26 @@ async def resume(
     mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
     """Continue a stopped backlog; with `tenant`, as `stop`."""
+    return await _control(client, agent, False, by, wait, tenant, mirror)
+
+
+async def _control(
+    client: Client,
+    agent: str,
+    stopping: bool,
+    by: str,
+    wait: float,
+    tenant: str | None,
+    mirror: AsyncConnectionPool | None,
+) -> BacklogControlResult:
+    """A stop or a resume: an update, else a signal the server holds (`_change`)."""
     own = await _tenant_door(mirror, agent, tenant, whole=True)
     done = await _change(
         client,
         agent,
-        names.UPDATE_BACKLOG_RESUME,
+        names.UPDATE_BACKLOG_STOP if stopping else names.UPDATE_BACKLOG_RESUME,
         ControlInput(by=by),
-        names.SIGNAL_BACKLOG_RESUME,
+        names.SIGNAL_BACKLOG_STOP if stopping else names.SIGNAL_BACKLOG_RESUME,
         BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
         BacklogControlResult,
         wait,
@@ -514,8 +511,9 @@ async def resume(
     )
     if isinstance(done, BacklogControlResult):
         return done
+    what = "stop" if stopping else "resume"
     return BacklogControlResult(
-        stopped=False, tasks=[], message=held_note(agent, await _queue(client, agent), "resume")
+        stopped=stopping, tasks=[], message=held_note(agent, await _queue(client, agent), what)
     )
 
 
