@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrun.client_api import RunClient
     from agentrun.core.errors import AgentrunError, InvalidInput, NotFound, Refused, Unreachable
-    from agentrun.core.models import RunSpec
+    from agentrun.core.spec import RunSpec
     from agentrun.profiles import Agent
     from agentrun.tools.decorator import tool
     from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
@@ -38,7 +38,7 @@ _HOMES = {
     "ToolError": "agentrun.tools.registry",
     "Reconciled": "agentrun.tools.registry",
     "ToolRegistry": "agentrun.tools.registry",
-    "RunSpec": "agentrun.core.models",
+    "RunSpec": "agentrun.core.spec",
     "Agent": "agentrun.profiles",
     "RunClient": "agentrun.client_api",
     "run_worker": "agentrun.worker.worker_api",

@@ -32,19 +32,17 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
 from agentrun.core.errors import InvalidRequest, OperationRefused
-from agentrun.core.models import (
+from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
+from agentrun.core.results import (
     ControlResult,
     DecisionResult,
-    JsonDict,
     RunResult,
-    RunSpec,
     RunState,
     RunVersion,
-    Signer,
     WatchItem,
 )
-from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.settings import Settings
+from agentrun.core.spec import JsonDict, RunSpec, Signer
 from agentrun.ops import approver_keys, backlog_ops, door, fork_ops, tenant_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
@@ -449,11 +447,11 @@ class RunClient:
         """Add tasks at the end of the agent's backlog, in order (creating it). Each task
         runs for this client's tenant (a task naming another is refused) under its tenant's
         policy (its approvers and weight), read through the door."""
-        tasks = await door.backlog_tasks(await self._mirror(), tasks, acting_tenant=self.tenant)
+        queued = await door.backlog_tasks(await self._mirror(), tasks, acting_tenant=self.tenant)
         return await backlog_ops.enqueue(
             await self.temporal(wait),
             agent,
-            tasks,
+            queued,
             task_queue=self.settings.task_queue,
             policy=policy,
             wait=wait,

@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from agentrun.core.errors import ProfileError
-from agentrun.core.models import (
+from agentrun.core.spec import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
     Budget,

@@ -15,20 +15,18 @@ from agentrun.core.backlog_models import (
     RetryResult,
     TaskItem,
 )
-from agentrun.core.models import (
+from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
+from agentrun.core.results import (
     ControlResult,
     DecisionResult,
-    JsonDict,
     PendingApproval,
     RunResult,
-    RunSpec,
     RunState,
     RunVersion,
-    Signer,
     WatchItem,
 )
-from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.settings import Settings
+from agentrun.core.spec import JsonDict, RunSpec, Signer
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.operations import RunReport, Started
 from agentrun.profiles import Agent

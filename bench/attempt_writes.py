@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python bench/attempt_writes.py` puts bench/, not the repo, first
     sys.path.insert(0, str(ROOT))
 
-from agentrun.core.models import Usage  # noqa: E402
+from agentrun.core.results import Usage  # noqa: E402
 from agentrun.store.db import open_pool  # noqa: E402
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore  # noqa: E402
 from agentrun.store.model_journal import Answer, ModelJournal  # noqa: E402

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentrun.core.models import RiskLevel, RunSpec
+from agentrun.core.spec import RiskLevel, RunSpec
 from agentrun.dev.offline_model import Reply, completion
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentrun.core.errors import OperationError
-from agentrun.core.models import RunSpec
+from agentrun.core.spec import RunSpec
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
 from bench.harness import WorkerProcess

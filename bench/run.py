@@ -40,8 +40,8 @@ from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from agentrun.core import search_attributes  # noqa: E402
+from agentrun.core._wire import ApproveInput  # noqa: E402
 from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
-from agentrun.core.models import ApproveInput  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
 from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
 from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402

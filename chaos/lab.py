@@ -20,8 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentrun.core.background import alongside
-from agentrun.core.models import RunSpec
 from agentrun.core.settings import Settings
+from agentrun.core.spec import RunSpec
 from agentrun.dev.offline_model import Json, Reply, completion, offline_planner
 from agentrun.dev.stack import EmbeddedStack, free_port
 from agentrun.ops import operations as ops

@@ -32,7 +32,7 @@ from agentrun.core.backlog_models import (  # noqa: E402
     backlog_id,
 )
 from agentrun.core.errors import OperationError  # noqa: E402
-from agentrun.core.models import RunSpec  # noqa: E402
+from agentrun.core.spec import RunSpec  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentrun.ops import backlog_ops as bops  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402

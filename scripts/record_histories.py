@@ -24,9 +24,11 @@ from pydantic import BaseModel  # noqa: E402
 
 import agentrun.demo  # noqa: E402
 from agentrun.core import approval_signatures  # noqa: E402
+from agentrun.core._state import RunInput  # noqa: E402
 from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentrun.core.errors import OperationError  # noqa: E402
-from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
+from agentrun.core.results import ForkOrigin  # noqa: E402
+from agentrun.core.spec import RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentrun.ops import approver_keys, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
@@ -206,7 +208,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # activity, a watcher's polls; then a fork of that run at its send (step 5), edited.
     "watched_and_streamed": (RunSpec(task=TASK), watched),
     "forked_with_edit": (
-        RunSpec(
+        RunInput(
             task=TASK,
             fork=ForkOrigin(
                 parent_run_id="run-history-watched_and_streamed",

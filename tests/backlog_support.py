@@ -11,7 +11,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from agentrun.core.backlog_models import TaskItem, backlog_id
-from agentrun.core.models import RunSpec
+from agentrun.core.spec import RunSpec
 from tests.support import eventually, rows
 
 QUICK = "Summarize the order policy."

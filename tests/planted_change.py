@@ -13,13 +13,14 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names
-    from agentrun.core.models import RunResult, RunSpec
+    from agentrun.core._state import RunInput
+    from agentrun.core.results import RunResult
     from agentrun.workflows.agent_run import AgentRunWorkflow
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
 class PlantedAgentRun(AgentRunWorkflow):
     @workflow.run
-    async def run(self, spec: RunSpec) -> RunResult:
+    async def run(self, spec: RunInput) -> RunResult:
         await workflow.sleep(timedelta(milliseconds=1))
         return await super().run(spec)

@@ -11,16 +11,10 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
+from agentrun.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentrun.core.errors import OperationError
-from agentrun.core.models import (
-    MirrorBatch,
-    PendingApproval,
-    RunEvent,
-    RunSnapshot,
-    RunSpec,
-    RunState,
-    StepRecord,
-)
+from agentrun.core.results import PendingApproval, RunState
+from agentrun.core.spec import RunSpec
 from agentrun.core.states import RunStatus
 from agentrun.ops import operations as ops
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from agentrun.core.models import RunEvent, StepRecord
+from agentrun.core._wire import RunEvent, StepRecord
 from agentrun.store.mirror_store import MirrorStore, _Write
 from tests.support import mirror_batch, rows, step_claim
 

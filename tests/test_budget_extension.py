@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrun.core.models import Budget
+from agentrun.core.spec import Budget
 from agentrun.workflows.policies import extend_budget, over_budget
 
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from agentrun.core.models import RunResult
+from agentrun.core.results import RunResult
 from agentrun.core.settings import Settings
 from agentrun.ops import operations as ops
 from agentrun.store.db import MIGRATIONS, schema_version

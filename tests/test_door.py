@@ -166,7 +166,7 @@ async def test_a_spec_adds_approvers_and_never_removes_the_tenants(
         async with worker():
             run_id = await runs.start(make_spec(tenant=acme).task, **spec_fields)
             await wait_pending(client, run_id)
-            carried = (await fork_ops.parent_spec(client, run_id)).approval.signers
+            carried = (await fork_ops.parent_input(client, run_id)).approval.signers
             assert {s.key_id for s in carried} == {ana.signer.key_id, mallory.signer.key_id}
             with pytest.raises(OperationError, match="only signed decisions"):
                 await ops.approve(client, run_id, by="mallory", role="approver", tenant=acme)
@@ -447,7 +447,7 @@ async def test_backlog_runs_carry_their_tenants_approvers(
 
         run_id = await eventually(child, what="the backlog's run")
         await wait_pending(client, run_id)
-        carried = (await fork_ops.parent_spec(client, run_id)).approval.signers
+        carried = (await fork_ops.parent_input(client, run_id)).approval.signers
         assert ana.signer.key_id in {s.key_id for s in carried}
         assert (await ops.status(client, run_id)).tenant == acme
         with pytest.raises(OperationError, match="only signed decisions"):

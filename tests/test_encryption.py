@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from agentrun.core.errors import SetupError, UnknownEncryptionKey
-from agentrun.core.models import RunResult
+from agentrun.core.results import RunResult
 from agentrun.core.settings import Settings
 from agentrun.dev.stack import free_port, port_open
 from agentrun.ops import operations as ops

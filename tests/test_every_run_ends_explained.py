@@ -24,13 +24,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentrun.demo
-from agentrun.core.models import (
-    ApproveInput,
-    DecisionResult,
-    MirrorBatch,
-    RunResult,
-    RunSnapshot,
-)
+from agentrun.core._wire import ApproveInput, MirrorBatch, RunSnapshot
+from agentrun.core.results import DecisionResult, RunResult
 from agentrun.core.states import RunStatus
 from agentrun.dev.offline_model import OfflineModelServer, completion
 from agentrun.ops import operations as ops

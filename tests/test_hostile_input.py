@@ -18,16 +18,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentrun.cli.main import cmd_start
 from agentrun.client_api import RunClient
 from agentrun.core import bounds
+from agentrun.core._wire import ApproveInput, ControlInput, RejectInput
 from agentrun.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
 from agentrun.core.errors import InvalidInput, OperationError
-from agentrun.core.models import (
+from agentrun.core.spec import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
-    ApproveInput,
-    ControlInput,
     FailurePolicy,
     ModelSettings,
-    RejectInput,
     RunSpec,
     VerifySpec,
 )

@@ -52,8 +52,10 @@ from temporalio.testing import WorkflowEnvironment
 
 import agentrun.demo
 from agentrun.core import bounds
-from agentrun.core.models import ApproveInput, DecisionResult, RunSpec, WatchItem
+from agentrun.core._wire import ApproveInput
+from agentrun.core.results import DecisionResult, WatchItem
 from agentrun.core.settings import Settings
+from agentrun.core.spec import RunSpec
 from agentrun.core.states import RunStatus, is_terminal
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import fork_ops

@@ -205,7 +205,7 @@ async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServ
 
     from temporalio.exceptions import ApplicationError
 
-    from agentrun.core.models import PendingApproval
+    from agentrun.core.results import PendingApproval
     from agentrun.workflows.approvals import check_edit
 
     connection = McpConnection(desk)

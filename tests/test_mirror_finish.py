@@ -9,7 +9,9 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from agentrun.activities.mirror import MirrorActivities
-from agentrun.core.models import FinishInput, Receipt, RunStatus
+from agentrun.core._wire import FinishInput
+from agentrun.core.results import Receipt
+from agentrun.core.states import RunStatus
 from agentrun.store.db import pipelined_transaction
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import ModelJournal

@@ -13,8 +13,9 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from agentrun.activities.model import ModelActivities
+from agentrun.core._wire import ModelCallInput
 from agentrun.core.constants import STEP_OUTPUT_REF
-from agentrun.core.models import ModelCallInput, Usage
+from agentrun.core.results import Usage
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.store.conversation import ConversationStore

@@ -16,8 +16,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 import agentrun.demo
-from agentrun.core.models import MirrorBatch, RunResult, RunSnapshot, RunSpec, StepRecord
+from agentrun.core._wire import MirrorBatch, RunSnapshot, StepRecord
 from agentrun.core.payload_limits import PayloadLimitInterceptor, trimmed
+from agentrun.core.results import RunResult
+from agentrun.core.spec import RunSpec
 from agentrun.dev.offline_model import OfflineModelServer, completion
 from agentrun.ops import operations as ops
 from agentrun.ops import projection

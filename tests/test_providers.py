@@ -17,9 +17,9 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun.cli.render import receipt_markdown
 from agentrun.core.errors import SetupError
-from agentrun.core.models import Usage
 from agentrun.core.pricing import price_of
 from agentrun.core.providers import Provider, load_providers, with_retry_after_policy
+from agentrun.core.results import Usage
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops

@@ -15,7 +15,7 @@ from temporalio.testing import ActivityEnvironment
 
 from agentrun.activities.step_claim import QUICK_GRACE_SECONDS
 from agentrun.activities.tools import ToolActivities
-from agentrun.core.models import ToolCallInput, ToolCallResult
+from agentrun.core._wire import ToolCallInput, ToolCallResult
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore
 from agentrun.store.vault import SecretVault

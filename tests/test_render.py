@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrun.cli import render
-from agentrun.core.models import RunState
+from agentrun.core.results import RunState
 from agentrun.core.states import RunStatus
 
 

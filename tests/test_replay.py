@@ -15,13 +15,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentrun.core._wire import ModelCallResult
 from agentrun.core.constants import (
     ACTIVITY_MODEL_COMPLETE,
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
     SIGNAL_BACKLOG_RETRY,
 )
-from agentrun.core.models import ModelCallResult
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from agentrun.workflows.agent_run import MODEL_CALL_QUEUE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrun.core.models import RunResult
+from agentrun.core.results import RunResult
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending

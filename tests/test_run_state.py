@@ -15,19 +15,18 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import PublisherState, WorkflowStreamState
 from temporalio.contrib.workflow_streams._types import _WorkflowStreamWireItem
 
-from agentrun.core.models import (
+from agentrun.core._state import RunInput, RunProgress
+from agentrun.core._wire import ApproveInput
+from agentrun.core.results import (
     ApprovalRecord,
-    ApproveInput,
-    Budget,
     CheckOutcome,
     PendingApproval,
     RefusedDecision,
-    RunProgress,
-    RunSpec,
     SideEffectRecord,
     StepSummary,
     VerifyResult,
 )
+from agentrun.core.spec import Budget
 from agentrun.core.states import RunStatus
 from agentrun.workflows import AgentRunWorkflow, run_state
 
@@ -70,7 +69,7 @@ def test_the_run_keeps_its_state_only_in_run_progress():
     }
     assert not stray, (
         f"{stray} set outside RunProgress: declare the field in "
-        "agentrun.core.models.RunProgress so it is carried across continue-as-new (or, if a "
+        "agentrun.core._state.RunProgress so it is carried across continue-as-new (or, if a "
         "continuation truly does without it, add it to workflows.run_state.WORKFLOW_ONLY "
         "with the reason)"
     )
@@ -182,8 +181,8 @@ def test_every_field_survives_continue_as_new():
     ]
     assert not at_default, f"give {at_default} a value in every_field_set()"
 
-    spec = RunSpec(task="t").model_copy(update={"carry": run_state.carry(progress)})
+    spec = RunInput(task="t", carry=run_state.carry(progress))
     converter = pydantic_data_converter.payload_converter
-    received = converter.from_payloads(converter.to_payloads([spec]), [RunSpec])[0]
+    received = converter.from_payloads(converter.to_payloads([spec]), [RunInput])[0]
 
     assert received.carry == progress.model_copy(update={"generation": 3})

@@ -22,7 +22,7 @@ from pydantic import BaseModel, SecretStr
 
 from agentrun.cli.render import receipt_markdown
 from agentrun.core.errors import SecretUnavailable, SetupError
-from agentrun.core.models import RunResult
+from agentrun.core.results import RunResult
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops

@@ -15,8 +15,10 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from agentrun.client_api import RunClient
 from agentrun.core import approval_signatures
+from agentrun.core._wire import ApproveInput, RejectInput
 from agentrun.core.errors import InvalidInput, OperationError
-from agentrun.core.models import ApprovalPolicy, ApproveInput, PendingApproval, RejectInput
+from agentrun.core.results import PendingApproval
+from agentrun.core.spec import ApprovalPolicy
 from agentrun.ops import approver_keys, door
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey

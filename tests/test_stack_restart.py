@@ -12,7 +12,7 @@ import uuid
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import WorkflowExecutionStatus
 
-from agentrun.core.models import RunResult
+from agentrun.core.results import RunResult
 from agentrun.core.settings import Settings
 from agentrun.dev.stack import EmbeddedStack, free_port, frontend_serving, port_open
 from agentrun.ops import operations as ops

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrun.core._state import RunInput
 from agentrun.core.admission_models import AdmissionInput, AdmitInput, TenantLimits
 from agentrun.core.constants import SIGNAL_RUN_ADMIT
 from agentrun.core.errors import OperationError
@@ -262,7 +263,7 @@ async def test_a_slot_given_before_the_run_first_ran_is_on_record(client, settin
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     spec = make_spec(TASK, tenant=tenant, allowed_tools=["send_message"])
-    spec = spec.model_copy(update={"admission": admission_id(tenant)})
+    spec = RunInput.of(spec, admission=admission_id(tenant))
     handle = await client.start_workflow(
         AgentRunWorkflow.run, spec, id=run_id, task_queue=settings.task_queue
     )

@@ -390,7 +390,7 @@ class Tenants(RuleBasedStateMachine):
         client = self.stack.client
         state = await ops.status(client, run.run_id, wait=WAIT)
         assert state.tenant == run.tenant, run
-        spec = await fork_ops.parent_spec(client, run.run_id)
+        spec = await fork_ops.parent_input(client, run.run_id)
         carried = {s.key_id for s in spec.approval.signers}
         assert self.signers[run.tenant] <= carried, f"{run} lacks its tenant's approvers"
         described = await client.get_workflow_handle(run.run_id).describe()

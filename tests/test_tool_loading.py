@@ -15,7 +15,7 @@ from pydantic import BaseModel
 import agentrun
 import agentrun.demo
 from agentrun.core.errors import ToolLoadError, ToolSetConflict
-from agentrun.core.models import RiskLevel
+from agentrun.core.spec import RiskLevel
 from agentrun.dev.stack import free_port
 from agentrun.store import tool_sets
 from agentrun.tools.loading import load_registry

@@ -10,7 +10,7 @@ import uuid
 from pydantic import BaseModel
 
 import agentrun.demo
-from agentrun.core.models import Usage
+from agentrun.core.results import Usage
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.model_journal import ModelJournal

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrun.activities.verify import deterministic_checks
-from agentrun.core.models import VerifySpec
+from agentrun.core.spec import VerifySpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow

@@ -13,8 +13,10 @@ import sys
 from temporalio.api.enums.v1 import EventType
 
 from agentrun.activities.text_stream import TEXT_BATCH
+from agentrun.core._state import RunInput
+from agentrun.core._wire import ModelCallResult
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
-from agentrun.core.models import ModelCallResult, RunSpec, WatchItem
+from agentrun.core.results import WatchItem
 from agentrun.core.streamed_text import MAX_STREAMED_CHARS
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
@@ -190,7 +192,7 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
             == "__temporal_workflow_stream_publish"
         )
         started_event = history.events[0].workflow_execution_started_event_attributes
-        [spec_in] = await client.data_converter.decode(started_event.input.payloads, [RunSpec])
+        [spec_in] = await client.data_converter.decode(started_event.input.payloads, [RunInput])
         if spec_in.carry is not None:
             carried.append(spec_in.carry.stream_state)
     # Each generation ends within one step of the limit, watcher polls included.

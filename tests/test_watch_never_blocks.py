@@ -20,8 +20,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentrun.core import constants as names
 from agentrun.core import search_attributes
+from agentrun.core._wire import ControlInput
 from agentrun.core.errors import OperationError
-from agentrun.core.models import ControlInput, ControlResult, WatchItem
+from agentrun.core.results import ControlResult, WatchItem
 from agentrun.ops import handles, watch
 from agentrun.ops import operations as ops
 from tests.conftest import running_worker

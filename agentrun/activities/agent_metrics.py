@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.common import MetricMeter
 
-from agentrun.core.models import MirrorBatch
+from agentrun.core._wire import MirrorBatch
 
 TOOL_FAILURES = "agentrun_tool_failures"
 MIRROR_LAG = "agentrun_mirror_lag"

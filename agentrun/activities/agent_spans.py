@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun.activities.agent_metrics import count_tool_failure
 from agentrun.activities.provider_clients import ModelEndpoint
-from agentrun.core.models import ModelCallInput, ModelCallResult, ToolCallInput, ToolCallResult
+from agentrun.core._wire import ModelCallInput, ModelCallResult, ToolCallInput, ToolCallResult
 
 try:  # the `otel` extra; without it there are no spans to make
     from opentelemetry import trace

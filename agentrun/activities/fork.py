@@ -13,9 +13,9 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun.activities.proposals import proposed_call
 from agentrun.core import forking
+from agentrun.core._wire import ForkSeed, ForkSeedInput
 from agentrun.core.constants import ACTIVITY_FORK_SEED
 from agentrun.core.errors import ForkError
-from agentrun.core.models import ForkSeed, ForkSeedInput
 from agentrun.store.fork_store import ForkStore
 from agentrun.tools import ToolRegistry
 

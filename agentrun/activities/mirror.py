@@ -8,6 +8,7 @@ from temporalio import activity
 
 from agentrun.activities.agent_metrics import record_mirror_lag
 from agentrun.core import faults
+from agentrun.core._wire import CheckpointInput, FinishInput, MirrorBatch
 from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_FINISH,
@@ -15,7 +16,7 @@ from agentrun.core.constants import (
     ACTIVITY_RECEIPT_RECORD,
 )
 from agentrun.core.errors import REFUSED_DATA_ERRORS
-from agentrun.core.models import INTERRUPTED, CheckpointInput, FinishInput, MirrorBatch, Receipt
+from agentrun.core.results import INTERRUPTED, Receipt
 from agentrun.store import ledger
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import ModelJournal

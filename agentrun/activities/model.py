@@ -30,11 +30,12 @@ from agentrun.activities.retry_notes import announce_retry
 from agentrun.activities.text_stream import text_pieces
 from agentrun.activities.verify import checks_without_judge
 from agentrun.core import errors, faults
+from agentrun.core._wire import ModelCallInput, ModelCallResult, ProposedToolCall
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentrun.core.errors import classify_model_error, refused_data_is_final
-from agentrun.core.models import ModelCallInput, ModelCallResult, ProposedToolCall, VerifyResult
 from agentrun.core.pricing import Prices, price_of, usage_of
 from agentrun.core.providers import with_retry_after_policy
+from agentrun.core.results import VerifyResult
 from agentrun.store.conversation import ConversationStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import Answer, ModelJournal

@@ -6,7 +6,7 @@ recorded reply that a fork makes again. Both hand the workflow the same clean ve
 
 from __future__ import annotations
 
-from agentrun.core.models import ProposedToolCall
+from agentrun.core._wire import ProposedToolCall
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import MalformedCall, UnknownToolError
 

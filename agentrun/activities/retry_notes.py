@@ -10,8 +10,8 @@ from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from agentrun.activities.agent_spans import note_retry_reason
+from agentrun.core._wire import RetryNote
 from agentrun.core.constants import STREAM_TOPIC_RETRIES
-from agentrun.core.models import RetryNote
 from agentrun.store.mirror_store import MirrorStore
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from agentrun.activities.leases import once_postgres_answers
 from agentrun.core import faults
-from agentrun.core.models import JsonDict
+from agentrun.core.spec import JsonDict
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore
 
 # Long enough for a quick tool (a lookup, a computation) to end before its claim is due,

@@ -22,8 +22,8 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from agentrun.core._wire import TextPiece
 from agentrun.core.constants import STREAM_TOPIC_TEXT
-from agentrun.core.models import TextPiece
 from agentrun.core.streamed_text import within_budget
 
 TEXT_BATCH = timedelta(milliseconds=250)

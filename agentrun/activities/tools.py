@@ -26,9 +26,10 @@ from agentrun.activities.leases import hold_lease, once_postgres_answers
 from agentrun.activities.retry_notes import announce_retry
 from agentrun.activities.step_claim import StepClaim
 from agentrun.core import errors, faults, injection
+from agentrun.core._wire import ToolCallInput, ToolCallResult
 from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SecretUnavailable, refused_data_is_final
-from agentrun.core.models import JsonDict, ToolCallInput, ToolCallResult
+from agentrun.core.spec import JsonDict
 from agentrun.store import ledger
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.db import transaction_if_used

@@ -6,7 +6,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from agentrun.core.models import JsonDict, RunState, WatchItem
+from agentrun.core.results import RunState, WatchItem
+from agentrun.core.spec import JsonDict
 from agentrun.core.states import is_terminal
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agentrun.core.models import RunSpec
+from agentrun.core._state import RunInput
 
 QueueState = Literal["waiting", "admitted", "released"]
 
@@ -34,7 +34,7 @@ class QueuedStartInput(BaseModel):
     """Start this run through the tenant's queue (update `admission.enqueue`)."""
 
     run_id: str
-    spec: RunSpec
+    spec: RunInput
     task_queue: str
     indexed: bool = True
     limits: TenantLimits

@@ -20,14 +20,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from agentrun.core.models import (
-    ApprovalPolicy,
-    ApproveInput,
-    DecisionSignature,
-    PendingApproval,
-    RejectInput,
-    Signer,
-)
+from agentrun.core._wire import ApproveInput, DecisionSignature, RejectInput
+from agentrun.core.results import PendingApproval
+from agentrun.core.spec import ApprovalPolicy, Signer
 
 # How far ahead of the run's clock a signature's time may be (clocks differ a little).
 CLOCK_SKEW = timedelta(seconds=60)

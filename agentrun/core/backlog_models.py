@@ -12,9 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_serializer, field_validator
 
+from agentrun.core._state import RunInput
 from agentrun.core.constants import BACKLOG_ID_PREFIX, RUN_ID_PREFIX
 from agentrun.core.keys import id_part
-from agentrun.core.models import JsonDict, RunSpec, Strict
+from agentrun.core.spec import JsonDict, RunSpec, Strict
 
 AGENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 MAX_TASKS_PER_ENQUEUE = 1000
@@ -93,6 +94,13 @@ class TaskItem(Strict):
         return compact_spec(spec)
 
 
+class QueuedTask(TaskItem):
+    """A task as the door hands it to the backlog: its spec is the run's input, with what
+    the engine set (its tenant's weight)."""
+
+    spec: RunInput
+
+
 class BacklogTask(BaseModel):
     """A task as the backlog workflow holds it (and carries it across continue-as-new)."""
 
@@ -105,7 +113,7 @@ class BacklogTask(BaseModel):
     launches: int = Field(0, description="runs ever started for it; names the next child")
     run_id: str | None = None
     last_error: str | None = None
-    spec: RunSpec | None = Field(None, description="dropped once done: history stays small")
+    spec: RunInput | None = Field(None, description="dropped once done: history stays small")
     enqueued_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -165,7 +173,7 @@ class BacklogInput(BaseModel):
 
 
 class EnqueueInput(BaseModel):
-    tasks: list[TaskItem] = Field(min_length=1, max_length=MAX_TASKS_PER_ENQUEUE)
+    tasks: list[QueuedTask] = Field(min_length=1, max_length=MAX_TASKS_PER_ENQUEUE)
     policy: PolicyPatch = Field(default_factory=PolicyPatch)
     by: str = "cli"
     request_id: str | None = Field(

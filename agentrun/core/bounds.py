@@ -27,7 +27,7 @@ from agentrun.core.errors import InvalidRequest
 # Characters of text, items of a list or mapping, or bytes of free JSON, by field name (the
 # last part of its path). Fields not named take the defaults below.
 NAME_CHARS = 200  # who and what: people, roles, tenants, agents, keys, tools, models
-TASK_CHARS = 20_000  # a task, an agent's instructions (agentrun.core.models.MAX_TASK_CHARS)
+TASK_CHARS = 20_000  # a task, an agent's instructions (agentrun.core.spec.MAX_TASK_CHARS)
 REASON_CHARS = 2_000  # a rejection's or a pause's reason, a rubric line, a check's pattern
 LIST_ITEMS = 100  # tools allowed, approvers, signers, roles, checks
 JSON_BYTES = 64_000  # an edit, an edited fork output, a verify JSON schema

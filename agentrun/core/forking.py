@@ -21,9 +21,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentrun.core._wire import StepRecord
 from agentrun.core.errors import ForkError
 from agentrun.core.keys import effect_content
-from agentrun.core.models import ForkOrigin, JsonDict, StepRecord
+from agentrun.core.results import ForkOrigin
+from agentrun.core.spec import JsonDict
 
 FORKABLE = ("model_call", "tool_call")
 

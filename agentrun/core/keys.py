@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from agentrun.core.models import JsonDict
+from agentrun.core.spec import JsonDict
 
 
 def canonical_json(value: Any) -> str:

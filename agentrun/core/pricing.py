@@ -9,7 +9,7 @@ from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from agentrun.core.models import Usage
+from agentrun.core.results import Usage
 
 Prices = dict[str, tuple[float, float]]  # model -> (usd per 1M input, per 1M output)
 

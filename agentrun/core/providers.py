@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from temporalio.exceptions import ApplicationError
 
 from agentrun.core.errors import SetupError
-from agentrun.core.models import Strict
+from agentrun.core.spec import Strict
 
 # The name a run's calls report (span, metrics) when it names no provider.
 DEFAULT_PROVIDER = "default"

@@ -8,7 +8,9 @@ instead of `tool.invoke`. Mirror writes say they are bookkeeping.
 
 from __future__ import annotations
 
-from agentrun.core.models import JsonDict, MirrorBatch, RunProgress, RunSpec
+from agentrun.core._state import RunInput, RunProgress
+from agentrun.core._wire import MirrorBatch
+from agentrun.core.spec import JsonDict, RunSpec
 from agentrun.core.states import RunStatus
 
 # The Web UI cuts summaries near here; keep the start readable.
@@ -25,7 +27,7 @@ def static_summary(spec: RunSpec) -> str:
     return _cut(f"agent {spec.agent} · tenant {spec.tenant} · {spec.task}", SUMMARY_CHARS)
 
 
-def static_details(spec: RunSpec, run_id: str) -> str:
+def static_details(spec: RunInput, run_id: str) -> str:
     lines = [
         f"**Task:** {_cut(spec.task, 2000)}",
         f"**Agent:** {spec.agent} · **tenant:** {spec.tenant} · **user:** {spec.user}",

@@ -18,6 +18,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import fairness
+from agentrun.core._state import RunInput
 from agentrun.core.admission_models import (
     AdmissionInput,
     PositionInput,
@@ -27,7 +28,6 @@ from agentrun.core.admission_models import (
     TenantLimits,
 )
 from agentrun.core.errors import OperationError
-from agentrun.core.models import RunSpec
 from agentrun.temporal.worker_presence import (
     Deadline,
     NoAnswer,
@@ -46,7 +46,7 @@ class Refused(Exception):
 async def enqueue_run(
     client: Client,
     run_id: str,
-    spec: RunSpec,
+    spec: RunInput,
     *,
     task_queue: str,
     indexed: bool,

@@ -20,8 +20,9 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from agentrun.core import approval_signatures, bounds
+from agentrun.core._wire import ApproveInput, DecisionSignature, RejectInput
 from agentrun.core.errors import InvalidRequest, OperationError, OperationRefused
-from agentrun.core.models import ApproveInput, DecisionSignature, RejectInput, Signer
+from agentrun.core.spec import Signer
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 NAME_CHARS = 100  # a file name in the config directory: tighter than agentrun.core.bounds

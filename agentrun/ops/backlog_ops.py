@@ -10,6 +10,7 @@ import asyncio
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import bounds
 from agentrun.core import constants as names
+from agentrun.core._wire import ControlInput
 from agentrun.core.backlog_models import (
     AGENT_PATTERN,
     MAX_TASKS_PER_ENQUEUE,
@@ -43,6 +45,7 @@ from agentrun.core.backlog_models import (
     EnqueueInput,
     EnqueueResult,
     PolicyPatch,
+    QueuedTask,
     RetryInput,
     RetryResult,
     TaskItem,
@@ -56,7 +59,7 @@ from agentrun.core.errors import (
     RunNotFound,
     SetupError,
 )
-from agentrun.core.models import ControlInput, JsonDict
+from agentrun.core.spec import JsonDict
 from agentrun.ops import handles
 from agentrun.store.backlog_store import BacklogStore
 from agentrun.temporal.worker_presence import (
@@ -164,7 +167,7 @@ def _item_lines(text: str) -> list[int]:
 async def enqueue(
     client: Client,
     agent: str,
-    tasks: list[TaskItem],
+    tasks: Sequence[TaskItem],
     *,
     task_queue: str,
     policy: PolicyPatch | None = None,
@@ -201,12 +204,14 @@ async def enqueue(
             )
         seen[task.idempotency_key] = i
     policy = policy or PolicyPatch()
-    tasks = [task.model_copy(update={"spec": for_new_run(task.spec)}) for task in tasks]
+    queued = [
+        QueuedTask.model_validate({**dict(task), "spec": for_new_run(task.spec)}) for task in tasks
+    ]
     deadline = Deadline(wait)
-    sent: list[tuple[str, list[TaskItem]]] = []
+    sent: list[tuple[str, list[QueuedTask]]] = []
     handle: WorkflowHandle[Any, Any] | None = None
     # In batches, so no single signal's payload nears Temporal's size limit.
-    for tasks_in_batch in _batches(tasks):
+    for tasks_in_batch in _batches(queued):
         batch = EnqueueInput(
             tasks=tasks_in_batch, policy=policy, by=by, request_id=uuid.uuid4().hex
         )
@@ -303,9 +308,9 @@ def held_note(agent: str, task_queue: str, what: str) -> str:
     )
 
 
-def _batches(tasks: list[TaskItem]) -> list[list[TaskItem]]:
+def _batches(tasks: list[QueuedTask]) -> list[list[QueuedTask]]:
     """Consecutive batches of at most ENQUEUE_BATCH tasks and ENQUEUE_BATCH_BYTES, in order."""
-    batches: list[list[TaskItem]] = [[]]
+    batches: list[list[QueuedTask]] = [[]]
     size = 0
     for task in tasks:
         task_bytes = len(task.model_dump_json().encode())

@@ -22,11 +22,13 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentrun.core import constants as names
+from agentrun.core._state import RunInput
 from agentrun.core.admission_models import TenantLimits
-from agentrun.core.backlog_models import TaskItem
+from agentrun.core.backlog_models import QueuedTask, TaskItem
 from agentrun.core.errors import OperationRefused, SetupError
 from agentrun.core.keys import id_part
-from agentrun.core.models import RunSpec, Signer
+from agentrun.core.results import ForkOrigin
+from agentrun.core.spec import RunSpec, Signer
 from agentrun.ops import operations
 from agentrun.store import mirror_views
 from agentrun.store.approver_store import ApproverStore
@@ -65,16 +67,17 @@ async def policy(pool: AsyncConnectionPool, tenant: str) -> RunPolicy:
     )
 
 
-def with_policy(spec: RunSpec, found: RunPolicy) -> RunSpec:
-    """The spec with the tenant's weight and its approvers in its approval policy: a spec's
-    own signers are added to them, never put in their place."""
-    spec = spec.model_copy(update={"fairness_weight": found.limits.weight})
+def with_policy(spec: RunSpec, found: RunPolicy, *, fork: ForkOrigin | None = None) -> RunInput:
+    """The run's input: the spec with the tenant's weight and its approvers in its approval
+    policy (a spec's own signers are added to them, never put in their place), and a fork's
+    origin."""
+    run = RunInput.of(spec, fairness_weight=found.limits.weight, fork=fork)
     if not found.signers:
-        return spec
+        return run
     known = {s.key_id for s in found.signers}
-    signers = [*found.signers, *(s for s in spec.approval.signers if s.key_id not in known)]
-    approval = spec.approval.model_copy(update={"signers": signers})
-    return spec.model_copy(update={"approval": approval})
+    signers = [*found.signers, *(s for s in run.approval.signers if s.key_id not in known)]
+    approval = run.approval.model_copy(update={"signers": signers})
+    return run.model_copy(update={"approval": approval})
 
 
 def run_id(tenant: str, key: str | None, *, origin: Origin = "start") -> str:
@@ -102,12 +105,13 @@ async def start(
     task_queue: str,
     acting_tenant: str | None,
     indexed: bool = True,
-    origin: Origin = "start",
+    fork: ForkOrigin | None = None,
     wait: float | None = None,
 ) -> operations.Started:
     """Start a run under its tenant's policy, read from `pool`; the same key (in the same
     tenant) always names the same run. `acting_tenant`: the tenant the caller acts for
-    (AGENTRUN_TENANT), None for an operator; a run of another tenant is refused."""
+    (AGENTRUN_TENANT), None for an operator; a run of another tenant is refused. With
+    `fork`, the run is a fork from that origin (agentrun/ops/fork_ops.py)."""
     if pool is None:
         raise SetupError(NO_DATABASE)
     if acting_tenant is not None and spec.tenant != acting_tenant:
@@ -116,7 +120,7 @@ async def start(
             f"{spec.tenant!r}"
         )
     found = await policy(pool, spec.tenant)
-    scoped = run_id(spec.tenant, spec.idempotency_key, origin=origin)
+    scoped = run_id(spec.tenant, spec.idempotency_key, origin="start" if fork is None else "fork")
     legacy = operations.run_id_for(spec.idempotency_key)
     key = spec.idempotency_key
     if key is not None and legacy != scoped and not BACKLOG_RUN.fullmatch(id_part(key)):
@@ -126,7 +130,7 @@ async def start(
             return operations.Started(legacy, existing=True)
     return await operations.start_run(
         client,
-        with_policy(spec, found),
+        with_policy(spec, found, fork=fork),
         task_queue=task_queue,
         indexed=indexed,
         limits=found.limits,
@@ -138,13 +142,13 @@ async def start(
 
 async def backlog_tasks(
     pool: AsyncConnectionPool | None, tasks: list[TaskItem], *, acting_tenant: str | None
-) -> list[TaskItem]:
+) -> list[QueuedTask]:
     """A backlog's tasks as its runs will start: each of the caller's tenant (a task of
     another is refused), with its tenant's approvers in its spec. The backlog workflow starts
     them as its children; what it starts is what passed here."""
     if pool is None:
         raise SetupError(NO_DATABASE)
-    ready: list[TaskItem] = []
+    ready: list[QueuedTask] = []
     policies: dict[str, RunPolicy] = {}
     for task in tasks:
         spec = task.spec
@@ -166,5 +170,6 @@ async def backlog_tasks(
                 "in its queue yet; start its runs one by one (`agentrun start`), or lift the "
                 f"cap (`agentrun tenants set {spec.tenant} --max-in-flight off --max-queued off`)"
             )
-        ready.append(task.model_copy(update={"spec": with_policy(spec, policies[spec.tenant])}))
+        run = with_policy(spec, policies[spec.tenant])
+        ready.append(QueuedTask.model_validate({**dict(task), "spec": run}))
     return ready

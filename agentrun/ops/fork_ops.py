@@ -16,21 +16,22 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import bounds, forking
+from agentrun.core._state import RunInput
 from agentrun.core.errors import (
     InvalidRequest,
     OperationError,
     RunNotFound,
 )
 from agentrun.core.keys import canonical_json
-from agentrun.core.models import ForkOrigin, RunSpec
+from agentrun.core.results import ForkOrigin
 from agentrun.ops import door
 from agentrun.ops import operations as ops
 from agentrun.store.fork_store import ForkStore
 from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 
 
-async def parent_spec(client: Client, run_id: str) -> RunSpec:
-    """The spec the parent was started with (its latest generation's input, less the carry)."""
+async def parent_input(client: Client, run_id: str) -> RunInput:
+    """The input the parent was started with (its latest generation's)."""
     try:
         history = await client.get_workflow_handle(run_id).fetch_history()
     except RPCError as err:
@@ -41,13 +42,12 @@ async def parent_spec(client: Client, run_id: str) -> RunSpec:
     if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
         raise OperationError(f"run {run_id}'s history does not start with its input")
     payloads = first.workflow_execution_started_event_attributes.input.payloads
-    [spec] = await client.data_converter.decode(payloads, [RunSpec])
-    assert isinstance(spec, RunSpec)
-    # What the engine set for the parent is the parent's: the fork gets its own at the door.
-    return spec.model_copy(update={"carry": None, "admission": None, "workflow_generation": None})
+    [parent] = await client.data_converter.decode(payloads, [RunInput])
+    assert isinstance(parent, RunInput)
+    return parent
 
 
-async def effect_scope(client: Client, run_id: str, spec: RunSpec) -> str:
+async def effect_scope(client: Client, run_id: str, spec: RunInput) -> str:
     """The scope the parent keys its effects in (agent_run's `_effect_key`): the fork keys its
     own in it too, so what the parent did is found in the ledger, not done again."""
     if spec.fork is not None:
@@ -92,13 +92,11 @@ async def fork_run(
     if not steps:
         raise RunNotFound(f"run {run_id} has no steps in the mirror to fork from")
     forking.plan(origin, steps, conversation)  # refuse here (a ForkError), before anything starts
-    spec = await parent_spec(client, run_id)
-    origin.effect_scope = await effect_scope(client, run_id, spec)
-    fork_spec = spec.model_copy(
-        update={
-            "fork": origin,
-            "idempotency_key": key or default_key(run_id, from_step, edit_output),
-        }
+    parent = await parent_input(client, run_id)
+    origin.effect_scope = await effect_scope(client, run_id, parent)
+    # What the engine set for the parent is the parent's: the fork gets its own at the door.
+    fork_spec = parent.spec().model_copy(
+        update={"idempotency_key": key or default_key(run_id, from_step, edit_output)}
     )
     return await door.start(
         client,
@@ -107,5 +105,5 @@ async def fork_run(
         task_queue=task_queue,
         indexed=indexed,
         acting_tenant=tenant,
-        origin="fork",
+        fork=origin,
     )

@@ -31,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import bounds, fairness, run_summaries, search_attributes
 from agentrun.core import constants as names
+from agentrun.core._wire import ApproveInput, ControlInput, RejectInput
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.errors import (
     InvalidRequest,
@@ -40,19 +41,15 @@ from agentrun.core.errors import (
     RunNotFound,
 )
 from agentrun.core.keys import id_part
-from agentrun.core.models import (
-    ApproveInput,
-    ControlInput,
+from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
+from agentrun.core.results import (
     ControlResult,
     DecisionResult,
-    JsonDict,
     PendingApproval,
-    RejectInput,
     RunResult,
-    RunSpec,
     RunState,
 )
-from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES
+from agentrun.core.spec import JsonDict, RunSpec
 from agentrun.core.states import RunStatus
 from agentrun.ops import admission_ops, handles, projection
 from agentrun.ops.approver_keys import ApproverKey
@@ -118,13 +115,9 @@ async def start_run(
     command's), a capped tenant's start gives up after that long (admission_ops.enqueue_run).
     """
     bounds.check(spec, "run spec")
-    if spec.carry is not None:
-        raise InvalidRequest("`carry` is set by the engine when a run continues; leave it out")
-    if spec.admission is not None:
-        raise InvalidRequest("`admission` is set by the engine; leave it out")
-    spec = for_new_run(spec)
-    limits = limits or TenantLimits(tenant=spec.tenant)
-    run_id = run_id or run_id_for(spec.idempotency_key)
+    run = for_new_run(spec)
+    limits = limits or TenantLimits(tenant=run.tenant)
+    run_id = run_id or run_id_for(run.idempotency_key)
     if mirror is not None and await _mirrored(mirror, run_id):
         return Started(run_id, existing=True)
     if limits.capped:
@@ -132,7 +125,7 @@ async def start_run(
             queued = await admission_ops.enqueue_run(
                 client,
                 run_id,
-                spec,
+                run,
                 task_queue=task_queue,
                 indexed=indexed,
                 limits=limits,
@@ -144,27 +137,27 @@ async def start_run(
     try:
         await client.start_workflow(
             AgentRunWorkflow.run,
-            spec,
+            run,
             id=run_id,
             task_queue=task_queue,
             search_attributes=(
                 search_attributes.for_run(
                     # It starts at once (no admission queue): a running run, which its
                     # first step does not need to upsert.
-                    spec.agent,
-                    spec.tenant,
+                    run.agent,
+                    run.tenant,
                     search_attributes.shown_status(RunStatus.PLANNING),
-                    spec.priority,
+                    run.priority,
                 )
                 if indexed
                 else None
             ),
-            priority=fairness.run_priority(spec.priority, spec.tenant, limits.weight),
+            priority=fairness.run_priority(run.priority, run.tenant, limits.weight),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             # What the Web UI shows above the timeline: who, for whom, what.
-            static_summary=run_summaries.static_summary(spec),
-            static_details=run_summaries.static_details(spec, run_id),
+            static_summary=run_summaries.static_summary(run),
+            static_details=run_summaries.static_details(run, run_id),
         )
     except WorkflowAlreadyStartedError:
         return Started(run_id, existing=True)

@@ -34,15 +34,9 @@ from temporalio.worker import (
 from temporalio.workflow import ActivityHandle
 
 from agentrun.core import constants as names
-from agentrun.core.models import (
-    MirrorBatch,
-    Receipt,
-    RunEvent,
-    RunSnapshot,
-    StepRecord,
-    ToolCallResult,
-)
+from agentrun.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord, ToolCallResult
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
+from agentrun.core.results import Receipt
 from agentrun.core.storable import escape_nul
 from agentrun.workflows import AgentRunWorkflow
 

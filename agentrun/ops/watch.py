@@ -34,9 +34,11 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core._wire import RetryNote, RunEvent, TextPiece
 from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
 from agentrun.core.errors import InvalidRequest, NotAnswered, OperationError
-from agentrun.core.models import JsonDict, RetryNote, RunEvent, TextPiece, WatchItem
+from agentrun.core.results import WatchItem
+from agentrun.core.spec import JsonDict
 from agentrun.ops import operations as ops
 from agentrun.store import mirror_views
 from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline

@@ -9,7 +9,7 @@ from __future__ import annotations
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.models import Signer
+from agentrun.core.spec import Signer
 
 
 class ApproverStore:

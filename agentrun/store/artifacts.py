@@ -13,7 +13,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.models import ArtifactRef, JsonDict
+from agentrun.core._wire import ArtifactRef
+from agentrun.core.spec import JsonDict
 
 PREVIEW_CHARS = 2000
 

@@ -18,7 +18,7 @@ from agentrun.core.backlog_models import (
     BacklogSyncInput,
     BacklogTask,
 )
-from agentrun.core.models import JsonDict, RunSpec
+from agentrun.core.spec import JsonDict, RunSpec
 
 TASK_COLUMNS = """t.ordinal, t.task_key, t.title, t.state, t.attempts, t.max_attempts,
     t.last_error, t.run_id, r.status AS run_status, r.current_step_id,

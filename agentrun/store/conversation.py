@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core.constants import STEP_OUTPUT_REF
-from agentrun.core.models import JsonDict
+from agentrun.core.spec import JsonDict
 
 # The new messages stored where no earlier attempt stored them, and the conversation up to
 # their end read back, in one statement. Its read sees the table as it was before the

@@ -5,7 +5,8 @@ from __future__ import annotations
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.models import JsonDict, StepRecord
+from agentrun.core._wire import StepRecord
+from agentrun.core.spec import JsonDict
 
 
 class ForkStore:

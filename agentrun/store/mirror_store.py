@@ -23,15 +23,10 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core import faults
+from agentrun.core._wire import MirrorBatch, RunEvent, StepRecord
 from agentrun.core.errors import REFUSED_DATA_ERRORS
-from agentrun.core.models import (
-    JsonDict,
-    MirrorBatch,
-    Receipt,
-    RetryRecord,
-    RunEvent,
-    StepRecord,
-)
+from agentrun.core.results import Receipt, RetryRecord
+from agentrun.core.spec import JsonDict
 from agentrun.core.storable import json_dumps
 from agentrun.store.db import pipelined_transaction
 from agentrun.store.group_commit import GroupCommit

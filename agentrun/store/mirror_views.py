@@ -11,7 +11,7 @@ from datetime import datetime
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.models import PendingApproval, RunState, StepSummary
+from agentrun.core.results import PendingApproval, RunState, StepSummary
 
 RUN_SQL = """
 SELECT run_id, status, tenant, priority, user_id AS user, task, current_step_id, pause_reason,

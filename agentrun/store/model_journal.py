@@ -13,7 +13,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.models import JsonDict, Usage
+from agentrun.core.results import Usage
+from agentrun.core.spec import JsonDict
 
 # The journal's statements, shared with the mirror's claim and report of a model attempt
 # (agentrun.store.mirror_store), which run them in their own statements to save round trips.

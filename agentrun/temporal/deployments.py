@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core.errors import DeploymentError
-from agentrun.core.models import RunVersion
+from agentrun.core.results import RunVersion
 
 __all__ = ["DeploymentError", "RunVersion", "run_version", "set_current_version"]
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentrun.core.models import RiskLevel
+from agentrun.core.spec import RiskLevel
 from agentrun.tools.registry import AnswerCheck, ReconcileFn, Tool, ToolFn
 
 Risk = Literal["low", "medium", "high"] | RiskLevel

@@ -38,7 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from agentrun.core.errors import McpSetupError
-from agentrun.core.models import JsonDict, RiskLevel
+from agentrun.core.spec import JsonDict, RiskLevel
 from agentrun.tools.registry import Reconciled, Tool, ToolContext, ToolError
 
 SEPARATOR = "__"

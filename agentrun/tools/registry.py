@@ -15,7 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
-from agentrun.core.models import JsonDict, RiskLevel
+from agentrun.core.spec import JsonDict, RiskLevel
 from agentrun.store.vault import SecretScope
 
 CheckpointSaver = Callable[[JsonDict], Awaitable[None]]

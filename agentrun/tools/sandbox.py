@@ -36,8 +36,8 @@ from pydantic import BaseModel, Field
 
 from agentrun.core.constants import SANDBOX_IMAGE
 from agentrun.core.errors import SetupError, sandbox_unavailable
-from agentrun.core.models import JsonDict, RiskLevel
 from agentrun.core.sandbox_limits import SandboxLimits
+from agentrun.core.spec import JsonDict, RiskLevel
 from agentrun.store.artifacts import put_artifact, run_artifact
 from agentrun.tools.registry import Tool, ToolContext, ToolError
 

@@ -44,31 +44,32 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core import constants as names
     from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
-    from agentrun.core.admission_models import ReleaseInput
-    from agentrun.core.errors import PERMISSION_DENIED
-    from agentrun.core.keys import canonical_json, effect_content, effect_key, idempotency_key
-    from agentrun.core.models import (
-        INTERRUPTED,
+    from agentrun.core._state import RunInput, RunProgress
+    from agentrun.core._wire import (
         CheckpointInput,
-        ForkOrigin,
         ForkSeedInput,
-        JsonDict,
         MirrorBatch,
         ModelCallInput,
         ModelCallResult,
         ProposedToolCall,
         RunEvent,
-        RunProgress,
-        RunResult,
-        RunSpec,
-        SideEffectRecord,
         StepRecord,
-        StepSummary,
         ToolCallInput,
         ToolCallResult,
         VerifyInput,
+    )
+    from agentrun.core.admission_models import ReleaseInput
+    from agentrun.core.errors import PERMISSION_DENIED
+    from agentrun.core.keys import canonical_json, effect_content, effect_key, idempotency_key
+    from agentrun.core.results import (
+        INTERRUPTED,
+        ForkOrigin,
+        RunResult,
+        SideEffectRecord,
+        StepSummary,
         VerifyResult,
     )
+    from agentrun.core.spec import JsonDict
     from agentrun.core.states import RunStatus
     from agentrun.workflows import policies
 
@@ -143,7 +144,7 @@ async def outlast_cancel(
 @workflow.defn(name=names.WORKFLOW_NAME)
 class AgentRunWorkflow(Approvals, RunMessages):
     @workflow.init
-    def __init__(self, spec: RunSpec) -> None:
+    def __init__(self, spec: RunInput) -> None:
         self.changes = Changes(spec.workflow_generation)
         self.spec = spec
         self.run_id = workflow.info().workflow_id
@@ -197,7 +198,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
     # ------------------------------------------------------------------ the run
 
     @workflow.run
-    async def run(self, spec: RunSpec) -> RunResult:
+    async def run(self, spec: RunInput) -> RunResult:
         if spec.carry is None:
             self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
         cancelled = False

@@ -22,20 +22,17 @@ with workflow.unsafe.imports_passed_through():
 
     from agentrun.core import approval_signatures, bounds
     from agentrun.core import constants as names
+    from agentrun.core._wire import ApproveInput, RejectInput, StepRecord
     from agentrun.core.argument_schema import argument_problems, unknown_fields
     from agentrun.core.keys import action_hash
-    from agentrun.core.models import (
+    from agentrun.core.results import (
         ApprovalKind,
         ApprovalRecord,
-        ApproveInput,
-        Budget,
         DecisionResult,
-        JsonDict,
         PendingApproval,
         RefusedDecision,
-        RejectInput,
-        StepRecord,
     )
+    from agentrun.core.spec import Budget, JsonDict
     from agentrun.core.states import RunStatus, is_terminal
 
 

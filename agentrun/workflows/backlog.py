@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.activities.backlog import BacklogActivities
     from agentrun.core import bounds, fairness
     from agentrun.core import constants as names
+    from agentrun.core._wire import ControlInput
     from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogControlSignal,
@@ -44,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
         TaskView,
         child_run_id,
     )
-    from agentrun.core.models import ControlInput
     from agentrun.core.states import RunStatus
     from agentrun.workflows.agent_run import AgentRunWorkflow
 

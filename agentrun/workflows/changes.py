@@ -11,7 +11,7 @@ flight through the deploy) asks each change's own patch, as it did. A change mad
 a patch of its own until a next generation takes it in.
 
 Generation 3 asks no patch at all: the engine writes the generation into the run's input
-(`RunSpec.workflow_generation`, `for_new_run`) when it starts the run, and the input is in
+(`RunInput.workflow_generation`, `for_new_run`) when it starts the run, and the input is in
 history, so a replay reads the same answer; the run pays no marker and no upsert. A run's
 input names its generation only from generation 3 on; an input without one asks the
 generation-2 patch, as before.
@@ -24,16 +24,18 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from agentrun.core.models import RunSpec
+from agentrun.core._state import RunInput
+from agentrun.core.spec import RunSpec
 
 GENERATION_2 = "agentrun-generation-2"
 # The generation `for_new_run` writes into a new run's input.
 CURRENT_GENERATION = 4
 
 
-def for_new_run(spec: RunSpec) -> RunSpec:
-    """The spec as the engine starts it: with the generation new runs take."""
-    return spec.model_copy(update={"workflow_generation": CURRENT_GENERATION})
+def for_new_run(spec: RunSpec) -> RunInput:
+    """The run's input as the engine starts it: `spec` (and what the engine set on it, if
+    it is a `RunInput` already) with the generation new runs take."""
+    return RunInput.of(spec, workflow_generation=CURRENT_GENERATION)
 
 
 class Changes:

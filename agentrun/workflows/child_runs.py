@@ -15,7 +15,8 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core import fairness
     from agentrun.core.constants import RUN_ID_PREFIX
     from agentrun.core.keys import id_part
-    from agentrun.core.models import RunResult, RunSpec
+    from agentrun.core.results import RunResult
+    from agentrun.core.spec import RunSpec
     from agentrun.workflows.agent_run import AgentRunWorkflow
     from agentrun.workflows.changes import for_new_run
 

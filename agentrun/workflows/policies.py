@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from agentrun.core.models import Budget, JsonDict, RunSpec
+from agentrun.core.spec import Budget, JsonDict, RunSpec
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "

@@ -24,21 +24,11 @@ from agentrun.workflows.run_stream import RunStream
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities import MirrorActivities
     from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core._state import RunInput, RunProgress
+    from agentrun.core._wire import FinishInput, MirrorBatch, RunEvent, RunSnapshot, StepRecord
     from agentrun.core.errors import PAYLOAD_TOO_LARGE
-    from agentrun.core.models import (
-        FinishInput,
-        JsonDict,
-        MirrorBatch,
-        PendingApproval,
-        Receipt,
-        RunEvent,
-        RunProgress,
-        RunSnapshot,
-        RunSpec,
-        StepRecord,
-        StepSummary,
-        StepType,
-    )
+    from agentrun.core.results import PendingApproval, Receipt, StepSummary, StepType
+    from agentrun.core.spec import JsonDict
     from agentrun.core.states import RunStatus, check_transition
 
 # Patch ids: each marks a change to what the workflow does, so histories recorded before it
@@ -108,7 +98,7 @@ def approval_input(pending: PendingApproval) -> JsonDict:
 
 class Recording:
     # The run's state (declared in RunProgress) and the mirror writes not yet landed.
-    spec: RunSpec
+    spec: RunInput
     run_id: str
     progress: RunProgress
     changes: Changes

@@ -15,8 +15,9 @@ from agentrun.workflows.recording import Recording
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import bounds
     from agentrun.core import constants as names
+    from agentrun.core._wire import ControlInput
     from agentrun.core.admission_models import AdmitInput
-    from agentrun.core.models import ControlInput, ControlResult, RunState
+    from agentrun.core.results import ControlResult, RunState
     from agentrun.core.states import is_terminal
 
 

@@ -13,7 +13,8 @@ from temporalio import workflow
 from temporalio.common import MetricCounter
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.core.models import JsonDict, RunSpec, StepRecord
+    from agentrun.core._wire import StepRecord
+    from agentrun.core.spec import JsonDict, RunSpec
 
 RUNS_STARTED = "agentrun_runs_started"
 RUNS_ENDED = "agentrun_runs_ended"

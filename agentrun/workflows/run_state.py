@@ -1,6 +1,6 @@
 """A run's state and what is derived from it.
 
-The state itself is one model, `agentrun.core.models.RunProgress`: the workflow keeps all it
+The state itself is one model, `agentrun.core._state.RunProgress`: the workflow keeps all it
 knows there, so the continue-as-new carry is that model whole, and the mirror snapshot,
 the `state` query and the receipt below are projections of it. A workflow attribute that
 is not in it must be listed in WORKFLOW_ONLY with the reason a continuation does not need
@@ -14,14 +14,9 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.core.models import (
-        DecisionSeen,
-        Receipt,
-        RunProgress,
-        RunSnapshot,
-        RunSpec,
-        RunState,
-    )
+    from agentrun.core._state import RunInput, RunProgress
+    from agentrun.core._wire import RunSnapshot
+    from agentrun.core.results import DecisionSeen, Receipt, RunState
     from agentrun.core.states import RunStatus
 
 # The decided approvals the state query lists (a query adds nothing to history).
@@ -56,7 +51,7 @@ def carry(progress: RunProgress) -> RunProgress:
 
 
 def snapshot(
-    run_id: str, spec: RunSpec, progress: RunProgress, now: datetime, priority: int
+    run_id: str, spec: RunInput, progress: RunProgress, now: datetime, priority: int
 ) -> RunSnapshot:
     """The mirror's run row."""
     return RunSnapshot(
@@ -85,7 +80,7 @@ def snapshot(
     )
 
 
-def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int) -> RunState:
+def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int) -> RunState:
     """What the `state` query answers."""
     return RunState(
         run_id=run_id,
@@ -114,7 +109,7 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int)
     )
 
 
-def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) -> Receipt:
+def receipt(run_id: str, spec: RunInput, progress: RunProgress, now: datetime) -> Receipt:
     """The run's receipt, covering every generation of it."""
     return Receipt(
         run_id=run_id,

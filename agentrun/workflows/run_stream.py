@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
+from agentrun.core._wire import ModelCallResult, RunEvent, TextPiece
 from agentrun.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
-from agentrun.core.models import ModelCallResult, RunEvent, TextPiece
 from agentrun.core.streamed_text import rest_of_reply
 
 # Items a continuation carries; a watcher that asks for an older offset starts at the oldest

@@ -1,0 +1,290 @@
+"""Private: every input and result that crosses an activity boundary, the signals and
+updates a run takes, and the rows it hands the mirror. Each activity, signal and update
+takes one model and returns one, so a field can be added later without breaking runs
+already in flight. Not part of the public API: these may change with the engine.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agentrun.core.results import (
+    ForkOrigin,
+    Receipt,
+    StepType,
+    Usage,
+    VerifyResult,
+)
+from agentrun.core.spec import JsonDict, RiskLevel, Strict, VerifySpec
+from agentrun.core.states import RunStatus
+
+
+class ArtifactRef(BaseModel):
+    """Where a large output lives, instead of in Temporal's history."""
+
+    artifact_id: str
+    name: str
+    media_type: str
+    size_bytes: int
+    preview: str = ""
+
+
+class StepRecord(BaseModel):
+    """A step as the workflow accepted it; the mirror makes it final for `attempt` only."""
+
+    step_id: str
+    seq: int
+    type: StepType
+    name: str
+    status: str
+    input: JsonDict = Field(default_factory=dict)
+    output: Any = None
+    error: str | None = None
+    attempt: int = 1
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    idempotency_key: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    final: bool = True
+
+
+class RunEvent(BaseModel):
+    seq: int
+    type: str
+    step_id: str | None = None
+    data: JsonDict = Field(default_factory=dict)
+    at: datetime
+
+
+class RunSnapshot(BaseModel):
+    run_id: str
+    version: int = Field(description="grows with every change; older snapshots never win")
+    agent: str = "default"
+    profile_hash: str | None = None
+    tenant: str
+    user: str
+    task: str
+    priority: int | None = None
+    status: RunStatus
+    current_step_id: str | None = None
+    pause_reason: str | None = None
+    model: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    duplicates_prevented: int = 0
+    checkpoint: JsonDict = Field(default_factory=dict)
+    result: str | None = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+
+
+class MirrorBatch(BaseModel):
+    run: RunSnapshot
+    steps: list[StepRecord] = Field(default_factory=list)
+    events: list[RunEvent] = Field(default_factory=list)
+    fence: int = Field(
+        0, description="history length when written: a re-run of a lost workflow task wins"
+    )
+
+
+class ModelCallInput(BaseModel):
+    run_id: str
+    step_id: str
+    seq: int
+    model: str | None
+    new_messages: list[JsonDict] = Field(
+        default_factory=list, description="messages added since the previous model call"
+    )
+    first_index: int = Field(0, description="position of new_messages[0] in the conversation")
+    messages: list[JsonDict] | None = Field(
+        None, description="the whole conversation, as inputs scheduled before the store carried"
+    )
+    allowed_tools: list[str] | None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    heartbeat_seconds: float = 30
+    timeout_seconds: float = 120
+    mirror: MirrorBatch | None = Field(
+        None, description="the run's pending mirror writes: applied with the step's claim"
+    )
+    checks: VerifySpec | None = Field(
+        None,
+        description="the run's answer checks, when no judge is among them: should the reply "
+        "be a final answer, the activity returns their verdict (generation 3)",
+    )
+    tools_used: list[str] = Field(
+        default_factory=list, description="tools that ran: their declared checks apply too"
+    )
+    provider: str | None = Field(
+        None, description="the worker's named provider to call; None: its default client"
+    )
+
+
+class ProposedToolCall(BaseModel):
+    """A tool call the model asked for, already checked against the worker's registry."""
+
+    call_id: str
+    tool: str
+    arguments: JsonDict | None = None
+    error: str | None = Field(None, description="why the call cannot run as proposed")
+    error_kind: Literal["malformed", "invalid_arguments", "unknown_tool"] | None = None
+    risk: RiskLevel = RiskLevel.LOW
+    side_effect: bool = False
+    parameters: JsonDict | None = Field(
+        None, description="the tool's argument schema, to check an approver's edit against"
+    )
+
+
+class ModelCallResult(BaseModel):
+    content: str | None
+    tool_calls: list[ProposedToolCall] = Field(default_factory=list)
+    assistant_message: JsonDict
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    model: str
+    attempt: int = 1
+    journal_attempt: int = Field(1, description="the attempt that paid for this response")
+    streamed_chars: int | None = Field(
+        None,
+        description="how much of `content` the activity already streamed to watchers; the "
+        "workflow publishes the rest (None: an older activity that streamed it all itself)",
+    )
+    verdict: VerifyResult | None = Field(
+        None, description="the answer's checks, for a final answer of a call that carried them"
+    )
+    priced: bool = Field(True, description="False: no price is known for the model")
+
+
+class ToolCallInput(BaseModel):
+    run_id: str
+    step_id: str
+    seq: int
+    tool: str
+    arguments: JsonDict
+    idempotency_key: str
+    checkpoint: JsonDict = Field(default_factory=dict)
+    heartbeat_seconds: float = 30
+    resolution: Literal["rerun", "skip"] | None = Field(
+        None, description="a person's answer to an unknown outcome"
+    )
+    mirror: MirrorBatch | None = Field(
+        None, description="the run's pending mirror writes: applied with the step's claim"
+    )
+    call_id: str | None = Field(None, description="the model's id for the call (for traces)")
+
+
+class ToolCallResult(BaseModel):
+    ok: bool
+    output: Any = None
+    error: str | None = None
+    duplicate_prevented: bool = False
+    checkpoint_patch: JsonDict = Field(default_factory=dict)
+    attempt: int = 1
+    suspicious: list[str] = Field(default_factory=list, description="injection patterns seen")
+    unknown_outcome: bool = False
+    reconciliation: str | None = None
+
+
+class CheckpointInput(BaseModel):
+    run_id: str
+    step_id: str
+    checkpoint: JsonDict
+    fence: int | None = Field(
+        None, description="history length when scheduled: a later mirror write wins"
+    )
+
+
+class VerifyInput(BaseModel):
+    run_id: str
+    step_id: str
+    answer: str
+    spec: VerifySpec
+    tools_used: list[str] = Field(
+        default_factory=list, description="tools that ran: their declared checks apply too"
+    )
+
+
+class FinishInput(BaseModel):
+    """Where a run ends: its last mirror batch and its receipt, for one activity to write
+    (`mirror.finish`), the rows first since the receipt sums them up."""
+
+    batch: MirrorBatch
+    receipt: Receipt
+
+
+class DecisionSignature(Strict):
+    """An approver's Ed25519 signature over (run id, approval id, action hash, decision,
+    edit or reason, time): agentrun.approval_signatures says exactly what is signed."""
+
+    key_id: str
+    approval_id: str
+    signed_at: datetime
+    signature: str = Field(description="base64")
+
+
+class ApproveInput(BaseModel):
+    action_hash: str
+    by: str = Field(min_length=1)
+    role: str = Field(min_length=1)
+    edit: JsonDict | None = Field(None, description="arguments the approver changed")
+    tenant: str | None = None
+    signature: DecisionSignature | None = None
+
+
+class RejectInput(BaseModel):
+    action_hash: str
+    by: str = Field(min_length=1)
+    role: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    tenant: str | None = None
+    signature: DecisionSignature | None = None
+
+
+class ControlInput(BaseModel):
+    by: str = "cli"
+    reason: str | None = None
+
+
+class ForkSeedInput(BaseModel):
+    run_id: str
+    origin: ForkOrigin
+    allowed_tools: list[str] | None = None
+
+
+class ForkSeed(BaseModel):
+    """What `fork.seed` found and copied: the recorded steps before the fork point (the
+    conversation they built is now the fork's), and the calls of step N's reply still to
+    make: the edited one (run nowhere) and those the fork makes live."""
+
+    steps: list[StepRecord]
+    model_calls: int
+    stored_messages: int
+    edited_call: ProposedToolCall | None = None
+    live_calls: list[ProposedToolCall] = Field(default_factory=list)
+    inherited_effects: list[str] = Field(
+        default_factory=list, description="the parent's effects before the fork point"
+    )
+
+
+class TextPiece(BaseModel):
+    """A piece of a model's reply as the provider streams it (topic `text`)."""
+
+    step_id: str
+    attempt: int
+    text: str
+
+
+class RetryNote(BaseModel):
+    """A step's attempt that is a retry, and why the one before it ended (topic `retries`)."""
+
+    step_id: str
+    attempt: int
+    reason: str

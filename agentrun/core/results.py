@@ -1,0 +1,246 @@
+"""What `RunClient` returns about a run: its state, its pending approval, its receipt and
+the decisions and controls sent to it. Public; the workflow's queries and updates answer
+with these types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agentrun.core.spec import JsonDict, Strict
+from agentrun.core.states import RunStatus
+
+StepType = Literal["model_call", "tool_call", "approval", "verify", "checkpoint"]
+
+
+ApprovalKind = Literal["action", "quarantine", "budget", "unknown_outcome"]
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class CheckOutcome(BaseModel):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class VerifyResult(BaseModel):
+    passed: bool
+    checks: list[CheckOutcome]
+    judge_model: str | None = Field(None, description="the model that judged, if one did")
+    usage: Usage = Field(default_factory=Usage, description="the judge's tokens")
+    cost_usd: float = 0.0
+    journal_attempt: int | None = Field(
+        None, description="the attempt that paid for the judge's response (model_journal)"
+    )
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in self.checks if not c.passed]
+
+
+class StepSummary(BaseModel):
+    step_id: str
+    seq: int
+    type: StepType
+    name: str
+    status: str
+    attempt: int = 1
+
+
+class PendingApproval(BaseModel):
+    """What a person is asked to decide. `kind` says what approving means."""
+
+    kind: ApprovalKind = "action"
+    reason: str | None = None
+    approval_id: str
+    step_id: str
+    tool: str
+    arguments: JsonDict
+    action_hash: str = Field(description="binds a decision to this exact tool call")
+    required_role: str
+    approvers: list[str] = Field(default_factory=list)
+    tenant: str
+    requested_at: datetime
+    expires_at: datetime
+    parameters: JsonDict | None = Field(
+        None, description="the tool's argument schema: an edit must leave arguments it accepts"
+    )
+
+
+class ApprovalRecord(BaseModel):
+    kind: ApprovalKind = "action"
+    approval_id: str
+    tool: str
+    proposed_arguments: JsonDict
+    decision: Literal["approved", "rejected", "expired"]
+    by: str | None = None
+    role: str | None = None
+    edit: JsonDict | None = None
+    final_arguments: JsonDict | None = None
+    reason: str | None = None
+    requested_at: datetime
+    decided_at: datetime
+    key_id: str | None = Field(None, description="the key whose signature the run verified")
+
+
+class RefusedDecision(BaseModel):
+    """A decision the run refused when it applied it (a signal, or a signature that failed),
+    kept so `status` can say why nothing happened."""
+
+    approval_id: str | None
+    by: str
+    reason: str
+    at: datetime
+
+
+class DecisionSeen(BaseModel):
+    approval_id: str
+    decision: str
+    by: str | None
+
+
+class DecisionResult(BaseModel):
+    approval_id: str
+    decision: str
+    status: RunStatus
+    note: str | None = Field(None, description="what happens next, when not applied yet")
+
+
+class ControlResult(BaseModel):
+    status: RunStatus
+    paused: bool
+    message: str
+
+
+class RunState(BaseModel):
+    run_id: str
+    status: RunStatus
+    tenant: str
+    user: str
+    task: str
+    current_step_id: str | None
+    steps: list[StepSummary]
+    pending_approval: PendingApproval | None
+    pause_requested: bool
+    pause_reason: str | None = None
+    checkpoint: JsonDict
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    result: str | None
+    error: str | None
+    priority: int | None = None
+    admission: str | None = Field(None, description="the admission workflow it waits in")
+    queue_position: int | None = Field(None, description="1-based, while it waits for a slot")
+    refusals: list[RefusedDecision] = Field(
+        default_factory=list, description="decisions refused when the run applied them"
+    )
+    decided: list[DecisionSeen] = Field(
+        default_factory=list,
+        description="the last approvals decided, and by whom: how a decision sent as a signal "
+        "learns it was the one applied",
+    )
+
+
+# A side effect whose call the run was cancelled in: the receipt asks the ledger.
+INTERRUPTED = "interrupted by the run's cancellation"
+
+
+class SideEffectRecord(BaseModel):
+    step_id: str
+    tool: str
+    idempotency_key: str
+    arguments: JsonDict
+    ok: bool
+    duplicate_prevented: bool
+    reconciliation: str | None = None
+    output: Any = None
+
+
+class RetryRecord(BaseModel):
+    step_id: str
+    attempts: int
+    reason: str
+
+
+class ForkOrigin(Strict):
+    """Where a fork starts: steps before `from_step` are taken as `parent_run_id` recorded
+    them; step `from_step` uses `edit_output` if given, else runs live; the rest runs live."""
+
+    parent_run_id: str = Field(min_length=1)
+    from_step: int = Field(ge=1)
+    edit_output: Any = None
+    effect_scope: str | None = Field(
+        None,
+        description="whose effects the fork's are: the parent's scope, so that a call the "
+        "parent made finds its ledger row (None: forks from before it, scoped by their id)",
+    )
+
+
+class Receipt(BaseModel):
+    run_id: str
+    agent: str = "default"
+    profile_hash: str | None = None
+    task: str
+    tenant: str
+    user: str
+    outcome: RunStatus
+    answer: str | None
+    error: str | None
+    steps: list[StepSummary]
+    side_effects: list[SideEffectRecord]
+    approvals: list[ApprovalRecord]
+    retries: list[RetryRecord]
+    duplicates_prevented: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    unaccepted_tokens: int = Field(0, description="paid for on attempts the run did not use")
+    unaccepted_cost_usd: float = 0.0
+    unpriced_models: list[str] = Field(
+        default_factory=list, description="models with no known price: cost_usd leaves them out"
+    )
+    verification: VerifyResult | None
+    unresolved: list[str]
+    started_at: datetime
+    finished_at: datetime
+    forked_from: ForkOrigin | None = None
+    forks: list[str] = Field(
+        default_factory=list, description="runs forked from this one (filled when read)"
+    )
+
+
+class RunResult(BaseModel):
+    run_id: str
+    status: RunStatus
+    answer: str | None
+    error: str | None
+
+
+class RunVersion(BaseModel):
+    """The Worker Deployment version a run is on (all None for unversioned workers)."""
+
+    run_id: str
+    deployment_name: str | None
+    build_id: str | None
+    behavior: Literal["pinned", "auto_upgrade"] | None
+
+
+class WatchItem(BaseModel):
+    """One line of `agentrun watch --json`: an event, a piece of model text, or the receipt."""
+
+    kind: Literal["event", "text", "receipt"]
+    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    offset: int | None = Field(None, description="position in the live stream; None: the mirror")
+    seq: int | None = Field(None, description="the event's sequence number in the run")
+    step_id: str | None = None
+    data: JsonDict = Field(default_factory=dict)
+    text: str | None = None
+    at: datetime | None = None
