@@ -2,17 +2,18 @@
 
 What a user writes against, and nothing more (README "Your agent in five minutes"):
 
-- `tool`, `ToolContext`, `ToolError`, `Reconciled`: declare a tool, use what a call may use,
-  fail a call the model should hear about, answer a reconcile hook.
+- `tool`, `ToolContext`, `ToolError`, `ToolForbidden`, `Reconciled`: declare a tool, use what a
+  call may use, fail a call the model should hear about (or one it lacks permission for: the
+  run pauses for an admin), answer a reconcile hook.
 - `ToolRegistry`: a named set of tools, one thing `agentrun-worker --tools` can load.
 - `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
-- `RunSpec`: everything one run needs; history holds exactly this.
+- `RunSpec`: everything a person sets for one run; a field only the engine sets is refused.
 - `run_worker`: a worker with your tools and MCP servers, in your own process.
 - `RunClient`: the one front door from Python: every operation the `agentrun` command has.
 - `AgentrunError` and its public subclasses `InvalidInput`, `NotFound`, `Unreachable` and
   `Refused`: what agentrun raises for people, each with the command's exit code.
 - `agentrun.types`: the types RunClient's methods take and return (`Settings`, `Started`,
-  `RunState`, ...).
+  `RunState`, ...) and the parts of a `RunSpec` (`VerifySpec`, `ApprovalPolicy`, ...).
 
 Everything else is private and may change. Names load on first use, so importing a
 submodule (as workflow code does) never pulls in the worker or the client.
@@ -29,13 +30,20 @@ if TYPE_CHECKING:
     from agentrun.core.spec import RunSpec
     from agentrun.profiles import Agent
     from agentrun.tools.decorator import tool
-    from agentrun.tools.registry import Reconciled, ToolContext, ToolError, ToolRegistry
+    from agentrun.tools.registry import (
+        Reconciled,
+        ToolContext,
+        ToolError,
+        ToolForbidden,
+        ToolRegistry,
+    )
     from agentrun.worker.worker_api import run_worker
 
 _HOMES = {
     "tool": "agentrun.tools.decorator",
     "ToolContext": "agentrun.tools.registry",
     "ToolError": "agentrun.tools.registry",
+    "ToolForbidden": "agentrun.tools.registry",
     "Reconciled": "agentrun.tools.registry",
     "ToolRegistry": "agentrun.tools.registry",
     "RunSpec": "agentrun.core.spec",
@@ -61,6 +69,7 @@ __all__ = [
     "RunSpec",
     "ToolContext",
     "ToolError",
+    "ToolForbidden",
     "ToolRegistry",
     "Unreachable",
     "run_worker",

@@ -1,6 +1,7 @@
-"""The types `agentrun.RunClient` takes and returns: public, like the names `agentrun` exports.
+"""The types `agentrun.RunClient` takes and returns, and the parts of a `RunSpec`: public,
+like the names `agentrun` exports. Every model here holds only types exported here.
 
-    from agentrun.types import RunState, Started
+    from agentrun.types import RunState, Started, VerifySpec
 
 Importing this module loads the client's models (pydantic, Temporal's), not a worker.
 """
@@ -17,46 +18,99 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
+    ApprovalRecord,
+    CheckOutcome,
     ControlResult,
     DecisionResult,
+    DecisionSeen,
+    ForkOrigin,
     PendingApproval,
+    Receipt,
+    RefusedDecision,
+    RetryRecord,
     RunResult,
     RunState,
     RunVersion,
+    SideEffectRecord,
+    StepSummary,
+    Usage,
+    VerifyResult,
     WatchItem,
 )
 from agentrun.core.settings import Settings
-from agentrun.core.spec import JsonDict, RunSpec, Signer
+from agentrun.core.spec import (
+    ApprovalPolicy,
+    Budget,
+    CountCheck,
+    FailurePolicy,
+    JsonDict,
+    JudgeSpec,
+    ModelSettings,
+    RiskLevel,
+    RunSpec,
+    Signer,
+    StepTimeouts,
+    ToolPolicy,
+    VerifySpec,
+)
+from agentrun.core.states import RunStatus
 from agentrun.ops.approver_keys import ApproverKey
-from agentrun.ops.operations import RunReport, Started
+from agentrun.ops.in_flight import ActivityInFlight
+from agentrun.ops.operations import RunReport, Started, WorkerSeen
 from agentrun.profiles import Agent
-from agentrun.store.metrics import Stats
+from agentrun.store.metrics import ModelFailures, Stats, ToolFailures
 from agentrun.store.retention import PruneResult
 
 __all__ = [
+    "ActivityInFlight",
     "Agent",
+    "ApprovalPolicy",
+    "ApprovalRecord",
     "ApproverKey",
     "BacklogControlResult",
+    "Budget",
+    "CheckOutcome",
     "ControlResult",
+    "CountCheck",
     "DecisionResult",
+    "DecisionSeen",
     "DeployCheck",
     "EnqueueResult",
+    "FailurePolicy",
+    "ForkOrigin",
     "JsonDict",
+    "JudgeSpec",
+    "ModelFailures",
+    "ModelSettings",
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
+    "Receipt",
+    "RefusedDecision",
     "ReplayVerdict",
+    "RetryRecord",
     "RetryResult",
+    "RiskLevel",
     "RunReport",
     "RunResult",
     "RunSpec",
     "RunState",
+    "RunStatus",
     "RunVersion",
     "Settings",
+    "SideEffectRecord",
     "Signer",
     "Started",
     "Stats",
+    "StepSummary",
+    "StepTimeouts",
     "TaskItem",
     "TenantLimits",
+    "ToolFailures",
+    "ToolPolicy",
+    "Usage",
+    "VerifyResult",
+    "VerifySpec",
     "WatchItem",
+    "WorkerSeen",
 ]

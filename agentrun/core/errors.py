@@ -125,10 +125,12 @@ class ProfileError(InvalidInput, OperationError):
     """An agent profile source that does not load, or a name it lacks; the message says which."""
 
 
-class UnknownEncryptionKey(Exception):
-    """A payload names a key id this process does not hold."""
+class UnknownEncryptionKey(SetupError):
+    """A payload names a key id this process does not hold (AGENTRUN_ENCRYPTION_KEYS)."""
 
 
+# Raised and caught inside a tool activity, which turns it into the call's error: never
+# raised to a person, so not an AgentrunError.
 class SecretUnavailable(LookupError):
     """A marker that does not open here: not this run's, or sealed under a key we lack."""
 
