@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 
 from agentrun.client_api import RunClient
+from agentrun.core._state import RunInput
 from agentrun.core.admission_models import AdmitInput, TenantLimits
 from agentrun.core.backlog_models import AGENT_PATTERN, child_run_id
 from agentrun.core.constants import SIGNAL_RUN_ADMIT
@@ -321,7 +322,7 @@ async def test_the_queue_keeps_the_stored_limits_and_gives_only_its_own_slots(
         await admission_ops.enqueue_run(
             client,
             third,
-            stale,
+            RunInput.of(stale),
             task_queue=settings.task_queue,
             indexed=True,
             limits=TenantLimits(tenant=acme, max_in_flight=5),

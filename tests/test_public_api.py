@@ -35,7 +35,7 @@ from agentrun.core import errors
 from agentrun.core._state import RunInput
 from agentrun.core.results import ForkOrigin
 from agentrun.core.settings import Settings
-from agentrun.core.spec import RunSpec
+from agentrun.core.spec import ENGINE_ONLY, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC: dict[str, object] = {
@@ -141,6 +141,11 @@ def test_nothing_public_lives_in_a_private_module():
 
 def test_a_run_spec_has_no_engine_fields_and_refuses_them():
     assert [n for n in RunInput.model_fields if n not in RunSpec.model_fields] == ENGINE_FIELDS
+    assert list(ENGINE_ONLY) == ENGINE_FIELDS
+    # A spec dumped before the engine's fields left it holds them unset: it still loads.
+    assert RunSpec.model_validate({"task": "t", **dict.fromkeys(ENGINE_FIELDS)}) == RunSpec(
+        task="t"
+    )
     forged = {
         "carry": {"started_at": "2026-01-01T00:00:00Z"},
         "admission": "admission-default",

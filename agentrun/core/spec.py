@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_TASK_CHARS = 20_000
 
@@ -154,8 +154,13 @@ class VerifySpec(Strict):
     )
 
 
+# What only the engine sets, on the private `RunInput` (agentrun/core/_state.py). A spec
+# written before they moved there holds each as null, and still loads; a value is refused.
+ENGINE_ONLY = ("carry", "admission", "fork", "workflow_generation", "fairness_weight")
+
+
 class RunSpec(Strict):
-    """Everything a run needs, validated before anything starts."""
+    """Everything a person sets for a run, validated before anything starts."""
 
     task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
     agent: str = Field("default", min_length=1, max_length=200, description="who works on it")
@@ -185,3 +190,14 @@ class RunSpec(Strict):
     history_events_limit: int = Field(
         10_000, ge=100, description="continue as new past this many history events"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_fields_left_unset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {
+            k: v
+            for k, v in data.items()
+            if not (k in ENGINE_ONLY and v is None and k not in cls.model_fields)
+        }

@@ -12,13 +12,14 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from agentrun.core._state import RunInput
 from agentrun.core.backlog_models import (
     BacklogLoadResult,
     BacklogPolicy,
     BacklogSyncInput,
     BacklogTask,
 )
-from agentrun.core.spec import JsonDict, RunSpec
+from agentrun.core.spec import JsonDict
 
 TASK_COLUMNS = """t.ordinal, t.task_key, t.title, t.state, t.attempts, t.max_attempts,
     t.last_error, t.run_id, r.status AS run_status, r.current_step_id,
@@ -134,7 +135,7 @@ class BacklogStore:
                 launches=r[6],
                 run_id=r[7],
                 last_error=r[8],
-                spec=RunSpec.model_validate(r[9]) if r[9] else None,
+                spec=RunInput.model_validate(r[9]) if r[9] else None,
                 enqueued_at=r[10],
                 started_at=r[11],
                 finished_at=r[12],
