@@ -7,6 +7,7 @@ enqueue the server held and the mirror never showed."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -113,10 +114,14 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
 ):
     """An operator allows tenant acme priorities 2 and 3 (`tenants set --priorities`); a start
     at priority 1 is refused, exit 5, through the CLI, `RunClient.start`, a fork, a backlog
-    enqueue, a backlog's own start of a task and `run_agent`; at priority 3 each goes on."""
+    enqueue, a backlog's own start of a task and `run_agent`; at priority 3 each goes on. The
+    operator sets them through the CLI or `RunClient.set_tenant`; a tenant cannot."""
     acme, _ = tenants
-    operator = await cli(settings, tmp_path, None, "tenants", "set", acme, "--priorities", "3,2")
-    assert operator.code == 0, operator.err
+    by_operator = await cli(
+        settings, tmp_path, None, "tenants", "set", acme, "--priorities", "3,2", "--json"
+    )
+    assert by_operator.code == 0, by_operator.err
+    assert json.loads(by_operator.out)["allowed_priorities"] == [2, 3]
     assert (await TenantStore(pool).limits(acme)).allowed_priorities == [2, 3]
     by_tenant = await cli(settings, tmp_path, acme, "tenants", "set", acme, "--priorities", "1")
     assert by_tenant.code == 5, "a tenant does not set its own priorities"
@@ -138,7 +143,12 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
         async with worker(workflows=tuple(WORKFLOWS), activities=tuple(for_worker(ledger))):
             allowed = await runs.start(make_spec().task, priority=3)
             await wait_pending(client, allowed)
-            await TenantStore(pool).save(TenantLimits(tenant=acme, allowed_priorities=[2]))
+            operator = RunClient(client, settings)
+            try:
+                changed = await operator.set_tenant(acme, {"allowed_priorities": [2]})
+            finally:
+                await operator.close()
+            assert changed.allowed_priorities == [2]
             with pytest.raises(OperationRefused, match="priority 2 only, not 3"):
                 await runs.fork(allowed, from_step=1)
 
