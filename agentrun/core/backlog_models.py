@@ -194,9 +194,7 @@ class BacklogControlResult(BaseModel):
 class RetryInput(BaseModel):
     key: str
     by: str = "cli"
-    tenant: str | None = Field(
-        None, max_length=200, description="the sender's tenant: another's task is refused"
-    )
+    tenant: str | None = Field(None, description="the sender's tenant: another's task is refused")
     request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
 
 
@@ -212,7 +210,7 @@ class BacklogControlSignal(BaseModel):
 
     by: str = "cli"
     reason: str | None = None
-    tenant: str | None = Field(None, max_length=200, description="as ControlInput's")
+    tenant: str | None = Field(None, description="as ControlInput's")
     request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
 
 

@@ -528,7 +528,6 @@ class ControlInput(BaseModel):
     reason: str | None = None
     tenant: str | None = Field(
         None,
-        max_length=200,
         description="the sender's tenant (a backlog refuses a stop or resume that would act on "
         "another's tasks); None: an operator",
     )
