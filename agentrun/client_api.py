@@ -513,8 +513,9 @@ class RunClient:
 
     async def set_tenant(self, tenant: str, changes: dict[str, Any]) -> TenantLimits:
         """Change some of a tenant's settings (weight, max_in_flight, max_queued,
-        model_calls_per_second; None removes a limit), keep the rest. An operator's act: a
-        tenant's cap and weight are the policy the door enforces on it, not its own to set."""
+        model_calls_per_second, allowed_priorities; None removes a limit), keep the rest. An
+        operator's act: a tenant's cap, weight and priorities are the policy the door
+        enforces on it, not its own to set."""
         if self.tenant:
             raise OperationRefused(
                 "tenants set changes a tenant's share and limits: an operator's act, not one "

@@ -39,7 +39,7 @@ from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
 # The newest recording; older ones stay (their backlogs replay along the old paths).
-OUT = ROOT / "tests" / "histories" / "backlog_held_writes.json"
+OUT = ROOT / "tests" / "histories" / "backlog_tenant_policy.json"
 AGENT = "history"
 TASK_QUEUE = "record-backlog-history"
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}

@@ -142,6 +142,7 @@ async def test_tenants_cli_sets_lists_and_refuses(client, settings, pool, tmp_pa
         "max_in_flight": 3,
         "max_queued": None,
         "model_calls_per_second": None,
+        "allowed_priorities": None,
     }
     off = await run_cli(
         settings, tmp_path, "tenants", "set", tenant, "--max-in-flight", "off", "--json"

@@ -7,6 +7,8 @@ AGENTRUN_PREPARED_STATEMENTS=0.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -24,18 +26,27 @@ import agentrun.demo
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
 from agentrun.ops import operations as ops
+from agentrun.store import ledger
 from agentrun.store.db import MIGRATIONS, install_tool_schema, open_pool
 from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import make_spec, wait_pending
+from tests.test_cli import ROOT, cli_env
 from tests.test_run_happy_path import (
     test_run_completes_with_receipt_and_mirror as test_through_pgbouncer_a_run_and_its_mirror,
 )
 from tests.test_run_happy_path import (
     test_sql_answers_what_a_run_did_and_cost as test_through_pgbouncer_sql_answers,
 )
+from tests.test_unknown_outcomes import (
+    test_a_crash_after_an_external_effect_is_reconciled_not_repeated as test_through_pgbouncer_a_crashed_effect_is_reconciled,  # noqa: E501
+)
 
-__all__ = ["test_through_pgbouncer_a_run_and_its_mirror", "test_through_pgbouncer_sql_answers"]
+__all__ = [
+    "test_through_pgbouncer_a_crashed_effect_is_reconciled",
+    "test_through_pgbouncer_a_run_and_its_mirror",
+    "test_through_pgbouncer_sql_answers",
+]
 
 NO_PREPARED = Settings.read({"AGENTRUN_PREPARED_STATEMENTS": "0"}).prepared_statements
 
@@ -78,6 +89,63 @@ async def test_prepared_statements_break_behind_pgbouncer_unless_turned_off(pgbo
         await two_clients(prepared=True)
     assert NO_PREPARED is False
     assert await two_clients(prepared=NO_PREPARED) == [1, 2, 3, 4, 5, 6]
+
+
+ADVISORY_LOCKS = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+
+
+async def test_an_effect_lock_behind_pgbouncer_has_one_holder_and_ends_with_it(pool, database_url):
+    """The lock that keeps two attempts of one external effect apart (ledger.locked), taken
+    through PgBouncer in transaction mode: while one client holds it, every other client is
+    refused, whichever server connection PgBouncer hands it (a session lock stays on the
+    server connection, whose next client takes it again as its holder); once the holder is
+    done, Postgres holds no lock of it (a session lock's unlock may run on another server
+    connection and leave it held for ever)."""
+    key = f"effect-{uuid.uuid4().hex}"
+    async with await AsyncConnection.connect(database_url, autocommit=True) as direct:
+        for _ in range(3):
+            async with ledger.locked(pool, key) as mine:
+                assert mine
+                for _ in range(10):
+                    async with ledger.locked(pool, key) as theirs:
+                        assert not theirs
+                cur = await direct.execute(ADVISORY_LOCKS)
+                assert await cur.fetchone() == (1,)
+            cur = await direct.execute(ADVISORY_LOCKS)
+            assert await cur.fetchone() == (0,)
+            async with ledger.locked(pool, key) as next_holder:
+                assert next_holder
+
+
+async def test_the_demo_runs_through_pgbouncer_with_prepared_statements_off(
+    settings, pool, pgbouncer, tmp_path
+):
+    """`agentrun demo` as a user runs it against a managed Postgres behind PgBouncer in
+    transaction mode: DATABASE_URL names the pooler, AGENTRUN_PREPARED_STATEMENTS=0. Its
+    worker, its client and its migration all go through the pooler, and the run completes
+    with its receipt in the database."""
+    assert settings.database_url == pgbouncer
+    env = {
+        **cli_env(settings, tmp_path),
+        "AGENTRUN_PREPARED_STATEMENTS": "0",
+        "AGENTRUN_TASK_QUEUE": f"demo-{uuid.uuid4().hex[:8]}",
+    }
+    env.pop("AGENTRUN_TENANT", None)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "starter.py", "demo", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout)
+    assert outcome["status"] == "completed" and outcome["receipt"]["outcome"] == "completed"
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT status FROM runs WHERE run_id = %s", (outcome["run_id"],))
+        assert await cur.fetchone() == ("completed",)
 
 
 def migrate(database_url: str, home: Path) -> subprocess.CompletedProcess[str]:

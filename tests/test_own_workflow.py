@@ -5,10 +5,12 @@ activity. The parent's history replays against today's code, as does the committ
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 
@@ -33,7 +35,8 @@ async def started(client: Client, run_id: str) -> bool:
 HISTORY = Path(__file__).parent / "histories" / "own_workflow" / "refund_review.json"
 # The committed history's workflow id: the agent's run id derives from it, so a replay needs
 # it. `AGENTRUN_RECORD_HISTORIES=1 pytest tests/test_own_workflow.py` records it again, after
-# an intended change to workflows/refund_review.py (keep the old file: open runs need it).
+# an intended change to workflows/refund_review.py or run_agent (keep the old file under
+# another name beside it: open runs need it).
 RECORDED_ID = "refund-recorded"
 RECORDING = os.environ.get("AGENTRUN_RECORD_HISTORIES") == "1"
 
@@ -84,6 +87,9 @@ async def test_a_business_workflow_runs_an_agent_and_acts_once(
         HISTORY.write_text(history.to_json())
 
 
-async def test_the_committed_business_history_replays():
-    history = WorkflowHistory.from_json(RECORDED_ID, HISTORY.read_text())
+@pytest.mark.parametrize("path", sorted(HISTORY.parent.glob("*.json")), ids=lambda path: path.stem)
+async def test_the_committed_business_histories_replay(path: Path):
+    """The newest recording, and those before it (`refund_review_before_policy`: a parent
+    whose agent started before `run_agent` read its tenant's policy)."""
+    history = WorkflowHistory.from_json(RECORDED_ID, await asyncio.to_thread(path.read_text))
     await replayer([RefundReviewWorkflow, AgentRunWorkflow]).replay_workflow(history)

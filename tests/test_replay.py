@@ -25,7 +25,7 @@ from agentrun.core.constants import (
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from agentrun.workflows.agent_run import MODEL_CALL_QUEUE
-from agentrun.workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
+from agentrun.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
 from agentrun.workflows.recording import MIRROR_QUEUE, MIRROR_SYNC_AFTER_COMMIT, MIRROR_SYNC_LOCAL
 from tests.recorded import HISTORIES, recorded_history, replayer
 
@@ -80,6 +80,14 @@ def test_backlog_child_priority_has_a_history():
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
     assert CHILD_PRIORITY in taken["backlog_child_priority"]
+
+
+def test_backlog_children_under_their_tenants_policy_have_a_history():
+    """Backlogs whose runs read their tenant's policy before they start (issue 24), and
+    those recorded before, which start them without."""
+    taken = {path.stem: patch_ids(path) for path in HISTORIES}
+    assert CHILD_POLICY not in taken["backlog_held_writes"]
+    assert CHILD_POLICY in taken["backlog_tenant_policy"]
 
 
 def test_backlog_held_writes_have_a_history():

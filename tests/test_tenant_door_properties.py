@@ -1,14 +1,17 @@
 """Three tenants through every way in, under random operations, on the real stack (issue 24).
 
 Hypothesis drives tenants through the CLI (in process, with AGENTRUN_TENANT set), the Python
-`RunClient`, forks, backlog enqueues and a capped tenant's starts, and has each tenant try
-every run it has heard of, its own or not. Tenant A has a cap of one, a weight of 2 and a
-keyed approver; B has nothing; C a weight of 3. After each step and each sequence:
+`RunClient`, forks, backlog enqueues (whose runs the backlog starts), a deployment's own
+workflow running an agent (`run_agent`) and a capped tenant's starts, and has each tenant
+try every run it has heard of, its own or not. Tenant A has a cap of one, a weight of 2 and
+a keyed approver; B has nothing; C a weight of 3 and priorities 2 to 5 only (a start at 1 is
+refused on every path). After each step and each sequence:
 - no operation of one tenant returned or changed another's run (a refused command left no
   signal, update or cancel request in the run's history);
 - every run, whatever path started it, is its starter's tenant's, carries that tenant's
   approvers and weight, and (A) waits behind its cap;
-- the capped tenant never has more than one run past `queued`;
+- the capped tenant never has more than one run past `queued`, its backlogs' and its own
+  workflows' runs included;
 - a refusal for another tenant's run reads exactly as one for a missing run.
 """
 
@@ -42,12 +45,15 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 import agentrun.demo
+from activities import for_worker
 from agentrun.cli import main as cli_main
 from agentrun.client_api import RunClient
 from agentrun.core.admission_models import TenantLimits
+from agentrun.core.backlog_models import TaskItem
 from agentrun.core.constants import SIGNAL_RUN_ADMIT
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import OperationError, OperationRefused
 from agentrun.core.settings import Settings
+from agentrun.core.spec import RunSpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import approver_keys, fork_ops
 from agentrun.ops import operations as ops
@@ -55,7 +61,9 @@ from agentrun.store.approver_store import ApproverStore
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.store.tenant_store import TenantStore
 from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
-from tests.support import NOTIFY_TASK, rows
+from agentrun.workflows.child_runs import child_run_id
+from tests.support import NOTIFY_TASK, eventually, rows
+from workflows import WORKFLOWS, RefundRequest, RefundReviewWorkflow
 
 T = TypeVar("T")
 WAIT = 15.0
@@ -84,6 +92,7 @@ class Stack:
         self.model.__enter__()
         self.task_queue = f"door-{uuid.uuid4().hex[:8]}"
         self.config_dir = tmp
+        self.refunds = Path(tmp) / "refunds.jsonl"
         self.settings = Settings.load({}).model_copy(
             update={
                 "temporal_address": address,
@@ -104,7 +113,13 @@ class Stack:
         await install_tool_schema(self.pool, registry.schema())
         model = openai.AsyncOpenAI(base_url=self.model.base_url, api_key="x", max_retries=0)
         deps = WorkerDeps(pool=self.pool, model_client=model, registry=registry)
-        self.workers: AgentWorkers = build_worker(self.client, self.settings, deps)
+        self.workers: AgentWorkers = build_worker(
+            self.client,
+            self.settings,
+            deps,
+            workflows=WORKFLOWS,
+            activities=for_worker(self.refunds),
+        )
         await self.workers.__aenter__()
 
     def runs_for(self, tenant: str | None) -> RunClient:
@@ -169,6 +184,7 @@ class Tenants(RuleBasedStateMachine):
         # is the task of the tenant that enqueued it first (a later enqueue ignores it).
         self.shared = f"desk-shared-{mark}"
         self.owners: dict[tuple[str, str], str] = {}
+        self.parents: list[str] = []  # the deployment's own workflows, ended at teardown
 
     def call(self, work: Coroutine[Any, Any, T]) -> T:
         return self.stack.call(work)
@@ -178,7 +194,7 @@ class Tenants(RuleBasedStateMachine):
         a, _, c = self.tenants
         store = TenantStore(self.stack.pool)
         self.call(store.save(TenantLimits(tenant=a, max_in_flight=1, weight=2)))
-        self.call(store.save(TenantLimits(tenant=c, weight=3)))
+        self.call(store.save(TenantLimits(tenant=c, weight=3, allowed_priorities=[2, 3, 4, 5])))
         folder = os.path.join(self.stack.config_dir, a)
         ana = approver_keys.create(Path(folder), "ana", "approver", a)
         self.call(ApproverStore(self.stack.pool).add(ana.signer))
@@ -245,11 +261,76 @@ class Tenants(RuleBasedStateMachine):
             out.write(f"- title: t\n  idempotency_key: {key}\n  spec: {{task: {NOTIFY_TASK!r}}}\n")
         agent = self.shared if shared else f"desk-{tenant}"
         code, _, err = self.stack.cli(tenant, "backlog", "enqueue", "--agent", agent, plan)
-        if t == 0:
-            assert code == 5 and "has a cap" in err, err
-        else:
-            assert code == 0, err
-            self.owners.setdefault((agent, key), tenant)
+        assert code == 0, err  # a capped tenant's runs wait in its queue
+        self.owners.setdefault((agent, key), tenant)
+
+    @rule(target=runs, t=who, key=keys)
+    def run_an_agent_from_an_own_workflow(self, t: int, key: str) -> Run:
+        """A deployment's workflow runs the tenant's agent as its child (`run_agent`)."""
+        tenant = self.tenants[t]
+        parent = f"refund-{tenant}-{key}-{uuid.uuid4().hex[:6]}"
+        request = RefundRequest(
+            request_id=key,
+            customer="ana@example.com",
+            amount_usd=1.0,
+            agent=RunSpec(task=NOTIFY_TASK, tenant=tenant),
+        )
+        self.parents.append(parent)
+        self.call(
+            self.stack.client.start_workflow(
+                RefundReviewWorkflow.run, request, id=parent, task_queue=self.stack.task_queue
+            )
+        )
+        run_id = child_run_id(parent, key)
+
+        async def started() -> bool:
+            try:
+                await ops.status(self.stack.client, run_id, wait=WAIT)
+            except OperationError:
+                return False
+            return True
+
+        self.call(eventually(started, seconds=60, what=f"{run_id} to start"))
+        return self.learn(run_id, tenant, "run_agent")
+
+    @rule(t=who, path=st.sampled_from(["cli", "client", "backlog"]))
+    def start_at_priority_one(self, t: int, path: str) -> None:
+        """Tenant C may not take priority 1: refused (exit 5) on each path; others may."""
+        tenant = self.tenants[t]
+        may = tenant != self.tenants[2]
+        key = f"p1-{uuid.uuid4().hex[:6]}"
+        if path == "cli":
+            code, out, err = self.stack.cli(
+                tenant, "start", "--task", NOTIFY_TASK, "--idempotency-key", key,
+                "--priority", "1", "--json",
+            )  # fmt: skip
+            if may:
+                assert code == 0, err
+                self.learn(json.loads(out)["run_id"], tenant, "cli at priority 1")
+            else:
+                assert code == 5 and out == "" and "priority 2, 3, 4, 5 only" in err, err
+            return
+        runs = self.stack.runs_for(tenant)
+        try:
+            if path == "client":
+                work: Any = runs.start(NOTIFY_TASK, idempotency_key=key, priority=1)
+            else:
+                task = TaskItem(
+                    title="t", idempotency_key=key, spec=RunSpec(task=NOTIFY_TASK, priority=1)
+                )
+                work = runs.backlog_enqueue(f"desk-{tenant}", [task], wait=WAIT)
+            try:
+                done = self.call(work)
+            except OperationRefused as err:
+                assert not may and "priority 2, 3, 4, 5 only" in str(err), err
+                return
+            assert may, f"{tenant} started a run at priority 1 through {path}"
+            if path == "client":
+                self.learn(done, tenant, "client at priority 1")
+            else:
+                self.owners.setdefault((f"desk-{tenant}", key), tenant)
+        finally:
+            self.call(runs.close())
 
     @rule(t=who)
     def read_and_retry_the_shared_backlog(self, t: int) -> None:
@@ -342,11 +423,26 @@ class Tenants(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the promises
 
+    def backlog_runs(self) -> list[Run]:
+        """The runs the backlogs started so far, each its task's tenant's."""
+        found = self.call(
+            rows(
+                self.stack.pool,
+                """SELECT agent, task_key, run_id FROM backlog_tasks
+                   WHERE agent = ANY(%s) AND run_id IS NOT NULL""",
+                [self.shared, *(f"desk-{tenant}" for tenant in self.tenants)],
+            )
+        )
+        return [
+            Run(child["run_id"], self.owners[(child["agent"], child["task_key"])], "backlog")
+            for child in found
+        ]
+
     @invariant()
     def the_capped_tenant_stays_under_its_cap(self) -> None:
         capped = self.tenants[0]
         past_queue = 0
-        for run in self.known:
+        for run in [*self.known, *self.backlog_runs()]:
             if run.tenant == capped:
                 state = self.call(ops.status(self.stack.client, run.run_id, wait=WAIT))
                 past_queue += state.status.value not in ("queued", *ENDED)
@@ -354,30 +450,14 @@ class Tenants(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            for tenant in self.tenants[1:]:
-                children = self.call(
-                    rows(
-                        self.stack.pool,
-                        "SELECT run_id FROM backlog_tasks WHERE agent = %s AND run_id IS NOT NULL",
-                        f"desk-{tenant}",
-                    )
-                )
-                for child in children:
-                    self.learn(child["run_id"], tenant, "backlog")
-            shared = self.call(
-                rows(
-                    self.stack.pool,
-                    """SELECT task_key, run_id FROM backlog_tasks
-                       WHERE agent = %s AND run_id IS NOT NULL""",
-                    self.shared,
-                )
-            )
-            for child in shared:
-                owner = self.owners[(self.shared, child["task_key"])]
-                self.learn(child["run_id"], owner, "shared backlog")
+            for child in self.backlog_runs():
+                self.learn(child.run_id, child.tenant, child.path)
             for run in self.known:
                 self.call(self.check(run))
         finally:
+            for parent in self.parents:
+                with contextlib.suppress(Exception):
+                    self.call(self.stack.client.get_workflow_handle(parent).terminate("over"))
             for run in self.known:
                 with contextlib.suppress(Exception):
                     self.call(ops.cancel(self.stack.client, run.run_id, wait=WAIT))

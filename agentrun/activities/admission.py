@@ -4,13 +4,25 @@ runs Temporal has closed."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.core.admission_models import QueueSyncInput, RunIdsInput
-from agentrun.core.constants import ACTIVITY_ADMISSION_CLOSED, ACTIVITY_ADMISSION_SYNC
+from agentrun.core import constants as names
+from agentrun.core import fairness
+from agentrun.core.admission_models import (
+    AdmissionInput,
+    HoldInput,
+    HoldRequest,
+    QueuedStart,
+    QueueSyncInput,
+    RunIdsInput,
+    admission_id,
+)
+from agentrun.core.tenant_policy import PolicyInput, RunPolicy
 from agentrun.store.tenant_store import TenantStore
 
 DESCRIBES_AT_ONCE = 8
@@ -21,11 +33,40 @@ class AdmissionActivities:
         self.store = store
         self.client = client
 
-    @activity.defn(name=ACTIVITY_ADMISSION_SYNC)
+    @activity.defn(name=names.ACTIVITY_TENANT_POLICY)
+    async def policy(self, input: PolicyInput) -> RunPolicy:
+        """The tenant's policy, for a run a workflow is about to start as its child."""
+        return await self.store.policy(input.tenant)
+
+    @activity.defn(name=names.ACTIVITY_ADMISSION_HOLD)
+    async def hold(self, request: HoldRequest) -> QueuedStart:
+        """Put a run a workflow started (waiting, `spec.admission` naming the tenant's queue)
+        in its tenant's queue, creating the queue with the stored limits on first use. Held
+        twice, a run is held once."""
+        limits = await self.store.limits(request.tenant)
+        queue: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            names.ADMISSION_WORKFLOW_NAME,
+            AdmissionInput(tenant=request.tenant, limits=limits, keeps_limits=True),
+            id=admission_id(request.tenant),
+            task_queue=request.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            priority=fairness.run_priority(
+                fairness.HIGHEST_PRIORITY, request.tenant, limits.weight
+            ),
+        )
+        held: QueuedStart = await self.client.execute_update_with_start_workflow(
+            names.UPDATE_ADMISSION_HOLD,
+            HoldInput(run_id=request.run_id, tenant=request.tenant),
+            start_workflow_operation=queue,
+            result_type=QueuedStart,
+        )
+        return held
+
+    @activity.defn(name=names.ACTIVITY_ADMISSION_SYNC)
     async def sync(self, batch: QueueSyncInput) -> None:
         await self.store.sync_queue(batch)
 
-    @activity.defn(name=ACTIVITY_ADMISSION_CLOSED)
+    @activity.defn(name=names.ACTIVITY_ADMISSION_CLOSED)
     async def closed_runs(self, input: RunIdsInput) -> list[str]:
         """The runs that are no longer running: ended without releasing their slot (a
         terminate runs none of the run's code) or gone from Temporal altogether."""

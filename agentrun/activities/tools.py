@@ -257,64 +257,61 @@ class ToolActivities:
         """A committed claim, the effect, then the record; a stale claim is reconciled."""
         attempt = activity.info().attempt
         key = input.idempotency_key
-        async with self.pool.connection() as conn:
-            if not await ledger.try_lock(conn, key):
+        # The lock's connection first: a call never holds its working connection while it
+        # waits for the lock's (see agentrun.store.db.RESERVED_CONNECTIONS).
+        async with ledger.locked(self.pool, key) as mine, self.pool.connection() as conn:
+            if not mine:
                 raise errors.effect_in_progress(tool.name, key)
-            try:
-                context = self._context(input, checkpoint, conn, save_checkpoint, scope)
-                state, recorded = await ledger.claim_external(
-                    conn,
-                    key=key,
-                    run_id=input.run_id,
-                    step_id=input.step_id,
-                    tool=tool.name,
-                    attempt=attempt,
+            context = self._context(input, checkpoint, conn, save_checkpoint, scope)
+            state, recorded = await ledger.claim_external(
+                conn,
+                key=key,
+                run_id=input.run_id,
+                step_id=input.step_id,
+                tool=tool.name,
+                attempt=attempt,
+            )
+            if state == "done":
+                await ledger.count_duplicate(conn, key)
+                return ToolCallResult(
+                    ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
                 )
-                if state == "done":
+            reconciliation = None
+            if state == "started":  # an earlier attempt claimed it and never finished
+                # A person's answer covers the claim they were shown, made by an earlier
+                # step; a claim this step made (a re-run that died) is unknown again.
+                decided = input.resolution if recorded != input.step_id else None
+                verdict = await self._reconcile(tool, args, context, decided)
+                if verdict is None:
+                    return ToolCallResult(
+                        ok=False,
+                        unknown_outcome=True,
+                        attempt=attempt,
+                        error=f"{tool.name} may or may not have happened (key {key}): an "
+                        "earlier attempt died mid-effect and the tool has no reconcile hook",
+                    )
+                if verdict.happened:
+                    reconciliation = f"happened ({verdict.by})"
+                    result = await self._seal(tool, input.run_id, scope, verdict.result, conn)
+                    await ledger.complete(
+                        conn, key=key, result=result, reconciliation=reconciliation
+                    )
                     await ledger.count_duplicate(conn, key)
                     return ToolCallResult(
-                        ok=True, output=recorded, duplicate_prevented=True, attempt=attempt
+                        ok=True,
+                        output=result,
+                        duplicate_prevented=True,
+                        reconciliation=reconciliation,
+                        attempt=attempt,
                     )
-                reconciliation = None
-                if state == "started":  # an earlier attempt claimed it and never finished
-                    # A person's answer covers the claim they were shown, made by an earlier
-                    # step; a claim this step made (a re-run that died) is unknown again.
-                    decided = input.resolution if recorded != input.step_id else None
-                    verdict = await self._reconcile(tool, args, context, decided)
-                    if verdict is None:
-                        return ToolCallResult(
-                            ok=False,
-                            unknown_outcome=True,
-                            attempt=attempt,
-                            error=f"{tool.name} may or may not have happened (key {key}): an "
-                            "earlier attempt died mid-effect and the tool has no reconcile hook",
-                        )
-                    if verdict.happened:
-                        reconciliation = f"happened ({verdict.by})"
-                        result = await self._seal(tool, input.run_id, scope, verdict.result, conn)
-                        await ledger.complete(
-                            conn, key=key, result=result, reconciliation=reconciliation
-                        )
-                        await ledger.count_duplicate(conn, key)
-                        return ToolCallResult(
-                            ok=True,
-                            output=result,
-                            duplicate_prevented=True,
-                            reconciliation=reconciliation,
-                            attempt=attempt,
-                        )
-                    reconciliation = f"not happened ({verdict.by})"
-                    await ledger.reclaim(conn, key=key, step_id=input.step_id, attempt=attempt)
-                output = await self._seal(
-                    tool, input.run_id, scope, await tool.fn(args, context), conn
-                )
-                faults.fire("tool.after_external_effect", tool.name)
-                await ledger.complete(conn, key=key, result=output, reconciliation=reconciliation)
-                return ToolCallResult(
-                    ok=True, output=output, reconciliation=reconciliation, attempt=attempt
-                )
-            finally:
-                await ledger.unlock(conn, key)
+                reconciliation = f"not happened ({verdict.by})"
+                await ledger.reclaim(conn, key=key, step_id=input.step_id, attempt=attempt)
+            output = await self._seal(tool, input.run_id, scope, await tool.fn(args, context), conn)
+            faults.fire("tool.after_external_effect", tool.name)
+            await ledger.complete(conn, key=key, result=output, reconciliation=reconciliation)
+            return ToolCallResult(
+                ok=True, output=output, reconciliation=reconciliation, attempt=attempt
+            )
 
     async def _reconcile(
         self,

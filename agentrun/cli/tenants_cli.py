@@ -17,6 +17,7 @@ COLUMNS = [
     "max_in_flight",
     "max_queued",
     "model_calls_per_second",
+    "allowed_priorities",
     "in_flight",
     "queued",
 ]
@@ -36,8 +37,25 @@ def limit(kind: type) -> Any:
     return parse
 
 
+def priorities(text: str) -> list[int] | None:
+    """`1,2,3`: the priorities a tenant's runs may take; `off`: any."""
+    if text.strip().lower() == OFF:
+        return None
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"expected priorities such as 1,2,3 or {OFF!r}, got {text!r}"
+        ) from err
+
+
+SETTINGS = ("weight", "max_in_flight", "max_queued", "model_calls_per_second", "allowed_priorities")
+
+
 def add_commands(sub: Any) -> None:
-    group = sub.add_parser("tenants", help="tenants' weights, caps and model-call rates")
+    group = sub.add_parser(
+        "tenants", help="tenants' weights, caps, model-call rates and priorities"
+    )
     commands = group.add_subparsers(dest="tenants_command", required=True, metavar="COMMAND")
     p = commands.add_parser(
         "set",
@@ -57,6 +75,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--model-calls-per-second", type=limit(float), help="model calls per second, or off"
     )
+    p.add_argument(
+        "--priorities",
+        dest="allowed_priorities",
+        type=priorities,
+        help="the priorities its runs may take, such as 2,3,4,5; a start at another is "
+        "refused (exit 5); or off (any)",
+    )
     p.add_argument("--json", action="store_true", default=False, help="print JSON for machines")
     p = commands.add_parser("list", help="every tenant: settings, runs in flight and queued")
     add_json(p)
@@ -71,7 +96,7 @@ async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
         return 0
     changes = {
         name: getattr(args, name)
-        for name in ("weight", "max_in_flight", "max_queued", "model_calls_per_second")
+        for name in SETTINGS
         if hasattr(args, name)  # flags left out are absent (SUPPRESS): they stay
     }
     limits = await runs.set_tenant(args.tenant, changes)

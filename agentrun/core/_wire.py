@@ -251,6 +251,11 @@ class RejectInput(BaseModel):
 class ControlInput(BaseModel):
     by: str = "cli"
     reason: str | None = None
+    tenant: str | None = Field(
+        None,
+        description="the sender's tenant (a backlog refuses a stop or resume that would act on "
+        "another's tasks); None: an operator",
+    )
 
 
 class ForkSeedInput(BaseModel):

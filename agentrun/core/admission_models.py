@@ -4,11 +4,12 @@ workflow's boundary, one model per message (see agentrun/core/fairness.py for th
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agentrun.core._state import RunInput
+from agentrun.core.constants import ADMISSION_ID_PREFIX
 
 QueueState = Literal["waiting", "admitted", "released"]
 
@@ -23,6 +24,26 @@ class TenantLimits(BaseModel):
         None, ge=0, description="runs waiting for a slot; a start past it is refused"
     )
     model_calls_per_second: float | None = Field(None, gt=0, description="model calls / s")
+    allowed_priorities: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
+        None, min_length=1, description="the priorities its runs may take; None: any"
+    )
+
+    @field_validator("allowed_priorities")
+    @classmethod
+    def _sorted(cls, value: list[int] | None) -> list[int] | None:
+        return None if value is None else sorted(set(value))
+
+    def priority_refusal(self, priority: int) -> str | None:
+        """Why a run of this tenant may not start at `priority`; None if it may."""
+        allowed = self.allowed_priorities
+        if allowed is None or priority in allowed:
+            return None
+        listed = ", ".join(map(str, allowed))
+        return (
+            f"refused: tenant {self.tenant!r} may start runs at priority {listed} only, not "
+            f"{priority}; start it at one of those (`--priority`), or an operator allows more "
+            f"(`agentrun tenants set {self.tenant} --priorities 1,2,3,4,5`)"
+        )
 
     @property
     def capped(self) -> bool:
@@ -39,6 +60,27 @@ class QueuedStartInput(BaseModel):
     indexed: bool = True
     limits: TenantLimits
     request_id: str | None = Field(None, description="the same for every try of one start")
+
+
+class HoldInput(BaseModel):
+    """Hold a run its parent started waiting (`spec.admission` names this queue) until a
+    slot is free (update `admission.hold`): a backlog's task, a workflow's own agent."""
+
+    run_id: str
+    tenant: str
+
+
+class HoldRequest(BaseModel):
+    """What the hold activity needs: the run, and the queue to create if it is not there."""
+
+    run_id: str
+    tenant: str
+    task_queue: str
+
+
+def admission_id(tenant: str) -> str:
+    """The workflow id of a tenant's admission queue."""
+    return ADMISSION_ID_PREFIX + tenant
 
 
 class QueuedStart(BaseModel):

@@ -202,6 +202,7 @@ class BacklogControlResult(BaseModel):
 class RetryInput(BaseModel):
     key: str
     by: str = "cli"
+    tenant: str | None = Field(None, description="the sender's tenant: another's task is refused")
     request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
 
 
@@ -217,7 +218,26 @@ class BacklogControlSignal(BaseModel):
 
     by: str = "cli"
     reason: str | None = None
+    tenant: str | None = Field(None, description="as ControlInput's")
     request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
+
+
+def not_all_yours(agent: str, tenant: str) -> str:
+    """Why a stop or resume under a tenant is refused while the backlog holds another's tasks
+    (said by the command, agentrun/ops/backlog_ops.py, and by the backlog itself)."""
+    return (
+        f"the backlog of agent {agent} holds other tenants' tasks too, and this command acts "
+        f"on all of them; this client acts for tenant {tenant!r} only. An operator (no "
+        "AGENTRUN_TENANT) may"
+    )
+
+
+def no_task(agent: str, key: str) -> str:
+    """A retry of a key the backlog does not hold, or (under a tenant) of another's task."""
+    return (
+        f"no task {key!r} in the backlog of agent {agent}; `backlog list --agent {agent}` "
+        "shows the keys"
+    )
 
 
 class Delivery(BaseModel):

@@ -70,6 +70,11 @@ ADMISSION_WORKFLOW_NAME = "TenantAdmission"
 ADMISSION_ID_PREFIX = "admission-"
 ACTIVITY_ADMISSION_SYNC = "admission.sync"
 ACTIVITY_ADMISSION_CLOSED = "admission.closed_runs"
+# A run its parent started (a backlog's, a workflow's own) joins its tenant's queue.
+ACTIVITY_ADMISSION_HOLD = "admission.hold"
+# A tenant's policy, read for the runs a workflow starts (agentrun.core.tenant_policy).
+ACTIVITY_TENANT_POLICY = "tenants.policy"
+UPDATE_ADMISSION_HOLD = "admission.hold"
 UPDATE_ADMISSION_ENQUEUE = "admission.enqueue"
 UPDATE_ADMISSION_CONFIGURE = "admission.configure"
 SIGNAL_ADMISSION_RELEASE = "admission.release"

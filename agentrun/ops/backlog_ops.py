@@ -30,7 +30,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.core import bounds
+from agentrun.core import backlog_models, bounds
 from agentrun.core import constants as names
 from agentrun.core._wire import ControlInput
 from agentrun.core.backlog_models import (
@@ -336,10 +336,7 @@ def no_task(agent: str, key: str) -> OperationError:
     """A retry of a key the backlog does not hold, or (under a tenant) of another tenant's
     task: word for word the refusal of the backlog's retry validator
     (agentrun/workflows/backlog.py), as `_change` passes it on."""
-    return OperationError(
-        f"refused: no task {key!r} in the backlog of agent {agent}; "
-        f"`backlog list --agent {agent}` shows the keys"
-    )
+    return OperationError(f"refused: {backlog_models.no_task(agent, key)}")
 
 
 async def _tenant_door(
@@ -377,11 +374,7 @@ async def _tenant_door(
 
 
 def not_all_yours(agent: str, tenant: str) -> OperationRefused:
-    return OperationRefused(
-        f"refused: the backlog of agent {agent} holds other tenants' tasks too, and this "
-        f"command acts on all of them; this client acts for tenant {tenant!r} only. An "
-        "operator (no AGENTRUN_TENANT) may"
-    )
+    return OperationRefused(f"refused: {backlog_models.not_all_yours(agent, tenant)}")
 
 
 @dataclass
@@ -507,9 +500,9 @@ async def _control(
         client,
         agent,
         names.UPDATE_BACKLOG_STOP if stopping else names.UPDATE_BACKLOG_RESUME,
-        ControlInput(by=by),
+        ControlInput(by=by, tenant=tenant),
         names.SIGNAL_BACKLOG_STOP if stopping else names.SIGNAL_BACKLOG_RESUME,
-        BacklogControlSignal(by=by, request_id=uuid.uuid4().hex),
+        BacklogControlSignal(by=by, tenant=tenant, request_id=uuid.uuid4().hex),
         BacklogControlResult,
         wait,
         only=None if tenant is None or own is None else (tenant, own),
@@ -539,9 +532,9 @@ async def retry(
         client,
         agent,
         names.UPDATE_BACKLOG_RETRY,
-        RetryInput(key=key, by=by),
+        RetryInput(key=key, by=by, tenant=tenant),
         names.SIGNAL_BACKLOG_RETRY,
-        RetryInput(key=key, by=by, request_id=uuid.uuid4().hex),
+        RetryInput(key=key, by=by, tenant=tenant, request_id=uuid.uuid4().hex),
         RetryResult,
         wait,
     )

@@ -3,9 +3,12 @@
 Every path that starts a run (the CLI's `start`, `RunClient.start`, a fork, `demo`, a
 capped tenant's queue) calls `start`. It reads the tenant's policy from Postgres itself:
 its registered approvers (a spec may add approvers, never remove the tenant's), its cap, its
-weight, its model-call rate. No caller hands it limits or approvers, so a caller with stale
-or chosen limits changes nothing; without a database there is no policy to read, and the
-start is refused. `tests/test_door.py` fails if any other module starts a run.
+weight, its model-call rate, the priorities it may take (a start at another is refused). No
+caller hands it limits or approvers, so a caller with stale or chosen limits changes
+nothing; without a database there is no policy to read, and the start is refused.
+`tests/test_door.py` fails if any other module starts a run. Runs a workflow starts as its
+children (a backlog's tasks, `run_agent`) read the same policy through an activity
+(agentrun/core/tenant_policy.py) just before they start.
 
 Run ids are scoped by tenant (`run_id`): the same key in two tenants names two runs. The
 engine's own runs take ids no direct start can: forks under `run-~`, backlog runs
@@ -15,23 +18,20 @@ engine's own runs take ids no direct start can: forks under `run-~`, backlog run
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentrun.core import constants as names
-from agentrun.core._state import RunInput
-from agentrun.core.admission_models import TenantLimits
 from agentrun.core.backlog_models import QueuedTask, TaskItem
 from agentrun.core.errors import OperationRefused, SetupError
 from agentrun.core.keys import id_part
 from agentrun.core.results import ForkOrigin
-from agentrun.core.spec import RunSpec, Signer
+from agentrun.core.spec import RunSpec
+from agentrun.core.tenant_policy import RunPolicy, with_policy
 from agentrun.ops import operations
 from agentrun.store import mirror_views
-from agentrun.store.approver_store import ApproverStore
 from agentrun.store.tenant_store import TenantStore
 
 # The tenant of single-user deployments: its runs keep the ids they always had.
@@ -45,39 +45,21 @@ Origin = Literal["start", "fork"]
 BACKLOG_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.[A-Za-z0-9_-]+\.[0-9]+")
 
 NO_DATABASE = (
-    "refused: a run's policy (its tenant's approvers, cap and weight) lives in Postgres, and "
-    "no database is configured; set DATABASE_URL (`agentrun up` prints it)"
+    "refused: a run's policy (its tenant's approvers, cap, weight and priorities) lives in "
+    "Postgres, and no database is configured; set DATABASE_URL (`agentrun up` prints it)"
 )
 
 
-@dataclass(frozen=True)
-class RunPolicy:
-    """What a tenant's runs must carry, as Postgres holds it now."""
-
-    limits: TenantLimits
-    signers: list[Signer]
-
-
 async def policy(pool: AsyncConnectionPool, tenant: str) -> RunPolicy:
-    """The tenant's stored limits and every approver who may decide its runs (its own and
-    any-tenant ones)."""
-    return RunPolicy(
-        limits=await TenantStore(pool).limits(tenant),
-        signers=await ApproverStore(pool).signers(tenant),
-    )
+    """The tenant's policy as Postgres holds it now."""
+    return await TenantStore(pool).policy(tenant)
 
 
-def with_policy(spec: RunSpec, found: RunPolicy, *, fork: ForkOrigin | None = None) -> RunInput:
-    """The run's input: the spec with the tenant's weight and its approvers in its approval
-    policy (a spec's own signers are added to them, never put in their place), and a fork's
-    origin."""
-    run = RunInput.of(spec, fairness_weight=found.limits.weight, fork=fork)
-    if not found.signers:
-        return run
-    known = {s.key_id for s in found.signers}
-    signers = [*found.signers, *(s for s in run.approval.signers if s.key_id not in known)]
-    approval = run.approval.model_copy(update={"signers": signers})
-    return run.model_copy(update={"approval": approval})
+def allowed(spec: RunSpec, found: RunPolicy) -> None:
+    """Refuse a run at a priority its tenant may not take."""
+    refusal = found.limits.priority_refusal(spec.priority)
+    if refusal is not None:
+        raise OperationRefused(refusal)
 
 
 def run_id(tenant: str, key: str | None, *, origin: Origin = "start") -> str:
@@ -120,6 +102,7 @@ async def start(
             f"{spec.tenant!r}"
         )
     found = await policy(pool, spec.tenant)
+    allowed(spec, found)
     scoped = run_id(spec.tenant, spec.idempotency_key, origin="start" if fork is None else "fork")
     legacy = operations.run_id_for(spec.idempotency_key)
     key = spec.idempotency_key
@@ -162,14 +145,9 @@ async def backlog_tasks(
                 )
         if spec.tenant not in policies:
             policies[spec.tenant] = await policy(pool, spec.tenant)
-        if policies[spec.tenant].limits.capped:
-            # The backlog starts its runs as its own children, past the tenant's queue: until
-            # they wait there, a capped tenant's backlog is refused rather than run uncapped.
-            raise OperationRefused(
-                f"refused: tenant {spec.tenant!r} has a cap, and backlog runs do not wait "
-                "in its queue yet; start its runs one by one (`agentrun start`), or lift the "
-                f"cap (`agentrun tenants set {spec.tenant} --max-in-flight off --max-queued off`)"
-            )
+        # A capped tenant's task waits in its queue when the backlog starts it (the
+        # backlog reads the policy again then, agentrun/workflows/backlog.py).
+        allowed(spec, policies[spec.tenant])
         run = with_policy(spec, policies[spec.tenant])
         ready.append(QueuedTask.model_validate({**dict(task), "spec": run}))
     return ready

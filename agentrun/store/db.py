@@ -402,6 +402,10 @@ MIGRATIONS: list[str] = [
         created_at timestamptz NOT NULL DEFAULT now()
     );
     """,
+    # 14: the priorities a tenant's runs may take (NULL: any), enforced by the door.
+    """
+    ALTER TABLE tenants ADD COLUMN allowed_priorities int[];
+    """,
 ]
 
 
@@ -485,7 +489,10 @@ PREPARE_THRESHOLD = 1
 RECONNECT_SECONDS = 5.0
 WAIT_SECONDS = 5.0
 # Connections beyond one per activity slot: headroom, so an activity seldom waits for its
-# one. None waits for a second while it holds one (see commit_pool_beside).
+# one. None waits for a second while it holds one (see commit_pool_beside), but a tool call
+# with an external effect: it holds its key's lock on one (ledger.locked), taken first, while
+# it waits for its working one; no holder of a working connection waits for a lock's, so the
+# wait ends when some call finishes.
 RESERVED_CONNECTIONS = 4
 # The commit pool's size (commit_pool_beside): its statements are short, so two serve a
 # worker's checkpoints and lease renewals.

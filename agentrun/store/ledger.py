@@ -6,10 +6,13 @@ returns the recorded result instead of acting again, and counts one duplicate pr
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
 
 
 async def claim(
@@ -55,17 +58,24 @@ async def complete(
 # An external effect cannot share the ledger's transaction, so its claim is committed first
 # ("started") and its result after ("done"). A "started" row that a later attempt finds is
 # an unknown outcome: the effect may or may not have happened, and must be reconciled.
-# A session advisory lock on the key keeps a zombie attempt and its retry from overlapping.
+# A lock on the key keeps a zombie attempt and its retry from overlapping. It is an advisory
+# lock scoped to a transaction that stays open, on a connection of its own, for as long as
+# the effect runs: a session lock would outlive its statement under a pooler in transaction
+# mode (PgBouncer), which hands the server connection holding it to any other client (who
+# would then take the lock again, as its holder) and may run the unlock on another server
+# connection, leaving the lock held for ever. A transaction keeps its server connection
+# until it ends, and its end (a commit, or a dropped connection) releases the lock.
 
 
-async def try_lock(conn: AsyncConnection[Any], key: str) -> bool:
-    cur = await conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,))
-    row = await cur.fetchone()
-    return bool(row and row[0])
-
-
-async def unlock(conn: AsyncConnection[Any], key: str) -> None:
-    await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+@asynccontextmanager
+async def locked(pool: AsyncConnectionPool, key: str) -> AsyncIterator[bool]:
+    """Hold the key's lock for the body, if no one else holds it: yields whether it does."""
+    async with pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", (key,)
+        )
+        row = await cur.fetchone()
+        yield bool(row and row[0])
 
 
 async def claim_external(

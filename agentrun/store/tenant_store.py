@@ -12,8 +12,16 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core.admission_models import QueueSyncInput, TenantLimits
+from agentrun.core.tenant_policy import RunPolicy
+from agentrun.store.approver_store import ApproverStore
 
-LIMIT_COLUMNS = ("weight", "max_in_flight", "max_queued", "model_calls_per_second")
+LIMIT_COLUMNS = (
+    "weight",
+    "max_in_flight",
+    "max_queued",
+    "model_calls_per_second",
+    "allowed_priorities",
+)
 STATE_RANK = "CASE %s WHEN 'waiting' THEN 0 WHEN 'admitted' THEN 1 ELSE 2 END"
 
 
@@ -31,6 +39,13 @@ class TenantStore:
         if row is None:
             return TenantLimits(tenant=tenant)
         return TenantLimits(tenant=tenant, **dict(zip(LIMIT_COLUMNS, row, strict=True)))
+
+    async def policy(self, tenant: str) -> RunPolicy:
+        """The tenant's limits and every approver who may decide its runs (its own and
+        any-tenant ones): what each of its runs carries."""
+        return RunPolicy(
+            limits=await self.limits(tenant), signers=await ApproverStore(self.pool).signers(tenant)
+        )
 
     async def save(self, limits: TenantLimits) -> None:
         async with self.pool.connection() as conn:
@@ -59,6 +74,7 @@ class TenantStore:
             cur = await conn.execute(
                 """SELECT coalesce(t.tenant, q.tenant) AS tenant, coalesce(t.weight, 1) AS weight,
                           t.max_in_flight, t.max_queued, t.model_calls_per_second,
+                          t.allowed_priorities,
                           coalesce(q.in_flight, 0) AS in_flight, coalesce(q.queued, 0) AS queued
                    FROM tenants t FULL JOIN (
                        SELECT tenant, count(*) FILTER (WHERE state = 'admitted') AS in_flight,

@@ -325,6 +325,8 @@ def build_worker(
                 fork.seed,
                 admission.sync,
                 admission.closed_runs,
+                admission.hold,
+                admission.policy,
             ],
             interceptors=interceptors,
             deployment_config=deployment,

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         AdmissionCarry,
         AdmissionInput,
         AdmitInput,
+        HoldInput,
         PositionInput,
         QueuedStart,
         QueuedStartInput,
@@ -38,15 +39,14 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RunIdsInput,
         TenantLimits,
+        admission_id,
     )
+
+__all__ = ["TenantAdmissionWorkflow", "admission_id"]
 
 SYNC_TIMEOUT = timedelta(seconds=10)
 # Queues recorded before the sweep existed replay without its timers.
 SWEEPS_CLOSED_RUNS = "admission-sweeps-closed-runs"
-
-
-def admission_id(tenant: str) -> str:
-    return names.ADMISSION_ID_PREFIX + tenant
 
 
 def _outcome_seen(outcome: asyncio.Future[object]) -> None:
@@ -258,6 +258,33 @@ class TenantAdmissionWorkflow:
                 f"(max_queued={limits.max_queued}, max_in_flight={limits.max_in_flight}): "
                 "try again when its runs finish, or raise the limit with "
                 f"`agentrun tenants set {self.tenant} --max-queued N`"
+            )
+
+    @workflow.update(name=names.UPDATE_ADMISSION_HOLD)
+    def hold(self, request: HoldInput) -> QueuedStart:
+        """A run its parent started, waiting for a slot (its `spec.admission` names this
+        queue): it takes its place at the back, and is admitted in turn like the runs this
+        queue started. A backlog's parallelism bounds how many of its runs wait, so
+        `max_queued` does not refuse them (a refused task would only fail its attempt)."""
+        run_id = request.run_id
+        if run_id in self.seqs or run_id in self.in_flight:
+            return QueuedStart(run_id=run_id, existing=True, position=self._position(run_id))
+        self.seq += 1
+        self.seqs[run_id] = self.seq
+        self.waiting.append(run_id)
+        self.started.add(run_id)
+        self._row(run_id, "waiting")
+        self._flush_soon()
+        return QueuedStart(run_id=run_id, existing=False, position=self._position(run_id))
+
+    @hold.validator
+    def _hold_allowed(self, request: HoldInput) -> None:
+        too_large = bounds.problems(request)
+        if too_large:
+            raise ValueError(f"refused: {'; '.join(too_large[:5])}")
+        if request.tenant != self.tenant:
+            raise ValueError(
+                f"tenant {self.tenant!r}'s queue does not take a run of {request.tenant!r}"
             )
 
     @workflow.update(name=names.UPDATE_ADMISSION_CONFIGURE)

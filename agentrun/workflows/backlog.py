@@ -24,10 +24,13 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from agentrun.activities.admission import AdmissionActivities
     from agentrun.activities.backlog import BacklogActivities
     from agentrun.core import bounds, fairness
     from agentrun.core import constants as names
+    from agentrun.core._state import RunInput
     from agentrun.core._wire import ControlInput
+    from agentrun.core.admission_models import HoldRequest
     from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogControlSignal,
@@ -44,14 +47,23 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         TaskView,
         child_run_id,
+        no_task,
+        not_all_yours,
     )
     from agentrun.core.states import RunStatus
+    from agentrun.core.tenant_policy import PolicyInput, held_spec
     from agentrun.workflows.agent_run import AgentRunWorkflow
 
 # Patch id: each task's run is started at its own priority, with its tenant as fairness key
 # (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
 # their children's starts as they were.
 CHILD_PRIORITY = "backlog-child-priority"
+# Patch id: each task's run is started under its tenant's policy as Postgres holds it when the
+# run starts (activity `tenants.policy`): its approvers and weight, a priority it may take,
+# and, for a capped tenant, a wait in the tenant's admission queue. Backlogs recorded before
+# replay their children's starts as they were.
+CHILD_POLICY = "backlog-child-policy"
+POLICY_TIMEOUT = timedelta(seconds=30)
 # Outcomes of held writes a backlog keeps for their senders to read.
 KEPT_DELIVERIES = 200
 
@@ -97,6 +109,8 @@ class AgentBacklogWorkflow:
         self.flushing = 0  # mirror writes in flight: the run continues as new without any
         # Outcomes of writes sent as signals, by request id, for their senders (not carried).
         self.deliveries: dict[str, Delivery] = {}
+        # Tenants of the enqueues taken but not yet applied (each waits its turn to run).
+        self.arriving: list[set[str]] = []
 
     # ------------------------------------------------------------------ the loop
 
@@ -189,6 +203,20 @@ class AgentBacklogWorkflow:
         """One AgentRun child for the task; returns why it failed, or None when it completed."""
         if task.spec is None:  # only a task recovered from a damaged mirror
             return "its spec is lost; enqueue the task again under a new key"
+        spec = task.spec.model_copy(update={"idempotency_key": task.key})
+        if workflow.patched(CHILD_POLICY):
+            found = await workflow.execute_activity_method(
+                AdmissionActivities.policy,
+                PolicyInput(tenant=spec.tenant),
+                start_to_close_timeout=POLICY_TIMEOUT,
+                retry_policy=fairness.MIRROR_RETRY,  # retried until Postgres answers
+            )
+            refusal = found.limits.priority_refusal(spec.priority)
+            if refusal is not None:
+                # No attempt would fare better: this one is the task's last.
+                task.attempts = max(task.attempts, task.max_attempts - 1)
+                return refusal
+            spec = held_spec(spec, found)
         task.launches += 1
         task.run_id = child_run_id(self.agent, task.key, task.launches)
         task.started_at = workflow.now()
@@ -196,22 +224,22 @@ class AgentBacklogWorkflow:
         try:
             handle = await workflow.start_child_workflow(
                 AgentRunWorkflow.run,
-                task.spec.model_copy(update={"idempotency_key": task.key}),
+                spec,
                 id=task.run_id,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=f"{self.agent} #{task.ordinal}: {task.title}",
-                # The tenant's weight, as the door wrote it into the task's spec (None in
-                # backlogs recorded before: the default weight, as then).
-                priority=fairness.run_priority(
-                    task.spec.priority, task.spec.tenant, task.spec.fairness_weight
-                )
+                # The tenant's weight, as the door (or the policy just read) wrote it into
+                # the spec (None in backlogs recorded before: the default weight, as then).
+                priority=fairness.run_priority(spec.priority, spec.tenant, spec.fairness_weight)
                 if workflow.patched(CHILD_PRIORITY)
                 else Priority.default,
             )
         except WorkflowAlreadyStartedError:
             await self._flush()
             return f"a run with id {task.run_id} already exists; it was not started again"
+        if spec.admission is not None:
+            await self._hold(task.run_id, spec)
         self.children[task.key] = handle
         if self.stopped:  # a stop that came while the child was starting
             await self._signal_children([task.key], pause=True)
@@ -226,6 +254,16 @@ class AgentBacklogWorkflow:
         if result.status == RunStatus.COMPLETED:
             return None
         return f"{result.status.value}: {result.error or 'no reason given'}"
+
+    async def _hold(self, run_id: str, spec: RunInput) -> None:
+        """The run waits in `queued` until its tenant's queue admits it: it joins the queue
+        once it exists (an admit sent before would find no run)."""
+        await workflow.execute_activity_method(
+            AdmissionActivities.hold,
+            HoldRequest(run_id=run_id, tenant=spec.tenant, task_queue=workflow.info().task_queue),
+            start_to_close_timeout=POLICY_TIMEOUT,
+            retry_policy=fairness.MIRROR_RETRY,
+        )
 
     # ------------------------------------------------------------------ stop and resume
 
@@ -352,6 +390,14 @@ class AgentBacklogWorkflow:
         return await self._enqueue(input)
 
     async def _enqueue(self, input: EnqueueInput) -> EnqueueResult:
+        tenants = {t.spec.tenant for t in input.tasks}
+        self.arriving.append(tenants)
+        try:
+            return await self._add(input)
+        finally:
+            self.arriving.remove(tenants)
+
+    async def _add(self, input: EnqueueInput) -> EnqueueResult:
         await workflow.wait_condition(lambda: self.ready)
         if not input.policy.is_empty():
             self.policy = input.policy.apply(self.policy)
@@ -415,7 +461,22 @@ class AgentBacklogWorkflow:
     @stop.validator
     def _validate_stop(self, input: ControlInput) -> None:
         _within_bounds(input)
+        self._check_tenant(input.tenant)
         self._check_stop()
+
+    def _check_tenant(self, tenant: str | None) -> None:
+        """A stop or resume acts on every task: under a tenant (sent by a client acting for
+        one; an operator sends none), refused while the backlog holds a task of another,
+        or one whose tenant it no longer knows. The command checked the mirror first; this
+        also sees a task whose enqueue the server held and applies just before (or is
+        applying: an enqueue that came first counts before its tasks are in)."""
+        if tenant is None:
+            return
+        if any(
+            t.state != "done" and (t.spec is None or t.spec.tenant != tenant)
+            for t in self.tasks.values()
+        ) or any(tenants - {tenant} for tenants in self.arriving):
+            raise ApplicationError(not_all_yours(self.agent, tenant))
 
     def _check_stop(self) -> None:
         if self.stopped:
@@ -448,6 +509,7 @@ class AgentBacklogWorkflow:
     @resume.validator
     def _validate_resume(self, input: ControlInput) -> None:
         _within_bounds(input)
+        self._check_tenant(input.tenant)
         self._check_resume()
 
     def _check_resume(self) -> None:
@@ -482,11 +544,11 @@ class AgentBacklogWorkflow:
         task = self.tasks.get(input.key)
         if input.key in self.done_keys:
             raise ApplicationError(f"task {input.key} is done; only failed tasks can be retried")
-        if task is None:
-            raise ApplicationError(
-                f"no task {input.key!r} in the backlog of agent {self.agent}; "
-                f"`backlog list --agent {self.agent}` shows the keys"
-            )
+        if task is None or (
+            input.tenant is not None and (task.spec is None or task.spec.tenant != input.tenant)
+        ):
+            # Another tenant's task reads as a missing one.
+            raise ApplicationError(no_task(self.agent, input.key))
         if task.state != "failed":
             raise ApplicationError(
                 f"task {input.key} is {task.state}; only failed tasks (`backlog dead`) can be "
@@ -503,9 +565,14 @@ class AgentBacklogWorkflow:
 
     @workflow.signal(name=names.SIGNAL_BACKLOG_ENQUEUE)
     async def enqueue_signal(self, input: EnqueueInput) -> None:
-        if not await self._checked(input.request_id, lambda: self._validate_enqueue(input)):
-            return
-        result = await self._enqueue(input)
+        tenants = {t.spec.tenant for t in input.tasks}
+        self.arriving.append(tenants)
+        try:
+            if not await self._checked(input.request_id, lambda: self._validate_enqueue(input)):
+                return
+            result = await self._enqueue(input)
+        finally:
+            self.arriving.remove(tenants)
         self._deliver(
             Delivery(
                 request_id=input.request_id or "",
@@ -517,7 +584,7 @@ class AgentBacklogWorkflow:
 
     @workflow.signal(name=names.SIGNAL_BACKLOG_STOP)
     async def stop_signal(self, input: BacklogControlSignal) -> None:
-        if not await self._checked(input.request_id, self._check_stop):
+        if not await self._checked(input.request_id, lambda: self._check_control(input, True)):
             return
         done = await self._stop_now(input.by, input.reason)
         self._deliver(
@@ -528,7 +595,7 @@ class AgentBacklogWorkflow:
 
     @workflow.signal(name=names.SIGNAL_BACKLOG_RESUME)
     async def resume_signal(self, input: BacklogControlSignal) -> None:
-        if not await self._checked(input.request_id, self._check_resume):
+        if not await self._checked(input.request_id, lambda: self._check_control(input, False)):
             return
         done = await self._resume_now()
         self._deliver(
@@ -547,6 +614,13 @@ class AgentBacklogWorkflow:
                 request_id=input.request_id or "", applied=True, message=done.message, retried=done
             )
         )
+
+    def _check_control(self, input: BacklogControlSignal, stopping: bool) -> None:
+        self._check_tenant(input.tenant)
+        if stopping:
+            self._check_stop()
+        else:
+            self._check_resume()
 
     async def _checked(self, request_id: str | None, check: Callable[[], None]) -> bool:
         """Wait until the backlog has its state (a fresh start reads the mirror first),
