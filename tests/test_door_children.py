@@ -218,7 +218,7 @@ async def test_an_agent_in_your_own_workflow_takes_its_tenants_policy(
             await eventually(queued, what="the agent's run to wait behind the cap")
             state = await ops.status(client, agent_run)
             assert state.admission == admission_id(acme) and state.tenant == acme
-            carried = (await fork_ops.parent_spec(client, agent_run)).approval.signers
+            carried = (await fork_ops.parent_input(client, agent_run)).approval.signers
             assert ana.signer.key_id in {s.key_id for s in carried}
             described = await client.get_workflow_handle(agent_run).describe()
             priority = described.raw_description.workflow_execution_info.priority
