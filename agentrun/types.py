@@ -29,6 +29,7 @@ from agentrun.core.models import (
 )
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.settings import Settings
+from agentrun.core.version_branches import PatchInventory
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.operations import RunReport, Started
 from agentrun.profiles import Agent
@@ -44,6 +45,7 @@ __all__ = [
     "DeployCheck",
     "EnqueueResult",
     "JsonDict",
+    "PatchInventory",
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",

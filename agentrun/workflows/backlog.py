@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.models import ControlInput
     from agentrun.core.states import RunStatus
     from agentrun.workflows.agent_run import AgentRunWorkflow
+    from agentrun.workflows.changes import for_new_run
 
 # Patch id: each task's run is started at its own priority, with its tenant as fairness key
 # (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
@@ -196,7 +197,9 @@ class AgentBacklogWorkflow:
         try:
             handle = await workflow.start_child_workflow(
                 AgentRunWorkflow.run,
-                task.spec.model_copy(update={"idempotency_key": task.key}),
+                # The generation of the code starting it (a task queued before a deploy
+                # runs the current one; the child's input is not checked on replay).
+                for_new_run(task.spec.model_copy(update={"idempotency_key": task.key})),
                 id=task.run_id,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
