@@ -271,6 +271,14 @@ async def main(force: bool) -> None:
             history = await handle.fetch_history()
             path.write_text(history.to_json())
             print(f"recorded {name}: {len(history.events)} events")
+            started_event = history.events[0].workflow_execution_started_event_attributes
+            if started_event.continued_execution_run_id:  # and the run that continued as new
+                first = client.get_workflow_handle(
+                    started.run_id, run_id=started_event.continued_execution_run_id
+                )
+                history = await first.fetch_history()
+                (OUT / f"{name}_first_run.json").write_text(history.to_json())
+                print(f"recorded {name}_first_run: {len(history.events)} events")
             if limits is not None:  # the queue runs on; its history so far replays too
                 queue = client.get_workflow_handle(admission_id(limits.tenant))
                 history = await queue.fetch_history()

@@ -1,5 +1,9 @@
 """Replays every committed history against today's workflow code: non-determinism fails CI.
 
+The replay gate: one history recorded from the current code for every path a run takes
+(PATHS), beside the histories of older code that open runs may still have (those needing a
+retired version branch are in histories/archive/, refused by name: test_version_branches.py).
+
 Record new histories with `python scripts/record_histories.py` after an intended change,
 and keep the old ones: in-flight runs were started by the old code.
 """
@@ -13,12 +17,15 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentrun.core.constants import (
+    ACTIVITY_MODEL_COMPLETE,
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
     SIGNAL_BACKLOG_RETRY,
 )
+from agentrun.core.models import ModelCallResult
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from agentrun.workflows.backlog import CHILD_PRIORITY, AgentBacklogWorkflow
@@ -90,3 +97,110 @@ def test_generation_3_has_histories_without_markers():
             ]
         ]
         assert set(upserted) == {"AgentrunStatus"}, name
+
+
+def events_of(name: str) -> list[dict]:
+    return json.loads((HISTORIES[0].parent / f"{name}.json").read_text())["events"]
+
+
+def started_input(history: list[dict]) -> dict:
+    payload = history[0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+    return json.loads(base64.b64decode(payload["data"]))
+
+
+def kinds(history: list[dict]) -> set[str]:
+    return {e["eventType"].removeprefix("EVENT_TYPE_") for e in history}
+
+
+def activities(history: list[dict]) -> list[str]:
+    return [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+    ]
+
+
+def messages(history: list[dict]) -> set[str]:
+    """The signals and updates a run took."""
+    found = set()
+    for e in history:
+        if "workflowExecutionSignaledEventAttributes" in e:
+            found.add(e["workflowExecutionSignaledEventAttributes"]["signalName"])
+        if "workflowExecutionUpdateAcceptedEventAttributes" in e:
+            accepted = e["workflowExecutionUpdateAcceptedEventAttributes"]["acceptedRequest"]
+            found.add(accepted["input"]["name"])
+    return found
+
+
+# The replay gate (issue 28): for every path a run takes, a history recorded from the current
+# generation of the code (scripts/record_histories.py, scripts/record_backlog_history.py), so
+# a change that breaks any shape of open run fails test_replay before it lands.
+PATHS = {
+    "model call": ("approved_with_edit", lambda h: "model.complete" in activities(h)),
+    "tool call": ("approved_with_edit", lambda h: "tool.invoke" in activities(h)),
+    "approval": ("approved_with_edit", lambda h: "approve" in messages(h)),
+    "rejection": ("rejected", lambda h: "reject" in messages(h)),
+    "pause": ("paused_and_resumed", lambda h: {"pause", "resume"} <= messages(h)),
+    "cancel": ("cancelled", lambda h: "WORKFLOW_EXECUTION_CANCEL_REQUESTED" in kinds(h)),
+    "fork": ("forked_with_edit", lambda h: "fork.seed" in activities(h)),
+    "continue-as-new": (
+        "continued_as_new_first_run",
+        lambda h: "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" in kinds(h),
+    ),
+    "continuation": ("continued_as_new", lambda h: started_input(h)["carry"] is not None),
+    "admission": ("admitted_from_queue", lambda h: "admit_signal" in messages(h)),
+    "admission queue": (
+        "admitted_from_queue_queue",
+        lambda h: "START_CHILD_WORKFLOW_EXECUTION_INITIATED" in kinds(h),
+    ),
+    "backlog": ("backlog_current", lambda h: "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" in kinds(h)),
+    "backlog task run": (
+        "backlog_current_task_run",
+        lambda h: "parentWorkflowExecution" in h[0]["workflowExecutionStartedEventAttributes"],
+    ),
+    "watched stream": (
+        "watched_and_streamed",
+        lambda h: "__temporal_workflow_stream_publish" in messages(h),
+    ),
+    "budget extension": ("budget_extended", lambda h: "approve" in messages(h)),
+    "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
+    "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
+    "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),
+}
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.replace(" ", "_"))
+def test_every_path_has_a_history_from_the_current_generation(path: str):
+    from agentrun.workflows.changes import CURRENT_GENERATION
+
+    name, shows = PATHS[path]
+    history = events_of(name)
+    assert shows(history), f"{name}.json does not show the {path} path"
+    kind = history[0]["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
+    if kind == "AgentRun":
+        assert started_input(history)["workflow_generation"] == CURRENT_GENERATION, name
+    else:  # the long-lived workflows: recorded with the patches of today's code
+        assert kind in ("TenantAdmission", "AgentBacklog"), kind
+        assert patch_ids(HISTORIES[0].parent / f"{name}.json") == (
+            {SWEEPS_CLOSED_RUNS} if kind == "TenantAdmission" else {CHILD_PRIORITY}
+        ), name
+
+
+def test_a_reply_finished_by_the_workflow_has_a_history():
+    """A reply streamed in part by its activity and finished by the workflow's own publish
+    (`streamed_chars`), with a watcher's polls answered from it, replays."""
+    path = HISTORIES[0].parent / "watched_and_streamed.json"
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    model_calls, replies = set(), []
+    for event in history.events:
+        if event.activity_task_scheduled_event_attributes.activity_type.name == (
+            ACTIVITY_MODEL_COMPLETE
+        ):
+            model_calls.add(event.event_id)
+        completed = event.activity_task_completed_event_attributes
+        if completed.scheduled_event_id in model_calls:
+            [reply] = pydantic_data_converter.payload_converter.from_payloads(
+                completed.result.payloads, [ModelCallResult]
+            )
+            replies.append(reply)
+    assert replies and all(r.streamed_chars is not None for r in replies)
