@@ -30,6 +30,7 @@ from agentrun.core.backlog_models import (
     TaskItem,
     backlog_id,
 )
+from agentrun.core.builds import DeployStatus
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
 from agentrun.core.errors import InvalidRequest, OperationRefused
 from agentrun.core.models import (
@@ -423,6 +424,21 @@ class RunClient:
             workflows=[*ENGINE_WORKFLOWS, *workflows],
             closed=closed,
             progress=progress,
+        )
+
+    async def deploy_status(
+        self, *, deployment: str | None = None, workflows: Sequence[type] = ()
+    ) -> DeployStatus:
+        """The deployment's builds, the open runs on this client's task queue pinned to each,
+        and which can be retired (not current, no open run)."""
+        from agentrun.worker.deploy_check import workflow_names
+        from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
+
+        return await deployments.deployment_status(
+            await self.temporal(),
+            deployment or self.settings.deployment_name,
+            task_queue=self.settings.task_queue,
+            workflow_types=workflow_names([*ENGINE_WORKFLOWS, *workflows]),
         )
 
     async def deploy_patches(self, *, workflows: Sequence[type] = ()) -> PatchInventory:

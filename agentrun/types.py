@@ -15,6 +15,7 @@ from agentrun.core.backlog_models import (
     RetryResult,
     TaskItem,
 )
+from agentrun.core.builds import BuildStatus, DeployStatus
 from agentrun.core.models import (
     ControlResult,
     DecisionResult,
@@ -40,9 +41,11 @@ __all__ = [
     "Agent",
     "ApproverKey",
     "BacklogControlResult",
+    "BuildStatus",
     "ControlResult",
     "DecisionResult",
     "DeployCheck",
+    "DeployStatus",
     "EnqueueResult",
     "JsonDict",
     "PatchInventory",

@@ -29,6 +29,25 @@ async def patches(runs: RunClient, args: argparse.Namespace) -> int:
     return 1 if inventory.retired else 0
 
 
+async def status(runs: RunClient, args: argparse.Namespace) -> int:
+    """The builds, their open runs, and which can be retired."""
+    from agentrun.cli.main import own_workflows
+
+    found = await runs.deploy_status(
+        deployment=args.deployment, workflows=own_workflows(args.workflows)
+    )
+    lines = [f"{found.deployment_name}: current build {found.current_build or '(none)'}"]
+    for build in found.builds:
+        state = "current" if build.current else "retirable" if build.retirable else "draining"
+        lines.append(f"  {build.build_id}: {state}, {len(build.open_runs)} open run(s)")
+        lines += [f"    {run}" for run in build.open_runs[:20]]
+    if found.unversioned_runs:
+        lines.append(f"  (unversioned): {len(found.unversioned_runs)} open run(s)")
+    emit(found.json_view(), args.json, "\n".join(lines))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[RunClient, argparse.Namespace], Awaitable[int]]] = {
     "patches": patches,
+    "status": status,
 }

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core.models import ControlInput
     from agentrun.core.states import RunStatus
+    from agentrun.workflows.admission import upgrade_on_continue
     from agentrun.workflows.agent_run import AgentRunWorkflow
     from agentrun.workflows.changes import for_new_run
 
@@ -131,7 +132,7 @@ class AgentBacklogWorkflow:
             if not self.dirty and not self.head_dirty:
                 break
             await self._flush()
-        workflow.continue_as_new(self._carry())
+        workflow.continue_as_new(self._carry(), initial_versioning_behavior=upgrade_on_continue())
 
     async def _guarded(self, task: BacklogTask) -> None:
         try:
@@ -149,9 +150,14 @@ class AgentBacklogWorkflow:
             raise self.crash
 
     def _time_to_rotate(self) -> bool:
+        """Time to continue as new: enough tasks done here, a long history, or a deploy made
+        another build current (no task starts on the old build; the backlog moves to the
+        current one once its runs in flight end, and starts the next there)."""
+        info = workflow.info()
         return (
             self.finished_here >= self.policy.continue_as_new_after
-            or workflow.info().is_continue_as_new_suggested()
+            or info.is_continue_as_new_suggested()
+            or info.is_target_worker_deployment_version_changed()
         )
 
     def _next_task(self) -> BacklogTask | None:
