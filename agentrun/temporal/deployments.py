@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.api.enums.v1 import VersionDrainageStatus
+from temporalio.api.enums.v1 import RoutingConfigUpdateState, VersionDrainageStatus
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
     SetWorkerDeploymentCurrentVersionRequest,
@@ -46,6 +46,7 @@ async def set_current_version(
                     identity=client.identity,
                 )
             )
+            await _routed(client, deployment_name, deadline)
             return
         except RPCError as err:
             waiting = err.status in (
@@ -59,6 +60,22 @@ async def set_current_version(
                     f"a worker with AGENTRUN_BUILD_ID={build_id} first"
                 ) from err
         await asyncio.sleep(0.3)
+
+
+async def _routed(client: Client, deployment_name: str, deadline: float) -> None:
+    """Until the server has sent the new current version to its task queues: a run started
+    (or a long-lived workflow woken) right after a deploy then goes to the new build."""
+    completed = RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_COMPLETED
+    while asyncio.get_running_loop().time() < deadline:
+        described = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(
+                namespace=client.namespace, deployment_name=deployment_name
+            )
+        )
+        state = described.worker_deployment_info.routing_config_update_state
+        if state in (completed, RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_UNSPECIFIED):
+            return
+        await asyncio.sleep(0.1)
 
 
 async def run_version(client: Client, run_id: str) -> RunVersion:
@@ -78,7 +95,8 @@ async def deployment_status(
     client: Client, deployment_name: str, *, task_queue: str, workflow_types: list[str]
 ) -> DeployStatus:
     """The deployment's builds (the server's list), each with the open runs on `task_queue`
-    pinned to it, read from visibility: which build is current and which can be retired."""
+    pinned to it (listed from visibility, each described): which build is current and which
+    can be retired."""
     try:
         described = await client.workflow_service.describe_worker_deployment(
             DescribeWorkerDeploymentRequest(
@@ -112,7 +130,11 @@ async def deployment_status(
         'AND ExecutionStatus = "Running"'
     )
     async for execution in client.list_workflows(query, page_size=200):
-        version = execution.raw_info.versioning_info.deployment_version
+        # A listing's row does not carry the run's build: its description does.
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        described_run = await handle.describe()
+        info_of_run = described_run.raw_description.workflow_execution_info
+        version = info_of_run.versioning_info.deployment_version
         if not version.build_id:
             unversioned.append(execution.id)
             continue
