@@ -30,6 +30,7 @@ from agentrun.core.backlog_models import (
     TaskItem,
     backlog_id,
 )
+from agentrun.core.builds import DeployStatus
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
 from agentrun.core.errors import InvalidRequest, OperationRefused
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
@@ -43,6 +44,7 @@ from agentrun.core.results import (
 )
 from agentrun.core.settings import Settings
 from agentrun.core.spec import JsonDict, RunSpec, Signer
+from agentrun.core.version_branches import PatchInventory
 from agentrun.ops import approver_keys, backlog_ops, door, fork_ops, tenant_ops, watch
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
@@ -394,8 +396,9 @@ class RunClient:
                 first = report.failed[0]
                 raise OperationRefused(
                     f"not deployed: {len(report.failed)} open run(s) do not replay against "
-                    f"this code, first {first.workflow_id} at event {first.event_id}: "
-                    f"{first.error}; `agentrun deploy check` lists them"
+                    f"this code, first {first.workflow_id}"
+                    + (f" at event {first.event_id}" if first.event_id else "")
+                    + f": {first.error}; `agentrun deploy check` lists them"
                 )
         name = deployment or self.settings.deployment_name
         await deployments.set_current_version(await self.temporal(), name, build_id)
@@ -419,6 +422,34 @@ class RunClient:
             workflows=[*ENGINE_WORKFLOWS, *workflows],
             closed=closed,
             progress=progress,
+        )
+
+    async def deploy_status(
+        self, *, deployment: str | None = None, workflows: Sequence[type] = ()
+    ) -> DeployStatus:
+        """The deployment's builds, the open runs on this client's task queue pinned to each,
+        and which can be retired (not current, no open run)."""
+        from agentrun.worker.deploy_check import workflow_names
+        from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
+
+        return await deployments.deployment_status(
+            await self.temporal(),
+            deployment or self.settings.deployment_name,
+            task_queue=self.settings.task_queue,
+            workflow_types=workflow_names([*ENGINE_WORKFLOWS, *workflows]),
+        )
+
+    async def deploy_patches(self, *, workflows: Sequence[type] = ()) -> PatchInventory:
+        """The version branches left in the workflow code, each with the open runs on this
+        client's task queue that still need its old path (and whether it can go), and the
+        open runs that need a retired branch."""
+        from agentrun.worker import deploy_check
+        from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
+
+        return await deploy_check.patch_inventory(
+            await self.temporal(),
+            task_queue=self.settings.task_queue,
+            workflows=[*ENGINE_WORKFLOWS, *workflows],
         )
 
     # ------------------------------------------------------------ backlogs

@@ -16,6 +16,7 @@ from agentrun.core.backlog_models import (
     RetryResult,
     TaskItem,
 )
+from agentrun.core.builds import BuildStatus, DeployStatus
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
     ApprovalRecord,
@@ -54,6 +55,7 @@ from agentrun.core.spec import (
     VerifySpec,
 )
 from agentrun.core.states import RunStatus
+from agentrun.core.version_branches import PatchInventory
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight
 from agentrun.ops.operations import RunReport, Started, WorkerSeen
@@ -69,12 +71,14 @@ __all__ = [
     "ApproverKey",
     "BacklogControlResult",
     "Budget",
+    "BuildStatus",
     "CheckOutcome",
     "ControlResult",
     "CountCheck",
     "DecisionResult",
     "DecisionSeen",
     "DeployCheck",
+    "DeployStatus",
     "EnqueueResult",
     "FailurePolicy",
     "ForkOrigin",
@@ -82,6 +86,7 @@ __all__ = [
     "JudgeSpec",
     "ModelFailures",
     "ModelSettings",
+    "PatchInventory",
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",

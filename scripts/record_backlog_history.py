@@ -1,8 +1,9 @@
 """Record one AgentBacklog workflow history into tests/histories/, for the replay test.
 
 Run after an intended change to agentrun/workflows/backlog.py:
-`python scripts/record_backlog_history.py`
-(keep the old file under another name: backlogs in flight were started by the old code). It
+`python scripts/record_backlog_history.py NAME` writes tests/histories/NAME.json (keep the old
+files: backlogs in flight were started by the old code), and NAME_task_run.json, the history
+of one task's run (a child of the backlog). It
 starts its own in-memory Temporal dev server, embedded Postgres and scripted offline model,
 and records the first run of a backlog that enqueues (a signal-with-start), stops (an update)
 and resumes (a held signal) a running task, dead-letters a poison task, retries it (a held
@@ -38,8 +39,7 @@ from agentrun.ops import backlog_ops as bops  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
-# The newest recording; older ones stay (their backlogs replay along the old paths).
-OUT = ROOT / "tests" / "histories" / "backlog_tenant_policy.json"
+OUT = ROOT / "tests" / "histories"
 AGENT = "history"
 TASK_QUEUE = "record-backlog-history"
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}
@@ -121,15 +121,20 @@ async def scenario(client: Client, task_queue: str) -> str:
     return first_run
 
 
-async def main() -> None:
+async def main(name: str) -> None:
     async with recording_worker(model, TASK_QUEUE) as client:
         first_run = await scenario(client, TASK_QUEUE)
         handle = client.get_workflow_handle(backlog_id(AGENT), run_id=first_run)
         history = await handle.fetch_history()
-        OUT.write_text(history.to_json())
-        print(f"recorded {OUT.name}: {len(history.events)} events")
+        (OUT / f"{name}.json").write_text(history.to_json())
+        print(f"recorded {name}: {len(history.events)} events")
+        task_run = await client.get_workflow_handle(f"run-{AGENT}.ok.1").fetch_history()
+        (OUT / f"{name}_task_run.json").write_text(task_run.to_json())
+        print(f"recorded {name}_task_run: {len(task_run.events)} events")
         await client.get_workflow_handle(backlog_id(AGENT)).terminate("recorded")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if len(sys.argv) != 2:
+        sys.exit("usage: python scripts/record_backlog_history.py NAME (e.g. backlog_current)")
+    asyncio.run(main(sys.argv[1]))

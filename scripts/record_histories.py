@@ -164,13 +164,15 @@ REGISTRY = ToolRegistry(
 FORUM_TASK = "Read the forum post and summarize it."
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
+# One scenario for every path a run takes, recorded from the current code (generation 4):
+# tests/test_replay.py replays each, so a change that breaks any shape of open run fails CI.
+# Histories of runs of older code stay as they were recorded (generation_3*.json; the
+# admission queues before and after the sweep); those that need a retired version branch are
+# in tests/histories/archive/ (docs/versioning.md).
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
+    # A model call, tool calls, an approval with an edit.
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
     "rejected": (RunSpec(task=TASK), rejected),
-    # Recorded after mirror writes became local activities (patch mirror-sync-local-activity).
-    "approved_local_mirror": (RunSpec(task=TASK), approved_with_edit),
-    # Recorded after mirror writes went back to activities (patch mirror-sync-after-commit).
-    "approved_mirror_after_commit": (RunSpec(task=TASK), approved_with_edit),
     "paused_and_resumed": (RunSpec(task=TASK), paused_and_resumed),
     "cancelled": (RunSpec(task=TASK), cancelled),
     "quarantine_released": (
@@ -185,27 +187,16 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task="Summarize the invoice policy.", budget={"max_tokens": 50}),
         budget_extended,
     ),
-    # Recorded after model calls got a queue of their own (patch model-call-queue) and runs
-    # of capped tenants waited in their tenant's admission queue; its history is recorded too.
+    # A capped tenant's run, started through its admission queue (whose history is recorded
+    # too, as admitted_from_queue_queue).
     "admitted_from_queue": (RunSpec(task=TASK, tenant="capped", priority=2), approved_with_edit),
-    # Recorded after the audit fixes (issue 13): effect keys from content, side-effecting
-    # calls cancelled with WAIT_CANCELLATION_COMPLETED, the judge counted, the receipt
-    # shielded from a cancel, continue-as-new after the step boundary.
-    "approved_effect_keys": (RunSpec(task=TASK), approved_with_edit),
-    "cancelled_receipt_shielded": (RunSpec(task=TASK), cancelled),
-    "continued_after_step_boundary": (
-        RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
-        finishes_alone,
-    ),
-    # Recorded after mirror writes got a queue of their own (patch mirror-queue).
-    "mirror_queue": (RunSpec(task=TASK), approved_with_edit),
-    # Recorded after approvals could be signed: the run verifies the signature in workflow code.
+    # The approval signed: the run verifies the signature in workflow code.
     "signed_approval": (
         RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),
         signed_after_a_refusal,
     ),
-    # Recorded after runs got a live stream (issue 17): the model's text streamed from the
-    # activity, a watcher's polls; then a fork of that run at its send (step 5), edited.
+    # A watched run: the model's text streamed from the activity, a watcher's polls; then a
+    # fork of that run at its send (step 5), edited.
     "watched_and_streamed": (RunSpec(task=TASK), watched),
     "forked_with_edit": (
         RunInput(
@@ -218,31 +209,9 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         ),
         finishes_alone,
     ),
-    # Recorded after the writes at a run's start and before its verify step were dropped
-    # (patch quiet-mirror-writes).
-    "quiet_mirror": (RunSpec(task=TASK), approved_with_edit),
-    # Recorded after each step's activity carried the run's pending mirror batch instead of a
-    # `mirror.sync` of its own before it (patch mirror-batch-rides-step).
-    "step_carries_mirror": (RunSpec(task=TASK), approved_with_edit),
-    # Recorded after runs took generation 2 (agentrun/workflows/changes.py): one patch marker for
-    # every change before it, `AgentrunStatus` upserted only when the shown status changes,
-    # the last rows and the receipt in one activity (`mirror.finish`), checks without a judge
-    # as a local activity, and a model reply's text no longer ending in a signal: the
-    # workflow publishes what the activity had not streamed (`streamed_chars`), and a
-    # watcher's polls get it (generation_2_watched).
-    "generation_2": (RunSpec(task=TASK), approved_with_edit),
-    "generation_2_cancelled": (RunSpec(task=TASK), cancelled),
-    "generation_2_watched": (RunSpec(task=TASK), watched),
-    # Recorded after runs took generation 3: the generation named in the run's input (no
-    # patch marker, no `TemporalChangeVersion` upsert), and the answer's checks (no judge)
-    # returned with the model's reply (no verify activity, no local-activity marker).
-    "generation_3": (RunSpec(task=TASK), approved_with_edit),
-    "generation_3_cancelled": (RunSpec(task=TASK), cancelled),
-    # Recorded after the admission queue learned to free the slot of a terminated run
-    # (patch admission-sweeps-closed-runs); the queue's history shows the sweep.
+    # The run holding the tenant's only slot is terminated; the queue's sweep frees it.
     "terminated_holding_slot": (RunSpec(task=TASK, tenant="swept"), terminated_holding_slot),
-    # Recorded after an unknown outcome nobody decided in time stays unknown (patch
-    # unknown-outcome-expiry-is-no-decision): the run fails naming it.
+    # An unknown outcome nobody decided in time: the run fails naming it.
     "unknown_outcome_expired": (
         RunSpec(task=POST_TASK, allowed_tools=["post_webhook"], approval={"timeout_seconds": 2}),
         finishes_alone,
@@ -304,6 +273,14 @@ async def main(force: bool) -> None:
             history = await handle.fetch_history()
             path.write_text(history.to_json())
             print(f"recorded {name}: {len(history.events)} events")
+            started_event = history.events[0].workflow_execution_started_event_attributes
+            if started_event.continued_execution_run_id:  # and the run that continued as new
+                first = client.get_workflow_handle(
+                    started.run_id, run_id=started_event.continued_execution_run_id
+                )
+                history = await first.fetch_history()
+                (OUT / f"{name}_first_run.json").write_text(history.to_json())
+                print(f"recorded {name}_first_run: {len(history.events)} events")
             if limits is not None:  # the queue runs on; its history so far replays too
                 queue = client.get_workflow_handle(admission_id(limits.tenant))
                 history = await queue.fetch_history()

@@ -9,6 +9,7 @@ from agentrun.core.errors import OperationError
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
 from agentrun.ops import backlog_ops as bops
 from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows.changes import for_new_run
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,
@@ -257,7 +258,7 @@ async def test_an_attempt_whose_run_id_is_taken_is_not_started_again(
         async with worker():
             await client.execute_workflow(
                 AgentRunWorkflow.run,
-                item("k").spec,
+                for_new_run(item("k").spec),
                 id=taken,
                 task_queue=settings.task_queue,
             )

@@ -14,13 +14,6 @@ def test_one_approval_lets_a_run_go_on_however_far_one_step_overshot():
     assert over_budget(extended, spent[0], spent[1]) is None
 
 
-def test_runs_from_before_generation_2_add_one_allowance_to_the_old_limit():
-    original = Budget(max_tokens=60, max_cost_usd=0.01)
-    extended = extend_budget(Budget(max_tokens=120, max_cost_usd=0.02), original, None)
-    assert (extended.max_tokens, extended.max_cost_usd) == (180, 0.03)
-    assert over_budget(extended, 250_120, 0.0) is not None  # and so may ask again
-
-
 def test_an_edit_sets_the_limits_it_names():
     original = Budget(max_tokens=60)
     edited = extend_budget(original, original, {"max_tokens": 10_000}, spent=(5_000, 0.0))

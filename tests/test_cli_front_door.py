@@ -46,7 +46,7 @@ SERVED_BY = {
     "mirror": {"check_mirror", "rebuild_mirror"},
     "watch": {"watch"},
     "fork": {"fork_run"},
-    "deploy": {"deploy", "deploy_check"},
+    "deploy": {"deploy", "deploy_check", "deploy_patches", "deploy_status"},
     "version": {"version"},
     "list": {"list_runs"},
     "stats": {"stats"},

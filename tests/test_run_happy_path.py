@@ -197,18 +197,3 @@ async def test_a_new_run_pays_no_marker_and_upserts_only_shown_statuses(
     )
     assert [v["status"] for v in verify] == ["passed"]
     assert verify[0]["output"]["checks"], "the verdict names the checks it ran"
-
-
-async def test_a_run_without_a_generation_pays_one_patch_marker(client, settings, worker):
-    """A run whose input names no generation (started by an older engine) asks the
-    generation-2 patch once: one marker for all twelve changes, checks as a local activity."""
-    spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
-    async with worker():
-        handle = await client.start_workflow(
-            AgentRunWorkflow.run, spec, id="no-generation-run", task_queue=settings.task_queue
-        )
-        await handle.result()
-    markers, upserts, scheduled = _history_costs((await handle.fetch_history()).events)
-    assert markers == ["core_patch", "core_local_activity"]
-    assert [u for u in upserts if u.startswith("TemporalChangeVersion")]
-    assert scheduled[-1] == "mirror.finish" and "verify.check" not in scheduled

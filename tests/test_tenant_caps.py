@@ -18,6 +18,7 @@ from agentrun.ops import operations as ops
 from agentrun.store.tenant_store import TenantStore
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id
+from agentrun.workflows.changes import for_new_run
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
 
@@ -263,7 +264,7 @@ async def test_a_slot_given_before_the_run_first_ran_is_on_record(client, settin
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     spec = make_spec(TASK, tenant=tenant, allowed_tools=["send_message"])
-    spec = RunInput.of(spec, admission=admission_id(tenant))
+    spec = for_new_run(RunInput.of(spec, admission=admission_id(tenant)))
     handle = await client.start_workflow(
         AgentRunWorkflow.run, spec, id=run_id, task_queue=settings.task_queue
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.service import RPCError
 
+from agentrun import RunClient
 from agentrun.ops import operations as ops
 from agentrun.temporal import deployments
 from agentrun.workflows import AgentRunWorkflow
@@ -56,3 +58,94 @@ async def test_unversioned_workers_leave_runs_unpinned(client, settings, worker)
         version = await deployments.run_version(client, started.run_id)
         await ops.cancel(client, started.run_id)
     assert version.build_id is None and version.behavior is None
+
+
+async def test_a_deploy_moves_a_capped_tenant_and_a_backlog_to_v2_and_v1_drains(
+    client, settings, pool, worker, tmp_path
+):
+    """With a capped tenant's runs queued and a backlog's tasks waiting, v2 becomes current:
+    the tenant's queue and the backlog move to v2 at their continue-as-new, their new runs
+    start on v2, the runs already on v1 finish there, and v1 drains to no open run."""
+    from agentrun.core.admission_models import TenantLimits
+    from agentrun.core.backlog_models import PolicyPatch, TaskItem, backlog_id, child_run_id
+    from agentrun.ops import backlog_ops
+    from agentrun.workflows.admission import admission_id
+    from tests.support import eventually
+    from tests.test_cli import run_cli
+
+    deployment = f"agentrun-{uuid.uuid4().hex[:8]}"
+    v1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v1"})
+    v2 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v2"})
+    queue = settings.task_queue
+    limits = TenantLimits(tenant="capped", max_in_flight=1, max_queued=10)
+
+    async def start_capped() -> str:
+        spec = make_spec(tenant="capped")
+        return (await ops.start_run(client, spec, task_queue=queue, limits=limits)).run_id
+
+    async def approve_when_pending(run_id: str) -> None:
+        await wait_pending(client, run_id, seconds=60)
+        await ops.approve(client, run_id, by="li", role="approver")
+        await client.get_workflow_handle(run_id).result()
+
+    async def exists(run_id: str) -> bool:
+        try:
+            await client.get_workflow_handle(run_id).describe()
+        except RPCError:
+            return False
+        return True
+
+    async def build_of(workflow_id: str) -> str | None:
+        return (await deployments.run_version(client, workflow_id)).build_id
+
+    tasks = [
+        TaskItem(title=key, idempotency_key=key, spec=make_spec(idempotency_key=None))
+        for key in ("first", "second")
+    ]
+    async with worker(settings=v1):
+        await deployments.set_current_version(client, deployment, "v1")
+        holding = await start_capped()
+        await wait_pending(client, holding)
+        waiting = await start_capped()  # behind the cap, on v1
+        await backlog_ops.enqueue(
+            client, "movers", tasks, task_queue=queue, policy=PolicyPatch(parallelism=1)
+        )
+        first_task = child_run_id("movers", "first", 1)
+        await eventually(lambda: exists(first_task), what="the first task's run")
+        await wait_pending(client, first_task)
+        async with worker(settings=v2):
+            await deployments.set_current_version(client, deployment, "v2")
+            after = await start_capped()  # the queue moves to v2 first
+            assert await build_of(after) == "v2"
+            await approve_when_pending(holding)
+            await approve_when_pending(waiting)
+            await approve_when_pending(after)
+            await approve_when_pending(first_task)  # the backlog moves once it ends
+            second_task = child_run_id("movers", "second", 1)
+            await eventually(lambda: exists(second_task), what="the second task's run")
+            await approve_when_pending(second_task)
+
+            for long_lived in (admission_id("capped"), backlog_id("movers")):
+                assert await build_of(long_lived) == "v2", long_lived
+            assert [await build_of(r) for r in (holding, waiting, first_task)] == ["v1"] * 3
+            assert [await build_of(r) for r in (after, second_task)] == ["v2", "v2"]
+            runs = RunClient(client, settings.model_copy(update={"deployment_name": deployment}))
+
+            async def v1_drained() -> bool:
+                status = await runs.deploy_status()
+                return [(b.build_id, b.retirable) for b in status.builds] == [
+                    ("v2", False),
+                    ("v1", True),
+                ]
+
+            await eventually(v1_drained, seconds=30, what="v1 to have no open run")
+            status = await runs.deploy_status()
+            assert status.current_build == "v2"
+            [current] = [b for b in status.builds if b.current]
+            # Still open on v2: the tenant's queue and the backlog, long-lived.
+            assert set(current.open_runs) == {admission_id("capped"), backlog_id("movers")}
+            shown = await run_cli(
+                settings, tmp_path, "deploy", "status", "--deployment", deployment, "--json"
+            )
+            assert shown.code == 0, shown.err
+            assert [b["retirable"] for b in shown.json()["builds"]] == [False, True]

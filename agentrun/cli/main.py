@@ -19,7 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from agentrun.cli import approvers_cli, backlog_cli, sandbox_cli, tenants_cli
+from agentrun.cli import approvers_cli, backlog_cli, deploy_cli, sandbox_cli, tenants_cli
 from agentrun.cli.cli_options import add_decider, add_json, add_tenant, add_wait, count, emit
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.log_setup import LEVELS
@@ -385,6 +385,8 @@ async def cmd_deploy(runs: RunClient, args: argparse.Namespace) -> int:
     check passes): new runs go to it; open runs stay on the build they started on."""
     if args.build_id == "check":
         return await cmd_deploy_check(runs, args)
+    if args.build_id in deploy_cli.COMMANDS:
+        return await deploy_cli.COMMANDS[args.build_id](runs, args)
     name = await runs.deploy(
         args.build_id,
         deployment=args.deployment,
@@ -402,7 +404,8 @@ async def cmd_deploy(runs: RunClient, args: argparse.Namespace) -> int:
 async def cmd_deploy_check(runs: RunClient, args: argparse.Namespace) -> int:
     def progress(verdict: ReplayVerdict) -> None:
         if not args.json:
-            where = "" if verdict.ok else f" at event {verdict.event_id}: {verdict.error}"
+            at = f" at event {verdict.event_id}" if verdict.event_id else ""
+            where = "" if verdict.ok else f"{at}: {verdict.error}"
             state = "open" if verdict.open else "closed"
             print(f"{'ok  ' if verdict.ok else 'FAIL'} {verdict.workflow_id} ({state}){where}")
 
@@ -768,7 +771,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "build_id",
         help="the AGENTRUN_BUILD_ID its workers were started with; `check`: replay every open "
-        "run on the task queue against this code and report each (exit 1 if any fails)",
+        "run on the task queue against this code and report each (exit 1 if any fails); "
+        "`patches`: the version branches left in the code and the open runs needing each; "
+        "`status`: the builds, their open runs and which can be retired",
     )
     p.add_argument(
         "--closed", type=count, default=0, help="with check: also the N most recently closed"

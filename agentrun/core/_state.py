@@ -112,7 +112,7 @@ class RunInput(RunSpec):
         None,
         ge=1,
         description="set by the engine: the run workflow generation the run takes "
-        "(agentrun/workflows/changes.py); None: an older run, which asks a patch marker",
+        "(agentrun/workflows/changes.py); None: a run of generation 2 or before, refused",
     )
     fairness_weight: float | None = Field(
         None,

@@ -68,6 +68,9 @@ QUERY_BACKLOG_DELIVERY = "backlog.delivery"
 # Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
 ADMISSION_WORKFLOW_NAME = "TenantAdmission"
 ADMISSION_ID_PREFIX = "admission-"
+# What a long-lived workflow pinned to an old build says while it moves to the current one
+# (it continues as new): the sender tries again and reaches it on the current build.
+MOVING_TO_CURRENT_BUILD = "moving to the current build; try again"
 ACTIVITY_ADMISSION_SYNC = "admission.sync"
 ACTIVITY_ADMISSION_CLOSED = "admission.closed_runs"
 # A run its parent started (a backlog's, a workflow's own) joins its tenant's queue.

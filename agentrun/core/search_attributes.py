@@ -8,7 +8,6 @@ started without them (older runs, clusters without them registered) deterministi
 waiting_for_approval, paused, completed, failed or cancelled. The step-by-step status
 (planning, waiting_for_tool, verifying) is in `agentrun status` and the mirror; keeping it
 in the attribute cost two upserts, each a history event and a visibility write, per step.
-Runs from before generation 2 (agentrun/workflows/changes.py) upsert every status, as they did.
 """
 
 from __future__ import annotations

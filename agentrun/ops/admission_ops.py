@@ -17,6 +17,7 @@ from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdate
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentrun.core import constants as names
 from agentrun.core import fairness
 from agentrun.core._state import RunInput
 from agentrun.core.admission_models import (
@@ -108,7 +109,11 @@ async def enqueue_run(
             ) from err
         except WorkflowUpdateFailedError as err:
             reason = getattr(err.cause, "message", None) or str(err.cause)
-            raise Refused(reason) from err
+            if names.MOVING_TO_CURRENT_BUILD not in reason or time.monotonic() > busy_until:
+                raise Refused(reason) from err
+            # The queue continues as new onto the current build: this start goes there.
+            await asyncio.sleep(min(pause, deadline.left()))
+            continue
         except RPCError as err:
             # The server takes a bounded number of updates per workflow at once (10 by
             # default) and aborts some of a burst that races to create the queue; a burst of

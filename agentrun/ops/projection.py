@@ -64,7 +64,7 @@ STEP_COLUMNS = (
     "final",
     "finished_at",
 )
-# Step activities whose input may carry the run's pending mirror batch (MIRROR_RIDES_STEP).
+# Step activities whose input may carry the run's pending mirror batch.
 CARRIERS = {names.ACTIVITY_MODEL_COMPLETE, names.ACTIVITY_TOOL_INVOKE}
 RUN_COLUMNS = (
     "version",

@@ -49,6 +49,15 @@ SYNC_TIMEOUT = timedelta(seconds=10)
 SWEEPS_CLOSED_RUNS = "admission-sweeps-closed-runs"
 
 
+def upgrade_on_continue() -> workflow.ContinueAsNewVersioningBehavior | None:
+    """A long-lived workflow pinned to a build moves to the current build at its next
+    continue-as-new (AUTO_UPGRADE for the new run's first task, then pinned there);
+    unversioned workers leave it unset."""
+    if workflow.info().get_current_deployment_version() is None:
+        return None
+    return workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+
+
 def _outcome_seen(outcome: asyncio.Future[object]) -> None:
     if not outcome.cancelled():
         outcome.exception()
@@ -110,7 +119,8 @@ class TenantAdmissionWorkflow:
                     history_events_limit=self.history_events_limit,
                     sweep_seconds=self.sweep_seconds,
                     keeps_limits=self.keeps_limits,
-                )
+                ),
+                initial_versioning_behavior=upgrade_on_continue(),
             )
 
     async def _wait_or_sweep(self) -> bool:
@@ -154,10 +164,13 @@ class TenantAdmissionWorkflow:
         )
 
     def _too_long(self) -> bool:
+        """Time to continue as new: a long history, or a deploy made another build current
+        (the queue moves to it, and starts its runs there, at its continue-as-new)."""
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() >= self.history_events_limit
+            or info.is_target_worker_deployment_version_changed()
         )
 
     def _next(self) -> str | None:
@@ -242,6 +255,10 @@ class TenantAdmissionWorkflow:
         too_large = bounds.problems(request)
         if too_large:  # checked at the door too (agentrun.core.bounds): anyone may send
             raise ValueError(f"refused: {'; '.join(too_large[:5])}")
+        if workflow.info().is_target_worker_deployment_version_changed():
+            # A run started now would start on the old build (a pinned queue's children
+            # inherit its build): the queue moves first, the sender tries again.
+            raise ValueError(f"tenant {self.tenant!r}'s queue is {names.MOVING_TO_CURRENT_BUILD}")
         if request.spec.tenant != self.tenant:
             # The queue holds only its tenant's runs: a slot here is this tenant's to give.
             raise ValueError(

@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core.admission_models import ReleaseInput
     from agentrun.core.errors import PERMISSION_DENIED
-    from agentrun.core.keys import canonical_json, effect_content, effect_key, idempotency_key
+    from agentrun.core.keys import canonical_json, effect_content, effect_key
     from agentrun.core.results import (
         INTERRUPTED,
         ForkOrigin,
@@ -73,26 +73,6 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.states import RunStatus
     from agentrun.workflows import policies
 
-# Patch ids (see agentrun/workflows/recording.py): each marks a change to what the run does.
-# The continue-as-new point comes after the step boundary, so a pause or stop accepted just
-# before it takes effect in this generation; events handlers emit while the run waits to
-# continue are flushed before it does, so event_seq has no gaps.
-CONTINUE_AFTER_BOUNDARY = "continue-as-new-after-step-boundary"
-# Side-effect keys come from the effect, not the step: the run's idempotency scope, the
-# call's content and how many identical calls came before. A call re-proposed after an
-# unknown outcome, and a backlog task's next attempt, find the same ledger row.
-EFFECT_KEYS = "effect-keys-from-content"
-# A side-effecting tool call is cancelled with WAIT_CANCELLATION_COMPLETED: the run learns
-# whether the attempt stopped, and records the step with its key for the receipt to settle.
-TOOL_CANCEL_WAITS = "tool-cancel-waits-for-the-attempt"
-# An unknown outcome nobody decided in time stays unknown: the run ends naming it, instead
-# of recording "it happened (person)".
-UNKNOWN_STAYS_UNKNOWN = "unknown-outcome-expiry-is-no-decision"
-# The judge's tokens and cost count, and the budget is enforced after a verify step too.
-JUDGE_COUNTED = "judge-usage-counted"
-# The receipt and the final mirror write run to their end even if a cancel comes meanwhile.
-RECEIPT_SHIELDED = "receipt-shielded-from-cancel"
-
 # The system message when the spec carries no instructions (an agent profile sets them):
 # runs started without a profile, and histories from before profiles, which replay as they ran.
 SYSTEM_PROMPT = (
@@ -100,15 +80,6 @@ SYSTEM_PROMPT = (
     "time. When the task is done, reply with a final answer in Markdown that starts with "
     "a '## Summary' section."
 )
-# Patch id: model calls go to a task queue of their own, where the server limits each
-# tenant's rate (agentrun.core.fairness). Runs that made model calls on the run queue replay the
-# way they did.
-MODEL_CALL_QUEUE = "model-call-queue"
-# Patch id: fewer mirror writes (issue 17: the Web UI's timeline was half mirror writes). The
-# write at the start of a run that need not wait for a slot is dropped (the first step's write
-# follows at once), and so is the one before the verify step (a short check; the run's final
-# write follows it). Their rows and events ride along with the next write.
-QUIET_MIRROR = "quiet-mirror-writes"
 
 
 async def shielded(work: Coroutine[Any, Any, Any]) -> None:
@@ -185,12 +156,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
         self.stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._mirror_written()
-        if self.changes.has(CONTINUE_AFTER_BOUNDARY):
-            # Handlers that ran while the run waited emitted events: they go too.
-            while self.pending_events or self.pending_steps:
-                await self._flush()
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                await self._mirror_written()
+        # Handlers that ran while the run waited emitted events: they go too.
+        while self.pending_events or self.pending_steps:
+            await self._flush()
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            await self._mirror_written()
         self.progress.stream_state = self.stream.carry()
         carry = run_state.carry(self.progress)
         workflow.continue_as_new(self.spec.model_copy(update={"carry": carry}))
@@ -203,8 +173,6 @@ class AgentRunWorkflow(Approvals, RunMessages):
             self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
         cancelled = False
         try:
-            if not self.changes.has(QUIET_MIRROR):
-                await self._flush()
             await self._wait_for_slot()
             if spec.fork is not None and spec.carry is None:
                 # Only runs started by `agentrun fork` carry `fork`: no recorded history
@@ -229,17 +197,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 raise
             self._fail_unsent_step(err.message)
             self._finish(RunStatus.FAILED, error=err.message)
-        if self.changes.has(RECEIPT_SHIELDED):
-            # The run has ended: a cancel that comes now must not cost it its receipt.
-            await shielded(self._record_receipt())
-            await shielded(self._release_slot())
-            self.stream.detach()  # watchers read the rest once the run has closed
-            await shielded(workflow.wait_condition(workflow.all_handlers_finished))
-        else:
-            await self._record_receipt()
-            await self._release_slot()
-            self.stream.detach()
-            await workflow.wait_condition(workflow.all_handlers_finished)
+        # The run has ended: a cancel that comes now must not cost it its receipt.
+        await shielded(self._record_receipt())
+        await shielded(self._release_slot())
+        self.stream.detach()  # watchers read the rest once the run has closed
+        await shielded(workflow.wait_condition(workflow.all_handlers_finished))
         if cancelled:
             # The receipt is written; now Temporal shows the run as cancelled too.
             raise asyncio.CancelledError("cancelled on request")
@@ -275,12 +237,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
 
     async def _agent_loop(self) -> None:
         while self.progress.model_calls < self.spec.max_steps:
-            if self.changes.has(CONTINUE_AFTER_BOUNDARY):
-                await self._step_boundary()
-                await self._continue_as_new_if_long()
-            else:
-                await self._continue_as_new_if_long()
-                await self._step_boundary()
+            await self._step_boundary()
+            await self._continue_as_new_if_long()
             reply = await self._model_step()
             self.progress.model_calls += 1
             await self._enforce_budget()
@@ -293,7 +251,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 continue
             answer = reply.content or ""
             verdict = await self._verify_step(answer, reply.verdict)
-            if self.changes.has(JUDGE_COUNTED) and verdict.judge_model is not None:
+            if verdict.judge_model is not None:
                 await self._enforce_budget()
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
@@ -459,9 +417,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     provider=provider,
                     **self._checks_for_reply(),
                 ),
-                task_queue=fairness.model_task_queue(workflow.info().task_queue)
-                if self.changes.has(MODEL_CALL_QUEUE)
-                else None,
+                task_queue=fairness.model_task_queue(workflow.info().task_queue),
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
                 retry_policy=policies.retry_policy(self.spec, attempts),
@@ -490,10 +446,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     )
                 )
             raise
-        if self.changes.generation_2:
-            # A watcher's pending poll completes in this task: an update's completion, which
-            # a run of an older generation (its activity signalled the rest) did not make here.
-            self.stream.publish_rest_of_reply(step_id, reply)  # before its step.completed event
+        # A watcher's pending poll completes in this task: an update's completion.
+        self.stream.publish_rest_of_reply(step_id, reply)  # before its step.completed event
         self.progress.stored_messages += len(self.progress.pending_messages)
         self.progress.pending_messages = []
         self.progress.model_used = reply.model
@@ -572,9 +526,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 self.progress.budget,
                 self.spec.budget,
                 record.edit,
-                spent=(spent["spent_tokens"], spent["spent_cost_usd"])
-                if self.changes.generation_2
-                else None,
+                spent=(spent["spent_tokens"], spent["spent_cost_usd"]),
             )
             self._event("budget.extended", data=self.progress.budget.model_dump())
 
@@ -626,7 +578,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
             batch = await self._batch_for_step()
             started = workflow.now()
             attempts, timeout = policies.tool_limits(self.spec, call.tool)
-            waits = call.side_effect and self.changes.has(TOOL_CANCEL_WAITS)
+            waits = call.side_effect
             tool_input = ToolCallInput(
                 run_id=self.run_id,
                 step_id=step_id,
@@ -677,7 +629,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 {"idempotency_key": key, "arguments": arguments},
                 reason=result.error,
             )
-            if decision.decision == "expired" and self.changes.has(UNKNOWN_STAYS_UNKNOWN):
+            if decision.decision == "expired":
                 self.progress.unresolved.append(
                     f"{step_id}: whether {call.tool} happened is unknown (key {key}); "
                     "nobody decided in time"
@@ -715,8 +667,6 @@ class AgentRunWorkflow(Approvals, RunMessages):
         )
 
     def _effect_key(self, step_id: str, tool: str, arguments: JsonDict) -> str:
-        if not self.changes.has(EFFECT_KEYS):
-            return idempotency_key(self.run_id, step_id, tool, arguments)
         parent = workflow.info().parent
         key = self.spec.idempotency_key
         # A backlog task's attempts are runs of their own; its effects are the task's.
@@ -845,7 +795,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
     def _checks_for_reply(self) -> dict[str, Any]:
         """What a model call carries so that, should its reply be a final answer, it returns
         the checks' verdict: the checks when they are computation only (no judge)."""
-        if not self.changes.generation_3 or self.spec.verify.judge is not None:
+        if self.spec.verify.judge is not None:
             return {}
         return {"checks": self.spec.verify, "tools_used": self._tools_used()}
 
@@ -854,8 +804,6 @@ class AgentRunWorkflow(Approvals, RunMessages):
         activity ran them), or a verify activity's."""
         step_id = self._new_step("verify", "checks")
         self._set_status(RunStatus.VERIFYING, step_id)
-        if not self.changes.has(QUIET_MIRROR):
-            await self._flush()
         started = workflow.now()
         check = VerifyInput(
             run_id=self.run_id,
@@ -868,9 +816,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
         retry = policies.retry_policy(self.spec, self.spec.timeouts.max_attempts)
         summary = f"verify the answer ({len(answer):,} characters)"
         verdict: VerifyResult
-        if checked is not None and self.changes.generation_3:
+        if checked is not None:
             verdict = checked
-        elif self.changes.generation_2 and self.spec.verify.judge is None:
+        elif self.spec.verify.judge is None:
             # Checks that are computation only (no judge, no I/O) run as a local activity,
             # inside the workflow task that asks for them: no task to dispatch and no task to
             # take the verdict, for the same record in history (a marker).
@@ -890,10 +838,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 summary=summary,
             )
         self.progress.verification = verdict
-        if self.changes.has(JUDGE_COUNTED):
-            self.progress.tokens_in += verdict.usage.input_tokens
-            self.progress.tokens_out += verdict.usage.output_tokens
-            self.progress.cost_usd = round(self.progress.cost_usd + verdict.cost_usd, 6)
+        self.progress.tokens_in += verdict.usage.input_tokens
+        self.progress.tokens_out += verdict.usage.output_tokens
+        self.progress.cost_usd = round(self.progress.cost_usd + verdict.cost_usd, 6)
         self._complete_step(
             StepRecord(
                 step_id=step_id,

@@ -52,7 +52,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core.states import RunStatus
     from agentrun.core.tenant_policy import PolicyInput, held_spec
+    from agentrun.workflows.admission import upgrade_on_continue
     from agentrun.workflows.agent_run import AgentRunWorkflow
+    from agentrun.workflows.changes import for_new_run
 
 # Patch id: each task's run is started at its own priority, with its tenant as fairness key
 # (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
@@ -144,7 +146,7 @@ class AgentBacklogWorkflow:
             if not self.dirty and not self.head_dirty:
                 break
             await self._flush()
-        workflow.continue_as_new(self._carry())
+        workflow.continue_as_new(self._carry(), initial_versioning_behavior=upgrade_on_continue())
 
     async def _guarded(self, task: BacklogTask) -> None:
         try:
@@ -162,9 +164,14 @@ class AgentBacklogWorkflow:
             raise self.crash
 
     def _time_to_rotate(self) -> bool:
+        """Time to continue as new: enough tasks done here, a long history, or a deploy made
+        another build current (no task starts on the old build; the backlog moves to the
+        current one once its runs in flight end, and starts the next there)."""
+        info = workflow.info()
         return (
             self.finished_here >= self.policy.continue_as_new_after
-            or workflow.info().is_continue_as_new_suggested()
+            or info.is_continue_as_new_suggested()
+            or info.is_target_worker_deployment_version_changed()
         )
 
     def _next_task(self) -> BacklogTask | None:
@@ -203,7 +210,9 @@ class AgentBacklogWorkflow:
         """One AgentRun child for the task; returns why it failed, or None when it completed."""
         if task.spec is None:  # only a task recovered from a damaged mirror
             return "its spec is lost; enqueue the task again under a new key"
-        spec = task.spec.model_copy(update={"idempotency_key": task.key})
+        # The generation of the code starting it (a task queued before a deploy runs the
+        # current one; a child's input is not checked on replay).
+        spec = for_new_run(task.spec.model_copy(update={"idempotency_key": task.key}))
         if workflow.patched(CHILD_POLICY):
             found = await workflow.execute_activity_method(
                 AdmissionActivities.policy,

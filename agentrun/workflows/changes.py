@@ -1,33 +1,25 @@
-"""Which of the run workflow's changes a run takes: one patch marker per run, not one per change.
+"""Which of the run workflow's changes a run takes: its generation, named in its input.
 
-A change to what a workflow does goes behind `workflow.patched(id)`, so that histories
-recorded before it replay along the old path. For every patch a run passes, Temporal records
-a marker and (server 1.20 and later) upserts the `TemporalChangeVersion` search attribute:
-two history events and a visibility write per patch, per run. With this workflow's twelve
-patches that was 16 of the 87 events of a five-step run and eight of its visibility writes
-(issue 15). A run started since generation 2 asks one patch, the generation's, and takes
-every change the generation includes; a run from before it (a recorded history, a run in
-flight through the deploy) asks each change's own patch, as it did. A change made later gets
-a patch of its own until a next generation takes it in.
-
-Generation 3 asks no patch at all: the engine writes the generation into the run's input
-(`RunInput.workflow_generation`, `for_new_run`) when it starts the run, and the input is in
-history, so a replay reads the same answer; the run pays no marker and no upsert. A run's
-input names its generation only from generation 3 on; an input without one asks the
-generation-2 patch, as before.
+The engine writes the generation into a new run's input (`RunInput.workflow_generation`,
+`for_new_run`) when it starts the run, and the input is in history, so a replay reads the same
+answer; the run pays no patch marker and no search-attribute upsert for it. A change to what
+the run workflow does that must not reach runs already open takes the next generation.
 
 Generation 4 (issue 24): a run takes an admit signal only from the admission queue its input
-names; an admit from any other sender is ignored. Runs of generation 3 and before took any.
+names; an admit from any other sender is ignored. Runs of generation 3 took any.
+
+Runs of generation 2 and before (no generation in their input) took the fifteen patch-era
+paths that issue 28 retired (agentrun/core/version_branches.py): such a run is refused here,
+by name, rather than replayed along paths it never took. Its workflow task fails, and Temporal
+retries it until a worker of a build that still has those paths takes it.
 """
 
 from __future__ import annotations
 
-from temporalio import workflow
-
 from agentrun.core._state import RunInput
 from agentrun.core.spec import RunSpec
+from agentrun.core.version_branches import OLDEST_GENERATION, RETIRED_GENERATIONS, RETIRED_NOTE
 
-GENERATION_2 = "agentrun-generation-2"
 # The generation `for_new_run` writes into a new run's input.
 CURRENT_GENERATION = 4
 
@@ -38,15 +30,17 @@ def for_new_run(spec: RunSpec) -> RunInput:
     return RunInput.of(spec, workflow_generation=CURRENT_GENERATION)
 
 
+class RetiredBranchError(RuntimeError):
+    """A run this code cannot replay: it needs a retired version branch."""
+
+
 class Changes:
     def __init__(self, generation: int | None) -> None:
-        # `generation`: what the run's input names. Without it, the patch is asked once, in
-        # the run's first activation: replaying a history recorded before generation 2,
-        # there is no marker and the answer is False.
-        self.generation_3 = generation is not None and generation >= 3
-        self.generation_4 = generation is not None and generation >= 4
-        self.generation_2 = self.generation_3 or workflow.patched(GENERATION_2)
-
-    def has(self, patch_id: str) -> bool:
-        """Whether the run takes the change behind `patch_id`, one generation 2 includes."""
-        return self.generation_2 or workflow.patched(patch_id)
+        if generation is None or generation < OLDEST_GENERATION:
+            raise RetiredBranchError(
+                f"needs retired branch {RETIRED_GENERATIONS}: this run's input names "
+                f"generation {generation} ({RETIRED_NOTE}); run it on a build from before "
+                "issue 28"
+            )
+        # The one live generation switch (agentrun/core/version_branches.py: generation-4).
+        self.generation_4 = generation >= 4

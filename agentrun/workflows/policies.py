@@ -47,16 +47,15 @@ def extend_budget(
     budget: Budget,
     original: Budget,
     edit: JsonDict | None,
-    spent: tuple[int, float] | None = None,
+    spent: tuple[int, float],
 ) -> Budget:
     """An approver's new limits, or, without an edit, one more allowance of the original:
     beyond what was `spent` (tokens, cost) when it is given, so that one approval lets the
     run go on however far one step overshot (a reply of 250,000 tokens against an
-    allowance of 60 asked again 4,000 times); runs from before generation 2 add the
-    allowance to the old limit, as they did."""
+    allowance of 60 asked again 4,000 times)."""
     if edit:
         return budget.model_copy(update=Budget.model_validate(edit).model_dump(exclude_unset=True))
-    tokens, cost = spent or (0, 0.0)
+    tokens, cost = spent
     return Budget(
         max_tokens=max(budget.max_tokens or 0, tokens) + original.max_tokens
         if original.max_tokens

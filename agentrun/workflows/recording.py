@@ -27,25 +27,16 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core._state import RunInput, RunProgress
     from agentrun.core._wire import FinishInput, MirrorBatch, RunEvent, RunSnapshot, StepRecord
     from agentrun.core.errors import PAYLOAD_TOO_LARGE
-    from agentrun.core.results import PendingApproval, Receipt, StepSummary, StepType
+    from agentrun.core.results import PendingApproval, StepSummary, StepType
     from agentrun.core.spec import JsonDict
     from agentrun.core.states import RunStatus, check_transition
 
-# Patch ids: each marks a change to what the workflow does, so histories recorded before it
-# replay along the old path. Remove the old path (deprecate_patch) once no such run is open.
-MIRROR_SYNC_LOCAL = "mirror-sync-local-activity"
-# A local activity writes before Temporal has accepted the workflow task it runs in; if the
-# task is then lost (a server restart, a dropped speculative update task), the mirror shows
-# what never happened. The chaos suite caught it. Mirror writes are now activities, which
-# Temporal dispatches only after it has committed the task that scheduled them, and the run
-# does not wait for them: it goes on, and waits for them all before its receipt and before
-# it continues as new. Fences keep writes that land out of order from going backwards.
-MIRROR_SYNC_AFTER_COMMIT = "mirror-sync-after-commit"
-# Mirror writes go to a task queue of their own. At priority 1 on the run queue they went
-# ahead of every tenant's steps: one tenant's burst of runs, writing its mirror, held another
-# tenant's tool calls back for seconds however fair the queue (bench noisy stage). On their
-# own queue they still never wait behind model or tool calls, and tenants take turns there.
-MIRROR_QUEUE = "mirror-queue"
+# Mirror writes are activities on a task queue of their own: Temporal dispatches them only
+# after it has committed the task that scheduled them (a local activity wrote what a lost task
+# never did), and on their own queue they never wait behind model or tool calls, and tenants
+# take turns there. The run does not wait for them: it goes on, and waits for them all before
+# its receipt and before it continues as new. Fences keep writes that land out of order from
+# going backwards.
 # Mirror and receipt writes must outlast a Postgres outage: retry for as long as it takes,
 # and often enough that the mirror catches up within seconds of the database returning
 # (fairness.MIRROR_RETRY). A mirror write goes ahead of model and tool calls waiting on the
@@ -63,7 +54,6 @@ MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 # runs ahead of history. A write of its own is left for where the run blocks or ends
 # (approval, pause, admission queue, continue-as-new, receipt) and for a batch too large to
 # ride along.
-MIRROR_RIDES_STEP = "mirror-batch-rides-step"
 
 T = TypeVar("T")
 Trim = Literal["records", "all"] | None
@@ -123,8 +113,8 @@ class Recording:
         agentrun.core.search_attributes): an upsert only when the shown status changes."""
         if self.indexed_status is None:
             return
-        shown = search_attributes.shown_status(new) if self.changes.generation_2 else new.value
-        if shown != self.indexed_status or not self.changes.generation_2:
+        shown = search_attributes.shown_status(new)
+        if shown != self.indexed_status:
             workflow.upsert_search_attributes([search_attributes.STATUS.value_set(shown)])
             self.indexed_status = shown
 
@@ -262,12 +252,8 @@ class Recording:
         self.pending_events = batch.events + self.pending_events
 
     async def _batch_for_step(self) -> MirrorBatch | None:
-        """The run's pending mirror batch, to ride in the next step activity's input. Runs
-        from before MIRROR_RIDES_STEP write it on their own here instead (None)."""
-        if self.changes.has(MIRROR_RIDES_STEP):
-            return self._take_batch()
-        await self._flush()
-        return None
+        """The run's pending mirror batch, to ride in the next step activity's input."""
+        return self._take_batch()
 
     async def _start_step(
         self,
@@ -310,36 +296,18 @@ class Recording:
             raise
 
     async def _sync(self, batch: MirrorBatch) -> None:
-        if self.changes.has(MIRROR_SYNC_AFTER_COMMIT):
-            self.mirror_writes = [w for w in self.mirror_writes if not w.done()]
-            self.mirror_writes.append(
-                workflow.start_activity_method(
-                    MirrorActivities.sync,
-                    batch,
-                    start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
-                    retry_policy=MIRROR_RETRY,
-                    priority=MIRROR_PRIORITY,
-                    summary=run_summaries.mirror_summary(batch),
-                    task_queue=fairness.mirror_task_queue(workflow.info().task_queue)
-                    if self.changes.has(MIRROR_QUEUE)
-                    else None,
-                )
-            )
-        elif self.changes.has(MIRROR_SYNC_LOCAL):
-            # Runs that wrote their mirror from local activities replay the way they did.
-            await workflow.execute_local_activity_method(
-                MirrorActivities.sync,
-                batch,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=MIRROR_RETRY,
-            )
-        else:  # runs started before either patch replay the way they were recorded
-            await workflow.execute_activity_method(
+        self.mirror_writes = [w for w in self.mirror_writes if not w.done()]
+        self.mirror_writes.append(
+            workflow.start_activity_method(
                 MirrorActivities.sync,
                 batch,
                 start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
                 retry_policy=MIRROR_RETRY,
+                priority=MIRROR_PRIORITY,
+                summary=run_summaries.mirror_summary(batch),
+                task_queue=fairness.mirror_task_queue(workflow.info().task_queue),
             )
+        )
 
     async def _mirror_written(self) -> None:
         """Wait until every mirror write in flight has landed."""
@@ -348,31 +316,9 @@ class Recording:
             await write
 
     async def _record_receipt(self) -> None:
-        """The final mirror write and the receipt. If either would be refused as too large,
-        it goes again with its long strings cut, so the run still ends recorded."""
-        if self.changes.generation_2:
-            await self._finish_record()
-            return
-        for trim in TRIMS:
-            try:
-                await self._flush(trim=trim)
-                break
-            except ApplicationError as err:
-                if trim == "all" or not payload_limits.is_too_large(err):
-                    raise
-                if trim is None:
-                    self._event("run.record_trimmed", data={"reason": err.message})
-        await self._mirror_written()  # the receipt comes after every row it sums up
-        receipt = run_state.receipt(self.run_id, self.spec, self.progress, workflow.now())
-        try:
-            await self._store_receipt(receipt)
-        except ApplicationError as err:
-            if not payload_limits.is_too_large(err):
-                raise
-            await self._store_receipt(payload_limits.trimmed(receipt))
-
-    async def _finish_record(self) -> None:
-        """Generation 2: the final batch and the receipt in one activity, `mirror.finish`."""
+        """The final mirror write and the receipt, in one activity (`mirror.finish`). If it
+        would be refused as too large, it goes again with its long strings cut, so the run
+        still ends recorded."""
         await self._mirror_written()  # the receipt comes after every row it sums up
         for trim in TRIMS:
             batch = self._take_batch()
@@ -391,7 +337,7 @@ class Recording:
                 if trim is None:
                     self._event("run.record_trimmed", data={"reason": err.message})
 
-    async def _store_receipt(self, receipt: Receipt | FinishInput) -> None:
+    async def _store_receipt(self, receipt: FinishInput) -> None:
         try:
             await self._send_receipt(receipt)
         except ActivityError as err:
@@ -399,21 +345,12 @@ class Recording:
             if err.cause is None or not payload_limits.is_too_large(err.cause):
                 raise
 
-    async def _send_receipt(self, receipt: Receipt | FinishInput) -> None:
-        if isinstance(receipt, FinishInput):
-            await workflow.execute_activity_method(
-                MirrorActivities.finish,
-                receipt,
-                start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
-                retry_policy=MIRROR_RETRY,
-                summary=f"receipt: {receipt.receipt.outcome.value}, with the last "
-                f"{len(receipt.batch.steps)} step rows and {len(receipt.batch.events)} events",
-            )
-            return
+    async def _send_receipt(self, receipt: FinishInput) -> None:
         await workflow.execute_activity_method(
-            MirrorActivities.record_receipt,
+            MirrorActivities.finish,
             receipt,
             start_to_close_timeout=MIRROR_WRITE_TIMEOUT,
             retry_policy=MIRROR_RETRY,
-            summary=f"receipt: {receipt.outcome.value}",
+            summary=f"receipt: {receipt.receipt.outcome.value}, with the last "
+            f"{len(receipt.batch.steps)} step rows and {len(receipt.batch.events)} events",
         )

@@ -26,7 +26,7 @@ DECISIONS_SHOWN = 10
 WORKFLOW_ONLY = {
     "spec": "the run's input: the continuation is started with it again",
     "run_id": "the workflow id, the same for every continuation",
-    "changes": "asked in the run's first activation; a continuation asks again",
+    "changes": "read from the run's input (its generation); a continuation reads it again",
     "indexed_status": "read from the search attributes, which a continuation inherits",
     "progress": "the declared state itself, carried whole",
     "pending_steps": "mirror rows not sent yet: a run flushes them before it continues",

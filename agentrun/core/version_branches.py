@@ -1,0 +1,195 @@
+"""The version branches of the workflow code: which remain, which are retired, and which runs
+need which.
+
+A version branch is a place where workflow code takes one path for runs started by older code
+and another for new ones: a `workflow.patched(id)` call, or a test of the run's generation
+(agentrun/workflows/changes.py). Each is a cost carried for as long as some run may need its
+old path, so there are few (at most `MAX_LIVE`, tests/test_version_branches.py counts them),
+each names the condition for its removal (docs/versioning.md), and `agentrun deploy patches`
+says which open runs still need each old path.
+
+Issue 28 retired the sixteen branches runs of generation 2 and before needed (fifteen patch
+ids and the generation-2 and -3 switches). A history that needs one of them is refused by
+name, never replayed along a path it did not take: `retired_needed` says so from the
+history's facts, the run workflow refuses such an input (`Changes`), and recorded histories
+of that kind live in tests/histories/archive/.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from agentrun.core import constants as names
+
+# The oldest generation today's run workflow replays; the one new runs take is in
+# agentrun/workflows/changes.py (CURRENT_GENERATION).
+OLDEST_GENERATION = 3
+MAX_LIVE = 3
+
+
+class VersionBranch(BaseModel):
+    id: str
+    kind: Literal["generation", "patch"]
+    workflow_type: str
+    where: str
+    old_path: str  # what runs that need the old branch do there
+    removal: str  # when the old path (and the test) can go
+
+
+GENERATION_4 = "generation-4"
+ADMISSION_SWEEP = "admission-sweeps-closed-runs"
+BACKLOG_CHILD_PRIORITY = "backlog-child-priority"
+
+LIVE: tuple[VersionBranch, ...] = (
+    VersionBranch(
+        id=GENERATION_4,
+        kind="generation",
+        workflow_type=names.WORKFLOW_NAME,
+        where="agentrun/workflows/run_messages.py (admit_signal)",
+        old_path="a run of generation 3 takes an admit signal from any sender",
+        removal="no open run of generation 3; then OLDEST_GENERATION becomes 4 and "
+        "tests/histories/generation_3*.json move to the archive",
+    ),
+    VersionBranch(
+        id=ADMISSION_SWEEP,
+        kind="patch",
+        workflow_type=names.ADMISSION_WORKFLOW_NAME,
+        where="agentrun/workflows/admission.py (TenantAdmissionWorkflow.run)",
+        old_path="a queue started before the sweep waits without its sweep timer",
+        removal="every open admission queue has continued as new since (its history has the "
+        "marker): deprecate_patch, then remove once no history lacks the marker",
+    ),
+    VersionBranch(
+        id=BACKLOG_CHILD_PRIORITY,
+        kind="patch",
+        workflow_type=names.BACKLOG_WORKFLOW_NAME,
+        where="agentrun/workflows/backlog.py (starting a task's run)",
+        old_path="a backlog that started runs before the patch starts them at the default priority",
+        removal="every open backlog that has started a run has the marker (it continued as "
+        "new since): deprecate_patch, then remove",
+    ),
+)
+
+RETIRED_GENERATIONS = "generation-2-and-before"
+# What runs whose input names no generation took, by patch id: each was a branch of
+# agentrun/workflows/agent_run.py or recording.py until issue 28.
+RETIRED_PATCHES = (
+    "agentrun-generation-2",
+    "continue-as-new-after-step-boundary",
+    "effect-keys-from-content",
+    "tool-cancel-waits-for-the-attempt",
+    "unknown-outcome-expiry-is-no-decision",
+    "judge-usage-counted",
+    "receipt-shielded-from-cancel",
+    "model-call-queue",
+    "quiet-mirror-writes",
+    "mirror-sync-local-activity",
+    "mirror-sync-after-commit",
+    "mirror-queue",
+    "mirror-batch-rides-step",
+)
+RETIRED_NOTE = (
+    "runs whose input names no generation (started before generation 3) took the patch-era "
+    "paths: retired in issue 28"
+)
+
+
+class HistoryFacts(BaseModel):
+    """What a run's history says about which paths its code took."""
+
+    workflow_type: str
+    generation: int | None = None  # the run workflow's input (`workflow_generation`)
+    patches: list[str] = []  # patch ids with a marker in the history
+    decided: bool = False  # a workflow task completed: the code ran past its first awaits
+    started_children: bool = False
+
+
+class BranchNeed(BaseModel):
+    """One run's need of one branch's old path."""
+
+    workflow_id: str
+    run_id: str
+    branch: str
+    retired: bool
+
+    def message(self) -> str:
+        if self.retired:
+            return (
+                f"needs retired branch {self.branch} ({RETIRED_NOTE}): it cannot replay on this "
+                "code; keep the build it is pinned to until it closes"
+            )
+        return f"needs the old path of {self.branch}"
+
+
+def retired_needed(facts: HistoryFacts) -> list[str]:
+    """The retired branches a history needs: a run of the run workflow from before generation
+    3, and any run with a marker of a retired patch."""
+    needed = []
+    if facts.workflow_type == names.WORKFLOW_NAME and (
+        facts.generation is None or facts.generation < OLDEST_GENERATION
+    ):
+        needed.append(RETIRED_GENERATIONS)
+    needed += sorted(set(facts.patches) & set(RETIRED_PATCHES))
+    return needed
+
+
+def live_old_paths(facts: HistoryFacts) -> list[str]:
+    """The live branches whose old path the run takes (or has taken)."""
+    needed = []
+    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation == 3:
+        needed.append(GENERATION_4)
+    if (
+        facts.workflow_type == names.ADMISSION_WORKFLOW_NAME
+        and facts.decided
+        and ADMISSION_SWEEP not in facts.patches
+    ):
+        needed.append(ADMISSION_SWEEP)
+    if (
+        facts.workflow_type == names.BACKLOG_WORKFLOW_NAME
+        and facts.started_children
+        and BACKLOG_CHILD_PRIORITY not in facts.patches
+    ):
+        needed.append(BACKLOG_CHILD_PRIORITY)
+    return needed
+
+
+class BranchUse(BaseModel):
+    """A live branch, and the open runs that still need its old path."""
+
+    branch: VersionBranch
+    open_runs: list[str]  # workflow ids
+
+    @property
+    def removable(self) -> bool:
+        return not self.open_runs
+
+    @property
+    def advice(self) -> str:
+        if self.open_runs:
+            return f"keep: {len(self.open_runs)} open run(s) need the old path"
+        if self.branch.kind == "patch":
+            return "no open run needs the old path: deprecate it (deprecate_patch), then remove"
+        return "no open run needs the old path: remove it"
+
+
+class PatchInventory(BaseModel):
+    live: list[BranchUse]
+    retired: list[BranchNeed]  # open runs that need a retired branch
+    scanned: int
+
+    def json_view(self) -> dict[str, object]:
+        return {
+            "scanned": self.scanned,
+            "live": [
+                {
+                    **use.branch.model_dump(),
+                    "open_runs": use.open_runs,
+                    "removable": use.removable,
+                    "advice": use.advice,
+                }
+                for use in self.live
+            ],
+            "retired": [need.model_dump() | {"message": need.message()} for need in self.retired],
+        }
