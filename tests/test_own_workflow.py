@@ -89,7 +89,7 @@ async def test_a_business_workflow_runs_an_agent_and_acts_once(
 
 @pytest.mark.parametrize("path", sorted(HISTORY.parent.glob("*.json")), ids=lambda path: path.stem)
 async def test_the_committed_business_histories_replay(path: Path):
-    """The newest recording, and those before it (`refund_review_before_policy`: a parent
-    whose agent started before `run_agent` read its tenant's policy)."""
+    """The recordings of today's paths (a parent recorded before `run_agent` read its
+    tenant's policy is in the archive, tests/test_version_branches.py)."""
     history = WorkflowHistory.from_json(RECORDED_ID, await asyncio.to_thread(path.read_text))
     await replayer([RefundReviewWorkflow, AgentRunWorkflow]).replay_workflow(history)

@@ -28,7 +28,7 @@ from agentrun.core.constants import (
 )
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
-from agentrun.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
+from agentrun.workflows.backlog import CHILD_POLICY, AgentBacklogWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 
 
@@ -60,10 +60,12 @@ def test_the_admission_sweep_has_a_history():
     assert SWEEPS_CLOSED_RUNS in taken["admission_queue_swept"]
 
 
-def test_backlog_child_priority_has_a_history():
+def test_backlogs_from_before_and_after_child_priority_have_histories():
+    """The retired `backlog-child-priority` patch: backlogs with its marker and without it
+    replay on code that no longer asks it (a child's priority is not compared on replay)."""
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
-    assert CHILD_PRIORITY not in taken["backlog_stop_resume_poison_retry"]
-    assert CHILD_PRIORITY in taken["backlog_child_priority"]
+    assert "backlog-child-priority" not in taken["backlog_stop_resume_poison_retry"]
+    assert "backlog-child-priority" in taken["backlog_child_priority"]
 
 
 def test_backlog_children_under_their_tenants_policy_have_a_history():
@@ -190,7 +192,7 @@ def test_every_path_has_a_history_from_the_current_generation(path: str):
     else:  # the long-lived workflows: recorded with the patches of today's code
         assert kind in ("TenantAdmission", "AgentBacklog"), kind
         assert patch_ids(HISTORIES[0].parent / f"{name}.json") == (
-            {SWEEPS_CLOSED_RUNS} if kind == "TenantAdmission" else {CHILD_PRIORITY}
+            {SWEEPS_CLOSED_RUNS} if kind == "TenantAdmission" else {CHILD_POLICY}
         ), name
 
 

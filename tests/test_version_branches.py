@@ -82,8 +82,12 @@ async def facts_in(path: Path) -> HistoryFacts:
 
 @pytest.mark.parametrize("path", ARCHIVE, ids=lambda p: p.stem)
 async def test_an_archived_history_is_named_as_needing_a_retired_branch(path: Path):
-    needed = version_branches.retired_needed(await facts_in(path))
-    assert version_branches.RETIRED_GENERATIONS in needed, path.name
+    facts = await facts_in(path)
+    needed = version_branches.retired_needed(facts)
+    if facts.workflow_type == "AgentRun":
+        assert version_branches.RETIRED_GENERATIONS in needed, path.name
+    else:  # a workflow of the user's own, from before run_agent read the tenant's policy
+        assert needed == [version_branches.RUN_AGENT_READS_POLICY], path.name
 
 
 async def test_replaying_an_archived_history_is_refused_by_name():
@@ -117,8 +121,14 @@ def test_which_runs_need_the_old_path_of_each_live_branch():
     assert old_paths(swept) == []
     assert old_paths(HistoryFacts(workflow_type=queue, decided=False)) == []
     assert old_paths(HistoryFacts(workflow_type=backlog, started_children=True)) == [
-        "backlog-child-priority"
+        "backlog-child-policy"
     ]
+    # A workflow of the user's own that started an agent's run: with the marker of the
+    # policy read it replays; without, it needs the retired branch.
+    own = HistoryFacts(workflow_type="RefundReview", started_children=True)
+    assert version_branches.retired_needed(own) == ["run-agent-reads-policy"]
+    read = own.model_copy(update={"patches": ["run-agent-reads-policy"]})
+    assert version_branches.retired_needed(read) == []
     assert old_paths(HistoryFacts(workflow_type=backlog)) == []
     assert version_branches.retired_needed(HistoryFacts(workflow_type=run)) == [
         "generation-2-and-before"

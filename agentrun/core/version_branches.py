@@ -40,7 +40,10 @@ class VersionBranch(BaseModel):
 
 GENERATION_4 = "generation-4"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
-BACKLOG_CHILD_PRIORITY = "backlog-child-priority"
+BACKLOG_CHILD_POLICY = "backlog-child-policy"
+# Retired in issue 28 with its histories archived: a workflow of the user's own that started
+# an agent's run (`agentrun.workflows.run_agent`) before the run read its tenant's policy.
+RUN_AGENT_READS_POLICY = "run-agent-reads-policy"
 
 LIVE: tuple[VersionBranch, ...] = (
     VersionBranch(
@@ -62,16 +65,20 @@ LIVE: tuple[VersionBranch, ...] = (
         "marker): deprecate_patch, then remove once no history lacks the marker",
     ),
     VersionBranch(
-        id=BACKLOG_CHILD_PRIORITY,
+        id=BACKLOG_CHILD_POLICY,
         kind="patch",
         workflow_type=names.BACKLOG_WORKFLOW_NAME,
         where="agentrun/workflows/backlog.py (starting a task's run)",
-        old_path="a backlog that started runs before the patch starts them at the default priority",
+        old_path="a backlog that started runs before the patch starts them without reading "
+        "its tenant's policy (no allowed priorities, no wait in a capped tenant's queue)",
         removal="every open backlog that has started a run has the marker (it continued as "
         "new since): deprecate_patch, then remove",
     ),
 )
 
+# The engine's own workflow types; any other that starts children is a user's workflow
+# calling `run_agent`.
+OWN_WORKFLOWS = (names.WORKFLOW_NAME, names.ADMISSION_WORKFLOW_NAME, names.BACKLOG_WORKFLOW_NAME)
 RETIRED_GENERATIONS = "generation-2-and-before"
 # What runs whose input names no generation took, by patch id: each was a branch of
 # agentrun/workflows/agent_run.py or recording.py until issue 28.
@@ -94,6 +101,10 @@ RETIRED_NOTE = (
     "runs whose input names no generation (started before generation 3) took the patch-era "
     "paths: retired in issue 28"
 )
+RETIRED_NOTES = {
+    RUN_AGENT_READS_POLICY: "a workflow of yours that started an agent's run before "
+    "`run_agent` read the tenant's policy: retired in issue 28",
+}
 
 
 class HistoryFacts(BaseModel):
@@ -117,7 +128,8 @@ class BranchNeed(BaseModel):
     def message(self) -> str:
         if self.retired:
             return (
-                f"needs retired branch {self.branch} ({RETIRED_NOTE}): it cannot replay on this "
+                f"needs retired branch {self.branch} "
+                f"({RETIRED_NOTES.get(self.branch, RETIRED_NOTE)}): it cannot replay on this "
                 "code; keep the build it is pinned to until it closes"
             )
         return f"needs the old path of {self.branch}"
@@ -132,6 +144,12 @@ def retired_needed(facts: HistoryFacts) -> list[str]:
     ):
         needed.append(RETIRED_GENERATIONS)
     needed += sorted(set(facts.patches) & set(RETIRED_PATCHES))
+    if (
+        facts.workflow_type not in OWN_WORKFLOWS
+        and facts.started_children
+        and RUN_AGENT_READS_POLICY not in facts.patches
+    ):
+        needed.append(RUN_AGENT_READS_POLICY)
     return needed
 
 
@@ -149,9 +167,9 @@ def live_old_paths(facts: HistoryFacts) -> list[str]:
     if (
         facts.workflow_type == names.BACKLOG_WORKFLOW_NAME
         and facts.started_children
-        and BACKLOG_CHILD_PRIORITY not in facts.patches
+        and BACKLOG_CHILD_POLICY not in facts.patches
     ):
-        needed.append(BACKLOG_CHILD_PRIORITY)
+        needed.append(BACKLOG_CHILD_POLICY)
     return needed
 
 

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
@@ -56,9 +56,10 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.workflows.agent_run import AgentRunWorkflow
     from agentrun.workflows.changes import for_new_run
 
-# Patch id: each task's run is started at its own priority, with its tenant as fairness key
-# (agentrun.core.fairness), instead of inheriting the backlog's. Backlogs recorded before replay
-# their children's starts as they were.
+# Deprecated patch id: each task's run is started at its own priority, with its tenant as
+# fairness key (agentrun.core.fairness). Until issue 28 older backlogs started theirs at the
+# default; a child's priority is not compared on replay, so they replay without that path, and
+# the call stays only for the markers in their histories. Remove it once no open backlog has one.
 CHILD_PRIORITY = "backlog-child-priority"
 # Patch id: each task's run is started under its tenant's policy as Postgres holds it when the
 # run starts (activity `tenants.policy`): its approvers and weight, a priority it may take,
@@ -230,6 +231,7 @@ class AgentBacklogWorkflow:
         task.run_id = child_run_id(self.agent, task.key, task.launches)
         task.started_at = workflow.now()
         self._set(task, "paused" if self.stopped else "running")
+        workflow.deprecate_patch(CHILD_PRIORITY)
         try:
             handle = await workflow.start_child_workflow(
                 AgentRunWorkflow.run,
@@ -240,9 +242,7 @@ class AgentBacklogWorkflow:
                 static_summary=f"{self.agent} #{task.ordinal}: {task.title}",
                 # The tenant's weight, as the door (or the policy just read) wrote it into
                 # the spec (None in backlogs recorded before: the default weight, as then).
-                priority=fairness.run_priority(spec.priority, spec.tenant, spec.fairness_weight)
-                if workflow.patched(CHILD_PRIORITY)
-                else Priority.default,
+                priority=fairness.run_priority(spec.priority, spec.tenant, spec.fairness_weight),
             )
         except WorkflowAlreadyStartedError:
             await self._flush()

@@ -31,8 +31,10 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.workflows.agent_run import AgentRunWorkflow
     from agentrun.workflows.changes import for_new_run
 
-# Patch id: the run reads its tenant's policy before it starts. Parents recorded before start
-# their agent's run as they did, without it.
+# Deprecated patch id: the run reads its tenant's policy before it starts. Its marker is still
+# written, so that `agentrun deploy check` and `deploy patches` can name a parent recorded
+# before (it started its agent's run without the read) as needing this retired branch
+# (agentrun/core/version_branches.py); such a parent replays only on the build it began on.
 READS_POLICY = "run-agent-reads-policy"
 POLICY_TIMEOUT = timedelta(seconds=30)
 REFUSED = "OperationRefused"
@@ -59,22 +61,21 @@ async def run_agent(spec: RunSpec, *, key: str, task_queue: str | None = None) -
     run_id = child_run_id(parent, key)
     queue = task_queue or workflow.info().task_queue
     spec = for_new_run(spec.model_copy(update={"idempotency_key": f"{parent}~{key}"}))
-    held = False
-    if workflow.patched(READS_POLICY):
-        found = await workflow.execute_activity_method(
-            AdmissionActivities.policy,
-            PolicyInput(tenant=spec.tenant),
-            task_queue=queue,
-            start_to_close_timeout=POLICY_TIMEOUT,
-            retry_policy=fairness.MIRROR_RETRY,  # retried until Postgres answers
-        )
-        refusal = found.limits.priority_refusal(spec.priority)
-        if refusal is not None:
-            raise ApplicationError(refusal, type=REFUSED, non_retryable=True)
-        # The caller's spec may add approvers, never remove the tenant's; its weight and cap
-        # are the tenant's, whatever the spec says.
-        spec = held_spec(spec.model_copy(update={"admission": None}), found)
-        held = spec.admission is not None
+    workflow.deprecate_patch(READS_POLICY)
+    found = await workflow.execute_activity_method(
+        AdmissionActivities.policy,
+        PolicyInput(tenant=spec.tenant),
+        task_queue=queue,
+        start_to_close_timeout=POLICY_TIMEOUT,
+        retry_policy=fairness.MIRROR_RETRY,  # retried until Postgres answers
+    )
+    refusal = found.limits.priority_refusal(spec.priority)
+    if refusal is not None:
+        raise ApplicationError(refusal, type=REFUSED, non_retryable=True)
+    # The caller's spec may add approvers, never remove the tenant's; its weight and cap
+    # are the tenant's, whatever the spec says.
+    spec = held_spec(spec.model_copy(update={"admission": None}), found)
+    held = spec.admission is not None
     handle = await workflow.start_child_workflow(
         AgentRunWorkflow.run,
         spec,
@@ -83,7 +84,6 @@ async def run_agent(spec: RunSpec, *, key: str, task_queue: str | None = None) -
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
         static_summary=f"{spec.agent or 'agent'} for {parent}",
-        # None before the policy was read (parents recorded before): the default weight.
         priority=fairness.run_priority(spec.priority, spec.tenant, spec.fairness_weight),
     )
     if held:
