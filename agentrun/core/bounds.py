@@ -38,6 +38,7 @@ LIMITS: dict[str, int] = {
     "instructions": TASK_CHARS,
     "rubric": 4_000,
     "reason": REASON_CHARS,
+    "text": TASK_CHARS,  # a message said to a run (`agentrun say`)
     "pattern": REASON_CHARS,
     "required_sections": LIST_ITEMS,
     "forbidden": LIST_ITEMS,

@@ -27,6 +27,9 @@ SIGNAL_APPROVE = "approve_signal"
 SIGNAL_REJECT = "reject_signal"
 SIGNAL_PAUSE = "pause_signal"
 SIGNAL_RESUME = "resume_signal"
+# A person's message to a run in flight (`agentrun say`): a signal, so it is kept with no
+# worker running, as a decision is.
+SIGNAL_SAY = "say_signal"
 
 # The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
 # events, the model activity the text as the provider streams it (the workflow its rest).

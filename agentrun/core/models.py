@@ -219,6 +219,12 @@ class RunSpec(Strict):
         description="set by the engine (agentrun/ops/door.py): its tenant's weight, which a "
         "backlog starts the run with; whatever a spec says is replaced",
     )
+    on_message: Literal["queue", "interrupt"] = Field(
+        "queue",
+        description="a message said to the run while it works (`agentrun say`): queue, the "
+        "model reads it at its next call; interrupt, the model call in flight is cancelled "
+        "and the run replans with it (docs/steering.md)",
+    )
 
 
 # ---------------------------------------------------------------- activity inputs and results
@@ -523,6 +529,42 @@ class DecisionResult(BaseModel):
     note: str | None = Field(None, description="what happens next, when not applied yet")
 
 
+class SayInput(BaseModel):
+    """A person's message to a run in flight (`agentrun say`); `message_id` makes a second
+    delivery of the same message change nothing."""
+
+    message_id: str = Field(min_length=1, max_length=64)
+    text: str = Field(min_length=1)
+    by: str = Field("cli", min_length=1)
+
+
+class RunMessage(BaseModel):
+    """A message said to the run, and when the run took it (None: not yet)."""
+
+    message_id: str
+    text: str
+    by: str
+    received_at: datetime
+    taken_at: datetime | None = None
+    taken_before_step: int | None = Field(
+        None, description="the number of the model call step that first read it"
+    )
+    interrupted_step: str | None = Field(
+        None, description="the model call it cancelled (on_message: interrupt)"
+    )
+
+
+class SayResult(BaseModel):
+    run_id: str
+    message_id: str
+    status: RunStatus
+    delivered: Literal["accepted", "recorded"] = Field(
+        description="accepted: a worker holds the run and has it; recorded: the server keeps "
+        "it in the run's history until a worker takes the run"
+    )
+    note: str
+
+
 class ControlInput(BaseModel):
     by: str = "cli"
     reason: str | None = None
@@ -580,6 +622,9 @@ class RunState(BaseModel):
         description="the last approvals decided, and by whom: how a decision sent as a signal "
         "learns it was the one applied",
     )
+    messages: list[RunMessage] = Field(
+        default_factory=list, description="messages said to the run, and when each was taken"
+    )
 
 
 # A side effect whose call the run was cancelled in: the receipt asks the ledger.
@@ -633,6 +678,9 @@ class Receipt(BaseModel):
     forked_from: ForkOrigin | None = None
     forks: list[str] = Field(
         default_factory=list, description="runs forked from this one (filled when read)"
+    )
+    messages: list[RunMessage] = Field(
+        default_factory=list, description="messages said to the run, and when each was taken"
     )
 
 
@@ -714,6 +762,9 @@ class RunProgress(BaseModel):
     error: str | None = None
     stream_state: WorkflowStreamState | None = Field(
         None, description="set at continue-as-new: the live stream's log (its tail) for watchers"
+    )
+    messages: list[RunMessage] = Field(
+        default_factory=list, description="messages said to the run (`agentrun say`)"
     )
 
 

@@ -33,6 +33,7 @@ from agentrun.workflows.recording import MIRROR_RETRY
 from agentrun.workflows.run_messages import RunMessages
 from agentrun.workflows.run_state import RunEnded
 from agentrun.workflows.run_stream import RunStream
+from agentrun.workflows.steering import Interrupted, Steering
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities import (
@@ -141,7 +142,7 @@ async def outlast_cancel(
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
-class AgentRunWorkflow(Approvals, RunMessages):
+class AgentRunWorkflow(Approvals, RunMessages, Steering):
     @workflow.init
     def __init__(self, spec: RunSpec) -> None:
         self.changes = Changes(spec.workflow_generation)
@@ -280,7 +281,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
             else:
                 await self._continue_as_new_if_long()
                 await self._step_boundary()
-            reply = await self._model_step()
+            self._take_messages()  # steering: what people said since the last call
+            try:
+                reply = await self._model_step()
+            except Interrupted:
+                continue
             self.progress.model_calls += 1
             await self._enforce_budget()
             if self._needs_repair(reply):
@@ -289,6 +294,8 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 for call in reply.tool_calls:
                     await self._step_boundary()
                     await self._tool_step(call)
+                continue
+            if self._messages_waiting():  # said as the model answered: replan with it
                 continue
             answer = reply.content or ""
             verdict = await self._verify_step(answer, reply.verdict)
@@ -472,7 +479,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
             batch,
         )
         try:
-            reply = await self._step_result(call, carried)
+            reply = await self._step_result(
+                self._model_reply_or_message(call, step_id, model or "model", started), carried
+            )
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 self._complete_step(

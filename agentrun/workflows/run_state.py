@@ -111,6 +111,7 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int)
             DecisionSeen(approval_id=a.approval_id, decision=a.decision, by=a.by)
             for a in progress.approvals[-DECISIONS_SHOWN:]
         ],
+        messages=progress.messages,
     )
 
 
@@ -140,4 +141,5 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
         started_at=progress.started_at,
         finished_at=progress.finished_at or now,
         forked_from=spec.fork,
+        messages=progress.messages,
     )
