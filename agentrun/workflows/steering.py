@@ -108,7 +108,7 @@ class Steering(Recording):
             return await call
         message = asyncio.ensure_future(workflow.wait_condition(self._messages_waiting))
         try:
-            await asyncio.wait([call, message], return_when=asyncio.FIRST_COMPLETED)
+            await workflow.wait([call, message], return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not message.done():
                 message.cancel()
