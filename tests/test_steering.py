@@ -17,8 +17,9 @@ import pytest
 from agentrun.core.errors import OperationRefused, RunNotFound
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
-from agentrun.ops import steering_ops
+from agentrun.ops import steering_ops, watch
 from agentrun.workflows import AgentRunWorkflow
+from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows
 from tests.test_cli_exit_codes import agentrun, json_error
 
@@ -53,6 +54,7 @@ async def test_a_queued_message_is_read_at_the_next_model_call(client, settings,
         async with worker(base_url=model.base_url):
             spec = make_spec("Summarize the refund policy.", allowed_tools=["search_notes"])
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            watched = asyncio.ensure_future(_watch(client, pool, started.run_id))
             await eventually(lambda: _requests(model), what="the slow model call to start")
             said = await steering_ops.say(client, started.run_id, SAID, by="ana")
             assert said.delivered == "accepted", said
@@ -61,6 +63,8 @@ async def test_a_queued_message_is_read_at_the_next_model_call(client, settings,
             assert state.messages[0].taken_at is None, "not inside the model call in flight"
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
             result = await handle.result()
+            history = await handle.fetch_history()
+    await replayer([AgentRunWorkflow]).replay_workflow(history)
     assert result.status.value == "completed"
     assert result.answer == f"## Summary\nHeard: Message from ana: {SAID}"
     # The slow call finished as it was; the tool ran; the next call read the message.
@@ -78,6 +82,10 @@ async def test_a_queued_message_is_read_at_the_next_model_call(client, settings,
     )
     kinds = [e["type"] for e in events]
     assert kinds.index("message.received") < kinds.index("message.taken")
+    live = await asyncio.wait_for(watched, 30)
+    assert live.index("message.received") < live.index("receipt")
+    story = await _watch(client, pool, started.run_id)  # an ended run's, from the mirror
+    assert story.index("message.received") < story.index("message.taken") < story.index("receipt")
 
 
 async def test_an_interrupting_message_cancels_the_model_call(client, settings, pool, worker):
@@ -146,6 +154,11 @@ async def test_a_message_is_kept_with_no_worker_running(client, settings, pool, 
         await steering_ops.say(client, started.run_id, "too late")
     with pytest.raises(RunNotFound):
         await steering_ops.say(client, "run-no-such-run", "anyone there?")
+
+
+async def _watch(client: Any, pool: Any, run_id: str) -> list[str]:
+    """What `agentrun watch` shows of the run: live while it runs, then its receipt."""
+    return [item.type async for item in watch.watch(client, run_id, pool=pool)]
 
 
 async def _requests(model: OfflineModelServer) -> bool:
