@@ -28,7 +28,7 @@ from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa:
 from agentrun.core.errors import OperationError  # noqa: E402
 from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentrun.ops import approver_keys, watch  # noqa: E402
+from agentrun.ops import approver_keys, steering_ops, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
 from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
@@ -99,6 +99,16 @@ async def cancelled(client: Client, run_id: str) -> None:
     await ops.cancel(client, run_id)
 
 
+async def steered(client: Client, run_id: str) -> None:
+    """A message said while the first (slow) model call is in flight: read at the next call
+    (on_message: queue), or the call cancelled for it (interrupt)."""
+    for _ in range(300):
+        if (await ops.status(client, run_id)).steps:
+            break
+        await asyncio.sleep(0.1)
+    await steering_ops.say(client, run_id, SAID, by="ana")
+
+
 async def finishes_alone(client: Client, run_id: str) -> None:
     """Nothing to decide: the run goes to its end by itself."""
 
@@ -162,6 +172,8 @@ REGISTRY = ToolRegistry(
 FORUM_TASK = "Read the forum post and summarize it."
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
+STEER_TASK = "Summarize the refund policy (steered)."
+SAID = "Only look at the 2025 policy."
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
     "rejected": (RunSpec(task=TASK), rejected),
@@ -245,6 +257,13 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=POST_TASK, allowed_tools=["post_webhook"], approval={"timeout_seconds": 2}),
         finishes_alone,
     ),
+    # Recorded after runs could be steered (issue 29): a message said during a slow model
+    # call, taken before the next call (queue) or cancelling the call (interrupt).
+    "steered_queue": (RunSpec(task=STEER_TASK, allowed_tools=["search_notes"]), steered),
+    "steered_interrupt": (
+        RunSpec(task=STEER_TASK, allowed_tools=["search_notes"], on_message="interrupt"),
+        steered,
+    ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
@@ -268,6 +287,14 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
         if done < 12:
             return completion(request, tool_calls=[("search_notes", {"query": f"refund {done}"})])
         return completion(request, content="## Summary\nSearched twelve times.")
+    if task == STEER_TASK:
+        if any(SAID in str(m["content"]) for m in request["messages"] if m["role"] == "user"):
+            return completion(request, content=f"## Summary\nHeard: {SAID}")
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            reply = completion(request, tool_calls=[("search_notes", {"query": "refund"})])
+            reply.delay_seconds = 3.0
+            return reply
+        return completion(request, content="## Summary\nNothing was said.")
     if task == POST_TASK:
         return completion(request, tool_calls=[("post_webhook", {"text": "hello"})])
     return offline_planner(request)

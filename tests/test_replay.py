@@ -282,3 +282,18 @@ def test_a_reply_finished_by_the_workflow_has_a_history():
     assert 0 < last.streamed_chars < len(last.content)
     polls = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
     assert polls in {e.event_type for e in history.events}
+
+
+def test_steering_has_histories():
+    """A message said to a run in flight (issue 29): taken before the next model call, and
+    cancelling the model call in flight (on_message: interrupt)."""
+    kinds = {}
+    for name in ("steered_queue", "steered_interrupt"):
+        path = HISTORIES[0].parent / f"{name}.json"
+        kinds[name] = {
+            e.event_type for e in WorkflowHistory.from_json(name, path.read_text()).events
+        }
+    signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    cancelled = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    assert signalled in kinds["steered_queue"] and cancelled not in kinds["steered_queue"]
+    assert {signalled, cancelled} <= kinds["steered_interrupt"]
