@@ -52,11 +52,11 @@ from temporalio.testing import WorkflowEnvironment
 
 import agentrun.demo
 from agentrun.core import bounds
-from agentrun.core.models import ApproveInput, DecisionResult, RunSpec, WatchItem
+from agentrun.core.models import ApproveInput, DecisionResult, RunSpec, SayResult, WatchItem
 from agentrun.core.settings import Settings
 from agentrun.core.states import RunStatus, is_terminal
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import fork_ops
+from agentrun.ops import fork_ops, steering_ops
 from agentrun.ops import operations as ops
 from agentrun.ops import watch as run_watch
 from agentrun.store.db import install_tool_schema, open_pool
@@ -71,6 +71,8 @@ MARKER = re.compile(r"\[run ([0-9a-f]+)\]")
 # Watchers one example may start, and the update slots the dev server gives a run.
 MAX_WATCHERS = 12
 UPDATE_SLOTS = 10
+# What a signal that does not fit leaves behind: a refusal on the record, nothing else.
+IGNORED_ON_RECORD = {"approval.refused", "message.ignored"}
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
     idempotency_key text NOT NULL, run_id text NOT NULL, at timestamptz DEFAULT now())"""
 
@@ -227,8 +229,12 @@ class LiveRun(RuleBasedStateMachine):
         else:
             self.reported[who] = said
 
-    @initialize(script=turns, budget=st.sampled_from([None, None, 60]))
-    def start(self, script: list[tuple[Any, ...]], budget: int | None) -> None:
+    @initialize(
+        script=turns,
+        budget=st.sampled_from([None, None, 60]),
+        on_message=st.sampled_from(["queue", "interrupt"]),
+    )
+    def start(self, script: list[tuple[Any, ...]], budget: int | None, on_message: str) -> None:
         marker = uuid.uuid4().hex[:12]
         SCRIPTS[marker] = script
         spec = RunSpec(
@@ -240,6 +246,7 @@ class LiveRun(RuleBasedStateMachine):
             budget={"max_tokens": budget} if budget else {},
             timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
             verify={"max_rounds": 1},
+            on_message=on_message,
         )
         started = self.live.call(
             ops.start_run(self.live.client, spec, task_queue=self.live.task_queue)
@@ -255,6 +262,12 @@ class LiveRun(RuleBasedStateMachine):
     def resume(self) -> None:
         who = self.by("resume")
         self.attempt(who, ops.resume(self.live.client, self.run_id, by=who))
+
+    @rule()
+    def say(self) -> None:
+        """A message to the run (issue 29): taken at its next model call, or it interrupts."""
+        who = self.by("say")
+        self.attempt(who, steering_ops.say(self.live.client, self.run_id, f"hi from {who}", by=who))
 
     @rule()
     def cancel(self) -> None:
@@ -365,7 +378,7 @@ class LiveRun(RuleBasedStateMachine):
             assert kinds[0] == "run.started" and "run.finished" in kinds, kinds
             # A decision signalled as the run ended is refused on the record after it.
             after = kinds[kinds.index("run.finished") + 1 :]
-            assert set(after) <= {"approval.refused"}, kinds
+            assert set(after) <= IGNORED_ON_RECORD, kinds
             assert story[-1].kind == "receipt"
             assert story[-1].data["outcome"] == receipt["outcome"]
         applied = {(a["approval_id"], a["by"]): a["decision"] for a in receipt["approvals"]}
@@ -432,8 +445,25 @@ class LiveRun(RuleBasedStateMachine):
         assert happened <= stated, f"effects the receipt does not state: {happened - stated}"
         deciders = {a["by"] for a in receipt["approvals"]}
         assert not deciders & set(self.refused), "a refused decision was applied"
-        # A refused signal is recorded (approval.refused) and nothing else.
-        assert all(kind == "approval.refused" for kind, _ in traces), traces
+        # A refused signal is recorded (approval.refused, message.ignored) and nothing else.
+        assert all(kind in IGNORED_ON_RECORD for kind, _ in traces), traces
+        self.check_messages(receipt, await _ignored_messages(pool, run_id))
+
+    def check_messages(self, receipt: dict[str, Any], ignored: set[str]) -> None:
+        """Every message a `say` reported as delivered is in the receipt, or was ignored on
+        the record because the run had ended; a run that completed took every one it holds,
+        each before a model call step, in the order said."""
+        held = {m["message_id"]: m for m in receipt["messages"]}
+        for who, said in self.reported.items():
+            if isinstance(said, SayResult):
+                assert said.message_id in held or said.message_id in ignored, (who, said)
+        if receipt["outcome"] == "completed":
+            assert all(m["taken_at"] is not None for m in held.values()), receipt["messages"]
+        steps = {s["seq"]: s for s in receipt["steps"]}
+        taken = [m["taken_before_step"] for m in held.values() if m["taken_at"] is not None]
+        assert taken == sorted(taken), receipt["messages"]
+        for seq in taken:
+            assert seq not in steps or steps[seq]["type"] == "model_call", (seq, steps)
 
     async def drive_to_end(self, run_id: str | None = None) -> str:
         """Answer whatever the run waits for until it ends; it must never sit stuck."""
@@ -478,6 +508,15 @@ class LiveRun(RuleBasedStateMachine):
             await work
         except ops.OperationError:
             pass  # the run moved on meanwhile
+
+
+async def _ignored_messages(pool: Any, run_id: str) -> set[str]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT data->>'message_id' FROM events WHERE run_id = %s AND type = 'message.ignored'",
+            (run_id,),
+        )
+        return {row[0] for row in await cur.fetchall()}
 
 
 @pytest.mark.timeout(900)  # 25 live runs, watched, on a 2-core machine others share

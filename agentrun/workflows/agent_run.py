@@ -301,6 +301,8 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering):
             verdict = await self._verify_step(answer, reply.verdict)
             if self.changes.has(JUDGE_COUNTED) and verdict.judge_model is not None:
                 await self._enforce_budget()
+            if verdict.passed and self._messages_waiting():  # said as a judge checked
+                continue
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
                 return
