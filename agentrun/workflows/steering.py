@@ -109,6 +109,9 @@ class Steering(Recording):
         message = asyncio.ensure_future(workflow.wait_condition(self._messages_waiting))
         try:
             await workflow.wait([call, message], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            call.cancel()  # the run is cancelled: the call goes with it, as when awaited alone
+            raise
         finally:
             if not message.done():
                 message.cancel()
