@@ -23,9 +23,6 @@ from agentrun.ops.operations import _last_status, _recorded, _running
 from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline, NoAnswer
 from agentrun.workflows import AgentRunWorkflow
 
-# How long `say` waits to see the run hold the message, within `--wait`.
-SEEN_SECONDS = 2.0
-
 
 async def say(
     client: Client,
@@ -66,10 +63,9 @@ async def say(
             delivered="recorded",
             note=_recorded("message", run),
         )
-    seen = Deadline(min(SEEN_SECONDS, deadline.left()))
-    while seen.left() > 0.1:
+    while deadline.left() > 0.1:
         try:
-            state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, seen)
+            state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
         except NoAnswer:
             break
         if any(m.message_id == message.message_id for m in state.messages):
@@ -94,6 +90,7 @@ async def say(
         delivered="recorded",
         note=(
             "recorded: the server holds the message in the run's history and the run takes it "
-            f"at its next model call; `agentrun status {run_id}` shows when it did"
+            "at its next model call, unless it ends first (its receipt then lists the message "
+            f"as not taken); `agentrun status {run_id}` shows when it did"
         ),
     )
