@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -57,10 +57,15 @@ class Agent(Strict):
     failures: FailurePolicy = Field(default_factory=FailurePolicy)
     timeouts: StepTimeouts = Field(default_factory=StepTimeouts)
     max_steps: int = Field(20, ge=1, le=500)
+    on_message: Literal["queue", "interrupt"] = Field(
+        "queue", description="what a message said to its runs does (docs/steering.md)"
+    )
 
     def profile_hash(self) -> str:
-        """Changes whenever anything the agent does would: its whole profile, canonically."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Changes whenever anything the agent does would: its whole profile, canonically.
+        Fields added since hashes were first given leave them as they were at their default."""
+        unset = {"on_message"} if self.on_message == "queue" else set()
+        canonical = json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def spec_fields(self) -> dict[str, Any]:
