@@ -123,6 +123,7 @@ def every_field_set() -> RunProgress:
         tokens_out=50,
         cost_usd=0.25,
         unpriced_models=["self-hosted-model"],
+        children=["run-~sub.run-x~0002-tool_call"],
         messages=[
             RunMessage(
                 message_id="m1",

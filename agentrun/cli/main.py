@@ -69,7 +69,8 @@ def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     raw: dict[str, Any] = {}
     if args.agent:
         source = args.agents or settings.agents or DEMO_AGENTS
-        raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
+        agents = profiles.load_agents(source)
+        raw = profiles.pick(agents, args.agent, source).spec_fields(agents)
     if args.spec:
         raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
     for field, value in (

@@ -167,6 +167,13 @@ class VerifySpec(Strict):
     )
 
 
+class SubagentLimits(Strict):
+    """How far a run may delegate (docs/subagents.md)."""
+
+    max_depth: int = Field(2, ge=1, le=5, description="levels of sub-agents below the run")
+    max_calls: int = Field(8, ge=1, le=100, description="sub-agent runs one run may start")
+
+
 class RunSpec(Strict):
     """Everything a run needs, validated before anything starts."""
 
@@ -219,6 +226,16 @@ class RunSpec(Strict):
         description="set by the engine (agentrun/ops/door.py): its tenant's weight, which a "
         "backlog starts the run with; whatever a spec says is replaced",
     )
+    subagents: dict[str, JsonDict] = Field(
+        default_factory=dict,
+        description="agents the model may delegate to, as tools `agent__NAME` taking a task: "
+        "each name's spec fields (its profile's), filled in from the agent's `subagents`",
+    )
+    subagent_limits: SubagentLimits = Field(default_factory=lambda: SubagentLimits())
+    parent_run_id: str | None = Field(
+        None, description="set by the engine: the run whose sub-agent this run is"
+    )
+    subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
     on_message: Literal["queue", "interrupt"] = Field(
         "queue",
         description="a message said to the run while it works (`agentrun say`): queue, the "
@@ -272,6 +289,9 @@ class ModelCallInput(BaseModel):
     )
     tools_used: list[str] = Field(
         default_factory=list, description="tools that ran: their declared checks apply too"
+    )
+    subagents: list[str] = Field(
+        default_factory=list, description="sub-agents offered as tools `agent__NAME`"
     )
     provider: str | None = Field(
         None, description="the worker's named provider to call; None: its default client"
@@ -679,6 +699,8 @@ class Receipt(BaseModel):
     forks: list[str] = Field(
         default_factory=list, description="runs forked from this one (filled when read)"
     )
+    parent_run_id: str | None = Field(None, description="the run it is a sub-agent of")
+    children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run, and when each was taken"
     )
@@ -697,6 +719,9 @@ class RunResult(BaseModel):
     status: RunStatus
     answer: str | None
     error: str | None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
 
 
 class RunProgress(BaseModel):
@@ -766,6 +791,7 @@ class RunProgress(BaseModel):
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run (`agentrun say`)"
     )
+    children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
 
 
 class ForkOrigin(Strict):

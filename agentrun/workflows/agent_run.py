@@ -34,6 +34,7 @@ from agentrun.workflows.run_messages import RunMessages
 from agentrun.workflows.run_state import RunEnded
 from agentrun.workflows.run_stream import RunStream
 from agentrun.workflows.steering import Interrupted, Steering
+from agentrun.workflows.subagents import Subagents
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities import (
@@ -142,7 +143,7 @@ async def outlast_cancel(
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
-class AgentRunWorkflow(Approvals, RunMessages, Steering):
+class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
     @workflow.init
     def __init__(self, spec: RunSpec) -> None:
         self.changes = Changes(spec.workflow_generation)
@@ -248,6 +249,9 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering):
             status=self.progress.status,
             answer=self.progress.answer,
             error=self.progress.error,
+            tokens_in=self.progress.tokens_in,
+            tokens_out=self.progress.tokens_out,
+            cost_usd=self.progress.cost_usd,
         )
 
     async def _wait_for_slot(self) -> None:
@@ -466,6 +470,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering):
                     mirror=mirror,
                     provider=provider,
                     **self._checks_for_reply(),
+                    **self._subagent_tools(),
                 ),
                 task_queue=fairness.model_task_queue(workflow.info().task_queue)
                 if self.changes.has(MODEL_CALL_QUEUE)
@@ -604,6 +609,10 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering):
                 )
             return
         self.progress.argument_streak = 0
+        if self._is_subagent_call(call):  # a task for another agent: a child run
+            await self._subagent_step(call)
+            await self._enforce_budget()
+            return
         arguments = call.arguments or {}
         if self.spec.approval.needs_approval(call.tool, call.risk):
             approved = await self._approval_step(call.tool, arguments, call.parameters)

@@ -142,4 +142,6 @@ def receipt(run_id: str, spec: RunSpec, progress: RunProgress, now: datetime) ->
         finished_at=progress.finished_at or now,
         forked_from=spec.fork,
         messages=progress.messages,
+        parent_run_id=spec.parent_run_id,
+        children=progress.children,
     )
