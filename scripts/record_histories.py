@@ -9,6 +9,7 @@ embedded Postgres and offline model.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from agentrun.core.models import ForkOrigin, RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentrun.ops import approver_keys, steering_ops, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
+from agentrun.profiles import Agent, subagent_fields  # noqa: E402
 from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -174,6 +176,13 @@ POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
 STEER_TASK = "Summarize the refund policy (steered)."
 SAID = "Only look at the 2025 policy."
+LEAD_TASK = "Ask both helpers and report."
+LEAD = Agent(name="lead", instructions="You lead.", subagents=["alpha", "beta"])
+TEAM = {
+    "lead": LEAD,
+    "alpha": Agent(name="alpha", instructions="You are alpha.", tools=[]),
+    "beta": Agent(name="beta", instructions="You are beta.", tools=[]),
+}
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
     "rejected": (RunSpec(task=TASK), rejected),
@@ -264,6 +273,8 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=STEER_TASK, allowed_tools=["search_notes"], on_message="interrupt"),
         steered,
     ),
+    # Recorded after runs could delegate to sub-agents (issue 29): two child runs.
+    "subagents": (LEAD.spec(LEAD_TASK, subagents=subagent_fields(LEAD, TEAM, 0)), finishes_alone),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
@@ -287,6 +298,15 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
         if done < 12:
             return completion(request, tool_calls=[("search_notes", {"query": f"refund {done}"})])
         return completion(request, content="## Summary\nSearched twelve times.")
+    if task == LEAD_TASK:
+        results = [json.loads(m["content"]) for m in request["messages"] if m["role"] == "tool"]
+        if not results:
+            calls = [("agent__alpha", {"task": "alpha job"}), ("agent__beta", {"task": "beta job"})]
+            return completion(request, tool_calls=calls)
+        said = "; ".join(str(r.get("answer") or r.get("error")) for r in results)
+        return completion(request, content=f"## Summary\n{said}")
+    if task in ("alpha job", "beta job"):
+        return completion(request, content=f"## Summary\n{task} done")
     if task == STEER_TASK:
         if any(SAID in str(m["content"]) for m in request["messages"] if m["role"] == "user"):
             return completion(request, content=f"## Summary\nHeard: {SAID}")

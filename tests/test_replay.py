@@ -297,3 +297,11 @@ def test_steering_has_histories():
     cancelled = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
     assert signalled in kinds["steered_queue"] and cancelled not in kinds["steered_queue"]
     assert {signalled, cancelled} <= kinds["steered_interrupt"]
+
+
+def test_subagents_have_a_history():
+    """A parent that delegated to two sub-agents, each a child run (issue 29)."""
+    path = HISTORIES[0].parent / "subagents.json"
+    kinds = [e.event_type for e in WorkflowHistory.from_json("s", path.read_text()).events]
+    completed = EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
+    assert kinds.count(completed) == 2
