@@ -71,6 +71,14 @@ MARKER = re.compile(r"\[run ([0-9a-f]+)\]")
 # Watchers one example may start, and the update slots the dev server gives a run.
 MAX_WATCHERS = 12
 UPDATE_SLOTS = 10
+# A sub-agent the model may delegate to (issue 29): its runs are held to the same promises.
+HELPER = {
+    "instructions": "You help.",
+    "allowed_tools": ["search_notes"],
+    "max_steps": 3,
+    "verify": {"max_rounds": 1},
+    "timeouts": {"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
+}
 # What a signal that does not fit leaves behind: a refusal on the record, nothing else.
 IGNORED_ON_RECORD = {"approval.refused", "message.ignored"}
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
@@ -100,7 +108,7 @@ TEXTS = {
 answers = st.sampled_from(["good", "nul", "bad", "empty", "big"])
 calls = st.tuples(
     st.just("call"),
-    st.sampled_from(["note_effect", "search_notes", "no_such_tool"]),
+    st.sampled_from(["note_effect", "search_notes", "no_such_tool", "agent__helper"]),
     st.sampled_from(["plain", "plain", "nul", "big", "invalid_json"]),
     st.integers(1, 2),
 )
@@ -128,7 +136,9 @@ def hostile_model(request: dict[str, Any]) -> Reply:
     if variant == "big":
         times = 1  # two would pass the payload limit in one reply: tested elsewhere
     text = TEXTS.get(variant, "x")
-    args = {"text": text} if tool != "search_notes" else {"query": text}
+    args = {"query": text} if tool == "search_notes" else {"text": text}
+    if tool == "agent__helper":
+        args = {"task": text}  # a sub-agent's task, with no marker: it answers at once
     reply = completion(request, tool_calls=[(tool, args)] * times)
     if variant == "invalid_json":
         for call in reply.body["choices"][0]["message"]["tool_calls"]:
@@ -233,8 +243,11 @@ class LiveRun(RuleBasedStateMachine):
         script=turns,
         budget=st.sampled_from([None, None, 60]),
         on_message=st.sampled_from(["queue", "interrupt"]),
+        helpers=st.booleans(),
     )
-    def start(self, script: list[tuple[Any, ...]], budget: int | None, on_message: str) -> None:
+    def start(
+        self, script: list[tuple[Any, ...]], budget: int | None, on_message: str, helpers: bool
+    ) -> None:
         marker = uuid.uuid4().hex[:12]
         SCRIPTS[marker] = script
         spec = RunSpec(
@@ -247,6 +260,7 @@ class LiveRun(RuleBasedStateMachine):
             timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
             verify={"max_rounds": 1},
             on_message=on_message,
+            subagents={"helper": HELPER} if helpers else {},
         )
         started = self.live.call(
             ops.start_run(self.live.client, spec, task_queue=self.live.task_queue)
@@ -448,6 +462,20 @@ class LiveRun(RuleBasedStateMachine):
         # A refused signal is recorded (approval.refused, message.ignored) and nothing else.
         assert all(kind in IGNORED_ON_RECORD for kind, _ in traces), traces
         self.check_messages(receipt, await _ignored_messages(pool, run_id))
+        await self.check_children(receipt)
+
+    async def check_children(self, receipt: dict[str, Any]) -> None:
+        """Each sub-agent run ended with its receipt, names its parent, agrees with its
+        history, and its spend is inside the parent's."""
+        spent = 0.0
+        for child_id in receipt["children"]:
+            outcome = await self.drive_to_end(child_id)
+            child = await ops.receipt(self.live.pool, child_id)
+            assert child["outcome"] == outcome and child["parent_run_id"] == self.run_id, child
+            report = await ops.check_mirror(self.live.client, self.live.pool, child_id)
+            assert report["agrees"], report["differences"]
+            spent += child["cost_usd"]
+        assert receipt["cost_usd"] >= round(spent, 6) - 1e-6, (receipt["cost_usd"], spent)
 
     def check_messages(self, receipt: dict[str, Any], ignored: set[str]) -> None:
         """Every message a `say` reported as accepted (the run listed it) is in the receipt,
@@ -493,7 +521,11 @@ class LiveRun(RuleBasedStateMachine):
                     last_seen, idle_since = seen, loop.time()
                 elif loop.time() - idle_since > 5:
                     raw = described.raw_description
-                    working = raw.pending_activities or raw.HasField("pending_workflow_task")
+                    working = (
+                        raw.pending_activities
+                        or raw.pending_children
+                        or raw.HasField("pending_workflow_task")
+                    )
                     assert working, f"stuck: {state.status.value} with nothing pending"
             await asyncio.sleep(0.2)
         else:

@@ -59,6 +59,8 @@ def run_state(state: RunState) -> str:
         ]
     for refusal in state.refusals:
         lines.append(f"refused decision by {refusal.by} at {refusal.at}: {refusal.reason}")
+    if state.children:
+        lines.append(f"sub-agent runs: {', '.join(state.children)}")
     for m in state.messages:
         lines.append(f"message {m.message_id[:8]} from {m.by} at {m.received_at}: {m.text[:200]}")
         lines.append("  " + message_fate(m.model_dump(mode="json")))

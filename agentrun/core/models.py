@@ -642,6 +642,9 @@ class RunState(BaseModel):
         description="the last approvals decided, and by whom: how a decision sent as a signal "
         "learns it was the one applied",
     )
+    children: list[str] = Field(
+        default_factory=list, description="its sub-agents' runs (`status` each for theirs)"
+    )
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run, and when each was taken"
     )

@@ -112,6 +112,7 @@ def state_view(run_id: str, spec: RunSpec, progress: RunProgress, priority: int)
             for a in progress.approvals[-DECISIONS_SHOWN:]
         ],
         messages=progress.messages,
+        children=progress.children,
     )
 
 

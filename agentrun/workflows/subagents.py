@@ -27,6 +27,8 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from agentrun.workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from agentrun.core import constants as names
     from agentrun.core.keys import id_part
     from agentrun.core.models import JsonDict, ProposedToolCall, RunResult, RunSpec, StepRecord
@@ -68,7 +70,20 @@ class Subagents(Recording):
             return "the run's budget is spent: no sub-agent can start"
         fields = self.spec.subagents[name]
         depth = self.spec.subagent_depth + 1
-        spec = RunSpec.model_validate(
+        try:
+            spec = self._validated_child(fields, task, budget, depth)
+        except ValidationError as err:  # the model wrote the task: it hears what is wrong
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+            )
+            return f"the {name} agent cannot take this task ({problems})"
+        return for_new_run(spec)
+
+    def _validated_child(
+        self, fields: JsonDict, task: str, budget: JsonDict, depth: int
+    ) -> RunSpec:
+        limits = self.spec.subagent_limits
+        return RunSpec.model_validate(
             {
                 **fields,
                 "task": task,
@@ -83,7 +98,6 @@ class Subagents(Recording):
                 "subagent_depth": depth,
             }
         )
-        return for_new_run(spec)
 
     async def _subagent_step(self, call: ProposedToolCall) -> None:
         """Run the sub-agent the call names on its task; the model hears how it ended."""
