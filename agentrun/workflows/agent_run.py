@@ -299,13 +299,13 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                     await self._step_boundary()
                     await self._tool_step(call)
                 continue
-            if self._messages_waiting():  # said as the model answered: replan with it
+            if self._replan_for_messages():  # said as the model answered
                 continue
             answer = reply.content or ""
             verdict = await self._verify_step(answer, reply.verdict)
             if self.changes.has(JUDGE_COUNTED) and verdict.judge_model is not None:
                 await self._enforce_budget()
-            if verdict.passed and self._messages_waiting():  # said as a judge checked
+            if verdict.passed and self._replan_for_messages():  # said as a judge checked
                 continue
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)

@@ -76,6 +76,12 @@ class Steering(Recording):
     def _messages_waiting(self) -> bool:
         return any(m.taken_at is None for m in self.progress.messages)
 
+    def _replan_for_messages(self) -> bool:
+        """A message came as the model gave its final answer: the run replans with it,
+        if it has a model call left (else it finishes, and its receipt shows the message
+        as not taken)."""
+        return self._messages_waiting() and self.progress.model_calls < self.spec.max_steps
+
     def _take_messages(self) -> None:
         """Every message waiting becomes a user message the next model call reads."""
         if not self._messages_waiting():
