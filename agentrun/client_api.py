@@ -40,12 +40,21 @@ from agentrun.core.results import (
     RunResult,
     RunState,
     RunVersion,
+    SayResult,
     WatchItem,
 )
 from agentrun.core.settings import Settings
 from agentrun.core.spec import JsonDict, RunSpec, Signer
 from agentrun.core.version_branches import PatchInventory
-from agentrun.ops import approver_keys, backlog_ops, door, fork_ops, tenant_ops, watch
+from agentrun.ops import (
+    approver_keys,
+    backlog_ops,
+    door,
+    fork_ops,
+    steering_ops,
+    tenant_ops,
+    watch,
+)
 from agentrun.ops import operations as ops
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.operations import RunReport, Started
@@ -248,6 +257,28 @@ class RunClient:
         return await ops.resume(
             await self.temporal(wait),
             run_id,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+
+    async def say(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        by: str = "cli",
+        message_id: str | None = None,
+        wait: float = DEFAULT_WAIT_SECONDS,
+    ) -> SayResult:
+        """Tell a run in flight something: it reads the message at its next model call, or,
+        with `on_message: interrupt`, replans with it at once (kept while no worker runs)."""
+        return await steering_ops.say(
+            await self.temporal(wait),
+            run_id,
+            text,
+            by=by,
+            message_id=message_id,
             wait=wait,
             tenant=self.tenant,
             mirror=await self._mirror(),

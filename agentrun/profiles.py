@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -26,6 +26,7 @@ from agentrun.core.spec import (
     RunSpec,
     StepTimeouts,
     Strict,
+    SubagentLimits,
     VerifySpec,
 )
 from agentrun.tools.loading import ToolLoadError, resolve
@@ -57,15 +58,29 @@ class Agent(Strict):
     failures: FailurePolicy = Field(default_factory=FailurePolicy)
     timeouts: StepTimeouts = Field(default_factory=StepTimeouts)
     max_steps: int = Field(20, ge=1, le=500)
+    on_message: Literal["queue", "interrupt"] = Field(
+        "queue", description="what a message said to its runs does (docs/steering.md)"
+    )
+    subagents: list[str] = Field(
+        default_factory=list,
+        description="agents (by name, from the same profiles) it may delegate to, each as a "
+        "tool `agent__NAME` (docs/subagents.md)",
+    )
 
     def profile_hash(self) -> str:
-        """Changes whenever anything the agent does would: its whole profile, canonically."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Changes whenever anything the agent does would: its whole profile, canonically.
+        Fields added since hashes were first given leave them as they were at their default."""
+        unset = {"on_message"} if self.on_message == "queue" else set()
+        unset |= set() if self.subagents else {"subagents"}
+        canonical = json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
-    def spec_fields(self) -> dict[str, Any]:
-        """The run-spec fields this profile sets."""
-        fields = self.model_dump(mode="json", exclude={"name", "tools"})
+    def spec_fields(self, agents: dict[str, Agent] | None = None, depth: int = 0) -> dict[str, Any]:
+        """The run-spec fields this profile sets; its sub-agents' from `agents` (the profiles
+        it was loaded with), to the depth the limits allow."""
+        fields = self.model_dump(mode="json", exclude={"name", "tools", "subagents"})
+        if self.subagents and agents is not None:
+            fields["subagents"] = subagent_fields(self, agents, depth)
         return {
             **fields,
             "agent": self.name,
@@ -74,8 +89,22 @@ class Agent(Strict):
         }
 
     def spec(self, task: str, **overrides: Any) -> RunSpec:
-        """A run of this agent on `task`; `overrides` replace whole spec fields."""
+        """A run of this agent on `task`; `overrides` replace whole spec fields (its
+        sub-agents come with `subagents=profiles.subagent_fields(agent, agents, 0)`)."""
         return RunSpec.model_validate({**self.spec_fields(), "task": task, **overrides})
+
+
+def subagent_fields(agent: Agent, agents: dict[str, Agent], depth: int) -> dict[str, Any]:
+    """Each sub-agent's spec fields, by name; below the deepest level allowed, none."""
+    if depth + 1 >= SubagentLimits().max_depth + 1:
+        return {}
+    missing = [name for name in agent.subagents if name not in agents]
+    if missing:
+        raise ProfileError(
+            f"agent {agent.name!r} delegates to {missing}, which are not among the profiles "
+            f"loaded with it ({sorted(agents)})"
+        )
+    return {name: agents[name].spec_fields(agents, depth + 1) for name in agent.subagents}
 
 
 def load_agents(source: str) -> dict[str, Agent]:

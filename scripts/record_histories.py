@@ -9,6 +9,7 @@ embedded Postgres and offline model.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,8 +31,9 @@ from agentrun.core.errors import OperationError  # noqa: E402
 from agentrun.core.results import ForkOrigin  # noqa: E402
 from agentrun.core.spec import RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentrun.ops import approver_keys, watch  # noqa: E402
+from agentrun.ops import approver_keys, steering_ops, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
+from agentrun.profiles import Agent, subagent_fields  # noqa: E402
 from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -99,6 +101,16 @@ async def watched(client: Client, run_id: str) -> None:
 async def cancelled(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.cancel(client, run_id)
+
+
+async def steered(client: Client, run_id: str) -> None:
+    """A message said while the first (slow) model call is in flight: read at the next call
+    (on_message: queue), or the call cancelled for it (interrupt)."""
+    for _ in range(300):
+        if (await ops.status(client, run_id)).steps:
+            break
+        await asyncio.sleep(0.1)
+    await steering_ops.say(client, run_id, SAID, by="ana")
 
 
 async def finishes_alone(client: Client, run_id: str) -> None:
@@ -169,6 +181,15 @@ LONG_TASK = "Search the notes twelve times."
 # Histories of runs of older code stay as they were recorded (generation_3*.json; the
 # admission queues before and after the sweep); those that need a retired version branch are
 # in tests/histories/archive/ (docs/versioning.md).
+STEER_TASK = "Summarize the refund policy (steered)."
+SAID = "Only look at the 2025 policy."
+LEAD_TASK = "Ask both helpers and report."
+LEAD = Agent(name="lead", instructions="You lead.", subagents=["alpha", "beta"])
+TEAM = {
+    "lead": LEAD,
+    "alpha": Agent(name="alpha", instructions="You are alpha.", tools=[]),
+    "beta": Agent(name="beta", instructions="You are beta.", tools=[]),
+}
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # A model call, tool calls, an approval with an edit.
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
@@ -216,6 +237,15 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=POST_TASK, allowed_tools=["post_webhook"], approval={"timeout_seconds": 2}),
         finishes_alone,
     ),
+    # Recorded after runs could be steered (issue 29): a message said during a slow model
+    # call, taken before the next call (queue) or cancelling the call (interrupt).
+    "steered_queue": (RunSpec(task=STEER_TASK, allowed_tools=["search_notes"]), steered),
+    "steered_interrupt": (
+        RunSpec(task=STEER_TASK, allowed_tools=["search_notes"], on_message="interrupt"),
+        steered,
+    ),
+    # Recorded after runs could delegate to sub-agents (issue 29): two child runs.
+    "subagents": (LEAD.spec(LEAD_TASK, subagents=subagent_fields(LEAD, TEAM, 0)), finishes_alone),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
@@ -239,6 +269,23 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
         if done < 12:
             return completion(request, tool_calls=[("search_notes", {"query": f"refund {done}"})])
         return completion(request, content="## Summary\nSearched twelve times.")
+    if task == LEAD_TASK:
+        results = [json.loads(m["content"]) for m in request["messages"] if m["role"] == "tool"]
+        if not results:
+            calls = [("agent__alpha", {"task": "alpha job"}), ("agent__beta", {"task": "beta job"})]
+            return completion(request, tool_calls=calls)
+        said = "; ".join(str(r.get("answer") or r.get("error")) for r in results)
+        return completion(request, content=f"## Summary\n{said}")
+    if task in ("alpha job", "beta job"):
+        return completion(request, content=f"## Summary\n{task} done")
+    if task == STEER_TASK:
+        if any(SAID in str(m["content"]) for m in request["messages"] if m["role"] == "user"):
+            return completion(request, content=f"## Summary\nHeard: {SAID}")
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            reply = completion(request, tool_calls=[("search_notes", {"query": "refund"})])
+            reply.delay_seconds = 3.0
+            return reply
+        return completion(request, content="## Summary\nNothing was said.")
     if task == POST_TASK:
         return completion(request, tool_calls=[("post_webhook", {"text": "hello"})])
     return offline_planner(request)

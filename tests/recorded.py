@@ -20,8 +20,13 @@ from agentrun.worker.worker_factory import worker_tuning
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # Histories whose replay needs the workflow id they were recorded under: a signed decision
-# covers its run's id (scripts/record_histories.py names runs "history-<scenario>").
-RECORDED_IDS = {"signed_approval": run_id_for("history-signed_approval")}
+# covers its run's id, a sub-agent's child id derives from it (scripts/record_histories.py names
+# runs "history-<scenario>").
+RECORDED_IDS = {
+    "signed_approval": run_id_for("history-signed_approval"),
+    # A sub-agent's child run id derives from its parent's.
+    "subagents": run_id_for("history-subagents"),
+}
 
 
 def recorded_history(path: Path) -> WorkflowHistory:

@@ -41,6 +41,7 @@ SERVED_BY = {
     "pause": {"pause"},
     "resume": {"resume"},
     "cancel": {"cancel"},
+    "say": {"say"},
     "status": {"inspect"},
     "receipt": {"receipt"},
     "mirror": {"check_mirror", "rebuild_mirror"},

@@ -53,12 +53,12 @@ from temporalio.testing import WorkflowEnvironment
 import agentrun.demo
 from agentrun.core import bounds
 from agentrun.core._wire import ApproveInput
-from agentrun.core.results import DecisionResult, WatchItem
+from agentrun.core.results import DecisionResult, SayResult, WatchItem
 from agentrun.core.settings import Settings
 from agentrun.core.spec import RunSpec
 from agentrun.core.states import RunStatus, is_terminal
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import fork_ops
+from agentrun.ops import fork_ops, steering_ops
 from agentrun.ops import operations as ops
 from agentrun.ops import watch as run_watch
 from agentrun.store.db import install_tool_schema, open_pool
@@ -73,6 +73,18 @@ MARKER = re.compile(r"\[run ([0-9a-f]+)\]")
 # Watchers one example may start, and the update slots the dev server gives a run.
 MAX_WATCHERS = 12
 UPDATE_SLOTS = 10
+MAX_STEPS = 5
+CALLED = ("model_call", "completed")
+# A sub-agent the model may delegate to (issue 29): its runs are held to the same promises.
+HELPER = {
+    "instructions": "You help.",
+    "allowed_tools": ["search_notes"],
+    "max_steps": 3,
+    "verify": {"max_rounds": 1},
+    "timeouts": {"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
+}
+# What a signal that does not fit leaves behind: a refusal on the record, nothing else.
+IGNORED_ON_RECORD = {"approval.refused", "message.ignored"}
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
     idempotency_key text NOT NULL, run_id text NOT NULL, at timestamptz DEFAULT now())"""
 
@@ -100,7 +112,7 @@ TEXTS = {
 answers = st.sampled_from(["good", "nul", "bad", "empty", "big"])
 calls = st.tuples(
     st.just("call"),
-    st.sampled_from(["note_effect", "search_notes", "no_such_tool"]),
+    st.sampled_from(["note_effect", "search_notes", "no_such_tool", "agent__helper"]),
     st.sampled_from(["plain", "plain", "nul", "big", "invalid_json"]),
     st.integers(1, 2),
 )
@@ -128,7 +140,9 @@ def hostile_model(request: dict[str, Any]) -> Reply:
     if variant == "big":
         times = 1  # two would pass the payload limit in one reply: tested elsewhere
     text = TEXTS.get(variant, "x")
-    args = {"text": text} if tool != "search_notes" else {"query": text}
+    args = {"query": text} if tool == "search_notes" else {"text": text}
+    if tool == "agent__helper":
+        args = {"task": text}  # a sub-agent's task, with no marker: it answers at once
     reply = completion(request, tool_calls=[(tool, args)] * times)
     if variant == "invalid_json":
         for call in reply.body["choices"][0]["message"]["tool_calls"]:
@@ -229,19 +243,30 @@ class LiveRun(RuleBasedStateMachine):
         else:
             self.reported[who] = said
 
-    @initialize(script=turns, budget=st.sampled_from([None, None, 60]))
-    def start(self, script: list[tuple[Any, ...]], budget: int | None) -> None:
+    @initialize(
+        script=turns,
+        budget=st.sampled_from([None, None, 60]),
+        on_message=st.sampled_from(["queue", "interrupt"]),
+        helpers=st.booleans(),
+    )
+    def start(
+        self, script: list[tuple[Any, ...]], budget: int | None, on_message: str, helpers: bool
+    ) -> None:
         marker = uuid.uuid4().hex[:12]
+        if helpers:  # it delegates first, so the sub-agent's run is under test every time
+            script = [("call", "agent__helper", "plain", 1), *script]
         SCRIPTS[marker] = script
         spec = RunSpec(
             task=f"Note the invoice and report [run {marker}]",
             idempotency_key=f"prop-{marker}",
             allowed_tools=["note_effect", "search_notes"],
             approval={"always": ["note_effect"], "timeout_seconds": 120},
-            max_steps=5,
+            max_steps=MAX_STEPS,
             budget={"max_tokens": budget} if budget else {},
             timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
             verify={"max_rounds": 1},
+            on_message=on_message,
+            subagents={"helper": HELPER} if helpers else {},
         )
         started = self.live.call(
             ops.start_run(self.live.client, spec, task_queue=self.live.task_queue)
@@ -257,6 +282,12 @@ class LiveRun(RuleBasedStateMachine):
     def resume(self) -> None:
         who = self.by("resume")
         self.attempt(who, ops.resume(self.live.client, self.run_id, by=who))
+
+    @rule()
+    def say(self) -> None:
+        """A message to the run (issue 29): taken at its next model call, or it interrupts."""
+        who = self.by("say")
+        self.attempt(who, steering_ops.say(self.live.client, self.run_id, f"hi from {who}", by=who))
 
     @rule()
     def cancel(self) -> None:
@@ -367,7 +398,7 @@ class LiveRun(RuleBasedStateMachine):
             assert kinds[0] == "run.started" and "run.finished" in kinds, kinds
             # A decision signalled as the run ended is refused on the record after it.
             after = kinds[kinds.index("run.finished") + 1 :]
-            assert set(after) <= {"approval.refused"}, kinds
+            assert set(after) <= IGNORED_ON_RECORD, kinds
             assert story[-1].kind == "receipt"
             assert story[-1].data["outcome"] == receipt["outcome"]
         applied = {(a["approval_id"], a["by"]): a["decision"] for a in receipt["approvals"]}
@@ -434,8 +465,46 @@ class LiveRun(RuleBasedStateMachine):
         assert happened <= stated, f"effects the receipt does not state: {happened - stated}"
         deciders = {a["by"] for a in receipt["approvals"]}
         assert not deciders & set(self.refused), "a refused decision was applied"
-        # A refused signal is recorded (approval.refused) and nothing else.
-        assert all(kind == "approval.refused" for kind, _ in traces), traces
+        # A refused signal is recorded (approval.refused, message.ignored) and nothing else.
+        assert all(kind in IGNORED_ON_RECORD for kind, _ in traces), traces
+        self.check_messages(receipt, await _ignored_messages(pool, run_id))
+        await self.check_children(receipt)
+
+    async def check_children(self, receipt: dict[str, Any]) -> None:
+        """Each sub-agent run ended with its receipt, names its parent, agrees with its
+        history, and its spend is inside the parent's."""
+        spent = 0.0
+        for child_id in receipt["children"]:
+            outcome = await self.drive_to_end(child_id)
+            child = await ops.receipt(self.live.pool, child_id)
+            assert child["outcome"] == outcome and child["parent_run_id"] == self.run_id, child
+            report = await ops.check_mirror(self.live.client, self.live.pool, child_id)
+            assert report["agrees"], report["differences"]
+            spent += child["cost_usd"]
+        assert receipt["cost_usd"] >= round(spent, 6) - 1e-6, (receipt["cost_usd"], spent)
+
+    def check_messages(self, receipt: dict[str, Any], ignored: set[str]) -> None:
+        """Every message a `say` reported as accepted (the run listed it) is in the receipt,
+        and none is both held and ignored; a run that completed with a model call to spare took
+        every one it holds,
+        each before a model call step, in the order said. (One reported as recorded, when no
+        answer came in time, may have reached the run as it wrote its receipt: then only
+        `watch` shows it ignored.)"""
+        held = {m["message_id"]: m for m in receipt["messages"]}
+        assert not set(held) & ignored, (held, ignored)
+        for who, said in self.reported.items():
+            if isinstance(said, SayResult) and said.delivered == "accepted":
+                assert said.message_id in held, (who, said)
+        steps = {s["seq"]: s for s in receipt["steps"]}
+        calls = sum(
+            1 for s in steps.values() if s["type"] == "model_call" and s["status"] == "completed"
+        )
+        if receipt["outcome"] == "completed" and calls < MAX_STEPS:  # a call was left for it
+            assert all(m["taken_at"] is not None for m in held.values()), receipt["messages"]
+        taken = [m["taken_before_step"] for m in held.values() if m["taken_at"] is not None]
+        assert taken == sorted(taken), receipt["messages"]
+        for seq in taken:
+            assert seq not in steps or steps[seq]["type"] == "model_call", (seq, steps)
 
     async def drive_to_end(self, run_id: str | None = None) -> str:
         """Answer whatever the run waits for until it ends; it must never sit stuck."""
@@ -462,7 +531,11 @@ class LiveRun(RuleBasedStateMachine):
                     last_seen, idle_since = seen, loop.time()
                 elif loop.time() - idle_since > 5:
                     raw = described.raw_description
-                    working = raw.pending_activities or raw.HasField("pending_workflow_task")
+                    working = (
+                        raw.pending_activities
+                        or raw.pending_children
+                        or raw.HasField("pending_workflow_task")
+                    )
                     assert working, f"stuck: {state.status.value} with nothing pending"
             await asyncio.sleep(0.2)
         else:
@@ -480,6 +553,15 @@ class LiveRun(RuleBasedStateMachine):
             await work
         except ops.OperationError:
             pass  # the run moved on meanwhile
+
+
+async def _ignored_messages(pool: Any, run_id: str) -> set[str]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT data->>'message_id' FROM events WHERE run_id = %s AND type = 'message.ignored'",
+            (run_id,),
+        )
+        return {row[0] for row in await cur.fetchall()}
 
 
 @pytest.mark.timeout(900)  # 25 live runs, watched, on a 2-core machine others share

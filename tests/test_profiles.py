@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 import agentrun
 import agentrun.demo
 from agentrun.core.errors import ProfileError
-from agentrun.profiles import load_agents
+from agentrun.profiles import Agent, load_agents
 from agentrun.store import tool_sets
 from tests.test_cli import run_cli
 
@@ -69,3 +71,19 @@ async def test_start_refuses_an_unknown_agent_or_a_tool_no_worker_has(
     lacking = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
     assert lacking.code == 5 and "have no tool shout" in lacking.err, lacking.err
     await tool_sets.leave(pool, settings.task_queue, "w")
+
+
+def test_a_profile_sets_what_a_message_to_its_runs_does():
+    """`on_message` (docs/steering.md) reaches the run's spec; at its default it leaves the
+    profile's hash as it was before the field existed."""
+    plain = Agent(name="a", instructions="Be brief.")
+    interrupting = plain.model_copy(update={"on_message": "interrupt"})
+    assert plain.spec("t").on_message == "queue"
+    assert interrupting.spec("t").on_message == "interrupt"
+    before = hashlib.sha256(
+        json.dumps(
+            plain.model_dump(mode="json", exclude={"on_message", "subagents"}), sort_keys=True
+        ).encode()
+    ).hexdigest()[:16]
+    assert plain.profile_hash() == before
+    assert interrupting.profile_hash() != before

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from agentrun.cli import render
-from agentrun.core.results import RunState
+from agentrun.core.results import RunMessage, RunState
 from agentrun.core.states import RunStatus
 
 
@@ -36,3 +38,46 @@ def state(status: RunStatus) -> RunState:
 def test_a_pause_request_shows_only_while_the_run_can_still_pause(status, shown):
     first_line = render.run_state(state(status)).splitlines()[0]
     assert ("(pause requested)" in first_line) is shown, first_line
+
+
+def test_status_and_the_receipt_show_each_message_and_when_it_was_taken():
+    said = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    waiting = RunMessage(message_id="a" * 32, text="Only 2025.", by="ana", received_at=said)
+    taken = waiting.model_copy(
+        update={
+            "message_id": "b" * 32,
+            "text": "Stop searching.",
+            "taken_at": said,
+            "taken_before_step": 4,
+            "interrupted_step": "0003-model_call",
+        }
+    )
+    shown = render.run_state(
+        state(RunStatus.PLANNING).model_copy(update={"messages": [waiting, taken]})
+    )
+    assert "message aaaaaaaa from ana" in shown and "Only 2025." in shown
+    assert "not taken: the run has not called its model since" in shown
+    assert "before step 4; interrupted model call 0003-model_call" in shown
+    receipt = render.receipt_markdown(
+        {
+            "run_id": "run-1",
+            "outcome": "completed",
+            "task": "t",
+            "tenant": "default",
+            "user": "anonymous",
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "cost_usd": 0.0,
+            "duplicates_prevented": 0,
+            "started_at": said.isoformat(),
+            "finished_at": said.isoformat(),
+            "side_effects": [],
+            "approvals": [],
+            "retries": [],
+            "unresolved": [],
+            "steps": [],
+            "messages": [taken.model_dump(mode="json")],
+        }
+    )
+    section = receipt.split("## Messages", 1)[1].split("## Retries", 1)[0]
+    assert "from ana" in section and "Stop searching." in section and "before step 4" in section

@@ -214,3 +214,26 @@ def test_a_reply_finished_by_the_workflow_has_a_history():
             )
             replies.append(reply)
     assert replies and all(r.streamed_chars is not None for r in replies)
+
+
+def test_steering_has_histories():
+    """A message said to a run in flight (issue 29): taken before the next model call, and
+    cancelling the model call in flight (on_message: interrupt)."""
+    kinds = {}
+    for name in ("steered_queue", "steered_interrupt"):
+        path = HISTORIES[0].parent / f"{name}.json"
+        kinds[name] = {
+            e.event_type for e in WorkflowHistory.from_json(name, path.read_text()).events
+        }
+    signalled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    cancelled = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    assert signalled in kinds["steered_queue"] and cancelled not in kinds["steered_queue"]
+    assert {signalled, cancelled} <= kinds["steered_interrupt"]
+
+
+def test_subagents_have_a_history():
+    """A parent that delegated to two sub-agents, each a child run (issue 29)."""
+    path = HISTORIES[0].parent / "subagents.json"
+    kinds = [e.event_type for e in WorkflowHistory.from_json("s", path.read_text()).events]
+    completed = EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
+    assert kinds.count(completed) == 2

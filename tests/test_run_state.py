@@ -22,6 +22,7 @@ from agentrun.core.results import (
     CheckOutcome,
     PendingApproval,
     RefusedDecision,
+    RunMessage,
     SideEffectRecord,
     StepSummary,
     VerifyResult,
@@ -121,6 +122,18 @@ def every_field_set() -> RunProgress:
         tokens_out=50,
         cost_usd=0.25,
         unpriced_models=["self-hosted-model"],
+        children=["run-~sub.run-x~0002-tool_call"],
+        messages=[
+            RunMessage(
+                message_id="m1",
+                text="Use the 2025 policy.",
+                by="ana",
+                received_at=now,
+                taken_at=now,
+                taken_before_step=3,
+                interrupted_step="0002-model_call",
+            )
+        ],
         duplicates_prevented=1,
         inherited_effects=["a" * 32],
         side_effects=[

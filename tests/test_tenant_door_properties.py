@@ -55,7 +55,7 @@ from agentrun.core.errors import OperationError, OperationRefused
 from agentrun.core.settings import Settings
 from agentrun.core.spec import RunSpec
 from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import approver_keys, fork_ops
+from agentrun.ops import approver_keys, fork_ops, steering_ops
 from agentrun.ops import operations as ops
 from agentrun.store.approver_store import ApproverStore
 from agentrun.store.db import install_tool_schema, open_pool
@@ -165,7 +165,7 @@ class Stack:
 STACK: Stack | None = None
 keys = st.sampled_from(["k1", "k2", "k3"])
 who = st.sampled_from([0, 1, 2])
-reads = st.sampled_from(["status", "receipt", "watch", "pause", "cancel", "approve", "fork"])
+reads = st.sampled_from(["status", "receipt", "watch", "pause", "cancel", "approve", "fork", "say"])
 
 
 class Tenants(RuleBasedStateMachine):
@@ -370,7 +370,7 @@ class Tenants(RuleBasedStateMachine):
     @rule(t=who, run=runs, action=reads)
     def act(self, t: int, run: Run, action: str) -> None:
         tenant = self.tenants[t]
-        if run.tenant == tenant and action in ("pause", "cancel", "approve", "fork"):
+        if run.tenant == tenant and action in ("pause", "cancel", "approve", "fork", "say"):
             return  # owners' own changes are not under test here: others' are
         try:
             self.call(self.try_(tenant, action, run.run_id))
@@ -402,6 +402,10 @@ class Tenants(RuleBasedStateMachine):
             return await ops.pause(client, run_id, tenant=tenant, mirror=pool, wait=WAIT)
         if action == "cancel":
             return await ops.cancel(client, run_id, tenant=tenant, mirror=pool, wait=WAIT)
+        if action == "say":
+            return await steering_ops.say(
+                client, run_id, "from another tenant", tenant=tenant, mirror=pool, wait=WAIT
+            )
         if action == "approve":
             return await ops.approve(
                 client, run_id, by="mallory", role="approver", tenant=tenant, mirror=pool

@@ -24,14 +24,14 @@ from agentrun.activities.agent_metrics import record_mirror_lag
 from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.leases import hold_lease, once_postgres_answers
 from agentrun.activities.model_stream import plain_completion, streamed_completion
-from agentrun.activities.proposals import proposed_call
+from agentrun.activities.proposals import proposed_call, proposed_subagent_call, subagent_schema
 from agentrun.activities.provider_clients import ModelEndpoint, ProviderClients
 from agentrun.activities.retry_notes import announce_retry
 from agentrun.activities.text_stream import text_pieces
 from agentrun.activities.verify import checks_without_judge
 from agentrun.core import errors, faults
 from agentrun.core._wire import ModelCallInput, ModelCallResult, ProposedToolCall
-from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, SUBAGENT_TOOL_PREFIX
 from agentrun.core.errors import classify_model_error, refused_data_is_final
 from agentrun.core.pricing import Prices, price_of, usage_of
 from agentrun.core.providers import with_retry_after_policy
@@ -147,8 +147,11 @@ class ModelActivities:
         )
         try:
             message = once_per_call_id(response.choices[0].message)
+            delegates = {SUBAGENT_TOOL_PREFIX + name for name in input.subagents}
             proposals = [
-                proposed_call(
+                proposed_subagent_call(call.id, call.function.name, call.function.arguments)
+                if call.function.name in delegates
+                else proposed_call(
                     self.registry,
                     call.id,
                     call.function.name,
@@ -197,6 +200,7 @@ class ModelActivities:
     ) -> tuple[ChatCompletion, int]:
         """The response, and how much of its text this attempt already streamed."""
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
+        tools += [subagent_schema(name) for name in input.subagents]
         messages = input.messages
         if messages is None:
             messages = await self.conversation.extend(

@@ -6,7 +6,11 @@ recorded reply that a fork makes again. Both hand the workflow the same clean ve
 
 from __future__ import annotations
 
+import json
+
 from agentrun.core._wire import ProposedToolCall
+from agentrun.core.constants import SUBAGENT_TOOL_PREFIX
+from agentrun.core.spec import JsonDict
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import MalformedCall, UnknownToolError
 
@@ -37,3 +41,43 @@ def proposed_call(
         side_effect=tool.side_effect,
         parameters=tool.parameters,
     )
+
+
+def subagent_schema(name: str) -> JsonDict:
+    """The tool a sub-agent is to the model: a task for it, in words."""
+    return {
+        "type": "function",
+        "function": {
+            "name": SUBAGENT_TOOL_PREFIX + name,
+            "description": f"Delegate a task to the {name} agent; returns its answer.",
+            "parameters": {
+                "type": "object",
+                "properties": {"task": {"type": "string", "description": "what it should do"}},
+                "required": ["task"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def proposed_subagent_call(call_id: str, name: str, raw_arguments: str) -> ProposedToolCall:
+    """A call of a sub-agent's tool: its task, checked as a tool's arguments are."""
+    try:
+        arguments = json.loads(raw_arguments or "{}")
+    except json.JSONDecodeError as err:
+        return ProposedToolCall(
+            call_id=call_id,
+            tool=name,
+            error=f"arguments are not JSON: {err}",
+            error_kind="malformed",
+        )
+    task = arguments.get("task") if isinstance(arguments, dict) else None
+    if not isinstance(task, str) or not task.strip():
+        return ProposedToolCall(
+            call_id=call_id,
+            tool=name,
+            arguments=arguments if isinstance(arguments, dict) else None,
+            error='give the sub-agent a task: {"task": "..."}',
+            error_kind="invalid_arguments",
+        )
+    return ProposedToolCall(call_id=call_id, tool=name, arguments={"task": task})

@@ -42,7 +42,18 @@ if TYPE_CHECKING:
 DEMO_AGENTS = "agentrun.demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 # Commands whose --tenant confines them to that tenant's runs (AGENTRUN_TENANT otherwise).
-SCOPED = {"approve", "reject", "pause", "resume", "cancel", "status", "receipt", "list", "stats"}
+SCOPED = {
+    "approve",
+    "reject",
+    "pause",
+    "resume",
+    "cancel",
+    "say",
+    "status",
+    "receipt",
+    "list",
+    "stats",
+}
 # A run's statuses, as `list --status` takes them.
 STATUSES = [s.value for s in RunStatus]
 
@@ -58,7 +69,8 @@ def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     raw: dict[str, Any] = {}
     if args.agent:
         source = args.agents or settings.agents or DEMO_AGENTS
-        raw = profiles.pick(profiles.load_agents(source), args.agent, source).spec_fields()
+        agents = profiles.load_agents(source)
+        raw = profiles.pick(agents, args.agent, source).spec_fields(agents)
     if args.spec:
         raw.update(profiles.read_yaml_mapping(args.spec, "a run spec"))
     for field, value in (
@@ -208,6 +220,12 @@ async def cmd_pause(runs: RunClient, args: argparse.Namespace) -> int:
     control = runs.resume if args.command == "resume" else runs.pause
     result = await control(args.run, wait=args.wait)
     emit(result.model_dump(mode="json"), args.json, result.message)
+    return 0
+
+
+async def cmd_say(runs: RunClient, args: argparse.Namespace) -> int:
+    result = await runs.say(args.run, args.message, by=args.by, wait=args.wait)
+    emit(result.model_dump(mode="json"), args.json, result.note)
     return 0
 
 
@@ -625,6 +643,7 @@ COMMANDS: dict[str, Command] = {
     "pause": cmd_pause,
     "resume": cmd_pause,
     "cancel": cmd_cancel,
+    "say": cmd_say,
     "status": cmd_status,
     "receipt": cmd_receipt,
     "mirror": cmd_mirror,
@@ -745,6 +764,11 @@ def parser() -> argparse.ArgumentParser:
         p = command(name, help)
         p.add_argument("run")
         add_tenant(p)
+    p = command("say", "tell a run in flight something: it reads it at its next model call")
+    p.add_argument("run")
+    p.add_argument("message", help="what the agent should know (a user message)")
+    p.add_argument("--by", default="cli", help="who says it (shown in status and the receipt)")
+    add_tenant(p)
     p = command("mirror", "compare a run's mirror with its history, or rebuild it")
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")

@@ -60,6 +60,11 @@ def run_state(state: RunState) -> str:
         ]
     for refusal in state.refusals:
         lines.append(f"refused decision by {refusal.by} at {refusal.at}: {refusal.reason}")
+    if state.children:
+        lines.append(f"sub-agent runs: {', '.join(state.children)}")
+    for m in state.messages:
+        lines.append(f"message {m.message_id[:8]} from {m.by} at {m.received_at}: {m.text[:200]}")
+        lines.append("  " + message_fate(m.model_dump(mode="json")))
     if state.error:
         lines.append(f"error: {state.error}")
     lines.append("")
@@ -139,6 +144,12 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         + (f", reason: {a['reason']}" if a.get("reason") else "")
         for a in r["approvals"]
     ] or ["- none"]
+    if r.get("messages"):
+        out += ["", "## Messages"]
+        out += [
+            f"- from {m['by']} at {m['received_at']}: {m['text']}\n  ({message_fate(m)})"
+            for m in r["messages"]
+        ]
     out += ["", "## Retries"]
     out += [f"- {x['step_id']}: {x['attempts']} attempts; {x['reason']}" for x in r["retries"]] or [
         "- none"
@@ -156,6 +167,16 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
     if r.get("answer"):
         out += ["", "## Answer", "", r["answer"]]
     return "\n".join(out)
+
+
+def message_fate(message: dict[str, Any]) -> str:
+    """When the run took a message said to it (`agentrun say`), and what it interrupted."""
+    if message.get("taken_at") is None:
+        return "not taken: the run has not called its model since"
+    fate = f"taken at {message['taken_at']}, before step {message['taken_before_step']}"
+    if message.get("interrupted_step"):
+        fate += f"; interrupted model call {message['interrupted_step']}"
+    return fate
 
 
 def receipt_cost(receipt: dict[str, Any]) -> str:

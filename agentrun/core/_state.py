@@ -22,6 +22,7 @@ from agentrun.core.results import (
     ForkOrigin,
     PendingApproval,
     RefusedDecision,
+    RunMessage,
     SideEffectRecord,
     StepSummary,
     VerifyResult,
@@ -94,6 +95,10 @@ class RunProgress(BaseModel):
     stream_state: WorkflowStreamState | None = Field(
         None, description="set at continue-as-new: the live stream's log (its tail) for watchers"
     )
+    messages: list[RunMessage] = Field(
+        default_factory=list, description="messages said to the run (`agentrun say`)"
+    )
+    children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
 
 
 class RunInput(RunSpec):
@@ -120,6 +125,10 @@ class RunInput(RunSpec):
         description="set by the engine (agentrun/ops/door.py): its tenant's weight, which a "
         "backlog starts the run with; whatever a spec says is replaced",
     )
+    parent_run_id: str | None = Field(
+        None, description="set by the engine: the run whose sub-agent this run is"
+    )
+    subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
 
     @classmethod
     def of(cls, spec: RunSpec, **engine: object) -> Self:

@@ -123,6 +123,9 @@ class ModelCallInput(BaseModel):
     tools_used: list[str] = Field(
         default_factory=list, description="tools that ran: their declared checks apply too"
     )
+    subagents: list[str] = Field(
+        default_factory=list, description="sub-agents offered as tools `agent__NAME`"
+    )
     provider: str | None = Field(
         None, description="the worker's named provider to call; None: its default client"
     )
@@ -246,6 +249,15 @@ class RejectInput(BaseModel):
     reason: str = Field(min_length=1)
     tenant: str | None = None
     signature: DecisionSignature | None = None
+
+
+class SayInput(BaseModel):
+    """A person's message to a run in flight (`agentrun say`); `message_id` makes a second
+    delivery of the same message change nothing."""
+
+    message_id: str = Field(min_length=1, max_length=64)
+    text: str = Field(min_length=1)
+    by: str = Field("cli", min_length=1)
 
 
 class ControlInput(BaseModel):

@@ -38,6 +38,8 @@ LIMITS: dict[str, int] = {
     "instructions": TASK_CHARS,
     "rubric": 4_000,
     "reason": REASON_CHARS,
+    "text": TASK_CHARS,  # a message said to a run (`agentrun say`)
+    "subagents": 256_000,  # sub-agents' spec fields, as JSON (docs/subagents.md)
     "pattern": REASON_CHARS,
     "required_sections": LIST_ITEMS,
     "forbidden": LIST_ITEMS,
@@ -54,9 +56,11 @@ DEFAULT_TEXT_CHARS = NAME_CHARS
 ITEM_CHARS = {"required_sections": REASON_CHARS, "forbidden": REASON_CHARS}
 DEFAULT_ITEMS = LIST_ITEMS
 # Values that are any JSON (a tool's arguments, an output, a schema): measured as JSON.
-FREE_JSON = frozenset({"edit", "edit_output", "json_schema"})
+FREE_JSON = frozenset({"edit", "edit_output", "json_schema", "subagents"})
 # Engine-made, not people's input: a continuation's carried state, the run's generation.
-ENGINE_FIELDS = frozenset({"carry", "workflow_generation", "admission", "effect_scope"})
+ENGINE_FIELDS = frozenset(
+    {"carry", "workflow_generation", "admission", "effect_scope", "subagent_depth"}
+)
 # How much of a refused value a run records (`by` in a refusal event, say).
 RECORDED_CHARS = 200
 

@@ -27,6 +27,11 @@ SIGNAL_APPROVE = "approve_signal"
 SIGNAL_REJECT = "reject_signal"
 SIGNAL_PAUSE = "pause_signal"
 SIGNAL_RESUME = "resume_signal"
+# A person's message to a run in flight (`agentrun say`): a signal, so it is kept with no
+# worker running, as a decision is.
+SIGNAL_SAY = "say_signal"
+# A sub-agent is offered to the model as this tool name plus its agent's name.
+SUBAGENT_TOOL_PREFIX = "agent__"
 
 # The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
 # events, the model activity the text as the provider streams it (the workflow its rest).

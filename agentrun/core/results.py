@@ -113,6 +113,33 @@ class DecisionResult(BaseModel):
     note: str | None = Field(None, description="what happens next, when not applied yet")
 
 
+class RunMessage(BaseModel):
+    """A message said to the run, and when the run took it (None: not yet)."""
+
+    message_id: str
+    text: str
+    by: str
+    received_at: datetime
+    taken_at: datetime | None = None
+    taken_before_step: int | None = Field(
+        None, description="the number of the model call step that first read it"
+    )
+    interrupted_step: str | None = Field(
+        None, description="the model call it cancelled (on_message: interrupt)"
+    )
+
+
+class SayResult(BaseModel):
+    run_id: str
+    message_id: str
+    status: RunStatus
+    delivered: Literal["accepted", "recorded"] = Field(
+        description="accepted: a worker holds the run and has it; recorded: the server keeps "
+        "it in the run's history until a worker takes the run"
+    )
+    note: str
+
+
 class ControlResult(BaseModel):
     status: RunStatus
     paused: bool
@@ -146,6 +173,12 @@ class RunState(BaseModel):
         default_factory=list,
         description="the last approvals decided, and by whom: how a decision sent as a signal "
         "learns it was the one applied",
+    )
+    children: list[str] = Field(
+        default_factory=list, description="its sub-agents' runs (`status` each for theirs)"
+    )
+    messages: list[RunMessage] = Field(
+        default_factory=list, description="messages said to the run, and when each was taken"
     )
 
 
@@ -215,6 +248,11 @@ class Receipt(BaseModel):
     forks: list[str] = Field(
         default_factory=list, description="runs forked from this one (filled when read)"
     )
+    parent_run_id: str | None = Field(None, description="the run it is a sub-agent of")
+    children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
+    messages: list[RunMessage] = Field(
+        default_factory=list, description="messages said to the run, and when each was taken"
+    )
 
 
 class RunResult(BaseModel):
@@ -222,6 +260,9 @@ class RunResult(BaseModel):
     status: RunStatus
     answer: str | None
     error: str | None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
 
 
 class RunVersion(BaseModel):

@@ -154,6 +154,13 @@ class VerifySpec(Strict):
     )
 
 
+class SubagentLimits(Strict):
+    """How far a run may delegate (docs/subagents.md)."""
+
+    max_depth: int = Field(2, ge=1, le=5, description="levels of sub-agents below the run")
+    max_calls: int = Field(8, ge=1, le=100, description="sub-agent runs one run may start")
+
+
 # What only the engine sets, on the private `RunInput` (agentrun/core/_state.py). A spec
 # written before they moved there holds each as null, and still loads; a value is refused.
 ENGINE_ONLY = ("carry", "admission", "fork", "workflow_generation", "fairness_weight")
@@ -189,6 +196,18 @@ class RunSpec(Strict):
     failures: FailurePolicy = Field(default_factory=FailurePolicy)
     history_events_limit: int = Field(
         10_000, ge=100, description="continue as new past this many history events"
+    )
+    subagents: dict[str, JsonDict] = Field(
+        default_factory=dict,
+        description="agents the model may delegate to, as tools `agent__NAME` taking a task: "
+        "each name's spec fields (its profile's), filled in from the agent's `subagents`",
+    )
+    subagent_limits: SubagentLimits = Field(default_factory=lambda: SubagentLimits())
+    on_message: Literal["queue", "interrupt"] = Field(
+        "queue",
+        description="a message said to the run while it works (`agentrun say`): queue, the "
+        "model reads it at its next call; interrupt, the model call in flight is cancelled "
+        "and the run replans with it (docs/steering.md)",
     )
 
     @model_validator(mode="before")

@@ -98,7 +98,8 @@ BATCH_ROWS = """
         ON CONFLICT (run_id, step_id) DO UPDATE SET
             seq = EXCLUDED.seq, type = EXCLUDED.type, name = EXCLUDED.name,
             status = EXCLUDED.status,
-            output = CASE WHEN EXCLUDED.status IN ('cancelled', 'abandoned') THEN NULL
+            output = CASE WHEN EXCLUDED.status IN ('cancelled', 'abandoned', 'interrupted')
+                          THEN NULL
                           ELSE coalesce(EXCLUDED.output, steps.output) END,
             error = EXCLUDED.error,
             attempt = EXCLUDED.attempt, tokens_in = EXCLUDED.tokens_in,

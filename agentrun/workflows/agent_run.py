@@ -33,6 +33,8 @@ from agentrun.workflows.recording import MIRROR_RETRY
 from agentrun.workflows.run_messages import RunMessages
 from agentrun.workflows.run_state import RunEnded
 from agentrun.workflows.run_stream import RunStream
+from agentrun.workflows.steering import Interrupted, Steering
+from agentrun.workflows.subagents import Subagents
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities import (
@@ -113,7 +115,7 @@ async def outlast_cancel(
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
-class AgentRunWorkflow(Approvals, RunMessages):
+class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
     @workflow.init
     def __init__(self, spec: RunInput) -> None:
         self.changes = Changes(spec.workflow_generation)
@@ -210,6 +212,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
             status=self.progress.status,
             answer=self.progress.answer,
             error=self.progress.error,
+            tokens_in=self.progress.tokens_in,
+            tokens_out=self.progress.tokens_out,
+            cost_usd=self.progress.cost_usd,
         )
 
     async def _wait_for_slot(self) -> None:
@@ -239,7 +244,11 @@ class AgentRunWorkflow(Approvals, RunMessages):
         while self.progress.model_calls < self.spec.max_steps:
             await self._step_boundary()
             await self._continue_as_new_if_long()
-            reply = await self._model_step()
+            self._take_messages()  # steering: what people said since the last call
+            try:
+                reply = await self._model_step()
+            except Interrupted:
+                continue
             self.progress.model_calls += 1
             await self._enforce_budget()
             if self._needs_repair(reply):
@@ -249,10 +258,14 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     await self._step_boundary()
                     await self._tool_step(call)
                 continue
+            if self._replan_for_messages():  # said as the model answered
+                continue
             answer = reply.content or ""
             verdict = await self._verify_step(answer, reply.verdict)
             if verdict.judge_model is not None:
                 await self._enforce_budget()
+            if verdict.passed and self._replan_for_messages():  # said as a judge checked
+                continue
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
                 return
@@ -416,6 +429,7 @@ class AgentRunWorkflow(Approvals, RunMessages):
                     mirror=mirror,
                     provider=provider,
                     **self._checks_for_reply(),
+                    **self._subagent_tools(),
                 ),
                 task_queue=fairness.model_task_queue(workflow.info().task_queue),
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
@@ -429,7 +443,9 @@ class AgentRunWorkflow(Approvals, RunMessages):
             batch,
         )
         try:
-            reply = await self._step_result(call, carried)
+            reply = await self._step_result(
+                self._model_reply_or_message(call, step_id, model or "model", started), carried
+            )
         except ActivityError as err:
             if not is_cancelled_exception(err):
                 self._complete_step(
@@ -546,6 +562,10 @@ class AgentRunWorkflow(Approvals, RunMessages):
                 )
             return
         self.progress.argument_streak = 0
+        if self._is_subagent_call(call):  # a task for another agent: a child run
+            await self._subagent_step(call)
+            await self._enforce_budget()
+            return
         arguments = call.arguments or {}
         if self.spec.approval.needs_approval(call.tool, call.risk):
             approved = await self._approval_step(call.tool, arguments, call.parameters)

@@ -106,6 +106,8 @@ def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int
             DecisionSeen(approval_id=a.approval_id, decision=a.decision, by=a.by)
             for a in progress.approvals[-DECISIONS_SHOWN:]
         ],
+        messages=progress.messages,
+        children=progress.children,
     )
 
 
@@ -135,4 +137,7 @@ def receipt(run_id: str, spec: RunInput, progress: RunProgress, now: datetime) -
         started_at=progress.started_at,
         finished_at=progress.finished_at or now,
         forked_from=spec.fork,
+        messages=progress.messages,
+        parent_run_id=spec.parent_run_id,
+        children=progress.children,
     )

@@ -1,0 +1,188 @@
+"""Sub-agents: a run delegates a task to another agent, as a child run (docs/subagents.md).
+
+Mixed into AgentRunWorkflow. A spec whose `subagents` names agents offers each to the model
+as a tool `agent__NAME` taking a task; a call starts a child run of that agent's spec (its
+own receipt, naming its parent; the parent's receipt lists it), waits for it durably (a
+child workflow: no worker is held, and a worker's death loses nothing), and hands the model
+the child's answer, or, when the child did not complete, its failure as a tool error. The
+child's budget is what is left of the parent's, and it fails rather than asks for more, so
+the parent's budget covers every child; the child's spend is added to the parent's.
+Cancelling the parent cancels the child it waits for (a child's parent-close policy cancels
+the rest). Depth and the number of children are limited (`subagent_limits`).
+
+Only specs with sub-agents take these paths, so older histories replay unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import CancelledError, ChildWorkflowError
+
+from agentrun.workflows.recording import Recording
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from agentrun.core import constants as names
+    from agentrun.core._state import RunInput
+    from agentrun.core._wire import ProposedToolCall, StepRecord
+    from agentrun.core.keys import id_part
+    from agentrun.core.results import RunResult
+    from agentrun.core.spec import JsonDict
+    from agentrun.core.states import RunStatus
+    from agentrun.workflows.changes import for_new_run
+
+
+def subagent_run_id(parent_id: str, step_id: str) -> str:
+    """`run-~sub.<parent>~<step>`: under the engine's `run-~` ids (agentrun.workflows.child_runs),
+    one per step of its parent, so a replayed parent finds the same child."""
+    return f"{names.RUN_ID_PREFIX}~sub.{id_part(parent_id)}~{id_part(step_id)}"
+
+
+class Subagents(Recording):
+    def _subagent_tools(self) -> dict[str, Any]:
+        """What a model call carries so the model is offered the run's sub-agents."""
+        if not self.spec.subagents:
+            return {}
+        return {"subagents": sorted(self.spec.subagents)}
+
+    def _is_subagent_call(self, call: ProposedToolCall) -> bool:
+        prefix = names.SUBAGENT_TOOL_PREFIX
+        return bool(self.spec.subagents) and call.tool.removeprefix(prefix) in self.spec.subagents
+
+    def _child_spec(self, name: str, task: str) -> RunInput | str:
+        """The child's spec, or why no child may start."""
+        limits = self.spec.subagent_limits
+        if len(self.progress.children) >= limits.max_calls:
+            return f"this run has started its limit of {limits.max_calls} sub-agent runs"
+        budget: JsonDict = {}
+        spent_tokens = self.progress.tokens_in + self.progress.tokens_out
+        if self.progress.budget.max_tokens is not None:
+            budget["max_tokens"] = self.progress.budget.max_tokens - spent_tokens
+        if self.progress.budget.max_cost_usd is not None:
+            budget["max_cost_usd"] = round(
+                self.progress.budget.max_cost_usd - self.progress.cost_usd, 6
+            )
+        if any(left <= 0 for left in budget.values()):
+            return "the run's budget is spent: no sub-agent can start"
+        fields = self.spec.subagents[name]
+        depth = self.spec.subagent_depth + 1
+        try:
+            spec = self._validated_child(fields, task, budget, depth)
+        except ValidationError as err:  # the model wrote the task: it hears what is wrong
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+            )
+            return f"the {name} agent cannot take this task ({problems})"
+        return for_new_run(spec)
+
+    def _validated_child(
+        self, fields: JsonDict, task: str, budget: JsonDict, depth: int
+    ) -> RunInput:
+        limits = self.spec.subagent_limits
+        return RunInput.model_validate(
+            {
+                **fields,
+                "task": task,
+                "tenant": self.spec.tenant,
+                "user": self.spec.user,
+                "priority": self.spec.priority,
+                "budget": budget,
+                "failures": {**fields.get("failures", {}), "on_budget_exceeded": "fail"},
+                "subagent_limits": limits.model_dump(),
+                "subagents": fields.get("subagents", {}) if depth < limits.max_depth else {},
+                "parent_run_id": self.run_id,
+                "subagent_depth": depth,
+            }
+        )
+
+    async def _subagent_step(self, call: ProposedToolCall) -> None:
+        """Run the sub-agent the call names on its task; the model hears how it ended."""
+        name = call.tool.removeprefix(names.SUBAGENT_TOOL_PREFIX)
+        task = str((call.arguments or {}).get("task", ""))
+        step_id = self._new_step("tool_call", call.tool)
+        self._set_status(RunStatus.WAITING_FOR_TOOL, step_id)
+        started = workflow.now()
+        spec = self._child_spec(name, task)
+        child_id = subagent_run_id(self.run_id, step_id)
+        if isinstance(spec, str):
+            result = RunResult(run_id=child_id, status=RunStatus.FAILED, answer=None, error=spec)
+        else:
+            self.progress.children.append(child_id)
+            self._event("subagent.started", step_id, {"agent": name, "run_id": child_id})
+            await self._flush()
+            result = await self._run_child(spec, child_id)
+            self.progress.tokens_in += result.tokens_in
+            self.progress.tokens_out += result.tokens_out
+            self.progress.cost_usd = round(self.progress.cost_usd + result.cost_usd, 6)
+        completed = result.status == RunStatus.COMPLETED
+        outcome = {"run_id": result.run_id, "status": result.status.value}
+        self._complete_step(
+            StepRecord(
+                step_id=step_id,
+                seq=self._seq_of(step_id),
+                type="tool_call",
+                name=call.tool,
+                status="completed" if completed else "failed",
+                input={"task": task, "run_id": child_id},
+                output={**outcome, "answer": result.answer},
+                error=None if completed else result.error,
+                tokens_in=result.tokens_in,
+                tokens_out=result.tokens_out,
+                cost_usd=result.cost_usd,
+                started_at=started,
+                finished_at=workflow.now(),
+            )
+        )
+        message: JsonDict = (
+            {**outcome, "answer": result.answer}
+            if completed
+            else {
+                **outcome,
+                "error": f"the {name} agent's run ended {result.status.value}: {result.error}",
+            }
+        )
+        self.progress.pending_messages.append(
+            {"role": "tool", "tool_call_id": call.call_id, "content": json.dumps(message)}
+        )
+
+    async def _run_child(self, spec: RunInput, child_id: str) -> RunResult:
+        """The child's result; a child that was cancelled or terminated reads as failed. A
+        cancel of this run goes on to the child (and ends this run)."""
+        child = asyncio.ensure_future(
+            workflow.execute_child_workflow(
+                names.WORKFLOW_NAME,
+                spec,
+                id=child_id,
+                result_type=RunResult,
+                task_queue=workflow.info().task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                static_summary=f"{spec.agent} for {self.run_id}",
+            )
+        )
+        try:
+            result: RunResult = await asyncio.shield(child)
+            return result
+        except asyncio.CancelledError:
+            # This run is cancelled: so is the child, and this run ends once it has stopped
+            # (awaited alone, the child's cancellation would read as a failed tool call).
+            if not child.done():
+                child.cancel()
+            with contextlib.suppress(ChildWorkflowError, asyncio.CancelledError):
+                await child
+            raise
+        except ChildWorkflowError as err:
+            cancelled = isinstance(err.cause, CancelledError)
+            return RunResult(
+                run_id=child_id,
+                status=RunStatus.CANCELLED if cancelled else RunStatus.FAILED,
+                answer=None,
+                error=str(err.cause or err),
+            )

@@ -1,0 +1,166 @@
+"""Sub-agents as child runs (issue 29, item 2), on the real stack.
+
+A parent whose profile lists two sub-agents delegates to both through their `agent__NAME`
+tools: each is a child run with its own receipt, linked both ways, whose answer the parent's
+model reads. The parent's budget covers its children: a child given what is left fails when
+it overspends, the parent's model hears it as a tool error, and the parent's own budget then
+stops it. Cancelling the parent cancels the child it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
+from agentrun.ops import operations as ops
+from agentrun.profiles import Agent, subagent_fields
+from agentrun.workflows import AgentRunWorkflow
+from tests.support import eventually, make_spec, rows, wait_pending
+
+PARENT_TASK = "Ask both helpers and report."
+LEAD = Agent(name="lead", instructions="You lead.", subagents=["alpha", "beta"])
+AGENTS = {
+    "lead": LEAD,
+    "alpha": Agent(name="alpha", instructions="You are alpha."),
+    "beta": Agent(name="beta", instructions="You are beta."),
+}
+
+
+def delegating_model(slow_children: float = 0.0) -> Any:
+    """The parent delegates to both helpers, then reports what they said (or what failed);
+    a helper answers its task."""
+
+    def respond(request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        tools = {t["function"]["name"] for t in request.get("tools", [])}
+        if task == PARENT_TASK:
+            results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+            if not results:
+                assert {"agent__alpha", "agent__beta"} <= tools, tools
+                calls = [
+                    ("agent__alpha", {"task": "alpha job"}),
+                    ("agent__beta", {"task": "beta job"}),
+                ]
+                return completion(request, tool_calls=calls)
+            said = "; ".join(r.get("answer") or r.get("error", "") for r in results)
+            return completion(request, content=f"## Summary\n{said}")
+        if any(t.startswith("agent__") for t in tools):
+            return completion(request, content="## Summary\na helper was offered sub-agents")
+        reply = completion(request, content=f"## Summary\n{task} done")
+        reply.delay_seconds = slow_children
+        return reply
+
+    return respond
+
+
+def parent_spec(**fields: Any) -> Any:
+    base = LEAD.spec(PARENT_TASK, subagents=subagent_fields(LEAD, AGENTS, 0))
+    return make_spec(PARENT_TASK, **{**base.model_dump(exclude={"task"}), **fields})
+
+
+async def test_a_parent_with_two_subagents_completes_with_both_receipts_linked(
+    client, settings, pool, worker
+):
+    with OfflineModelServer(delegating_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, parent_spec(), task_queue=settings.task_queue)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await handle.result()
+    assert result.status.value == "completed"
+    assert (
+        result.answer
+        == "## Summary\nSummary\nalpha job done; ## Summary\nbeta job done".replace(
+            "Summary\nSummary", "Summary\n## Summary"
+        )
+    )
+    receipt = await ops.receipt(pool, started.run_id)
+    children = receipt["children"]
+    assert len(children) == 2 and receipt["parent_run_id"] is None
+    spent = 0.0
+    for child_id, agent in zip(children, ["alpha", "beta"], strict=True):
+        child = await ops.receipt(pool, child_id)
+        assert child["outcome"] == "completed" and child["agent"] == agent
+        assert child["parent_run_id"] == started.run_id
+        assert child["task"] == f"{agent} job"
+        spent += child["cost_usd"]
+    steps = [s for s in receipt["steps"] if s["name"].startswith("agent__")]
+    assert [(s["name"], s["status"]) for s in steps] == [
+        ("agent__alpha", "completed"),
+        ("agent__beta", "completed"),
+    ]
+    own = sum(float(s["cost_usd"]) for s in await _model_steps(pool, started.run_id))
+    assert receipt["cost_usd"] == pytest.approx(own + spent), "the children's spend is the parent's"
+
+
+async def test_the_parents_budget_stops_a_child_that_overspends(client, settings, pool, worker):
+    wordy = Agent(name="alpha", instructions="You are alpha. " + "Be thorough. " * 200)
+    agents = {**AGENTS, "alpha": wordy}
+    with OfflineModelServer(delegating_model()) as model:
+        async with worker(base_url=model.base_url):
+            spec = parent_spec(
+                subagents=subagent_fields(LEAD, agents, 0), budget={"max_tokens": 400}
+            )
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            pending = await wait_pending(client, started.run_id, seconds=60)
+            assert pending.kind == "budget", pending
+            state = await ops.status(client, started.run_id)
+            # A person extends the parent's budget: it goes on, and its model hears why alpha
+            # failed.
+            edit = {"max_tokens": 100_000}
+            await ops.approve(client, started.run_id, by="li", role="approver", edit=edit)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await handle.result()
+    assert result.status.value == "completed"
+    [alpha_id, *_] = (await ops.receipt(pool, started.run_id))["children"]
+    alpha = await ops.receipt(pool, alpha_id)
+    assert alpha["outcome"] == "failed" and "budget" in alpha["error"], alpha["error"]
+    failed = [s for s in state.steps if s.name == "agent__alpha"]
+    assert [s.status for s in failed] == ["failed"]
+    # The parent's model heard the failure as the tool's error.
+    heard = [
+        json.loads(m["content"])
+        for r in model.requests
+        for m in r["messages"]
+        if m["role"] == "tool"
+    ]
+    assert any("budget" in h.get("error", "") for h in heard), heard
+
+
+async def test_cancelling_the_parent_cancels_its_child(client, settings, pool, worker):
+    with OfflineModelServer(delegating_model(slow_children=30)) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, parent_spec(), task_queue=settings.task_queue)
+            state = await eventually(
+                lambda: _waiting_for_child(client, started.run_id), what="a child to start"
+            )
+            await ops.cancel(client, started.run_id)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+            [child_id] = (await ops.receipt(pool, started.run_id))["children"]
+
+            async def child_cancelled() -> bool:
+                described = await client.get_workflow_handle(child_id).describe()
+                return described.status == WorkflowExecutionStatus.CANCELED
+
+            await eventually(child_cancelled, what="the child to be cancelled")
+    assert state.status.value == "waiting_for_tool"
+    assert (await ops.receipt(pool, child_id))["outcome"] == "cancelled"
+
+
+async def _waiting_for_child(client: Any, run_id: str) -> Any:
+    state = await ops.status(client, run_id)
+    return state if any(s.name.startswith("agent__") for s in state.steps) else None
+
+
+async def _model_steps(pool: Any, run_id: str) -> list[dict[str, Any]]:
+    return await rows(
+        pool,
+        "SELECT cost_usd FROM steps WHERE run_id = %s AND type IN ('model_call', 'verify')",
+        run_id,
+    )
