@@ -88,10 +88,13 @@ class Agent(Strict):
             "profile_hash": self.profile_hash(),
         }
 
-    def spec(self, task: str, **overrides: Any) -> RunSpec:
-        """A run of this agent on `task`; `overrides` replace whole spec fields (its
-        sub-agents come with `subagents=profiles.subagent_fields(agent, agents, 0)`)."""
-        return RunSpec.model_validate({**self.spec_fields(), "task": task, **overrides})
+    def spec(
+        self, task: str, *, agents: dict[str, Agent] | None = None, **overrides: Any
+    ) -> RunSpec:
+        """A run of this agent on `task`; its sub-agents' profiles come from `agents` (the
+        profiles it was loaded with, by name); `overrides` replace whole spec fields."""
+        fields = self.spec_fields(agents)
+        return RunSpec.model_validate({**fields, "task": task, **overrides})
 
 
 def subagent_fields(agent: Agent, agents: dict[str, Agent], depth: int) -> dict[str, Any]:

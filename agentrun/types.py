@@ -53,11 +53,12 @@ from agentrun.core.spec import (
     RunSpec,
     Signer,
     StepTimeouts,
+    SubagentLimits,
     ToolPolicy,
     VerifySpec,
 )
 from agentrun.core.states import RunStatus
-from agentrun.core.version_branches import PatchInventory
+from agentrun.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight
 from agentrun.ops.operations import RunReport, Started, WorkerSeen
@@ -72,6 +73,8 @@ __all__ = [
     "ApprovalRecord",
     "ApproverKey",
     "BacklogControlResult",
+    "BranchNeed",
+    "BranchUse",
     "Budget",
     "BuildStatus",
     "CheckOutcome",
@@ -113,6 +116,7 @@ __all__ = [
     "Stats",
     "StepSummary",
     "StepTimeouts",
+    "SubagentLimits",
     "TaskItem",
     "TenantLimits",
     "ToolFailures",
@@ -120,6 +124,7 @@ __all__ = [
     "Usage",
     "VerifyResult",
     "VerifySpec",
+    "VersionBranch",
     "WatchItem",
     "WorkerSeen",
 ]

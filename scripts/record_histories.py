@@ -33,7 +33,7 @@ from agentrun.core.spec import RunSpec, Signer  # noqa: E402
 from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentrun.ops import approver_keys, steering_ops, watch  # noqa: E402
 from agentrun.ops import operations as ops  # noqa: E402
-from agentrun.profiles import Agent, subagent_fields  # noqa: E402
+from agentrun.profiles import Agent  # noqa: E402
 from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -245,7 +245,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         steered,
     ),
     # Recorded after runs could delegate to sub-agents (issue 29): two child runs.
-    "subagents": (LEAD.spec(LEAD_TASK, subagents=subagent_fields(LEAD, TEAM, 0)), finishes_alone),
+    "subagents": (LEAD.spec(LEAD_TASK, agents=TEAM), finishes_alone),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {

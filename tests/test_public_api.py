@@ -47,7 +47,15 @@ PUBLIC_OBJECTS = {id(obj) for obj in PUBLIC.values()}
 FOREIGN = {Client}
 # What only the engine sets on a run's input (agentrun/core/_state.py), in the order the
 # workflow's input has always had them.
-ENGINE_FIELDS = ["carry", "admission", "fork", "workflow_generation", "fairness_weight"]
+ENGINE_FIELDS = [
+    "carry",
+    "admission",
+    "fork",
+    "workflow_generation",
+    "fairness_weight",
+    "parent_run_id",
+    "subagent_depth",
+]
 
 
 def is_public(kind: object) -> bool:

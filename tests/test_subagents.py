@@ -17,7 +17,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
-from agentrun.profiles import Agent, subagent_fields
+from agentrun.profiles import Agent
 from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
 
@@ -59,7 +59,7 @@ def delegating_model(slow_children: float = 0.0) -> Any:
 
 
 def parent_spec(**fields: Any) -> Any:
-    base = LEAD.spec(PARENT_TASK, subagents=subagent_fields(LEAD, AGENTS, 0))
+    base = LEAD.spec(PARENT_TASK, agents=AGENTS)
     return make_spec(PARENT_TASK, **{**base.model_dump(exclude={"task"}), **fields})
 
 
@@ -103,7 +103,7 @@ async def test_the_parents_budget_stops_a_child_that_overspends(client, settings
     with OfflineModelServer(delegating_model()) as model:
         async with worker(base_url=model.base_url):
             spec = parent_spec(
-                subagents=subagent_fields(LEAD, agents, 0), budget={"max_tokens": 400}
+                subagents=LEAD.spec_fields(agents)["subagents"], budget={"max_tokens": 400}
             )
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
             pending = await wait_pending(client, started.run_id, seconds=60)

@@ -552,9 +552,11 @@ async def run_demo(runs: RunClient, args: argparse.Namespace) -> int:
 
     settings = runs.settings
     # Under AGENTRUN_TENANT the demo's run is that tenant's, as any run it starts must be.
-    tenant = {"tenant": settings.tenant} if settings.tenant else {}
     spec = support_desk.spec(
-        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}", **tenant
+        task=DEMO_TASK,
+        user="demo-user",
+        idempotency_key=f"demo-{time.time_ns()}",
+        tenant=settings.tenant or "default",
     )
     started = await runs.start_run(spec)
     run_id = started.run_id

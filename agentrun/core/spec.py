@@ -163,7 +163,15 @@ class SubagentLimits(Strict):
 
 # What only the engine sets, on the private `RunInput` (agentrun/core/_state.py). A spec
 # written before they moved there holds each as null, and still loads; a value is refused.
-ENGINE_ONLY = ("carry", "admission", "fork", "workflow_generation", "fairness_weight")
+ENGINE_ONLY = (
+    "carry",
+    "admission",
+    "fork",
+    "workflow_generation",
+    "fairness_weight",
+    "parent_run_id",
+    "subagent_depth",
+)
 
 
 class RunSpec(Strict):
