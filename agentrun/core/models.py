@@ -219,6 +219,12 @@ class RunSpec(Strict):
         description="set by the engine (agentrun/ops/door.py): its tenant's weight, which a "
         "backlog starts the run with; whatever a spec says is replaced",
     )
+    local_read_only_tools: bool = Field(
+        False,
+        description="a tool with no side effect and low risk runs as a local activity, in the "
+        "workflow's own task: no task queue round trip, a marker in history; False: every "
+        "tool call is an activity of its own",
+    )
 
 
 # ---------------------------------------------------------------- activity inputs and results
