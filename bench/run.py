@@ -61,17 +61,44 @@ from bench import (  # noqa: E402
 )
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.bare_agent import AGENT_MODEL, AGENT_TOOL, AgentTask, BareAgentWorkflow  # noqa: E402
-from bench.stats import deltas, summarize  # noqa: E402
+from bench.openai_agents_peer import PEER_MODEL as OA_MODEL  # noqa: E402
+from bench.openai_agents_peer import PEER_TOOL as OA_TOOL  # noqa: E402
+from bench.openai_agents_peer import PEER_WORKFLOW as OA_WORKFLOW  # noqa: E402
+from bench.pydantic_ai_peer import PEER_MODEL as PYD_MODEL  # noqa: E402
+from bench.pydantic_ai_peer import PEER_TOOL as PYD_TOOL  # noqa: E402
+from bench.pydantic_ai_peer import PEER_WORKFLOW as PYD_WORKFLOW  # noqa: E402
+from bench.stats import deltas, fmt, summarize  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 # Each agent's tool step, whose acceptance by the run's next workflow task is timed.
-STEP_OF = {"ours": OUR_STEP, "bare_agent": AGENT_TOOL}
+STEP_OF = {
+    "ours": OUR_STEP,
+    "bare_agent": AGENT_TOOL,
+    "openai_agents": OA_TOOL,
+    "pydantic_ai": PYD_TOOL,
+}
 OUR_FIRST_STEP = "model.complete"
 # The systems measured side by side: ours, the fair baseline (the same agent loop on bare
-# Temporal, bench/bare_agent.py) and the floor (N no-op activities, bench/bare.py).
-SYSTEMS = ("bare", "bare_agent", "ours")
-STEP_ACTIVITY = {"ours": OUR_STEP, "bare_agent": AGENT_TOOL, "bare": BARE_ACTIVITY}
-FIRST_ACTIVITY = {"ours": OUR_FIRST_STEP, "bare_agent": AGENT_MODEL, "bare": BARE_ACTIVITY}
+# Temporal, bench/bare_agent.py), the floor (N no-op activities, bench/bare.py) and the
+# peers a user would otherwise pick: the same agent on the OpenAI Agents SDK with Temporal's
+# plugin (bench/openai_agents_peer.py) and on Pydantic AI's TemporalAgent
+# (bench/pydantic_ai_peer.py).
+PEERS = ("openai_agents", "pydantic_ai")
+# ours_local: ours with `local_read_only_tools` (the benchmark's tool is read-only, low risk):
+# its tool steps are local activities, markers in history, so it has no per-step gap of
+# activity completions; its wall time per step and its throughput compare.
+SYSTEMS = ("bare", "bare_agent", *PEERS, "ours", "ours_local")
+STEP_ACTIVITY = {**STEP_OF, "bare": BARE_ACTIVITY, "ours_local": OUR_STEP}
+FIRST_ACTIVITY = {
+    "ours": OUR_FIRST_STEP,
+    "ours_local": OUR_FIRST_STEP,
+    "bare_agent": AGENT_MODEL,
+    "bare": BARE_ACTIVITY,
+    "openai_agents": OA_MODEL,
+    "pydantic_ai": PYD_MODEL,
+}
+# Each peer's workflow, started with the task text alone (a str in, a str out).
+PEER_WORKFLOWS = {"openai_agents": OA_WORKFLOW, "pydantic_ai": PYD_WORKFLOW}
 PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
 
 
@@ -125,8 +152,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--systems",
         default=",".join((*SYSTEMS, "pgq")),
-        help="which systems to measure: ours,bare_agent,bare,pgq (e.g. `--systems ours` to "
-        "measure one change of ours at one level without the baselines)",
+        help="which systems to measure: ours,openai_agents,pydantic_ai,bare_agent,bare,pgq "
+        "(e.g. `--systems ours` to measure one change of ours at one level without the "
+        "baselines)",
     )
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results", help="default: bench/results/"
@@ -147,7 +175,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     unknown = set(systems) - {*SYSTEMS, "pgq"}
     if unknown:
         parser.error(
-            f"unknown --systems {', '.join(sorted(unknown))}: pick from ours,bare_agent,bare,pgq"
+            f"unknown --systems {', '.join(sorted(unknown))}: pick from "
+            "ours,openai_agents,pydantic_ai,bare_agent,bare,pgq"
         )
     return Config(
         mode="quick" if quick else "full",
@@ -265,9 +294,9 @@ class Bench:
         }
 
     async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
-        if system == "ours":
+        if system in ("ours", "ours_local"):
             # As `starter.py run` starts it: stamped with the generation new runs take.
-            spec = for_new_run(ours.run_spec(steps, key=workflow_id))
+            spec = for_new_run(ours.run_spec(steps, key=workflow_id, local=system == "ours_local"))
             await self.client.start_workflow(
                 AgentRunWorkflow.run,
                 spec,
@@ -277,6 +306,13 @@ class Bench:
                 search_attributes=search_attributes.for_run(
                     spec.agent, spec.tenant, search_attributes.RUNNING, spec.priority
                 ),
+            )
+        elif system in PEER_WORKFLOWS:
+            await self.client.start_workflow(
+                PEER_WORKFLOWS[system],
+                ours.bench_task(steps),
+                id=workflow_id,
+                task_queue=queue,
             )
         elif system == "bare_agent":
             await self.client.start_workflow(
@@ -395,7 +431,11 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
             if mode == "isolated" and "ours" in systems:
                 out["mirror_lag_ms"] = ms(await b.mirror_lags(ids["ours"]))
     for system in systems:
-        log(f"  {system}: step p50 {out[system]['isolated']['step_ms']['p50']:.1f} ms")
+        isolated = out[system]["isolated"]
+        log(
+            f"  {system}: step p50 {fmt(isolated['step_ms']['p50'], ' ms')}, wall per step "
+            f"p50 {fmt(isolated['wall_per_step_ms']['p50'], ' ms')}"
+        )
     gaps, walls = [], []
     for _ in range(cfg.runs if "pgq" in cfg.systems else 0):
         result = await pg_queue.run(
@@ -441,7 +481,7 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
         server_after = server_work.scrape(b.metrics_url)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
-    if result.timed_out and system == "ours":
+    if result.timed_out and system in ("ours", "ours_local"):
         # Completed runs undercount a level cut short: count the tool steps the mirror holds
         # as final (each was accepted by the workflow) up to the cut-off.
         async with b.pool.connection() as conn:

@@ -20,8 +20,10 @@ from bench import (
     bare_agent,
     compare_profiles,
     harness,
+    openai_agents_peer,
     ours,
     pg_queue,
+    pydantic_ai_peer,
     report,
     server_work,
     stats,
@@ -281,6 +283,56 @@ async def test_bare_agent_runs_the_same_loop_for_real(env: WorkflowEnvironment) 
         bare_agent.AGENT_MODEL,
         *[bare_agent.AGENT_TOOL] * 3,
         bare_agent.AGENT_MODEL,
+    ]
+    assert all(a.completed is not None and a.attempt == 1 for a in times.activities)
+
+
+@pytest.mark.parametrize(
+    ("kind", "workflow", "model_activity", "tool_activity"),
+    [
+        (
+            "openai_agents",
+            openai_agents_peer.PEER_WORKFLOW,
+            openai_agents_peer.PEER_MODEL,
+            openai_agents_peer.PEER_TOOL,
+        ),
+        (
+            "pydantic_ai",
+            pydantic_ai_peer.PEER_WORKFLOW,
+            pydantic_ai_peer.PEER_MODEL,
+            pydantic_ai_peer.PEER_TOOL,
+        ),
+    ],
+)
+async def test_each_peer_runs_the_same_agent_for_real(
+    env: WorkflowEnvironment, kind: str, workflow: str, model_activity: str, tool_activity: str
+) -> None:
+    """The peer's own worker process (its plugin as its docs show), the real `openai` client
+    and the scripted model: the same two model turns and three tool steps as ours, under the
+    activity names the bench times."""
+    queue = harness.new_queue(f"smoke-{kind}")
+    with OfflineModelServer(ours.responder) as model, tempfile.TemporaryDirectory() as home:
+        worker_env = {
+            "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "bench",
+            "AGENTRUN_HOME": home,
+        }
+        async with harness.running(harness.bench_worker(kind, queue, worker_env)):
+            workflow_id = f"{queue}-{uuid.uuid4().hex[:6]}"
+            answer = await env.client.execute_workflow(
+                workflow, ours.bench_task(3), id=workflow_id, task_queue=queue, result_type=str
+            )
+        requests = list(model.requests)
+    assert answer == ours.ANSWER
+    assert len(requests) == 2
+    offered = [t["function"]["name"] for t in requests[0]["tools"]]
+    assert offered == [ours.NOOP_TOOL]
+    times = await harness.run_times(env.client, workflow_id)
+    assert [a.name for a in times.activities] == [
+        model_activity,
+        *[tool_activity] * 3,
+        model_activity,
     ]
     assert all(a.completed is not None and a.attempt == 1 for a in times.activities)
 
