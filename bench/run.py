@@ -51,6 +51,7 @@ from agentrun.workflows import AgentRunWorkflow  # noqa: E402
 from agentrun.workflows.changes import for_new_run  # noqa: E402
 from bench import (  # noqa: E402
     harness,
+    kill_recovery,
     noisy,
     ours,
     pg_queue,
@@ -293,10 +294,25 @@ class Bench:
             "postgres": lambda: harness.postgres_pids(self.home / "pg"),
         }
 
-    async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
+    async def start(
+        self,
+        system: str,
+        workflow_id: str,
+        steps: int,
+        queue: str,
+        *,
+        heartbeat_seconds: float = 30,
+    ) -> None:
         if system in ("ours", "ours_local"):
             # As `starter.py run` starts it: stamped with the generation new runs take.
-            spec = for_new_run(ours.run_spec(steps, key=workflow_id, local=system == "ours_local"))
+            spec = for_new_run(
+                ours.run_spec(
+                    steps,
+                    key=workflow_id,
+                    local=system == "ours_local",
+                    heartbeat_seconds=heartbeat_seconds,
+                )
+            )
             await self.client.start_workflow(
                 AgentRunWorkflow.run,
                 spec,
@@ -569,12 +585,12 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
                 "consumers": pgq.consumers,
             }
         out["levels"].append(row)
-        rates = {k: (row.get(k) or {}).get("steps_per_second") or 0 for k in SYSTEMS}
-        log(
-            f"  {level:>5} concurrent: ours {rates['ours']:.1f} steps/s, bare agent "
-            f"{rates['bare_agent']:.1f}, bare activities {rates['bare']:.1f}, "
-            f"pg queue {(row.get('pgq') or {}).get('steps_per_second') or 0:.1f}"
+        rates = ", ".join(
+            f"{k} {fmt((row.get(k) or {}).get('steps_per_second'))}"
+            for k in (*SYSTEMS, "pgq")
+            if k in cfg.systems
         )
+        log(f"  {level:>5} concurrent, steps/s: {rates}")
     return out
 
 
@@ -652,7 +668,28 @@ async def stage_latency(b: Bench) -> dict[str, Any]:
 
 
 async def stage_recovery(b: Bench) -> dict[str, Any]:
-    return await recovery.measure(
+    out: dict[str, Any] = {}
+    if any(system != "ours" for system in measured(b.cfg)):
+        log("  SIGKILL under in-flight model calls, every agent alike (bench/kill_recovery.py)")
+        out["kill_under_model_call"] = {}
+        for system in measured(b.cfg):
+            if system in ("bare", "ours_local"):  # no model call; ours' model call alike
+                continue
+            out["kill_under_model_call"][system] = found = await kill_recovery.measure(
+                b.client,
+                system,
+                b.worker_env(),
+                lambda workflow_id, queue, system=system: b.start(
+                    system, workflow_id, 1, queue, heartbeat_seconds=b.cfg.heartbeat
+                ),
+                FIRST_ACTIVITY[system],
+                runs=max(1, min(b.cfg.kills, 5)),
+                budget_seconds=150,
+            )
+            log(f"  {system}: kill → retry p50 {fmt(found['kill_to_retry_s']['p50'], ' s')}")
+    if "ours" not in b.cfg.systems:
+        return out
+    return out | await recovery.measure(
         b.client,
         b.pool,
         b.user_env(),
@@ -845,7 +882,7 @@ def stage_budget(cfg: Config, stage: str) -> float:
     if stage == "throughput":
         return len(cfg.levels) * (3 * cfg.level_budget + 60)
     if stage == "recovery":
-        return cfg.recovery_budget + 150
+        return cfg.recovery_budget + 150 + 200 * len(measured(cfg))
     if stage == "noisy":
         return 2 * NOISY_BUDGET + 300
     return 600

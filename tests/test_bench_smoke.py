@@ -397,3 +397,41 @@ def test_a_profile_splits_each_sample_into_one_part_and_the_two_workers_read_sid
     assert f"| {bench_run.PARTS[0][0]} | 6.00 ms | 0.00 ms | 6.00 ms |" in table
     assert "| worker CPU per step | 10.00 ms | 5.00 ms | 5.00 ms |" in table
     assert "Where the worker's CPU goes" in report.full_report({"profile": ours})
+
+
+def test_the_report_opens_with_ours_over_each_peer() -> None:
+    def system(step: float, rate: float, cpu: float, history: int) -> dict[str, object]:
+        return {
+            "isolated": {
+                "step_ms": {"n": 3, "p50": step},
+                "wall_per_step_ms": {"n": 3, "p50": step},
+            },
+            "steps_per_second": rate,
+            "worker_cpu_ms_per_step": cpu,
+            "temporal_cpu_ms_per_step": cpu / 2,
+            "history_bytes": history,
+            "history_events": 40,
+        }
+
+    ours_ = system(20.0, 50.0, 10.0, 6_000)
+    oa = system(25.0, 40.0, 12.0, 10_000)
+    pyd = system(40.0, 30.0, 20.0, 20_000)
+    results = {
+        "overhead": {"ours": ours_, "openai_agents": oa, "pydantic_ai": pyd},
+        "throughput": {
+            "levels": [{"level": 100, "ours": ours_, "openai_agents": oa, "pydantic_ai": pyd}],
+            "mirror_lag_under_load": {"level": 100, "ms": {"n": 5, "p95": 300.0}},
+            "acceptance_lag_under_load": {"level": 100, "ours": {"n": 5, "p95": 200.0}},
+        },
+    }
+    text = report.full_report(results)
+    first = text.split("\n\n")[1]
+    assert first.startswith("Ours ÷ each peer")
+    steps = next(line for line in text.splitlines() if line.startswith("| steps/s, 100"))
+    assert "1.25x" in steps and "1.67x" in steps, "ours ÷ OpenAI Agents, ÷ Pydantic AI"
+    targets = report.peer_targets_table(results)
+    assert "| 0.80x" in targets and "met" in targets  # per-step p50 20 ÷ the best peer's 25
+    history = next(line for line in targets.splitlines() if "history bytes" in line)
+    assert "0.60x" in history and "**not met**" in history  # 6,000 ÷ 10,000 > 0.5x
+    lag = next(line for line in targets.splitlines() if "mirror lag" in line)
+    assert "1.50x" in lag and "**not met**" not in lag
