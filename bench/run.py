@@ -253,6 +253,7 @@ class Bench:
         # pieces, which the bare agent's unstreamed call never does.
         self.model = OfflineModelServer(ours.responder, stream_pause_seconds=0)
         self.endpoints: dict[str, str] = {}
+        self.partial: dict[str, dict[str, Any]] = {}
         self.client: Client
         self.pool: AsyncConnectionPool
 
@@ -542,6 +543,7 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
 async def stage_throughput(b: Bench) -> dict[str, Any]:
     cfg = b.cfg
     out: dict[str, Any] = {"steps_per_run": cfg.level_steps, "levels": []}
+    b.partial["throughput"] = out  # the levels done, should the stage run out of time
     lag_level = max((x for x in cfg.levels if x <= 100), default=None)
     for level in cfg.levels:
         row: dict[str, Any] = {"level": level}
@@ -879,8 +881,8 @@ DEFAULT_STAGES = {"overhead", "throughput", "latency", "recovery"}
 
 
 def stage_budget(cfg: Config, stage: str) -> float:
-    if stage == "throughput":
-        return len(cfg.levels) * (3 * cfg.level_budget + 60)
+    if stage == "throughput":  # each system's level, its worker's start and its history
+        return len(cfg.levels) * (len(measured(cfg)) * (cfg.level_budget + 30) + 60)
     if stage == "recovery":
         return cfg.recovery_budget + 150 + 200 * len(measured(cfg))
     if stage == "noisy":
@@ -910,6 +912,8 @@ async def run(cfg: Config) -> dict[str, Any]:
                 results[stage] = await asyncio.wait_for(fn(b), stage_budget(cfg, stage))
             except Exception as err:
                 results["errors"][stage] = f"{type(err).__name__}: {err}"
+                if b.partial.get(stage):  # what it measured before it ran out of time
+                    results[stage] = b.partial[stage]
                 log(f"  {stage} did not finish: {results['errors'][stage]}")
                 traceback.print_exc()
             log(f"  ({time.monotonic() - started:.0f}s)")
