@@ -1,4 +1,8 @@
-"""What durability costs: agentrun beside a bare agent on Temporal, bare activities, a PG queue.
+"""What durability costs: agentrun beside the peers (the same agent on the OpenAI Agents SDK
+with Temporal's plugin and on Pydantic AI's TemporalAgent), a bare agent on Temporal, bare
+activities and a PG queue.
+
+    python bench/run.py --systems ours,openai_agents,pydantic_ai,bare_agent   # issue 31
 
     python bench/run.py              # the full run (under ~10 minutes on 2 cores)
     python bench/run.py --quick      # a small, fast version (about 2 minutes)
