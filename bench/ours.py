@@ -68,9 +68,13 @@ def bench_task(steps: int) -> str:
     return f"bench: {steps} steps"
 
 
-def run_spec(steps: int, *, key: str | None = None, heartbeat_seconds: float = 30) -> RunSpec:
-    """A run of `steps` instant tool steps that needs no approval."""
+def run_spec(
+    steps: int, *, key: str | None = None, heartbeat_seconds: float = 30, local: bool = False
+) -> RunSpec:
+    """A run of `steps` instant tool steps that needs no approval; `local`: its read-only,
+    low-risk tool runs as a local activity (`local_read_only_tools`)."""
     return RunSpec(
+        local_read_only_tools=local,
         task=bench_task(steps),
         idempotency_key=key or f"bench-{uuid.uuid4().hex[:12]}",
         allowed_tools=[NOOP_TOOL],

@@ -425,6 +425,195 @@ def profile_parts_table(profile: dict[str, Any]) -> str:
     )
 
 
+PEERS = ("openai_agents", "pydantic_ai")
+PEER_NAMES = {
+    "openai_agents": "OpenAI Agents + Temporal",
+    "pydantic_ai": "Pydantic AI TemporalAgent",
+}
+# Issue 31's targets, against the best peer on each figure.
+PEER_STEP_P50_MAX = 1.0
+PEER_STEPS_RATIO_MIN = 1.0
+PEER_HISTORY_RATIO_MAX = 0.5
+MIRROR_LAG_FLOOR_RATIO_MAX = 2.0
+
+
+def _history_level(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The level whose rows carry one run's history: 100 runs if measured, else the first."""
+    levels = _get(results, "throughput", "levels") or []
+    return _level(results, TARGET_LEVEL) or (levels[0] if levels else None)
+
+
+def _level_figure(row: dict[str, Any], system: str, figure: str) -> Any:
+    """A system's figure at a level; a level in which it finished no run in its time budget
+    did 0 steps/s and has no cost per step."""
+    found = row.get(system)
+    if isinstance(found, dict) and found.get("timed_out") and not found.get("completed"):
+        return 0.0 if figure == "steps_per_second" else None
+    return _get(found, figure)
+
+
+def peer_figures(results: dict[str, Any]) -> list[tuple[str, str, Callable[[str], Any]]]:
+    """(figure, which way is better, how to read it for a system) for every figure the
+    peers have: lower is better but for steps/s."""
+    figures: list[tuple[str, str, Callable[[str], Any]]] = [
+        (
+            "per-step p50, one run at a time (ms)",
+            "lower",
+            lambda k: _get(results, "overhead", k, "isolated", "step_ms", "p50"),
+        ),
+        (
+            "wall time per step p50, one run at a time (ms)",
+            "lower",
+            lambda k: _get(results, "overhead", k, "isolated", "wall_per_step_ms", "p50"),
+        ),
+    ]
+    for row in _get(results, "throughput", "levels") or []:
+        n = row.get("level")
+        figures += [
+            (
+                f"steps/s, {n} concurrent",
+                "higher",
+                lambda k, r=row: _level_figure(r, k, "steps_per_second"),
+            ),
+            (
+                f"worker CPU per step, {n} concurrent (ms)",
+                "lower",
+                lambda k, r=row: _level_figure(r, k, "worker_cpu_ms_per_step"),
+            ),
+            (
+                f"server CPU per step, {n} concurrent (ms)",
+                "lower",
+                lambda k, r=row: _level_figure(r, k, "temporal_cpu_ms_per_step"),
+            ),
+        ]
+    history = _history_level(results)
+    if history is not None:
+        figures += [
+            (
+                f"history bytes per run ({history.get('level')} concurrent)",
+                "lower",
+                lambda k: _get(history, k, "history_bytes"),
+            ),
+            (
+                f"history events per run ({history.get('level')} concurrent)",
+                "lower",
+                lambda k: _get(history, k, "history_events"),
+            ),
+        ]
+    figures += [
+        (
+            "start → first step p50 (ms)",
+            "lower",
+            lambda k: _get(results, "latency", "start_to_first_step_ms", k, "p50"),
+        ),
+        (
+            "approval sent → handled p50 (ms; the peers ship no approval over Temporal)",
+            "lower",
+            lambda k: (
+                _get(results, "latency", "approval_update_ms", "p50") if k == "ours" else None
+            ),
+        ),
+        (
+            "SIGKILL under a model call → its retry starts, p50 (s)",
+            "lower",
+            lambda k: _get(
+                results, "recovery", "kill_under_model_call", k, "kill_to_retry_s", "p50"
+            ),
+        ),
+    ]
+    return figures
+
+
+def _best(values: list[Any], better: str) -> Any:
+    found = [v for v in values if isinstance(v, int | float)]
+    if not found:
+        return None
+    return max(found) if better == "higher" else min(found)
+
+
+def peers_table(results: dict[str, Any]) -> str:
+    """Ours ÷ each peer on every figure, and ours with local read-only tools beside it."""
+    rows: list[list[object]] = []
+    for label, better, read in peer_figures(results):
+        ours = read("ours")
+        peers = [read(k) for k in PEERS]
+        best = _best(peers, better)
+        digits = 0 if "bytes" in label or "events" in label else 1
+        rows.append(
+            [
+                label,
+                fmt(ours, digits=digits),
+                fmt(read("ours_local"), digits=digits),
+                *(fmt(v, digits=digits) for v in peers),
+                *(fmt_ratio(ratio(ours, v)) for v in peers),
+                fmt_ratio(ratio(read("ours_local"), best)),
+            ]
+        )
+    return render_table(
+        [
+            "figure",
+            "ours",
+            "ours, local read-only tools",
+            *(PEER_NAMES[k] for k in PEERS),
+            *(f"ours ÷ {PEER_NAMES[k]}" for k in PEERS),
+            "ours local ÷ best peer",
+        ],
+        rows,
+    )
+
+
+def peer_targets_table(results: dict[str, Any]) -> str:
+    """Issue 31's targets: each against the best peer on its figure, with the mirror on."""
+    rows: list[list[object]] = []
+
+    def against_best(label: str, read: Callable[[str], Any], better: str, ok: Any) -> None:
+        ours = read("ours")
+        best = _best([read(k) for k in PEERS], better)
+        r = ratio(ours, best)
+        rows.append(
+            [label, fmt(ours), fmt(best), fmt_ratio(r), _verdict(None if r is None else ok(r))]
+        )
+
+    against_best(
+        f"per-step p50 ≤ {PEER_STEP_P50_MAX:.1f}x the best peer",
+        lambda k: _get(results, "overhead", k, "isolated", "step_ms", "p50"),
+        "lower",
+        lambda r: r <= PEER_STEP_P50_MAX,
+    )
+    for row in _get(results, "throughput", "levels") or []:
+        if row.get("level") in (10, 100, 1000):
+            against_best(
+                f"steps/s ≥ {PEER_STEPS_RATIO_MIN:.1f}x the best peer, {row['level']} concurrent",
+                lambda k, r=row: _level_figure(r, k, "steps_per_second"),
+                "higher",
+                lambda r: r >= PEER_STEPS_RATIO_MIN,
+            )
+    history = _history_level(results)
+    if history is not None:
+        against_best(
+            f"history bytes per run ≤ {PEER_HISTORY_RATIO_MAX:.1f}x the best peer",
+            lambda k: _get(history, k, "history_bytes"),
+            "lower",
+            lambda r: r <= PEER_HISTORY_RATIO_MAX,
+        )
+    load = _get(results, "throughput", "mirror_lag_under_load") or {}
+    accepted = _get(results, "throughput", "acceptance_lag_under_load") or {}
+    lag = _get(load, "ms", "p95")
+    floor = _get(accepted, "ours", "p95")
+    r = ratio(lag, floor)
+    rows.append(
+        [
+            f"mirror lag p95 within {MIRROR_LAG_FLOOR_RATIO_MAX:.0f}x its floor (a step's "
+            f"acceptance by its run, p95), {load.get('level', '?')} concurrent (ms)",
+            fmt(lag),
+            fmt(floor),
+            fmt_ratio(r),
+            _verdict(None if r is None else r <= MIRROR_LAG_FLOOR_RATIO_MAX),
+        ]
+    )
+    return render_table(["target", "ours", "best peer (or floor)", "ratio", "met"], rows)
+
+
 def machine_line(machine: dict[str, Any]) -> str:
     return (
         f"{machine.get('nproc')} cores ({machine.get('cpu_model')}), "
@@ -440,6 +629,25 @@ def full_report(results: dict[str, Any]) -> str:
         f"Run: {results.get('started_at', '?')}, {fmt(results.get('wall_seconds'), ' s', 0)}"
         f" in all; {results.get('config', {}).get('mode', '')}",
     ]
+    measured_peers = any(
+        isinstance(_get(results, "overhead", k), dict)
+        or any(isinstance(row.get(k), dict) for row in _get(results, "throughput", "levels") or [])
+        for k in PEERS
+    )
+    if measured_peers:
+        parts += [
+            "",
+            "Ours ÷ each peer (issue 31: the same agent, model server, tool and task on "
+            "the OpenAI Agents SDK with Temporal's plugin and on Pydantic AI's TemporalAgent; "
+            "ours with its mirror and ledger on; below 1.00x is less, for steps/s less is "
+            "worse):",
+            "",
+            peers_table(results),
+            "",
+            "Targets against the best peer on each figure (issue 31):",
+            "",
+            peer_targets_table(results),
+        ]
     if any(stage in results for stage in ("overhead", "throughput", "latency", "recovery")):
         parts += [
             "",

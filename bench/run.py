@@ -1,4 +1,8 @@
-"""What durability costs: agentrun beside a bare agent on Temporal, bare activities, a PG queue.
+"""What durability costs: agentrun beside the peers (the same agent on the OpenAI Agents SDK
+with Temporal's plugin and on Pydantic AI's TemporalAgent), a bare agent on Temporal, bare
+activities and a PG queue.
+
+    python bench/run.py --systems ours,openai_agents,pydantic_ai,bare_agent   # issue 31
 
     python bench/run.py              # the full run (under ~10 minutes on 2 cores)
     python bench/run.py --quick      # a small, fast version (about 2 minutes)
@@ -51,6 +55,7 @@ from agentrun.workflows import AgentRunWorkflow  # noqa: E402
 from agentrun.workflows.changes import for_new_run  # noqa: E402
 from bench import (  # noqa: E402
     harness,
+    kill_recovery,
     noisy,
     ours,
     pg_queue,
@@ -61,17 +66,44 @@ from bench import (  # noqa: E402
 )
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
 from bench.bare_agent import AGENT_MODEL, AGENT_TOOL, AgentTask, BareAgentWorkflow  # noqa: E402
-from bench.stats import deltas, summarize  # noqa: E402
+from bench.openai_agents_peer import PEER_MODEL as OA_MODEL  # noqa: E402
+from bench.openai_agents_peer import PEER_TOOL as OA_TOOL  # noqa: E402
+from bench.openai_agents_peer import PEER_WORKFLOW as OA_WORKFLOW  # noqa: E402
+from bench.pydantic_ai_peer import PEER_MODEL as PYD_MODEL  # noqa: E402
+from bench.pydantic_ai_peer import PEER_TOOL as PYD_TOOL  # noqa: E402
+from bench.pydantic_ai_peer import PEER_WORKFLOW as PYD_WORKFLOW  # noqa: E402
+from bench.stats import deltas, fmt, summarize  # noqa: E402
 
 OUR_STEP = "tool.invoke"
 # Each agent's tool step, whose acceptance by the run's next workflow task is timed.
-STEP_OF = {"ours": OUR_STEP, "bare_agent": AGENT_TOOL}
+STEP_OF = {
+    "ours": OUR_STEP,
+    "bare_agent": AGENT_TOOL,
+    "openai_agents": OA_TOOL,
+    "pydantic_ai": PYD_TOOL,
+}
 OUR_FIRST_STEP = "model.complete"
 # The systems measured side by side: ours, the fair baseline (the same agent loop on bare
-# Temporal, bench/bare_agent.py) and the floor (N no-op activities, bench/bare.py).
-SYSTEMS = ("bare", "bare_agent", "ours")
-STEP_ACTIVITY = {"ours": OUR_STEP, "bare_agent": AGENT_TOOL, "bare": BARE_ACTIVITY}
-FIRST_ACTIVITY = {"ours": OUR_FIRST_STEP, "bare_agent": AGENT_MODEL, "bare": BARE_ACTIVITY}
+# Temporal, bench/bare_agent.py), the floor (N no-op activities, bench/bare.py) and the
+# peers a user would otherwise pick: the same agent on the OpenAI Agents SDK with Temporal's
+# plugin (bench/openai_agents_peer.py) and on Pydantic AI's TemporalAgent
+# (bench/pydantic_ai_peer.py).
+PEERS = ("openai_agents", "pydantic_ai")
+# ours_local: ours with `local_read_only_tools` (the benchmark's tool is read-only, low risk):
+# its tool steps are local activities, markers in history, so it has no per-step gap of
+# activity completions; its wall time per step and its throughput compare.
+SYSTEMS = ("bare", "bare_agent", *PEERS, "ours", "ours_local")
+STEP_ACTIVITY = {**STEP_OF, "bare": BARE_ACTIVITY, "ours_local": OUR_STEP}
+FIRST_ACTIVITY = {
+    "ours": OUR_FIRST_STEP,
+    "ours_local": OUR_FIRST_STEP,
+    "bare_agent": AGENT_MODEL,
+    "bare": BARE_ACTIVITY,
+    "openai_agents": OA_MODEL,
+    "pydantic_ai": PYD_MODEL,
+}
+# Each peer's workflow, started with the task text alone (a str in, a str out).
+PEER_WORKFLOWS = {"openai_agents": OA_WORKFLOW, "pydantic_ai": PYD_WORKFLOW}
 PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
 
 
@@ -125,8 +157,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--systems",
         default=",".join((*SYSTEMS, "pgq")),
-        help="which systems to measure: ours,bare_agent,bare,pgq (e.g. `--systems ours` to "
-        "measure one change of ours at one level without the baselines)",
+        help="which systems to measure: ours,openai_agents,pydantic_ai,bare_agent,bare,pgq "
+        "(e.g. `--systems ours` to measure one change of ours at one level without the "
+        "baselines)",
     )
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "results", help="default: bench/results/"
@@ -147,7 +180,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     unknown = set(systems) - {*SYSTEMS, "pgq"}
     if unknown:
         parser.error(
-            f"unknown --systems {', '.join(sorted(unknown))}: pick from ours,bare_agent,bare,pgq"
+            f"unknown --systems {', '.join(sorted(unknown))}: pick from "
+            "ours,openai_agents,pydantic_ai,bare_agent,bare,pgq"
         )
     return Config(
         mode="quick" if quick else "full",
@@ -223,6 +257,7 @@ class Bench:
         # pieces, which the bare agent's unstreamed call never does.
         self.model = OfflineModelServer(ours.responder, stream_pause_seconds=0)
         self.endpoints: dict[str, str] = {}
+        self.partial: dict[str, dict[str, Any]] = {}
         self.client: Client
         self.pool: AsyncConnectionPool
 
@@ -264,10 +299,25 @@ class Bench:
             "postgres": lambda: harness.postgres_pids(self.home / "pg"),
         }
 
-    async def start(self, system: str, workflow_id: str, steps: int, queue: str) -> None:
-        if system == "ours":
+    async def start(
+        self,
+        system: str,
+        workflow_id: str,
+        steps: int,
+        queue: str,
+        *,
+        heartbeat_seconds: float = 30,
+    ) -> None:
+        if system in ("ours", "ours_local"):
             # As `starter.py run` starts it: stamped with the generation new runs take.
-            spec = for_new_run(ours.run_spec(steps, key=workflow_id))
+            spec = for_new_run(
+                ours.run_spec(
+                    steps,
+                    key=workflow_id,
+                    local=system == "ours_local",
+                    heartbeat_seconds=heartbeat_seconds,
+                )
+            )
             await self.client.start_workflow(
                 AgentRunWorkflow.run,
                 spec,
@@ -277,6 +327,13 @@ class Bench:
                 search_attributes=search_attributes.for_run(
                     spec.agent, spec.tenant, search_attributes.RUNNING, spec.priority
                 ),
+            )
+        elif system in PEER_WORKFLOWS:
+            await self.client.start_workflow(
+                PEER_WORKFLOWS[system],
+                ours.bench_task(steps),
+                id=workflow_id,
+                task_queue=queue,
             )
         elif system == "bare_agent":
             await self.client.start_workflow(
@@ -395,7 +452,11 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
             if mode == "isolated" and "ours" in systems:
                 out["mirror_lag_ms"] = ms(await b.mirror_lags(ids["ours"]))
     for system in systems:
-        log(f"  {system}: step p50 {out[system]['isolated']['step_ms']['p50']:.1f} ms")
+        isolated = out[system]["isolated"]
+        log(
+            f"  {system}: step p50 {fmt(isolated['step_ms']['p50'], ' ms')}, wall per step "
+            f"p50 {fmt(isolated['wall_per_step_ms']['p50'], ' ms')}"
+        )
     gaps, walls = [], []
     for _ in range(cfg.runs if "pgq" in cfg.systems else 0):
         result = await pg_queue.run(
@@ -441,7 +502,7 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
         server_after = server_work.scrape(b.metrics_url)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
-    if result.timed_out and system == "ours":
+    if result.timed_out and system in ("ours", "ours_local"):
         # Completed runs undercount a level cut short: count the tool steps the mirror holds
         # as final (each was accepted by the workflow) up to the cut-off.
         async with b.pool.connection() as conn:
@@ -486,6 +547,7 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
 async def stage_throughput(b: Bench) -> dict[str, Any]:
     cfg = b.cfg
     out: dict[str, Any] = {"steps_per_run": cfg.level_steps, "levels": []}
+    b.partial["throughput"] = out  # the levels done, should the stage run out of time
     lag_level = max((x for x in cfg.levels if x <= 100), default=None)
     for level in cfg.levels:
         row: dict[str, Any] = {"level": level}
@@ -529,12 +591,12 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
                 "consumers": pgq.consumers,
             }
         out["levels"].append(row)
-        rates = {k: (row.get(k) or {}).get("steps_per_second") or 0 for k in SYSTEMS}
-        log(
-            f"  {level:>5} concurrent: ours {rates['ours']:.1f} steps/s, bare agent "
-            f"{rates['bare_agent']:.1f}, bare activities {rates['bare']:.1f}, "
-            f"pg queue {(row.get('pgq') or {}).get('steps_per_second') or 0:.1f}"
+        rates = ", ".join(
+            f"{k} {fmt((row.get(k) or {}).get('steps_per_second'))}"
+            for k in (*SYSTEMS, "pgq")
+            if k in cfg.systems
         )
+        log(f"  {level:>5} concurrent, steps/s: {rates}")
     return out
 
 
@@ -612,7 +674,28 @@ async def stage_latency(b: Bench) -> dict[str, Any]:
 
 
 async def stage_recovery(b: Bench) -> dict[str, Any]:
-    return await recovery.measure(
+    out: dict[str, Any] = {}
+    if any(system != "ours" for system in measured(b.cfg)):
+        log("  SIGKILL under in-flight model calls, every agent alike (bench/kill_recovery.py)")
+        out["kill_under_model_call"] = {}
+        for system in measured(b.cfg):
+            if system in ("bare", "ours_local"):  # no model call; ours' model call alike
+                continue
+            out["kill_under_model_call"][system] = found = await kill_recovery.measure(
+                b.client,
+                system,
+                b.worker_env(),
+                lambda workflow_id, queue, system=system: b.start(
+                    system, workflow_id, 1, queue, heartbeat_seconds=b.cfg.heartbeat
+                ),
+                FIRST_ACTIVITY[system],
+                runs=max(1, min(b.cfg.kills, 5)),
+                budget_seconds=150,
+            )
+            log(f"  {system}: kill → retry p50 {fmt(found['kill_to_retry_s']['p50'], ' s')}")
+    if "ours" not in b.cfg.systems:
+        return out
+    return out | await recovery.measure(
         b.client,
         b.pool,
         b.user_env(),
@@ -802,10 +885,10 @@ DEFAULT_STAGES = {"overhead", "throughput", "latency", "recovery"}
 
 
 def stage_budget(cfg: Config, stage: str) -> float:
-    if stage == "throughput":
-        return len(cfg.levels) * (3 * cfg.level_budget + 60)
+    if stage == "throughput":  # each system's level, its worker's start and its history
+        return len(cfg.levels) * (len(measured(cfg)) * (cfg.level_budget + 30) + 60)
     if stage == "recovery":
-        return cfg.recovery_budget + 150
+        return cfg.recovery_budget + 150 + 200 * len(measured(cfg))
     if stage == "noisy":
         return 2 * NOISY_BUDGET + 300
     return 600
@@ -833,6 +916,8 @@ async def run(cfg: Config) -> dict[str, Any]:
                 results[stage] = await asyncio.wait_for(fn(b), stage_budget(cfg, stage))
             except Exception as err:
                 results["errors"][stage] = f"{type(err).__name__}: {err}"
+                if b.partial.get(stage):  # what it measured before it ran out of time
+                    results[stage] = b.partial[stage]
                 log(f"  {stage} did not finish: {results['errors'][stage]}")
                 traceback.print_exc()
             log(f"  ({time.monotonic() - started:.0f}s)")

@@ -1,10 +1,13 @@
 """A benchmark worker in its own process, so its memory and CPU are its own.
 
-`python -m bench.worker_proc --kind ours|bare_agent|bare --task-queue Q` reads TEMPORAL_ADDRESS,
-DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once it polls and stops
-on SIGTERM. `ours` is `agentrun.worker.worker_factory.build_worker` with the benchmark's
+`python -m bench.worker_proc --kind KIND --task-queue Q` (KIND one of `KINDS`) reads
+TEMPORAL_ADDRESS, DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once
+it polls and stops on SIGTERM. `ours` (and `ours_local`, the same worker, whose runs ask for
+local read-only tools) is `agentrun.worker.worker_factory.build_worker` with the benchmark's
 instant tool; `bare_agent` and `bare` are plain `temporalio` workers for `bench.bare_agent`
-and `bench.bare`, with the same worker tuning (and, for the agent, the same model client).
+and `bench.bare`, with the same worker tuning (and, for the agent, the same model client);
+`openai_agents` and `pydantic_ai` are the peers (bench/openai_agents_peer.py,
+bench/pydantic_ai_peer.py), each with its plugin as its docs show, on the same tuning.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentrun.core.settings import Settings
@@ -33,6 +37,8 @@ from agentrun.worker.worker_factory import (
 from bench.bare import BareWorkflow, noop
 from bench.bare_agent import AgentActivities, BareAgentWorkflow
 from bench.ours import bench_registry
+
+KINDS = ["ours", "ours_local", "bare_agent", "bare", "openai_agents", "pydantic_ai"]
 
 
 def bare_options() -> dict[str, Any]:
@@ -51,7 +57,7 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
     client = await connect(settings, identity=identity)
     pool = None
     worker: AgentWorkers | Worker
-    if kind == "ours":
+    if kind in ("ours", "ours_local"):  # ours_local: the same worker; its runs ask for it
         pool = await open_worker_pool(settings)
         deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=bench_registry())
         worker = build_worker(client, settings, deps, task_queue=task_queue)
@@ -64,6 +70,41 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
             activities=[activities.complete, activities.invoke],
             **bare_options(),
         )
+    elif kind == "openai_agents":
+        from bench import openai_agents_peer as peer
+
+        # As its docs show: the plugin on the client, which the worker inherits.
+        client = await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            identity=identity,
+            plugins=[peer.plugin(os.environ.get("OPENAI_BASE_URL"))],
+        )
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[peer.OpenAIAgentsWorkflow],
+            activities=[peer.bench_noop],
+            **bare_options(),
+        )
+    elif kind == "pydantic_ai":
+        from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin
+
+        from bench import pydantic_ai_peer as peer
+
+        client = await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            identity=identity,
+            plugins=[PydanticAIPlugin()],
+        )
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[peer.PydanticAIWorkflow],
+            plugins=[AgentPlugin(peer.temporal_agent)],
+            **bare_options(),
+        )
     else:
         worker = Worker(
             client,
@@ -74,7 +115,7 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
         )
     try:
         async with worker:
-            if kind == "ours":  # as `run_worker` does; the peers keep Python's defaults
+            if pool is not None:  # ours: as `run_worker` does; the peers keep Python's defaults
                 garbage_collector.settle(settings.gc_threshold)
             print("ready", flush=True)
             await stop.wait()
@@ -109,7 +150,7 @@ class CollectorClock:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kind", choices=["ours", "bare_agent", "bare"], required=True)
+    parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--task-queue", required=True)
     parser.add_argument("--identity", default=f"bench-{os.getpid()}")
     parser.add_argument(

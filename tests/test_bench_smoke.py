@@ -20,8 +20,10 @@ from bench import (
     bare_agent,
     compare_profiles,
     harness,
+    openai_agents_peer,
     ours,
     pg_queue,
+    pydantic_ai_peer,
     report,
     server_work,
     stats,
@@ -285,6 +287,56 @@ async def test_bare_agent_runs_the_same_loop_for_real(env: WorkflowEnvironment) 
     assert all(a.completed is not None and a.attempt == 1 for a in times.activities)
 
 
+@pytest.mark.parametrize(
+    ("kind", "workflow", "model_activity", "tool_activity"),
+    [
+        (
+            "openai_agents",
+            openai_agents_peer.PEER_WORKFLOW,
+            openai_agents_peer.PEER_MODEL,
+            openai_agents_peer.PEER_TOOL,
+        ),
+        (
+            "pydantic_ai",
+            pydantic_ai_peer.PEER_WORKFLOW,
+            pydantic_ai_peer.PEER_MODEL,
+            pydantic_ai_peer.PEER_TOOL,
+        ),
+    ],
+)
+async def test_each_peer_runs_the_same_agent_for_real(
+    env: WorkflowEnvironment, kind: str, workflow: str, model_activity: str, tool_activity: str
+) -> None:
+    """The peer's own worker process (its plugin as its docs show), the real `openai` client
+    and the scripted model: the same two model turns and three tool steps as ours, under the
+    activity names the bench times."""
+    queue = harness.new_queue(f"smoke-{kind}")
+    with OfflineModelServer(ours.responder) as model, tempfile.TemporaryDirectory() as home:
+        worker_env = {
+            "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "bench",
+            "AGENTRUN_HOME": home,
+        }
+        async with harness.running(harness.bench_worker(kind, queue, worker_env)):
+            workflow_id = f"{queue}-{uuid.uuid4().hex[:6]}"
+            answer = await env.client.execute_workflow(
+                workflow, ours.bench_task(3), id=workflow_id, task_queue=queue, result_type=str
+            )
+        requests = list(model.requests)
+    assert answer == ours.ANSWER
+    assert len(requests) == 2
+    offered = [t["function"]["name"] for t in requests[0]["tools"]]
+    assert offered == [ours.NOOP_TOOL]
+    times = await harness.run_times(env.client, workflow_id)
+    assert [a.name for a in times.activities] == [
+        model_activity,
+        *[tool_activity] * 3,
+        model_activity,
+    ]
+    assert all(a.completed is not None and a.attempt == 1 for a in times.activities)
+
+
 def test_profiles_of_two_trees_combine_into_means_and_a_table(tmp_path) -> None:
     def result(name: str, steps: float, cpu: float, psycopg: float) -> str:
         path = tmp_path / f"{name}.json"
@@ -345,3 +397,41 @@ def test_a_profile_splits_each_sample_into_one_part_and_the_two_workers_read_sid
     assert f"| {bench_run.PARTS[0][0]} | 6.00 ms | 0.00 ms | 6.00 ms |" in table
     assert "| worker CPU per step | 10.00 ms | 5.00 ms | 5.00 ms |" in table
     assert "Where the worker's CPU goes" in report.full_report({"profile": ours})
+
+
+def test_the_report_opens_with_ours_over_each_peer() -> None:
+    def system(step: float, rate: float, cpu: float, history: int) -> dict[str, object]:
+        return {
+            "isolated": {
+                "step_ms": {"n": 3, "p50": step},
+                "wall_per_step_ms": {"n": 3, "p50": step},
+            },
+            "steps_per_second": rate,
+            "worker_cpu_ms_per_step": cpu,
+            "temporal_cpu_ms_per_step": cpu / 2,
+            "history_bytes": history,
+            "history_events": 40,
+        }
+
+    ours_ = system(20.0, 50.0, 10.0, 6_000)
+    oa = system(25.0, 40.0, 12.0, 10_000)
+    pyd = system(40.0, 30.0, 20.0, 20_000)
+    results = {
+        "overhead": {"ours": ours_, "openai_agents": oa, "pydantic_ai": pyd},
+        "throughput": {
+            "levels": [{"level": 100, "ours": ours_, "openai_agents": oa, "pydantic_ai": pyd}],
+            "mirror_lag_under_load": {"level": 100, "ms": {"n": 5, "p95": 300.0}},
+            "acceptance_lag_under_load": {"level": 100, "ours": {"n": 5, "p95": 200.0}},
+        },
+    }
+    text = report.full_report(results)
+    first = text.split("\n\n")[1]
+    assert first.startswith("Ours ÷ each peer")
+    steps = next(line for line in text.splitlines() if line.startswith("| steps/s, 100"))
+    assert "1.25x" in steps and "1.67x" in steps, "ours ÷ OpenAI Agents, ÷ Pydantic AI"
+    targets = report.peer_targets_table(results)
+    assert "| 0.80x" in targets and "met" in targets  # per-step p50 20 ÷ the best peer's 25
+    history = next(line for line in targets.splitlines() if "history bytes" in line)
+    assert "0.60x" in history and "**not met**" in history  # 6,000 ÷ 10,000 > 0.5x
+    lag = next(line for line in targets.splitlines() if "mirror lag" in line)
+    assert "1.50x" in lag and "**not met**" not in lag

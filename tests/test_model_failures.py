@@ -108,3 +108,32 @@ async def test_a_provider_that_never_answers_is_named_before_the_step_times_out(
         pool, "SELECT status, error FROM step_attempts WHERE run_id = %s", run_id
     )
     assert attempt["status"] == "failed" and "ProviderUnavailable" in attempt["error"]
+
+
+async def test_what_the_openai_sdk_would_retry_is_retried_after_the_delay_asked(
+    client, settings, pool, worker
+):
+    """A 409 (a lock timeout, which the OpenAI SDK retries) is no longer final: Temporal
+    tries again after the `retry-after-ms` the provider sent."""
+    run_id, result, requests = await run(
+        client,
+        settings,
+        worker,
+        failing(409, times=1, headers={"retry-after-ms": "200"}),
+        timeouts={"initial_retry_seconds": 30},
+    )
+    assert result.status.value == "completed", result.error
+    assert len(requests) == 1 + 2, "one failure, then the two calls of a normal run"
+    [retry] = (await ops.receipt(pool, run_id))["retries"]
+    assert retry["attempts"] == 2 and "409" in retry["reason"]
+
+
+async def test_a_provider_that_says_do_not_retry_fails_the_call_at_once(
+    client, settings, pool, worker
+):
+    _, result, requests = await run(
+        client, settings, worker, failing(503, times=99, headers={"x-should-retry": "false"})
+    )
+    assert result.status.value == "failed"
+    assert "x-should-retry: false" in (result.error or ""), result.error
+    assert len(requests) == 1, "no second attempt"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import openai
@@ -121,9 +123,11 @@ async def test_replies_are_deterministic(model_server):
 
 
 def scripted(request: dict[str, Any]) -> Reply:
-    """The model name picks the reply: "status-429" answers 429, and so on."""
-    status = int(request["model"].removeprefix("status-"))
-    headers = {"retry-after": "3"} if status == 429 else {}
+    """The model name picks the reply: "status-429" answers 429, and so on; headers follow
+    as a query ("status-409?x-should-retry=false&retry-after-ms=1500")."""
+    name, _, query = request["model"].partition("?")
+    status = int(name.removeprefix("status-"))
+    headers = dict(urllib.parse.parse_qsl(query)) or ({"retry-after": "3"} if status == 429 else {})
     return Reply({"error": {"message": f"scripted {status}", "type": "x"}}, status, headers)
 
 
@@ -133,10 +137,13 @@ def failing_server() -> Iterator[OfflineModelServer]:
         yield server
 
 
-async def fail_with(server: OfflineModelServer, status: int) -> openai.APIStatusError:
+async def fail_with(
+    server: OfflineModelServer, status: int, headers: dict[str, str] | None = None
+) -> openai.APIStatusError:
+    model = f"status-{status}" + (f"?{urllib.parse.urlencode(headers)}" if headers else "")
     with pytest.raises(openai.APIStatusError) as caught:
         await sdk(server.base_url).chat.completions.create(
-            model=f"status-{status}", messages=[{"role": "user", "content": "hi"}]
+            model=model, messages=[{"role": "user", "content": "hi"}]
         )
     assert caught.value.status_code == status
     return caught.value
@@ -173,6 +180,47 @@ async def test_status_errors_are_classified(
     assert classified.type == error_type
     assert classified.non_retryable is non_retryable
     assert classified.next_retry_delay is None
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "error_type", "non_retryable", "delay"),
+    [
+        # What the OpenAI SDK itself retries: 408, 409, 429 and 5xx.
+        (408, {}, "ProviderUnavailable", False, None),
+        (409, {}, "ProviderUnavailable", False, None),
+        (502, {"retry-after": "2"}, "ProviderUnavailable", False, timedelta(seconds=2)),
+        # retry-after-ms is preferred to retry-after, as the SDK prefers it.
+        (429, {"retry-after-ms": "1500", "retry-after": "9"}, "RateLimited", False, 1.5),
+        (503, {"retry-after": "0.25"}, "ProviderUnavailable", False, 0.25),
+        (408, {"retry-after": "soon"}, "ProviderUnavailable", False, None),
+        # x-should-retry decides over the status, both ways.
+        (400, {"x-should-retry": "true"}, "ProviderUnavailable", False, None),
+        (429, {"x-should-retry": "false", "retry-after": "3"}, "RateLimited", True, None),
+        (500, {"x-should-retry": "false"}, "ProviderUnavailable", True, None),
+        (409, {"x-should-retry": "false"}, "BadRequest", True, None),
+        (404, {}, "BadRequest", True, None),
+        (422, {}, "BadRequest", True, None),
+    ],
+)
+async def test_what_the_sdk_treats_as_transient_is_retried_by_temporal(
+    failing_server, status, headers, error_type, non_retryable, delay
+):
+    err = await fail_with(failing_server, status, headers)
+    assert len(failing_server.requests) == 1, "the SDK itself does not retry (max_retries=0)"
+    classified = classify_model_error(err)
+    assert classified.type == error_type, classified.message
+    assert classified.non_retryable is non_retryable
+    expected = timedelta(seconds=delay) if isinstance(delay, float) else delay
+    assert classified.next_retry_delay == expected
+    if "x-should-retry" in headers:
+        assert f"x-should-retry: {headers['x-should-retry']}" in classified.message
+
+
+async def test_retry_after_as_an_http_date_is_the_time_left_until_it(failing_server):
+    when = datetime.now(UTC) + timedelta(seconds=30)
+    err = await fail_with(failing_server, 503, {"retry-after": format_datetime(when, usegmt=True)})
+    delay = classify_model_error(err).next_retry_delay
+    assert delay is not None and timedelta(seconds=25) < delay <= timedelta(seconds=30)
 
 
 async def test_unreachable_provider_is_retryable():

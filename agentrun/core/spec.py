@@ -211,6 +211,12 @@ class RunSpec(Strict):
         "each name's spec fields (its profile's), filled in from the agent's `subagents`",
     )
     subagent_limits: SubagentLimits = Field(default_factory=lambda: SubagentLimits())
+    local_read_only_tools: bool = Field(
+        False,
+        description="a tool with no side effect and low risk runs as a local activity, in the "
+        "workflow's own task: no task queue round trip, a marker in history; False: every "
+        "tool call is an activity of its own",
+    )
     on_message: Literal["queue", "interrupt"] = Field(
         "queue",
         description="a message said to the run while it works (`agentrun say`): queue, the "

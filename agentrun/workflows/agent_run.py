@@ -612,7 +612,15 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                 call_id=call.call_id,
             )
             invoke, carried = await self._start_step(
-                functools.partial(self._start_tool, tool_input, attempts, timeout, waits), batch
+                functools.partial(
+                    self._start_tool,
+                    tool_input,
+                    attempts,
+                    timeout,
+                    waits,
+                    local=policies.runs_locally(self.spec, call),
+                ),
+                batch,
             )
             cancelled = False
             try:
@@ -671,7 +679,17 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
         timeout: float,
         waits: bool,
         mirror: MirrorBatch | None,
+        *,
+        local: bool = False,
     ) -> workflow.ActivityHandle[ToolCallResult]:
+        if local:  # a read-only tool, asked to run in the workflow task (policies.runs_locally)
+            return workflow.start_local_activity_method(
+                ToolActivities.invoke,
+                input.model_copy(update={"mirror": mirror}),
+                start_to_close_timeout=timedelta(seconds=timeout),
+                retry_policy=policies.retry_policy(self.spec, attempts),
+                summary=run_summaries.tool_summary(input.tool, input.arguments),
+            )
         return workflow.start_activity_method(
             ToolActivities.invoke,
             input.model_copy(update={"mirror": mirror}),

@@ -8,7 +8,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from agentrun.core.spec import Budget, JsonDict, RunSpec
+from agentrun.core._wire import ProposedToolCall
+from agentrun.core.spec import Budget, JsonDict, RiskLevel, RunSpec
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "
@@ -33,6 +34,13 @@ def tool_limits(spec: RunSpec, tool: str) -> tuple[int, float]:
     attempts = override.max_attempts if override and override.max_attempts else None
     timeout = override.timeout_seconds if override and override.timeout_seconds else None
     return attempts or spec.timeouts.max_attempts, timeout or spec.timeouts.tool_seconds
+
+
+def runs_locally(spec: RunSpec, call: ProposedToolCall) -> bool:
+    """Whether a tool call runs as a local activity: only when the spec asks for it, and
+    only a read-only (no side effect), low-risk tool, which the ledger has nothing to do for
+    and a re-run after a crash cannot harm."""
+    return spec.local_read_only_tools and not call.side_effect and call.risk == RiskLevel.LOW
 
 
 def over_budget(budget: Budget, tokens: int, cost_usd: float) -> str | None:

@@ -1,0 +1,75 @@
+"""Peer 1: the same agent on the OpenAI Agents SDK with Temporal's plugin, as its docs show.
+
+`temporalio-openai-agents` (`temporalio.openai_agents`, formerly
+`temporalio.contrib.openai_agents`): an `agents.Agent` whose tool is a Temporal activity
+(`workflow.activity_as_tool`), run by `agents.Runner.run` inside a workflow; the plugin on
+the client and the worker turns each model call into an activity (`invoke_model_activity`).
+No mirror, no ledger: only what Temporal keeps.
+
+Matched with `bench.ours`: the task ("bench: N steps"), the scripted model (one turn asking
+for N calls of `bench_noop`, then the answer), the tool (`bench_noop`, the same argument
+model, returning `{"n": n}`), the server and an `openai.AsyncOpenAI` client without retries
+of its own over chat completions (the offline model serves no Responses API).
+What differs as the SDK does it: the N calls of one turn run at once (the Agents SDK runs a
+turn's tool calls concurrently); the SDK's tracing is off (it would post to OpenAI).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from temporalio import activity, workflow
+
+with workflow.unsafe.imports_passed_through():
+    from agents import Agent, Runner
+    from temporalio.openai_agents import workflow as agents_workflow
+
+    from agentrun.core.constants import OFFLINE_MODEL
+    from bench.ours import NOOP_TOOL
+
+PEER_WORKFLOW = "BenchOpenAIAgents"
+PEER_MODEL = "invoke_model_activity"
+PEER_TOOL = NOOP_TOOL
+PEER_GATED_WORKFLOW = "BenchOpenAIAgentsGated"
+
+
+@activity.defn(name=NOOP_TOOL)
+async def bench_noop(n: int = 0) -> dict[str, int]:
+    """Does nothing, at once."""
+    return {"n": n}
+
+
+@workflow.defn(name=PEER_WORKFLOW)
+class OpenAIAgentsWorkflow:
+    @workflow.run
+    async def run(self, task: str) -> str:
+        agent = Agent(
+            name="bench",
+            instructions="You are a careful assistant.",
+            model=OFFLINE_MODEL,
+            tools=[
+                agents_workflow.activity_as_tool(
+                    bench_noop, start_to_close_timeout=timedelta(seconds=30)
+                )
+            ],
+        )
+        result = await Runner.run(agent, input=task, max_turns=5)
+        return str(result.final_output)
+
+
+def plugin(base_url: str | None = None):  # type: ignore[no-untyped-def]
+    """The plugin as a worker of this peer runs it: model calls through the chat completions
+    API of the scripted model, the openai client without retries of its own."""
+    import openai
+    from agents import set_tracing_disabled
+    from agents.models.openai_provider import OpenAIProvider
+    from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+    set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=base_url, max_retries=0)
+    return OpenAIAgentsPlugin(
+        model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)),
+        model_provider=OpenAIProvider(openai_client=client, use_responses=False),
+    )
