@@ -4,19 +4,23 @@ A parent whose profile lists two sub-agents delegates to both through their `age
 tools: each is a child run with its own receipt, linked both ways, whose answer the parent's
 model reads. The parent's budget covers its children: a child given what is left fails when
 it overspends, the parent's model hears it as a tool error, and the parent's own budget then
-stops it. Cancelling the parent cancels the child it waits for.
+stops it. Cancelling the parent cancels the child it waits for; pausing and resuming it
+reaches the child, and an approval the child waits for shows in the parent's status and watch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from agentrun.cli import render
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
+from agentrun.ops.watch import watch
 from agentrun.profiles import Agent
 from agentrun.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
@@ -164,3 +168,99 @@ async def _model_steps(pool: Any, run_id: str) -> list[dict[str, Any]]:
         "SELECT cost_usd FROM steps WHERE run_id = %s AND type IN ('model_call', 'verify')",
         run_id,
     )
+
+
+def approving_child_model(slow_seconds: float) -> Any:
+    """As `delegating_model`, but alpha first takes a slow model call that asks to send a
+    message (an action that waits for approval), then reports it sent."""
+    parent = delegating_model()
+
+    def respond(request: dict[str, Any]) -> Reply:
+        messages = request["messages"]
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        if task != "alpha job":
+            return parent(request)
+        if not any(m["role"] == "tool" for m in messages):
+            args = {"to": "ana@example.com", "subject": "Hi", "body": "Hello from alpha."}
+            reply = completion(request, tool_calls=[("send_message", args)])
+            reply.delay_seconds = slow_seconds
+            return reply
+        return completion(request, content="## Summary\nalpha job done\n## Actions\nsent it")
+
+    return respond
+
+
+async def test_pausing_the_parent_pauses_its_child_and_a_childs_approval_shows_in_the_parent(
+    client, settings, pool, worker
+):
+    agents = {**AGENTS, "alpha": Agent(name="alpha", instructions="A.", tools=["send_message"])}
+    spec = parent_spec(subagents=LEAD.spec_fields(agents)["subagents"])
+    with OfflineModelServer(approving_child_model(slow_seconds=3)) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            run_id = started.run_id
+            seen = asyncio.ensure_future(_first_event(client, run_id, WAITING_EVENT))
+            await eventually(lambda: _waiting_for_child(client, run_id), what="a child to start")
+            [child_id] = (await ops.status(client, run_id)).children
+
+            # The parent's pause reaches the child: it pauses at its next step boundary,
+            # before the action its model asked for.
+            await ops.pause(client, run_id, by="li")
+
+            async def child_paused() -> Any:
+                state = await ops.status(client, child_id)
+                return state if state.status.value == "paused" else None
+
+            paused = await eventually(child_paused, what="the child to pause")
+            assert paused.pause_requested and paused.pending_approval is None
+            assert not seen.done(), "no approval is asked for while the child is paused"
+
+            # The parent's resume reaches it too; its approval then shows in the parent's
+            # status (with the run to decide it on) and in the parent's watch.
+            await ops.resume(client, run_id, by="li")
+            pending = await wait_pending(client, child_id, seconds=60)
+            shown = (await ops.status(client, run_id)).child_approvals
+            assert [(a.run_id, a.approval.approval_id) for a in shown] == [
+                (child_id, pending.approval_id)
+            ]
+            parent_state = await ops.status(client, run_id)
+            assert parent_state.pending_approval is None
+            assert f"agentrun approve {child_id} " in render.run_state(parent_state)
+            event = await asyncio.wait_for(seen, 30)
+            assert event.data["run_id"] == child_id
+            assert event.data["approval_id"] == pending.approval_id
+            assert event.data["tool"] == "send_message"
+
+            await ops.approve(client, child_id, by="li", role="approver")
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+            result = await handle.result()
+            after = await ops.status(client, run_id)
+    assert result.status.value == "completed"
+    assert after.child_approvals == []
+    child = await ops.receipt(pool, child_id)
+    assert child["outcome"] == "completed" and [a["decision"] for a in child["approvals"]] == [
+        "approved"
+    ]
+    events = await rows(
+        pool, "SELECT type, data FROM events WHERE run_id = %s ORDER BY seq", run_id
+    )
+    types = [e["type"] for e in events]
+    assert types.index(WAITING_EVENT) < types.index("subagent.approval_settled")
+    child_events = [
+        e["type"]
+        for e in await rows(
+            pool, "SELECT type FROM events WHERE run_id = %s ORDER BY seq", child_id
+        )
+    ]
+    assert child_events.index("run.paused") < child_events.index("run.resumed")
+    assert child_events.index("run.resumed") < child_events.index("approval.requested")
+
+
+WAITING_EVENT = "subagent.waiting_for_approval"
+
+
+async def _first_event(client: Any, run_id: str, type_: str) -> Any:
+    async for item in watch(client, run_id):
+        if item.type == type_:
+            return item
+    raise AssertionError(f"{run_id} ended without a {type_} event")

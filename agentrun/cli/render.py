@@ -62,6 +62,12 @@ def run_state(state: RunState) -> str:
         lines.append(f"refused decision by {refusal.by} at {refusal.at}: {refusal.reason}")
     if state.children:
         lines.append(f"sub-agent runs: {', '.join(state.children)}")
+    for c in state.child_approvals:
+        p = c.approval
+        lines += [
+            f"sub-agent run {c.run_id} waits for approval ({p.kind}) {p.approval_id}: {p.tool}",
+            f"  approve: agentrun approve {c.run_id} --by NAME --role {p.required_role}",
+        ]
     for m in state.messages:
         lines.append(f"message {m.message_id[:8]} from {m.by} at {m.received_at}: {m.text[:200]}")
         lines.append("  " + message_fate(m.model_dump(mode="json")))

@@ -19,6 +19,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from agentrun.core._wire import ApproveInput, RejectInput
 from agentrun.core.results import (
     ApprovalRecord,
+    ChildApproval,
     ForkOrigin,
     PendingApproval,
     RefusedDecision,
@@ -99,6 +100,9 @@ class RunProgress(BaseModel):
         default_factory=list, description="messages said to the run (`agentrun say`)"
     )
     children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
+    child_approvals: list[ChildApproval] = Field(
+        default_factory=list, description="approvals its sub-agents' runs wait for"
+    )
 
 
 class RunInput(RunSpec):

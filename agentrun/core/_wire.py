@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from agentrun.core.results import (
     ForkOrigin,
+    PendingApproval,
     Receipt,
     StepType,
     Usage,
@@ -258,6 +259,14 @@ class SayInput(BaseModel):
     message_id: str = Field(min_length=1, max_length=64)
     text: str = Field(min_length=1)
     by: str = Field("cli", min_length=1)
+
+
+class ChildApprovalNotice(BaseModel):
+    """A sub-agent's run tells its parent it waits for an approval (`approval`), or no
+    longer does (None)."""
+
+    run_id: str
+    approval: PendingApproval | None = None
 
 
 class ControlInput(BaseModel):

@@ -32,6 +32,8 @@ SIGNAL_RESUME = "resume_signal"
 SIGNAL_SAY = "say_signal"
 # A sub-agent is offered to the model as this tool name plus its agent's name.
 SUBAGENT_TOOL_PREFIX = "agent__"
+# A sub-agent's run tells its parent of an approval it waits for (docs/subagents.md).
+SIGNAL_CHILD_APPROVAL = "subagent_approval_signal"
 
 # The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
 # events, the model activity the text as the provider streams it (the workflow its rest).

@@ -74,6 +74,13 @@ class PendingApproval(BaseModel):
     )
 
 
+class ChildApproval(BaseModel):
+    """An approval one of a run's sub-agent runs waits for: decide it on that run."""
+
+    run_id: str = Field(description="the sub-agent's run: approve or reject it there")
+    approval: PendingApproval
+
+
 class ApprovalRecord(BaseModel):
     kind: ApprovalKind = "action"
     approval_id: str
@@ -176,6 +183,10 @@ class RunState(BaseModel):
     )
     children: list[str] = Field(
         default_factory=list, description="its sub-agents' runs (`status` each for theirs)"
+    )
+    child_approvals: list[ChildApproval] = Field(
+        default_factory=list,
+        description="approvals its sub-agents' runs (and theirs) wait for, each with its run",
     )
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run, and when each was taken"

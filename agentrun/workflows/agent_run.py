@@ -126,6 +126,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
         self.pending_steps: list[StepRecord] = []
         self.pending_events: list[RunEvent] = []
         self.mirror_writes: list[workflow.ActivityHandle[None]] = []
+        self.forwards: set[asyncio.Future[None]] = set()
         if spec.carry is not None:  # a continuation: pick up exactly where the last left off
             self.progress = spec.carry.model_copy(deep=True)
         else:

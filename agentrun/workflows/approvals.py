@@ -145,6 +145,7 @@ class Approvals(Recording):
             )
         )
         await self._flush()
+        await self._tell_parent(pending)  # a sub-agent's run: its parent shows the approval
         try:
             await workflow.wait_condition(
                 lambda: self.progress.decision is not None,
@@ -157,6 +158,7 @@ class Approvals(Recording):
             None,
             None,
         )
+        await self._tell_parent(None)
         record = self._approval_record(pending, decision)
         self.progress.approvals.append(record)
         self._complete_step(

@@ -10,6 +10,7 @@ continues as new.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Literal, TypeVar
@@ -25,7 +26,14 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.activities import MirrorActivities
     from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core._state import RunInput, RunProgress
-    from agentrun.core._wire import FinishInput, MirrorBatch, RunEvent, RunSnapshot, StepRecord
+    from agentrun.core._wire import (
+        ControlInput,
+        FinishInput,
+        MirrorBatch,
+        RunEvent,
+        RunSnapshot,
+        StepRecord,
+    )
     from agentrun.core.errors import PAYLOAD_TOO_LARGE
     from agentrun.core.results import PendingApproval, StepSummary, StepType
     from agentrun.core.spec import JsonDict
@@ -97,6 +105,15 @@ class Recording:
     pending_events: list[RunEvent]
     mirror_writes: list[workflow.ActivityHandle[None]]
     stream: RunStream
+    # The sub-agent run this run waits for, if any (agentrun/workflows/subagents.py).
+    running_child: str | None = None
+    forwards: set[asyncio.Future[None]]  # pauses and resumes on their way to it
+
+    def _forward_control(self, signal: str, input: ControlInput) -> None:
+        """A pause or resume of this run reaches its running sub-agent (Subagents)."""
+
+    async def _tell_parent(self, approval: PendingApproval | None) -> None:
+        """A sub-agent's run tells its parent of the approval it waits for (Subagents)."""
 
     def _set_status(self, new: RunStatus, step_id: str | None = None) -> None:
         if new != self.progress.status:

@@ -1,5 +1,8 @@
 """What people may ask a run or tell it besides approvals: its state, pause and resume.
 
+A pause or resume of a run that waits for a sub-agent's run goes on to that run
+(agentrun/workflows/subagents.py).
+
 Mixed into AgentRunWorkflow (approvals are in agentrun/workflows/approvals.py). Validators refuse,
 with a reason a person can act on, without changing anything; signals cannot be refused.
 """
@@ -52,6 +55,7 @@ class RunMessages(Recording):
     def pause(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = True
         self._event("pause.requested", data={"by": input.by})
+        self._forward_control(names.SIGNAL_PAUSE, input)
         return ControlResult(
             status=self.progress.status,
             paused=True,
@@ -70,6 +74,7 @@ class RunMessages(Recording):
     def resume(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = False
         self._event("resume.requested", data={"by": input.by})
+        self._forward_control(names.SIGNAL_RESUME, input)
         return ControlResult(status=self.progress.status, paused=False, message="the run continues")
 
     @resume.validator
@@ -88,7 +93,9 @@ class RunMessages(Recording):
     def pause_signal(self, input: ControlInput) -> None:
         if not is_terminal(self.progress.status):
             self.progress.pause_requested = True
+            self._forward_control(names.SIGNAL_PAUSE, input)
 
     @workflow.signal(name=names.SIGNAL_RESUME)
     def resume_signal(self, input: ControlInput) -> None:
         self.progress.pause_requested = False
+        self._forward_control(names.SIGNAL_RESUME, input)

@@ -108,6 +108,7 @@ def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int
         ],
         messages=progress.messages,
         children=progress.children,
+        child_approvals=progress.child_approvals,
     )
 
 

@@ -8,7 +8,10 @@ the child's answer, or, when the child did not complete, its failure as a tool e
 child's budget is what is left of the parent's, and it fails rather than asks for more, so
 the parent's budget covers every child; the child's spend is added to the parent's.
 Cancelling the parent cancels the child it waits for (a child's parent-close policy cancels
-the rest). Depth and the number of children are limited (`subagent_limits`).
+the rest); pausing or resuming it signals the child it waits for the same (which passes it
+on to its own). A child that waits for an approval signals its parent (which passes it on
+to its own), so the parent's state and stream show the approval and the child's run id.
+Depth and the number of children are limited (`subagent_limits`).
 
 Only specs with sub-agents take these paths, so older histories replay unchanged.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import CancelledError, ChildWorkflowError
+from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
 from agentrun.workflows.recording import Recording
 
@@ -31,9 +34,14 @@ with workflow.unsafe.imports_passed_through():
 
     from agentrun.core import constants as names
     from agentrun.core._state import RunInput
-    from agentrun.core._wire import ProposedToolCall, StepRecord
+    from agentrun.core._wire import (
+        ChildApprovalNotice,
+        ControlInput,
+        ProposedToolCall,
+        StepRecord,
+    )
     from agentrun.core.keys import id_part
-    from agentrun.core.results import RunResult
+    from agentrun.core.results import ChildApproval, PendingApproval, RunResult
     from agentrun.core.spec import JsonDict
     from agentrun.core.states import RunStatus
     from agentrun.workflows.changes import for_new_run
@@ -117,7 +125,10 @@ class Subagents(Recording):
             self.progress.children.append(child_id)
             self._event("subagent.started", step_id, {"agent": name, "run_id": child_id})
             await self._flush()
-            result = await self._run_child(spec, child_id)
+            try:
+                result = await self._run_child(spec, child_id)
+            finally:  # one child runs at a time: what waited under it is over
+                self.progress.child_approvals.clear()
             self.progress.tokens_in += result.tokens_in
             self.progress.tokens_out += result.tokens_out
             self.progress.cost_usd = round(self.progress.cost_usd + result.cost_usd, 6)
@@ -167,6 +178,7 @@ class Subagents(Recording):
                 static_summary=f"{spec.agent} for {self.run_id}",
             )
         )
+        self.running_child = child_id
         try:
             result: RunResult = await asyncio.shield(child)
             return result
@@ -186,3 +198,61 @@ class Subagents(Recording):
                 answer=None,
                 error=str(err.cause or err),
             )
+        finally:
+            self.running_child = None
+
+    def _forward_control(self, signal: str, input: ControlInput) -> None:
+        """A pause or resume of this run goes on to the sub-agent run it waits for, as a
+        signal this workflow sends (durable: no client needs to stay up); that run passes it
+        on to its own. Only a run waiting for a child has one to send."""
+        if self.running_child is None:
+            return
+        forwarded = ControlInput(by=input.by, reason=f"via {self.run_id}")
+        sent = asyncio.ensure_future(self._signal_run(self.running_child, signal, forwarded))
+        self.forwards.add(sent)
+        sent.add_done_callback(self.forwards.discard)
+
+    async def _tell_parent(self, approval: PendingApproval | None) -> None:
+        if self.spec.subagent_depth == 0 or self.spec.parent_run_id is None:
+            return
+        notice = ChildApprovalNotice(run_id=self.run_id, approval=approval)
+        await self._signal_run(self.spec.parent_run_id, names.SIGNAL_CHILD_APPROVAL, notice)
+
+    async def _signal_run(self, run_id: str, signal: str, arg: Any) -> None:
+        try:
+            await workflow.get_external_workflow_handle(run_id).signal(signal, arg)
+        except FailureError as err:  # that run has ended: there is no one to tell
+            workflow.logger.info(
+                "run %s could not signal %s to %s: %s", self.run_id, signal, run_id, err
+            )
+
+    @workflow.signal(name=names.SIGNAL_CHILD_APPROVAL)
+    async def child_approval_signal(self, notice: ChildApprovalNotice) -> None:
+        """A sub-agent's run (or one under it) waits for an approval, or no longer does."""
+        if not notice.run_id.startswith(f"{names.RUN_ID_PREFIX}~sub."):
+            workflow.logger.warning(
+                "run %s ignored an approval notice of %r", self.run_id, notice.run_id
+            )
+            return
+        self.progress.child_approvals = [
+            a for a in self.progress.child_approvals if a.run_id != notice.run_id
+        ]
+        if notice.approval is not None:
+            self.progress.child_approvals.append(
+                ChildApproval(run_id=notice.run_id, approval=notice.approval)
+            )
+            approval = notice.approval
+            self._event(
+                "subagent.waiting_for_approval",
+                data={
+                    "run_id": notice.run_id,
+                    "approval_id": approval.approval_id,
+                    "kind": approval.kind,
+                    "tool": approval.tool,
+                    "required_role": approval.required_role,
+                },
+            )
+        else:
+            self._event("subagent.approval_settled", data={"run_id": notice.run_id})
+        if self.spec.subagent_depth > 0 and self.spec.parent_run_id is not None:
+            await self._signal_run(self.spec.parent_run_id, names.SIGNAL_CHILD_APPROVAL, notice)
