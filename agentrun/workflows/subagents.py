@@ -166,19 +166,7 @@ class Subagents(Recording):
     async def _run_child(self, spec: RunInput, child_id: str) -> RunResult:
         """The child's result; a child that was cancelled or terminated reads as failed. A
         cancel of this run goes on to the child (and ends this run)."""
-        child = asyncio.ensure_future(
-            workflow.execute_child_workflow(
-                names.WORKFLOW_NAME,
-                spec,
-                id=child_id,
-                result_type=RunResult,
-                task_queue=workflow.info().task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                static_summary=f"{spec.agent} for {self.run_id}",
-            )
-        )
-        self.running_child = child_id
+        child = asyncio.ensure_future(self._start_child(spec, child_id))
         try:
             result: RunResult = await asyncio.shield(child)
             return result
@@ -200,6 +188,25 @@ class Subagents(Recording):
             )
         finally:
             self.running_child = None
+
+    async def _start_child(self, spec: RunInput, child_id: str) -> RunResult:
+        """Start the child and wait for its result (what `execute_child_workflow` does, so
+        the same commands); a pause of this run that came while it started goes on to it."""
+        handle = await workflow.start_child_workflow(
+            names.WORKFLOW_NAME,
+            spec,
+            id=child_id,
+            result_type=RunResult,
+            task_queue=workflow.info().task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=f"{spec.agent} for {self.run_id}",
+        )
+        self.running_child = child_id
+        if self.progress.pause_requested:
+            self._forward_control(names.SIGNAL_PAUSE, ControlInput(by=self.run_id))
+        result: RunResult = await handle
+        return result
 
     def _forward_control(self, signal: str, input: ControlInput) -> None:
         """A pause or resume of this run goes on to the sub-agent run it waits for, as a
