@@ -264,3 +264,36 @@ async def _first_event(client: Any, run_id: str, type_: str) -> Any:
         if item.type == type_:
             return item
     raise AssertionError(f"{run_id} ended without a {type_} event")
+
+
+async def test_a_pause_sent_with_no_worker_up_reaches_the_child_when_one_returns(
+    client, settings, pool, worker
+):
+    agents = {**AGENTS, "alpha": Agent(name="alpha", instructions="A.", tools=["send_message"])}
+    spec = parent_spec(subagents=LEAD.spec_fields(agents)["subagents"])
+    with OfflineModelServer(approving_child_model(slow_seconds=0)) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+            run_id = started.run_id
+
+            async def child_approval() -> Any:
+                return (await ops.status(client, run_id)).child_approvals
+
+            [waiting] = await eventually(child_approval, seconds=60, what="a child's approval")
+        # No worker: the pause goes as a signal the parent keeps in its history.
+        control = await ops.pause(client, run_id, by="li", wait=2)
+        assert control.paused and "no worker answered" in control.message, control.message
+        async with worker(base_url=model.base_url):
+            await ops.approve(client, waiting.run_id, by="li", role="approver")
+
+            async def child_paused() -> Any:
+                state = await ops.status(client, waiting.run_id)
+                return state if state.status.value == "paused" else None
+
+            paused = await eventually(child_paused, seconds=60, what="the child to pause")
+            await ops.resume(client, run_id, by="li")
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+            result = await handle.result()
+    assert paused.pending_approval is None and paused.pause_requested
+    assert result.status.value == "completed"
+    assert (await ops.receipt(pool, waiting.run_id))["outcome"] == "completed"
