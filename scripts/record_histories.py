@@ -73,6 +73,38 @@ async def paused_and_resumed(client: Client, run_id: str) -> None:
     await ops.resume(client, run_id)
 
 
+async def _until(probe: Callable[[], Awaitable[Any]], what: str) -> Any:
+    for _ in range(600):
+        found = await probe()
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"never saw {what}")
+
+
+async def subagent_paused_and_approved(client: Client, run_id: str) -> None:
+    """The parent is paused while its child works (the pause reaches the child), resumed,
+    and the child's approval (which its parent shows) is given on the child."""
+
+    async def child() -> str | None:
+        return next(iter((await ops.status(client, run_id)).children), None)
+
+    child_id = await _until(child, "a child")
+    await ops.pause(client, run_id, by="history")
+
+    async def child_paused() -> bool:
+        return (await ops.status(client, child_id)).status.value == "paused"
+
+    await _until(child_paused, "the child paused")
+    await ops.resume(client, run_id, by="history")
+
+    async def shown() -> bool:
+        return bool((await ops.status(client, run_id)).child_approvals)
+
+    await _until(shown, "the child's approval in its parent")
+    await ops.approve(client, child_id, by="li", role="approver")
+
+
 async def terminated_holding_slot(client: Client, run_id: str) -> None:
     """The run holding the tenant's only slot is terminated; the queue's sweep frees the
     slot for the run waiting behind it, which is approved and completes."""
@@ -190,6 +222,15 @@ TEAM = {
     "alpha": Agent(name="alpha", instructions="You are alpha.", tools=[]),
     "beta": Agent(name="beta", instructions="You are beta.", tools=[]),
 }
+SENDER_LEAD_TASK = "Ask the sender and report."
+SENDER_TASK = "send job"
+SENDER_LEAD = Agent(name="lead", instructions="You lead.", subagents=["sender"])
+SENDER_TEAM = {
+    "lead": SENDER_LEAD,
+    "sender": Agent(name="sender", instructions="You send.", tools=["send_message"]),
+}
+# Scenarios whose first child run's history is recorded too, as NAME_child.
+CHILD_HISTORIES = {"subagent_paused_and_approved"}
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # A model call, tool calls, an approval with an edit.
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
@@ -246,6 +287,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     ),
     # Recorded after runs could delegate to sub-agents (issue 29): two child runs.
     "subagents": (LEAD.spec(LEAD_TASK, agents=TEAM), finishes_alone),
+    # A pause of the parent forwarded to its child, and the child's approval shown in the
+    # parent (a signal from the child); the child's history too.
+    "subagent_paused_and_approved": (
+        SENDER_LEAD.spec(SENDER_LEAD_TASK, agents=SENDER_TEAM),
+        subagent_paused_and_approved,
+    ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
@@ -276,6 +323,17 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
             return completion(request, tool_calls=calls)
         said = "; ".join(str(r.get("answer") or r.get("error")) for r in results)
         return completion(request, content=f"## Summary\n{said}")
+    if task == SENDER_LEAD_TASK:
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            return completion(request, tool_calls=[("agent__sender", {"task": SENDER_TASK})])
+        return completion(request, content="## Summary\nThe sender sent it.")
+    if task == SENDER_TASK:
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            args = {"to": "ana@example.com", "subject": "Hi", "body": "Hello."}
+            reply = completion(request, tool_calls=[("send_message", args)])
+            reply.delay_seconds = 3.0
+            return reply
+        return completion(request, content="## Summary\nSent.\n## Actions\nsent it")
     if task in ("alpha job", "beta job"):
         return completion(request, content=f"## Summary\n{task} done")
     if task == STEER_TASK:
@@ -320,6 +378,11 @@ async def main(force: bool) -> None:
             history = await handle.fetch_history()
             path.write_text(history.to_json())
             print(f"recorded {name}: {len(history.events)} events")
+            if name in CHILD_HISTORIES:
+                [child_id, *_] = (await ops.status(client, started.run_id)).children
+                history = await client.get_workflow_handle(child_id).fetch_history()
+                (OUT / f"{name}_child.json").write_text(history.to_json())
+                print(f"recorded {name}_child: {len(history.events)} events")
             started_event = history.events[0].workflow_execution_started_event_attributes
             if started_event.continued_execution_run_id:  # and the run that continued as new
                 first = client.get_workflow_handle(

@@ -17,6 +17,7 @@ from temporalio.worker import Replayer
 
 from agentrun.ops.operations import run_id_for
 from agentrun.worker.worker_factory import worker_tuning
+from agentrun.workflows.subagents import subagent_run_id
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # Histories whose replay needs the workflow id they were recorded under: a signed decision
@@ -26,6 +27,11 @@ RECORDED_IDS = {
     "signed_approval": run_id_for("history-signed_approval"),
     # A sub-agent's child run id derives from its parent's.
     "subagents": run_id_for("history-subagents"),
+    "subagent_paused_and_approved": run_id_for("history-subagent_paused_and_approved"),
+    # The child's own run (its notices name it).
+    "subagent_paused_and_approved_child": subagent_run_id(
+        run_id_for("history-subagent_paused_and_approved"), "0002-tool_call"
+    ),
 }
 
 

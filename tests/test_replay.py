@@ -237,3 +237,14 @@ def test_subagents_have_a_history():
     kinds = [e.event_type for e in WorkflowHistory.from_json("s", path.read_text()).events]
     completed = EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
     assert kinds.count(completed) == 2
+
+
+def test_a_paused_parent_and_its_childs_approval_have_histories():
+    """The parent forwarded its pause and resume to its child (signals it sent), and heard
+    of the child's approval (signals it took); the child the other way round (issue 29)."""
+    sent = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    taken = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    for name in ("subagent_paused_and_approved", "subagent_paused_and_approved_child"):
+        path = HISTORIES[0].parent / f"{name}.json"
+        kinds = [e.event_type for e in WorkflowHistory.from_json(name, path.read_text()).events]
+        assert kinds.count(sent) == 2 and kinds.count(taken) >= 2, (name, kinds)
