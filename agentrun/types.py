@@ -21,6 +21,7 @@ from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
     ApprovalRecord,
     CheckOutcome,
+    ChildApproval,
     ControlResult,
     DecisionResult,
     DecisionSeen,
@@ -78,6 +79,7 @@ __all__ = [
     "Budget",
     "BuildStatus",
     "CheckOutcome",
+    "ChildApproval",
     "ControlResult",
     "CountCheck",
     "DecisionResult",

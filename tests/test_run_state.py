@@ -20,6 +20,7 @@ from agentrun.core._wire import ApproveInput
 from agentrun.core.results import (
     ApprovalRecord,
     CheckOutcome,
+    ChildApproval,
     PendingApproval,
     RefusedDecision,
     RunMessage,
@@ -123,6 +124,22 @@ def every_field_set() -> RunProgress:
         cost_usd=0.25,
         unpriced_models=["self-hosted-model"],
         children=["run-~sub.run-x~0002-tool_call"],
+        child_approvals=[
+            ChildApproval(
+                run_id="run-~sub.run-x~0002-tool_call",
+                approval=PendingApproval(
+                    approval_id="0003-approval",
+                    step_id="0003-approval",
+                    tool="send_message",
+                    arguments={"to": "ana@example.com"},
+                    action_hash="h",
+                    required_role="approver",
+                    tenant="t",
+                    requested_at=now,
+                    expires_at=now,
+                ),
+            )
+        ],
         messages=[
             RunMessage(
                 message_id="m1",

@@ -33,6 +33,8 @@ WORKFLOW_ONLY = {
     "pending_events": "mirror events not sent yet: flushed like pending_steps",
     "mirror_writes": "mirror writes in flight: a run waits for them before it continues",
     "stream": "the live stream: its log goes along in progress.stream_state at continue-as-new",
+    "running_child": "set while a sub-agent's run is awaited: a run continues only between steps",
+    "forwards": "pauses and resumes on their way to that child: sent within its step",
 }
 
 
