@@ -235,8 +235,16 @@ class Subagents(Recording):
 
     @workflow.signal(name=names.SIGNAL_CHILD_APPROVAL)
     async def child_approval_signal(self, notice: ChildApprovalNotice) -> None:
-        """A sub-agent's run (or one under it) waits for an approval, or no longer does."""
-        if not notice.run_id.startswith(f"{names.RUN_ID_PREFIX}~sub."):
+        """A sub-agent's run (or one under it) waits for an approval, or no longer does.
+        Taken only from the child this run waits for and those under it, while it waits."""
+        child = self.running_child
+        if child is None or not (
+            notice.run_id == child
+            or (
+                notice.run_id.startswith(f"{names.RUN_ID_PREFIX}~sub.")
+                and id_part(child) in notice.run_id
+            )
+        ):  # not from the child it waits for (or one under it), or that child has ended
             workflow.logger.warning(
                 "run %s ignored an approval notice of %r", self.run_id, notice.run_id
             )
