@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
@@ -142,3 +143,16 @@ def scripted(*turns: list[tuple[str, dict[str, Any]]] | str) -> Any:
         return completion(request, tool_calls=turn)
 
     return respond
+
+
+def parse_python(source: str) -> ast.Module:
+    """`ast.parse`, once more after CPython 3.11's race on its AST recursion counter
+    (gh-106905: "AST constructor recursion depth mismatch"): a worker thread of the test
+    process that compiles a module at the same moment trips it."""
+    for attempt in range(5):
+        try:
+            return ast.parse(source)
+        except SystemError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")

@@ -22,6 +22,7 @@ import agentrun.types
 from agentrun.cli.main import COMMANDS, LOCAL, parser
 from agentrun.client_api import RunClient
 from agentrun.core.settings import Settings
+from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_FILES = [
@@ -90,7 +91,7 @@ def operations_named(path: Path) -> list[str]:
     """Where a file imports the operations layer, or names it as a string (importlib,
     sys.modules): each as "file:line: module"."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_python(path.read_text())):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -111,7 +112,7 @@ def client_calls(path: Path) -> set[str]:
     """The attributes CLI code reads off its RunClient (`runs.approve`, ...)."""
     return {
         node.attr
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parse_python(path.read_text()))
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id in CLIENT_NAMES

@@ -30,7 +30,7 @@ from agentrun.ops import operations as ops
 from agentrun.store.approver_store import ApproverStore
 from agentrun.store.tenant_store import TenantStore
 from agentrun.workflows.admission import admission_id
-from tests.support import eventually, make_spec, rows, wait_pending, wait_status
+from tests.support import eventually, make_spec, parse_python, rows, wait_pending, wait_status
 from tests.test_cli import ROOT, Result, cli_env
 
 PACKAGE = ROOT / "agentrun"
@@ -70,7 +70,7 @@ def calls_of(name: str, on: tuple[str, ...] = ()) -> list[Path]:
     an attribute of one of those names, such as a module imported as `ops`)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parse_python(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 func = node.func

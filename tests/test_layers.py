@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 from agentrun.worker.worker_factory import SANDBOX_PASSTHROUGH
+from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE, STORE, TEMPORAL, TOOLS = (
@@ -62,7 +63,7 @@ def layer(module: str) -> str:
 
 def imports(path: Path) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_python(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == "agentrun":
                 found += [f"agentrun.{alias.name}" for alias in node.names]

@@ -21,6 +21,7 @@ from agentrun.core.errors import SetupError
 from agentrun.core.log_setup import configure_logging
 from agentrun.core.settings import Settings
 from agentrun.worker.worker_api import run_worker
+from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 # The command line's own output (tables, receipts, JSON for machines) is what it is for.
@@ -33,7 +34,7 @@ def test_no_library_module_calls_print() -> None:
         relative = path.relative_to(ROOT).as_posix()
         if relative.startswith(PRINTING_ALLOWED):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_python(path.read_text())):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)

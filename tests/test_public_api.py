@@ -36,6 +36,7 @@ from agentrun.core._state import RunInput
 from agentrun.core.results import ForkOrigin
 from agentrun.core.settings import Settings
 from agentrun.core.spec import ENGINE_ONLY, RunSpec
+from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC: dict[str, object] = {
@@ -141,7 +142,9 @@ def test_nothing_public_lives_in_a_private_module():
     for module in ("agentrun.core._wire", "agentrun.core._state"):
         defined = {
             node.name
-            for node in ast.parse(Path(importlib.import_module(module).__file__).read_text()).body
+            for node in parse_python(
+                Path(importlib.import_module(module).__file__).read_text()
+            ).body
             if isinstance(node, ast.ClassDef)
         }
         assert defined and not defined & set(PUBLIC), f"{module} defines public names"
@@ -282,7 +285,9 @@ def private_class_names() -> set[str]:
     found = set()
     for path in (ROOT / "agentrun").rglob("*.py"):
         found |= {
-            node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)
+            node.name
+            for node in parse_python(path.read_text()).body
+            if isinstance(node, ast.ClassDef)
         }
     return found - set(PUBLIC) - set(dir(builtins))
 

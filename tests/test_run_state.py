@@ -31,6 +31,7 @@ from agentrun.core.results import (
 from agentrun.core.spec import Budget
 from agentrun.core.states import RunStatus
 from agentrun.workflows import AgentRunWorkflow, run_state
+from tests.support import parse_python
 
 WORKFLOW_DIR = Path(__file__).parent.parent / "agentrun" / "workflows"
 
@@ -42,7 +43,7 @@ def attributes_written(cls: type) -> dict[str, set[str]]:
     }
     written: dict[str, set[str]] = {}
     for module in modules:
-        tree = ast.parse((WORKFLOW_DIR / f"{module.split('.')[-1]}.py").read_text())
+        tree = parse_python((WORKFLOW_DIR / f"{module.split('.')[-1]}.py").read_text())
         for method in ast.walk(tree):
             if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
@@ -81,7 +82,7 @@ def test_handlers_change_only_declared_state():
     """What signals and updates set (pause, approvals) lands in RunProgress fields."""
     tree_fields: set[str] = set()
     for name in ("approvals", "run_messages"):
-        tree = ast.parse((WORKFLOW_DIR / f"{name}.py").read_text())
+        tree = parse_python((WORKFLOW_DIR / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Attribute)

@@ -18,6 +18,7 @@ from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import TenantAdmissionWorkflow
 from agentrun.workflows.backlog import AgentBacklogWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
+from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_CODE = sorted((ROOT / "agentrun" / "workflows").glob("*.py")) + sorted(
@@ -30,7 +31,7 @@ def branches_in(source: str) -> list[str]:
     """Each version branch in workflow code: a `patched(...)` call, a `changes.has(...)` call,
     or a read of a generation switch (`self.changes.generation_N`)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_python(source)):
         if isinstance(node, ast.Call):
             name = getattr(node.func, "attr", getattr(node.func, "id", None))
             if name == "patched" or (
