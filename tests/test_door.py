@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 
 from agentrun.client_api import RunClient
-from agentrun.core._state import RunInput
 from agentrun.core.admission_models import AdmitInput, TenantLimits
 from agentrun.core.backlog_models import AGENT_PATTERN, child_run_id
 from agentrun.core.constants import SIGNAL_RUN_ADMIT
@@ -30,6 +29,7 @@ from agentrun.ops import operations as ops
 from agentrun.store.approver_store import ApproverStore
 from agentrun.store.tenant_store import TenantStore
 from agentrun.workflows.admission import admission_id
+from agentrun.workflows.changes import for_new_run
 from tests.support import eventually, make_spec, parse_python, rows, wait_pending, wait_status
 from tests.test_cli import ROOT, Result, cli_env
 
@@ -322,7 +322,7 @@ async def test_the_queue_keeps_the_stored_limits_and_gives_only_its_own_slots(
         await admission_ops.enqueue_run(
             client,
             third,
-            RunInput.of(stale),
+            for_new_run(stale),
             task_queue=settings.task_queue,
             indexed=True,
             limits=TenantLimits(tenant=acme, max_in_flight=5),
