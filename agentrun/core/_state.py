@@ -100,6 +100,13 @@ class RunProgress(BaseModel):
         default_factory=list, description="messages said to the run (`agentrun say`)"
     )
     children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
+
+    def spend(self, tokens_in: int, tokens_out: int, cost_usd: float) -> None:
+        """Count what one model call, judge or sub-agent run used."""
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.cost_usd = round(self.cost_usd + cost_usd, 6)
+
     child_approvals: list[ChildApproval] = Field(
         default_factory=list, description="approvals its sub-agents' runs wait for"
     )

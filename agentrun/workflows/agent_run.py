@@ -468,9 +468,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
         self.progress.stored_messages += len(self.progress.pending_messages)
         self.progress.pending_messages = []
         self.progress.model_used = reply.model
-        self.progress.tokens_in += reply.usage.input_tokens
-        self.progress.tokens_out += reply.usage.output_tokens
-        self.progress.cost_usd = round(self.progress.cost_usd + reply.cost_usd, 6)
+        self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
         if not reply.priced and reply.model not in self.progress.unpriced_models:
             self.progress.unpriced_models.append(reply.model)
         self.progress.pending_messages.append(reply.assistant_message)
@@ -877,9 +875,9 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                 summary=summary,
             )
         self.progress.verification = verdict
-        self.progress.tokens_in += verdict.usage.input_tokens
-        self.progress.tokens_out += verdict.usage.output_tokens
-        self.progress.cost_usd = round(self.progress.cost_usd + verdict.cost_usd, 6)
+        self.progress.spend(
+            verdict.usage.input_tokens, verdict.usage.output_tokens, verdict.cost_usd
+        )
         self._complete_step(
             StepRecord(
                 step_id=step_id,

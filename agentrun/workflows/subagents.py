@@ -129,9 +129,7 @@ class Subagents(Recording):
                 result = await self._run_child(spec, child_id)
             finally:  # one child runs at a time: what waited under it is over
                 self.progress.child_approvals.clear()
-            self.progress.tokens_in += result.tokens_in
-            self.progress.tokens_out += result.tokens_out
-            self.progress.cost_usd = round(self.progress.cost_usd + result.cost_usd, 6)
+            self.progress.spend(result.tokens_in, result.tokens_out, result.cost_usd)
         completed = result.status == RunStatus.COMPLETED
         outcome = {"run_id": result.run_id, "status": result.status.value}
         self._complete_step(
