@@ -127,6 +127,18 @@ async def rows(pool: AsyncConnectionPool, sql: str, *params: Any) -> list[dict[s
         return [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
 
 
+async def wait_mirrored_status(
+    pool: AsyncConnectionPool, run_id: str, status: str, seconds: float = 30
+) -> dict[str, Any]:
+    """The run's mirror row once it shows `status`: the mirror's writes trail the live run."""
+
+    async def probe() -> dict[str, Any] | None:
+        found = await rows(pool, "SELECT * FROM runs WHERE run_id = %s", run_id)
+        return found[0] if found and found[0]["status"] == status else None
+
+    return await eventually(probe, seconds=seconds, what=f"the mirror to show {run_id} {status}")
+
+
 def scripted(*turns: list[tuple[str, dict[str, Any]]] | str) -> Any:
     """A model that plays `turns` in order: a list of tool calls, or a final answer's text.
 

@@ -13,7 +13,15 @@ from agentrun.dev.offline_model import OfflineModelServer, Reply, completion, of
 from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
+from tests.support import (
+    eventually,
+    make_spec,
+    rows,
+    scripted,
+    wait_mirrored_status,
+    wait_pending,
+    wait_status,
+)
 
 SUMMARY = "## Summary\nDone."
 
@@ -226,10 +234,8 @@ async def test_a_refused_key_pauses_for_an_admin_with_the_reason(client, setting
             state = await wait_status(client, started.run_id, "paused")
             assert "refused the credentials" in (state.pause_reason or "")
             assert len(model.requests) == 1, "a 401 is never retried blindly"
-            mirrored = await rows(
-                pool, "SELECT status, pause_reason FROM runs WHERE run_id = %s", started.run_id
-            )
-            assert mirrored[0]["status"] == "paused" and mirrored[0]["pause_reason"]
+            mirrored = await wait_mirrored_status(pool, started.run_id, "paused")
+            assert "refused the credentials" in (mirrored["pause_reason"] or "")
             key_fixed["yes"] = True  # the admin fixes the key, then resumes
             await ops.resume(client, started.run_id, by="admin")
             result = await result_of(client, started.run_id)

@@ -12,7 +12,15 @@ from agentrun.core.errors import OperationError
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
+from tests.support import (
+    eventually,
+    make_spec,
+    rows,
+    scripted,
+    wait_mirrored_status,
+    wait_pending,
+    wait_status,
+)
 
 SLOW_INDEX = [("index_documents", {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.4})]
 DONE = "## Summary\nIndexed the documents."
@@ -36,8 +44,7 @@ async def test_pause_stops_at_the_next_boundary_and_resume_continues(
             await asyncio.sleep(1.0)
             assert len((await ops.status(client, started.run_id)).steps) == 3, "nothing ran"
             assert len(model.requests) == 1
-            mirrored = await rows(pool, "SELECT status FROM runs WHERE run_id = %s", started.run_id)
-            assert mirrored == [{"status": "paused"}]
+            await wait_mirrored_status(pool, started.run_id, "paused")
 
             await ops.resume(client, started.run_id)
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
