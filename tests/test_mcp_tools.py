@@ -15,7 +15,8 @@ import pytest
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.tools.loading import load_registry
-from agentrun.tools.mcp import McpConnection, McpServerDied, McpServerSpec, mcp_tools
+from agentrun.tools.mcp import McpConnection, McpServerDied, mcp_tools
+from agentrun.tools.mcp_servers import McpServerSpec
 from agentrun.tools.registry import ToolRegistry
 from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, scripted, wait_pending

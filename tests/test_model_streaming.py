@@ -12,8 +12,9 @@ from dataclasses import replace
 import openai
 import pytest
 
+from agentrun.activities.model_errors import classify_model_error
 from agentrun.activities.model_stream import plain_completion, streamed_completion
-from agentrun.core.errors import PROVIDER_UNAVAILABLE, classify_model_error
+from agentrun.core.errors import PROVIDER_UNAVAILABLE
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow

@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
+from agentrun.activities.model_errors import classify_model_error
 from agentrun.core.constants import OFFLINE_MODEL
-from agentrun.core.errors import classify_model_error
 from agentrun.dev.offline_model import OfflineModelServer, Reply
 from agentrun.dev.stack import free_port
 from tests.support import NOTIFY_TASK

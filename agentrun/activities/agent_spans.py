@@ -17,14 +17,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentrun.activities.agent_metrics import count_tool_failure
-from agentrun.activities.provider_clients import ModelEndpoint
 from agentrun.core._wire import ModelCallInput, ModelCallResult, ToolCallInput, ToolCallResult
+
+if TYPE_CHECKING:  # the tool activity imports this module, and needs no model SDK
+    from agentrun.activities.provider_clients import ModelEndpoint
 
 try:  # the `otel` extra; without it there are no spans to make
     from opentelemetry import trace

@@ -15,11 +15,11 @@ from agentrun.core.constants import (
     ACTIVITY_MIRROR_SYNC,
     ACTIVITY_RECEIPT_RECORD,
 )
-from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.results import INTERRUPTED, Receipt
 from agentrun.store import ledger
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import ModelJournal
+from agentrun.store.refused_data import REFUSED_DATA_ERRORS
 
 HAPPENED = "happened before the cancel took effect (ledger)"
 NOT_HAPPENED = "did not happen: the cancel stopped it first (no ledger row)"

@@ -23,6 +23,7 @@ from temporalio import activity
 from agentrun.activities.agent_metrics import record_mirror_lag
 from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.leases import hold_lease, once_postgres_answers
+from agentrun.activities.model_errors import classify_model_error
 from agentrun.activities.model_stream import plain_completion, streamed_completion
 from agentrun.activities.proposals import proposed_call, proposed_subagent_call, subagent_schema
 from agentrun.activities.provider_clients import ModelEndpoint, ProviderClients
@@ -32,13 +33,13 @@ from agentrun.activities.verify import checks_without_judge
 from agentrun.core import errors, faults
 from agentrun.core._wire import ModelCallInput, ModelCallResult, ProposedToolCall
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, SUBAGENT_TOOL_PREFIX
-from agentrun.core.errors import classify_model_error, refused_data_is_final
 from agentrun.core.pricing import Prices, price_of, usage_of
 from agentrun.core.providers import with_retry_after_policy
 from agentrun.core.results import VerifyResult
 from agentrun.store.conversation import ConversationStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import Answer, ModelJournal
+from agentrun.store.refused_data import refused_data_is_final
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import UnknownToolError

@@ -28,12 +28,13 @@ from agentrun.activities.step_claim import StepClaim
 from agentrun.core import errors, faults, injection
 from agentrun.core._wire import ToolCallInput, ToolCallResult
 from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.core.errors import SecretUnavailable, refused_data_is_final
+from agentrun.core.errors import SecretUnavailable
 from agentrun.core.spec import JsonDict
 from agentrun.store import ledger
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.db import transaction_if_used
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore
+from agentrun.store.refused_data import refused_data_is_final
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import ToolContext, ToolRegistry
 from agentrun.tools.registry import (

@@ -18,13 +18,14 @@ import openai
 from openai.types.chat import ChatCompletion
 from temporalio import activity
 
+from agentrun.activities.model_errors import classify_model_error
 from agentrun.core._wire import VerifyInput
 from agentrun.core.constants import ACTIVITY_VERIFY_CHECK
-from agentrun.core.errors import classify_model_error, refused_data_is_final
 from agentrun.core.pricing import Prices, cost_usd, usage_of
 from agentrun.core.results import CheckOutcome, VerifyResult
 from agentrun.core.spec import JudgeSpec, VerifySpec
 from agentrun.store.model_journal import ModelJournal
+from agentrun.store.refused_data import refused_data_is_final
 from agentrun.tools import ToolRegistry
 
 JSON_BLOCK = re.compile(r"```json\s*(.*?)```", re.DOTALL)

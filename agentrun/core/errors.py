@@ -1,4 +1,5 @@
-"""Every error agentrun raises or classifies, in one place; Temporal alone owns retries.
+"""Every error agentrun raises, and every kind of failure it classifies, in one place;
+Temporal alone owns retries.
 
 Two families. Errors for people all derive from `AgentrunError`; each carries the exit code
 the `agentrun` command ends with (README "Exit codes") through one of its public subclasses,
@@ -7,19 +8,14 @@ says what to do next; any other `AgentrunError` is a runtime failure (1). Failur
 become ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
 what to do (SDK clients are built with max_retries=0); the run workflow reads them back
 with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fallback.
+(A provider's or Postgres's own exceptions are read where they are met:
+`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import math
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-import openai
-import psycopg
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 # ---------------------------------------------------------------- errors for people
@@ -158,93 +154,6 @@ FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_
 # Postgres refused the values themselves (out of range, a broken constraint): the same write
 # fails however often it is retried.
 DATA_REFUSED = "DataRefused"
-REFUSED_DATA_ERRORS = (psycopg.DataError, psycopg.IntegrityError)
-
-
-@contextlib.contextmanager
-def refused_data_is_final() -> Iterator[None]:
-    """Around an activity: Postgres refusing its data fails it at once, never retried."""
-    try:
-        yield
-    except REFUSED_DATA_ERRORS as err:
-        raise ApplicationError(
-            f"Postgres refused the data ({type(err).__name__}): {err}; no retry changes it",
-            type=DATA_REFUSED,
-            non_retryable=True,
-        ) from err
-
-
-def retry_after(err: openai.APIStatusError) -> timedelta | None:
-    """The delay the provider asks for, read as the OpenAI SDK reads it: `retry-after-ms`
-    first, then `retry-after` in seconds, then `retry-after` as an HTTP date."""
-    headers = err.response.headers
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        raw = headers.get(header)
-        if raw is None:
-            continue
-        try:
-            seconds = float(raw) / divisor
-        except ValueError:
-            continue
-        return timedelta(seconds=seconds) if math.isfinite(seconds) and seconds >= 0 else None
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(when - datetime.now(UTC), timedelta(0))
-
-
-# Statuses the OpenAI SDK itself retries (besides every 5xx): request timeout, lock timeout,
-# rate limit. Its `x-should-retry` header overrides the status either way.
-TRANSIENT_STATUSES = frozenset({408, 409, 429})
-
-
-def provider_says_retry(err: openai.APIStatusError) -> bool:
-    """Whether the OpenAI SDK would try this response again: `x-should-retry: true` or
-    `false` decides; else 408, 409, 429 and every 5xx are transient, the rest final."""
-    said = err.response.headers.get("x-should-retry")
-    if said == "true":
-        return True
-    if said == "false":
-        return False
-    return err.status_code in TRANSIENT_STATUSES or err.status_code >= 500
-
-
-def classify_model_error(err: Exception) -> ApplicationError:
-    """Turn an `openai` exception into the ApplicationError Temporal should act on: what the
-    OpenAI SDK treats as transient is retried by Temporal after the delay the provider asks
-    for; the rest fails the call at once."""
-    if not isinstance(err, openai.APIStatusError):
-        # Timeouts and dropped connections: worth another try, with backoff.
-        return ApplicationError(f"model provider unavailable: {err}", type=PROVIDER_UNAVAILABLE)
-    retry = provider_says_retry(err)
-    delay = retry_after(err) if retry else None
-    said = err.response.headers.get("x-should-retry")
-    told = f" (x-should-retry: {said})" if said in ("true", "false") else ""
-    status = err.status_code
-    if status == 429:
-        message, kind = f"model provider rate limited the call{told}: {err}", RATE_LIMITED
-    elif retry:
-        message, kind = (
-            f"model provider unavailable ({status}){told}: {err}",
-            PROVIDER_UNAVAILABLE,
-        )
-    elif status >= 500:
-        message, kind = f"model provider failed ({status}){told}: {err}", PROVIDER_UNAVAILABLE
-    elif isinstance(err, openai.AuthenticationError | openai.PermissionDeniedError):
-        message, kind = (
-            f"model provider refused the credentials ({status}): check "
-            "OPENAI_API_KEY and the model's access",
-            PERMISSION_DENIED,
-        )
-    else:
-        message, kind = f"model provider rejected the request ({status}){told}: {err}", BAD_REQUEST
-    return ApplicationError(message, type=kind, non_retryable=not retry, next_retry_delay=delay)
 
 
 def provider_too_slow(seconds: float) -> ApplicationError:

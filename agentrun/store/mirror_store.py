@@ -24,13 +24,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core import faults
 from agentrun.core._wire import MirrorBatch, RunEvent, StepRecord
-from agentrun.core.errors import REFUSED_DATA_ERRORS
 from agentrun.core.results import Receipt, RetryRecord
 from agentrun.core.spec import JsonDict
 from agentrun.core.storable import json_dumps
 from agentrun.store.db import pipelined_transaction
 from agentrun.store.group_commit import GroupCommit
 from agentrun.store.model_journal import EARLIEST_ANSWER, RECORD_ANSWER, Answer
+from agentrun.store.refused_data import REFUSED_DATA_ERRORS
 
 T = TypeVar("T")
 

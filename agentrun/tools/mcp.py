@@ -24,10 +24,8 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jsonschema
@@ -39,44 +37,15 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from agentrun.core.errors import McpSetupError
 from agentrun.core.spec import JsonDict, RiskLevel
+from agentrun.tools.mcp_servers import SEPARATOR, McpServerSpec
 from agentrun.tools.registry import Reconciled, Tool, ToolContext, ToolError
 
-SEPARATOR = "__"
 START_SECONDS = 30.0
 PING_SECONDS = 5.0
 
 
 class McpServerDied(Exception):
     """The server went away while a call was in flight: the call may or may not have run."""
-
-
-@dataclass(frozen=True)
-class McpServerSpec:
-    """`NAME=COMMAND ARGS...` (stdio) or `NAME=http(s)://...` (streamable HTTP)."""
-
-    name: str
-    command: tuple[str, ...] = ()
-    url: str | None = None
-
-    @classmethod
-    def parse(cls, raw: str) -> McpServerSpec:
-        name, sep, target = raw.partition("=")
-        name, target = name.strip(), target.strip()
-        if not sep or not name or not target:
-            raise McpSetupError(f"--mcp {raw!r}: expected NAME=COMMAND ARGS... or NAME=https://...")
-        if not name.replace("_", "").replace("-", "").isalnum() or SEPARATOR in name:
-            raise McpSetupError(
-                f"--mcp {raw!r}: the name must be letters, digits, '-' or single '_'"
-            )
-        if target.startswith(("http://", "https://")):
-            return cls(name, url=target)
-        return cls(name, command=tuple(shlex.split(target)))
-
-
-def parse_servers(raw: str) -> list[McpServerSpec]:
-    """AGENTRUN_MCP: one server per line, or several separated by ';'."""
-    parts = [p.strip() for line in raw.splitlines() for p in line.split(";")]
-    return [McpServerSpec.parse(p) for p in parts if p]
 
 
 class JsonSchemaArguments(BaseModel):

@@ -45,7 +45,7 @@ def tool_sources(
     """The flags' tools and MCP servers, else the settings' (AGENTRUN_TOOLS, AGENTRUN_MCP),
     and run_code when a sandbox image is named (--sandbox, AGENTRUN_SANDBOX)."""
     from agentrun.tools.loading import split_references
-    from agentrun.tools.mcp import parse_servers
+    from agentrun.tools.mcp_servers import parse_servers
 
     tools = args.tools or split_references(settings.tools)
     mcp = args.mcp or parse_servers(settings.mcp)

@@ -8,6 +8,7 @@ agentrun/store/tool_sets.py), then polls until `stop` is set.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -29,7 +30,7 @@ from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
-from agentrun.tools.mcp import McpServerSpec, mcp_tools
+from agentrun.tools.mcp_servers import McpServerSpec
 from agentrun.worker import fleet_gauges, garbage_collector
 from agentrun.worker.worker_factory import (
     ResourceTargets,
@@ -40,6 +41,16 @@ from agentrun.worker.worker_factory import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _mcp_tools(servers: list[McpServerSpec]) -> Any:
+    """The servers' tools, held open while the worker runs; the MCP client is loaded only when
+    a server is named (it is most of a worker's start-up imports)."""
+    if not servers:
+        return contextlib.nullcontext([])
+    from agentrun.tools.mcp import mcp_tools
+
+    return mcp_tools(servers)
 
 
 async def run_worker(
@@ -77,7 +88,7 @@ async def run_worker(
             "AGENTRUN_TOOLS; MCP servers with --mcp or AGENTRUN_MCP), or serve the demo's "
             "tools with `agentrun-worker --demo` (run_worker(demo=True))"
         )
-    async with mcp_tools(servers) as served:
+    async with _mcp_tools(servers) as served:
         registry = load_registry(sources, served)
         client = await connect(settings, identity=identity, serve_metrics=True)
         if settings.search_attributes:

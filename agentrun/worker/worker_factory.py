@@ -21,17 +21,15 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from agentrun.activities import (
-    ForkActivities,
-    MirrorActivities,
-    ModelActivities,
-    ToolActivities,
-    VerifyActivities,
-)
 from agentrun.activities.admission import AdmissionActivities
 from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.backlog import BacklogActivities
+from agentrun.activities.fork import ForkActivities
+from agentrun.activities.mirror import MirrorActivities
+from agentrun.activities.model import ModelActivities
 from agentrun.activities.provider_clients import ProviderClients
+from agentrun.activities.tools import ToolActivities
+from agentrun.activities.verify import VerifyActivities
 from agentrun.core import fairness
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SetupError

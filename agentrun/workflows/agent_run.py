@@ -37,13 +37,11 @@ from agentrun.workflows.steering import Interrupted, Steering
 from agentrun.workflows.subagents import Subagents
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.activities import (
-        ForkActivities,
-        MirrorActivities,
-        ModelActivities,
-        ToolActivities,
-        VerifyActivities,
-    )
+    # The model's and the judge's activities are called by name: their modules load the
+    # model SDK, which a client importing this workflow (the CLI) has no use for.
+    from agentrun.activities.fork import ForkActivities
+    from agentrun.activities.mirror import MirrorActivities
+    from agentrun.activities.tools import ToolActivities
     from agentrun.core import constants as names
     from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core._state import RunInput, RunProgress
@@ -413,8 +411,8 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
         started = workflow.now()
         timeouts = self.spec.timeouts
         call, carried = await self._start_step(
-            lambda mirror: workflow.start_activity_method(
-                ModelActivities.complete,
+            lambda mirror: workflow.start_activity(
+                names.ACTIVITY_MODEL_COMPLETE,
                 ModelCallInput(
                     run_id=self.run_id,
                     step_id=step_id,
@@ -432,6 +430,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                     **self._checks_for_reply(),
                     **self._subagent_tools(),
                 ),
+                result_type=ModelCallResult,
                 task_queue=fairness.model_task_queue(workflow.info().task_queue),
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
@@ -444,7 +443,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
             batch,
         )
         try:
-            reply = await self._step_result(
+            reply: ModelCallResult = await self._step_result(
                 self._model_reply_or_message(call, step_id, model or "model", started), carried
             )
         except ActivityError as err:
@@ -859,17 +858,19 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
             # Checks that are computation only (no judge, no I/O) run as a local activity,
             # inside the workflow task that asks for them: no task to dispatch and no task to
             # take the verdict, for the same record in history (a marker).
-            verdict = await workflow.execute_local_activity_method(
-                VerifyActivities.check,
+            verdict = await workflow.execute_local_activity(
+                names.ACTIVITY_VERIFY_CHECK,
                 check,
+                result_type=VerifyResult,
                 start_to_close_timeout=timeout,
                 retry_policy=retry,
                 summary=summary,
             )
         else:
-            verdict = await workflow.execute_activity_method(
-                VerifyActivities.check,
+            verdict = await workflow.execute_activity(
+                names.ACTIVITY_VERIFY_CHECK,
                 check,
+                result_type=VerifyResult,
                 start_to_close_timeout=timeout,
                 retry_policy=retry,
                 summary=summary,

@@ -23,7 +23,7 @@ from agentrun.workflows.changes import Changes
 from agentrun.workflows.run_stream import RunStream
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.activities import MirrorActivities
+    from agentrun.activities.mirror import MirrorActivities
     from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core._state import RunInput, RunProgress
     from agentrun.core._wire import (
