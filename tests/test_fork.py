@@ -35,10 +35,19 @@ async def completed_parent(client, settings, worker):
     return started.run_id
 
 
-async def side_effects(pool):
+async def side_effects(pool, of: str | None = None):
+    """The outbox and the ledger; with `of`, only a run's and its forks' rows (a fork's run id
+    holds its parent's), so another test's late write in the same database is not counted."""
+    lineage = f"%{of.removeprefix('run-')}%" if of else "%"
     return {
-        "outbox": await rows(pool, "SELECT run_id, step_id FROM outbox ORDER BY id"),
-        "ledger": await rows(pool, "SELECT run_id, step_id, tool FROM tool_ledger"),
+        "outbox": await rows(
+            pool, "SELECT run_id, step_id FROM outbox WHERE run_id LIKE %s ORDER BY id", lineage
+        ),
+        "ledger": await rows(
+            pool,
+            "SELECT run_id, step_id, tool FROM tool_ledger WHERE run_id LIKE %s ORDER BY 1, 2",
+            lineage,
+        ),
     }
 
 
@@ -50,7 +59,7 @@ async def test_fork_at_the_tool_step_with_an_edited_output(
         pool, "SELECT seq, type, name FROM steps WHERE run_id = %s ORDER BY seq", parent
     )
     send = next(s["seq"] for s in steps if s["name"] == "send_message" and s["type"] == "tool_call")
-    before = await side_effects(pool)
+    before = await side_effects(pool, parent)
     calls_before = len(model_server.requests)
 
     async with worker():
@@ -73,7 +82,7 @@ async def test_fork_at_the_tool_step_with_an_edited_output(
     assert "EDITED-IN-FORK" in (outcome.answer or "")  # the answer reflects the edit
     # Nothing before step N happened again, and step N itself was not run: the ledger and
     # the outbox are as the parent left them, and the model was asked once (the answer).
-    assert await side_effects(pool) == before
+    assert await side_effects(pool, parent) == before
     assert len(model_server.requests) == calls_before + 1
     fork_steps = await rows(
         pool, "SELECT seq, type, name, status FROM steps WHERE run_id = %s ORDER BY seq", fork
@@ -224,7 +233,7 @@ async def test_an_edit_after_a_rejected_call_lands_on_the_steps_own_call(
 ):
     with two_sends() as model:
         parent = await rejected_then_sent(client, settings, pool, worker, model)
-        before = await side_effects(pool)
+        before = await side_effects(pool, parent)
         async with worker(base_url=model.base_url):
             forked = await fork_ops.fork_run(
                 client,
@@ -241,7 +250,7 @@ async def test_an_edit_after_a_rejected_call_lands_on_the_steps_own_call(
     )
     assert step[0]["input"] == TO_BO, "the edit stands for the call step 4 made"
     assert step[0]["output"]["status"] == "EDITED"
-    assert await side_effects(pool) == before, "ana's rejected message was not sent"
+    assert await side_effects(pool, parent) == before, "ana's rejected message was not sent"
 
 
 async def test_a_fork_at_a_tool_step_without_an_edit_completes_without_a_second_effect(
@@ -249,7 +258,7 @@ async def test_a_fork_at_a_tool_step_without_an_edit_completes_without_a_second_
 ):
     with two_sends() as model:
         parent = await rejected_then_sent(client, settings, pool, worker, model)
-        before = await side_effects(pool)
+        before = await side_effects(pool, parent)
         async with worker(base_url=model.base_url):
             result = await run_cli(settings, tmp_path, "fork", parent, "--from-step", "4", "--json")
             assert result.code == 0, result.err
@@ -260,7 +269,7 @@ async def test_a_fork_at_a_tool_step_without_an_edit_completes_without_a_second_
             outcome = await finish(client, fork)
     assert outcome.status.value == "completed"
     # The send to bo happened in the parent: the fork finds its ledger row, sends nothing.
-    assert await side_effects(pool) == before
+    assert await side_effects(pool, parent) == before
     receipt = await ops.receipt(pool, fork)
     assert [(e["tool"], e["duplicate_prevented"]) for e in receipt["side_effects"]] == [
         ("send_message", True)
