@@ -280,7 +280,17 @@ async def test_a_pause_sent_with_no_worker_up_reaches_the_child_when_one_returns
                 return (await ops.status(client, run_id)).child_approvals
 
             [waiting] = await eventually(child_approval, seconds=60, what="a child's approval")
-        # No worker: the pause goes as a signal the parent keeps in its history.
+
+        # No worker: status reads the mirror, which shows the child's approval as well.
+        async def mirrored() -> Any:  # the child's own mirror write may trail its query
+            report = await ops.inspect(client, run_id, wait=2, mirror=pool)
+            assert report.source == "mirror"
+            return report.state.child_approvals
+
+        assert await eventually(mirrored, what="the mirror to show the child's approval") == [
+            waiting
+        ]
+        # The pause goes as a signal the parent keeps in its history.
         control = await ops.pause(client, run_id, by="li", wait=2)
         assert control.paused and "no worker answered" in control.message, control.message
         async with worker(base_url=model.base_url):

@@ -7,11 +7,12 @@ flight; whatever reads it says so (`"source": "mirror"`).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun.core.results import PendingApproval, RunState, StepSummary
+from agentrun.core.results import ChildApproval, PendingApproval, RunState, StepSummary
 
 RUN_SQL = """
 SELECT run_id, status, tenant, priority, user_id AS user, task, current_step_id, pause_reason,
@@ -27,6 +28,11 @@ PENDING_SQL = """
 SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
 WHERE e.run_id = %s AND e.type = 'approval.requested' AND s.status = 'waiting'
 ORDER BY e.seq DESC LIMIT 1
+"""
+# The sub-agent runs a run started (each names its run in its `subagent.started` event).
+CHILDREN_SQL = """
+SELECT DISTINCT data->>'run_id' AS run_id FROM events
+WHERE run_id = %s AND type = 'subagent.started' AND data->>'run_id' IS NOT NULL
 """
 
 
@@ -48,6 +54,7 @@ async def run_state(pool: AsyncConnectionPool, run_id: str) -> tuple[RunState, d
         steps = [StepSummary.model_validate(row) for row in await cur.fetchall()]
         await cur.execute(PENDING_SQL, (run_id,))
         pending = await cur.fetchone()
+        children = await _child_approvals(cur, run_id)
     updated_at = run.pop("updated_at")
     state = RunState.model_validate(
         {
@@ -57,6 +64,32 @@ async def run_state(pool: AsyncConnectionPool, run_id: str) -> tuple[RunState, d
             if pending
             else None,
             "pause_requested": False,
+            "child_approvals": children,
         }
     )
     return state, updated_at
+
+
+async def _child_approvals(cur: Any, run_id: str) -> list[ChildApproval]:
+    """The approvals the run's sub-agents (and theirs, all the way down) wait for, as their
+    own mirrors show them: what the live state lists, read with no worker up."""
+    found: list[ChildApproval] = []
+    seen = {run_id}
+    parents = [run_id]
+    while parents:
+        children: list[str] = []
+        for parent in parents:
+            await cur.execute(CHILDREN_SQL, (parent,))
+            children += [r["run_id"] for r in await cur.fetchall() if r["run_id"] not in seen]
+        seen.update(children)
+        for child in children:
+            await cur.execute(PENDING_SQL, (child,))
+            pending = await cur.fetchone()
+            if pending:
+                found.append(
+                    ChildApproval(
+                        run_id=child, approval=PendingApproval.model_validate(pending["data"])
+                    )
+                )
+        parents = children
+    return found
