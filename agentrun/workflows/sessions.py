@@ -42,6 +42,8 @@ with workflow.unsafe.imports_passed_through():
 
 # What a turn record keeps of the message and of the answer (the mirror has them whole).
 TURN_EXCERPT_CHARS = 2000
+# The most of a summary the run carries (and sends with every model call after it).
+SUMMARY_CHARS = 8000
 
 
 def excerpt(text: str | None) -> str | None:
@@ -180,7 +182,7 @@ class Sessions(Steering):
         )
         turns = [t.turn for t in older[progress.summarised_turns :]]
         reply = await self._summary_call(asked, turns)
-        progress.summary = reply.content or progress.summary or ""
+        progress.summary = (reply.content or progress.summary or "")[:SUMMARY_CHARS]
         progress.summary_keeps_from = keep_from
         progress.summarised_turns = len(older)
         progress.summaries += 1
