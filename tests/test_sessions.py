@@ -20,6 +20,7 @@ import pytest
 
 from agentrun import RunClient
 from agentrun.activities.model import SUMMARY_PROMPT
+from agentrun.cli.render import receipt_markdown
 from agentrun.core.errors import NotAnswered, OperationRefused, RunNotFound
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
@@ -133,6 +134,8 @@ async def test_a_session_answers_three_turns_across_a_sigkill_and_a_compaction(
 
     receipt = await ops.receipt(pool, run_id)
     assert receipt["outcome"] == "completed" and receipt["summaries"] == 1
+    markdown = receipt_markdown(receipt)
+    assert all(f"## Turn {n}" in markdown for n in (1, 2, 3)), markdown
     turns = receipt["turns"]
     assert [t["turn"] for t in turns] == [1, 2, 3]
     assert [t["asked"] for t in turns] == [TASK, f"{SECOND}", f"{THIRD}"]
@@ -232,6 +235,48 @@ async def test_chat_from_a_pipe_through_the_console_script(
     assert f"Answer to: Message from cli: {SECOND}" in out
     assert f"Answer to: Message from cli: {THIRD}" in out
     assert [t.turn for t in state.turns] == [1, 2, 3], "nothing after /exit was said"
+
+
+def sending_model(request: dict[str, Any]) -> Reply:
+    """Answers plainly, but a message asking to notify someone sends a message first."""
+    messages = request["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if "notify" in str(messages[last_user]["content"]):
+        if not any(m["role"] == "tool" for m in messages[last_user:]):
+            args = {"to": "ana@example.com", "subject": "Refunds", "body": "Hello."}
+            return completion(request, tool_calls=[("send_message", args)])
+        return completion(request, content="## Summary\nSent.\n## Actions\nsent it")
+    return session_model()(request)
+
+
+async def test_chat_shows_an_approval_inline_and_decides_it(
+    client, settings, pool, worker, tmp_path
+):
+    with OfflineModelServer(sending_model) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client,
+                make_spec(
+                    TASK,
+                    allowed_tools=["send_message"],
+                    session={"idle_timeout": 30},
+                    timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.2},
+                ),
+                task_queue=settings.task_queue,
+            )
+            await answered(client, started.run_id, 1)
+            code, out, err = await chat_cli(
+                settings, tmp_path, started.run_id, "please notify ana\n/approve\n"
+            )
+            state = await ops.status(client, started.run_id)
+            await ops.cancel(client, started.run_id)
+    assert code == 0, err
+    assert "[approval needed: send_message" in out
+    assert f"agentrun approve {started.run_id}" in out and "type /approve" in out
+    assert "[approved: the run is" in out
+    assert "Sent." in out.split("[approved")[1], "the turn went on to its answer"
+    assert [a.decision for a in state.decided] == ["approved"] and len(state.turns) == 2
+    assert state.turns[1].answer == "## Summary\nSent.\n## Actions\nsent it"
 
 
 async def test_chat_with_no_worker_says_so_and_exits(client, settings, tmp_path):
