@@ -84,7 +84,7 @@ HELPER = {
     "verify": {"max_rounds": 1},
     "timeouts": {"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
 }
-SESSION = {"idle_timeout": 1.5, "compact_after_turns": 2}
+SESSION = {"idle_timeout": 1.0, "compact_after_turns": 2}
 # What a signal that does not fit leaves behind: a refusal on the record, nothing else.
 IGNORED_ON_RECORD = {"approval.refused", "message.ignored"}
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (

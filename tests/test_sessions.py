@@ -94,9 +94,8 @@ async def test_a_session_answers_three_turns_across_a_sigkill_and_a_compaction(
             run_id = started.run_id
             first = await answered(client, run_id, 1)
             assert first.result == f"## Summary\nAnswer to: {TASK}"
-            # Idle: nothing scheduled, no worker held, only the server's timer.
-            described = await client.get_workflow_handle(run_id).describe()
-            assert not described.raw_description.pending_activities
+            # Idle: once the mirror has the answer, nothing is scheduled and no worker held.
+            await eventually(lambda: _nothing_pending(client, run_id), what="an idle session")
             said = await steering_ops.say(client, run_id, SECOND, by="ana")
             assert said.delivered == "accepted"
             await eventually(
@@ -329,3 +328,8 @@ async def _receipt(pool, run_id: str) -> dict[str, Any] | None:
         return await ops.receipt(pool, run_id)
     except ops.OperationError:
         return None
+
+
+async def _nothing_pending(client, run_id: str) -> bool:
+    raw = (await client.get_workflow_handle(run_id).describe()).raw_description
+    return not raw.pending_activities and not raw.HasField("pending_workflow_task")

@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun.core.results import WatchItem
-from agentrun.ops import steering_ops, watch
-from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS
+from agentrun.core.results import RunState, WatchItem
+from agentrun.core.states import RunStatus
+from agentrun.ops import handles, steering_ops, watch
+from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline, NoAnswer
+from agentrun.workflows import AgentRunWorkflow
 
 # How long a turn may go without a word from the run before chat says so and returns.
 ANSWER_WITHIN_SECONDS = 300.0
@@ -93,21 +96,74 @@ async def chat(
                 )
                 if not following:
                     continue
+                yield item
+                held = await _held(client, run_id, wait, item)
+                if held is not None:  # it waits for a person, as it did before the message
+                    yield held
+                    return
+                continue
             yield item
             if item.type == "session.turn_answered" and (
                 message_id is None or message_id in item.data.get("message_ids", [])
             ):
                 return
-            if item.type == "approval.requested":
-                yield note(
-                    "chat.approval_pending",
-                    **item.data,
-                    next_offset=(item.offset or 0) + 1,
-                    note=f"the turn waits for a decision: `agentrun approve {run_id} --by NAME "
-                    f"--role {item.data.get('required_role', 'approver')}` or `agentrun reject`",
-                )
+            if item.type == "approval.requested" and await _still_pending(
+                client, run_id, wait, item
+            ):
+                yield approval_pending(run_id, item.data, (item.offset or 0) + 1)
                 return
             if item.type == "receipt":
                 return
     finally:
         await items.aclose()  # type: ignore[attr-defined]
+
+
+def approval_pending(run_id: str, approval: dict[str, Any], next_offset: int) -> WatchItem:
+    role = approval.get("required_role") or "approver"
+    return note(
+        "chat.approval_pending",
+        **approval,
+        next_offset=next_offset,
+        note=f"the turn waits for a decision: `agentrun approve {run_id} --by NAME "
+        f"--role {role}` or `agentrun reject`",
+    )
+
+
+async def _state(client: Client, run_id: str, wait: float) -> RunState | None:
+    try:
+        state: RunState = await handles.ask_within(
+            client.get_workflow_handle(run_id), AgentRunWorkflow.state, Deadline(wait)
+        )
+    except NoAnswer:
+        return None
+    return state
+
+
+async def _still_pending(client: Client, run_id: str, wait: float, asked: WatchItem) -> bool:
+    """Whether the approval the stream shows asked is still undecided (a chat that follows
+    on after deciding it reads its request again)."""
+    state = await _state(client, run_id, wait)
+    pending = state.pending_approval if state is not None else None
+    return state is None or (
+        pending is not None and pending.approval_id == asked.data.get("approval_id")
+    )
+
+
+async def _held(client: Client, run_id: str, wait: float, received: WatchItem) -> WatchItem | None:
+    """What the run waited for when the message came, if a person must act first: an
+    approval asked before the message (so not on the stream after it), or a pause."""
+    state = await _state(client, run_id, wait)
+    if state is None:
+        return None
+    after = (received.offset or 0) + 1
+    if state.pending_approval is not None:
+        return approval_pending(run_id, state.pending_approval.model_dump(mode="json"), after)
+    if state.status == RunStatus.PAUSED:
+        return note(
+            "chat.no_answer",
+            reason="paused",
+            next_offset=after,
+            note=f"run {run_id} is paused ({state.pause_reason or 'on request'}): it takes the "
+            f"message once resumed (`agentrun resume {run_id}`)",
+        )
+    return None
