@@ -27,7 +27,7 @@ from agentrun.ops import operations as ops
 from agentrun.ops import steering_ops
 from agentrun.workflows import AgentRunWorkflow
 from tests.recorded import replayer
-from tests.support import eventually, make_spec, rows
+from tests.support import eventually, make_spec, rows, wait_pending
 from tests.test_crash_recovery import ROOT, start_worker_process
 
 TASK = "Tell me about refunds."
@@ -276,6 +276,30 @@ async def test_chat_shows_an_approval_inline_and_decides_it(
     assert "Sent." in out.split("[approved")[1], "the turn went on to its answer"
     assert [a.decision for a in state.decided] == ["approved"] and len(state.turns) == 2
     assert state.turns[1].answer == "## Summary\nSent.\n## Actions\nsent it"
+
+
+async def test_chat_to_a_turn_held_by_an_approval_says_so_at_once(client, settings, worker):
+    """The approval was asked before the message: chat reports it pending without waiting."""
+    with OfflineModelServer(sending_model) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client,
+                make_spec(
+                    "please notify ana",
+                    allowed_tools=["send_message"],
+                    session={"idle_timeout": 30},
+                ),
+                task_queue=settings.task_queue,
+            )
+            await wait_pending(client, started.run_id)
+            async with RunClient(client, settings) as runs:
+                begun = asyncio.get_running_loop().time()
+                items = [i async for i in runs.chat(started.run_id, "still there?")]
+                took = asyncio.get_running_loop().time() - begun
+            await ops.cancel(client, started.run_id)
+    assert [i.type for i in items] == ["chat.said", "message.received", "chat.approval_pending"]
+    assert items[-1].data["tool"] == "send_message" and took < 10, (items[-1], took)
+    assert items[-1].data["next_offset"] == (items[1].offset or 0) + 1
 
 
 async def test_chat_with_no_worker_says_so_and_exits(client, settings, tmp_path):
