@@ -49,6 +49,7 @@ from agentrun.core.version_branches import PatchInventory
 from agentrun.ops import (
     approver_keys,
     backlog_ops,
+    chat_ops,
     door,
     fork_ops,
     steering_ops,
@@ -283,6 +284,46 @@ class RunClient:
             tenant=self.tenant,
             mirror=await self._mirror(),
         )
+
+    def chat(
+        self,
+        run_id: str,
+        message: str | None,
+        *,
+        by: str = "cli",
+        from_offset: int = 0,
+        wait: float = DEFAULT_WAIT_SECONDS,
+        answer_within: float = chat_ops.ANSWER_WITHIN_SECONDS,
+    ) -> AsyncIterator[WatchItem]:
+        """Say `message` to the run and follow it until it has answered: its events and model
+        text, ending with a session's `session.turn_answered` (or the run's end and receipt).
+        Ends early, saying why, with `chat.approval_pending` (decide, then follow on with
+        `message=None, from_offset=` its `next_offset`) or `chat.no_answer` (no worker took
+        the message, or nothing came for `answer_within` seconds). docs/steering.md."""
+        return self._chat(run_id, message, by, from_offset, wait, answer_within)
+
+    async def _chat(
+        self,
+        run_id: str,
+        message: str | None,
+        by: str,
+        from_offset: int,
+        wait: float,
+        answer_within: float,
+    ) -> AsyncIterator[WatchItem]:
+        items = chat_ops.chat(
+            await self.temporal(wait),
+            run_id,
+            message,
+            by=by,
+            from_offset=from_offset,
+            wait=wait,
+            answer_within=answer_within,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+        async for item in items:
+            yield item
 
     async def cancel(self, run_id: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> str:
         """End the run as cancelled (it writes its receipt); returns what happened."""

@@ -24,6 +24,7 @@ from agentrun.core.spec import (
     FailurePolicy,
     ModelSettings,
     RunSpec,
+    SessionSpec,
     StepTimeouts,
     Strict,
     SubagentLimits,
@@ -61,6 +62,9 @@ class Agent(Strict):
     on_message: Literal["queue", "interrupt"] = Field(
         "queue", description="what a message said to its runs does (docs/steering.md)"
     )
+    session: SessionSpec | None = Field(
+        None, description="its runs stay open for the next message (docs/steering.md)"
+    )
     subagents: list[str] = Field(
         default_factory=list,
         description="agents (by name, from the same profiles) it may delegate to, each as a "
@@ -72,13 +76,15 @@ class Agent(Strict):
         Fields added since hashes were first given leave them as they were at their default."""
         unset = {"on_message"} if self.on_message == "queue" else set()
         unset |= set() if self.subagents else {"subagents"}
+        unset |= set() if self.session else {"session"}
         canonical = json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def spec_fields(self, agents: dict[str, Agent] | None = None, depth: int = 0) -> dict[str, Any]:
         """The run-spec fields this profile sets; its sub-agents' from `agents` (the profiles
         it was loaded with), to the depth the limits allow."""
-        fields = self.model_dump(mode="json", exclude={"name", "tools", "subagents"})
+        unset = set() if self.session else {"session"}
+        fields = self.model_dump(mode="json", exclude={"name", "tools", "subagents", *unset})
         if self.subagents and agents is not None:
             fields["subagents"] = subagent_fields(self, agents, depth)
         return {

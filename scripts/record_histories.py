@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from pydantic import BaseModel  # noqa: E402
 
 import agentrun.demo  # noqa: E402
+from agentrun.activities.model import SUMMARY_PROMPT  # noqa: E402
 from agentrun.core import approval_signatures  # noqa: E402
 from agentrun.core._state import RunInput  # noqa: E402
 from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
@@ -145,6 +146,27 @@ async def steered(client: Client, run_id: str) -> None:
     await steering_ops.say(client, run_id, SAID, by="ana")
 
 
+async def session_turns(client: Client, run_id: str) -> None:
+    """A session: its task answered, then two messages, each a turn; after the second the
+    first is summarised and the session continues as new; idle, it completes."""
+
+    async def answered(turns: int) -> bool:
+        state = await ops.status(client, run_id)
+        done = [t for t in state.turns if t.answered_at is not None]
+        return len(done) >= turns and state.status.value == "waiting_for_message"
+
+    async def compacted() -> bool:
+        return any(s.name == "summary" for s in (await ops.status(client, run_id)).steps)
+
+    await _until(lambda: answered(1), "turn 1")
+    await steering_ops.say(client, run_id, "What about exchanges?", by="ana")
+    await _until(lambda: answered(2), "turn 2")
+    await _until(compacted, "the compaction")
+    await _until(lambda: answered(2), "the continuation")
+    await steering_ops.say(client, run_id, "And gift cards?", by="ana")
+    await _until(lambda: answered(3), "turn 3")
+
+
 async def finishes_alone(client: Client, run_id: str) -> None:
     """Nothing to decide: the run goes to its end by itself."""
 
@@ -215,6 +237,7 @@ LONG_TASK = "Search the notes twelve times."
 # in tests/histories/archive/ (docs/versioning.md).
 STEER_TASK = "Summarize the refund policy (steered)."
 SAID = "Only look at the 2025 policy."
+SESSION_TASK = "Tell me about refunds (a session)."
 LEAD_TASK = "Ask both helpers and report."
 LEAD = Agent(name="lead", instructions="You lead.", subagents=["alpha", "beta"])
 TEAM = {
@@ -293,6 +316,16 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         SENDER_LEAD.spec(SENDER_LEAD_TASK, agents=SENDER_TEAM),
         subagent_paused_and_approved,
     ),
+    # Recorded after sessions (issue 29): three turns, a summary and a continue-as-new
+    # between the second and the third (its first run's history too), the idle end.
+    "session_compacted": (
+        RunSpec(
+            task=SESSION_TASK,
+            allowed_tools=[],
+            session={"idle_timeout": 5, "compact_after_turns": 2},
+        ),
+        session_turns,
+    ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
@@ -305,7 +338,12 @@ SWEEP_SECONDS = {"terminated_holding_slot": 1.0}
 
 def model_for_scenarios(request: dict[str, Any]) -> Reply:
     """The offline planner, except that the forum task reads the forum page first."""
+    if request["messages"][0]["content"] == SUMMARY_PROMPT:
+        return completion(request, content="They asked about refunds and exchanges.")
     task = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    if task == SESSION_TASK:
+        asked = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
+        return completion(request, content=f"## Summary\nAnswer to: {asked}")
     if task == FORUM_TASK:
         if not any(m["role"] == "tool" for m in request["messages"]):
             url = "https://example.com/forum/post-7"

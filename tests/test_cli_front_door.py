@@ -43,6 +43,7 @@ SERVED_BY = {
     "resume": {"resume"},
     "cancel": {"cancel"},
     "say": {"say"},
+    "chat": {"chat", "approve", "reject"},
     "status": {"inspect"},
     "receipt": {"receipt"},
     "mirror": {"check_mirror", "rebuild_mirror"},

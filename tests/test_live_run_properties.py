@@ -57,8 +57,9 @@ from agentrun.core.results import DecisionResult, SayResult, WatchItem
 from agentrun.core.settings import Settings
 from agentrun.core.spec import RunSpec
 from agentrun.core.states import RunStatus, is_terminal
+from agentrun.core.storable import NUL_SPELLED_OUT
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import fork_ops, steering_ops
+from agentrun.ops import chat_ops, fork_ops, steering_ops
 from agentrun.ops import operations as ops
 from agentrun.ops import watch as run_watch
 from agentrun.store.db import install_tool_schema, open_pool
@@ -83,6 +84,7 @@ HELPER = {
     "verify": {"max_rounds": 1},
     "timeouts": {"heartbeat_seconds": 2, "initial_retry_seconds": 0.1, "max_attempts": 2},
 }
+SESSION = {"idle_timeout": 1.0, "compact_after_turns": 2}
 # What a signal that does not fit leaves behind: a refusal on the record, nothing else.
 IGNORED_ON_RECORD = {"approval.refused", "message.ignored"}
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
@@ -223,6 +225,7 @@ class LiveRun(RuleBasedStateMachine):
         self.live = LIVE
         self.refused: list[str] = []
         self.reported: dict[str, Any] = {}  # what each command that was not refused said
+        self.answered: dict[str, Any] = {}  # a chat's message id -> the turn that answered it
         self.count = 0
 
     def by(self, action: str) -> str:
@@ -248,9 +251,15 @@ class LiveRun(RuleBasedStateMachine):
         budget=st.sampled_from([None, None, 60]),
         on_message=st.sampled_from(["queue", "interrupt"]),
         helpers=st.booleans(),
+        session=st.booleans(),
     )
     def start(
-        self, script: list[tuple[Any, ...]], budget: int | None, on_message: str, helpers: bool
+        self,
+        script: list[tuple[Any, ...]],
+        budget: int | None,
+        on_message: str,
+        helpers: bool,
+        session: bool,
     ) -> None:
         marker = uuid.uuid4().hex[:12]
         if helpers:  # it delegates first, so the sub-agent's run is under test every time
@@ -267,6 +276,9 @@ class LiveRun(RuleBasedStateMachine):
             verify={"max_rounds": 1},
             on_message=on_message,
             subagents={"helper": HELPER} if helpers else {},
+            # A session (issue 29): it waits for the next message after each answer, and
+            # compacts (a summary call, continue-as-new) every second turn.
+            session=SESSION if session else None,
         )
         started = self.live.call(
             ops.start_run(self.live.client, spec, task_queue=self.live.task_queue)
@@ -288,6 +300,23 @@ class LiveRun(RuleBasedStateMachine):
         """A message to the run (issue 29): taken at its next model call, or it interrupts."""
         who = self.by("say")
         self.attempt(who, steering_ops.say(self.live.client, self.run_id, f"hi from {who}", by=who))
+
+    @rule()
+    def chat(self) -> None:
+        """A chat turn (issue 29): the message said, its answer followed on the live stream."""
+        who = self.by("chat")
+
+        async def turn() -> SayResult:
+            items = chat_ops.chat(
+                self.live.client, self.run_id, f"chat from {who}", by=who, answer_within=2
+            )
+            seen = [item async for item in items]
+            said = SayResult.model_validate(seen[0].data)
+            if seen[-1].type == "session.turn_answered":
+                self.answered[said.message_id] = seen[-1].data
+            return said
+
+        self.attempt(who, turn())
 
     @rule()
     def cancel(self) -> None:
@@ -468,6 +497,7 @@ class LiveRun(RuleBasedStateMachine):
         # A refused signal is recorded (approval.refused, message.ignored) and nothing else.
         assert all(kind in IGNORED_ON_RECORD for kind, _ in traces), traces
         self.check_messages(receipt, await _ignored_messages(pool, run_id))
+        self.check_turns(receipt)
         await self.check_children(receipt)
 
     async def check_children(self, receipt: dict[str, Any]) -> None:
@@ -506,6 +536,19 @@ class LiveRun(RuleBasedStateMachine):
         for seq in taken:
             assert seq not in steps or steps[seq]["type"] == "model_call", (seq, steps)
 
+    def check_turns(self, receipt: dict[str, Any]) -> None:
+        """A session's receipt has a section per turn, numbered in order, each turn's steps
+        after the last's; every turn a chat saw answered is there, with the same answer."""
+        turns = receipt["turns"]
+        assert [t["turn"] for t in turns] == list(range(1, len(turns) + 1)), turns
+        firsts = [t["first_step"] for t in turns]
+        assert firsts == sorted(firsts), turns
+        for message_id, seen in self.answered.items():
+            [turn] = [t for t in turns if message_id in t["message_ids"]]
+            # The mirror spells a NUL out (agentrun/core/storable.py); the stream has it raw.
+            answer = (seen["answer"] or "").replace("\x00", NUL_SPELLED_OUT)
+            assert turn["turn"] == seen["turn"] and turn["answer"] == answer, (turn, seen)
+
     async def drive_to_end(self, run_id: str | None = None) -> str:
         """Answer whatever the run waits for until it ends; it must never sit stuck."""
         run_id = run_id or self.run_id
@@ -521,7 +564,9 @@ class LiveRun(RuleBasedStateMachine):
             if is_terminal(state.status):
                 await asyncio.sleep(0.1)
                 continue
-            if state.pending_approval is not None:
+            if state.status == RunStatus.WAITING_FOR_MESSAGE:
+                pass  # a session between turns: its idle timer ends it (the deadline bounds it)
+            elif state.pending_approval is not None:
                 await self.quietly(ops.approve(client, run_id, by="closer", role="approver"))
             elif state.pause_requested:
                 await self.quietly(ops.resume(client, run_id, by="closer"))

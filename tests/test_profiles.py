@@ -82,8 +82,21 @@ def test_a_profile_sets_what_a_message_to_its_runs_does():
     assert interrupting.spec("t").on_message == "interrupt"
     before = hashlib.sha256(
         json.dumps(
-            plain.model_dump(mode="json", exclude={"on_message", "subagents"}), sort_keys=True
+            plain.model_dump(mode="json", exclude={"on_message", "subagents", "session"}),
+            sort_keys=True,
         ).encode()
     ).hexdigest()[:16]
     assert plain.profile_hash() == before
     assert interrupting.profile_hash() != before
+
+
+def test_a_profile_makes_its_runs_sessions():
+    """`session` (docs/steering.md) reaches the run's spec, a span read as seconds; unset, it
+    leaves the profile's hash and spec as they were before the field existed."""
+    plain = Agent(name="a", instructions="Be brief.")
+    chatty = Agent(name="a", instructions="Be brief.", session={"idle_timeout": "30m"})
+    assert "session" not in plain.spec_fields() and plain.spec("t").session is None
+    session = chatty.spec("t").session
+    assert session is not None and session.idle_timeout == 1800
+    assert session.compact_after_turns == 20
+    assert chatty.profile_hash() != plain.profile_hash()

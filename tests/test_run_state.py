@@ -24,6 +24,7 @@ from agentrun.core.results import (
     PendingApproval,
     RefusedDecision,
     RunMessage,
+    SessionTurn,
     SideEffectRecord,
     StepSummary,
     VerifyResult,
@@ -152,6 +153,30 @@ def every_field_set() -> RunProgress:
                 interrupted_step="0002-model_call",
             )
         ],
+        turns=[
+            SessionTurn(
+                turn=1,
+                message_ids=["m1"],
+                asked="Use the 2025 policy.",
+                answer="## Summary",
+                answer_chars=10,
+                first_step=1,
+                last_step=3,
+                model_calls=1,
+                tokens=150,
+                cost_usd=0.25,
+                started_at=now,
+                answered_at=now,
+                first_message=3,
+            )
+        ],
+        turn_start=(3, 150, 0.25),
+        idle_since=now,
+        summary="they asked about refunds",
+        summary_keeps_from=3,
+        summarised_turns=1,
+        compacted_at_turn=2,
+        summaries=1,
         duplicates_prevented=1,
         inherited_effects=["a" * 32],
         side_effects=[

@@ -165,7 +165,9 @@ class Stack:
 STACK: Stack | None = None
 keys = st.sampled_from(["k1", "k2", "k3"])
 who = st.sampled_from([0, 1, 2])
-reads = st.sampled_from(["status", "receipt", "watch", "pause", "cancel", "approve", "fork", "say"])
+reads = st.sampled_from(
+    ["status", "receipt", "watch", "pause", "cancel", "approve", "fork", "say", "chat"]
+)
 
 
 class Tenants(RuleBasedStateMachine):
@@ -370,7 +372,7 @@ class Tenants(RuleBasedStateMachine):
     @rule(t=who, run=runs, action=reads)
     def act(self, t: int, run: Run, action: str) -> None:
         tenant = self.tenants[t]
-        if run.tenant == tenant and action in ("pause", "cancel", "approve", "fork", "say"):
+        if run.tenant == tenant and action in ("pause", "cancel", "approve", "fork", "say", "chat"):
             return  # owners' own changes are not under test here: others' are
         try:
             self.call(self.try_(tenant, action, run.run_id))
@@ -396,6 +398,13 @@ class Tenants(RuleBasedStateMachine):
             try:
                 items = runs.watch(run_id)
                 return await asyncio.wait_for(anext(items), WAIT)
+            finally:
+                await runs.close()
+        if action == "chat":  # a chat turn (issue 29): its message said, as `say` says one
+            runs = self.stack.runs_for(tenant)
+            try:
+                chat = runs.chat(run_id, "from another tenant", by="mallory", wait=WAIT)
+                return await asyncio.wait_for(anext(chat), WAIT * 2)
             finally:
                 await runs.close()
         if action == "pause":

@@ -31,11 +31,18 @@ from agentrun.activities.retry_notes import announce_retry
 from agentrun.activities.text_stream import text_pieces
 from agentrun.activities.verify import checks_without_judge
 from agentrun.core import errors, faults
-from agentrun.core._wire import ModelCallInput, ModelCallResult, ProposedToolCall
+from agentrun.core._wire import (
+    ConversationCut,
+    ModelCallInput,
+    ModelCallResult,
+    ProposedToolCall,
+    SummaryRequest,
+)
 from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE, SUBAGENT_TOOL_PREFIX
 from agentrun.core.pricing import Prices, price_of, usage_of
 from agentrun.core.providers import with_retry_after_policy
 from agentrun.core.results import VerifyResult
+from agentrun.core.spec import JsonDict
 from agentrun.store.conversation import ConversationStore
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.store.model_journal import Answer, ModelJournal
@@ -203,10 +210,16 @@ class ModelActivities:
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
         tools += [subagent_schema(name) for name in input.subagents]
         messages = input.messages
-        if messages is None:
+        if input.summarize is not None:
+            tools = []
+            told = await self.conversation.extend(input.run_id, input.summarize.end, [])
+            messages = summary_request(told, input.summarize)
+        elif messages is None:
             messages = await self.conversation.extend(
                 input.run_id, input.first_index, input.new_messages
             )
+        if input.cut is not None and input.summarize is None:
+            messages = compacted(messages, input.cut)
         request: dict[str, Any] = {
             "model": model,
             "messages": messages,
@@ -282,6 +295,42 @@ class ModelActivities:
                         scope.redact(json.loads(function["arguments"]))
                     )
         return ChatCompletion.model_validate(scope.redact(raw))
+
+
+SUMMARY_PROMPT = (
+    "You keep the memory of a long conversation between a person and an agent. Summarise "
+    "the conversation below (and the summary so far, if any) in at most 300 words: what the "
+    "person asked, what the agent found, answered and did, and any facts, names, numbers or "
+    "decisions a later turn may need. Reply with the summary only."
+)
+# What one message may put into a summary request: the store keeps its whole text.
+SUMMARY_MESSAGE_CHARS = 4000
+
+
+def summary_request(conversation: list[JsonDict], asked: SummaryRequest) -> list[JsonDict]:
+    """The messages of a session's summary call: the turns to summarise, as a transcript."""
+    lines = []
+    if asked.previous:
+        lines.append(f"Summary so far:\n{asked.previous}\n")
+    for message in conversation[asked.first : asked.end]:
+        content = message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            calls = [c.get("function", {}).get("name") for c in message.get("tool_calls") or []]
+            content = f"(called {', '.join(str(c) for c in calls)})" if calls else None
+        if content:
+            lines.append(f"{message.get('role', 'user')}: {content[:SUMMARY_MESSAGE_CHARS]}")
+    return [
+        {"role": "system", "content": SUMMARY_PROMPT},
+        {"role": "user", "content": "\n".join(lines) or "(nothing was said)"},
+    ]
+
+
+def compacted(conversation: list[JsonDict], cut: ConversationCut) -> list[JsonDict]:
+    """What a compacted session's model reads: its system message, the summary of the
+    older turns, and the conversation from the cut on, word for word."""
+    said = f"Earlier in this conversation (summarised):\n{cut.summary}"
+    summary = {"role": "system", "content": said}
+    return [*conversation[:1], summary, *conversation[cut.keep_from :]]
 
 
 def final_answer_verdict(

@@ -19,7 +19,14 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from agentrun.cli import approvers_cli, backlog_cli, deploy_cli, sandbox_cli, tenants_cli
+from agentrun.cli import (
+    approvers_cli,
+    backlog_cli,
+    chat_cli,
+    deploy_cli,
+    sandbox_cli,
+    tenants_cli,
+)
 from agentrun.cli.cli_options import add_decider, add_json, add_tenant, add_wait, count, emit
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.log_setup import LEVELS
@@ -49,6 +56,7 @@ SCOPED = {
     "resume",
     "cancel",
     "say",
+    "chat",
     "status",
     "receipt",
     "list",
@@ -646,6 +654,7 @@ COMMANDS: dict[str, Command] = {
     "resume": cmd_pause,
     "cancel": cmd_cancel,
     "say": cmd_say,
+    "chat": chat_cli.cmd_chat,
     "status": cmd_status,
     "receipt": cmd_receipt,
     "mirror": cmd_mirror,
@@ -771,6 +780,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("message", help="what the agent should know (a user message)")
     p.add_argument("--by", default="cli", help="who says it (shown in status and the receipt)")
     add_tenant(p)
+    chat_cli.add_parser(command)
     p = command("mirror", "compare a run's mirror with its history, or rebuild it")
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")

@@ -71,6 +71,12 @@ def run_state(state: RunState) -> str:
     for m in state.messages:
         lines.append(f"message {m.message_id[:8]} from {m.by} at {m.received_at}: {m.text[:200]}")
         lines.append("  " + message_fate(m.model_dump(mode="json")))
+    if state.turns:  # a session
+        last = state.turns[-1]
+        lines.append(f"session: {len(state.turns)} turns")
+        if state.status.value == "waiting_for_message":
+            lines.append(f"waiting for a message: agentrun chat {state.run_id}")
+            lines.append(f"  turn {last.turn} answered: {(last.answer or '')[:200]}")
     if state.error:
         lines.append(f"error: {state.error}")
     lines.append("")
@@ -156,6 +162,21 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
             f"- from {m['by']} at {m['received_at']}: {m['text']}\n  ({message_fate(m)})"
             for m in r["messages"]
         ]
+    for t in r.get("turns") or []:  # a session's (spec `session`): a section per turn
+        steps = f"steps {t['first_step']}-{t['last_step'] or '…'}"
+        out += [
+            "",
+            f"## Turn {t['turn']}",
+            "",
+            f"- **Asked:** {t.get('asked') or '-'}",
+            f"- **Took:** {steps}, {t['model_calls']} model calls, {t['tokens']} tokens, "
+            f"${t['cost_usd']:.6f}",
+            f"- **Answered:** {t.get('answered_at') or 'not yet'}",
+            "",
+            t.get("answer") or "(no answer)",
+        ]
+    if r.get("turns"):
+        out += ["", f"Summaries of older turns: {r.get('summaries', 0)}"]
     out += ["", "## Retries"]
     out += [f"- {x['step_id']}: {x['attempts']} attempts; {x['reason']}" for x in r["retries"]] or [
         "- none"

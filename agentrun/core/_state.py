@@ -24,6 +24,7 @@ from agentrun.core.results import (
     PendingApproval,
     RefusedDecision,
     RunMessage,
+    SessionTurn,
     SideEffectRecord,
     StepSummary,
     VerifyResult,
@@ -110,6 +111,19 @@ class RunProgress(BaseModel):
     child_approvals: list[ChildApproval] = Field(
         default_factory=list, description="approvals its sub-agents' runs wait for"
     )
+    # A session's (spec `session`; agentrun/workflows/sessions.py).
+    turns: list[SessionTurn] = Field(default_factory=list, description="a session's turns")
+    turn_start: tuple[int, int, float] = Field(
+        (0, 0, 0.0), description="model calls, tokens and cost before the open turn began"
+    )
+    idle_since: datetime | None = Field(None, description="when the last turn answered")
+    summary: str | None = Field(None, description="the summary of a session's older turns")
+    summary_keeps_from: int = Field(
+        0, description="the conversation position the model reads word for word from"
+    )
+    summarised_turns: int = Field(0, description="turns the summary covers")
+    compacted_at_turn: int = Field(0, description="the turn count at the last compaction")
+    summaries: int = Field(0, description="summary model calls made")
 
 
 class RunInput(RunSpec):

@@ -96,6 +96,22 @@ class MirrorBatch(BaseModel):
     )
 
 
+class ConversationCut(BaseModel):
+    """A session's compacted conversation: the model reads the first message (the system
+    message), the summary, then the conversation from `keep_from` on. The store keeps it all."""
+
+    summary: str
+    keep_from: int = Field(ge=1)
+
+
+class SummaryRequest(BaseModel):
+    """Summarise the conversation from `first` to before `end` (with the summary so far)."""
+
+    first: int = Field(ge=1)
+    end: int = Field(ge=1)
+    previous: str | None = None
+
+
 class ModelCallInput(BaseModel):
     run_id: str
     step_id: str
@@ -129,6 +145,12 @@ class ModelCallInput(BaseModel):
     )
     provider: str | None = Field(
         None, description="the worker's named provider to call; None: its default client"
+    )
+    cut: ConversationCut | None = Field(
+        None, description="a session's: read the conversation compacted (its summary)"
+    )
+    summarize: SummaryRequest | None = Field(
+        None, description="a session's compaction: summarise these turns instead of replying"
     )
 
 

@@ -68,7 +68,11 @@ def plan(origin: ForkOrigin, steps: list[StepRecord], conversation: list[JsonDic
             f"steps up to {n} of {parent} are not all recorded as finished "
             f"({', '.join(unfinished) or target.step_id}); fork once they are"
         )
-    answered = [s for s in seeded if s.type == "model_call" and s.status == "completed"]
+    answered = [
+        s
+        for s in seeded
+        if s.type == "model_call" and s.status == "completed" and not is_summary(s)
+    ]
     replies = [i for i, m in enumerate(conversation) if m.get("role") == "assistant"]
     if target.type == "model_call":
         k = len(answered)
@@ -95,6 +99,12 @@ def plan(origin: ForkOrigin, steps: list[StepRecord], conversation: list[JsonDic
     if len(results) < j or any(m.get("role") != "tool" for m in results):
         raise ForkError(f"{parent}'s conversation lacks the results of the calls before step {n}")
     return ForkPlan(seeded, conversation[: reply_at + 1 + j], len(answered), calls[j:], target)
+
+
+def is_summary(step: StepRecord) -> bool:
+    """A session's summary call (agentrun/workflows/sessions.py): a model step that added no
+    reply to the conversation."""
+    return isinstance(step.output, dict) and "summarised_turns" in step.output
 
 
 def _call_of(target: StepRecord, calls: list[JsonDict], before: list[StepRecord]) -> int | None:

@@ -136,6 +136,30 @@ class RunMessage(BaseModel):
     )
 
 
+class SessionTurn(BaseModel):
+    """One turn of a session (spec `session`): what was asked, what it answered, and what
+    that took. Kept small (excerpts) in the run's state; the full text is in the mirror
+    (the `conversation` table, and each model call step's output)."""
+
+    turn: int = Field(ge=1)
+    message_ids: list[str] = Field(
+        default_factory=list, description="the messages it answered (none: the run's task)"
+    )
+    asked: str | None = Field(None, description="the message's text, cut to 2,000 characters")
+    answer: str | None = Field(None, description="its answer, cut to 2,000 characters")
+    answer_chars: int = 0
+    first_step: int = Field(description="its first step's number")
+    last_step: int | None = Field(None, description="its last step's number; None: in progress")
+    model_calls: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    started_at: datetime
+    answered_at: datetime | None = None
+    first_message: int = Field(
+        0, description="where its user message sits in the conversation (for compaction)"
+    )
+
+
 class SayResult(BaseModel):
     run_id: str
     message_id: str
@@ -190,6 +214,9 @@ class RunState(BaseModel):
     )
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run, and when each was taken"
+    )
+    turns: list[SessionTurn] = Field(
+        default_factory=list, description="a session's turns (spec `session`), oldest first"
     )
 
 
@@ -264,6 +291,10 @@ class Receipt(BaseModel):
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run, and when each was taken"
     )
+    turns: list[SessionTurn] = Field(
+        default_factory=list, description="a session's turns, one section each (spec `session`)"
+    )
+    summaries: int = Field(0, description="how many times a session's older turns were summarised")
 
 
 class RunResult(BaseModel):

@@ -85,6 +85,12 @@ def current_details(run_id: str, progress: RunProgress) -> str:
             f'--role {pending.required_role} --reason "..."`',
         ]
         return "\n\n".join(lines)
+    if status == RunStatus.WAITING_FOR_MESSAGE:
+        turns = len(progress.turns)
+        return (
+            f"**Waiting for a message** (turn {turns} answered): "
+            f'`agentrun chat {run_id}`, or `agentrun say {run_id} "..."`'
+        )
     if status == RunStatus.PAUSED:
         return (
             f"**Paused**{': ' + pause_reason if pause_reason else ''}. "

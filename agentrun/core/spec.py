@@ -8,10 +8,11 @@ the workflow generation, the tenant's weight) is on the private `RunInput`
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_TASK_CHARS = 20_000
 
@@ -161,6 +162,43 @@ class SubagentLimits(Strict):
     max_calls: int = Field(8, ge=1, le=100, description="sub-agent runs one run may start")
 
 
+# A session's idle timeout written as a span: 90s, 30m, 24h, 7d (a bare number is seconds).
+_SPAN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*")
+_SPAN_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class SessionSpec(Strict):
+    """A run that stays open after its answer, for the next message (docs/steering.md)."""
+
+    idle_timeout: float = Field(
+        gt=0,
+        le=90 * 86400,
+        description="seconds (or a span: 90s, 30m, 24h, 7d) the session waits for the next "
+        "message after an answer, holding no worker; then it completes with its receipt",
+    )
+    compact_after_turns: int = Field(
+        20,
+        ge=2,
+        le=1000,
+        description="after this many turns since the last compaction, older turns are "
+        "summarised by a model call and the session continues as new (sooner when Temporal "
+        "suggests its history is long); the full text stays in the mirror",
+    )
+    keep_turns: int = Field(
+        1, ge=1, le=50, description="the latest turns the model still reads word for word"
+    )
+
+    @field_validator("idle_timeout", mode="before")
+    @classmethod
+    def _a_span(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        match = _SPAN.fullmatch(value)
+        if not match:
+            raise ValueError(f"{value!r} is not a span: write it like 90s, 30m, 24h or 7d")
+        return float(match[1]) * _SPAN_SECONDS[match[2]]
+
+
 # What only the engine sets, on the private `RunInput` (agentrun/core/_state.py). A spec
 # written before they moved there holds each as null, and still loads; a value is refused.
 ENGINE_ONLY = (
@@ -222,6 +260,11 @@ class RunSpec(Strict):
         description="a message said to the run while it works (`agentrun say`): queue, the "
         "model reads it at its next call; interrupt, the model call in flight is cancelled "
         "and the run replans with it (docs/steering.md)",
+    )
+    session: SessionSpec | None = Field(
+        None,
+        description="keep the run open after each answer for the next message (`agentrun "
+        "chat`, `say`), until it is idle this long; None: the run ends with its answer",
     )
 
     @model_validator(mode="before")

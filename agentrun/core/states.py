@@ -12,6 +12,8 @@ class RunStatus(StrEnum):
     WAITING_FOR_APPROVAL = "waiting_for_approval"
     VERIFYING = "verifying"
     PAUSED = "paused"
+    # A session (spec `session`) that has answered and waits for the next message.
+    WAITING_FOR_MESSAGE = "waiting_for_message"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -31,7 +33,9 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.WAITING_FOR_APPROVAL: frozenset(
         {S.WAITING_FOR_TOOL, S.PLANNING, S.VERIFYING, S.PAUSED, S.FAILED, S.CANCELLED}
     ),
-    S.VERIFYING: frozenset({S.COMPLETED, S.PLANNING, *_ENDINGS}),
+    S.VERIFYING: frozenset({S.COMPLETED, S.PLANNING, S.WAITING_FOR_MESSAGE, *_ENDINGS}),
+    # A session's next message starts a turn; an idle timeout completes it.
+    S.WAITING_FOR_MESSAGE: frozenset({S.PLANNING, S.COMPLETED, *_ENDINGS}),
     # Resume returns to whatever the next step needs.
     S.PAUSED: frozenset(
         {S.PLANNING, S.WAITING_FOR_TOOL, S.WAITING_FOR_APPROVAL, S.VERIFYING, S.FAILED, S.CANCELLED}

@@ -33,7 +33,8 @@ from agentrun.workflows.recording import MIRROR_RETRY
 from agentrun.workflows.run_messages import RunMessages
 from agentrun.workflows.run_state import RunEnded
 from agentrun.workflows.run_stream import RunStream
-from agentrun.workflows.steering import Interrupted, Steering
+from agentrun.workflows.sessions import Sessions
+from agentrun.workflows.steering import Interrupted
 from agentrun.workflows.subagents import Subagents
 
 with workflow.unsafe.imports_passed_through():
@@ -113,7 +114,7 @@ async def outlast_cancel(
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
-class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
+class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
     @workflow.init
     def __init__(self, spec: RunInput) -> None:
         self.changes = Changes(spec.workflow_generation)
@@ -152,6 +153,9 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
             or info.get_current_history_length() >= self.spec.history_events_limit
         ):
             return
+        await self._continue_as_new()
+
+    async def _continue_as_new(self) -> None:
         self._event("run.continued_as_new", data={"generation": self.progress.generation + 1})
         await self._flush()
         self.stream.detach()
@@ -240,7 +244,23 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
             pass  # the queue was terminated: nobody holds the slot any more
 
     async def _agent_loop(self) -> None:
-        while self.progress.model_calls < self.spec.max_steps:
+        if self.spec.session is None:
+            await self._work()
+            return
+        # A session (agentrun/workflows/sessions.py): a turn per message until it is idle.
+        if self.progress.status != RunStatus.WAITING_FOR_MESSAGE:
+            # The first turn, or the one a continuation of the session was working on.
+            if not self.progress.turns:
+                self._open_turn()
+            await self._work()
+        while await self._next_message():
+            self._open_turn()
+            await self._work()
+        self._finish(RunStatus.COMPLETED, answer=self.progress.answer)
+
+    async def _work(self) -> None:
+        """Work on the task (a session: the turn) until its answer passes its checks."""
+        while self._calls_left():
             await self._step_boundary()
             await self._continue_as_new_if_long()
             self._take_messages()  # steering: what people said since the last call
@@ -265,6 +285,9 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                 await self._enforce_budget()
             if verdict.passed and self._replan_for_messages():  # said as a judge checked
                 continue
+            if verdict.passed and self.spec.session is not None:
+                await self._turn_answered(answer)
+                return
             if verdict.passed:
                 self._finish(RunStatus.COMPLETED, answer=answer)
                 return
@@ -427,6 +450,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                     timeout_seconds=timeouts.model_seconds,
                     mirror=mirror,
                     provider=provider,
+                    cut=self._conversation_cut(),
                     **self._checks_for_reply(),
                     **self._subagent_tools(),
                 ),

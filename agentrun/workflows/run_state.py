@@ -111,6 +111,7 @@ def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int
         messages=progress.messages,
         children=progress.children,
         child_approvals=progress.child_approvals,
+        turns=progress.turns,
     )
 
 
@@ -143,4 +144,6 @@ def receipt(run_id: str, spec: RunInput, progress: RunProgress, now: datetime) -
         messages=progress.messages,
         parent_run_id=spec.parent_run_id,
         children=progress.children,
+        turns=progress.turns,
+        summaries=progress.summaries,
     )

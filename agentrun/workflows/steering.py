@@ -81,16 +81,22 @@ class Steering(Recording):
         """A message came as the model gave its final answer: the run replans with it,
         if it has a model call left (else it finishes, and its receipt shows the message
         as not taken)."""
-        return self._messages_waiting() and self.progress.model_calls < self.spec.max_steps
+        return self._messages_waiting() and self._calls_left()
+
+    def _calls_left(self) -> bool:
+        """Whether the run may call the model again (a session's turn: Sessions)."""
+        return self.progress.model_calls < self.spec.max_steps
 
     def _take_messages(self) -> None:
         """Every message waiting becomes a user message the next model call reads."""
         if not self._messages_waiting():
             return
         now = workflow.now()
+        taken: list[RunMessage] = []
         for i, message in enumerate(self.progress.messages):
             if message.taken_at is not None:
                 continue
+            taken.append(message)
             self.progress.pending_messages.append(
                 {"role": "user", "content": f"Message from {message.by}: {message.text}"}
             )
@@ -101,6 +107,10 @@ class Steering(Recording):
                 "message.taken",
                 data={"message_id": message.message_id, "before_step": self.progress.seq + 1},
             )
+        self._turn_took([m.message_id for m in taken], [m.text for m in taken])
+
+    def _turn_took(self, message_ids: list[str], texts: list[str]) -> None:
+        """A session's hook (agentrun/workflows/sessions.py): the turn answers them."""
 
     async def _model_reply_or_message(
         self,

@@ -1,0 +1,257 @@
+"""Sessions: a run that stays open after its answer for the next message (spec `session`).
+
+Mixed into AgentRunWorkflow. A session answers its task as any run does, but instead of
+ending it records the turn (`progress.turns`), shows `waiting_for_message` with the answer,
+and waits for a message (`agentrun chat`, `say`) in a `wait_condition` with the idle timeout:
+a timer on the server, so no worker is held. The message starts the next turn, whose steps,
+approvals and checks are a run's; `max_steps` and the verify rounds count per turn, the
+budget across the session. Idle for `idle_timeout`, the session completes with its receipt,
+which has a section per turn.
+
+Every `compact_after_turns` turns (or when Temporal suggests the history is long), while
+idle, the turns before the last `keep_turns` are summarised by a model call (the run's own
+model, through `model.complete`), and the session continues as new: from then on the model
+reads its system message, the summary and the recent turns (`ConversationCut`), while the
+`conversation` table keeps every message whole.
+
+Only runs whose spec has `session` take any of these paths, so every history recorded
+before sessions replays unchanged.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+from agentrun.workflows.steering import Steering
+
+with workflow.unsafe.imports_passed_through():
+    from agentrun.activities import ModelActivities
+    from agentrun.core import fairness
+    from agentrun.core._wire import (
+        ConversationCut,
+        ModelCallInput,
+        ModelCallResult,
+        StepRecord,
+        SummaryRequest,
+    )
+    from agentrun.core.results import SessionTurn
+    from agentrun.core.states import RunStatus
+    from agentrun.workflows import policies
+
+# What a turn record keeps of the message and of the answer (the mirror has them whole).
+TURN_EXCERPT_CHARS = 2000
+# The most of a summary the run carries (and sends with every model call after it).
+SUMMARY_CHARS = 8000
+
+
+def excerpt(text: str | None) -> str | None:
+    if text is None or len(text) <= TURN_EXCERPT_CHARS:
+        return text
+    return text[:TURN_EXCERPT_CHARS] + f"... ({len(text):,} characters)"
+
+
+class Sessions(Steering):
+    # ------------------------------------------------------------ turns
+
+    def _calls_left(self) -> bool:
+        """Whether the run (a session: the turn) may call the model again (`max_steps`)."""
+        used = self.progress.model_calls
+        if self.spec.session is not None:
+            used -= self.progress.turn_start[0]
+        return used < self.spec.max_steps
+
+    def _open_turn(self) -> None:
+        """A turn begins: its task (the first) or the messages waiting are what it answers."""
+        progress = self.progress
+        progress.turn_start = (
+            progress.model_calls,
+            progress.tokens_in + progress.tokens_out,
+            progress.cost_usd,
+        )
+        progress.verify_rounds = 0
+        progress.malformed_streak = progress.argument_streak = 0
+        first = not progress.turns
+        progress.turns.append(
+            SessionTurn(
+                turn=len(progress.turns) + 1,
+                asked=excerpt(self.spec.task) if first else None,
+                first_step=progress.seq + 1,
+                started_at=workflow.now(),
+                first_message=progress.stored_messages
+                + len(progress.pending_messages)
+                - (1 if first else 0),  # the first turn's message, the task, is already there
+            )
+        )
+        self._event("session.turn_started", data={"turn": len(progress.turns)})
+        self._set_status(RunStatus.PLANNING)  # a continuation from here picks the turn up
+
+    def _turn_took(self, message_ids: list[str], texts: list[str]) -> None:
+        """Messages taken during a session's turn are what it answers (steering's hook)."""
+        if self.spec.session is None or not self.progress.turns:
+            return
+        turn = self.progress.turns[-1]
+        if turn.answered_at is not None:
+            return
+        asked = "\n".join(t for t in [turn.asked, *texts] if t)
+        self.progress.turns[-1] = turn.model_copy(
+            update={"message_ids": [*turn.message_ids, *message_ids], "asked": excerpt(asked)}
+        )
+
+    async def _turn_answered(self, answer: str) -> None:
+        """The turn's answer passed its checks: record it and wait for the next message."""
+        progress = self.progress
+        calls, tokens, cost = progress.turn_start
+        turn = progress.turns[-1].model_copy(
+            update={
+                "answer": excerpt(answer),
+                "answer_chars": len(answer),
+                "last_step": progress.seq,
+                "model_calls": progress.model_calls - calls,
+                "tokens": progress.tokens_in + progress.tokens_out - tokens,
+                "cost_usd": round(progress.cost_usd - cost, 6),
+                "answered_at": workflow.now(),
+            }
+        )
+        progress.turns[-1] = turn
+        progress.answer = answer
+        progress.idle_since = workflow.now()
+        progress.current_step_id = None
+        self._set_status(RunStatus.WAITING_FOR_MESSAGE)
+        self._event(
+            "session.turn_answered",
+            data={
+                "turn": turn.turn,
+                "message_ids": turn.message_ids,
+                "answer": turn.answer,
+                "answer_chars": turn.answer_chars,
+                "model_calls": turn.model_calls,
+                "tokens": turn.tokens,
+                "cost_usd": turn.cost_usd,
+            },
+        )
+        await self._flush()  # the mirror shows the answer and the wait at once
+
+    async def _next_message(self) -> bool:
+        """Wait, holding no worker, for a message; False when the session stayed idle for
+        its idle timeout. Between turns is where a session compacts and continues as new."""
+        session = self.spec.session
+        assert session is not None
+        if self._messages_waiting():
+            return True
+        if self._compaction_due():
+            await self._compact()
+            await self._continue_as_new()
+        since = self.progress.idle_since or workflow.now()
+        left = since + timedelta(seconds=session.idle_timeout) - workflow.now()
+        if left.total_seconds() > 0:
+            try:
+                await workflow.wait_condition(self._messages_waiting, timeout=left)
+            except TimeoutError:
+                pass
+        # A message that came as the timer fired still starts a turn.
+        return self._messages_waiting()
+
+    # ------------------------------------------------------------ compaction
+
+    def _compaction_due(self) -> bool:
+        session = self.spec.session
+        assert session is not None
+        info = workflow.info()
+        since = len(self.progress.turns) - self.progress.compacted_at_turn
+        return (
+            since >= session.compact_after_turns
+            or info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self.spec.history_events_limit
+        )
+
+    async def _compact(self) -> None:
+        """Summarise the turns before the last `keep_turns` (those not summarised yet), so
+        the model reads the summary and the recent turns from now on."""
+        session = self.spec.session
+        assert session is not None
+        progress = self.progress
+        progress.compacted_at_turn = len(progress.turns)
+        older = progress.turns[: -session.keep_turns]
+        if len(older) <= progress.summarised_turns:
+            return  # nothing new to summarise: the history alone was long
+        keep_from = progress.turns[-session.keep_turns].first_message
+        asked = SummaryRequest(
+            first=progress.summary_keeps_from or 1, end=keep_from, previous=progress.summary
+        )
+        turns = [t.turn for t in older[progress.summarised_turns :]]
+        reply = await self._summary_call(asked, turns)
+        progress.summary = (reply.content or progress.summary or "")[:SUMMARY_CHARS]
+        progress.summary_keeps_from = keep_from
+        progress.summarised_turns = len(older)
+        progress.summaries += 1
+
+    async def _summary_call(self, asked: SummaryRequest, turns: list[int]) -> ModelCallResult:
+        """One model call of the run's model that summarises; a step of the run like any."""
+        name = "summary"
+        step_id = self._new_step("model_call", name)
+        batch = await self._batch_for_step()
+        started = workflow.now()
+        timeouts = self.spec.timeouts
+        call, carried = await self._start_step(
+            lambda mirror: workflow.start_activity_method(
+                ModelActivities.complete,
+                ModelCallInput(
+                    run_id=self.run_id,
+                    step_id=step_id,
+                    seq=self.progress.seq,
+                    model=self.spec.model.model,
+                    allowed_tools=[],
+                    temperature=0.0,
+                    heartbeat_seconds=timeouts.heartbeat_seconds,
+                    timeout_seconds=timeouts.model_seconds,
+                    mirror=mirror,
+                    provider=self.spec.model.provider,
+                    summarize=asked,
+                ),
+                task_queue=fairness.model_task_queue(workflow.info().task_queue),
+                start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
+                heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
+                retry_policy=policies.retry_policy(self.spec, timeouts.max_attempts),
+                summary=f"summarise turns {turns[0]}-{turns[-1]} of the session",
+            ),
+            batch,
+        )
+        reply = await self._step_result(call, carried)
+        self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
+        self._complete_step(
+            StepRecord(
+                step_id=step_id,
+                seq=self._seq_of(step_id),
+                type="model_call",
+                name=name,
+                status="completed",
+                attempt=reply.attempt,
+                output={
+                    "content": reply.content,
+                    "tool_calls": [],
+                    "journal_attempt": reply.journal_attempt,
+                    "summarised_turns": turns,
+                },
+                tokens_in=reply.usage.input_tokens,
+                tokens_out=reply.usage.output_tokens,
+                cost_usd=reply.cost_usd,
+                started_at=started,
+                finished_at=workflow.now(),
+            )
+        )
+        self._event("session.compacted", step_id, {"turns": turns})
+        return reply
+
+    def _conversation_cut(self) -> ConversationCut | None:
+        """What a model call of a compacted session reads instead of the whole conversation."""
+        if self.progress.summary is None or not self.progress.summary_keeps_from:
+            return None
+        return ConversationCut(
+            summary=self.progress.summary, keep_from=self.progress.summary_keeps_from
+        )
+
+    async def _continue_as_new(self) -> None:
+        """Start afresh with the carried state (AgentRunWorkflow)."""
+        raise NotImplementedError

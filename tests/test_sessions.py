@@ -1,0 +1,359 @@
+"""Sessions (issue 29, item 2): a run that stays open after its answer, on the real stack.
+
+A session answers its task, waits for the next message holding no worker, answers it as a
+new turn, and so on; a worker killed (SIGKILL) in the middle of a turn loses nothing; every
+`compact_after_turns` turns the older turns are summarised by a model call and the run
+continues as new, the model reading the summary and the recent turns while the mirror keeps
+every word; idle for its `idle_timeout`, it completes with a receipt that has a section per
+turn. `agentrun chat` does the same from a pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Any
+
+import pytest
+
+from agentrun import RunClient
+from agentrun.activities.model import SUMMARY_PROMPT
+from agentrun.cli.render import receipt_markdown
+from agentrun.core.errors import NotAnswered, OperationRefused, RunNotFound
+from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
+from agentrun.ops import operations as ops
+from agentrun.ops import steering_ops
+from agentrun.workflows import AgentRunWorkflow
+from tests.recorded import replayer
+from tests.support import eventually, make_spec, rows, wait_pending
+from tests.test_crash_recovery import ROOT, start_worker_process
+
+TASK = "Tell me about refunds."
+SECOND = "What about exchanges?"
+THIRD = "And gift cards?"
+SUMMARY = "They asked about refunds and were told the policy."
+
+
+def is_summary_call(request: dict[str, Any]) -> bool:
+    first = request["messages"][0]
+    return first["role"] == "system" and first["content"] == SUMMARY_PROMPT
+
+
+def session_model(slow: str | None = None, seconds: float = 0.0) -> Any:
+    """Answers the last user message by name (slowly for `slow`); summarises when asked."""
+
+    def respond(request: dict[str, Any]) -> Reply:
+        if is_summary_call(request):
+            return completion(request, content=SUMMARY)
+        asked = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
+        reply = completion(request, content=f"## Summary\nAnswer to: {asked}")
+        if slow is not None and slow in asked:
+            reply.delay_seconds = seconds
+        return reply
+
+    return respond
+
+
+def spec(**session: Any) -> Any:
+    return make_spec(
+        TASK,
+        allowed_tools=[],
+        session={"idle_timeout": 8, **session},
+        timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.2},
+    )
+
+
+async def answered(client, run_id: str, turns: int, seconds: float = 60) -> Any:
+    async def probe() -> Any:
+        try:
+            state = await ops.status(client, run_id)
+        except NotAnswered:  # the killed worker's sticky queue: the server moves on soon
+            return None
+        done = [t for t in state.turns if t.answered_at is not None]
+        return state if len(done) >= turns and state.status.value == "waiting_for_message" else None
+
+    return await eventually(probe, seconds=seconds, what=f"turn {turns} to be answered")
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    return [str(m["content"]) for m in request["messages"] if m["role"] == "user"]
+
+
+async def test_a_session_answers_three_turns_across_a_sigkill_and_a_compaction(
+    client, settings, pool, worker
+):
+    with OfflineModelServer(session_model(slow=SECOND, seconds=6)) as model:
+        local = settings.model_copy(update={"openai_base_url": model.base_url})
+        doomed = await start_worker_process(local, "doomed")
+        try:
+            started = await ops.start_run(
+                client, spec(compact_after_turns=2), task_queue=settings.task_queue
+            )
+            run_id = started.run_id
+            first = await answered(client, run_id, 1)
+            assert first.result == f"## Summary\nAnswer to: {TASK}"
+            # Idle: once the mirror has the answer, nothing is scheduled and no worker held.
+            await eventually(lambda: _nothing_pending(client, run_id), what="an idle session")
+            said = await steering_ops.say(client, run_id, SECOND, by="ana")
+            assert said.delivered == "accepted"
+            await eventually(
+                lambda: _asked(model, SECOND), what="the second turn's (slow) model call"
+            )
+            doomed.send_signal(signal.SIGKILL)
+            assert await asyncio.wait_for(doomed.wait(), 30) == -signal.SIGKILL
+        finally:
+            if doomed.returncode is None:
+                doomed.kill()
+                await doomed.wait()
+        async with worker(base_url=model.base_url):
+            second = await answered(client, run_id, 2, seconds=90)
+            assert second.result == f"## Summary\nAnswer to: Message from ana: {SECOND}"
+            # The session compacted while idle and continued as new.
+            await eventually(lambda: _summarised(client, run_id), seconds=60, what="the compaction")
+            await steering_ops.say(client, run_id, THIRD, by="ana")
+            third = await answered(client, run_id, 3)
+            assert third.result == f"## Summary\nAnswer to: Message from ana: {THIRD}"
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+            result = await asyncio.wait_for(handle.result(), 60)  # idle: it completes
+            history = await handle.fetch_history()
+    await replayer([AgentRunWorkflow]).replay_workflow(history)
+    assert result.status.value == "completed"
+    assert result.answer == third.result
+
+    # The summary call read turn 1; the third turn read the summary and turn 2, not turn 1.
+    [summary_call] = [r for r in model.requests if is_summary_call(r)]
+    assert TASK in summary_call["messages"][1]["content"]
+    assert SECOND not in summary_call["messages"][1]["content"]
+    last = [r for r in model.requests if not is_summary_call(r)][-1]
+    assert any(SUMMARY in str(m["content"]) for m in last["messages"] if m["role"] == "system")
+    assert not any(TASK in t for t in user_texts(last)), "turn 1 is in the summary only"
+    assert any(SECOND in t for t in user_texts(last)) and THIRD in user_texts(last)[-1]
+
+    receipt = await ops.receipt(pool, run_id)
+    assert receipt["outcome"] == "completed" and receipt["summaries"] == 1
+    markdown = receipt_markdown(receipt)
+    assert all(f"## Turn {n}" in markdown for n in (1, 2, 3)), markdown
+    turns = receipt["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert [t["asked"] for t in turns] == [TASK, f"{SECOND}", f"{THIRD}"]
+    assert [t["answer"] for t in turns] == [first.result, second.result, third.result]
+    assert all(t["model_calls"] >= 1 and t["tokens"] > 0 for t in turns), turns
+    assert turns[0]["message_ids"] == [] and turns[1]["message_ids"] == [said.message_id]
+    # The mirror keeps every word: the whole conversation, and each answer in its step.
+    stored = await rows(
+        pool, "SELECT message FROM conversation WHERE run_id = %s ORDER BY idx", run_id
+    )
+    words = [str(r["message"].get("content")) for r in stored]
+    for text in (TASK, SECOND, THIRD, first.result, second.result):
+        assert any(text in w for w in words), text
+    steps = await rows(
+        pool,
+        "SELECT name, output FROM steps WHERE run_id = %s AND type = 'model_call' AND final "
+        "ORDER BY seq",
+        run_id,
+    )
+    assert [s["output"]["content"] for s in steps if s["name"] == "summary"] == [SUMMARY]
+    kinds = [
+        r["type"]
+        for r in await rows(pool, "SELECT type FROM events WHERE run_id = %s ORDER BY seq", run_id)
+    ]
+    assert kinds.count("session.turn_answered") == 3
+    assert "run.continued_as_new" in kinds and "session.compacted" in kinds
+    report = await ops.check_mirror(client, pool, run_id)
+    assert report["agrees"], report["differences"]
+
+
+async def test_an_idle_session_completes_and_then_refuses_messages(client, settings, pool, worker):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client, spec(idle_timeout="2s"), task_queue=settings.task_queue
+            )
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await asyncio.wait_for(handle.result(), 60)
+            with pytest.raises(OperationRefused, match="has already ended"):
+                await steering_ops.say(client, started.run_id, "hello?")
+    assert result.status.value == "completed"
+    assert result.answer == f"## Summary\nAnswer to: {TASK}"
+    receipt = await ops.receipt(pool, started.run_id)
+    assert [t["turn"] for t in receipt["turns"]] == [1]
+    assert receipt["turns"][0]["answered_at"] <= receipt["finished_at"]
+
+
+async def test_a_session_is_cancelled_while_idle(client, settings, pool, worker):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client, spec(idle_timeout="1h"), task_queue=settings.task_queue
+            )
+            await answered(client, started.run_id, 1)
+            await ops.cancel(client, started.run_id)
+            receipt = await eventually(
+                lambda: _receipt(pool, started.run_id), what="the cancelled session's receipt"
+            )
+    assert receipt["outcome"] == "cancelled" and len(receipt["turns"]) == 1
+
+
+async def test_run_client_chat_streams_the_answer_and_hides_other_tenants(
+    client, settings, pool, worker
+):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec(), task_queue=settings.task_queue)
+            await answered(client, started.run_id, 1)
+            async with RunClient(client, settings) as runs:
+                items = [i async for i in runs.chat(started.run_id, SECOND, by="ana")]
+            foreign = settings.model_copy(update={"tenant": "someone-else"})
+            async with RunClient(client, foreign) as theirs:
+                with pytest.raises(RunNotFound):
+                    [i async for i in theirs.chat(started.run_id, "hi")]
+            await ops.cancel(client, started.run_id)
+    kinds = [i.type for i in items]
+    assert kinds[0] == "chat.said" and kinds[-1] == "session.turn_answered", kinds
+    assert kinds[1] == "message.received" and "message.taken" in kinds, kinds
+    assert items[-1].data["answer"] == f"## Summary\nAnswer to: Message from ana: {SECOND}"
+    text = "".join(i.text or "" for i in items if i.kind == "text")
+    assert SECOND in text, "the answer streamed as the model wrote it"
+
+
+async def test_chat_from_a_pipe_through_the_console_script(
+    client, settings, pool, worker, tmp_path
+):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(client, spec(), task_queue=settings.task_queue)
+            await answered(client, started.run_id, 1)
+            code, out, err = await chat_cli(
+                settings, tmp_path, started.run_id, f"{SECOND}\n\n{THIRD}\n/exit\nignored\n"
+            )
+            state = await ops.status(client, started.run_id)
+            await ops.cancel(client, started.run_id)
+    assert code == 0, err
+    assert f"Answer to: Message from cli: {SECOND}" in out
+    assert f"Answer to: Message from cli: {THIRD}" in out
+    assert [t.turn for t in state.turns] == [1, 2, 3], "nothing after /exit was said"
+
+
+def sending_model(request: dict[str, Any]) -> Reply:
+    """Answers plainly, but a message asking to notify someone sends a message first."""
+    messages = request["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if "notify" in str(messages[last_user]["content"]):
+        if not any(m["role"] == "tool" for m in messages[last_user:]):
+            args = {"to": "ana@example.com", "subject": "Refunds", "body": "Hello."}
+            return completion(request, tool_calls=[("send_message", args)])
+        return completion(request, content="## Summary\nSent.\n## Actions\nsent it")
+    return session_model()(request)
+
+
+async def test_chat_shows_an_approval_inline_and_decides_it(
+    client, settings, pool, worker, tmp_path
+):
+    with OfflineModelServer(sending_model) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client,
+                make_spec(
+                    TASK,
+                    allowed_tools=["send_message"],
+                    session={"idle_timeout": 30},
+                    timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.2},
+                ),
+                task_queue=settings.task_queue,
+            )
+            await answered(client, started.run_id, 1)
+            code, out, err = await chat_cli(
+                settings, tmp_path, started.run_id, "please notify ana\n/approve\n"
+            )
+            state = await ops.status(client, started.run_id)
+            await ops.cancel(client, started.run_id)
+    assert code == 0, err
+    assert "[approval needed: send_message" in out
+    assert f"agentrun approve {started.run_id}" in out and "type /approve" in out
+    assert "[approved: the run is" in out
+    assert "Sent." in out.split("[approved")[1], "the turn went on to its answer"
+    assert [a.decision for a in state.decided] == ["approved"] and len(state.turns) == 2
+    assert state.turns[1].answer == "## Summary\nSent.\n## Actions\nsent it"
+
+
+async def test_chat_to_a_turn_held_by_an_approval_says_so_at_once(client, settings, worker):
+    """The approval was asked before the message: chat reports it pending without waiting."""
+    with OfflineModelServer(sending_model) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client,
+                make_spec(
+                    "please notify ana",
+                    allowed_tools=["send_message"],
+                    session={"idle_timeout": 30},
+                ),
+                task_queue=settings.task_queue,
+            )
+            await wait_pending(client, started.run_id)
+            async with RunClient(client, settings) as runs:
+                begun = asyncio.get_running_loop().time()
+                items = [i async for i in runs.chat(started.run_id, "still there?")]
+                took = asyncio.get_running_loop().time() - begun
+            await ops.cancel(client, started.run_id)
+    assert [i.type for i in items] == ["chat.said", "message.received", "chat.approval_pending"]
+    assert items[-1].data["tool"] == "send_message" and took < 10, (items[-1], took)
+    assert items[-1].data["next_offset"] == (items[1].offset or 0) + 1
+
+
+async def test_chat_with_no_worker_says_so_and_exits(client, settings, tmp_path):
+    started = await ops.start_run(client, spec(), task_queue=settings.task_queue)
+    try:
+        code, _, err = await chat_cli(settings, tmp_path, started.run_id, "hello\n", "--wait", "2")
+    finally:
+        await client.get_workflow_handle(started.run_id).terminate("test over")
+    assert code == 1
+    assert "no worker answered within 2s" in err and "agentrun-worker" in err
+
+
+async def chat_cli(settings, home, run_id: str, lines: str, *flags: str) -> tuple[int, str, str]:
+    """`agentrun chat RUN` (the console script) with `lines` piped to its stdin."""
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url or "",
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(home),
+    }
+    script = os.path.join(os.path.dirname(sys.executable), "agentrun")
+    proc = await asyncio.create_subprocess_exec(
+        script,
+        "chat",
+        run_id,
+        *flags,
+        cwd=ROOT,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(lines.encode()), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def _asked(model: OfflineModelServer, text: str) -> bool:
+    return any(text in t for r in model.requests for t in user_texts(r))
+
+
+async def _summarised(client, run_id: str) -> bool:
+    state = await ops.status(client, run_id)
+    return any(s.name == "summary" and s.status == "completed" for s in state.steps)
+
+
+async def _receipt(pool, run_id: str) -> dict[str, Any] | None:
+    try:
+        return await ops.receipt(pool, run_id)
+    except ops.OperationError:
+        return None
+
+
+async def _nothing_pending(client, run_id: str) -> bool:
+    raw = (await client.get_workflow_handle(run_id).describe()).raw_description
+    return not raw.pending_activities and not raw.HasField("pending_workflow_task")
