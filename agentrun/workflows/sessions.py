@@ -27,7 +27,7 @@ from temporalio import workflow
 from agentrun.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.activities import ModelActivities
+    from agentrun.core import constants as names
     from agentrun.core import fairness
     from agentrun.core._wire import (
         ConversationCut,
@@ -195,8 +195,8 @@ class Sessions(Steering):
         started = workflow.now()
         timeouts = self.spec.timeouts
         call, carried = await self._start_step(
-            lambda mirror: workflow.start_activity_method(
-                ModelActivities.complete,
+            lambda mirror: workflow.start_activity(
+                names.ACTIVITY_MODEL_COMPLETE,
                 ModelCallInput(
                     run_id=self.run_id,
                     step_id=step_id,
@@ -210,6 +210,7 @@ class Sessions(Steering):
                     provider=self.spec.model.provider,
                     summarize=asked,
                 ),
+                result_type=ModelCallResult,
                 task_queue=fairness.model_task_queue(workflow.info().task_queue),
                 start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
                 heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
@@ -218,7 +219,7 @@ class Sessions(Steering):
             ),
             batch,
         )
-        reply = await self._step_result(call, carried)
+        reply: ModelCallResult = await self._step_result(call, carried)
         self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
         self._complete_step(
             StepRecord(
