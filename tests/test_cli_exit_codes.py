@@ -216,6 +216,26 @@ def test_every_command_takes_json():
     assert not lacking, f"commands without --json: {lacking}"
 
 
+def test_commands_load_no_model_sdk_and_a_worker_no_mcp_client_it_was_not_given():
+    """What a command needs to talk to Temporal and the mirror (the CLI, RunClient, the
+    workflows it names) loads neither the `openai` SDK nor the MCP client: a third of a
+    command's start-up once. A worker loads the MCP client only for a server it is given."""
+    probe = (
+        "import json, sys\n"
+        "import agentrun.cli.main, agentrun.client_api, agentrun.ops.operations\n"
+        "import agentrun.workflows, agentrun.ops.chat_ops, agentrun.ops.backlog_ops\n"
+        "client = [m for m in ('openai', 'mcp') if m in sys.modules]\n"
+        "import agentrun.worker.main\n"
+        "worker = [m for m in ('openai', 'mcp') if m in sys.modules]\n"
+        "print(json.dumps({'client': client, 'worker': worker}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"client": [], "worker": ["openai"]}
+
+
 def test_help_and_version_load_nothing_heavy():
     """`agentrun --help` builds every command's parser without temporalio, openai, mcp,
     psycopg or pydantic; `--version` comes from the package's metadata."""
