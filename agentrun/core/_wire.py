@@ -19,7 +19,7 @@ from agentrun.core.results import (
     Usage,
     VerifyResult,
 )
-from agentrun.core.spec import JsonDict, RiskLevel, Strict, VerifySpec
+from agentrun.core.spec import RISK_ORDER, JsonDict, RiskLevel, Strict, VerifySpec
 from agentrun.core.states import RunStatus
 
 
@@ -130,6 +130,22 @@ class ModelCallInput(BaseModel):
     provider: str | None = Field(
         None, description="the worker's named provider to call; None: its default client"
     )
+    approval_at: RiskLevel | None = Field(
+        None,
+        description="the run's approval threshold: only a proposed call that waits for an "
+        "approver carries its tool's argument schema; None (inputs scheduled before): "
+        "every call carries it",
+    )
+    approval_always: list[str] = Field(
+        default_factory=list, description="tools whose calls always wait for an approver"
+    )
+
+    def needs_schema(self, tool: str, risk: RiskLevel) -> bool:
+        """Whether a proposed call of `tool` carries its argument schema (the workflow
+        checks an approver's edit against it, and nothing else reads it)."""
+        if self.approval_at is None:
+            return True
+        return tool in self.approval_always or RISK_ORDER[risk] >= RISK_ORDER[self.approval_at]
 
 
 class ProposedToolCall(BaseModel):

@@ -429,6 +429,8 @@ class AgentRunWorkflow(Approvals, RunMessages, Steering, Subagents):
                     timeout_seconds=timeouts.model_seconds,
                     mirror=mirror,
                     provider=provider,
+                    approval_at=self.spec.approval.require_at_or_above,
+                    approval_always=self.spec.approval.always,
                     **self._checks_for_reply(),
                     **self._subagent_tools(),
                 ),
