@@ -240,6 +240,23 @@ class FinishInput(BaseModel):
     receipt: Receipt
 
 
+class ReceiptChanges(BaseModel):
+    """What `mirror.finish` returns: the fields it changed in the workflow's receipt as it
+    stored it (retries from the attempts journal, unaccepted spend, settled effects), so the
+    receipt is in history once (the input), not twice (runs from before echo it whole).
+    The mirror's projection (agentrun.ops.projection) applies them to the input."""
+
+    changes: JsonDict = Field(description="receipt field -> its stored value, JSON")
+
+    @classmethod
+    def between(cls, sent: Receipt, stored: Receipt) -> ReceiptChanges:
+        before, after = sent.model_dump(mode="json"), stored.model_dump(mode="json")
+        return cls(changes={k: v for k, v in after.items() if before.get(k) != v})
+
+    def applied_to(self, sent: Receipt) -> Receipt:
+        return Receipt.model_validate({**sent.model_dump(mode="json"), **self.changes})
+
+
 class DecisionSignature(Strict):
     """An approver's Ed25519 signature over (run id, approval id, action hash, decision,
     edit or reason, time): agentrun.approval_signatures says exactly what is signed."""
