@@ -19,7 +19,7 @@ from agentrun.core.results import (
     Usage,
     VerifyResult,
 )
-from agentrun.core.spec import RISK_ORDER, JsonDict, RiskLevel, Strict, VerifySpec
+from agentrun.core.spec import JsonDict, RiskLevel, Strict, VerifySpec, waits_for_approver
 from agentrun.core.states import RunStatus
 
 
@@ -145,7 +145,7 @@ class ModelCallInput(BaseModel):
         checks an approver's edit against it, and nothing else reads it)."""
         if self.approval_at is None:
             return True
-        return tool in self.approval_always or RISK_ORDER[risk] >= RISK_ORDER[self.approval_at]
+        return waits_for_approver(tool, risk, self.approval_at, self.approval_always)
 
 
 class ProposedToolCall(BaseModel):
