@@ -10,8 +10,11 @@ Matched with `bench.ours`: the task ("bench: N steps"), the scripted model (one 
 for N calls of `bench_noop`, then the answer), the tool (`bench_noop`, the same argument
 model, returning `{"n": n}`), the server and an `openai.AsyncOpenAI` client without retries
 of its own over chat completions (the offline model serves no Responses API).
-What differs as the SDK does it: the N calls of one turn run at once (the Agents SDK runs a
-turn's tool calls concurrently); the SDK's tracing is off (it would post to OpenAI).
+The N calls of one turn run one at a time (`ToolExecutionConfig(max_function_tool_concurrency=1)`),
+as ours and the bare agent run them: by default the SDK starts a turn's calls at once, and a
+step's latency, the gap between consecutive tool completions, would then time nothing
+(2.2 ms in the run before this was matched). The SDK's tracing is off (it would post to
+OpenAI).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from datetime import timedelta
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agents import Agent, Runner
+    from agents import Agent, RunConfig, Runner
+    from agents.run_config import ToolExecutionConfig
     from temporalio.openai_agents import workflow as agents_workflow
 
     from agentrun.core.constants import OFFLINE_MODEL
@@ -54,7 +58,15 @@ class OpenAIAgentsWorkflow:
                 )
             ],
         )
-        result = await Runner.run(agent, input=task, max_turns=5)
+        result = await Runner.run(
+            agent,
+            input=task,
+            max_turns=5,
+            # One tool call at a time, as ours and the bare agent run a turn's calls.
+            run_config=RunConfig(
+                tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1)
+            ),
+        )
         return str(result.final_output)
 
 

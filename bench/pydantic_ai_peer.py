@@ -8,7 +8,9 @@ tool call an activity. No mirror, no ledger: only what Temporal keeps.
 Matched with `bench.ours`: the task, the scripted model (one turn of N `bench_noop` calls,
 then the answer), the tool (`bench_noop(n)` returning `{"n": n}`), the server and an
 `openai.AsyncOpenAI` client without retries of its own, over chat completions.
-What differs as Pydantic AI does it: a turn's tool calls run at once.
+The calls of one turn run one at a time (the tool is `sequential=True`), as ours and the bare
+agent run them: by default Pydantic AI starts a turn's calls at once, and a step's latency,
+the gap between consecutive tool completions, would then time nothing.
 `TemporalAgent` is deprecated in 2.x in favour of the `TemporalDurability` capability; it is
 the API the issue names and still the documented one for a workflow of one agent.
 """
@@ -46,7 +48,7 @@ def _model() -> OpenAIChatModel:
 agent = Agent(_model(), name=AGENT_NAME, instructions="You are a careful assistant.")
 
 
-@agent.tool_plain(name=NOOP_TOOL)
+@agent.tool_plain(name=NOOP_TOOL, sequential=True)
 async def bench_noop(n: int = 0) -> dict[str, int]:
     """Does nothing, at once."""
     return {"n": n}

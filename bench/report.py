@@ -399,11 +399,16 @@ def profile_table(before: dict[str, Any] | None, after: dict[str, Any] | None) -
 
 
 def profile_parts_table(profile: dict[str, Any]) -> str:
-    """Ours' worker beside the bare agent's, at the profiled level: each part's share of the
-    sampled time times the worker's measured CPU per step, so the parts add up to it."""
-    ours, agent = profile, profile.get("bare_agent") or {}
+    """Ours' worker beside the bare agent's (and the peers' profiled in the same run), at the
+    profiled level: each part's share of the sampled time times the worker's measured CPU
+    per step, so the parts add up to it."""
+    ours = profile
+    others = [k for k in PROFILED if profile.get(k)]
 
     def ms(side: dict[str, Any], part: str) -> float | None:
+        if part == "worker CPU per step":
+            value = side.get("worker_cpu_ms_per_step")
+            return None if value is None else float(value)
         share = ((side.get("top") or {}).get("part_share") or {}).get(part)
         cpu = side.get("worker_cpu_ms_per_step")
         return None if share is None or cpu is None else share * cpu
@@ -411,18 +416,23 @@ def profile_parts_table(profile: dict[str, Any]) -> str:
     parts = list(((ours.get("top") or {}).get("part_share") or {}).keys())
     rows: list[list[object]] = []
     for part in [*parts, "worker CPU per step"]:
-        a, b = (
-            (ours.get("worker_cpu_ms_per_step"), agent.get("worker_cpu_ms_per_step"))
-            if part == "worker CPU per step"
-            else (ms(ours, part), ms(agent, part))
-        )
-        gap = None if a is None or b is None else a - b
-        rows.append([part, fmt(a, " ms", 2), fmt(b, " ms", 2), fmt(gap, " ms", 2)])
+        a = ms(ours, part)
+        row: list[object] = [part, fmt(a, " ms", 2)]
+        for other in others:
+            b = ms(profile[other], part)
+            gap = None if a is None or b is None else a - b
+            row += [fmt(b, " ms", 2), fmt(gap, " ms", 2)]
+        rows.append(row)
     level = ours.get("level", "?")
-    return render_table(
-        [f"worker CPU per step at {level} concurrent runs, by part", "ours", "bare agent", "gap"],
-        rows,
-    )
+    headers = [f"worker CPU per step at {level} concurrent runs, by part", "ours"]
+    for other in others:
+        name = PROFILED[other]
+        headers += [name, "gap" if len(others) == 1 else f"ours minus {name}"]
+    return render_table(headers, rows)
+
+
+# The workers profiled beside ours (`--stages profile`), when `--systems` names them.
+PROFILED = {"bare_agent": "bare agent", "openai_agents": "OpenAI Agents + Temporal"}
 
 
 PEERS = ("openai_agents", "pydantic_ai")
@@ -647,6 +657,9 @@ def full_report(results: dict[str, Any]) -> str:
             "Targets against the best peer on each figure (issue 31):",
             "",
             peer_targets_table(results),
+            "",
+            "Why a target is not met, from profiles of this run, and what would move it: "
+            "[docs/bench/peers.md](peers.md).",
         ]
     if any(stage in results for stage in ("overhead", "throughput", "latency", "recovery")):
         parts += [
@@ -672,7 +685,7 @@ def full_report(results: dict[str, Any]) -> str:
                 "",
                 server,
             ]
-    if (results.get("profile") or {}).get("bare_agent"):
+    if any((results.get("profile") or {}).get(k) for k in PROFILED):
         parts += [
             "",
             "Where the worker's CPU goes (py-spy, each sample in the first part its stack "

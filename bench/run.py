@@ -711,11 +711,13 @@ async def stage_recovery(b: Bench) -> dict[str, Any]:
 
 async def stage_profile(b: Bench) -> dict[str, Any]:
     """py-spy (all threads) on our worker at 100 concurrent runs, a summary by function; and
-    on the bare agent's worker at the same level, when `--systems` names it, so a share of
-    ours reads beside what the same agent loop pays on bare Temporal."""
+    on the bare agent's and the OpenAI Agents peer's workers at the same level, when
+    `--systems` names them, so a share of ours reads beside what the same agent loop pays on
+    bare Temporal and on the fastest peer."""
     out = await profile_system(b, "ours")
-    if "bare_agent" in b.cfg.systems:
-        out["bare_agent"] = await profile_system(b, "bare_agent")
+    for other in ("bare_agent", "openai_agents"):
+        if other in b.cfg.systems:
+            out[other] = await profile_system(b, other)
     return out
 
 

@@ -397,6 +397,14 @@ def test_a_profile_splits_each_sample_into_one_part_and_the_two_workers_read_sid
     assert f"| {bench_run.PARTS[0][0]} | 6.00 ms | 0.00 ms | 6.00 ms |" in table
     assert "| worker CPU per step | 10.00 ms | 5.00 ms | 5.00 ms |" in table
     assert "Where the worker's CPU goes" in report.full_report({"profile": ours})
+    # The OpenAI Agents peer's worker, profiled in the same run, reads beside both.
+    peer = {"worker_cpu_ms_per_step": 4.0, "top": agent["top"]}
+    table = " ".join(report.profile_parts_table({**ours, "openai_agents": peer}).split())
+    assert (
+        "| ours | bare agent | ours minus bare agent | OpenAI Agents + Temporal | "
+        "ours minus OpenAI Agents + Temporal |"
+    ) in table
+    assert "| worker CPU per step | 10.00 ms | 5.00 ms | 5.00 ms | 4.00 ms | 6.00 ms |" in table
 
 
 def test_the_report_opens_with_ours_over_each_peer() -> None:

@@ -9,7 +9,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from agentrun.activities.mirror import MirrorActivities
-from agentrun.core._wire import FinishInput
+from agentrun.core._wire import FinishInput, ReceiptChanges
 from agentrun.core.results import Receipt
 from agentrun.core.states import RunStatus
 from agentrun.store.db import pipelined_transaction
@@ -64,14 +64,21 @@ async def written(pool, run_id: str) -> tuple[int, int, int]:
 async def test_finish_writes_the_last_rows_and_the_receipt_together(pool):
     run_id = new_run()
     activities = MirrorActivities(MirrorStore(pool), ModelJournal(pool))
-    done = await ActivityEnvironment().run(
+    sent = receipt(run_id)
+    echo = await ActivityEnvironment().run(
         activities.finish,
-        FinishInput(
-            batch=mirror_batch(run_id, fence=5, status="completed"), receipt=receipt(run_id)
-        ),
+        FinishInput(batch=mirror_batch(run_id, fence=5, status="completed"), receipt=sent),
     )
-    assert done.run_id == run_id and done.retries == []
     assert await written(pool, run_id) == (1, 1, 1)
+    # History gets what the activity changed, not the receipt again (issue 31); applied to
+    # what the workflow sent, it is the receipt stored.
+    assert isinstance(echo, ReceiptChanges) and len(echo.model_dump_json()) < 100
+    [stored] = await rows(pool, "SELECT receipt FROM receipts WHERE run_id = %s", run_id)
+    done = echo.applied_to(sent)
+    assert done.run_id == run_id and done.retries == []
+    assert done.model_dump(mode="json") == Receipt.model_validate(stored["receipt"]).model_dump(
+        mode="json"
+    )
 
 
 async def test_a_finish_that_fails_midway_writes_nothing(pool):

@@ -8,7 +8,7 @@ from temporalio import activity
 
 from agentrun.activities.agent_metrics import record_mirror_lag
 from agentrun.core import faults
-from agentrun.core._wire import CheckpointInput, FinishInput, MirrorBatch
+from agentrun.core._wire import CheckpointInput, FinishInput, MirrorBatch, ReceiptChanges
 from agentrun.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_FINISH,
@@ -49,7 +49,7 @@ class MirrorActivities:
         return receipt
 
     @activity.defn(name=ACTIVITY_MIRROR_FINISH)
-    async def finish(self, input: FinishInput) -> Receipt:
+    async def finish(self, input: FinishInput) -> Receipt | ReceiptChanges:
         """The run's last rows, then its receipt: one activity where a run ends, not two
         (a run from before generation 2 schedules `mirror.sync`, then `receipts.record`),
         and one transaction. Data Postgres refuses there is written as `sync` and
@@ -63,7 +63,9 @@ class MirrorActivities:
             await self.sync(input.batch)
             return await self.record_receipt(input.receipt)
         faults.fire("mirror.after_write")
-        return receipt
+        # The workflow reads nothing back; what the activity added, history keeps (issue 31:
+        # the whole receipt again was about 2 KB of a short run's history).
+        return ReceiptChanges.between(input.receipt, receipt)
 
     async def _completed(self, conn: Any, receipt: Receipt) -> Receipt:
         """The receipt with every retry the attempts journal saw, and what model responses

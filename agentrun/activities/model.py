@@ -165,6 +165,7 @@ class ModelActivities:
                     call.function.name,
                     call.function.arguments,
                     input.allowed_tools,
+                    input.needs_schema,
                 )
                 for call in message.tool_calls or []
                 if call.type == "function"

@@ -7,10 +7,11 @@ recorded reply that a fork makes again. Both hand the workflow the same clean ve
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from agentrun.core._wire import ProposedToolCall
 from agentrun.core.constants import SUBAGENT_TOOL_PREFIX
-from agentrun.core.spec import JsonDict
+from agentrun.core.spec import JsonDict, RiskLevel
 from agentrun.tools import ToolRegistry
 from agentrun.tools.registry import MalformedCall, UnknownToolError
 
@@ -21,6 +22,7 @@ def proposed_call(
     name: str,
     raw_arguments: str,
     allowed: list[str] | None,
+    needs_schema: Callable[[str, RiskLevel], bool] = lambda tool, risk: True,
 ) -> ProposedToolCall:
     try:
         arguments, error = registry.check_call(name, raw_arguments, allowed)
@@ -39,7 +41,8 @@ def proposed_call(
         error_kind="invalid_arguments" if error else None,
         risk=tool.risk,
         side_effect=tool.side_effect,
-        parameters=tool.parameters,
+        # Only a call that waits for an approver needs its schema (to check an edit).
+        parameters=tool.parameters if needs_schema(name, tool.risk) else None,
     )
 
 

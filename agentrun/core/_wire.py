@@ -19,7 +19,7 @@ from agentrun.core.results import (
     Usage,
     VerifyResult,
 )
-from agentrun.core.spec import JsonDict, RiskLevel, Strict, VerifySpec
+from agentrun.core.spec import JsonDict, RiskLevel, Strict, VerifySpec, waits_for_approver
 from agentrun.core.states import RunStatus
 
 
@@ -152,6 +152,22 @@ class ModelCallInput(BaseModel):
     summarize: SummaryRequest | None = Field(
         None, description="a session's compaction: summarise these turns instead of replying"
     )
+    approval_at: RiskLevel | None = Field(
+        None,
+        description="the run's approval threshold: only a proposed call that waits for an "
+        "approver carries its tool's argument schema; None (inputs scheduled before): "
+        "every call carries it",
+    )
+    approval_always: list[str] = Field(
+        default_factory=list, description="tools whose calls always wait for an approver"
+    )
+
+    def needs_schema(self, tool: str, risk: RiskLevel) -> bool:
+        """Whether a proposed call of `tool` carries its argument schema (the workflow
+        checks an approver's edit against it, and nothing else reads it)."""
+        if self.approval_at is None:
+            return True
+        return waits_for_approver(tool, risk, self.approval_at, self.approval_always)
 
 
 class ProposedToolCall(BaseModel):
@@ -244,6 +260,23 @@ class FinishInput(BaseModel):
 
     batch: MirrorBatch
     receipt: Receipt
+
+
+class ReceiptChanges(BaseModel):
+    """What `mirror.finish` returns: the fields it changed in the workflow's receipt as it
+    stored it (retries from the attempts journal, unaccepted spend, settled effects), so the
+    receipt is in history once (the input), not twice (runs from before echo it whole).
+    The mirror's projection (agentrun.ops.projection) applies them to the input."""
+
+    changes: JsonDict = Field(description="receipt field -> its stored value, JSON")
+
+    @classmethod
+    def between(cls, sent: Receipt, stored: Receipt) -> ReceiptChanges:
+        before, after = sent.model_dump(mode="json"), stored.model_dump(mode="json")
+        return cls(changes={k: v for k, v in after.items() if before.get(k) != v})
+
+    def applied_to(self, sent: Receipt) -> Receipt:
+        return Receipt.model_validate({**sent.model_dump(mode="json"), **self.changes})
 
 
 class DecisionSignature(Strict):

@@ -54,6 +54,12 @@ class Signer(Strict):
     key_id: str = Field(description="the key's fingerprint (agentrun.approval_signatures)")
 
 
+def waits_for_approver(tool: str, risk: RiskLevel, at: RiskLevel, always: list[str]) -> bool:
+    """Whether a call of `tool` at `risk` waits for a human, under a threshold and a list of
+    tools that always do (`ApprovalPolicy`; a model call is given both to tell too)."""
+    return tool in always or RISK_ORDER[risk] >= RISK_ORDER[at]
+
+
 class ApprovalPolicy(Strict):
     # Tool calls at or above this risk wait for a human; "always" names tools that always do.
     require_at_or_above: RiskLevel = RiskLevel.HIGH
@@ -74,7 +80,7 @@ class ApprovalPolicy(Strict):
         return self.require_signatures or bool(self.signers)
 
     def needs_approval(self, tool: str, risk: RiskLevel) -> bool:
-        return tool in self.always or RISK_ORDER[risk] >= RISK_ORDER[self.require_at_or_above]
+        return waits_for_approver(tool, risk, self.require_at_or_above, self.always)
 
     def role_for(self, tool: str) -> str:
         return self.roles.get(tool, self.default_role)

@@ -34,7 +34,14 @@ from temporalio.worker import (
 from temporalio.workflow import ActivityHandle
 
 from agentrun.core import constants as names
-from agentrun.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord, ToolCallResult
+from agentrun.core._wire import (
+    MirrorBatch,
+    ReceiptChanges,
+    RunEvent,
+    RunSnapshot,
+    StepRecord,
+    ToolCallResult,
+)
 from agentrun.core.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
 from agentrun.core.results import Receipt
 from agentrun.core.storable import escape_nul
@@ -228,6 +235,9 @@ async def project(
             projection.receipt = result
         elif activity == names.ACTIVITY_MIRROR_FINISH:
             _fold(projection, arg.batch)
+            # Runs from before echo the stored receipt whole; later ones what it changed.
+            if isinstance(result, ReceiptChanges):
+                result = result.applied_to(arg.receipt)
             projection.receipt = result
     for step_id, step in projection.steps.items():
         # A tool step's output is written by its accepted attempt, and that attempt's

@@ -451,6 +451,8 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
                     mirror=mirror,
                     provider=provider,
                     cut=self._conversation_cut(),
+                    approval_at=self.spec.approval.require_at_or_above,
+                    approval_always=self.spec.approval.always,
                     **self._checks_for_reply(),
                     **self._subagent_tools(),
                 ),
