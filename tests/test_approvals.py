@@ -204,7 +204,8 @@ async def test_waiting_run_holds_no_worker(client, settings, worker):
         pending = await wait_pending(client, started.run_id)
     # No worker now. The decision is accepted by the server as soon as a worker returns.
     async with worker():
-        await ops.approve(client, started.run_id, by="li", role="approver")
+        # The fresh worker replays the run before it answers: on a loaded machine, a while.
+        await ops.approve(client, started.run_id, by="li", role="approver", wait=60)
         result = await finish(client, started.run_id)
     assert result.status.value == "completed"
     assert pending.expires_at - pending.requested_at == timedelta(hours=24)
