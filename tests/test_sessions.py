@@ -11,6 +11,7 @@ turn. `agentrun chat` does the same from a pipe.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -404,7 +405,10 @@ async def test_end_is_refused_for_a_run_that_is_not_a_session_and_another_tenant
         for run_id in (plain.run_id, session.run_id):
             await client.get_workflow_handle(run_id).terminate("test over")
     assert code == 5, (out, err)
-    assert "is not a session" in err and f"agentrun cancel {plain.run_id}" in err
+    refusal = json.loads(err.strip().splitlines()[-1])["error"]
+    assert (refusal["code"], refusal["kind"]) == (5, "refused"), refusal
+    assert "is not a session" in refusal["message"]
+    assert f"agentrun cancel {plain.run_id}" in refusal["message"]
     assert missing.value.exit_code == 3
 
 

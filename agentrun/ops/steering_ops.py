@@ -146,7 +146,7 @@ async def _is_session(client: Client, run: RunRef, deadline: Deadline) -> bool:
 
     async def first_input() -> RunInput | None:
         async for event in run.handle.fetch_history_events(
-            rpc_timeout=timedelta(seconds=deadline.share(0.3))
+            page_size=1, rpc_timeout=timedelta(seconds=deadline.share(0.3))
         ):
             if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 return None
