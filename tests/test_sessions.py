@@ -426,7 +426,8 @@ async def test_a_pause_while_idle_shows_paused_holds_a_message_and_resume_takes_
             paused = await eventually(
                 lambda: _status_is(client, run_id, "paused"), what="the idle session paused"
             )
-            said = await steering_ops.say(client, run_id, SECOND, by="bo")
+            async with RunClient(client, settings) as runs:  # chat says why no answer comes
+                items = [i async for i in runs.chat(run_id, SECOND, by="bo")]
             await asyncio.sleep(4)  # past the idle timeout: a paused session stays open
             held = await ops.status(client, run_id)
             await ops.resume(client, run_id, by="ana")
@@ -436,7 +437,9 @@ async def test_a_pause_while_idle_shows_paused_holds_a_message_and_resume_takes_
             history = await handle.fetch_history()
     await replayer([AgentRunWorkflow]).replay_workflow(history)
     assert paused.pause_reason is not None and "ana" in paused.pause_reason, paused
-    assert said.delivered == "accepted"
+    assert items[0].data["delivered"] == "accepted", items
+    assert items[-1].type == "chat.no_answer" and items[-1].data["reason"] == "paused", items
+    assert "agentrun resume" in items[-1].data["note"] and "ana" in items[-1].data["note"]
     assert held.status.value == "paused" and len(held.turns) == 1
     assert [m.taken_at for m in held.messages] == [None], "the message waits for the resume"
     assert second.result == f"## Summary\nAnswer to: Message from bo: {SECOND}"
