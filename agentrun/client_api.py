@@ -285,6 +285,21 @@ class RunClient:
             mirror=await self._mirror(),
         )
 
+    async def end_session(
+        self, run_id: str, *, by: str = "cli", wait: float = DEFAULT_WAIT_SECONDS
+    ) -> ControlResult:
+        """End a session (spec `session`) on purpose: it completes with its last answer and
+        its receipt, at once when idle, else after its current turn (kept while no worker
+        runs). Refused for a run that is not a session, or has ended. docs/steering.md."""
+        return await steering_ops.end_session(
+            await self.temporal(wait),
+            run_id,
+            by=by,
+            wait=wait,
+            tenant=self.tenant,
+            mirror=await self._mirror(),
+        )
+
     def chat(
         self,
         run_id: str,

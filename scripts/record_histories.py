@@ -167,6 +167,26 @@ async def session_turns(client: Client, run_id: str) -> None:
     await _until(lambda: answered(3), "turn 3")
 
 
+async def session_paused_and_ended(client: Client, run_id: str) -> None:
+    """A session paused while idle, a message said meanwhile, resumed (the message's turn);
+    paused while idle again and ended (`agentrun end`) while paused: it completes."""
+
+    async def shows(status: str, turns: int) -> bool:
+        state = await ops.status(client, run_id)
+        done = [t for t in state.turns if t.answered_at is not None]
+        return len(done) >= turns and state.status.value == status
+
+    await _until(lambda: shows("waiting_for_message", 1), "turn 1")
+    await ops.pause(client, run_id, by="ana")
+    await _until(lambda: shows("paused", 1), "the idle pause")
+    await steering_ops.say(client, run_id, "What about exchanges?", by="bo")
+    await ops.resume(client, run_id, by="ana")
+    await _until(lambda: shows("waiting_for_message", 2), "turn 2")
+    await ops.pause(client, run_id, by="ana")
+    await _until(lambda: shows("paused", 2), "the second idle pause")
+    await steering_ops.end_session(client, run_id, by="ana")
+
+
 async def finishes_alone(client: Client, run_id: str) -> None:
     """Nothing to decide: the run goes to its end by itself."""
 
@@ -325,6 +345,12 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
             session={"idle_timeout": 5, "compact_after_turns": 2},
         ),
         session_turns,
+    ),
+    # Recorded after `agentrun end` and the idle pause (issue 29): paused while idle, a
+    # message held for the resume, then ended while paused.
+    "session_paused_and_ended": (
+        RunSpec(task=SESSION_TASK, allowed_tools=[], session={"idle_timeout": 3600}),
+        session_paused_and_ended,
     ),
 }
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.

@@ -84,13 +84,15 @@ async def test_usage_and_invalid_input_exit_2(settings, tmp_path):
 
 async def test_an_unknown_run_exits_3(settings, pool, tmp_path):
     home = tmp_path / "home"
-    status, receipt, say = await asyncio.gather(
+    status, receipt, say, end = await asyncio.gather(
         agentrun(settings, home, "status", "run-nope", "--json"),
         agentrun(settings, home, "receipt", "run-nope"),
         agentrun(settings, home, "say", "run-nope", "anyone there?", "--json"),
+        agentrun(settings, home, "end", "run-nope", "--json"),
     )
     assert "no run 'run-nope'" in json_error(status, 3, "not_found")
     assert "no run 'run-nope'" in json_error(say, 3, "not_found")
+    assert "no run 'run-nope'" in json_error(end, 3, "not_found")
     assert receipt.code == 3 and receipt.err.startswith("error: no run 'run-nope'")
     assert "Traceback" not in receipt.err
 

@@ -86,7 +86,7 @@ HELPER = {
 }
 SESSION = {"idle_timeout": 1.0, "compact_after_turns": 2}
 # What a signal that does not fit leaves behind: a refusal on the record, nothing else.
-IGNORED_ON_RECORD = {"approval.refused", "message.ignored"}
+IGNORED_ON_RECORD = {"approval.refused", "message.ignored", "session.end_ignored"}
 EFFECTS_TABLE = """CREATE TABLE IF NOT EXISTS property_effects (
     idempotency_key text NOT NULL, run_id text NOT NULL, at timestamptz DEFAULT now())"""
 
@@ -226,6 +226,7 @@ class LiveRun(RuleBasedStateMachine):
         self.refused: list[str] = []
         self.reported: dict[str, Any] = {}  # what each command that was not refused said
         self.answered: dict[str, Any] = {}  # a chat's message id -> the turn that answered it
+        self.ended = False  # a session's end was asked for (its waiting messages stay untaken)
         self.count = 0
 
     def by(self, action: str) -> str:
@@ -317,6 +318,13 @@ class LiveRun(RuleBasedStateMachine):
             return said
 
         self.attempt(who, turn())
+
+    @rule()
+    def end(self) -> None:
+        """End a session on purpose (`agentrun end`): refused for a run that is not one."""
+        who = self.by("end")
+        self.attempt(who, steering_ops.end_session(self.live.client, self.run_id, by=who))
+        self.ended = self.ended or who not in self.refused  # it may have landed
 
     @rule()
     def cancel(self) -> None:
@@ -516,7 +524,7 @@ class LiveRun(RuleBasedStateMachine):
     def check_messages(self, receipt: dict[str, Any], ignored: set[str]) -> None:
         """Every message a `say` reported as accepted (the run listed it) is in the receipt,
         and none is both held and ignored; a run that completed with a model call to spare took
-        every one it holds,
+        every one it holds (unless a session was ended on purpose),
         each before a model call step, in the order said. (One reported as recorded, when no
         answer came in time, may have reached the run as it wrote its receipt: then only
         `watch` shows it ignored.)"""
@@ -529,7 +537,8 @@ class LiveRun(RuleBasedStateMachine):
         calls = sum(
             1 for s in steps.values() if s["type"] == "model_call" and s["status"] == "completed"
         )
-        if receipt["outcome"] == "completed" and calls < MAX_STEPS:  # a call was left for it
+        # A call was left for it (a session ended on purpose leaves what waited untaken).
+        if receipt["outcome"] == "completed" and calls < MAX_STEPS and not self.ended:
             assert all(m["taken_at"] is not None for m in held.values()), receipt["messages"]
         taken = [m["taken_before_step"] for m in held.values() if m["taken_at"] is not None]
         assert taken == sorted(taken), receipt["messages"]

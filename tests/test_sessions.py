@@ -11,6 +11,7 @@ turn. `agentrun chat` does the same from a pipe.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -312,8 +313,149 @@ async def test_chat_with_no_worker_says_so_and_exits(client, settings, tmp_path)
     assert "no worker answered within 2s" in err and "agentrun-worker" in err
 
 
+async def test_a_session_ended_while_idle_completes_at_once_and_chat_ends_one(
+    client, settings, pool, worker, tmp_path
+):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            runs_ = [
+                (await ops.start_run(client, spec(idle_timeout="1h"), task_queue=q)).run_id
+                for q in (settings.task_queue, settings.task_queue)
+            ]
+            first = await answered(client, runs_[0], 1)
+            async with RunClient(client, settings) as runs:
+                ended = await runs.end_session(runs_[0], by="ana")
+                handle = client.get_workflow_handle_for(AgentRunWorkflow.run, runs_[0])
+                result = await asyncio.wait_for(handle.result(), 30)
+                with pytest.raises(OperationRefused, match="already ended") as again:
+                    await runs.end_session(runs_[0])
+            await answered(client, runs_[1], 1)
+            code, out, err = await chat_cli(
+                settings, tmp_path, runs_[1], f"{SECOND}\n/end\nignored\n"
+            )
+            chatted = await asyncio.wait_for(
+                client.get_workflow_handle_for(AgentRunWorkflow.run, runs_[1]).result(), 30
+            )
+            history = await handle.fetch_history()
+    await replayer([AgentRunWorkflow]).replay_workflow(history)
+    assert "ends now" in ended.message, ended
+    assert result.status.value == "completed" and result.answer == first.result
+    assert again.value.exit_code == 5 and "agentrun receipt" in str(again.value)
+    receipt = await eventually(lambda: _receipt(pool, runs_[0]), what="the ended session's receipt")
+    assert receipt["outcome"] == "completed" and [t["turn"] for t in receipt["turns"]] == [1]
+    kinds = await _event_types(pool, runs_[0])
+    assert "session.end_requested" in kinds
+    assert code == 0, err
+    assert f"Answer to: Message from cli: {SECOND}" in out and "[the session ends now" in out
+    assert chatted.status.value == "completed"
+    assert chatted.answer == f"## Summary\nAnswer to: Message from cli: {SECOND}"
+
+
+async def test_a_session_ended_during_a_turn_completes_with_that_turns_answer(
+    client, settings, pool, worker
+):
+    with OfflineModelServer(session_model(slow=SECOND, seconds=3)) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client, spec(idle_timeout="1h"), task_queue=settings.task_queue
+            )
+            await answered(client, started.run_id, 1)
+            await steering_ops.say(client, started.run_id, SECOND, by="ana")
+            await eventually(lambda: _asked(model, SECOND), what="the second turn's model call")
+            ended = await steering_ops.end_session(client, started.run_id, by="ana")
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            result = await asyncio.wait_for(handle.result(), 30)
+    assert "when its current turn has answered" in ended.message, ended
+    assert result.status.value == "completed"
+    assert result.answer == f"## Summary\nAnswer to: Message from ana: {SECOND}"
+    receipt = await eventually(lambda: _receipt(pool, started.run_id), what="its receipt")
+    assert [t["answer"] for t in receipt["turns"]][-1] == result.answer
+    assert len(receipt["turns"]) == 2
+
+
+async def test_an_end_sent_with_no_worker_is_held_until_one_returns(client, settings, pool, worker):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client, spec(idle_timeout="1h"), task_queue=settings.task_queue
+            )
+            first = await answered(client, started.run_id, 1)
+        ended = await steering_ops.end_session(client, started.run_id, by="ana", wait=3)
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        assert (await handle.describe()).status is not None
+        async with worker(base_url=model.base_url):
+            result = await asyncio.wait_for(handle.result(), 60)
+    assert ended.message.startswith("recorded: no worker answered"), ended
+    assert "agentrun-worker" in ended.message
+    assert result.status.value == "completed" and result.answer == first.result
+
+
+async def test_end_is_refused_for_a_run_that_is_not_a_session_and_another_tenants(
+    client, settings, tmp_path
+):
+    plain = await ops.start_run(client, make_spec(TASK), task_queue=settings.task_queue)
+    session = await ops.start_run(client, spec(), task_queue=settings.task_queue)
+    try:
+        code, out, err = await agentrun_cli(settings, tmp_path, "end", plain.run_id, "--json")
+        foreign = settings.model_copy(update={"tenant": "someone-else"})
+        async with RunClient(client, foreign) as theirs:
+            with pytest.raises(RunNotFound) as missing:
+                await theirs.end_session(session.run_id, wait=3)
+    finally:
+        for run_id in (plain.run_id, session.run_id):
+            await client.get_workflow_handle(run_id).terminate("test over")
+    assert code == 5, (out, err)
+    refusal = json.loads(err.strip().splitlines()[-1])["error"]
+    assert (refusal["code"], refusal["kind"]) == (5, "refused"), refusal
+    assert "is not a session" in refusal["message"]
+    assert f"agentrun cancel {plain.run_id}" in refusal["message"]
+    assert missing.value.exit_code == 3
+
+
+async def test_a_pause_while_idle_shows_paused_holds_a_message_and_resume_takes_it(
+    client, settings, pool, worker
+):
+    with OfflineModelServer(session_model()) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client, spec(idle_timeout="3s"), task_queue=settings.task_queue
+            )
+            run_id = started.run_id
+            await answered(client, run_id, 1)
+            await ops.pause(client, run_id, by="ana")
+            paused = await eventually(
+                lambda: _status_is(client, run_id, "paused"), what="the idle session paused"
+            )
+            async with RunClient(client, settings) as runs:  # chat says why no answer comes
+                items = [i async for i in runs.chat(run_id, SECOND, by="bo")]
+            await asyncio.sleep(4)  # past the idle timeout: a paused session stays open
+            held = await ops.status(client, run_id)
+            await ops.resume(client, run_id, by="ana")
+            second = await answered(client, run_id, 2)
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+            result = await asyncio.wait_for(handle.result(), 30)  # idle again: it completes
+            history = await handle.fetch_history()
+    await replayer([AgentRunWorkflow]).replay_workflow(history)
+    assert paused.pause_reason is not None and "ana" in paused.pause_reason, paused
+    assert items[0].data["delivered"] == "accepted", items
+    assert items[-1].type == "chat.no_answer" and items[-1].data["reason"] == "paused", items
+    assert "agentrun resume" in items[-1].data["note"] and "ana" in items[-1].data["note"]
+    assert held.status.value == "paused" and len(held.turns) == 1
+    assert [m.taken_at for m in held.messages] == [None], "the message waits for the resume"
+    assert second.result == f"## Summary\nAnswer to: Message from bo: {SECOND}"
+    assert second.pause_reason is None
+    assert result.status.value == "completed" and result.answer == second.result
+    kinds = await _event_types(pool, run_id)
+    assert "run.paused" in kinds and "run.resumed" in kinds
+
+
 async def chat_cli(settings, home, run_id: str, lines: str, *flags: str) -> tuple[int, str, str]:
     """`agentrun chat RUN` (the console script) with `lines` piped to its stdin."""
+    return await agentrun_cli(settings, home, "chat", run_id, *flags, stdin=lines)
+
+
+async def agentrun_cli(settings, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    """The `agentrun` console script with `args`, `stdin` piped to it."""
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -324,16 +466,14 @@ async def chat_cli(settings, home, run_id: str, lines: str, *flags: str) -> tupl
     script = os.path.join(os.path.dirname(sys.executable), "agentrun")
     proc = await asyncio.create_subprocess_exec(
         script,
-        "chat",
-        run_id,
-        *flags,
+        *args,
         cwd=ROOT,
         env=env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(lines.encode()), 120)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 120)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
@@ -357,3 +497,13 @@ async def _receipt(pool, run_id: str) -> dict[str, Any] | None:
 async def _nothing_pending(client, run_id: str) -> bool:
     raw = (await client.get_workflow_handle(run_id).describe()).raw_description
     return not raw.pending_activities and not raw.HasField("pending_workflow_task")
+
+
+async def _status_is(client, run_id: str, status: str) -> Any:
+    state = await ops.status(client, run_id)
+    return state if state.status.value == status else None
+
+
+async def _event_types(pool, run_id: str) -> list[str]:
+    found = await rows(pool, "SELECT type FROM events WHERE run_id = %s ORDER BY seq", run_id)
+    return [r["type"] for r in found]

@@ -58,3 +58,15 @@ def test_illegal_transitions_are_errors(current, new):
 def test_any_live_run_can_be_cancelled_and_no_ended_run_can():
     for status in RunStatus:
         assert (S.CANCELLED in TRANSITIONS[status]) == (status not in TERMINAL)
+
+
+def test_a_session_paused_while_idle_returns_to_its_wait_or_ends():
+    """A pause while a session waits for a message shows `paused`; resume returns it to the
+    wait (or starts the turn said meanwhile), and `agentrun end` completes it from there."""
+    for path in (
+        [S.VERIFYING, S.WAITING_FOR_MESSAGE, S.PAUSED, S.WAITING_FOR_MESSAGE, S.COMPLETED],
+        [S.WAITING_FOR_MESSAGE, S.PAUSED, S.PLANNING],
+        [S.WAITING_FOR_MESSAGE, S.PAUSED, S.COMPLETED],
+    ):
+        for current, new in itertools.pairwise(path):
+            assert check_transition(current, new) == new

@@ -166,7 +166,7 @@ STACK: Stack | None = None
 keys = st.sampled_from(["k1", "k2", "k3"])
 who = st.sampled_from([0, 1, 2])
 reads = st.sampled_from(
-    ["status", "receipt", "watch", "pause", "cancel", "approve", "fork", "say", "chat"]
+    ["status", "receipt", "watch", "pause", "cancel", "approve", "fork", "say", "chat", "end"]
 )
 
 
@@ -372,7 +372,8 @@ class Tenants(RuleBasedStateMachine):
     @rule(t=who, run=runs, action=reads)
     def act(self, t: int, run: Run, action: str) -> None:
         tenant = self.tenants[t]
-        if run.tenant == tenant and action in ("pause", "cancel", "approve", "fork", "say", "chat"):
+        changes = ("pause", "cancel", "approve", "fork", "say", "chat", "end")
+        if run.tenant == tenant and action in changes:
             return  # owners' own changes are not under test here: others' are
         try:
             self.call(self.try_(tenant, action, run.run_id))
@@ -414,6 +415,10 @@ class Tenants(RuleBasedStateMachine):
         if action == "say":
             return await steering_ops.say(
                 client, run_id, "from another tenant", tenant=tenant, mirror=pool, wait=WAIT
+            )
+        if action == "end":  # ending a session (`agentrun end`)
+            return await steering_ops.end_session(
+                client, run_id, by="mallory", tenant=tenant, mirror=pool, wait=WAIT
             )
         if action == "approve":
             return await ops.approve(

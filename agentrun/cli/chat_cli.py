@@ -3,9 +3,10 @@
 Each line read from stdin is said to the run (`RunClient.chat`), and its answer is printed
 as the model writes it. An approval the turn waits for is printed with the commands that
 decide it; `/approve` or `/reject REASON` typed next decides it here (unsigned, in the role
-it asks for). `/exit` or the end of input leaves; the session itself stays open until its
-idle timeout. Works the same with stdin piped. Exit 0, or 1 when a turn went unanswered
-(no worker, silence) or the run ended other than completed.
+it asks for). `/end` ends the session (`agentrun end`: it completes with its last answer
+and its receipt) and leaves. `/exit` or the end of input leaves; the session itself stays
+open until its idle timeout. Works the same with stdin piped. Exit 0, or 1 when a turn went
+unanswered (no worker, silence) or the run ended other than completed.
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ async def cmd_chat(runs: RunClient, args: argparse.Namespace) -> int:
     run_id = args.run
     if sys.stdin.isatty() and not args.json:
         print(
-            f"chatting with {run_id}: type a message; /exit to leave", file=sys.stderr, flush=True
+            f"chatting with {run_id}: type a message; /end to end the session, /exit to leave",
+            file=sys.stderr,
+            flush=True,
         )
     pending: dict[str, Any] | None = None
     next_offset = 0
@@ -128,6 +131,13 @@ async def cmd_chat(runs: RunClient, args: argparse.Namespace) -> int:
         text = line.strip()
         if not text:
             continue
+        if text == "/end":
+            ended = await runs.end_session(run_id, by=args.by, wait=args.wait)
+            if args.json:
+                print(json.dumps({"type": "chat.ended", **ended.model_dump(mode="json")}))
+            else:
+                out(f"[{ended.message}]")
+            return 0
         follow_from: int | None = None
         if pending is not None and (text == "/approve" or text.startswith("/reject")):
             role = str(pending.get("required_role") or "approver")

@@ -57,6 +57,7 @@ SCOPED = {
     "cancel",
     "say",
     "chat",
+    "end",
     "status",
     "receipt",
     "list",
@@ -234,6 +235,12 @@ async def cmd_pause(runs: RunClient, args: argparse.Namespace) -> int:
 async def cmd_say(runs: RunClient, args: argparse.Namespace) -> int:
     result = await runs.say(args.run, args.message, by=args.by, wait=args.wait)
     emit(result.model_dump(mode="json"), args.json, result.note)
+    return 0
+
+
+async def cmd_end(runs: RunClient, args: argparse.Namespace) -> int:
+    result = await runs.end_session(args.run, by=args.by, wait=args.wait)
+    emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
@@ -655,6 +662,7 @@ COMMANDS: dict[str, Command] = {
     "cancel": cmd_cancel,
     "say": cmd_say,
     "chat": chat_cli.cmd_chat,
+    "end": cmd_end,
     "status": cmd_status,
     "receipt": cmd_receipt,
     "mirror": cmd_mirror,
@@ -781,6 +789,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--by", default="cli", help="who says it (shown in status and the receipt)")
     add_tenant(p)
     chat_cli.add_parser(command)
+    p = command("end", "end a session: it completes with its last answer and its receipt")
+    p.add_argument("run")
+    p.add_argument("--by", default="cli", help="who ends it (shown in its events)")
+    add_tenant(p)
     p = command("mirror", "compare a run's mirror with its history, or rebuild it")
     p.add_argument("action", choices=["check", "rebuild"])
     p.add_argument("run")

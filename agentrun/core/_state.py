@@ -124,6 +124,10 @@ class RunProgress(BaseModel):
     summarised_turns: int = Field(0, description="turns the summary covers")
     compacted_at_turn: int = Field(0, description="the turn count at the last compaction")
     summaries: int = Field(0, description="summary model calls made")
+    paused_by: str | None = Field(None, description="who asked for the pause in force")
+    end_requested_by: str | None = Field(
+        None, description="who asked a session to end (`agentrun end`); None: nobody has"
+    )
 
 
 class RunInput(RunSpec):

@@ -30,6 +30,9 @@ SIGNAL_RESUME = "resume_signal"
 # A person's message to a run in flight (`agentrun say`): a signal, so it is kept with no
 # worker running, as a decision is.
 SIGNAL_SAY = "say_signal"
+# Ending a session on purpose (`agentrun end`): an update a worker answers, else a signal kept.
+UPDATE_END_SESSION = "end_session"
+SIGNAL_END_SESSION = "end_session_signal"
 # A sub-agent is offered to the model as this tool name plus its agent's name.
 SUBAGENT_TOOL_PREFIX = "agent__"
 # A sub-agent's run tells its parent of an approval it waits for (docs/subagents.md).

@@ -34,11 +34,21 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
         {S.WAITING_FOR_TOOL, S.PLANNING, S.VERIFYING, S.PAUSED, S.FAILED, S.CANCELLED}
     ),
     S.VERIFYING: frozenset({S.COMPLETED, S.PLANNING, S.WAITING_FOR_MESSAGE, *_ENDINGS}),
-    # A session's next message starts a turn; an idle timeout completes it.
+    # A session's next message starts a turn; an idle timeout or `end` completes it.
     S.WAITING_FOR_MESSAGE: frozenset({S.PLANNING, S.COMPLETED, *_ENDINGS}),
-    # Resume returns to whatever the next step needs.
+    # Resume returns to whatever the next step needs; an idle session paused returns to its
+    # wait (or starts the turn said meanwhile), and one ended while paused completes.
     S.PAUSED: frozenset(
-        {S.PLANNING, S.WAITING_FOR_TOOL, S.WAITING_FOR_APPROVAL, S.VERIFYING, S.FAILED, S.CANCELLED}
+        {
+            S.PLANNING,
+            S.WAITING_FOR_TOOL,
+            S.WAITING_FOR_APPROVAL,
+            S.VERIFYING,
+            S.WAITING_FOR_MESSAGE,
+            S.COMPLETED,
+            S.FAILED,
+            S.CANCELLED,
+        }
     ),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),

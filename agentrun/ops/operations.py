@@ -533,11 +533,26 @@ async def _control(
     """Pause or resume: an update when a worker answers and the run takes it, else a signal
     the run keeps (the server confirmed it before the answer says so)."""
     bounds.check(input, "control")
-    update, signal = messages
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
-    paused = signal is AgentRunWorkflow.pause_signal
-    what = signal.__name__.removesuffix("_signal")
+    paused = messages[1] is AgentRunWorkflow.pause_signal
+    what = messages[1].__name__.removesuffix("_signal")
+    return await control_run(client, run, messages, input, deadline, paused, what, mirror)
+
+
+async def control_run(
+    client: Client,
+    run: RunRef,
+    messages: tuple[str, Any],
+    input: ControlInput,
+    deadline: Deadline,
+    paused: bool,
+    what: str,
+    mirror: AsyncConnectionPool | None,
+    when: str = "at its next step boundary",
+) -> ControlResult:
+    """`_control` for a run found already: pause, resume, or a session's end."""
+    update, signal = messages
     try:
         await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
@@ -558,7 +573,7 @@ async def _control(
             paused=paused,
             message=(
                 f"recorded: {err.reason}, so the {what} went as a signal; the run holds it "
-                "in its history and applies it at its next step boundary"
+                f"in its history and applies it {when}"
             ),
         )
     try:

@@ -4,24 +4,32 @@ The message goes as a signal, which the server keeps in the run's history whethe
 worker runs, as a decision is kept; the run takes it at its next model call (or, with
 `on_message: interrupt`, cancels the call in flight for it). A message to a run that has
 ended, or that the caller may not see, is refused before anything is sent.
+
+`end_session` (`agentrun end`) ends a session on purpose, as pause and resume go: an update
+when a worker answers, else a signal the server keeps for when one does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 
 from psycopg_pool import AsyncConnectionPool
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentrun.core import bounds
-from agentrun.core._wire import SayInput
+from agentrun.core import constants as names
+from agentrun.core._state import RunInput
+from agentrun.core._wire import ControlInput, SayInput
 from agentrun.core.errors import InvalidRequest, OperationRefused
-from agentrun.core.results import RunState, SayResult
+from agentrun.core.results import ControlResult, RunState, SayResult
 from agentrun.core.states import is_terminal
 from agentrun.ops import handles
-from agentrun.ops.operations import _last_status, _recorded, _running
-from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline, NoAnswer
+from agentrun.ops.operations import RunRef, _last_status, _recorded, _running, control_run
+from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline, NoAnswer, within
 from agentrun.workflows import AgentRunWorkflow
 
 
@@ -95,3 +103,60 @@ async def say(
             f"as not taken); `agentrun status {run_id}` shows when it did"
         ),
     )
+
+
+async def end_session(
+    client: Client,
+    run_id: str,
+    *,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
+) -> ControlResult:
+    """End a session on purpose: it completes with its last answer and writes its receipt,
+    at once when idle, else when its current turn has answered. An update when a worker
+    answers; else a signal the run keeps and applies when a worker takes it."""
+    input = ControlInput(by=by)
+    bounds.check(input, "control")
+    deadline = Deadline(wait)
+    run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
+    if not await _is_session(client, run, deadline):
+        raise OperationRefused(
+            f"run {run_id} is not a session (its spec has no `session`), so it ends with its "
+            f"answer; `agentrun cancel {run_id}` stops it now"
+        )
+    return await control_run(
+        client,
+        run,
+        (names.UPDATE_END_SESSION, AgentRunWorkflow.end_session_signal),
+        input,
+        deadline,
+        False,
+        "end",
+        mirror,
+        when="as soon as the session is idle",
+    )
+
+
+async def _is_session(client: Client, run: RunRef, deadline: Deadline) -> bool:
+    """Whether the run's input (the first event of its history) has `session`; True when
+    the server does not say in time (the run itself then ignores an end that does not
+    apply, and records why)."""
+
+    async def first_input() -> RunInput | None:
+        async for event in run.handle.fetch_history_events(
+            page_size=1, rpc_timeout=timedelta(seconds=deadline.share(0.3))
+        ):
+            if event.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                return None
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [started] = await client.data_converter.decode(payloads, [RunInput])
+            return started if isinstance(started, RunInput) else None
+        return None
+
+    try:
+        started = await within(deadline.share(0.3), first_input())
+    except (NoAnswer, RPCError):
+        return True
+    return started is None or started.session is not None

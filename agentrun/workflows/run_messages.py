@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core._wire import ControlInput
     from agentrun.core.admission_models import AdmitInput
     from agentrun.core.results import ControlResult, RunState
-    from agentrun.core.states import is_terminal
+    from agentrun.core.states import RunStatus, is_terminal
 
 
 def check_control(input: ControlInput) -> None:
@@ -54,12 +54,17 @@ class RunMessages(Recording):
     @workflow.update(name=names.UPDATE_PAUSE)
     def pause(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = True
+        self.progress.paused_by = input.by
         self._event("pause.requested", data={"by": input.by})
         self._forward_control(names.SIGNAL_PAUSE, input)
+        idle = self.progress.status == RunStatus.WAITING_FOR_MESSAGE
         return ControlResult(
             status=self.progress.status,
             paused=True,
-            message="the run pauses at its next step boundary",
+            message="the session pauses now, while it waits for a message; messages said "
+            "meanwhile wait for the resume"
+            if idle
+            else "the run pauses at its next step boundary",
         )
 
     @pause.validator
@@ -73,6 +78,7 @@ class RunMessages(Recording):
     @workflow.update(name=names.UPDATE_RESUME)
     def resume(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = False
+        self.progress.paused_by = None
         self._event("resume.requested", data={"by": input.by})
         self._forward_control(names.SIGNAL_RESUME, input)
         return ControlResult(status=self.progress.status, paused=False, message="the run continues")
@@ -93,9 +99,11 @@ class RunMessages(Recording):
     def pause_signal(self, input: ControlInput) -> None:
         if not is_terminal(self.progress.status):
             self.progress.pause_requested = True
+            self.progress.paused_by = input.by
             self._forward_control(names.SIGNAL_PAUSE, input)
 
     @workflow.signal(name=names.SIGNAL_RESUME)
     def resume_signal(self, input: ControlInput) -> None:
         self.progress.pause_requested = False
+        self.progress.paused_by = None
         self._forward_control(names.SIGNAL_RESUME, input)

@@ -6,7 +6,10 @@ and waits for a message (`agentrun chat`, `say`) in a `wait_condition` with the 
 a timer on the server, so no worker is held. The message starts the next turn, whose steps,
 approvals and checks are a run's; `max_steps` and the verify rounds count per turn, the
 budget across the session. Idle for `idle_timeout`, the session completes with its receipt,
-which has a section per turn.
+which has a section per turn. `agentrun end` (an update, or a signal the server keeps while
+no worker runs) ends it on purpose the same way: at once when idle, else after the turn.
+A pause while idle shows `paused`: a message said meanwhile waits, and the turn it starts
+begins at the resume, from which the idle clock starts again.
 
 Every `compact_after_turns` turns (or when Temporal suggests the history is long), while
 idle, the turns before the last `keep_turns` are summarised by a model call (the run's own
@@ -23,21 +26,24 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
+from agentrun.workflows.run_messages import check_control
 from agentrun.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names
     from agentrun.core import fairness
     from agentrun.core._wire import (
+        ControlInput,
         ConversationCut,
         ModelCallInput,
         ModelCallResult,
         StepRecord,
         SummaryRequest,
     )
-    from agentrun.core.results import SessionTurn
-    from agentrun.core.states import RunStatus
+    from agentrun.core.results import ControlResult, SessionTurn
+    from agentrun.core.states import RunStatus, is_terminal
     from agentrun.workflows import policies
 
 # What a turn record keeps of the message and of the answer (the mirror has them whole).
@@ -135,23 +141,113 @@ class Sessions(Steering):
 
     async def _next_message(self) -> bool:
         """Wait, holding no worker, for a message; False when the session stayed idle for
-        its idle timeout. Between turns is where a session compacts and continues as new."""
+        its idle timeout, or was ended (`agentrun end`). Between turns is where a session
+        compacts and continues as new, and where a pause shows `paused`."""
         session = self.spec.session
         assert session is not None
-        if self._messages_waiting():
-            return True
-        if self._compaction_due():
-            await self._compact()
-            await self._continue_as_new()
-        since = self.progress.idle_since or workflow.now()
-        left = since + timedelta(seconds=session.idle_timeout) - workflow.now()
-        if left.total_seconds() > 0:
+        while True:
+            if self.progress.end_requested_by is not None:
+                return False
+            if self.progress.pause_requested:
+                await self._paused_while_idle()
+                continue
+            if self._messages_waiting():
+                return True
+            if self._compaction_due():
+                await self._compact()
+                await self._continue_as_new()
+            since = self.progress.idle_since or workflow.now()
+            left = since + timedelta(seconds=session.idle_timeout) - workflow.now()
+            if left.total_seconds() <= 0:
+                return self._messages_waiting()
             try:
-                await workflow.wait_condition(self._messages_waiting, timeout=left)
+                await workflow.wait_condition(self._idle_over, timeout=left)
             except TimeoutError:
-                pass
-        # A message that came as the timer fired still starts a turn.
-        return self._messages_waiting()
+                # A message that came as the timer fired still starts a turn.
+                return self._messages_waiting() and self.progress.end_requested_by is None
+
+    def _idle_over(self) -> bool:
+        progress = self.progress
+        return (
+            self._messages_waiting()
+            or progress.pause_requested
+            or progress.end_requested_by is not None
+        )
+
+    async def _paused_while_idle(self) -> None:
+        """A pause while idle: `paused` until resumed (or ended); a message said meanwhile
+        waits for the resume, and the idle clock starts again then."""
+        progress = self.progress
+        progress.pause_reason = progress.pause_reason or (
+            f"paused by {progress.paused_by or 'a person'} while the session was idle"
+        )
+        self._set_status(RunStatus.PAUSED)
+        self._event("run.paused", data={"reason": progress.pause_reason, "by": progress.paused_by})
+        await self._flush()
+        await workflow.wait_condition(
+            lambda: not progress.pause_requested or progress.end_requested_by is not None
+        )
+        progress.pause_reason = None
+        progress.idle_since = workflow.now()
+        if progress.pause_requested:  # ended while paused: it completes from here
+            return
+        self._event("run.resumed")
+        if not self._messages_waiting():
+            self._set_status(RunStatus.WAITING_FOR_MESSAGE)
+            await self._flush()
+
+    # ------------------------------------------------------------ ending on purpose
+
+    @workflow.update(name=names.UPDATE_END_SESSION)
+    def end_session(self, input: ControlInput) -> ControlResult:
+        turns = self.progress.turns
+        idle = bool(turns) and turns[-1].answered_at is not None
+        self._end_requested(input)
+        return ControlResult(
+            status=self.progress.status,
+            paused=self.progress.pause_requested,
+            message=(
+                "the session ends now: it completes with its last answer and writes its receipt"
+                if idle
+                else "the session ends when its current turn has answered: it completes with "
+                "that answer and writes its receipt"
+            ),
+        )
+
+    @end_session.validator
+    def _validate_end_session(self, input: ControlInput) -> None:
+        check_control(input)
+        refusal = self._end_refusal()
+        if refusal is not None:
+            raise ApplicationError(refusal)
+
+    @workflow.signal(name=names.SIGNAL_END_SESSION)
+    def end_session_signal(self, input: ControlInput) -> None:
+        """A signal cannot be refused: an end that does not apply is recorded and ignored."""
+        refusal = self._end_refusal()
+        if refusal is not None:
+            self._event("session.end_ignored", data={"by": input.by, "reason": refusal})
+            return
+        self._end_requested(input)
+
+    def _end_refusal(self) -> str | None:
+        if is_terminal(self.progress.status):
+            return (
+                f"run {self.run_id} already ended as {self.progress.status.value}; "
+                f"`agentrun receipt {self.run_id}` shows how"
+            )
+        if self.spec.session is None:
+            return (
+                f"run {self.run_id} is not a session (its spec has no `session`), so it ends "
+                f"with its answer; `agentrun cancel {self.run_id}` stops it now"
+            )
+        return None
+
+    def _end_requested(self, input: ControlInput) -> None:
+        if self.progress.end_requested_by is not None:
+            return  # asked already: the first asker is on record
+        self.progress.end_requested_by = input.by
+        self._event("session.end_requested", data={"by": input.by})
 
     # ------------------------------------------------------------ compaction
 
