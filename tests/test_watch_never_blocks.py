@@ -116,11 +116,22 @@ async def test_with_every_update_slot_taken_decisions_and_controls_go_as_signals
     a stale rejection and the approval still land, each as a signal the history holds, and
     each answer says so; the run completes with exactly the one approval."""
     async with worker():
-        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
-        pending = await wait_pending(client, started.run_id)
-        holders = await hold_update_slots(client, started.run_id)
-        try:
+        for attempt in (1, 2):
+            started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+            pending = await wait_pending(client, started.run_id)
+            holders = await hold_update_slots(client, started.run_id)
             paused = await ops.pause(client, started.run_id, wait=5)
+            if attempt == 1 and not paused.message.startswith("recorded:"):
+                # The server aborts the updates in flight when it drops a run's workflow task
+                # (a loaded machine's worker answered too late): the slots were free for a
+                # moment. Once more, on a fresh run; a second time is a failure.
+                for each in holders:
+                    each.cancel()
+                await asyncio.gather(*holders, return_exceptions=True)
+                await ops.cancel(client, started.run_id)
+                continue
+            break
+        try:
             assert paused.message.startswith("recorded: the server admits no more updates")
             assert "went as a signal" in paused.message
             assert (await ops.status(client, started.run_id)).pause_requested
