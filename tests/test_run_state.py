@@ -177,6 +177,8 @@ def every_field_set() -> RunProgress:
         summarised_turns=1,
         compacted_at_turn=2,
         summaries=1,
+        paused_by="li",
+        end_requested_by="mo",
         duplicates_prevented=1,
         inherited_effects=["a" * 32],
         side_effects=[
