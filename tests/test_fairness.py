@@ -78,7 +78,9 @@ async def model_call_starts(pool, tenant: str) -> list[float]:
 
 
 async def test_a_tenants_model_call_rate_holds_within_its_burst(client, settings, pool, worker):
-    rate, runs = 2.0, 10
+    # One call a second: the paced tenant's ten calls take 8 s or more, and the other
+    # tenant's, slowed only by a loaded machine (3.2 s at worst seen), finish well within it.
+    rate, runs = 1.0, 10
     slow, free = (f"t-{uuid.uuid4().hex[:8]}" for _ in range(2))
     await tenant_ops.set_tenant(
         client, pool, slow, {"model_calls_per_second": rate}, task_queue=settings.task_queue
