@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.activities.mirror import MirrorActivities
     from agentrun.activities.tools import ToolActivities
     from agentrun.core import constants as names
-    from agentrun.core import errors, fairness, payload_limits, run_summaries, search_attributes
+    from agentrun.core import errors, payload_limits, run_summaries, search_attributes
     from agentrun.core._state import RunInput, RunProgress
     from agentrun.core._wire import (
         CheckpointInput,
@@ -434,8 +434,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
         started = workflow.now()
         timeouts = self.spec.timeouts
         call, carried = await self._start_step(
-            lambda mirror: workflow.start_activity(
-                names.ACTIVITY_MODEL_COMPLETE,
+            lambda mirror: self._model_call(
                 ModelCallInput(
                     run_id=self.run_id,
                     step_id=step_id,
@@ -456,12 +455,8 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
                     **self._checks_for_reply(),
                     **self._subagent_tools(),
                 ),
-                result_type=ModelCallResult,
-                task_queue=fairness.model_task_queue(workflow.info().task_queue),
-                start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
-                heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
-                retry_policy=policies.retry_policy(self.spec, attempts),
-                summary=run_summaries.model_summary(
+                attempts,
+                run_summaries.model_summary(
                     model or self.progress.model_used or "(the worker's default)",
                     self.progress.tokens_in + self.progress.tokens_out,
                 ),

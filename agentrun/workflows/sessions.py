@@ -24,6 +24,7 @@ before sessions replays unchanged.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -33,7 +34,6 @@ from agentrun.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names
-    from agentrun.core import fairness
     from agentrun.core._wire import (
         ControlInput,
         ConversationCut,
@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core.results import ControlResult, SessionTurn
     from agentrun.core.states import RunStatus, is_terminal
-    from agentrun.workflows import policies
 
 # What a turn record keeps of the message and of the answer (the mirror has them whole).
 TURN_EXCERPT_CHARS = 2000
@@ -291,8 +290,7 @@ class Sessions(Steering):
         started = workflow.now()
         timeouts = self.spec.timeouts
         call, carried = await self._start_step(
-            lambda mirror: workflow.start_activity(
-                names.ACTIVITY_MODEL_COMPLETE,
+            lambda mirror: self._model_call(
                 ModelCallInput(
                     run_id=self.run_id,
                     step_id=step_id,
@@ -306,12 +304,8 @@ class Sessions(Steering):
                     provider=self.spec.model.provider,
                     summarize=asked,
                 ),
-                result_type=ModelCallResult,
-                task_queue=fairness.model_task_queue(workflow.info().task_queue),
-                start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
-                heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
-                retry_policy=policies.retry_policy(self.spec, timeouts.max_attempts),
-                summary=f"summarise turns {turns[0]}-{turns[-1]} of the session",
+                timeouts.max_attempts,
+                f"summarise turns {turns[0]}-{turns[-1]} of the session",
             ),
             batch,
         )
@@ -349,6 +343,6 @@ class Sessions(Steering):
             summary=self.progress.summary, keep_from=self.progress.summary_keeps_from
         )
 
-    async def _continue_as_new(self) -> None:
-        """Start afresh with the carried state (AgentRunWorkflow)."""
-        raise NotImplementedError
+    if TYPE_CHECKING:  # AgentRunWorkflow's, which carries the run's state
+
+        async def _continue_as_new(self) -> None: ...

@@ -17,7 +17,7 @@ steering existed replay unchanged.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from temporalio import workflow
@@ -26,11 +26,12 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 from agentrun.workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.core import bounds
+    from agentrun.core import bounds, fairness
     from agentrun.core import constants as names
-    from agentrun.core._wire import SayInput, StepRecord
+    from agentrun.core._wire import ModelCallInput, ModelCallResult, SayInput, StepRecord
     from agentrun.core.results import RunMessage
     from agentrun.core.states import is_terminal
+    from agentrun.workflows import policies
 
 T = TypeVar("T")
 
@@ -40,6 +41,24 @@ class Interrupted(Exception):
 
 
 class Steering(Recording):
+    def _model_call(
+        self, input: ModelCallInput, attempts: int, summary: str
+    ) -> workflow.ActivityHandle[ModelCallResult]:
+        """`model.complete` (called by name: the CLI imports this workflow and no model SDK) on
+        the run's model queue, with its timeouts and retries: the one way a run calls its model,
+        a message can interrupt."""
+        timeouts = self.spec.timeouts
+        return workflow.start_activity(
+            names.ACTIVITY_MODEL_COMPLETE,
+            input,
+            result_type=ModelCallResult,
+            task_queue=fairness.model_task_queue(workflow.info().task_queue),
+            start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
+            heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
+            retry_policy=policies.retry_policy(self.spec, attempts),
+            summary=summary,
+        )
+
     @workflow.signal(name=names.SIGNAL_SAY)
     def say_signal(self, input: SayInput) -> None:
         """A signal cannot be refused: a message that does not fit is recorded and ignored."""
