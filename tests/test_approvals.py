@@ -9,10 +9,12 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from agentrun.core._wire import ApproveInput, RejectInput
 from agentrun.core.argument_schema import argument_problems
+from agentrun.core import constants as names
 from agentrun.core.errors import OperationError
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import make_spec, rows, wait_pending
+from agentrun.workflows.changes import for_new_run
+from tests.support import make_spec, rows, wait_mirrored_status, wait_pending
 
 
 async def finish(client, run_id):
@@ -168,6 +170,31 @@ async def test_signals_decide_too_and_bad_signals_are_ignored(client, settings, 
         started.run_id,
     )
     assert refused == [{"by": "eve"}]
+
+
+async def test_a_decision_signalled_with_the_start_comes_after_the_start_in_the_story(
+    client, settings, pool, worker
+):
+    """A signal delivered with the start runs its handler before the run's own code: the
+    refusal it records still follows `run.started`, which is event 1 of every run."""
+    decision = ApproveInput(action_hash="0" * 16, by="eve", role="approver")
+    handle = await client.start_workflow(
+        AgentRunWorkflow.run,
+        for_new_run(make_spec()),
+        id="run-signalled-at-start",
+        task_queue=settings.task_queue,
+        start_signal=names.SIGNAL_APPROVE,
+        start_signal_args=[decision],
+    )
+    async with worker():
+        await wait_pending(client, handle.id)
+        await ops.cancel(client, handle.id)
+        await wait_mirrored_status(pool, handle.id, "cancelled")
+    events = await rows(
+        pool, "SELECT seq, type FROM events WHERE run_id = %s ORDER BY seq", handle.id
+    )
+    assert events[0] == {"seq": 1, "type": "run.started"}, events
+    assert {"seq": 2, "type": "approval.refused"} in events, events
 
 
 async def test_decisions_for_unknown_or_finished_runs_are_clear_errors(client, settings, worker):

@@ -144,6 +144,10 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
             )
         self.stream = RunStream(self.progress.stream_state)
         self.progress.stream_state = None  # the stream holds it now; set again at the carry
+        if spec.carry is None:
+            # Here, not in `run`: a signal delivered with the start runs its handler before
+            # `run`, and the story must still begin with the start.
+            self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
 
     async def _continue_as_new_if_long(self) -> None:
         """Past the history limit, start afresh with the carried state, between steps."""
@@ -174,8 +178,6 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
 
     @workflow.run
     async def run(self, spec: RunInput) -> RunResult:
-        if spec.carry is None:
-            self._event("run.started", data={"tenant": spec.tenant, "user": spec.user})
         cancelled = False
         try:
             await self._wait_for_slot()
