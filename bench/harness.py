@@ -325,6 +325,7 @@ class LevelResult:
     completed: int
     wall_seconds: float
     timed_out: bool
+    cut_off: float | None  # epoch seconds the budget ran out, when it did
     workflow_ids: list[str]
     close_times: dict[str, float]
     durations: list[float]  # start to close of each completed run, seconds
@@ -393,10 +394,31 @@ async def run_level(
         completed=len(closes),
         wall_seconds=end - t0,
         timed_out=timed_out,
+        cut_off=cut_off,
         workflow_ids=ids,
         close_times=closes,
         durations=durations,
     )
+
+
+async def steps_completed(
+    client: Client, workflow_ids: list[str], activity: str, until: float, parallel: int = 32
+) -> int:
+    """How many `activity` tasks these runs completed by `until` (epoch seconds), read from
+    their histories: a level cut short counts every step each system did, whole runs or not,
+    the same way for every system."""
+    gate = asyncio.Semaphore(parallel)
+
+    async def one(workflow_id: str) -> int:
+        async with gate:
+            times = await run_times(client, workflow_id)
+        return sum(
+            1
+            for a in times.activities
+            if a.name == activity and a.completed is not None and a.completed <= until
+        )
+
+    return sum(await asyncio.gather(*(one(i) for i in workflow_ids)))
 
 
 def new_queue(name: str) -> str:

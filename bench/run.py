@@ -502,17 +502,26 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
         server_after = server_work.scrape(b.metrics_url)
     steps_done = max(result.completed * cfg.level_steps, 1)
     steps_per_second = result.steps_per_second
-    if result.timed_out and system in ("ours", "ours_local"):
-        # Completed runs undercount a level cut short: count the tool steps the mirror holds
-        # as final (each was accepted by the workflow) up to the cut-off.
-        async with b.pool.connection() as conn:
-            cur = await conn.execute(
-                """SELECT count(*) FROM steps
-                   WHERE run_id LIKE %s AND type = 'tool_call' AND final""",
-                (f"{queue}-%",),
+    if result.timed_out and result.cut_off is not None:
+        # Completed runs undercount a level cut short: count every tool step done by the
+        # cut-off, from the histories (ours' local tools leave no activity task there: the
+        # steps its mirror holds as final, each accepted by its run).
+        if system in STEP_OF:
+            found = await harness.steps_completed(
+                b.client, result.workflow_ids, STEP_OF[system], result.cut_off
             )
-            found = await cur.fetchone()
-        steps_done = max(int(found[0]) if found else 0, 1)
+        elif system == "ours_local":
+            async with b.pool.connection() as conn:
+                cur = await conn.execute(
+                    """SELECT count(*) FROM steps
+                       WHERE run_id LIKE %s AND type = 'tool_call' AND final""",
+                    (f"{queue}-%",),
+                )
+                row_found = await cur.fetchone()
+            found = int(row_found[0]) if row_found else 0
+        else:
+            found = steps_done
+        steps_done = max(found, 1)
         steps_per_second = steps_done / result.wall_seconds
     durations = sorted(result.durations)
     row = {

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+from agentrun.core import constants as names
 from agentrun.core._wire import ApproveInput, RejectInput
 from agentrun.core.argument_schema import argument_problems
-from agentrun.core import constants as names
 from agentrun.core.errors import OperationError
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow

@@ -335,6 +335,14 @@ async def test_each_peer_runs_the_same_agent_for_real(
         model_activity,
     ]
     assert all(a.completed is not None and a.attempt == 1 for a in times.activities)
+    # A level cut short counts the steps each system did by the cut-off, from its history.
+    first_step = times.activities[1].completed
+    assert first_step is not None
+    counted = [
+        await harness.steps_completed(env.client, [workflow_id], tool_activity, until)
+        for until in (first_step - 0.001, first_step, times.closed or first_step + 60)
+    ]
+    assert counted == [0, 1, 3]
 
 
 def test_profiles_of_two_trees_combine_into_means_and_a_table(tmp_path) -> None:
