@@ -16,6 +16,8 @@ STEP_P50_RATIO_MAX = 1.25
 MIRROR_LAG_P95_MAX_MS = 200.0
 WORKER_CPU_RATIO_MAX = 1.5
 TARGET_LEVEL = 100
+# The parts a step's mirror lag under load is read in (bench/run.py mirror_lag_parts).
+LAG_PARTS = ("accepted", "dispatched", "written")
 
 
 def _get(data: Any, *path: str) -> Any:
@@ -151,6 +153,17 @@ def summary_table(results: dict[str, Any]) -> str:
             *dash,
         ]
     )
+    parts = _get(load, "parts_ms") if isinstance(load, dict) else None
+    if isinstance(parts, dict):
+        rows.append(
+            [
+                f"that lag at {load.get('level')} concurrent by part, p50 / p95: step done → "
+                "the activity carrying its rows scheduled; → that activity started; → rows "
+                "written",
+                "; ".join(_pair(parts.get(k), "p50", "p95") for k in LAG_PARTS),
+                *dash,
+            ]
+        )
     accepted = _get(results, "throughput", "acceptance_lag_under_load")
     if isinstance(accepted, dict):
         ours_ms, agent_ms = accepted.get("ours"), accepted.get("bare_agent")

@@ -48,7 +48,7 @@ from agentrun.core._wire import ApproveInput  # noqa: E402
 from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
 from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
-from agentrun.dev.stack import EmbeddedStack, free_port  # noqa: E402
+from agentrun.dev.stack import EmbeddedStack, free_port, temporal_binary  # noqa: E402
 from agentrun.store.db import open_pool  # noqa: E402
 from agentrun.temporal.client import connect  # noqa: E402
 from agentrun.workflows import AgentRunWorkflow  # noqa: E402
@@ -221,7 +221,7 @@ def machine_info() -> dict[str, Any]:
     cli = "temporal CLI ?"
     with contextlib.suppress(Exception):
         cli = subprocess.run(
-            [shutil.which("temporal") or "temporal", "--version"],
+            [temporal_binary(), "--version"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -367,6 +367,30 @@ class Bench:
         for workflow_id in workflow_ids:
             lags += (await harness.run_times(self.client, workflow_id)).acceptance_lags(step)
         return lags
+
+    async def mirror_lag_parts(self, workflow_ids: list[str]) -> dict[str, list[float]]:
+        """Each tool step's mirror lag in its three parts, read from its run's history: the
+        workflow task that accepted the step scheduled the activity carrying its rows
+        (`accepted`: completion to that scheduling), the carrier waited to start
+        (`dispatched`: eager, or through matching and a free slot), then wrote them in its
+        statement (`written`: its start to the row). A step written otherwise is left out."""
+        parts: dict[str, list[float]] = {"accepted": [], "dispatched": [], "written": []}
+        for workflow_id in workflow_ids:
+            times = await harness.run_times(self.client, workflow_id)
+            done = [a.completed for a in times.of(OUR_STEP) if a.completed is not None]
+            rows = await self.step_rows(workflow_id)
+            for completed, (_, at) in zip(done, rows, strict=False):
+                carrier = min(
+                    (a for a in times.activities if a.scheduled >= completed),
+                    key=lambda a: a.scheduled,
+                    default=None,
+                )
+                if carrier is None or carrier.started is None or at < carrier.started:
+                    continue
+                parts["accepted"].append(carrier.scheduled - completed)
+                parts["dispatched"].append(carrier.started - carrier.scheduled)
+                parts["written"].append(at - carrier.started)
+        return parts
 
     async def mirror_lags(self, workflow_ids: list[str]) -> list[float]:
         """Seconds from each tool step's ActivityTaskCompleted to its final row in Postgres."""
@@ -577,6 +601,10 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
                     "level": level,
                     "runs_sampled": len(sample),
                     "ms": ms(await b.mirror_lags(sample)),
+                    "parts_ms": {
+                        part: ms(values)
+                        for part, values in (await b.mirror_lag_parts(sample)).items()
+                    },
                 }
         if "pgq" in cfg.systems:
             pgq = await pg_queue.run(

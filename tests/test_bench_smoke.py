@@ -114,7 +114,15 @@ def fixed_results() -> dict[str, object]:
         "throughput": {
             "steps_per_run": 5,
             "levels": [level(10, 20.0, 10.0), level(100, 36.0, 25.0)],
-            "mirror_lag_under_load": {"level": 100, "ms": {"n": 5, "p50": 100.0, "p95": 250.0}},
+            "mirror_lag_under_load": {
+                "level": 100,
+                "ms": {"n": 5, "p50": 100.0, "p95": 250.0},
+                "parts_ms": {
+                    "accepted": {"n": 5, "p50": 40.0, "p95": 80.0},
+                    "dispatched": {"n": 5, "p50": 50.0, "p95": 150.0},
+                    "written": {"n": 5, "p50": 10.0, "p95": 20.0},
+                },
+            },
             "acceptance_lag_under_load": {
                 "level": 100,
                 "ours": {"n": 5, "p50": 60.0, "p95": 90.0},
@@ -140,6 +148,8 @@ def test_report_from_fixed_results() -> None:
     assert "1.50x / 1.50x" in summary  # ours ÷ bare agent, p50 / p99
     assert "2.50x / 3.00x" in summary  # ours ÷ bare activities
     assert "2.2 / 2.5 s" in summary
+    # The lag under load, by part: accepted, the carrier dispatched, the rows written.
+    assert "40.0 / 80.0 ms; 50.0 / 150.0 ms; 10.0 / 20.0 ms" in summary
     [activities] = [
         [cell.strip() for cell in line.split("|")[1:-1]]
         for line in summary.splitlines()
