@@ -29,6 +29,7 @@ def test_the_runtime_dependencies_hold_no_dev_server_and_no_browser() -> None:
     assert {name(r) for r in extras["local"]} == EMBEDDED_STACK
     assert {name(r) for r in extras["browser"]} == {"playwright"}
     assert "agentrun[local]" in extras["dev"], "the tests and the quick start need the stack"
+    assert "agentrun[local]" in extras["bench"], "bench/run.py starts its own stack"
     assert "playwright" not in {name(r) for r in extras["dev"]}, "only the browser test needs it"
 
 
