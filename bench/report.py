@@ -16,7 +16,7 @@ STEP_P50_RATIO_MAX = 1.25
 MIRROR_LAG_P95_MAX_MS = 200.0
 WORKER_CPU_RATIO_MAX = 1.5
 TARGET_LEVEL = 100
-# The parts a step's mirror lag under load is read in (bench/run.py mirror_lag_parts).
+# The parts a step's mirror lag under load is read in (bench/run.py Bench.mirror_lags).
 LAG_PARTS = ("accepted", "dispatched", "written")
 
 

@@ -368,18 +368,23 @@ class Bench:
             lags += (await harness.run_times(self.client, workflow_id)).acceptance_lags(step)
         return lags
 
-    async def mirror_lag_parts(self, workflow_ids: list[str]) -> dict[str, list[float]]:
-        """Each tool step's mirror lag in its three parts, read from its run's history: the
+    async def mirror_lags(
+        self, workflow_ids: list[str]
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """Seconds from each tool step's ActivityTaskCompleted to its final row in Postgres,
+        and that lag in its three parts, from one read of each run's history and rows: the
         workflow task that accepted the step scheduled the activity carrying its rows
         (`accepted`: completion to that scheduling), the carrier waited to start
         (`dispatched`: eager, or through matching and a free slot), then wrote them in its
-        statement (`written`: its start to the row). A step written otherwise is left out."""
+        statement (`written`: its start to the row). A step written otherwise has no parts."""
+        lags: list[float] = []
         parts: dict[str, list[float]] = {"accepted": [], "dispatched": [], "written": []}
         for workflow_id in workflow_ids:
             times = await harness.run_times(self.client, workflow_id)
             done = [a.completed for a in times.of(OUR_STEP) if a.completed is not None]
             rows = await self.step_rows(workflow_id)
             for completed, (_, at) in zip(done, rows, strict=False):
+                lags.append(at - completed)
                 carrier = min(
                     (a for a in times.activities if a.scheduled >= completed),
                     key=lambda a: a.scheduled,
@@ -390,17 +395,7 @@ class Bench:
                 parts["accepted"].append(carrier.scheduled - completed)
                 parts["dispatched"].append(carrier.started - carrier.scheduled)
                 parts["written"].append(at - carrier.started)
-        return parts
-
-    async def mirror_lags(self, workflow_ids: list[str]) -> list[float]:
-        """Seconds from each tool step's ActivityTaskCompleted to its final row in Postgres."""
-        lags: list[float] = []
-        for workflow_id in workflow_ids:
-            times = await harness.run_times(self.client, workflow_id)
-            done = [a.completed for a in times.of(OUR_STEP) if a.completed is not None]
-            rows = await self.step_rows(workflow_id)
-            lags += [at - completed for completed, (_, at) in zip(done, rows, strict=False)]
-        return lags
+        return lags, parts
 
 
 def measured(cfg: Config) -> list[str]:
@@ -474,7 +469,7 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
                     b, ids[system], STEP_ACTIVITY[system], cfg.steps
                 )
             if mode == "isolated" and "ours" in systems:
-                out["mirror_lag_ms"] = ms(await b.mirror_lags(ids["ours"]))
+                out["mirror_lag_ms"] = ms((await b.mirror_lags(ids["ours"]))[0])
     for system in systems:
         isolated = out[system]["isolated"]
         log(
@@ -597,14 +592,12 @@ async def stage_throughput(b: Bench) -> dict[str, Any]:
                 accepted = out.setdefault("acceptance_lag_under_load", {"level": level})
                 accepted[system] = ms(await b.acceptance_lags(sample, STEP_OF[system]))
             if system == "ours":
+                lags, parts = await b.mirror_lags(sample)
                 out["mirror_lag_under_load"] = {
                     "level": level,
                     "runs_sampled": len(sample),
-                    "ms": ms(await b.mirror_lags(sample)),
-                    "parts_ms": {
-                        part: ms(values)
-                        for part, values in (await b.mirror_lag_parts(sample)).items()
-                    },
+                    "ms": ms(lags),
+                    "parts_ms": {part: ms(values) for part, values in parts.items()},
                 }
         if "pgq" in cfg.systems:
             pgq = await pg_queue.run(
