@@ -158,7 +158,8 @@ class Approvals(Recording):
             None,
             None,
         )
-        await self._tell_parent(None)
+        # Recorded before anything awaits: the update that sent the decision answers with
+        # what is recorded once the approval is no longer pending (`_decide_by_update`).
         record = self._approval_record(pending, decision)
         self.progress.approvals.append(record)
         self._complete_step(
@@ -175,6 +176,7 @@ class Approvals(Recording):
             )
         )
         self._event(f"approval.{record.decision}", step_id, {"by": record.by, "kind": kind})
+        await self._tell_parent(None)
         return record
 
     def _approval_record(
