@@ -1,22 +1,34 @@
-"""Decisions on a sub-agent's run answered as the run recorded them (issue 35, item 2), on
-the real stack.
+"""A sub-agent's run under its tenant's policy, and decisions answered as the run recorded
+them (issue 35, items 1 and 2), on the real stack.
 
-A decision on a child's run answers what the run recorded ("approved", "rejected"),
+A tenant with a keyed approver, a cap of one and a weight of 3 starts a parent that delegates
+to a sub-agent whose message waits for approval: the child's run carries the tenant's
+approver (an unsigned "mallory" is refused), runs at the tenant's fairness key and weight, and
+runs in its parent's slot (it is not queued behind its own parent, and the tenant's next run
+waits). A decision on a child's run answers what the run recorded ("approved", "rejected"),
 never "abandoned" as it did when the parent was told before the decision was recorded.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
+import pytest
+
 from agentrun.client_api import RunClient
+from agentrun.core.admission_models import TenantLimits
+from agentrun.core.errors import OperationError
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.ops import approver_keys, fork_ops
 from agentrun.ops import operations as ops
 from agentrun.profiles import Agent
+from agentrun.store.approver_store import ApproverStore
+from agentrun.store.tenant_store import TenantStore
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually
+from tests.support import eventually, make_spec, wait_status
 from tests.test_door import cli
 from tests.test_subagents import AGENTS, LEAD, approving_child_model, parent_spec
 
@@ -33,10 +45,54 @@ async def _child_waiting(client, run_id: str) -> str:
     return await eventually(waiting, seconds=60, what="the child's approval in its parent")
 
 
+async def test_a_subagents_run_carries_its_tenants_approvers_cap_and_weight(
+    client, settings: Settings, pool, worker, tmp_path: Path
+):
+    acme = f"acme-{uuid.uuid4().hex[:8]}"
+    ana = approver_keys.create(tmp_path, "ana", "approver", acme)
+    assert await ApproverStore(pool).add(ana.signer)
+    await TenantStore(pool).save(TenantLimits(tenant=acme, max_in_flight=1, weight=3))
+    runs = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    spec = parent_spec(tenant=acme, subagents=LEAD.spec_fields(SENDER)["subagents"])
+    try:
+        with OfflineModelServer(approving_child_model(slow_seconds=0)) as model:
+            async with worker(base_url=model.base_url):
+                parent = (await runs.start_run(spec)).run_id
+                child = await _child_waiting(client, parent)
+
+                # The tenant's policy, carried by the child's run.
+                carried = (await fork_ops.parent_input(client, child)).approval.signers
+                assert ana.signer.key_id in {s.key_id for s in carried}
+                described = await client.get_workflow_handle(child).describe()
+                priority = described.raw_description.workflow_execution_info.priority
+                assert (priority.fairness_key, priority.fairness_weight) == (acme, 3)
+                # In its parent's slot: not queued behind it, and the tenant's next run waits.
+                state = await ops.status(client, child)
+                assert state.tenant == acme and state.status.value == "waiting_for_approval"
+                assert state.admission is None
+                queued = await runs.start(make_spec().task)
+                await wait_status(client, queued, "queued")
+
+                with pytest.raises(OperationError, match="only signed decisions"):
+                    await ops.approve(client, child, by="mallory", role="approver")
+                decided = await runs.approve(child, by="ana", signer=ana)
+                assert decided.decision == "approved", decided
+
+                handle = client.get_workflow_handle_for(AgentRunWorkflow.run, parent)
+                assert (await handle.result()).status.value == "completed"
+                # The slot is free again: the tenant's next run is admitted and goes on.
+                await wait_status(client, queued, "completed", seconds=60)
+    finally:
+        await runs.close()
+    receipt = await ops.receipt(pool, child)
+    assert [(a["decision"], a["by"]) for a in receipt["approvals"]] == [("approved", "ana")]
+
+
 async def test_a_decision_on_a_childs_run_answers_what_it_recorded(
     client, settings: Settings, pool, worker, tmp_path: Path
 ):
-    """Through the CLI: `reject` of a child's run answers "rejected"."""
+    """Through the CLI: `reject` of a child's run answers "rejected" (the first test's
+    `approve` through `RunClient` answers "approved")."""
     spec = parent_spec(subagents=LEAD.spec_fields(SENDER)["subagents"])
     with OfflineModelServer(approving_child_model(slow_seconds=0)) as model:
         async with worker(base_url=model.base_url):

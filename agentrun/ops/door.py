@@ -7,8 +7,9 @@ weight, its model-call rate, the priorities it may take (a start at another is r
 caller hands it limits or approvers, so a caller with stale or chosen limits changes
 nothing; without a database there is no policy to read, and the start is refused.
 `tests/test_door.py` fails if any other module starts a run. Runs a workflow starts as its
-children (a backlog's tasks, `run_agent`) read the same policy through an activity
-(agentrun/core/tenant_policy.py) just before they start.
+children (a backlog's tasks, `run_agent`) read the same policy through an activity just
+before they start, and a sub-agent's run takes its parent's (agentrun/workflows/run_starts.py,
+the one way a workflow starts a run).
 
 Run ids are scoped by tenant (`run_id`): the same key in two tenants names two runs. The
 engine's own runs take ids no direct start can: forks under `run-~`, backlog runs

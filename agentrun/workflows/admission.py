@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+
+from agentrun.workflows import run_starts
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities.admission import AdmissionActivities
@@ -58,7 +60,7 @@ def upgrade_on_continue() -> workflow.ContinueAsNewVersioningBehavior | None:
     return workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
-def _outcome_seen(outcome: asyncio.Future[object]) -> None:
+def _outcome_seen(outcome: asyncio.Future[Any]) -> None:
     if not outcome.cancelled():
         outcome.exception()
 
@@ -218,16 +220,17 @@ class TenantAdmissionWorkflow:
         self.waiting.append(run_id)
         if request.request_id is not None:
             self.requests[run_id] = request.request_id
-        spec = request.spec.model_copy(update={"admission": workflow.info().workflow_id})
+        # The door built the spec from its tenant's policy; it runs at the weight this
+        # queue holds for the tenant.
+        spec = request.spec.model_copy(
+            update={"admission": workflow.info().workflow_id, "fairness_weight": self.limits.weight}
+        )
         try:
-            child = await workflow.start_child_workflow(
-                names.WORKFLOW_NAME,
-                spec,
-                id=run_id,
+            child = await run_starts.start_run(
+                run_starts.from_door(spec),
+                run_id=run_id,
                 task_queue=request.task_queue,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                priority=fairness.run_priority(spec.priority, spec.tenant, self.limits.weight),
                 search_attributes=search_attributes.for_run(
                     spec.agent, spec.tenant, "queued", spec.priority
                 )

@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
@@ -23,14 +22,13 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
+from agentrun.workflows import run_starts
+
 with workflow.unsafe.imports_passed_through():
-    from agentrun.activities.admission import AdmissionActivities
     from agentrun.activities.backlog import BacklogActivities
     from agentrun.core import bounds, fairness
     from agentrun.core import constants as names
-    from agentrun.core._state import RunInput
     from agentrun.core._wire import ControlInput
-    from agentrun.core.admission_models import HoldRequest
     from agentrun.core.backlog_models import (
         BacklogControlResult,
         BacklogControlSignal,
@@ -51,7 +49,6 @@ with workflow.unsafe.imports_passed_through():
         not_all_yours,
     )
     from agentrun.core.states import RunStatus
-    from agentrun.core.tenant_policy import PolicyInput, held_spec
     from agentrun.workflows.admission import upgrade_on_continue
     from agentrun.workflows.agent_run import AgentRunWorkflow
     from agentrun.workflows.changes import for_new_run
@@ -66,7 +63,6 @@ CHILD_PRIORITY = "backlog-child-priority"
 # and, for a capped tenant, a wait in the tenant's admission queue. Backlogs recorded before
 # replay their children's starts as they were.
 CHILD_POLICY = "backlog-child-policy"
-POLICY_TIMEOUT = timedelta(seconds=30)
 # Outcomes of held writes a backlog keeps for their senders to read.
 KEPT_DELIVERIES = 200
 
@@ -214,41 +210,28 @@ class AgentBacklogWorkflow:
         # The generation of the code starting it (a task queued before a deploy runs the
         # current one; a child's input is not checked on replay).
         spec = for_new_run(task.spec.model_copy(update={"idempotency_key": task.key}))
+        run = run_starts.from_door(spec)  # as the door built it when it was enqueued
         if workflow.patched(CHILD_POLICY):
-            found = await workflow.execute_activity_method(
-                AdmissionActivities.policy,
-                PolicyInput(tenant=spec.tenant),
-                start_to_close_timeout=POLICY_TIMEOUT,
-                retry_policy=fairness.MIRROR_RETRY,  # retried until Postgres answers
-            )
-            refusal = found.limits.priority_refusal(spec.priority)
-            if refusal is not None:
+            read = await run_starts.read_policy(spec)
+            if isinstance(read, str):
                 # No attempt would fare better: this one is the task's last.
                 task.attempts = max(task.attempts, task.max_attempts - 1)
-                return refusal
-            spec = held_spec(spec, found)
+                return read
+            run = read
         task.launches += 1
         task.run_id = child_run_id(self.agent, task.key, task.launches)
         task.started_at = workflow.now()
         self._set(task, "paused" if self.stopped else "running")
         workflow.deprecate_patch(CHILD_PRIORITY)
         try:
-            handle = await workflow.start_child_workflow(
-                AgentRunWorkflow.run,
-                spec,
-                id=task.run_id,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                static_summary=f"{self.agent} #{task.ordinal}: {task.title}",
-                # The tenant's weight, as the door (or the policy just read) wrote it into
-                # the spec (None in backlogs recorded before: the default weight, as then).
-                priority=fairness.run_priority(spec.priority, spec.tenant, spec.fairness_weight),
+            handle = await run_starts.start_run(
+                run,
+                run_id=task.run_id,
+                summary=f"{self.agent} #{task.ordinal}: {task.title}",
             )
         except WorkflowAlreadyStartedError:
             await self._flush()
             return f"a run with id {task.run_id} already exists; it was not started again"
-        if spec.admission is not None:
-            await self._hold(task.run_id, spec)
         self.children[task.key] = handle
         if self.stopped:  # a stop that came while the child was starting
             await self._signal_children([task.key], pause=True)
@@ -263,16 +246,6 @@ class AgentBacklogWorkflow:
         if result.status == RunStatus.COMPLETED:
             return None
         return f"{result.status.value}: {result.error or 'no reason given'}"
-
-    async def _hold(self, run_id: str, spec: RunInput) -> None:
-        """The run waits in `queued` until its tenant's queue admits it: it joins the queue
-        once it exists (an admit sent before would find no run)."""
-        await workflow.execute_activity_method(
-            AdmissionActivities.hold,
-            HoldRequest(run_id=run_id, tenant=spec.tenant, task_queue=workflow.info().task_queue),
-            start_to_close_timeout=POLICY_TIMEOUT,
-            retry_policy=fairness.MIRROR_RETRY,
-        )
 
     # ------------------------------------------------------------------ stop and resume
 

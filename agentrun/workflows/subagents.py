@@ -24,9 +24,9 @@ import json
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
 
+from agentrun.workflows import run_starts
 from agentrun.workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.results import ChildApproval, PendingApproval, RunResult
     from agentrun.core.spec import JsonDict
     from agentrun.core.states import RunStatus
-    from agentrun.workflows.changes import for_new_run
 
 
 def subagent_run_id(parent_id: str, step_id: str) -> str:
@@ -88,7 +87,7 @@ class Subagents(Recording):
                 f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
             )
             return f"the {name} agent cannot take this task ({problems})"
-        return for_new_run(spec)
+        return spec
 
     def _validated_child(
         self, fields: JsonDict, task: str, budget: JsonDict, depth: int
@@ -98,9 +97,7 @@ class Subagents(Recording):
             {
                 **fields,
                 "task": task,
-                "tenant": self.spec.tenant,
                 "user": self.spec.user,
-                "priority": self.spec.priority,
                 "budget": budget,
                 "failures": {**fields.get("failures", {}), "on_budget_exceeded": "fail"},
                 "subagent_limits": limits.model_dump(),
@@ -188,17 +185,13 @@ class Subagents(Recording):
             self.running_child = None
 
     async def _start_child(self, spec: RunInput, child_id: str) -> RunResult:
-        """Start the child and wait for its result (what `execute_child_workflow` does, so
-        the same commands); a pause of this run that came while it started goes on to it."""
-        handle = await workflow.start_child_workflow(
-            names.WORKFLOW_NAME,
-            spec,
-            id=child_id,
-            result_type=RunResult,
-            task_queue=workflow.info().task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-            static_summary=f"{spec.agent} for {self.run_id}",
+        """Start the child under this run's policy (agentrun/workflows/run_starts.py) and wait
+        for its result (what `execute_child_workflow` does, so the same commands); a pause of
+        this run that came while it started goes on to it."""
+        handle = await run_starts.start_run(
+            run_starts.within_parent(self.spec, spec),
+            run_id=child_id,
+            summary=f"{spec.agent} for {self.run_id}",
         )
         self.running_child = child_id
         if self.progress.pause_requested:
