@@ -13,6 +13,11 @@ refused on every path). After each step and each sequence:
 - the capped tenant never has more than one run past `queued`, its backlogs' and its own
   workflows' runs included;
 - a refusal for another tenant's run reads exactly as one for a missing run.
+Each tenant's parents also delegate to a sub-agent whose message waits for approval (issue
+35): its child's run carries the tenant's approvers and weight (an unsigned "mallory" cannot
+decide A's), runs in its parent's slot, and a decision on it, by its tenant's approver, a
+forger or another tenant, answers exactly what the run recorded (or is refused as for a
+missing run).
 """
 
 from __future__ import annotations
@@ -50,13 +55,14 @@ from agentrun.cli import main as cli_main
 from agentrun.client_api import RunClient
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.backlog_models import TaskItem
-from agentrun.core.constants import SIGNAL_RUN_ADMIT
+from agentrun.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT
 from agentrun.core.errors import OperationError, OperationRefused
 from agentrun.core.settings import Settings
 from agentrun.core.spec import RunSpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import approver_keys, fork_ops, steering_ops
 from agentrun.ops import operations as ops
+from agentrun.profiles import Agent
 from agentrun.store.approver_store import ApproverStore
 from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.store.tenant_store import TenantStore
@@ -68,8 +74,15 @@ from workflows import WORKFLOWS, RefundRequest, RefundReviewWorkflow
 T = TypeVar("T")
 WAIT = 15.0
 ENDED = ("completed", "failed", "cancelled")
-# Signals a run takes that are not a person's command.
-ENGINE_SIGNALS = {SIGNAL_RUN_ADMIT}
+# Signals a run takes that are not a person's command (a child's approval notice, the
+# streamed text of its model's answer, sent by its own activity).
+ENGINE_SIGNALS = {SIGNAL_RUN_ADMIT, SIGNAL_CHILD_APPROVAL, "__temporal_workflow_stream_publish"}
+# A parent that delegates the notify task to its sub-agent (the offline planner makes the
+# call its task spells out), whose message then waits for approval.
+HELPER = Agent(name="helper", instructions="You help.", tools=["search_notes", "send_message"])
+LEAD = Agent(name="lead", instructions="You lead.", subagents=["helper"])
+DELEGATE_TASK = f"call agent__helper {json.dumps({'task': NOTIFY_TASK})}"
+deciders = st.sampled_from(["approver", "forger", "another tenant"])
 
 
 @dataclass
@@ -187,20 +200,23 @@ class Tenants(RuleBasedStateMachine):
         self.shared = f"desk-shared-{mark}"
         self.owners: dict[tuple[str, str], str] = {}
         self.parents: list[str] = []  # the deployment's own workflows, ended at teardown
+        self.children: list[Run] = []  # sub-agents' runs (in their parents' slots)
 
     def call(self, work: Coroutine[Any, Any, T]) -> T:
         return self.stack.call(work)
 
-    @initialize()
-    def policies(self) -> None:
+    @initialize(decider=deciders, approve=st.booleans())
+    def policies(self, decider: str, approve: bool) -> None:
+        """The tenants' policies; then A (whose slot is free only now) delegates once."""
         a, _, c = self.tenants
         store = TenantStore(self.stack.pool)
         self.call(store.save(TenantLimits(tenant=a, max_in_flight=1, weight=2)))
         self.call(store.save(TenantLimits(tenant=c, weight=3, allowed_priorities=[2, 3, 4, 5])))
         folder = os.path.join(self.stack.config_dir, a)
-        ana = approver_keys.create(Path(folder), "ana", "approver", a)
-        self.call(ApproverStore(self.stack.pool).add(ana.signer))
-        self.signers[a] = {ana.signer.key_id}
+        self.ana = approver_keys.create(Path(folder), "ana", "approver", a)
+        self.call(ApproverStore(self.stack.pool).add(self.ana.signer))
+        self.signers[a] = {self.ana.signer.key_id}
+        self.delegate_to_a_subagent(0, decider, approve)
 
     def learn(self, run_id: str, tenant: str, path: str) -> Run:
         found = next((r for r in self.known if r.run_id == run_id), None)
@@ -294,6 +310,71 @@ class Tenants(RuleBasedStateMachine):
 
         self.call(eventually(started, seconds=60, what=f"{run_id} to start"))
         return self.learn(run_id, tenant, "run_agent")
+
+    @rule(t=who, decider=deciders, approve=st.booleans())
+    def delegate_to_a_subagent(self, t: int, decider: str, approve: bool) -> None:
+        """A parent of tenant `t` delegates to a sub-agent; once the child's message waits
+        for approval, `decider` approves or rejects it. A's parent queued behind its cap
+        delegates later, unobserved."""
+        tenant = self.tenants[t]
+        runs = self.stack.runs_for(tenant)
+        try:
+            spec = LEAD.spec(DELEGATE_TASK, agents={"helper": HELPER}, tenant=tenant)
+            parent = self.call(runs.start_run(spec)).run_id
+        finally:
+            self.call(runs.close())
+        self.learn(parent, tenant, "sub-agent's parent")
+
+        async def waiting() -> str | None:
+            state = await ops.status(self.stack.client, parent, wait=WAIT)
+            if state.status.value == "queued":
+                return "queued"
+            return state.child_approvals[0].run_id if state.child_approvals else None
+
+        child_id = self.call(eventually(waiting, seconds=60, what=f"{parent}'s child to wait"))
+        if child_id == "queued":
+            return
+        child = Run(child_id, tenant, "sub-agent")
+        self.children.append(child)
+        self.decide(child, decider, approve)
+
+    def decide(self, child: Run, decider: str, approve: bool) -> None:
+        """A decision on a child's run: another tenant's is refused as for a missing run; an
+        unsigned forger's only where the tenant has no keyed approver; any other answers
+        exactly the decision the run recorded."""
+        tenant = child.tenant
+        if decider == "another tenant":
+            other = self.tenants[(self.tenants.index(tenant) + 1) % 3]
+            try:
+                self.call(self.try_(other, "approve", child.run_id))
+            except OperationError as err:
+                self.same_as_missing(other, "approve", child, err)
+                return
+            raise AssertionError(f"{other} decided {child}")
+        keyed = bool(self.signers[tenant])
+        signer = self.ana if keyed and decider == "approver" else None
+        by = "mallory" if decider == "forger" else ("ana" if signer else "li")
+        role = None if signer else "approver"
+        runs = self.stack.runs_for(tenant)
+        try:
+            if approve:
+                work: Any = runs.approve(child.run_id, by=by, role=role, signer=signer, wait=WAIT)
+            else:
+                work = runs.reject(
+                    child.run_id, by=by, reason="no", role=role, signer=signer, wait=WAIT
+                )
+            answer = self.call(work)
+        except OperationError as err:
+            assert keyed and signer is None, f"{by}'s decision on {child} was refused: {err}"
+            return
+        finally:
+            self.call(runs.close())
+        assert not (keyed and signer is None), f"unsigned {by} decided {child}"
+        expected = "approved" if approve else "rejected"
+        assert answer.decision == expected, f"{child} answered {answer}"
+        state = self.call(ops.status(self.stack.client, child.run_id, wait=WAIT))
+        recorded = [d.decision for d in state.decided if d.approval_id == answer.approval_id]
+        assert recorded == [expected], f"{child} answered {expected}, recorded {recorded}"
 
     @rule(t=who, path=st.sampled_from(["cli", "client", "backlog"]))
     def start_at_priority_one(self, t: int, path: str) -> None:
@@ -470,7 +551,7 @@ class Tenants(RuleBasedStateMachine):
         try:
             for child in self.backlog_runs():
                 self.learn(child.run_id, child.tenant, child.path)
-            for run in self.known:
+            for run in [*self.known, *self.children]:
                 self.call(self.check(run))
         finally:
             for parent in self.parents:
@@ -495,6 +576,10 @@ class Tenants(RuleBasedStateMachine):
         priority = described.raw_description.workflow_execution_info.priority
         assert priority.fairness_key == run.tenant
         assert (priority.fairness_weight or 1.0) == self.weights[run.tenant], run
+        if run.path == "sub-agent":
+            # In its parent's slot; decided by its own tenant's people alone (`decide`).
+            assert state.admission is None and spec.parent_run_id is not None, run
+            return
         if run.tenant == self.tenants[0]:
             assert state.admission is not None, f"{run} did not pass its tenant's cap"
         handle = client.get_workflow_handle(run.run_id)
