@@ -6,11 +6,13 @@ to a sub-agent whose message waits for approval: the child's run carries the ten
 approver (an unsigned "mallory" is refused), runs at the tenant's fairness key and weight, and
 runs in its parent's slot (it is not queued behind its own parent, and the tenant's next run
 waits). A decision on a child's run answers what the run recorded ("approved", "rejected"),
-never "abandoned" as it did when the parent was told before the decision was recorded.
+never "abandoned" as it did when the parent was told before the decision was recorded; so
+does one on a plain run, a session and a fork.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 
 from agentrun.client_api import RunClient
 from agentrun.core.admission_models import TenantLimits
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import OperationError, OperationRefused
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import approver_keys, fork_ops
@@ -28,7 +30,7 @@ from agentrun.profiles import Agent
 from agentrun.store.approver_store import ApproverStore
 from agentrun.store.tenant_store import TenantStore
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, wait_status
+from tests.support import NOTIFY_TASK, eventually, make_spec, wait_pending, wait_status
 from tests.test_door import cli
 from tests.test_subagents import AGENTS, LEAD, approving_child_model, parent_spec
 
@@ -112,3 +114,35 @@ async def test_a_decision_on_a_childs_run_answers_what_it_recorded(
             assert (await handle.result()).status.value == "completed"
     receipt = await ops.receipt(pool, child)
     assert [a["decision"] for a in receipt["approvals"]] == ["rejected"]
+
+
+async def test_a_decision_answers_what_the_run_recorded_on_parents_sessions_and_forks(
+    client, settings: Settings, pool, worker, tmp_path: Path
+):
+    """The same answer on every other kind of run: `approve` of a plain run and of a
+    session through the CLI, `reject` of a fork through `RunClient`."""
+    runs = RunClient(client, settings)
+    try:
+        async with worker():
+            plain = await runs.start(NOTIFY_TASK)
+            session = await runs.start(NOTIFY_TASK, session={"idle_timeout": 60})
+            for run_id in (plain, session):
+                await wait_pending(client, run_id)
+                approved = await cli(
+                    settings, tmp_path, None,
+                    "approve", run_id, "--by", "li", "--role", "approver", "--json",
+                )  # fmt: skip
+                assert approved.code == 0, approved
+                assert json.loads(approved.out)["decision"] == "approved", approved.out
+            fork = await runs.fork(plain, from_step=1)
+            await wait_pending(client, fork)
+            rejected = await runs.reject(fork, by="li", role="approver", reason="not now")
+            assert rejected.decision == "rejected", rejected
+            expected = {plain: "approved", session: "approved", fork: "rejected"}
+            for run_id, decision in expected.items():
+                recorded = [d.decision for d in (await ops.status(client, run_id)).decided]
+                assert recorded == [decision], (run_id, recorded)
+                with contextlib.suppress(OperationRefused):  # one that went on to its end
+                    await ops.cancel(client, run_id)
+    finally:
+        await runs.close()
