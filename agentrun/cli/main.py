@@ -128,12 +128,16 @@ async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
     if started.queue_position is not None:
         note += f"; queued at position {started.queue_position} behind its tenant's cap"
     link = runs.settings.run_link(started.run_id)
+    unserved = await runs.unserved_warning(wait=min(args.wait, 2.0))
+    if unserved is not None:
+        print(f"warning: {unserved}", file=sys.stderr, flush=True)
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
             "queue_position": started.queue_position,
             "url": link,
+            "no_worker_warning": unserved,
         },
         args.json,
         f"{started.run_id} {note}\n{link}",
@@ -332,7 +336,7 @@ async def cmd_version(runs: RunClient, args: argparse.Namespace) -> int:
 async def cmd_list(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
-    found = await runs.list_runs(status=args.status, limit=args.limit)
+    found = await runs.list_runs(status=args.status, limit=args.limit, wait=args.wait)
     columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
     return 0
@@ -857,7 +861,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
     p = command("version", "the worker build a run is pinned to")
     p.add_argument("run")
-    p = command("list", "recent runs, from the Postgres mirror")
+    p = command("list", "recent runs: the Postgres mirror's, and those no worker has taken yet")
     p.add_argument("--status", choices=STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     add_tenant(p)

@@ -51,7 +51,7 @@ from agentrun.core.results import (
 )
 from agentrun.core.spec import JsonDict, RunSpec
 from agentrun.core.states import RunStatus
-from agentrun.ops import admission_ops, handles, projection
+from agentrun.ops import admission_ops, handles, projection, waiting_runs
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight, in_flight
 from agentrun.store import mirror_views, tool_sets
@@ -725,9 +725,12 @@ class WorkerSeen(BaseModel):
 class RunReport(BaseModel):
     """What `status` shows: the state, where it came from, and who serves the run."""
 
-    source: Literal["workflow", "mirror"]
+    source: Literal["workflow", "mirror", "temporal"]
     state: RunState
     task_queue: str
+    waiting_since: datetime | None = Field(
+        None, description="queued since then: no worker has taken the run yet"
+    )
     workers: list[WorkerSeen] = Field(description="who polled the run's task queue lately")
     last_progress_at: datetime | None = Field(description="a worker last moved the run then")
     no_progress_seconds: float | None
@@ -764,8 +767,13 @@ async def inspect(
             state = await _with_queue_position(client, run_id, state)
         except NoAnswer:
             state = None
-    source: Literal["workflow", "mirror"] = "workflow"
-    if state is None:
+    source: Literal["workflow", "mirror", "temporal"] = "workflow"
+    waiting = None
+    if state is None and run.running and progress is None:
+        waiting = await waiting_runs.untaken(client, run.handle, deadline.share(0.3))
+    if waiting is not None:
+        state, source = waiting[0], "temporal"
+    elif state is None:
         mirrored = await mirror_views.run_state(mirror, run_id) if mirror else None
         if mirrored is None:
             raise NotAnswered(
@@ -777,6 +785,7 @@ async def inspect(
         source=source,
         state=state,
         task_queue=run.task_queue,
+        waiting_since=waiting[1] if waiting else None,
         workers=[
             WorkerSeen(identity=p.identity, last_poll=p.last_poll, seconds_ago=p.age_seconds(now))
             for p in found
