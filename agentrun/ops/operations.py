@@ -21,12 +21,13 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverse
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError, is_cancelled_exception
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import bounds, fairness, run_summaries, search_attributes
@@ -682,10 +683,45 @@ async def result(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunResult:
-    """Wait for the run to end: its result, as its workflow returned it."""
+    """Wait for the run to end: its result, as its workflow returned it; a run Temporal
+    cancelled (a cancel request) returns none, so its result is read from its final state."""
     if tenant is not None:
         await find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=mirror)
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+    try:
+        return await handle.result()
+    except WorkflowFailureError as err:
+        if not is_cancelled_exception(err.cause):
+            raise
+    return await _ended_as(handle, mirror)
+
+
+async def _ended_as(
+    handle: WorkflowHandle[Any, Any], mirror: AsyncConnectionPool | None
+) -> RunResult:
+    """A closed run's result from its state: the workflow's own (a worker replays it), else
+    the mirror's (its receipt was written before the workflow ended)."""
+    deadline = Deadline(DEFAULT_WAIT_SECONDS)
+    state: RunState | None = None
+    try:
+        state = await handles.ask_within(handle, AgentRunWorkflow.state, deadline, 0.8)
+    except NoAnswer:
+        mirrored = await mirror_views.run_state(mirror, handle.id) if mirror else None
+        state = mirrored[0] if mirrored else None
+    if state is None:
+        raise NotAnswered(
+            f"run {handle.id} was cancelled; no worker answered with its final state and no "
+            "mirror is configured: `agentrun receipt` shows it once DATABASE_URL is set"
+        )
+    return RunResult(
+        run_id=handle.id,
+        status=state.status,
+        answer=state.result,
+        error=state.error,
+        tokens_in=state.tokens_in,
+        tokens_out=state.tokens_out,
+        cost_usd=state.cost_usd,
+    )
 
 
 async def status(
