@@ -411,24 +411,32 @@ class RunClient:
             )
         return await deployments.run_version(client, run_id)
 
-    async def list_runs(
+    async def list_runs(self, *, status: str | None = None, limit: int = 50) -> list[JsonDict]:
+        """Recent runs from the mirror, newest first."""
+        return await ops.list_runs(
+            await self._database(), status=status, limit=limit, tenant=self.tenant
+        )
+
+    async def unmirrored_runs(
         self, *, status: str | None = None, limit: int = 50, wait: float = DEFAULT_WAIT_SECONDS
     ) -> list[JsonDict]:
-        """Recent runs from the mirror, newest first, and before them the open runs Temporal
-        holds that the mirror has not seen yet (no worker has taken them, say)."""
-        pool = await self._database()
-        mirrored = await ops.list_runs(pool, status=status, limit=limit, tenant=self.tenant)
+        """Open runs Temporal holds that the mirror has not seen yet (no worker has taken
+        them), newest first, shaped as `list_runs` rows; none, with a warning logged, when
+        Temporal does not answer within `wait`."""
         try:
-            held = await asyncio.wait_for(
+            return await asyncio.wait_for(
                 waiting_runs.unmirrored(
-                    await self.temporal(wait), pool, tenant=self.tenant, status=status, limit=limit
+                    await self.temporal(wait),
+                    await self._database(),
+                    tenant=self.tenant,
+                    status=status,
+                    limit=limit,
                 ),
                 wait,
             )
         except (ServiceUnreachable, RPCError, TimeoutError) as err:
             logger.warning("runs not yet mirrored are not listed: Temporal: %s", err)
-            return mirrored
-        return (held + mirrored)[:limit]
+            return []
 
     async def unserved_warning(self, *, wait: float = DEFAULT_WAIT_SECONDS) -> str | None:
         """Why a run just started may wait: no worker has polled its task queue lately."""

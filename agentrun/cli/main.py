@@ -336,7 +336,9 @@ async def cmd_version(runs: RunClient, args: argparse.Namespace) -> int:
 async def cmd_list(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
-    found = await runs.list_runs(status=args.status, limit=args.limit, wait=args.wait)
+    mirrored = await runs.list_runs(status=args.status, limit=args.limit)
+    held = await runs.unmirrored_runs(status=args.status, limit=args.limit, wait=args.wait)
+    found = (held + mirrored)[: args.limit]
     columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
     return 0
