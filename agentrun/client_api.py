@@ -12,6 +12,8 @@ tenant (AGENTRUN_TENANT). Signatures use only the public types `agentrun` export
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.backlog_models import (
@@ -32,7 +35,7 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.builds import DeployStatus
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
-from agentrun.core.errors import InvalidRequest, OperationRefused
+from agentrun.core.errors import InvalidRequest, OperationRefused, ServiceUnreachable
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
     ControlResult,
@@ -54,6 +57,7 @@ from agentrun.ops import (
     fork_ops,
     steering_ops,
     tenant_ops,
+    waiting_runs,
     watch,
 )
 from agentrun.ops import operations as ops
@@ -69,6 +73,8 @@ from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
 from agentrun.temporal.worker_presence import Deadline
 from agentrun.tools.loading import DEMO_TOOLS, load_registry, split_references
+
+logger = logging.getLogger(__name__)
 
 
 class RunClient:
@@ -409,6 +415,33 @@ class RunClient:
         """Recent runs from the mirror, newest first."""
         return await ops.list_runs(
             await self._database(), status=status, limit=limit, tenant=self.tenant
+        )
+
+    async def unmirrored_runs(
+        self, *, status: str | None = None, limit: int = 50, wait: float = DEFAULT_WAIT_SECONDS
+    ) -> list[JsonDict]:
+        """Open runs Temporal holds that the mirror has not seen yet (no worker has taken
+        them), newest first, shaped as `list_runs` rows; none, with a warning logged, when
+        Temporal does not answer within `wait`."""
+        try:
+            return await asyncio.wait_for(
+                waiting_runs.unmirrored(
+                    await self.temporal(wait),
+                    await self._database(),
+                    tenant=self.tenant,
+                    status=status,
+                    limit=limit,
+                ),
+                wait,
+            )
+        except (ServiceUnreachable, RPCError, TimeoutError) as err:
+            logger.warning("runs not yet mirrored are not listed: Temporal: %s", err)
+            return []
+
+    async def unserved_warning(self, *, wait: float = DEFAULT_WAIT_SECONDS) -> str | None:
+        """Why a run just started may wait: no worker has polled its task queue lately."""
+        return await waiting_runs.unserved(
+            await self.temporal(wait), self.settings.task_queue, seconds=wait
         )
 
     async def stats(self, *, since: datetime | None = None) -> Stats:

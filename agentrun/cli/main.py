@@ -35,6 +35,7 @@ from agentrun.worker.tool_flags import add_tool_flags
 
 if TYPE_CHECKING:
     from agentrun import RunClient
+    from agentrun.dev.stack import EmbeddedStack
     from agentrun.types import (
         ApproverKey,
         DecisionResult,
@@ -127,12 +128,16 @@ async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
     if started.queue_position is not None:
         note += f"; queued at position {started.queue_position} behind its tenant's cap"
     link = runs.settings.run_link(started.run_id)
+    unserved = await runs.unserved_warning(wait=min(args.wait, 2.0))
+    if unserved is not None:
+        print(f"warning: {unserved}", file=sys.stderr, flush=True)
     emit(
         {
             "run_id": started.run_id,
             "existing": started.existing,
             "queue_position": started.queue_position,
             "url": link,
+            "no_worker_warning": unserved,
         },
         args.json,
         f"{started.run_id} {note}\n{link}",
@@ -331,7 +336,9 @@ async def cmd_version(runs: RunClient, args: argparse.Namespace) -> int:
 async def cmd_list(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
-    found = await runs.list_runs(status=args.status, limit=args.limit)
+    mirrored = await runs.list_runs(status=args.status, limit=args.limit)
+    held = await runs.unmirrored_runs(status=args.status, limit=args.limit, wait=args.wait)
+    found = (held + mirrored)[: args.limit]
     columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
     return 0
@@ -469,6 +476,17 @@ def existing_stack(settings: Settings) -> bool:
     )
 
 
+def embedded_stack(settings: Settings, args: argparse.Namespace) -> EmbeddedStack:
+    """The stack `up` and `demo` start: on the ports asked for, or beside whatever holds the
+    defaults (each move said)."""
+    from agentrun.dev.stack import EmbeddedStack, stack_ports
+
+    port, ui_port, moves = stack_ports(settings.home, args.port, args.ui_port)
+    for move in moves:
+        say(args, move)
+    return EmbeddedStack(settings.home, temporal_port=port, ui_port=ui_port)
+
+
 def say(args: argparse.Namespace, text: str) -> None:
     """Progress for a person: on stdout, or on stderr when stdout carries JSON."""
     print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -479,7 +497,6 @@ async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
     import signal
 
     from agentrun.core.settings import Settings
-    from agentrun.dev.stack import EmbeddedStack
     from agentrun.tools.loading import DEMO_TOOLS, load_registry
     from agentrun.worker.tool_flags import tool_sources
     from agentrun.worker.worker_api import run_worker
@@ -489,7 +506,7 @@ async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
     if not tools and not mcp:
         tools = [DEMO_TOOLS]  # the dev stack serves the demo's tools unless given others
     load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
-    stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
+    stack = embedded_stack(settings, args)
     endpoints = stack.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -526,14 +543,13 @@ async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
 
     from agentrun import RunClient
     from agentrun.core.settings import Settings
-    from agentrun.dev.stack import EmbeddedStack
     from agentrun.tools.loading import DEMO_TOOLS
     from agentrun.worker.worker_api import run_worker
 
     settings = runs.settings
     stack = None
     if not existing_stack(settings):
-        stack = EmbeddedStack(settings.home, temporal_port=args.port, ui_port=args.ui_port)
+        stack = embedded_stack(settings, args)
         say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
         stack.start()
         settings = Settings.load()
@@ -741,8 +757,16 @@ def parser() -> argparse.ArgumentParser:
 
     for name, help in (("demo", "run a sample task end to end"), ("up", "run the stack")):
         p = command(name, help, wait=False)
-        p.add_argument("--port", type=int, default=TEMPORAL_PORT, help="Temporal frontend port")
-        p.add_argument("--ui-port", type=int, default=WEB_UI_PORT, help="Web UI port")
+        p.add_argument(
+            "--port",
+            type=int,
+            help=f"Temporal frontend port (default {TEMPORAL_PORT}, or a free one if it is taken)",
+        )
+        p.add_argument(
+            "--ui-port",
+            type=int,
+            help=f"Web UI port (default {WEB_UI_PORT}, or a free one if it is taken)",
+        )
         if name == "up":
             p.add_argument("--no-worker", action="store_true", help="leave the worker out")
             add_tool_flags(p)
@@ -839,7 +863,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
     p = command("version", "the worker build a run is pinned to")
     p.add_argument("run")
-    p = command("list", "recent runs, from the Postgres mirror")
+    p = command("list", "recent runs: the Postgres mirror's, and those no worker has taken yet")
     p.add_argument("--status", choices=STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
     add_tenant(p)

@@ -91,6 +91,11 @@ def run_report(report: RunReport) -> str:
     lines = [run_state(report.state), ""]
     if report.source == "mirror":
         lines.append("(no worker answered: this is the run as the Postgres mirror last saw it)")
+    if report.waiting_since is not None:
+        lines.append(
+            f"queued: waiting for a worker on queue {report.task_queue} since "
+            f"{report.waiting_since:%Y-%m-%d %H:%M:%S} UTC (no worker has taken it yet)"
+        )
     if report.no_progress_seconds is not None:
         lines.append(
             f"last progress: {report.last_progress_at} ({report.no_progress_seconds:.0f}s ago)"

@@ -20,7 +20,7 @@ from typing import Any
 from agentrun.core import fairness, search_attributes
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.errors import SetupError
-from agentrun.core.settings import write_stack_file
+from agentrun.core.settings import read_stack_file, write_stack_file
 from agentrun.dev.offline_model import OfflineModelServer, Responder, offline_planner
 
 
@@ -49,6 +49,36 @@ def frontend_serving(port: int) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return done.returncode == 0 and "SERVING" in done.stdout and "NOT_SERVING" not in done.stdout
+
+
+def stack_ports(home: Path, port: int | None, ui_port: int | None) -> tuple[int, int, list[str]]:
+    """The Temporal and Web UI ports for a stack in `home`, and a note for each that moved.
+
+    A port the user gave is kept (`start` refuses it, naming a free one, if it is busy); a
+    default that another program holds moves to a free port, so the stack starts beside other
+    software. The default held by this home's own stack is refused: a second stack on the
+    same data would corrupt it.
+    """
+    running = read_stack_file(home).get("temporal_address", "")
+    if running and port_open(int(running.rpartition(":")[2])):
+        raise SetupError(
+            f"the stack kept in {home} is already running (Temporal at {running}): commands "
+            "run here use it as it is; stop it (Ctrl-C where `up` runs) to start it again"
+        )
+    notes: list[str] = []
+    chosen: list[int] = []
+    wanted = ((port, TEMPORAL_PORT, "Temporal"), (ui_port, WEB_UI_PORT, "the Web UI"))
+    for given, default, name in wanted:
+        if given is not None:
+            chosen.append(given)
+            continue
+        picked = default
+        while port_open(picked) or picked in chosen:
+            picked = free_port()
+        if picked != default:
+            notes.append(f"port {default} is in use by another program: {name} takes {picked}")
+        chosen.append(picked)
+    return chosen[0], chosen[1], notes
 
 
 # The embedded stack is an extra: a production install has no dev server and no Postgres.
@@ -103,11 +133,11 @@ class EmbeddedStack:
 
     def start(self, *, timeout: float = 60) -> dict[str, str]:
         self.home.mkdir(parents=True, exist_ok=True)
-        for port in (self.temporal_port, self.ui_port):
+        for flag, port in (("--port", self.temporal_port), ("--ui-port", self.ui_port)):
             if port_open(port):
                 raise SetupError(
-                    f"port {port} is already in use: is another stack running? Stop it, or "
-                    "point TEMPORAL_ADDRESS at it instead of starting a new one"
+                    f"port {port} is already in use by another program: start the stack on "
+                    f"a free port instead, e.g. `{flag} {free_port()}`"
                 )
         self.start_postgres()
         self._model = OfflineModelServer(self.planner, port=self.model_port).start()

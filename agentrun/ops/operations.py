@@ -21,12 +21,13 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverse
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError, is_cancelled_exception
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core import bounds, fairness, run_summaries, search_attributes
@@ -51,7 +52,7 @@ from agentrun.core.results import (
 )
 from agentrun.core.spec import JsonDict, RunSpec
 from agentrun.core.states import RunStatus
-from agentrun.ops import admission_ops, handles, projection
+from agentrun.ops import admission_ops, handles, projection, waiting_runs
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight, in_flight
 from agentrun.store import mirror_views, tool_sets
@@ -682,10 +683,45 @@ async def result(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunResult:
-    """Wait for the run to end: its result, as its workflow returned it."""
+    """Wait for the run to end: its result, as its workflow returned it; a run Temporal
+    cancelled (a cancel request) returns none, so its result is read from its final state."""
     if tenant is not None:
         await find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=mirror)
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+    try:
+        return await handle.result()
+    except WorkflowFailureError as err:
+        if not is_cancelled_exception(err.cause):
+            raise
+    return await _ended_as(handle, mirror)
+
+
+async def _ended_as(
+    handle: WorkflowHandle[Any, Any], mirror: AsyncConnectionPool | None
+) -> RunResult:
+    """A closed run's result from its state: the workflow's own (a worker replays it), else
+    the mirror's (its receipt was written before the workflow ended)."""
+    deadline = Deadline(DEFAULT_WAIT_SECONDS)
+    state: RunState | None = None
+    try:
+        state = await handles.ask_within(handle, AgentRunWorkflow.state, deadline, 0.8)
+    except NoAnswer:
+        mirrored = await mirror_views.run_state(mirror, handle.id) if mirror else None
+        state = mirrored[0] if mirrored else None
+    if state is None:
+        raise NotAnswered(
+            f"run {handle.id} was cancelled; no worker answered with its final state and no "
+            "mirror is configured: `agentrun receipt` shows it once DATABASE_URL is set"
+        )
+    return RunResult(
+        run_id=handle.id,
+        status=state.status,
+        answer=state.result,
+        error=state.error,
+        tokens_in=state.tokens_in,
+        tokens_out=state.tokens_out,
+        cost_usd=state.cost_usd,
+    )
 
 
 async def status(
@@ -725,9 +761,12 @@ class WorkerSeen(BaseModel):
 class RunReport(BaseModel):
     """What `status` shows: the state, where it came from, and who serves the run."""
 
-    source: Literal["workflow", "mirror"]
+    source: Literal["workflow", "mirror", "temporal"]
     state: RunState
     task_queue: str
+    waiting_since: datetime | None = Field(
+        None, description="queued since then: no worker has taken the run yet"
+    )
     workers: list[WorkerSeen] = Field(description="who polled the run's task queue lately")
     last_progress_at: datetime | None = Field(description="a worker last moved the run then")
     no_progress_seconds: float | None
@@ -764,8 +803,13 @@ async def inspect(
             state = await _with_queue_position(client, run_id, state)
         except NoAnswer:
             state = None
-    source: Literal["workflow", "mirror"] = "workflow"
-    if state is None:
+    source: Literal["workflow", "mirror", "temporal"] = "workflow"
+    waiting = None
+    if state is None and run.running and progress is None:
+        waiting = await waiting_runs.untaken(client, run.handle, deadline.share(0.3))
+    if waiting is not None:
+        state, source = waiting[0], "temporal"
+    elif state is None:
         mirrored = await mirror_views.run_state(mirror, run_id) if mirror else None
         if mirrored is None:
             raise NotAnswered(
@@ -777,6 +821,7 @@ async def inspect(
         source=source,
         state=state,
         task_queue=run.task_queue,
+        waiting_since=waiting[1] if waiting else None,
         workers=[
             WorkerSeen(identity=p.identity, last_poll=p.last_poll, seconds_ago=p.age_seconds(now))
             for p in found

@@ -1,0 +1,57 @@
+"""A run no worker has taken yet, through the CLI on the real stack with no worker running:
+`start` warns that nothing polls its queue, `status` says it is queued and waiting for a
+worker (exit 0), and `list` shows it to its tenant only, before the mirror has seen it."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from tests.test_cli import run_cli
+
+
+async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool, tmp_path):
+    home = tmp_path / "home"
+    key = f"waits-{uuid.uuid4().hex[:8]}"
+    started = await run_cli(
+        settings, home, "start", "--task", "Say hello.", "--idempotency-key", key,
+        "--tenant", "acme", "--json",
+    )  # fmt: skip
+    assert started.code == 0, started.err
+    run_id = started.json()["run_id"]
+    other = await run_cli(
+        settings, home, "start", "--task", "Say hello.", "--idempotency-key", key,
+        "--tenant", "globex", "--json",
+    )  # fmt: skip
+    other_id = other.json()["run_id"]
+    try:
+        warning = started.json()["no_worker_warning"]
+        assert f"no worker polls task queue '{settings.task_queue}'" in warning, warning
+        assert "agentrun-worker" in warning and f"warning: {warning}" in started.err
+
+        shown = await run_cli(settings, home, "status", run_id, "--wait", "5")
+        assert shown.code == 0, shown.err
+        assert f"waiting for a worker on queue {settings.task_queue} since" in shown.out
+        assert f"run {run_id}: queued" in shown.out, shown.out
+
+        as_json = await run_cli(settings, home, "status", run_id, "--json", "--wait", "5")
+        assert as_json.code == 0, as_json.err
+        state = as_json.json()
+        assert (state["status"], state["source"], state["tenant"]) == ("queued", "temporal", "acme")
+        assert state["task"] == "Say hello." and state["task_queue"] == settings.task_queue
+        assert datetime.fromisoformat(state["waiting_since"])
+
+        listed = await run_cli(settings, home, "list", "--tenant", "acme", "--json")
+        assert listed.code == 0, listed.err
+        rows = {row["run_id"]: row for row in listed.json()}
+        assert rows[run_id]["status"] == "queued" and rows[run_id]["tenant"] == "acme"
+        assert other_id not in rows, "another tenant's run is not listed"
+        everyone = await run_cli(settings, home, "list", "--json")
+        assert {run_id, other_id} <= {row["run_id"] for row in everyone.json()}
+
+        # Another tenant's caller is told the run does not exist, as before.
+        refused = await run_cli(settings, home, "status", run_id, "--tenant", "globex")
+        assert refused.code == 3, (refused.out, refused.err)
+    finally:
+        for run in (run_id, other_id):
+            await client.get_workflow_handle(run).terminate("test over")
