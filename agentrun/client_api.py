@@ -601,7 +601,8 @@ class RunClient:
     ) -> EnqueueResult:
         """Add tasks at the end of the agent's backlog, in order (creating it). Each task
         runs for this client's tenant (a task naming another is refused) under its tenant's
-        policy (its approvers and weight), read through the door."""
+        policy (its approvers and weight), read through the door; under a tenant, `policy`
+        is its own tasks' alone."""
         queued = await door.backlog_tasks(await self._mirror(), tasks, acting_tenant=self.tenant)
         return await backlog_ops.enqueue(
             await self.temporal(wait),
@@ -610,12 +611,13 @@ class RunClient:
             task_queue=self.settings.task_queue,
             policy=policy,
             wait=wait,
+            tenant=self.tenant,
         )
 
     async def backlog_stop(
         self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> BacklogControlResult:
-        """Stop the whole backlog: under a tenant, only one that holds its tasks alone."""
+        """Stop the backlog: under a tenant, that tenant's tasks alone (others' go on)."""
         return await backlog_ops.stop(
             await self.temporal(wait),
             agent,
@@ -627,7 +629,7 @@ class RunClient:
     async def backlog_resume(
         self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> BacklogControlResult:
-        """Resume the whole backlog: under a tenant, as `backlog_stop`."""
+        """Resume the backlog: under a tenant, that tenant's stopped tasks alone."""
         return await backlog_ops.resume(
             await self.temporal(wait),
             agent,
