@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentrun.client_api import RunClient
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import InvalidRequest, OperationError
 from agentrun.core.settings import Settings
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, item, new_agent, tasks, wait_states
 from tests.test_cli import Result
@@ -216,6 +216,12 @@ async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
 
             resumed = await as_acme.backlog_resume(agent)
             assert not resumed.stopped, resumed
+            # How many tasks run at once is the whole backlog's: not a tenant's to set.
+            with pytest.raises(InvalidRequest, match="parallelism bound the whole backlog"):
+                await as_acme.backlog_enqueue(
+                    agent, [item("a-x")], policy=PolicyPatch(parallelism=4)
+                )
+            assert "a-x" not in {t["task_key"] for t in await all_tasks(as_acme, agent)}
             await wait_states(pool, agent, {"a-next": "done"}, seconds=60)
             retried = await as_acme.backlog_retry(agent, "a-poison")
             assert retried.key == "a-poison"
