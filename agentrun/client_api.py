@@ -13,12 +13,13 @@ tenant (AGENTRUN_TENANT). Signatures use only the public types `agentrun` export
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar, cast
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -75,6 +76,33 @@ from agentrun.temporal.worker_presence import Deadline
 from agentrun.tools.loading import DEMO_TOOLS, load_registry, split_references
 
 logger = logging.getLogger(__name__)
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def refuse_under_tenant(tenant: str | None, act: str) -> None:
+    """The one rule for an act that spans tenants (their settings, builds, schema or every
+    run on a task queue): an operator's, refused under a tenant's scope."""
+    if tenant:
+        raise OperationRefused(
+            f"{act}: an operator's act, not one under AGENTRUN_TENANT={tenant}; run it "
+            "without AGENTRUN_TENANT (and without --tenant)"
+        )
+
+
+def operators_only(act: str) -> Callable[[Method], Method]:
+    """A RunClient method that is an operator's act: `refuse_under_tenant` before anything
+    is read or changed, so nothing it would print names another tenant's run."""
+
+    def mark(method: Method) -> Method:
+        @functools.wraps(method)
+        def guarded(self: RunClient, *args: Any, **kwargs: Any) -> Any:
+            refuse_under_tenant(self.tenant, act)
+            return method(self, *args, **kwargs)
+
+        return cast(Method, guarded)
+
+    return mark
 
 
 class RunClient:
@@ -471,11 +499,16 @@ class RunClient:
         )
 
     async def prune(self, *, older_than: timedelta, dry_run: bool = False) -> PruneResult:
-        """Delete what runs that finished longer ago than `older_than` recorded."""
+        """Delete what runs that finished longer ago than `older_than` recorded: this
+        client's tenant's alone under one, every tenant's for an operator."""
         return await retention.prune(
-            await self._database(), cutoff=datetime.now(UTC) - older_than, dry_run=dry_run
+            await self._database(),
+            cutoff=datetime.now(UTC) - older_than,
+            dry_run=dry_run,
+            tenant=self.tenant,
         )
 
+    @operators_only("migrate changes the schema every tenant's runs live in")
     async def migrate(self) -> int:
         """Bring the database's schema up to this code's version, and create the tables of
         the tools AGENTRUN_TOOLS names (the demo's by default); returns the version. The
@@ -498,6 +531,7 @@ class RunClient:
 
     # ------------------------------------------------------------ deployments
 
+    @operators_only("deploy makes a build current for every tenant's new runs")
     async def deploy(
         self,
         build_id: str,
@@ -524,6 +558,7 @@ class RunClient:
         await deployments.set_current_version(await self.temporal(), name, build_id)
         return name
 
+    @operators_only("deploy check replays every tenant's open runs on the task queue")
     async def deploy_check(
         self,
         *,
@@ -544,6 +579,7 @@ class RunClient:
             progress=progress,
         )
 
+    @operators_only("deploy status lists every tenant's open runs on each build")
     async def deploy_status(
         self, *, deployment: str | None = None, workflows: Sequence[type] = ()
     ) -> DeployStatus:
@@ -559,6 +595,7 @@ class RunClient:
             workflow_types=workflow_names([*ENGINE_WORKFLOWS, *workflows]),
         )
 
+    @operators_only("deploy patches lists every tenant's open runs that need a version branch")
     async def deploy_patches(self, *, workflows: Sequence[type] = ()) -> PatchInventory:
         """The version branches left in the workflow code, each with the open runs on this
         client's task queue that still need its old path (and whether it can go), and the
@@ -597,7 +634,8 @@ class RunClient:
     ) -> EnqueueResult:
         """Add tasks at the end of the agent's backlog, in order (creating it). Each task
         runs for this client's tenant (a task naming another is refused) under its tenant's
-        policy (its approvers and weight), read through the door."""
+        policy (its approvers and weight), read through the door; under a tenant, `policy`
+        is its own tasks' alone."""
         queued = await door.backlog_tasks(await self._mirror(), tasks, acting_tenant=self.tenant)
         return await backlog_ops.enqueue(
             await self.temporal(wait),
@@ -606,12 +644,13 @@ class RunClient:
             task_queue=self.settings.task_queue,
             policy=policy,
             wait=wait,
+            tenant=self.tenant,
         )
 
     async def backlog_stop(
         self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> BacklogControlResult:
-        """Stop the whole backlog: under a tenant, only one that holds its tasks alone."""
+        """Stop the backlog: under a tenant, that tenant's tasks alone (others' go on)."""
         return await backlog_ops.stop(
             await self.temporal(wait),
             agent,
@@ -623,7 +662,7 @@ class RunClient:
     async def backlog_resume(
         self, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS
     ) -> BacklogControlResult:
-        """Resume the whole backlog: under a tenant, as `backlog_stop`."""
+        """Resume the backlog: under a tenant, that tenant's stopped tasks alone."""
         return await backlog_ops.resume(
             await self.temporal(wait),
             agent,
@@ -662,16 +701,12 @@ class RunClient:
         rows = await tenant_ops.list_tenants(await self._database())
         return [r for r in rows if r["tenant"] == self.tenant] if self.tenant else rows
 
+    @operators_only("tenants set changes a tenant's share and limits")
     async def set_tenant(self, tenant: str, changes: dict[str, Any]) -> TenantLimits:
         """Change some of a tenant's settings (weight, max_in_flight, max_queued,
         model_calls_per_second, allowed_priorities; None removes a limit), keep the rest. An
         operator's act: a tenant's cap, weight and priorities are the policy the door
         enforces on it, not its own to set."""
-        if self.tenant:
-            raise OperationRefused(
-                "tenants set changes a tenant's share and limits: an operator's act, not one "
-                f"under AGENTRUN_TENANT={self.tenant}"
-            )
         return await tenant_ops.set_tenant(
             await self.temporal(),
             await self._database(),
@@ -703,11 +738,8 @@ class RunClient:
         approver of every tenant (`any_tenant`) and a new key for a registered name
         (`replace`) are an operator's acts, refused under AGENTRUN_TENANT."""
         scope = self._scope(tenant)
-        if replace and self.tenant:
-            raise OperationRefused(
-                "--replace gives a registered approver a new key: an operator's act, not one "
-                f"under AGENTRUN_TENANT={self.tenant}"
-            )
+        if replace:
+            refuse_under_tenant(self.tenant, "--replace gives a registered approver a new key")
         if any_tenant:
             if scope is not None:
                 raise OperationRefused(

@@ -7,7 +7,9 @@ of one task's run (a child of the backlog). It
 starts its own in-memory Temporal dev server, embedded Postgres and scripted offline model,
 and records the first run of a backlog that enqueues (a signal-with-start), stops (an update)
 and resumes (a held signal) a running task, dead-letters a poison task, retries it (a held
-signal), and continues as new.
+signal), and continues as new. `python scripts/record_backlog_history.py NAME tenant-parts`
+records instead a backlog of two tenants: acme's own policy and poison task stop acme's
+tasks alone, globex's task runs on, and acme resumes its part (a held signal).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from scripts.recording_stack import recording_worker  # noqa: E402
 OUT = ROOT / "tests" / "histories"
 AGENT = "history"
 TASK_QUEUE = "record-backlog-history"
+QUICK = {"allowed_tools": ["search_notes"]}
 SLOW = {"documents": ["a", "b", "c", "d"], "seconds_per_document": 0.3}
 
 
@@ -121,9 +124,39 @@ async def scenario(client: Client, task_queue: str) -> str:
     return first_run
 
 
-async def main(name: str) -> None:
+async def tenant_parts(client: Client, task_queue: str) -> str:
+    never = {"required_sections": ["## Never there"], "max_rounds": 1}
+
+    def task(key: str, tenant: str, **spec: Any) -> TaskItem:
+        run = RunSpec(task=f"Summarize the {key} policy.", tenant=tenant, **QUICK, **spec)
+        return TaskItem(title=key, idempotency_key=key, spec=run)
+
+    acme = [task("poison", "acme", verify=never), task("next", "acme")]
+    globex = [task("ok", "globex")]
+    strict = PolicyPatch(max_attempts=1, on_poison="stop", retry_delay_seconds=0)
+    await bops.enqueue(client, AGENT, acme, task_queue=task_queue, policy=strict, tenant="acme")
+    await bops.enqueue(client, AGENT, globex, task_queue=task_queue, tenant="globex")
+    first_run = (await client.get_workflow_handle(backlog_id(AGENT)).describe()).run_id
+    assert first_run is not None
+
+    async def states(want: list[str]) -> bool:
+        return [t.state for t in (await bops.state(client, AGENT)).tasks] == want
+
+    await until(lambda: states(["failed", "todo", "done"]), "acme's part to stop, globex's on")
+    await client.get_workflow_handle(backlog_id(AGENT)).signal(
+        names.SIGNAL_BACKLOG_RESUME,
+        BacklogControlSignal(by="history", tenant="acme", own_tasks=True, request_id="resume-1"),
+    )
+    await until(lambda: states(["failed", "done", "done"]), "acme's next task after its resume")
+    return first_run
+
+
+SCENARIOS = {"default": scenario, "tenant-parts": tenant_parts}
+
+
+async def main(name: str, which: str) -> None:
     async with recording_worker(model, TASK_QUEUE) as client:
-        first_run = await scenario(client, TASK_QUEUE)
+        first_run = await SCENARIOS[which](client, TASK_QUEUE)
         handle = client.get_workflow_handle(backlog_id(AGENT), run_id=first_run)
         history = await handle.fetch_history()
         (OUT / f"{name}.json").write_text(history.to_json())
@@ -135,6 +168,9 @@ async def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python scripts/record_backlog_history.py NAME (e.g. backlog_current)")
-    asyncio.run(main(sys.argv[1]))
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in SCENARIOS)):
+        sys.exit(
+            "usage: python scripts/record_backlog_history.py NAME [default|tenant-parts] "
+            "(e.g. backlog_current)"
+        )
+    asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else "default"))

@@ -73,6 +73,7 @@ class Seeder:
         *,
         seconds: float | None = None,
         cost_usd: float = 0.0,
+        tenant: str = "acme",
     ) -> None:
         """A run that started at `created_at` and, if `seconds` is given, ended after it."""
         finished = created_at + timedelta(seconds=seconds) if seconds is not None else None
@@ -80,7 +81,7 @@ class Seeder:
             "runs",
             run_id=run_id,
             version=1,
-            tenant="acme",
+            tenant=tenant,
             user_id="ana",
             task=f"task of {run_id}",
             status=status,

@@ -1,8 +1,8 @@
 """One door for the backlog commands (issue 24): a backlog is an agent's, and may hold tasks
 of several tenants. Under a tenant, `backlog list` and `dead` show its tasks alone, a backlog
 with none of them reads as a missing one, another tenant's task as a missing task, and
-`stop` and `resume` (which act on every task) are refused unless every task is the caller's.
-An operator (no AGENTRUN_TENANT) sees and acts on the whole backlog."""
+`stop`, `resume` and a tenant's policy (issue 35) act on the caller's tasks alone: other
+tenants' tasks go on. An operator (no AGENTRUN_TENANT) sees and acts on the whole backlog."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentrun.client_api import RunClient
-from agentrun.core.errors import OperationRefused
+from agentrun.core.errors import InvalidRequest, OperationError
 from agentrun.core.settings import Settings
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, item, new_agent, tasks, wait_states
 from tests.test_cli import Result
@@ -105,14 +105,16 @@ async def test_backlog_commands_apply_the_callers_tenant(
             states = {t["task_key"]: t["state"] for t in await tasks(pool, shared)}
             assert states["poison-g"] == "failed", "another tenant's retry changed nothing"
 
-            # Stop and resume act on every task: refused while another tenant has tasks
-            # there; allowed for an operator, and for a backlog of the caller's tasks alone.
-            refused = await asyncio.gather(
-                as_(acme, "stop", "--agent", shared), as_(globex, "resume", "--agent", shared)
-            )
-            assert all(r.code == 5 and "operator" in r.err for r in refused), refused
+            # A tenant's stop and resume act on its own tasks; an operator's on every task.
+            part = await as_(acme, "stop", "--agent", shared, "--json")
+            assert part.code == 0 and part.json()["stopped"], part
+            assert acme in part.json()["message"], part
             listing = await as_(None, "list", "--agent", shared, "--json")
-            assert listing.json()["status"] == "active", "a refused stop stopped nothing"
+            assert listing.json()["status"] == "active", "acme's stop stopped acme's alone"
+            foreign = await as_(globex, "resume", "--agent", shared)
+            assert foreign.code != 0 and "not stopped" in foreign.err, foreign
+            part = await as_(acme, "resume", "--agent", shared, "--json")
+            assert part.code == 0 and not part.json()["stopped"], part
             for tenant, agent in ((None, shared), (acme, solo)):
                 stopped = await as_(tenant, "stop", "--agent", agent, "--json")
                 assert stopped.code == 0 and stopped.json()["stopped"], stopped
@@ -137,11 +139,12 @@ async def test_backlog_commands_apply_the_callers_tenant(
             await end_backlog(client, agent)
 
 
-async def test_a_stop_is_refused_for_a_task_the_mirror_has_not_shown_yet(
+async def test_a_tenants_stop_leaves_a_task_the_mirror_has_not_shown_yet(
     client, settings: Settings, pool, worker
 ):
     """The mirror trails the backlog: a task another tenant enqueued a moment ago may not be
-    in it yet. While a worker answers, the backlog's own task list is checked too."""
+    in it yet. A tenant's stop is applied by the backlog to that tenant's tasks alone, so
+    the other tenant's tasks go on whatever the mirror showed."""
     mark = uuid.uuid4().hex[:8]
     acme, globex = f"acme-{mark}", f"globex-{mark}"
     agent = new_agent("lag")
@@ -160,11 +163,78 @@ async def test_a_stop_is_refused_for_a_task_the_mirror_has_not_shown_yet(
                 await conn.execute(
                     "DELETE FROM backlog_tasks WHERE agent = %s AND task_key LIKE 'g-%%'", (agent,)
                 )
-            with pytest.raises(OperationRefused, match="other tenants' tasks"):
+            stopped = await as_acme.backlog_stop(agent)
+            assert stopped.stopped and acme in stopped.message, stopped
+            await as_globex.backlog_enqueue(agent, [item("g-3")])
+            await wait_states(pool, agent, {"g-3": "done"}, seconds=60)
+            with pytest.raises(OperationError, match="already stopped"):
                 await as_acme.backlog_stop(agent)
+            await as_acme.backlog_enqueue(agent, [item("a-2")])
+            await wait_states(pool, agent, {"a-2": "todo"}, seconds=60)
+            await as_acme.backlog_resume(agent)
+            await wait_states(pool, agent, {"a-2": "done"}, seconds=60)
             listing = await RunClient(client, settings).backlog_tasks(agent)
-            assert listing["status"] == "active", "the refused stop stopped nothing"
+            assert listing["status"] == "active", "the backlog as a whole never stopped"
     finally:
         await as_acme.close()
         await as_globex.close()
         await end_backlog(client, agent)
+
+
+@pytest.mark.timeout(300)
+async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
+    client, settings: Settings, pool, worker
+):
+    """Issue 35: acme's policy (one attempt, stop on poison) and a failing task of its own
+    stop acme's part of a shared backlog alone: globex's tasks, behind acme's in order, keep
+    their own attempts and finish; acme resumes and retries its own part though globex's
+    tasks are there too."""
+    from agentrun.core.backlog_models import PolicyPatch
+
+    mark = uuid.uuid4().hex[:8]
+    acme, globex = f"acme-{mark}", f"globex-{mark}"
+    agent = new_agent("isolated")
+    as_acme = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    as_globex = RunClient(client, settings.model_copy(update={"tenant": globex}))
+    strict = PolicyPatch(max_attempts=1, on_poison="stop", retry_delay_seconds=0)
+    try:
+        async with worker():
+            await as_acme.backlog_enqueue(
+                agent, [item("a-poison", verify=NEVER_PASSES), item("a-next")], policy=strict
+            )
+            await as_globex.backlog_enqueue(agent, [item("g-1"), item("g-2")])
+            await wait_states(
+                pool,
+                agent,
+                {"a-poison": "failed", "a-next": "todo", "g-1": "done", "g-2": "done"},
+                seconds=120,
+            )
+            limits = {t["task_key"]: t["max_attempts"] for t in await all_tasks(as_globex, agent)}
+            assert limits == {"g-1": 3, "g-2": 3}, "acme's policy is not globex's"
+            listing = await RunClient(client, settings).backlog_tasks(agent)
+            assert listing["status"] == "active", "the backlog as a whole goes on"
+
+            resumed = await as_acme.backlog_resume(agent)
+            assert not resumed.stopped, resumed
+            # How many tasks run at once is the whole backlog's: not a tenant's to set.
+            with pytest.raises(InvalidRequest, match="parallelism bound the whole backlog"):
+                await as_acme.backlog_enqueue(
+                    agent, [item("a-x")], policy=PolicyPatch(parallelism=4)
+                )
+            assert "a-x" not in {t["task_key"] for t in await all_tasks(as_acme, agent)}
+            await wait_states(pool, agent, {"a-next": "done"}, seconds=60)
+            retried = await as_acme.backlog_retry(agent, "a-poison")
+            assert retried.key == "a-poison"
+            await wait_states(pool, agent, {"a-poison": "failed"}, seconds=60)
+            # The stop is acme's again; globex's next task still runs.
+            await as_globex.backlog_enqueue(agent, [item("g-3")])
+            await wait_states(pool, agent, {"g-3": "done"}, seconds=60)
+    finally:
+        await as_acme.close()
+        await as_globex.close()
+        await end_backlog(client, agent)
+
+
+async def all_tasks(runs: RunClient, agent: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = (await runs.backlog_tasks(agent))["tasks"]
+    return listed

@@ -5,7 +5,9 @@ Hypothesis drives tenants through the CLI (in process, with AGENTRUN_TENANT set)
 workflow running an agent (`run_agent`) and a capped tenant's starts, and has each tenant
 try every run it has heard of, its own or not. Tenant A has a cap of one, a weight of 2 and
 a keyed approver; B has nothing; C a weight of 3 and priorities 2 to 5 only (a start at 1 is
-refused on every path). After each step and each sequence:
+refused on every path). Tenants also try the operators' acts (deploy, deploy check, status
+and patches, migrate: refused) and prune (their own finished runs alone). After each step
+and each sequence:
 - no operation of one tenant returned or changed another's run (a refused command left no
   signal, update or cancel request in the run's history);
 - every run, whatever path started it, is its starter's tenant's, carries that tenant's
@@ -180,6 +182,16 @@ keys = st.sampled_from(["k1", "k2", "k3"])
 who = st.sampled_from([0, 1, 2])
 reads = st.sampled_from(
     ["status", "receipt", "watch", "pause", "cancel", "approve", "fork", "say", "chat", "end"]
+)
+# Acts that span tenants (issue 35): a tenant's is refused, as `tenants set` is.
+operator_acts = st.sampled_from(
+    [
+        ("deploy", "check"),
+        ("deploy", "status"),
+        ("deploy", "patches"),
+        ("deploy", "v9", "--skip-check"),
+        ("migrate",),
+    ]
 )
 
 
@@ -447,6 +459,52 @@ class Tenants(RuleBasedStateMachine):
                 assert refusals[0] == refusals[1], refusals
         finally:
             self.call(runs.close())
+
+    # ------------------------------------------------------------ operators' acts
+
+    @rule(t=who, act=operator_acts)
+    def try_an_operators_act(self, t: int, act: tuple[str, ...]) -> None:
+        """Refused (exit 5) before anything is read: nothing printed names any run."""
+        tenant = self.tenants[t]
+        code, out, err = self.stack.cli(tenant, *act)
+        assert code == 5 and out == "" and "an operator's act" in err, (act, code, out, err)
+        assert not [r.run_id for r in self.known if r.run_id in err], (act, err)
+
+    @rule(t=who)
+    def prune_as_a_tenant(self, t: int) -> None:
+        """A tenant's prune deletes its own finished runs alone: every other tenant's
+        mirrored run is still there, its receipt too."""
+        tenant = self.tenants[t]
+        # Every tenant's finished runs, aged past the cutoff: only the caller's may go.
+        self.call(self.age_finished_runs())
+        before = self.others_rows(tenant)
+        code, out, err = self.stack.cli(tenant, "prune", "--older-than", "1h", "--json")
+        assert code == 0, err
+        assert json.loads(out)["tenant"] == tenant
+        assert before <= self.others_rows(tenant), f"{tenant}'s prune took another's rows"
+
+    async def age_finished_runs(self) -> None:
+        async with self.stack.pool.connection() as conn:
+            await conn.execute(
+                """UPDATE runs SET finished_at = finished_at - interval '1 day'
+                   WHERE finished_at IS NOT NULL AND tenant = ANY(%s)""",
+                (self.tenants,),
+            )
+
+    def others_rows(self, tenant: str) -> set[tuple[str, str]]:
+        """Every other tenant's mirrored run and receipt, as (table, run id)."""
+        found = self.call(
+            rows(
+                self.stack.pool,
+                """SELECT 'runs' AS t, run_id FROM runs WHERE tenant <> %s
+                   UNION ALL
+                   SELECT 'receipts', c.run_id FROM receipts c JOIN runs r USING (run_id)
+                   WHERE r.tenant <> %s""",
+                tenant,
+                tenant,
+            )
+        )
+        return {(r["t"], r["run_id"]) for r in found}
 
     # ------------------------------------------------------------ acting on runs
 

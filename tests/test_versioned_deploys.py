@@ -149,3 +149,42 @@ async def test_a_deploy_moves_a_capped_tenant_and_a_backlog_to_v2_and_v1_drains(
             )
             assert shown.code == 0, shown.err
             assert [b["retirable"] for b in shown.json()["builds"]] == [False, True]
+
+
+async def test_a_deploy_never_turns_away_a_capped_tenant_with_room(client, settings, pool, worker):
+    """After a deploy, a capped tenant with a run in flight on v1 and a free slot starts its
+    next run at once, on v2: its queue moves to the current build although nothing fills its
+    cap (the old queue turned every start away for as long as the v1 run lived)."""
+    import time
+
+    from agentrun.core.admission_models import TenantLimits
+    from agentrun.workflows.admission import admission_id
+
+    deployment = f"agentrun-{uuid.uuid4().hex[:8]}"
+    v1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v1"})
+    v2 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v2"})
+    tenant = f"roomy-{uuid.uuid4().hex[:6]}"
+    limits = TenantLimits(tenant=tenant, max_in_flight=2, max_queued=10)
+
+    async def start_capped() -> str:
+        spec = make_spec(tenant=tenant)
+        started = await ops.start_run(
+            client, spec, task_queue=settings.task_queue, limits=limits, wait=20
+        )
+        return started.run_id
+
+    async with worker(settings=v1):
+        await deployments.set_current_version(client, deployment, "v1")
+        holding = await start_capped()
+        await wait_pending(client, holding)
+        async with worker(settings=v2):
+            await deployments.set_current_version(client, deployment, "v2")
+            began = time.monotonic()
+            after = await start_capped()
+            assert time.monotonic() - began < 15, "the start waited on the deploy"
+            await wait_pending(client, after)
+            assert (await deployments.run_version(client, after)).build_id == "v2"
+            assert (await deployments.run_version(client, holding)).build_id == "v1"
+            assert (await deployments.run_version(client, admission_id(tenant))).build_id == "v2"
+            for run_id in (holding, after):
+                await ops.cancel(client, run_id)

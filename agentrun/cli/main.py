@@ -63,6 +63,7 @@ SCOPED = {
     "receipt",
     "list",
     "stats",
+    "prune",
 }
 # A run's statuses, as `list --status` takes them.
 STATUSES = [s.value for s in RunStatus]
@@ -876,6 +877,7 @@ def parser() -> argparse.ArgumentParser:
         help="finished longer ago than this (30d, 12h); default AGENTRUN_RETENTION_DAYS",
     )
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    add_tenant(p)
     command("migrate", "bring the database's schema up to date (workers do it on start)")
     command("settings", "the settings in effect, secrets hidden", wait=False)
     backlog_cli.add_commands(sub)

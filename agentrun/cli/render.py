@@ -311,7 +311,9 @@ def stats_text(s: Stats) -> str:
 def prune_text(result: PruneResult) -> str:
     verb = "would delete" if result.dry_run else "deleted"
     lines = [
-        f"{verb} {result.runs} run{'' if result.runs == 1 else 's'} that finished before "
+        f"{verb} {result.runs} run{'' if result.runs == 1 else 's'}"
+        + (f" of tenant {result.tenant}" if result.tenant else "")
+        + " that finished before "
         f"{result.cutoff.isoformat(timespec='seconds')}"
         + (" (dry run: nothing changed)" if result.dry_run else ""),
         table(

@@ -332,6 +332,11 @@ class ControlInput(BaseModel):
         description="the sender's tenant (a backlog refuses a stop or resume that would act on "
         "another's tasks); None: an operator",
     )
+    own_tasks: bool = Field(
+        False,
+        description="a backlog's stop or resume of the sender's tenant's tasks alone (sent since "
+        "issue 35); False, as recorded before: of every task",
+    )
 
 
 class ForkSeedInput(BaseModel):

@@ -95,6 +95,12 @@ class ReleaseInput(BaseModel):
     run_id: str
 
 
+class MoveInput(BaseModel):
+    """A start was turned away while the queue moves to the current build (signal
+    `admission.move`): a refused update leaves no event and wakes no wait, so the starter
+    signals before it tries again, and the queue continues as new onto the current build."""
+
+
 class AdmitInput(BaseModel):
     """The run may leave `queued` (signal to the run)."""
 

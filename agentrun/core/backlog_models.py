@@ -71,6 +71,19 @@ class PolicyPatch(Strict):
     def is_empty(self) -> bool:
         return not self.model_dump(exclude_none=True)
 
+    def then(self, later: PolicyPatch) -> PolicyPatch:
+        """This patch with `later`'s fields over it."""
+        return self.model_copy(update=later.model_dump(exclude_none=True))
+
+    def shared_fields(self) -> list[str]:
+        """The fields it sets that bound the whole backlog, not one tenant's tasks."""
+        return [f for f in SHARED_POLICY_FIELDS if getattr(self, f) is not None]
+
+
+# How many tasks run at once and how often the backlog continues as new are the whole
+# backlog's; the other fields a tenant may set for its own tasks (`tenant_policies`).
+SHARED_POLICY_FIELDS = ("parallelism", "continue_as_new_after")
+
 
 class TaskItem(Strict):
     """One task as a backlog file names it."""
@@ -170,6 +183,12 @@ class BacklogInput(BaseModel):
     stop_reason: str | None = None
     generation: int = Field(0, description="how many times the backlog continued as new")
     carried: bool = Field(False, description="state came from the previous run, not the mirror")
+    tenant_policies: dict[str, PolicyPatch] = Field(
+        default_factory=dict, description="each tenant's own policy, over `policy`"
+    )
+    halted: dict[str, str] = Field(
+        default_factory=dict, description="tenants whose tasks are stopped, and why"
+    )
 
 
 class EnqueueInput(BaseModel):
@@ -178,6 +197,9 @@ class EnqueueInput(BaseModel):
     by: str = "cli"
     request_id: str | None = Field(
         None, max_length=64, description="sent as a signal: names its outcome (`delivery`)"
+    )
+    tenant: str | None = Field(
+        None, description="the sender's tenant: its policy is its own tasks'; None: an operator"
     )
 
 
@@ -219,6 +241,7 @@ class BacklogControlSignal(BaseModel):
     by: str = "cli"
     reason: str | None = None
     tenant: str | None = Field(None, description="as ControlInput's")
+    own_tasks: bool = Field(False, description="as ControlInput's")
     request_id: str | None = Field(None, max_length=64, description="as EnqueueInput's")
 
 

@@ -91,6 +91,8 @@ UPDATE_ADMISSION_HOLD = "admission.hold"
 UPDATE_ADMISSION_ENQUEUE = "admission.enqueue"
 UPDATE_ADMISSION_CONFIGURE = "admission.configure"
 SIGNAL_ADMISSION_RELEASE = "admission.release"
+# A start turned away while its queue moves wakes the queue with this, so the move happens now.
+SIGNAL_ADMISSION_MOVE = "admission.move"
 QUERY_ADMISSION_POSITION = "admission.position"
 SIGNAL_RUN_ADMIT = "admit_signal"
 

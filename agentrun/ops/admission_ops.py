@@ -7,6 +7,7 @@ for every tenant with a cap, so callers never choose.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -22,6 +23,7 @@ from agentrun.core import fairness
 from agentrun.core._state import RunInput
 from agentrun.core.admission_models import (
     AdmissionInput,
+    MoveInput,
     PositionInput,
     QueuedStart,
     QueuedStartInput,
@@ -111,7 +113,10 @@ async def enqueue_run(
             reason = getattr(err.cause, "message", None) or str(err.cause)
             if names.MOVING_TO_CURRENT_BUILD not in reason or time.monotonic() > busy_until:
                 raise Refused(reason) from err
-            # The queue continues as new onto the current build: this start goes there.
+            # The queue continues as new onto the current build once woken (a refused
+            # update wakes nothing): this start goes there.
+            with contextlib.suppress(NoAnswer, RPCError):  # the next try says what became of it
+                await within(deadline.left(), _wake(client, spec.tenant))
             await asyncio.sleep(min(pause, deadline.left()))
             continue
         except RPCError as err:
@@ -122,6 +127,12 @@ async def enqueue_run(
                 raise
             await asyncio.sleep(min(pause, deadline.left()))
     raise AssertionError("unreachable: backoff() never ends")
+
+
+async def _wake(client: Client, tenant: str) -> None:
+    """Wake a queue that turned a start away while it moves to the current build."""
+    handle = client.get_workflow_handle_for(TenantAdmissionWorkflow.run, admission_id(tenant))
+    await handle.signal(TenantAdmissionWorkflow.move, MoveInput())
 
 
 BUSY_SECONDS = 60.0

@@ -173,8 +173,11 @@ async def enqueue(
     policy: PolicyPatch | None = None,
     by: str = "cli",
     wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
 ) -> EnqueueResult:
-    """Add tasks at the end, in order; keys already in the backlog are ignored.
+    """Add tasks at the end, in order; keys already in the backlog are ignored. With
+    `tenant` (the caller's), `policy` is that tenant's tasks' alone; its fields that bound
+    the whole backlog (parallelism, continue_as_new_after) are an operator's to set.
 
     Each batch goes as a signal-with-start: the server keeps it in the backlog's history (and
     starts the backlog with it, if it runs not), whether or not a worker runs now, so an
@@ -188,6 +191,13 @@ async def enqueue(
         bounds.check(item, f"task {i}")
     if policy is not None:
         bounds.check(policy, "policy")
+        shared = policy.shared_fields() if tenant is not None else []
+        if shared:
+            raise InvalidRequest(
+                f"{', '.join(shared)} bound the whole backlog, whose other tasks may be other "
+                f"tenants': an operator's to set, not one under AGENTRUN_TENANT={tenant}; "
+                "leave them out (max attempts, retry delay and on-poison are your tasks' own)"
+            )
     size = sum(len(task.model_dump_json().encode()) for task in tasks)
     if size > MAX_ENQUEUE_BYTES:
         raise InvalidRequest(
@@ -213,14 +223,18 @@ async def enqueue(
     # In batches, so no single signal's payload nears Temporal's size limit.
     for tasks_in_batch in _batches(queued):
         batch = EnqueueInput(
-            tasks=tasks_in_batch, policy=policy, by=by, request_id=uuid.uuid4().hex
+            tasks=tasks_in_batch, policy=policy, by=by, request_id=uuid.uuid4().hex, tenant=tenant
         )
         try:
             handle = await within(
                 deadline.left(),
                 client.start_workflow(
                     AgentBacklogWorkflow.run,
-                    BacklogInput(agent=agent, policy=policy.apply(BacklogPolicy())),
+                    # A tenant's policy is its tasks' own (sent with them), not the backlog's.
+                    BacklogInput(
+                        agent=agent,
+                        policy=(policy if tenant is None else PolicyPatch()).apply(BacklogPolicy()),
+                    ),
                     id=backlog_id(agent),
                     task_queue=task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -344,19 +358,17 @@ async def _tenant_door(
     agent: str,
     tenant: str | None,
     *,
-    whole: bool = False,
     key: str | None = None,
-) -> set[str] | None:
+) -> None:
     """Apply the caller's tenant to a command that goes through Temporal. A backlog holds
     tasks of several tenants; under a tenant, one with none of its tasks reads as a missing
-    backlog, and another tenant's task as a missing task (`key`). A command on the `whole`
-    backlog (stop, resume) is refused unless every task in it is the caller's: an operator's
-    act otherwise. The tenants are the mirror's (a task whose spec is not mirrored yet is
-    nobody's); an operator (no tenant) passes, with or without a database. Returns the keys
-    of the caller's tasks (None for an operator)."""
+    backlog, and another tenant's task as a missing task (`key`); a stop or resume acts on
+    the caller's tasks alone (the backlog applies that). The tenants are the mirror's (a
+    task whose spec is not mirrored yet is nobody's); an operator (no tenant) passes, with
+    or without a database."""
     check_agent(agent)
     if tenant is None:
-        return None
+        return
     if mirror is None:
         raise SetupError(
             "refused: a backlog's tasks and their tenants live in Postgres, and no database "
@@ -368,13 +380,6 @@ async def _tenant_door(
         raise no_backlog(agent)
     if key is not None and key not in own:
         raise no_task(agent, key)
-    if whole and len(own) < len(owners):
-        raise not_all_yours(agent, tenant)
-    return own
-
-
-def not_all_yours(agent: str, tenant: str) -> OperationRefused:
-    return OperationRefused(f"refused: {backlog_models.not_all_yours(agent, tenant)}")
 
 
 @dataclass
@@ -410,25 +415,18 @@ async def _change(
     signal_arg: BacklogControlSignal | RetryInput,
     result_type: type[Any],
     wait: float,
-    only: tuple[str, set[str]] | None = None,
 ) -> Any:
     """A stop, resume or retry: an update when a worker answers and the backlog takes it,
     else a signal the server keeps in the backlog's history (the answer says which), whose
-    outcome the command reports if a worker applies it within the bound. With `only` (a
-    tenant and its tasks' keys), refused if the backlog, as its worker answers now, holds a
-    task the mirror did not show as that tenant's (one enqueued since it was written)."""
+    outcome the command reports if a worker applies it within the bound."""
     bounds.check(update_arg, "backlog command")  # checked again by the backlog's validators
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     try:
-        live: BacklogState = await handles.ask_within(
-            backlog.handle, AgentBacklogWorkflow.state, deadline
-        )
+        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
         answered = True
     except NoAnswer:
         answered = False
-    if answered and only is not None and any(t.key not in only[1] for t in live.tasks):
-        raise not_all_yours(agent, only[0])
     if answered:
         try:
             accepted = await handles.admit_update(
@@ -468,7 +466,7 @@ async def stop(
     mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
     """A graceful pause: running tasks stop at their next step boundary, none start. With
-    `tenant` (the caller's), refused unless every task in the backlog is that tenant's."""
+    `tenant` (the caller's), of that tenant's tasks alone; other tenants' go on."""
     return await _control(client, agent, True, by, wait, tenant, mirror)
 
 
@@ -481,7 +479,7 @@ async def resume(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> BacklogControlResult:
-    """Continue a stopped backlog; with `tenant`, as `stop`."""
+    """Continue a stopped backlog; with `tenant`, that tenant's stopped tasks alone."""
     return await _control(client, agent, False, by, wait, tenant, mirror)
 
 
@@ -495,17 +493,18 @@ async def _control(
     mirror: AsyncConnectionPool | None,
 ) -> BacklogControlResult:
     """A stop or a resume: an update, else a signal the server holds (`_change`)."""
-    own = await _tenant_door(mirror, agent, tenant, whole=True)
+    await _tenant_door(mirror, agent, tenant)
     done = await _change(
         client,
         agent,
         names.UPDATE_BACKLOG_STOP if stopping else names.UPDATE_BACKLOG_RESUME,
-        ControlInput(by=by, tenant=tenant),
+        ControlInput(by=by, tenant=tenant, own_tasks=tenant is not None),
         names.SIGNAL_BACKLOG_STOP if stopping else names.SIGNAL_BACKLOG_RESUME,
-        BacklogControlSignal(by=by, tenant=tenant, request_id=uuid.uuid4().hex),
+        BacklogControlSignal(
+            by=by, tenant=tenant, own_tasks=tenant is not None, request_id=uuid.uuid4().hex
+        ),
         BacklogControlResult,
         wait,
-        only=None if tenant is None or own is None else (tenant, own),
     )
     if isinstance(done, BacklogControlResult):
         return done

@@ -67,23 +67,29 @@ WHERE a.artifact_id = heirs.artifact_id AND a.run_id IN (SELECT run_id FROM prun
 class PruneResult(BaseModel):
     cutoff: datetime
     dry_run: bool
+    tenant: str | None = None  # whose runs alone; None: every tenant's
     runs: int
     deleted: dict[str, int]
     artifacts_kept_for_newer_runs: int
 
 
-async def prune(pool: AsyncConnectionPool, *, cutoff: datetime, dry_run: bool) -> PruneResult:
-    """Delete every run that finished before `cutoff`, in one transaction. A dry run does the
-    same work and rolls it back, so its counts are exactly what a real run would delete."""
+async def prune(
+    pool: AsyncConnectionPool, *, cutoff: datetime, dry_run: bool, tenant: str | None = None
+) -> PruneResult:
+    """Delete every run that finished before `cutoff` (with `tenant`, that tenant's alone),
+    in one transaction. A dry run does the same work and rolls it back, so its counts are
+    exactly what a real run would delete."""
     deleted: dict[str, int] = {}
     kept_artifacts = 0
     async with pool.connection() as conn, conn.transaction():
         await conn.execute("CREATE TEMP TABLE pruned_runs (run_id text PRIMARY KEY) ON COMMIT DROP")
         await conn.execute(
             """INSERT INTO pruned_runs
-               SELECT run_id FROM runs WHERE status = ANY(%s) AND finished_at < %s
+               SELECT run_id FROM runs
+               WHERE status = ANY(%s) AND finished_at < %s
+                 AND (%s::text IS NULL OR tenant = %s)
                FOR UPDATE""",
-            (list(FINISHED), cutoff),
+            (list(FINISHED), cutoff, tenant, tenant),
         )
         cur = await conn.execute(REHOME_SHARED_ARTIFACTS)
         kept_artifacts = cur.rowcount
@@ -99,6 +105,7 @@ async def prune(pool: AsyncConnectionPool, *, cutoff: datetime, dry_run: bool) -
     return PruneResult(
         cutoff=cutoff,
         dry_run=dry_run,
+        tenant=tenant,
         runs=deleted.get("runs", 0),
         deleted=deleted,
         artifacts_kept_for_newer_runs=kept_artifacts,

@@ -9,6 +9,9 @@ signals `admission.release` when it ends (or is cancelled while waiting). Nothin
 while the queue moves: the workflow sleeps until a signal or an update changes it. Only
 while runs wait behind a full cap does it ask Temporal, every `sweep_seconds`, whether an
 admitted run closed without a word (a terminate runs none of its code), and frees its slot.
+After a deploy the queue moves to the current build at its next continue-as-new; a start
+that arrives first is turned away, and its sender wakes the queue (`admission.move`) so the
+move happens then, whatever room the cap has, and tries again on the current build.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         AdmissionInput,
         AdmitInput,
         HoldInput,
+        MoveInput,
         PositionInput,
         QueuedStart,
         QueuedStartInput,
@@ -317,6 +321,11 @@ class TenantAdmissionWorkflow:
     def release(self, request: ReleaseInput) -> None:
         if self._release(request.run_id):
             self._flush_soon()
+
+    @workflow.signal(name=names.SIGNAL_ADMISSION_MOVE)
+    def move(self, request: MoveInput) -> None:
+        """Nothing to change: this signal's workflow task re-reads every wait, and the loop
+        sees the deploy (`_too_long`) whether the cap is full or has room."""
 
     @workflow.query(name=names.QUERY_ADMISSION_POSITION)
     def position(self, request: PositionInput) -> QueuePosition:

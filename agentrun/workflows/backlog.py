@@ -10,6 +10,7 @@ large, between tasks, carrying only what it still needs.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -30,16 +31,19 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core import constants as names
     from agentrun.core._wire import ControlInput
     from agentrun.core.backlog_models import (
+        SHARED_POLICY_FIELDS,
         BacklogControlResult,
         BacklogControlSignal,
         BacklogInput,
         BacklogLoadInput,
+        BacklogPolicy,
         BacklogState,
         BacklogSyncInput,
         BacklogTask,
         Delivery,
         EnqueueInput,
         EnqueueResult,
+        PolicyPatch,
         RetryInput,
         RetryResult,
         TaskState,
@@ -82,6 +86,12 @@ def _within_bounds(input: Any) -> None:
         raise ApplicationError(f"refused: {'; '.join(found[:5])}")
 
 
+def _part(input: ControlInput | BacklogControlSignal) -> str | None:
+    """The tenant whose tasks alone a stop or resume acts on; None: every task (an
+    operator's, or a tenant's recorded before tenants' parts, which asked for no part)."""
+    return input.tenant if input.own_tasks else None
+
+
 @workflow.defn(name=names.BACKLOG_WORKFLOW_NAME)
 class AgentBacklogWorkflow:
     @workflow.init
@@ -110,6 +120,9 @@ class AgentBacklogWorkflow:
         self.deliveries: dict[str, Delivery] = {}
         # Tenants of the enqueues taken but not yet applied (each waits its turn to run).
         self.arriving: list[set[str]] = []
+        # A tenant's own policy and stop touch its tasks alone, whoever else has tasks here.
+        self.tenant_policies: dict[str, PolicyPatch] = dict(input.tenant_policies)
+        self.halted: dict[str, str] = dict(input.halted)
 
     # ------------------------------------------------------------------ the loop
 
@@ -174,12 +187,28 @@ class AgentBacklogWorkflow:
     def _next_task(self) -> BacklogTask | None:
         if self.stopped or len(self.in_flight) >= self.policy.parallelism:
             return None
-        return next((t for t in self.tasks.values() if t.state == "todo"), None)
+        return next(
+            (t for t in self.tasks.values() if t.state == "todo" and not self._held(t)), None
+        )
+
+    @staticmethod
+    def _tenant(task: BacklogTask) -> str | None:
+        return task.spec.tenant if task.spec is not None else None
+
+    def _held(self, task: BacklogTask) -> bool:
+        """Stopped: the whole backlog, or the task's tenant's part of it."""
+        return self.stopped or self._tenant(task) in self.halted
+
+    def _policy_for(self, tenant: str | None) -> BacklogPolicy:
+        """The backlog's policy with the tenant's own over it."""
+        own = self.tenant_policies.get(tenant) if tenant is not None else None
+        return own.apply(self.policy) if own is not None else self.policy
 
     async def _work(self, task: BacklogTask) -> None:
         """Attempts of one task, in place: the order holds while it is retried."""
+        tenant = self._tenant(task)
         while True:
-            await workflow.wait_condition(lambda: not self.stopped)
+            await workflow.wait_condition(lambda: not self._held(task))
             error = await self._attempt(task)
             if error is None:
                 task.spec = None  # never needed again; keeps carried state small
@@ -187,21 +216,35 @@ class AgentBacklogWorkflow:
                 break
             task.attempts += 1
             task.last_error = error
+            policy = self._policy_for(tenant)
             if task.attempts >= task.max_attempts:
                 self._set(task, "failed", finished=True)
-                if self.policy.on_poison == "stop" and not self.stopped:
-                    await self._stop(
-                        f"task {task.key} failed {task.attempts} times; the policy stops the "
-                        "backlog (`backlog dead` shows why, `backlog resume` goes on)"
-                    )
+                own = self.tenant_policies.get(tenant) if tenant is not None else None
+                if own is not None and own.on_poison is not None:
+                    # The tenant's own policy: its part stops, other tenants' tasks go on.
+                    if own.on_poison == "stop" and tenant not in self.halted:
+                        await self._stop(self._poison_reason(task, tenant), tenant)
+                elif policy.on_poison == "stop" and not self.stopped:
+                    await self._stop(self._poison_reason(task, None))
                 break
-            self._set(task, "paused" if self.stopped else "running")
+            self._set(task, "paused" if self._held(task) else "running")
             await self._flush()
-            if self.policy.retry_delay_seconds:
-                await workflow.sleep(timedelta(seconds=self.policy.retry_delay_seconds))
+            if policy.retry_delay_seconds:
+                await workflow.sleep(timedelta(seconds=policy.retry_delay_seconds))
         self.finished_here += 1
         self.in_flight.discard(task.key)  # the next task need not wait for the mirror
         await self._flush()
+
+    def _poison_reason(self, task: BacklogTask, tenant: str | None) -> str:
+        if tenant is None:
+            return (
+                f"task {task.key} failed {task.attempts} times; the policy stops the "
+                "backlog (`backlog dead` shows why, `backlog resume` goes on)"
+            )
+        return (
+            f"task {task.key} failed {task.attempts} times; tenant {tenant!r}'s policy stops "
+            "its tasks (`backlog dead` shows why, `backlog resume` goes on)"
+        )
 
     async def _attempt(self, task: BacklogTask) -> str | None:
         """One AgentRun child for the task; returns why it failed, or None when it completed."""
@@ -221,7 +264,7 @@ class AgentBacklogWorkflow:
         task.launches += 1
         task.run_id = child_run_id(self.agent, task.key, task.launches)
         task.started_at = workflow.now()
-        self._set(task, "paused" if self.stopped else "running")
+        self._set(task, "paused" if self._held(task) else "running")
         workflow.deprecate_patch(CHILD_PRIORITY)
         try:
             handle = await run_starts.start_run(
@@ -233,7 +276,7 @@ class AgentBacklogWorkflow:
             await self._flush()
             return f"a run with id {task.run_id} already exists; it was not started again"
         self.children[task.key] = handle
-        if self.stopped:  # a stop that came while the child was starting
+        if self._held(task):  # a stop that came while the child was starting
             await self._signal_children([task.key], pause=True)
         await self._flush()
         try:
@@ -249,9 +292,19 @@ class AgentBacklogWorkflow:
 
     # ------------------------------------------------------------------ stop and resume
 
-    async def _stop(self, reason: str) -> list[str]:
-        self.stopped, self.stop_reason, self.head_dirty = True, reason, True
-        keys = [k for k in sorted(self.in_flight) if self.tasks[k].state == "running"]
+    async def _stop(self, reason: str, tenant: str | None = None) -> list[str]:
+        """Stop the whole backlog, or (with `tenant`) that tenant's part of it."""
+        if tenant is None:
+            self.stopped, self.stop_reason = True, reason
+        else:
+            self.halted[tenant] = reason
+        self.head_dirty = True
+        keys = [
+            k
+            for k in sorted(self.in_flight)
+            if self.tasks[k].state == "running"
+            and (tenant is None or self._tenant(self.tasks[k]) == tenant)
+        ]
         for key in keys:
             self._set(self.tasks[key], "paused")
         await self._signal_children(keys, pause=True)
@@ -348,6 +401,8 @@ class AgentBacklogWorkflow:
             stop_reason=self.stop_reason,
             generation=self.generation + 1,
             carried=True,
+            tenant_policies=self.tenant_policies,
+            halted=self.halted,
         )
 
     # ------------------------------------------------------------------ messages
@@ -382,7 +437,12 @@ class AgentBacklogWorkflow:
     async def _add(self, input: EnqueueInput) -> EnqueueResult:
         await workflow.wait_condition(lambda: self.ready)
         if not input.policy.is_empty():
-            self.policy = input.policy.apply(self.policy)
+            if input.tenant is None:
+                self.policy = input.policy.apply(self.policy)
+            else:  # the sender's tasks' policy alone (the door refuses its shared fields)
+                own = self.tenant_policies.get(input.tenant, PolicyPatch())
+                per_task = input.policy.model_copy(update=dict.fromkeys(SHARED_POLICY_FIELDS))
+                self.tenant_policies[input.tenant] = own.then(per_task)
             self.head_dirty = True
         added: list[str] = []
         ignored: list[str] = []
@@ -395,7 +455,7 @@ class AgentBacklogWorkflow:
                 key=key,
                 title=item.title,
                 ordinal=self.next_ordinal,
-                max_attempts=item.max_attempts or self.policy.max_attempts,
+                max_attempts=item.max_attempts or self._policy_for(item.spec.tenant).max_attempts,
                 spec=item.spec,
                 enqueued_at=workflow.now(),
             )
@@ -425,26 +485,26 @@ class AgentBacklogWorkflow:
 
     @workflow.update(name=names.UPDATE_BACKLOG_STOP)
     async def stop(self, input: ControlInput) -> BacklogControlResult:
-        return await self._stop_now(input.by, input.reason)
+        return await self._stop_now(input.by, input.reason, _part(input))
 
-    async def _stop_now(self, by: str, why: str | None) -> BacklogControlResult:
+    async def _stop_now(self, by: str, why: str | None, tenant: str | None) -> BacklogControlResult:
         reason = f"stopped by {by}" + (f": {why}" if why else "")
-        keys = await self._stop(reason)
+        keys = await self._stop(reason, tenant)
+        whose = "" if tenant is None else f" tenant {tenant!r}'s tasks"
         return BacklogControlResult(
             stopped=True,
             tasks=keys,
             message=(
-                f"stopping: {', '.join(keys)} pause at their next step boundary"
+                f"stopping{whose}: {', '.join(keys)} pause at their next step boundary"
                 if keys
-                else "stopped: no task was running; none will start until resume"
+                else f"stopped{whose}: no task was running; none will start until resume"
             ),
         )
 
     @stop.validator
     def _validate_stop(self, input: ControlInput) -> None:
         _within_bounds(input)
-        self._check_tenant(input.tenant)
-        self._check_stop()
+        self._check_control(input.tenant, True, parts=_part(input) is not None)
 
     def _check_tenant(self, tenant: str | None) -> None:
         """A stop or resume acts on every task: under a tenant (sent by a client acting for
@@ -469,30 +529,42 @@ class AgentBacklogWorkflow:
 
     @workflow.update(name=names.UPDATE_BACKLOG_RESUME)
     async def resume(self, input: ControlInput) -> BacklogControlResult:
-        return await self._resume_now()
+        return await self._resume_now(_part(input))
 
-    async def _resume_now(self) -> BacklogControlResult:
-        self.stopped, self.stop_reason, self.head_dirty = False, None, True
-        keys = [k for k in sorted(self.in_flight) if self.tasks[k].state == "paused"]
+    async def _resume_now(self, tenant: str | None) -> BacklogControlResult:
+        """Resume the whole backlog (and every tenant's part), or one tenant's part."""
+        if tenant is None:
+            self.stopped, self.stop_reason = False, None
+            self.halted.clear()
+        else:
+            self.halted.pop(tenant, None)
+        self.head_dirty = True
+        keys = [
+            k
+            for k in sorted(self.in_flight)
+            if self.tasks[k].state == "paused"
+            and not self._held(self.tasks[k])
+            and (tenant is None or self._tenant(self.tasks[k]) == tenant)
+        ]
         for key in keys:
             self._set(self.tasks[key], "running")
         await self._signal_children(keys, pause=False)
         await self._flush()
+        whose = "" if tenant is None else f" tenant {tenant!r}'s tasks"
         return BacklogControlResult(
             stopped=False,
             tasks=keys,
             message=(
-                f"resumed: {', '.join(keys)} continue from where they paused"
+                f"resumed{whose}: {', '.join(keys)} continue from where they paused"
                 if keys
-                else "resumed: the next task starts now"
+                else f"resumed{whose}: the next task starts now"
             ),
         )
 
     @resume.validator
     def _validate_resume(self, input: ControlInput) -> None:
         _within_bounds(input)
-        self._check_tenant(input.tenant)
-        self._check_resume()
+        self._check_control(input.tenant, False, parts=_part(input) is not None)
 
     def _check_resume(self) -> None:
         if not self.stopped:
@@ -508,7 +580,7 @@ class AgentBacklogWorkflow:
         self._set(task, "todo")
         note = (
             f"; the backlog is stopped: `backlog resume --agent {self.agent}`"
-            if self.stopped
+            if self._held(task)
             else ""
         )
         result = RetryResult(
@@ -566,9 +638,11 @@ class AgentBacklogWorkflow:
 
     @workflow.signal(name=names.SIGNAL_BACKLOG_STOP)
     async def stop_signal(self, input: BacklogControlSignal) -> None:
-        if not await self._checked(input.request_id, lambda: self._check_control(input, True)):
+        part = _part(input)
+        check = functools.partial(self._check_control, input.tenant, True, parts=bool(part))
+        if not await self._checked(input.request_id, check):
             return
-        done = await self._stop_now(input.by, input.reason)
+        done = await self._stop_now(input.by, input.reason, part)
         self._deliver(
             Delivery(
                 request_id=input.request_id or "", applied=True, message=done.message, control=done
@@ -577,9 +651,11 @@ class AgentBacklogWorkflow:
 
     @workflow.signal(name=names.SIGNAL_BACKLOG_RESUME)
     async def resume_signal(self, input: BacklogControlSignal) -> None:
-        if not await self._checked(input.request_id, lambda: self._check_control(input, False)):
+        part = _part(input)
+        check = functools.partial(self._check_control, input.tenant, False, parts=bool(part))
+        if not await self._checked(input.request_id, check):
             return
-        done = await self._resume_now()
+        done = await self._resume_now(part)
         self._deliver(
             Delivery(
                 request_id=input.request_id or "", applied=True, message=done.message, control=done
@@ -597,12 +673,34 @@ class AgentBacklogWorkflow:
             )
         )
 
-    def _check_control(self, input: BacklogControlSignal, stopping: bool) -> None:
-        self._check_tenant(input.tenant)
+    def _check_control(self, tenant: str | None, stopping: bool, *, parts: bool) -> None:
+        """A stop or resume the backlog takes: with `parts`, a tenant's acts on its own
+        tasks; else (an operator's, or one recorded before parts) on every task."""
+        if parts and tenant is not None:
+            self._check_part(tenant, stopping)
+            return
+        self._check_tenant(tenant)
         if stopping:
             self._check_stop()
         else:
             self._check_resume()
+
+    def _check_part(self, tenant: str, stopping: bool) -> None:
+        if stopping and tenant in self.halted:
+            raise ApplicationError(
+                f"tenant {tenant!r}'s tasks in the backlog of agent {self.agent} are already "
+                f"stopped ({self.halted[tenant]}); `backlog resume --agent {self.agent}` "
+                "continues them"
+            )
+        if not stopping and tenant not in self.halted:
+            if self.stopped:
+                raise ApplicationError(
+                    f"the backlog of agent {self.agent} is stopped as a whole "
+                    f"({self.stop_reason}); an operator's `backlog resume` continues it"
+                )
+            raise ApplicationError(
+                f"tenant {tenant!r}'s tasks in the backlog of agent {self.agent} are not stopped"
+            )
 
     async def _checked(self, request_id: str | None, check: Callable[[], None]) -> bool:
         """Wait until the backlog has its state (a fresh start reads the mirror first),
