@@ -20,6 +20,7 @@ from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
+from temporalio.contrib.pydantic import PydanticPayloadConverter
 
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.backlog_models import (
@@ -32,7 +33,8 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.builds import DeployStatus
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
-from agentrun.core.errors import InvalidRequest, OperationRefused
+from agentrun.core.errors import InvalidRequest, OperationRefused, SetupError
+from agentrun.core.plugin_config import AgentrunConfig
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
     ControlResult,
@@ -88,6 +90,16 @@ class RunClient:
         """Connect to the stack the settings (by default the environment) name."""
         settings = settings or Settings.load()
         return cls(await connect(settings), settings)
+
+    @classmethod
+    def on(cls, client: Client, config: AgentrunConfig) -> Self:
+        """Operations over your own Client, connected with `AgentrunPlugin(config)`."""
+        if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
+            raise SetupError(
+                "this Client was not connected with AgentrunPlugin: pass "
+                "plugins=[AgentrunPlugin(config)] to Client.connect"
+            )
+        return cls(client, config.settings())
 
     @classmethod
     def lazy(cls, settings: Settings | None = None, *, wait: float | None = None) -> Self:
