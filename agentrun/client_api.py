@@ -20,7 +20,6 @@ from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
-from temporalio.contrib.pydantic import PydanticPayloadConverter
 
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.backlog_models import (
@@ -69,6 +68,7 @@ from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
+from agentrun.temporal.encryption import speaks_pydantic
 from agentrun.temporal.worker_presence import Deadline
 from agentrun.tools.loading import DEMO_TOOLS, load_registry, split_references
 
@@ -94,7 +94,7 @@ class RunClient:
     @classmethod
     def on(cls, client: Client, config: AgentrunConfig) -> Self:
         """Operations over your own Client, connected with `AgentrunPlugin(config)`."""
-        if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
+        if not speaks_pydantic(client.data_converter):
             raise SetupError(
                 "this Client was not connected with AgentrunPlugin: pass "
                 "plugins=[AgentrunPlugin(config)] to Client.connect"

@@ -39,7 +39,7 @@ from agentrun.core.errors import SetupError
 from agentrun.core.plugin_config import AgentrunConfig
 from agentrun.core.sandbox_limits import SandboxLimits
 from agentrun.store.db import activity_slots_for, pool_size_for, ready_schema, unopened_pool
-from agentrun.temporal.encryption import codec_for
+from agentrun.temporal.encryption import codec_for, speaks_pydantic
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.registry import ToolRegistry
 from agentrun.worker.serving import register_search_attributes, serving
@@ -69,11 +69,11 @@ def agentrun_converter(
     converter = base.payload_converter_class
     if converter is DefaultPayloadConverter:
         converter = PydanticPayloadConverter
-    elif not issubclass(converter, PydanticPayloadConverter):
+    elif not speaks_pydantic(base):
         raise SetupError(
             f"agentrun's payloads are pydantic models, and the client's payload converter "
-            f"({converter.__name__}) is not temporalio.contrib.pydantic's: subclass "
-            "PydanticPayloadConverter, or leave the payload converter to AgentrunPlugin"
+            f"({converter.__name__}) has no pydantic JSON converter: build it on "
+            "temporalio.contrib.pydantic, or leave the payload converter to AgentrunPlugin"
         )
     codec = base.payload_codec
     if codec is None and config is not None:
@@ -140,7 +140,7 @@ class AgentrunPlugin(SimplePlugin):
         if self.config.task_queue not in (None, queue):
             return config  # a worker of yours on another queue: left as it is
         client = config["client"]
-        if not issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter):
+        if not speaks_pydantic(client.data_converter):
             raise SetupError(
                 "AgentrunPlugin is on this worker but not on its client: pass it to "
                 "Client.connect(..., plugins=[AgentrunPlugin(config)]) (workers built on "
