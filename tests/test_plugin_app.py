@@ -91,7 +91,7 @@ def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str, mod
     for name in [m for m in sys.modules if m.partition(".")[0] == "shopapp"]:
         monkeypatch.delitem(sys.modules, name)
     app = importlib.import_module("shopapp.app")
-    assert Path(app.__file__).is_relative_to(tmp_path), "the project, not the checkout's copy"
+    assert Path(str(app.__file__)).is_relative_to(tmp_path), "the project, not the checkout's copy"
     return app
 
 
