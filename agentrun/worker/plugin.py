@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -31,7 +30,13 @@ from temporalio.converter import (
     DefaultPayloadConverter,
 )
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker import (
+    ReplayerConfig,
+    Worker,
+    WorkerConfig,
+    WorkerDeploymentConfig,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentrun.core import fairness
@@ -107,7 +112,7 @@ class _Engine:
 
     parts: EngineParts
     registry: ToolRegistry
-    deployment: Any
+    deployment: WorkerDeploymentConfig | None
 
 
 class AgentrunPlugin(SimplePlugin):
