@@ -9,6 +9,8 @@ What a user writes against, and nothing more (README "Your agent in five minutes
 - `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
 - `RunSpec`: everything a person sets for one run; a field only the engine sets is refused.
 - `run_worker`: a worker with your tools and MCP servers, in your own process.
+- `AgentrunPlugin` and `AgentrunConfig`: agentrun on your own Temporal Client and Worker
+  (docs/temporal-app.md).
 - `RunClient`: the one front door from Python: every operation the `agentrun` command has.
 - `AgentrunError` and its public subclasses `InvalidInput`, `NotFound`, `Unreachable` and
   `Refused`: what agentrun raises for people, each with the command's exit code.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentrun.client_api import RunClient
     from agentrun.core.errors import AgentrunError, InvalidInput, NotFound, Refused, Unreachable
+    from agentrun.core.plugin_config import AgentrunConfig
     from agentrun.core.spec import RunSpec
     from agentrun.profiles import Agent
     from agentrun.tools.decorator import tool
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
         ToolForbidden,
         ToolRegistry,
     )
+    from agentrun.worker.plugin import AgentrunPlugin
     from agentrun.worker.worker_api import run_worker
 
 _HOMES = {
@@ -50,6 +54,8 @@ _HOMES = {
     "Agent": "agentrun.profiles",
     "RunClient": "agentrun.client_api",
     "run_worker": "agentrun.worker.worker_api",
+    "AgentrunPlugin": "agentrun.worker.plugin",
+    "AgentrunConfig": "agentrun.core.plugin_config",
     # Errors: each public class carries the `agentrun` command's exit code for it.
     "AgentrunError": "agentrun.core.errors",
     "InvalidInput": "agentrun.core.errors",
@@ -60,7 +66,9 @@ _HOMES = {
 
 __all__ = [
     "Agent",
+    "AgentrunConfig",
     "AgentrunError",
+    "AgentrunPlugin",
     "InvalidInput",
     "NotFound",
     "Reconciled",

@@ -36,7 +36,8 @@ from agentrun.core.backlog_models import (
 )
 from agentrun.core.builds import DeployStatus
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
-from agentrun.core.errors import InvalidRequest, OperationRefused, ServiceUnreachable
+from agentrun.core.errors import InvalidRequest, OperationRefused, ServiceUnreachable, SetupError
+from agentrun.core.plugin_config import AgentrunConfig
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
     ControlResult,
@@ -72,6 +73,7 @@ from agentrun.store.metrics import Stats
 from agentrun.store.retention import PruneResult
 from agentrun.temporal import deployments
 from agentrun.temporal.client import connect
+from agentrun.temporal.encryption import speaks_pydantic
 from agentrun.temporal.worker_presence import Deadline
 from agentrun.tools.loading import DEMO_TOOLS, load_registry, split_references
 
@@ -122,6 +124,16 @@ class RunClient:
         """Connect to the stack the settings (by default the environment) name."""
         settings = settings or Settings.load()
         return cls(await connect(settings), settings)
+
+    @classmethod
+    def on(cls, client: Client, config: AgentrunConfig) -> Self:
+        """Operations over your own Client, connected with `AgentrunPlugin(config)`."""
+        if not speaks_pydantic(client.data_converter):
+            raise SetupError(
+                "this Client was not connected with AgentrunPlugin: pass "
+                "plugins=[AgentrunPlugin(config)] to Client.connect"
+            )
+        return cls(client, config.settings())
 
     @classmethod
     def lazy(cls, settings: Settings | None = None, *, wait: float | None = None) -> Self:

@@ -1,6 +1,7 @@
 """Recovery: a worker killed with SIGKILL mid step, measured from the kill to the retry.
 
-Workers here are `python worker.py`, exactly as users run them. A survivor runs all along;
+Workers here are `agentrun-worker` processes (`python -m chaos.faulty_worker`, which arms a
+fault plan). A survivor runs all along;
 one "doomed" worker at a time runs with AGENTRUN_FAULTS=tool.after_effect:send_message, so
 it SIGKILLs itself right after the message's effect commits, before it can report. Each run
 is the demo task (search the notes, then send a message behind an approval). When the doomed
@@ -34,7 +35,7 @@ FAULT = "tool.after_effect:send_message"
 
 def worker_process(env: dict[str, str], identity: str, faults: str = "") -> WorkerProcess:
     return WorkerProcess(
-        [sys.executable, "worker.py", "--demo", "--identity", identity],
+        [sys.executable, "-m", "chaos.faulty_worker", "--demo", "--identity", identity],
         {**env, "AGENTRUN_FAULTS": faults},
     )
 

@@ -124,7 +124,8 @@ class Lab:
         process = WorkerProcess(
             [
                 sys.executable,
-                "worker.py",
+                "-m",
+                "chaos.faulty_worker",
                 "--demo",
                 "--identity",
                 f"{queue}-{uuid.uuid4().hex[:6]}",

@@ -29,7 +29,8 @@ async def start_worker_process(
     }
     return await asyncio.create_subprocess_exec(
         sys.executable,
-        "worker.py",
+        "-m",
+        "chaos.faulty_worker",
         "--demo",
         "--identity",
         identity,

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core import faults
 from agentrun.core.constants import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_WEB_UI
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings, write_stack_file
@@ -85,16 +84,6 @@ def test_a_given_mapping_replaces_the_environment(monkeypatch):
     monkeypatch.setenv("AGENTRUN_TASK_QUEUE", "from-the-environment")
     assert Settings.load().task_queue == "from-the-environment"
     assert Settings.load({}).task_queue != "from-the-environment"
-
-
-def test_fault_points_are_read_on_first_use_not_at_import(monkeypatch):
-    faults._armed.cache_clear()
-    monkeypatch.setenv("AGENTRUN_FAULTS", "tool.before_run:send_message")
-    try:
-        assert faults.armed("tool.before_run", "send_message")
-        assert not faults.armed("tool.before_run", "lookup")
-    finally:
-        faults._armed.cache_clear()
 
 
 def test_the_local_ports_are_defined_once():

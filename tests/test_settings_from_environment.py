@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 KEY = base64.b64encode(bytes(range(32))).decode()
 OLD_KEY = base64.b64encode(bytes(range(32, 64))).decode()
 SHORT_KEY = base64.b64encode(bytes(16)).decode()
-# Read by the crash tests alone; not for operators, so not in the README.
-INTERNAL = {"AGENTRUN_FAULTS", "AGENTRUN_ZOMBIE_SECONDS"}
 
 # Each entry point and the arguments it is run with.
 ENTRY_POINTS = {"cli": ["list", "--wait", "1"], "worker": [], "codec server": ["--port", "0"]}
@@ -333,7 +331,7 @@ def filled(values: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 def test_every_operator_setting_is_in_the_readme_table_and_has_a_case():
     documented = set(README_VARIABLES)
-    assert settings_variables() - INTERNAL - documented == set()
+    assert settings_variables() - documented == set()
     assert documented - set(CASES) == set(), "add a case for each new README row"
 
 

@@ -1,12 +1,13 @@
-"""Named fault points for crash tests: off, and free, unless AGENTRUN_FAULTS names them.
+"""Named fault points for crash tests: off, and free, unless a test installs a plan.
 
 A fault point kills its own process with SIGKILL, the way a machine loss or an OOM kill
 would: no cleanup, no final heartbeat, no chance to report. `tool.zombie` is the exception:
 it makes the first attempt of a tool call hang past its timeout instead, ignore
 cancellation, then carry on and try to write its result late.
 
-AGENTRUN_FAULTS is a comma-separated list of points, each optionally narrowed to one tool
-or model: `tool.after_effect:send_message`.
+A plan names points, each optionally narrowed to one tool or model
+(`tool.after_effect:send_message`). Only the chaos suite and tests install one
+(`chaos/faulty_worker.py` from AGENTRUN_FAULTS): no setting of a user's arms a fault.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import asyncio
 import os
 import signal
 import time
-from functools import cache
-
-from agentrun.core.settings import Settings
+from dataclasses import dataclass
 
 POINTS: dict[str, str] = {
     "tool.before_run": "the tool has not run; its attempt is claimed unless it is quick",
@@ -31,17 +30,34 @@ POINTS: dict[str, str] = {
 }
 
 
-@cache
-def _armed() -> tuple[frozenset[str], float]:
-    """The armed points and the zombie's hang, read from the settings on first use (never at
-    import, so importing this module reads no environment)."""
-    settings = Settings.read()  # the environment alone: no stack file, no Temporal profile
-    points = frozenset(name.strip() for name in settings.faults.split(",") if name.strip())
-    return points, settings.zombie_seconds
+@dataclass(frozen=True)
+class FaultPlan:
+    """The armed points, and how long `tool.zombie` hangs."""
+
+    points: frozenset[str] = frozenset()
+    zombie_seconds: float = 12.0
+
+    @classmethod
+    def parse(cls, points: str, zombie_seconds: float = 12.0) -> FaultPlan:
+        """`point[:tool or model],...`; an unknown point is refused, not ignored."""
+        named = frozenset(name.strip() for name in points.split(",") if name.strip())
+        unknown = sorted(n for n in named if n.partition(":")[0] not in POINTS)
+        if unknown:
+            raise ValueError(f"unknown fault points {unknown}; known: {sorted(POINTS)}")
+        return cls(named, zombie_seconds)
+
+
+_plan = FaultPlan()
+
+
+def install(plan: FaultPlan) -> None:
+    """Arm `plan` in this process (the chaos suite's and tests' workers only)."""
+    global _plan
+    _plan = plan
 
 
 def armed(point: str, target: str | None = None) -> bool:
-    points, _ = _armed()
+    points = _plan.points
     return bool(points) and (point in points or f"{point}:{target}" in points)
 
 
@@ -57,7 +73,7 @@ async def zombie(target: str | None, attempt: int) -> None:
         return
     # Longer than the step's heartbeat timeout, so another attempt takes the step over and
     # finishes it before the zombie wakes.
-    deadline = time.monotonic() + _armed()[1]
+    deadline = time.monotonic() + _plan.zombie_seconds
     while (left := deadline - time.monotonic()) > 0:
         try:
             await asyncio.sleep(left)

@@ -101,8 +101,6 @@ class Settings(BaseSettings):
     encryption_key_id: str | None = env(
         "AGENTRUN_ENCRYPTION_KEY_ID", None, "the id new payloads use (default the first)"
     )
-    faults: str = env("AGENTRUN_FAULTS", "", "crash-test fault points (agentrun.core.faults)")
-    zombie_seconds: float = env("AGENTRUN_ZOMBIE_SECONDS", 12.0, "how long `tool.zombie` hangs")
     # Worker Versioning: workers declare this version of the deployment, and every run stays
     # pinned to the version it started on.
     deployment_name: str = env("AGENTRUN_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
@@ -174,7 +172,7 @@ class Settings(BaseSettings):
             raise ValueError("a number of bytes: 1 or more")
         return value
 
-    @field_validator("retention_days", "zombie_seconds")
+    @field_validator("retention_days")
     @classmethod
     def _a_duration_is_positive(cls, value: float | None) -> float | None:
         if value is not None and not (value >= 0 and math.isfinite(value)):

@@ -663,6 +663,22 @@ async def open_pool(
     `connect_seconds`: a Postgres that accepts and never answers is named within it (the
     pool's own connect would wait out libpq's timeout, and its close that one). The pool
     opens only once a connection has answered."""
+    await ready_schema(database_url, connect_seconds=connect_seconds, migrate=migrate)
+    pool = unopened_pool(
+        database_url,
+        max_size,
+        prepared_statements=prepared_statements,
+        statement_seconds=statement_seconds,
+    )
+    await pool.open(wait=False)
+    return pool
+
+
+async def ready_schema(
+    database_url: str, *, connect_seconds: float = 30, migrate: bool = True
+) -> None:
+    """Migrate the database (or, `migrate=False`, refuse it if its schema lags) over one
+    connection of its own, which must answer within `connect_seconds`."""
     try:
         async with asyncio.timeout(connect_seconds):
             conn = await AsyncConnection.connect(
@@ -686,14 +702,6 @@ async def open_pool(
         ) from err
     finally:
         await conn.close()
-    pool = unopened_pool(
-        database_url,
-        max_size,
-        prepared_statements=prepared_statements,
-        statement_seconds=statement_seconds,
-    )
-    await pool.open(wait=False)
-    return pool
 
 
 def _first_line(err: Exception) -> str:

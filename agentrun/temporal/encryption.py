@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
+    CompositePayloadConverter,
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
@@ -102,4 +103,14 @@ def data_converter(settings: Settings) -> DataConverter:
         pydantic_data_converter,
         payload_codec=codec,
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+def speaks_pydantic(converter: DataConverter) -> bool:
+    """Whether `converter` writes and reads agentrun's pydantic models: its JSON converter is
+    pydantic's (temporalio.contrib.pydantic's, or one built on it, as the OpenAI Agents
+    plugin's is)."""
+    payloads = converter.payload_converter_class()  # the instance the SDK wraps
+    return isinstance(payloads, CompositePayloadConverter) and any(
+        isinstance(each, PydanticJSONPlainPayloadConverter) for each in payloads.converters.values()
     )

@@ -15,23 +15,14 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client
-from temporalio.service import RPCError
-
-from agentrun.core import search_attributes
-from agentrun.core.background import alongside
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
-from agentrun.ops import tenant_ops
-from agentrun.store import tool_sets
-from agentrun.store.db import install_tool_schema
-from agentrun.store.tenant_store import TenantStore
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
 from agentrun.tools.mcp_servers import McpServerSpec
-from agentrun.worker import fleet_gauges, garbage_collector
+from agentrun.worker import garbage_collector
+from agentrun.worker.serving import register_search_attributes, serving
 from agentrun.worker.worker_factory import (
     ResourceTargets,
     WorkerDeps,
@@ -92,23 +83,12 @@ async def run_worker(
         registry = load_registry(sources, served)
         client = await connect(settings, identity=identity, serve_metrics=True)
         if settings.search_attributes:
-            try:
-                await search_attributes.register(client)
-            except RPCError as err:
-                log.warning(
-                    "could not register search attributes (%s); register them by hand, or "
-                    "start runs with AGENTRUN_SEARCH_ATTRIBUTES=0",
-                    err.message,
-                )
+            await register_search_attributes(client)
         pool = await open_worker_pool(settings)
         try:
-            await install_tool_schema(pool, registry.schema())
-            await tool_sets.join(pool, settings.task_queue, identity, registry.names())
             deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=registry)
-            await _push_tenant_config(client, pool, settings.task_queue)
             async with (
-                alongside(tool_sets.keep_alive(pool, settings.task_queue, identity)),
-                alongside(fleet_gauges.publish(pool, fleet_gauges.meter_of(client))),
+                serving(client, pool, settings.task_queue, identity, registry),
                 build_worker(
                     client,
                     settings,
@@ -142,21 +122,6 @@ async def run_worker(
                     log.info("metrics at http://%s/metrics", settings.prometheus_bind)
                 await stop.wait()
                 log.info("draining: finishing the steps in hand", extra={"identity": identity})
-            await tool_sets.leave(pool, settings.task_queue, identity)
         finally:
             await pool.close()
             shutdown_tracing()
-
-
-async def _push_tenant_config(client: Client, pool: AsyncConnectionPool, task_queue: str) -> None:
-    """Tenants' weights and model-call rates, from Postgres to the server (a new cluster)."""
-    tenants = await TenantStore(pool).all_limits()
-    try:
-        rated = any(t.model_calls_per_second is not None for t in tenants)
-        await tenant_ops.apply_queue_config(client, task_queue, tenants, rated=rated)
-    except RPCError as err:
-        log.warning(
-            "the server did not take tenants' weights and rates (%s); fairness weights and "
-            "model-call rates are not enforced",
-            err.message,
-        )

@@ -232,20 +232,20 @@ def slot_shares(slots: int) -> tuple[int, int, int]:
     return max(1, slots - mirror), model, mirror
 
 
-def build_worker(
-    client: Client,
-    settings: Settings,
-    deps: WorkerDeps,
-    *,
-    task_queue: str | None = None,
-    max_concurrent_activities: int | None = None,
-    resources: ResourceTargets | None = None,
-    workflows: Sequence[type] = (),
-    activities: Sequence[Callable[..., Any]] = (),
-) -> AgentWorkers:
-    """The worker's three Temporal workers (run, model and mirror queues). `workflows` and
-    `activities`: a deployment's own (a business workflow that runs an agent as a child,
-    and the activities it calls), served on the run queue beside the engine's."""
+@dataclass
+class EngineParts:
+    """The engine's activities for one client, by the queue that serves them, and what they
+    share: `build_worker` and the plugin (agentrun.worker.plugin) register the same ones."""
+
+    run_activities: list[Callable[..., Any]]
+    model_activities: list[Callable[..., Any]]
+    mirror_activities: list[Callable[..., Any]]
+    interceptor: PayloadLimitInterceptor
+    commit_pool: AsyncConnectionPool  # not yet open: opened and closed with the workers
+
+
+def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> EngineParts:
+    """The engine's activities, each holding its injected clients."""
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
@@ -288,6 +288,45 @@ def build_worker(
     backlog = BacklogActivities(BacklogStore(deps.pool))
     admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
+    return EngineParts(
+        run_activities=[
+            model.complete,  # model calls scheduled before they had a queue of their own
+            tools.invoke,
+            mirror.sync,  # and mirror writes too
+            mirror.save_checkpoint,
+            mirror.record_receipt,
+            mirror.finish,
+            verify.check,
+            backlog.sync,
+            backlog.load,
+            fork.seed,
+            admission.sync,
+            admission.closed_runs,
+            admission.hold,
+            admission.policy,
+        ],
+        model_activities=[model.complete],
+        mirror_activities=[mirror.sync],
+        interceptor=payload_guard(client, settings, store),
+        commit_pool=commit_pool,
+    )
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    deps: WorkerDeps,
+    *,
+    task_queue: str | None = None,
+    max_concurrent_activities: int | None = None,
+    resources: ResourceTargets | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
+) -> AgentWorkers:
+    """The worker's three Temporal workers (run, model and mirror queues). `workflows` and
+    `activities`: a deployment's own (a business workflow that runs an agent as a child,
+    and the activities it calls), served on the run queue beside the engine's."""
+    parts = engine_parts(client, settings, deps)
     tuning = worker_tuning(settings.workflow_cache)
     slots = activity_slots_for(
         deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
@@ -302,30 +341,14 @@ def build_worker(
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
     share_workflow_code(ENGINE_WORKFLOWS)
     queue = task_queue or settings.task_queue
-    interceptors = [payload_guard(client, settings, store)]
+    interceptors = [parts.interceptor]
     deployment = deployment_config(settings)
     return AgentWorkers(
         Worker(
             client,
             task_queue=queue,
             workflows=[*ENGINE_WORKFLOWS, *workflows],
-            activities=[
-                *activities,
-                model.complete,  # model calls scheduled before they had a queue of their own
-                tools.invoke,
-                mirror.sync,  # and mirror writes too
-                mirror.save_checkpoint,
-                mirror.record_receipt,
-                mirror.finish,
-                verify.check,
-                backlog.sync,
-                backlog.load,
-                fork.seed,
-                admission.sync,
-                admission.closed_runs,
-                admission.hold,
-                admission.policy,
-            ],
+            activities=[*activities, *parts.run_activities],
             interceptors=interceptors,
             deployment_config=deployment,
             **run_tuning,
@@ -334,7 +357,7 @@ def build_worker(
         Worker(
             client,
             task_queue=fairness.model_task_queue(queue),
-            activities=[model.complete],
+            activities=parts.model_activities,
             interceptors=interceptors,
             deployment_config=deployment,
             **model_tuning,
@@ -342,10 +365,10 @@ def build_worker(
         Worker(
             client,
             task_queue=fairness.mirror_task_queue(queue),
-            activities=[mirror.sync],
+            activities=parts.mirror_activities,
             interceptors=interceptors,
             deployment_config=deployment,
             **mirror_tuning,
         ),
-        commit_pool=commit_pool,
+        commit_pool=parts.commit_pool,
     )

@@ -1,0 +1,97 @@
+"""`agentrun.AgentrunConfig`: what the plugin (and a RunClient on the same Client) needs,
+passed as an object with documented fields instead of read from the environment.
+
+The environment is read at the edges only (the `agentrun` command, `agentrun-worker`,
+`agentrun up`), which build `Settings`; an application builds this object, and the engine
+below the plugin reads nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from agentrun.core.constants import OFFLINE_MODEL, TASK_QUEUE
+from agentrun.core.settings import Settings
+
+
+@dataclass(frozen=True)
+class AgentrunConfig:
+    """Everything agentrun needs inside your Temporal app.
+
+    The mirror: `database` is a Postgres URL (the plugin opens, migrates and closes its pool
+    with the worker) or an open `psycopg_pool.AsyncConnectionPool` you own.
+    """
+
+    database: str | AsyncConnectionPool
+    # Models and providers: an OpenAI-compatible endpoint (None: OpenAI's own), its key, the
+    # default model, and named providers (a YAML/JSON file or inline JSON,
+    # agentrun.core.providers) that a run's `model: provider/name` picks from.
+    model_base_url: str | None = None
+    model_api_key: str = "offline"
+    model: str = OFFLINE_MODEL
+    providers: str | None = None
+    model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # Tools: registries, tools, lists of them, or `PKG.MODULE:ATTR` references; `demo` adds
+    # the demo's tools (agentrun.demo).
+    tools: Sequence[Any] = ()
+    demo: bool = False
+    # The sandbox: a Docker image that serves `run_code` (`agentrun sandbox build`), and its
+    # limits (`seconds=60,memory_mb=512`).
+    sandbox_image: str | None = None
+    sandbox_limits: str = ""
+    # Queues and fairness: the run queue the engine registers on (None: every worker the
+    # plugin is on) and, with `side_queues`, its model-call and mirror queues served from the
+    # same process (False: another worker, e.g. `agentrun-worker`, serves them). Tenants'
+    # weights and model-call rates are pushed to the server when a worker starts.
+    task_queue: str | None = None
+    side_queues: bool = True
+    tenant: str | None = None  # a RunClient on this config acts for this tenant only
+    # Telemetry: agent spans (invoke_agent, model and tool calls) in your OpenTelemetry
+    # tracer provider, and whether they carry prompts, answers and tool data.
+    telemetry: bool = False
+    telemetry_content: bool = False
+    # Encryption: AES-256 keys by id, for when your own data converter has no codec (yours
+    # always wins: agentrun's payloads go through it).
+    encryption_keys: Mapping[str, bytes] = field(default_factory=dict)
+    encryption_key_id: str | None = None
+    search_attributes: bool = True
+    payload_limit_bytes: int = Settings.model_fields["payload_limit_bytes"].default
+    artifact_threshold_bytes: int = Settings.model_fields["artifact_threshold_bytes"].default
+
+    @property
+    def database_url(self) -> str:
+        if isinstance(self.database, str):
+            return self.database
+        return str(self.database.conninfo)
+
+    def settings(self) -> Settings:
+        """The engine's `Settings` for these values, validated as the variables would be (a
+        bad value is a SetupError naming its variable); nothing is read from the environment."""
+        given: dict[str, Any] = {
+            "DATABASE_URL": self.database_url,
+            "OPENAI_BASE_URL": self.model_base_url,
+            "OPENAI_API_KEY": self.model_api_key,
+            "AGENTRUN_MODEL": self.model,
+            "AGENTRUN_PROVIDERS": self.providers,
+            "AGENTRUN_MODEL_PRICES": dict(self.model_prices),
+            "AGENTRUN_SANDBOX": self.sandbox_image,
+            "AGENTRUN_SANDBOX_LIMITS": self.sandbox_limits,
+            "AGENTRUN_TASK_QUEUE": self.task_queue or TASK_QUEUE,
+            "AGENTRUN_TENANT": self.tenant,
+            "AGENTRUN_OTEL": self.telemetry,
+            "AGENTRUN_OTEL_CAPTURE_CONTENT": self.telemetry_content,
+            "AGENTRUN_ENCRYPTION_KEYS": dict(self.encryption_keys),
+            "AGENTRUN_ENCRYPTION_KEY_ID": self.encryption_key_id
+            or next(iter(self.encryption_keys), None),
+            "AGENTRUN_SEARCH_ATTRIBUTES": self.search_attributes,
+            "AGENTRUN_PAYLOAD_LIMIT_BYTES": self.payload_limit_bytes,
+            "AGENTRUN_ARTIFACT_THRESHOLD_BYTES": self.artifact_threshold_bytes,
+        }
+        # `read` drops empty values as unset variables: a switch goes as "1" or "0".
+        return Settings.read(
+            {k: ("1" if v else "0") if isinstance(v, bool) else v for k, v in given.items()}
+        )

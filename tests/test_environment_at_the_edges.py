@@ -1,0 +1,65 @@
+"""The environment is read at the edges only (issue 37): nothing agentrun runs under the
+plugin reads os.environ, and fault injection is no setting of a user's but a plan only the
+chaos suite and tests install."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from agentrun.core import faults
+from agentrun.core.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULT_VARIABLES = {"AGENTRUN_FAULTS", "AGENTRUN_ZOMBIE_SECONDS"}
+
+
+def test_the_plugin_reads_no_environment(env: WorkflowEnvironment, database_url, model_server):
+    """Imported, put on a Client, a Worker and a Replayer, and past a fault point, agentrun
+    under the plugin reads no variable: the application's configuration is all it has."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.environment_audit",
+            env.client.service_client.config.target_host,
+            database_url,
+            model_server.base_url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(ROOT),
+            "AGENTRUN_FAULTS": "tool.before_run",
+        },
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reads = json.loads(done.stdout.strip().splitlines()[-1])
+    assert reads == [], f"agentrun read the environment under the plugin at {reads}"
+
+
+def test_no_setting_arms_a_fault(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AGENTRUN_FAULTS", "tool.after_effect")
+    assert not FAULT_VARIABLES & set(Settings.load({}).shown()), "`agentrun settings` lists it"
+    assert not faults.armed("tool.after_effect"), "a variable armed a fault"
+
+
+def test_a_plan_a_test_installs_arms_its_points():
+    faults.install(faults.FaultPlan.parse("tool.after_effect:send_message", zombie_seconds=1))
+    try:
+        assert faults.armed("tool.after_effect", "send_message")
+        assert not faults.armed("tool.after_effect", "lookup_policy")
+        assert not faults.armed("tool.before_run", "send_message")
+    finally:
+        faults.install(faults.FaultPlan())
+    assert not faults.armed("tool.after_effect", "send_message")
+    with pytest.raises(ValueError, match="unknown fault points"):
+        faults.FaultPlan.parse("tool.after_efect")

@@ -1,0 +1,161 @@
+"""A user's own Temporal project adopts agentrun with `AgentrunPlugin` (issue 37): its own
+workflow and activity, its own payload codec and the SDK's OpenTelemetry plugin stay as they
+were; adding the plugin changes at most five lines (tests/plugin_app). The project runs
+from a folder outside the package: its workflow runs an agent that asks for approval, the
+approval goes through a RunClient on the project's own Client, the run completes with its
+receipt in Postgres, both histories replay with the plugin, and every payload in them is
+sealed by the project's codec."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import importlib
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.message import Message
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.opentelemetry import create_tracer_provider
+from temporalio.converter import DataConverter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from agentrun import AgentrunPlugin, RunClient
+from agentrun.workflows.child_runs import child_run_id
+from tests.support import eventually, rows, wait_pending
+from tests.test_own_workflow import started
+
+PROJECT = Path(__file__).parent / "plugin_app"
+MARK = "# agentrun"
+
+
+def test_adding_the_plugin_changes_at_most_five_lines():
+    before = (PROJECT / "before" / "shopapp" / "app.py").read_text().splitlines()
+    after = (PROJECT / "shopapp" / "app.py").read_text().splitlines()
+    changed = [line[2:] for line in difflib.ndiff(before, after) if line.startswith(("+ ", "- "))]
+    added = [line for line in changed if line in after]
+    assert 0 < len(added) <= 5, added
+    assert all(line.endswith(MARK) for line in added), "each added line is marked"
+    assert [line for line in after if line.endswith(MARK)] == added
+    # The rest of the project is the same before and after: only app.py has a "before".
+    assert [p.name for p in (PROJECT / "before" / "shopapp").iterdir()] == ["app.py"]
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every Payload in a history's events but search attributes (the server indexes those,
+    so no codec ever sees them: `TemporalChangeVersion` names a patch, nothing of a run) and
+    headers (the OpenTelemetry plugin's trace ids; Temporal leaves headers to the codec only
+    with `header_codec_behavior=CODEC`)."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None or field.name in ("search_attributes", "header"):
+            continue
+        if isinstance(value, Message):
+            values = [value]
+        elif field.message_type.GetOptions().map_entry:
+            values = [v for v in value.values() if isinstance(v, Message)]
+        else:
+            values = list(value)
+        for each in values:
+            yield from payloads_in(each)
+
+
+def is_patch(event: HistoryEvent) -> bool:
+    """A patch marker (`workflow.patched`): the SDK's core writes its id, no codec sees it."""
+    return event.marker_recorded_event_attributes.marker_name == "core_patch"
+
+
+@pytest.fixture
+def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str, model_server: Any):
+    """The project copied to a folder of its own and imported from there, its variables set."""
+    shutil.copytree(PROJECT / "shopapp", tmp_path / "shopapp")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.base_url)
+    monkeypatch.setenv("SHOP_TASK_QUEUE", f"shop-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("SHOP_ENCRYPTION_KEY", base64.b64encode(os.urandom(32)).decode())
+    for name in [m for m in sys.modules if m.partition(".")[0] == "shopapp"]:
+        monkeypatch.delitem(sys.modules, name)
+    app = importlib.import_module("shopapp.app")
+    assert Path(str(app.__file__)).is_relative_to(tmp_path), "the project, not the checkout's copy"
+    return app
+
+
+async def test_the_shops_workflow_runs_an_approved_agent(
+    shop: Any, env: WorkflowEnvironment, pool: Any
+):
+    spans = InMemorySpanExporter()
+    provider = create_tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    trace._TRACER_PROVIDER_SET_ONCE._done = False  # each test process sets its own once
+    trace.set_tracer_provider(provider)
+
+    from shopapp.activities import Order
+    from shopapp.workflows import OrderReview
+
+    client: Client = await shop.connect(env.client.service_client.config.target_host)
+    order = Order(order_id=f"o-{uuid.uuid4().hex[:8]}", customer="ana@example.com", amount_usd=42)
+    parent_id = f"review-{order.order_id}"
+    agent_run = child_run_id(parent_id, order.order_id)
+    async with shop.worker(client), RunClient.on(client, shop.AGENTRUN) as runs:
+        handle = await client.start_workflow(
+            OrderReview.run, order, id=parent_id, task_queue=shop.TASK_QUEUE
+        )
+        await eventually(lambda: started(client, agent_run), what="the agent's run to start")
+        pending = await wait_pending(client, agent_run, seconds=60)
+        assert pending.tool == "send_message"
+        decision = await runs.approve(agent_run, by="maria", role="approver")
+        assert decision.decision == "approved", decision
+        review = await handle.result()
+        parent = await handle.fetch_history()
+        child = await client.get_workflow_handle(agent_run).fetch_history()
+        receipt = await runs.receipt(agent_run)
+
+    assert review.agent_run_id == agent_run and review.agent_status == "completed"
+    assert review.checked.startswith(f"order {order.order_id}")
+    assert receipt["outcome"] == "completed"
+    mirrored = await rows(pool, "SELECT status FROM runs WHERE run_id = %s", agent_run)
+    assert mirrored == [{"status": "completed"}]
+
+    # Both histories replay with the plugin and the project's own converter.
+    replayer = Replayer(
+        workflows=[OrderReview],
+        data_converter=DataConverter(payload_codec=shop.ShopCodec.from_environment()),
+        plugins=[AgentrunPlugin(shop.AGENTRUN)],
+    )
+    for history in (parent, child):
+        await replayer.replay_workflow(history)
+
+    # What the server stores is sealed by the project's codec, agentrun's payloads included.
+    for workflow_id in (parent_id, agent_run):
+        raw: WorkflowHistory = await env.client.get_workflow_handle(workflow_id).fetch_history()
+        stored = [p for event in raw.events if not is_patch(event) for p in payloads_in(event)]
+        assert stored, f"{workflow_id} stores payloads"
+        encodings = {p.metadata.get("encoding") for p in stored}
+        assert encodings == {b"binary/shop-encrypted"}, (workflow_id, encodings)
+
+    # The SDK's OpenTelemetry plugin traced the shop's workflow and agentrun's alike, the
+    # model calls on their own queue's worker included.
+    await eventually(lambda: _has(spans, "RunActivity:check_order"), what="the shop's span")
+    names = {span.name for span in spans.get_finished_spans()}
+    assert {"RunWorkflow:OrderReview", "RunWorkflow:AgentRun", "RunActivity:model.complete"} <= (
+        names
+    )
+
+
+async def _has(spans: InMemorySpanExporter, name: str) -> bool:
+    return any(span.name == name for span in spans.get_finished_spans())
