@@ -601,6 +601,30 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
         raise
 
 
+class StatementBoundPool(AsyncConnectionPool):
+    """A command's pool: each checkout is one transaction whose statements Postgres cancels
+    after `statement_ms`, so a read behind a lock cannot hold the command past its bound.
+
+    The bound is set inside the transaction (`SET LOCAL`), not as a startup parameter
+    (`options`), which PgBouncer refuses by default and drops when told to ignore it; a
+    transaction is what a pooler in transaction mode keeps on one server connection."""
+
+    def __init__(self, *args: Any, statement_ms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statement_ms = statement_ms
+
+    @asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (the signature it overrides)
+    ) -> AsyncIterator[AsyncConnection[Any]]:
+        async with super().connection(timeout) as conn, conn.transaction():
+            await conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)", (str(self.statement_ms),)
+            )
+            yield conn
+
+
 def unopened_pool(
     database_url: AsyncConninfoParam,
     max_size: int,
@@ -612,28 +636,28 @@ def unopened_pool(
     `prepared_statements` (AGENTRUN_PREPARED_STATEMENTS=0) nothing is prepared on the server:
     a pooler in transaction mode (PgBouncer) hands each transaction to any server
     connection, where a statement prepared on another is unknown. With `statement_seconds`
-    (a command's `--wait`), Postgres cancels a statement that runs longer: a read behind a
-    lock cannot hold a command past its bound (a pooler that drops the `options` startup
-    parameter drops this bound too)."""
+    (a command's `--wait`), Postgres cancels a statement that runs longer (see
+    StatementBoundPool)."""
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None,
     }
-    if statement_seconds is not None:
-        kwargs["options"] = f"-c statement_timeout={max(1, int(statement_seconds * 1000))}"
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
-    return AsyncConnectionPool(
-        database_url,
-        min_size=1,
-        max_size=max_size,
-        open=False,
-        kwargs=kwargs,
-        timeout=WAIT_SECONDS,
-        reconnect_timeout=RECONNECT_SECONDS,
-        configure=make_storable,
-    )
+    options: dict[str, Any] = {
+        "min_size": 1,
+        "max_size": max_size,
+        "open": False,
+        "kwargs": kwargs,
+        "timeout": WAIT_SECONDS,
+        "reconnect_timeout": RECONNECT_SECONDS,
+        "configure": make_storable,
+    }
+    if statement_seconds is None:
+        return AsyncConnectionPool(database_url, **options)
+    statement_ms = max(1, int(statement_seconds * 1000))
+    return StatementBoundPool(database_url, statement_ms=statement_ms, **options)
 
 
 def commit_pool_beside(pool: AsyncConnectionPool) -> AsyncConnectionPool:
