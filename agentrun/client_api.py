@@ -12,6 +12,7 @@ tenant (AGENTRUN_TENANT). Signatures use only the public types `agentrun` export
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,11 +77,21 @@ class RunClient:
     settings' `tenant`, else any). Use it as `async with`, or call `close()` when done."""
 
     def __init__(
-        self, client: Client | None, settings: Settings, *, wait: float | None = None
+        self,
+        client: Client | None,
+        settings: Settings,
+        *,
+        wait: float | None = None,
+        began: float | None = None,
     ) -> None:
         self._client = client
         self.settings = settings
-        self._wait = wait  # how long connecting to Temporal may take; None: as long as it takes
+        self._wait = wait  # how long connecting may take; None: as long as it takes
+        # Connecting to Temporal and to Postgres share that one bound, counted from when the
+        # caller began (`time.monotonic()`; a command: its process's start), so that together
+        # they answer within it.
+        start = time.monotonic() if began is None else began
+        self._set_up_ends_at = None if wait is None else start + wait
         self._pool: AsyncConnectionPool | None = None
 
     @classmethod
@@ -90,10 +101,17 @@ class RunClient:
         return cls(await connect(settings), settings)
 
     @classmethod
-    def lazy(cls, settings: Settings | None = None, *, wait: float | None = None) -> Self:
-        """A client that connects to Temporal only when an operation needs it (within `wait`
-        seconds), so reads of the mirror work while Temporal is down."""
-        return cls(None, settings or Settings.load(), wait=wait)
+    def lazy(
+        cls,
+        settings: Settings | None = None,
+        *,
+        wait: float | None = None,
+        began: float | None = None,
+    ) -> Self:
+        """A client that connects to Temporal only when an operation needs it, so reads of
+        the mirror work while Temporal is down. Its connections are set up within `wait`
+        seconds of `began` (default now)."""
+        return cls(None, settings or Settings.load(), wait=wait, began=began)
 
     async def __aenter__(self) -> Self:
         return self
@@ -453,6 +471,7 @@ class RunClient:
             self.settings.require_database(),
             max_size=1,
             connect_seconds=self._wait or 5,
+            connect_ends_at=self._set_up_ends_at,
             migrate=True,
             prepared_statements=self.settings.prepared_statements,
         )
@@ -721,9 +740,12 @@ class RunClient:
     # ------------------------------------------------------------ connections
 
     async def temporal(self, wait: float | None = None) -> Client:
-        """The Temporal client, connected on first use (within `wait` seconds)."""
+        """The Temporal client, connected on first use (within `wait` seconds, and what is
+        left of this client's bound)."""
         if self._client is None:
-            self._client = await connect(self.settings, within_seconds=wait or self._wait)
+            self._client = await connect(
+                self.settings, within_seconds=wait or self._wait, ends_at=self._set_up_ends_at
+            )
         return self._client
 
     @property
@@ -746,6 +768,7 @@ class RunClient:
                 database,
                 max_size=2,
                 connect_seconds=self._wait or 5,
+                connect_ends_at=self._set_up_ends_at,
                 migrate=False,
                 prepared_statements=self.settings.prepared_statements,
                 statement_seconds=self._wait,

@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.abc import AsyncConninfoParam
 
 from agentrun.core.errors import ServiceUnreachable, SetupError
+from agentrun.core.set_up_bound import seconds_left
 from agentrun.core.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
@@ -675,6 +676,7 @@ async def open_pool(
     *,
     max_size: int = 10,
     connect_seconds: float = 30,
+    connect_ends_at: float | None = None,
     migrate: bool = True,
     prepared_statements: bool = True,
     statement_seconds: float | None = None,
@@ -684,29 +686,34 @@ async def open_pool(
     command's (`statement_seconds`) bounds each statement too.
 
     The first connection and the schema check are made here, under one deadline of
-    `connect_seconds`: a Postgres that accepts and never answers is named within it (the
-    pool's own connect would wait out libpq's timeout, and its close that one). The pool
-    opens only once a connection has answered."""
+    `connect_seconds`, or sooner if a command's bound ends (`connect_ends_at`, see
+    agentrun.core.set_up_bound): a Postgres that accepts and never answers is named within
+    it (the pool's own connect would wait out libpq's timeout, and its close that one). The
+    pool opens only once a connection has answered."""
     try:
-        async with asyncio.timeout(connect_seconds):
+        async with asyncio.timeout(seconds_left(connect_seconds, connect_ends_at)):
             conn = await AsyncConnection.connect(
                 database_url, autocommit=True, prepare_threshold=None
             )
     except (TimeoutError, psycopg.OperationalError) as err:
         why = "no answer" if isinstance(err, TimeoutError) else _first_line(err)
         raise ServiceUnreachable(
-            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:g}s "
-            f"({why}): check DATABASE_URL, or start the local stack with `agentrun up`"
+            f"cannot reach Postgres at {redact(database_url)} within "
+            f"{connect_seconds:g}s ({why}): check DATABASE_URL, or start the local "
+            "stack with `agentrun up`"
         ) from err
     try:
-        async with asyncio.timeout(None if migrate else connect_seconds):
+        async with asyncio.timeout(
+            None if migrate else seconds_left(connect_seconds, connect_ends_at)
+        ):
             if migrate:
                 await apply_migrations(conn)
             else:
                 await check_schema(conn)
     except TimeoutError as err:
         raise ServiceUnreachable(
-            f"Postgres at {redact(database_url)} did not answer within {connect_seconds:g}s"
+            f"Postgres at {redact(database_url)} did not answer within "
+            f"{connect_seconds:g}s: check that it is up, or wait longer with --wait"
         ) from err
     finally:
         await conn.close()

@@ -8,6 +8,7 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentrun.core.errors import ConnectionSettingsError, ServiceUnreachable, SetupError
+from agentrun.core.set_up_bound import seconds_left
 from agentrun.core.settings import Settings
 from agentrun.core.temporal_connection import connect_options, describe
 from agentrun.temporal.encryption import data_converter
@@ -43,23 +44,26 @@ async def connect(
     identity: str | None = None,
     serve_metrics: bool = False,
     within_seconds: float | None = None,
+    ends_at: float | None = None,
     runtime: Runtime | None = None,
 ) -> Client:
     """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
     commands do not, so they never contend for the port a worker on the same host serves.
-    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang.
+    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang (and
+    `ends_at`, where their bound ends: agentrun.core.set_up_bound).
     An application (or a test) that keeps its own `runtime` passes it: its metrics, the
     SDK's and agentrun's, go where that runtime sends them."""
     if within_seconds is not None:
         try:
             return await within(
-                within_seconds,
+                seconds_left(within_seconds, ends_at),
                 connect(settings, identity=identity, serve_metrics=serve_metrics, runtime=runtime),
             )
         except NoAnswer as err:
             raise ServiceUnreachable(
                 f"Temporal at {settings.temporal_address} did not answer within "
-                f"{within_seconds:g}s; is it up? (`agentrun up` runs a local one)"
+                f"{within_seconds:g}s: check TEMPORAL_ADDRESS, start the local stack "
+                "with `agentrun up`, or wait longer with --wait"
             ) from err
     if runtime is None and serve_metrics:
         runtime = runtime_for(settings)
