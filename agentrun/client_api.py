@@ -12,7 +12,6 @@ tenant (AGENTRUN_TENANT). Signatures use only the public types `agentrun` export
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -87,11 +86,10 @@ class RunClient:
         self._client = client
         self.settings = settings
         self._wait = wait  # how long connecting may take; None: as long as it takes
-        # Connecting to Temporal and to Postgres share that one bound, counted from when the
-        # caller began (`time.monotonic()`; a command: its process's start), so that together
-        # they answer within it.
-        start = time.monotonic() if began is None else began
-        self._set_up_ends_at = None if wait is None else start + wait
+        # A command (`began`: its start, by `time.monotonic()`) connects to Temporal and to
+        # Postgres within one bound, so that together they answer within it; a long-lived
+        # client gives each connection `wait` of its own.
+        self._set_up_ends_at = None if wait is None or began is None else began + wait
         self._pool: AsyncConnectionPool | None = None
 
     @classmethod
@@ -109,8 +107,8 @@ class RunClient:
         began: float | None = None,
     ) -> Self:
         """A client that connects to Temporal only when an operation needs it, so reads of
-        the mirror work while Temporal is down. Its connections are set up within `wait`
-        seconds of `began` (default now)."""
+        the mirror work while Temporal is down. Each connection is set up within `wait`
+        seconds, and all of them within `wait` of `began` if given."""
         return cls(None, settings or Settings.load(), wait=wait, began=began)
 
     async def __aenter__(self) -> Self:
