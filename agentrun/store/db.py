@@ -696,6 +696,13 @@ async def open_pool(
                 database_url, autocommit=True, prepare_threshold=None
             )
     except (TimeoutError, psycopg.OperationalError) as err:
+        refused = _refused_setting(err)
+        if refused:
+            raise SetupError(
+                f"invalid setting: DATABASE_URL: the server at {redact(database_url)} "
+                f"answered but refused it ({refused}): fix DATABASE_URL (or create what it "
+                "names), then run `agentrun migrate`"
+            ) from err
         why = "no answer" if isinstance(err, TimeoutError) else _first_line(err)
         raise ServiceUnreachable(
             f"cannot reach Postgres at {redact(database_url)} within "
@@ -725,6 +732,18 @@ async def open_pool(
     )
     await pool.open(wait=False)
     return pool
+
+
+# A server that answers and refuses what DATABASE_URL names: the setting's fault, not an outage.
+_REFUSED_SETTING = re.compile(
+    r"FATAL:\s+((?:database|role) \"[^\"]*\" does not exist"
+    r"|password authentication failed for user \"[^\"]*\")"
+)
+
+
+def _refused_setting(err: Exception) -> str | None:
+    found = _REFUSED_SETTING.search(str(err))
+    return found[1] if found else None
 
 
 def _first_line(err: Exception) -> str:

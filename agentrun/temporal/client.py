@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
@@ -14,6 +16,8 @@ from agentrun.core.temporal_connection import connect_options, describe
 from agentrun.temporal.encryption import data_converter
 from agentrun.temporal.telemetry import client_interceptors
 from agentrun.temporal.worker_presence import NoAnswer, within
+
+log = logging.getLogger(__name__)
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.
 _runtimes: dict[str, Runtime] = {}
@@ -85,8 +89,29 @@ async def connect(
         where = describe(
             settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
         )
+        log.debug("connecting to Temporal at %s failed: %s", where, err)
         raise ServiceUnreachable(
-            f"cannot reach Temporal at {where}: {err}; start the local stack with "
-            "`agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
+            f"cannot reach Temporal at {where}: {connect_failure(err)}; start the local "
+            "stack with `agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
             "TEMPORAL_TLS_* for a cluster that needs them)"
         ) from err
+
+
+# What a failed connect's transport error means, in the words a person checks it by.
+_CONNECT_FAILURES = (
+    (("connection refused",), "nothing accepts connections there"),
+    (("dns error", "failed to lookup", "name or service not known"), "no such host"),
+    (("tls", "certificate", "handshake"), "the TLS handshake failed"),
+    (("unauthenticated", "permission denied", "api key"), "the server refused the credentials"),
+    (("timed out", "deadline"), "no answer"),
+)
+
+
+def connect_failure(err: Exception) -> str:
+    """Why a connection to Temporal failed, in a few words (the SDK's message is a chain of
+    Rust transport errors; it is logged at DEBUG)."""
+    text = str(err).lower()
+    for needles, meaning in _CONNECT_FAILURES:
+        if any(needle in text for needle in needles):
+            return meaning
+    return "the connection failed"
