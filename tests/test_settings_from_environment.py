@@ -512,6 +512,11 @@ def test_an_unknown_agentrun_variable_is_named_with_the_setting_it_resembles(tmp
         for line in warned
     ), warned
     assert any("AGENTRUN_NOTHING_LIKE_IT" in line for line in warned), warned
+    # Under --json, stderr holds the error's one JSON object and nothing else.
+    refused = agentrun(tmp_path, {"AGENTRUN_TASKQUEUE": "mine"}, "receipt", "run-x", "--json")
+    assert refused.returncode == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert json.loads(line)["error"]["kind"] == "invalid_input", line
 
 
 def test_a_yaml_file_that_does_not_parse_is_named_in_one_line(tmp_path):

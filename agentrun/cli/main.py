@@ -870,9 +870,12 @@ async def dispatch(args: argparse.Namespace, began: float) -> int:
     from agentrun.core.log_setup import configure_logging
     from agentrun.core.settings import Settings
 
-    settings = Settings.load()
     # Under --json, stderr carries one JSON object (an error), not a library's warnings (a
-    # pool retrying its connection), unless --log-level asks for them.
+    # pool retrying its connection) nor the settings' (an unknown variable), unless
+    # --log-level asks for them.
+    if getattr(args, "json", False):
+        configure_logging(args.log_level or "CRITICAL")
+    settings = Settings.load()
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
     flag = getattr(args, "tenant", None) if args.command in SCOPED else None
