@@ -3,7 +3,7 @@
 A command's bound counts from its start: importing the client alone can take a second or more
 on a busy machine, and Temporal and Postgres are connected one after the other. So each set-up
 waits at most its own seconds and never past the command's end (`time.monotonic()`), but
-always half a second, a fair try for a server that answers; messages name the seconds the
+always a second, a fair try for a server that answers; messages name the seconds the
 user asked for.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-ONE_TRY_SECONDS = 0.5
+ONE_TRY_SECONDS = 1.0
 
 
 def seconds_left(seconds: float, ends_at: float | None) -> float:
