@@ -112,11 +112,20 @@ class RunClient:
     settings' `tenant`, else any). Use it as `async with`, or call `close()` when done."""
 
     def __init__(
-        self, client: Client | None, settings: Settings, *, wait: float | None = None
+        self,
+        client: Client | None,
+        settings: Settings,
+        *,
+        wait: float | None = None,
+        began: float | None = None,
     ) -> None:
         self._client = client
         self.settings = settings
-        self._wait = wait  # how long connecting to Temporal may take; None: as long as it takes
+        self._wait = wait  # how long connecting may take; None: as long as it takes
+        # A command (`began`: its start, by `time.monotonic()`) connects to Temporal and to
+        # Postgres within one bound, so that together they answer within it; a long-lived
+        # client gives each connection `wait` of its own.
+        self._set_up_ends_at = None if wait is None or began is None else began + wait
         self._pool: AsyncConnectionPool | None = None
 
     @classmethod
@@ -136,10 +145,17 @@ class RunClient:
         return cls(client, config.settings())
 
     @classmethod
-    def lazy(cls, settings: Settings | None = None, *, wait: float | None = None) -> Self:
-        """A client that connects to Temporal only when an operation needs it (within `wait`
-        seconds), so reads of the mirror work while Temporal is down."""
-        return cls(None, settings or Settings.load(), wait=wait)
+    def lazy(
+        cls,
+        settings: Settings | None = None,
+        *,
+        wait: float | None = None,
+        began: float | None = None,
+    ) -> Self:
+        """A client that connects to Temporal only when an operation needs it, so reads of
+        the mirror work while Temporal is down. Each connection is set up within `wait`
+        seconds, and all of them within `wait` of `began` if given."""
+        return cls(None, settings or Settings.load(), wait=wait, began=began)
 
     async def __aenter__(self) -> Self:
         return self
@@ -531,6 +547,7 @@ class RunClient:
             self.settings.require_database(),
             max_size=1,
             connect_seconds=self._wait or 5,
+            connect_ends_at=self._set_up_ends_at,
             migrate=True,
             prepared_statements=self.settings.prepared_statements,
         )
@@ -798,9 +815,12 @@ class RunClient:
     # ------------------------------------------------------------ connections
 
     async def temporal(self, wait: float | None = None) -> Client:
-        """The Temporal client, connected on first use (within `wait` seconds)."""
+        """The Temporal client, connected on first use (within `wait` seconds, and what is
+        left of this client's bound)."""
         if self._client is None:
-            self._client = await connect(self.settings, within_seconds=wait or self._wait)
+            self._client = await connect(
+                self.settings, within_seconds=wait or self._wait, ends_at=self._set_up_ends_at
+            )
         return self._client
 
     @property
@@ -823,6 +843,7 @@ class RunClient:
                 database,
                 max_size=2,
                 connect_seconds=self._wait or 5,
+                connect_ends_at=self._set_up_ends_at,
                 migrate=False,
                 prepared_statements=self.settings.prepared_statements,
                 statement_seconds=self._wait,

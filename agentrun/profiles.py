@@ -30,13 +30,14 @@ from agentrun.core.spec import (
     SubagentLimits,
     VerifySpec,
 )
+from agentrun.core.yaml_files import load_yaml
 from agentrun.tools.loading import ToolLoadError, resolve
 
 
 def read_yaml_mapping(path: str, what: str) -> dict[str, Any]:
     """A YAML (or JSON) file that must hold a mapping: profiles, or a run spec."""
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
+        raw = load_yaml(Path(path).read_text()) or {}
     except OSError as err:
         raise ProfileError(f"cannot read {path}: {err.strerror}") from err
     except yaml.YAMLError as err:

@@ -46,6 +46,7 @@ def cli_env(settings: Settings, home: Path) -> dict[str, str]:
         "DATABASE_URL": settings.database_url or "",
         "OPENAI_BASE_URL": settings.openai_base_url or "",
         "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_PREPARED_STATEMENTS": "1" if settings.prepared_statements else "0",
         "AGENTRUN_HOME": str(home),  # no stack.json there: only the variables above count
     }
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from agentrun.cli.main import parser
 from agentrun.core.settings import Settings
@@ -119,8 +120,45 @@ async def test_a_service_out_of_reach_exits_4(settings, pool, tmp_path):
             DATABASE_URL=f"postgresql://nobody@127.0.0.1:{closed}/none",
         ),
     )
-    assert "Temporal" in json_error(no_temporal, 4, "unreachable")
+    message = json_error(no_temporal, 4, "unreachable")
+    assert message.startswith(f"cannot reach Temporal at 127.0.0.1:{closed}"), message
+    assert "nothing accepts connections there" in message and "TEMPORAL_ADDRESS" in message
+    assert not any(raw in message for raw in ("tonic", "ConnectError", "Os {")), message
     assert "cannot reach Postgres" in json_error(no_postgres, 4, "unreachable")
+
+
+async def test_a_database_url_naming_a_missing_database_exits_2_naming_it(settings, tmp_path):
+    """Postgres answers and has no such database: the setting is wrong, not the service
+    out of reach; the message names DATABASE_URL and what to do."""
+    missing = make_conninfo(settings.database_url, dbname=f"nope_{uuid.uuid4().hex[:8]}")
+    listed = await agentrun(settings, tmp_path / "home", "list", "--json", DATABASE_URL=missing)
+    message = json_error(listed, 2, "invalid_input")
+    assert message.startswith("invalid setting: DATABASE_URL:"), message
+    assert "does not exist" in message and "fix DATABASE_URL" in message, message
+
+
+async def test_tracing_without_its_extra_says_the_pip_command_a_wheel_user_runs(settings, tmp_path):
+    """AGENTRUN_OTEL=1 where OpenTelemetry is not installed (a folder on PYTHONPATH hides
+    it): exit 2 with `pip install 'agentrun[otel]'`, not a checkout's editable install."""
+    hidden = tmp_path / "without-otel" / "opentelemetry"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'opentelemetry'\", name='opentelemetry')\n"
+    )
+    path = os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")])
+    status = await agentrun(
+        settings,
+        tmp_path / "home",
+        "status",
+        "run-any",
+        "--wait",
+        "5",
+        "--json",
+        AGENTRUN_OTEL="1",
+        PYTHONPATH=path,
+    )
+    message = json_error(status, 2, "invalid_input")
+    assert "pip install 'agentrun[otel]'" in message and "pip install -e" not in message, message
 
 
 async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings, worker, tmp_path):

@@ -1,7 +1,8 @@
 """A managed Postgres: behind PgBouncer in transaction mode, and with an application role that
 may not change the schema (migrations are a deploy step, `agentrun migrate`, run as its owner).
 
-The mirror tests of tests/test_run_happy_path.py run here again through PgBouncer, with
+The mirror tests of tests/test_run_happy_path.py and the commands' path of tests/test_cli.py
+run here again through PgBouncer as it comes (no setting changed), with
 AGENTRUN_PREPARED_STATEMENTS=0.
 """
 
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,7 +33,11 @@ from agentrun.store.db import MIGRATIONS, install_tool_schema, open_pool
 from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import make_spec, wait_pending
-from tests.test_cli import ROOT, cli_env
+from tests.test_bounded_waits import run_cli
+from tests.test_cli import ROOT, cli, cli_env
+from tests.test_cli import (
+    test_cli_drives_a_run_from_start_to_receipt as test_through_pgbouncer_the_cli_drives_a_run,
+)
 from tests.test_run_happy_path import (
     test_run_completes_with_receipt_and_mirror as test_through_pgbouncer_a_run_and_its_mirror,
 )
@@ -43,9 +49,11 @@ from tests.test_unknown_outcomes import (
 )
 
 __all__ = [
+    "cli",
     "test_through_pgbouncer_a_crashed_effect_is_reconciled",
     "test_through_pgbouncer_a_run_and_its_mirror",
     "test_through_pgbouncer_sql_answers",
+    "test_through_pgbouncer_the_cli_drives_a_run",
 ]
 
 NO_PREPARED = Settings.read({"AGENTRUN_PREPARED_STATEMENTS": "0"}).prepared_statements
@@ -146,6 +154,23 @@ async def test_the_demo_runs_through_pgbouncer_with_prepared_statements_off(
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT status FROM runs WHERE run_id = %s", (outcome["run_id"],))
         assert await cur.fetchone() == ("completed",)
+
+
+async def test_through_pgbouncer_a_read_held_behind_a_lock_ends_within_the_wait(
+    settings, pool, tmp_path
+):
+    """A command's bound (`--wait`) holds through PgBouncer as it comes, which refuses a
+    startup parameter (`options`) and so the statement timeout it once carried: Postgres
+    cancels the read waiting on a lock at the bound, and the command says so."""
+    environ = {"DATABASE_URL": settings.database_url, "AGENTRUN_PREPARED_STATEMENTS": "0"}
+    async with pool.connection() as holder, holder.transaction():
+        await holder.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+        began = time.monotonic()
+        done = await asyncio.to_thread(run_cli, environ, "list", "--wait", "2", cwd=tmp_path)
+        took = time.monotonic() - began
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    assert "statement timeout" in done.stderr and "Traceback" not in done.stderr
+    assert took < 2 + 1 + 5, f"{took:.1f} s (the bound, a second, the interpreter's start)"
 
 
 def migrate(database_url: str, home: Path) -> subprocess.CompletedProcess[str]:

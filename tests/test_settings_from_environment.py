@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from agentrun.core.constants import TASK_QUEUE
 from agentrun.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +171,7 @@ CASES: dict[str, Case] = {
         [{"AGENTRUN_PAYLOAD_LIMIT_BYTES": "2MB"}, {"AGENTRUN_PAYLOAD_LIMIT_BYTES": "0"}],
     ),
     "AGENTRUN_SEARCH_ATTRIBUTES": Case(
-        [({"AGENTRUN_SEARCH_ATTRIBUTES": "0"}, {"AGENTRUN_SEARCH_ATTRIBUTES": "False"})],
+        [({"AGENTRUN_SEARCH_ATTRIBUTES": "off"}, {"AGENTRUN_SEARCH_ATTRIBUTES": "0"})],
         [{"AGENTRUN_SEARCH_ATTRIBUTES": "maybe"}],
     ),
     "AGENTRUN_PROMETHEUS_BIND": Case(
@@ -178,7 +179,7 @@ CASES: dict[str, Case] = {
         [{"AGENTRUN_PROMETHEUS_BIND": "9464"}, {"AGENTRUN_PROMETHEUS_BIND": "host:http"}],
     ),
     "AGENTRUN_OTEL_CAPTURE_CONTENT": Case(
-        [({"AGENTRUN_OTEL_CAPTURE_CONTENT": "1"}, {"AGENTRUN_OTEL_CAPTURE_CONTENT": "True"})],
+        [({"AGENTRUN_OTEL_CAPTURE_CONTENT": "yes"}, {"AGENTRUN_OTEL_CAPTURE_CONTENT": "1"})],
         [{"AGENTRUN_OTEL_CAPTURE_CONTENT": "maybe"}],
     ),
     "AGENTRUN_PROVIDERS": Case(
@@ -215,7 +216,7 @@ CASES: dict[str, Case] = {
         [{"AGENTRUN_LOG_FORMAT": "xml"}],
     ),
     "AGENTRUN_OTEL": Case(
-        [({"AGENTRUN_OTEL": "1"}, {"AGENTRUN_OTEL": "True"})], [{"AGENTRUN_OTEL": "maybe"}]
+        [({"AGENTRUN_OTEL": "true"}, {"AGENTRUN_OTEL": "1"})], [{"AGENTRUN_OTEL": "maybe"}]
     ),
     "AGENTRUN_RETENTION_DAYS": Case(
         [({"AGENTRUN_RETENTION_DAYS": "30"}, {"AGENTRUN_RETENTION_DAYS": "30.0"})],
@@ -233,11 +234,11 @@ CASES: dict[str, Case] = {
         [({"AGENTRUN_GC_THRESHOLD": "0"}, {})], [{"AGENTRUN_GC_THRESHOLD": "-5"}]
     ),
     "AGENTRUN_PREPARED_STATEMENTS": Case(
-        [({"AGENTRUN_PREPARED_STATEMENTS": "0"}, {"AGENTRUN_PREPARED_STATEMENTS": "False"})],
+        [({"AGENTRUN_PREPARED_STATEMENTS": "false"}, {"AGENTRUN_PREPARED_STATEMENTS": "0"})],
         [{"AGENTRUN_PREPARED_STATEMENTS": "never"}],
     ),
     "AGENTRUN_MODEL_STREAM": Case(
-        [({"AGENTRUN_MODEL_STREAM": "off"}, {"AGENTRUN_MODEL_STREAM": "False"})],
+        [({"AGENTRUN_MODEL_STREAM": "off"}, {"AGENTRUN_MODEL_STREAM": "0"})],
         [{"AGENTRUN_MODEL_STREAM": "sometimes"}],
     ),
     "AGENTRUN_ENCRYPTION_KEYS": Case(
@@ -441,3 +442,86 @@ def test_the_reported_failures_in_processes_of_their_own(entry, command, tmp_pat
         "error: invalid setting: AGENTRUN_MODEL_PRICES: not JSON (Expecting property name "
         "enclosed in double quotes at character 1)"
     ]
+
+
+AGENTRUN = str(Path(sys.executable).parent / "agentrun")
+
+
+def agentrun(
+    tmp_path: Path, environ: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """The console script as a user runs it, in `tmp_path`, with `environ` set."""
+    return subprocess.run(
+        [AGENTRUN, *args],
+        env={**clean_environment(tmp_path), **environ},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_dotenv_file_in_the_current_folder_is_read_and_the_environment_wins(tmp_path):
+    (tmp_path / ".env").write_text(
+        "# the settings of this folder\n"
+        "AGENTRUN_TASK_QUEUE=from-dotenv\n"
+        "AGENTRUN_MODEL=from-dotenv\n"
+        "AGENTRUN_MODEL_STREAM=off\n"
+    )
+    done = agentrun(tmp_path, {"AGENTRUN_MODEL": "from-environment"}, "settings", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["AGENTRUN_TASK_QUEUE"] == "from-dotenv"
+    assert shown["AGENTRUN_MODEL"] == "from-environment"
+    assert shown["AGENTRUN_MODEL_STREAM"] == "0"
+
+    (tmp_path / ".env").write_text("AGENTRUN_PAYLOAD_LIMIT_BYTES=2MB\n")
+    bad = agentrun(tmp_path, {}, "list", "--wait", "1")
+    assert bad.returncode == 2
+    [line] = bad.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting: AGENTRUN_PAYLOAD_LIMIT_BYTES"), line
+
+
+def test_settings_shows_booleans_as_the_readme_writes_them(tmp_path):
+    done = agentrun(tmp_path, {"AGENTRUN_OTEL_CAPTURE_CONTENT": "on"}, "settings")
+    assert done.returncode == 0, done.stderr
+    lines = set(done.stdout.splitlines())
+    assert {
+        "AGENTRUN_OTEL_CAPTURE_CONTENT=1",
+        "AGENTRUN_OTEL=0",
+        "AGENTRUN_SEARCH_ATTRIBUTES=1",
+    } <= lines, done.stdout
+    assert not any(line.endswith(("=True", "=False")) for line in lines), done.stdout
+
+
+def test_an_unknown_agentrun_variable_is_named_with_the_setting_it_resembles(tmp_path):
+    done = agentrun(
+        tmp_path,
+        {"AGENTRUN_TASKQUEUE": "mine", "AGENTRUN_NOTHING_LIKE_IT": "x"},
+        "settings",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["AGENTRUN_TASK_QUEUE"] == TASK_QUEUE
+    warned = done.stderr.strip().splitlines()
+    assert len(warned) == 2, done.stderr
+    assert any(
+        "AGENTRUN_TASKQUEUE" in line and "did you mean AGENTRUN_TASK_QUEUE?" in line
+        for line in warned
+    ), warned
+    assert any("AGENTRUN_NOTHING_LIKE_IT" in line for line in warned), warned
+    # Under --json, stderr holds the error's one JSON object and nothing else.
+    refused = agentrun(tmp_path, {"AGENTRUN_TASKQUEUE": "mine"}, "receipt", "run-x", "--json")
+    assert refused.returncode == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert json.loads(line)["error"]["kind"] == "invalid_input", line
+
+
+def test_a_yaml_file_that_does_not_parse_is_named_in_one_line(tmp_path):
+    broken = tmp_path / "providers.yaml"
+    broken.write_text("local:\n  base_url: [http://127.0.0.1:9/v1\n  api_key: x\n")
+    done = agentrun(tmp_path, {"AGENTRUN_PROVIDERS": str(broken)}, "list", "--wait", "1")
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: invalid setting: AGENTRUN_PROVIDERS: ({broken})"), line
+    assert "line 3, column" in line and "<unicode string>" not in line, line

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -889,14 +890,18 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-async def dispatch(args: argparse.Namespace) -> int:
+async def dispatch(args: argparse.Namespace, began: float) -> int:
+    """Run the command; its `--wait` counts from `began` (importing the client takes a second)."""
     from agentrun import RunClient
     from agentrun.core.log_setup import configure_logging
     from agentrun.core.settings import Settings
 
-    settings = Settings.load()
     # Under --json, stderr carries one JSON object (an error), not a library's warnings (a
-    # pool retrying its connection), unless --log-level asks for them.
+    # pool retrying its connection) nor the settings' (an unknown variable), unless
+    # --log-level asks for them.
+    if getattr(args, "json", False):
+        configure_logging(args.log_level or "CRITICAL")
+    settings = Settings.load()
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
     flag = getattr(args, "tenant", None) if args.command in SCOPED else None
@@ -908,7 +913,7 @@ async def dispatch(args: argparse.Namespace) -> int:
         )
     if flag:
         settings = settings.model_copy(update={"tenant": flag})
-    async with RunClient.lazy(settings, wait=getattr(args, "wait", None)) as runs:
+    async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as runs:
         return await COMMANDS[args.command](runs, args)
 
 
@@ -949,6 +954,7 @@ def unreachable(err: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    began = time.monotonic()
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv
     Parser.json_errors = as_json
@@ -958,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
             return LOCAL[args.command](args)
         import asyncio
 
-        return asyncio.run(dispatch(args))
+        return asyncio.run(dispatch(args, began))
     except SystemExit as done:  # argparse: --help, --version, a usage error
         return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
     except KeyboardInterrupt:

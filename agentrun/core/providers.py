@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun.core.errors import SetupError
 from agentrun.core.spec import Strict
+from agentrun.core.yaml_files import load_yaml
 
 # The name a run's calls report (span, metrics) when it names no provider.
 DEFAULT_PROVIDER = "default"
@@ -74,7 +75,7 @@ def load_providers(raw: str | None) -> dict[str, Provider]:
             body: Any = json.loads(text)
         else:
             where = f"AGENTRUN_PROVIDERS ({text})"
-            body = yaml.safe_load(Path(text).read_text()) or {}
+            body = load_yaml(Path(text).read_text()) or {}
     except OSError as err:
         raise SetupError(f"{where}: cannot read the file: {err.strerror}") from err
     except (json.JSONDecodeError, yaml.YAMLError) as err:

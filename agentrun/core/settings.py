@@ -2,13 +2,18 @@
 
 Every entry point reads settings through `Settings.load()`, so setting the variables moves
 the same commands from the embedded stack to a real cluster, database and model provider.
+A `.env` file in the current folder is read as pydantic-settings reads one (the process's
+variables win), and an `AGENTRUN_` variable no setting has is warned about, with the name
+it most resembles.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -17,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
+from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretBytes, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -36,6 +42,9 @@ from agentrun.core.sandbox_limits import SandboxLimits
 from agentrun.core.temporal_connection import connect_options, load_profile
 
 STACK_FILE = "stack.json"
+DOTENV_FILE = ".env"
+
+log = logging.getLogger(__name__)
 
 
 def env(name: str, default: Any = None, description: str = "") -> Any:
@@ -297,7 +306,7 @@ class Settings(BaseSettings):
         """The variables alone (the environment, or `environ`): no stack file, no Temporal
         profile. An empty variable counts as unset; a value that does not parse is a
         SetupError of one line naming its variable."""
-        given = os.environ if environ is None else environ
+        given = process_environment() if environ is None else environ
         named: dict[str, Any] = {k: v for k, v in given.items() if v and k in _NAMES}
         try:
             return cls(**named)
@@ -308,7 +317,8 @@ class Settings(BaseSettings):
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The environment (or `environ`), then the stack file `agentrun up` writes, then
         the defaults. A value that does not parse is a SetupError naming its variable."""
-        given = dict(os.environ if environ is None else environ)
+        given = dict(process_environment() if environ is None else environ)
+        warn_unknown_variables(given)
         read = cls.read(given)
         try:
             profile = load_profile(given)
@@ -375,6 +385,37 @@ _NAMES = frozenset(
 )
 
 
+# AGENTRUN_ variables read where no setting is: by the test suite, and by the chaos suite's
+# faulty worker (chaos/faulty_worker.py), alone.
+_TEST_ONLY = frozenset(
+    {
+        "AGENTRUN_CHROMIUM",
+        "AGENTRUN_FAULTS",
+        "AGENTRUN_RECORD_HISTORIES",
+        "AGENTRUN_SCREENSHOT",
+        "AGENTRUN_TEST_DATABASE_URL",
+        "AGENTRUN_ZOMBIE_SECONDS",
+    }
+)
+
+
+def process_environment() -> dict[str, str]:
+    """The process's variables over those of `.env` in the current folder (a file of
+    `NAME=value` lines, as pydantic-settings and python-dotenv read it); empty if absent."""
+    dotenv = dotenv_values(DOTENV_FILE) if Path(DOTENV_FILE).is_file() else {}
+    return {**{k: v for k, v in dotenv.items() if v is not None}, **os.environ}
+
+
+def warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    """Warn of each AGENTRUN_ variable no setting reads: a misspelt name is otherwise a
+    setting silently left at its default."""
+    for name in sorted(environ):
+        if name.startswith("AGENTRUN_") and name not in _NAMES and name not in _TEST_ONLY:
+            closest = difflib.get_close_matches(name, sorted(_NAMES), n=1)
+            hint = f"; did you mean {closest[0]}?" if closest else " (`agentrun settings`)"
+            log.warning("%s is not a setting agentrun reads, so it changes nothing%s", name, hint)
+
+
 def describe_problems(err: ValidationError) -> str:
     """pydantic's errors as `VARIABLE: problem; ...`, without the values (some are secrets)."""
     return "; ".join(
@@ -385,6 +426,8 @@ def describe_problems(err: ValidationError) -> str:
 def _shown_value(name: str, value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):  # as the README's table writes them
+        return "1" if value else "0"
     if name == "encryption_keys":
         return ",".join(f"{key_id}:<key>" for key_id in value)
     if name == "database_url":

@@ -60,6 +60,7 @@ from agentrun.core.errors import (
     SetupError,
 )
 from agentrun.core.spec import JsonDict
+from agentrun.core.yaml_files import load_yaml
 from agentrun.ops import handles
 from agentrun.store.backlog_store import BacklogStore
 from agentrun.temporal.worker_presence import (
@@ -107,7 +108,7 @@ def load_tasks(path: str | Path) -> list[TaskItem]:
     except OSError as err:
         raise InvalidRequest(f"cannot read {path}: {err.strerror}") from err
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as err:
         raise InvalidRequest(f"{path} is not valid JSON or YAML: {err}") from err
     lines = _item_lines(text)

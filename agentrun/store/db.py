@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.abc import AsyncConninfoParam
 
 from agentrun.core.errors import ServiceUnreachable, SetupError
+from agentrun.core.set_up_bound import seconds_left
 from agentrun.core.storable import NUL, escape_nul, json_dumps
 
 MIGRATION_LOCK = 424242
@@ -601,6 +602,30 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
         raise
 
 
+class StatementBoundPool(AsyncConnectionPool):
+    """A command's pool: each checkout is one transaction whose statements Postgres cancels
+    after `statement_ms`, so a read behind a lock cannot hold the command past its bound.
+
+    The bound is set inside the transaction (`SET LOCAL`), not as a startup parameter
+    (`options`), which PgBouncer refuses by default and drops when told to ignore it; a
+    transaction is what a pooler in transaction mode keeps on one server connection."""
+
+    def __init__(self, *args: Any, statement_ms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statement_ms = statement_ms
+
+    @asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (the signature it overrides)
+    ) -> AsyncIterator[AsyncConnection[Any]]:
+        async with super().connection(timeout) as conn, conn.transaction():
+            await conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)", (str(self.statement_ms),)
+            )
+            yield conn
+
+
 def unopened_pool(
     database_url: AsyncConninfoParam,
     max_size: int,
@@ -612,28 +637,28 @@ def unopened_pool(
     `prepared_statements` (AGENTRUN_PREPARED_STATEMENTS=0) nothing is prepared on the server:
     a pooler in transaction mode (PgBouncer) hands each transaction to any server
     connection, where a statement prepared on another is unknown. With `statement_seconds`
-    (a command's `--wait`), Postgres cancels a statement that runs longer: a read behind a
-    lock cannot hold a command past its bound (a pooler that drops the `options` startup
-    parameter drops this bound too)."""
+    (a command's `--wait`), Postgres cancels a statement that runs longer (see
+    StatementBoundPool)."""
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "prepare_threshold": PREPARE_THRESHOLD if prepared_statements else None,
     }
-    if statement_seconds is not None:
-        kwargs["options"] = f"-c statement_timeout={max(1, int(statement_seconds * 1000))}"
     # After an outage the pool must find the database again within seconds. Its reconnect
     # backoff doubles without bound, and a caller queued meanwhile waits out its whole
     # timeout; so both are short: a caller gives up, retries, and that starts a fresh try.
-    return AsyncConnectionPool(
-        database_url,
-        min_size=1,
-        max_size=max_size,
-        open=False,
-        kwargs=kwargs,
-        timeout=WAIT_SECONDS,
-        reconnect_timeout=RECONNECT_SECONDS,
-        configure=make_storable,
-    )
+    options: dict[str, Any] = {
+        "min_size": 1,
+        "max_size": max_size,
+        "open": False,
+        "kwargs": kwargs,
+        "timeout": WAIT_SECONDS,
+        "reconnect_timeout": RECONNECT_SECONDS,
+        "configure": make_storable,
+    }
+    if statement_seconds is None:
+        return AsyncConnectionPool(database_url, **options)
+    statement_ms = max(1, int(statement_seconds * 1000))
+    return StatementBoundPool(database_url, statement_ms=statement_ms, **options)
 
 
 def commit_pool_beside(pool: AsyncConnectionPool) -> AsyncConnectionPool:
@@ -651,6 +676,7 @@ async def open_pool(
     *,
     max_size: int = 10,
     connect_seconds: float = 30,
+    connect_ends_at: float | None = None,
     migrate: bool = True,
     prepared_statements: bool = True,
     statement_seconds: float | None = None,
@@ -659,11 +685,14 @@ async def open_pool(
     its schema lags. Every entry point that touches Postgres opens its pool here; a
     command's (`statement_seconds`) bounds each statement too.
 
-    The first connection and the schema check are made here, under one deadline of
-    `connect_seconds`: a Postgres that accepts and never answers is named within it (the
-    pool's own connect would wait out libpq's timeout, and its close that one). The pool
-    opens only once a connection has answered."""
-    await ready_schema(database_url, connect_seconds=connect_seconds, migrate=migrate)
+    The first connection and the schema check are made here (`ready_schema`); the pool opens
+    only once a connection has answered."""
+    await ready_schema(
+        database_url,
+        connect_seconds=connect_seconds,
+        connect_ends_at=connect_ends_at,
+        migrate=migrate,
+    )
     pool = unopened_pool(
         database_url,
         max_size,
@@ -675,33 +704,63 @@ async def open_pool(
 
 
 async def ready_schema(
-    database_url: str, *, connect_seconds: float = 30, migrate: bool = True
+    database_url: str,
+    *,
+    connect_seconds: float = 30,
+    connect_ends_at: float | None = None,
+    migrate: bool = True,
 ) -> None:
     """Migrate the database (or, `migrate=False`, refuse it if its schema lags) over one
-    connection of its own, which must answer within `connect_seconds`."""
+    connection of its own, under one deadline of `connect_seconds`, or sooner if a command's
+    bound ends (`connect_ends_at`, see agentrun.core.set_up_bound): a Postgres that accepts
+    and never answers is named within it (the pool's own connect would wait out libpq's
+    timeout, and its close that one)."""
     try:
-        async with asyncio.timeout(connect_seconds):
+        async with asyncio.timeout(seconds_left(connect_seconds, connect_ends_at)):
             conn = await AsyncConnection.connect(
                 database_url, autocommit=True, prepare_threshold=None
             )
     except (TimeoutError, psycopg.OperationalError) as err:
+        refused = _refused_setting(err)
+        if refused:
+            raise SetupError(
+                f"invalid setting: DATABASE_URL: the server at {redact(database_url)} "
+                f"answered but refused it ({refused}): fix DATABASE_URL (or create what it "
+                "names), then run `agentrun migrate`"
+            ) from err
         why = "no answer" if isinstance(err, TimeoutError) else _first_line(err)
         raise ServiceUnreachable(
-            f"cannot reach Postgres at {redact(database_url)} within {connect_seconds:g}s "
-            f"({why}): check DATABASE_URL, or start the local stack with `agentrun up`"
+            f"cannot reach Postgres at {redact(database_url)} within "
+            f"{connect_seconds:g}s ({why}): check DATABASE_URL, or start the local "
+            "stack with `agentrun up`"
         ) from err
     try:
-        async with asyncio.timeout(None if migrate else connect_seconds):
+        async with asyncio.timeout(
+            None if migrate else seconds_left(connect_seconds, connect_ends_at)
+        ):
             if migrate:
                 await apply_migrations(conn)
             else:
                 await check_schema(conn)
     except TimeoutError as err:
         raise ServiceUnreachable(
-            f"Postgres at {redact(database_url)} did not answer within {connect_seconds:g}s"
+            f"Postgres at {redact(database_url)} did not answer within "
+            f"{connect_seconds:g}s: check that it is up, or wait longer with --wait"
         ) from err
     finally:
         await conn.close()
+
+
+# A server that answers and refuses what DATABASE_URL names: the setting's fault, not an outage.
+_REFUSED_SETTING = re.compile(
+    r"FATAL:\s+((?:database|role) \"[^\"]*\" does not exist"
+    r"|password authentication failed for user \"[^\"]*\")"
+)
+
+
+def _refused_setting(err: Exception) -> str | None:
+    found = _REFUSED_SETTING.search(str(err))
+    return found[1] if found else None
 
 
 def _first_line(err: Exception) -> str:

@@ -4,15 +4,20 @@
 
 from __future__ import annotations
 
+import logging
+
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentrun.core.errors import ConnectionSettingsError, ServiceUnreachable, SetupError
+from agentrun.core.set_up_bound import seconds_left
 from agentrun.core.settings import Settings
 from agentrun.core.temporal_connection import connect_options, describe
 from agentrun.temporal.encryption import data_converter
 from agentrun.temporal.telemetry import client_interceptors
 from agentrun.temporal.worker_presence import NoAnswer, within
+
+log = logging.getLogger(__name__)
 
 # One runtime per metrics address: its endpoint binds the port for the life of the process.
 _runtimes: dict[str, Runtime] = {}
@@ -43,23 +48,26 @@ async def connect(
     identity: str | None = None,
     serve_metrics: bool = False,
     within_seconds: float | None = None,
+    ends_at: float | None = None,
     runtime: Runtime | None = None,
 ) -> Client:
     """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
     commands do not, so they never contend for the port a worker on the same host serves.
-    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang.
+    Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang (and
+    `ends_at`, where their bound ends: agentrun.core.set_up_bound).
     An application (or a test) that keeps its own `runtime` passes it: its metrics, the
     SDK's and agentrun's, go where that runtime sends them."""
     if within_seconds is not None:
         try:
             return await within(
-                within_seconds,
+                seconds_left(within_seconds, ends_at),
                 connect(settings, identity=identity, serve_metrics=serve_metrics, runtime=runtime),
             )
         except NoAnswer as err:
             raise ServiceUnreachable(
                 f"Temporal at {settings.temporal_address} did not answer within "
-                f"{within_seconds:g}s; is it up? (`agentrun up` runs a local one)"
+                f"{within_seconds:g}s: check TEMPORAL_ADDRESS, start the local stack "
+                "with `agentrun up`, or wait longer with --wait"
             ) from err
     if runtime is None and serve_metrics:
         runtime = runtime_for(settings)
@@ -81,8 +89,29 @@ async def connect(
         where = describe(
             settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
         )
+        log.debug("connecting to Temporal at %s failed: %s", where, err)
         raise ServiceUnreachable(
-            f"cannot reach Temporal at {where}: {err}; start the local stack with "
-            "`agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
+            f"cannot reach Temporal at {where}: {connect_failure(err)}; start the local "
+            "stack with `agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
             "TEMPORAL_TLS_* for a cluster that needs them)"
         ) from err
+
+
+# What a failed connect's transport error means, in the words a person checks it by.
+_CONNECT_FAILURES = (
+    (("connection refused",), "nothing accepts connections there"),
+    (("dns error", "failed to lookup", "name or service not known"), "no such host"),
+    (("tls", "certificate", "handshake"), "the TLS handshake failed"),
+    (("unauthenticated", "permission denied", "api key"), "the server refused the credentials"),
+    (("timed out", "deadline"), "no answer"),
+)
+
+
+def connect_failure(err: Exception) -> str:
+    """Why a connection to Temporal failed, in a few words (the SDK's message is a chain of
+    Rust transport errors; it is logged at DEBUG)."""
+    text = str(err).lower()
+    for needles, meaning in _CONNECT_FAILURES:
+        if any(needle in text for needle in needles):
+            return meaning
+    return "the connection failed"

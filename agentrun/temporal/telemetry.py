@@ -1,7 +1,7 @@
 """OpenTelemetry tracing for every Temporal client we make, and so for its workers.
 
 Off unless AGENTRUN_OTEL is set. The OpenTelemetry packages are an optional extra
-(`pip install -e '.[otel]'`), imported only when tracing is on, so a worker without them
+(`pip install 'agentrun[otel]'`), imported only when tracing is on, so a worker without them
 starts as before. Temporal's `TracingInterceptor` on the client gives one trace per run:
 the start, the workflow, and each activity (`StartActivity:model.complete`,
 `RunActivity:model.complete`, ...), carried across workers in Temporal headers.
@@ -17,7 +17,7 @@ from temporalio.client import Interceptor
 from agentrun.core.errors import SetupError
 from agentrun.core.settings import Settings
 
-INSTALL_HINT = "pip install -e '.[otel]'"
+INSTALL_HINT = "pip install 'agentrun[otel]'"
 
 # The tracer provider we installed ourselves (none when the application brought its own).
 _installed_provider: Any = None
