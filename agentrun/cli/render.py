@@ -89,6 +89,8 @@ def run_state(state: RunState) -> str:
 def run_report(report: RunReport) -> str:
     """`status`: the state, then where it came from and who serves the run."""
     lines = [run_state(report.state), ""]
+    if report.workflow_task_failure:
+        lines.append(f"stuck: {report.workflow_task_failure}")
     if report.source == "mirror":
         lines.append("(no worker answered: this is the run as the Postgres mirror last saw it)")
     if report.no_progress_seconds is not None:
