@@ -25,6 +25,8 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from agentrun.cli.render import run_report
+from agentrun.core._wire import SayInput
 from agentrun.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
 from agentrun.core.results import RunResult
 from agentrun.core.settings import Settings
@@ -334,6 +336,60 @@ async def test_a_worker_without_the_keys_makes_status_say_so_with_the_fix(
         assert cli.returncode != 0 and not out
         error = json.loads(err)["error"]
         assert KEYS_FIX in error["message"], error
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(worker.wait(), 20)
+        except TimeoutError:
+            worker.kill()
+            await worker.wait()
+
+
+async def test_a_run_that_ran_shows_the_mismatch_beside_its_mirrored_state(
+    settings, pool, tmp_path
+):
+    """A session answered by a worker with the keys; that worker gone, one without them
+    takes the next message and fails on it: `status` shows the run from the mirror, and the
+    failure with its fix (`workflow_task_failure`, a `stuck:` line)."""
+    secret = encrypted(settings)
+    keyed = await Client.connect(settings.temporal_address, data_converter=data_converter(secret))
+    spec = make_spec("Tell me about refunds.", allowed_tools=[], session={"idle_timeout": 600})
+    async with running_worker(keyed, secret, pool):
+        started = await ops.start_run(keyed, spec, task_queue=settings.task_queue)
+
+        async def idle() -> bool:
+            state = await ops.status(keyed, started.run_id)
+            return state.status.value == "waiting_for_message"
+
+        await eventually(idle, seconds=60, what="the first answer")
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url,
+        "OPENAI_BASE_URL": settings.openai_base_url,
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(tmp_path / "home"),
+    }
+    worker = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        handle = keyed.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        await handle.signal(
+            AgentRunWorkflow.say_signal, SayInput(message_id="m1", text="And exchanges?", by="a")
+        )
+        await eventually(
+            lambda: _task_retried(keyed.get_workflow_handle(started.run_id)),
+            seconds=60,
+            what="a failed workflow task",
+        )
+        report = await ops.inspect(keyed, started.run_id, mirror=pool, wait=5)
+        assert report.source == "mirror"
+        assert report.workflow_task_failure and KEYS_FIX in report.workflow_task_failure
+        assert "stuck: " in run_report(report) and "without" in run_report(report)
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
