@@ -167,6 +167,35 @@ async def session_turns(client: Client, run_id: str) -> None:
     await _until(lambda: answered(3), "turn 3")
 
 
+async def session_left_in_mirror(client: Client, run_id: str) -> None:
+    """A session past its windows (issue 35): 24 messages in its second turn, then eleven
+    turns of one, compacting every second; its continuations carry only the latest turns,
+    messages and steps (`left_in_mirror`), and, idle, it completes."""
+
+    async def answered(turn: int) -> bool:
+        state = await ops.status(client, run_id)
+        last = state.turns[-1] if state.turns else None
+        return (
+            last is not None
+            and last.turn >= turn
+            and last.answered_at is not None
+            and state.status.value == "waiting_for_message"
+        )
+
+    await _until(lambda: answered(1), "turn 1")
+    for n in range(24):
+        await steering_ops.say(client, run_id, f"Note {n} about exchanges.", by="ana")
+    await _until(lambda: answered(2), "turn 2")
+    for turn in range(3, 14):
+        await steering_ops.say(client, run_id, f"And question {turn}?", by="ana")
+        await _until(lambda: answered(turn), f"turn {turn}")  # noqa: B023 (awaited at once)
+    await _until(lambda: _left_in_mirror(client, run_id), "turns left in the mirror")
+
+
+async def _left_in_mirror(client: Client, run_id: str) -> bool:
+    return (await ops.status(client, run_id)).left_in_mirror.turns > 0
+
+
 async def session_paused_and_ended(client: Client, run_id: str) -> None:
     """A session paused while idle, a message said meanwhile, resumed (the message's turn);
     paused while idle again and ended (`agentrun end`) while paused: it completes."""
@@ -345,6 +374,16 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
             session={"idle_timeout": 5, "compact_after_turns": 2},
         ),
         session_turns,
+    ),
+    # Recorded after a session's carry was bounded (issue 35): turns, messages and steps
+    # dropped from its state at continue-as-new (its first run's history too), the idle end.
+    "session_left_in_mirror": (
+        RunSpec(
+            task=SESSION_TASK,
+            allowed_tools=[],
+            session={"idle_timeout": 5, "compact_after_turns": 2},
+        ),
+        session_left_in_mirror,
     ),
     # Recorded after `agentrun end` and the idle pause (issue 29): paused while idle, a
     # message held for the resume, then ended while paused.

@@ -25,16 +25,19 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from agentrun.core.errors import SetupError, UnknownEncryptionKey
+from agentrun.cli.render import run_report
+from agentrun.core._wire import SayInput
+from agentrun.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
 from agentrun.core.results import RunResult
 from agentrun.core.settings import Settings
 from agentrun.dev.stack import free_port, port_open
 from agentrun.ops import operations as ops
+from agentrun.ops.task_failures import KEYS_FIX
 from agentrun.temporal.codec_server import CodecServer
 from agentrun.temporal.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
 from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
-from tests.support import make_spec
+from tests.support import eventually, make_spec
 
 KEY_A = os.urandom(32)
 KEY_B = os.urandom(32)
@@ -282,3 +285,120 @@ async def test_encryption_switched_on_through_the_environment(settings, pool, tm
                 process.kill()
                 await process.wait()
         log.close()
+
+
+@pytest.mark.parametrize("worker_keys", ["none", "other"])
+async def test_a_worker_without_the_keys_makes_status_say_so_with_the_fix(
+    settings, pool, tmp_path, worker_keys
+):
+    """A client with AGENTRUN_ENCRYPTION_KEYS starts a run; the only worker (a real process)
+    has no keys, or other keys, so it fails the run's workflow task for ever. `status` and
+    `status --json` say so and name the fix, instead of "no worker answered"."""
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url,
+        "OPENAI_BASE_URL": settings.openai_base_url,
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(tmp_path / "home"),
+    }
+    worker_environ = dict(environ)
+    if worker_keys == "other":
+        worker_environ["AGENTRUN_ENCRYPTION_KEYS"] = f"k9:{b64(KEY_B)}"
+    worker = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        env=worker_environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    keyed_environ = {**environ, "AGENTRUN_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}"}
+    try:
+        keyed = await Client.connect(
+            settings.temporal_address, data_converter=data_converter(Settings.load(keyed_environ))
+        )
+        started = await ops.start_run(keyed, make_spec(), task_queue=settings.task_queue)
+        handle = keyed.get_workflow_handle(started.run_id)
+        await eventually(lambda: _task_retried(handle), seconds=60, what="a failed workflow task")
+
+        with pytest.raises(NotAnswered) as refused:
+            await ops.inspect(keyed, started.run_id, mirror=pool, wait=5)
+        said = str(refused.value)
+        assert "fails this run's workflow task" in said and KEYS_FIX in said, said
+        assert "k9" in said if worker_keys == "other" else "without" in said, said
+
+        cli = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "agentrun", "status", started.run_id, "--json", "--wait", "5"),
+            env=keyed_environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(cli.communicate(), 60)
+        assert cli.returncode != 0 and not out
+        error = json.loads(err)["error"]
+        assert KEYS_FIX in error["message"], error
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(worker.wait(), 20)
+        except TimeoutError:
+            worker.kill()
+            await worker.wait()
+
+
+async def test_a_run_that_ran_shows_the_mismatch_beside_its_mirrored_state(
+    settings, pool, tmp_path
+):
+    """A session answered by a worker with the keys; that worker gone, one without them
+    takes the next message and fails on it: `status` shows the run from the mirror, and the
+    failure with its fix (`workflow_task_failure`, a `stuck:` line)."""
+    secret = encrypted(settings)
+    keyed = await Client.connect(settings.temporal_address, data_converter=data_converter(secret))
+    spec = make_spec("Tell me about refunds.", allowed_tools=[], session={"idle_timeout": 600})
+    async with running_worker(keyed, secret, pool):
+        started = await ops.start_run(keyed, spec, task_queue=settings.task_queue)
+
+        async def idle() -> bool:
+            state = await ops.status(keyed, started.run_id)
+            return state.status.value == "waiting_for_message"
+
+        await eventually(idle, seconds=60, what="the first answer")
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url,
+        "OPENAI_BASE_URL": settings.openai_base_url,
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTRUN_HOME": str(tmp_path / "home"),
+    }
+    worker = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        handle = keyed.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        await handle.signal(
+            AgentRunWorkflow.say_signal, SayInput(message_id="m1", text="And exchanges?", by="a")
+        )
+        await eventually(
+            lambda: _task_retried(keyed.get_workflow_handle(started.run_id)),
+            seconds=60,
+            what="a failed workflow task",
+        )
+        report = await ops.inspect(keyed, started.run_id, mirror=pool, wait=5)
+        assert report.source == "mirror"
+        assert report.workflow_task_failure and KEYS_FIX in report.workflow_task_failure
+        assert "stuck: " in run_report(report) and "without" in run_report(report)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(worker.wait(), 20)
+        except TimeoutError:
+            worker.kill()
+            await worker.wait()
+
+
+async def _task_retried(handle) -> bool:
+    described = await handle.describe()
+    return described.raw_description.pending_workflow_task.attempt >= 2

@@ -19,6 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentrun.core._state import RunInput
 from agentrun.core._wire import ModelCallResult
 from agentrun.core.constants import (
     ACTIVITY_MODEL_COMPLETE,
@@ -235,6 +236,25 @@ def test_steering_has_histories():
     cancelled = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
     assert signalled in kinds["steered_queue"] and cancelled not in kinds["steered_queue"]
     assert {signalled, cancelled} <= kinds["steered_interrupt"]
+
+
+def test_a_session_past_its_windows_has_histories():
+    """A session whose continuation dropped its oldest turns, messages and steps from the
+    state it carried (issue 35): the run that continued as new, and the continuation."""
+    path = HISTORIES[0].parent / "session_left_in_mirror_first_run.json"
+    history = WorkflowHistory.from_json("s", path.read_text())
+    [continued] = [
+        e.workflow_execution_continued_as_new_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    ]
+    [carried] = pydantic_data_converter.payload_converter.from_payloads(
+        continued.input.payloads, [RunInput]
+    )
+    assert carried.carry is not None
+    left = carried.carry.left_in_mirror
+    assert left.turns > 0 and left.messages > 0 and left.steps > 0
+    assert (HISTORIES[0].parent / "session_left_in_mirror.json").exists()
 
 
 def test_subagents_have_a_history():

@@ -21,6 +21,7 @@ from agentrun.core.results import (
     ApprovalRecord,
     CheckOutcome,
     ChildApproval,
+    LeftInMirror,
     PendingApproval,
     RefusedDecision,
     RunMessage,
@@ -179,6 +180,7 @@ def every_field_set() -> RunProgress:
         summaries=1,
         paused_by="li",
         end_requested_by="mo",
+        left_in_mirror=LeftInMirror(turns=3, messages=40, steps=12),
         duplicates_prevented=1,
         inherited_effects=["a" * 32],
         side_effects=[

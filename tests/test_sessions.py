@@ -5,12 +5,14 @@ new turn, and so on; a worker killed (SIGKILL) in the middle of a turn loses not
 `compact_after_turns` turns the older turns are summarised by a model call and the run
 continues as new, the model reading the summary and the recent turns while the mirror keeps
 every word; idle for its `idle_timeout`, it completes with a receipt that has a section per
-turn. `agentrun chat` does the same from a pipe.
+turn. `agentrun chat` does the same from a pipe. A session of 1,000 messages of 20,000
+characters runs on, carrying a bounded state across its continuations (issue 35).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -22,11 +24,12 @@ import pytest
 from agentrun import RunClient
 from agentrun.activities.model import SUMMARY_PROMPT
 from agentrun.cli.render import receipt_markdown
+from agentrun.core._wire import ControlInput, SayInput
 from agentrun.core.errors import NotAnswered, OperationRefused, RunNotFound
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
 from agentrun.ops import operations as ops
 from agentrun.ops import steering_ops
-from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows import AgentRunWorkflow, sessions
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows, wait_pending
 from tests.test_crash_recovery import ROOT, start_worker_process
@@ -164,6 +167,111 @@ async def test_a_session_answers_three_turns_across_a_sigkill_and_a_compaction(
     assert "run.continued_as_new" in kinds and "session.compacted" in kinds
     report = await ops.check_mirror(client, pool, run_id)
     assert report["agrees"], report["differences"]
+
+
+LONG_MESSAGES = 1000
+MESSAGE_CHARS = 20_000  # the most `say` takes
+BATCH = 25
+COMPACT_AFTER_TURNS = 4
+# What a continuation of the session carries besides the messages waiting for the next model
+# call (said since the last, whole), while 20 MB are said to it: windows of its latest turns
+# and messages, and its live stream's last items (agentrun/workflows/run_stream.py).
+CARRY_BOUND = 400_000
+
+
+def terse_model(request: dict[str, Any]) -> Reply:
+    """Answers in a few words however long the conversation (a summary when asked)."""
+    if is_summary_call(request):
+        return completion(request, content=SUMMARY)
+    return completion(request, content=f"## Summary\nnoted {len(user_texts(request))} messages")
+
+
+async def test_a_session_of_1000_messages_of_20_kb_runs_on_carrying_a_bounded_state(
+    client, settings, pool, worker
+):
+    with OfflineModelServer(terse_model) as model:
+        async with worker(base_url=model.base_url):
+            started = await ops.start_run(
+                client,
+                spec(compact_after_turns=COMPACT_AFTER_TURNS, idle_timeout=60),
+                task_queue=settings.task_queue,
+            )
+            run_id = started.run_id
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
+            await answered(client, run_id, 1)
+            for first in range(0, LONG_MESSAGES, BATCH):
+                await asyncio.gather(
+                    *(
+                        handle.signal(
+                            AgentRunWorkflow.say_signal,
+                            SayInput(message_id=f"m{n:04d}", text=long_text(n), by="ana"),
+                        )
+                        for n in range(first, first + BATCH)
+                    )
+                )
+                await eventually(
+                    functools.partial(_all_taken, handle, first + BATCH),
+                    seconds=60,
+                    what="the batch's turn",
+                )
+            await handle.signal(AgentRunWorkflow.end_session_signal, ControlInput(by="test"))
+            result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status.value == "completed"
+    carries = await _carried_sizes(client, run_id)
+    assert len(carries) >= 5, "the session continued as new several times"
+    assert max(carries) < CARRY_BOUND, carries
+
+    # Nothing is lost: the mirror has every message whole, and the receipt counts them.
+    said = await rows(
+        pool,
+        "SELECT message->>'content' AS content FROM conversation "
+        "WHERE run_id = %s AND message->>'content' LIKE 'Message from ana: %%' ORDER BY idx",
+        run_id,
+    )
+    assert sorted(r["content"] for r in said) == [  # a batch's signals arrive in any order
+        f"Message from ana: {long_text(n)}" for n in range(LONG_MESSAGES)
+    ]
+    receipt = await ops.receipt(pool, run_id)
+    left = receipt["left_in_mirror"]
+    assert left["messages"] + len(receipt["messages"]) == LONG_MESSAGES
+    assert left["turns"] > 0 and left["steps"] > 0
+    turns = [t["turn"] for t in receipt["turns"]]
+    assert turns == list(range(left["turns"] + 1, left["turns"] + len(turns) + 1))
+    assert "the mirror has them" in receipt_markdown(receipt)
+
+
+def long_text(n: int) -> str:
+    return f"message {n:04d} " + "x" * (MESSAGE_CHARS - 13)
+
+
+async def _all_taken(handle: Any, said: int) -> bool:
+    """Every message said so far was taken by a turn that has answered."""
+    state = await handle.query(AgentRunWorkflow.state)
+    return (
+        state.status.value == "waiting_for_message"
+        and state.left_in_mirror.messages + len(state.messages) == said
+        and all(m.taken_at is not None for m in state.messages)
+    )
+
+
+async def _carried_sizes(client, run_id: str) -> list[int]:
+    """The encoded size of each continuation's input (the state it carried), less the
+    messages in it waiting whole for the next model call."""
+    sizes = []
+    async for run in client.list_workflows(f"WorkflowId = '{run_id}'"):
+        history = client.get_workflow_handle(run_id, run_id=run.run_id)
+        async for event in history.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            if started.continued_execution_run_id:
+                [payload] = started.input.payloads
+                carry = json.loads(payload.data)["carry"]
+                waiting = [m for m in carry["messages"] if not m["taken_at"]]
+                assert len(carry["messages"]) - len(waiting) <= sessions.MESSAGES_CARRIED
+                assert len(carry["turns"]) <= sessions.TURNS_CARRIED + COMPACT_AFTER_TURNS
+                assert len(waiting) <= BATCH
+                sizes.append(len(payload.data) - sum(len(json.dumps(m)) for m in waiting))
+            break
+    return sizes
 
 
 async def test_an_idle_session_completes_and_then_refuses_messages(client, settings, pool, worker):

@@ -2,14 +2,17 @@
 
 Hypothesis drives tenants through the CLI (in process, with AGENTRUN_TENANT set), the Python
 `RunClient`, forks, backlog enqueues (whose runs the backlog starts), a deployment's own
-workflow running an agent (`run_agent`) and a capped tenant's starts, and has each tenant
-try every run it has heard of, its own or not. Tenant A has a cap of one, a weight of 2 and
+workflow running an agent (`run_agent`), a capped tenant's starts and sessions (whose owners
+take turns, each second one compacting it: a summary and a continue-as-new; issue 35), and
+has each tenant try every run it has heard of, its own or not (`say`, `chat` and `end`
+included, on sessions and other runs alike). Tenant A has a cap of one, a weight of 2 and
 a keyed approver; B has nothing; C a weight of 3 and priorities 2 to 5 only (a start at 1 is
 refused on every path). Tenants also try the operators' acts (deploy, deploy check, status
 and patches, migrate: refused) and prune (their own finished runs alone). After each step
 and each sequence:
 - no operation of one tenant returned or changed another's run (a refused command left no
-  signal, update or cancel request in the run's history);
+  signal, update or cancel request in any generation of the run's history: the signals
+  there are the engine's and the owner's own messages);
 - every run, whatever path started it, is its starter's tenant's, carries that tenant's
   approvers and weight, and (A) waits behind its cap;
 - the capped tenant never has more than one run past `queued`, its backlogs' and its own
@@ -31,8 +34,8 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +51,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -55,9 +59,10 @@ import agentrun.demo
 from activities import for_worker
 from agentrun.cli import main as cli_main
 from agentrun.client_api import RunClient
+from agentrun.core._wire import SayInput
 from agentrun.core.admission_models import TenantLimits
 from agentrun.core.backlog_models import TaskItem
-from agentrun.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT
+from agentrun.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT, SIGNAL_SAY
 from agentrun.core.errors import OperationError, OperationRefused
 from agentrun.core.settings import Settings
 from agentrun.core.spec import RunSpec
@@ -92,6 +97,13 @@ class Run:
     run_id: str
     tenant: str
     path: str
+    said: set[str] = field(default_factory=set)  # its owner's messages (a session's turns)
+
+
+# A session's spec: it waits for the next message after each answer, and compacts (a summary
+# call, continue-as-new) every second turn.
+SESSION = {"idle_timeout": 600, "compact_after_turns": 2, "keep_turns": 1}
+SESSION_TASK = "Tell me about refunds."
 
 
 class Stack:
@@ -276,6 +288,66 @@ class Tenants(RuleBasedStateMachine):
             self.call(runs.close())
         assert run.tenant == tenant, f"{tenant} forked {run}"
         return self.learn(fork_id, tenant, "fork")
+
+    @rule(target=runs, t=who)
+    def start_a_session(self, t: int) -> Run:
+        tenant = self.tenants[t]
+        runs = self.stack.runs_for(tenant)
+        try:
+            run_id = self.call(
+                runs.start(
+                    SESSION_TASK,
+                    idempotency_key=f"session-{uuid.uuid4().hex[:6]}",
+                    allowed_tools=[],
+                    session=SESSION,
+                )
+            )
+        finally:
+            self.call(runs.close())
+        return self.learn(run_id, tenant, "session")
+
+    @initialize(target=runs)
+    def a_session_compacted_once(self) -> Run:
+        """Every sequence has a session that compacted (its second turn); the other tenants'
+        messages, chat turns and ends of it are refused as for a missing run."""
+        run = self.start_a_session(1)
+        self.take_a_turn(run)
+        for other in (0, 2):
+            for action in ("say", "chat", "end"):
+                self.act(other, run, action)
+        return run
+
+    @rule(run=runs)
+    def take_a_turn(self, run: Run) -> None:
+        """The owner says the next message to its session (`say`) and waits for the turn's
+        answer; every second turn compacts the session. A session of the capped tenant may
+        wait behind its cap: the message waits in it too."""
+        if run.path != "session":
+            return
+        client, pool = self.stack.client, self.stack.pool
+
+        async def turn() -> None:
+            before = await ops.status(client, run.run_id, tenant=run.tenant, wait=WAIT)
+            said = await steering_ops.say(
+                client, run.run_id, "And exchanges?", by="owner", tenant=run.tenant,
+                mirror=pool, wait=WAIT,
+            )  # fmt: skip
+            run.said.add(said.message_id)
+            if before.status.value == "queued":
+                return
+
+            async def answered() -> bool:
+                state = await ops.status(client, run.run_id, tenant=run.tenant, wait=WAIT)
+                last = state.turns[-1] if state.turns else None
+                return (
+                    last is not None
+                    and said.message_id in last.message_ids
+                    and state.status.value == "waiting_for_message"
+                )
+
+            await eventually(answered, seconds=60, what=f"a turn of {run.run_id}")
+
+        self.call(turn())
 
     @initialize()
     def a_backlog_of_two_tenants(self) -> None:
@@ -640,8 +712,13 @@ class Tenants(RuleBasedStateMachine):
             return
         if run.tenant == self.tenants[0]:
             assert state.admission is not None, f"{run} did not pass its tenant's cap"
-        handle = client.get_workflow_handle(run.run_id)
-        async for event in handle.fetch_history_events():
+        async for event in every_generation(client, run.run_id):
+            if is_say(event):
+                [said] = await client.data_converter.decode(
+                    event.workflow_execution_signaled_event_attributes.input.payloads, [SayInput]
+                )
+                assert said.message_id in run.said, f"{run} was told {said} by another tenant"
+                continue
             changed = event.event_type in (
                 EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED,
                 EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
@@ -651,6 +728,27 @@ class Tenants(RuleBasedStateMachine):
                 not in ENGINE_SIGNALS
             )
             assert not changed, f"{run} was changed by another tenant: {event}"
+
+
+async def every_generation(client: Client, run_id: str) -> AsyncIterator[HistoryEvent]:
+    """The run's history events, its latest generation first, back to its start."""
+    generation = ""
+    while True:
+        handle = client.get_workflow_handle(run_id, run_id=generation or None)
+        events = [event async for event in handle.fetch_history_events()]
+        for event in events:
+            yield event
+        started = events[0].workflow_execution_started_event_attributes
+        generation = started.continued_execution_run_id
+        if not generation:
+            return
+
+
+def is_say(event: HistoryEvent) -> bool:
+    return (
+        event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and event.workflow_execution_signaled_event_attributes.signal_name == SIGNAL_SAY
+    )
 
 
 def test_tenants_stay_apart_through_every_door(

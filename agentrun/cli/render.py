@@ -73,7 +73,7 @@ def run_state(state: RunState) -> str:
         lines.append("  " + message_fate(m.model_dump(mode="json")))
     if state.turns:  # a session
         last = state.turns[-1]
-        lines.append(f"session: {len(state.turns)} turns")
+        lines.append(f"session: {last.turn} turns")
         if state.status.value == "waiting_for_message":
             lines.append(f"waiting for a message: agentrun chat {state.run_id}")
             lines.append(f"  turn {last.turn} answered: {(last.answer or '')[:200]}")
@@ -89,6 +89,8 @@ def run_state(state: RunState) -> str:
 def run_report(report: RunReport) -> str:
     """`status`: the state, then where it came from and who serves the run."""
     lines = [run_state(report.state), ""]
+    if report.workflow_task_failure:
+        lines.append(f"stuck: {report.workflow_task_failure}")
     if report.source == "mirror":
         lines.append("(no worker answered: this is the run as the Postgres mirror last saw it)")
     if report.waiting_since is not None:
@@ -182,6 +184,13 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         ]
     if r.get("turns"):
         out += ["", f"Summaries of older turns: {r.get('summaries', 0)}"]
+        left = r.get("left_in_mirror") or {}
+        if left.get("turns"):
+            out += [
+                f"Turns 1-{left['turns']}, {left.get('messages', 0)} messages and "
+                f"{left.get('steps', 0)} steps are not repeated here: "
+                f"the mirror has them (`agentrun watch {r['run_id']}` replays their events)"
+            ]
     out += ["", "## Retries"]
     out += [f"- {x['step_id']}: {x['attempts']} attempts; {x['reason']}" for x in r["retries"]] or [
         "- none"

@@ -21,6 +21,7 @@ from agentrun.core.results import (
     ApprovalRecord,
     ChildApproval,
     ForkOrigin,
+    LeftInMirror,
     PendingApproval,
     RefusedDecision,
     RunMessage,
@@ -124,6 +125,10 @@ class RunProgress(BaseModel):
     summarised_turns: int = Field(0, description="turns the summary covers")
     compacted_at_turn: int = Field(0, description="the turn count at the last compaction")
     summaries: int = Field(0, description="summary model calls made")
+    left_in_mirror: LeftInMirror = Field(
+        default_factory=LeftInMirror,
+        description="a session's oldest turns, messages and steps, dropped from the carry",
+    )
     paused_by: str | None = Field(None, description="who asked for the pause in force")
     end_requested_by: str | None = Field(
         None, description="who asked a session to end (`agentrun end`); None: nobody has"

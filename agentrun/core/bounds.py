@@ -63,6 +63,9 @@ ENGINE_FIELDS = frozenset(
 )
 # How much of a refused value a run records (`by` in a refusal event, say).
 RECORDED_CHARS = 200
+# How much of a long text (a message, a turn's question or answer) a run's state and its
+# `state` query keep; the mirror has it whole.
+EXCERPT_CHARS = 2000
 
 
 class InputTooLarge(InvalidRequest):
@@ -96,6 +99,13 @@ def check_text(field: str, text: str | None, limit: int | None = None) -> None:
     most = limit or limit_for(field)
     if text is not None and len(text) > most:
         raise InputTooLarge(f"{field}: {len(text):,} characters, over the limit of {most:,}")
+
+
+def excerpt(text: str | None) -> str | None:
+    """What a run's state keeps of a long text: its start, and how long it was."""
+    if text is None or len(text) <= EXCERPT_CHARS:
+        return text
+    return text[:EXCERPT_CHARS] + f"... ({len(text):,} characters)"
 
 
 def recorded(text: str | None) -> str | None:

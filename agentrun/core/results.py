@@ -160,6 +160,16 @@ class SessionTurn(BaseModel):
     )
 
 
+class LeftInMirror(BaseModel):
+    """What a long session no longer carries in its state: its oldest turns, messages and
+    steps, counted here. Each is whole in the mirror (`agentrun events`, the `steps` and
+    `conversation` tables), so the state a continuation carries stays bounded."""
+
+    turns: int = 0
+    messages: int = 0
+    steps: int = 0
+
+
 class SayResult(BaseModel):
     run_id: str
     message_id: str
@@ -217,6 +227,9 @@ class RunState(BaseModel):
     )
     turns: list[SessionTurn] = Field(
         default_factory=list, description="a session's turns (spec `session`), oldest first"
+    )
+    left_in_mirror: LeftInMirror = Field(
+        default_factory=LeftInMirror, description="a long session's, before those listed"
     )
 
 
@@ -295,6 +308,9 @@ class Receipt(BaseModel):
         default_factory=list, description="a session's turns, one section each (spec `session`)"
     )
     summaries: int = Field(0, description="how many times a session's older turns were summarised")
+    left_in_mirror: LeftInMirror = Field(
+        default_factory=LeftInMirror, description="a long session's, before those listed"
+    )
 
 
 class RunResult(BaseModel):

@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
@@ -52,7 +53,7 @@ from agentrun.core.results import (
 )
 from agentrun.core.spec import JsonDict, RunSpec
 from agentrun.core.states import RunStatus
-from agentrun.ops import admission_ops, handles, projection, waiting_runs
+from agentrun.ops import admission_ops, handles, projection, task_failures, waiting_runs
 from agentrun.ops.approver_keys import ApproverKey
 from agentrun.ops.in_flight import ActivityInFlight, in_flight
 from agentrun.store import mirror_views, tool_sets
@@ -740,7 +741,9 @@ async def status(
             run.handle, AgentRunWorkflow.state, deadline, 0.8
         )
     except NoAnswer as err:
-        raise NotAnswered(await _no_worker(client, run, deadline)) from err
+        latest = await _latest_events(client, run_id, deadline)
+        failing = await task_failures.failing_workflow_task(client, latest)
+        raise NotAnswered(failing or await _no_worker(client, run, deadline)) from err
     return await _with_queue_position(client, run_id, state)
 
 
@@ -773,6 +776,11 @@ class RunReport(BaseModel):
     in_flight: list[ActivityInFlight] = Field(
         default_factory=list, description="the run's activities Temporal holds open, as it says"
     )
+    workflow_task_failure: str | None = Field(
+        None,
+        description="why a worker fails the run's workflow task again and again (a key "
+        "mismatch, say), and the fix; None: it does not",
+    )
 
     def flat_json(self) -> JsonDict:
         """The state's fields with the report's beside them, as `status --json` prints."""
@@ -790,14 +798,17 @@ async def inspect(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunReport:
-    """The run's state from its workflow, or from the mirror when no worker answers."""
+    """The run's state from its workflow, or from the mirror when no worker answers (nor
+    can: a worker that fails its workflow task answers no query either)."""
     deadline = Deadline(wait)
     run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     now = datetime.now(UTC)
     found = await pollers_or_unknown(client, run.task_queue, seconds=deadline.share(0.2))
-    progress = await _last_progress(client, run_id, deadline)
+    latest = await _latest_events(client, run_id, deadline)
+    progress = _last_progress(latest)
+    failing = await task_failures.failing_workflow_task(client, latest) if run.running else None
     state: RunState | None = None
-    if not run.running or any(p.fresh(now) for p in found):
+    if not failing and (not run.running or any(p.fresh(now) for p in found)):
         try:
             state = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
             state = await _with_queue_position(client, run_id, state)
@@ -813,7 +824,7 @@ async def inspect(
         mirrored = await mirror_views.run_state(mirror, run_id) if mirror else None
         if mirrored is None:
             raise NotAnswered(
-                await _no_worker(client, run, deadline)
+                (failing or await _no_worker(client, run, deadline))
                 + ("" if mirror else "; set DATABASE_URL to read the mirror meanwhile")
             )
         state, source = mirrored[0], "mirror"
@@ -829,11 +840,12 @@ async def inspect(
         last_progress_at=progress,
         no_progress_seconds=(now - progress).total_seconds() if progress else None,
         in_flight=run.in_flight,
+        workflow_task_failure=failing,
     )
 
 
-async def _last_progress(client: Client, run_id: str, deadline: Deadline) -> datetime | None:
-    """When a worker last completed a workflow task of the run (its history says)."""
+async def _latest_events(client: Client, run_id: str, deadline: Deadline) -> list[HistoryEvent]:
+    """The run's latest history events, newest first (none when the server does not say)."""
     request = GetWorkflowExecutionHistoryReverseRequest(
         namespace=client.namespace,
         execution=WorkflowExecution(workflow_id=run_id),
@@ -848,8 +860,13 @@ async def _last_progress(client: Client, run_id: str, deadline: Deadline) -> dat
             ),
         )
     except (NoAnswer, RPCError):
-        return None
-    for event in response.history.events:
+        return []
+    return list(response.history.events)
+
+
+def _last_progress(newest_first: list[HistoryEvent]) -> datetime | None:
+    """When a worker last completed a workflow task of the run."""
+    for event in newest_first:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             return event.event_time.ToDatetime(tzinfo=UTC)
     return None

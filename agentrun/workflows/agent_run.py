@@ -170,6 +170,8 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
             await self._flush()
             await workflow.wait_condition(workflow.all_handlers_finished)
             await self._mirror_written()
+        if self.spec.session is not None:
+            self._leave_in_mirror()
         self.progress.stream_state = self.stream.carry()
         carry = run_state.carry(self.progress)
         workflow.continue_as_new(self.spec.model_copy(update={"carry": carry}))

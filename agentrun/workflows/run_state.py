@@ -14,6 +14,7 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from agentrun.core import bounds
     from agentrun.core._state import RunInput, RunProgress
     from agentrun.core._wire import RunSnapshot
     from agentrun.core.results import DecisionSeen, Receipt, RunState
@@ -108,10 +109,12 @@ def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int
             DecisionSeen(approval_id=a.approval_id, decision=a.decision, by=a.by)
             for a in progress.approvals[-DECISIONS_SHOWN:]
         ],
-        messages=progress.messages,
+        # Excerpts: a query's answer must fit Temporal's payload limit whatever was said.
+        messages=[m.model_copy(update={"text": bounds.excerpt(m.text)}) for m in progress.messages],
         children=progress.children,
         child_approvals=progress.child_approvals,
         turns=progress.turns,
+        left_in_mirror=progress.left_in_mirror,
     )
 
 
@@ -146,4 +149,5 @@ def receipt(run_id: str, spec: RunInput, progress: RunProgress, now: datetime) -
         children=progress.children,
         turns=progress.turns,
         summaries=progress.summaries,
+        left_in_mirror=progress.left_in_mirror,
     )

@@ -15,7 +15,12 @@ Every `compact_after_turns` turns (or when Temporal suggests the history is long
 idle, the turns before the last `keep_turns` are summarised by a model call (the run's own
 model, through `model.complete`), and the session continues as new: from then on the model
 reads its system message, the summary and the recent turns (`ConversationCut`), while the
-`conversation` table keeps every message whole.
+`conversation` table keeps every message whole. Whenever it continues as new (compacted or
+not), the session drops from its state what the mirror has whole: turns already summarised
+and older messages and steps beyond a recent window (`_leave_in_mirror`, counted in
+`left_in_mirror`), and cuts the texts of the taken messages it keeps to excerpts, so what it
+carries is bounded however many messages the session takes: by the windows, and by the
+messages said since its last model call, which wait whole for the next.
 
 Only runs whose spec has `session` take any of these paths, so every history recorded
 before sessions replays unchanged.
@@ -33,6 +38,7 @@ from agentrun.workflows.run_messages import check_control
 from agentrun.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
+    from agentrun.core import bounds
     from agentrun.core import constants as names
     from agentrun.core._wire import (
         ControlInput,
@@ -45,16 +51,11 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.results import ControlResult, SessionTurn
     from agentrun.core.states import RunStatus, is_terminal
 
-# What a turn record keeps of the message and of the answer (the mirror has them whole).
-TURN_EXCERPT_CHARS = 2000
 # The most of a summary the run carries (and sends with every model call after it).
 SUMMARY_CHARS = 8000
-
-
-def excerpt(text: str | None) -> str | None:
-    if text is None or len(text) <= TURN_EXCERPT_CHARS:
-        return text
-    return text[:TURN_EXCERPT_CHARS] + f"... ({len(text):,} characters)"
+# The most recent turns (at least `keep_turns`) and taken messages a compacted session carries.
+TURNS_CARRIED = 10
+MESSAGES_CARRIED = 20
 
 
 class Sessions(Steering):
@@ -80,8 +81,8 @@ class Sessions(Steering):
         first = not progress.turns
         progress.turns.append(
             SessionTurn(
-                turn=len(progress.turns) + 1,
-                asked=excerpt(self.spec.task) if first else None,
+                turn=self._turn_count() + 1,
+                asked=bounds.excerpt(self.spec.task) if first else None,
                 first_step=progress.seq + 1,
                 started_at=workflow.now(),
                 first_message=progress.stored_messages
@@ -92,6 +93,9 @@ class Sessions(Steering):
         self._event("session.turn_started", data={"turn": len(progress.turns)})
         self._set_status(RunStatus.PLANNING)  # a continuation from here picks the turn up
 
+    def _turn_count(self) -> int:
+        return self.progress.left_in_mirror.turns + len(self.progress.turns)
+
     def _turn_took(self, message_ids: list[str], texts: list[str]) -> None:
         """Messages taken during a session's turn are what it answers (steering's hook)."""
         if self.spec.session is None or not self.progress.turns:
@@ -101,7 +105,10 @@ class Sessions(Steering):
             return
         asked = "\n".join(t for t in [turn.asked, *texts] if t)
         self.progress.turns[-1] = turn.model_copy(
-            update={"message_ids": [*turn.message_ids, *message_ids], "asked": excerpt(asked)}
+            update={
+                "message_ids": [*turn.message_ids, *message_ids],
+                "asked": bounds.excerpt(asked),
+            }
         )
 
     async def _turn_answered(self, answer: str) -> None:
@@ -110,7 +117,7 @@ class Sessions(Steering):
         calls, tokens, cost = progress.turn_start
         turn = progress.turns[-1].model_copy(
             update={
-                "answer": excerpt(answer),
+                "answer": bounds.excerpt(answer),
                 "answer_chars": len(answer),
                 "last_step": progress.seq,
                 "model_calls": progress.model_calls - calls,
@@ -254,7 +261,7 @@ class Sessions(Steering):
         session = self.spec.session
         assert session is not None
         info = workflow.info()
-        since = len(self.progress.turns) - self.progress.compacted_at_turn
+        since = self._turn_count() - self.progress.compacted_at_turn
         return (
             since >= session.compact_after_turns
             or info.is_continue_as_new_suggested()
@@ -267,20 +274,54 @@ class Sessions(Steering):
         session = self.spec.session
         assert session is not None
         progress = self.progress
-        progress.compacted_at_turn = len(progress.turns)
-        older = progress.turns[: -session.keep_turns]
-        if len(older) <= progress.summarised_turns:
+        progress.compacted_at_turn = self._turn_count()
+        older = self._turn_count() - session.keep_turns  # the turns the summary is to cover
+        if older <= progress.summarised_turns:
             return  # nothing new to summarise: the history alone was long
         keep_from = progress.turns[-session.keep_turns].first_message
         asked = SummaryRequest(
             first=progress.summary_keeps_from or 1, end=keep_from, previous=progress.summary
         )
-        turns = [t.turn for t in older[progress.summarised_turns :]]
+        turns = [t.turn for t in progress.turns if progress.summarised_turns < t.turn <= older]
         reply = await self._summary_call(asked, turns)
         progress.summary = (reply.content or progress.summary or "")[:SUMMARY_CHARS]
         progress.summary_keeps_from = keep_from
-        progress.summarised_turns = len(older)
+        progress.summarised_turns = older
         progress.summaries += 1
+
+    def _leave_in_mirror(self) -> None:
+        """Drop from the state what the mirror has whole and the session needs no more: the
+        turns the summary covers beyond the last TURNS_CARRIED, the taken messages beyond
+        the last MESSAGES_CARRIED (the rest cut to excerpts), and the finished steps before
+        the first turn kept. Called as a session continues as new, between steps; sessions
+        that never grew past the windows carry what they did."""
+        session = self.spec.session
+        assert session is not None
+        progress = self.progress
+        left = progress.left_in_mirror
+        window = max(TURNS_CARRIED, session.keep_turns)
+        turns = [
+            t
+            for i, t in enumerate(progress.turns)
+            if i >= len(progress.turns) - window or t.turn > progress.summarised_turns
+        ]
+        taken = [i for i, m in enumerate(progress.messages) if m.taken_at is not None]
+        dropped = set(taken[: max(0, len(taken) - MESSAGES_CARRIED)])
+        messages = [
+            m if m.taken_at is None else m.model_copy(update={"text": bounds.excerpt(m.text)})
+            for i, m in enumerate(progress.messages)
+            if i not in dropped
+        ]
+        first_step = turns[0].first_step if turns else progress.seq + 1
+        steps = [s for s in progress.steps if s.seq >= first_step or s.status == "running"]
+        progress.left_in_mirror = left.model_copy(
+            update={
+                "turns": left.turns + len(progress.turns) - len(turns),
+                "messages": left.messages + len(dropped),
+                "steps": left.steps + len(progress.steps) - len(steps),
+            }
+        )
+        progress.turns, progress.messages, progress.steps = turns, messages, steps
 
     async def _summary_call(self, asked: SummaryRequest, turns: list[int]) -> ModelCallResult:
         """One model call of the run's model that summarises; a step of the run like any."""
