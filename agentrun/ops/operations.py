@@ -816,7 +816,7 @@ async def inspect(
             state = None
     source: Literal["workflow", "mirror", "temporal"] = "workflow"
     waiting = None
-    if state is None and run.running and progress is None:
+    if state is None and run.running and progress is None and not failing:
         waiting = await waiting_runs.untaken(client, run.handle, deadline.share(0.3))
     if waiting is not None:
         state, source = waiting[0], "temporal"
