@@ -43,8 +43,9 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
         "--log-level",
         type=str.upper,
         choices=LEVELS,
-        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO); "
-        "AGENTRUN_LOG_FORMAT=json writes one JSON object per line",
+        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO; other libraries' "
+        "records from WARNING up, all at DEBUG); AGENTRUN_LOG_FORMAT=json writes one JSON "
+        "object per line",
     )
     parser.add_argument(
         "--resource-tuner",
