@@ -166,6 +166,8 @@ def settings(
             "database_url": database_url,
             "openai_base_url": model_server.base_url,
             "task_queue": f"test-{uuid.uuid4().hex[:10]}",
+            # A test's worker stops at once, cancelling what it holds, as the tests expect.
+            "drain_seconds": 0.0,
         }
     )
 

@@ -25,9 +25,20 @@ SCHEMA = Path(__file__).parent / "schemas" / "compose-spec.json"
 DEV_SERVER_UI = (2, 54)
 
 
+# `${VAR}` or `${VAR:-default}`, not `$${...}` (a `$` escaped for the container's shell).
+VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def read_compose(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The file as `docker compose` reads it in an environment holding `env` alone."""
+    text = (REPO_ROOT / "docker-compose.yml").read_text()
+    given = env or {}
+    return dict(yaml.safe_load(VARIABLE.sub(lambda m: given.get(m[1], m[2] or ""), text)))
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return dict(yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text()))
+    return read_compose()
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +189,7 @@ def test_traces_go_through_a_collector_to_jaeger(
     jaeger = services["jaeger"]
     assert image_tag(jaeger)[0] == "jaegertracing/all-in-one"
     assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
-    assert "16686:16686" in jaeger["ports"], "the trace viewer's UI"
+    assert "127.0.0.1:16686:16686" in jaeger["ports"], "the trace viewer's UI"
     for pipeline in config["service"]["pipelines"].values():
         for kind in ("receivers", "processors", "exporters"):
             assert set(pipeline.get(kind, [])) <= set(config[kind]), f"undeclared {kind}"
@@ -198,12 +209,61 @@ def test_the_collector_scrapes_every_worker_for_metrics(
     metrics = config["service"]["pipelines"]["metrics"]
     assert "prometheus" in metrics["receivers"]
     served = config["exporters"][metrics["exporters"][0]]["endpoint"]
-    assert (
-        f"{served.rpartition(':')[2]}:{served.rpartition(':')[2]}"
-        in (services["otel-collector"]["ports"])
-    )
+    port = served.rpartition(":")[2]
+    assert f"127.0.0.1:{port}:{port}" in services["otel-collector"]["ports"]
 
 
 def test_the_image_has_the_otel_extra() -> None:
     dockerfile = (REPO_ROOT / "Dockerfile").read_text()
     assert '-c constraints.txt ".[otel]"' in dockerfile
+
+
+def published(services: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """Each published port by its container port: (host address, host port, container port)."""
+    found = {}
+    for name, service in services.items():
+        for entry in service.get("ports") or []:
+            host, port, inside = str(entry).split(":")
+            found[f"{name}:{inside}"] = (host, port, inside)
+    return found
+
+
+def test_every_port_is_published_on_loopback_unless_asked() -> None:
+    ports = published(read_compose()["services"])
+    assert len(ports) == 8
+    assert {host for host, _, _ in ports.values()} == {"127.0.0.1"}
+    everywhere = published(read_compose({"AGENTRUN_BIND": "0.0.0.0"})["services"])
+    assert {host for host, _, _ in everywhere.values()} == {"0.0.0.0"}
+
+
+def test_each_host_port_comes_from_a_variable_of_its_own() -> None:
+    raw = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]
+    variables = []
+    for name, service in raw.items():
+        for entry in service.get("ports") or []:
+            match = re.fullmatch(
+                r"\$\{AGENTRUN_BIND:-127\.0\.0\.1\}:\$\{(AGENTRUN_\w+_PORT):-(\d+)\}:(\d+)", entry
+            )
+            assert match, f"{name}: {entry} is not published on AGENTRUN_BIND from a variable"
+            variables.append(match[1])
+            moved = published(read_compose({match[1]: "40999"})["services"])
+            assert moved[f"{name}:{match[3]}"] == ("127.0.0.1", "40999", match[3])
+    assert len(set(variables)) == len(variables), variables
+    header = (REPO_ROOT / "docker-compose.yml").read_text().split("services:")[0]
+    assert all(v in header for v in variables), "the file's header lists each port variable"
+
+
+def test_the_passwords_come_from_variables() -> None:
+    services = read_compose(
+        {"AGENTRUN_PG_PASSWORD": "s3cret", "AGENTRUN_TEMPORAL_PG_PASSWORD": "t3mporal"}
+    )["services"]
+    assert services["receipts-db"]["environment"]["POSTGRES_PASSWORD"] == "s3cret"
+    url = services["worker"]["environment"]["DATABASE_URL"]
+    assert url == "postgresql://agentrun:s3cret@receipts-db:5432/agentrun"
+    assert services["temporal-db"]["environment"]["POSTGRES_PASSWORD"] == "t3mporal"
+    for name in ("temporal", "temporal-schema"):
+        env = services[name]["environment"]
+        assert env["POSTGRES_PWD"] == env["SQL_PASSWORD"] == "t3mporal", name
+    raw = (REPO_ROOT / "docker-compose.yml").read_text()
+    literal = re.findall(r"(?:PASSWORD|PWD): (?!\$\{)\S+", raw)
+    assert not literal, f"passwords written in the file: {literal}"

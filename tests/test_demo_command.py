@@ -7,7 +7,11 @@ import asyncio
 import os
 import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from agentrun.dev.stack import free_port, port_open
 
@@ -33,7 +37,17 @@ def clean_env() -> dict[str, str]:
     }
 
 
-async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(tmp_path):
+@pytest.fixture
+def fresh_dir() -> Iterator[Path]:
+    """A folder outside pytest's own: a pytest session started meanwhile makes its folder
+    0700 again, and the embedded Postgres (run as another user) then cannot reach its data
+    to stop, which it reports on stderr."""
+    with tempfile.TemporaryDirectory(prefix="agentrun-demo-") as folder:
+        yield Path(folder)
+
+
+async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(fresh_dir):
+    tmp_path = fresh_dir
     port, ui_port = free_port(), free_port()
     while ui_port == port:
         ui_port = free_port()
@@ -62,11 +76,21 @@ async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(tmp_path)
         output = out.decode()
 
         assert proc.returncode == 0, output
-        assert "Outcome:** completed" in output, output
+        # Quiet on a fresh home (issue 36): agentrun's own lines, not initdb's output, the
+        # SDK's shutdown notes or a platformdirs warning; stdout and stderr together.
+        lines = output.splitlines()
+        assert len(lines) <= 15, f"{len(lines)} lines:\n{output}"
+        assert not [line for line in lines if "pgserver" in line or "Warning" in line], output
+        assert "receipt: completed · 7 steps" in output, output
         assert "waiting for approval: send_message" in output, output
         assert (
             f"Web UI: http://localhost:{ui_port}/namespaces/default/workflows/run-demo-" in output
         )
+        # The whole receipt is kept, where the demo said; initdb's output went to a log file.
+        [kept] = (home / "receipts").glob("run-demo-*.md")
+        assert f"the whole receipt: .agentrun/receipts/{kept.name}" in output, output
+        assert "- **Outcome:** completed" in kept.read_text()
+        assert "initdb" in (home / "postgres.log").read_text()
 
         assert (home / "temporal.db").exists(), "the demo kept Temporal's history in its home"
         assert not port_open(port), f"the Temporal dev server still listens on {port}"

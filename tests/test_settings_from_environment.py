@@ -230,6 +230,10 @@ CASES: dict[str, Case] = {
         [({"AGENTRUN_WORKFLOW_CACHE": "10"}, {})],
         [{"AGENTRUN_WORKFLOW_CACHE": "-1"}, {"AGENTRUN_WORKFLOW_CACHE": "lots"}],
     ),
+    "AGENTRUN_DRAIN_SECONDS": Case(
+        [({"AGENTRUN_DRAIN_SECONDS": "2.5"}, {})],
+        [{"AGENTRUN_DRAIN_SECONDS": "-1"}, {"AGENTRUN_DRAIN_SECONDS": "a while"}],
+    ),
     "AGENTRUN_GC_THRESHOLD": Case(
         [({"AGENTRUN_GC_THRESHOLD": "0"}, {})], [{"AGENTRUN_GC_THRESHOLD": "-5"}]
     ),

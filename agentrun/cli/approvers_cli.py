@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from agentrun.cli.cli_options import add_json, emit
+from agentrun.cli.cli_options import add_output_flags, emit
 
 if TYPE_CHECKING:
     from agentrun import RunClient
@@ -37,10 +37,10 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="operators only: give a registered name a new key (its old keys stop counting)",
     )
-    add_json(p)
+    add_output_flags(p)
     p = commands.add_parser("list", help="the registered approvers and their key ids")
     p.add_argument("--tenant", help="only this tenant's (default AGENTRUN_TENANT)")
-    add_json(p)
+    add_output_flags(p)
 
 
 async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:

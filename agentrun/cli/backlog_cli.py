@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from agentrun.cli.cli_options import add_json, add_wait, emit
+from agentrun.cli.cli_options import add_output_flags, add_wait, emit
 
 if TYPE_CHECKING:
     from agentrun import RunClient
@@ -26,7 +26,7 @@ def add_commands(sub: Any) -> None:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help)
         p.add_argument("--agent", required=True, help="whose backlog")
-        add_json(p)
+        add_output_flags(p)
         add_wait(p)
         return p
 

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
+from agentrun.core.log_setup import LEVELS
 
 
 def seconds(text: str) -> float:
@@ -32,12 +33,20 @@ def count(text: str) -> int:
     return value
 
 
-def add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print JSON for machines; an error is one JSON object on stderr",
-    )
+JSON_HELP = "print JSON for machines; an error is one JSON object on stderr"
+LOG_LEVEL_HELP = (
+    "what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO; other libraries' records "
+    "from WARNING up, all at DEBUG); AGENTRUN_LOG_FORMAT=json writes one JSON object per line"
+)
+
+
+def add_output_flags(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """`--json` and `--log-level`, taken before a command or after it alike. Only the top
+    parser gives them defaults: a command's parser sets them only when typed, so it never
+    overwrites what was typed before the command's name."""
+    unset: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--json", action="store_true", help=JSON_HELP, **unset)
+    p.add_argument("--log-level", type=str.upper, choices=LEVELS, help=LOG_LEVEL_HELP, **unset)
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:

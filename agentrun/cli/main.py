@@ -28,9 +28,15 @@ from agentrun.cli import (
     sandbox_cli,
     tenants_cli,
 )
-from agentrun.cli.cli_options import add_decider, add_json, add_tenant, add_wait, count, emit
+from agentrun.cli.cli_options import (
+    add_decider,
+    add_output_flags,
+    add_tenant,
+    add_wait,
+    count,
+    emit,
+)
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.core.log_setup import LEVELS
 from agentrun.core.states import RunStatus
 from agentrun.worker.tool_flags import add_tool_flags
 
@@ -617,10 +623,13 @@ async def run_demo(runs: RunClient, args: argparse.Namespace) -> int:
             "",
         )
     else:
-        print()
-        print(render.receipt_markdown(receipt))
-        print(f"\nWeb UI: {settings.run_link(run_id)}")
-        print("(the UI is live while the stack runs: `agentrun up` serves it again)")
+        # The whole receipt goes to a file, the terminal gets its gist: the demo stays a page.
+        kept = settings.home / "receipts" / f"{run_id}.md"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(render.receipt_markdown(receipt) + "\n")
+        print(f"receipt: {render.receipt_line(receipt)}")
+        print(f"the whole receipt: {kept} (and `agentrun receipt {run_id}` under `agentrun up`)")
+        print(f"Web UI: {settings.run_link(run_id)} (live while the stack runs: `agentrun up`)")
     return 0 if completed else 1
 
 
@@ -741,18 +750,12 @@ class VersionAction(argparse.Action):
 def parser() -> argparse.ArgumentParser:
     top = Parser(prog="agentrun", description=(__doc__ or "").split("\n")[0])
     top.add_argument("--version", action=VersionAction)
-    top.add_argument(
-        "--log-level",
-        type=str.upper,
-        choices=LEVELS,
-        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO); "
-        "AGENTRUN_LOG_FORMAT=json writes one JSON object per line",
-    )
+    add_output_flags(top, top=True)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, *, wait: bool = True) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
-        add_json(p)
+        add_output_flags(p)
         if wait:
             add_wait(p)
         return p

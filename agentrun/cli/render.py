@@ -210,6 +210,23 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def receipt_line(receipt: dict[str, Any]) -> str:
+    """The receipt in one line: how the run ended, what it did, who approved, what it cost."""
+    r = receipt
+    effects = [e["tool"] for e in r["side_effects"]]
+    checks = (r.get("verification") or {}).get("checks", [])
+    parts = [
+        f"{r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""),
+        f"{len(r['steps'])} steps",
+        f"{len(effects)} side effect(s)" + (f" ({', '.join(effects)})" if effects else ""),
+        *(f"{a['tool']} {a['decision']} by {a.get('by') or '-'}" for a in r["approvals"]),
+        f"{sum(c['passed'] for c in checks)}/{len(checks)} checks passed",
+        f"{r['tokens_in'] + r['tokens_out']:,} tokens",
+        receipt_cost(r),
+    ]
+    return " · ".join(parts)
+
+
 def message_fate(message: dict[str, Any]) -> str:
     """When the run took a message said to it (`agentrun say`), and what it interrupted."""
     if message.get("taken_at") is None:

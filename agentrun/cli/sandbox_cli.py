@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from agentrun.cli.cli_options import add_json
+from agentrun.cli.cli_options import add_output_flags
 from agentrun.core.constants import SANDBOX_IMAGE as DEFAULT_IMAGE
 
 
@@ -31,7 +31,7 @@ def add_commands(sub: Any) -> None:
         "--name", default=DEFAULT_IMAGE, help=f"the image's tag (default {DEFAULT_IMAGE})"
     )
     p.add_argument("--rebuild", action="store_true", help="build even if this recipe was built")
-    add_json(p)
+    add_output_flags(p)
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from agentrun.cli.cli_options import add_json, emit
+from agentrun.cli.cli_options import add_output_flags, emit
 
 if TYPE_CHECKING:
     from agentrun import RunClient
@@ -82,9 +82,9 @@ def add_commands(sub: Any) -> None:
         help="the priorities its runs may take, such as 2,3,4,5; a start at another is "
         "refused (exit 5); or off (any)",
     )
-    p.add_argument("--json", action="store_true", default=False, help="print JSON for machines")
+    add_output_flags(p)
     p = commands.add_parser("list", help="every tenant: settings, runs in flight and queued")
-    add_json(p)
+    add_output_flags(p)
 
 
 async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:

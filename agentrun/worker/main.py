@@ -43,8 +43,9 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
         "--log-level",
         type=str.upper,
         choices=LEVELS,
-        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO); "
-        "AGENTRUN_LOG_FORMAT=json writes one JSON object per line",
+        help="what to log on stderr (default AGENTRUN_LOG_LEVEL, else INFO; other libraries' "
+        "records from WARNING up, all at DEBUG); AGENTRUN_LOG_FORMAT=json writes one JSON "
+        "object per line",
     )
     parser.add_argument(
         "--resource-tuner",
@@ -58,11 +59,20 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
         help="runs kept in memory between their steps (default AGENTRUN_WORKFLOW_CACHE); "
         "fewer hold less memory, and a run not held replays its history on its next step",
     )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="on stop, how long the steps in hand may finish before they are cancelled "
+        "(default AGENTRUN_DRAIN_SECONDS, 30)",
+    )
     parser.add_argument("--target-cpu", type=float, default=0.8, help="with --resource-tuner")
     parser.add_argument("--target-memory", type=float, default=0.8, help="with --resource-tuner")
     args = parser.parse_args()
     if args.workflow_cache is not None and args.workflow_cache < 0:
         parser.error("--workflow-cache is a number of runs: 0 or more")
+    if args.drain_seconds is not None and not 0 <= args.drain_seconds < float("inf"):
+        parser.error("--drain-seconds is a duration: 0 or more")
     for name in ("target_cpu", "target_memory"):
         if not 0 < getattr(args, name) <= 1:
             parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
@@ -87,6 +97,8 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
             loop.add_signal_handler(sig, stop.set)
         if args.workflow_cache is not None:
             settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
+        if args.drain_seconds is not None:
+            settings = settings.model_copy(update={"drain_seconds": args.drain_seconds})
         tools, mcp = tool_sources(args, settings, args.identity)
         await run_worker(
             tools,

@@ -121,7 +121,6 @@ async def run_worker(
                 if settings.prometheus_bind:
                     log.info("metrics at http://%s/metrics", settings.prometheus_bind)
                 await stop.wait()
-                log.info("draining: finishing the steps in hand", extra={"identity": identity})
         finally:
             await pool.close()
             shutdown_tracing()

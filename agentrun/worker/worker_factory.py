@@ -3,9 +3,11 @@ share it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import openai
@@ -46,6 +48,7 @@ from agentrun.store.model_journal import ModelJournal
 from agentrun.store.tenant_store import TenantStore
 from agentrun.store.vault import SecretVault
 from agentrun.tools import ToolRegistry
+from agentrun.worker.drain import DrainReport, StepsInHand
 from agentrun.worker.workflow_code import share_workflow_code
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import TenantAdmissionWorkflow
@@ -155,9 +158,15 @@ class AgentWorkers:
     steps.
     """
 
-    def __init__(self, *workers: Worker, commit_pool: AsyncConnectionPool) -> None:
+    def __init__(
+        self,
+        *workers: Worker,
+        commit_pool: AsyncConnectionPool,
+        drain: DrainReport | None = None,
+    ) -> None:
         self.workers = workers
         self.commit_pool = commit_pool
+        self.drain = drain
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> AgentWorkers:
@@ -170,7 +179,13 @@ class AgentWorkers:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self.drain:
+            self.drain.began()
+        # Together: each drains within the grace period, not one grace period after another.
+        await asyncio.gather(*(worker.shutdown() for worker in self.workers))
         await self._stack.aclose()
+        if self.drain:
+            self.drain.ended()
 
 
 @dataclass(frozen=True)
@@ -341,7 +356,11 @@ def build_worker(
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
     share_workflow_code(ENGINE_WORKFLOWS)
     queue = task_queue or settings.task_queue
-    interceptors = [parts.interceptor]
+    steps = StepsInHand()
+    interceptors = [steps, parts.interceptor]
+    drain = timedelta(seconds=settings.drain_seconds)
+    for each in (run_tuning, model_tuning, mirror_tuning):
+        each["graceful_shutdown_timeout"] = drain
     deployment = deployment_config(settings)
     return AgentWorkers(
         Worker(
@@ -371,4 +390,5 @@ def build_worker(
             **mirror_tuning,
         ),
         commit_pool=parts.commit_pool,
+        drain=DrainReport(steps, settings.drain_seconds, client.identity),
     )
