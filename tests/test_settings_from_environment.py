@@ -529,3 +529,15 @@ def test_a_yaml_file_that_does_not_parse_is_named_in_one_line(tmp_path):
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"error: invalid setting: AGENTRUN_PROVIDERS: ({broken})"), line
     assert "line 3, column" in line and "<unicode string>" not in line, line
+
+
+def test_the_compose_files_variables_are_not_taken_for_misspelt_settings(tmp_path):
+    """docker-compose.yml reads its ports, bind address and passwords from AGENTRUN_
+    variables a user keeps in the same environment: none of them is warned about."""
+    compose = (Path(__file__).parents[1] / "docker-compose.yml").read_text()
+    settings = {f.validation_alias for f in Settings.model_fields.values()}
+    names = sorted(set(re.findall(r"\$\{(AGENTRUN_[A-Z_]+)", compose)) - settings)
+    assert "AGENTRUN_BIND" in names and "AGENTRUN_PG_PASSWORD" in names, names
+    done = agentrun(tmp_path, dict.fromkeys(names, "1"), "settings", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "not a setting" not in done.stderr, done.stderr

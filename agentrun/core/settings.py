@@ -404,6 +404,26 @@ _TEST_ONLY = frozenset(
 )
 
 
+# AGENTRUN_ variables docker-compose.yml reads (its ports, bind address and passwords), which
+# a user sets in the same environment or `.env`: not settings, and not misspelt ones.
+_COMPOSE_ONLY = frozenset(
+    {
+        "AGENTRUN_BIND",
+        "AGENTRUN_JAEGER_PORT",
+        "AGENTRUN_METRICS_PORT",
+        "AGENTRUN_MODEL_PORT",
+        "AGENTRUN_OTLP_GRPC_PORT",
+        "AGENTRUN_OTLP_HTTP_PORT",
+        "AGENTRUN_PG_PASSWORD",
+        "AGENTRUN_PG_PORT",
+        "AGENTRUN_TEMPORAL_PG_PASSWORD",
+        "AGENTRUN_TEMPORAL_PORT",
+        "AGENTRUN_UI_PORT",
+    }
+)
+_NOT_SETTINGS = _TEST_ONLY | _COMPOSE_ONLY
+
+
 def process_environment() -> dict[str, str]:
     """The process's variables over those of `.env` in the current folder (a file of
     `NAME=value` lines, as pydantic-settings and python-dotenv read it); empty if absent."""
@@ -415,7 +435,7 @@ def warn_unknown_variables(environ: Mapping[str, str]) -> None:
     """Warn of each AGENTRUN_ variable no setting reads: a misspelt name is otherwise a
     setting silently left at its default."""
     for name in sorted(environ):
-        if name.startswith("AGENTRUN_") and name not in _NAMES and name not in _TEST_ONLY:
+        if name.startswith("AGENTRUN_") and name not in _NAMES and name not in _NOT_SETTINGS:
             closest = difflib.get_close_matches(name, sorted(_NAMES), n=1)
             hint = f"; did you mean {closest[0]}?" if closest else " (`agentrun settings`)"
             log.warning("%s is not a setting agentrun reads, so it changes nothing%s", name, hint)
