@@ -1,5 +1,6 @@
 """Agent traces and metrics from a real run: the demo's flow (search, an approved message,
-an answer) on the real stack, with an in-memory span exporter and the SDK's metric buffer.
+an answer) on the real stack, with an in-memory span exporter, the SDK's metric buffer and
+an in-memory reader on the process's OpenTelemetry meter provider (the GenAI metrics).
 
 The worker keeps no run in memory (workflow cache 0), so every workflow task replays the
 run's history first; the run's history is then replayed once more by a Replayer. Neither
@@ -14,10 +15,14 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from pydantic import BaseModel
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
@@ -44,6 +49,44 @@ def span_exporter() -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return exporter
+
+
+def process_metric_reader() -> InMemoryMetricReader:
+    """An in-memory reader on the process's meter provider, installed when this module is
+    collected: a provider takes its readers when it is made, and may be set only once."""
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader
+
+
+GENAI_METRICS = process_metric_reader()
+
+
+def histogram_points(name: str) -> dict[tuple[Any, ...], tuple[int, float]]:
+    """(count, sum) of the GenAI histogram `name` per attribute set, so far in this process."""
+    found: dict[tuple[Any, ...], tuple[int, float]] = {}
+    data = GENAI_METRICS.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    for point in metric.data.data_points:
+                        key = tuple(sorted((point.attributes or {}).items()))
+                        found[key] = (point.count, point.sum)
+    return found
+
+
+def grown(
+    before: dict[tuple[Any, ...], tuple[int, float]],
+    after: dict[tuple[Any, ...], tuple[int, float]],
+) -> dict[tuple[Any, ...], tuple[int, float]]:
+    """What each attribute set's (count, sum) grew by between two readings."""
+    grew = {}
+    for key, (count, value) in after.items():
+        was = before.get(key, (0, 0.0))
+        if count > was[0]:
+            grew[key] = (count - was[0], value - was[1])
+    return grew
 
 
 class Nothing(BaseModel):
@@ -141,6 +184,10 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         assert span.parent is not None, f"{span.name} has no parent"
         return by_id[span.parent.span_id].name
 
+    def linked_name(span: ReadableSpan) -> str:
+        (link,) = span.links
+        return by_id[link.context.span_id].name
+
     model_spans = [s for s in in_trace if s.attributes.get("gen_ai.operation.name") == "chat"]
     tool_spans = [
         s for s in in_trace if s.attributes.get("gen_ai.operation.name") == "execute_tool"
@@ -173,7 +220,8 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         strict=True,
     ):
         assert span.name == f"chat {OFFLINE_MODEL}"
-        assert parent_name(span) == "RunActivity:model.complete"
+        assert parent_name(span) == "invoke_agent default"
+        assert linked_name(span) == "RunActivity:model.complete"
         assert span.attributes["gen_ai.request.model"] == OFFLINE_MODEL
         assert span.attributes["gen_ai.response.model"] == OFFLINE_MODEL
         assert span.attributes["gen_ai.provider.name"] == "127.0.0.1"  # the offline server
@@ -186,7 +234,8 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         assert "gen_ai.output.messages" not in span.attributes
     for span, name in zip(tool_spans, ["search_notes", "send_message"], strict=True):
         assert span.name == f"execute_tool {name}"
-        assert parent_name(span) == "RunActivity:tool.invoke"
+        assert parent_name(span) == "invoke_agent default"
+        assert linked_name(span) == "RunActivity:tool.invoke"
         assert span.attributes["gen_ai.tool.name"] == name
         assert str(span.attributes["gen_ai.tool.call.id"]).startswith("call_")
         assert span.attributes["agentrun.outcome"] == "ok"
@@ -198,7 +247,7 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
     assert "hung up" in str(flaky_spans[1].attributes["agentrun.retry.reason"])
 
     # ---- a replay of the whole history makes no span
-    agent_spans = len(model_spans) + len(tool_spans)
+    agent_spans = len(model_spans) + len(tool_spans) + 1  # and the run's invoke_agent
     workflow_spans = len([s for s in exporter.get_finished_spans() if "Workflow" in s.name])
     replayer = Replayer(
         workflows=[AgentRunWorkflow],
@@ -271,3 +320,96 @@ async def test_content_capture_puts_prompts_and_answers_on_the_spans(settings, p
     tool = next(s for s in spans if s.attributes["gen_ai.operation.name"] == "execute_tool")
     assert "invoice" in str(tool.attributes["gen_ai.tool.call.arguments"])
     assert "gen_ai.tool.call.result" in tool.attributes
+
+
+@pytest.mark.timeout(180)
+async def test_a_run_replayed_across_worker_restarts_has_one_invoke_agent_span_over_its_calls(
+    settings, pool
+):
+    """Every workflow task replays the history (cache 0), the worker is restarted twice
+    mid-run, and the finished history is replayed twice more: the run still has one
+    `invoke_agent` span, one span per model and tool call under it, and its GenAI metrics
+    counted once per call."""
+    exporter = span_exporter()
+    settings = settings.model_copy(update={"otel": True, "workflow_cache": 0})
+    client = await connect(settings, identity="agent-telemetry-restarts")
+    tokens_before = histogram_points(gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE)
+    durations_before = histogram_points(gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION)
+    async with running_worker(client, settings, pool):
+        started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+    async with running_worker(client, settings, pool):  # a restart while it waits
+        await wait_pending(client, started.run_id)
+    async with running_worker(client, settings, pool):  # and another
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        assert (await handle.result()).status.value == "completed"
+    replayer = Replayer(
+        workflows=[AgentRunWorkflow],
+        data_converter=client.data_converter,
+        interceptors=[TracingInterceptor()],
+        workflow_runner=worker_tuning()["workflow_runner"],
+    )
+    history = await handle.fetch_history()
+    for _ in range(2):
+        await replayer.replay_workflow(history)
+
+    receipt = await ops.receipt(pool, started.run_id)
+    assert receipt is not None
+    run_spans = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.attributes and s.attributes.get("agentrun.run_id") == started.run_id
+    ]
+    operation = gen_ai.GEN_AI_OPERATION_NAME
+    (agent_span,) = [s for s in run_spans if s.attributes[operation] == "invoke_agent"]
+    assert agent_span.name == f"invoke_agent {receipt['agent']}"
+    assert agent_span.attributes[gen_ai.GEN_AI_AGENT_NAME] == receipt["agent"]
+    assert agent_span.attributes[gen_ai.GEN_AI_CONVERSATION_ID] == started.run_id
+    assert agent_span.attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] == receipt["tokens_in"]
+    # It spans the run, from its start to its end, though it is made at the end.
+    assert agent_span.start_time is not None and agent_span.end_time is not None
+    run_seconds = (agent_span.end_time - agent_span.start_time) / 1e9
+    assert run_seconds > 0
+    chats = [s for s in run_spans if s.attributes[operation] == "chat"]
+    tools = [s for s in run_spans if s.attributes[operation] == "execute_tool"]
+    model_steps = await rows(
+        pool,
+        "SELECT step_id FROM steps WHERE run_id = %s AND type = 'model_call' AND final",
+        started.run_id,
+    )
+    assert len(model_steps) == 3
+    assert sorted(s.attributes["agentrun.step_id"] for s in chats) == sorted(
+        m["step_id"] for m in model_steps
+    )
+    assert [s.attributes[gen_ai.GEN_AI_TOOL_NAME] for s in tools] == [
+        "search_notes",
+        "send_message",
+    ]
+    for span in [*chats, *tools]:
+        assert span.parent is not None
+        assert (span.parent.trace_id, span.parent.span_id) == (
+            agent_span.context.trace_id,
+            agent_span.context.span_id,
+        )
+        assert agent_span.start_time <= span.start_time <= agent_span.end_time
+    assert len(run_spans) == 1 + len(chats) + len(tools)
+
+    # ---- the GenAI metrics, under the conventions' names, once per model call
+    tokens = grown(tokens_before, histogram_points(gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE))
+    by_type = {dict(key)[gen_ai.GEN_AI_TOKEN_TYPE]: point for key, point in tokens.items()}
+    assert by_type == {
+        "input": (3, receipt["tokens_in"]),
+        "output": (3, receipt["tokens_out"]),
+    }
+    for key in tokens:
+        attributes = dict(key)
+        assert attributes[operation] == "chat"
+        assert attributes[gen_ai.GEN_AI_REQUEST_MODEL] == OFFLINE_MODEL
+        assert attributes[gen_ai.GEN_AI_RESPONSE_MODEL] == OFFLINE_MODEL
+        assert attributes[gen_ai.GEN_AI_PROVIDER_NAME] == "127.0.0.1"
+    durations = grown(
+        durations_before, histogram_points(gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION)
+    )
+    ((count, seconds),) = durations.values()
+    assert count == 3 and 0 < seconds < run_seconds

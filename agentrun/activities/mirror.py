@@ -7,6 +7,7 @@ from typing import Any
 from temporalio import activity
 
 from agentrun.activities.agent_metrics import record_mirror_lag
+from agentrun.activities.agent_spans import AgentSpans
 from agentrun.core import faults
 from agentrun.core._wire import CheckpointInput, FinishInput, MirrorBatch, ReceiptChanges
 from agentrun.core.constants import (
@@ -26,9 +27,12 @@ NOT_HAPPENED = "did not happen: the cancel stopped it first (no ledger row)"
 
 
 class MirrorActivities:
-    def __init__(self, store: MirrorStore, journal: ModelJournal) -> None:
+    def __init__(
+        self, store: MirrorStore, journal: ModelJournal, spans: AgentSpans | None = None
+    ) -> None:
         self.store = store
         self.journal = journal
+        self.spans = spans or AgentSpans(enabled=False)
 
     @activity.defn(name=ACTIVITY_MIRROR_SYNC)
     async def sync(self, batch: MirrorBatch) -> None:
@@ -46,6 +50,7 @@ class MirrorActivities:
         async with self.store.pool.connection() as conn:
             receipt = await self._completed(conn, receipt)
         await self.store.record_receipt(receipt)
+        self.spans.run_ended(receipt)
         return receipt
 
     @activity.defn(name=ACTIVITY_MIRROR_FINISH)
@@ -63,6 +68,7 @@ class MirrorActivities:
             await self.sync(input.batch)
             return await self.record_receipt(input.receipt)
         faults.fire("mirror.after_write")
+        self.spans.run_ended(receipt)  # last, so an attempt that fails before makes none
         # The workflow reads nothing back; what the activity added, history keeps (issue 31:
         # the whole receipt again was about 2 KB of a short run's history).
         return ReceiptChanges.between(input.receipt, receipt)

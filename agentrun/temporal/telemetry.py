@@ -4,7 +4,9 @@ Off unless AGENTRUN_OTEL is set. The OpenTelemetry packages are an optional extr
 (`pip install 'agentrun[otel]'`), imported only when tracing is on, so a worker without them
 starts as before. Temporal's `TracingInterceptor` on the client gives one trace per run:
 the start, the workflow, and each activity (`StartActivity:model.complete`,
-`RunActivity:model.complete`, ...), carried across workers in Temporal headers.
+`RunActivity:model.complete`, ...), carried across workers in Temporal headers. The GenAI
+metrics (agentrun/activities/genai_metrics.py) go to the process's meter provider, or to one
+installed here beside the tracer provider.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from agentrun.core.settings import Settings
 
 INSTALL_HINT = "pip install 'agentrun[otel]'"
 
-# The tracer provider we installed ourselves (none when the application brought its own).
-_installed_provider: Any = None
+# The providers we installed ourselves (none when the application brought its own).
+_installed_providers: list[Any] = []
 
 
 def client_interceptors(settings: Settings) -> list[Interceptor]:
@@ -40,16 +42,15 @@ def client_interceptors(settings: Settings) -> list[Interceptor]:
 
 def ensure_tracer_provider() -> None:
     """Keep a tracer provider the process already has (set by the embedding application or by
-    `opentelemetry-instrument`); otherwise export spans over OTLP/HTTP to the endpoint the
-    standard OTEL_EXPORTER_OTLP_* variables name (default http://localhost:4318)."""
-    global _installed_provider
+    `opentelemetry-instrument`); otherwise export spans (and the GenAI metrics) over OTLP/HTTP
+    to the endpoint the standard OTEL_EXPORTER_OTLP_* variables name (default
+    http://localhost:4318)."""
     from opentelemetry import trace
 
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as err:
@@ -57,19 +58,42 @@ def ensure_tracer_provider() -> None:
             f"AGENTRUN_OTEL is set and no tracer provider is configured, and the OTLP exporter "
             f"is not installed ({err.name} is missing): {INSTALL_HINT}"
         ) from err
-    # OTEL_SERVICE_NAME, when set, names the service; Resource.create reads it.
-    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "agentrun"}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    provider = TracerProvider(resource=_resource())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
-    _installed_provider = provider
+    _installed_providers.append(provider)
+    _install_meter_provider()
+
+
+def _install_meter_provider() -> None:
+    """With the tracer provider we install, a meter provider exporting the GenAI metrics over
+    OTLP/HTTP too, unless the process has one. An application that set up its own tracing
+    keeps its own choice of metrics (none: the API drops them)."""
+    from opentelemetry import metrics
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    # The API's stand-in until one is set; it has no public class to test against.
+    if type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider":
+        return
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    provider = MeterProvider(resource=_resource(), metric_readers=[reader])
+    metrics.set_meter_provider(provider)
+    _installed_providers.append(provider)
+
+
+def _resource() -> Any:
+    from opentelemetry.sdk.resources import Resource
+
+    # OTEL_SERVICE_NAME, when set, names the service; Resource.create reads it.
+    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "agentrun"}
+    return Resource.create(attributes)
 
 
 def shutdown_tracing() -> None:
-    """Flush the spans still batched in a provider we installed; entry points call this last,
-    since the `agentrun` command leaves with os._exit and would skip OpenTelemetry's atexit
-    flush."""
-    global _installed_provider
-    if _installed_provider is not None:
-        _installed_provider.shutdown()
-        _installed_provider = None
+    """Flush the spans and metrics still batched in providers we installed; entry points call
+    this last, since the `agentrun` command leaves with os._exit and would skip
+    OpenTelemetry's atexit flush."""
+    while _installed_providers:
+        _installed_providers.pop().shutdown()

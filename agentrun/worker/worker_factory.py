@@ -292,7 +292,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
         vault=vault,
         spans=spans,
     )
-    mirror = MirrorActivities(store, journal)
+    mirror = MirrorActivities(store, journal, spans)
     verify = VerifyActivities(
         deps.model_client,
         deps.registry,
