@@ -30,7 +30,9 @@ from temporalio.worker import Replayer
 
 import agentrun.demo
 from agentrun.core.constants import OFFLINE_MODEL
+from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
+from agentrun.ops import steering_ops
 from agentrun.temporal.client import connect
 from agentrun.tools import ToolContext, ToolRegistry
 from agentrun.tools.registry import Tool
@@ -39,6 +41,8 @@ from agentrun.worker.worker_factory import worker_tuning
 from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import NOTIFY_TASK, make_spec, rows, wait_pending
+from tests.test_sessions import SECOND, answered, session_model
+from tests.test_sessions import spec as session_spec
 
 
 def span_exporter() -> InMemorySpanExporter:
@@ -413,3 +417,42 @@ async def test_a_run_replayed_across_worker_restarts_has_one_invoke_agent_span_o
     )
     ((count, seconds),) = durations.values()
     assert count == 3 and 0 < seconds < run_seconds
+
+
+async def test_a_session_has_an_invoke_agent_span_per_turn_under_its_own(settings, pool):
+    exporter = span_exporter()
+    settings = settings.model_copy(update={"otel": True, "workflow_cache": 0})
+    client = await connect(settings, identity="agent-telemetry-session")
+    with OfflineModelServer(session_model()) as model:
+        async with running_worker(client, settings, pool, base_url=model.base_url):
+            started = await ops.start_run(
+                client, session_spec(idle_timeout="1h"), task_queue=settings.task_queue
+            )
+            await answered(client, started.run_id, 1)
+            await steering_ops.say(client, started.run_id, SECOND, by="ana")
+            await answered(client, started.run_id, 2)
+            await steering_ops.end_session(client, started.run_id, by="ana")
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            assert (await handle.result()).status.value == "completed"
+    receipt = await ops.receipt(pool, started.run_id)
+    assert receipt is not None and [t["turn"] for t in receipt["turns"]] == [1, 2]
+    agents = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.attributes
+        and s.attributes.get("agentrun.run_id") == started.run_id
+        and s.attributes[gen_ai.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    ]
+    (run,) = [s for s in agents if "agentrun.turn" not in s.attributes]
+    turns = sorted(
+        (s for s in agents if "agentrun.turn" in s.attributes),
+        key=lambda s: s.attributes["agentrun.turn"],
+    )
+    assert [s.attributes["agentrun.turn"] for s in turns] == [1, 2]
+    for turn in turns:
+        assert turn.attributes[gen_ai.GEN_AI_CONVERSATION_ID] == started.run_id
+        assert turn.attributes[gen_ai.GEN_AI_AGENT_NAME] == receipt["agent"]
+        assert turn.parent is not None and turn.parent.span_id == run.context.span_id
+        assert turn.context.trace_id == run.context.trace_id
+        assert run.start_time <= turn.start_time < turn.end_time <= run.end_time
+    assert turns[0].end_time <= turns[1].start_time

@@ -9,7 +9,8 @@ activities (Temporal's `TracingInterceptor` carries the run's one trace through 
 in a trace derived from the run id too when there is none.
 
 Choosing a span's ids needs the OpenTelemetry SDK's tracer provider (the application's
-own, or the one AGENTRUN_OTEL installs): its id generator is wrapped to hand out the
+own, the one Temporal's OpenTelemetry plugin wraps, or the one AGENTRUN_OTEL installs): its
+id generator is wrapped to hand out the
 chosen ids inside `chosen_ids` and its own everywhere else. With another provider the
 model and tool spans keep Temporal's activity spans as parents (`owns_span_ids`).
 """
@@ -50,6 +51,9 @@ def owns_span_ids() -> bool:
     """Whether spans can be given chosen ids: the process's tracer provider is the SDK's
     (whose generator is wrapped once, here). Call before taking a tracer."""
     provider = trace.get_tracer_provider()
+    # The SDK's OpenTelemetry plugin installs a replay-safe provider around an SDK one
+    # (temporalio.contrib.opentelemetry.create_tracer_provider), whose tracers it wraps.
+    provider = getattr(provider, "_tracer_provider", provider)
     if not isinstance(provider, TracerProvider):
         return False
     if not isinstance(provider.id_generator, _ChosenIds):
