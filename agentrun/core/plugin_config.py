@@ -29,11 +29,14 @@ class AgentrunConfig:
     database: str | AsyncConnectionPool
     # Models and providers: an OpenAI-compatible endpoint (None: OpenAI's own), its key, the
     # default model, and named providers (a YAML/JSON file or inline JSON,
-    # agentrun.core.providers) that a run's `model: provider/name` picks from.
+    # agentrun.core.providers) that a run's `model: provider/name` picks from, with their
+    # keys by provider name: a provider's `api_key_env` is read by you, not by agentrun
+    # (`provider_keys(load_providers(providers), os.environ)` in agentrun.core.providers).
     model_base_url: str | None = None
     model_api_key: str = "offline"
     model: str = OFFLINE_MODEL
     providers: str | None = None
+    provider_keys: Mapping[str, str] = field(default_factory=dict)
     model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # Tools: registries, tools, lists of them, or `PKG.MODULE:ATTR` references; `demo` adds
     # the demo's tools (agentrun.demo).

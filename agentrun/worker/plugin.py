@@ -153,7 +153,10 @@ class AgentrunPlugin(SimplePlugin):
             )
         registry = self._registry(client.identity)
         deps = WorkerDeps(
-            pool=self._pool, model_client=model_client(self.settings), registry=registry
+            pool=self._pool,
+            model_client=model_client(self.settings),
+            registry=registry,
+            provider_keys=self.config.provider_keys,
         )
         parts = engine_parts(client, self.settings, deps)
         share_workflow_code(ENGINE_WORKFLOWS)

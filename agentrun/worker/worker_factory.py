@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +62,8 @@ class WorkerDeps:
     pool: AsyncConnectionPool
     model_client: openai.AsyncOpenAI
     registry: ToolRegistry
+    # Named providers' keys, read at the edge (agentrun.core.providers.provider_keys).
+    provider_keys: Mapping[str, str] = field(default_factory=dict)
 
 
 def model_client(settings: Settings) -> openai.AsyncOpenAI:
@@ -266,7 +268,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
     spans = AgentSpans(enabled=settings.otel, capture_content=settings.otel_capture_content)
     model = ModelActivities(
-        ProviderClients(deps.model_client, load_providers(settings.providers)),
+        ProviderClients(deps.model_client, load_providers(settings.providers), deps.provider_keys),
         deps.registry,
         store,
         journal,
