@@ -13,10 +13,11 @@ import openai
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from agentrun import AgentrunConfig
 from agentrun.activities.provider_clients import ProviderClients
 from agentrun.core import faults
 from agentrun.core.errors import SetupError
-from agentrun.core.providers import Provider, provider_keys
+from agentrun.core.providers import Provider
 from agentrun.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +74,13 @@ def test_a_plan_a_test_installs_arms_its_points():
 
 def test_a_provider_key_not_handed_over_stops_the_worker_naming_it(model_server):
     """The engine no longer looks a key up for itself: a provider that takes one and was given
-    none is refused when its clients are built, with what to do."""
+    none is refused when its clients are built, with what to do; the application reads it at
+    its edge with `AgentrunConfig.with_provider_keys`."""
     provider = {"base_url": model_server.base_url, "api_key_env": "SOME_PROVIDER_KEY"}
+    named = {"named": Provider(**provider)}
+    default = openai.AsyncOpenAI(api_key="x")
     with pytest.raises(SetupError, match=r"'named' takes a key.*SOME_PROVIDER_KEY.*provider_keys"):
-        ProviderClients(openai.AsyncOpenAI(api_key="x"), {"named": Provider(**provider)}, {})
-    keys = provider_keys({"named": Provider(**provider)}, {"SOME_PROVIDER_KEY": " k-1 \n"})
-    clients = ProviderClients(
-        openai.AsyncOpenAI(api_key="x"), {"named": Provider(**provider)}, keys
-    )
-    assert clients.get("named").client.api_key == "k-1"
+        ProviderClients(default, named, {})
+    config = AgentrunConfig("postgresql://unused", providers=json.dumps({"named": provider}))
+    keys = config.with_provider_keys({"SOME_PROVIDER_KEY": " k-1 \n"}).provider_keys
+    assert ProviderClients(default, named, keys).get("named").client.api_key == "k-1"

@@ -93,7 +93,7 @@ def client_for(name: str, provider: Provider, keys: Mapping[str, str]) -> openai
         raise SetupError(
             f"model provider {name!r} takes a key, and none was given: set "
             f"{provider.api_key_env or 'its key file'} where the worker starts, or pass "
-            "AgentrunConfig(provider_keys={...}) (agentrun.core.providers.provider_keys)"
+            "AgentrunConfig.with_provider_keys(os.environ) where your app starts"
         )
     return openai.AsyncOpenAI(
         base_url=provider.base_url,
