@@ -1,6 +1,7 @@
-"""The deployment's own code (worker.py, starter.py, workflows/, activities/) is what a user
-copies: it imports only agentrun's public API (issue 37), never a private module such as
-`agentrun.worker.main` or an underscore name, so it keeps working when those change."""
+"""The deployment's own code (worker.py, starter.py, workflows/, activities/, and the app in
+tests/plugin_app) is what a user copies: it imports only agentrun's public API (issue 37),
+never a private module such as `agentrun.worker.main` or an underscore name, so it keeps
+working when those change."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ DEPLOYMENT_CODE = [
     ROOT / "starter.py",
     *sorted((ROOT / "workflows").rglob("*.py")),
     *sorted((ROOT / "activities").rglob("*.py")),
+    # The Temporal app of its own that adopts the plugin (tests/test_plugin_app.py, the wheel).
+    *sorted((ROOT / "tests" / "plugin_app").rglob("*.py")),
 ]
 
 
@@ -38,8 +41,14 @@ def private_imports(source: str) -> list[str]:
     return [
         name
         for name in imported_names(parse_python(source))
-        if name != "agentrun" and not is_public_name(name)
+        if name != "agentrun" and not is_public_name(name) and not _is_dunder(name)
     ]
+
+
+def _is_dunder(name: str) -> bool:
+    """`agentrun.__file__` and the like: Python's, not agentrun's API."""
+    last = name.rsplit(".", 1)[-1]
+    return last.startswith("__") and last.endswith("__")
 
 
 def test_the_deployment_code_imports_only_public_names():
@@ -58,4 +67,5 @@ def test_the_scan_finds_a_private_import():
     ]
     assert private_imports("import agentrun.cli.main\n") == ["agentrun.cli.main"]
     assert private_imports("import agentrun\nagentrun._HOMES\n") == ["agentrun._HOMES"]
+    assert private_imports("import agentrun\nagentrun.__file__\n") == []
     assert private_imports("from agentrun import RunSpec\nimport agentrun.workflows\n") == []
