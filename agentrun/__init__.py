@@ -8,7 +8,9 @@ What a user writes against, and nothing more (README "Your agent in five minutes
 - `ToolRegistry`: a named set of tools, one thing `agentrun-worker --tools` can load.
 - `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
 - `RunSpec`: everything a person sets for one run; a field only the engine sets is refused.
-- `run_worker`: a worker with your tools and MCP servers, in your own process.
+- `run_worker`: a worker with your tools and MCP servers, in your own process;
+  `worker_command`: the same as `agentrun-worker`'s command line, with your own workflows
+  and activities beside the engine's (a deployment's worker.py).
 - `AgentrunPlugin` and `AgentrunConfig`: agentrun on your own Temporal Client and Worker
   (docs/temporal-app.md).
 - `RunClient`: the one front door from Python: every operation the `agentrun` command has.
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
         ToolForbidden,
         ToolRegistry,
     )
+    from agentrun.worker.main import worker_command
     from agentrun.worker.plugin import AgentrunPlugin
     from agentrun.worker.worker_api import run_worker
 
@@ -54,6 +57,7 @@ _HOMES = {
     "Agent": "agentrun.profiles",
     "RunClient": "agentrun.client_api",
     "run_worker": "agentrun.worker.worker_api",
+    "worker_command": "agentrun.worker.main",
     "AgentrunPlugin": "agentrun.worker.plugin",
     "AgentrunConfig": "agentrun.core.plugin_config",
     # Errors: each public class carries the `agentrun` command's exit code for it.
@@ -82,6 +86,7 @@ __all__ = [
     "Unreachable",
     "run_worker",
     "tool",
+    "worker_command",
 ]
 
 

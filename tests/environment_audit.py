@@ -1,6 +1,7 @@
 """Run in a process of its own by tests/test_environment_at_the_edges.py: every read of
 os.environ made by agentrun's code while the plugin is imported, configured on a Client and
-a Worker, and a fault point is passed, printed as JSON (`[module, ...]`).
+a Worker (with a named model provider), and a fault point is passed, printed as JSON
+(`[module, ...]`).
 
     python -m tests.environment_audit TEMPORAL_ADDRESS DATABASE_URL MODEL_URL
 """
@@ -58,7 +59,17 @@ async def main(address: str, database_url: str, model_url: str) -> None:
     from agentrun import AgentrunConfig, AgentrunPlugin
     from agentrun.core import faults
 
-    plugin = AgentrunPlugin(AgentrunConfig(database_url, model_base_url=model_url, demo=True))
+    # A named provider whose key the application read from its variable (the edge), so the
+    # engine is handed it and reads none.
+    provider = {"base_url": model_url, "api_key_env": "AUDIT_PROVIDER_KEY"}
+    config = AgentrunConfig(
+        database_url,
+        model_base_url=model_url,
+        demo=True,
+        providers=json.dumps({"audited": provider}),
+        provider_keys={"audited": "given-by-the-application"},
+    )
+    plugin = AgentrunPlugin(config)
     client = await Client.connect(address, plugins=[plugin])
     Worker(client, task_queue="environment-audit", workflows=[], activities=[])
     Replayer(workflows=[], plugins=[plugin])

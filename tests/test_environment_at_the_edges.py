@@ -9,10 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import openai
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from agentrun import AgentrunConfig
+from agentrun.activities.provider_clients import ProviderClients
 from agentrun.core import faults
+from agentrun.core.errors import SetupError
+from agentrun.core.providers import Provider
 from agentrun.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +26,8 @@ FAULT_VARIABLES = {"AGENTRUN_FAULTS", "AGENTRUN_ZOMBIE_SECONDS"}
 
 def test_the_plugin_reads_no_environment(env: WorkflowEnvironment, database_url, model_server):
     """Imported, put on a Client, a Worker and a Replayer, and past a fault point, agentrun
-    under the plugin reads no variable: the application's configuration is all it has."""
+    under the plugin reads no variable, not even a named provider's key variable: the
+    application's configuration is all it has."""
     done = subprocess.run(
         [
             sys.executable,
@@ -39,6 +45,7 @@ def test_the_plugin_reads_no_environment(env: WorkflowEnvironment, database_url,
             "PATH": "/usr/bin:/bin",
             "PYTHONPATH": str(ROOT),
             "AGENTRUN_FAULTS": "tool.before_run",
+            "AUDIT_PROVIDER_KEY": "set, so a read of it would be found, not fail",
         },
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -63,3 +70,17 @@ def test_a_plan_a_test_installs_arms_its_points():
     assert not faults.armed("tool.after_effect", "send_message")
     with pytest.raises(ValueError, match="unknown fault points"):
         faults.FaultPlan.parse("tool.after_efect")
+
+
+def test_a_provider_key_not_handed_over_stops_the_worker_naming_it(model_server):
+    """The engine no longer looks a key up for itself: a provider that takes one and was given
+    none is refused when its clients are built, with what to do; the application reads it at
+    its edge with `AgentrunConfig.with_provider_keys`."""
+    provider = {"base_url": model_server.base_url, "api_key_env": "SOME_PROVIDER_KEY"}
+    named = {"named": Provider(**provider)}
+    default = openai.AsyncOpenAI(api_key="x")
+    with pytest.raises(SetupError, match=r"'named' takes a key.*SOME_PROVIDER_KEY.*provider_keys"):
+        ProviderClients(default, named, {})
+    config = AgentrunConfig("postgresql://unused", providers=json.dumps({"named": provider}))
+    keys = config.with_provider_keys({"SOME_PROVIDER_KEY": " k-1 \n"}).provider_keys
+    assert ProviderClients(default, named, keys).get("named").client.api_key == "k-1"

@@ -1,13 +1,13 @@
 """The worker's model clients: its default one and one per named provider.
 
-Built once, when the worker starts: a key that cannot be read stops the worker with the
-provider's name, rather than failing runs one call at a time. Every client has
+Built once, when the worker starts, with the keys its edge read (agentrun.core.providers.
+provider_keys): a missing key stops the worker with the provider's name, rather than failing
+runs one call at a time. Every client has
 `max_retries=0`: Temporal owns retries.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -61,11 +61,14 @@ class ProviderClients:
     """Model clients by provider name; None (a run that names none) is the default one."""
 
     def __init__(
-        self, default: openai.AsyncOpenAI, providers: Mapping[str, Provider] | None = None
+        self,
+        default: openai.AsyncOpenAI,
+        providers: Mapping[str, Provider] | None = None,
+        keys: Mapping[str, str] | None = None,
     ) -> None:
         self.default = ModelEndpoint(DEFAULT_PROVIDER, default)
         self.named = {
-            name: ModelEndpoint(name, client_for(name, provider), provider)
+            name: ModelEndpoint(name, client_for(name, provider, keys or {}), provider)
             for name, provider in (providers or {}).items()
         }
 
@@ -84,39 +87,21 @@ class ProviderClients:
             ) from None
 
 
-def client_for(name: str, provider: Provider) -> openai.AsyncOpenAI:
+def client_for(name: str, provider: Provider, keys: Mapping[str, str]) -> openai.AsyncOpenAI:
+    needs_key = provider.api_key_env or provider.api_key_file
+    if needs_key and name not in keys:
+        raise SetupError(
+            f"model provider {name!r} takes a key, and none was given: set "
+            f"{provider.api_key_env or 'its key file'} where the worker starts, or pass "
+            "AgentrunConfig.with_provider_keys(os.environ) where your app starts"
+        )
     return openai.AsyncOpenAI(
         base_url=provider.base_url,
-        api_key=read_key(name, provider),
+        # vLLM and Ollama accept any key; the SDK insists on one.
+        api_key=keys.get(name, "none"),
         default_headers=provider.headers or None,
         timeout=openai.Timeout(
             provider.timeout_seconds or 600.0, connect=provider.connect_timeout_seconds
         ),
         max_retries=0,
     )
-
-
-def read_key(name: str, provider: Provider) -> str:
-    """The provider's key from its variable or its file; a local server may need none."""
-    if provider.api_key_env:
-        key = os.environ.get(provider.api_key_env, "").strip()
-        if not key:
-            raise SetupError(
-                f"model provider {name!r}: the environment variable {provider.api_key_env} "
-                "that holds its key is not set"
-            )
-        return key
-    if provider.api_key_file:
-        try:
-            key = provider.api_key_file.read_text().strip()
-        except OSError as err:
-            raise SetupError(
-                f"model provider {name!r}: cannot read its key file "
-                f"{provider.api_key_file}: {err.strerror}"
-            ) from err
-        if not key:
-            raise SetupError(
-                f"model provider {name!r}: its key file {provider.api_key_file} is empty"
-            )
-        return key
-    return "none"  # vLLM and Ollama accept any key; the SDK insists on one

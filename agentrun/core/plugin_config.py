@@ -8,6 +8,7 @@ below the plugin reads nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from agentrun.core.constants import OFFLINE_MODEL, TASK_QUEUE
+from agentrun.core.providers import load_providers, provider_keys
 from agentrun.core.settings import Settings
 
 
@@ -29,11 +31,14 @@ class AgentrunConfig:
     database: str | AsyncConnectionPool
     # Models and providers: an OpenAI-compatible endpoint (None: OpenAI's own), its key, the
     # default model, and named providers (a YAML/JSON file or inline JSON,
-    # agentrun.core.providers) that a run's `model: provider/name` picks from.
+    # agentrun.core.providers) that a run's `model: provider/name` picks from, with their
+    # keys by provider name: a provider's `api_key_env` is read by you, not by agentrun
+    # (`config.with_provider_keys(os.environ)` where your app starts).
     model_base_url: str | None = None
     model_api_key: str = "offline"
     model: str = OFFLINE_MODEL
     providers: str | None = None
+    provider_keys: Mapping[str, str] = field(default_factory=dict)
     model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     # Tools: registries, tools, lists of them, or `PKG.MODULE:ATTR` references; `demo` adds
     # the demo's tools (agentrun.demo).
@@ -61,6 +66,12 @@ class AgentrunConfig:
     search_attributes: bool = True
     payload_limit_bytes: int = Settings.model_fields["payload_limit_bytes"].default
     artifact_threshold_bytes: int = Settings.model_fields["artifact_threshold_bytes"].default
+
+    def with_provider_keys(self, environ: Mapping[str, str]) -> AgentrunConfig:
+        """This config with its named providers' keys read from `environ` (or their key
+        files): call it where your app starts, its edge, with `os.environ`."""
+        keys = provider_keys(load_providers(self.providers), environ)
+        return dataclasses.replace(self, provider_keys=keys)
 
     @property
     def database_url(self) -> str:

@@ -4,12 +4,14 @@ One worker serves agents on different providers: a profile's `model.provider` an
 `failures.fallback_provider` name one of the worker's providers (AGENTRUN_PROVIDERS), and a
 run without a name uses the worker's default client (OPENAI_BASE_URL, OPENAI_API_KEY). Keys
 are never written here: a provider names the environment variable or the file that holds it,
-read where the worker builds its clients (agentrun/activities/provider_clients.py).
+read where the configuration is built (`provider_keys`, at the edges: `agentrun-worker`,
+`AgentrunConfig.provider_keys`), so the engine is handed keys and reads no variable.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,42 @@ def load_providers(raw: str | None) -> dict[str, Provider]:
             )
             raise SetupError(f"{where}: provider {name!r}: {problems}") from err
     return providers
+
+
+def provider_keys(providers: Mapping[str, Provider], environ: Mapping[str, str]) -> dict[str, str]:
+    """Each provider's key, from its variable in `environ` or its file; a provider that
+    names neither (a local server) has none. A key that cannot be read is a SetupError
+    naming its provider, before any worker polls."""
+    return {
+        name: key
+        for name, provider in providers.items()
+        if (key := read_key(name, provider, environ)) is not None
+    }
+
+
+def read_key(name: str, provider: Provider, environ: Mapping[str, str]) -> str | None:
+    if provider.api_key_env:
+        key = environ.get(provider.api_key_env, "").strip()
+        if not key:
+            raise SetupError(
+                f"model provider {name!r}: the environment variable {provider.api_key_env} "
+                "that holds its key is not set"
+            )
+        return key
+    if provider.api_key_file:
+        try:
+            key = provider.api_key_file.read_text().strip()
+        except OSError as err:
+            raise SetupError(
+                f"model provider {name!r}: cannot read its key file "
+                f"{provider.api_key_file}: {err.strerror}"
+            ) from err
+        if not key:
+            raise SetupError(
+                f"model provider {name!r}: its key file {provider.api_key_file} is empty"
+            )
+        return key
+    return None
 
 
 def with_retry_after_policy(failure: ApplicationError, provider: Provider) -> ApplicationError:

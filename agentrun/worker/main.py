@@ -27,9 +27,12 @@ from agentrun.worker.worker_factory import ResourceTargets
 log = logging.getLogger(__name__)
 
 
-def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = ()) -> None:
-    """`agentrun-worker`; a deployment's worker.py passes its own `workflows` and
-    `activities`, served beside the engine's."""
+def worker_command(
+    workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = ()
+) -> None:
+    """`agentrun-worker`'s command line (its flags, settings, logging, signals and exit
+    codes), public as `agentrun.worker_command`: a deployment's worker.py passes its own
+    `workflows` and `activities`, served beside the engine's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     add_tool_flags(parser)
@@ -117,6 +120,11 @@ def main(workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]
     except SetupError as err:
         log.error("%s", err)
         sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
+
+
+def main() -> None:
+    """The `agentrun-worker` console script (pyproject.toml): the engine alone."""
+    worker_command()
 
 
 if __name__ == "__main__":

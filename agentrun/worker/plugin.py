@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -39,7 +40,6 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from agentrun.core import fairness
 from agentrun.core.errors import SetupError
 from agentrun.core.plugin_config import AgentrunConfig
 from agentrun.core.sandbox_limits import SandboxLimits
@@ -57,9 +57,10 @@ from agentrun.worker.worker_factory import (
     WorkerDeps,
     engine_parts,
     model_client,
+    side_queue_workers,
     slot_shares,
+    with_engine,
 )
-from agentrun.worker.workflow_code import share_workflow_code
 
 PLUGIN_NAME = "agentrun.AgentrunPlugin"
 
@@ -153,15 +154,14 @@ class AgentrunPlugin(SimplePlugin):
             )
         registry = self._registry(client.identity)
         deps = WorkerDeps(
-            pool=self._pool, model_client=model_client(self.settings), registry=registry
+            pool=self._pool,
+            model_client=model_client(self.settings),
+            registry=registry,
+            provider_keys=self.config.provider_keys,
         )
         parts = engine_parts(client, self.settings, deps)
-        share_workflow_code(ENGINE_WORKFLOWS)
-        config["workflows"] = [*config.get("workflows", ()), *ENGINE_WORKFLOWS]
-        config["activities"] = [*config.get("activities", ()), *parts.run_activities]
-        config["interceptors"] = [*config.get("interceptors", ()), parts.interceptor]
         self._engines[queue] = _Engine(parts, registry, config.get("deployment_config"))
-        return config
+        return cast(WorkerConfig, {**config, **with_engine(config, parts)})
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
@@ -228,23 +228,17 @@ class AgentrunPlugin(SimplePlugin):
         options["plugins"] = []
         bare = Client(**options)
         _, model_slots, mirror_slots = slot_shares(activity_slots_for(self._pool, ACTIVITY_SLOTS))
-        interceptors = [engine.parts.interceptor]
+        beside = {
+            "interceptors": [engine.parts.interceptor],
+            "deployment_config": engine.deployment,
+        }
         async with AgentWorkers(
-            Worker(
+            *side_queue_workers(
                 bare,
-                task_queue=fairness.model_task_queue(queue),
-                activities=engine.parts.model_activities,
-                interceptors=interceptors,
-                deployment_config=engine.deployment,
-                max_concurrent_activities=model_slots,
-            ),
-            Worker(
-                bare,
-                task_queue=fairness.mirror_task_queue(queue),
-                activities=engine.parts.mirror_activities,
-                interceptors=interceptors,
-                deployment_config=engine.deployment,
-                max_concurrent_activities=mirror_slots,
+                queue,
+                engine.parts,
+                model={**beside, "max_concurrent_activities": model_slots},
+                mirror={**beside, "max_concurrent_activities": mirror_slots},
             ),
             commit_pool=engine.parts.commit_pool,
         ):

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agentrun.core.errors import SetupError
-from agentrun.core.settings import Settings
+from agentrun.core.providers import load_providers, provider_keys
+from agentrun.core.settings import Settings, process_environment
 from agentrun.temporal.client import connect
 from agentrun.temporal.telemetry import shutdown_tracing
 from agentrun.tools.loading import DEMO_TOOLS, load_registry
@@ -68,7 +69,8 @@ async def run_worker(
     fixed counts. `workflows` and `activities`: your own, served beside the engine's (a
     workflow of yours that runs an agent with `agentrun.workflows.run_agent`, say).
     """
-    settings = settings or Settings.load()
+    environ = process_environment()  # this is an edge: providers' keys are read here
+    settings = settings or Settings.load(environ)
     identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
     stop = stop or asyncio.Event()
     servers = [s if isinstance(s, McpServerSpec) else McpServerSpec.parse(s) for s in mcp]
@@ -86,7 +88,12 @@ async def run_worker(
             await register_search_attributes(client)
         pool = await open_worker_pool(settings)
         try:
-            deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=registry)
+            deps = WorkerDeps(
+                pool=pool,
+                model_client=model_client(settings),
+                registry=registry,
+                provider_keys=provider_keys(load_providers(settings.providers), environ),
+            )
             async with (
                 serving(client, pool, settings.task_queue, identity, registry),
                 build_worker(

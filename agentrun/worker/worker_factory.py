@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +62,8 @@ class WorkerDeps:
     pool: AsyncConnectionPool
     model_client: openai.AsyncOpenAI
     registry: ToolRegistry
+    # Named providers' keys, read at the edge (agentrun.core.providers.provider_keys).
+    provider_keys: Mapping[str, str] = field(default_factory=dict)
 
 
 def model_client(settings: Settings) -> openai.AsyncOpenAI:
@@ -266,7 +268,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
     spans = AgentSpans(enabled=settings.otel, capture_content=settings.otel_capture_content)
     model = ModelActivities(
-        ProviderClients(deps.model_client, load_providers(settings.providers)),
+        ProviderClients(deps.model_client, load_providers(settings.providers), deps.provider_keys),
         deps.registry,
         store,
         journal,
@@ -327,6 +329,44 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     )
 
 
+def with_engine(options: Mapping[str, Any], parts: EngineParts) -> dict[str, Any]:
+    """A run-queue worker's `workflows`, `activities` and `interceptors` with the engine's
+    added after `options`' own: the one place both `build_worker` and the plugin
+    (agentrun.worker.plugin) register the engine, so the two cannot drift apart."""
+    share_workflow_code(ENGINE_WORKFLOWS)
+    return {
+        "workflows": [*options.get("workflows", ()), *ENGINE_WORKFLOWS],
+        "activities": [*options.get("activities", ()), *parts.run_activities],
+        "interceptors": [*options.get("interceptors", ()), parts.interceptor],
+    }
+
+
+def side_queue_workers(
+    client: Client,
+    queue: str,
+    parts: EngineParts,
+    *,
+    model: Mapping[str, Any],
+    mirror: Mapping[str, Any],
+) -> tuple[Worker, Worker]:
+    """The run queue's model-call and mirror-write workers (agentrun.core.fairness), each
+    with its own Worker options (slots, interceptors, the version)."""
+    return (
+        Worker(
+            client,
+            task_queue=fairness.model_task_queue(queue),
+            activities=parts.model_activities,
+            **model,
+        ),
+        Worker(
+            client,
+            task_queue=fairness.mirror_task_queue(queue),
+            activities=parts.mirror_activities,
+            **mirror,
+        ),
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -354,41 +394,19 @@ def build_worker(
     if resources is not None:  # slots sized by the machine, under the same ceilings
         for each in (run_tuning, model_tuning, mirror_tuning):
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
-    share_workflow_code(ENGINE_WORKFLOWS)
-    queue = task_queue or settings.task_queue
     steps = StepsInHand()
-    interceptors = [steps, parts.interceptor]
+    deployment = deployment_config(settings)
     drain = timedelta(seconds=settings.drain_seconds)
     for each in (run_tuning, model_tuning, mirror_tuning):
-        each["graceful_shutdown_timeout"] = drain
-    deployment = deployment_config(settings)
+        # The same version on all three: a pinned run's model calls go to its own build.
+        each.update(graceful_shutdown_timeout=drain, deployment_config=deployment)
+    for each in (model_tuning, mirror_tuning):
+        each["interceptors"] = [steps, parts.interceptor]
+    queue = task_queue or settings.task_queue
+    own = {"workflows": workflows, "activities": activities, "interceptors": [steps]}
     return AgentWorkers(
-        Worker(
-            client,
-            task_queue=queue,
-            workflows=[*ENGINE_WORKFLOWS, *workflows],
-            activities=[*activities, *parts.run_activities],
-            interceptors=interceptors,
-            deployment_config=deployment,
-            **run_tuning,
-        ),
-        # The same version: a pinned run's model calls go to workers of its own build.
-        Worker(
-            client,
-            task_queue=fairness.model_task_queue(queue),
-            activities=parts.model_activities,
-            interceptors=interceptors,
-            deployment_config=deployment,
-            **model_tuning,
-        ),
-        Worker(
-            client,
-            task_queue=fairness.mirror_task_queue(queue),
-            activities=parts.mirror_activities,
-            interceptors=interceptors,
-            deployment_config=deployment,
-            **mirror_tuning,
-        ),
+        Worker(client, task_queue=queue, **with_engine(own, parts), **run_tuning),
+        *side_queue_workers(client, queue, parts, model=model_tuning, mirror=mirror_tuning),
         commit_pool=parts.commit_pool,
         drain=DrainReport(steps, settings.drain_seconds, client.identity),
     )
