@@ -15,14 +15,14 @@ from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import make_spec, rows, scripted, wait_pending
+from tests.support import make_spec, rows, run_result, scripted, wait_pending
 from tests.test_cli import run_cli
 
 EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
 
 
 async def finish(client, run_id):
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    return await run_result(client, run_id)
 
 
 async def completed_parent(client, settings, worker):

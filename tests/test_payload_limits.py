@@ -30,7 +30,7 @@ from agentrun.workflows.admission import TenantAdmissionWorkflow
 from agentrun.workflows.backlog import AgentBacklogWorkflow
 from tests.conftest import running_worker
 from tests.recorded import HISTORIES, recorded_history, replayer
-from tests.support import make_spec, rows, scripted
+from tests.support import make_spec, rows, run_result, scripted
 
 SUMMARY = "## Summary\nDone."
 MB = 1024 * 1024
@@ -59,8 +59,7 @@ REGISTRY = ToolRegistry(
 
 async def run_to_end(client: Client, spec: RunSpec, task_queue: str) -> tuple[str, RunResult]:
     started = await ops.start_run(client, spec, task_queue=task_queue)
-    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-    return started.run_id, await handle.result()
+    return started.run_id, await run_result(client, started.run_id)
 
 
 async def history_of(client: Client, run_id: str) -> list[Any]:
