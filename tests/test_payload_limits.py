@@ -214,10 +214,8 @@ async def test_an_oversized_activity_input_fails_the_run_not_the_workflow_task(
     assert not workflow_task_failures(events), "no workflow task was failed and retried"
     assert len(activity_events(events, "model.complete")["scheduled"]) == 1
     assert len(activity_events(events, "tool.invoke")["scheduled"]) == 25
-    closed = [
-        e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
-    ]
-    assert len(closed) == 1, "the workflow ended normally, with its receipt"
+    closed = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED]
+    assert len(closed) == 1, "the workflow ended failed, as the run did, with its receipt"
 
     steps = await rows(
         pool,
