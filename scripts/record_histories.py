@@ -279,11 +279,11 @@ REGISTRY = ToolRegistry(
 FORUM_TASK = "Read the forum post and summarize it."
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
-# One scenario for every path a run takes, recorded from the current code (generation 4):
+# One scenario for every path a run takes, recorded from the current code (generation 5):
 # tests/test_replay.py replays each, so a change that breaks any shape of open run fails CI.
-# Histories of runs of older code stay as they were recorded (generation_3*.json; the
-# admission queues before and after the sweep); those that need a retired version branch are
-# in tests/histories/archive/ (docs/versioning.md).
+# Histories of runs of older code stay as they were recorded (generation_3*.json,
+# generation_4*.json; the admission queues before and after the sweep); those that need a
+# retired version branch are in tests/histories/archive/ (docs/versioning.md).
 STEER_TASK = "Summarize the refund policy (steered)."
 SAID = "Only look at the 2025 policy."
 SESSION_TASK = "Tell me about refunds (a session)."

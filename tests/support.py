@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from agentrun.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentrun.core.errors import OperationError
-from agentrun.core.results import PendingApproval, RunState
+from agentrun.core.results import PendingApproval, RunResult, RunState
 from agentrun.core.spec import RunSpec
 from agentrun.core.states import RunStatus
 from agentrun.ops import operations as ops
@@ -173,3 +173,10 @@ def parse_python(source: str) -> ast.Module:
             if attempt == 4:
                 raise
     raise AssertionError("unreachable")
+
+
+async def run_result(client: Client, run_id: str) -> RunResult:
+    """How the run ended, as `RunClient.result` reads it: a failed run's result rides in its
+    failure, a cancelled run's is read from its final state (agentrun/workflows/run_endings.py).
+    """
+    return await ops.result(client, run_id)

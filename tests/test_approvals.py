@@ -14,11 +14,11 @@ from agentrun.core.errors import OperationError
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.changes import for_new_run
-from tests.support import make_spec, rows, wait_mirrored_status, wait_pending
+from tests.support import make_spec, rows, run_result, wait_mirrored_status, wait_pending
 
 
 async def finish(client, run_id):
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    return await run_result(client, run_id)
 
 
 async def test_edit_runs_the_edited_call_and_records_the_change(client, settings, pool, worker):
@@ -247,8 +247,7 @@ async def test_default_approval_waits_a_day_then_expires(skipping_env, settings,
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
         await wait_pending(client, started.run_id)
         await skipping_env.sleep(timedelta(hours=25))  # a day passes on the server's clock
-        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-        result = await handle.result()
+        result = await run_result(client, started.run_id)
     assert result.status.value == "failed"
     assert "expired" in (result.error or "")
     receipt = await ops.receipt(pool, started.run_id)

@@ -34,7 +34,15 @@ from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
-from tests.support import eventually, make_spec, rows, scripted, wait_pending, wait_status
+from tests.support import (
+    eventually,
+    make_spec,
+    rows,
+    run_result,
+    scripted,
+    wait_pending,
+    wait_status,
+)
 
 SUMMARY = "## Summary\nDone."
 NUL = "\x00"
@@ -42,8 +50,7 @@ NUL = "\x00"
 
 async def run_to_end(client: Any, spec: Any, task_queue: str, seconds: float = 60) -> RunResult:
     started = await ops.start_run(client, spec, task_queue=task_queue)
-    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-    return await asyncio.wait_for(handle.result(), seconds)  # type: ignore[no-any-return]
+    return await asyncio.wait_for(run_result(client, started.run_id), seconds)
 
 
 # ---------------------------------------------------------------- 1: values Postgres refuses

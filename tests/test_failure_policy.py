@@ -12,11 +12,11 @@ import agentrun.demo
 from agentrun.dev.offline_model import OfflineModelServer, Reply, completion, offline_planner
 from agentrun.ops import operations as ops
 from agentrun.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
 from tests.support import (
     eventually,
     make_spec,
     rows,
+    run_result,
     scripted,
     wait_mirrored_status,
     wait_pending,
@@ -39,7 +39,7 @@ def recording(responder):
 
 
 async def result_of(client, run_id):
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    return await run_result(client, run_id)
 
 
 async def events_of(pool, run_id):

@@ -7,6 +7,7 @@ import json
 import uuid
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 import agentrun
@@ -15,14 +16,14 @@ from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import make_spec, rows, scripted, wait_pending
+from tests.support import make_spec, rows, run_result, scripted, wait_pending
 from tests.test_cli import run_cli
 
 EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
 
 
 async def finish(client, run_id):
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    return await run_result(client, run_id)
 
 
 async def completed_parent(client, settings, worker):
@@ -371,3 +372,39 @@ async def test_a_fork_at_every_step_of_recorded_runs_completes_or_is_refused_and
             parent,
             again,
         )
+
+
+async def test_a_fork_that_fails_verification_ends_failed_in_temporal_too(
+    client, settings, pool, worker
+):
+    """Issue 36: the fork's edited output makes its answer fail the parent's checks; Temporal
+    shows the fork Failed, as agentrun does, and its result and receipt still read."""
+    spec = make_spec(verify={"forbidden": [EDITED["status"]], "on_failure": "fail"})
+    async with worker():
+        started = await ops.start_run(client, spec, task_queue=settings.task_queue)
+        await wait_pending(client, started.run_id)
+        await ops.approve(client, started.run_id, by="li", role="approver")
+        assert (await finish(client, started.run_id)).status.value == "completed"
+        steps = await rows(
+            pool, "SELECT seq, type, name FROM steps WHERE run_id = %s", started.run_id
+        )
+        send = next(
+            s["seq"] for s in steps if s["name"] == "send_message" and s["type"] == "tool_call"
+        )
+        fork = await fork_ops.fork_run(
+            client,
+            pool,
+            started.run_id,
+            from_step=send,
+            edit_output=EDITED,
+            task_queue=settings.task_queue,
+        )
+        result = await finish(client, fork.run_id)
+        described = await client.get_workflow_handle(fork.run_id).describe()
+        state = await ops.status(client, fork.run_id)
+    assert result.status.value == "failed" and "verification failed" in (result.error or "")
+    assert described.status == WorkflowExecutionStatus.FAILED
+    assert state.status.value == "failed"
+    assert (await ops.receipt(pool, fork.run_id))["outcome"] == "failed"
+    parent = await client.get_workflow_handle(started.run_id).describe()
+    assert parent.status == WorkflowExecutionStatus.COMPLETED

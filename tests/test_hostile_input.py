@@ -34,7 +34,15 @@ from agentrun.ops import approver_keys, backlog_ops, fork_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
 from tests.backlog_support import new_agent
-from tests.support import NOTIFY_TASK, eventually, make_spec, rows, scripted, wait_pending
+from tests.support import (
+    NOTIFY_TASK,
+    eventually,
+    make_spec,
+    rows,
+    run_result,
+    scripted,
+    wait_pending,
+)
 from tests.test_cli import run_cli
 
 SUMMARY = "## Summary\nDone."
@@ -42,7 +50,7 @@ QUICK_TASK = "Summarize the order policy."
 
 
 async def finish(client, run_id):
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    return await run_result(client, run_id)
 
 
 async def mirror(pool, run_id: str) -> dict[str, Any]:

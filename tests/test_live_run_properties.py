@@ -42,7 +42,6 @@ from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -66,6 +65,7 @@ from agentrun.store.db import install_tool_schema, open_pool
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
 from agentrun.workflows import AgentRunWorkflow
+from tests.support import run_result
 
 T = TypeVar("T")
 MB = 1_000_000
@@ -594,12 +594,7 @@ class LiveRun(RuleBasedStateMachine):
             await asyncio.sleep(0.2)
         else:
             raise AssertionError(f"{run_id} did not end within the bound")
-        typed = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
-        try:
-            result = await typed.result()
-        except WorkflowFailureError:
-            return RunStatus.CANCELLED.value
-        return result.status.value
+        return (await run_result(client, run_id)).status.value
 
     @staticmethod
     async def quietly(work: Coroutine[Any, Any, Any]) -> None:

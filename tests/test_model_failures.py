@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, rows
+from tests.support import eventually, make_spec, rows, run_result
 from tests.test_cli import run_cli
 
 
@@ -30,8 +29,7 @@ async def run(client, settings, worker, responder, **spec_fields):
                 "Summarize the invoice policy.", allowed_tools=["search_notes"], **spec_fields
             )
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-            return started.run_id, await handle.result(), list(model.requests)
+            return started.run_id, await run_result(client, started.run_id), list(model.requests)
 
 
 async def test_server_errors_are_retried_and_recorded(client, settings, pool, worker):

@@ -20,7 +20,7 @@ from agentrun.core.settings import Settings
 from agentrun.ops import backlog_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, rows, wait_pending, wait_status
+from tests.support import eventually, make_spec, rows, run_result, wait_pending, wait_status
 from tests.test_cli import Result, run_cli
 from tests.test_crash_recovery import start_worker_process
 
@@ -145,8 +145,8 @@ async def test_every_command_answers_with_the_workers_dead(
     async with worker():
         approved = client.get_workflow_handle_for(AgentRunWorkflow.run, runs["approved"])
         assert (await asyncio.wait_for(approved.result(), 60)).status.value == "completed"
-        rejected = client.get_workflow_handle_for(AgentRunWorkflow.run, runs["rejected"])
-        assert (await asyncio.wait_for(rejected.result(), 60)).status.value == "cancelled"
+        rejected = await asyncio.wait_for(run_result(client, runs["rejected"]), 60)
+        assert rejected.status.value == "cancelled"
         cancelled = client.get_workflow_handle_for(AgentRunWorkflow.run, runs["cancelled"])
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(cancelled.result(), 60)

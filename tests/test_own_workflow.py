@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 
 from activities import for_worker
@@ -93,3 +93,32 @@ async def test_the_committed_business_histories_replay(path: Path):
     tenant's policy is in the archive, tests/test_version_branches.py)."""
     history = WorkflowHistory.from_json(RECORDED_ID, await asyncio.to_thread(path.read_text))
     await replayer([RefundReviewWorkflow, AgentRunWorkflow]).replay_workflow(history)
+
+
+async def test_a_business_workflow_gets_the_result_of_an_agent_run_that_was_rejected(
+    client: Client, settings, pool, worker, tmp_path
+):
+    """The rejected agent's run ends Canceled in Temporal, as agentrun says; `run_agent`
+    still returns its result (cancelled, with the reason) to the business workflow."""
+    ledger = tmp_path / "refunds.jsonl"
+    request = RefundRequest(
+        request_id="r-2", customer="bo@example.com", amount_usd=7.0, agent=make_spec()
+    )
+    parent_id = f"refund-{request.agent.idempotency_key}"
+    async with worker(workflows=tuple(WORKFLOWS), activities=tuple(for_worker(ledger))):
+        handle = await client.start_workflow(
+            RefundReviewWorkflow.run, request, id=parent_id, task_queue=settings.task_queue
+        )
+        agent_run = child_run_id(parent_id, request.request_id)
+        await eventually(
+            lambda: started(client, agent_run), what="the parent to start the agent's run"
+        )
+        await wait_pending(client, agent_run)
+        await ops.reject(client, agent_run, by="maria", role="approver", reason="not this one")
+        outcome = await asyncio.wait_for(handle.result(), 60)
+        described = await client.get_workflow_handle(agent_run).describe()
+
+    assert outcome.agent_status == "cancelled" and outcome.refund is None
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert (await ops.receipt(pool, agent_run))["outcome"] == "cancelled"
+    assert not ledger.exists()

@@ -30,7 +30,7 @@ from agentrun.workflows.admission import TenantAdmissionWorkflow
 from agentrun.workflows.backlog import AgentBacklogWorkflow
 from tests.conftest import running_worker
 from tests.recorded import HISTORIES, recorded_history, replayer
-from tests.support import make_spec, rows, scripted
+from tests.support import make_spec, rows, run_result, scripted
 
 SUMMARY = "## Summary\nDone."
 MB = 1024 * 1024
@@ -59,8 +59,7 @@ REGISTRY = ToolRegistry(
 
 async def run_to_end(client: Client, spec: RunSpec, task_queue: str) -> tuple[str, RunResult]:
     started = await ops.start_run(client, spec, task_queue=task_queue)
-    handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-    return started.run_id, await handle.result()
+    return started.run_id, await run_result(client, started.run_id)
 
 
 async def history_of(client: Client, run_id: str) -> list[Any]:
@@ -215,10 +214,8 @@ async def test_an_oversized_activity_input_fails_the_run_not_the_workflow_task(
     assert not workflow_task_failures(events), "no workflow task was failed and retried"
     assert len(activity_events(events, "model.complete")["scheduled"]) == 1
     assert len(activity_events(events, "tool.invoke")["scheduled"]) == 25
-    closed = [
-        e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
-    ]
-    assert len(closed) == 1, "the workflow ended normally, with its receipt"
+    closed = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED]
+    assert len(closed) == 1, "the workflow ended failed, as the run did, with its receipt"
 
     steps = await rows(
         pool,

@@ -25,8 +25,7 @@ from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planne
 from agentrun.ops import operations as ops
 from agentrun.profiles import Agent
 from agentrun.store.metrics import stats
-from agentrun.workflows import AgentRunWorkflow
-from tests.support import rows
+from tests.support import rows, run_result
 
 TASK = "Summarize our invoice policy."
 FAST = {"heartbeat_seconds": 5, "initial_retry_seconds": 0.2}
@@ -93,7 +92,7 @@ def provider_server(model_answers: dict[str, Reply] | None = None) -> OfflineMod
 
 
 async def result_of(client, run_id):
-    return await client.get_workflow_handle_for(AgentRunWorkflow.run, run_id).result()
+    return await run_result(client, run_id)
 
 
 @pytest.mark.timeout(150)

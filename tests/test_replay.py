@@ -110,6 +110,26 @@ def test_generation_3_has_histories_without_markers():
         assert set(upserted) == {"AgentrunStatus"}, name
 
 
+def test_histories_of_both_endings_replay():
+    """Generation 5 (issue 36) ends a rejected run Canceled and a failed one Failed in
+    Temporal; runs of generation 4 completed whatever agentrun said, and still replay so."""
+    endings = {
+        name: (started_input(events_of(name))["workflow_generation"], events_of(name)[-1])
+        for name in (
+            "generation_4_rejected",
+            "generation_4_failed",
+            "rejected",
+            "unknown_outcome_expired",
+        )
+    }
+    assert {name: (gen, last["eventType"]) for name, (gen, last) in endings.items()} == {
+        "generation_4_rejected": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
+        "generation_4_failed": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
+        "rejected": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
+        "unknown_outcome_expired": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
+    }
+
+
 def events_of(name: str) -> list[dict]:
     return json.loads((HISTORIES[0].parent / f"{name}.json").read_text())["events"]
 

@@ -16,6 +16,7 @@ from tests.support import (
     eventually,
     make_spec,
     rows,
+    run_result,
     scripted,
     wait_mirrored_status,
     wait_pending,
@@ -112,8 +113,7 @@ async def test_step_limit_fails_the_run_with_a_reason(client, settings, pool, wo
         async with worker(base_url=model.base_url):
             spec = make_spec("loop", max_steps=3)
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-            result = await handle.result()
+            result = await run_result(client, started.run_id)
     assert result.status.value == "failed"
     assert "step limit" in (result.error or "")
     assert (await ops.receipt(pool, started.run_id))["outcome"] == "failed"

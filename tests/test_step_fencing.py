@@ -13,8 +13,7 @@ from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
 from agentrun.store.mirror_store import MirrorStore
 from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, mirror_batch, rows, scripted
+from tests.support import eventually, make_spec, mirror_batch, rows, run_result, scripted
 
 
 class Docs(BaseModel):
@@ -62,8 +61,7 @@ REGISTRY = ToolRegistry(
 async def run_to_end(client, settings, worker, model, spec):
     async with worker(registry=REGISTRY, base_url=model.base_url):
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-        return started.run_id, await handle.result()
+        return started.run_id, await run_result(client, started.run_id)
 
 
 async def test_a_retried_step_resumes_from_its_checkpoint(client, settings, pool, worker):
@@ -98,8 +96,7 @@ async def test_a_late_zombie_attempt_cannot_overwrite_the_accepted_step(
     with OfflineModelServer(scripted([("zombie_lookup", {"key": "k"})], "## Summary\nok")) as model:
         async with worker(registry=REGISTRY, base_url=model.base_url):
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-            result = await handle.result()
+            result = await run_result(client, started.run_id)
             # Let the zombie finish and try its late write while the worker still runs.
             await eventually(
                 lambda: rows(

@@ -123,6 +123,9 @@ async def test_the_parents_budget_stops_a_child_that_overspends(client, settings
     [alpha_id, *_] = (await ops.receipt(pool, started.run_id))["children"]
     alpha = await ops.receipt(pool, alpha_id)
     assert alpha["outcome"] == "failed" and "budget" in alpha["error"], alpha["error"]
+    # Temporal shows the child Failed too (issue 36); its parent still read its result.
+    described = await client.get_workflow_handle(alpha_id).describe()
+    assert described.status == WorkflowExecutionStatus.FAILED
     failed = [s for s in state.steps if s.name == "agent__alpha"]
     assert [s.status for s in failed] == ["failed"]
     # The parent's model heard the failure as the tool's error.

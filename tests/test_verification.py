@@ -6,8 +6,7 @@ from agentrun.activities.verify import deterministic_checks
 from agentrun.core.spec import VerifySpec
 from agentrun.dev.offline_model import OfflineModelServer
 from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
-from tests.support import make_spec, rows, scripted, wait_pending
+from tests.support import make_spec, rows, run_result, scripted, wait_pending
 
 GOOD = '## Summary\nTwo items.\n- a\n- b\n```json\n{"count": 2}\n```'
 BAD = '## Summary\nThree items.\n- a\n- b\n- c\n```json\n{"count": "three"}\n```'
@@ -24,8 +23,7 @@ CHECKS = {
 async def run(client, settings, worker, model, spec):
     async with worker(base_url=model.base_url):
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-        return started.run_id, await handle.result()
+        return started.run_id, await run_result(client, started.run_id)
 
 
 def test_deterministic_checks_name_what_failed():
@@ -101,8 +99,7 @@ async def test_a_tool_that_ran_adds_its_own_checks(client, settings, pool, worke
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
             pending = await wait_pending(client, started.run_id)
             await ops.approve(client, started.run_id, by="li", role="approver")
-            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
-            result = await handle.result()
+            result = await run_result(client, started.run_id)
     assert pending.tool == "send_message"
     assert result.status.value == "completed" and result.answer == honest
     told = model.requests[2]["messages"][-1]["content"]

@@ -15,6 +15,7 @@ ACTIVITY_MIRROR_SYNC = "mirror.sync"
 ACTIVITY_RECEIPT_RECORD = "receipts.record"
 ACTIVITY_MIRROR_FINISH = "mirror.finish"
 ACTIVITY_FORK_SEED = "fork.seed"
+ACTIVITY_RUN_CANCEL_OWN = "run.cancel_own"
 
 # Workflow message names.
 QUERY_STATE = "state"

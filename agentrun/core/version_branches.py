@@ -26,7 +26,9 @@ from agentrun.core import constants as names
 # The oldest generation today's run workflow replays; the one new runs take is in
 # agentrun/workflows/changes.py (CURRENT_GENERATION).
 OLDEST_GENERATION = 3
-MAX_LIVE = 3
+# Four, not three, since issue 36: runs of generation 3 still need generation-4's old path
+# while generation-5 (Temporal ends a run as agentrun does) is new.
+MAX_LIVE = 4
 
 
 class VersionBranch(BaseModel):
@@ -41,6 +43,7 @@ class VersionBranch(BaseModel):
 
 
 GENERATION_4 = "generation-4"
+GENERATION_5 = "generation-5"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
 BACKLOG_CHILD_POLICY = "backlog-child-policy"
 # Retired in issue 28 with its histories archived: a workflow of the user's own that started
@@ -55,6 +58,15 @@ LIVE: tuple[VersionBranch, ...] = (
         where="agentrun/workflows/run_messages.py (admit_signal)",
         old_path="a run of generation 3 takes an admit signal from any sender",
         removal="no open run of generation 3",
+    ),
+    VersionBranch(
+        id=GENERATION_5,
+        kind="generation",
+        workflow_type=names.WORKFLOW_NAME,
+        where="agentrun/workflows/agent_run.py (AgentRunWorkflow.run)",
+        old_path="a run of generation 3 or 4 returns its result however it ended: Temporal "
+        "shows a failed or rejected run as Completed",
+        removal="no open run of generation 3 or 4",
     ),
     VersionBranch(
         id=ADMISSION_SWEEP,
@@ -159,6 +171,8 @@ def live_old_paths(facts: HistoryFacts) -> list[str]:
     needed = []
     if facts.workflow_type == names.WORKFLOW_NAME and facts.generation == 3:
         needed.append(GENERATION_4)
+    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation in (3, 4):
+        needed.append(GENERATION_5)
     if (
         facts.workflow_type == names.ADMISSION_WORKFLOW_NAME
         and facts.decided

@@ -69,7 +69,7 @@ from agentrun.temporal.worker_presence import (
     start_a_worker,
     within,
 )
-from agentrun.workflows import AgentRunWorkflow
+from agentrun.workflows import AgentRunWorkflow, run_endings
 from agentrun.workflows.changes import for_new_run
 
 
@@ -684,14 +684,18 @@ async def result(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunResult:
-    """Wait for the run to end: its result, as its workflow returned it; a run Temporal
-    cancelled (a cancel request) returns none, so its result is read from its final state."""
+    """Wait for the run to end: its result, as its workflow returned it, or as a failed run
+    carries it in its failure (agentrun/workflows/run_endings.py); a run Temporal cancelled
+    returns none, so its result is read from its final state."""
     if tenant is not None:
         await find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=mirror)
     handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
     try:
         return await handle.result()
     except WorkflowFailureError as err:
+        carried = run_endings.result_of_failure(err.cause)
+        if carried is not None:
+            return carried
         if not is_cancelled_exception(err.cause):
             raise
     return await _ended_as(handle, mirror)

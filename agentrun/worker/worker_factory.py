@@ -30,6 +30,7 @@ from agentrun.activities.fork import ForkActivities
 from agentrun.activities.mirror import MirrorActivities
 from agentrun.activities.model import ModelActivities
 from agentrun.activities.provider_clients import ProviderClients
+from agentrun.activities.run_endings import RunEndingActivities
 from agentrun.activities.tools import ToolActivities
 from agentrun.activities.verify import VerifyActivities
 from agentrun.core import fairness
@@ -305,6 +306,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     backlog = BacklogActivities(BacklogStore(deps.pool))
     admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
+    endings = RunEndingActivities(client)
     return EngineParts(
         run_activities=[
             model.complete,  # model calls scheduled before they had a queue of their own
@@ -317,6 +319,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
             backlog.sync,
             backlog.load,
             fork.seed,
+            endings.cancel_own,
             admission.sync,
             admission.closed_runs,
             admission.hold,

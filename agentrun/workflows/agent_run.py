@@ -26,7 +26,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ActivityCancellationType
 
-from agentrun.workflows import run_state
+from agentrun.workflows import run_endings, run_state
 from agentrun.workflows.approvals import Approvals
 from agentrun.workflows.changes import Changes
 from agentrun.workflows.recording import MIRROR_RETRY
@@ -214,7 +214,7 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
         if cancelled:
             # The receipt is written; now Temporal shows the run as cancelled too.
             raise asyncio.CancelledError("cancelled on request")
-        return RunResult(
+        result = RunResult(
             run_id=self.run_id,
             status=self.progress.status,
             answer=self.progress.answer,
@@ -223,6 +223,12 @@ class AgentRunWorkflow(Approvals, RunMessages, Sessions, Subagents):
             tokens_out=self.progress.tokens_out,
             cost_usd=self.progress.cost_usd,
         )
+        if self.changes.generation_5:  # Temporal ends the run as agentrun does
+            if result.status == RunStatus.FAILED:
+                raise run_endings.failure(result)
+            if result.status == RunStatus.CANCELLED:
+                await run_endings.cancel_own(result.error or "cancelled")
+        return result
 
     async def _wait_for_slot(self) -> None:
         """Stay `queued` until the tenant's admission queue says a slot is ours."""

@@ -23,7 +23,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
-from agentrun.workflows import run_starts
+from agentrun.workflows import run_endings, run_starts
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities.backlog import BacklogActivities
@@ -282,7 +282,10 @@ class AgentBacklogWorkflow:
         try:
             result = await handle
         except ChildWorkflowError as err:
-            return f"ended: {failure_text(err)}"
+            carried = run_endings.result_of_failure(err.cause)
+            if carried is None:
+                return f"ended: {failure_text(err)}"
+            result = carried
         finally:
             self.children.pop(task.key, None)
             self.paused_by_us.discard(task.key)

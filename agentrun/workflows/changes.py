@@ -8,6 +8,10 @@ the run workflow does that must not reach runs already open takes the next gener
 Generation 4 (issue 24): a run takes an admit signal only from the admission queue its input
 names; an admit from any other sender is ignored. Runs of generation 3 took any.
 
+Generation 5 (issue 36): a run that ends failed or cancelled ends so in Temporal too (Failed,
+Canceled; agentrun/workflows/run_endings.py); runs of generation 4 and before return their
+result whatever their status, so Temporal shows them Completed.
+
 Runs of generation 2 and before (no generation in their input) took the fifteen patch-era
 paths that issue 28 retired (agentrun/core/version_branches.py): such a run is refused here,
 by name, rather than replayed along paths it never took. Its workflow task fails, and Temporal
@@ -21,7 +25,7 @@ from agentrun.core.spec import RunSpec
 from agentrun.core.version_branches import OLDEST_GENERATION, RETIRED_GENERATIONS, RETIRED_NOTE
 
 # The generation `for_new_run` writes into a new run's input.
-CURRENT_GENERATION = 4
+CURRENT_GENERATION = 5
 
 
 def for_new_run(spec: RunSpec) -> RunInput:
@@ -42,5 +46,7 @@ class Changes:
                 f"generation {generation} ({RETIRED_NOTE}); run it on a build from before "
                 "issue 28"
             )
-        # The one live generation switch (agentrun/core/version_branches.py: generation-4).
+        # The live generation switches (agentrun/core/version_branches.py: generation-4 and
+        # generation-5).
         self.generation_4 = generation >= 4
+        self.generation_5 = generation >= 5

@@ -15,9 +15,9 @@ tenant a wait in its admission queue.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
-from agentrun.workflows import run_starts
+from agentrun.workflows import run_endings, run_starts
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core.constants import RUN_ID_PREFIX
@@ -46,9 +46,9 @@ async def run_agent(spec: RunSpec, *, key: str, task_queue: str | None = None) -
     `key` names this run among the parent's (one parent, one key, one run); `task_queue` is
     the queue agentrun's workers poll, by default the parent's own (a deployment's worker
     serves its workflows beside the engine's). The result's status says whether the agent
-    completed, failed or was cancelled; a run that ends otherwise than completed is not an
-    exception. A priority the run's tenant may not take raises an ApplicationError of type
-    `OperationRefused`, and no run starts.
+    completed, failed or was cancelled; a run that ends otherwise than completed (Temporal
+    shows it Failed or Canceled) is not an exception. A priority the run's tenant may not
+    take raises an ApplicationError of type `OperationRefused`, and no run starts.
     """
     parent = workflow.info().workflow_id
     spec = spec.model_copy(update={"idempotency_key": f"{parent}~{key}"})
@@ -62,4 +62,7 @@ async def run_agent(spec: RunSpec, *, key: str, task_queue: str | None = None) -
         summary=f"{spec.agent or 'agent'} for {parent}",
         task_queue=task_queue,
     )
-    return await handle
+    try:
+        return await handle
+    except ChildWorkflowError as err:  # it failed or was cancelled: still a result
+        return run_endings.child_result(err, handle.id)

@@ -24,9 +24,9 @@ import json
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import CancelledError, ChildWorkflowError, FailureError
+from temporalio.exceptions import ChildWorkflowError, FailureError
 
-from agentrun.workflows import run_starts
+from agentrun.workflows import run_endings, run_starts
 from agentrun.workflows.recording import Recording
 
 with workflow.unsafe.imports_passed_through():
@@ -174,13 +174,7 @@ class Subagents(Recording):
                 await child
             raise
         except ChildWorkflowError as err:
-            cancelled = isinstance(err.cause, CancelledError)
-            return RunResult(
-                run_id=child_id,
-                status=RunStatus.CANCELLED if cancelled else RunStatus.FAILED,
-                answer=None,
-                error=str(err.cause or err),
-            )
+            return run_endings.child_result(err, child_id)
         finally:
             self.running_child = None
 
