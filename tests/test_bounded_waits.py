@@ -136,7 +136,8 @@ def test_the_console_script_answers_within_its_wait_when_a_service_never_answers
     assert line.startswith("error: ") and address in line and "within 3s" in line, line
     assert what_to_do in line, line
     bound = max(3, starting + ONE_TRY_SECONDS)
-    assert took < bound + 0.75, f"{took:.2f} s for --wait 3 (importing took {starting:.2f} s)"
+    # The slack: the process's own start and exit, which a loaded machine stretches.
+    assert took < bound + 1.5, f"{took:.2f} s for --wait 3 (importing took {starting:.2f} s)"
 
 
 def test_a_malformed_database_url_is_named_malformed_once(tmp_path):

@@ -93,7 +93,7 @@ async def test_demo_passes_with_the_default_ports_held_by_another_program(home):
     async with another_program_holding(TEMPORAL_PORT, WEB_UI_PORT):
         code, output = await cli(home, "demo", bound=110)
     assert code == 0, output
-    assert "Outcome:** completed" in output, output
+    assert "receipt: completed" in output, output
     moved = re.search(
         rf"port {TEMPORAL_PORT} is in use by another program: Temporal takes (\d+)", output
     )

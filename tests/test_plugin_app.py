@@ -95,14 +95,29 @@ def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str, mod
     return app
 
 
-async def test_the_shops_workflow_runs_an_approved_agent(
-    shop: Any, env: WorkflowEnvironment, pool: Any
-):
-    spans = InMemorySpanExporter()
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The shop's tracer provider (Temporal's replay-safe one) as the process's, for this
+    test alone: the other telemetry tests of this process find theirs again after it."""
+    exporter = InMemorySpanExporter()
     provider = create_tracer_provider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    trace._TRACER_PROVIDER_SET_ONCE._done = False  # each test process sets its own once
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    previous = trace.get_tracer_provider()
+    trace._TRACER_PROVIDER_SET_ONCE._done = False  # the API sets a provider once per process
     trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        trace._TRACER_PROVIDER_SET_ONCE._done = False
+        if isinstance(previous, trace.ProxyTracerProvider):
+            trace._TRACER_PROVIDER = None  # none was set: the next test sets its own
+        else:
+            trace.set_tracer_provider(previous)
+
+
+async def test_the_shops_workflow_runs_an_approved_agent(
+    shop: Any, env: WorkflowEnvironment, pool: Any, spans: InMemorySpanExporter
+):
 
     from shopapp.activities import Order
     from shopapp.workflows import OrderReview

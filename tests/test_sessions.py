@@ -332,7 +332,10 @@ async def test_chat_from_a_pipe_through_the_console_script(
 ):
     with OfflineModelServer(session_model()) as model:
         async with worker(base_url=model.base_url):
-            started = await ops.start_run(client, spec(), task_queue=settings.task_queue)
+            # Idle for a minute at most: a loaded machine's console script takes seconds to start.
+            started = await ops.start_run(
+                client, spec(idle_timeout=60), task_queue=settings.task_queue
+            )
             await answered(client, started.run_id, 1)
             code, out, err = await chat_cli(
                 settings, tmp_path, started.run_id, f"{SECOND}\n\n{THIRD}\n/exit\nignored\n"
