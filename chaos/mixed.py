@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from agentrun.client_api import RunClient
+from agentrun.core.constants import MOVING_TO_CURRENT_BUILD
+from agentrun.core.errors import OperationRefused
 from agentrun.temporal import deployments
 from bench.harness import WorkerProcess
 from chaos.audit import children_of, orphans
@@ -46,7 +48,7 @@ class Pace:
     killable_after: float = 8.0
     temporal_down: float = 10.0
     postgres_down: float = 30.0
-    deploy_at: float = 0.5  # the share of runs ended when the next build is deployed
+    deploy_at: float = 0.5  # the share of runs started when the next build is deployed
     sessions: SessionPace = field(default_factory=SessionPace)
 
     @property
@@ -204,6 +206,9 @@ class Feed:
     kinds: list[str]
     run_ids: list[str] = field(default_factory=list)
     done: set[str] = field(default_factory=set)
+    refused_for_deploy: int = 0  # starts refused because a deploy was moving the queue
+    failed_top_ups: int = 0
+    hold_from: int | None = None  # the first run held until the deploy is done
 
     async def count_ended(self) -> None:
         open_ = [run_id for run_id in self.run_ids if run_id not in self.done]
@@ -220,7 +225,15 @@ class Feed:
     async def top_up(self) -> None:
         while len(self.run_ids) < self.pace.runs and self.open < self.pace.in_flight:
             index = len(self.run_ids)
-            run_id = await self.mix.start(self.kinds[index], index, QUEUE)
+            if self.hold_from is not None and index >= self.hold_from:
+                return  # the runs after the deploy start once it is done, on the new build
+            try:
+                run_id = await self.mix.start(self.kinds[index], index, QUEUE)
+            except OperationRefused as err:
+                if MOVING_TO_CURRENT_BUILD not in str(err):
+                    raise
+                self.refused_for_deploy += 1  # a promise broken (issue 35): tried again
+                return
             if run_id is None:  # a fork waits for a plain run to end
                 return
             self.run_ids.append(run_id)
@@ -241,6 +254,7 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
     mix = Mix(lab, pace.sessions, cap=max(1, pace.in_flight // 10))
     await mix.prepare(lab.home / "approvers")
     feed = Feed(lab, pace, mix, draw(pace.runs, rng))
+    feed.hold_from = max(1, round(pace.deploy_at * pace.runs))
     crew = Crew(lab, pace, rng)
     outages = list(pace.outages)
     struck: Counter[str] = Counter()
@@ -273,10 +287,14 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
     async with lab.approver_for(feed.run_ids, mix.keys), crew.working():
         await crew.deploy(FIRST_BUILD)  # before any run: every run is pinned to a build
         started = time.monotonic()  # the load, and its bounds, begin now
+        feeding = asyncio.create_task(feed.top_up())
         while feed.ended < pace.runs or outages or outage is not None or deploying is None:
             with contextlib.suppress(Exception):  # the server may be down on purpose
                 await asyncio.wait_for(feed.count_ended(), 5)
-                await asyncio.wait_for(feed.top_up(), 30)
+            if feeding.done():  # starts go on beside the chaos, each within the door's bounds
+                if not feeding.cancelled() and feeding.exception() is not None:
+                    feed.failed_top_ups += 1  # a service down on purpose: tried again
+                feeding = asyncio.create_task(feed.top_up())
             now = time.monotonic()
             if now - started > pace.chaos_seconds and outage is None:
                 outcome.problems.append(
@@ -287,8 +305,11 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
             if outage is not None and outage.done():
                 await outage
                 outage = None
-            if deploying is None and feed.ended >= pace.deploy_at * pace.runs:
-                deploying = asyncio.create_task(crew.deploy(NEXT_BUILD))
+            if deploying is None and feed.hold_from is not None:
+                if len(feed.run_ids) >= feed.hold_from:
+                    deploying = asyncio.create_task(crew.deploy(NEXT_BUILD))
+            elif deploying is not None and deploying.done():
+                feed.hold_from = None
             if outage is None and outages and feed.ended >= outages[0][0] * pace.runs:
                 outage = asyncio.create_task(strike(outages.pop(0)[1]))
             if now >= next_kill:
@@ -299,6 +320,8 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
                 next_word = now + PROGRESS_EVERY
             await asyncio.sleep(0.5)
         print(progress(), flush=True)
+        feeding.cancel()  # every run started, or the chaos ran out of time
+        await asyncio.gather(feeding, return_exceptions=True)
         if deploying is not None:
             try:
                 await asyncio.wait_for(deploying, 180)
@@ -321,6 +344,11 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
     await mix.stop()
     outcome.problems += await orphans(lab.pool, children)
     outcome.problems += await mix.unsigned()
+    if feed.refused_for_deploy:
+        outcome.problems.append(
+            f"{feed.refused_for_deploy} starts refused while a deploy moved a queue "
+            f"({MOVING_TO_CURRENT_BUILD!r}); no start may be refused because of a deploy"
+        )
     queued = await mix.queued()
     pinned = Counter(
         [(await deployments.run_version(lab.client, run_id)).build_id for run_id in feed.run_ids]
@@ -344,6 +372,7 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
             "capped runs that queued behind the cap": queued,
             "cap (runs in flight)": mix.cap,
             "approvals granted": lab.approvals,
+            "starts that failed (tried again)": feed.failed_top_ups,
             "builds deployed (s each took)": dict(
                 zip(crew.builds, crew.deploy_seconds, strict=False)
             ),
@@ -378,6 +407,6 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
             outcome.problems.append("tool.zombie: no zombie attempt wrote late")
         if not queued:
             outcome.problems.append("no capped run ever waited behind its tenant's cap")
-        if not pinned[NEXT_BUILD]:
-            outcome.problems.append(f"no run started on {NEXT_BUILD}, deployed in the middle")
+    if not pinned[NEXT_BUILD]:
+        outcome.problems.append(f"no run started on {NEXT_BUILD}, deployed in the middle")
     return outcome

@@ -76,6 +76,8 @@ def test_mixed_chaos_breaks_nothing(tmp_path):
     assert figures["sessions that compacted"] >= 1 and figures["seed"] == 11
     assert sum(figures["say answered"].values()) == kinds["say"]
     assert set(figures["builds deployed (s each took)"]) == {"v1", "v2"}  # v2 mid-load
+    pinned = figures["runs by the build they are pinned to"]
+    assert set(pinned) == {"v1", "v2"} and sum(pinned.values()) == 12, pinned
     assert figures["capped runs that queued behind the cap"] >= 1
     for count in ("duplicate", "divergent", "lost", "orphan"):
         assert o[count] == 0, f"{count} mirror rows"
