@@ -249,6 +249,13 @@ class Mix:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
+    async def mirrored_status(self, run_id: str) -> str:
+        """The run's status as the mirror has it."""
+        async with self.lab.pool.connection() as conn:
+            cur = await conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,))
+            row = await cur.fetchone()
+        return str(row[0]) if row else "not in the mirror"
+
     async def stop(self) -> None:
         for driver in self.drivers:
             driver.cancel()

@@ -168,11 +168,11 @@ class Lab:
         """Wait until every run ended; returns those still open at the deadline."""
         deadline = asyncio.get_running_loop().time() + seconds
         pending = list(run_ids)
-        while pending and asyncio.get_running_loop().time() < deadline:
+        while True:  # looked at once at least, whatever `seconds`
             pending = await self.open_runs(pending)
-            if pending:
-                await asyncio.sleep(2)
-        return pending
+            if not pending or asyncio.get_running_loop().time() >= deadline:
+                return pending
+            await asyncio.sleep(2)
 
     @contextlib.asynccontextmanager
     async def approver_for(

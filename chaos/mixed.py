@@ -48,6 +48,7 @@ class Pace:
     killable_after: float = 8.0
     temporal_down: float = 10.0
     postgres_down: float = 30.0
+    last_runs_within: float = 300.0  # seconds the calm workers have to end the last runs
     deploy_at: float = 0.5  # the share of runs started when the next build is deployed
     sessions: SessionPace = field(default_factory=SessionPace)
 
@@ -334,13 +335,16 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
     ]
     print(f"chaos: mixed: waiting for the last runs, then auditing all {pace.runs}", flush=True)
     async with lab.approver_for(feed.run_ids, mix.keys):
-        await lab.wait_ended(feed.run_ids, 300)  # then every parent names its children
+        # Then every parent names its children; what is still open says what it waits for.
+        for run_id in await lab.wait_ended(feed.run_ids, pace.last_runs_within):
+            status = await mix.mirrored_status(run_id)
+            outcome.problems.append(f"{run_id} ({mix.kind_of[run_id]}) did not end: {status}")
         children = await children_of(lab.pool, feed.run_ids)
         mix.kind_of.update(dict.fromkeys(children, CHILD))
         everyone = feed.run_ids + list(children)
         outcome.runs = len(everyone)
         effects = {run_id: EFFECTS[kind] for run_id, kind in mix.kind_of.items()}
-        await finish(lab, outcome, everyone, started, effects)
+        await finish(lab, outcome, everyone, started, effects, within=0)
     await mix.stop()
     outcome.problems += await orphans(lab.pool, children)
     outcome.problems += await mix.unsigned()

@@ -41,10 +41,12 @@ async def finish(
     run_ids: list[str],
     started: float,
     effects: Mapping[str, Mapping[str, int]] | None = None,
+    within: float = 300,
 ) -> Outcome:
     """Wait for the runs to end, then audit every one of them into `outcome` (each run's
-    effects as `effects` names them; by default, one ticket and one message)."""
-    still_open = await lab.wait_ended(run_ids, 300)
+    effects as `effects` names them; by default, one ticket and one message; `within`: the
+    seconds they have to end)."""
+    still_open = await lab.wait_ended(run_ids, within)
     outcome.problems += [f"{run_id} did not end" for run_id in still_open]
     outcome.seconds = round(time.monotonic() - started, 1)
     result = await audit(lab.client, lab.pool, run_ids, effects)

@@ -336,6 +336,7 @@ def mixed_pace(args: argparse.Namespace) -> Pace:
             temporal_down=3,
             postgres_down=6,
             sessions=SessionPace(turns=3, compact_after=2),
+            last_runs_within=90,
         )
     return Pace(runs=args.runs or 1000, in_flight=args.in_flight or Pace.in_flight)
 
