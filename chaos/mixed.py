@@ -285,6 +285,8 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
 
     outage: asyncio.Task[None] | None = None
     deploying: asyncio.Task[None] | None = None
+    held_since: float | None = None
+    held_until: float | None = None
     async with lab.approver_for(feed.run_ids, mix.keys), crew.working():
         await crew.deploy(FIRST_BUILD)  # before any run: every run is pinned to a build
         started = time.monotonic()  # the load, and its bounds, begin now
@@ -297,7 +299,10 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
                     feed.failed_top_ups += 1  # a service down on purpose: tried again
                 feeding = asyncio.create_task(feed.top_up())
             now = time.monotonic()
-            if now - started > pace.chaos_seconds and outage is None:
+            # The runs held for the deploy wait on it, not on the chaos: that time is not
+            # the chaos's.
+            held = (held_until or now) - held_since if held_since is not None else 0.0
+            if now - started - held > pace.chaos_seconds and outage is None:
                 outcome.problems.append(
                     f"{pace.runs - feed.ended} runs still open after {pace.chaos_seconds:.0f} s"
                     " of chaos (the calm workers finish them, the audit checks them)"
@@ -309,8 +314,10 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
             if deploying is None and feed.hold_from is not None:
                 if len(feed.run_ids) >= feed.hold_from:
                     deploying = asyncio.create_task(crew.deploy(NEXT_BUILD))
-            elif deploying is not None and deploying.done():
+                    held_since = now
+            elif deploying is not None and deploying.done() and feed.hold_from is not None:
                 feed.hold_from = None
+                held_until = now
             if outage is None and outages and feed.ended >= outages[0][0] * pace.runs:
                 outage = asyncio.create_task(strike(outages.pop(0)[1]))
             if now >= next_kill:
