@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentrun.ops import projection
+from chaos.lab import SUBAGENT_RUNS
 
 EFFECTS_PER_RUN = {"create_ticket": 1, "send_message": 1}
 # Runs checked against their histories at once: a thousand runs one by one take minutes.
@@ -49,8 +51,16 @@ async def _rows(pool: AsyncConnectionPool, sql: str, run_ids: list[str]) -> list
         return list(await cur.fetchall())
 
 
-async def audit(client: Client, pool: AsyncConnectionPool, run_ids: list[str]) -> Audit:
+async def audit(
+    client: Client,
+    pool: AsyncConnectionPool,
+    run_ids: list[str],
+    effects: Mapping[str, Mapping[str, int]] | None = None,
+) -> Audit:
+    """Every run in `run_ids`; each must have done the effects `effects` names for it (by
+    default `EFFECTS_PER_RUN`), once each, and no other."""
     result = Audit(runs=len(run_ids))
+    effects = effects or {}
     gate = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     async def against_history(run_id: str) -> None:
@@ -86,9 +96,9 @@ async def audit(client: Client, pool: AsyncConnectionPool, run_ids: list[str]) -
            FROM tool_ledger l WHERE l.run_id = ANY(%s)""",
         run_ids,
     )
-    effects: Counter[tuple[str, str]] = Counter()
+    done_by: Counter[tuple[str, str]] = Counter()
     for run_id, tool, status, rows in ledger:
-        effects[(run_id, tool)] += 1
+        done_by[(run_id, tool)] += 1
         if status != "done":
             result.problem(f"{run_id}: {tool} ledger entry is {status!r}")
         if rows != 1:
@@ -96,10 +106,13 @@ async def audit(client: Client, pool: AsyncConnectionPool, run_ids: list[str]) -
             result.missing_effects += rows == 0
             result.problem(f"{run_id}: {tool} changed {rows} rows in its system")
     for run_id in run_ids:
-        for tool, expected in EFFECTS_PER_RUN.items():
-            if effects[(run_id, tool)] != expected:
-                result.missing_effects += effects[(run_id, tool)] < expected
-                result.problem(f"{run_id}: {effects[(run_id, tool)]} ledger entries for {tool}")
+        wanted = effects.get(run_id, EFFECTS_PER_RUN)
+        for tool in EFFECTS_PER_RUN:
+            done, expected = done_by[(run_id, tool)], wanted.get(tool, 0)
+            if done != expected:
+                result.missing_effects += done < expected
+                result.duplicate_effects += max(done - expected, 0)
+                result.problem(f"{run_id}: {done} ledger entries for {tool}, not {expected}")
     # Effects the ledger does not know of would be duplicates too.
     strays = await _rows(
         pool,
@@ -132,3 +145,41 @@ async def audit(client: Client, pool: AsyncConnectionPool, run_ids: list[str]) -
         else:
             result.overlapping_calls += 1
     return result
+
+
+async def children_of(pool: AsyncConnectionPool, parents: list[str]) -> dict[str, str]:
+    """Sub-agents' runs, each with the parent whose receipt names it."""
+    rows = await _rows(
+        pool,
+        """SELECT run_id, jsonb_array_elements_text(receipt->'children') FROM receipts
+           WHERE run_id = ANY(%s) AND jsonb_typeof(receipt->'children') = 'array'""",
+        parents,
+    )
+    return {child: parent for parent, child in rows}
+
+
+async def orphans(pool: AsyncConnectionPool, children: Mapping[str, str]) -> list[str]:
+    """Sub-agents' runs no parent's receipt names, or whose own receipt names another
+    parent (their parents' ends are audited with the parents)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT run_id FROM runs WHERE run_id LIKE %s", (SUBAGENT_RUNS,))
+        mirrored = [row[0] for row in await cur.fetchall()]
+    named = {
+        row[0]: row[1]
+        for row in await _rows(
+            pool,
+            "SELECT run_id, receipt->>'parent_run_id' FROM receipts WHERE run_id = ANY(%s)",
+            list(children),
+        )
+    }
+    found = [
+        f"{run_id}: a sub-agent's run no parent names"
+        for run_id in mirrored
+        if run_id not in children
+    ]
+    found += [
+        f"{child}: its receipt names parent {named.get(child)!r}, not {parent}"
+        for child, parent in children.items()
+        if named.get(child) != parent
+    ]
+    return found

@@ -25,6 +25,7 @@ from agentrun.core.spec import RunSpec
 from agentrun.dev.offline_model import Json, Reply, completion, offline_planner
 from agentrun.dev.stack import EmbeddedStack, free_port
 from agentrun.ops import operations as ops
+from agentrun.ops.approver_keys import ApproverKey
 from agentrun.store.db import open_pool
 from agentrun.temporal.client import connect
 from bench.harness import WorkerProcess
@@ -44,6 +45,8 @@ POINT_PLANS = [
     "tool.zombie",
 ]
 ZOMBIE_SECONDS = 8
+# Sub-agents' runs (agentrun.workflows.subagents.subagent_run_id), as SQL LIKE matches them.
+SUBAGENT_RUNS = "run-~sub.%"
 
 ENDED = {
     WorkflowExecutionStatus.COMPLETED,
@@ -166,15 +169,19 @@ class Lab:
         """Wait until every run ended; returns those still open at the deadline."""
         deadline = asyncio.get_running_loop().time() + seconds
         pending = list(run_ids)
-        while pending and asyncio.get_running_loop().time() < deadline:
+        while True:  # looked at once at least, whatever `seconds`
             pending = await self.open_runs(pending)
-            if pending:
-                await asyncio.sleep(2)
-        return pending
+            if not pending or asyncio.get_running_loop().time() >= deadline:
+                return pending
+            await asyncio.sleep(2)
 
     @contextlib.asynccontextmanager
-    async def approver_for(self, run_ids: list[str]) -> AsyncIterator[None]:
-        """Grant every approval the runs ask for, whatever else is failing meanwhile."""
+    async def approver_for(
+        self, run_ids: list[str], keys: dict[str, ApproverKey] | None = None
+    ) -> AsyncIterator[None]:
+        """Grant every approval the runs (and their sub-agents' runs) ask for, whatever else
+        is failing meanwhile; signed with its tenant's key in `keys`, if it has one."""
+        keys = keys or {}
 
         async def approve_forever() -> None:
             while True:
@@ -182,18 +189,27 @@ class Lab:
                 try:  # the mirror says who waits; during an outage, nobody is approved
                     async with self.pool.connection() as conn:
                         cur = await conn.execute(
-                            """SELECT run_id FROM runs
-                               WHERE status = 'waiting_for_approval' AND run_id = ANY(%s)""",
-                            (run_ids,),
+                            """SELECT run_id, tenant FROM runs
+                               WHERE status = 'waiting_for_approval'
+                                 AND (run_id = ANY(%s) OR run_id LIKE %s)""",
+                            (run_ids, SUBAGENT_RUNS),
                         )
-                        waiting = [row[0] for row in await cur.fetchall()]
+                        waiting = list(await cur.fetchall())
                 except Exception:
                     continue
-                for run_id in waiting:
+                for run_id, tenant in waiting:
+                    signer = keys.get(tenant)
                     with contextlib.suppress(Exception):
                         # Bounded by its own `wait`: an outer wait_for cancelling the update's
                         # own wait_for left its exception unretrieved (noise in the log).
-                        await ops.approve(self.client, run_id, by="chaos", role="approver", wait=10)
+                        await ops.approve(
+                            self.client,
+                            run_id,
+                            by=signer.signer.name if signer else "chaos",
+                            role="approver",
+                            wait=10,
+                            signer=signer,
+                        )
                         self.approvals += 1
 
         async with alongside(approve_forever()):

@@ -1,9 +1,10 @@
 """Everything at once: `python chaos/run.py --mixed --runs 1000`.
 
-One load of runs on one task queue, fed so that a fixed number are open at a time, while
-workers are SIGKILLed at random moments and restarted, every fault point is armed in turn in
-the restarted workers, and Temporal server restarts and Postgres outages strike in the middle
-of the load. Then every run is audited like in every other scenario.
+One load of runs of every kind (chaos/kinds.py) on one task queue, fed so that a fixed number
+are open at a time, while workers are SIGKILLed at random moments and restarted, every fault
+point is armed in turn in the restarted workers, Temporal server restarts and Postgres outages
+strike in the middle of the load, and a new build is deployed halfway. Then every run, the
+sub-agents' runs too, is audited like in every other scenario.
 """
 
 from __future__ import annotations
@@ -12,15 +13,24 @@ import asyncio
 import contextlib
 import random
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from agentrun.client_api import RunClient
+from agentrun.core.constants import MOVING_TO_CURRENT_BUILD
+from agentrun.core.errors import OperationRefused
+from agentrun.temporal import deployments
 from bench.harness import WorkerProcess
+from chaos.audit import children_of, orphans
+from chaos.kinds import CHILD, EFFECTS, Mix, SessionPace, by_kind, compacted, draw
 from chaos.lab import POINT_PLANS, ZOMBIE_SECONDS, Lab
 from chaos.outcome import Outcome, finish, late_writes
 
 QUEUE = "mixed"
+# The build the workers start with, and the one deployed in the middle of the load.
+FIRST_BUILD, NEXT_BUILD = "v1", "v2"
 PROGRESS_EVERY = 10.0
 
 
@@ -38,6 +48,9 @@ class Pace:
     killable_after: float = 8.0
     temporal_down: float = 10.0
     postgres_down: float = 30.0
+    last_runs_within: float = 300.0  # seconds the calm workers have to end the last runs
+    deploy_at: float = 0.5  # the share of runs started when the next build is deployed
+    sessions: SessionPace = field(default_factory=SessionPace)
 
     @property
     def every_point_must_fire(self) -> bool:
@@ -71,6 +84,9 @@ class Crew:
     armed: Counter[str] = field(default_factory=Counter)
     fired: Counter[str] = field(default_factory=Counter)
     killed: set[WorkerProcess] = field(default_factory=set)  # not pids: those are reused
+    deployment: str = field(default_factory=lambda: f"chaos-{uuid.uuid4().hex[:6]}")
+    builds: list[str] = field(default_factory=list)  # deployed, oldest first
+    deploy_seconds: list[float] = field(default_factory=list)
     sigkills: int = 0
     restarts: int = 0
     gave_up: int = 0
@@ -88,7 +104,7 @@ class Crew:
         while True:
             plan = self._plan()
             worker = self.lab.worker(
-                QUEUE, faults=plan, AGENTRUN_ZOMBIE_SECONDS=str(ZOMBIE_SECONDS)
+                QUEUE, faults=plan, AGENTRUN_ZOMBIE_SECONDS=str(ZOMBIE_SECONDS), **self.build(slot)
             )
             self.every.append(worker)
             try:
@@ -109,6 +125,47 @@ class Crew:
                 self.fired[plan] += 1
             else:
                 self.gave_up += 1
+
+    def build(self, slot: int) -> dict[str, str]:
+        """A worker's build: slot 0 keeps the oldest, which open runs may be pinned to; the
+        others run the newest."""
+        builds = self.builds or [FIRST_BUILD]
+        return {
+            "AGENTRUN_BUILD_ID": builds[0] if slot == 0 else builds[-1],
+            "AGENTRUN_DEPLOYMENT_NAME": self.deployment,
+        }
+
+    async def deploy(self, build: str) -> None:
+        """`deploy` `build` as an operator would (RunClient.deploy, its replay check first):
+        the workers of every slot but 0 are replaced by the build's, then it is made current;
+        runs begun on the older build finish there. Retried through the outages."""
+        started = time.monotonic()
+        self.builds.append(build)
+        for slot, (worker, _) in list(self.live.items()):
+            if slot and worker.proc is not None and worker.proc.returncode is None:
+                self.killed.add(worker)
+                worker.proc.kill()
+        while True:  # a version exists once one of its workers polls
+            polling = [w for w, _ in self.live.values() if w.proc and w.proc.returncode is None]
+            if any(w.env.get("AGENTRUN_BUILD_ID") == build for w in polling):
+                break
+            await asyncio.sleep(0.5)
+        settings = self.lab.settings.model_copy(
+            update={"deployment_name": self.deployment, "task_queue": QUEUE}
+        )
+        operator = RunClient(self.lab.client, settings)
+        try:
+            while True:
+                try:
+                    await operator.deploy(build)
+                    break
+                except Exception as err:
+                    print(f"chaos: mixed: deploy {build}: {err}; trying again", flush=True)
+                    await asyncio.sleep(2)
+        finally:
+            await operator.close()
+        self.deploy_seconds.append(round(time.monotonic() - started, 1))
+        print(f"chaos: mixed: {build} is current", flush=True)
 
     def kill_one(self) -> None:
         """SIGKILL a worker picked at random among those up long enough (none if none is)."""
@@ -141,24 +198,50 @@ class Crew:
 
 @dataclass
 class Feed:
-    """Starts the runs so that about `in_flight` are open at once; counts those ended."""
+    """Starts the runs, of the kinds drawn, so that about `in_flight` are open at once;
+    tracks those ended (the mirror says)."""
 
     lab: Lab
     pace: Pace
+    mix: Mix
+    kinds: list[str]
     run_ids: list[str] = field(default_factory=list)
-    ended: int = 0
+    done: set[str] = field(default_factory=set)
+    refused_for_deploy: int = 0  # starts refused because a deploy was moving the queue
+    failed_top_ups: int = 0
+    hold_from: int | None = None  # the first run held until the deploy is done
 
     async def count_ended(self) -> None:
-        count = await self.lab.client.count_workflows(
-            f"TaskQueue = '{QUEUE}' AND ExecutionStatus != 'Running'"
-        )
-        self.ended = count.count
+        open_ = [run_id for run_id in self.run_ids if run_id not in self.done]
+        async with self.lab.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT run_id FROM runs WHERE run_id = ANY(%s)
+                   AND status IN ('completed', 'failed', 'cancelled')""",
+                (open_,),
+            )
+            newly = [row[0] for row in await cur.fetchall()]
+        self.done.update(newly)
+        self.mix.ended(newly)
 
     async def top_up(self) -> None:
-        room = min(self.pace.runs - len(self.run_ids), self.pace.in_flight - self.open)
-        for _ in range(max(room, 0)):
-            started = await self.lab.start_runs(QUEUE, QUEUE, 1, first=len(self.run_ids))
-            self.run_ids.extend(started)
+        while len(self.run_ids) < self.pace.runs and self.open < self.pace.in_flight:
+            index = len(self.run_ids)
+            if self.hold_from is not None and index >= self.hold_from:
+                return  # the runs after the deploy start once it is done, on the new build
+            try:
+                run_id = await self.mix.start(self.kinds[index], index, QUEUE)
+            except OperationRefused as err:
+                if MOVING_TO_CURRENT_BUILD not in str(err):
+                    raise
+                self.refused_for_deploy += 1  # a promise broken (issue 35): tried again
+                return
+            if run_id is None:  # a fork waits for a plain run to end
+                return
+            self.run_ids.append(run_id)
+
+    @property
+    def ended(self) -> int:
+        return len(self.done)
 
     @property
     def open(self) -> int:
@@ -169,7 +252,10 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
     """The load, the SIGKILLs, the fault points and the outages together; audited after."""
     started = time.monotonic()
     outcome = Outcome("mixed", pace.runs)
-    feed = Feed(lab, pace)
+    mix = Mix(lab, pace.sessions, cap=max(1, pace.in_flight // 10))
+    await mix.prepare(lab.home / "approvers")
+    feed = Feed(lab, pace, mix, draw(pace.runs, rng))
+    feed.hold_from = max(1, round(pace.deploy_at * pace.runs))
     crew = Crew(lab, pace, rng)
     outages = list(pace.outages)
     struck: Counter[str] = Counter()
@@ -198,13 +284,25 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
         print(f"chaos: mixed: {kind} is back", flush=True)
 
     outage: asyncio.Task[None] | None = None
-    async with lab.approver_for(feed.run_ids), crew.working():
-        while feed.ended < pace.runs or outages or outage is not None:
+    deploying: asyncio.Task[None] | None = None
+    held_since: float | None = None
+    held_until: float | None = None
+    async with lab.approver_for(feed.run_ids, mix.keys), crew.working():
+        await crew.deploy(FIRST_BUILD)  # before any run: every run is pinned to a build
+        started = time.monotonic()  # the load, and its bounds, begin now
+        feeding = asyncio.create_task(feed.top_up())
+        while feed.ended < pace.runs or outages or outage is not None or deploying is None:
             with contextlib.suppress(Exception):  # the server may be down on purpose
                 await asyncio.wait_for(feed.count_ended(), 5)
-                await asyncio.wait_for(feed.top_up(), 30)
+            if feeding.done():  # starts go on beside the chaos, each within the door's bounds
+                if not feeding.cancelled() and feeding.exception() is not None:
+                    feed.failed_top_ups += 1  # a service down on purpose: tried again
+                feeding = asyncio.create_task(feed.top_up())
             now = time.monotonic()
-            if now - started > pace.chaos_seconds and outage is None:
+            # The runs held for the deploy wait on it, not on the chaos: that time is not
+            # the chaos's.
+            held = (held_until or now) - held_since if held_since is not None else 0.0
+            if now - started - held > pace.chaos_seconds and outage is None:
                 outcome.problems.append(
                     f"{pace.runs - feed.ended} runs still open after {pace.chaos_seconds:.0f} s"
                     " of chaos (the calm workers finish them, the audit checks them)"
@@ -213,6 +311,13 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
             if outage is not None and outage.done():
                 await outage
                 outage = None
+            if deploying is None and feed.hold_from is not None:
+                if len(feed.run_ids) >= feed.hold_from:
+                    deploying = asyncio.create_task(crew.deploy(NEXT_BUILD))
+                    held_since = now
+            elif deploying is not None and deploying.done() and feed.hold_from is not None:
+                feed.hold_from = None
+                held_until = now
             if outage is None and outages and feed.ended >= outages[0][0] * pace.runs:
                 outage = asyncio.create_task(strike(outages.pop(0)[1]))
             if now >= next_kill:
@@ -223,14 +328,46 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
                 next_word = now + PROGRESS_EVERY
             await asyncio.sleep(0.5)
         print(progress(), flush=True)
+        feeding.cancel()  # every run started, or the chaos ran out of time
+        await asyncio.gather(feeding, return_exceptions=True)
+        if deploying is not None:
+            try:
+                await asyncio.wait_for(deploying, 180)
+            except TimeoutError:
+                outcome.problems.append(f"{NEXT_BUILD} was not deployed within 180 s")
     # Healthy workers finish what the chaos left open (nothing, once every run ended).
-    calm = [
-        await lab.worker(QUEUE).start(ready_line="polling")
-        for _ in range(2 if feed.ended < pace.runs else 0)
+    calm = [  # of the old build and the new
+        await lab.worker(QUEUE, **crew.build(slot)).start(ready_line="polling")
+        for slot in range(2 if feed.ended < pace.runs else 0)
     ]
     print(f"chaos: mixed: waiting for the last runs, then auditing all {pace.runs}", flush=True)
-    async with lab.approver_for(feed.run_ids):
-        await finish(lab, outcome, feed.run_ids, started)
+    async with lab.approver_for(feed.run_ids, mix.keys):
+        # Then every parent names its children; what is still open says what it waits for.
+        for run_id in await lab.wait_ended(feed.run_ids, pace.last_runs_within):
+            status = await mix.mirrored_status(run_id)
+            outcome.problems.append(f"{run_id} ({mix.kind_of[run_id]}) did not end: {status}")
+        children = await children_of(lab.pool, feed.run_ids)
+        mix.kind_of.update(dict.fromkeys(children, CHILD))
+        everyone = feed.run_ids + list(children)
+        outcome.runs = len(everyone)
+        effects = {run_id: EFFECTS[kind] for run_id, kind in mix.kind_of.items()}
+        await finish(lab, outcome, everyone, started, effects, within=0)
+    await mix.stop()
+    outcome.problems += await orphans(lab.pool, children)
+    outcome.problems += await mix.unsigned()
+    if feed.refused_for_deploy:
+        outcome.problems.append(
+            f"{feed.refused_for_deploy} starts refused while a deploy moved a queue "
+            f"({MOVING_TO_CURRENT_BUILD!r}); no start may be refused because of a deploy"
+        )
+    queued = await mix.queued()
+    pinned = Counter(
+        [(await deployments.run_version(lab.client, run_id)).build_id for run_id in feed.run_ids]
+    )
+    sessions = mix.of_kind("session")
+    sessions_compacted = await compacted(lab, sessions)
+    if sessions and not sessions_compacted:
+        outcome.problems.append(f"none of the {len(sessions)} sessions compacted")
     audit_seconds = round(time.monotonic() - started - outcome.seconds, 1)
     for worker in calm:
         await worker.stop()
@@ -239,6 +376,20 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
     late = await late_writes(lab, feed.run_ids)
     outcome.figures.update(
         {
+            "runs by kind": by_kind(mix.kind_of),
+            "sessions that compacted": sessions_compacted,
+            "session turns answered": sum(mix.turns_taken.values()),
+            "say answered": dict(sorted(mix.said.items())),
+            "capped runs that queued behind the cap": queued,
+            "cap (runs in flight)": mix.cap,
+            "approvals granted": lab.approvals,
+            "starts that failed (tried again)": feed.failed_top_ups,
+            "builds deployed (s each took)": dict(
+                zip(crew.builds, crew.deploy_seconds, strict=False)
+            ),
+            "runs by the build they are pinned to": {
+                str(build): count for build, count in sorted(pinned.items(), key=str)
+            },
             "SIGKILLs": crew.sigkills,
             "fault points armed": dict(sorted(crew.armed.items())),
             "faults fired": dict(sorted(crew.fired.items())),
@@ -265,4 +416,8 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
             outcome.problems.append(f"fault points that never fired: {', '.join(never)}")
         if not late:
             outcome.problems.append("tool.zombie: no zombie attempt wrote late")
+        if not queued:
+            outcome.problems.append("no capped run ever waited behind its tenant's cap")
+    if not pinned[NEXT_BUILD]:
+        outcome.problems.append(f"no run started on {NEXT_BUILD}, deployed in the middle")
     return outcome

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +35,21 @@ class Outcome:
         return not self.problems
 
 
-async def finish(lab: Lab, outcome: Outcome, run_ids: list[str], started: float) -> Outcome:
-    """Wait for the runs to end, then audit every one of them into `outcome`."""
-    still_open = await lab.wait_ended(run_ids, 300)
+async def finish(
+    lab: Lab,
+    outcome: Outcome,
+    run_ids: list[str],
+    started: float,
+    effects: Mapping[str, Mapping[str, int]] | None = None,
+    within: float = 300,
+) -> Outcome:
+    """Wait for the runs to end, then audit every one of them into `outcome` (each run's
+    effects as `effects` names them; by default, one ticket and one message; `within`: the
+    seconds they have to end)."""
+    still_open = await lab.wait_ended(run_ids, within)
     outcome.problems += [f"{run_id} did not end" for run_id in still_open]
     outcome.seconds = round(time.monotonic() - started, 1)
-    result = await audit(lab.client, lab.pool, run_ids)
+    result = await audit(lab.client, lab.pool, run_ids, effects)
     outcome.completed = result.completed
     for kind in projection.KINDS:
         setattr(outcome, kind, result.differences[kind])

@@ -5,7 +5,9 @@ Scenarios (each on its own task queue, in one embedded stack on loopback):
   kill      workers SIGKILLed at random moments and restarted, some with faults armed
   temporal  the Temporal dev server stopped and restarted on its database file mid-load
   postgres  Postgres stopped mid-load (30 s; 10 s with --quick), then back
-  mixed     (only with --mixed) all of the above at once on one load of 1,000 runs (chaos/mixed.py)
+  mixed     (only with --mixed) all of the above at once on one load of 1,000 runs of every
+            kind (sessions, sub-agents, say, forks, signed approvals, a capped tenant) with a
+            deploy halfway (chaos/mixed.py, chaos/kinds.py); --publish DIR keeps one file per seed
 
 After each: every run ended completed; its mirror matches its Temporal history row by row
 (0 duplicate, divergent, lost and orphan rows); every side effect happened exactly once; no
@@ -34,6 +36,7 @@ if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo
 
 from agentrun.ops import projection  # noqa: E402
 from bench.harness import WorkerProcess  # noqa: E402
+from chaos.kinds import SessionPace  # noqa: E402
 from chaos.lab import POINT_PLANS, ZOMBIE_SECONDS, Lab  # noqa: E402
 from chaos.mixed import Pace, mixed  # noqa: E402
 from chaos.outcome import Outcome, finish, late_writes  # noqa: E402
@@ -309,6 +312,8 @@ async def main_async(args: argparse.Namespace) -> list[Outcome]:
             for name in chosen:
                 print(f"chaos: {name} ...", flush=True)
                 outcome = await plan[name](lab)
+                if name == "mixed":  # what a published file came from
+                    outcome.figures = {"seed": args.seed, **outcome.figures}
                 outcomes.append(outcome)
                 state = "clean" if outcome.clean else f"{len(outcome.problems)} problems"
                 print(
@@ -330,6 +335,8 @@ def mixed_pace(args: argparse.Namespace) -> Pace:
             killable_after=5,
             temporal_down=3,
             postgres_down=6,
+            sessions=SessionPace(turns=3, compact_after=2),
+            last_runs_within=90,
         )
     return Pace(runs=args.runs or 1000, in_flight=args.in_flight or Pace.in_flight)
 
@@ -353,10 +360,20 @@ def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, help=f"with --mixed: runs open at once ({Pace.in_flight})"
     )
-    parser.add_argument("--seed", type=int, default=7, help="seed for when and whom to kill")
+    parser.add_argument(
+        "--seed", type=int, default=7, help="seed for when and whom to kill, and the mix of runs"
+    )
     parser.add_argument("--json", help="also write the outcomes to this JSON file")
     parser.add_argument("--text", help="also write the printed table to this file")
+    parser.add_argument(
+        "--publish",
+        metavar="DIR",
+        help="with --mixed: also write DIR/mixed-every-feature-seed-SEED.{txt,json}, one pair "
+        "per seed (docs/chaos/ holds the published ones)",
+    )
     args = parser.parse_args()
+    if args.publish and not args.mixed:
+        parser.error("--publish publishes a --mixed load; add --mixed")
     known = {"points", "kill", "temporal", "postgres", "mixed"}
     unknown = set(args.only.split(",")) - known if args.only else set()
     if unknown:
@@ -369,10 +386,15 @@ def main() -> None:
     outcomes = asyncio.run(main_async(args))
     printed = table(outcomes)
     print(printed)
-    if args.json:
-        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
-    if args.text:
-        Path(args.text).write_text(printed + "\n")
+    as_json = json.dumps([asdict(o) for o in outcomes], indent=2) + "\n"
+    targets = [(args.json, as_json), (args.text, printed + "\n")]
+    if args.publish:
+        stem = Path(args.publish) / f"mixed-every-feature-seed-{args.seed}"
+        targets += [(f"{stem}.json", as_json), (f"{stem}.txt", printed + "\n")]
+    for path, text in targets:
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
     sys.exit(0 if all(o.clean for o in outcomes) else 1)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentrun.core import faults
+from chaos.kinds import CHILD, KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,30 +47,47 @@ def test_quick_chaos_breaks_nothing(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(560)
 def test_mixed_chaos_breaks_nothing(tmp_path):
     """SIGKILLs, fault points, a Temporal restart and a Postgres outage on one load at once
-    (`python chaos/run.py --mixed` does it to 1,000 runs)."""
+    (`python chaos/run.py --mixed` does it to 1,000 runs), of every kind of run: sessions that
+    compact, sub-agents whose child waits for an approval, `say`, forks, a tenant with a keyed
+    approver and a capped one, with a deploy of a new build in the middle; children audited
+    like any run, none orphaned."""
     report = tmp_path / "mixed.json"
+    publish = ["--publish", str(tmp_path / "published"), "--seed", "11"]
     done = subprocess.run(
-        [sys.executable, "chaos/run.py", "--mixed", "--quick", "--json", str(report)],
+        [sys.executable, "chaos/run.py", "--mixed", "--quick", "--json", str(report), *publish],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=540,
     )
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     [o] = json.loads(report.read_text())
     assert o["scenario"] == "mixed"
     assert o["problems"] == [], o["problems"]
-    assert o["runs"] == 12 and o["completed"] == 12
+    figures = o["figures"]
+    kinds = figures["runs by kind"]
+    assert set(kinds) == {*KINDS, CHILD}, kinds
+    started = sum(count for kind, count in kinds.items() if kind != CHILD)
+    assert started == 12 and kinds[CHILD] == kinds["subagent"], kinds
+    assert o["runs"] == o["completed"] == 12 + kinds[CHILD]
+    assert figures["sessions that compacted"] >= 1 and figures["seed"] == 11
+    assert sum(figures["say answered"].values()) == kinds["say"]
+    assert set(figures["builds deployed (s each took)"]) == {"v1", "v2"}  # v2 mid-load
+    pinned = figures["runs by the build they are pinned to"]
+    assert set(pinned) == {"v1", "v2"} and sum(pinned.values()) == 12, pinned
+    assert figures["capped runs that queued behind the cap"] >= 1
     for count in ("duplicate", "divergent", "lost", "orphan"):
         assert o[count] == 0, f"{count} mirror rows"
     assert o["duplicate_effects"] == o["missing_effects"] == o["paid_twice"] == 0
     assert o["missing_receipts"] == 0
-    figures = o["figures"]
     assert figures["Temporal restarts"] == figures["Postgres outages"] == 1
     assert figures["SIGKILLs"] + sum(figures["faults fired"].values()) > 0
     assert o["disruptions"] >= 3
     assert "chaos: mixed: " in done.stdout  # it says how far it got while it runs
+    published = tmp_path / "published" / "mixed-every-feature-seed-11"
+    assert json.loads(published.with_suffix(".json").read_text()) == [o]
+    assert "runs by kind" in published.with_suffix(".txt").read_text()
     assert done.returncode == 0, done.stdout[-3000:]
