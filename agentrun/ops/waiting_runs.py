@@ -19,7 +19,7 @@ from temporalio.service import RPCError
 
 from agentrun.core import constants as names
 from agentrun.core import search_attributes
-from agentrun.core._state import RunInput
+from agentrun.core._state import RunInput, RunProgress
 from agentrun.core.results import RunState
 from agentrun.core.spec import JsonDict
 from agentrun.core.states import RunStatus
@@ -30,6 +30,7 @@ from agentrun.temporal.worker_presence import (
     start_a_worker,
     within,
 )
+from agentrun.workflows.run_state import state_view
 
 # A run's first events up to its first workflow task; a run a worker took has its first
 # WorkflowTaskCompleted among them.
@@ -65,26 +66,10 @@ async def untaken(
         started.workflow_execution_started_event_attributes.input.payloads, [RunInput]
     )
     assert isinstance(spec, RunInput)
-    state = RunState(
-        run_id=handle.id,
-        status=RunStatus.QUEUED,
-        tenant=spec.tenant,
-        user=spec.user,
-        task=spec.task,
-        current_step_id=None,
-        steps=[],
-        pending_approval=None,
-        pause_requested=False,
-        checkpoint={},
-        tokens_in=0,
-        tokens_out=0,
-        cost_usd=0.0,
-        result=None,
-        error=None,
-        priority=spec.priority,
-        admission=spec.admission,
-    )
-    return state, started.event_time.ToDatetime(tzinfo=UTC)
+    since = started.event_time.ToDatetime(tzinfo=UTC)
+    # The workflow's own projection of a run that has done nothing yet: queued.
+    state = state_view(handle.id, spec, RunProgress(started_at=since), spec.priority)
+    return state, since
 
 
 async def unmirrored(
