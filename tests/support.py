@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from agentrun.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentrun.core.errors import OperationError
@@ -101,6 +101,11 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out after {seconds}s waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+async def closed(handle: WorkflowHandle) -> bool:
+    """Whether Temporal has closed the workflow: a run's receipt is written before it closes."""
+    return (await handle.describe()).close_time is not None
 
 
 async def wait_status(client: Client, run_id: str, *statuses: str, seconds: float = 30) -> RunState:

@@ -15,7 +15,7 @@ from agentrun.ops import operations as ops
 from agentrun.ops import projection
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, rows, scripted, wait_pending
+from tests.support import closed, eventually, make_spec, rows, scripted, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,6 +151,10 @@ async def test_cli_checks_and_refuses_to_rebuild_an_open_run(client, settings, p
             lambda: rows(pool, "SELECT 1 FROM receipts WHERE run_id = %s", started.run_id),
             what="the receipt of the cancelled run",
         )
+        # The receipt is written first; then the worker delivers the run's own cancel, and
+        # only then does Temporal close it. The worker stays up until it has.
+        handle = client.get_workflow_handle(started.run_id)
+        await eventually(lambda: closed(handle), what="Temporal closing the cancelled run")
 
     checked = cli("mirror", "check", started.run_id, "--json")
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -109,6 +109,18 @@ async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, work
                 assert (await handle.result()).status.value == "completed"
             finished += len(waiting)
 
+        async def all_released() -> bool:
+            # The last runs' releases reach the queue's mirror after the runs have ended, from
+            # the queue's own activity: the worker stays up until they have.
+            released = await rows(
+                pool,
+                "SELECT count(*) AS n FROM tenant_queue WHERE tenant = %s AND state = 'released'",
+                tenant,
+            )
+            return released == [{"n": total}]
+
+        await eventually(all_released, what=f"all {total} slots released in the queue's mirror")
+
     # From the runs' own clocks: never more than `cap` between admission and finish.
     events = await rows(
         pool,
@@ -123,16 +135,6 @@ async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, work
         peak = max(peak, level)
     assert peak <= cap
 
-    async def all_released() -> bool:
-        # The last runs' releases reach the queue's mirror after the runs have ended.
-        released = await rows(
-            pool,
-            "SELECT count(*) AS n FROM tenant_queue WHERE tenant = %s AND state = 'released'",
-            tenant,
-        )
-        return released == [{"n": total}]
-
-    await eventually(all_released, what=f"all {total} slots released in the queue's mirror")
     description = await client.get_workflow_handle(admission_id(tenant)).describe()
     info = description.raw_description.workflow_execution_info
     assert info.first_run_id != description.run_id, "the queue continued as new"
