@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from agentrun.core.errors import ProfileError
+from agentrun.core.errors import ProfileError, ToolLoadError
 from agentrun.core.spec import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
@@ -31,7 +31,6 @@ from agentrun.core.spec import (
     VerifySpec,
 )
 from agentrun.core.yaml_files import load_yaml
-from agentrun.tools.loading import ToolLoadError, resolve
 
 
 def read_yaml_mapping(path: str, what: str) -> dict[str, Any]:
@@ -124,6 +123,9 @@ def load_agents(source: str) -> dict[str, Agent]:
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file():
         raw = read_yaml_mapping(source, "agent profiles (name: profile)")
         return {name: _agent(source, name, body) for name, body in raw.items()}
+    # Here, not at the top: the public types import Agent, and the tool loader loads stores.
+    from agentrun.tools.loading import resolve
+
     try:
         target = resolve(source)
     except ToolLoadError as err:

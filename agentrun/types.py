@@ -3,12 +3,14 @@ like the names `agentrun` exports. Every model here holds only types exported he
 
     from agentrun.types import RunState, Started, VerifySpec
 
-Importing this module loads the client's models (pydantic, Temporal's), not a worker.
+Importing this module loads only agentrun.core (pydantic's models, Temporal's types), not
+the operations, the stores or the workflows (tests/test_public_api.py holds it to that).
 """
 
 from __future__ import annotations
 
 from agentrun.core.admission_models import TenantLimits
+from agentrun.core.approver_key import ApproverKey
 from agentrun.core.backlog_models import (
     BacklogControlResult,
     EnqueueResult,
@@ -17,6 +19,20 @@ from agentrun.core.backlog_models import (
     TaskItem,
 )
 from agentrun.core.builds import BuildStatus, DeployStatus
+from agentrun.core.eval_cases import Divergence, RecordedApproval, RecordedCall, Recording, ToolUse
+from agentrun.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
+from agentrun.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentrun.core.listings import (
+    ApiKeyRow,
+    BacklogListing,
+    BacklogTaskRow,
+    DeadTask,
+    InboxItem,
+    MirroredStep,
+    NewApiKey,
+    RunRow,
+    TenantRow,
+)
 from agentrun.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentrun.core.results import (
     ApprovalRecord,
@@ -35,6 +51,7 @@ from agentrun.core.results import (
     RunResult,
     RunState,
     RunVersion,
+    SandboxExecution,
     SayResult,
     SessionTurn,
     SideEffectRecord,
@@ -42,6 +59,13 @@ from agentrun.core.results import (
     Usage,
     VerifyResult,
     WatchItem,
+)
+from agentrun.core.run_reports import (
+    ActivityInFlight,
+    MirrorCheck,
+    RunReport,
+    Started,
+    WorkerSeen,
 )
 from agentrun.core.settings import Settings
 from agentrun.core.spec import (
@@ -63,45 +87,56 @@ from agentrun.core.spec import (
 )
 from agentrun.core.states import RunStatus
 from agentrun.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
-from agentrun.ops.approver_keys import ApproverKey
-from agentrun.ops.in_flight import ActivityInFlight
-from agentrun.ops.operations import RunReport, Started, WorkerSeen
 from agentrun.profiles import Agent
-from agentrun.store.metrics import ModelFailures, Stats, ToolFailures
-from agentrun.store.retention import PruneResult
 
 __all__ = [
     "ActivityInFlight",
     "Agent",
+    "ApiKeyRow",
     "ApprovalPolicy",
     "ApprovalRecord",
     "ApproverKey",
     "BacklogControlResult",
+    "BacklogListing",
+    "BacklogTaskRow",
     "BranchNeed",
     "BranchUse",
     "Budget",
     "BuildStatus",
+    "CaseScore",
     "CheckOutcome",
     "ChildApproval",
     "ControlResult",
     "CountCheck",
+    "DeadTask",
     "DecisionResult",
     "DecisionSeen",
     "DeployCheck",
     "DeployStatus",
+    "Divergence",
     "EnqueueResult",
+    "EvalGate",
+    "EvalReport",
+    "EvalTotals",
     "FailurePolicy",
     "ForkOrigin",
+    "InboxItem",
     "JsonDict",
     "JudgeSpec",
     "LeftInMirror",
+    "MirrorCheck",
+    "MirroredStep",
     "ModelFailures",
     "ModelSettings",
+    "NewApiKey",
     "PatchInventory",
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
     "Receipt",
+    "RecordedApproval",
+    "RecordedCall",
+    "Recording",
     "RefusedDecision",
     "ReplayVerdict",
     "RetryRecord",
@@ -110,10 +145,12 @@ __all__ = [
     "RunMessage",
     "RunReport",
     "RunResult",
+    "RunRow",
     "RunSpec",
     "RunState",
     "RunStatus",
     "RunVersion",
+    "SandboxExecution",
     "SayResult",
     "SessionSpec",
     "SessionTurn",
@@ -127,8 +164,10 @@ __all__ = [
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
+    "TenantRow",
     "ToolFailures",
     "ToolPolicy",
+    "ToolUse",
     "Usage",
     "VerifyResult",
     "VerifySpec",

@@ -33,7 +33,7 @@ from temporalio import activity, workflow
 with workflow.unsafe.imports_passed_through():
     import openai
 
-    from bench.ours import NOOP_TOOL, NoArgs
+    from bench.ours import NOOP_TOOL, PAGE_TOOL, NoArgs, page_text
 
 AGENT_WORKFLOW = "BenchBareAgent"
 AGENT_MODEL = "bench.agent.model"
@@ -46,11 +46,14 @@ Json = dict[str, Any]
 class AgentTask(BaseModel):
     task: str
     model: str
+    tool: str = NOOP_TOOL  # the long-run workload offers PAGE_TOOL instead
+    max_turns: int = MAX_TURNS
 
 
 class ModelRequest(BaseModel):
     model: str
     messages: list[Json]
+    tool: str = NOOP_TOOL
 
 
 class ToolCall(BaseModel):
@@ -71,25 +74,33 @@ class AgentResult(BaseModel):
     model_calls: int
 
 
-def tool_schemas() -> list[Json]:
-    """What the model is offered: the same function schema ours sends for `bench_noop`."""
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": NOOP_TOOL,
-                "description": "Does nothing, at once.",
-                "parameters": NoArgs.model_json_schema(),
-            },
-        }
-    ]
-
-
 async def bench_noop(args: NoArgs) -> Json:
     return {"n": args.n}
 
 
-TOOLS = {NOOP_TOOL: (NoArgs, bench_noop)}
+async def bench_page(args: NoArgs) -> Json:
+    return {"n": args.n, "text": page_text(args.n)}
+
+
+TOOLS = {
+    NOOP_TOOL: (NoArgs, bench_noop, "Does nothing, at once."),
+    PAGE_TOOL: (NoArgs, bench_page, "Reads page n: 4 KB of text."),
+}
+
+
+def tool_schemas(tool: str = NOOP_TOOL) -> list[Json]:
+    """What the model is offered: the same function schema ours sends for the tool."""
+    args_model, _, description = TOOLS[tool]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool,
+                "description": description,
+                "parameters": args_model.model_json_schema(),
+            },
+        }
+    ]
 
 
 class AgentActivities:
@@ -103,7 +114,7 @@ class AgentActivities:
         response = await self.client.chat.completions.create(
             model=request.model,
             messages=request.messages,  # type: ignore[arg-type]
-            tools=tool_schemas(),  # type: ignore[arg-type]
+            tools=tool_schemas(request.tool),  # type: ignore[arg-type]
         )
         message = response.choices[0].message
         return ModelReply(
@@ -118,7 +129,7 @@ class AgentActivities:
 
     @activity.defn(name=AGENT_TOOL)
     async def invoke(self, call: ToolCall) -> Json:
-        args_model, fn = TOOLS[call.name]
+        args_model, fn, _ = TOOLS[call.name]
         return await fn(args_model.model_validate(json.loads(call.arguments or "{}")))
 
 
@@ -128,10 +139,10 @@ class BareAgentWorkflow:
     async def run(self, task: AgentTask) -> AgentResult:
         messages: list[Json] = [{"role": "user", "content": task.task}]
         steps = 0
-        for turn in range(1, MAX_TURNS + 1):
+        for turn in range(1, task.max_turns + 1):
             reply = await workflow.execute_activity_method(
                 AgentActivities.complete,
-                ModelRequest(model=task.model, messages=messages),
+                ModelRequest(model=task.model, messages=messages, tool=task.tool),
                 start_to_close_timeout=timedelta(seconds=60),
             )
             messages.append(reply.message)
@@ -145,4 +156,4 @@ class BareAgentWorkflow:
                 messages.append(
                     {"role": "tool", "tool_call_id": call.call_id, "content": json.dumps(result)}
                 )
-        return AgentResult(answer=None, tool_steps=steps, model_calls=MAX_TURNS)
+        return AgentResult(answer=None, tool_steps=steps, model_calls=task.max_turns)

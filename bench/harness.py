@@ -232,6 +232,30 @@ def bench_worker(kind: str, task_queue: str, env: dict[str, str], *extra: str) -
 
 
 @contextlib.asynccontextmanager
+async def py_spy(pid: int, raw: Path) -> AsyncIterator[bool]:
+    """py-spy records the process (all threads, 100 Hz, raw stacks) into `raw` while the block
+    runs; yields whether py-spy is installed."""
+    spy_bin = shutil.which("py-spy") or shutil.which(
+        "py-spy", path=str(Path(sys.executable).parent)
+    )
+    if spy_bin is None:
+        yield False
+        return
+    spy = await asyncio.create_subprocess_exec(
+        spy_bin, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+        "--output", str(raw), "--nonblocking", "--threads",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    await asyncio.sleep(1.0)
+    try:
+        yield True
+    finally:
+        spy.send_signal(signal.SIGINT)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(spy.wait(), 30)
+
+
+@contextlib.asynccontextmanager
 async def running(worker: WorkerProcess) -> AsyncIterator[WorkerProcess]:
     await worker.start(ready_line="ready")
     try:
@@ -243,7 +267,8 @@ async def running(worker: WorkerProcess) -> AsyncIterator[WorkerProcess]:
 # ------------------------------------------------------------------ histories
 
 
-def _ts(event: Any) -> float:
+def event_time(event: Any) -> float:
+    """When a history event happened, epoch seconds."""
     return float(event.event_time.ToDatetime(tzinfo=UTC).timestamp())
 
 
@@ -288,20 +313,20 @@ async def run_times(client: Client, workflow_id: str) -> RunTimes:
     for event in history.events:
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            tasks_completed.append(_ts(event))
+            tasks_completed.append(event_time(event))
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            started = _ts(event)
+            started = event_time(event)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
-            by_id[event.event_id] = ActivityTimes(name, _ts(event))
+            by_id[event.event_id] = ActivityTimes(name, event_time(event))
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
             item = by_id[attrs.scheduled_event_id]
-            item.started, item.attempt = _ts(event), attrs.attempt
+            item.started, item.attempt = event_time(event), attrs.attempt
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             by_id[
                 event.activity_task_completed_event_attributes.scheduled_event_id
-            ].completed = _ts(event)
+            ].completed = event_time(event)
         elif kind in (
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
@@ -309,7 +334,7 @@ async def run_times(client: Client, workflow_id: str) -> RunTimes:
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
         ):
-            closed = _ts(event)
+            closed = event_time(event)
     assert started is not None, f"{workflow_id} has no start event"
     return RunTimes(workflow_id, started, closed, list(by_id.values()), tasks_completed)
 

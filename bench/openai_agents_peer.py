@@ -30,12 +30,16 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.openai_agents import workflow as agents_workflow
 
     from agentrun.core.constants import OFFLINE_MODEL
-    from bench.ours import NOOP_TOOL
+    from bench.ours import NOOP_TOOL, PAGE_TOOL, page_text
 
 PEER_WORKFLOW = "BenchOpenAIAgents"
 PEER_MODEL = "invoke_model_activity"
 PEER_TOOL = NOOP_TOOL
 PEER_GATED_WORKFLOW = "BenchOpenAIAgentsGated"
+# The long-run workload (bench/long_run.py): a page per model turn, as many turns as it takes.
+PEER_LONG_WORKFLOW = "BenchOpenAIAgentsLong"
+PEER_LONG_TOOL = PAGE_TOOL
+LONG_MAX_TURNS = 1000
 
 
 @activity.defn(name=NOOP_TOOL)
@@ -44,30 +48,47 @@ async def bench_noop(n: int = 0) -> dict[str, int]:
     return {"n": n}
 
 
+@activity.defn(name=PAGE_TOOL)
+async def bench_page(n: int = 0) -> dict[str, object]:
+    """Reads page n: 4 KB of text."""
+    return {"n": n, "text": page_text(n)}
+
+
+async def run_agent(task: str, tool: object, max_turns: int) -> str:
+    """The agent with its one tool (an activity), run as the SDK's docs show."""
+    agent = Agent(
+        name="bench",
+        instructions="You are a careful assistant.",
+        model=OFFLINE_MODEL,
+        tools=[
+            agents_workflow.activity_as_tool(
+                tool,  # type: ignore[arg-type]
+                start_to_close_timeout=timedelta(seconds=30),
+            )
+        ],
+    )
+    result = await Runner.run(
+        agent,
+        input=task,
+        max_turns=max_turns,
+        # One tool call at a time, as ours and the bare agent run a turn's calls.
+        run_config=RunConfig(tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1)),
+    )
+    return str(result.final_output)
+
+
 @workflow.defn(name=PEER_WORKFLOW)
 class OpenAIAgentsWorkflow:
     @workflow.run
     async def run(self, task: str) -> str:
-        agent = Agent(
-            name="bench",
-            instructions="You are a careful assistant.",
-            model=OFFLINE_MODEL,
-            tools=[
-                agents_workflow.activity_as_tool(
-                    bench_noop, start_to_close_timeout=timedelta(seconds=30)
-                )
-            ],
-        )
-        result = await Runner.run(
-            agent,
-            input=task,
-            max_turns=5,
-            # One tool call at a time, as ours and the bare agent run a turn's calls.
-            run_config=RunConfig(
-                tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1)
-            ),
-        )
-        return str(result.final_output)
+        return await run_agent(task, bench_noop, max_turns=5)
+
+
+@workflow.defn(name=PEER_LONG_WORKFLOW)
+class OpenAIAgentsLongWorkflow:
+    @workflow.run
+    async def run(self, task: str) -> str:
+        return await run_agent(task, bench_page, max_turns=LONG_MAX_TURNS)
 
 
 def plugin(base_url: str | None = None):  # type: ignore[no-untyped-def]

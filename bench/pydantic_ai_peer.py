@@ -24,12 +24,12 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import openai
-    from pydantic_ai import Agent
+    from pydantic_ai import Agent, UsageLimits
     from pydantic_ai.durable_exec.temporal import TemporalAgent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    from bench.ours import NOOP_TOOL
+    from bench.ours import NOOP_TOOL, PAGE_TOOL, page_text
 
 PEER_WORKFLOW = "BenchPydanticAI"
 AGENT_NAME = "bench"
@@ -69,4 +69,32 @@ class PydanticAIWorkflow:
     @workflow.run
     async def run(self, task: str) -> str:
         result = await temporal_agent.run(task)
+        return str(result.output)
+
+
+# The long-run workload (bench/long_run.py): an agent of its own with the page tool, run
+# without Pydantic AI's default limit of 50 model requests.
+LONG_AGENT_NAME = "bench_long"
+long_agent = Agent(_model(), name=LONG_AGENT_NAME, instructions="You are a careful assistant.")
+
+
+@long_agent.tool_plain(name=PAGE_TOOL, sequential=True)
+async def bench_page(n: int = 0) -> dict[str, object]:
+    """Reads page n: 4 KB of text."""
+    return {"n": n, "text": page_text(n)}
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    temporal_long_agent = TemporalAgent(long_agent)
+
+PEER_LONG_WORKFLOW = "BenchPydanticAILong"
+PEER_LONG_TOOL = f"agent__{LONG_AGENT_NAME}__toolset__<agent>__call_tool"
+
+
+@workflow.defn(name=PEER_LONG_WORKFLOW)
+class PydanticAILongWorkflow:
+    @workflow.run
+    async def run(self, task: str) -> str:
+        result = await temporal_long_agent.run(task, usage_limits=UsageLimits(request_limit=None))
         return str(result.output)

@@ -411,7 +411,7 @@ def profile_table(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     return render_table(["at 100 concurrent runs", "before", "after", "after ÷ before"], rows)
 
 
-def profile_parts_table(profile: dict[str, Any]) -> str:
+def profile_parts_table(profile: dict[str, Any], title: str | None = None) -> str:
     """Ours' worker beside the bare agent's (and the peers' profiled in the same run), at the
     profiled level: each part's share of the sampled time times the worker's measured CPU
     per step, so the parts add up to it."""
@@ -437,7 +437,7 @@ def profile_parts_table(profile: dict[str, Any]) -> str:
             row += [fmt(b, " ms", 2), fmt(gap, " ms", 2)]
         rows.append(row)
     level = ours.get("level", "?")
-    headers = [f"worker CPU per step at {level} concurrent runs, by part", "ours"]
+    headers = [title or f"worker CPU per step at {level} concurrent runs, by part", "ours"]
     for other in others:
         name = PROFILED[other]
         headers += [name, "gap" if len(others) == 1 else f"ours minus {name}"]
@@ -652,6 +652,11 @@ def full_report(results: dict[str, Any]) -> str:
         f"Run: {results.get('started_at', '?')}, {fmt(results.get('wall_seconds'), ' s', 0)}"
         f" in all; {results.get('config', {}).get('mode', '')}",
     ]
+    load = (results.get("machine") or {}).get("load_average_at_start")
+    said = [results["note"]] if results.get("note") else []
+    said += [f"load average at the start {load[0]:.1f}"] if load else []
+    if said:
+        parts.append("Load: " + "; ".join(said))
     measured_peers = any(
         isinstance(_get(results, "overhead", k), dict)
         or any(isinstance(row.get(k), dict) for row in _get(results, "throughput", "levels") or [])
@@ -708,6 +713,19 @@ def full_report(results: dict[str, Any]) -> str:
         ]
     if results.get("noisy"):
         parts += ["", noisy_table(results["noisy"])]
+    if results.get("long_run"):
+        parts += ["", long_run_table(results["long_run"])]
+        profiled = long_run_profile(results["long_run"])
+        if profiled is not None:
+            parts += [
+                "",
+                "Where each worker's CPU goes over the long run (py-spy throughout the run, each "
+                "sample in the first part its stack passes through):",
+                "",
+                profiled,
+            ]
+    if results.get("scale_out"):
+        parts += ["", scale_out_table(results["scale_out"])]
     if results.get("errors"):
         parts += ["", "Stages that did not finish:", ""]
         parts += [f"- {stage}: {err}" for stage, err in results["errors"].items()]
@@ -764,3 +782,158 @@ def noisy_table(results: dict[str, Any]) -> str:
         f"{_times(ratio(get(on, 'b_completion', 'p95'), get(on, 'idle_completion', 'p95')))} |"
     )
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the long run (issue 41)
+
+LONG_RUN_NAMES = {
+    "ours": "agentrun",
+    "openai_agents": "OpenAI Agents + Temporal",
+    "pydantic_ai": "Pydantic AI TemporalAgent",
+    "bare_agent": "bare agent loop",
+}
+
+
+def _mb(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e6:,.2f} MB"
+
+
+def _kb(value: float | None) -> str:
+    return "—" if value is None else f"{value / 1e3:,.1f} KB"
+
+
+def _history_at(row: dict[str, Any], step: int) -> str:
+    at = row["at_step"].get(str(step))
+    if at is None:
+        return "not reached"
+    text = f"{_mb(at['chain_bytes'])} / {at['chain_events']:,}"
+    if row["runs_in_chain"] > 1:
+        text += f" (this run: {_mb(at['run_bytes'])} / {at['run_events']:,})"
+    return text + f"; {fmt(at.get('step_ms'), ' ms')}"
+
+
+def long_run_table(stage: dict[str, Any]) -> str:
+    """The long-run figures, one column per system."""
+    systems = [s for s in stage.get("systems", []) if "steps_done" in (stage.get(s) or {})]
+    if not systems:
+        return "Long run: no system measured."
+    pages = stage.get("pages")
+    window = stage[systems[0]]["window"]
+
+    def ended(row: dict[str, Any]) -> str:
+        if row["finished"]:
+            return f"yes, {row['steps_done']} steps"
+        why = (
+            "the bench's time budget"
+            if row["cut_off_by_budget"]
+            else row["reason"] or row["closing"]
+        )
+        return f"**no**: stopped at step {row['steps_done']} ({why})"
+
+    rows: list[list[Any]] = [["finished", *(ended(stage[s]) for s in systems)]]
+    for step in stage["marks"]:
+        rows.append(
+            [
+                f"step {step}: history bytes / events (whole chain, and the current run "
+                f"if it continued as new); time per step (mean of the {window} before)",
+                *(_history_at(stage[s], step) for s in systems),
+            ]
+        )
+    rows.append(
+        ["runs in the chain (continue-as-new)", *(stage[s]["runs_in_chain"] for s in systems)]
+    )
+    rows.append(
+        ["largest run in the chain", *(_mb(stage[s]["largest_run_bytes"]) for s in systems)]
+    )
+    for label, key, show in (
+        ("history bytes per step", "bytes_per_step", _kb),
+        ("history events per step", "events_per_step", lambda v: fmt(v)),
+        ("time per step", "step_ms", lambda v: fmt(v, " ms")),
+    ):
+        rows.append(
+            [
+                f"{label}: first {window} steps → last {window} (last ÷ first)",
+                *(
+                    f"{show(f['first'])} → {show(f['last'])} ({fmt_ratio(f['ratio'])})"
+                    for s in systems
+                    for f in [stage[s][key]]
+                ),
+            ]
+        )
+    rows.append(["worker peak RSS", *(fmt(stage[s]["rss_mb_peak"], " MB", 0) for s in systems)])
+    rows.append(
+        [
+            "worker / Temporal server CPU per step",
+            *(
+                f"{fmt(stage[s]['worker_cpu_ms_per_step'], ' ms')} / "
+                f"{fmt(stage[s]['temporal_cpu_ms_per_step'], ' ms')}"
+                for s in systems
+            ),
+        ]
+    )
+    rows.append(
+        ["wall time of the run", *(fmt(stage[s]["wall_seconds"], " s", 0) for s in systems)]
+    )
+    head = ["", *(LONG_RUN_NAMES[s] for s in systems)]
+    return (
+        f"Long run: {pages} tool calls, one per model turn, each result "
+        f"{stage.get('page_chars', 0):,} characters, the model seeing the whole conversation "
+        "each turn; one run per system, "
+        "each on a worker process of its own, one after another:\n\n" + render_table(head, rows)
+    )
+
+
+# ------------------------------------------------------------------ scale-out (issue 41)
+
+
+def scale_out_table(stage: dict[str, Any]) -> str:
+    """Steps/s and CPU by worker processes and level, with the ratio to one process."""
+    rows: list[list[Any]] = []
+    for row in stage.get("rows", []):
+        if "error" in row:
+            rows.append([row["level"], row["processes"], row["error"], *["—"] * 6])
+            continue
+        busy = row["cores_busy"]
+        rows.append(
+            [
+                f"{row['level']:,}",
+                row["processes"],
+                fmt(row["steps_per_second"])
+                + (f" ({row['steps_done']:,} steps by the budget)" if row["timed_out"] else ""),
+                fmt_ratio(row.get("ratio_to_one_process")),
+                f"{fmt(row['workers_cpu_ms_per_step'], ' ms')} / "
+                f"{fmt(row['temporal_cpu_ms_per_step'], ' ms')} / "
+                f"{fmt(row['postgres_cpu_ms_per_step'], ' ms')}",
+                f"{busy['workers']:.2f} / {busy['temporal']:.2f} / {busy['postgres']:.2f}",
+                f"{row['machine_cores_busy']:.2f}",
+                f"{row['machine_cores_idle']:.2f}",
+                fmt(row.get("rss_mb_one_worker"), " MB", 0),
+            ]
+        )
+    head = [
+        "concurrent runs",
+        "worker processes",
+        "steps/s",
+        "÷ one process",
+        "CPU per step: workers / Temporal server / Postgres",
+        "cores busy: workers / server / Postgres",
+        "machine cores busy (everything)",
+        "machine cores idle",
+        "RSS of one worker",
+    ]
+    return (
+        f"Scale-out: ours, {stage.get('steps_per_run')} tool steps per run, all runs started "
+        "at once; each worker process polls the same queues, against one Temporal server and "
+        "one Postgres:\n\n" + render_table(head, rows)
+    )
+
+
+def long_run_profile(stage: dict[str, Any]) -> str | None:
+    """Ours' worker over the long run by part, beside the other workers profiled with it."""
+    if not (stage.get("ours") or {}).get("top"):
+        return None
+    profile = {
+        **stage["ours"],
+        **{k: stage[k] for k in PROFILED if (stage.get(k) or {}).get("top")},
+    }
+    return profile_parts_table(profile, title="worker CPU per step over the long run, by part")

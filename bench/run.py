@@ -43,7 +43,6 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from agentrun.core import search_attributes  # noqa: E402
 from agentrun.core._wire import ApproveInput  # noqa: E402
 from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentrun.core.settings import Settings  # noqa: E402
@@ -56,12 +55,14 @@ from agentrun.workflows.changes import for_new_run  # noqa: E402
 from bench import (  # noqa: E402
     harness,
     kill_recovery,
+    long_run,
     noisy,
     ours,
     pg_queue,
     plot,
     recovery,
     report,
+    scale_out,
     server_work,
 )
 from bench.bare import BARE_ACTIVITY, BareWorkflow  # noqa: E402
@@ -126,6 +127,11 @@ class Config:
     profile: bool
     render: Path | None = None
     systems: tuple[str, ...] = (*SYSTEMS, "pgq")
+    note: str = ""
+    long_pages: int = 300
+    long_budget: float = 600
+    scale_processes: tuple[int, ...] = (1, 2, 4)
+    scale_levels: tuple[int, ...] = (100, 1000)
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -150,6 +156,28 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "--noisy-runs", type=int, help="tenant A's burst in the noisy stage (default 500)"
     )
     parser.add_argument(
+        "--long",
+        action="store_true",
+        help="the long-run workload only (bench/long_run.py; `--stages long_run`)",
+    )
+    parser.add_argument(
+        "--long-pages", type=int, default=300, help="tool calls of the long run (default 300)"
+    )
+    parser.add_argument(
+        "--long-budget", type=float, default=600, help="seconds each system's long run may take"
+    )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="the scale-out stage only (bench/scale_out.py; `--stages scale_out`)",
+    )
+    parser.add_argument(
+        "--scale-processes", default="1,2,4", help="worker processes of ours to compare"
+    )
+    parser.add_argument(
+        "--scale-levels", default="100,1000", help="concurrent runs of the scale-out stage"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the workers (ours; the bare agent too, if in --systems) at 100 runs",
@@ -170,9 +198,16 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--render", type=Path, help="measure nothing: print the tables of a results JSON file"
     )
+    parser.add_argument(
+        "--note", default="", help="printed under the machine line, e.g. what else loaded it"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if args.long:
+        stages = ["long_run"]
+    if args.scale:
+        stages = ["scale_out"]
     if args.profile and "profile" not in stages:
         stages.append("profile")
     levels = args.levels or ("1,10" if quick else "1,10,100,1000")
@@ -201,6 +236,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
         profile=args.profile,
         render=args.render,
         systems=systems,
+        note=args.note,
+        long_pages=args.long_pages,
+        long_budget=args.long_budget,
+        scale_processes=tuple(int(x) for x in args.scale_processes.split(",")),
+        scale_levels=tuple(int(x) for x in args.scale_levels.split(",")),
     )
 
 
@@ -318,16 +358,7 @@ class Bench:
                     heartbeat_seconds=heartbeat_seconds,
                 )
             )
-            await self.client.start_workflow(
-                AgentRunWorkflow.run,
-                spec,
-                id=workflow_id,
-                task_queue=queue,
-                # As `starter.py run` starts it: the Web UI's search attributes, kept current.
-                search_attributes=search_attributes.for_run(
-                    spec.agent, spec.tenant, search_attributes.RUNNING, spec.priority
-                ),
-            )
+            await ours.start_run(self.client, spec, workflow_id, queue)
         elif system in PEER_WORKFLOWS:
             await self.client.start_workflow(
                 PEER_WORKFLOWS[system],
@@ -757,26 +788,11 @@ async def profile_system(b: Bench, system: str) -> dict[str, Any]:
     level = 100
     queue = harness.new_queue(f"{system}-profile")
     worker = harness.bench_worker(system, queue, b.worker_env())
-    spy_bin = shutil.which("py-spy") or shutil.which(
-        "py-spy", path=str(Path(sys.executable).parent)
-    )
     raw = cfg.out / ("profile-py-spy.txt" if system == "ours" else f"profile-py-spy-{system}.txt")
     cfg.out.mkdir(parents=True, exist_ok=True)
     commits_before = await postgres_commits(b.pool)
-    async with harness.running(worker):
-        spy = None
-        if spy_bin is not None:
-            spy = await asyncio.create_subprocess_exec(
-                spy_bin, "record", "--pid", str(worker.pid), "--rate", "100", "--format",
-                "raw", "--output", str(raw), "--nonblocking", "--threads",
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-            await asyncio.sleep(1.0)
+    async with harness.running(worker), harness.py_spy(worker.pid, raw):
         result, sampler = await sampled_level(b, system, queue, level, worker.pid)
-        if spy is not None:
-            spy.send_signal(2)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(spy.wait(), 30)
     steps_done = max(result.completed * cfg.level_steps, 1)
     # Counted once the worker is gone: a backend reports its transactions as it exits.
     await asyncio.sleep(1.0)
@@ -868,6 +884,8 @@ def summarize_profile(raw: Path) -> dict[str, Any]:
         if " " not in line:
             continue
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():  # a frame whose text py-spy split over lines
+            continue
         n = int(count)
         total += n
         frames = stack.split(";")
@@ -902,6 +920,47 @@ async def stage_noisy(b: Bench) -> dict[str, Any]:
     return await noisy.noisy_neighbour(runs=b.cfg.noisy_runs, budget=NOISY_BUDGET)
 
 
+async def stage_long_run(b: Bench) -> dict[str, Any]:
+    """The long run of each system; with --profile, its worker under py-spy throughout."""
+    b.cfg.out.mkdir(parents=True, exist_ok=True)
+    out = await long_run.stage(
+        b.client,
+        b.worker_env(),
+        b.others(),
+        systems=b.cfg.systems,
+        pages=b.cfg.long_pages,
+        budget_seconds=b.cfg.long_budget,
+        profile_dir=b.cfg.out if b.cfg.profile else None,
+        log=log,
+    )
+    summarize_profiles(out)
+    return out
+
+
+def summarize_profiles(stage: dict[str, Any]) -> None:
+    """Each profiled system's py-spy record summarised beside its figures."""
+    for system in stage["systems"]:
+        raw = (stage.get(system) or {}).get("profile_raw")
+        if raw and Path(raw).exists():
+            stage[system]["top"] = summarize_profile(Path(raw))
+
+
+async def stage_scale_out(b: Bench) -> dict[str, Any]:
+    b.partial["scale_out"] = out = {}  # the rows done, should the stage run out of time
+    return await scale_out.stage(
+        out,
+        b.client,
+        b.worker_env(),
+        b.others(),
+        lambda workflow_id, queue: b.start("ours", workflow_id, b.cfg.level_steps, queue),
+        processes=b.cfg.scale_processes,
+        levels=b.cfg.scale_levels,
+        steps=b.cfg.level_steps,
+        budget_seconds=b.cfg.level_budget,
+        log=log,
+    )
+
+
 STAGES: dict[str, tuple[Callable[[Bench], Awaitable[dict[str, Any]]], str]] = {
     "overhead": (
         stage_overhead,
@@ -912,6 +971,8 @@ STAGES: dict[str, tuple[Callable[[Bench], Awaitable[dict[str, Any]]], str]] = {
     "recovery": (stage_recovery, "4. recovery after SIGKILL"),
     "profile": (stage_profile, "profile: py-spy on the workers at 100 concurrent runs"),
     "noisy": (stage_noisy, "5. noisy neighbour: one tenant's burst, fairness off and on"),
+    "long_run": (stage_long_run, "6. long run: 300 tool calls of 4 KB, one per model turn"),
+    "scale_out": (stage_scale_out, "7. scale-out: 1, 2, 4 worker processes of ours"),
 }
 DEFAULT_STAGES = {"overhead", "throughput", "latency", "recovery"}
 
@@ -923,6 +984,10 @@ def stage_budget(cfg: Config, stage: str) -> float:
         return cfg.recovery_budget + 150 + 200 * len(measured(cfg))
     if stage == "noisy":
         return 2 * NOISY_BUDGET + 300
+    if stage == "long_run":  # each system's run, its worker's start and its history
+        return len(long_run.SYSTEMS) * (cfg.long_budget + 120)
+    if stage == "scale_out":  # each row's level, its workers' start and the histories read
+        return len(cfg.scale_levels) * len(cfg.scale_processes) * (cfg.level_budget + 300)
     return 600
 
 
@@ -931,6 +996,7 @@ async def run(cfg: Config) -> dict[str, Any]:
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "machine": machine_info(),
+        "note": cfg.note,
         "errors": {},
     }
     t0 = time.monotonic()
@@ -971,7 +1037,11 @@ def write_outputs(cfg: Config, results: dict[str, Any]) -> str:
         docs = ROOT / "docs" / "bench"
         docs.mkdir(parents=True, exist_ok=True)
         # A run of some stages only is published under their names, beside the full run.
-        name = "latest" if DEFAULT_STAGES <= set(cfg.stages) else "-".join(cfg.stages)
+        name = (
+            "latest"
+            if DEFAULT_STAGES <= set(cfg.stages)
+            else "-".join(cfg.stages).replace("_", "-")
+        )
         (docs / f"{name}.json").write_text(json.dumps(results, indent=2, default=str))
         (docs / f"{name}.md").write_text(text + "\n")
         if png is not None and name == "latest":

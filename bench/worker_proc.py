@@ -24,6 +24,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agentrun.activities.provider_clients import model_client
 from agentrun.core.settings import Settings
 from agentrun.temporal.client import connect
 from agentrun.worker import garbage_collector
@@ -31,7 +32,6 @@ from agentrun.worker.worker_factory import (
     AgentWorkers,
     WorkerDeps,
     build_worker,
-    model_client,
     open_worker_pool,
 )
 from bench.bare import BareWorkflow, noop
@@ -83,8 +83,8 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
         worker = Worker(
             client,
             task_queue=task_queue,
-            workflows=[peer.OpenAIAgentsWorkflow],
-            activities=[peer.bench_noop],
+            workflows=[peer.OpenAIAgentsWorkflow, peer.OpenAIAgentsLongWorkflow],
+            activities=[peer.bench_noop, peer.bench_page],
             **bare_options(),
         )
     elif kind == "pydantic_ai":
@@ -101,8 +101,8 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
         worker = Worker(
             client,
             task_queue=task_queue,
-            workflows=[peer.PydanticAIWorkflow],
-            plugins=[AgentPlugin(peer.temporal_agent)],
+            workflows=[peer.PydanticAIWorkflow, peer.PydanticAILongWorkflow],
+            plugins=[AgentPlugin(peer.temporal_agent), AgentPlugin(peer.temporal_long_agent)],
             **bare_options(),
         )
     else:

@@ -136,7 +136,7 @@ class Crew:
         }
 
     async def deploy(self, build: str) -> None:
-        """`deploy` `build` as an operator would (RunClient.deploy, its replay check first):
+        """`deploy` `build` as an operator would (`deploys.make_current`, its replay check first):
         the workers of every slot but 0 are replaced by the build's, then it is made current;
         runs begun on the older build finish there. Retried through the outages."""
         started = time.monotonic()
@@ -157,7 +157,7 @@ class Crew:
         try:
             while True:
                 try:
-                    await operator.deploy(build)
+                    await operator.deploys.make_current(build)
                     break
                 except Exception as err:
                     print(f"chaos: mixed: deploy {build}: {err}; trying again", flush=True)
@@ -335,10 +335,12 @@ async def mixed(lab: Lab, pace: Pace, rng: random.Random) -> Outcome:
                 await asyncio.wait_for(deploying, 180)
             except TimeoutError:
                 outcome.problems.append(f"{NEXT_BUILD} was not deployed within 180 s")
-    # Healthy workers finish what the chaos left open (nothing, once every run ended).
+    # Healthy workers finish what the chaos left open: Temporal's word, not the mirror's (a
+    # run the mirror has ended may still have its last workflow task to complete).
+    still_open = await lab.open_runs(feed.run_ids)
     calm = [  # of the old build and the new
         await lab.worker(QUEUE, **crew.build(slot)).start(ready_line="polling")
-        for slot in range(2 if feed.ended < pace.runs else 0)
+        for slot in range(2 if still_open else 0)
     ]
     print(f"chaos: mixed: waiting for the last runs, then auditing all {pace.runs}", flush=True)
     async with lab.approver_for(feed.run_ids, mix.keys):

@@ -65,13 +65,13 @@ async def rejected(client: Client, run_id: str) -> None:
 
 async def paused_and_resumed(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
-    await ops.pause(client, run_id)
+    await ops.control(client, run_id, "pause")
     await ops.approve(client, run_id, by="li", role="approver")
     for _ in range(300):
         if (await ops.status(client, run_id)).status.value == "paused":
             break
         await asyncio.sleep(0.1)
-    await ops.resume(client, run_id)
+    await ops.control(client, run_id, "resume")
 
 
 async def _until(probe: Callable[[], Awaitable[Any]], what: str) -> Any:
@@ -91,13 +91,13 @@ async def subagent_paused_and_approved(client: Client, run_id: str) -> None:
         return next(iter((await ops.status(client, run_id)).children), None)
 
     child_id = await _until(child, "a child")
-    await ops.pause(client, run_id, by="history")
+    await ops.control(client, run_id, "pause", by="history")
 
     async def child_paused() -> bool:
         return (await ops.status(client, child_id)).status.value == "paused"
 
     await _until(child_paused, "the child paused")
-    await ops.resume(client, run_id, by="history")
+    await ops.control(client, run_id, "resume", by="history")
 
     async def shown() -> bool:
         return bool((await ops.status(client, run_id)).child_approvals)
@@ -206,12 +206,12 @@ async def session_paused_and_ended(client: Client, run_id: str) -> None:
         return len(done) >= turns and state.status.value == status
 
     await _until(lambda: shows("waiting_for_message", 1), "turn 1")
-    await ops.pause(client, run_id, by="ana")
+    await ops.control(client, run_id, "pause", by="ana")
     await _until(lambda: shows("paused", 1), "the idle pause")
     await steering_ops.say(client, run_id, "What about exchanges?", by="bo")
-    await ops.resume(client, run_id, by="ana")
+    await ops.control(client, run_id, "resume", by="ana")
     await _until(lambda: shows("waiting_for_message", 2), "turn 2")
-    await ops.pause(client, run_id, by="ana")
+    await ops.control(client, run_id, "pause", by="ana")
     await _until(lambda: shows("paused", 2), "the second idle pause")
     await steering_ops.end_session(client, run_id, by="ana")
 

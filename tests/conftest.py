@@ -37,6 +37,11 @@ from agentrun.tools import ToolRegistry
 from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
 from tests.support import STARTUP_TIMEOUT
 
+# The commands the tests run write to pipes as they do under a user's supervisor or script:
+# block-buffered, unless they flush. A developer's PYTHONUNBUFFERED would hide a missing
+# flush (`agentrun serve`'s URL, a closed pipe's exit code 141).
+os.environ.pop("PYTHONUNBUFFERED", None)
+
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from agentrun.core.eval_cases import eval_workflow_id
 from agentrun.ops.operations import run_id_for
 from agentrun.worker.worker_factory import worker_tuning
 from agentrun.workflows.subagents import subagent_run_id
@@ -32,6 +33,9 @@ RECORDED_IDS = {
     "subagent_paused_and_approved_child": subagent_run_id(
         run_id_for("history-subagent_paused_and_approved"), "0002-tool_call"
     ),
+    # An eval's case runs' ids derive from the eval's (scripts/record_eval_history.py).
+    "eval_current": eval_workflow_id("default", "history"),
+    "eval_current_first_run": eval_workflow_id("default", "history"),
 }
 
 

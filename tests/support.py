@@ -110,22 +110,28 @@ async def closed(handle: WorkflowHandle) -> bool:
 
 async def wait_status(client: Client, run_id: str, *statuses: str, seconds: float = 30) -> RunState:
     async def probe() -> RunState | None:
-        state = await ops.status(client, run_id)
-        return state if state.status.value in statuses else None
+        state = await answered_status(client, run_id)
+        return state if state is not None and state.status.value in statuses else None
 
     return await eventually(probe, seconds=seconds, what=f"{run_id} to reach {statuses}")
 
 
+async def answered_status(client: Client, run_id: str) -> RunState | None:
+    """The run's live state, or None while no worker answers: a worker that just started
+    (after a crash or a restart) may not answer the first query in time, as the server
+    offers it to the old worker's sticky queue first. For probes of `eventually`."""
+    try:
+        return await ops.status(client, run_id)
+    except OperationError as err:
+        if "no worker answered" in str(err):
+            return None
+        raise
+
+
 async def wait_pending(client: Client, run_id: str, seconds: float = 30) -> PendingApproval:
     async def probe() -> PendingApproval | None:
-        try:
-            return (await ops.status(client, run_id)).pending_approval
-        except OperationError as err:
-            # A worker that just started (after a crash or a restart) may not answer the
-            # first query in time: the server offers it to the old worker's sticky queue first.
-            if "no worker answered" in str(err):
-                return None
-            raise
+        state = await answered_status(client, run_id)
+        return state.pending_approval if state is not None else None
 
     return await eventually(probe, seconds=seconds, what=f"{run_id} to wait for approval")
 
@@ -181,7 +187,7 @@ def parse_python(source: str) -> ast.Module:
 
 
 async def run_result(client: Client, run_id: str) -> RunResult:
-    """How the run ended, as `RunClient.result` reads it: a failed run's result rides in its
+    """How the run ended, as `client.runs.result` reads it: a failed run's result rides in its
     failure, a cancelled run's is read from its final state (agentrun/workflows/run_endings.py).
     """
     return await ops.result(client, run_id)

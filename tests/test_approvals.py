@@ -207,7 +207,7 @@ async def test_decisions_for_unknown_or_finished_runs_are_clear_errors(client, s
     with pytest.raises(OperationError, match="already ended"):
         await ops.approve(client, started.run_id, by="li", role="approver")
     with pytest.raises(OperationError, match="already ended"):
-        await ops.pause(client, started.run_id)
+        await ops.control(client, started.run_id, "pause")
 
 
 async def test_an_unanswered_approval_expires_and_fails_the_run(client, settings, pool, worker):

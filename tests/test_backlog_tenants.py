@@ -152,10 +152,10 @@ async def test_a_tenants_stop_leaves_a_task_the_mirror_has_not_shown_yet(
     as_globex = RunClient(client, settings.model_copy(update={"tenant": globex}))
     try:
         async with worker():
-            await as_acme.backlog_enqueue(agent, [item("a-1")])
-            await as_globex.backlog_enqueue(agent, [item("g-1")])
+            await as_acme.backlogs.enqueue(agent, [item("a-1")])
+            await as_globex.backlogs.enqueue(agent, [item("g-1")])
             await wait_states(pool, agent, {"a-1": "done", "g-1": "done"}, seconds=60)
-            await as_globex.backlog_enqueue(
+            await as_globex.backlogs.enqueue(
                 agent, [item("g-2", max_attempts=1, verify=NEVER_PASSES)]
             )
             # As if the mirror had not been written since globex's second enqueue.
@@ -163,18 +163,18 @@ async def test_a_tenants_stop_leaves_a_task_the_mirror_has_not_shown_yet(
                 await conn.execute(
                     "DELETE FROM backlog_tasks WHERE agent = %s AND task_key LIKE 'g-%%'", (agent,)
                 )
-            stopped = await as_acme.backlog_stop(agent)
+            stopped = await as_acme.backlogs.stop(agent)
             assert stopped.stopped and acme in stopped.message, stopped
-            await as_globex.backlog_enqueue(agent, [item("g-3")])
+            await as_globex.backlogs.enqueue(agent, [item("g-3")])
             await wait_states(pool, agent, {"g-3": "done"}, seconds=60)
             with pytest.raises(OperationError, match="already stopped"):
-                await as_acme.backlog_stop(agent)
-            await as_acme.backlog_enqueue(agent, [item("a-2")])
+                await as_acme.backlogs.stop(agent)
+            await as_acme.backlogs.enqueue(agent, [item("a-2")])
             await wait_states(pool, agent, {"a-2": "todo"}, seconds=60)
-            await as_acme.backlog_resume(agent)
+            await as_acme.backlogs.resume(agent)
             await wait_states(pool, agent, {"a-2": "done"}, seconds=60)
-            listing = await RunClient(client, settings).backlog_tasks(agent)
-            assert listing["status"] == "active", "the backlog as a whole never stopped"
+            listing = await RunClient(client, settings).backlogs.tasks(agent)
+            assert listing.status == "active", "the backlog as a whole never stopped"
     finally:
         await as_acme.close()
         await as_globex.close()
@@ -199,10 +199,10 @@ async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
     strict = PolicyPatch(max_attempts=1, on_poison="stop", retry_delay_seconds=0)
     try:
         async with worker():
-            await as_acme.backlog_enqueue(
+            await as_acme.backlogs.enqueue(
                 agent, [item("a-poison", verify=NEVER_PASSES), item("a-next")], policy=strict
             )
-            await as_globex.backlog_enqueue(agent, [item("g-1"), item("g-2")])
+            await as_globex.backlogs.enqueue(agent, [item("g-1"), item("g-2")])
             await wait_states(
                 pool,
                 agent,
@@ -211,23 +211,23 @@ async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
             )
             limits = {t["task_key"]: t["max_attempts"] for t in await all_tasks(as_globex, agent)}
             assert limits == {"g-1": 3, "g-2": 3}, "acme's policy is not globex's"
-            listing = await RunClient(client, settings).backlog_tasks(agent)
-            assert listing["status"] == "active", "the backlog as a whole goes on"
+            listing = await RunClient(client, settings).backlogs.tasks(agent)
+            assert listing.status == "active", "the backlog as a whole goes on"
 
-            resumed = await as_acme.backlog_resume(agent)
+            resumed = await as_acme.backlogs.resume(agent)
             assert not resumed.stopped, resumed
             # How many tasks run at once is the whole backlog's: not a tenant's to set.
             with pytest.raises(InvalidRequest, match="parallelism bound the whole backlog"):
-                await as_acme.backlog_enqueue(
+                await as_acme.backlogs.enqueue(
                     agent, [item("a-x")], policy=PolicyPatch(parallelism=4)
                 )
             assert "a-x" not in {t["task_key"] for t in await all_tasks(as_acme, agent)}
             await wait_states(pool, agent, {"a-next": "done"}, seconds=60)
-            retried = await as_acme.backlog_retry(agent, "a-poison")
+            retried = await as_acme.backlogs.retry(agent, "a-poison")
             assert retried.key == "a-poison"
             await wait_states(pool, agent, {"a-poison": "failed"}, seconds=60)
             # The stop is acme's again; globex's next task still runs.
-            await as_globex.backlog_enqueue(agent, [item("g-3")])
+            await as_globex.backlogs.enqueue(agent, [item("g-3")])
             await wait_states(pool, agent, {"g-3": "done"}, seconds=60)
     finally:
         await as_acme.close()
@@ -235,6 +235,5 @@ async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
         await end_backlog(client, agent)
 
 
-async def all_tasks(runs: RunClient, agent: str) -> list[dict[str, Any]]:
-    listed: list[dict[str, Any]] = (await runs.backlog_tasks(agent))["tasks"]
-    return listed
+async def all_tasks(run_client: RunClient, agent: str) -> list[dict[str, Any]]:
+    return [task.model_dump() for task in (await run_client.backlogs.tasks(agent)).tasks]

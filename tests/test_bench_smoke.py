@@ -9,22 +9,27 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
+from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from agentrun.core.constants import OFFLINE_MODEL
 from agentrun.dev.offline_model import OfflineModelServer
+from agentrun.workflows.changes import for_new_run
 from bench import (
     bare,
     bare_agent,
     compare_profiles,
     harness,
+    http_stream,
+    long_run,
     openai_agents_peer,
     ours,
     pg_queue,
     pydantic_ai_peer,
     report,
+    scale_out,
     server_work,
     stats,
 )
@@ -397,6 +402,8 @@ def test_a_profile_splits_each_sample_into_one_part_and_the_two_workers_read_sid
         "main;run (a.py:1);execute (psycopg/cursor.py:2) 6\n"
         "main;run (a.py:1);create (openai/resources.py:3);send (httpx/_client.py:4) 3\n"
         "main;_handle_activation (x.py:5);encode_completion (temporalio/bridge/worker.py:6) 1\n"
+        # A frame whose source text py-spy split over two lines: no count, not a sample.
+        "main;run (a.py:1);check (b.py:2) if x in\n self._worker_level_failure_exception_types\n"
     )
     summary = bench_run.summarize_profile(raw)
     assert summary["samples"] == 10
@@ -461,3 +468,144 @@ def test_the_report_opens_with_ours_over_each_peer() -> None:
     assert "0.60x" in history and "**not met**" in history  # 6,000 ÷ 10,000 > 0.5x
     lag = next(line for line in targets.splitlines() if "mirror lag" in line)
     assert "1.50x" in lag and "**not met**" not in lag
+
+
+@pytest.mark.parametrize("system", long_run.SYSTEMS)
+async def test_the_long_run_workload_runs_for_real_on_every_system(
+    env: WorkflowEnvironment, database_url: str, system: str
+) -> None:
+    """The long-run workload, 20 pages: each system's own worker process, the real `openai`
+    client and the scripted model, one page per model turn; its history read back from
+    Temporal (ours over a continue-as-new chain, forced early here)."""
+    pages = 20
+    with OfflineModelServer(ours.responder) as model, tempfile.TemporaryDirectory() as home:
+        worker_env = {
+            "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+            "DATABASE_URL": database_url,
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "bench",
+            "AGENTRUN_HOME": home,
+        }
+        found = await long_run.measure(
+            env.client, system, worker_env, {}, pages=pages, budget_seconds=90,
+            history_events=100, marks_at=(10, 20),
+        )  # fmt: skip
+        requests = [r for r in model.requests if r.get("tools")]
+    assert found["finished"] and found["steps_done"] == pages, found
+    # The model saw the conversation grow: one call per page, the last with every page.
+    assert len(requests) == pages + 1
+    last = [m for m in requests[-1]["messages"] if m.get("role") == "tool"]
+    assert len(last) == pages and all(ours.page_text(pages - 1)[:20] in str(m) for m in last[-1:])
+    at = found["at_step"]
+    assert set(at) == {"10", "20"} and at["20"]["chain_events"] > at["10"]["chain_events"]
+    assert found["chain_bytes"] >= at["20"]["chain_bytes"] > at["10"]["chain_bytes"]
+    assert found["rss_mb_peak"] > 0 and found["step_ms"]["first"] > 0
+    grows = found["bytes_per_step"]["ratio"]
+    if system == "ours":
+        # Continued as new past 100 events: the chain sums its runs, each run stays small.
+        assert found["runs_in_chain"] > 1
+        assert at["20"]["run_bytes"] < at["20"]["chain_bytes"]
+        assert found["largest_run_bytes"] < found["chain_bytes"]
+    else:
+        # Each model call carries the whole conversation in history: a step costs more and
+        # more bytes.
+        assert found["runs_in_chain"] == 1 and at["20"]["run_bytes"] == at["20"]["chain_bytes"]
+        assert grows > 1.5, found["bytes_per_step"]
+    table = report.long_run_table(
+        {"pages": pages, "systems": [system], "marks": [10, 20], system: found}
+    )
+    assert f"yes, {pages} steps" in table and "step 20: history bytes" in table
+    assert at["20"]["step_ms"] > 0 and len(found["steps"]) == pages
+
+
+async def test_scale_out_runs_ours_on_one_and_two_worker_processes(
+    env: WorkflowEnvironment, database_url: str
+) -> None:
+    """The scale-out stage, small: one and two worker processes of ours polling one queue,
+    the real `openai` client and the scripted model; every run finishes and each row says
+    its steps/s, its ratio to one process and the CPU it used."""
+    with OfflineModelServer(ours.responder) as model, tempfile.TemporaryDirectory() as home:
+        worker_env = {
+            "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+            "DATABASE_URL": database_url,
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "bench",
+            "AGENTRUN_HOME": home,
+        }
+
+        async def start(workflow_id: str, queue: str) -> None:
+            spec = for_new_run(ours.run_spec(2, key=workflow_id))
+            await ours.start_run(env.client, spec, workflow_id, queue)
+
+        found: dict[str, Any] = {}
+        await scale_out.stage(
+            found,
+            env.client, worker_env, {}, start, processes=(1, 2), levels=(4,), steps=2,
+            budget_seconds=90,
+        )  # fmt: skip
+    one, two = found["rows"]
+    assert [(r["processes"], r["level"]) for r in (one, two)] == [(1, 4), (2, 4)]
+    for row in (one, two):
+        assert row["completed"] == 4 and row["steps_done"] == 8 and not row["timed_out"]
+        assert row["steps_per_second"] > 0 and row["workers_cpu_ms_per_step"] > 0
+        assert row["machine_cores_busy"] + row["machine_cores_idle"] > 0
+    assert one["ratio_to_one_process"] == 1.0
+    assert two["ratio_to_one_process"] == pytest.approx(
+        two["steps_per_second"] / one["steps_per_second"]
+    )
+    table = report.scale_out_table(found)
+    assert "| 4 " in table and "1.00x" in table
+
+
+def test_long_run_figures_read_growth_per_step_from_a_chain() -> None:
+    """Step k adds k KB and takes k ms: the last window against the first, the figures at
+    each mark, and a chain of two runs summed."""
+    marks, total = [], 0
+    for k in range(1, 41):
+        total += 1000 * k
+        run = 0 if k <= 20 else 1
+        marks.append(long_run.StepMark(k * (k + 1) / 2000, total, 10 * k, total, 10 * k, run))
+    chain = long_run.ChainHistory(marks, [(100, 5), (200, 7)], "completed", None)
+    found = long_run.figures(chain, (10, 40, 50), window=5)
+    assert found["runs_in_chain"] == 2 and found["chain_bytes"] == 300
+    assert found["chain_events"] == 12 and found["largest_run_bytes"] == 200
+    assert set(found["at_step"]) == {"10", "40"}
+    assert found["at_step"]["40"]["run_index"] == 1
+    assert found["at_step"]["10"]["step_ms"] == pytest.approx(8.0)  # steps 6..10: mean 8 ms
+    assert found["bytes_per_step"]["first"] == pytest.approx(4000)  # steps 2..6
+    assert found["bytes_per_step"]["last"] == pytest.approx(38000)  # steps 36..40
+    assert found["events_per_step"]["ratio"] == pytest.approx(1.0)
+    assert found["step_ms"]["ratio"] == pytest.approx(38 / 4)
+    assert len(found["steps"]) == 40 and found["steps"][0][0] == 0
+    profile = {"worker_cpu_ms_per_step": 10.0, "top": {"part_share": {"a part": 1.0}}}
+    stage = {"systems": ["ours", "bare_agent"], "ours": profile, "bare_agent": profile}
+    table = report.long_run_profile(stage)
+    assert table is not None and "over the long run" in table and "| a part" in table
+    assert report.long_run_profile({"systems": ["ours"], "ours": {}}) is None
+
+
+async def test_the_http_stream_bench_measures_the_door_for_real(
+    env: WorkflowEnvironment, database_url: str, tmp_path
+) -> None:
+    """bench/http_stream.py's quick mode on the tests' Temporal and Postgres: its own worker
+    and `agentrun serve`, real HTTP, every token of every run timed from the model's flush
+    to the client, and ended runs' streams read back to back."""
+    found = await http_stream.measure(
+        http_stream.QUICK, env.client.service_client.config.target_host, database_url, tmp_path
+    )
+    assert found["errors"] == {}, found["errors"]
+    for level in ("1", "2"):
+        part = found["latency"][level]
+        assert part["tokens_emitted"] == part["runs"] * http_stream.TOKENS
+        # Each token reached its client, after the model flushed it.
+        assert part["token_ms"]["n"] == part["tokens_emitted"]
+        assert part["token_ms"]["min"] > 0 and part["first_token_ms"]["n"] == part["runs"]
+        assert part["live_events_per_second"] > 0
+    browser = found["browser"]
+    assert "skipped" in browser or browser["token_ms"]["n"] == http_stream.TOKENS
+    for clients in ("1", "2"):
+        replay = found["replay"][clients]
+        assert replay["clients"] == int(clients) and replay["streams"] >= int(clients)
+        assert replay["events_per_second"] > 0
+    text = http_stream.full_report({"machine": {"nproc": 2}, **found})
+    assert "token → client p50 / p95" in text and "events/s delivered" in text

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
@@ -134,6 +135,11 @@ async def test_a_busy_port_given_is_refused_with_advice_that_works(home):
                 assert line, seen
                 seen += line.decode()
             assert f"temporal_address: 127.0.0.1:{advice.group(1).split()[1]}" in seen, seen
+            # The HTTP door serves beside the stack, at the URL it printed.
+            door = re.search(r"http_url: (\S+)", seen)
+            assert door, seen
+            async with httpx.AsyncClient(timeout=30) as http:
+                assert (await http.get(f"{door.group(1)}/healthz")).json() == {"ok": True}
 
             # A second `up` on the same home is refused, and its advice (use it) works.
             code, again = await cli(home, "up", "--no-worker", bound=60)

@@ -88,10 +88,11 @@ def test_only_the_door_starts_runs():
     engine = ("ops", "operations")
     assert calls_of("start_run", on=engine) == [Path("agentrun/ops/door.py")]
     assert calls_of("enqueue_run") == [Path("agentrun/ops/operations.py")]
-    # The CLI's `start` and `demo` go through RunClient, RunClient and forks through the door.
+    # The CLI's `start` and `demo` go through `client.runs`, which, as forks do, goes through
+    # the door; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
     assert calls_of("start", on=("door",)) == [
-        Path("agentrun/client_api.py"),
         Path("agentrun/ops/fork_ops.py"),
+        Path("agentrun/services/runs.py"),
     ]
 
 
@@ -147,9 +148,9 @@ async def test_the_same_key_in_two_tenants_starts_two_runs(
 
 
 async def test_a_start_without_a_database_is_refused(client, settings):
-    runs = RunClient(client, settings.model_copy(update={"database_url": None}))
+    run_client = RunClient(client, settings.model_copy(update={"database_url": None}))
     with pytest.raises(SetupError, match="no database is configured"):
-        await runs.start("Say hi.", idempotency_key=f"k-{uuid.uuid4().hex[:8]}")
+        await run_client.runs.start("Say hi.", idempotency_key=f"k-{uuid.uuid4().hex[:8]}")
 
 
 async def test_a_spec_adds_approvers_and_never_removes_the_tenants(
@@ -162,10 +163,12 @@ async def test_a_spec_adds_approvers_and_never_removes_the_tenants(
     assert await ApproverStore(pool).add(ana.signer)
     mallory = approver_keys.create(tmp_path / "m", "mallory", "approver", acme)
     spec_fields: dict[str, Any] = {"approval": {"signers": [mallory.signer.model_dump()]}}
-    runs = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": acme}))
     try:
         async with worker():
-            run_id = await runs.start(make_spec(tenant=acme).task, **spec_fields)
+            run_id = (
+                await run_client.runs.start(make_spec(tenant=acme).task, **spec_fields)
+            ).run_id
             await wait_pending(client, run_id)
             carried = (await fork_ops.parent_input(client, run_id)).approval.signers
             assert {s.key_id for s in carried} == {ana.signer.key_id, mallory.signer.key_id}
@@ -173,7 +176,7 @@ async def test_a_spec_adds_approvers_and_never_removes_the_tenants(
                 await ops.approve(client, run_id, by="mallory", role="approver", tenant=acme)
             await ops.cancel(client, run_id)
     finally:
-        await runs.close()
+        await run_client.close()
 
 
 # ---------------------------------------------------------------- another tenant's runs
@@ -216,8 +219,8 @@ async def test_a_foreign_run_reads_as_a_missing_one_on_every_command(
         lambda run_id: ops.reject(
             client, run_id, by="li", role="approver", reason="x", tenant=globex, mirror=pool
         ),
-        lambda run_id: ops.pause(client, run_id, tenant=globex, mirror=pool),
-        lambda run_id: ops.resume(client, run_id, tenant=globex, mirror=pool),
+        lambda run_id: ops.control(client, run_id, "pause", tenant=globex, mirror=pool),
+        lambda run_id: ops.control(client, run_id, "resume", tenant=globex, mirror=pool),
         lambda run_id: ops.rebuild_mirror(client, pool, run_id, tenant=globex),
         lambda run_id: ops.pending_approval(client, run_id, tenant=globex, mirror=pool),
     ):
@@ -240,7 +243,7 @@ async def test_the_python_client_cannot_watch_or_fork_another_tenants_run(
     client, settings, pool, worker, tenants
 ):
     acme, globex = tenants
-    runs = RunClient(client, settings.model_copy(update={"tenant": globex}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": globex}))
     try:
         async with worker():
             theirs = await door.start(
@@ -253,17 +256,17 @@ async def test_the_python_client_cannot_watch_or_fork_another_tenants_run(
             await wait_pending(client, theirs.run_id)
             refused = str(ops.no_run(theirs.run_id))
             with pytest.raises(OperationError) as watched:
-                await anext(runs.watch(theirs.run_id))
+                await anext(run_client.runs.watch(theirs.run_id))
             assert str(watched.value) == refused
             with pytest.raises(OperationError) as forked:
-                await runs.fork(theirs.run_id, from_step=1)
+                await run_client.runs.fork(theirs.run_id, from_step=1)
             assert str(forked.value) == refused
             with pytest.raises(OperationError) as waited:
-                await runs.result(theirs.run_id)
+                await run_client.runs.result(theirs.run_id)
             assert str(waited.value) == refused
             await ops.cancel(client, theirs.run_id)
     finally:
-        await runs.close()
+        await run_client.close()
 
 
 # ---------------------------------------------------------------- caps
@@ -273,14 +276,14 @@ async def test_every_start_path_takes_the_tenants_cap(client, settings, pool, wo
     """RunClient starts and forks wait behind the stored cap; a capped run can be forked."""
     acme, _ = tenants
     await TenantStore(pool).save(TenantLimits(tenant=acme, max_in_flight=1, weight=2))
-    runs = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": acme}))
     try:
         async with worker():
-            first = await runs.start(make_spec(tenant=acme).task)
+            first = (await run_client.runs.start(make_spec(tenant=acme).task)).run_id
             await wait_pending(client, first)
-            second = await runs.start(make_spec(tenant=acme).task)
+            second = (await run_client.runs.start(make_spec(tenant=acme).task)).run_id
             assert (await ops.status(client, second)).status.value == "queued"
-            fork = await runs.fork(first, from_step=1)
+            fork = (await run_client.runs.fork(first, from_step=1)).run_id
             assert fork.startswith(door.ENGINE_ID_PREFIX)
             forked = await ops.status(client, fork)
             assert forked.status.value == "queued" and forked.tenant == acme
@@ -291,7 +294,7 @@ async def test_every_start_path_takes_the_tenants_cap(client, settings, pool, wo
             for run_id in (second, fork, first):
                 await ops.cancel(client, run_id)
     finally:
-        await runs.close()
+        await run_client.close()
 
 
 async def test_the_queue_keeps_the_stored_limits_and_gives_only_its_own_slots(

@@ -65,11 +65,11 @@ async def test_a_capped_tenants_backlog_runs_wait_in_its_queue(
     await TenantStore(pool).save(TenantLimits(tenant=acme, max_in_flight=1, weight=2))
     agent = new_agent("capped")
     # An operator's: a backlog's parallelism bounds every tenant's tasks in it.
-    runs = RunClient(client, settings.model_copy(update={"tenant": None}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": None}))
     notify = make_spec().task  # waits for a person before its message goes out
     try:
         async with worker():
-            await runs.backlog_enqueue(
+            await run_client.backlogs.enqueue(
                 agent,
                 [
                     item("n-1", notify, allowed_tools=None, tenant=acme),
@@ -109,7 +109,7 @@ async def test_a_capped_tenants_backlog_runs_wait_in_its_queue(
             await ops.approve(client, ids[second], by="maria", role="approver")
             await wait_states(pool, agent, {"n-1": "done", "n-2": "done"}, seconds=120)
     finally:
-        await runs.close()
+        await run_client.close()
         await end_backlog(client, agent)
 
 
@@ -117,9 +117,9 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
     client, settings: Settings, pool, worker, tenants, tmp_path
 ):
     """An operator allows tenant acme priorities 2 and 3 (`tenants set --priorities`); a start
-    at priority 1 is refused, exit 5, through the CLI, `RunClient.start`, a fork, a backlog
+    at priority 1 is refused, exit 5, through the CLI, `client.runs.start`, a fork, a backlog
     enqueue, a backlog's own start of a task and `run_agent`; at priority 3 each goes on. The
-    operator sets them through the CLI or `RunClient.set_tenant`; a tenant cannot."""
+    operator sets them through the CLI or `client.tenants.set`; a tenant cannot."""
     acme, _ = tenants
     by_operator = await cli(
         settings, tmp_path, None, "tenants", "set", acme, "--priorities", "3,2", "--json"
@@ -136,25 +136,25 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
     assert refused.code == 5 and refused.out == "", refused
     assert "may start runs at priority 2, 3 only, not 1" in refused.err, refused.err
 
-    runs = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": acme}))
     agent = new_agent("prio")
     ledger = tmp_path / "refunds.jsonl"
     try:
         with pytest.raises(OperationRefused, match="priority 2, 3 only"):
-            await runs.start(make_spec().task, priority=1)
+            await run_client.runs.start(make_spec().task, priority=1)
         with pytest.raises(OperationRefused, match="priority 2, 3 only"):
-            await runs.backlog_enqueue(agent, [item("p-1", priority=1)])
+            await run_client.backlogs.enqueue(agent, [item("p-1", priority=1)])
         async with worker(workflows=tuple(WORKFLOWS), activities=tuple(for_worker(ledger))):
-            allowed = await runs.start(make_spec().task, priority=3)
+            allowed = (await run_client.runs.start(make_spec().task, priority=3)).run_id
             await wait_pending(client, allowed)
             operator = RunClient(client, settings)
             try:
-                changed = await operator.set_tenant(acme, {"allowed_priorities": [2]})
+                changed = await operator.tenants.set(acme, {"allowed_priorities": [2]})
             finally:
                 await operator.close()
             assert changed.allowed_priorities == [2]
             with pytest.raises(OperationRefused, match="priority 2 only, not 3"):
-                await runs.fork(allowed, from_step=1)
+                await run_client.runs.fork(allowed, from_step=1)
 
             # A task enqueued past the door (as a backlog recorded before the check holds
             # one) is refused when the backlog starts its run: it fails at once, unstarted.
@@ -163,8 +163,8 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
                 task_queue=settings.task_queue,
             )  # fmt: skip
             await wait_states(pool, agent, {"p-1": "failed"}, seconds=60)
-            dead = await runs.backlog_dead(agent)
-            assert "may start runs at priority 2 only, not 1" in dead[0]["last_error"]
+            dead = await run_client.backlogs.dead(agent)
+            assert "may start runs at priority 2 only, not 1" in dead[0].last_error
             assert await children(pool, agent) == {}, "no run was started"
 
             parent = f"refund-{uuid.uuid4().hex[:8]}"
@@ -184,7 +184,7 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
             assert await status_of(client, child_run_id(parent, "r-1")) is None
             await ops.cancel(client, allowed)
     finally:
-        await runs.close()
+        await run_client.close()
         await end_backlog(client, agent)
 
 
@@ -198,12 +198,12 @@ async def test_an_agent_in_your_own_workflow_takes_its_tenants_policy(
     ana = approver_keys.create(tmp_path, "ana", "approver", acme)
     assert await ApproverStore(pool).add(ana.signer)
     await TenantStore(pool).save(TenantLimits(tenant=acme, max_in_flight=1, weight=3))
-    runs = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": acme}))
     ledger = tmp_path / "refunds.jsonl"
     parent = f"refund-{uuid.uuid4().hex[:8]}"
     try:
         async with worker(workflows=tuple(WORKFLOWS), activities=tuple(for_worker(ledger))):
-            holder = await runs.start(make_spec().task)
+            holder = (await run_client.runs.start(make_spec().task)).run_id
             await wait_pending(client, holder)
             request = RefundRequest(
                 request_id="r-1",
@@ -234,7 +234,7 @@ async def test_an_agent_in_your_own_workflow_takes_its_tenants_policy(
                 await ops.approve(client, agent_run, by="mallory", role="approver")
             await handle.cancel()
     finally:
-        await runs.close()
+        await run_client.close()
 
 
 async def test_a_held_stop_of_one_tenant_stops_its_own_tasks_alone(
@@ -249,11 +249,11 @@ async def test_a_held_stop_of_one_tenant_stops_its_own_tasks_alone(
     as_globex = RunClient(client, settings.model_copy(update={"tenant": globex}))
     try:
         async with worker():
-            await as_acme.backlog_enqueue(agent, [item("a-1")])
+            await as_acme.backlogs.enqueue(agent, [item("a-1")])
             await wait_states(pool, agent, {"a-1": "done"}, seconds=60)
-        held = await as_globex.backlog_enqueue(agent, [item("g-1")], wait=2)
+        held = await as_globex.backlogs.enqueue(agent, [item("g-1")], wait=2)
         assert held.held == ["g-1"], held
-        stopped = await as_acme.backlog_stop(agent, wait=2)
+        stopped = await as_acme.backlogs.stop(agent, wait=2)
         assert stopped.message.startswith("held:"), stopped
         async with worker():
             await wait_states(pool, agent, {"a-1": "done", "g-1": "done"}, seconds=60)

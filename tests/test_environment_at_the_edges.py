@@ -84,3 +84,25 @@ def test_a_provider_key_not_handed_over_stops_the_worker_naming_it(model_server)
     config = AgentrunConfig("postgresql://unused", providers=json.dumps({"named": provider}))
     keys = config.with_provider_keys({"SOME_PROVIDER_KEY": " k-1 \n"}).provider_keys
     assert ProviderClients(default, named, keys).get("named").client.api_key == "k-1"
+
+
+def test_an_edge_s_settings_reach_the_plugin_whole():
+    """`AgentrunConfig.from_settings` (agentrun-worker, RunClient.connect): what has no field
+    of the config (the workflow cache, the build, streaming) is kept, and a field given
+    over the settings wins, validated as its variable would be."""
+    read = Settings.read(
+        {
+            "DATABASE_URL": "postgresql://u@db/agentrun",
+            "AGENTRUN_WORKFLOW_CACHE": "7",
+            "AGENTRUN_BUILD_ID": "b-2",
+            "AGENTRUN_MODEL_STREAM": "0",
+            "AGENTRUN_TENANT": "acme",
+        }
+    )
+    config = AgentrunConfig.from_settings(read, task_queue="orders", telemetry=True)
+    kept = config.settings()
+    assert (kept.workflow_cache, kept.build_id, kept.model_stream) == (7, "b-2", False)
+    assert (kept.task_queue, kept.otel, kept.tenant) == ("orders", True, "acme")
+    assert kept.database_url == "postgresql://u@db/agentrun"
+    with pytest.raises(SetupError, match="AGENTRUN_TENANT"):
+        AgentrunConfig.from_settings(read, tenant="x" * 201).settings()

@@ -364,12 +364,12 @@ async def test_a_pause_accepted_just_before_continue_as_new_takes_effect_first(
             # While the tool holds its step, people pause it, again and again: the history
             # grows past its limit, so the run continues as new at its next boundary.
             for _ in range(25):
-                await ops.pause(client, begun.run_id, by="ops")
+                await ops.control(client, begun.run_id, "pause", by="ops")
             gate.set()
             state = await wait_status(client, begun.run_id, "paused")
             assert state.pause_requested
             assert (await handle.describe()).run_id == first_execution, "paused before it moved"
-            await ops.resume(client, begun.run_id, by="ops")
+            await ops.control(client, begun.run_id, "resume", by="ops")
             result = await asyncio.wait_for(
                 client.get_workflow_handle_for(AgentRunWorkflow.run, begun.run_id).result(), 60
             )

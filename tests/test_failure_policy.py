@@ -237,7 +237,7 @@ async def test_a_refused_key_pauses_for_an_admin_with_the_reason(client, setting
             mirrored = await wait_mirrored_status(pool, started.run_id, "paused")
             assert "refused the credentials" in (mirrored["pause_reason"] or "")
             key_fixed["yes"] = True  # the admin fixes the key, then resumes
-            await ops.resume(client, started.run_id, by="admin")
+            await ops.control(client, started.run_id, "resume", by="admin")
             result = await result_of(client, started.run_id)
     assert result.status.value == "completed"
 
@@ -264,7 +264,7 @@ async def test_a_forbidden_tool_pauses_for_an_admin(client, settings, pool, work
             state = await wait_status(client, started.run_id, "paused")
             assert "vault:read" in (state.pause_reason or "")
             granted["yes"] = True
-            await ops.resume(client, started.run_id)
+            await ops.control(client, started.run_id, "resume")
             result = await result_of(client, started.run_id)
     assert result.status.value == "completed"
     tool_steps = await rows(

@@ -172,20 +172,22 @@ async def test_fork_refusals_are_clear(client, settings, pool, worker, tmp_path)
 
 
 async def test_the_python_client_watches_and_forks(client, settings, pool, worker):
-    runs = await agentrun.RunClient.connect(settings)
+    run_client = await agentrun.RunClient.connect(settings)
     try:
         async with worker():
-            run_id = await runs.start(
+            started = await run_client.runs.start(
                 "Look up our refund policy.", idempotency_key=f"py-{uuid.uuid4().hex[:10]}"
             )
-            live = [item async for item in runs.watch(run_id)]
-            fork_id = await runs.fork(run_id, from_step=1)  # a model step: asked again, live
-            forked = await runs.result(fork_id)
+            run_id = started.run_id
+            live = [item async for item in run_client.runs.watch(run_id)]
+            # A model step: asked again, live.
+            fork_id = (await run_client.runs.fork(run_id, from_step=1)).run_id
+            forked = await run_client.runs.result(fork_id)
             with pytest.raises(agentrun.InvalidInput, match="a step number, 1 or more, not 0"):
-                await runs.fork(run_id, from_step=0)
-        story = [item async for item in runs.watch(run_id)]  # ended: from the mirror
+                await run_client.runs.fork(run_id, from_step=0)
+        story = [item async for item in run_client.runs.watch(run_id)]  # ended: from the mirror
     finally:
-        await runs.close()
+        await run_client.close()
     assert live[0].type == "run.started" and live[-1].kind == "receipt"
     assert [i.seq for i in live if i.kind == "event"] == [i.seq for i in story if i.kind == "event"]
     assert forked.status.value == "completed"

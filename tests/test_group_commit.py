@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 from agentrun.store.db import open_pool
+from agentrun.store.group_commit import GroupCommit
 from agentrun.store.mirror_store import MirrorStore
 from tests.support import mirror_batch as batch
 from tests.support import rows, step_claim
@@ -74,7 +75,10 @@ async def test_the_mirrors_statements_are_prepared_from_their_second_run(databas
 
 async def test_claims_that_arrive_together_share_a_group_and_each_gets_its_own_checkpoint(pool):
     store = MirrorStore(pool)
-    runs = [new_run() for _ in range(4)]
+    # The first to arrive sorts last: a group is written in its runs' order, and each claim
+    # still gets its own answer back.
+    runs = [new_run().replace("group-", "group-z")]
+    runs += [new_run().replace("group-", "group-a") for _ in range(3)]
 
     def claim(run: str, attempt: int) -> dict:
         return step_claim(run, "0009-tool_call", attempt)
@@ -103,3 +107,24 @@ async def test_claims_that_arrive_together_share_a_group_and_each_gets_its_own_c
     }
     landed = await rows(pool, "SELECT count(*) AS n FROM runs WHERE run_id = ANY(%s)", runs)
     assert landed == [{"n": 4}]
+
+
+async def test_a_write_that_arrives_while_a_group_commits_does_not_wait_for_it():
+    """A second writer takes what arrives meanwhile; with one, the quick write would queue."""
+    release = asyncio.Event()
+
+    async def write_one(item: str) -> str:
+        if item == "slow":
+            await release.wait()
+        return item
+
+    async def write_group(items: list[str]) -> list[str]:
+        return [await write_one(item) for item in items]
+
+    commit: GroupCommit[str, str] = GroupCommit(write_group, write_one)
+    slow = asyncio.create_task(commit.submit("slow"))
+    await asyncio.sleep(0.05)  # its writer is now inside the slow commit
+    assert await asyncio.wait_for(commit.submit("quick"), 5) == "quick"
+    assert not slow.done()
+    release.set()
+    assert await slow == "slow"

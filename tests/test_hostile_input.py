@@ -162,8 +162,8 @@ async def test_an_unknown_tool_is_reported_to_the_model_and_the_run_goes_on(
 @pytest.mark.parametrize("operation", ["pause", "resume", "cancel", "status", "approve"])
 async def test_a_request_for_an_unknown_run_is_a_clear_error(client, operation):
     call = {
-        "pause": lambda: ops.pause(client, "run-nope"),
-        "resume": lambda: ops.resume(client, "run-nope"),
+        "pause": lambda: ops.control(client, "run-nope", "pause"),
+        "resume": lambda: ops.control(client, "run-nope", "resume"),
         "cancel": lambda: ops.cancel(client, "run-nope"),
         "status": lambda: ops.status(client, "run-nope"),
         "approve": lambda: ops.approve(client, "run-nope", by="li", role="approver"),
@@ -188,8 +188,8 @@ async def test_requests_to_a_finished_run_change_nothing(client, settings, pool,
         state_before = await ops.status(client, started.run_id)
 
         for attempt in (
-            lambda: ops.pause(client, started.run_id),
-            lambda: ops.resume(client, started.run_id),
+            lambda: ops.control(client, started.run_id, "pause"),
+            lambda: ops.control(client, started.run_id, "resume"),
             lambda: ops.cancel(client, started.run_id),
             lambda: ops.approve(client, started.run_id, by="li", role="approver"),
             lambda: ops.reject(client, started.run_id, by="li", role="approver", reason="late"),
@@ -434,8 +434,8 @@ DECISION_FIELDS = {
         c, "run-nope", by="li", role="approver", tenant=_ten_times("tenant")
     ),
     "run_id": lambda c: ops.approve(c, _ten_times("run_id"), by="li", role="approver"),
-    "pause by": lambda c: ops.pause(c, "run-nope", by=_ten_times("by")),
-    "resume by": lambda c: ops.resume(c, "run-nope", by=_ten_times("by")),
+    "pause by": lambda c: ops.control(c, "run-nope", "pause", by=_ten_times("by")),
+    "resume by": lambda c: ops.control(c, "run-nope", "resume", by=_ten_times("by")),
     "cancel run_id": lambda c: ops.cancel(c, _ten_times("run_id")),
     "backlog stop by": lambda c: backlog_ops.stop(c, "agent", by=_ten_times("by")),
     "backlog retry key": lambda c: backlog_ops.retry(c, "agent", _ten_times("key")),

@@ -23,6 +23,10 @@ CORE, STORE, TEMPORAL, TOOLS = (
 ACTIVITIES, WORKFLOWS = "agentrun.activities", "agentrun.workflows"
 OPS, WORKER, CLI, DEV = "agentrun.ops", "agentrun.worker", "agentrun.cli", "agentrun.dev"
 DEMO = "agentrun.demo"
+HTTP = "agentrun.http"
+# RunClient's services (client operations, beside OPS), and the agent profiles they take
+# (public, over the core alone).
+SERVICES, PROFILES = "agentrun.services", "agentrun.profiles"
 # This deployment's own code, beside the package (the design card's top level).
 OWN_WORKFLOWS, OWN_ACTIVITIES = "workflows", "activities"
 
@@ -36,26 +40,36 @@ MAY_IMPORT = {
     ACTIVITIES: {CORE, STORE, TOOLS},
     WORKFLOWS: {CORE, ACTIVITIES},
     OPS: {CORE, STORE, TEMPORAL, WORKFLOWS},
+    PROFILES: {CORE, TOOLS},
     # The demo is an example of the public API: tools and a profile, nothing of the engine.
-    DEMO: {CORE, TOOLS, "agentrun"},
+    DEMO: {CORE, TOOLS, PROFILES, "agentrun"},
     WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, ACTIVITIES, WORKFLOWS},
+    # The services take a profile and reach the worker's deploy checks only when asked; an
+    # eval's LLM judges use the workers' model clients (services/eval_judges.py).
+    SERVICES: {CORE, STORE, TEMPORAL, OPS, PROFILES, WORKER, ACTIVITIES},
     # The public API (agentrun/__init__.py and the modules beside it): over the engine.
-    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, WORKER, ACTIVITIES, WORKFLOWS},
+    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, SERVICES, PROFILES, WORKER, ACTIVITIES}
+    | {WORKFLOWS},
     # The CLI is a thin layer over RunClient ("agentrun"): never the operations, the stores
     # or Temporal underneath it (tests/test_cli_front_door.py).
-    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, "agentrun"},
+    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, HTTP, PROFILES, "agentrun"},
+    # The HTTP door stands beside the CLI, over RunClient in the same way.
+    HTTP: {CORE, PROFILES, "agentrun"},
     # A deployment's own workflows and activities use agentrun's public API only (for
     # workflows, `agentrun.workflows.run_agent` too).
     OWN_ACTIVITIES: {"agentrun"},
     OWN_WORKFLOWS: {"agentrun", WORKFLOWS, OWN_ACTIVITIES},
 }
-LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, OPS, WORKER, CLI, DEV, DEMO}
+LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, OPS, WORKER, CLI, DEV, DEMO, HTTP}
+LAYERS |= {SERVICES, PROFILES}
 
 
 def layer(module: str) -> str:
     if module == "agentrun.__main__":
         return CLI
     parts = module.split(".")
+    if module == PROFILES:
+        return PROFILES
     if parts[0] == "agentrun" and len(parts) > 1 and f"agentrun.{parts[1]}" in LAYERS:
         return f"agentrun.{parts[1]}"
     return parts[0]
@@ -121,7 +135,8 @@ def test_the_architecture_map_names_every_module_of_the_layers():
     text = (ROOT / "docs" / "architecture.md").read_text()
     folders = ["agentrun/core", "agentrun/store", "agentrun/tools", "agentrun/temporal"]
     folders += ["agentrun/ops", "agentrun/worker", "agentrun/cli", "agentrun/dev"]
-    folders += ["agentrun/activities", "agentrun/workflows", "agentrun/demo"]
+    folders += ["agentrun/activities", "agentrun/workflows", "agentrun/demo", "agentrun/http"]
+    folders += ["agentrun/services"]
     folders += ["activities", "workflows"]
     missing = [
         f"{folder}/{path.name}"

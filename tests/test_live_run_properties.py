@@ -289,12 +289,12 @@ class LiveRun(RuleBasedStateMachine):
     @rule()
     def pause(self) -> None:
         who = self.by("pause")
-        self.attempt(who, ops.pause(self.live.client, self.run_id, by=who))
+        self.attempt(who, ops.control(self.live.client, self.run_id, "pause", by=who))
 
     @rule()
     def resume(self) -> None:
         who = self.by("resume")
-        self.attempt(who, ops.resume(self.live.client, self.run_id, by=who))
+        self.attempt(who, ops.control(self.live.client, self.run_id, "resume", by=who))
 
     @rule()
     def say(self) -> None:
@@ -311,7 +311,15 @@ class LiveRun(RuleBasedStateMachine):
             items = chat_ops.chat(
                 self.live.client, self.run_id, f"chat from {who}", by=who, answer_within=2
             )
-            seen = [item async for item in items]
+            seen: list[Any] = []
+            try:
+                async for item in items:
+                    seen.append(item)
+            except ops.OperationError:
+                if not seen:  # the message itself was refused: nothing may have changed
+                    raise
+                # It was said (the run may have received it); only following its answer
+                # failed, say as the run ended: not a refusal.
             said = SayResult.model_validate(seen[0].data)
             if seen[-1].type == "session.turn_answered":
                 self.answered[said.message_id] = seen[-1].data
@@ -578,7 +586,7 @@ class LiveRun(RuleBasedStateMachine):
             elif state.pending_approval is not None:
                 await self.quietly(ops.approve(client, run_id, by="closer", role="approver"))
             elif state.pause_requested:
-                await self.quietly(ops.resume(client, run_id, by="closer"))
+                await self.quietly(ops.control(client, run_id, "resume", by="closer"))
             else:
                 seen = (state.status, len(state.steps), state.current_step_id)
                 if seen != last_seen:
@@ -652,8 +660,8 @@ OVERSIZED = {
     "reject reason": lambda c, r: ops.reject(
         c, r, by="big", role="approver", reason=_ten_times("reason")
     ),
-    "pause by": lambda c, r: ops.pause(c, r, by=_ten_times("by")),
-    "resume by": lambda c, r: ops.resume(c, r, by=_ten_times("by")),
+    "pause by": lambda c, r: ops.control(c, r, "pause", by=_ten_times("by")),
+    "resume by": lambda c, r: ops.control(c, r, "resume", by=_ten_times("by")),
 }
 
 

@@ -20,7 +20,15 @@ from agentrun.core.settings import Settings
 from agentrun.ops import backlog_ops
 from agentrun.ops import operations as ops
 from agentrun.workflows import AgentRunWorkflow
-from tests.support import eventually, make_spec, rows, run_result, wait_pending, wait_status
+from tests.support import (
+    answered_status,
+    eventually,
+    make_spec,
+    rows,
+    run_result,
+    wait_pending,
+    wait_status,
+)
 from tests.test_cli import Result, run_cli
 from tests.test_crash_recovery import start_worker_process
 
@@ -65,7 +73,9 @@ async def test_every_command_answers_with_the_workers_dead(
         for run_id in runs.values():
             await wait_pending(client, run_id, seconds=60)
             await mirrored_waiting(pool, run_id)
-        await ops.pause(client, runs["resumed"])  # paused while a worker ran: resumed without
+        await ops.control(
+            client, runs["resumed"], "pause"
+        )  # paused while a worker ran: resumed without
         agent = f"agent-{settings.task_queue}"
         spec = make_spec().model_copy(update={"idempotency_key": None})
         task = TaskItem(title="one", idempotency_key=f"{agent}-1", spec=spec)
@@ -190,7 +200,8 @@ async def test_a_recorded_decision_gets_the_same_checks(client, settings, pool, 
     async with worker():
 
         async def refusals() -> list[Any]:
-            return (await ops.status(client, started.run_id)).refusals
+            state = await answered_status(client, started.run_id)
+            return state.refusals if state is not None else []
 
         [refusal] = await eventually(refusals, what="the refusal to be recorded")
         assert "needs role 'approver'" in refusal.reason and refusal.by == "li"
@@ -207,7 +218,7 @@ async def test_a_pause_recorded_for_a_run_no_worker_has_started_says_it_is_queue
     pause is recorded, and the run is reported queued, not in a step it never took."""
     started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
     try:
-        result = await ops.pause(client, started.run_id, wait=2)
+        result = await ops.control(client, started.run_id, "pause", wait=2)
         assert result.paused and result.status.value == "queued"
         assert "recorded" in result.message
     finally:

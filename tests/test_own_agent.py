@@ -183,25 +183,27 @@ async def test_a_users_tools_and_mcp_server_keep_every_guarantee(
         "notes__delete_note",
         "notes__lookup",
     ]
-    runs = await agentrun.RunClient.connect(settings)
+    run_client = await agentrun.RunClient.connect(settings)
     try:
         # A read-only MCP tool runs at once.
-        looked_up = await runs.start("Look up the refund policy.", agent=helper)
-        assert (await runs.result(looked_up)).status.value == "completed"
+        looked_up = (await run_client.runs.start("Look up the refund policy.", agent=helper)).run_id
+        assert (await run_client.runs.result(looked_up)).status.value == "completed"
         assert calls.read_text() == "lookup refunds\n"
 
         # A destructive one waits for a person, then runs once.
-        deleted = await runs.start("Delete the old refund policy.", agent=helper)
-        pending = await wait_pending(runs.client, deleted, seconds=60)
+        deleted = (
+            await run_client.runs.start("Delete the old refund policy.", agent=helper)
+        ).run_id
+        pending = await wait_pending(run_client.client, deleted, seconds=60)
         assert pending.tool == "notes__delete_note" and pending.arguments == {"name": "old-policy"}
         assert "delete" not in calls.read_text()
-        await runs.approve(deleted, by="maria", role="approver")
-        assert (await runs.result(deleted)).status.value == "completed"
+        await run_client.runs.approve(deleted, by="maria", role="approver")
+        assert (await run_client.runs.result(deleted)).status.value == "completed"
         assert calls.read_text().count("delete old-policy") == 1
 
         # A side-effecting Python tool whose worker is killed mid-step runs once.
         (user_folder / "hold").touch()
-        charged = await runs.start("Charge ana for her order.", agent=helper)
+        charged = (await run_client.runs.start("Charge ana for her order.", agent=helper)).run_id
         await eventually(
             lambda: asyncio.to_thread((user_folder / "charging").exists),
             seconds=60,
@@ -211,7 +213,7 @@ async def test_a_users_tools_and_mcp_server_keep_every_guarantee(
         await first.wait()
         (user_folder / "hold").unlink()
         await start_worker()
-        assert (await runs.result(charged)).status.value == "completed"
+        assert (await run_client.runs.result(charged)).status.value == "completed"
         ledger = await rows(
             pool, "SELECT status, attempt FROM tool_ledger WHERE run_id = %s", charged
         )
@@ -220,24 +222,26 @@ async def test_a_users_tools_and_mcp_server_keep_every_guarantee(
             {"cents": 500}
         ]
 
-        receipts = {run: await runs.receipt(run) for run in (looked_up, deleted, charged)}
+        receipts = {
+            run: await run_client.runs.receipt(run) for run in (looked_up, deleted, charged)
+        }
     finally:
-        await runs.close()
+        await run_client.close()
 
     for receipt in receipts.values():
-        assert receipt["agent"] == "helper"
-        assert receipt["profile_hash"] == helper.profile_hash()
-    assert receipts[looked_up]["side_effects"] == []
-    [deletion] = receipts[deleted]["side_effects"]
-    assert (deletion["tool"], deletion["ok"], deletion["output"]) == (
+        assert receipt.agent == "helper"
+        assert receipt.profile_hash == helper.profile_hash()
+    assert receipts[looked_up].side_effects == []
+    [deletion] = receipts[deleted].side_effects
+    assert (deletion.tool, deletion.ok, deletion.output) == (
         "notes__delete_note",
         True,
         {"deleted": "old-policy"},
     )
-    assert receipts[deleted]["approvals"][0]["by"] == "maria"
-    [charge] = receipts[charged]["side_effects"]
-    assert (charge["tool"], charge["ok"]) == ("charge", True)
-    assert charge["output"] == {"charged": 500, "customer": "ana"}
+    assert receipts[deleted].approvals[0].by == "maria"
+    [charge] = receipts[charged].side_effects
+    assert (charge.tool, charge.ok) == ("charge", True)
+    assert charge.output == {"charged": 500, "customer": "ana"}
     mirrored = await rows(pool, "SELECT agent, profile_hash FROM runs WHERE run_id = %s", charged)
     assert mirrored == [{"agent": "helper", "profile_hash": helper.profile_hash()}]
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 
+import agentrun
 from activities import for_worker
 from agentrun.core.constants import RUN_ID_PREFIX
 from agentrun.ops import operations as ops
@@ -32,6 +36,7 @@ async def started(client: Client, run_id: str) -> bool:
     return True
 
 
+ROOT = Path(__file__).resolve().parent.parent
 HISTORY = Path(__file__).parent / "histories" / "own_workflow" / "refund_review.json"
 # The committed history's workflow id: the agent's run id derives from it, so a replay needs
 # it. `AGENTRUN_RECORD_HISTORIES=1 pytest tests/test_own_workflow.py` records it again, after
@@ -122,3 +127,58 @@ async def test_a_business_workflow_gets_the_result_of_an_agent_run_that_was_reje
     assert described.status == WorkflowExecutionStatus.CANCELED
     assert (await ops.receipt(pool, agent_run))["outcome"] == "cancelled"
     assert not ledger.exists()
+
+
+async def test_the_deployments_worker_py_serves_its_workflow_through_the_plugin(
+    client: Client, settings, pool, tmp_path
+):
+    """`python worker.py`, the deployment's own Client and Worker with AgentrunPlugin, runs
+    the refund review; the agent's approval goes through `RunClient.connect` (a Client with
+    the plugin, then `RunClient.on`), where another tenant's client finds no such run."""
+    acme, globex = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("acme", "globex"))
+    ledger = tmp_path / "refunds.jsonl"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "DATABASE_URL": settings.database_url,
+        "OPENAI_BASE_URL": settings.openai_base_url,
+        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "REFUND_LEDGER": str(ledger),
+    }
+    log = (tmp_path / "worker.log").open("w")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "worker.py", "--demo", cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    request = RefundRequest(
+        request_id="r-3", customer="cy@example.com", amount_usd=3.0, agent=make_spec(tenant=acme)
+    )
+    parent_id = f"refund-{request.agent.idempotency_key}"
+    agent_run = child_run_id(parent_id, request.request_id)
+    try:
+        handle = await client.start_workflow(
+            RefundReviewWorkflow.run, request, id=parent_id, task_queue=settings.task_queue
+        )
+        await eventually(
+            lambda: started(client, agent_run), seconds=60, what="worker.py to start the agent"
+        )
+        pending = await wait_pending(client, agent_run)
+        assert pending.tool == "send_message"
+        foreign = await agentrun.RunClient.connect(settings.model_copy(update={"tenant": globex}))
+        async with foreign:
+            with pytest.raises(agentrun.NotFound):
+                await foreign.runs.approve(agent_run, by="maria", role="approver")
+        async with await agentrun.RunClient.connect(
+            settings.model_copy(update={"tenant": acme})
+        ) as run_client:
+            await run_client.runs.approve(agent_run, by="maria", role="approver")
+        outcome = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 60)
+    assert code == 0, (tmp_path / "worker.log").read_text()
+    assert outcome.agent_status == "completed" and outcome.refund is not None
+    assert [json.loads(line)["request_id"] for line in ledger.read_text().splitlines()] == ["r-3"]
+    receipt = await ops.receipt(pool, agent_run)
+    assert receipt["outcome"] == "completed"
+    said = (tmp_path / "worker.log").read_text()
+    assert "polling" in said and "stopped" in said, said

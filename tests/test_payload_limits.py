@@ -25,9 +25,7 @@ from agentrun.ops import operations as ops
 from agentrun.ops import projection
 from agentrun.tools import Tool, ToolContext, ToolRegistry
 from agentrun.tools.registry import ToolError
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.admission import TenantAdmissionWorkflow
-from agentrun.workflows.backlog import AgentBacklogWorkflow
+from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
 from tests.conftest import running_worker
 from tests.recorded import HISTORIES, recorded_history, replayer
 from tests.support import make_spec, rows, run_result, scripted
@@ -339,7 +337,7 @@ def test_a_last_record_too_large_to_send_is_cut_not_lost():
 
 async def test_committed_histories_replay_with_the_guard_on():
     guarded = replayer(
-        [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow],
+        list(ENGINE_WORKFLOWS),  # every engine workflow, as a worker registers them
         interceptors=[PayloadLimitInterceptor(pydantic_data_converter)],
     )
     for path in HISTORIES:

@@ -126,23 +126,23 @@ async def test_the_shops_workflow_runs_an_approved_agent(
     order = Order(order_id=f"o-{uuid.uuid4().hex[:8]}", customer="ana@example.com", amount_usd=42)
     parent_id = f"review-{order.order_id}"
     agent_run = child_run_id(parent_id, order.order_id)
-    async with shop.worker(client), RunClient.on(client, shop.AGENTRUN) as runs:
+    async with shop.worker(client), RunClient.on(client, shop.AGENTRUN) as run_client:
         handle = await client.start_workflow(
             OrderReview.run, order, id=parent_id, task_queue=shop.TASK_QUEUE
         )
         await eventually(lambda: started(client, agent_run), what="the agent's run to start")
         pending = await wait_pending(client, agent_run, seconds=60)
         assert pending.tool == "send_message"
-        decision = await runs.approve(agent_run, by="maria", role="approver")
+        decision = await run_client.runs.approve(agent_run, by="maria", role="approver")
         assert decision.decision == "approved", decision
         review = await handle.result()
         parent = await handle.fetch_history()
         child = await client.get_workflow_handle(agent_run).fetch_history()
-        receipt = await runs.receipt(agent_run)
+        receipt = await run_client.runs.receipt(agent_run)
 
     assert review.agent_run_id == agent_run and review.agent_status == "completed"
     assert review.checked.startswith(f"order {order.order_id}")
-    assert receipt["outcome"] == "completed"
+    assert receipt.outcome == "completed"
     mirrored = await rows(pool, "SELECT status FROM runs WHERE run_id = %s", agent_run)
     assert mirrored == [{"status": "completed"}]
 

@@ -42,15 +42,17 @@ async def test_openai_agents_and_agentrun_in_one_worker(
         plugins=[openai_agents, AgentrunPlugin(config)],
     )
     worker = Worker(client, task_queue=queue, workflows=[OpenAIAgentsAnswer])
-    async with worker, RunClient.on(client, config) as runs:
+    async with worker, RunClient.on(client, config) as run_client:
         theirs = await client.execute_workflow(
             OpenAIAgentsAnswer.run,
             "Summarize our refund policy.",
             id=f"openai-agents-{queue}",
             task_queue=queue,
         )
-        ours = await runs.start("Look up our refund policy.", idempotency_key=queue)
-        result = await runs.result(ours)
+        ours = (
+            await run_client.runs.start("Look up our refund policy.", idempotency_key=queue)
+        ).run_id
+        result = await run_client.runs.result(ours)
 
     assert theirs.strip(), "the OpenAI Agents SDK agent answered"
     assert result.status.value == "completed", result

@@ -84,20 +84,48 @@ def leaves(annotation: object) -> list[object]:
     return [annotation]
 
 
+def services() -> dict[str, type]:
+    """RunClient's services (`client.runs`, `client.backlogs`, ...), by attribute."""
+    client = agentrun.RunClient(None, Settings.read({}))
+    return {
+        name: type(value)
+        for name, value in vars(client).items()
+        if not name.startswith("_")
+        and type(value).__module__.startswith("agentrun.services.")
+        and name != "session"
+    }
+
+
 def public_methods() -> dict[str, Any]:
+    """Every public method of RunClient and of each of its services ("runs.start")."""
     found = {}
-    for name, member in inspect.getmembers(agentrun.RunClient):
-        if name.startswith("_") and name not in ("__init__", "__aenter__", "__aexit__"):
-            continue
-        function = member.fget if isinstance(member, property) else member
-        if callable(function):
-            found[name] = function
+    owners: list[tuple[str, type]] = [("", agentrun.RunClient)]
+    owners += [(f"{name}.", kind) for name, kind in services().items()]
+    for prefix, owner in owners:
+        for name, member in inspect.getmembers(owner):
+            own_dunder = not prefix and name in ("__init__", "__aenter__", "__aexit__")
+            if name.startswith("_") and not own_dunder:  # a service is made by RunClient
+                continue
+            function = member.fget if isinstance(member, property) else member
+            if callable(function) and not isinstance(function, type):
+                found[f"{prefix}{name}"] = function
     return found
+
+
+def test_run_client_groups_its_operations_into_services():
+    """The operations are grouped as the command groups them; no operation has two names
+    (the client's own methods are its connections, not operations of a service)."""
+    grouped = services()
+    assert set(grouped) >= {"runs", "sessions", "backlogs", "tenants", "approvers", "deploys"}
+    own = {name for name in public_methods() if "." not in name}
+    for name, kind in grouped.items():
+        twice = own & {m for m in dir(kind) if not m.startswith("_")}
+        assert not twice, f"RunClient and client.{name} both offer {twice}"
 
 
 def test_run_client_signatures_use_only_public_types():
     methods = public_methods()
-    assert {"start", "status", "approve", "watch", "receipt", "fork"} <= set(methods)
+    assert {"runs.start", "runs.status", "runs.approve", "runs.watch", "runs.fork"} <= set(methods)
     private = [
         f"RunClient.{name}({param}): {kind!r}"
         for name, function in methods.items()
@@ -106,6 +134,37 @@ def test_run_client_signatures_use_only_public_types():
         if not is_public(kind)
     ]
     assert not private, f"export these from agentrun.types, or take a public type: {private}"
+
+
+def test_run_client_answers_are_typed():
+    """Every public method returns a model, a primitive or None, never a bare dict (nor a
+    list or iterator of them): the answer's fields are named and documented."""
+
+    def dicts(annotation: object) -> bool:  # a dict (JsonDict too) anywhere in the answer
+        return (typing.get_origin(annotation) or annotation) is dict or any(
+            dicts(arg) for arg in typing.get_args(annotation)
+        )
+
+    loose = [
+        f"RunClient.{name} -> {hints['return']!r}"
+        for name, function in public_methods().items()
+        if "return" in (hints := typing.get_type_hints(function)) and dicts(hints["return"])
+    ]
+    assert not loose, f"return a model from agentrun.types: {loose}"
+
+
+def test_importing_the_types_loads_only_the_core():
+    """`import agentrun.types` (a user's models, an HTTP server's schemas) loads no
+    operations, stores or workflows: checked in a fresh interpreter."""
+    heavy = ("agentrun.workflows", "agentrun.ops", "agentrun.store", "agentrun.activities")
+    probe = (
+        "import sys, agentrun.types; "
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def annotations_of(kind: type) -> list[object]:
@@ -172,7 +231,7 @@ def test_a_run_spec_has_no_engine_fields_and_refuses_them():
 
 
 async def test_the_front_door_refuses_a_forged_engine_field_before_connecting():
-    runs = agentrun.RunClient(None, Settings.read({}))
+    runs = agentrun.RunClient(None, Settings.read({})).runs
     with pytest.raises(ValidationError, match="fairness_weight"):
         await runs.start("t", fairness_weight=100.0)
     with pytest.raises(ValidationError, match="fork"):

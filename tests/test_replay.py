@@ -30,6 +30,8 @@ from agentrun.core.constants import (
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from agentrun.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
+from agentrun.workflows.child_runs import READS_POLICY
+from agentrun.workflows.evals import EvalWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 
 
@@ -39,7 +41,9 @@ def test_histories_are_committed():
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_replay(path: Path):
-    replaying = replayer([AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow])
+    replaying = replayer(
+        [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow, EvalWorkflow]
+    )
     await replaying.replay_workflow(recorded_history(path))
 
 
@@ -202,6 +206,18 @@ PATHS = {
     "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
     "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
     "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),
+    # Issue 40: an eval's cases as its child runs, continued as new between batches.
+    "eval": (
+        "eval_current",
+        lambda h: (
+            "START_CHILD_WORKFLOW_EXECUTION_INITIATED" in kinds(h)
+            and "eval.diverged" in activities(h)
+        ),
+    ),
+    "eval continue-as-new": (
+        "eval_current_first_run",
+        lambda h: "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" in kinds(h),
+    ),
 }
 
 
@@ -216,10 +232,20 @@ def test_every_path_has_a_history_from_the_current_generation(path: str):
     if kind == "AgentRun":
         assert started_input(history)["workflow_generation"] == CURRENT_GENERATION, name
     else:  # the long-lived workflows: recorded with the patches of today's code
-        assert kind in ("TenantAdmission", "AgentBacklog"), kind
-        # Today's code still marks the deprecated CHILD_PRIORITY (deprecate_patch).
-        assert patch_ids(HISTORIES[0].parent / f"{name}.json") - {CHILD_PRIORITY} == (
-            {SWEEPS_CLOSED_RUNS} if kind == "TenantAdmission" else {CHILD_POLICY}
+        assert kind in ("TenantAdmission", "AgentBacklog", "AgentEval"), kind
+        # Today's code still marks the deprecated CHILD_PRIORITY and READS_POLICY
+        # (deprecate_patch).
+        assert (
+            patch_ids(HISTORIES[0].parent / f"{name}.json")
+            - {
+                CHILD_PRIORITY,
+                READS_POLICY,
+            }
+            == {
+                "TenantAdmission": {SWEEPS_CLOSED_RUNS},
+                "AgentBacklog": {CHILD_POLICY},
+                "AgentEval": set(),
+            }[kind]
         ), name
 
 

@@ -76,6 +76,9 @@ async def seed_runs(seed: Seeder, now: datetime) -> None:
         await seed.row(
             "secret_values", run_id=run_id, secret_id="0" * 16, key_id="k", sealed=b"sealed"
         )
+        await seed.row(
+            "eval_cases", run_id=run_id, eval_id="e", case_name="c", recording={"calls": []}
+        )
         answer = SHARED_ANSWER if run_id in ("o2", "recent") else f"answer of {run_id}"
         await seed.row(
             "receipts", run_id=run_id, outcome=status, receipt={"run_id": run_id, "answer": answer}
@@ -121,6 +124,7 @@ EXPECTED = {
     "conversation": 6,
     "model_journal": 3,
     "secret_values": 3,
+    "eval_cases": 3,
     "runs": 3,
 }
 

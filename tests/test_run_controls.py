@@ -36,7 +36,7 @@ async def test_pause_stops_at_the_next_boundary_and_resume_continues(
                 client, make_spec("index"), task_queue=settings.task_queue
             )
             await wait_status(client, started.run_id, "waiting_for_tool")
-            reply = await ops.pause(client, started.run_id)
+            reply = await ops.control(client, started.run_id, "pause")
             assert reply.paused
             # The tool step in flight finishes; the run then stops before the next model call.
             state = await wait_status(client, started.run_id, "paused")
@@ -47,7 +47,7 @@ async def test_pause_stops_at_the_next_boundary_and_resume_continues(
             assert len(model.requests) == 1
             await wait_mirrored_status(pool, started.run_id, "paused")
 
-            await ops.resume(client, started.run_id)
+            await ops.control(client, started.run_id, "resume")
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
             result = await handle.result()
     assert result.status.value == "completed"
@@ -63,7 +63,7 @@ async def test_resume_refuses_a_run_that_is_not_paused(client, settings, worker)
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
         await wait_pending(client, started.run_id)
         with pytest.raises(OperationError, match="is not paused"):
-            await ops.resume(client, started.run_id)
+            await ops.control(client, started.run_id, "resume")
         await ops.cancel(client, started.run_id)
 
 

@@ -1,4 +1,4 @@
-"""How a run ended reads the same through every reader: `RunClient.result`, Temporal's own
+"""How a run ended reads the same through every reader: `client.runs.result`, Temporal's own
 status (`describe()`), and agentrun's status."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ async def test_a_cancelled_run_reads_as_cancelled_through_run_client_result(
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
         await wait_pending(client, started.run_id, seconds=60)
         await ops.cancel(client, started.run_id)
-        async with RunClient(client, settings) as runs:
-            result = await runs.result(started.run_id)
+        async with RunClient(client, settings) as run_client:
+            result = await run_client.runs.result(started.run_id)
     assert result.status == RunStatus.CANCELLED, result
     assert result.error == "cancelled on request"
     described = await client.get_workflow_handle(started.run_id).describe()
@@ -29,7 +29,7 @@ async def test_a_cancelled_run_reads_as_cancelled_through_run_client_result(
 
 
 async def ended_everywhere(client, pool, run_id: str, status: RunStatus, temporal_status) -> None:
-    """Temporal's ending, agentrun's status, the receipt and `RunClient.result` agree."""
+    """Temporal's ending, agentrun's status, the receipt and `client.runs.result` agree."""
     described = await client.get_workflow_handle(run_id).describe()
     assert described.status == temporal_status, (run_id, described.status)
     assert (await ops.status(client, run_id)).status == status
@@ -44,8 +44,8 @@ async def test_a_rejected_run_ends_canceled_in_temporal_and_cancelled_in_agentru
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
         await wait_pending(client, started.run_id, seconds=60)
         await ops.reject(client, started.run_id, by="li", role="approver", reason="wrong customer")
-        async with RunClient(client, settings) as runs:
-            result = await runs.result(started.run_id)
+        async with RunClient(client, settings) as run_client:
+            result = await run_client.runs.result(started.run_id)
         assert result.status == RunStatus.CANCELLED
         assert "wrong customer" in (result.error or "")
         await ended_everywhere(
@@ -60,8 +60,8 @@ async def test_a_run_that_fails_verification_ends_failed_in_temporal_with_its_re
     with OfflineModelServer(scripted(BAD)) as model:
         async with worker(base_url=model.base_url):
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-            async with RunClient(client, settings) as runs:
-                result = await runs.result(started.run_id)
+            async with RunClient(client, settings) as run_client:
+                result = await run_client.runs.result(started.run_id)
             assert result.status == RunStatus.FAILED and result.run_id == started.run_id
             assert "verification failed" in (result.error or "")
             assert result.tokens_in > 0, "the result carries the run's usage"

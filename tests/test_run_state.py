@@ -8,6 +8,7 @@ on a RunProgress field that does not survive the carry's trip through Temporal.
 from __future__ import annotations
 
 import ast
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,10 +39,34 @@ from tests.support import parse_python
 WORKFLOW_DIR = Path(__file__).parent.parent / "agentrun" / "workflows"
 
 
+def components(cls: type) -> set[type]:
+    """The classes of the workflow's package its `__init__` builds: its components."""
+    module = sys.modules[cls.__module__]
+    init = next(
+        node
+        for node in ast.walk(
+            parse_python((WORKFLOW_DIR / f"{cls.__module__.split('.')[-1]}.py").read_text())
+        )
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    called = {
+        vars(module).get(node.func.id)
+        for node in ast.walk(init)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    return {
+        c for c in called if isinstance(c, type) and c.__module__.startswith("agentrun.workflows")
+    }
+
+
 def attributes_written(cls: type) -> dict[str, set[str]]:
-    """Each `self.<name>` the class and its mixins assign, with the methods that do it."""
+    """Each `self.<name>` the class, its bases and its components assign, with the methods
+    that do it."""
     modules = {
-        base.__module__ for base in cls.__mro__ if base.__module__.startswith("agentrun.workflows")
+        base.__module__
+        for klass in {cls, *components(cls)}
+        for base in klass.__mro__
+        if base.__module__.startswith("agentrun.workflows")
     }
     written: dict[str, set[str]] = {}
     for module in modules:
@@ -67,8 +92,17 @@ def attributes_written(cls: type) -> dict[str, set[str]]:
 
 
 def test_the_run_keeps_its_state_only_in_run_progress():
+    assert {c.__name__ for c in components(AgentRunWorkflow)} >= {
+        "Recorder",
+        "Approvals",
+        "Steering",
+        "Sessions",
+        "Subagents",
+    }, "the parse found the workflow's components"
     written = attributes_written(AgentRunWorkflow)
-    assert "progress" in written, "the parse found the workflow's attributes"
+    assert {"progress", "pending_steps", "running_child"} <= set(written), (
+        "the parse found the attributes of the workflow and of its components"
+    )
     stray = {
         name: methods for name, methods in written.items() if name not in run_state.WORKFLOW_ONLY
     }

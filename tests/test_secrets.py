@@ -20,6 +20,7 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel, SecretStr
 
+from agentrun.activities.provider_clients import model_client
 from agentrun.cli.render import receipt_markdown
 from agentrun.core.errors import SecretUnavailable, SetupError
 from agentrun.core.results import RunResult
@@ -29,7 +30,7 @@ from agentrun.ops import operations as ops
 from agentrun.store.db import open_pool
 from agentrun.store.vault import MARKER, SecretScope, SecretVault
 from agentrun.tools import Tool, ToolContext, ToolError, ToolRegistry
-from agentrun.worker.worker_factory import WorkerDeps, build_worker, model_client
+from agentrun.worker.worker_factory import WorkerDeps, build_worker
 from agentrun.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows
 

@@ -312,12 +312,14 @@ async def test_run_client_chat_streams_the_answer_and_hides_other_tenants(
         async with worker(base_url=model.base_url):
             started = await ops.start_run(client, spec(), task_queue=settings.task_queue)
             await answered(client, started.run_id, 1)
-            async with RunClient(client, settings) as runs:
-                items = [i async for i in runs.chat(started.run_id, SECOND, by="ana")]
+            async with RunClient(client, settings) as run_client:
+                items = [
+                    i async for i in run_client.sessions.chat(started.run_id, SECOND, by="ana")
+                ]
             foreign = settings.model_copy(update={"tenant": "someone-else"})
             async with RunClient(client, foreign) as theirs:
                 with pytest.raises(RunNotFound):
-                    [i async for i in theirs.chat(started.run_id, "hi")]
+                    [i async for i in theirs.sessions.chat(started.run_id, "hi")]
             await ops.cancel(client, started.run_id)
     kinds = [i.type for i in items]
     assert kinds[0] == "chat.said" and kinds[-1] == "session.turn_answered", kinds
@@ -404,9 +406,9 @@ async def test_chat_to_a_turn_held_by_an_approval_says_so_at_once(client, settin
                 task_queue=settings.task_queue,
             )
             await wait_pending(client, started.run_id)
-            async with RunClient(client, settings) as runs:
+            async with RunClient(client, settings) as run_client:
                 begun = asyncio.get_running_loop().time()
-                items = [i async for i in runs.chat(started.run_id, "still there?")]
+                items = [i async for i in run_client.sessions.chat(started.run_id, "still there?")]
                 took = asyncio.get_running_loop().time() - begun
             await ops.cancel(client, started.run_id)
     assert [i.type for i in items] == ["chat.said", "message.received", "chat.approval_pending"]
@@ -434,12 +436,12 @@ async def test_a_session_ended_while_idle_completes_at_once_and_chat_ends_one(
                 for q in (settings.task_queue, settings.task_queue)
             ]
             first = await answered(client, runs_[0], 1)
-            async with RunClient(client, settings) as runs:
-                ended = await runs.end_session(runs_[0], by="ana")
+            async with RunClient(client, settings) as run_client:
+                ended = await run_client.sessions.end(runs_[0], by="ana")
                 handle = client.get_workflow_handle_for(AgentRunWorkflow.run, runs_[0])
                 result = await asyncio.wait_for(handle.result(), 30)
                 with pytest.raises(OperationRefused, match="already ended") as again:
-                    await runs.end_session(runs_[0])
+                    await run_client.sessions.end(runs_[0])
             await answered(client, runs_[1], 1)
             code, out, err = await chat_cli(
                 settings, tmp_path, runs_[1], f"{SECOND}\n/end\nignored\n"
@@ -511,7 +513,7 @@ async def test_end_is_refused_for_a_run_that_is_not_a_session_and_another_tenant
         foreign = settings.model_copy(update={"tenant": "someone-else"})
         async with RunClient(client, foreign) as theirs:
             with pytest.raises(RunNotFound) as missing:
-                await theirs.end_session(session.run_id, wait=3)
+                await theirs.sessions.end(session.run_id, wait=3)
     finally:
         for run_id in (plain.run_id, session.run_id):
             await client.get_workflow_handle(run_id).terminate("test over")
@@ -533,15 +535,15 @@ async def test_a_pause_while_idle_shows_paused_holds_a_message_and_resume_takes_
             )
             run_id = started.run_id
             await answered(client, run_id, 1)
-            await ops.pause(client, run_id, by="ana")
+            await ops.control(client, run_id, "pause", by="ana")
             paused = await eventually(
                 lambda: _status_is(client, run_id, "paused"), what="the idle session paused"
             )
-            async with RunClient(client, settings) as runs:  # chat says why no answer comes
-                items = [i async for i in runs.chat(run_id, SECOND, by="bo")]
+            async with RunClient(client, settings) as run_client:  # chat says why no answer comes
+                items = [i async for i in run_client.sessions.chat(run_id, SECOND, by="bo")]
             await asyncio.sleep(4)  # past the idle timeout: a paused session stays open
             held = await ops.status(client, run_id)
-            await ops.resume(client, run_id, by="ana")
+            await ops.control(client, run_id, "resume", by="ana")
             second = await answered(client, run_id, 2)
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
             result = await asyncio.wait_for(handle.result(), 30)  # idle again: it completes

@@ -210,21 +210,21 @@ async def test_runs_take_the_registered_approvers_and_the_cli_signs(
 
 
 async def test_the_python_client_names_a_role_or_a_signer(client, settings, worker, tmp_path):
-    """`RunClient.approve` has no default role: a decision without one is refused before it
+    """`client.runs.approve` has no default role: a decision without one is refused before it
     is sent, and the run still waits; a signer's key carries its role."""
-    runs = RunClient(client, settings)
+    run_client = RunClient(client, settings)
     async with worker():
         spec = make_spec(allowed_tools=["send_message"])
-        run_id = await runs.start(**spec.model_dump(exclude={"agent"}))
+        run_id = (await run_client.runs.start(**spec.model_dump(exclude={"agent"}))).run_id
         await wait_pending(client, run_id)
         for decide in (
-            lambda: runs.approve(run_id, by="ana"),
-            lambda: runs.reject(run_id, by="ana", reason="no"),
+            lambda: run_client.runs.approve(run_id, by="ana"),
+            lambda: run_client.runs.reject(run_id, by="ana", reason="no"),
         ):
             with pytest.raises(InvalidInput, match="name the role"):
                 await decide()
-        assert (await runs.status(run_id)).status.value == "waiting_for_approval"
-        decided = await runs.approve(run_id, by="ana", role="approver")
+        assert (await run_client.runs.status(run_id)).status.value == "waiting_for_approval"
+        decided = await run_client.runs.approve(run_id, by="ana", role="approver")
         assert decided.decision == "approved"
-        assert (await runs.result(run_id)).status.value == "completed"
-    await runs.close()
+        assert (await run_client.runs.result(run_id)).status.value == "completed"
+    await run_client.close()

@@ -54,12 +54,12 @@ async def test_a_subagents_run_carries_its_tenants_approvers_cap_and_weight(
     ana = approver_keys.create(tmp_path, "ana", "approver", acme)
     assert await ApproverStore(pool).add(ana.signer)
     await TenantStore(pool).save(TenantLimits(tenant=acme, max_in_flight=1, weight=3))
-    runs = RunClient(client, settings.model_copy(update={"tenant": acme}))
+    run_client = RunClient(client, settings.model_copy(update={"tenant": acme}))
     spec = parent_spec(tenant=acme, subagents=LEAD.spec_fields(SENDER)["subagents"])
     try:
         with OfflineModelServer(approving_child_model(slow_seconds=0)) as model:
             async with worker(base_url=model.base_url):
-                parent = (await runs.start_run(spec)).run_id
+                parent = (await run_client.runs.start(spec=spec)).run_id
                 child = await _child_waiting(client, parent)
 
                 # The tenant's policy, carried by the child's run.
@@ -72,12 +72,12 @@ async def test_a_subagents_run_carries_its_tenants_approvers_cap_and_weight(
                 state = await ops.status(client, child)
                 assert state.tenant == acme and state.status.value == "waiting_for_approval"
                 assert state.admission is None
-                queued = await runs.start(make_spec().task)
+                queued = (await run_client.runs.start(make_spec().task)).run_id
                 await wait_status(client, queued, "queued")
 
                 with pytest.raises(OperationError, match="only signed decisions"):
                     await ops.approve(client, child, by="mallory", role="approver")
-                decided = await runs.approve(child, by="ana", signer=ana)
+                decided = await run_client.runs.approve(child, by="ana", signer=ana)
                 assert decided.decision == "approved", decided
 
                 handle = client.get_workflow_handle_for(AgentRunWorkflow.run, parent)
@@ -85,7 +85,7 @@ async def test_a_subagents_run_carries_its_tenants_approvers_cap_and_weight(
                 # The slot is free again: the tenant's next run is admitted and goes on.
                 await wait_status(client, queued, "completed", seconds=60)
     finally:
-        await runs.close()
+        await run_client.close()
     receipt = await ops.receipt(pool, child)
     assert [(a["decision"], a["by"]) for a in receipt["approvals"]] == [("approved", "ana")]
 
@@ -98,11 +98,11 @@ async def test_a_decision_on_a_childs_run_answers_what_it_recorded(
     spec = parent_spec(subagents=LEAD.spec_fields(SENDER)["subagents"])
     with OfflineModelServer(approving_child_model(slow_seconds=0)) as model:
         async with worker(base_url=model.base_url):
-            runs = RunClient(client, settings)
+            run_client = RunClient(client, settings)
             try:
-                parent = (await runs.start_run(spec)).run_id
+                parent = (await run_client.runs.start(spec=spec)).run_id
             finally:
-                await runs.close()
+                await run_client.close()
             child = await _child_waiting(client, parent)
             rejected = await cli(
                 settings, tmp_path, None,
@@ -121,11 +121,13 @@ async def test_a_decision_answers_what_the_run_recorded_on_parents_sessions_and_
 ):
     """The same answer on every other kind of run: `approve` of a plain run and of a
     session through the CLI, `reject` of a fork through `RunClient`."""
-    runs = RunClient(client, settings)
+    run_client = RunClient(client, settings)
     try:
         async with worker():
-            plain = await runs.start(NOTIFY_TASK)
-            session = await runs.start(NOTIFY_TASK, session={"idle_timeout": 60})
+            plain = (await run_client.runs.start(NOTIFY_TASK)).run_id
+            session = (
+                await run_client.runs.start(NOTIFY_TASK, session={"idle_timeout": 60})
+            ).run_id
             for run_id in (plain, session):
                 await wait_pending(client, run_id)
                 approved = await cli(
@@ -134,9 +136,11 @@ async def test_a_decision_answers_what_the_run_recorded_on_parents_sessions_and_
                 )  # fmt: skip
                 assert approved.code == 0, approved
                 assert json.loads(approved.out)["decision"] == "approved", approved.out
-            fork = await runs.fork(plain, from_step=1)
+            fork = (await run_client.runs.fork(plain, from_step=1)).run_id
             await wait_pending(client, fork)
-            rejected = await runs.reject(fork, by="li", role="approver", reason="not now")
+            rejected = await run_client.runs.reject(
+                fork, by="li", role="approver", reason="not now"
+            )
             assert rejected.decision == "rejected", rejected
             expected = {plain: "approved", session: "approved", fork: "rejected"}
             for run_id, decision in expected.items():
@@ -145,4 +149,4 @@ async def test_a_decision_answers_what_the_run_recorded_on_parents_sessions_and_
                 with contextlib.suppress(OperationRefused):  # one that went on to its end
                     await ops.cancel(client, run_id)
     finally:
-        await runs.close()
+        await run_client.close()

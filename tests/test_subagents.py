@@ -208,7 +208,7 @@ async def test_pausing_the_parent_pauses_its_child_and_a_childs_approval_shows_i
 
             # The parent's pause reaches the child: it pauses at its next step boundary,
             # before the action its model asked for.
-            await ops.pause(client, run_id, by="li")
+            await ops.control(client, run_id, "pause", by="li")
 
             async def child_paused() -> Any:
                 state = await ops.status(client, child_id)
@@ -220,7 +220,7 @@ async def test_pausing_the_parent_pauses_its_child_and_a_childs_approval_shows_i
 
             # The parent's resume reaches it too; its approval then shows in the parent's
             # status (with the run to decide it on) and in the parent's watch.
-            await ops.resume(client, run_id, by="li")
+            await ops.control(client, run_id, "resume", by="li")
             pending = await wait_pending(client, child_id, seconds=60)
             shown = (await ops.status(client, run_id)).child_approvals
             assert [(a.run_id, a.approval.approval_id) for a in shown] == [
@@ -294,9 +294,11 @@ async def test_a_pause_sent_with_no_worker_up_reaches_the_child_when_one_returns
             waiting
         ]
         # The pause goes as a signal the parent keeps in its history.
-        control = await ops.pause(client, run_id, by="li", wait=2)
+        control = await ops.control(client, run_id, "pause", by="li", wait=2)
         assert control.paused and "no worker answered" in control.message, control.message
         async with worker(base_url=model.base_url):
+            # The new worker's first answer can trail the old one's sticky queue.
+            await wait_pending(client, waiting.run_id, seconds=60)
             await ops.approve(client, waiting.run_id, by="li", role="approver")
 
             async def child_paused() -> Any:
@@ -304,7 +306,7 @@ async def test_a_pause_sent_with_no_worker_up_reaches_the_child_when_one_returns
                 return state if state.status.value == "paused" else None
 
             paused = await eventually(child_paused, seconds=60, what="the child to pause")
-            await ops.resume(client, run_id, by="li")
+            await ops.control(client, run_id, "resume", by="li")
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
             result = await handle.result()
     assert paused.pending_approval is None and paused.pause_requested

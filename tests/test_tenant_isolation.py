@@ -44,8 +44,8 @@ async def test_every_read_and_write_refuses_another_tenants_run(
             "reject": lambda: ops.reject(
                 client, theirs.run_id, by="li", role="approver", reason="x", tenant=globex
             ),
-            "pause": lambda: ops.pause(client, theirs.run_id, tenant=globex),
-            "resume": lambda: ops.resume(client, theirs.run_id, tenant=globex),
+            "pause": lambda: ops.control(client, theirs.run_id, "pause", tenant=globex),
+            "resume": lambda: ops.control(client, theirs.run_id, "resume", tenant=globex),
             "cancel": lambda: ops.cancel(client, theirs.run_id, tenant=globex),
         }
         before = await ops.status(client, theirs.run_id)
@@ -66,16 +66,16 @@ async def test_every_read_and_write_refuses_another_tenants_run(
         # The Python client with AGENTRUN_TENANT set goes through the same checks.
         python_client = RunClient(client, settings.model_copy(update={"tenant": globex}))
         for call in (
-            lambda: python_client.status(theirs.run_id),
-            lambda: python_client.approve(theirs.run_id, by="li", role="approver"),
-            lambda: python_client.reject(theirs.run_id, by="li", reason="x", role="approver"),
-            lambda: python_client.receipt(theirs.run_id),
+            lambda: python_client.runs.status(theirs.run_id),
+            lambda: python_client.runs.approve(theirs.run_id, by="li", role="approver"),
+            lambda: python_client.runs.reject(theirs.run_id, by="li", reason="x", role="approver"),
+            lambda: python_client.runs.receipt(theirs.run_id),
         ):
             with pytest.raises(OperationError) as refused:
                 await call()
             assert str(refused.value) == hidden
         with pytest.raises(OperationError, match=f"tenant '{globex}'"):
-            await python_client.start("x", tenant=acme)
+            await python_client.runs.start("x", tenant=acme)
         await python_client.close()
 
         listed = await ops.list_runs(pool, tenant=globex)

@@ -129,17 +129,19 @@ async def test_a_deploy_moves_a_capped_tenant_and_a_backlog_to_v2_and_v1_drains(
                 assert await build_of(long_lived) == "v2", long_lived
             assert [await build_of(r) for r in (holding, waiting, first_task)] == ["v1"] * 3
             assert [await build_of(r) for r in (after, second_task)] == ["v2", "v2"]
-            runs = RunClient(client, settings.model_copy(update={"deployment_name": deployment}))
+            run_client = RunClient(
+                client, settings.model_copy(update={"deployment_name": deployment})
+            )
 
             async def v1_drained() -> bool:
-                status = await runs.deploy_status()
+                status = await run_client.deploys.status()
                 return [(b.build_id, b.retirable) for b in status.builds] == [
                     ("v2", False),
                     ("v1", True),
                 ]
 
             await eventually(v1_drained, seconds=30, what="v1 to have no open run")
-            status = await runs.deploy_status()
+            status = await run_client.deploys.status()
             assert status.current_build == "v2"
             [current] = [b for b in status.builds if b.current]
             # Still open on v2: the tenant's queue and the backlog, long-lived.

@@ -93,9 +93,9 @@ async def test_a_dozen_watchers_leave_decisions_and_controls_their_updates(
         ]
         await asyncio.wait_for(asyncio.gather(*(each.wait() for each in seen)), 60)
 
-        paused = await ops.pause(client, started.run_id, wait=5)
+        paused = await ops.control(client, started.run_id, "pause", wait=5)
         assert paused.paused and paused.message == "the run pauses at its next step boundary"
-        resumed = await ops.resume(client, started.run_id, wait=5)
+        resumed = await ops.control(client, started.run_id, "resume", wait=5)
         assert resumed.message == "the run continues"
         decided = await ops.approve(client, started.run_id, by="li", role="approver", wait=5)
         assert decided.decision == "approved" and decided.note is None
@@ -119,7 +119,7 @@ async def test_with_every_update_slot_taken_decisions_and_controls_go_as_signals
             started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
             pending = await wait_pending(client, started.run_id)
             holders = await hold_update_slots(client, started.run_id)
-            paused = await ops.pause(client, started.run_id, wait=5)
+            paused = await ops.control(client, started.run_id, "pause", wait=5)
             if attempt == 1 and not paused.message.startswith("recorded:"):
                 # The server aborts the updates in flight when it drops a run's workflow task
                 # (a loaded machine's worker answered too late): the slots were free for a
@@ -134,7 +134,7 @@ async def test_with_every_update_slot_taken_decisions_and_controls_go_as_signals
             assert paused.message.startswith("recorded: the server admits no more updates")
             assert "went as a signal" in paused.message
             assert (await ops.status(client, started.run_id)).pause_requested
-            resumed = await ops.resume(client, started.run_id, wait=5)
+            resumed = await ops.control(client, started.run_id, "resume", wait=5)
             assert "went as a signal" in resumed.message
             assert not (await ops.status(client, started.run_id)).pause_requested
 
@@ -221,16 +221,18 @@ async def test_with_every_limit_spent_a_decision_says_not_sent_and_cancel_still_
         await wait_pending(client, started.run_id)
         # Spend them: two updates (pause, resume), then two signals (pause, resume again,
         # sent as signals now that the run takes no more updates).
-        assert (await ops.pause(client, started.run_id)).message.startswith("the run pauses")
-        assert (await ops.resume(client, started.run_id)).message == "the run continues"
-        assert "went as a signal" in (await ops.pause(client, started.run_id)).message
-        assert "went as a signal" in (await ops.resume(client, started.run_id)).message
+        assert (await ops.control(client, started.run_id, "pause")).message.startswith(
+            "the run pauses"
+        )
+        assert (await ops.control(client, started.run_id, "resume")).message == "the run continues"
+        assert "went as a signal" in (await ops.control(client, started.run_id, "pause")).message
+        assert "went as a signal" in (await ops.control(client, started.run_id, "resume")).message
 
         with pytest.raises(OperationError) as refused:
             await ops.approve(client, started.run_id, by="li", role="approver", wait=5)
         assert str(refused.value).startswith("not sent: the server refused the signal")
         with pytest.raises(OperationError, match="not sent"):
-            await ops.pause(client, started.run_id, wait=5)
+            await ops.control(client, started.run_id, "pause", wait=5)
         # Nothing was claimed, and nothing was lost: the run still waits, undecided.
         state = await ops.status(client, started.run_id)
         assert state.pending_approval is not None and not state.pause_requested

@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentrun.core.errors import BAD_REQUEST, SetupError
 from agentrun.core.providers import DEFAULT_PROVIDER, Provider
+from agentrun.core.settings import Settings
 
 OPENAI_HOST = "api.openai.com"
 
@@ -55,6 +56,17 @@ class ModelEndpoint:
         if self.provider is None or self.provider.timeout_seconds is None:
             return step_seconds
         return min(step_seconds, self.provider.timeout_seconds)
+
+
+def model_client(settings: Settings) -> openai.AsyncOpenAI:
+    api_key = settings.openai_api_key.get_secret_value()
+    if not settings.openai_base_url and api_key == "offline":
+        raise SetupError(
+            "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
+            "endpoint), or start the local stack with `agentrun up`."
+        )
+    # Temporal owns retries: the SDK must not retry underneath it.
+    return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
 
 
 class ProviderClients:

@@ -6,6 +6,8 @@ external tool commits its claim first; a retry that finds a claim without a resu
 not act blindly: the tool's reconcile hook (or a person) says whether the effect happened.
 Every result is screened for prompt injection before the model sees it. Secrets the tool
 marks are replaced by their markers (agentrun/store/vault.py) before anything leaves the activity.
+An eval case's run (agentrun/core/eval_cases.py) is answered from its recording instead: no
+tool runs and nothing is claimed in the ledger, so a side effect never happens again.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from agentrun.core import errors, faults, injection
 from agentrun.core._wire import ToolCallInput, ToolCallResult
 from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
 from agentrun.core.errors import SecretUnavailable
+from agentrun.core.eval_cases import ToolUse, is_eval_run
 from agentrun.core.spec import JsonDict
-from agentrun.store import ledger
+from agentrun.store import eval_store, ledger
 from agentrun.store.artifacts import ArtifactStore
 from agentrun.store.db import transaction_if_used
 from agentrun.store.mirror_store import AttemptEnd, MirrorStore
@@ -89,6 +92,7 @@ class ToolActivities:
             tool = self.registry.get(input.tool)
         except UnknownToolError as err:
             raise errors.unknown_tool(str(err)) from err
+        recorded = await self._recorded(tool, input) if is_eval_run(input.run_id) else None
         scope = SecretScope()
         try:
             arguments = await self._open_secrets(tool, input, scope)
@@ -127,9 +131,30 @@ class ToolActivities:
             carries_batch=input.mirror is not None,
         )
         try:
-            return await self._run(tool, args, input, scope, claim)
+            return await self._run(tool, args, input, scope, claim, recorded)
         finally:
             claim.abandon()
+
+    async def _recorded(self, tool: Tool, input: ToolCallInput) -> ToolCallResult | None:
+        """An eval case's call, answered from its recording; None: run the tool (not a case's
+        run, or a read-only call past a divergence the eval lets run live). A call the
+        recording lacks stops the case: the run pauses, as for a refused permission."""
+        found = await eval_store.answer(
+            self.pool,
+            run_id=input.run_id,
+            step_id=input.step_id,
+            step=input.seq,
+            call=ToolUse(tool=tool.name, arguments=input.arguments),
+        )
+        if found is None:
+            return None
+        attempt = activity.info().attempt
+        if found.recorded is not None:
+            call = found.recorded
+            return ToolCallResult(ok=call.ok, output=call.output, error=call.error, attempt=attempt)
+        if found.live_read_only and not tool.side_effect:
+            return None
+        raise errors.eval_diverged(tool.name, attempt)
 
     async def _run(
         self,
@@ -138,11 +163,14 @@ class ToolActivities:
         input: ToolCallInput,
         scope: SecretScope,
         claim: StepClaim,
+        recorded: ToolCallResult | None = None,
     ) -> ToolCallResult:
         info = activity.info()
         # A first attempt of a tool without side effects needs nothing from its claim before
         # it runs: no ledger entry, no checkpoint of an earlier attempt to resume from.
-        saved = await claim.begin(deferred=not tool.side_effect and info.attempt == 1)
+        saved = await claim.begin(
+            deferred=(recorded is not None or not tool.side_effect) and info.attempt == 1
+        )
         await announce_retry(self.store, input.run_id, input.step_id)
         checkpoint: JsonDict = {**input.checkpoint, **saved}
         patch: JsonDict = dict(saved)
@@ -165,7 +193,9 @@ class ToolActivities:
                 step_id=input.step_id,
                 heartbeat_seconds=input.heartbeat_seconds,
             ):
-                if tool.side_effect and not tool.transactional:
+                if recorded is not None:
+                    outcome = recorded
+                elif tool.side_effect and not tool.transactional:
                     outcome = await self._external(
                         tool, args, input, checkpoint, save_checkpoint, scope
                     )

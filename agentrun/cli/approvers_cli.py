@@ -43,11 +43,11 @@ def add_commands(sub: Any) -> None:
     add_output_flags(p)
 
 
-async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
+async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
     if args.approvers_command == "add":
-        signer = await runs.add_approver(
+        signer = await client.approvers.add(
             args.name,
             role=args.role,
             tenant=args.tenant,
@@ -57,12 +57,15 @@ async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
         where = f"tenant {signer.tenant!r}" if signer.tenant else "any tenant"
         text = (
             f"approver {args.name} ({args.role}, {where}, key {signer.key_id}); private key "
-            f"in {runs.config_dir() / 'approvers'} (mode 0600). Runs started from now on take "
-            f"only signed decisions: `agentrun approve RUN --by {args.name}` signs with it."
+            f"in {client.approvers.config_dir() / 'approvers'} (mode 0600). Runs started from "
+            f"now on take only signed decisions: `agentrun approve RUN --by {args.name}` signs "
+            "with it."
         )
         emit(signer.model_dump(mode="json"), args.json, text)
     else:
-        rows = [s.model_dump(mode="json") for s in await runs.approvers(tenant=args.tenant)]
+        rows = [
+            s.model_dump(mode="json") for s in await client.approvers.listed(tenant=args.tenant)
+        ]
         text = render.table(rows, COLUMNS) if rows else "no approvers: decisions are unsigned"
         emit(rows, args.json, text)
     return 0

@@ -44,17 +44,18 @@ def add_commands(sub: Any) -> None:
     p.add_argument("task", help="the task's idempotency key")
 
 
-async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
+async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
     agent = args.agent
     if args.backlog_command == "list":
-        listing = await runs.backlog_tasks(agent)
+        listing = (await client.backlogs.tasks(agent)).model_dump()
         emit(listing, args.json, _listing_text(listing))
     elif args.backlog_command == "dead":
-        dead = await runs.backlog_dead(agent)
+        dead = [task.model_dump() for task in await client.backlogs.dead(agent)]
         emit(dead, args.json, render.table(dead, DEAD_COLUMNS) if dead else "no failed tasks")
     elif args.backlog_command == "enqueue":
+        from agentrun.core.backlog_models import backlog_id
         from agentrun.core.errors import InvalidRequest
         from agentrun.types import PolicyPatch
 
@@ -67,27 +68,26 @@ async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
             )
         except ValueError as err:
             raise InvalidRequest(f"invalid policy option: {err}") from err
-        tasks = runs.load_backlog_tasks(args.file)
-        result = await runs.backlog_enqueue(agent, tasks, policy=policy, wait=args.wait)
+        tasks = client.backlogs.load_tasks(args.file)
+        result = await client.backlogs.enqueue(agent, tasks, policy=policy)
         applied = (
             f"added {len(result.added)}, ignored {len(result.ignored)} already in the backlog; "
             f"{result.total} tasks in all"
             if result.added or result.ignored
             else ""
         )
-        held = runs.backlog_held_note(agent, f"{len(result.held)} tasks") if result.held else ""
         text = (
-            "\n".join(part for part in (applied, held) if part)
+            "\n".join(part for part in (applied, result.held_note) if part)
             + ("\nthe backlog is stopped: `backlog resume` continues it" if result.stopped else "")
-            + f"\n{runs.backlog_link(agent)}"
+            + f"\n{client.settings.run_link(backlog_id(agent))}"
         )
         emit(result.model_dump(mode="json"), args.json, text)
     elif args.backlog_command == "retry":
-        retried = await runs.backlog_retry(agent, args.task, wait=args.wait)
+        retried = await client.backlogs.retry(agent, args.task)
         emit(retried.model_dump(mode="json"), args.json, retried.message)
     else:
-        control = runs.backlog_stop if args.backlog_command == "stop" else runs.backlog_resume
-        done = await control(agent, wait=args.wait)
+        control = client.backlogs.stop if args.backlog_command == "stop" else client.backlogs.resume
+        done = await control(agent)
         emit(done.model_dump(mode="json"), args.json, done.message)
     return 0
 

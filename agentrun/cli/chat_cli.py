@@ -1,6 +1,6 @@
 """`agentrun chat RUN`: talk with a run, a line at a time (docs/steering.md).
 
-Each line read from stdin is said to the run (`RunClient.chat`), and its answer is printed
+Each line read from stdin is said to the run (`client.sessions.chat`), and its answer is printed
 as the model writes it. An approval the turn waits for is printed with the commands that
 decide it; `/approve` or `/reject REASON` typed next decides it here (unsigned, in the role
 it asks for). `/end` ends the session (`agentrun end`: it completes with its last answer
@@ -114,7 +114,7 @@ async def read_line() -> str | None:
     return line if line else None
 
 
-async def cmd_chat(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_chat(client: RunClient, args: argparse.Namespace) -> int:
     run_id = args.run
     if sys.stdin.isatty() and not args.json:
         print(
@@ -132,7 +132,7 @@ async def cmd_chat(runs: RunClient, args: argparse.Namespace) -> int:
         if not text:
             continue
         if text == "/end":
-            ended = await runs.end_session(run_id, by=args.by, wait=args.wait)
+            ended = await client.sessions.end(run_id, by=args.by)
             if args.json:
                 print(json.dumps({"type": "chat.ended", **ended.model_dump(mode="json")}))
             else:
@@ -142,22 +142,19 @@ async def cmd_chat(runs: RunClient, args: argparse.Namespace) -> int:
         if pending is not None and (text == "/approve" or text.startswith("/reject")):
             role = str(pending.get("required_role") or "approver")
             if text == "/approve":
-                decided = await runs.approve(run_id, by=args.by, role=role, wait=args.wait)
+                decided = await client.runs.approve(run_id, by=args.by, role=role)
             else:
                 reason = text.removeprefix("/reject").strip() or "rejected in chat"
-                decided = await runs.reject(
-                    run_id, by=args.by, role=role, reason=reason, wait=args.wait
-                )
+                decided = await client.runs.reject(run_id, by=args.by, role=role, reason=reason)
             if not args.json:
                 out(f"[{decided.decision}: the run is {decided.status.value}]")
             follow_from = next_offset
         turn = Turn()
-        items = runs.chat(
+        items = client.sessions.chat(
             run_id,
             None if follow_from is not None else text,
             by=args.by,
             from_offset=follow_from or 0,
-            wait=args.wait,
             answer_within=args.answer_within,
         )
         async for item in items:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from agentrun.core.constants import DEFAULT_WAIT_SECONDS
@@ -50,13 +51,20 @@ def add_output_flags(p: argparse.ArgumentParser, *, top: bool = False) -> None:
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:
-    """The answer: JSON for machines, else text with control characters shown, not obeyed."""
+    """The answer: JSON for machines, else text with control characters shown, not obeyed.
+    Flushed at once: a reader on a pipe (a supervisor, a script waiting for `serve`'s URL)
+    gets it when it is said, not when the buffer fills or the process ends."""
     if as_json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json.dumps(data, indent=2, default=str), flush=True)
     else:
         from agentrun.cli import render
 
-        print(render.for_terminal(text))
+        print(render.for_terminal(text), flush=True)
+
+
+def say(args: argparse.Namespace, text: str) -> None:
+    """Progress for a person: on stdout, or on stderr when stdout carries JSON."""
+    print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
 
 def add_wait(p: argparse.ArgumentParser) -> None:
@@ -85,3 +93,18 @@ def add_decider(p: argparse.ArgumentParser) -> None:
         help="decide only if the pending action is still this one (from `status`)",
     )
     add_tenant(p)
+
+
+def own_workflows(references: list[str]) -> list[type]:
+    """`--workflows PKG.MODULE:ATTR`: a deployment's own workflow classes (one, or a list)."""
+    from agentrun.core.errors import InvalidRequest
+    from agentrun.tools.loading import resolve
+
+    found: list[type] = []
+    for reference in references:
+        try:
+            target = resolve(reference)
+        except Exception as err:  # a bad reference is the user's input, named as such
+            raise InvalidRequest(f"--workflows {reference}: {err}") from err
+        found += list(target) if isinstance(target, list | tuple) else [target]
+    return found

@@ -6,18 +6,16 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from agentrun.cli.cli_options import emit
+from agentrun.cli.cli_options import emit, own_workflows
 
 if TYPE_CHECKING:
     from agentrun.client_api import RunClient
 
 
-async def patches(runs: RunClient, args: argparse.Namespace) -> int:
+async def patches(client: RunClient, args: argparse.Namespace) -> int:
     """Each version branch left in the workflow code, the open runs that still need its old
     path, and whether it can go; exit 1 when an open run needs a retired branch."""
-    from agentrun.cli.main import own_workflows
-
-    inventory = await runs.deploy_patches(workflows=own_workflows(args.workflows))
+    inventory = await client.deploys.patches(workflows=own_workflows(args.workflows))
     lines = [f"{len(inventory.live)} version branch(es) left; {inventory.scanned} open run(s) read"]
     for use in inventory.live:
         lines.append(f"  {use.branch.id} ({use.branch.kind}, {use.branch.where}): {use.advice}")
@@ -29,11 +27,9 @@ async def patches(runs: RunClient, args: argparse.Namespace) -> int:
     return 1 if inventory.retired else 0
 
 
-async def status(runs: RunClient, args: argparse.Namespace) -> int:
+async def status(client: RunClient, args: argparse.Namespace) -> int:
     """The builds, their open runs, and which can be retired."""
-    from agentrun.cli.main import own_workflows
-
-    found = await runs.deploy_status(
+    found = await client.deploys.status(
         deployment=args.deployment, workflows=own_workflows(args.workflows)
     )
     lines = [f"{found.deployment_name}: current build {found.current_build or '(none)'}"]

@@ -25,7 +25,9 @@ from agentrun.cli import (
     backlog_cli,
     chat_cli,
     deploy_cli,
+    eval_cli,
     sandbox_cli,
+    serve_cli,
     tenants_cli,
 )
 from agentrun.cli.cli_options import (
@@ -35,8 +37,10 @@ from agentrun.cli.cli_options import (
     add_wait,
     count,
     emit,
+    own_workflows,
+    say,
 )
-from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentrun.core.constants import DEMO_AGENTS, TEMPORAL_PORT, WEB_UI_PORT
 from agentrun.core.states import RunStatus
 from agentrun.worker.tool_flags import add_tool_flags
 
@@ -53,8 +57,6 @@ if TYPE_CHECKING:
         WatchItem,
     )
 
-# The demo's profiles: where `start --agent` looks when nothing else is named.
-DEMO_AGENTS = "agentrun.demo:agents"
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
 # Commands whose --tenant confines them to that tenant's runs (AGENTRUN_TENANT otherwise).
 SCOPED = {
@@ -124,9 +126,9 @@ def json_argument(text: str | None, flag: str) -> Any:
 # ---------------------------------------------------------------- starting runs
 
 
-async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
-    started = await runs.start_run(
-        load_spec(args, runs.settings), require_tools=bool(args.agent), wait=args.wait
+async def cmd_start(client: RunClient, args: argparse.Namespace) -> int:
+    started = await client.runs.start(
+        spec=load_spec(args, client.settings), require_tools=bool(args.agent), wait=args.wait
     )
     note = (
         "already exists (same idempotency key); not started again"
@@ -135,8 +137,8 @@ async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
     )
     if started.queue_position is not None:
         note += f"; queued at position {started.queue_position} behind its tenant's cap"
-    link = runs.settings.run_link(started.run_id)
-    unserved = await runs.unserved_warning(wait=min(args.wait, 2.0))
+    link = client.settings.run_link(started.run_id)
+    unserved = await client.runs.unserved_warning(wait=min(args.wait, 2.0))
     if unserved is not None:
         print(f"warning: {unserved}", file=sys.stderr, flush=True)
     emit(
@@ -153,15 +155,15 @@ async def cmd_start(runs: RunClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_fork(runs: RunClient, args: argparse.Namespace) -> int:
-    started = await runs.fork_run(
+async def cmd_fork(client: RunClient, args: argparse.Namespace) -> int:
+    started = await client.runs.fork(
         args.run,
         from_step=args.from_step,
         edit_output=json_argument(args.edit_output, "--edit-output"),
         key=args.key,
     )
     note = "already exists (same key); not started again" if started.existing else "started"
-    link = runs.settings.run_link(started.run_id)
+    link = client.settings.run_link(started.run_id)
     emit(
         {
             "run_id": started.run_id,
@@ -179,11 +181,11 @@ async def cmd_fork(runs: RunClient, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- acting on a run
 
 
-def decider(runs: RunClient, args: argparse.Namespace) -> tuple[str, ApproverKey | None]:
+def decider(client: RunClient, args: argparse.Namespace) -> tuple[str, ApproverKey | None]:
     """The role a decision goes with, and the key that signs it when `--by` has one here."""
     from agentrun.core.errors import InvalidRequest
 
-    key = runs.approver_key(args.by)
+    key = client.approvers.key(args.by)
     if key is not None:
         if args.role and args.role != key.signer.role:
             raise InvalidRequest(
@@ -203,62 +205,60 @@ def decision_text(result: DecisionResult) -> str:
     return result.note or f"{result.decision}; run is {result.status.value}"
 
 
-async def cmd_approve(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_approve(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.core.errors import InvalidRequest
 
     edit = json_argument(args.edit, "--edit")
     if edit is not None and not isinstance(edit, dict):
         raise InvalidRequest("--edit takes a JSON object of the arguments to change")
-    role, key = decider(runs, args)
-    result = await runs.approve(
+    role, key = decider(client, args)
+    result = await client.runs.approve(
         args.run,
         by=args.by,
         role=role,
         edit=edit,
         signer=key,
         action_hash=args.action_hash,
-        wait=args.wait,
     )
     emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
-async def cmd_reject(runs: RunClient, args: argparse.Namespace) -> int:
-    role, key = decider(runs, args)
-    result = await runs.reject(
+async def cmd_reject(client: RunClient, args: argparse.Namespace) -> int:
+    role, key = decider(client, args)
+    result = await client.runs.reject(
         args.run,
         by=args.by,
         role=role,
         reason=args.reason,
         signer=key,
         action_hash=args.action_hash,
-        wait=args.wait,
     )
     emit(result.model_dump(mode="json"), args.json, decision_text(result))
     return 0
 
 
-async def cmd_pause(runs: RunClient, args: argparse.Namespace) -> int:
-    control = runs.resume if args.command == "resume" else runs.pause
-    result = await control(args.run, wait=args.wait)
+async def cmd_pause(client: RunClient, args: argparse.Namespace) -> int:
+    control = client.runs.resume if args.command == "resume" else client.runs.pause
+    result = await control(args.run)
     emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
-async def cmd_say(runs: RunClient, args: argparse.Namespace) -> int:
-    result = await runs.say(args.run, args.message, by=args.by, wait=args.wait)
+async def cmd_say(client: RunClient, args: argparse.Namespace) -> int:
+    result = await client.runs.say(args.run, args.message, by=args.by)
     emit(result.model_dump(mode="json"), args.json, result.note)
     return 0
 
 
-async def cmd_end(runs: RunClient, args: argparse.Namespace) -> int:
-    result = await runs.end_session(args.run, by=args.by, wait=args.wait)
+async def cmd_end(client: RunClient, args: argparse.Namespace) -> int:
+    result = await client.sessions.end(args.run, by=args.by)
     emit(result.model_dump(mode="json"), args.json, result.message)
     return 0
 
 
-async def cmd_cancel(runs: RunClient, args: argparse.Namespace) -> int:
-    message = await runs.cancel(args.run, wait=args.wait)
+async def cmd_cancel(client: RunClient, args: argparse.Namespace) -> int:
+    message = await client.runs.cancel(args.run)
     emit({"run_id": args.run, "message": message}, args.json, message)
     return 0
 
@@ -266,10 +266,10 @@ async def cmd_cancel(runs: RunClient, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- reading a run
 
 
-async def cmd_status(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_status(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
-    report = await runs.inspect(args.run, wait=args.wait)
+    report = await client.runs.inspect(args.run)
     emit(report.flat_json(), args.json, render.run_report(report))
     return 0
 
@@ -297,13 +297,13 @@ async def noting_silence(
         yield item
 
 
-async def cmd_watch(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_watch(client: RunClient, args: argparse.Namespace) -> int:
     """Follow a run live (an ended one from the mirror); exit 0 if it completed, else 1."""
     from agentrun.cli import render
 
     outcome: str | None = None
     in_text = False  # model text is printed as it arrives, on one line per reply
-    items = runs.watch(args.run, from_offset=args.from_offset, wait=args.wait)
+    items = client.runs.watch(args.run, from_offset=args.from_offset)
     async for item in noting_silence(items, args.run, args.wait):
         if args.json:
             print(item.model_dump_json(), flush=True)
@@ -322,16 +322,16 @@ async def cmd_watch(runs: RunClient, args: argparse.Namespace) -> int:
     return 0 if outcome == "completed" else 1
 
 
-async def cmd_receipt(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_receipt(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
-    receipt = await runs.receipt(args.run)
+    receipt = (await client.runs.receipt(args.run)).model_dump(mode="json")
     emit(receipt, args.json, render.receipt_markdown(receipt))
     return 0
 
 
-async def cmd_version(runs: RunClient, args: argparse.Namespace) -> int:
-    version = await runs.version(args.run, wait=args.wait)
+async def cmd_version(client: RunClient, args: argparse.Namespace) -> int:
+    version = await client.runs.version(args.run)
     text = (
         f"{args.run} is {version.behavior} to {version.deployment_name}/{version.build_id}"
         if version.build_id
@@ -341,18 +341,18 @@ async def cmd_version(runs: RunClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_list(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_list(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
-    mirrored = await runs.list_runs(status=args.status, limit=args.limit)
-    held = await runs.unmirrored_runs(status=args.status, limit=args.limit, wait=args.wait)
-    found = (held + mirrored)[: args.limit]
+    mirrored = await client.runs.recent(status=args.status, limit=args.limit)
+    held = await client.runs.unmirrored(status=args.status, limit=args.limit)
+    found = [row.model_dump() for row in (held + mirrored)[: args.limit]]
     columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
     return 0
 
 
-async def cmd_stats(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_stats(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
     from agentrun.core.errors import InvalidRequest
     from agentrun.core.periods import parse_point
@@ -361,7 +361,7 @@ async def cmd_stats(runs: RunClient, args: argparse.Namespace) -> int:
         since = parse_point(args.since) if args.since else None
     except ValueError as err:
         raise InvalidRequest(f"--since: {err}") from err
-    figures = await runs.stats(since=since)
+    figures = await client.mirror.stats(since=since)
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
     return 0
 
@@ -369,17 +369,17 @@ async def cmd_stats(runs: RunClient, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the mirror, schema, builds
 
 
-async def cmd_mirror(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_mirror(client: RunClient, args: argparse.Namespace) -> int:
     """`mirror check` compares a run's mirror with its history; `rebuild` rewrites it."""
     from agentrun.cli import render
 
-    action = runs.rebuild_mirror if args.action == "rebuild" else runs.check_mirror
-    report = await action(args.run)
+    action = client.mirror.rebuild if args.action == "rebuild" else client.mirror.check
+    report = (await action(args.run)).model_dump()
     emit(report, args.json, render.mirror_report(report))
     return 0 if report["agrees"] else 1
 
 
-async def cmd_prune(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_prune(client: RunClient, args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from agentrun.cli import render
@@ -389,8 +389,8 @@ async def cmd_prune(runs: RunClient, args: argparse.Namespace) -> int:
     try:
         if args.older_than:
             age = parse_age(args.older_than)
-        elif runs.settings.retention_days is not None:
-            age = timedelta(days=runs.settings.retention_days)
+        elif client.settings.retention_days is not None:
+            age = timedelta(days=client.settings.retention_days)
         else:
             raise InvalidRequest(
                 "say how old a finished run must be: --older-than 30d, or set "
@@ -400,42 +400,27 @@ async def cmd_prune(runs: RunClient, args: argparse.Namespace) -> int:
         raise InvalidRequest(f"--older-than: {err}") from err
     if age <= timedelta(0):
         raise InvalidRequest("--older-than must be more than zero")
-    result = await runs.prune(older_than=age, dry_run=args.dry_run)
+    result = await client.mirror.prune(older_than=age, dry_run=args.dry_run)
     emit(result.model_dump(mode="json"), args.json, render.prune_text(result))
     return 0
 
 
-async def cmd_migrate(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_migrate(client: RunClient, args: argparse.Namespace) -> int:
     """Bring the database's schema up to this code's version; running it again is a no-op.
     Workers and `up` do it on start; reads never do."""
-    version = await runs.migrate()
+    version = await client.migrate()
     emit({"schema_version": version}, args.json, f"the schema is at version {version}")
     return 0
 
 
-def own_workflows(references: list[str]) -> list[type]:
-    """`--workflows PKG.MODULE:ATTR`: a deployment's own workflow classes (one, or a list)."""
-    from agentrun.core.errors import InvalidRequest
-    from agentrun.tools.loading import resolve
-
-    found: list[type] = []
-    for reference in references:
-        try:
-            target = resolve(reference)
-        except Exception as err:  # a bad reference is the user's input, named as such
-            raise InvalidRequest(f"--workflows {reference}: {err}") from err
-        found += list(target) if isinstance(target, list | tuple) else [target]
-    return found
-
-
-async def cmd_deploy(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_deploy(client: RunClient, args: argparse.Namespace) -> int:
     """`deploy check`: replay the open runs; `deploy BUILD`: make a build current (after the
     check passes): new runs go to it; open runs stay on the build they started on."""
     if args.build_id == "check":
-        return await cmd_deploy_check(runs, args)
+        return await cmd_deploy_check(client, args)
     if args.build_id in deploy_cli.COMMANDS:
-        return await deploy_cli.COMMANDS[args.build_id](runs, args)
-    name = await runs.deploy(
+        return await deploy_cli.COMMANDS[args.build_id](client, args)
+    name = await client.deploys.make_current(
         args.build_id,
         deployment=args.deployment,
         workflows=own_workflows(args.workflows),
@@ -449,7 +434,7 @@ async def cmd_deploy(runs: RunClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_deploy_check(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_deploy_check(client: RunClient, args: argparse.Namespace) -> int:
     def progress(verdict: ReplayVerdict) -> None:
         if not args.json:
             at = f" at event {verdict.event_id}" if verdict.event_id else ""
@@ -457,16 +442,17 @@ async def cmd_deploy_check(runs: RunClient, args: argparse.Namespace) -> int:
             state = "open" if verdict.open else "closed"
             print(f"{'ok  ' if verdict.ok else 'FAIL'} {verdict.workflow_id} ({state}){where}")
 
-    report = await runs.deploy_check(
+    report = await client.deploys.check(
         workflows=own_workflows(args.workflows), closed=args.closed, progress=progress
     )
     failed = len(report.failed)
-    emit(
-        report.model_dump(mode="json") | {"passed": report.passed},
-        args.json,
-        f"{len(report.verdicts)} run(s) replayed, {failed} failed"
-        + ("" if report.passed else ": deploying this code would break them"),
+    replayed = report.model_dump(mode="json") | {"passed": report.passed}
+    text = f"{len(report.verdicts)} run(s) replayed, {failed} failed" + (
+        "" if report.passed else ": deploying this code would break them"
     )
+    if args.eval:  # the new agent version too: replay and eval, one verdict
+        return await eval_cli.with_replay(client, args, replayed, text)
+    emit(replayed, args.json, text)
     return 0 if report.passed else 1
 
 
@@ -495,12 +481,7 @@ def embedded_stack(settings: Settings, args: argparse.Namespace) -> EmbeddedStac
     return EmbeddedStack(settings.home, temporal_port=port, ui_port=ui_port)
 
 
-def say(args: argparse.Namespace, text: str) -> None:
-    """Progress for a person: on stdout, or on stderr when stdout carries JSON."""
-    print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
-
-
-async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
@@ -509,13 +490,16 @@ async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun.worker.tool_flags import tool_sources
     from agentrun.worker.worker_api import run_worker
 
-    settings = runs.settings
+    settings = client.settings
     tools, mcp = tool_sources(args, settings)
     if not tools and not mcp:
         tools = [DEMO_TOOLS]  # the dev stack serves the demo's tools unless given others
     load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
     stack = embedded_stack(settings, args)
-    endpoints = stack.start()
+    endpoints = dict(stack.start())
+    http_door = serve_cli.door_beside(args)
+    if http_door is not None:
+        endpoints["http_url"] = http_door.url
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -529,6 +513,7 @@ async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
             + f"\ndata kept in {settings.home.resolve()}; Ctrl-C stops everything",
             flush=True,
         )
+    serving = http_door.start(Settings.load(), stop) if http_door is not None else None
     try:
         if args.no_worker:
             from agentrun import RunClient
@@ -541,11 +526,14 @@ async def cmd_up(runs: RunClient, args: argparse.Namespace) -> int:
                 tools, mcp=mcp, settings=Settings.load(), identity="embedded-worker", stop=stop
             )
     finally:
+        stop.set()
+        if serving is not None:
+            await serving
         stack.stop()
     return 0
 
 
-async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
+async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
     """Run a sample task end to end: start, stop at the approval gate, approve, verify."""
     import asyncio
 
@@ -554,7 +542,7 @@ async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
     from agentrun.tools.loading import DEMO_TOOLS
     from agentrun.worker.worker_api import run_worker
 
-    settings = runs.settings
+    settings = client.settings
     stack = None
     if not existing_stack(settings):
         stack = embedded_stack(settings, args)
@@ -583,13 +571,13 @@ async def cmd_demo(runs: RunClient, args: argparse.Namespace) -> int:
                 stack.stop()
 
 
-async def run_demo(runs: RunClient, args: argparse.Namespace) -> int:
+async def run_demo(client: RunClient, args: argparse.Namespace) -> int:
     import time
 
     from agentrun.cli import render
     from agentrun.demo import support_desk
 
-    settings = runs.settings
+    settings = client.settings
     # Under AGENTRUN_TENANT the demo's run is that tenant's, as any run it starts must be.
     spec = support_desk.spec(
         task=DEMO_TASK,
@@ -597,19 +585,19 @@ async def run_demo(runs: RunClient, args: argparse.Namespace) -> int:
         idempotency_key=f"demo-{time.time_ns()}",
         tenant=settings.tenant or "default",
     )
-    started = await runs.start_run(spec)
+    started = await client.runs.start(spec=spec)
     run_id = started.run_id
     say(args, f"run {run_id} started: {settings.run_link(run_id)}")
-    pending = await wait_for_approval(runs, run_id)
+    pending = await wait_for_approval(client, run_id)
     say(
         args,
         f"waiting for approval: {pending.tool}({json.dumps(pending.arguments)[:120]}...)"
         f"\n  needs role {pending.required_role!r}; approving as demo-approver",
     )
-    decision = await runs.approve(run_id, by="demo-approver", role=pending.required_role)
+    decision = await client.runs.approve(run_id, by="demo-approver", role=pending.required_role)
     say(args, f"approval {decision.decision}; run is {decision.status.value}")
-    result = await runs.result(run_id)
-    receipt = await runs.receipt(run_id)
+    result = await client.runs.result(run_id)
+    receipt = (await client.runs.receipt(run_id)).model_dump(mode="json")
     completed = result.status.value == "completed" and receipt["outcome"] == "completed"
     if args.json:
         emit(
@@ -634,7 +622,7 @@ async def run_demo(runs: RunClient, args: argparse.Namespace) -> int:
 
 
 async def wait_for_approval(
-    runs: RunClient, run_id: str, wait_seconds: float = 120
+    client: RunClient, run_id: str, wait_seconds: float = 120
 ) -> PendingApproval:
     import asyncio
 
@@ -642,7 +630,7 @@ async def wait_for_approval(
 
     deadline = asyncio.get_running_loop().time() + wait_seconds
     while True:
-        state = await runs.status(run_id)
+        state = await client.runs.status(run_id)
         if state.pending_approval is not None:
             return state.pending_approval
         if asyncio.get_running_loop().time() > deadline or state.status.value in (
@@ -706,6 +694,9 @@ COMMANDS: dict[str, Command] = {
     "backlog": backlog_cli.dispatch,
     "tenants": tenants_cli.dispatch,
     "approvers": approvers_cli.dispatch,
+    "serve": serve_cli.cmd_serve,
+    "keys": serve_cli.cmd_keys,
+    "eval": eval_cli.dispatch,
 }
 # Commands that need no stack, no settings and no event loop.
 LOCAL: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -866,6 +857,14 @@ def parser() -> argparse.ArgumentParser:
         "--skip-check", action="store_true", help="make the build current without the replay"
     )
     p.add_argument("--deployment", help="Worker Deployment name (default AGENTRUN_DEPLOYMENT_NAME)")
+    p.add_argument(
+        "--eval",
+        metavar="DATASET",
+        help="with check: also replay this eval dataset to --candidate and gate on it "
+        "(docs/evals.md); exit 1 if the replay fails, else 6 if the gate does",
+    )
+    eval_cli.add_candidate(p)
+    eval_cli.add_gate(p)
     p = command("version", "the worker build a run is pinned to")
     p.add_argument("run")
     p = command("list", "recent runs: the Postgres mirror's, and those no worker has taken yet")
@@ -887,6 +886,8 @@ def parser() -> argparse.ArgumentParser:
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
+    serve_cli.add_commands(sub)
+    eval_cli.add_commands(sub)
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)
     p.add_argument("shell", choices=["bash", "zsh"])
     sandbox_cli.add_commands(sub)
@@ -916,8 +917,8 @@ async def dispatch(args: argparse.Namespace, began: float) -> int:
         )
     if flag:
         settings = settings.model_copy(update={"tenant": flag})
-    async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as runs:
-        return await COMMANDS[args.command](runs, args)
+    async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as client:
+        return await COMMANDS[args.command](client, args)
 
 
 def print_error(code: int, kind: str, message: str, *, as_json: bool) -> None:

@@ -87,11 +87,11 @@ def add_commands(sub: Any) -> None:
     add_output_flags(p)
 
 
-async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
+async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
     from agentrun.cli import render
 
     if args.tenants_command == "list":
-        rows = await runs.tenants()
+        rows = [row.model_dump() for row in await client.tenants.listed()]
         emit(rows, args.json, render.table(rows, COLUMNS) if rows else "no tenant is configured")
         return 0
     changes = {
@@ -99,7 +99,7 @@ async def dispatch(runs: RunClient, args: argparse.Namespace) -> int:
         for name in SETTINGS
         if hasattr(args, name)  # flags left out are absent (SUPPRESS): they stay
     }
-    limits = await runs.set_tenant(args.tenant, changes)
+    limits = await client.tenants.set(args.tenant, changes)
     data = limits.model_dump()
     emit(data, args.json, ", ".join(f"{k}={'off' if v is None else v}" for k, v in data.items()))
     return 0

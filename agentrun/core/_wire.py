@@ -334,8 +334,8 @@ class ControlInput(BaseModel):
     )
     own_tasks: bool = Field(
         False,
-        description="a backlog's stop or resume of the sender's tenant's tasks alone (sent since "
-        "issue 35); False, as recorded before: of every task",
+        description="a backlog's stop or resume of the sender's tenant's tasks alone (every "
+        "client sends it now); False, as histories recorded before it say: of every task",
     )
 
 

@@ -155,9 +155,9 @@ class AdmissionInput(BaseModel):
     # While runs wait behind a full cap, ask Temporal this often whether an admitted run has
     # closed without saying so (terminated, timed out): its slot is freed then.
     sweep_seconds: float = Field(60, gt=0)
-    # Set by every start since issue 24: the queue keeps the limits it was started with (read
-    # from Postgres by the door) and those `tenants set` configures; a start's own limits are
-    # ignored. Queues recorded before take each start's limits, as they did.
+    # Set by every start today: the queue keeps the limits it was started with (read from
+    # Postgres by the door) and those `tenants set` configures, so a start cannot bring its
+    # own. Queues recorded before it take each start's limits, as they did, and still replay.
     keeps_limits: bool = False
 
 

@@ -213,6 +213,9 @@ class EnqueueResult(BaseModel):
         description="keys the server holds in the backlog's history, not applied yet: a "
         "worker adds them (ignoring keys already there) when it takes the backlog",
     )
+    held_note: str | None = Field(
+        None, description="what becomes of the held keys, and what to do; None: none held"
+    )
 
 
 class BacklogControlResult(BaseModel):

@@ -76,6 +76,12 @@ SIGNAL_BACKLOG_RESUME = "backlog.resume_signal"
 SIGNAL_BACKLOG_RETRY = "backlog.retry_signal"
 QUERY_BACKLOG_DELIVERY = "backlog.delivery"
 
+# Evals: one workflow per eval starts its cases' runs as its children (docs/evals.md).
+EVAL_WORKFLOW_NAME = "AgentEval"
+EVAL_ID_PREFIX = "eval-"
+QUERY_EVAL_PROGRESS = "eval.progress"
+ACTIVITY_EVAL_DIVERGED = "eval.diverged"
+
 # Tenant admission: one workflow per capped tenant is a durable FIFO of its runs' starts.
 ADMISSION_WORKFLOW_NAME = "TenantAdmission"
 ADMISSION_ID_PREFIX = "admission-"
@@ -101,3 +107,5 @@ SIGNAL_RUN_ADMIT = "admit_signal"
 DEFAULT_WAIT_SECONDS = 10.0
 # The image `run_code` runs code in unless told otherwise (`agentrun sandbox build`).
 SANDBOX_IMAGE = "agentrun-sandbox:latest"
+# The demo's agent profiles: where a start by agent name looks when AGENTRUN_AGENTS names none.
+DEMO_AGENTS = "agentrun.demo:agents"

@@ -182,6 +182,17 @@ def tool_forbidden(tool: str, reason: str, attempt: int) -> ApplicationError:
     )
 
 
+def eval_diverged(tool: str, attempt: int) -> ApplicationError:
+    """An eval case's run called what its recording lacks: the case stops there, paused as
+    for a refused permission, and the eval reads the divergence and ends the run."""
+    return ApplicationError(
+        f"{tool}: this eval case's recording has no such call (a divergence); the case stops",
+        {"attempt": attempt},
+        type=PERMISSION_DENIED,
+        non_retryable=True,
+    )
+
+
 def effect_in_progress(tool: str, key: str) -> ApplicationError:
     return ApplicationError(
         f"another attempt is still performing {tool} ({key}); retrying later",

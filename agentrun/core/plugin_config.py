@@ -66,6 +66,35 @@ class AgentrunConfig:
     search_attributes: bool = True
     payload_limit_bytes: int = Settings.model_fields["payload_limit_bytes"].default
     artifact_threshold_bytes: int = Settings.model_fields["artifact_threshold_bytes"].default
+    # The edge's own settings (`from_settings`), which keep what has no field here (the
+    # worker's tuning, the build, model streaming, ...); the fields above win over them.
+    base: Settings | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **given: Any) -> AgentrunConfig:
+        """The config the edges (`agentrun-worker`, `RunClient.connect`) build from the
+        `Settings` they read; `given` overrides fields (the tools they loaded, say)."""
+        fields: dict[str, Any] = {
+            "database": settings.database_url or "",
+            "model_base_url": settings.openai_base_url,
+            "model_api_key": settings.openai_api_key.get_secret_value(),
+            "model": settings.model,
+            "providers": settings.providers,
+            "model_prices": settings.model_prices,
+            "sandbox_image": settings.sandbox,
+            "sandbox_limits": settings.sandbox_limits,
+            "task_queue": settings.task_queue,
+            "tenant": settings.tenant,
+            "telemetry": settings.otel,
+            "telemetry_content": settings.otel_capture_content,
+            "encryption_keys": settings.encryption_key_material(),
+            "encryption_key_id": settings.encryption_key_id,
+            "search_attributes": settings.search_attributes,
+            "payload_limit_bytes": settings.payload_limit_bytes,
+            "artifact_threshold_bytes": settings.artifact_threshold_bytes,
+            "base": settings,
+        }
+        return cls(**{**fields, **given})
 
     def with_provider_keys(self, environ: Mapping[str, str]) -> AgentrunConfig:
         """This config with its named providers' keys read from `environ` (or their key
@@ -103,6 +132,17 @@ class AgentrunConfig:
             "AGENTRUN_ARTIFACT_THRESHOLD_BYTES": self.artifact_threshold_bytes,
         }
         # `read` drops empty values as unset variables: a switch goes as "1" or "0".
-        return Settings.read(
+        ours = Settings.read(
             {k: ("1" if v else "0") if isinstance(v, bool) else v for k, v in given.items()}
         )
+        if self.base is None:
+            return ours
+        named = {_FIELD_BY_VARIABLE[variable] for variable in given}
+        return self.base.model_copy(update={name: getattr(ours, name) for name in named})
+
+
+_FIELD_BY_VARIABLE = {
+    str(info.validation_alias): name
+    for name, info in Settings.model_fields.items()
+    if isinstance(info.validation_alias, str)
+}

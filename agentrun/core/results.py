@@ -72,6 +72,9 @@ class PendingApproval(BaseModel):
     parameters: JsonDict | None = Field(
         None, description="the tool's argument schema: an edit must leave arguments it accepts"
     )
+    risk: str | None = Field(
+        None, description="the tool's risk (low, medium, high) for an action; None otherwise"
+    )
 
 
 class ChildApproval(BaseModel):
@@ -268,6 +271,17 @@ class ForkOrigin(Strict):
     )
 
 
+class SandboxExecution(BaseModel):
+    """A `run_code` step and the image digest it ran on, so a receipt says what code ran."""
+
+    step_id: str
+    attempt: int
+    image: str | None
+    image_digest: str | None
+    status: str | None
+    exit_code: int | None
+
+
 class Receipt(BaseModel):
     run_id: str
     agent: str = "default"
@@ -310,6 +324,9 @@ class Receipt(BaseModel):
     summaries: int = Field(0, description="how many times a session's older turns were summarised")
     left_in_mirror: LeftInMirror = Field(
         default_factory=LeftInMirror, description="a long session's, before those listed"
+    )
+    sandbox_executions: list[SandboxExecution] = Field(
+        default_factory=list, description="each `run_code` step and its image (filled when read)"
     )
 
 

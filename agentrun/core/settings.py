@@ -25,7 +25,6 @@ import psycopg
 from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretBytes, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
 
 from agentrun.core.constants import (
@@ -37,8 +36,10 @@ from agentrun.core.constants import (
     TASK_QUEUE,
 )
 from agentrun.core.errors import ConnectionSettingsError, SetupError
+from agentrun.core.http_settings import HTTP_NAMES
 from agentrun.core.log_setup import LogFormat, LogLevel
 from agentrun.core.sandbox_limits import SandboxLimits
+from agentrun.core.settings_base import ReadSettings, env
 from agentrun.core.temporal_connection import connect_options, load_profile
 
 STACK_FILE = "stack.json"
@@ -47,20 +48,13 @@ DOTENV_FILE = ".env"
 log = logging.getLogger(__name__)
 
 
-def env(name: str, default: Any = None, description: str = "") -> Any:
-    """A setting read from the environment variable `name`."""
-    return Field(default, validation_alias=name, description=description)
-
-
-class Settings(BaseSettings):
+class Settings(ReadSettings):
     """Where Temporal, Postgres and the model live, and how the worker behaves.
 
     Each field names its environment variable once. Booleans take pydantic's one syntax
     (1/0, true/false, yes/no, on/off); an empty variable counts as unset. Secrets are
     SecretStr/SecretBytes or left out of repr(), so a logged Settings shows none of them.
     """
-
-    model_config = SettingsConfigDict(frozen=True, case_sensitive=True, extra="ignore")
 
     # From TEMPORAL_* or a TOML profile, the temporal CLI's way (agentrun.core.temporal_connection).
     temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
@@ -150,7 +144,7 @@ class Settings(BaseSettings):
     model_stream: bool = env(
         "AGENTRUN_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
-    # Production: agent traces and named providers (issue 27; docs/production.md).
+    # Production: agent traces and named providers (docs/production.md).
     otel_capture_content: bool = env(
         "AGENTRUN_OTEL_CAPTURE_CONTENT",
         False,
@@ -292,21 +286,6 @@ class Settings(BaseSettings):
         return value
 
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # `read` hands every variable over as an init value, so a value meets the same
-        # validators from the environment as from a given mapping. pydantic-settings' own
-        # environment source JSON-decodes dict-typed fields first, which
-        # AGENTRUN_ENCRYPTION_KEYS (`id:key,...`) is not: it never sees a variable.
-        return (init_settings,)
-
-    @classmethod
     def read(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The variables alone (the environment, or `environ`): no stack file, no Temporal
         profile. An empty variable counts as unset; a value that does not parse is a
@@ -421,7 +400,8 @@ _COMPOSE_ONLY = frozenset(
         "AGENTRUN_UI_PORT",
     }
 )
-_NOT_SETTINGS = _TEST_ONLY | _COMPOSE_ONLY
+# The HTTP door's, which `serve` reads (agentrun/core/http_settings.py).
+_NOT_SETTINGS = _TEST_ONLY | _COMPOSE_ONLY | HTTP_NAMES
 
 
 def process_environment() -> dict[str, str]:

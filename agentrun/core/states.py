@@ -56,6 +56,16 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 }
 
 
+# The status a step of each kind puts the run in while it runs (a checkpoint leaves it as it
+# is): the steps move the run through the transitions above, never a status set by hand.
+STEP_STATUS: dict[str, RunStatus] = {
+    "model_call": S.PLANNING,
+    "tool_call": S.WAITING_FOR_TOOL,
+    "approval": S.WAITING_FOR_APPROVAL,
+    "verify": S.VERIFYING,
+}
+
+
 class IllegalTransitionError(ValueError):
     """A transition the state machine does not allow: a bug, never a shortcut to take."""
 

@@ -26,8 +26,8 @@ from agentrun.core import constants as names
 # The oldest generation today's run workflow replays; the one new runs take is in
 # agentrun/workflows/changes.py (CURRENT_GENERATION).
 OLDEST_GENERATION = 3
-# Four, not three, since issue 36: runs of generation 3 still need generation-4's old path
-# while generation-5 (Temporal ends a run as agentrun does) is new.
+# Four, not three: runs of generation 3 still need generation-4's old path while
+# generation-5 (Temporal ends a run as agentrun does) is new, and both branches stay.
 MAX_LIVE = 4
 
 
@@ -46,8 +46,9 @@ GENERATION_4 = "generation-4"
 GENERATION_5 = "generation-5"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
 BACKLOG_CHILD_POLICY = "backlog-child-policy"
-# Retired in issue 28 with its histories archived: a workflow of the user's own that started
-# an agent's run (`agentrun.workflows.run_agent`) before the run read its tenant's policy.
+# Retired, its histories archived (docs/versioning.md): a workflow of the user's own that
+# started an agent's run (`agentrun.workflows.run_agent`) before the run read its tenant's
+# policy. Its id stays so `deploy check` can name a run that still needs it.
 RUN_AGENT_READS_POLICY = "run-agent-reads-policy"
 
 LIVE: tuple[VersionBranch, ...] = (
@@ -55,7 +56,7 @@ LIVE: tuple[VersionBranch, ...] = (
         id=GENERATION_4,
         kind="generation",
         workflow_type=names.WORKFLOW_NAME,
-        where="agentrun/workflows/run_messages.py (admit_signal)",
+        where="agentrun/workflows/run_messages.py (RunControls.admit)",
         old_path="a run of generation 3 takes an admit signal from any sender",
         removal="no open run of generation 3",
     ),
@@ -94,7 +95,8 @@ LIVE: tuple[VersionBranch, ...] = (
 OWN_WORKFLOWS = (names.WORKFLOW_NAME, names.ADMISSION_WORKFLOW_NAME, names.BACKLOG_WORKFLOW_NAME)
 RETIRED_GENERATIONS = "generation-2-and-before"
 # What runs whose input names no generation took, by patch id: each was a branch of
-# agentrun/workflows/agent_run.py or recording.py until issue 28.
+# agentrun/workflows/agent_run.py or recording.py, retired with the generation-3 cut; kept
+# so `deploy check` recognises a run that still needs one.
 RETIRED_PATCHES = (
     "agentrun-generation-2",
     "continue-as-new-after-step-boundary",
@@ -112,11 +114,11 @@ RETIRED_PATCHES = (
 )
 RETIRED_NOTE = (
     "runs whose input names no generation (started before generation 3) took the patch-era "
-    "paths: retired in issue 28"
+    "paths, since retired from this code"
 )
 RETIRED_NOTES = {
     RUN_AGENT_READS_POLICY: "a workflow of yours that started an agent's run before "
-    "`run_agent` read the tenant's policy: retired in issue 28",
+    "`run_agent` read the tenant's policy, since retired from this code",
 }
 
 

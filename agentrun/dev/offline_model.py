@@ -34,6 +34,14 @@ STREAM_MAX_PIECES = 40
 MESSAGE_WORDS = ("send", "notify", "message", "email", "tell", "reply")
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 ASKED_CALL = re.compile(r"\bcall ([A-Za-z0-9_-]+) (\{[^{}]*\})")
+# How pydantic-evals' LLMJudge prompts begin: the offline model grades by the verifier's rule.
+GRADER = "You are grading output according to a user-specified rubric"
+# An instruction that swaps a call for another on some tasks:
+# `when the task mentions "WORD", call TOOL {json} instead of OTHER`.
+SWAP = re.compile(
+    r'when the task mentions "([^"]+)", call ([A-Za-z0-9_-]+) (\{[^{}]*\}) instead of '
+    r"([A-Za-z0-9_-]+)"
+)
 
 
 @dataclass
@@ -95,6 +103,35 @@ def offline_planner(request: Json) -> Reply:
     messages: list[Json] = request.get("messages", [])
     if messages and str(messages[0].get("content", "")).startswith("You are a strict verifier"):
         return completion(request, content=_verdict(str(messages[-1].get("content", ""))))
+    if messages and GRADER in str(messages[0].get("content", "")):
+        return _graded(request, str(messages[-1].get("content", "")))
+    return _swapped(request, _plan(request, messages))
+
+
+def _swapped(request: Json, reply: Reply) -> Reply:
+    """The planner's calls with the tools the instructions swap on this task: this is how a
+    prompt change makes the offline model call a different tool (an eval's candidate)."""
+    messages: list[Json] = request.get("messages", [])
+    system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+    task = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
+    swaps = {old: (new, raw) for word, new, raw, old in SWAP.findall(system) if word in task}
+    message = reply.body.get("choices", [{}])[0].get("message", {})
+    calls = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in message.get("tool_calls") or []
+    ]
+    if not any(name in swaps for name, _ in calls):
+        return reply
+    return completion(
+        request,
+        tool_calls=[
+            (swaps[name][0], json.loads(swaps[name][1])) if name in swaps else (name, args)
+            for name, args in calls
+        ],
+    )
+
+
+def _plan(request: Json, messages: list[Json]) -> Reply:
     offered = {t["function"]["name"] for t in request.get("tools", []) if t.get("function")}
     task = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
     called = [
@@ -153,10 +190,30 @@ def _report(task: str, called: list[str], results: list[str]) -> str:
 def _verdict(prompt: str) -> str:
     """A judge's verdict: the answer passes when it has every line the rubric quotes."""
     rubric, _, answer = prompt.partition("\n\nAnswer:\n")
+    return json.dumps(_grade(rubric, answer))
+
+
+def _graded(request: Json, prompt: str) -> Reply:
+    """A pydantic-evals LLMJudge's grade, by the verifier's rule, as its `final_result` call
+    (the structured output pydantic-ai asks for), or as JSON text when no tool is offered."""
+    rubric, output = (_section(prompt, name) for name in ("Rubric", "Output"))
+    grade = _grade(rubric, output)
+    grade["score"] = 1.0 if grade["pass"] else 0.0
+    if any(t.get("function", {}).get("name") == "final_result" for t in request.get("tools", [])):
+        return completion(request, tool_calls=[("final_result", grade)])
+    return completion(request, content=json.dumps(grade))
+
+
+def _section(prompt: str, name: str) -> str:
+    found = re.search(rf"<{name}>(.*?)</{name}>", prompt, re.S)
+    return found.group(1) if found else ""
+
+
+def _grade(rubric: str, answer: str) -> Json:
     wanted = re.findall(r'"([^"]+)"', rubric)
     missing = [w for w in wanted if w not in answer]
     reason = f"missing {missing}" if missing else "every quoted requirement is met"
-    return json.dumps({"pass": not missing, "reason": reason})
+    return {"pass": not missing, "reason": reason}
 
 
 def _findings(results: list[str]) -> list[str]:
@@ -281,6 +338,8 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(self.server.stream_pause_seconds)
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
+                if "content" in delta:
+                    self.server.streamed.append((time.time(), delta["content"]))
             self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -308,6 +367,7 @@ class _Server(ThreadingHTTPServer):
     responder: Responder
     requests: list[Json]
     request_headers: list[dict[str, str]]
+    streamed: list[tuple[float, str]]
     stream_pause_seconds: float
 
 
@@ -328,6 +388,7 @@ class OfflineModelServer(BackgroundHTTPServer):
         server.responder = responder
         server.requests = []
         server.request_headers = []
+        server.streamed = []
         server.stream_pause_seconds = stream_pause_seconds
         super().__init__(server)
 
@@ -344,6 +405,12 @@ class OfflineModelServer(BackgroundHTTPServer):
     def request_headers(self) -> list[dict[str, str]]:
         """Each chat request's headers (names in lower case), in the order of `requests`."""
         return self._server.request_headers
+
+    @property
+    def streamed(self) -> list[tuple[float, str]]:
+        """(epoch seconds, text) of each streamed piece of text, once it was flushed to the
+        socket: the bench times a token from here to the client that shows it."""
+        return self._server.streamed
 
 
 def main() -> None:

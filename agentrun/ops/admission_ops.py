@@ -30,7 +30,7 @@ from agentrun.core.admission_models import (
     QueuePosition,
     TenantLimits,
 )
-from agentrun.core.errors import OperationError
+from agentrun.core.errors import OperationError, OperationRefused
 from agentrun.temporal.worker_presence import (
     Deadline,
     NoAnswer,
@@ -40,10 +40,6 @@ from agentrun.temporal.worker_presence import (
     within,
 )
 from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id
-
-
-class Refused(Exception):
-    """A start past a hard limit: nothing was started or queued; the message names it."""
 
 
 async def enqueue_run(
@@ -112,7 +108,8 @@ async def enqueue_run(
         except WorkflowUpdateFailedError as err:
             reason = getattr(err.cause, "message", None) or str(err.cause)
             if names.MOVING_TO_CURRENT_BUILD not in reason or time.monotonic() > busy_until:
-                raise Refused(reason) from err
+                # Past a hard limit: nothing was started or queued; the reason names it.
+                raise OperationRefused(f"refused: {reason}") from err
             # The queue continues as new onto the current build once woken (a refused
             # update wakes nothing): this start goes there.
             with contextlib.suppress(NoAnswer, RPCError):  # the next try says what became of it

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -20,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from agentrun.core import approval_signatures, bounds
-from agentrun.core._wire import ApproveInput, DecisionSignature, RejectInput
+from agentrun.core.approver_key import ApproverKey
 from agentrun.core.errors import InvalidRequest, OperationError, OperationRefused
 from agentrun.core.spec import Signer
 
@@ -31,19 +29,6 @@ NAME_CHARS = 100  # a file name in the config directory: tighter than agentrun.c
 def default_config_dir() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "agentrun"
-
-
-@dataclass(frozen=True)
-class ApproverKey:
-    """A private key and the identity it was registered with."""
-
-    signer: Signer
-    key: Ed25519PrivateKey
-
-    def sign(
-        self, run_id: str, approval_id: str, decision: ApproveInput | RejectInput
-    ) -> DecisionSignature:
-        return approval_signatures.sign(self.key, run_id, approval_id, decision, datetime.now(UTC))
 
 
 def _paths(config_dir: Path, name: str) -> tuple[Path, Path]:

@@ -274,6 +274,8 @@ async def enqueue(
             stopped=result.stopped,
             held=total.held,
         )
+    if total.held:
+        total.held_note = held_note(agent, task_queue, f"{len(total.held)} tasks")
     return total
 
 

@@ -1,6 +1,6 @@
 """The one door every run comes in by: the tenant's policy, read here, never passed in.
 
-Every path that starts a run (the CLI's `start`, `RunClient.start`, a fork, `demo`, a
+Every path that starts a run (the CLI's `start`, `client.runs.start`, a fork, `demo`, a
 capped tenant's queue) calls `start`. It reads the tenant's policy from Postgres itself:
 its registered approvers (a spec may add approvers, never remove the tenant's), its cap, its
 weight, its model-call rate, the priorities it may take (a start at another is refused). No

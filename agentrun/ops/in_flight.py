@@ -1,15 +1,15 @@
-"""What the run's open activities are doing, as Temporal says: `status` shows a model call
-on its third attempt, the failure that made it retry and when the next try comes, with no
-worker and no mirror needed."""
+"""What the run's open activities are doing, read from Temporal's description of the run
+(the model, `ActivityInFlight`, says why)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from pydantic import BaseModel, Field
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
+
+from agentrun.core.run_reports import ActivityInFlight
 
 STATES = {
     PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED: "scheduled",
@@ -18,16 +18,6 @@ STATES = {
     PendingActivityState.PENDING_ACTIVITY_STATE_PAUSED: "paused",
     PendingActivityState.PENDING_ACTIVITY_STATE_PAUSE_REQUESTED: "pause requested",
 }
-
-
-class ActivityInFlight(BaseModel):
-    activity: str = Field(description="its type, e.g. model.complete or tool.invoke")
-    state: str
-    attempt: int
-    since: datetime | None = Field(description="this attempt started (or was scheduled) then")
-    worker: str | None = Field(description="the worker that last took it")
-    last_failure: str | None = Field(description="why the previous attempt failed")
-    next_attempt_at: datetime | None = Field(description="when it is tried again, if waiting")
 
 
 def in_flight(pending: PendingActivityInfo) -> ActivityInFlight:

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from psycopg_pool import AsyncConnectionPool
-from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -35,6 +34,7 @@ from agentrun.core import bounds, fairness, run_summaries, search_attributes
 from agentrun.core import constants as names
 from agentrun.core._wire import ApproveInput, ControlInput, RejectInput
 from agentrun.core.admission_models import TenantLimits
+from agentrun.core.approver_key import ApproverKey
 from agentrun.core.errors import (
     InvalidRequest,
     NotAnswered,
@@ -51,11 +51,11 @@ from agentrun.core.results import (
     RunResult,
     RunState,
 )
+from agentrun.core.run_reports import ActivityInFlight, RunReport, Started, WorkerSeen
 from agentrun.core.spec import JsonDict, RunSpec
 from agentrun.core.states import RunStatus
 from agentrun.ops import admission_ops, handles, projection, task_failures, waiting_runs
-from agentrun.ops.approver_keys import ApproverKey
-from agentrun.ops.in_flight import ActivityInFlight, in_flight
+from agentrun.ops.in_flight import in_flight
 from agentrun.store import mirror_views, tool_sets
 from agentrun.store.artifacts import sandbox_executions
 from agentrun.store.fork_store import ForkStore
@@ -77,13 +77,6 @@ def no_run(run_id: str) -> RunNotFound:
     """The one refusal for a run the caller may not see: a missing run and another tenant's
     read alike, word for word and exit code (3), so run ids cannot be probed."""
     return RunNotFound(f"no run {run_id!r}: `agentrun list` shows the runs")
-
-
-@dataclass
-class Started:
-    run_id: str
-    existing: bool
-    queue_position: int | None = None  # waiting for a slot of its tenant's cap
 
 
 def run_id_for(key: str | None) -> str:
@@ -123,18 +116,15 @@ async def start_run(
     if mirror is not None and await _mirrored(mirror, run_id):
         return Started(run_id, existing=True)
     if limits.capped:
-        try:
-            queued = await admission_ops.enqueue_run(
-                client,
-                run_id,
-                run,
-                task_queue=task_queue,
-                indexed=indexed,
-                limits=limits,
-                seconds=wait,
-            )
-        except admission_ops.Refused as err:
-            raise OperationRefused(f"refused: {err}") from err
+        queued = await admission_ops.enqueue_run(
+            client,
+            run_id,
+            run,
+            task_queue=task_queue,
+            indexed=indexed,
+            limits=limits,
+            seconds=wait,
+        )
         return Started(run_id, existing=queued.existing, queue_position=queued.position)
     try:
         await client.start_workflow(
@@ -522,24 +512,34 @@ def _signed(
     )
 
 
-async def _control(
+# What a pause or a resume sends a run: the update a worker answers, and the signal the run
+# keeps while none does.
+CONTROLS: dict[str, tuple[str, Any]] = {
+    "pause": (names.UPDATE_PAUSE, AgentRunWorkflow.pause_signal),
+    "resume": (names.UPDATE_RESUME, AgentRunWorkflow.resume_signal),
+}
+
+
+async def control(
     client: Client,
     run_id: str,
-    messages: tuple[str, Any],
-    input: ControlInput,
+    act: Literal["pause", "resume"],
     *,
-    wait: float,
-    tenant: str | None,
-    mirror: AsyncConnectionPool | None,
+    by: str = "cli",
+    wait: float = DEFAULT_WAIT_SECONDS,
+    tenant: str | None = None,
+    mirror: AsyncConnectionPool | None = None,
 ) -> ControlResult:
-    """Pause or resume: an update when a worker answers and the run takes it, else a signal
-    the run keeps (the server confirmed it before the answer says so)."""
+    """Pause (at the next step boundary) or resume the run: an update when a worker answers
+    and the run takes it, else a signal the run keeps (the server confirmed it before the
+    answer says so)."""
+    input = ControlInput(by=by)
     bounds.check(input, "control")
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
-    paused = messages[1] is AgentRunWorkflow.pause_signal
-    what = messages[1].__name__.removesuffix("_signal")
-    return await control_run(client, run, messages, input, deadline, paused, what, mirror)
+    return await control_run(
+        client, run, CONTROLS[act], input, deadline, act == "pause", act, mirror
+    )
 
 
 async def control_run(
@@ -603,46 +603,6 @@ async def _last_status(run: RunRef, mirror: AsyncConnectionPool | None) -> RunSt
     if found is not None:
         return found[0].status
     return RunStatus.QUEUED  # no worker has written its row: it has not started yet
-
-
-async def pause(
-    client: Client,
-    run_id: str,
-    *,
-    by: str = "cli",
-    wait: float = DEFAULT_WAIT_SECONDS,
-    tenant: str | None = None,
-    mirror: AsyncConnectionPool | None = None,
-) -> ControlResult:
-    return await _control(
-        client,
-        run_id,
-        (names.UPDATE_PAUSE, AgentRunWorkflow.pause_signal),
-        ControlInput(by=by),
-        wait=wait,
-        tenant=tenant,
-        mirror=mirror,
-    )
-
-
-async def resume(
-    client: Client,
-    run_id: str,
-    *,
-    by: str = "cli",
-    wait: float = DEFAULT_WAIT_SECONDS,
-    tenant: str | None = None,
-    mirror: AsyncConnectionPool | None = None,
-) -> ControlResult:
-    return await _control(
-        client,
-        run_id,
-        (names.UPDATE_RESUME, AgentRunWorkflow.resume_signal),
-        ControlInput(by=by),
-        wait=wait,
-        tenant=tenant,
-        mirror=mirror,
-    )
 
 
 async def cancel(
@@ -757,41 +717,6 @@ async def _with_queue_position(client: Client, run_id: str, state: RunState) -> 
         place = await admission_ops.position(client, state.admission, run_id)
         state = state.model_copy(update={"queue_position": place.position if place else None})
     return state
-
-
-class WorkerSeen(BaseModel):
-    identity: str
-    last_poll: datetime | None
-    seconds_ago: float | None
-
-
-class RunReport(BaseModel):
-    """What `status` shows: the state, where it came from, and who serves the run."""
-
-    source: Literal["workflow", "mirror", "temporal"]
-    state: RunState
-    task_queue: str
-    waiting_since: datetime | None = Field(
-        None, description="queued since then: no worker has taken the run yet"
-    )
-    workers: list[WorkerSeen] = Field(description="who polled the run's task queue lately")
-    last_progress_at: datetime | None = Field(description="a worker last moved the run then")
-    no_progress_seconds: float | None
-    in_flight: list[ActivityInFlight] = Field(
-        default_factory=list, description="the run's activities Temporal holds open, as it says"
-    )
-    workflow_task_failure: str | None = Field(
-        None,
-        description="why a worker fails the run's workflow task again and again (a key "
-        "mismatch, say), and the fix; None: it does not",
-    )
-
-    def flat_json(self) -> JsonDict:
-        """The state's fields with the report's beside them, as `status --json` prints."""
-        return {
-            **self.state.model_dump(mode="json"),
-            **self.model_dump(mode="json", exclude={"state"}),
-        }
 
 
 async def inspect(

@@ -407,6 +407,36 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE tenants ADD COLUMN allowed_priorities int[];
     """,
+    # 15: API keys of the HTTP door (agentrun/store/api_key_store.py): a hash, never the key.
+    """
+    CREATE TABLE api_keys (
+        key_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        role text NOT NULL,
+        key_hash text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz,
+        revoked_at timestamptz
+    );
+    """,
+    # 16: eval cases (agentrun/store/eval_store.py): the recording each case's run is answered
+    # from, which recorded call answered which step, and the first divergence.
+    """
+    CREATE TABLE eval_cases (
+        run_id text PRIMARY KEY,
+        eval_id text NOT NULL,
+        case_name text NOT NULL,
+        recording jsonb NOT NULL,
+        live_read_only boolean NOT NULL DEFAULT false,
+        answered jsonb NOT NULL DEFAULT '{}',
+        divergence jsonb,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 17: an API key's optional name (`keys create --name`), a label for people.
+    """
+    ALTER TABLE api_keys ADD COLUMN name text;
+    """,
 ]
 
 
@@ -581,8 +611,8 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
     """One transaction whose BEGIN, statements and COMMIT go out together: one round trip.
 
     `conn.transaction()` inside a pipeline syncs with the server where it begins and where
-    it ends, and measured here a small write took 0.37 ms that way against 0.20 ms with the
-    BEGIN and COMMIT sent as statements of the pipeline. An error in the body (the server's
+    it ends, two round trips this spares by sending BEGIN and COMMIT as statements of the
+    pipeline (docs/benchmarks.md has the figures). An error in the body (the server's
     or ours) leaves the transaction uncommitted: it is rolled back, or the connection closed
     so that the pool drops it. `pipeline.sync()` in the body makes the server run what was
     sent so far, still uncommitted.

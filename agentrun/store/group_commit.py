@@ -2,9 +2,11 @@
 
 Postgres pays for each commit (a WAL flush), and a worker pays for each transaction (a
 connection from the pool, BEGIN and COMMIT, a round trip). Under load many runs' mirror
-writes arrive at once; one writer commits them together while the next ones queue, so a
+writes arrive at once; a writer commits them together while the next ones queue, so a
 group grows with the load and an idle worker adds no delay: a write that arrives alone is
-written alone, at once.
+written alone, at once. `writers` groups may be in flight at once, so one slow commit does
+not hold every write that arrives behind it (the order of two groups does not matter: each
+write is an idempotent upsert, and an older snapshot of a row never wins over a newer one).
 
 A group that fails (a row Postgres refuses, a connection lost) is written again one item
 at a time, concurrently, so each caller gets its own item's outcome: one bad write never
@@ -24,6 +26,8 @@ R = TypeVar("R")
 # Enough to carry every mirror write a worker's slots can have in flight in one transaction,
 # few enough that one transaction stays short.
 MAX_GROUP = 64
+# Groups in flight at once: a second writer takes what arrives while the first one commits.
+WRITERS = 2
 
 
 @dataclass
@@ -48,18 +52,19 @@ class GroupCommit(Generic[T, R]):
     write_group: Callable[[list[T]], Awaitable[list[R]]]
     write_one: Callable[[T], Awaitable[R]]
     max_group: int = MAX_GROUP
+    writers: int = WRITERS
     stats: GroupCommitStats = field(default_factory=GroupCommitStats)
     _queue: list[tuple[T, asyncio.Future[R]]] = field(default_factory=list)
-    _writer: asyncio.Task[None] | None = None
+    _writers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def submit(self, item: T) -> R:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[R] = loop.create_future()
         done.add_done_callback(_retrieved)  # its caller may have stopped waiting
         self._queue.append((item, done))
-        writer = self._writer
-        if writer is None or writer.done() or writer.get_loop() is not loop:
-            self._writer = loop.create_task(self._drain())
+        self._writers = {w for w in self._writers if not w.done() and w.get_loop() is loop}
+        if len(self._writers) < self.writers:
+            self._writers.add(loop.create_task(self._drain()))
         # A caller that stops waiting (its activity cancelled) does not stop the write: the
         # item may already be in a transaction with others, and every write is idempotent.
         return await asyncio.shield(done)

@@ -217,6 +217,10 @@ class _Write:
     end: AttemptEnd | None = None
     answer_of: str | None = None  # the model whose journaled answer the claim reads
 
+    @property
+    def run_id(self) -> str:
+        return self.batch.run.run_id if self.batch is not None else str((self.claim or {})["run"])
+
 
 @dataclass(frozen=True)
 class _Claimed:
@@ -441,8 +445,12 @@ class MirrorStore:
 
     async def _write_group(self, writes: list[_Write]) -> list[_Claimed]:
         """Several callers' writes in one transaction; one refused row fails the group, and
-        the group commit then writes each alone."""
-        return await self._write_pipelined(writes)
+        the group commit then writes each alone. Written in the order of their runs (a run's
+        own in arrival order), so two groups in flight lock rows in one order: no deadlock."""
+        order = sorted(range(len(writes)), key=lambda i: writes[i].run_id)
+        saved = await self._write_pipelined([writes[i] for i in order])
+        answers: dict[int, _Claimed] = dict(zip(order, saved, strict=True))
+        return [answers[i] for i in range(len(writes))]
 
     async def _write_alone(self, write: _Write) -> _Claimed:
         try:

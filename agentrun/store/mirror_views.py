@@ -93,3 +93,47 @@ async def _child_approvals(cur: Any, run_id: str) -> list[ChildApproval]:
                 )
         parents = children
     return found
+
+
+# Every run of a tenant that waits for a person, with the approval it waits for: an inbox.
+INBOX_SQL = """
+SELECT r.run_id, r.user_id AS "user", r.task, r.tenant, e.data AS approval
+FROM runs r
+JOIN LATERAL (
+    SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
+    WHERE e.run_id = r.run_id AND e.type = 'approval.requested' AND s.status = 'waiting'
+    ORDER BY e.seq DESC LIMIT 1
+) e ON true
+WHERE r.status = 'waiting_for_approval' AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+ORDER BY r.updated_at DESC LIMIT %(limit)s
+"""
+STEP_ROW_SQL = """
+SELECT s.step_id, s.type, s.name, s.status, s.input, s.output, s.error
+FROM steps s JOIN runs r USING (run_id)
+WHERE s.run_id = %(run)s AND s.step_id = %(step)s
+  AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+"""
+
+
+async def pending_approvals(
+    pool: AsyncConnectionPool, *, tenant: str | None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """The approvals runs wait for (`tenant`'s alone, with one), newest first: each run's
+    id, who it is for, its task, and the approval as the run asked for it."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(INBOX_SQL, {"tenant": tenant, "limit": limit})
+        rows = await cur.fetchall()
+    return [
+        {**row, "approval": PendingApproval.model_validate(row["approval"]).model_dump(mode="json")}
+        for row in rows
+    ]
+
+
+async def step_row(
+    pool: AsyncConnectionPool, run_id: str, step_id: str, *, tenant: str | None
+) -> dict[str, Any] | None:
+    """One step as mirrored (its input, output or error); None if the mirror has not seen it
+    (or the run is another tenant's)."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(STEP_ROW_SQL, {"run": run_id, "step": step_id, "tenant": tenant})
+        return await cur.fetchone()

@@ -19,7 +19,8 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
-from pydantic import BaseModel
+
+from agentrun.core.fleet_figures import PruneResult
 
 FINISHED = ("completed", "failed", "cancelled")
 
@@ -33,6 +34,7 @@ PRUNED_TABLES = (
     "conversation",
     "model_journal",
     "secret_values",
+    "eval_cases",  # an eval case's run: the recording it replayed, what answered each call
     "runs",
 )
 
@@ -62,15 +64,6 @@ UPDATE artifacts a SET run_id = heirs.run_id
 FROM heirs
 WHERE a.artifact_id = heirs.artifact_id AND a.run_id IN (SELECT run_id FROM pruned_runs)
 """
-
-
-class PruneResult(BaseModel):
-    cutoff: datetime
-    dry_run: bool
-    tenant: str | None = None  # whose runs alone; None: every tenant's
-    runs: int
-    deleted: dict[str, int]
-    artifacts_kept_for_newer_runs: int
 
 
 async def prune(

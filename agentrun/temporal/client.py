@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentrun.core.errors import ConnectionSettingsError, ServiceUnreachable, SetupError
@@ -50,18 +52,26 @@ async def connect(
     within_seconds: float | None = None,
     ends_at: float | None = None,
     runtime: Runtime | None = None,
+    plugins: Sequence[Plugin] = (),
 ) -> Client:
     """A client for `settings`. Worker processes pass `serve_metrics=True`; short-lived
     commands do not, so they never contend for the port a worker on the same host serves.
     Commands pass `within_seconds`, so an unresponsive server is an answer, not a hang (and
     `ends_at`, where their bound ends: agentrun.core.set_up_bound).
     An application (or a test) that keeps its own `runtime` passes it: its metrics, the
-    SDK's and agentrun's, go where that runtime sends them."""
+    SDK's and agentrun's, go where that runtime sends them. `plugins` go to the Client
+    (`AgentrunPlugin`: agentrun.worker.plugin)."""
     if within_seconds is not None:
         try:
             return await within(
                 seconds_left(within_seconds, ends_at),
-                connect(settings, identity=identity, serve_metrics=serve_metrics, runtime=runtime),
+                connect(
+                    settings,
+                    identity=identity,
+                    serve_metrics=serve_metrics,
+                    runtime=runtime,
+                    plugins=plugins,
+                ),
             )
         except NoAnswer as err:
             raise ServiceUnreachable(
@@ -69,32 +79,61 @@ async def connect(
                 f"{within_seconds:g}s: check TEMPORAL_ADDRESS, start the local stack "
                 "with `agentrun up`, or wait longer with --wait"
             ) from err
+    try:
+        return await Client.connect(
+            **client_options(
+                settings, identity=identity, serve_metrics=serve_metrics, runtime=runtime
+            ),
+            plugins=plugins,
+        )
+    except RuntimeError as err:
+        raise unreachable(settings, err) from err
+
+
+def client_options(
+    settings: Settings,
+    *,
+    identity: str | None = None,
+    serve_metrics: bool = False,
+    runtime: Runtime | None = None,
+) -> dict[str, Any]:
+    """`Client.connect`'s arguments for `settings` (address, namespace, TLS or API key,
+    converter, tracing, the metrics runtime): `connect` passes them, and so does a worker.py
+    that connects its own Client (agentrun.WorkerEdge)."""
     if runtime is None and serve_metrics:
         runtime = runtime_for(settings)
     try:
         options = connect_options(settings.temporal_profile)
     except ConnectionSettingsError as err:
         raise SetupError(str(err)) from err
-    try:
-        return await Client.connect(
-            settings.temporal_address,
-            namespace=settings.temporal_namespace,
-            data_converter=data_converter(settings),
-            identity=identity,
-            interceptors=client_interceptors(settings),
-            runtime=runtime,
-            **options,
-        )
-    except RuntimeError as err:
-        where = describe(
-            settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
-        )
-        log.debug("connecting to Temporal at %s failed: %s", where, err)
-        raise ServiceUnreachable(
-            f"cannot reach Temporal at {where}: {connect_failure(err)}; start the local "
-            "stack with `agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
-            "TEMPORAL_TLS_* for a cluster that needs them)"
-        ) from err
+    return {
+        "target_host": settings.temporal_address,
+        "namespace": settings.temporal_namespace,
+        "data_converter": data_converter(settings),
+        "identity": identity,
+        "interceptors": client_interceptors(settings),
+        "runtime": runtime,
+        **options,
+    }
+
+
+def is_connect_failure(err: RuntimeError) -> bool:
+    """Whether `err` is the SDK's failed `Client.connect` (its message says so)."""
+    return str(err).startswith("Failed client connect")
+
+
+def unreachable(settings: Settings, err: RuntimeError) -> ServiceUnreachable:
+    """The error for a failed `Client.connect` to the server `settings` name (the SDK's
+    message is logged at DEBUG)."""
+    where = describe(
+        settings.temporal_address, settings.temporal_namespace, settings.temporal_profile
+    )
+    log.debug("connecting to Temporal at %s failed: %s", where, err)
+    return ServiceUnreachable(
+        f"cannot reach Temporal at {where}: {connect_failure(err)}; start the local "
+        "stack with `agentrun up`, or set TEMPORAL_ADDRESS (and TEMPORAL_API_KEY or "
+        "TEMPORAL_TLS_* for a cluster that needs them)"
+    )
 
 
 # What a failed connect's transport error means, in the words a person checks it by.

@@ -14,25 +14,24 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-from agentrun.core.errors import SetupError
+from agentrun.core.errors import ServiceUnreachable, SetupError
 from agentrun.core.log_setup import LEVELS, configure_logging
 from agentrun.core.settings import Settings
+from agentrun.temporal.client import is_connect_failure, unreachable
 from agentrun.worker.tool_flags import add_tool_flags, tool_sources
-from agentrun.worker.worker_api import run_worker
+from agentrun.worker.worker_api import WorkerEdge, serve_engine, worker_edge
 from agentrun.worker.worker_factory import ResourceTargets
 
 log = logging.getLogger(__name__)
 
 
-def worker_command(
-    workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = ()
-) -> None:
+def worker_command(serve: Callable[[WorkerEdge], Awaitable[None]] = serve_engine) -> None:
     """`agentrun-worker`'s command line (its flags, settings, logging, signals and exit
-    codes), public as `agentrun.worker_command`: a deployment's worker.py passes its own
-    `workflows` and `activities`, served beside the engine's."""
+    codes), public as `agentrun.worker_command`: a deployment's worker.py passes `serve`,
+    its own code that connects its Client with `AgentrunPlugin(edge.config)`, builds its
+    Worker with `edge.worker_options()` and runs it with `edge.serve` (worker.py)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     add_tool_flags(parser)
@@ -93,7 +92,7 @@ def worker_command(
         sys.exit(2)
     configure_logging(args.log_level or settings.log_level, settings.log_format)
 
-    async def serve(settings: Settings) -> None:
+    async def main(settings: Settings) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -103,23 +102,27 @@ def worker_command(
         if args.drain_seconds is not None:
             settings = settings.model_copy(update={"drain_seconds": args.drain_seconds})
         tools, mcp = tool_sources(args, settings, args.identity)
-        await run_worker(
+        async with worker_edge(
             tools,
             mcp=mcp,
             settings=settings,
             identity=args.identity,
             stop=stop,
             resources=resources,
-            workflows=workflows,
-            activities=activities,
             demo=args.demo,
-        )
+        ) as edge:
+            await serve(edge)
 
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(main(settings))
     except SetupError as err:
         log.error("%s", err)
         sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
+    except RuntimeError as err:
+        if not is_connect_failure(err):
+            raise
+        log.error("%s", unreachable(settings, err))  # your own Client.connect's failure
+        sys.exit(ServiceUnreachable.exit_code)
 
 
 def main() -> None:

@@ -15,11 +15,12 @@ same converter. Other plugins (OpenTelemetry, OpenAI Agents) compose around it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -35,11 +36,11 @@ from temporalio.worker import (
     ReplayerConfig,
     Worker,
     WorkerConfig,
-    WorkerDeploymentConfig,
     WorkflowRunner,
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from agentrun.activities.provider_clients import model_client
 from agentrun.core.errors import SetupError
 from agentrun.core.plugin_config import AgentrunConfig
 from agentrun.core.sandbox_limits import SandboxLimits
@@ -56,7 +57,6 @@ from agentrun.worker.worker_factory import (
     EngineParts,
     WorkerDeps,
     engine_parts,
-    model_client,
     side_queue_workers,
     slot_shares,
     with_engine,
@@ -95,6 +95,22 @@ def agentrun_converter(
     )
 
 
+def side_queue_options(run: WorkerConfig, parts: EngineParts) -> dict[str, Any]:
+    """What the run queue's model-call and mirror workers take from the run worker: its
+    own interceptors (a count of steps in hand, say) with the payload guard, its drain, its
+    version (a pinned run's model calls go to its own build) and its tuner (shared: the
+    machine's targets hold for the process, not per queue)."""
+    beside: dict[str, Any] = {
+        "interceptors": [*run.get("interceptors", ()), parts.interceptor],
+        "deployment_config": run.get("deployment_config"),
+    }
+    if run.get("graceful_shutdown_timeout"):
+        beside["graceful_shutdown_timeout"] = run["graceful_shutdown_timeout"]
+    if run.get("tuner") is not None:
+        beside["tuner"] = run["tuner"]
+    return beside
+
+
 def sandbox_sharing_core(given: WorkflowRunner | None) -> WorkflowRunner:
     """`given` (the SDK's sandbox by default) sharing agentrun's pure core and native modules
     with the worker (agentrun.worker.worker_factory.SANDBOX_PASSTHROUGH); an unsandboxed
@@ -113,7 +129,9 @@ class _Engine:
 
     parts: EngineParts
     registry: ToolRegistry
-    deployment: WorkerDeploymentConfig | None
+    beside: dict[str, Any]  # the run worker's options its side-queue workers take too
+    serving: asyncio.Event = field(default_factory=asyncio.Event)
+    side_workers: tuple[Worker, ...] = ()
 
 
 class AgentrunPlugin(SimplePlugin):
@@ -160,7 +178,7 @@ class AgentrunPlugin(SimplePlugin):
             provider_keys=self.config.provider_keys,
         )
         parts = engine_parts(client, self.settings, deps)
-        self._engines[queue] = _Engine(parts, registry, config.get("deployment_config"))
+        self._engines[queue] = _Engine(parts, registry, side_queue_options(config, parts))
         return cast(WorkerConfig, {**config, **with_engine(config, parts)})
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
@@ -181,7 +199,31 @@ class AgentrunPlugin(SimplePlugin):
             serving(client, pool, worker.task_queue, client.identity, engine.registry),
             self._side_queues(client, worker.task_queue, engine),
         ):
+            engine.serving.set()
             await next(worker)
+
+    @contextlib.asynccontextmanager
+    async def running(self, worker: Worker) -> AsyncIterator[Worker]:
+        """Run `worker` (built with this plugin) for the life of the block, entered once it
+        and its side queues poll (a tool set or server that refuses it raises here); on
+        exit they all drain together, within one grace period, not one after another."""
+        engine = self._engines[worker.task_queue]
+        run = asyncio.create_task(worker.run())
+        serving = asyncio.create_task(engine.serving.wait())
+        await asyncio.wait({run, serving}, return_when=asyncio.FIRST_COMPLETED)
+        serving.cancel()
+        if run.done():
+            await run  # it stopped before it served: its error
+            raise SetupError(f"the worker on {worker.task_queue!r} stopped before it served")
+        try:
+            yield worker
+        finally:
+            await asyncio.gather(worker.shutdown(), *(w.shutdown() for w in engine.side_workers))
+            await run
+
+    def tools_of(self, worker: Worker) -> list[str]:
+        """The names of the tools the plugin serves on `worker`'s queue."""
+        return self._engines[worker.task_queue].registry.names()
 
     def _registry(self, identity: str) -> ToolRegistry:
         sources = [*self.config.tools, *([DEMO_TOOLS] if self.config.demo else [])]
@@ -228,18 +270,14 @@ class AgentrunPlugin(SimplePlugin):
         options["plugins"] = []
         bare = Client(**options)
         _, model_slots, mirror_slots = slot_shares(activity_slots_for(self._pool, ACTIVITY_SLOTS))
-        beside = {
-            "interceptors": [engine.parts.interceptor],
-            "deployment_config": engine.deployment,
-        }
-        async with AgentWorkers(
-            *side_queue_workers(
-                bare,
-                queue,
-                engine.parts,
-                model={**beside, "max_concurrent_activities": model_slots},
-                mirror={**beside, "max_concurrent_activities": mirror_slots},
-            ),
-            commit_pool=engine.parts.commit_pool,
-        ):
+        beside = engine.beside
+        if "tuner" not in beside:
+            model = {**beside, "max_concurrent_activities": model_slots}
+            mirror = {**beside, "max_concurrent_activities": mirror_slots}
+        else:
+            model = mirror = beside
+        engine.side_workers = side_queue_workers(
+            bare, queue, engine.parts, model=model, mirror=mirror
+        )
+        async with AgentWorkers(*engine.side_workers, commit_pool=engine.parts.commit_pool):
             yield

@@ -26,6 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from agentrun.activities.admission import AdmissionActivities
 from agentrun.activities.agent_spans import AgentSpans
 from agentrun.activities.backlog import BacklogActivities
+from agentrun.activities.evals import EvalActivities
 from agentrun.activities.fork import ForkActivities
 from agentrun.activities.mirror import MirrorActivities
 from agentrun.activities.model import ModelActivities
@@ -54,6 +55,7 @@ from agentrun.worker.workflow_code import share_workflow_code
 from agentrun.workflows import AgentRunWorkflow
 from agentrun.workflows.admission import TenantAdmissionWorkflow
 from agentrun.workflows.backlog import AgentBacklogWorkflow
+from agentrun.workflows.evals import EvalWorkflow
 
 
 @dataclass
@@ -65,17 +67,6 @@ class WorkerDeps:
     registry: ToolRegistry
     # Named providers' keys, read at the edge (agentrun.core.providers.provider_keys).
     provider_keys: Mapping[str, str] = field(default_factory=dict)
-
-
-def model_client(settings: Settings) -> openai.AsyncOpenAI:
-    api_key = settings.openai_api_key.get_secret_value()
-    if not settings.openai_base_url and api_key == "offline":
-        raise SetupError(
-            "No model configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI "
-            "endpoint), or start the local stack with `agentrun up`."
-        )
-    # Temporal owns retries: the SDK must not retry underneath it.
-    return openai.AsyncOpenAI(base_url=settings.openai_base_url, api_key=api_key, max_retries=0)
 
 
 # What the workflow sandbox shares with the worker instead of importing afresh for every run,
@@ -95,7 +86,12 @@ SANDBOX_PASSTHROUGH = (
 
 ACTIVITY_SLOTS = 100
 # Every workflow the engine's worker registers (a deployment adds its own beside them).
-ENGINE_WORKFLOWS: list[type] = [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow]
+ENGINE_WORKFLOWS: list[type] = [
+    AgentRunWorkflow,
+    AgentBacklogWorkflow,
+    TenantAdmissionWorkflow,
+    EvalWorkflow,
+]
 
 
 async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
@@ -239,8 +235,8 @@ def slot_shares(slots: int) -> tuple[int, int, int]:
     serves the steps' own tool calls and may use every slot but the mirror's, overlapping
     the model calls' share: a tool call that finds a slot free there starts in the reply to
     the workflow task that scheduled it (eager dispatch), which spares the Temporal server
-    the matching and one write of the run's state, its costliest unit of work (about 3.5 ms
-    of its CPU on 2 cores; docs/benchmarks.md). Connections stay bounded by the pool, not
+    the matching and one write of the run's state, its costliest unit of work
+    (docs/benchmarks.md measures it). Connections stay bounded by the pool, not
     the slots: an activity holds one at most (what a tool commits during its transaction
     goes through the commit pool), so under a burst one waits for a connection, never for
     itself.
@@ -307,6 +303,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     admission = AdmissionActivities(TenantStore(deps.pool), client)
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     endings = RunEndingActivities(client)
+    evals = EvalActivities(deps.pool)
     return EngineParts(
         run_activities=[
             model.complete,  # model calls scheduled before they had a queue of their own
@@ -324,6 +321,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
             admission.closed_runs,
             admission.hold,
             admission.policy,
+            evals.diverged,
         ],
         model_activities=[model.complete],
         mirror_activities=[mirror.sync],
@@ -370,6 +368,31 @@ def side_queue_workers(
     )
 
 
+def run_queue_options(
+    settings: Settings,
+    steps: StepsInHand,
+    resources: ResourceTargets | None = None,
+    slots: int = ACTIVITY_SLOTS,
+) -> dict[str, Any]:
+    """The run worker's Worker options at an edge (`agentrun-worker`, `build_worker`): its
+    share of `slots` (or the machine's tuner under that ceiling), the workflow cache, the
+    drain, the version, and the count of steps in hand; the plugin gives the run's side
+    queues the same drain, version, tuner and interceptors
+    (agentrun.worker.plugin.side_queue_options)."""
+    run_slots, _, _ = slot_shares(slots)
+    options: dict[str, Any] = {
+        "max_cached_workflows": settings.workflow_cache,
+        "graceful_shutdown_timeout": timedelta(seconds=settings.drain_seconds),
+        "deployment_config": deployment_config(settings),
+        "interceptors": [steps],
+    }
+    if resources is None:
+        options["max_concurrent_activities"] = run_slots
+    else:
+        options["tuner"] = resources.tuner(run_slots)
+    return options
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -389,24 +412,31 @@ def build_worker(
     slots = activity_slots_for(
         deps.pool, max_concurrent_activities or tuning["max_concurrent_activities"]
     )
-    run_slots, model_slots, mirror_slots = slot_shares(slots)
+    _, model_slots, mirror_slots = slot_shares(slots)
     activity_only = {k: v for k, v in tuning.items() if k != "max_cached_workflows"}
-    run_tuning = {**tuning, "max_concurrent_activities": run_slots}
     model_tuning = {**activity_only, "max_concurrent_activities": model_slots}
     mirror_tuning = {**activity_only, "max_concurrent_activities": mirror_slots}
     if resources is not None:  # slots sized by the machine, under the same ceilings
-        for each in (run_tuning, model_tuning, mirror_tuning):
+        for each in (model_tuning, mirror_tuning):
             each["tuner"] = resources.tuner(each.pop("max_concurrent_activities"))
     steps = StepsInHand()
-    deployment = deployment_config(settings)
-    drain = timedelta(seconds=settings.drain_seconds)
-    for each in (run_tuning, model_tuning, mirror_tuning):
-        # The same version on all three: a pinned run's model calls go to its own build.
-        each.update(graceful_shutdown_timeout=drain, deployment_config=deployment)
+    run_tuning = {
+        **run_queue_options(settings, steps, resources, slots),
+        "workflow_runner": tuning["workflow_runner"],
+    }
     for each in (model_tuning, mirror_tuning):
-        each["interceptors"] = [steps, parts.interceptor]
+        # The same version on all three: a pinned run's model calls go to its own build.
+        each.update(
+            graceful_shutdown_timeout=run_tuning["graceful_shutdown_timeout"],
+            deployment_config=run_tuning["deployment_config"],
+            interceptors=[steps, parts.interceptor],
+        )
     queue = task_queue or settings.task_queue
-    own = {"workflows": workflows, "activities": activities, "interceptors": [steps]}
+    own = {
+        "workflows": workflows,
+        "activities": activities,
+        "interceptors": run_tuning.pop("interceptors"),
+    }
     return AgentWorkers(
         Worker(client, task_queue=queue, **with_engine(own, parts), **run_tuning),
         *side_queue_workers(client, queue, parts, model=model_tuning, mirror=mirror_tuning),

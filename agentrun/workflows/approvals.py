@@ -1,6 +1,7 @@
 """Human approvals: a run waits, holding no worker, for a person's decision.
 
-Mixed into AgentRunWorkflow. A risky tool call, an over-budget run, a suspected prompt
+A component of AgentRunWorkflow, which keeps the update, signal and query handlers. A risky
+tool call, an over-budget run, a suspected prompt
 injection and a tool call of unknown outcome all become a PendingApproval that people
 decide through the updates (refused by their validators, with a reason a person can act
 on, without changing anything) or the signals (which cannot be refused, so one that does
@@ -9,20 +10,21 @@ not fit is recorded as an event and ignored).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agentrun.workflows.recording import Recording, approval_input
+from agentrun.workflows.recording import RunContext, approval_input
 from agentrun.workflows.run_state import RunEnded
+from agentrun.workflows.steps import Step
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from agentrun.core import approval_signatures, bounds
-    from agentrun.core import constants as names
-    from agentrun.core._wire import ApproveInput, RejectInput, StepRecord
+    from agentrun.core._wire import ApproveInput, RejectInput
     from agentrun.core.argument_schema import argument_problems, unknown_fields
     from agentrun.core.keys import action_hash
     from agentrun.core.results import (
@@ -34,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentrun.core.spec import Budget, JsonDict
     from agentrun.core.states import RunStatus, is_terminal
+    from agentrun.workflows import policies
 
 
 def decision_fields(
@@ -84,22 +87,64 @@ def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
 MAX_REFUSALS = 10
 
 
-class Approvals(Recording):
-    async def _approval_step(
-        self, tool: str, arguments: JsonDict, parameters: JsonDict | None = None
+class Approvals:
+    """People's decisions a run waits for, and the checks a decision must pass first."""
+
+    def __init__(
+        self,
+        run: RunContext,
+        tell_parent: Callable[[PendingApproval | None], Awaitable[None]],
+    ) -> None:
+        self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        # A sub-agent's run tells its parent of the approval it waits for (Subagents).
+        self.tell_parent = tell_parent
+
+    async def approval_step(
+        self,
+        tool: str,
+        arguments: JsonDict,
+        parameters: JsonDict | None = None,
+        risk: str | None = None,
     ) -> JsonDict | None:
         """A risky call waits for a person; returns the arguments to run, or None."""
-        record = await self._await_human("action", tool, arguments, parameters=parameters)
+        record = await self.await_human("action", tool, arguments, parameters=parameters, risk=risk)
         if record.decision == "approved":
             return record.final_arguments
         if record.decision == "expired":
             raise RunEnded(RunStatus.FAILED, f"approval for {tool} expired unanswered")
         if self.spec.approval.on_reject == "cancel":
             raise RunEnded(RunStatus.CANCELLED, f"approval for {tool} rejected: {record.reason}")
-        self._set_status(RunStatus.PLANNING)
+        self.recorder.set_status(RunStatus.PLANNING)
         return None
 
-    async def _await_human(
+    async def enforce_budget(self) -> None:
+        """Over budget: a person may extend it (seeing what was spent) or end the run."""
+        while over := policies.over_budget(
+            self.progress.budget,
+            self.progress.tokens_in + self.progress.tokens_out,
+            self.progress.cost_usd,
+        ):
+            if self.spec.failures.on_budget_exceeded == "fail":
+                raise RunEnded(RunStatus.FAILED, over)
+            spent = {
+                "spent_tokens": self.progress.tokens_in + self.progress.tokens_out,
+                "spent_cost_usd": self.progress.cost_usd,
+                **self.progress.budget.model_dump(),
+            }
+            record = await self.await_human("budget", "budget", spent, reason=over)
+            if record.decision == "rejected":
+                raise RunEnded(RunStatus.CANCELLED, f"{over}; the budget was not extended")
+            if record.decision == "expired":
+                raise RunEnded(RunStatus.FAILED, f"{over}; nobody extended the budget in time")
+            self.progress.budget = policies.extend_budget(
+                self.progress.budget,
+                self.spec.budget,
+                record.edit,
+                spent=(spent["spent_tokens"], spent["spent_cost_usd"]),
+            )
+            self.recorder.event("budget.extended", data=self.progress.budget.model_dump())
+
+    async def await_human(
         self,
         kind: ApprovalKind,
         tool: str,
@@ -107,16 +152,62 @@ class Approvals(Recording):
         reason: str | None = None,
         *,
         parameters: JsonDict | None = None,
+        risk: str | None = None,
     ) -> ApprovalRecord:
         """Wait, holding no worker, for a person's decision, or for the approval to expire."""
         policy = self.spec.approval
-        step_id = self._new_step("approval", tool)
+        async with self.recorder.step("approval", tool) as step:
+            pending = self._pending(step, kind, tool, arguments, reason, parameters, risk)
+            self.progress.pending_approval, self.progress.decision = pending, None
+            self.recorder.show_details()  # the Web UI names what the run waits for
+            step.input = approval_input(pending)
+            self.recorder.event("approval.requested", step.id, pending.model_dump(mode="json"))
+            step.report("waiting")
+            await self.recorder.flush()
+            await self.tell_parent(pending)  # a sub-agent's run: its parent shows the approval
+            try:
+                await workflow.wait_condition(
+                    lambda: self.progress.decision is not None,
+                    timeout=timedelta(seconds=policy.timeout_seconds),
+                )
+            except TimeoutError:
+                pass
+            decision, self.progress.decision, self.progress.pending_approval = (
+                self.progress.decision,
+                None,
+                None,
+            )
+            # Recorded before anything awaits: the update that sent the decision answers with
+            # what is recorded once the approval is no longer pending (`decide_by_update`).
+            record = self._approval_record(pending, decision)
+            self.progress.approvals.append(record)
+            step.end(
+                record.decision,
+                output=record.model_dump(mode="json"),
+                finished_at=record.decided_at,
+            )
+        self.recorder.event(f"approval.{record.decision}", step.id, {"by": record.by, "kind": kind})
+        await self.tell_parent(None)
+        return record
+
+    def _pending(
+        self,
+        step: Step,
+        kind: ApprovalKind,
+        tool: str,
+        arguments: JsonDict,
+        reason: str | None,
+        parameters: JsonDict | None,
+        risk: str | None = None,
+    ) -> PendingApproval:
+        """What people are asked to decide at `step`, under the run's approval policy."""
+        policy = self.spec.approval
         now = workflow.now()
-        pending = PendingApproval(
+        return PendingApproval(
             kind=kind,
             reason=reason,
-            approval_id=step_id,
-            step_id=step_id,
+            approval_id=step.id,
+            step_id=step.id,
             tool=tool,
             arguments=arguments,
             # Actions keep the hash they had before other kinds existed: runs waiting on
@@ -128,56 +219,8 @@ class Approvals(Recording):
             requested_at=now,
             expires_at=now + timedelta(seconds=policy.timeout_seconds),
             parameters=parameters,
+            risk=risk,
         )
-        self.progress.pending_approval, self.progress.decision = pending, None
-        self._set_status(RunStatus.WAITING_FOR_APPROVAL, step_id)
-        self._event("approval.requested", step_id, pending.model_dump(mode="json"))
-        self.pending_steps.append(
-            StepRecord(
-                step_id=step_id,
-                seq=self.progress.seq,
-                type="approval",
-                name=tool,
-                status="waiting",
-                input=approval_input(pending),
-                started_at=now,
-                final=False,
-            )
-        )
-        await self._flush()
-        await self._tell_parent(pending)  # a sub-agent's run: its parent shows the approval
-        try:
-            await workflow.wait_condition(
-                lambda: self.progress.decision is not None,
-                timeout=timedelta(seconds=policy.timeout_seconds),
-            )
-        except TimeoutError:
-            pass
-        decision, self.progress.decision, self.progress.pending_approval = (
-            self.progress.decision,
-            None,
-            None,
-        )
-        # Recorded before anything awaits: the update that sent the decision answers with
-        # what is recorded once the approval is no longer pending (`_decide_by_update`).
-        record = self._approval_record(pending, decision)
-        self.progress.approvals.append(record)
-        self._complete_step(
-            StepRecord(
-                step_id=step_id,
-                seq=self._seq_of(step_id),
-                type="approval",
-                name=tool,
-                status=record.decision,
-                input=approval_input(pending),
-                output=record.model_dump(mode="json"),
-                started_at=now,
-                finished_at=record.decided_at,
-            )
-        )
-        self._event(f"approval.{record.decision}", step_id, {"by": record.by, "kind": kind})
-        await self._tell_parent(None)
-        return record
 
     def _approval_record(
         self, pending: PendingApproval, decision: ApproveInput | RejectInput | None
@@ -215,10 +258,6 @@ class Approvals(Recording):
                 }
             )
         return expired
-
-    @workflow.query(name=names.QUERY_PENDING_APPROVAL)
-    def get_pending_approval(self) -> PendingApproval | None:
-        return self.progress.pending_approval
 
     def _check_decision(
         self, action: str, by: str, role: str, tenant: str | None, edit: JsonDict | None = None
@@ -280,9 +319,9 @@ class Approvals(Recording):
         )
         # The last few are enough to say why nothing happened; all are in the events.
         self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
-        self._event("approval.refused", data={"by": refusal.by, "reason": refusal.reason})
+        self.recorder.event("approval.refused", data={"by": refusal.by, "reason": refusal.reason})
 
-    async def _decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
+    async def decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
         self._check_decision(*decision_fields(input))
         self._check_signature(input)
@@ -302,33 +341,12 @@ class Approvals(Recording):
             approval_id=approval_id, decision=decided, status=self.progress.status
         )
 
-    @workflow.update(name=names.UPDATE_APPROVE)
-    async def approve(self, input: ApproveInput) -> DecisionResult:
-        return await self._decide_by_update(input)
-
-    @approve.validator
-    def _validate_approve(self, input: ApproveInput) -> None:
+    def validate(self, input: ApproveInput | RejectInput) -> None:
+        """An update's validator: refuse, without recording, a decision that does not fit."""
         check_bounds(input)
         self._check_decision(*decision_fields(input))
 
-    @workflow.update(name=names.UPDATE_REJECT)
-    async def reject(self, input: RejectInput) -> DecisionResult:
-        return await self._decide_by_update(input)
-
-    @reject.validator
-    def _validate_reject(self, input: RejectInput) -> None:
-        check_bounds(input)
-        self._check_decision(*decision_fields(input))
-
-    @workflow.signal(name=names.SIGNAL_APPROVE)
-    def approve_signal(self, input: ApproveInput) -> None:
-        self._decide_by_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_REJECT)
-    def reject_signal(self, input: RejectInput) -> None:
-        self._decide_by_signal(input)
-
-    def _decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
+    def decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
         """A signal cannot be refused, so one that does not fit is recorded and ignored."""
         try:
             check_bounds(input)

@@ -58,9 +58,10 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.workflows.changes import for_new_run
 
 # Deprecated patch id: each task's run is started at its own priority, with its tenant as
-# fairness key (agentrun.core.fairness). Until issue 28 older backlogs started theirs at the
-# default; a child's priority is not compared on replay, so they replay without that path, and
-# the call stays only for the markers in their histories. Remove it once no open backlog has one.
+# fairness key (agentrun.core.fairness). Older backlogs started theirs at the default
+# (docs/versioning.md); a child's priority is not compared on replay, so they replay without
+# that path, and the call stays only for the markers in their histories. Remove it once no
+# open backlog has one.
 CHILD_PRIORITY = "backlog-child-priority"
 # Patch id: each task's run is started under its tenant's policy as Postgres holds it when the
 # run starts (activity `tenants.policy`): its approvers and weight, a priority it may take,

@@ -5,15 +5,16 @@ The engine writes the generation into a new run's input (`RunInput.workflow_gene
 answer; the run pays no patch marker and no search-attribute upsert for it. A change to what
 the run workflow does that must not reach runs already open takes the next generation.
 
-Generation 4 (issue 24): a run takes an admit signal only from the admission queue its input
+Generation 4: a run takes an admit signal only from the admission queue its input
 names; an admit from any other sender is ignored. Runs of generation 3 took any.
 
-Generation 5 (issue 36): a run that ends failed or cancelled ends so in Temporal too (Failed,
+Generation 5: a run that ends failed or cancelled ends so in Temporal too (Failed,
 Canceled; agentrun/workflows/run_endings.py); runs of generation 4 and before return their
 result whatever their status, so Temporal shows them Completed.
 
-Runs of generation 2 and before (no generation in their input) took the fifteen patch-era
-paths that issue 28 retired (agentrun/core/version_branches.py): such a run is refused here,
+Runs of generation 2 and before (no generation in their input) took the patch-era paths
+since retired (agentrun/core/version_branches.py; their history is in docs/versioning.md):
+such a run is refused here,
 by name, rather than replayed along paths it never took. Its workflow task fails, and Temporal
 retries it until a worker of a build that still has those paths takes it.
 """

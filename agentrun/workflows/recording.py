@@ -1,33 +1,33 @@
 """Recording a run: its steps and events, the mirror of it in Postgres, and its receipt.
 
-Mixed into AgentRunWorkflow. Every change of state goes through `_set_status`, which
-enforces the state machine in `agentrun.core.states`; every step gets a deterministic id. What
-changed since the last write goes to the mirror as one idempotent batch: in the input of the
-next step's own activity, or, where the run blocks or ends, written by an activity of its own
-that the run does not wait for; it waits for them all before its receipt and before it
-continues as new.
+The run's `Recorder`, a component every other one is built with (in `RunContext`). Every
+change of status goes through `set_status`, which enforces the state machine in
+`agentrun.core.states`; every step is opened by `step` (agentrun/workflows/steps.py), with a
+deterministic id. What changed since the last write goes to the mirror as one idempotent
+batch: in the input of the next step's own activity, or, where the run blocks or ends,
+written by an activity of its own that the run does not wait for; it waits for them all
+before its receipt and before it continues as new.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from agentrun.workflows import run_metrics, run_state
-from agentrun.workflows.changes import Changes
-from agentrun.workflows.run_stream import RunStream
+from agentrun.workflows.steps import Step
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.activities.mirror import MirrorActivities
     from agentrun.core import fairness, payload_limits, run_summaries, search_attributes
     from agentrun.core._state import RunInput, RunProgress
     from agentrun.core._wire import (
-        ControlInput,
         FinishInput,
         MirrorBatch,
         RunEvent,
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from agentrun.core.errors import PAYLOAD_TOO_LARGE
     from agentrun.core.results import PendingApproval, StepSummary, StepType
     from agentrun.core.spec import JsonDict
-    from agentrun.core.states import RunStatus, check_transition
+    from agentrun.core.states import STEP_STATUS, RunStatus, check_transition
 
 # Mirror writes are activities on a task queue of their own: Temporal dispatches them only
 # after it has committed the task that scheduled them (a local activity wrote what a lost task
@@ -54,10 +54,11 @@ MIRROR_PRIORITY = fairness.MIRROR_PRIORITY
 MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
-# A step schedules one activity, not two (issue 15: a `mirror.sync` before every step doubled
-# the activities, and the Temporal server's work, per step). What the run accepted before a
-# model or tool call rides in that call's input, and its activity applies it in the same
-# transaction as its claim on the step, fenced as `mirror.sync` is. Temporal dispatches the
+# A step schedules one activity, not two: a `mirror.sync` before every step would double the
+# activities, and the Temporal server's work, per step (docs/benchmarks.md, "One activity per
+# step"). What the run accepted before a model or tool call rides in that call's input, and
+# its activity applies it in the same transaction as its claim on the step, fenced as
+# `mirror.sync` is. Temporal dispatches the
 # activity only after it has committed the task that scheduled it, so the mirror still never
 # runs ahead of history. A write of its own is left for where the run blocks or ends
 # (approval, pause, admission queue, continue-as-new, receipt) and for a batch too large to
@@ -94,36 +95,52 @@ def approval_input(pending: PendingApproval) -> JsonDict:
     }
 
 
-class Recording:
-    # The run's state (declared in RunProgress) and the mirror writes not yet landed.
+@dataclass(frozen=True)
+class RunContext:
+    """What each component of a run is built with: the run's input, its declared state
+    (`RunProgress`, the one place it lives) and its record."""
+
     spec: RunInput
     run_id: str
     progress: RunProgress
-    changes: Changes
-    indexed_status: str | None
-    pending_steps: list[StepRecord]
-    pending_events: list[RunEvent]
-    mirror_writes: list[workflow.ActivityHandle[None]]
-    stream: RunStream
-    # The sub-agent run this run waits for, if any (agentrun/workflows/subagents.py).
-    running_child: str | None = None
-    forwards: set[asyncio.Future[None]]  # pauses and resumes on their way to it
+    recorder: Recorder
 
-    def _forward_control(self, signal: str, input: ControlInput) -> None:
-        """A pause or resume of this run reaches its running sub-agent (Subagents)."""
+    def parts(self) -> tuple[RunInput, str, RunProgress, Recorder]:
+        """The context as a component keeps it: spec, run id, progress, recorder."""
+        return self.spec, self.run_id, self.progress, self.recorder
 
-    async def _tell_parent(self, approval: PendingApproval | None) -> None:
-        """A sub-agent's run tells its parent of the approval it waits for (Subagents)."""
 
-    def _set_status(self, new: RunStatus, step_id: str | None = None) -> None:
+class Recorder:
+    """The run's record: its status, steps and events, the mirror writes not yet landed, and
+    its receipt. The run's state is `progress`; what is here besides is what a continuation
+    does without (flushed before it continues: run_state.WORKFLOW_ONLY)."""
+
+    def __init__(
+        self,
+        spec: RunInput,
+        run_id: str,
+        progress: RunProgress,
+        publish: Callable[[RunEvent], None],
+        indexed_status: str | None,
+    ) -> None:
+        self.spec, self.run_id, self.progress = spec, run_id, progress
+        # Where each event goes live as it happens (the run's stream, which `watch` follows).
+        self.publish = publish
+        # Only runs started with the search attributes keep them current (_index_status).
+        self.indexed_status = indexed_status
+        self.pending_steps: list[StepRecord] = []
+        self.pending_events: list[RunEvent] = []
+        self.mirror_writes: list[workflow.ActivityHandle[None]] = []
+
+    def set_status(self, new: RunStatus, step_id: str | None = None) -> None:
         if new != self.progress.status:
             old = self.progress.status
             self.progress.status = check_transition(old, new)
-            self._event("status.changed", step_id, {"from": old.value, "to": new.value})
+            self.event("status.changed", step_id, {"from": old.value, "to": new.value})
             self._index_status(new)
         if step_id is not None:
             self.progress.current_step_id = step_id
-        self._show_details()
+        self.show_details()
 
     def _index_status(self, new: RunStatus) -> None:
         """Keep `AgentrunStatus` current, for runs started with it (see
@@ -135,14 +152,14 @@ class Recording:
             workflow.upsert_search_attributes([search_attributes.STATUS.value_set(shown)])
             self.indexed_status = shown
 
-    def _show_details(self) -> None:
+    def show_details(self) -> None:
         """The Web UI's *Current details*: what the run does or waits for, in words."""
         workflow.set_current_details(run_summaries.current_details(self.run_id, self.progress))
 
-    def _finish(
+    def finish(
         self, status: RunStatus, *, answer: str | None = None, error: str | None = None
     ) -> None:
-        self._set_status(status)
+        self.set_status(status)
         self.progress.answer, self.progress.error = answer, error
         self.progress.finished_at = workflow.now()
         self.progress.current_step_id = None
@@ -152,21 +169,12 @@ class Recording:
             self.progress.unresolved.append(
                 f"approval {pending.approval_id} for {pending.tool} undecided"
             )
-            self._complete_step(
-                StepRecord(
-                    step_id=pending.step_id,
-                    seq=self._seq_of(pending.step_id),
-                    type="approval",
-                    name=pending.tool,
-                    status="abandoned",
-                    input=approval_input(pending),
-                    started_at=pending.requested_at,
-                    finished_at=self.progress.finished_at,
-                )
-            )
+            self._step_in_flight(
+                pending.step_id, input=approval_input(pending), started=pending.requested_at
+            ).end("abandoned", finished_at=self.progress.finished_at)
             self.progress.pending_approval = None
-        self._event("run.finished", data={"status": status.value, "error": error})
-        self._show_details()
+        self.event("run.finished", data={"status": status.value, "error": error})
+        self.show_details()
 
     def _close_steps_in_flight(self, status: RunStatus) -> None:
         """A step the run ended during (a cancel, a failed check) ends with it, on record:
@@ -175,49 +183,74 @@ class Recording:
         for step in list(self.progress.steps):
             if step.status != "running" or (pending and step.step_id == pending.step_id):
                 continue
-            self._complete_step(
-                StepRecord(
-                    step_id=step.step_id,
-                    seq=step.seq,
-                    type=step.type,
-                    name=step.name,
-                    status="cancelled" if status == RunStatus.CANCELLED else "abandoned",
-                    error=f"the run ended ({status.value}) during this step",
-                    finished_at=self.progress.finished_at,
-                )
+            Step(self, step).end(
+                "cancelled" if status == RunStatus.CANCELLED else "abandoned",
+                error=f"the run ended ({status.value}) during this step",
+                finished_at=self.progress.finished_at,
             )
 
-    def _fail_unsent_step(self, error: str) -> None:
+    def fail_unsent_step(self, error: str) -> None:
         """The step whose input was refused never started: record it as failed."""
         last = self.progress.steps[-1] if self.progress.steps else None
         if last is None or last.status != "running":
             return
-        self._complete_step(
-            StepRecord(
-                step_id=last.step_id,
-                seq=last.seq,
-                type=last.type,
-                name=last.name,
-                status="failed",
-                error=f"{PAYLOAD_TOO_LARGE}: {error}",
-                finished_at=workflow.now(),
-            )
-        )
+        Step(self, last).end("failed", error=f"{PAYLOAD_TOO_LARGE}: {error}")
 
-    def _new_step(self, kind: StepType, name: str) -> str:
+    @contextlib.asynccontextmanager
+    async def step(
+        self,
+        kind: StepType,
+        name: str,
+        *,
+        input: JsonDict | None = None,
+        moves_status: bool = True,
+    ) -> AsyncIterator[Step]:
+        """One step of the run: allocated with its deterministic id, the run put in the
+        status its kind takes (`STEP_STATUS`; `moves_status=False` for a step the run takes
+        without moving: a session's summary while it waits, a fork's edited output), and its
+        record written when its body ends it (`Step.end`), or, if the body leaves it without
+        one, as completed. A body that raises leaves the step running: the run ends with it,
+        and its end closes it (`_close_steps_in_flight`)."""
         self.progress.seq += 1
-        step_id = f"{self.progress.seq:04d}-{kind}"
+        summary = StepSummary(
+            step_id=f"{self.progress.seq:04d}-{kind}",
+            seq=self.progress.seq,
+            type=kind,
+            name=name,
+            status="running",
+        )
+        self.progress.steps.append(summary)
+        if moves_status and kind in STEP_STATUS:
+            self.set_status(STEP_STATUS[kind], summary.step_id)
+        step = Step(self, summary, input=input or {}, started=workflow.now())
+        yield step
+        if not step.ended:
+            step.end("completed")
+
+    def adopt(self, record: StepRecord) -> None:
+        """A step another run took, as it recorded it (a fork's seed)."""
         self.progress.steps.append(
             StepSummary(
-                step_id=step_id, seq=self.progress.seq, type=kind, name=name, status="running"
+                step_id=record.step_id,
+                seq=record.seq,
+                type=record.type,
+                name=record.name,
+                status=record.status,
+                attempt=record.attempt,
             )
         )
-        return step_id
+        self.pending_steps.append(record)
 
-    def _seq_of(self, step_id: str) -> int:
-        return next(s.seq for s in self.progress.steps if s.step_id == step_id)
+    def has_unsent(self) -> bool:
+        """Whether rows wait for the next mirror write."""
+        return bool(self.pending_events or self.pending_steps)
 
-    def _complete_step(self, record: StepRecord) -> None:
+    def _step_in_flight(self, step_id: str, **record: Any) -> Step:
+        """A step begun in an earlier activation (an approval the run ended during)."""
+        summary = next(s for s in self.progress.steps if s.step_id == step_id)
+        return Step(self, summary, **record)
+
+    def complete_step(self, record: StepRecord) -> None:
         for i, summary in enumerate(self.progress.steps):
             if summary.step_id == record.step_id:
                 self.progress.steps[i] = summary.model_copy(
@@ -225,9 +258,9 @@ class Recording:
                 )
         self.pending_steps.append(record)
         run_metrics.on_step(self.spec, record)
-        self._event(f"step.{record.status}", record.step_id, {"type": record.type})
+        self.event(f"step.{record.status}", record.step_id, {"type": record.type})
 
-    def _event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
+    def event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
         self.progress.event_seq += 1
         event = RunEvent(
             seq=self.progress.event_seq,
@@ -238,20 +271,20 @@ class Recording:
         )
         self.pending_events.append(event)
         run_metrics.on_event(self.spec, type, event.data)
-        self.stream.publish(event)  # workflow state, rebuilt on replay: no history grows
+        self.publish(event)  # workflow state, rebuilt on replay: no history grows
 
     def _snapshot(self) -> RunSnapshot:
         self.progress.version += 1
         return run_state.snapshot(
-            self.run_id, self.spec, self.progress, workflow.now(), self._priority()
+            self.run_id, self.spec, self.progress, workflow.now(), self.priority()
         )
 
-    def _priority(self) -> int:
+    def priority(self) -> int:
         """The priority the server dispatches this run's steps at (inherited from the start,
         kept across continue-as-new)."""
         return workflow.info().priority.priority_key or fairness.DEFAULT_PRIORITY
 
-    def _take_batch(self) -> MirrorBatch:
+    def take_batch(self) -> MirrorBatch:
         """What changed since the last mirror write, as one idempotent batch."""
         batch = MirrorBatch(
             run=self._snapshot(),
@@ -262,54 +295,21 @@ class Recording:
         self.pending_steps, self.pending_events = [], []
         return batch
 
-    def _put_back(self, batch: MirrorBatch) -> None:
+    def put_back(self, batch: MirrorBatch) -> None:
         """A batch that may not have landed: its rows go again with the next write, ahead of
         the newer ones (a second landing changes nothing: the writes are idempotent)."""
         self.pending_steps = batch.steps + self.pending_steps
         self.pending_events = batch.events + self.pending_events
 
-    async def _batch_for_step(self) -> MirrorBatch | None:
-        """The run's pending mirror batch, to ride in the next step activity's input."""
-        return self._take_batch()
-
-    async def _start_step(
-        self,
-        start: Callable[[MirrorBatch | None], workflow.ActivityHandle[T]],
-        batch: MirrorBatch | None,
-    ) -> tuple[workflow.ActivityHandle[T], MirrorBatch | None]:
-        """Schedule a step's activity, `start(batch)`; returns it and the batch it carries.
-        A batch that makes the input too large is written on its own first (trimmed if it
-        must be, as the run's final write is)."""
-        if batch is None:
-            return start(None), None
-        try:
-            return start(batch), batch
-        except ApplicationError as err:
-            self._put_back(batch)
-            if not payload_limits.is_too_large(err):
-                raise
-        await self._flush()
-        return start(None), None
-
-    async def _step_result(self, step: Awaitable[T], carried: MirrorBatch | None) -> T:
-        """The step activity's result. One that did not complete may have ended before it
-        applied the batch it carried, so that batch's rows go again with the next write."""
-        try:
-            return await step
-        except BaseException:
-            if carried is not None:
-                self._put_back(carried)
-            raise
-
-    async def _flush(self, *, trim: Trim = None) -> None:
+    async def flush(self, *, trim: Trim = None) -> None:
         """Write what changed since the last flush to the mirror, as one idempotent batch."""
-        batch = self._take_batch()
+        batch = self.take_batch()
         try:
             await self._sync(trimmed(batch, trim))
         except ApplicationError as err:
             if payload_limits.is_too_large(err):
                 # Refused before it was sent: keep its rows for the run's final write.
-                self._put_back(batch)
+                self.put_back(batch)
             raise
 
     async def _sync(self, batch: MirrorBatch) -> None:
@@ -326,19 +326,19 @@ class Recording:
             )
         )
 
-    async def _mirror_written(self) -> None:
+    async def mirror_written(self) -> None:
         """Wait until every mirror write in flight has landed."""
         writes, self.mirror_writes = self.mirror_writes, []
         for write in writes:
             await write
 
-    async def _record_receipt(self) -> None:
+    async def record_receipt(self) -> None:
         """The final mirror write and the receipt, in one activity (`mirror.finish`). If it
         would be refused as too large, it goes again with its long strings cut, so the run
         still ends recorded."""
-        await self._mirror_written()  # the receipt comes after every row it sums up
+        await self.mirror_written()  # the receipt comes after every row it sums up
         for trim in TRIMS:
-            batch = self._take_batch()
+            batch = self.take_batch()
             receipt = run_state.receipt(self.run_id, self.spec, self.progress, workflow.now())
             last = FinishInput(
                 batch=trimmed(batch, trim),
@@ -348,11 +348,11 @@ class Recording:
                 await self._store_receipt(last)
                 return
             except ApplicationError as err:
-                self._put_back(batch)
+                self.put_back(batch)
                 if trim == "all" or not payload_limits.is_too_large(err):
                     raise
                 if trim is None:
-                    self._event("run.record_trimmed", data={"reason": err.message})
+                    self.event("run.record_trimmed", data={"reason": err.message})
 
     async def _store_receipt(self, receipt: FinishInput) -> None:
         try:

@@ -1,26 +1,28 @@
-"""What people may ask a run or tell it besides approvals: its state, pause and resume.
+"""What people may tell a run besides approvals: pause and resume, and its admission.
 
-A pause or resume of a run that waits for a sub-agent's run goes on to that run
-(agentrun/workflows/subagents.py).
-
-Mixed into AgentRunWorkflow (approvals are in agentrun/workflows/approvals.py). Validators refuse,
-with a reason a person can act on, without changing anything; signals cannot be refused.
+A component of AgentRunWorkflow, which keeps the update and signal handlers (approvals are in
+agentrun/workflows/approvals.py). A pause takes effect at the run's next step boundary, never
+inside a step; a pause or resume of a run that waits for a sub-agent's run goes on to that
+run (agentrun/workflows/subagents.py). Validators refuse, with a reason a person can act on,
+without changing anything; signals cannot be refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agentrun.workflows import run_state
-from agentrun.workflows.recording import Recording
+from agentrun.workflows.changes import Changes
+from agentrun.workflows.recording import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import bounds
     from agentrun.core import constants as names
     from agentrun.core._wire import ControlInput
     from agentrun.core.admission_models import AdmitInput
-    from agentrun.core.results import ControlResult, RunState
+    from agentrun.core.results import ControlResult
     from agentrun.core.states import RunStatus, is_terminal
 
 
@@ -32,13 +34,38 @@ def check_control(input: ControlInput) -> None:
         raise ApplicationError(f"refused: {'; '.join(found)}")
 
 
-class RunMessages(Recording):
-    @workflow.query(name=names.QUERY_STATE)
-    def state(self) -> RunState:
-        return run_state.state_view(self.run_id, self.spec, self.progress, self._priority())
+class RunControls:
+    """Pause, resume and admission: what people and the admission queue tell a run."""
 
-    @workflow.signal(name=names.SIGNAL_RUN_ADMIT)
-    def admit_signal(self, input: AdmitInput) -> None:
+    def __init__(
+        self,
+        run: RunContext,
+        changes: Changes,
+        forward_control: Callable[[str, ControlInput], None],
+    ) -> None:
+        self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        self.changes = changes
+        # A pause or resume goes on to the sub-agent run this run waits for (Subagents).
+        self.forward_control = forward_control
+
+    async def step_boundary(self) -> None:
+        """Where a pause takes effect: between steps, never inside one."""
+        if not self.progress.pause_requested:
+            return
+        self.recorder.set_status(RunStatus.PAUSED)
+        self.recorder.event("run.paused", data={"reason": self.progress.pause_reason})
+        await self.recorder.flush()
+        await workflow.wait_condition(lambda: not self.progress.pause_requested)
+        self.progress.pause_reason = None
+        self.recorder.event("run.resumed")
+
+    async def pause_for_admin(self, reason: str) -> None:
+        """A failure no retry can fix (a refused permission): wait for a person to resume."""
+        self.progress.pause_requested, self.progress.pause_reason = True, reason
+        self.recorder.event("run.needs_admin", data={"reason": reason})
+        await self.step_boundary()
+
+    def admit(self, input: AdmitInput) -> None:
         """The tenant's admission queue gives this run a slot: only the queue that holds it
         (the one its input names) may; an admit from another sender is ignored."""
         if self.changes.generation_4 and input.admission_id != self.spec.admission:
@@ -51,12 +78,11 @@ class RunMessages(Recording):
             return
         self.progress.admitted = True
 
-    @workflow.update(name=names.UPDATE_PAUSE)
     def pause(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = True
         self.progress.paused_by = input.by
-        self._event("pause.requested", data={"by": input.by})
-        self._forward_control(names.SIGNAL_PAUSE, input)
+        self.recorder.event("pause.requested", data={"by": input.by})
+        self.forward_control(names.SIGNAL_PAUSE, input)
         idle = self.progress.status == RunStatus.WAITING_FOR_MESSAGE
         return ControlResult(
             status=self.progress.status,
@@ -67,24 +93,21 @@ class RunMessages(Recording):
             else "the run pauses at its next step boundary",
         )
 
-    @pause.validator
-    def _validate_pause(self, input: ControlInput) -> None:
+    def validate_pause(self, input: ControlInput) -> None:
         check_control(input)
         if is_terminal(self.progress.status):
             raise ApplicationError(
                 f"run {self.run_id} already ended as {self.progress.status.value}"
             )
 
-    @workflow.update(name=names.UPDATE_RESUME)
     def resume(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = False
         self.progress.paused_by = None
-        self._event("resume.requested", data={"by": input.by})
-        self._forward_control(names.SIGNAL_RESUME, input)
+        self.recorder.event("resume.requested", data={"by": input.by})
+        self.forward_control(names.SIGNAL_RESUME, input)
         return ControlResult(status=self.progress.status, paused=False, message="the run continues")
 
-    @resume.validator
-    def _validate_resume(self, input: ControlInput) -> None:
+    def validate_resume(self, input: ControlInput) -> None:
         check_control(input)
         if is_terminal(self.progress.status):
             raise ApplicationError(
@@ -95,15 +118,13 @@ class RunMessages(Recording):
                 f"run {self.run_id} is not paused (status {self.progress.status.value})"
             )
 
-    @workflow.signal(name=names.SIGNAL_PAUSE)
     def pause_signal(self, input: ControlInput) -> None:
         if not is_terminal(self.progress.status):
             self.progress.pause_requested = True
             self.progress.paused_by = input.by
-            self._forward_control(names.SIGNAL_PAUSE, input)
+            self.forward_control(names.SIGNAL_PAUSE, input)
 
-    @workflow.signal(name=names.SIGNAL_RESUME)
     def resume_signal(self, input: ControlInput) -> None:
         self.progress.pause_requested = False
         self.progress.paused_by = None
-        self._forward_control(names.SIGNAL_RESUME, input)
+        self.forward_control(names.SIGNAL_RESUME, input)

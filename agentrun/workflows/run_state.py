@@ -10,6 +10,7 @@ it (tests/test_run_state.py enforces both).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from temporalio import workflow
 
@@ -23,19 +24,37 @@ with workflow.unsafe.imports_passed_through():
 # The decided approvals the state query lists (a query adds nothing to history).
 DECISIONS_SHOWN = 10
 
-# The workflow's own attributes besides `progress`, and why a continuation does without.
+# The attributes of the workflow and of its components besides `progress`, and why a
+# continuation does without.
 WORKFLOW_ONLY = {
     "spec": "the run's input: the continuation is started with it again",
     "run_id": "the workflow id, the same for every continuation",
     "changes": "read from the run's input (its generation); a continuation reads it again",
+    "generation_4": "a switch of `changes`, read from the input likewise",
+    "generation_5": "a switch of `changes`, read from the input likewise",
     "indexed_status": "read from the search attributes, which a continuation inherits",
     "progress": "the declared state itself, carried whole",
     "pending_steps": "mirror rows not sent yet: a run flushes them before it continues",
     "pending_events": "mirror events not sent yet: flushed like pending_steps",
     "mirror_writes": "mirror writes in flight: a run waits for them before it continues",
     "stream": "the live stream: its log goes along in progress.stream_state at continue-as-new",
+    "events": "a topic of that stream, opened again with it",
+    "text": "a topic of that stream, opened again with it",
+    "publish": "where the recorder sends each event live: that stream",
     "running_child": "set while a sub-agent's run is awaited: a run continues only between steps",
     "forwards": "pauses and resumes on their way to that child: sent within its step",
+    "context": "the run's input, progress and recorder, which each component is built with",
+    "recorder": "the run's record (its state is progress): built again from the input",
+    "approvals": "a component: holds no state of its own beyond the references above",
+    "steering": "a component, likewise",
+    "sessions": "a component, likewise",
+    "subagents": "a component: its running child and forwards are listed above",
+    "controls": "a component, likewise",
+    "checks": "a component, likewise",
+    "tools": "a component, likewise",
+    "continue_as_new": "the workflow's own, which a session takes between turns",
+    "tell_parent": "the sub-agents component's, which approvals call",
+    "forward_control": "the sub-agents component's, which pause and resume call",
 }
 
 
@@ -53,30 +72,45 @@ def carry(progress: RunProgress) -> RunProgress:
     return progress.model_copy(update={"generation": progress.generation + 1})
 
 
+def _alike(run_id: str, spec: RunInput, progress: RunProgress) -> dict[str, Any]:
+    """What every projection of the run says alike: whose run, its task, what it cost and
+    why it failed."""
+    return {
+        "run_id": run_id,
+        "tenant": spec.tenant,
+        "user": spec.user,
+        "task": spec.task,
+        "tokens_in": progress.tokens_in,
+        "tokens_out": progress.tokens_out,
+        "cost_usd": progress.cost_usd,
+        "error": progress.error,
+    }
+
+
+def _live(progress: RunProgress, priority: int) -> dict[str, Any]:
+    """What the mirror's row and the `state` query say of a run in flight."""
+    return {
+        "priority": priority,
+        "status": progress.status,
+        "current_step_id": progress.current_step_id,
+        "pause_reason": progress.pause_reason,
+        "checkpoint": progress.checkpoint,
+        "result": progress.answer,
+    }
+
+
 def snapshot(
     run_id: str, spec: RunInput, progress: RunProgress, now: datetime, priority: int
 ) -> RunSnapshot:
     """The mirror's run row."""
     return RunSnapshot(
-        run_id=run_id,
+        **_alike(run_id, spec, progress),
+        **_live(progress, priority),
         version=progress.version,
         agent=spec.agent,
         profile_hash=spec.profile_hash,
-        tenant=spec.tenant,
-        user=spec.user,
-        task=spec.task,
-        priority=priority,
-        status=progress.status,
-        current_step_id=progress.current_step_id,
-        pause_reason=progress.pause_reason,
         model=progress.model_used,
-        tokens_in=progress.tokens_in,
-        tokens_out=progress.tokens_out,
-        cost_usd=progress.cost_usd,
         duplicates_prevented=progress.duplicates_prevented,
-        checkpoint=progress.checkpoint,
-        result=progress.answer,
-        error=progress.error,
         created_at=progress.started_at,
         updated_at=now,
         finished_at=progress.finished_at,
@@ -86,23 +120,11 @@ def snapshot(
 def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int) -> RunState:
     """What the `state` query answers."""
     return RunState(
-        run_id=run_id,
-        status=progress.status,
-        tenant=spec.tenant,
-        user=spec.user,
-        task=spec.task,
-        current_step_id=progress.current_step_id,
+        **_alike(run_id, spec, progress),
+        **_live(progress, priority),
         steps=progress.steps,
         pending_approval=progress.pending_approval,
         pause_requested=progress.pause_requested,
-        pause_reason=progress.pause_reason,
-        checkpoint=progress.checkpoint,
-        tokens_in=progress.tokens_in,
-        tokens_out=progress.tokens_out,
-        cost_usd=progress.cost_usd,
-        result=progress.answer,
-        error=progress.error,
-        priority=priority,
         admission=spec.admission,
         refusals=progress.refusals,
         decided=[
@@ -121,23 +143,16 @@ def state_view(run_id: str, spec: RunInput, progress: RunProgress, priority: int
 def receipt(run_id: str, spec: RunInput, progress: RunProgress, now: datetime) -> Receipt:
     """The run's receipt, covering every generation of it."""
     return Receipt(
-        run_id=run_id,
+        **_alike(run_id, spec, progress),
         agent=spec.agent,
         profile_hash=spec.profile_hash,
-        task=spec.task,
-        tenant=spec.tenant,
-        user=spec.user,
         outcome=progress.status,
         answer=progress.answer,
-        error=progress.error,
         steps=progress.steps,
         side_effects=progress.side_effects,
         approvals=progress.approvals,
         retries=[],
         duplicates_prevented=progress.duplicates_prevented,
-        tokens_in=progress.tokens_in,
-        tokens_out=progress.tokens_out,
-        cost_usd=progress.cost_usd,
         unpriced_models=list(progress.unpriced_models),
         verification=progress.verification,
         unresolved=progress.unresolved,

@@ -1,15 +1,16 @@
 """Sessions: a run that stays open after its answer for the next message (spec `session`).
 
-Mixed into AgentRunWorkflow. A session answers its task as any run does, but instead of
-ending it records the turn (`progress.turns`), shows `waiting_for_message` with the answer,
-and waits for a message (`agentrun chat`, `say`) in a `wait_condition` with the idle timeout:
-a timer on the server, so no worker is held. The message starts the next turn, whose steps,
-approvals and checks are a run's; `max_steps` and the verify rounds count per turn, the
-budget across the session. Idle for `idle_timeout`, the session completes with its receipt,
-which has a section per turn. `agentrun end` (an update, or a signal the server keeps while
-no worker runs) ends it on purpose the same way: at once when idle, else after the turn.
-A pause while idle shows `paused`: a message said meanwhile waits, and the turn it starts
-begins at the resume, from which the idle clock starts again.
+A component of AgentRunWorkflow, which keeps its update and signal handlers. A session
+answers its task as any run does, but instead of ending it records the turn
+(`progress.turns`), shows `waiting_for_message` with the answer, and waits for a message
+(`agentrun chat`, `say`) in a `wait_condition` with the idle timeout: a timer on the server,
+so no worker is held. The message starts the next turn, whose steps, approvals and checks
+are a run's; `max_steps` and the verify rounds count per turn, the budget across the
+session. Idle for `idle_timeout`, the session completes with its receipt, which has a
+section per turn. `agentrun end` (an update, or a signal the server keeps while no worker
+runs) ends it on purpose the same way: at once when idle, else after the turn. A pause while
+idle shows `paused`: a message said meanwhile waits, and the turn it starts begins at the
+resume, from which the idle clock starts again.
 
 Every `compact_after_turns` turns (or when Temporal suggests the history is long), while
 idle, the turns before the last `keep_turns` are summarised by a model call (the run's own
@@ -28,27 +29,25 @@ before sessions replays unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from agentrun.workflows.recording import RunContext
 from agentrun.workflows.run_messages import check_control
 from agentrun.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
     from agentrun.core import bounds
-    from agentrun.core import constants as names
     from agentrun.core._wire import (
         ControlInput,
         ConversationCut,
-        ModelCallInput,
         ModelCallResult,
-        StepRecord,
         SummaryRequest,
     )
-    from agentrun.core.results import ControlResult, SessionTurn
+    from agentrun.core.results import ControlResult, RunMessage, SessionTurn
     from agentrun.core.states import RunStatus, is_terminal
 
 # The most of a summary the run carries (and sends with every model call after it).
@@ -58,17 +57,30 @@ TURNS_CARRIED = 10
 MESSAGES_CARRIED = 20
 
 
-class Sessions(Steering):
+class Sessions:
+    """A run's turns, its idle waits between them, its end on purpose and its compaction."""
+
+    def __init__(
+        self,
+        run: RunContext,
+        steering: Steering,
+        continue_as_new: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        self.steering = steering
+        # The run's own, which a compacted session takes between turns (it never returns).
+        self.continue_as_new = continue_as_new
+
     # ------------------------------------------------------------ turns
 
-    def _calls_left(self) -> bool:
+    def calls_left(self) -> bool:
         """Whether the run (a session: the turn) may call the model again (`max_steps`)."""
         used = self.progress.model_calls
         if self.spec.session is not None:
             used -= self.progress.turn_start[0]
         return used < self.spec.max_steps
 
-    def _open_turn(self) -> None:
+    def open_turn(self) -> None:
         """A turn begins: its task (the first) or the messages waiting are what it answers."""
         progress = self.progress
         progress.turn_start = (
@@ -90,16 +102,17 @@ class Sessions(Steering):
                 - (1 if first else 0),  # the first turn's message, the task, is already there
             )
         )
-        self._event("session.turn_started", data={"turn": len(progress.turns)})
-        self._set_status(RunStatus.PLANNING)  # a continuation from here picks the turn up
+        self.recorder.event("session.turn_started", data={"turn": len(progress.turns)})
+        self.recorder.set_status(RunStatus.PLANNING)  # a continuation from here picks the turn up
 
     def _turn_count(self) -> int:
         return self.progress.left_in_mirror.turns + len(self.progress.turns)
 
-    def _turn_took(self, message_ids: list[str], texts: list[str]) -> None:
-        """Messages taken during a session's turn are what it answers (steering's hook)."""
-        if self.spec.session is None or not self.progress.turns:
+    def took(self, messages: list[RunMessage]) -> None:
+        """Messages taken during a session's turn are what it answers."""
+        if not messages or self.spec.session is None or not self.progress.turns:
             return
+        message_ids, texts = [m.message_id for m in messages], [m.text for m in messages]
         turn = self.progress.turns[-1]
         if turn.answered_at is not None:
             return
@@ -111,7 +124,7 @@ class Sessions(Steering):
             }
         )
 
-    async def _turn_answered(self, answer: str) -> None:
+    async def turn_answered(self, answer: str) -> None:
         """The turn's answer passed its checks: record it and wait for the next message."""
         progress = self.progress
         calls, tokens, cost = progress.turn_start
@@ -130,8 +143,8 @@ class Sessions(Steering):
         progress.answer = answer
         progress.idle_since = workflow.now()
         progress.current_step_id = None
-        self._set_status(RunStatus.WAITING_FOR_MESSAGE)
-        self._event(
+        self.recorder.set_status(RunStatus.WAITING_FOR_MESSAGE)
+        self.recorder.event(
             "session.turn_answered",
             data={
                 "turn": turn.turn,
@@ -143,9 +156,9 @@ class Sessions(Steering):
                 "cost_usd": turn.cost_usd,
             },
         )
-        await self._flush()  # the mirror shows the answer and the wait at once
+        await self.recorder.flush()  # the mirror shows the answer and the wait at once
 
-    async def _next_message(self) -> bool:
+    async def next_message(self) -> bool:
         """Wait, holding no worker, for a message; False when the session stayed idle for
         its idle timeout, or was ended (`agentrun end`). Between turns is where a session
         compacts and continues as new, and where a pause shows `paused`."""
@@ -157,25 +170,25 @@ class Sessions(Steering):
             if self.progress.pause_requested:
                 await self._paused_while_idle()
                 continue
-            if self._messages_waiting():
+            if self.steering.messages_waiting():
                 return True
             if self._compaction_due():
                 await self._compact()
-                await self._continue_as_new()
+                await self.continue_as_new()
             since = self.progress.idle_since or workflow.now()
             left = since + timedelta(seconds=session.idle_timeout) - workflow.now()
             if left.total_seconds() <= 0:
-                return self._messages_waiting()
+                return self.steering.messages_waiting()
             try:
                 await workflow.wait_condition(self._idle_over, timeout=left)
             except TimeoutError:
                 # A message that came as the timer fired still starts a turn.
-                return self._messages_waiting() and self.progress.end_requested_by is None
+                return self.steering.messages_waiting() and self.progress.end_requested_by is None
 
     def _idle_over(self) -> bool:
         progress = self.progress
         return (
-            self._messages_waiting()
+            self.steering.messages_waiting()
             or progress.pause_requested
             or progress.end_requested_by is not None
         )
@@ -187,9 +200,11 @@ class Sessions(Steering):
         progress.pause_reason = progress.pause_reason or (
             f"paused by {progress.paused_by or 'a person'} while the session was idle"
         )
-        self._set_status(RunStatus.PAUSED)
-        self._event("run.paused", data={"reason": progress.pause_reason, "by": progress.paused_by})
-        await self._flush()
+        self.recorder.set_status(RunStatus.PAUSED)
+        self.recorder.event(
+            "run.paused", data={"reason": progress.pause_reason, "by": progress.paused_by}
+        )
+        await self.recorder.flush()
         await workflow.wait_condition(
             lambda: not progress.pause_requested or progress.end_requested_by is not None
         )
@@ -197,15 +212,14 @@ class Sessions(Steering):
         progress.idle_since = workflow.now()
         if progress.pause_requested:  # ended while paused: it completes from here
             return
-        self._event("run.resumed")
-        if not self._messages_waiting():
-            self._set_status(RunStatus.WAITING_FOR_MESSAGE)
-            await self._flush()
+        self.recorder.event("run.resumed")
+        if not self.steering.messages_waiting():
+            self.recorder.set_status(RunStatus.WAITING_FOR_MESSAGE)
+            await self.recorder.flush()
 
     # ------------------------------------------------------------ ending on purpose
 
-    @workflow.update(name=names.UPDATE_END_SESSION)
-    def end_session(self, input: ControlInput) -> ControlResult:
+    def end(self, input: ControlInput) -> ControlResult:
         turns = self.progress.turns
         idle = bool(turns) and turns[-1].answered_at is not None
         self._end_requested(input)
@@ -220,19 +234,17 @@ class Sessions(Steering):
             ),
         )
 
-    @end_session.validator
-    def _validate_end_session(self, input: ControlInput) -> None:
+    def validate_end(self, input: ControlInput) -> None:
         check_control(input)
         refusal = self._end_refusal()
         if refusal is not None:
             raise ApplicationError(refusal)
 
-    @workflow.signal(name=names.SIGNAL_END_SESSION)
-    def end_session_signal(self, input: ControlInput) -> None:
+    def end_signal(self, input: ControlInput) -> None:
         """A signal cannot be refused: an end that does not apply is recorded and ignored."""
         refusal = self._end_refusal()
         if refusal is not None:
-            self._event("session.end_ignored", data={"by": input.by, "reason": refusal})
+            self.recorder.event("session.end_ignored", data={"by": input.by, "reason": refusal})
             return
         self._end_requested(input)
 
@@ -253,7 +265,7 @@ class Sessions(Steering):
         if self.progress.end_requested_by is not None:
             return  # asked already: the first asker is on record
         self.progress.end_requested_by = input.by
-        self._event("session.end_requested", data={"by": input.by})
+        self.recorder.event("session.end_requested", data={"by": input.by})
 
     # ------------------------------------------------------------ compaction
 
@@ -289,7 +301,7 @@ class Sessions(Steering):
         progress.summarised_turns = older
         progress.summaries += 1
 
-    def _leave_in_mirror(self) -> None:
+    def leave_in_mirror(self) -> None:
         """Drop from the state what the mirror has whole and the session needs no more: the
         turns the summary covers beyond the last TURNS_CARRIED, the taken messages beyond
         the last MESSAGES_CARRIED (the rest cut to excerpts), and the finished steps before
@@ -325,40 +337,27 @@ class Sessions(Steering):
 
     async def _summary_call(self, asked: SummaryRequest, turns: list[int]) -> ModelCallResult:
         """One model call of the run's model that summarises; a step of the run like any."""
-        name = "summary"
-        step_id = self._new_step("model_call", name)
-        batch = await self._batch_for_step()
-        started = workflow.now()
         timeouts = self.spec.timeouts
-        call, carried = await self._start_step(
-            lambda mirror: self._model_call(
-                ModelCallInput(
-                    run_id=self.run_id,
-                    step_id=step_id,
-                    seq=self.progress.seq,
-                    model=self.spec.model.model,
-                    allowed_tools=[],
-                    temperature=0.0,
-                    heartbeat_seconds=timeouts.heartbeat_seconds,
-                    timeout_seconds=timeouts.model_seconds,
-                    mirror=mirror,
-                    provider=self.spec.model.provider,
-                    summarize=asked,
-                ),
-                timeouts.max_attempts,
-                f"summarise turns {turns[0]}-{turns[-1]} of the session",
-            ),
-            batch,
-        )
-        reply: ModelCallResult = await self._step_result(call, carried)
-        self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
-        self._complete_step(
-            StepRecord(
-                step_id=step_id,
-                seq=self._seq_of(step_id),
-                type="model_call",
-                name=name,
-                status="completed",
+        async with self.recorder.step("model_call", "summary", moves_status=False) as step:
+            call = await step.start(
+                lambda mirror: self.steering.model_call(
+                    self.steering.model_input(
+                        step.id,
+                        mirror,
+                        model=self.spec.model.model,
+                        allowed_tools=[],
+                        temperature=0.0,
+                        provider=self.spec.model.provider,
+                        summarize=asked,
+                    ),
+                    timeouts.max_attempts,
+                    f"summarise turns {turns[0]}-{turns[-1]} of the session",
+                )
+            )
+            reply: ModelCallResult = await step.outcome(call)
+            self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
+            step.end(
+                "completed",
                 attempt=reply.attempt,
                 output={
                     "content": reply.content,
@@ -369,21 +368,14 @@ class Sessions(Steering):
                 tokens_in=reply.usage.input_tokens,
                 tokens_out=reply.usage.output_tokens,
                 cost_usd=reply.cost_usd,
-                started_at=started,
-                finished_at=workflow.now(),
             )
-        )
-        self._event("session.compacted", step_id, {"turns": turns})
+        self.recorder.event("session.compacted", step.id, {"turns": turns})
         return reply
 
-    def _conversation_cut(self) -> ConversationCut | None:
+    def conversation_cut(self) -> ConversationCut | None:
         """What a model call of a compacted session reads instead of the whole conversation."""
         if self.progress.summary is None or not self.progress.summary_keeps_from:
             return None
         return ConversationCut(
             summary=self.progress.summary, keep_from=self.progress.summary_keeps_from
         )
-
-    if TYPE_CHECKING:  # AgentRunWorkflow's, which carries the run's state
-
-        async def _continue_as_new(self) -> None: ...

@@ -1,17 +1,18 @@
 """Sub-agents: a run delegates a task to another agent, as a child run (docs/subagents.md).
 
-Mixed into AgentRunWorkflow. A spec whose `subagents` names agents offers each to the model
-as a tool `agent__NAME` taking a task; a call starts a child run of that agent's spec (its
-own receipt, naming its parent; the parent's receipt lists it), waits for it durably (a
-child workflow: no worker is held, and a worker's death loses nothing), and hands the model
-the child's answer, or, when the child did not complete, its failure as a tool error. The
-child's budget is what is left of the parent's, and it fails rather than asks for more, so
-the parent's budget covers every child; the child's spend is added to the parent's.
-Cancelling the parent cancels the child it waits for (a child's parent-close policy cancels
-the rest); pausing or resuming it signals the child it waits for the same (which passes it
-on to its own). A child that waits for an approval signals its parent (which passes it on
-to its own), so the parent's state and stream show the approval and the child's run id.
-Depth and the number of children are limited (`subagent_limits`).
+A component of AgentRunWorkflow, which keeps the signal handler. A spec whose `subagents`
+names agents offers each to the model as a tool `agent__NAME` taking a task; a call starts a
+child run of that agent's spec (its own receipt, naming its parent; the parent's receipt
+lists it), waits for it durably (a child workflow: no worker is held, and a worker's death
+loses nothing), and hands the model the child's answer, or, when the child did not complete,
+its failure as a tool error. The child's budget is what is left of the parent's, and it
+fails rather than asks for more, so the parent's budget covers every child; the child's
+spend is added to the parent's. Cancelling the parent cancels the child it waits for (a
+child's parent-close policy cancels the rest); pausing or resuming it signals the child it
+waits for the same (which passes it on to its own). A child that waits for an approval
+signals its parent (which passes it on to its own), so the parent's state and stream show
+the approval and the child's run id. Depth and the number of children are limited
+(`subagent_limits`).
 
 Only specs with sub-agents take these paths, so older histories replay unchanged.
 """
@@ -27,7 +28,7 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError, FailureError
 
 from agentrun.workflows import run_endings, run_starts
-from agentrun.workflows.recording import Recording
+from agentrun.workflows.recording import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -38,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         ChildApprovalNotice,
         ControlInput,
         ProposedToolCall,
-        StepRecord,
     )
     from agentrun.core.keys import id_part
     from agentrun.core.results import ChildApproval, PendingApproval, RunResult
@@ -52,14 +52,23 @@ def subagent_run_id(parent_id: str, step_id: str) -> str:
     return f"{names.RUN_ID_PREFIX}~sub.{id_part(parent_id)}~{id_part(step_id)}"
 
 
-class Subagents(Recording):
-    def _subagent_tools(self) -> dict[str, Any]:
+class Subagents:
+    """The run's sub-agent runs: the one it waits for, and the signals between them."""
+
+    def __init__(self, run: RunContext) -> None:
+        self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        # The sub-agent run this run waits for, if any, and the pauses and resumes on their
+        # way to it: both within a step, so a continuation does without them.
+        self.running_child: str | None = None
+        self.forwards: set[asyncio.Future[None]] = set()
+
+    def tools(self) -> dict[str, Any]:
         """What a model call carries so the model is offered the run's sub-agents."""
         if not self.spec.subagents:
             return {}
         return {"subagents": sorted(self.spec.subagents)}
 
-    def _is_subagent_call(self, call: ProposedToolCall) -> bool:
+    def is_call(self, call: ProposedToolCall) -> bool:
         prefix = names.SUBAGENT_TOOL_PREFIX
         return bool(self.spec.subagents) and call.tool.removeprefix(prefix) in self.spec.subagents
 
@@ -107,45 +116,39 @@ class Subagents(Recording):
             }
         )
 
-    async def _subagent_step(self, call: ProposedToolCall) -> None:
+    async def step(self, call: ProposedToolCall) -> None:
         """Run the sub-agent the call names on its task; the model hears how it ended."""
         name = call.tool.removeprefix(names.SUBAGENT_TOOL_PREFIX)
         task = str((call.arguments or {}).get("task", ""))
-        step_id = self._new_step("tool_call", call.tool)
-        self._set_status(RunStatus.WAITING_FOR_TOOL, step_id)
-        started = workflow.now()
-        spec = self._child_spec(name, task)
-        child_id = subagent_run_id(self.run_id, step_id)
-        if isinstance(spec, str):
-            result = RunResult(run_id=child_id, status=RunStatus.FAILED, answer=None, error=spec)
-        else:
-            self.progress.children.append(child_id)
-            self._event("subagent.started", step_id, {"agent": name, "run_id": child_id})
-            await self._flush()
-            try:
-                result = await self._run_child(spec, child_id)
-            finally:  # one child runs at a time: what waited under it is over
-                self.progress.child_approvals.clear()
-            self.progress.spend(result.tokens_in, result.tokens_out, result.cost_usd)
-        completed = result.status == RunStatus.COMPLETED
-        outcome = {"run_id": result.run_id, "status": result.status.value}
-        self._complete_step(
-            StepRecord(
-                step_id=step_id,
-                seq=self._seq_of(step_id),
-                type="tool_call",
-                name=call.tool,
-                status="completed" if completed else "failed",
-                input={"task": task, "run_id": child_id},
+        async with self.recorder.step("tool_call", call.tool) as step:
+            spec = self._child_spec(name, task)
+            child_id = subagent_run_id(self.run_id, step.id)
+            step.input = {"task": task, "run_id": child_id}
+            if isinstance(spec, str):
+                result = RunResult(
+                    run_id=child_id, status=RunStatus.FAILED, answer=None, error=spec
+                )
+            else:
+                self.progress.children.append(child_id)
+                self.recorder.event(
+                    "subagent.started", step.id, {"agent": name, "run_id": child_id}
+                )
+                await self.recorder.flush()
+                try:
+                    result = await self._run_child(spec, child_id)
+                finally:  # one child runs at a time: what waited under it is over
+                    self.progress.child_approvals.clear()
+                self.progress.spend(result.tokens_in, result.tokens_out, result.cost_usd)
+            completed = result.status == RunStatus.COMPLETED
+            outcome = {"run_id": result.run_id, "status": result.status.value}
+            step.end(
+                "completed" if completed else "failed",
                 output={**outcome, "answer": result.answer},
                 error=None if completed else result.error,
                 tokens_in=result.tokens_in,
                 tokens_out=result.tokens_out,
                 cost_usd=result.cost_usd,
-                started_at=started,
-                finished_at=workflow.now(),
             )
-        )
         message: JsonDict = (
             {**outcome, "answer": result.answer}
             if completed
@@ -189,11 +192,11 @@ class Subagents(Recording):
         )
         self.running_child = child_id
         if self.progress.pause_requested:
-            self._forward_control(names.SIGNAL_PAUSE, ControlInput(by=self.run_id))
+            self.forward_control(names.SIGNAL_PAUSE, ControlInput(by=self.run_id))
         result: RunResult = await handle
         return result
 
-    def _forward_control(self, signal: str, input: ControlInput) -> None:
+    def forward_control(self, signal: str, input: ControlInput) -> None:
         """A pause or resume of this run goes on to the sub-agent run it waits for, as a
         signal this workflow sends (durable: no client needs to stay up); that run passes it
         on to its own. Only a run waiting for a child has one to send."""
@@ -204,7 +207,7 @@ class Subagents(Recording):
         self.forwards.add(sent)
         sent.add_done_callback(self.forwards.discard)
 
-    async def _tell_parent(self, approval: PendingApproval | None) -> None:
+    async def tell_parent(self, approval: PendingApproval | None) -> None:
         if self.spec.subagent_depth == 0 or self.spec.parent_run_id is None:
             return
         notice = ChildApprovalNotice(run_id=self.run_id, approval=approval)
@@ -218,8 +221,7 @@ class Subagents(Recording):
                 "run %s could not signal %s to %s: %s", self.run_id, signal, run_id, err
             )
 
-    @workflow.signal(name=names.SIGNAL_CHILD_APPROVAL)
-    async def child_approval_signal(self, notice: ChildApprovalNotice) -> None:
+    async def child_approval(self, notice: ChildApprovalNotice) -> None:
         """A sub-agent's run (or one under it) waits for an approval, or no longer does.
         Taken only from the child this run waits for and those under it, while it waits."""
         child = self.running_child
@@ -242,7 +244,7 @@ class Subagents(Recording):
                 ChildApproval(run_id=notice.run_id, approval=notice.approval)
             )
             approval = notice.approval
-            self._event(
+            self.recorder.event(
                 "subagent.waiting_for_approval",
                 data={
                     "run_id": notice.run_id,
@@ -253,6 +255,6 @@ class Subagents(Recording):
                 },
             )
         else:
-            self._event("subagent.approval_settled", data={"run_id": notice.run_id})
+            self.recorder.event("subagent.approval_settled", data={"run_id": notice.run_id})
         if self.spec.subagent_depth > 0 and self.spec.parent_run_id is not None:
             await self._signal_run(self.spec.parent_run_id, names.SIGNAL_CHILD_APPROVAL, notice)

@@ -9,11 +9,13 @@ TASK = 'Refund order 7. call refund {"order_id": 7, "cents": 1250}'
 
 
 async def main() -> int:
-    runs = await agentrun.RunClient.connect()
+    client = await agentrun.RunClient.connect()
     try:
-        run_id = await runs.start(TASK, idempotency_key=f"user-refund-{sys.argv[1]}")
+        run_id = (
+            await client.runs.start(TASK, idempotency_key=f"user-refund-{sys.argv[1]}")
+        ).run_id
         for _ in range(600):
-            pending = (await runs.status(run_id)).pending_approval
+            pending = (await client.runs.status(run_id)).pending_approval
             if pending is not None:
                 break
             await asyncio.sleep(0.1)
@@ -21,18 +23,18 @@ async def main() -> int:
             print(f"{run_id} never asked for approval", file=sys.stderr)
             return 1
         assert pending.tool == "refund", pending
-        decision = await runs.approve(run_id, by="user", role=pending.required_role)
+        decision = await client.runs.approve(run_id, by="user", role=pending.required_role)
         print(f"{run_id}: {decision.decision}")
-        result = await runs.result(run_id)
-        receipt = await runs.receipt(run_id)
+        result = await client.runs.result(run_id)
+        receipt = await client.runs.receipt(run_id)
     finally:
-        await runs.close()
-    effects = [e for e in receipt.get("side_effects", []) if e.get("tool") == "refund"]
+        await client.close()
+    effects = [e for e in receipt.side_effects if e.tool == "refund"]
     print(
-        f"{run_id}: {result.status.value}; receipt outcome {receipt['outcome']}; "
-        f"refunds in the receipt: {[e['output'] for e in effects]}"
+        f"{run_id}: {result.status.value}; receipt outcome {receipt.outcome.value}; "
+        f"refunds in the receipt: {[e.output for e in effects]}"
     )
-    ok = result.status.value == "completed" and receipt["outcome"] == "completed"
+    ok = result.status.value == "completed" and receipt.outcome == "completed"
     return 0 if ok and len(effects) == 1 else 1
 
 

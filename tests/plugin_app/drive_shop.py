@@ -52,7 +52,7 @@ async def main(address: str) -> None:
     client: Client = await app.connect(address)
     order = Order(order_id=f"o-{uuid.uuid4().hex[:8]}", customer="ana@example.com", amount_usd=42)
     parent_id = f"review-{order.order_id}"
-    async with app.worker(client), RunClient.on(client, app.AGENTRUN) as runs:
+    async with app.worker(client), RunClient.on(client, app.AGENTRUN) as run_client:
         handle = await client.start_workflow(
             OrderReview.run, order, id=parent_id, task_queue=app.TASK_QUEUE
         )
@@ -67,19 +67,19 @@ async def main(address: str) -> None:
         agent_run = await eventually(child_id, "agent run started by the shop's workflow")
 
         async def pending() -> str | None:
-            state = await runs.status(agent_run)
+            state = await run_client.runs.status(agent_run)
             return state.pending_approval.tool if state.pending_approval else None
 
         tool = await eventually(pending, f"approval asked for by {agent_run}")
         assert tool == "send_message", tool
-        decision = await runs.approve(agent_run, by="maria", role="approver")
+        decision = await run_client.runs.approve(agent_run, by="maria", role="approver")
         assert decision.decision == "approved", decision
         review = await handle.result()
-        receipt = await runs.receipt(agent_run)
+        receipt = await run_client.runs.receipt(agent_run)
         parent = await handle.fetch_history()
         child = await client.get_workflow_handle(agent_run).fetch_history()
     assert review.agent_run_id == agent_run and review.agent_status == "completed", review
-    assert receipt["outcome"] == "completed", receipt
+    assert receipt.outcome == "completed", receipt
 
     codec = ShopCodec.from_environment()
     replayer = Replayer(

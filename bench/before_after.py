@@ -1,0 +1,143 @@
+"""One change measured in one run: agentrun's per-step figures on an earlier commit and on
+this tree, taking turns, side by side (the machines are noisy, so never two separate runs).
+
+    python bench/before_after.py be32c25            # 3 rounds each, 20 steps x 8 runs
+    python bench/before_after.py HEAD~1 --rounds 5 --json out.json
+    python bench/before_after.py HEAD~1 --stage throughput --level 100
+
+Each round runs `bench/run.py --systems ours --stages overhead` (or `throughput`) once on the
+earlier commit (a git worktree under a temporary folder, imported first through PYTHONPATH)
+and once on this tree, alternating which goes first, each on its own fresh embedded stack.
+It prints every round's figures (overhead: per-step p50 one run at a time and back to back,
+wall time per step; throughput: steps/s, worker CPU per step and mirror lag at one level of
+concurrent runs), then the medians and the ratio this tree ÷ the earlier one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OVERHEAD = {  # name: (mode, measure) in the overhead stage's "ours"
+    "per-step p50, one run at a time (ms)": ("isolated", "step_ms"),
+    "per-step p50, back to back (ms)": ("back_to_back", "step_ms"),
+    "run time / steps p50, one at a time (ms)": ("isolated", "wall_per_step_ms"),
+}
+THROUGHPUT = (  # figures of "ours" at the level, from the throughput stage
+    "steps/s",
+    "worker CPU per step (ms)",
+    "Temporal CPU per step (ms)",
+    "mirror lag p50 (ms)",
+    "mirror lag p95 (ms)",
+)
+
+
+def measure(args: argparse.Namespace, tree: Path, out: Path) -> dict[str, float]:
+    """One stage of agentrun on `tree`: its figures."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, "bench/run.py", "--systems", "ours", "--stages", args.stage]
+    if args.stage == "overhead":
+        command += ["--steps", str(args.steps), "--runs", str(args.runs), "--levels", "1"]
+    else:
+        command += ["--levels", str(args.level), "--level-steps", str(args.steps)]
+    done = subprocess.run(
+        [*command, "--out", str(out)], cwd=tree, env=env, text=True, capture_output=True
+    )
+    results = sorted(out.glob("bench-*.json"))
+    if done.returncode != 0 or not results:
+        raise SystemExit(
+            f"bench/run.py failed on {tree}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    report = json.loads(results[-1].read_text())
+    if args.stage == "overhead":
+        ours = report["overhead"]["ours"]
+        return {name: ours[mode][what]["p50"] for name, (mode, what) in OVERHEAD.items()}
+    [level] = report["throughput"]["levels"]
+    ours, lag = level["ours"], report["throughput"]["mirror_lag_under_load"]["ms"]
+    figures = (
+        ours["steps_per_second"],
+        ours["worker_cpu_ms_per_step"],
+        ours["temporal_cpu_ms_per_step"],
+        lag["p50"],
+        lag["p95"],
+    )
+    return dict(zip(THROUGHPUT, figures, strict=True))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rev", help="the earlier commit (anything `git worktree add` takes)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stage", choices=("overhead", "throughput"), default="overhead")
+    parser.add_argument("--steps", type=int, default=20, help="tool steps per run")
+    parser.add_argument("--runs", type=int, default=8, help="overhead: runs per stage")
+    parser.add_argument(
+        "--level", type=int, default=100, help="throughput: concurrent runs (at most 100)"
+    )
+    parser.add_argument("--json", type=Path, help="also write every round's figures here")
+    args = parser.parse_args()
+    if not 1 <= args.level <= 100:  # the bench samples the mirror's lag up to 100 runs
+        parser.error("--level must be 1 to 100")
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.rev], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    if not rev:
+        raise SystemExit(f"{args.rev!r} is not a commit of this repository")
+    here = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="agentrun-before-") as scratch:
+        earlier = Path(scratch) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "-f", str(earlier), rev],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            for n in range(args.rounds):
+                order = [("before", earlier), ("after", ROOT)]
+                for side, tree in order if n % 2 == 0 else order[::-1]:
+                    figures = measure(args, tree, Path(scratch) / f"{side}-{n}")
+                    rounds[side].append(figures)
+                    shown = ", ".join(f"{v:.1f}" for v in figures.values())
+                    print(
+                        f"round {n + 1}: {side:6} ({rev if side == 'before' else here}) {shown}",
+                        flush=True,
+                    )
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(earlier)],
+                cwd=ROOT,
+                capture_output=True,
+            )
+    runs = args.runs if args.stage == "overhead" else args.level
+    print(f"\nmedian of {args.rounds} rounds, {runs} runs of {args.steps} steps each")
+    print(f"| figure | {rev} (before) | {here} (after) | after ÷ before |")
+    print("| --- | --- | --- | --- |")
+    medians: dict[str, Any] = {}
+    for name in OVERHEAD if args.stage == "overhead" else THROUGHPUT:
+        before = statistics.median(r[name] for r in rounds["before"])
+        after = statistics.median(r[name] for r in rounds["after"])
+        medians[name] = {"before": before, "after": after, "ratio": after / before}
+        print(f"| {name} | {before:.1f} | {after:.1f} | {after / before:.2f}x |")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"before": rev, "after": here, "rounds": rounds, "medians": medians}, indent=2
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The HTTP door as users run it: `agentrun serve --port 0` in a subprocess on the test's
+settings, and keys made the operator's way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
+from agentrun import RunClient
+from agentrun.core.background_http import BackgroundHTTPServer
+from agentrun.core.settings import Settings
+from tests.test_cli import ROOT, cli_env
+
+START_SECONDS = 60.0
+
+
+@dataclass
+class Served:
+    url: str
+    process: asyncio.subprocess.Process
+
+    def kill(self) -> None:
+        """SIGKILL: the server gets no chance to close anything."""
+        self.process.send_signal(signal.SIGKILL)
+
+
+@asynccontextmanager
+async def served(
+    settings: Settings, home: Path, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[Served]:
+    """`agentrun serve --port 0 ARGS` until the block ends; its URL from its first line."""
+    command = [str(Path(sys.executable).parent / "agentrun"), "serve", "--port", "0", *args]
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=ROOT,
+        env={**cli_env(settings, home), **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            first = await asyncio.wait_for(proc.stdout.readline(), START_SECONDS)
+        except TimeoutError:
+            first = b""
+        line = first.decode()
+        if not line.startswith("serving on "):
+            proc.kill()
+            err = await proc.stderr.read()
+            raise AssertionError(f"`agentrun serve` did not start: {line!r} {err.decode()}")
+        yield Served(line.split()[2], proc)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+async def make_key(settings: Settings, tenant: str, role: str, **kwargs: object) -> str:
+    """A new key, made as `agentrun keys create` makes it."""
+    async with RunClient.lazy(settings.model_copy(update={"tenant": None})) as operator:
+        made = await operator.keys.create(tenant, role, **kwargs)  # type: ignore[arg-type]
+    return made.key
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class Sse:
+    event: str
+    data: str
+    id: str | None
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[Sse]:
+    """A text/event-stream's events as they come (comments, the keep-alives, skipped)."""
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line.startswith(":"):
+            continue
+        if not line:
+            if "data" in fields:
+                yield Sse(fields.get("event", "message"), fields["data"], fields.get("id"))
+            fields = {}
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value.removeprefix(" ")
+
+
+class Issuer:
+    """An OIDC issuer in the test process: an RSA key made here, its JWKS served over real
+    HTTP on loopback, and tokens signed with it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.kid = f"kid-{uuid.uuid4().hex[:8]}"
+        jwk = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
+        body = json.dumps({"keys": [{**jwk, "kid": self.kid, "use": "sig", "alg": "RS256"}]})
+
+        class Jwks(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = BackgroundHTTPServer(ThreadingHTTPServer(("127.0.0.1", 0), Jwks))
+
+    @property
+    def jwks_url(self) -> str:
+        return f"{self.server.origin}/jwks.json"
+
+    def token(self, sub: str, tenant: str, roles: list[str], **claims: Any) -> str:
+        now = int(time.time())
+        payload = {
+            "iss": self.name,
+            "aud": "agentrun",
+            "sub": sub,
+            "tenant": tenant,
+            "roles": roles,
+            "iat": now,
+            "exp": now + 600,
+            **claims,
+        }
+        return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": self.kid})
+
+    def settings(self) -> dict[str, str]:
+        """The environment `agentrun serve` trusts this issuer by."""
+        return {
+            "AGENTRUN_OIDC_JWKS_URL": self.jwks_url,
+            "AGENTRUN_OIDC_ISSUER": self.name,
+            "AGENTRUN_OIDC_AUDIENCE": "agentrun",
+        }

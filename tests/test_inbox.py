@@ -1,0 +1,114 @@
+"""The approvals inbox in a real browser, at a phone's width: log in with a key, see the
+pending refund-like action (arguments, risk, who asked, expiry), edit it and approve it, and
+follow the run's timeline to its receipt, which names the key as approver and the edit.
+
+Headless Chromium (Debian's `chromium`) driven by Playwright, as tests/test_web_ui.py does;
+skipped with the reason when either is missing. The server is `agentrun serve` in a
+subprocess, on the real stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+
+from agentrun.core.settings import Settings
+from agentrun.ops import operations as ops
+from tests.http_support import bearer, make_key, served
+from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
+
+CHROMIUM = os.environ.get("AGENTRUN_CHROMIUM", "/usr/bin/chromium")
+playwright = pytest.importorskip(
+    "playwright.async_api",
+    reason="playwright is not installed: it is the browser extra, `pip install -e '.[browser]'`",
+)
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(CHROMIUM),
+    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTRUN_CHROMIUM)",
+)
+from tests.test_web_ui import CHROMIUM_ARGS  # noqa: E402
+
+PHONE = {"width": 390, "height": 844}
+# Markup in a run's task and arguments is shown as text, never run.
+HOSTILE = ' <img src=x onerror="document.title=1">'
+
+
+async def test_an_approver_edits_and_approves_in_the_inbox_from_a_phone(
+    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    runner = await make_key(settings, tenant, "runner")
+    approver = await make_key(settings, tenant, "approver")
+    by = "key:" + approver.split("_")[1]
+    edit = {"body": "Your refund of $120 is approved; it is paid within 5 days."}
+    async with worker(), served(settings, tmp_path) as door:
+        async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+            started = await http.post(
+                "/v1/runs",
+                json={"task": NOTIFY_TASK + HOSTILE, "user": "li@example.com"},
+                headers={**bearer(runner), "Idempotency-Key": "refund-1"},
+            )
+            assert started.status_code == 201, started.text
+            run_id = started.json()["run_id"]
+            pending = await wait_pending(client, run_id, seconds=60)
+
+            async def listed() -> list[str]:
+                """The inbox's runs: the mirror's, written a moment after the run asks."""
+                answer = await http.get("/v1/approvals", headers=bearer(runner))
+                assert answer.status_code == 200, answer.text
+                return [item["run_id"] for item in answer.json()]
+
+            assert await eventually(listed, what="the inbox to list the run") == [run_id]
+            assert (await http.get("/v1/approvals")).status_code == 401
+
+        async with playwright.async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport=PHONE)
+                console: list[str] = []
+                page.on("console", lambda message: console.append(message.text))
+                await page.goto(f"{door.url}/inbox")
+                await page.fill("#key", approver)
+                await page.click("button[type=submit]")
+                card = page.locator(f"article.card[data-run='{run_id}']")
+                await card.wait_for(timeout=30_000)
+                shown = await card.inner_text()
+                assert "Run send_message" in shown and "high" in shown
+                assert "li@example.com" in shown and pending.arguments["to"] in shown
+                assert "Expires" in shown and HOSTILE.strip() in shown
+                assert await card.locator("img").count() == 0
+                # The page fits a phone: nothing wider than the screen.
+                width = await page.evaluate("document.documentElement.scrollWidth")
+                assert width <= PHONE["width"], width
+
+                await card.locator(".toggle-edit").click()
+                edited = {**pending.arguments, **edit}
+                await card.locator("textarea.edit").fill(json.dumps(edited, indent=2))
+                await card.locator("button.approve").click()
+                receipt_line = card.locator(".timeline li.receipt")
+                await receipt_line.wait_for(timeout=60_000)
+                told = await receipt_line.inner_text()
+                assert "completed" in told and f"approved by {by}" in told, told
+                assert await card.locator("h2").inner_text() == "Run send_message · approved"
+                assert await card.locator("button.approve").is_disabled()
+                assert json.dumps(edit, separators=(",", ":")) in told, told
+                assert await page.evaluate("sessionStorage.getItem('agentrun.key')") == approver
+                # The page's own script and styles are all its policy lets run, and all run.
+                assert not [m for m in console if "Content Security Policy" in m], console
+            finally:
+                await browser.close()
+
+    receipt = await ops.receipt(pool, run_id)  # the page showed it: it is written
+    [approval] = receipt["approvals"]
+    assert (approval["by"], approval["edit"]) == (by, edit)
+    assert approval["final_arguments"]["body"] == edit["body"]
+    sent = await rows(pool, "SELECT body FROM outbox WHERE run_id = %s", run_id)
+    assert sent == [{"body": edit["body"]}]
