@@ -426,7 +426,7 @@ async def _change(
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     try:
-        await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline)
+        await handles.ask_within(client, backlog.handle, AgentBacklogWorkflow.state, deadline)
         answered = True
     except NoAnswer:
         answered = False
@@ -560,7 +560,9 @@ async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECOND
     deadline = Deadline(wait)
     backlog = await _running(client, agent, deadline)
     try:
-        return await handles.ask_within(backlog.handle, AgentBacklogWorkflow.state, deadline, 1.0)  # type: ignore[no-any-return]
+        return await handles.ask_within(
+            client, backlog.handle, AgentBacklogWorkflow.state, deadline, 1.0
+        )  # type: ignore[no-any-return]
     except NoAnswer as err:
         found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
         raise NotAnswered(

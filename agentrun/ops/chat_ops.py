@@ -132,7 +132,7 @@ def approval_pending(run_id: str, approval: dict[str, Any], next_offset: int) ->
 async def _state(client: Client, run_id: str, wait: float) -> RunState | None:
     try:
         state: RunState = await handles.ask_within(
-            client.get_workflow_handle(run_id), AgentRunWorkflow.state, Deadline(wait)
+            client, client.get_workflow_handle(run_id), AgentRunWorkflow.state, Deadline(wait)
         )
     except NoAnswer:
         return None

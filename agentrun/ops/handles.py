@@ -11,6 +11,7 @@ of waiting out its bound and guessing.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -18,7 +19,10 @@ from typing import Any
 from temporalio.api.common.v1 import Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
-from temporalio.api.workflowservice.v1 import UpdateWorkflowExecutionRequest
+from temporalio.api.workflowservice.v1 import (
+    ResetStickyTaskQueueRequest,
+    UpdateWorkflowExecutionRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -48,10 +52,28 @@ async def describe_within(
 
 
 async def ask_within(
-    handle: WorkflowHandle[Any, Any], query: Any, deadline: Deadline, fraction: float = 0.5
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    query: Any,
+    deadline: Deadline,
+    fraction: float = 0.5,
 ) -> Any:
-    """A query, or NoAnswer when no worker answers within its share of the bound."""
-    seconds = deadline.share(fraction)
+    """A query, or NoAnswer when no worker answers within its share of the bound.
+
+    The server sends a run's queries to the worker that last ran it (its sticky queue) for
+    about ten seconds after that worker's last poll, so a killed worker's runs would not
+    answer while its replacement polls. Half the share unanswered, the run is unstuck (its
+    next task goes to the shared queue, where any worker replays it) and asked again.
+    """
+    bound = Deadline(deadline.share(fraction))
+    try:
+        return await _ask(handle, query, bound.share(0.5))
+    except NoAnswer:
+        await unstick(client, handle.id, bound.share(0.2))
+    return await _ask(handle, query, bound.left())
+
+
+async def _ask(handle: WorkflowHandle[Any, Any], query: Any, seconds: float) -> Any:
     try:
         return await within(seconds, handle.query(query, rpc_timeout=timedelta(seconds=seconds)))
     except RPCError as err:
@@ -60,6 +82,21 @@ async def ask_within(
         if err.status == RPCStatusCode.NOT_FOUND:
             raise RunNotFound(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
         raise NoAnswer from err
+
+
+async def unstick(client: Client, workflow_id: str, seconds: float) -> None:
+    """Free a run from the worker that last ran it (a cache, not state: a live worker that
+    still holds the run replays it once more). Best effort; a closed run has nothing to free."""
+    request = ResetStickyTaskQueueRequest(
+        namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id)
+    )
+    with contextlib.suppress(NoAnswer, RPCError):
+        await within(
+            seconds,
+            client.workflow_service.reset_sticky_task_queue(
+                request, timeout=timedelta(seconds=seconds)
+            ),
+        )
 
 
 async def update_within(

@@ -292,7 +292,7 @@ async def pending_approval(
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
         pending: PendingApproval | None = await handles.ask_within(
-            run.handle, AgentRunWorkflow.get_pending_approval, deadline
+            client, run.handle, AgentRunWorkflow.get_pending_approval, deadline
         )
     except NoAnswer as err:
         raise NotAnswered(await _no_worker(client, run, deadline)) from err
@@ -389,7 +389,9 @@ async def _decide(
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
-        state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+        state: RunState = await handles.ask_within(
+            client, run.handle, AgentRunWorkflow.state, deadline
+        )
     except NoAnswer:
         if mirror is None:
             raise NotAnswered(
@@ -423,7 +425,7 @@ async def _decide(
         )
     except handles.NotAdmitted as err:
         await handles.signal_within(run.handle, signal, message, deadline)
-        return await _signalled_decision(run, state, message, err.reason, deadline)
+        return await _signalled_decision(client, run, state, message, err.reason, deadline)
     try:
         return await within(  # type: ignore[no-any-return]
             deadline.left(), accepted.result(rpc_timeout=timedelta(seconds=deadline.left()))
@@ -447,6 +449,7 @@ SIGNAL_OUTCOME_SECONDS = 3.0
 
 
 async def _signalled_decision(
+    client: Client,
     run: RunRef,
     before: RunState,
     message: ApproveInput | RejectInput,
@@ -461,7 +464,9 @@ async def _signalled_decision(
     waited = Deadline(min(SIGNAL_OUTCOME_SECONDS, deadline.left()))
     while waited.left() > 0.15:
         try:
-            state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, waited)
+            state: RunState = await handles.ask_within(
+                client, run.handle, AgentRunWorkflow.state, waited
+            )
         except (NoAnswer, OperationError):
             break
         refused = [
@@ -556,7 +561,7 @@ async def control_run(
     """`_control` for a run found already: pause, resume, or a session's end."""
     update, signal = messages
     try:
-        await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+        await handles.ask_within(client, run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
         await handles.signal_within(run.handle, signal, input, deadline)
         return ControlResult(
@@ -628,7 +633,7 @@ async def cancel(
     except RPCError as err:
         raise OperationRefused(f"not sent: the server refused the cancel ({err.message})") from err
     try:
-        await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+        await handles.ask_within(client, run.handle, AgentRunWorkflow.state, deadline)
     except NoAnswer:
         return (
             f"cancel recorded: {run_id} ends as cancelled and writes its receipt when a "
@@ -658,18 +663,18 @@ async def result(
             return carried
         if not is_cancelled_exception(err.cause):
             raise
-    return await _ended_as(handle, mirror)
+    return await _ended_as(client, handle, mirror)
 
 
 async def _ended_as(
-    handle: WorkflowHandle[Any, Any], mirror: AsyncConnectionPool | None
+    client: Client, handle: WorkflowHandle[Any, Any], mirror: AsyncConnectionPool | None
 ) -> RunResult:
     """A closed run's result from its state: the workflow's own (a worker replays it), else
     the mirror's (its receipt was written before the workflow ended)."""
     deadline = Deadline(DEFAULT_WAIT_SECONDS)
     state: RunState | None = None
     try:
-        state = await handles.ask_within(handle, AgentRunWorkflow.state, deadline, 0.8)
+        state = await handles.ask_within(client, handle, AgentRunWorkflow.state, deadline, 0.8)
     except NoAnswer:
         mirrored = await mirror_views.run_state(mirror, handle.id) if mirror else None
         state = mirrored[0] if mirrored else None
@@ -702,7 +707,7 @@ async def status(
     run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
         state: RunState = await handles.ask_within(
-            run.handle, AgentRunWorkflow.state, deadline, 0.8
+            client, run.handle, AgentRunWorkflow.state, deadline, 0.8
         )
     except NoAnswer as err:
         latest = await _latest_events(client, run_id, deadline)
@@ -739,7 +744,7 @@ async def inspect(
     state: RunState | None = None
     if not failing and (not run.running or any(p.fresh(now) for p in found)):
         try:
-            state = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+            state = await handles.ask_within(client, run.handle, AgentRunWorkflow.state, deadline)
             state = await _with_queue_position(client, run_id, state)
         except NoAnswer:
             state = None

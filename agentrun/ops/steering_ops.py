@@ -54,7 +54,7 @@ async def say(
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
         before: RunState | None = await handles.ask_within(
-            run.handle, AgentRunWorkflow.state, deadline, 0.3
+            client, run.handle, AgentRunWorkflow.state, deadline, 0.3
         )
     except NoAnswer:
         before = None
@@ -74,7 +74,9 @@ async def say(
         )
     while deadline.left() > 0.1:
         try:
-            state: RunState = await handles.ask_within(run.handle, AgentRunWorkflow.state, deadline)
+            state: RunState = await handles.ask_within(
+                client, run.handle, AgentRunWorkflow.state, deadline
+            )
         except NoAnswer:
             break
         if any(m.message_id == message.message_id for m in state.messages):
