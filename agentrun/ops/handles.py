@@ -62,14 +62,15 @@ async def ask_within(
 
     The server sends a run's queries to the worker that last ran it (its sticky queue) for
     about ten seconds after that worker's last poll, so a killed worker's runs would not
-    answer while its replacement polls. Half the share unanswered, the run is unstuck (its
-    next task goes to the shared queue, where any worker replays it) and asked again.
+    answer while its replacement polls. Two fifths of the share unanswered (a live worker
+    answers in well under a second), the run is unstuck (its next task goes to the shared
+    queue, where any worker replays it) and asked again with the rest.
     """
     bound = Deadline(deadline.share(fraction))
     try:
-        return await _ask(handle, query, bound.share(0.5))
+        return await _ask(handle, query, bound.share(0.4))
     except NoAnswer:
-        await unstick(client, handle.id, bound.share(0.2))
+        await unstick(client, handle.id, bound.share(0.1))
     return await _ask(handle, query, bound.left())
 
 
