@@ -860,6 +860,19 @@ def long_run_table(stage: dict[str, Any]) -> str:
                 ),
             ]
         )
+    rows.append(
+        [
+            f"time per step: steps {window + 1}-{2 * window} (after the server's first "
+            f"dispatches, bench/server_pace.py) → last {window} (last ÷ those)",
+            *(
+                f"{fmt(f['first'], ' ms')} → {fmt(f['last'], ' ms')} ({fmt_ratio(f['ratio'])})"
+                if f
+                else "—"
+                for s in systems
+                for f in [stage[s].get("step_ms_settled")]
+            ),
+        ]
+    )
     rows.append(["worker peak RSS", *(fmt(stage[s]["rss_mb_peak"], " MB", 0) for s in systems)])
     rows.append(
         [
