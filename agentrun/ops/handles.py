@@ -11,6 +11,7 @@ of waiting out its bound and guessing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
@@ -64,14 +65,30 @@ async def ask_within(
     about ten seconds after that worker's last poll, so a killed worker's runs would not
     answer while its replacement polls. Two fifths of the share unanswered (a live worker
     answers in well under a second), the run is unstuck (its next task goes to the shared
-    queue, where any worker replays it) and asked again with the rest.
+    queue, where any worker replays it) and asked again; the first query keeps its whole
+    share, and whichever answers first is the answer.
     """
     bound = Deadline(deadline.share(fraction))
+    asks = {asyncio.ensure_future(_ask(handle, query, bound.left()))}
     try:
-        return await _ask(handle, query, bound.share(0.4))
-    except NoAnswer:
-        await unstick(client, handle.id, bound.share(0.1))
-    return await _ask(handle, query, bound.left())
+        done, _ = await asyncio.wait(asks, timeout=bound.share(0.4))
+        if not done or _unanswered(done.pop()):
+            await unstick(client, handle.id, bound.share(0.1))
+            asks.add(asyncio.ensure_future(_ask(handle, query, bound.left())))
+        while asks:
+            done, asks = await asyncio.wait(asks, return_when=asyncio.FIRST_COMPLETED)
+            for ask in done:
+                if not _unanswered(ask):
+                    return ask.result()
+        raise NoAnswer
+    finally:
+        for ask in asks:
+            ask.cancel()
+
+
+def _unanswered(ask: asyncio.Future[Any]) -> bool:
+    """Whether a finished query went unanswered (any other error is the query's answer)."""
+    return isinstance(ask.exception(), NoAnswer)
 
 
 async def _ask(handle: WorkflowHandle[Any, Any], query: Any, seconds: float) -> Any:
