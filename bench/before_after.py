@@ -4,18 +4,22 @@ this tree, taking turns, side by side (the machines are noisy, so never two sepa
     python bench/before_after.py be32c25            # 3 rounds each, 20 steps x 8 runs
     python bench/before_after.py HEAD~1 --rounds 5 --json out.json
     python bench/before_after.py HEAD~1 --stage throughput --level 100
+    python bench/before_after.py HEAD~1 --stage long --steps 300
 
-Each round runs `bench/run.py --systems ours --stages overhead` (or `throughput`) once on the
+Each round runs `bench/run.py --systems ours --stages overhead` (or `throughput`, or the long
+run) once on the
 earlier commit (a git worktree under a temporary folder, imported first through PYTHONPATH)
 and once on this tree, alternating which goes first, each on its own fresh embedded stack.
 It prints every round's figures (overhead: per-step p50 one run at a time and back to back,
 wall time per step; throughput: steps/s, worker CPU per step and mirror lag at one level of
-concurrent runs), then the medians and the ratio this tree ÷ the earlier one.
+concurrent runs; long: one run of N tool calls, its time and worker CPU per step), then the
+medians and the ratio this tree ÷ the earlier one.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -38,6 +42,12 @@ THROUGHPUT = (  # figures of "ours" at the level, from the throughput stage
     "mirror lag p50 (ms)",
     "mirror lag p95 (ms)",
 )
+LONG = (  # figures of "ours" in the long-run stage
+    "time per step, steps 11-20 (ms)",
+    "time per step, last 10 (ms)",
+    "worker CPU per step (ms)",
+    "history bytes per step, last 10",
+)
 
 
 def measure(args: argparse.Namespace, tree: Path, out: Path) -> dict[str, float]:
@@ -46,6 +56,8 @@ def measure(args: argparse.Namespace, tree: Path, out: Path) -> dict[str, float]
     command = [sys.executable, "bench/run.py", "--systems", "ours", "--stages", args.stage]
     if args.stage == "overhead":
         command += ["--steps", str(args.steps), "--runs", str(args.runs), "--levels", "1"]
+    elif args.stage == "long":
+        command = [*command[:4], "--long", "--long-pages", str(args.steps)]
     else:
         command += ["--levels", str(args.level), "--level-steps", str(args.steps)]
     done = subprocess.run(
@@ -60,6 +72,17 @@ def measure(args: argparse.Namespace, tree: Path, out: Path) -> dict[str, float]
     if args.stage == "overhead":
         ours = report["overhead"]["ours"]
         return {name: ours[mode][what]["p50"] for name, (mode, what) in OVERHEAD.items()}
+    if args.stage == "long":
+        ours = report["long_run"]["ours"]
+        # From each step's time (every version of the stage records them).
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(ours["steps"])]
+        long_figures = (
+            statistics.mean(gaps[10:20]),
+            statistics.mean(gaps[-10:]),
+            ours["worker_cpu_ms_per_step"],
+            ours["bytes_per_step"]["last"],
+        )
+        return dict(zip(LONG, long_figures, strict=True))
     [level] = report["throughput"]["levels"]
     ours, lag = level["ours"], report["throughput"]["mirror_lag_under_load"]["ms"]
     figures = (
@@ -76,7 +99,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rev", help="the earlier commit (anything `git worktree add` takes)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--stage", choices=("overhead", "throughput"), default="overhead")
+    parser.add_argument("--stage", choices=("overhead", "throughput", "long"), default="overhead")
     parser.add_argument("--steps", type=int, default=20, help="tool steps per run")
     parser.add_argument("--runs", type=int, default=8, help="overhead: runs per stage")
     parser.add_argument(
@@ -120,12 +143,12 @@ def main() -> int:
                 cwd=ROOT,
                 capture_output=True,
             )
-    runs = args.runs if args.stage == "overhead" else args.level
+    runs = {"overhead": args.runs, "throughput": args.level, "long": 1}[args.stage]
     print(f"\nmedian of {args.rounds} rounds, {runs} runs of {args.steps} steps each")
     print(f"| figure | {rev} (before) | {here} (after) | after ÷ before |")
     print("| --- | --- | --- | --- |")
     medians: dict[str, Any] = {}
-    for name in OVERHEAD if args.stage == "overhead" else THROUGHPUT:
+    for name in {"overhead": OVERHEAD, "throughput": THROUGHPUT, "long": LONG}[args.stage]:
         before = statistics.median(r[name] for r in rounds["before"])
         after = statistics.median(r[name] for r in rounds["after"])
         medians[name] = {"before": before, "after": after, "ratio": after / before}
