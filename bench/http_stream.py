@@ -437,7 +437,13 @@ async def run(cfg: Config) -> dict[str, Any]:
     }
     t0 = time.monotonic()
     home = Path(tempfile.mkdtemp(prefix="agentrun-bench-http-"))
-    stack = EmbeddedStack(home=home, temporal_port=free_port(), ui_port=free_port(), ui=False)
+    stack = EmbeddedStack(
+        home=home,
+        temporal_port=free_port(),
+        ui_port=free_port(),
+        ui=False,
+        fast_dispatch=False,  # the server's defaults, as in bench/run.py
+    )
     try:
         endpoints = await asyncio.to_thread(stack.start)
         async with await psycopg.AsyncConnection.connect(endpoints["database_url"]) as conn:

@@ -71,7 +71,12 @@ async def completed_count(client: Any, run_ids: list[str]) -> int:
 async def one_mode(fair: bool, *, runs: int, neighbours: int, budget: float) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="agentrun-noisy-"))
     stack = EmbeddedStack(
-        home, temporal_port=free_port(), ui_port=free_port(), ui=False, fairness=fair
+        home,
+        temporal_port=free_port(),
+        ui_port=free_port(),
+        ui=False,
+        fairness=fair,
+        fast_dispatch=False,  # the server's defaults, as in bench/run.py
     )
     model = OfflineModelServer(ours.responder)
     try:

@@ -1,8 +1,9 @@
 """The dev server's own pace: a workflow of N no-op activities, one after another, on bare
-Temporal (no agentrun), on the bench's embedded stack. It prints the time per step at the
-start and later, so the long run's figures (bench/long_run.py) can be read against what the
-server does to any workflow: on Server 1.32 a task queue's first two dozen or so dispatches
-through matching are fast, and every later one takes about 50 ms more.
+Temporal (no agentrun), on the bench's embedded stack with the server's default dispatch reads
+and with the stack's (`agentrun.dev.stack.DISPATCH_FLAGS`), side by side. With the default,
+the history service reads the tasks bound for matching at most 20 times a second, so once a
+burst of reads is spent every dispatch waits about 50 ms: a run's steps slow after its first
+dozen, and a second run on the same queue is slow from its first.
 
     python -m bench.server_pace              # 40 steps, then a second workflow on the same queue
     python -m bench.server_pace --steps 100 --json out.json
@@ -56,14 +57,20 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-async def measure(steps: int) -> dict[str, Any]:
+async def measure(steps: int, fast_dispatch: bool) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="agentrun-pace-"))
-    stack = EmbeddedStack(home=home, temporal_port=free_port(), ui_port=free_port(), ui=False)
+    stack = EmbeddedStack(
+        home=home,
+        temporal_port=free_port(),
+        ui_port=free_port(),
+        ui=False,
+        fast_dispatch=fast_dispatch,
+    )
     endpoints = await asyncio.to_thread(stack.start)
     try:
         client = await Client.connect(endpoints["temporal_address"])
         queue = f"pace-{uuid.uuid4().hex[:8]}"
-        out: dict[str, Any] = {"steps": steps, "workflows": []}
+        out: dict[str, Any] = {"steps": steps, "fast_dispatch": fast_dispatch, "workflows": []}
         # Eager activities would skip matching; the server's pace is in matching.
         async with Worker(
             client,
@@ -97,18 +104,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    out = asyncio.run(measure(args.steps))
-    for each in out["workflows"]:
-        first, after, last = (
-            fmt(each[k], " ms") for k in ("first_10_ms", "steps_11_20_ms", "last_10_ms")
-        )
-        print(
-            f"{each['label']}: time per step, first 10 steps {first}, next 10 {after}, "
-            f"last 10 {last}"
-        )
-        print("  each step (ms):", " ".join(f"{g:.0f}" for g in each["gaps_ms"]))
+    servers = {
+        "the server's default (20 reads a second)": asyncio.run(measure(args.steps, False)),
+        "the embedded stack's (DISPATCH_FLAGS)": asyncio.run(measure(args.steps, True)),
+    }
+    for server, out in servers.items():
+        print(server)
+        for each in out["workflows"]:
+            first, after, last = (
+                fmt(each[k], " ms") for k in ("first_10_ms", "steps_11_20_ms", "last_10_ms")
+            )
+            print(
+                f"  {each['label']}: time per step, first 10 steps {first}, next 10 {after}, "
+                f"last 10 {last}"
+            )
+            print("    each step (ms):", " ".join(f"{g:.0f}" for g in each["gaps_ms"]))
+    default, fast = (out["workflows"][0]["last_10_ms"] for out in servers.values())
+    print(f"last 10 steps of the first workflow, the stack's ÷ the default: {fast / default:.2f}x")
     if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        args.json.write_text(json.dumps(servers, indent=2) + "\n")
 
 
 if __name__ == "__main__":

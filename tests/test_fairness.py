@@ -48,8 +48,10 @@ async def test_priority_and_fairness_survive_continue_as_new_and_a_worker_restar
                 client, spec, task_queue=settings.task_queue, limits=limits
             )
             await wait_pending(client, started.run_id)
-        # The worker is gone; a new one takes the run over at its approval gate.
+        # The worker is gone; a new one takes the run over at its approval gate (a workflow
+        # task left on the old worker's sticky queue holds the run's queries up to 10 s).
         async with worker(base_url=model.base_url):
+            await wait_pending(client, started.run_id)
             state = await ops.status(client, started.run_id)
             assert state.priority == 2
             await ops.approve(client, started.run_id, by="maria", role="approver")

@@ -129,6 +129,13 @@ def capture_postgres_log(path: Path) -> None:
     pg_log.setLevel(logging.INFO)
 
 
+# The history service reads its queue of tasks bound for matching at most 20 times a second by
+# default, per shard (the dev server has one), so once that budget is spent each dispatch of a
+# run's next task waits about 50 ms: a run's steps slow from about 15 to 100 ms after its first
+# dozen (bench/server_pace.py). The embedded server reads as tasks come.
+DISPATCH_FLAGS = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000")
+
+
 @dataclass
 class EmbeddedStack:
     home: Path
@@ -137,6 +144,8 @@ class EmbeddedStack:
     ui: bool = True
     # Fair dispatch across tenants (agentrun.core.fairness); off only to measure what it buys.
     fairness: bool = True
+    # DISPATCH_FLAGS; off only to measure what they buy (bench/server_pace.py).
+    fast_dispatch: bool = True
     model_port: int = 0
     # Where the dev server serves its Prometheus `/metrics` (what it did, counted: the
     # benchmark reads them); 0 leaves the server's own choice, a random port.
@@ -217,6 +226,7 @@ class EmbeddedStack:
             "synchronous=NORMAL",
             *search_attributes.dev_server_flags(),
             *fairness.dev_server_flags(self.fairness),
+            *(DISPATCH_FLAGS if self.fast_dispatch else ()),
             *(["--metrics-port", str(self.metrics_port)] if self.metrics_port else []),
         ]
         if not self.ui:
