@@ -2,7 +2,8 @@
 worker that last ran it (Temporal's sticky queue) and the server keeps sending its queries
 there for about ten seconds after that worker's last poll; a command must not spend its whole
 bound on a worker that is gone while a new one polls the run's queue. Each command here runs
-with the default bound (10 s), as a user's does.
+with the default bound (10 s), as a user's does: without the fix a query waits on the dead
+worker's queue for all of it (with 20 s the server's window ends in time, and it answers).
 
 Not promised here: a workflow task the server had already put on the old worker's sticky
 queue waits there for the SDK's sticky timeout (10 s) before another worker may take it, and

@@ -63,7 +63,7 @@ async def ask_within(
 
     The server sends a run's queries to the worker that last ran it (its sticky queue) for
     about ten seconds after that worker's last poll, so a killed worker's runs would not
-    answer while its replacement polls. Two fifths of the share unanswered (a live worker
+    answer while its replacement polls. A quarter of the share unanswered (a live worker
     answers in well under a second), the run is unstuck (its next task goes to the shared
     queue, where any worker replays it) and asked again; the first query keeps its whole
     share, and whichever answers first is the answer.
@@ -71,9 +71,9 @@ async def ask_within(
     bound = Deadline(deadline.share(fraction))
     asks = {asyncio.ensure_future(_ask(handle, query, bound.left()))}
     try:
-        done, _ = await asyncio.wait(asks, timeout=bound.share(0.4))
+        done, _ = await asyncio.wait(asks, timeout=bound.share(0.25))
         if not done or _unanswered(done.pop()):
-            await unstick(client, handle.id, bound.share(0.1))
+            await unstick(client, handle.id, bound.left() / 2)
             asks.add(asyncio.ensure_future(_ask(handle, query, bound.left())))
         while asks:
             done, asks = await asyncio.wait(asks, return_when=asyncio.FIRST_COMPLETED)
