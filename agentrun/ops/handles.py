@@ -52,12 +52,6 @@ async def describe_within(
         ) from err
 
 
-# A live worker answers a query in milliseconds; one slower than this (and than a quarter of
-# the command's share) is taken for gone. Unsticking a busy live worker's run costs a replay,
-# so short polls (a decision's outcome, `say`) do not unstick on every call.
-STICKY_PATIENCE_SECONDS = 1.0
-
-
 async def ask_within(
     client: Client,
     handle: WorkflowHandle[Any, Any],
@@ -69,16 +63,15 @@ async def ask_within(
 
     The server sends a run's queries to the worker that last ran it (its sticky queue) for
     about ten seconds after that worker's last poll, so a killed worker's runs would not
-    answer while its replacement polls. A quarter of the share (at least a second)
-    unanswered, the run is unstuck (its next task goes to the shared queue, where any worker
-    replays it) and asked again; the first query keeps its whole share, and whichever
-    answers first is the answer.
+    answer while its replacement polls. A quarter of the share unanswered (a live worker
+    answers in well under a second), the run is unstuck (its next task goes to the shared
+    queue, where any worker replays it) and asked again; the first query keeps its whole
+    share, and whichever answers first is the answer.
     """
     bound = Deadline(deadline.share(fraction))
     asks = {asyncio.ensure_future(_ask(handle, query, bound.left()))}
     try:
-        patience = min(bound.left(), max(bound.share(0.25), STICKY_PATIENCE_SECONDS))
-        done, _ = await asyncio.wait(asks, timeout=patience)
+        done, _ = await asyncio.wait(asks, timeout=bound.share(0.25))
         if not done or _unanswered(done.pop()):
             await unstick(client, handle.id, bound.left() / 2)
             asks.add(asyncio.ensure_future(_ask(handle, query, bound.left())))
