@@ -12,7 +12,7 @@ of waiting out its bound and guessing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -36,6 +36,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentrun.core.errors import NotAnswered, OperationRefused, RunNotFound
 from agentrun.temporal.worker_presence import Deadline, NoAnswer, start_a_worker, within
+
+log = logging.getLogger(__name__)
 
 
 async def describe_within(
@@ -63,24 +65,33 @@ async def ask_within(
 
     The server sends a run's queries to the worker that last ran it (its sticky queue) for
     about ten seconds after that worker's last poll, so a killed worker's runs would not
-    answer while its replacement polls. A quarter of the share unanswered (a live worker
-    answers in well under a second), the run is unstuck (its next task goes to the shared
-    queue, where any worker replays it) and asked again; the first query keeps its whole
-    share, and whichever answers first is the answer.
+    answer while its replacement polls. The share goes in rounds of a quarter (a live worker
+    answers in well under a second): a round unanswered, the run is unstuck (its next task
+    goes to the shared queue, where any worker replays it; once the server has confirmed it,
+    a live worker is not made to replay again) and asked anew. Earlier queries keep running,
+    and whichever answers first is the answer.
     """
     bound = Deadline(deadline.share(fraction))
-    asks = {asyncio.ensure_future(_ask(handle, query, bound.left()))}
+    asks: set[asyncio.Future[Any]] = set()
+    unstuck = False
     try:
-        done, _ = await asyncio.wait(asks, timeout=bound.share(0.25))
-        if not done or _unanswered(done.pop()):
-            await unstick(client, handle.id, bound.left() / 2)
+        while True:
             asks.add(asyncio.ensure_future(_ask(handle, query, bound.left())))
-        while asks:
-            done, asks = await asyncio.wait(asks, return_when=asyncio.FIRST_COMPLETED)
-            for ask in done:
-                if not _unanswered(ask):
-                    return ask.result()
-        raise NoAnswer
+            round_ends = Deadline(bound.share(0.25))
+            while asks and not round_ends.ended():
+                done, asks = await asyncio.wait(
+                    asks, timeout=round_ends.left(), return_when=asyncio.FIRST_COMPLETED
+                )
+                for ask in done:
+                    if not _unanswered(ask):
+                        return ask.result()
+            if not round_ends.ended():  # every query so far refused at once
+                await asyncio.sleep(round_ends.left())
+            if bound.ended():
+                raise NoAnswer
+            if not unstuck:
+                unstuck = await unstick(client, handle.id, min(bound.left() / 2, bound.share(0.25)))
+            log.debug("%s: no answer after %.1fs; asking again", handle.id, bound.spent())
     finally:
         for ask in asks:
             ask.cancel()
@@ -99,22 +110,28 @@ async def _ask(handle: WorkflowHandle[Any, Any], query: Any, seconds: float) -> 
         # out of time, or, as the server also says, "no poller seen ... worker may be down".
         if err.status == RPCStatusCode.NOT_FOUND:
             raise RunNotFound(f"no run {handle.id!r}: `agentrun list` shows the runs") from err
+        log.debug("%s: the server did not answer the query: %s", handle.id, err)
         raise NoAnswer from err
 
 
-async def unstick(client: Client, workflow_id: str, seconds: float) -> None:
+async def unstick(client: Client, workflow_id: str, seconds: float) -> bool:
     """Free a run from the worker that last ran it (a cache, not state: a live worker that
-    still holds the run replays it once more). Best effort; a closed run has nothing to free."""
+    still holds the run replays it once more). Best effort, and whether the server confirmed
+    it; a closed run has nothing to free."""
     request = ResetStickyTaskQueueRequest(
         namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id)
     )
-    with contextlib.suppress(NoAnswer, RPCError):
+    try:
         await within(
             seconds,
             client.workflow_service.reset_sticky_task_queue(
                 request, timeout=timedelta(seconds=seconds)
             ),
         )
+    except (NoAnswer, RPCError) as err:
+        log.debug("%s: could not free it from its last worker: %r", workflow_id, err)
+        return False
+    return True
 
 
 async def update_within(

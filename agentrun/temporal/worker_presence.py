@@ -52,6 +52,12 @@ class Deadline:
     def left(self) -> float:
         return max(self._end - asyncio.get_running_loop().time(), 0.1)
 
+    def ended(self) -> bool:
+        return asyncio.get_running_loop().time() >= self._end
+
+    def spent(self) -> float:
+        return self.seconds - (self._end - asyncio.get_running_loop().time())
+
     def share(self, fraction: float) -> float:
         """At most `fraction` of the bound, leaving the rest for what follows."""
         return min(self.left(), self.seconds * fraction)
@@ -131,8 +137,17 @@ def start_a_worker(task_queue: str) -> str:
 
 
 def no_worker(task_queue: str, found: list[Poller], seconds: float) -> str:
-    """Why nothing answered, and what to do, in one sentence."""
+    """Why nothing answered, and what to do, in one sentence. A worker heard from lately may
+    be busy, or the run's next task may still wait on a worker that stopped (Temporal hands it
+    on after the worker's sticky timeout, 10 s by default)."""
+    now = datetime.now(UTC)
+    lately = (
+        "if a worker runs, it may be busy or waiting out a task held by one that stopped "
+        "(about 10 s): try again with a longer --wait; else "
+        if any(p.fresh(now) for p in found)
+        else ""
+    )
     return (
-        f"no worker answered within {seconds:g}s ({describe_pollers(task_queue, found)}); "
-        f"{start_a_worker(task_queue)}"
+        f"no worker answered within {seconds:g}s ({describe_pollers(task_queue, found, now)}); "
+        f"{lately}{start_a_worker(task_queue)}"
     )
