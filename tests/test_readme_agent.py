@@ -12,12 +12,22 @@ import os
 import re
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+
+from temporalio.client import Client
 
 from agentrun.dev.offline_model import OfflineModelServer, offline_planner
 from agentrun.ops import operations as ops
 from agentrun.store import tool_sets
+from agentrun.temporal.worker_presence import pollers_or_unknown
 from tests.support import eventually, rows, wait_pending
+
+
+async def polling(client: Client, task_queue: str) -> bool:
+    now = datetime.now(UTC)
+    return any(p.fresh(now) for p in await pollers_or_unknown(client, task_queue, seconds=5))
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,6 +87,10 @@ async def test_the_readme_agent_runs_as_written(client, settings, pool, tmp_path
                 lambda: tool_sets.served_tools(pool, settings.task_queue),
                 seconds=60,
                 what="the worker to start",
+            )
+            # Its tools are recorded before it polls; `start` warns until it has polled.
+            await eventually(
+                lambda: polling(client, settings.task_queue), seconds=60, what="its first poll"
             )
             code, out = await shell(start, env)
             assert code == 0, out
