@@ -72,11 +72,15 @@ async def ask_within(
     and whichever answers first is the answer.
     """
     bound = Deadline(deadline.share(fraction))
+    sent: list[asyncio.Future[Any]] = []
     asks: set[asyncio.Future[Any]] = set()
     unstuck = False
     try:
         while True:
-            asks.add(asyncio.ensure_future(_ask(handle, query, bound.left())))
+            asking: asyncio.Future[Any] = asyncio.ensure_future(_ask(handle, query, bound.left()))
+            asking.add_done_callback(_read)
+            sent.append(asking)
+            asks.add(asking)
             round_ends = Deadline(bound.share(0.25))
             while asks and not round_ends.ended():
                 done, asks = await asyncio.wait(
@@ -93,8 +97,15 @@ async def ask_within(
                 unstuck = await unstick(client, handle.id, min(bound.left() / 2, bound.share(0.25)))
             log.debug("%s: no answer after %.1fs; asking again", handle.id, bound.spent())
     finally:
-        for ask in asks:
+        for ask in sent:
             ask.cancel()
+
+
+def _read(ask: asyncio.Future[Any]) -> None:
+    """Take a query's outcome as it ends: one no one waits for any more (another answered
+    first, or the bound ended) would be logged as an error never retrieved."""
+    if not ask.cancelled():
+        ask.exception()
 
 
 def _unanswered(ask: asyncio.Future[Any]) -> bool:
