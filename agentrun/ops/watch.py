@@ -48,6 +48,8 @@ from agentrun.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 RESUBSCRIBE_SECONDS = 0.5
 # The receipt is written before the workflow returns; this bounds the wait for its row.
 RECEIPT_WAIT_SECONDS = 10.0
+# An ended run's last stream read is tried again for this long before the mirror gives the rest.
+FINAL_READ_SECONDS = 10.0
 # A quiet run is polled less and less often, down to once per this long.
 IDLE_POLL_SECONDS = 1.0
 # One poll's bound: a query waits for a worker, and a busy one answers late.
@@ -84,10 +86,19 @@ async def watch(
         async for item in mirror_story(pool, run_id, after_seq=from_offset):
             yield item
         return
-    offset = from_offset
-    async for raw in _follow(client, run_id, offset, poll_cooldown.total_seconds()):
-        yield stream_item(raw)
-    if pool is not None:
+    last_seq = 0
+    async for raw in _follow(client, run_id, from_offset, poll_cooldown.total_seconds()):
+        item = stream_item(raw)
+        last_seq = item.seq or last_seq
+        yield item
+    if pool is None:
+        return
+    if last_seq or from_offset == 0:
+        # The events the stream's last reads could not give (an ended run is read by a
+        # replay, which may fail under load), from the mirror, which holds every one.
+        async for item in mirror_story(pool, run_id, after_seq=last_seq):
+            yield item
+    else:
         yield await _receipt_item(pool, run_id)
 
 
@@ -100,8 +111,10 @@ async def _follow(
     again from the same offset."""
     handle = client.get_workflow_handle(run_id)
     converter = client.data_converter.payload_converter
+    loop = asyncio.get_running_loop()
     pause = cooldown
     ended = False
+    give_up = float("inf")
     while True:
         try:
             result: PollResult = await handle.query(
@@ -111,8 +124,13 @@ async def _follow(
                 rpc_timeout=timedelta(seconds=POLL_RPC_SECONDS),
             )
         except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
-            if ended or not await _is_open(client, run_id):
-                return
+            ended = ended or not await _is_open(client, run_id)
+            if ended:
+                # Its last items are read from a replay of the ended run; try again for a
+                # while, then leave the rest to the mirror.
+                give_up = min(give_up, loop.time() + FINAL_READ_SECONDS)
+                if loop.time() > give_up:
+                    return
             await asyncio.sleep(RESUBSCRIBE_SECONDS)
             continue
         for wire in result.items:
@@ -175,7 +193,9 @@ def _event_item(event: RunEvent, *, offset: int | None) -> WatchItem:
 async def mirror_story(
     pool: AsyncConnectionPool, run_id: str, *, after_seq: int = 0
 ) -> AsyncIterator[WatchItem]:
-    """An ended run's events as the mirror holds them, then its receipt."""
+    """An ended run's events as the mirror holds them, then its receipt (waited for first:
+    it is written with the run's last rows)."""
+    receipt = await _receipt_item(pool, run_id)
     async with pool.connection() as conn:
         cur = await conn.execute(
             """SELECT seq, type, step_id, data, created_at FROM events
@@ -186,7 +206,7 @@ async def mirror_story(
     for seq, type_, step_id, data, at in rows:
         event = RunEvent(seq=seq, type=type_, step_id=step_id, data=data, at=at)
         yield _event_item(event, offset=None)
-    yield await _receipt_item(pool, run_id)
+    yield receipt
 
 
 async def _receipt_item(pool: AsyncConnectionPool, run_id: str) -> WatchItem:
