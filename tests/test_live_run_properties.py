@@ -434,9 +434,11 @@ class LiveRun(RuleBasedStateMachine):
         for watcher in getattr(self, "watchers", []):
             story = await asyncio.wrap_future(watcher)
             live = [i for i in story if i.kind != "receipt"]
-            if live and live[0].offset is not None:  # followed live: the stream, whole
-                assert [i.offset for i in live] == list(range(len(live)))
-            # else the run had ended when the watcher came: its story came from the mirror
+            # Followed live: the stream, whole, then what its last reads could not give from
+            # the mirror (no offset); a watcher that came after the end reads only the mirror.
+            streamed = [i for i in live if i.offset is not None]
+            assert live[: len(streamed)] == streamed
+            assert [i.offset for i in streamed] == list(range(len(streamed)))
             events = [i for i in live if i.kind == "event" and i.type != "step.retry"]
             assert [e.seq for e in events] == list(range(1, len(events) + 1))
             kinds = [e.type for e in events]

@@ -54,6 +54,12 @@ async def describe_within(
         ) from err
 
 
+# A live worker answers a query in milliseconds; one slower than this (and than a quarter of
+# the command's share) is taken for gone. Unsticking a busy live worker's run costs a replay,
+# so short bounds (`--wait 5`, a decision's outcome) do not unstick a loaded worker's runs.
+STICKY_PATIENCE_SECONDS = 1.0
+
+
 async def ask_within(
     client: Client,
     handle: WorkflowHandle[Any, Any],
@@ -65,40 +71,36 @@ async def ask_within(
 
     The server sends a run's queries to the worker that last ran it (its sticky queue) for
     about ten seconds after that worker's last poll, so a killed worker's runs would not
-    answer while its replacement polls. The share goes in rounds of a quarter (a live worker
-    answers in well under a second): a round unanswered, the run is unstuck (its next task
-    goes to the shared queue, where any worker replays it; once the server has confirmed it,
-    a live worker is not made to replay again) and asked anew. Earlier queries keep running,
-    and whichever answers first is the answer.
+    answer while its replacement polls. A quarter of the share (at least a second)
+    unanswered, the run is unstuck (its next task goes to the shared queue, where any worker
+    replays it) and asked again; the first query keeps its whole share, and whichever
+    answers first is the answer. (More queries would not help: after the reset the second
+    is answered at once, unless a task the dead worker held blocks every query alike.)
     """
     bound = Deadline(deadline.share(fraction))
-    sent: list[asyncio.Future[Any]] = []
-    asks: set[asyncio.Future[Any]] = set()
-    unstuck = False
+    asks = {_asking(handle, query, bound)}
     try:
-        while True:
-            asking: asyncio.Future[Any] = asyncio.ensure_future(_ask(handle, query, bound.left()))
-            asking.add_done_callback(_read)
-            sent.append(asking)
-            asks.add(asking)
-            round_ends = Deadline(bound.share(0.25))
-            while asks and not round_ends.ended():
-                done, asks = await asyncio.wait(
-                    asks, timeout=round_ends.left(), return_when=asyncio.FIRST_COMPLETED
-                )
-                for ask in done:
-                    if not _unanswered(ask):
-                        return ask.result()
-            if not round_ends.ended():  # every query so far refused at once
-                await asyncio.sleep(round_ends.left())
-            if bound.ended():
-                raise NoAnswer
-            if not unstuck:
-                unstuck = await unstick(client, handle.id, min(bound.left() / 2, bound.share(0.25)))
+        patience = min(bound.left(), max(bound.share(0.25), STICKY_PATIENCE_SECONDS))
+        done, _ = await asyncio.wait(asks, timeout=patience)
+        if (not done or _unanswered(done.pop())) and not bound.ended():
+            await unstick(client, handle.id, bound.left() / 2)
             log.debug("%s: no answer after %.1fs; asking again", handle.id, bound.spent())
+            asks.add(_asking(handle, query, bound))
+        while asks:
+            done, asks = await asyncio.wait(asks, return_when=asyncio.FIRST_COMPLETED)
+            for ask in done:
+                if not _unanswered(ask):
+                    return ask.result()
+        raise NoAnswer
     finally:
-        for ask in sent:
+        for ask in asks:
             ask.cancel()
+
+
+def _asking(handle: WorkflowHandle[Any, Any], query: Any, bound: Deadline) -> asyncio.Future[Any]:
+    asking = asyncio.ensure_future(_ask(handle, query, bound.left()))
+    asking.add_done_callback(_read)
+    return asking
 
 
 def _read(ask: asyncio.Future[Any]) -> None:
@@ -125,10 +127,9 @@ async def _ask(handle: WorkflowHandle[Any, Any], query: Any, seconds: float) -> 
         raise NoAnswer from err
 
 
-async def unstick(client: Client, workflow_id: str, seconds: float) -> bool:
+async def unstick(client: Client, workflow_id: str, seconds: float) -> None:
     """Free a run from the worker that last ran it (a cache, not state: a live worker that
-    still holds the run replays it once more). Best effort, and whether the server confirmed
-    it; a closed run has nothing to free."""
+    still holds the run replays it once more). Best effort; a closed run has nothing to free."""
     request = ResetStickyTaskQueueRequest(
         namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id)
     )
@@ -141,8 +142,6 @@ async def unstick(client: Client, workflow_id: str, seconds: float) -> bool:
         )
     except (NoAnswer, RPCError) as err:
         log.debug("%s: could not free it from its last worker: %r", workflow_id, err)
-        return False
-    return True
 
 
 async def update_within(
