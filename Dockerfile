@@ -17,20 +17,20 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY wheelhouse/ ./wheels/
 COPY workflows/ ./workflows/
 COPY activities/ ./activities/
-COPY agentrun/ ./agentrun/
+COPY agentledger/ ./agentledger/
 COPY worker.py starter.py ./
 
-# The lean install with the otel extra (AGENTRUN_OTEL=1 exports traces over OTLP;
+# The lean install with the otel extra (AGENTLEDGER_OTEL=1 exports traces over OTLP;
 # docker-compose.yml turns it on): what a production worker needs, no dev server and no
 # embedded Postgres (those are the `local` extra), every version pinned by constraints.txt.
 RUN python3 -m venv /opt/venv \
     && pip install --no-cache-dir $PIP_INSTALL_ARGS -c constraints.txt ".[otel]" \
     && rm -rf wheels \
-    && useradd --create-home --uid 10001 agentrun \
-    && chown -R agentrun:agentrun /app
+    && useradd --create-home --uid 10001 agentledger \
+    && chown -R agentledger:agentledger /app
 
-USER agentrun
+USER agentledger
 
 # Exec form so python is PID 1 and receives SIGTERM directly (graceful worker drain).
-# A worker with no tools refuses to start: set AGENTRUN_TOOLS (docker-compose.yml does).
+# A worker with no tools refuses to start: set AGENTLEDGER_TOOLS (docker-compose.yml does).
 CMD ["python", "worker.py"]

@@ -1,4 +1,4 @@
-"""This deployment's own activities, registered by worker.py beside agentrun's engine."""
+"""This deployment's own activities, registered by worker.py beside agentledger's engine."""
 
 from collections.abc import Callable
 from pathlib import Path

@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python bench/attempt_writes.py` puts bench/, not the repo, first
     sys.path.insert(0, str(ROOT))
 
-from agentrun.core.results import Usage  # noqa: E402
-from agentrun.store.db import open_pool  # noqa: E402
-from agentrun.store.mirror_store import AttemptEnd, MirrorStore  # noqa: E402
-from agentrun.store.model_journal import Answer, ModelJournal  # noqa: E402
+from agentledger.core.results import Usage  # noqa: E402
+from agentledger.store.db import open_pool  # noqa: E402
+from agentledger.store.mirror_store import AttemptEnd, MirrorStore  # noqa: E402
+from agentledger.store.model_journal import Answer, ModelJournal  # noqa: E402
 
 # The rows the store tests write: a run's batch with one finished step, a no-op step's claim.
 from tests.support import mirror_batch, step_claim  # noqa: E402

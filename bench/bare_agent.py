@@ -16,7 +16,7 @@ What is matched with `bench.ours`, so that ours ÷ bare agent is the price of wh
 - the server, the worker settings (`worker_tuning()` without our sandbox passthrough
   list), the pydantic data converter, and an `openai.AsyncOpenAI` client without
   retries of its own (Temporal retries), as our worker uses.
-What differs on purpose: ours streams the model's reply (AGENTRUN_MODEL_STREAM) and runs
+What differs on purpose: ours streams the model's reply (AGENTLEDGER_MODEL_STREAM) and runs
 model calls on a queue of their own; here one non-streamed call on the run's queue.
 It lives in an importable module because Temporal's sandbox refuses workflows in `__main__`.
 """

@@ -1,4 +1,4 @@
-"""One change measured in one run: agentrun's per-step figures on an earlier commit and on
+"""One change measured in one run: agentledger's per-step figures on an earlier commit and on
 this tree, taking turns, side by side (the machines are noisy, so never two separate runs).
 
     python bench/before_after.py be32c25            # 3 rounds each, 20 steps x 8 runs
@@ -51,7 +51,7 @@ LONG = (  # figures of "ours" in the long-run stage
 
 
 def measure(args: argparse.Namespace, tree: Path, out: Path) -> dict[str, float]:
-    """One stage of agentrun on `tree`: its figures."""
+    """One stage of agentledger on `tree`: its figures."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "bench/run.py", "--systems", "ours", "--stages", args.stage]
     if args.stage == "overhead":
@@ -118,7 +118,7 @@ def main() -> int:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory(prefix="agentrun-before-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="agentledger-before-") as scratch:
         earlier = Path(scratch) / "tree"
         subprocess.run(
             ["git", "worktree", "add", "--detach", "-f", str(earlier), rev],

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentrun.core.background import alongside
+from agentledger.core.background import alongside
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -226,7 +226,7 @@ class WorkerProcess:
 
 
 def bench_worker(kind: str, task_queue: str, env: dict[str, str], *extra: str) -> WorkerProcess:
-    report = Path(tempfile.mkdtemp(prefix="agentrun-bench-gc-")) / "gc.txt"
+    report = Path(tempfile.mkdtemp(prefix="agentledger-bench-gc-")) / "gc.txt"
     argv = [sys.executable, "-m", "bench.worker_proc", "--kind", kind, "--task-queue", task_queue]
     return WorkerProcess([*argv, "--gc-report", str(report), *extra], env, gc_report=report)
 

@@ -6,7 +6,7 @@ concurrent clients, and the time from a model's token to the client that shows i
     python -m bench.http_stream --publish   # also write docs/bench/http-stream.{json,md}
 
 It starts a fresh embedded stack (Temporal dev server, pgserver Postgres) in a temporary
-folder, the offline model, one `agentrun-worker` and `agentrun serve` as users run them,
+folder, the offline model, one `agentledger-worker` and `agentledger serve` as users run them,
 and talks to the door over real HTTP with a key per client. Each run's model call streams
 its answer in pieces of one numbered token (`<label:007>`), `STREAM_PAUSE_SECONDS` apart;
 the model server notes when it flushed each piece (`OfflineModelServer.streamed`), and the
@@ -42,22 +42,22 @@ from typing import Any
 import httpx
 import psycopg
 
-from agentrun import RunClient
-from agentrun.core.settings import Settings
-from agentrun.dev.offline_model import (
+from agentledger import RunClient
+from agentledger.core.settings import Settings
+from agentledger.dev.offline_model import (
     STREAM_PIECE_CHARS,
     Json,
     OfflineModelServer,
     Reply,
     completion,
 )
-from agentrun.dev.stack import EmbeddedStack, free_port
+from agentledger.dev.stack import EmbeddedStack, free_port
 from bench import harness, report, stats
 from bench.run import machine_info
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "docs" / "bench" / "http-stream"
-CHROMIUM = os.environ.get("AGENTRUN_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("AGENTLEDGER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 # A reply of TOKENS pieces, each one numbered token padded to the model server's piece size,
 # so a piece is a token and each token says which run and which place it is.
@@ -69,7 +69,10 @@ REPLY_DELAY_SECONDS = 1.0
 LABEL = re.compile(r"label (\w+)")
 TOKEN = re.compile(r"<(\w+):(\d{3})>")
 # The door's limits are for people; the bench's clients are not throttled by them.
-DOOR_ENV = {"AGENTRUN_HTTP_REQUESTS_PER_SECOND": "100000", "AGENTRUN_HTTP_STREAMS_PER_KEY": "1000"}
+DOOR_ENV = {
+    "AGENTLEDGER_HTTP_REQUESTS_PER_SECOND": "100000",
+    "AGENTLEDGER_HTTP_STREAMS_PER_KEY": "1000",
+}
 RUN_SECONDS = 120.0
 
 
@@ -279,9 +282,9 @@ async def replay_rate(door: Door, run_ids: list[str], clients: int, seconds: flo
 
 @contextlib.asynccontextmanager
 async def serving(env: dict[str, str]) -> AsyncIterator[str]:
-    """`agentrun serve --port 0` until the block ends; its URL from its first line."""
+    """`agentledger serve --port 0` until the block ends; its URL from its first line."""
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "agentrun"),
+        str(Path(sys.executable).parent / "agentledger"),
         "serve",
         "--port",
         "0",
@@ -293,7 +296,7 @@ async def serving(env: dict[str, str]) -> AsyncIterator[str]:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
         if not line.startswith("serving on "):
-            raise RuntimeError(f"`agentrun serve` did not start: {line!r}")
+            raise RuntimeError(f"`agentledger serve` did not start: {line!r}")
         yield line.split()[2]
     finally:
         if proc.returncode is None:
@@ -315,14 +318,14 @@ async def measure(
             "DATABASE_URL": database_url,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": str(home),
-            "AGENTRUN_TASK_QUEUE": harness.new_queue("http-stream"),
+            "AGENTLEDGER_HOME": str(home),
+            "AGENTLEDGER_TASK_QUEUE": harness.new_queue("http-stream"),
         }
         async with RunClient.lazy(Settings.load(env)) as operator:
             await operator.migrate()
             keys = [(await operator.keys.create(tenant, "runner")).key for _ in range(clients)]
         worker = harness.WorkerProcess(
-            [str(Path(sys.executable).parent / "agentrun-worker"), "--demo"], env
+            [str(Path(sys.executable).parent / "agentledger-worker"), "--demo"], env
         )
         await worker.start(ready_line="polling")
         try:
@@ -436,7 +439,7 @@ async def run(cfg: Config) -> dict[str, Any]:
         "note": cfg.note,
     }
     t0 = time.monotonic()
-    home = Path(tempfile.mkdtemp(prefix="agentrun-bench-http-"))
+    home = Path(tempfile.mkdtemp(prefix="agentledger-bench-http-"))
     stack = EmbeddedStack(
         home=home,
         temporal_port=free_port(),

@@ -25,7 +25,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from agentrun.dev.offline_model import OfflineModelServer, Reply
+from agentledger.dev.offline_model import OfflineModelServer, Reply
 from bench import harness, ours
 from bench.stats import summarize
 

@@ -23,8 +23,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from agentrun.core.constants import OFFLINE_MODEL
-from agentrun.workflows.changes import for_new_run
+from agentledger.core.constants import OFFLINE_MODEL
+from agentledger.workflows.changes import for_new_run
 from bench import harness, ours
 from bench import openai_agents_peer as oa
 from bench import pydantic_ai_peer as pyd

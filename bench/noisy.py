@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrun.core.settings import Settings, SetupError
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.dev.stack import EmbeddedStack, free_port
-from agentrun.ops import operations as ops
-from agentrun.temporal.client import connect
+from agentledger.core.settings import Settings, SetupError
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.dev.stack import EmbeddedStack, free_port
+from agentledger.ops import operations as ops
+from agentledger.temporal.client import connect
 from bench import harness, ours
 from bench.stats import summarize
 
@@ -69,7 +69,7 @@ async def completed_count(client: Any, run_ids: list[str]) -> int:
 
 
 async def one_mode(fair: bool, *, runs: int, neighbours: int, budget: float) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="agentrun-noisy-"))
+    home = Path(tempfile.mkdtemp(prefix="agentledger-noisy-"))
     stack = EmbeddedStack(
         home,
         temporal_port=free_port(),
@@ -87,7 +87,7 @@ async def one_mode(fair: bool, *, runs: int, neighbours: int, budget: float) -> 
             "DATABASE_URL": endpoints["database_url"],
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": str(home),
+            "AGENTLEDGER_HOME": str(home),
         }
         client = await _connect(Settings.load(env))
         queue = harness.new_queue("noisy")

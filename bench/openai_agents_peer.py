@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from agents.run_config import ToolExecutionConfig
     from temporalio.openai_agents import workflow as agents_workflow
 
-    from agentrun.core.constants import OFFLINE_MODEL
+    from agentledger.core.constants import OFFLINE_MODEL
     from bench.ours import NOOP_TOOL, PAGE_TOOL, page_text
 
 PEER_WORKFLOW = "BenchOpenAIAgents"

@@ -13,11 +13,11 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle
 
-from agentrun.core import search_attributes
-from agentrun.core._state import RunInput
-from agentrun.core.spec import RiskLevel, RunSpec
-from agentrun.dev.offline_model import Reply, completion
-from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentledger.core import search_attributes
+from agentledger.core._state import RunInput
+from agentledger.core.spec import RiskLevel, RunSpec
+from agentledger.dev.offline_model import Reply, completion
+from agentledger.tools import Tool, ToolContext, ToolRegistry
 
 NOOP_TOOL = "bench_noop"
 GATED_TOOL = "bench_gated"
@@ -130,7 +130,7 @@ async def start_run(
     client: Client, spec: RunInput, workflow_id: str, task_queue: str
 ) -> WorkflowHandle[Any, Any]:
     """Start a run as `starter.py run` does, with the Web UI's search attributes."""
-    from agentrun.workflows import AgentRunWorkflow
+    from agentledger.workflows import AgentRunWorkflow
 
     return await client.start_workflow(
         AgentRunWorkflow.run,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 SERIES = [
-    ("ours", "agentrun (ours)", "o-"),
+    ("ours", "agentledger (ours)", "o-"),
     ("bare_agent", "bare agent (Temporal)", "d-."),
     ("bare", "bare activities (Temporal)", "s--"),
     ("pgq", "PG queue", "^:"),
@@ -51,7 +51,7 @@ def draw(results: dict[str, Any], path: Path) -> Path | None:
         ax.legend()
     machine = results.get("machine", {})
     fig.suptitle(
-        f"agentrun benchmarks — {machine.get('nproc', '?')} cores, "
+        f"agentledger benchmarks — {machine.get('nproc', '?')} cores, "
         f"{machine.get('cpu_model', '?')}, {results.get('started_at', '')[:16]}",
         fontsize=10,
     )

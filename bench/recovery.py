@@ -1,8 +1,8 @@
 """Recovery: a worker killed with SIGKILL mid step, measured from the kill to the retry.
 
-Workers here are `agentrun-worker` processes (`python -m chaos.faulty_worker`, which arms a
+Workers here are `agentledger-worker` processes (`python -m chaos.faulty_worker`, which arms a
 fault plan). A survivor runs all along;
-one "doomed" worker at a time runs with AGENTRUN_FAULTS=tool.after_effect:send_message, so
+one "doomed" worker at a time runs with AGENTLEDGER_FAULTS=tool.after_effect:send_message, so
 it SIGKILLs itself right after the message's effect commits, before it can report. Each run
 is the demo task (search the notes, then send a message behind an approval). When the doomed
 worker takes the send_message step it dies; we time from its death (the parent sees the
@@ -22,10 +22,10 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun.core.errors import OperationError
-from agentrun.core.spec import RunSpec
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.errors import OperationError
+from agentledger.core.spec import RunSpec
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from bench.harness import WorkerProcess
 from bench.stats import summarize
 
@@ -36,7 +36,7 @@ FAULT = "tool.after_effect:send_message"
 def worker_process(env: dict[str, str], identity: str, faults: str = "") -> WorkerProcess:
     return WorkerProcess(
         [sys.executable, "-m", "chaos.faulty_worker", "--demo", "--identity", identity],
-        {**env, "AGENTRUN_FAULTS": faults},
+        {**env, "AGENTLEDGER_FAULTS": faults},
     )
 
 
@@ -80,7 +80,7 @@ async def measure(
     log: Any = print,
 ) -> dict[str, Any]:
     queue = f"bench-recovery-{uuid.uuid4().hex[:8]}"
-    env = {**env, "AGENTRUN_TASK_QUEUE": queue}
+    env = {**env, "AGENTLEDGER_TASK_QUEUE": queue}
     survivor = worker_process(env, "survivor")
     await survivor.start(ready_line="polling")
     doomed: WorkerProcess | None = None

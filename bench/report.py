@@ -182,7 +182,7 @@ def summary_table(results: dict[str, Any]) -> str:
     return render_table(
         [
             "measure",
-            "agentrun (ours)",
+            "agentledger (ours)",
             "bare agent",
             "bare activities",
             "PG queue",
@@ -787,7 +787,7 @@ def noisy_table(results: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ the long run (issue 41)
 
 LONG_RUN_NAMES = {
-    "ours": "agentrun",
+    "ours": "agentledger",
     "openai_agents": "OpenAI Agents + Temporal",
     "pydantic_ai": "Pydantic AI TemporalAgent",
     "bare_agent": "bare agent loop",

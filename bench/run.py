@@ -1,4 +1,4 @@
-"""What durability costs: agentrun beside the peers (the same agent on the OpenAI Agents SDK
+"""What durability costs: agentledger beside the peers (the same agent on the OpenAI Agents SDK
 with Temporal's plugin and on Pydantic AI's TemporalAgent), a bare agent on Temporal, bare
 activities and a PG queue.
 
@@ -43,15 +43,15 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from agentrun.core._wire import ApproveInput  # noqa: E402
-from agentrun.core.constants import OFFLINE_MODEL  # noqa: E402
-from agentrun.core.settings import Settings  # noqa: E402
-from agentrun.dev.offline_model import OfflineModelServer  # noqa: E402
-from agentrun.dev.stack import EmbeddedStack, free_port, temporal_binary  # noqa: E402
-from agentrun.store.db import open_pool  # noqa: E402
-from agentrun.temporal.client import connect  # noqa: E402
-from agentrun.workflows import AgentRunWorkflow  # noqa: E402
-from agentrun.workflows.changes import for_new_run  # noqa: E402
+from agentledger.core._wire import ApproveInput  # noqa: E402
+from agentledger.core.constants import OFFLINE_MODEL  # noqa: E402
+from agentledger.core.settings import Settings  # noqa: E402
+from agentledger.dev.offline_model import OfflineModelServer  # noqa: E402
+from agentledger.dev.stack import EmbeddedStack, free_port, temporal_binary  # noqa: E402
+from agentledger.store.db import open_pool  # noqa: E402
+from agentledger.temporal.client import connect  # noqa: E402
+from agentledger.workflows import AgentRunWorkflow  # noqa: E402
+from agentledger.workflows.changes import for_new_run  # noqa: E402
 from bench import (  # noqa: E402
     harness,
     kill_recovery,
@@ -105,7 +105,7 @@ FIRST_ACTIVITY = {
 }
 # Each peer's workflow, started with the task text alone (a str in, a str out).
 PEER_WORKFLOWS = {"openai_agents": OA_WORKFLOW, "pydantic_ai": PYD_WORKFLOW}
-PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentrun.store.db.open_pool's default)
+PG_CONSUMERS = 10  # the same as a worker's Postgres pool (agentledger.store.db.open_pool's default)
 
 
 @dataclass
@@ -283,7 +283,7 @@ class Bench:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.home = Path(tempfile.mkdtemp(prefix="agentrun-bench-"))
+        self.home = Path(tempfile.mkdtemp(prefix="agentledger-bench-"))
         metrics_port = free_port()
         self.stack = EmbeddedStack(
             home=self.home,
@@ -327,7 +327,7 @@ class Bench:
             "DATABASE_URL": self.endpoints["database_url"],
             "OPENAI_BASE_URL": self.model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": str(self.home),
+            "AGENTLEDGER_HOME": str(self.home),
         }
 
     def user_env(self) -> dict[str, str]:
@@ -867,7 +867,7 @@ PARTS = [
     ("pydantic (inputs and results)", ("pydantic",)),
     (
         "our activities' own code (claims, leases, tools, the payload guard)",
-        ("agentrun/", "bench/bare_agent.py", "bench/ours.py"),
+        ("agentledger/", "bench/bare_agent.py", "bench/ours.py"),
     ),
 ]
 OTHER_PART = "the rest (the event loop, threads, the SDK's task handling)"

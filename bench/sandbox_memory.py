@@ -4,7 +4,7 @@ The workflow sandbox imports a workflow's module (and every module of ours it im
 is not passed through) afresh for each run it holds. This creates that many sandboxed
 `AgentRunWorkflow` instances with the worker's own passthrough list, first as the sandbox
 does alone, then with the code objects shared as the worker shares them
-(agentrun/worker/workflow_code.py), and prints the memory and CPU each one costs, side by
+(agentledger/worker/workflow_code.py), and prints the memory and CPU each one costs, side by
 side, and the modules each one executes anew. No server is involved: it measures the module
 copies alone, not a run's state.
 """
@@ -31,9 +31,9 @@ from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails  # noqa:
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner  # noqa: E402
 from temporalio.worker.workflow_sandbox._runner import _fake_info  # noqa: E402
 
-from agentrun.worker.worker_factory import worker_tuning  # noqa: E402
-from agentrun.worker.workflow_code import share_workflow_code  # noqa: E402
-from agentrun.workflows import AgentRunWorkflow  # noqa: E402
+from agentledger.worker.worker_factory import worker_tuning  # noqa: E402
+from agentledger.worker.workflow_code import share_workflow_code  # noqa: E402
+from agentledger.workflows import AgentRunWorkflow  # noqa: E402
 
 
 def details() -> WorkflowInstanceDetails:

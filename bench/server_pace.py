@@ -1,6 +1,6 @@
 """The dev server's own pace: a workflow of N no-op activities, one after another, on bare
-Temporal (no agentrun), on the bench's embedded stack with the server's default dispatch reads
-and with the stack's (`agentrun.dev.stack.DISPATCH_FLAGS`), side by side. With the default,
+Temporal (no agentledger), on the bench's embedded stack with the server's default dispatch reads
+and with the stack's (`agentledger.dev.stack.DISPATCH_FLAGS`), side by side. With the default,
 the history service reads the tasks bound for matching at most 20 times a second, so once a
 burst of reads is spent every dispatch waits about 50 ms: a run's steps slow after its first
 dozen, and a second run on the same queue is slow from its first.
@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agentrun.dev.stack import EmbeddedStack, free_port
+from agentledger.dev.stack import EmbeddedStack, free_port
 from bench.stats import fmt
 
 
@@ -58,7 +58,7 @@ def mean(values: list[float]) -> float:
 
 
 async def measure(steps: int, fast_dispatch: bool) -> dict[str, Any]:
-    home = Path(tempfile.mkdtemp(prefix="agentrun-pace-"))
+    home = Path(tempfile.mkdtemp(prefix="agentledger-pace-"))
     stack = EmbeddedStack(
         home=home,
         temporal_port=free_port(),

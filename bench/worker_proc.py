@@ -3,7 +3,7 @@
 `python -m bench.worker_proc --kind KIND --task-queue Q` (KIND one of `KINDS`) reads
 TEMPORAL_ADDRESS, DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once
 it polls and stops on SIGTERM. `ours` (and `ours_local`, the same worker, whose runs ask for
-local read-only tools) is `agentrun.worker.worker_factory.build_worker` with the benchmark's
+local read-only tools) is `agentledger.worker.worker_factory.build_worker` with the benchmark's
 instant tool; `bare_agent` and `bare` are plain `temporalio` workers for `bench.bare_agent`
 and `bench.bare`, with the same worker tuning (and, for the agent, the same model client);
 `openai_agents` and `pydantic_ai` are the peers (bench/openai_agents_peer.py,
@@ -24,11 +24,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agentrun.activities.provider_clients import model_client
-from agentrun.core.settings import Settings
-from agentrun.temporal.client import connect
-from agentrun.worker import garbage_collector
-from agentrun.worker.worker_factory import (
+from agentledger.activities.provider_clients import model_client
+from agentledger.core.settings import Settings
+from agentledger.temporal.client import connect
+from agentledger.worker import garbage_collector
+from agentledger.worker.worker_factory import (
     AgentWorkers,
     WorkerDeps,
     build_worker,
@@ -44,7 +44,7 @@ KINDS = ["ours", "ours_local", "bare_agent", "bare", "openai_agents", "pydantic_
 def bare_options() -> dict[str, Any]:
     """The worker settings `build_worker` uses, so bare Temporal runs on the same ones."""
     try:
-        from agentrun.worker.worker_factory import worker_tuning
+        from agentledger.worker.worker_factory import worker_tuning
     except ImportError:  # a worker factory without explicit tuning: Temporal's defaults
         return {"max_concurrent_activities": 100}
     options: dict[str, Any] = dict(worker_tuning(Settings.load().workflow_cache))

@@ -20,14 +20,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrun.core.admission_models import TenantLimits
-from agentrun.core.errors import OperationRefused
-from agentrun.core.spec import RunSpec
-from agentrun.ops import approver_keys, door, fork_ops, steering_ops
-from agentrun.ops.approver_keys import ApproverKey
-from agentrun.profiles import Agent
-from agentrun.store.approver_store import ApproverStore
-from agentrun.store.tenant_store import TenantStore
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.errors import OperationRefused
+from agentledger.core.spec import RunSpec
+from agentledger.ops import approver_keys, door, fork_ops, steering_ops
+from agentledger.ops.approver_keys import ApproverKey
+from agentledger.profiles import Agent
+from agentledger.store.approver_store import ApproverStore
+from agentledger.store.tenant_store import TenantStore
 from chaos.lab import Lab, chaos_spec
 
 KINDS = ["plain", "session", "subagent", "say", "fork", "signed", "capped"]

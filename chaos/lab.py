@@ -19,15 +19,15 @@ from pathlib import Path
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentrun.core.background import alongside
-from agentrun.core.settings import Settings
-from agentrun.core.spec import RunSpec
-from agentrun.dev.offline_model import Json, Reply, completion, offline_planner
-from agentrun.dev.stack import EmbeddedStack, free_port
-from agentrun.ops import operations as ops
-from agentrun.ops.approver_keys import ApproverKey
-from agentrun.store.db import open_pool
-from agentrun.temporal.client import connect
+from agentledger.core.background import alongside
+from agentledger.core.settings import Settings
+from agentledger.core.spec import RunSpec
+from agentledger.dev.offline_model import Json, Reply, completion, offline_planner
+from agentledger.dev.stack import EmbeddedStack, free_port
+from agentledger.ops import operations as ops
+from agentledger.ops.approver_keys import ApproverKey
+from agentledger.store.db import open_pool
+from agentledger.temporal.client import connect
 from bench.harness import WorkerProcess
 
 TASK = "Open a ticket, look up our refund policy and notify ana@example.com about it."
@@ -45,7 +45,7 @@ POINT_PLANS = [
     "tool.zombie",
 ]
 ZOMBIE_SECONDS = 8
-# Sub-agents' runs (agentrun.workflows.subagents.subagent_run_id), as SQL LIKE matches them.
+# Sub-agents' runs (agentledger.workflows.subagents.subagent_run_id), as SQL LIKE matches them.
 SUBAGENT_RUNS = "run-~sub.%"
 
 ENDED = {
@@ -137,9 +137,9 @@ class Lab:
                 "TEMPORAL_ADDRESS": endpoints["temporal_address"],
                 "DATABASE_URL": endpoints["database_url"],
                 "OPENAI_BASE_URL": endpoints["openai_base_url"],
-                "AGENTRUN_TASK_QUEUE": queue,
-                "AGENTRUN_FAULTS": faults,
-                "AGENTRUN_SEARCH_ATTRIBUTES": "0",
+                "AGENTLEDGER_TASK_QUEUE": queue,
+                "AGENTLEDGER_FAULTS": faults,
+                "AGENTLEDGER_SEARCH_ATTRIBUTES": "0",
                 **env,
             },
         )

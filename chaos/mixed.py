@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from agentrun.client_api import RunClient
-from agentrun.core.constants import MOVING_TO_CURRENT_BUILD
-from agentrun.core.errors import OperationRefused
-from agentrun.temporal import deployments
+from agentledger.client_api import RunClient
+from agentledger.core.constants import MOVING_TO_CURRENT_BUILD
+from agentledger.core.errors import OperationRefused
+from agentledger.temporal import deployments
 from bench.harness import WorkerProcess
 from chaos.audit import children_of, orphans
 from chaos.kinds import CHILD, EFFECTS, Mix, SessionPace, by_kind, compacted, draw
@@ -104,7 +104,10 @@ class Crew:
         while True:
             plan = self._plan()
             worker = self.lab.worker(
-                QUEUE, faults=plan, AGENTRUN_ZOMBIE_SECONDS=str(ZOMBIE_SECONDS), **self.build(slot)
+                QUEUE,
+                faults=plan,
+                AGENTLEDGER_ZOMBIE_SECONDS=str(ZOMBIE_SECONDS),
+                **self.build(slot),
             )
             self.every.append(worker)
             try:
@@ -131,8 +134,8 @@ class Crew:
         others run the newest."""
         builds = self.builds or [FIRST_BUILD]
         return {
-            "AGENTRUN_BUILD_ID": builds[0] if slot == 0 else builds[-1],
-            "AGENTRUN_DEPLOYMENT_NAME": self.deployment,
+            "AGENTLEDGER_BUILD_ID": builds[0] if slot == 0 else builds[-1],
+            "AGENTLEDGER_DEPLOYMENT_NAME": self.deployment,
         }
 
     async def deploy(self, build: str) -> None:
@@ -147,7 +150,7 @@ class Crew:
                 worker.proc.kill()
         while True:  # a version exists once one of its workers polls
             polling = [w for w, _ in self.live.values() if w.proc and w.proc.returncode is None]
-            if any(w.env.get("AGENTRUN_BUILD_ID") == build for w in polling):
+            if any(w.env.get("AGENTLEDGER_BUILD_ID") == build for w in polling):
                 break
             await asyncio.sleep(0.5)
         settings = self.lab.settings.model_copy(

@@ -1,7 +1,7 @@
 """Try hard to break the promise, then audit: `python chaos/run.py [--quick] [--mixed]`.
 
 Scenarios (each on its own task queue, in one embedded stack on loopback):
-  points    each named fault point (agentrun.core.faults) fired in a worker mid-run
+  points    each named fault point (agentledger.core.faults) fired in a worker mid-run
   kill      workers SIGKILLed at random moments and restarted, some with faults armed
   temporal  the Temporal dev server stopped and restarted on its database file mid-load
   postgres  Postgres stopped mid-load (30 s; 10 s with --quick), then back
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo, on the path
     sys.path.insert(0, str(ROOT))
 
-from agentrun.ops import projection  # noqa: E402
+from agentledger.ops import projection  # noqa: E402
 from bench.harness import WorkerProcess  # noqa: E402
 from chaos.kinds import SessionPace  # noqa: E402
 from chaos.lab import POINT_PLANS, ZOMBIE_SECONDS, Lab  # noqa: E402
@@ -62,7 +62,7 @@ async def points(lab: Lab, runs: int) -> Outcome:
         run_ids = await lab.start_runs(queue, queue, runs)
         every.extend(run_ids)
         doomed = await lab.worker(
-            queue, faults=plan, AGENTRUN_ZOMBIE_SECONDS=str(ZOMBIE_SECONDS)
+            queue, faults=plan, AGENTLEDGER_ZOMBIE_SECONDS=str(ZOMBIE_SECONDS)
         ).start(ready_line="polling")
         if plan == "tool.zombie":
             await lab.wait_ended(run_ids, 240)
@@ -116,7 +116,7 @@ async def kill(lab: Lab, runs: int, chaos_seconds: float, rng: random.Random) ->
                 next_kill = time.monotonic() + rng.uniform(1, 3)
             for index, worker in enumerate(slots):
                 if worker.proc is not None and worker.proc.returncode is not None:
-                    if worker.proc.returncode == -9 and worker.env.get("AGENTRUN_FAULTS"):
+                    if worker.proc.returncode == -9 and worker.env.get("AGENTLEDGER_FAULTS"):
                         fired += 1
                     slots[index] = await fresh()
         for worker in slots:
@@ -306,7 +306,7 @@ async def main_async(args: argparse.Namespace) -> list[Outcome]:
     if args.mixed:
         chosen = ["mixed"]
     outcomes = []
-    with tempfile.TemporaryDirectory(prefix="agentrun-chaos-") as home:
+    with tempfile.TemporaryDirectory(prefix="agentledger-chaos-") as home:
         lab = await Lab(Path(home) / "lab").start()
         try:
             for name in chosen:

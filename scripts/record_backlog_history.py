@@ -1,6 +1,6 @@
 """Record one AgentBacklog workflow history into tests/histories/, for the replay test.
 
-Run after an intended change to agentrun/workflows/backlog.py:
+Run after an intended change to agentledger/workflows/backlog.py:
 `python scripts/record_backlog_history.py NAME` writes tests/histories/NAME.json (keep the old
 files: backlogs in flight were started by the old code), and NAME_task_run.json, the history
 of one task's run (a child of the backlog). It
@@ -25,8 +25,8 @@ from temporalio.client import Client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun.core import constants as names  # noqa: E402
-from agentrun.core.backlog_models import (  # noqa: E402
+from agentledger.core import constants as names  # noqa: E402
+from agentledger.core.backlog_models import (  # noqa: E402
     BacklogControlSignal,
     BacklogState,
     PolicyPatch,
@@ -34,11 +34,11 @@ from agentrun.core.backlog_models import (  # noqa: E402
     TaskItem,
     backlog_id,
 )
-from agentrun.core.errors import OperationError  # noqa: E402
-from agentrun.core.spec import RunSpec  # noqa: E402
-from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentrun.ops import backlog_ops as bops  # noqa: E402
-from agentrun.ops import operations as ops  # noqa: E402
+from agentledger.core.errors import OperationError  # noqa: E402
+from agentledger.core.spec import RunSpec  # noqa: E402
+from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentledger.ops import backlog_ops as bops  # noqa: E402
+from agentledger.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"

@@ -1,6 +1,6 @@
 """Record AgentEval workflow histories into tests/histories/, for the replay test.
 
-Run after an intended change to agentrun/workflows/evals.py:
+Run after an intended change to agentledger/workflows/evals.py:
 `python scripts/record_eval_history.py NAME` writes tests/histories/NAME_first_run.json (an
 eval of three cases, two at once, that continues as new after its first batch of two) and
 NAME.json (its last run: the third case). Keep the old files: evals in flight were started
@@ -17,14 +17,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrun.core.eval_cases import (  # noqa: E402
+from agentledger.core.eval_cases import (  # noqa: E402
     EvalCaseTask,
     EvalWorkflowInput,
     eval_workflow_id,
 )
-from agentrun.core.spec import RunSpec  # noqa: E402
-from agentrun.dev.offline_model import offline_planner  # noqa: E402
-from agentrun.workflows.evals import EvalWorkflow  # noqa: E402
+from agentledger.core.spec import RunSpec  # noqa: E402
+from agentledger.dev.offline_model import offline_planner  # noqa: E402
+from agentledger.workflows.evals import EvalWorkflow  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"

@@ -23,20 +23,20 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-import agentrun.demo  # noqa: E402
-from agentrun.activities.model import SUMMARY_PROMPT  # noqa: E402
-from agentrun.core import approval_signatures  # noqa: E402
-from agentrun.core._state import RunInput  # noqa: E402
-from agentrun.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
-from agentrun.core.errors import OperationError  # noqa: E402
-from agentrun.core.results import ForkOrigin  # noqa: E402
-from agentrun.core.spec import RunSpec, Signer  # noqa: E402
-from agentrun.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentrun.ops import approver_keys, steering_ops, watch  # noqa: E402
-from agentrun.ops import operations as ops  # noqa: E402
-from agentrun.profiles import Agent  # noqa: E402
-from agentrun.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
-from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
+import agentledger.demo  # noqa: E402
+from agentledger.activities.model import SUMMARY_PROMPT  # noqa: E402
+from agentledger.core import approval_signatures  # noqa: E402
+from agentledger.core._state import RunInput  # noqa: E402
+from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
+from agentledger.core.errors import OperationError  # noqa: E402
+from agentledger.core.results import ForkOrigin  # noqa: E402
+from agentledger.core.spec import RunSpec, Signer  # noqa: E402
+from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
+from agentledger.ops import approver_keys, steering_ops, watch  # noqa: E402
+from agentledger.ops import operations as ops  # noqa: E402
+from agentledger.profiles import Agent  # noqa: E402
+from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
+from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
@@ -198,7 +198,7 @@ async def _left_in_mirror(client: Client, run_id: str) -> bool:
 
 async def session_paused_and_ended(client: Client, run_id: str) -> None:
     """A session paused while idle, a message said meanwhile, resumed (the message's turn);
-    paused while idle again and ended (`agentrun end`) while paused: it completes."""
+    paused while idle again and ended (`agentledger end`) while paused: it completes."""
 
     async def shows(status: str, turns: int) -> bool:
         state = await ops.status(client, run_id)
@@ -270,7 +270,7 @@ async def post_webhook(args: Post, ctx: ToolContext) -> dict[str, str]:
 
 REGISTRY = ToolRegistry(
     [
-        *agentrun.demo.registry.tools(),
+        *agentledger.demo.registry.tools(),
         Tool("post_webhook", "post", Post, post_webhook, side_effect=True, transactional=False),
     ]
 )
@@ -385,7 +385,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         ),
         session_left_in_mirror,
     ),
-    # Recorded after `agentrun end` and the idle pause (issue 29): paused while idle, a
+    # Recorded after `agentledger end` and the idle pause (issue 29): paused while idle, a
     # message held for the resume, then ended while paused.
     "session_paused_and_ended": (
         RunSpec(task=SESSION_TASK, allowed_tools=[], session={"idle_timeout": 3600}),

@@ -14,13 +14,13 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-import agentrun.demo
-from agentrun.core import fairness, search_attributes
-from agentrun.core.settings import Settings
-from agentrun.dev.offline_model import OfflineModelServer, Reply
-from agentrun.store.db import install_tool_schema, open_pool
-from agentrun.tools import ToolRegistry
-from agentrun.worker.worker_factory import WorkerDeps, build_worker
+import agentledger.demo
+from agentledger.core import fairness, search_attributes
+from agentledger.core.settings import Settings
+from agentledger.dev.offline_model import OfflineModelServer, Reply
+from agentledger.store.db import install_tool_schema, open_pool
+from agentledger.tools import ToolRegistry
+from agentledger.worker.worker_factory import WorkerDeps, build_worker
 
 
 @contextlib.asynccontextmanager
@@ -29,8 +29,8 @@ async def recording_worker(
 ) -> AsyncIterator[Client]:
     """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker
     serving the demo's tools, or `registry`'s."""
-    registry = registry or agentrun.demo.registry
-    pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentrun-record-"), cleanup_mode="delete")
+    registry = registry or agentledger.demo.registry
+    pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentledger-record-"), cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=shutil.which("temporal"),
         data_converter=pydantic_data_converter,

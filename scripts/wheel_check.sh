@@ -2,14 +2,14 @@
 # The wheel, tested where users live (issue 26): build it, install it into a fresh virtual
 # environment inside a folder that holds a user's own Temporal project (workflows/,
 # activities/, worker.py, starter.py: scripts/user_project), and from there:
-#   1. the wheel holds `agentrun` alone (and its py.typed); a lean install has no dev server;
-#   2. `import agentrun; agentrun.RunClient` works beside the user's `workflows` package;
-#   3. `agentrun demo` without the local extra says what to install, and exits 2 or 4;
-#   4. with `agentrun[local]`, `agentrun demo` completes;
-#   5. the user's worker (agentrun.run_worker with their tool) and starter (RunClient: start,
-#      approve, receipt) complete a run against `agentrun up --no-worker`;
+#   1. the wheel holds `agentledger` alone (and its py.typed); a lean install has no dev server;
+#   2. `import agentledger; agentledger.RunClient` works beside the user's `workflows` package;
+#   3. `agentledger demo` without the local extra says what to install, and exits 2 or 4;
+#   4. with `agentledger[local]`, `agentledger demo` completes;
+#   5. the user's worker (agentledger.run_worker with their tool) and starter (RunClient: start,
+#      approve, receipt) complete a run against `agentledger up --no-worker`;
 #   6. a Temporal app of its own (tests/plugin_app: its workflow, codec and OpenTelemetry
-#      plugin) with `AgentrunPlugin` on the same stack: its workflow runs an agent, approved
+#      plugin) with `AgentLedgerPlugin` on the same stack: its workflow runs an agent, approved
 #      through `RunClient.on(client)`, that completes with its receipt; its histories replay
 #      and every payload in them is sealed by the app's codec (tests/plugin_app/drive_shop.py).
 # Installs reuse pip's cache, so in CI (after `.ci/run` installed the project) nothing is
@@ -57,17 +57,17 @@ wait_for_line() {
 say "1. build the wheel"
 "$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$WORK/dist" "$ROOT" >"$WORK/build.log" 2>&1 ||
     fail "pip wheel"
-WHEEL="$(ls "$WORK"/dist/agentrun-*.whl)"
+WHEEL="$(ls "$WORK"/dist/agentledger-*.whl)"
 say "   $(basename "$WHEEL"): $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
 "$PYTHON" - "$WHEEL" <<'EOF' || fail "the wheel's contents"
 import sys, zipfile
 
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-assert tops == {"agentrun"}, f"the wheel installs more than agentrun: {sorted(tops)}"
-assert "agentrun/py.typed" in names, "the wheel lacks agentrun/py.typed"
-assert not any(n.startswith("agentrun/") and "/tests/" in n for n in names), "tests in the wheel"
-print(f"wheel_check:    {len(names)} files, one import root (agentrun), py.typed shipped")
+assert tops == {"agentledger"}, f"the wheel installs more than agentledger: {sorted(tops)}"
+assert "agentledger/py.typed" in names, "the wheel lacks agentledger/py.typed"
+assert not any(n.startswith("agentledger/") and "/tests/" in n for n in names), "tests in the wheel"
+print(f"wheel_check:    {len(names)} files, one import root (agentledger), py.typed shipped")
 EOF
 
 say "2. a user's project, a fresh venv, the lean install"
@@ -80,81 +80,81 @@ t0="$(now)"
 "$VENV_PY" -m pip install --quiet "$WHEEL" >"$WORK/install.log" 2>&1 ||
     fail "pip install the wheel"
 rm "$WORK/install.log"
-say "   pip install agentrun (lean): $(seconds_since "$t0") s, venv $(du -sm "$WORK/venv" | cut -f1) MB"
+say "   pip install agentledger (lean): $(seconds_since "$t0") s, venv $(du -sm "$WORK/venv" | cut -f1) MB"
 # Only the venv's scripts and the project: nothing of the checkout (nor its venv) leaks in.
 if [ -n "${VIRTUAL_ENV:-}" ]; then
     PATH="$(echo "$PATH" | tr ':' '\n' | grep -vxF "$VIRTUAL_ENV/bin" | paste -sd:)"
 fi
 export PATH="$WORK/venv/bin:$PATH"
 unset PYTHONPATH VIRTUAL_ENV
-export AGENTRUN_HOME="$WORK/home" AGENTRUN_TOOLS="" AGENTRUN_MCP=""
-unset TEMPORAL_ADDRESS DATABASE_URL OPENAI_BASE_URL AGENTRUN_TASK_QUEUE
-"$VENV_PY" - <<'EOF' || fail "import agentrun beside the user's workflows package"
+export AGENTLEDGER_HOME="$WORK/home" AGENTLEDGER_TOOLS="" AGENTLEDGER_MCP=""
+unset TEMPORAL_ADDRESS DATABASE_URL OPENAI_BASE_URL AGENTLEDGER_TASK_QUEUE
+"$VENV_PY" - <<'EOF' || fail "import agentledger beside the user's workflows package"
 import importlib.util, shutil, sys
 
-import agentrun
+import agentledger
 import activities
 import workflows
 
-assert agentrun.RunClient.__name__ == "RunClient"
-assert agentrun.run_worker is not None
+assert agentledger.RunClient.__name__ == "RunClient"
+assert agentledger.run_worker is not None
 assert workflows.OWNER == activities.OWNER == "the user's project", "not the user's packages"
-assert agentrun.__file__.startswith(sys.prefix), f"agentrun from {agentrun.__file__}, not the venv"
+assert agentledger.__file__.startswith(sys.prefix), f"agentledger from {agentledger.__file__}, not the venv"
 assert importlib.util.find_spec("pgserver") is None, "the lean install has an embedded Postgres"
 assert shutil.which("temporal") is None, "the lean install has a Temporal dev server"
-print("wheel_check:    import agentrun; agentrun.RunClient: fine beside the user's workflows/")
+print("wheel_check:    import agentledger; agentledger.RunClient: fine beside the user's workflows/")
 EOF
 
-say "3. agentrun demo without the local extra"
+say "3. agentledger demo without the local extra"
 set +e
-agentrun demo --port "$(free_port)" --ui-port "$(free_port)" >"$WORK/lean-demo.log" 2>&1
+agentledger demo --port "$(free_port)" --ui-port "$(free_port)" >"$WORK/lean-demo.log" 2>&1
 code=$?
 set -e
-case "$code" in 2 | 4) ;; *) fail "agentrun demo without the local extra exited $code, not 2 or 4" ;; esac
-grep -q "pip install 'agentrun\[local\]'" "$WORK/lean-demo.log" ||
-    fail "agentrun demo without the local extra does not say what to install"
-say "   exit $code: $(grep -o "pip install 'agentrun\[local\]'" "$WORK/lean-demo.log" | head -1)"
+case "$code" in 2 | 4) ;; *) fail "agentledger demo without the local extra exited $code, not 2 or 4" ;; esac
+grep -q "pip install 'agentledger\[local\]'" "$WORK/lean-demo.log" ||
+    fail "agentledger demo without the local extra does not say what to install"
+say "   exit $code: $(grep -o "pip install 'agentledger\[local\]'" "$WORK/lean-demo.log" | head -1)"
 rm "$WORK/lean-demo.log"
 
-say "4. agentrun[local], then agentrun demo"
+say "4. agentledger[local], then agentledger demo"
 t0="$(now)"
 "$VENV_PY" -m pip install --quiet "$WHEEL[local]" >"$WORK/install.log" 2>&1 ||
-    fail "pip install agentrun[local]"
+    fail "pip install agentledger[local]"
 rm "$WORK/install.log"
-say "   pip install 'agentrun[local]': $(seconds_since "$t0") s more, venv $(du -sm "$WORK/venv" | cut -f1) MB"
+say "   pip install 'agentledger[local]': $(seconds_since "$t0") s more, venv $(du -sm "$WORK/venv" | cut -f1) MB"
 t0="$(now)"
-AGENTRUN_HOME="$WORK/demo-home" timeout 300 agentrun demo --port "$(free_port)" \
-    --ui-port "$(free_port)" >"$WORK/demo.log" 2>&1 || fail "agentrun demo"
-say "   agentrun demo: completed in $(seconds_since "$t0") s"
+AGENTLEDGER_HOME="$WORK/demo-home" timeout 300 agentledger demo --port "$(free_port)" \
+    --ui-port "$(free_port)" >"$WORK/demo.log" 2>&1 || fail "agentledger demo"
+say "   agentledger demo: completed in $(seconds_since "$t0") s"
 rm "$WORK/demo.log"
 
-say "5. the user's worker and starter against agentrun up --no-worker"
-agentrun up --no-worker --port "$(free_port)" --ui-port "$(free_port)" >"$WORK/up.log" 2>&1 &
+say "5. the user's worker and starter against agentledger up --no-worker"
+agentledger up --no-worker --port "$(free_port)" --ui-port "$(free_port)" >"$WORK/up.log" 2>&1 &
 PIDS+=($!)
 wait_for_line "$WORK/up.log" 120 "stack up" "${PIDS[-1]}"
-export AGENTRUN_TASK_QUEUE="user-runs"
+export AGENTLEDGER_TASK_QUEUE="user-runs"
 "$VENV_PY" worker.py >"$WORK/worker.log" 2>&1 &
 PIDS+=($!)
 wait_for_line "$WORK/worker.log" 120 "polling" "${PIDS[-1]}"
 timeout 180 "$VENV_PY" starter.py "$$" >"$WORK/starter.log" 2>&1 || fail "the user's starter"
 say "   $(tail -n 1 "$WORK/starter.log")"
 
-say "6. a Temporal app of its own with AgentrunPlugin, on the same stack"
+say "6. a Temporal app of its own with AgentLedgerPlugin, on the same stack"
 "$VENV_PY" -m pip install --quiet "$WHEEL[otel]" >"$WORK/install.log" 2>&1 ||
-    fail "pip install agentrun[otel]"
+    fail "pip install agentledger[otel]"
 rm "$WORK/install.log"
 SHOP="$WORK/shop"
 mkdir "$SHOP"
 cp -r "$ROOT/tests/plugin_app/shopapp" "$ROOT/tests/plugin_app/drive_shop.py" "$SHOP/"
-# The stack's addresses, as `agentrun up` recorded them (the app reads its own variables).
+# The stack's addresses, as `agentledger up` recorded them (the app reads its own variables).
 read -r TEMPORAL_AT DATABASE_URL OPENAI_BASE_URL < <("$VENV_PY" -c '
 import json, os, pathlib
-stack = json.loads(pathlib.Path(os.environ["AGENTRUN_HOME"], "stack.json").read_text())
+stack = json.loads(pathlib.Path(os.environ["AGENTLEDGER_HOME"], "stack.json").read_text())
 print(stack["temporal_address"], stack["database_url"], stack["openai_base_url"])')
 SHOP_ENCRYPTION_KEY="$("$VENV_PY" -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')"
 (cd "$SHOP" && DATABASE_URL="$DATABASE_URL" OPENAI_BASE_URL="$OPENAI_BASE_URL" \
     SHOP_ENCRYPTION_KEY="$SHOP_ENCRYPTION_KEY" SHOP_TASK_QUEUE="shop" \
     timeout 180 "$VENV_PY" drive_shop.py "$TEMPORAL_AT") >"$WORK/shop.log" 2>&1 ||
-    fail "the app with AgentrunPlugin"
+    fail "the app with AgentLedgerPlugin"
 say "   $(tail -n 1 "$WORK/shop.log")"
 say "passed"

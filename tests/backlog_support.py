@@ -10,8 +10,8 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentrun.core.backlog_models import TaskItem, backlog_id
-from agentrun.core.spec import RunSpec
+from agentledger.core.backlog_models import TaskItem, backlog_id
+from agentledger.core.spec import RunSpec
 from tests.support import eventually, rows
 
 QUICK = "Summarize the order policy."

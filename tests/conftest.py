@@ -26,32 +26,37 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
-import agentrun.demo
-from agentrun.core import fairness, search_attributes
-from agentrun.core.providers import load_providers, provider_keys
-from agentrun.core.settings import Settings
-from agentrun.dev.offline_model import OfflineModelServer, offline_planner
-from agentrun.dev.stack import free_port, port_open
-from agentrun.store.db import install_tool_schema, open_pool
-from agentrun.tools import ToolRegistry
-from agentrun.worker.worker_factory import AgentWorkers, ResourceTargets, WorkerDeps, build_worker
+import agentledger.demo
+from agentledger.core import fairness, search_attributes
+from agentledger.core.providers import load_providers, provider_keys
+from agentledger.core.settings import Settings
+from agentledger.dev.offline_model import OfflineModelServer, offline_planner
+from agentledger.dev.stack import free_port, port_open
+from agentledger.store.db import install_tool_schema, open_pool
+from agentledger.tools import ToolRegistry
+from agentledger.worker.worker_factory import (
+    AgentWorkers,
+    ResourceTargets,
+    WorkerDeps,
+    build_worker,
+)
 from tests.support import STARTUP_TIMEOUT
 
 # The commands the tests run write to pipes as they do under a user's supervisor or script:
 # block-buffered, unless they flush. A developer's PYTHONUNBUFFERED would hide a missing
-# flush (`agentrun serve`'s URL, a closed pipe's exit code 141).
+# flush (`agentledger serve`'s URL, a closed pipe's exit code 141).
 os.environ.pop("PYTHONUNBUFFERED", None)
 
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
-    """AGENTRUN_TEST_DATABASE_URL if set (CI may bring its own), else an embedded Postgres."""
-    if url := os.environ.get("AGENTRUN_TEST_DATABASE_URL"):
+    """AGENTLEDGER_TEST_DATABASE_URL if set (CI may bring its own), else an embedded Postgres."""
+    if url := os.environ.get("AGENTLEDGER_TEST_DATABASE_URL"):
         yield url
         return
     import pgserver
 
-    folder = tempfile.mkdtemp(prefix="agentrun-pg-")
+    folder = tempfile.mkdtemp(prefix="agentledger-pg-")
     server = pgserver.get_server(folder, cleanup_mode="delete")
     try:
         yield server.get_uri()
@@ -63,7 +68,7 @@ def database_url() -> Iterator[str]:
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     pool = await open_pool(database_url, max_size=20)
     # Tests count the demo's sent messages and tickets whatever worker ran.
-    await install_tool_schema(pool, agentrun.demo.registry.schema())
+    await install_tool_schema(pool, agentledger.demo.registry.schema())
     yield pool
     await pool.close()
 
@@ -80,7 +85,7 @@ def pgbouncer(database_url: str) -> Iterator[str]:
     host, port = str(params.get("host", "127.0.0.1")), str(params.get("port", 5432))
     user, dbname = str(params.get("user", "postgres")), str(params.get("dbname", "postgres"))
     # Not under pytest's folder: PgBouncer runs as another user, who must read its config.
-    folder = Path(tempfile.mkdtemp(prefix="agentrun-pgbouncer-"))
+    folder = Path(tempfile.mkdtemp(prefix="agentledger-pgbouncer-"))
     listen = free_port()
     (folder / "users.txt").write_text(f'"{user}" "{params.get("password", "")}"\n')
     (folder / "pgbouncer.ini").write_text(
@@ -203,7 +208,7 @@ async def running_worker(
     model_client = openai.AsyncOpenAI(
         base_url=base_url or settings.openai_base_url, api_key="test", max_retries=0
     )
-    registry = registry or agentrun.demo.registry
+    registry = registry or agentledger.demo.registry
     await install_tool_schema(pool, registry.schema())
     # The harness is an edge: it reads providers' keys from the (test's) environment.
     keys = provider_keys(load_providers(settings.providers), os.environ)

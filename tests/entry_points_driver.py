@@ -1,4 +1,4 @@
-"""Run agentrun's entry points (the CLI, the worker, the codec server) once per case, in this
+"""Run agentledger's entry points (the CLI, the worker, the codec server) once per case, in this
 one process, with each case's variables set in the process environment; print the results.
 
 Importing the entry points costs seconds on a busy machine, so tests/test_settings_from_
@@ -19,13 +19,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from agentrun.cli.main import main as cli_main
-from agentrun.temporal.codec_server import main as codec_main
-from agentrun.worker.main import main as worker_main
+from agentledger.cli.main import main as cli_main
+from agentledger.temporal.codec_server import main as codec_main
+from agentledger.worker.main import main as worker_main
 
 ENTRIES: dict[str, tuple[str, Callable[[], Any]]] = {
-    "cli": ("agentrun", lambda: cli_main(sys.argv[1:])),
-    "worker": ("agentrun-worker", worker_main),
+    "cli": ("agentledger", lambda: cli_main(sys.argv[1:])),
+    "worker": ("agentledger-worker", worker_main),
     "codec server": ("codec_server", codec_main),
 }
 
@@ -59,7 +59,7 @@ def main() -> None:
     results = [run(case["entry"], case["args"], case["env"]) for case in cases]
     sys.stdout.write(json.dumps(results))
     sys.stdout.flush()
-    os._exit(0)  # the Temporal client's threads may outlive the loops (see agentrun.cli.main)
+    os._exit(0)  # the Temporal client's threads may outlive the loops (see agentledger.cli.main)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Run in a process of its own by tests/test_environment_at_the_edges.py: every read of
-os.environ made by agentrun's code while the plugin is imported, configured on a Client and
+os.environ made by agentledger's code while the plugin is imported, configured on a Client and
 a Worker (with a named model provider), and a fault point is passed, printed as JSON
 (`[module, ...]`).
 
@@ -19,13 +19,13 @@ READS: list[str] = []
 
 
 class AuditedEnviron(os._Environ):  # type: ignore[type-arg]
-    """os.environ, noting each agentrun module that reads it."""
+    """os.environ, noting each agentledger module that reads it."""
 
     def _note(self) -> None:
         frame: FrameType | None = sys._getframe(2)
         while frame is not None:
             module = frame.f_globals.get("__name__", "")
-            if module.startswith("agentrun"):
+            if module.startswith("agentledger"):
                 READS.append(f"{module}:{frame.f_lineno}")
                 return
             if not module.startswith(("os", "_collections_abc", "collections")):
@@ -56,20 +56,20 @@ async def main(address: str, database_url: str, model_url: str) -> None:
     from temporalio.client import Client
     from temporalio.worker import Replayer, Worker
 
-    from agentrun import AgentrunConfig, AgentrunPlugin
-    from agentrun.core import faults
+    from agentledger import AgentLedgerConfig, AgentLedgerPlugin
+    from agentledger.core import faults
 
     # A named provider whose key the application read from its variable (the edge), so the
     # engine is handed it and reads none.
     provider = {"base_url": model_url, "api_key_env": "AUDIT_PROVIDER_KEY"}
-    config = AgentrunConfig(
+    config = AgentLedgerConfig(
         database_url,
         model_base_url=model_url,
         demo=True,
         providers=json.dumps({"audited": provider}),
         provider_keys={"audited": "given-by-the-application"},
     )
-    plugin = AgentrunPlugin(config)
+    plugin = AgentLedgerPlugin(config)
     client = await Client.connect(address, plugins=[plugin])
     Worker(client, task_queue="environment-audit", workflows=[], activities=[])
     Replayer(workflows=[], plugins=[plugin])

@@ -1,4 +1,4 @@
-"""The HTTP door as users run it: `agentrun serve --port 0` in a subprocess on the test's
+"""The HTTP door as users run it: `agentledger serve --port 0` in a subprocess on the test's
 settings, and keys made the operator's way."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from agentrun import RunClient
-from agentrun.core.background_http import BackgroundHTTPServer
-from agentrun.core.settings import Settings
+from agentledger import RunClient
+from agentledger.core.background_http import BackgroundHTTPServer
+from agentledger.core.settings import Settings
 from tests.test_cli import ROOT, cli_env
 
 START_SECONDS = 60.0
@@ -43,8 +43,8 @@ class Served:
 async def served(
     settings: Settings, home: Path, *args: str, env: dict[str, str] | None = None
 ) -> AsyncIterator[Served]:
-    """`agentrun serve --port 0 ARGS` until the block ends; its URL from its first line."""
-    command = [str(Path(sys.executable).parent / "agentrun"), "serve", "--port", "0", *args]
+    """`agentledger serve --port 0 ARGS` until the block ends; its URL from its first line."""
+    command = [str(Path(sys.executable).parent / "agentledger"), "serve", "--port", "0", *args]
     proc = await asyncio.create_subprocess_exec(
         *command,
         cwd=ROOT,
@@ -62,7 +62,7 @@ async def served(
         if not line.startswith("serving on "):
             proc.kill()
             err = await proc.stderr.read()
-            raise AssertionError(f"`agentrun serve` did not start: {line!r} {err.decode()}")
+            raise AssertionError(f"`agentledger serve` did not start: {line!r} {err.decode()}")
         yield Served(line.split()[2], proc)
     finally:
         if proc.returncode is None:
@@ -75,7 +75,7 @@ async def served(
 
 
 async def make_key(settings: Settings, tenant: str, role: str, **kwargs: object) -> str:
-    """A new key, made as `agentrun keys create` makes it."""
+    """A new key, made as `agentledger keys create` makes it."""
     async with RunClient.lazy(settings.model_copy(update={"tenant": None})) as operator:
         made = await operator.keys.create(tenant, role, **kwargs)  # type: ignore[arg-type]
     return made.key
@@ -138,7 +138,7 @@ class Issuer:
         now = int(time.time())
         payload = {
             "iss": self.name,
-            "aud": "agentrun",
+            "aud": "agentledger",
             "sub": sub,
             "tenant": tenant,
             "roles": roles,
@@ -149,9 +149,9 @@ class Issuer:
         return jwt.encode(payload, self.key, algorithm="RS256", headers={"kid": self.kid})
 
     def settings(self) -> dict[str, str]:
-        """The environment `agentrun serve` trusts this issuer by."""
+        """The environment `agentledger serve` trusts this issuer by."""
         return {
-            "AGENTRUN_OIDC_JWKS_URL": self.jwks_url,
-            "AGENTRUN_OIDC_ISSUER": self.name,
-            "AGENTRUN_OIDC_AUDIENCE": "agentrun",
+            "AGENTLEDGER_OIDC_JWKS_URL": self.jwks_url,
+            "AGENTLEDGER_OIDC_ISSUER": self.name,
+            "AGENTLEDGER_OIDC_AUDIENCE": "agentledger",
         }

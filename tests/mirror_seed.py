@@ -23,8 +23,8 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-import agentrun.demo
-from agentrun.store.db import install_tool_schema, open_pool
+import agentledger.demo
+from agentledger.store.db import install_tool_schema, open_pool
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ async def fresh_database(
     url = make_conninfo(database_url, dbname=name)
     pool = await open_pool(url, max_size=4)
     # The tables a demo worker would bring: seeded runs sent messages and opened tickets.
-    await install_tool_schema(pool, agentrun.demo.registry.schema())
+    await install_tool_schema(pool, agentledger.demo.registry.schema())
     try:
         yield url, pool
     finally:
@@ -156,7 +156,9 @@ class Seeder:
 async def starter(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     """`python starter.py ARGS` with only `env` for settings: its exit code, stdout, stderr."""
     inherited = {
-        k: v for k, v in os.environ.items() if not k.startswith("AGENTRUN_") and k != "DATABASE_URL"
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AGENTLEDGER_") and k != "DATABASE_URL"
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -1,5 +1,5 @@
 """An OpenAI Agents SDK agent in a workflow, as `temporalio.openai_agents` documents it: the
-other kind of agent tests/test_plugins_together.py runs beside agentrun's in one worker."""
+other kind of agent tests/test_plugins_together.py runs beside agentledger's in one worker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
 
-    from agentrun.core.constants import OFFLINE_MODEL
+    from agentledger.core.constants import OFFLINE_MODEL
 
 
 @workflow.defn(name="OpenAIAgentsAnswer")

@@ -12,10 +12,10 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun.core import constants as names
-    from agentrun.core._state import RunInput
-    from agentrun.core.results import RunResult
-    from agentrun.workflows.agent_run import AgentRunWorkflow
+    from agentledger.core import constants as names
+    from agentledger.core._state import RunInput
+    from agentledger.core.results import RunResult
+    from agentledger.workflows.agent_run import AgentRunWorkflow
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)

@@ -15,10 +15,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agentrun.core.eval_cases import eval_workflow_id
-from agentrun.ops.operations import run_id_for
-from agentrun.worker.worker_factory import worker_tuning
-from agentrun.workflows.subagents import subagent_run_id
+from agentledger.core.eval_cases import eval_workflow_id
+from agentledger.ops.operations import run_id_for
+from agentledger.worker.worker_factory import worker_tuning
+from agentledger.workflows.subagents import subagent_run_id
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # Histories whose replay needs the workflow id they were recorded under: a signed decision

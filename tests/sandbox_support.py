@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-SOCKET = "/run/agentrun-test-docker.sock"
-DATA_ROOT = "/var/lib/agentrun-test-docker"
-EXEC_ROOT = "/run/agentrun-test-docker"
-IMAGE = "agentrun-sandbox:test"
+SOCKET = "/run/agentledger-test-docker.sock"
+DATA_ROOT = "/var/lib/agentledger-test-docker"
+EXEC_ROOT = "/run/agentledger-test-docker"
+IMAGE = "agentledger-sandbox:test"
 
 
 @dataclass
@@ -84,7 +84,7 @@ def _start_dockerd() -> tuple[subprocess.Popen[bytes] | None, str]:
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[Engine]:
     pytest.importorskip("docker", reason="the docker SDK is not installed (pip install docker)")
-    from agentrun.tools import sandbox_image
+    from agentledger.tools import sandbox_image
 
     daemon = None
     base_url = os.environ.get("DOCKER_HOST") or f"unix://{SOCKET}"
@@ -115,7 +115,7 @@ def docker_engine() -> Iterator[Engine]:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE_INPUTS = ("Dockerfile", "pyproject.toml", "README.md", "worker.py", "starter.py")
-IMAGE_TREES = ("agentrun", "workflows", "activities")
+IMAGE_TREES = ("agentledger", "workflows", "activities")
 
 
 def project_image_key() -> str:
@@ -135,14 +135,14 @@ def project_image_key() -> str:
 def build_project_image(engine: Engine) -> str:
     """The Dockerfile built on a base from Debian's packages, offline: its dependencies are
     wheels this machine's pip gathers into wheelhouse/. Reused while its inputs hash alike."""
-    from agentrun.tools import sandbox_image
+    from agentledger.tools import sandbox_image
 
     client = engine.client
-    name = f"agentrun:test-{project_image_key()}"
+    name = f"agentledger:test-{project_image_key()}"
     if client.images.list(name=name):
         return name
     recipe = sandbox_image.Recipe()  # the sandbox's own base: one debootstrap for both
-    base = f"agentrun-sandbox-base:{recipe.key}"
+    base = f"agentledger-sandbox-base:{recipe.key}"
     if not client.images.list(name=base):
         sandbox_image.import_base(client, recipe, base, log=lambda _: None)
     wheels = os.path.join(ROOT, "wheelhouse")

@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowHandle
 
-from agentrun.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
-from agentrun.core.errors import OperationError
-from agentrun.core.results import PendingApproval, RunResult, RunState
-from agentrun.core.spec import RunSpec
-from agentrun.core.states import RunStatus
-from agentrun.ops import operations as ops
+from agentledger.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
+from agentledger.core.errors import OperationError
+from agentledger.core.results import PendingApproval, RunResult, RunState
+from agentledger.core.spec import RunSpec
+from agentledger.core.states import RunStatus
+from agentledger.ops import operations as ops
 
 T = TypeVar("T")
 NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."
@@ -161,7 +161,7 @@ def scripted(*turns: list[tuple[str, dict[str, Any]]] | str) -> Any:
     The turn is chosen by how many assistant messages the request already holds, so a retried
     or replayed call gets the same answer.
     """
-    from agentrun.dev.offline_model import completion
+    from agentledger.dev.offline_model import completion
 
     def respond(request: dict[str, Any]) -> Any:
         done = sum(1 for m in request["messages"] if m.get("role") == "assistant")
@@ -188,6 +188,6 @@ def parse_python(source: str) -> ast.Module:
 
 async def run_result(client: Client, run_id: str) -> RunResult:
     """How the run ended, as `client.runs.result` reads it: a failed run's result rides in its
-    failure, a cancelled run's is read from its final state (agentrun/workflows/run_endings.py).
+    failure, a cancelled run's is read from its final state (agentledger/workflows/run_endings.py).
     """
     return await ops.result(client, run_id)

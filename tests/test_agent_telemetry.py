@@ -28,17 +28,17 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
-import agentrun.demo
-from agentrun.core.constants import OFFLINE_MODEL
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.ops import steering_ops
-from agentrun.temporal.client import connect
-from agentrun.tools import ToolContext, ToolRegistry
-from agentrun.tools.registry import Tool
-from agentrun.worker import fleet_gauges
-from agentrun.worker.worker_factory import worker_tuning
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.core.constants import OFFLINE_MODEL
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.ops import steering_ops
+from agentledger.temporal.client import connect
+from agentledger.tools import ToolContext, ToolRegistry
+from agentledger.tools.registry import Tool
+from agentledger.worker import fleet_gauges
+from agentledger.worker.worker_factory import worker_tuning
+from agentledger.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import NOTIFY_TASK, make_spec, rows, wait_pending
 from tests.test_sessions import SECOND, answered, session_model
@@ -108,7 +108,7 @@ def flaky_registry() -> ToolRegistry:
         return {"found": True}
 
     return ToolRegistry(
-        [*agentrun.demo.registry.tools(), Tool("flaky_lookup", "look up", Nothing, flaky_lookup)]
+        [*agentledger.demo.registry.tools(), Tool("flaky_lookup", "look up", Nothing, flaky_lookup)]
     )
 
 
@@ -212,14 +212,14 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         "send_message",
     ]
     # Once each: one span per step, though every workflow task replayed the history.
-    assert sorted(s.attributes["agentrun.step_id"] for s in model_spans) == sorted(
+    assert sorted(s.attributes["agentledger.step_id"] for s in model_spans) == sorted(
         m["step_id"] for m in model_steps
     )
-    assert [s.attributes["agentrun.step_id"] for s in tool_spans] == [
+    assert [s.attributes["agentledger.step_id"] for s in tool_spans] == [
         t["step_id"] for t in tool_steps
     ]
     for span, step in zip(
-        sorted(model_spans, key=lambda s: s.attributes["agentrun.step_id"]),
+        sorted(model_spans, key=lambda s: s.attributes["agentledger.step_id"]),
         model_steps,
         strict=True,
     ):
@@ -231,8 +231,8 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         assert span.attributes["gen_ai.provider.name"] == "127.0.0.1"  # the offline server
         assert span.attributes["gen_ai.usage.input_tokens"] == step["tokens_in"] > 0
         assert span.attributes["gen_ai.usage.output_tokens"] == step["tokens_out"] > 0
-        assert span.attributes["agentrun.cost_usd"] > 0
-        assert span.attributes["agentrun.outcome"] == "ok"
+        assert span.attributes["agentledger.cost_usd"] > 0
+        assert span.attributes["agentledger.outcome"] == "ok"
         # Content capture is off by default: no prompt and no answer on the span.
         assert "gen_ai.input.messages" not in span.attributes
         assert "gen_ai.output.messages" not in span.attributes
@@ -242,13 +242,13 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         assert linked_name(span) == "RunActivity:tool.invoke"
         assert span.attributes["gen_ai.tool.name"] == name
         assert str(span.attributes["gen_ai.tool.call.id"]).startswith("call_")
-        assert span.attributes["agentrun.outcome"] == "ok"
+        assert span.attributes["agentledger.outcome"] == "ok"
         assert "gen_ai.tool.call.arguments" not in span.attributes
     # The failed attempt of the flaky tool, with its kind; the retry says why it retried.
     flaky_spans = [s for s in spans if s.attributes.get("gen_ai.tool.name") == "flaky_lookup"]
-    assert [s.attributes["agentrun.outcome"] for s in flaky_spans] == ["error", "ok"]
+    assert [s.attributes["agentledger.outcome"] for s in flaky_spans] == ["error", "ok"]
     assert flaky_spans[0].attributes["error.type"] == "ConnectionError"
-    assert "hung up" in str(flaky_spans[1].attributes["agentrun.retry.reason"])
+    assert "hung up" in str(flaky_spans[1].attributes["agentledger.retry.reason"])
 
     # ---- a replay of the whole history makes no span
     agent_spans = len(model_spans) + len(tool_spans) + 1  # and the run's invoke_agent
@@ -276,10 +276,10 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
     # ---- metrics, read back from the SDK's meter: counted once despite the replays
     receipt = await ops.receipt(pool, demo.run_id)
     assert receipt is not None
-    assert total(updates, "agentrun_runs_started", tenant=tenant) == 2
-    assert total(updates, "agentrun_runs_ended", tenant=tenant, status="completed") == 2
+    assert total(updates, "agentledger_runs_started", tenant=tenant) == 2
+    assert total(updates, "agentledger_runs_ended", tenant=tenant, status="completed") == 2
     tokens = dict(
-        (d, total(updates, "agentrun_model_tokens", tenant=tenant, direction=d))
+        (d, total(updates, "agentledger_model_tokens", tenant=tenant, direction=d))
         for d in ("input", "output")
     )
     flaky_receipt = await ops.receipt(pool, flaky.run_id)
@@ -288,19 +288,20 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         "input": receipt["tokens_in"] + flaky_receipt["tokens_in"],
         "output": receipt["tokens_out"] + flaky_receipt["tokens_out"],
     }
-    cost = total(updates, "agentrun_model_cost_usd", tenant=tenant, model=OFFLINE_MODEL)
+    cost = total(updates, "agentledger_model_cost_usd", tenant=tenant, model=OFFLINE_MODEL)
     assert cost == pytest.approx(receipt["cost_usd"] + flaky_receipt["cost_usd"], abs=1e-6)
-    assert total(updates, "agentrun_approvals_requested", tenant=tenant) == 1
-    assert total(updates, "agentrun_approvals_closed", tenant=tenant, decision="approved") == 1
+    assert total(updates, "agentledger_approvals_requested", tenant=tenant) == 1
+    assert total(updates, "agentledger_approvals_closed", tenant=tenant, decision="approved") == 1
     assert last(updates, fleet_gauges.APPROVALS_PENDING, tenant=tenant) == 0
-    assert total(updates, "agentrun_tool_failures", tool="flaky_lookup") == 1
+    assert total(updates, "agentledger_tool_failures", tool="flaky_lookup") == 1
     assert (
-        total(updates, "agentrun_tool_failures", tool="flaky_lookup", kind="ConnectionError") == 1
+        total(updates, "agentledger_tool_failures", tool="flaky_lookup", kind="ConnectionError")
+        == 1
     )
-    lag = [u for u in updates if u.metric.name == "agentrun_mirror_lag"]
+    lag = [u for u in updates if u.metric.name == "agentledger_mirror_lag"]
     assert lag and all(u.value >= 0 for u in lag)
     # The run metrics carry the workflow's own labels, so Prometheus can split by queue.
-    started = next(u for u in updates if u.metric.name == "agentrun_runs_started")
+    started = next(u for u in updates if u.metric.name == "agentledger_runs_started")
     assert started.attributes["task_queue"] == settings.task_queue
 
 
@@ -316,7 +317,7 @@ async def test_content_capture_puts_prompts_and_answers_on_the_spans(settings, p
     spans = [
         s
         for s in exporter.get_finished_spans()
-        if s.attributes.get("agentrun.run_id") == started.run_id
+        if s.attributes.get("agentledger.run_id") == started.run_id
     ]
     first_chat = next(s for s in spans if s.attributes["gen_ai.operation.name"] == "chat")
     assert "Summarize our invoice policy." in str(first_chat.attributes["gen_ai.input.messages"])
@@ -363,7 +364,7 @@ async def test_a_run_replayed_across_worker_restarts_has_one_invoke_agent_span_o
     run_spans = [
         s
         for s in exporter.get_finished_spans()
-        if s.attributes and s.attributes.get("agentrun.run_id") == started.run_id
+        if s.attributes and s.attributes.get("agentledger.run_id") == started.run_id
     ]
     operation = gen_ai.GEN_AI_OPERATION_NAME
     (agent_span,) = [s for s in run_spans if s.attributes[operation] == "invoke_agent"]
@@ -383,7 +384,7 @@ async def test_a_run_replayed_across_worker_restarts_has_one_invoke_agent_span_o
         started.run_id,
     )
     assert len(model_steps) == 3
-    assert sorted(s.attributes["agentrun.step_id"] for s in chats) == sorted(
+    assert sorted(s.attributes["agentledger.step_id"] for s in chats) == sorted(
         m["step_id"] for m in model_steps
     )
     assert [s.attributes[gen_ai.GEN_AI_TOOL_NAME] for s in tools] == [
@@ -440,15 +441,15 @@ async def test_a_session_has_an_invoke_agent_span_per_turn_under_its_own(setting
         s
         for s in exporter.get_finished_spans()
         if s.attributes
-        and s.attributes.get("agentrun.run_id") == started.run_id
+        and s.attributes.get("agentledger.run_id") == started.run_id
         and s.attributes[gen_ai.GEN_AI_OPERATION_NAME] == "invoke_agent"
     ]
-    (run,) = [s for s in agents if "agentrun.turn" not in s.attributes]
+    (run,) = [s for s in agents if "agentledger.turn" not in s.attributes]
     turns = sorted(
-        (s for s in agents if "agentrun.turn" in s.attributes),
-        key=lambda s: s.attributes["agentrun.turn"],
+        (s for s in agents if "agentledger.turn" in s.attributes),
+        key=lambda s: s.attributes["agentledger.turn"],
     )
-    assert [s.attributes["agentrun.turn"] for s in turns] == [1, 2]
+    assert [s.attributes["agentledger.turn"] for s in turns] == [1, 2]
     for turn in turns:
         assert turn.attributes[gen_ai.GEN_AI_CONVERSATION_ID] == started.run_id
         assert turn.attributes[gen_ai.GEN_AI_AGENT_NAME] == receipt["agent"]

@@ -1,4 +1,4 @@
-"""AG-UI on the real stack: `agentrun serve` in a subprocess, a worker, keys in Postgres, and
+"""AG-UI on the real stack: `agentledger serve` in a subprocess, a worker, keys in Postgres, and
 `httpx` as the AG-UI client. A thread's run reaches an approval, which ends the AG-UI run with
 an interrupt; the client resumes it with an edit, and the run completes. Every event is read
 with the `ag-ui-protocol` package's own pydantic types, and each AG-UI run's sequence is
@@ -15,10 +15,10 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-import agentrun.demo
-from agentrun.core.settings import Settings
-from agentrun.ops import operations as ops
-from agentrun.store import tool_sets
+import agentledger.demo
+from agentledger.core.settings import Settings
+from agentledger.ops import operations as ops
+from agentledger.store import tool_sets
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, rows
 
@@ -82,7 +82,7 @@ async def test_an_agui_thread_is_interrupted_for_approval_and_resumed_with_an_ed
     stranger = await make_key(settings, other, "admin")
     thread = f"thread-{uuid.uuid4().hex[:8]}"
     # The worker's tools, as a worker process records them: a profile's run names tools.
-    await tool_sets.join(pool, settings.task_queue, "w", agentrun.demo.registry.names())
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
     async with worker(), served(settings, tmp_path) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=90) as http:
             first = await agui_run(http, run_input(thread), runner)
@@ -92,7 +92,7 @@ async def test_an_agui_thread_is_interrupted_for_approval_and_resumed_with_an_ed
             assert finished.outcome.type == "interrupt"
             [interrupt] = finished.outcome.interrupts
             assert interrupt.reason == "tool_approval"
-            assert interrupt.metadata["agentrun"]["risk"] == "high"
+            assert interrupt.metadata["agentledger"]["risk"] == "high"
             # The call waiting for approval was announced, and the interrupt names it.
             calls = {e.tool_call_id: e.tool_call_name for e in of_type(first, "TOOL_CALL_START")}
             assert calls[interrupt.tool_call_id] == "send_message"
@@ -105,7 +105,7 @@ async def test_an_agui_thread_is_interrupted_for_approval_and_resumed_with_an_ed
             proposed = json.loads(args.delta)
             assert proposed["to"] == "ana@example.com"
             assert of_type(first, "TOOL_CALL_RESULT"), "the lookup's result was told"
-            states = [e.snapshot["agentrun"] for e in of_type(first, "STATE_SNAPSHOT")]
+            states = [e.snapshot["agentledger"] for e in of_type(first, "STATE_SNAPSHOT")]
             assert states[-1]["status"] == "waiting_for_approval"
             run_id = states[-1]["run_id"]
             assert run_id == f"run-{tenant}~agui.{thread}", "the thread names the run"
@@ -113,7 +113,7 @@ async def test_an_agui_thread_is_interrupted_for_approval_and_resumed_with_an_ed
             # A client that went away comes back to the same run, and the same interrupt.
             back = await agui_run(http, run_input(thread), runner)
             assert back[-1].outcome.interrupts == [interrupt]
-            assert of_type(back, "STATE_SNAPSHOT")[-1].snapshot["agentrun"]["run_id"] == run_id
+            assert of_type(back, "STATE_SNAPSHOT")[-1].snapshot["agentledger"]["run_id"] == run_id
 
             edit = {"body": "Edited over AG-UI."}
             answer = {
@@ -160,7 +160,7 @@ async def test_an_agui_thread_is_interrupted_for_approval_and_resumed_with_an_ed
             decided = [
                 e.value
                 for e in of_type(second, "CUSTOM")
-                if e.name.startswith("agentrun.approval.")
+                if e.name.startswith("agentledger.approval.")
             ]
             assert [d["data"]["by"] for d in decided] == [identity(approver)]
             assert decided[0]["step_id"] == interrupt.tool_call_id

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from agentrun.core.results import WatchItem
+from agentledger.core.results import WatchItem
 
 ag_ui = pytest.importorskip("ag_ui.core", reason="ag-ui-protocol is the serve extra")
 from ag_ui.core import Event, RunAgentInput  # noqa: E402
 from ag_ui_validate.pytest_plugin import validate_agui  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
-from agentrun.http.agui_events import AguiStory  # noqa: E402
+from agentledger.http.agui_events import AguiStory  # noqa: E402
 
 EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 REQUEST = RunAgentInput(thread_id="th", run_id="r1", messages=[])
@@ -112,6 +112,6 @@ def test_a_cancelled_run_finishes_cancelled_and_a_budget_approval_interrupts() -
     )
     events = told([(asked, None)])
     [interrupt] = events[-1].outcome.interrupts
-    assert (interrupt.reason, interrupt.tool_call_id) == ("agentrun.budget", None)
+    assert (interrupt.reason, interrupt.tool_call_id) == ("agentledger.budget", None)
     assert "over the run's budget" in interrupt.message
     assert not [e for e in events if e.type.value.startswith("TOOL_CALL")]

@@ -7,13 +7,13 @@ from datetime import datetime, timedelta
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from agentrun.core import constants as names
-from agentrun.core._wire import ApproveInput, RejectInput
-from agentrun.core.argument_schema import argument_problems
-from agentrun.core.errors import OperationError
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.changes import for_new_run
+from agentledger.core import constants as names
+from agentledger.core._wire import ApproveInput, RejectInput
+from agentledger.core.argument_schema import argument_problems
+from agentledger.core.errors import OperationError
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.changes import for_new_run
 from tests.support import make_spec, rows, run_result, wait_mirrored_status, wait_pending
 
 
@@ -117,7 +117,7 @@ async def test_reject_with_replan_policy_lets_the_model_continue(client, setting
     [
         ({"role": "intern"}, "needs role 'approver'"),
         ({"action_hash": "0000000000000000"}, "stale approval"),
-        ({"tenant": "someone-else"}, "no run .*: `agentrun list` shows the runs"),
+        ({"tenant": "someone-else"}, "no run .*: `agentledger list` shows the runs"),
         ({"by": "mallory"}, "not among the approvers"),
     ],
 )

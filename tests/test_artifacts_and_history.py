@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-import agentrun.demo
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.store.artifacts import ArtifactStore
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.store.artifacts import ArtifactStore
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted
 
 SUMMARY = "## Summary\nDone."
@@ -24,7 +24,7 @@ async def dump(args: Size, ctx: ToolContext) -> dict[str, str]:
 
 
 REGISTRY = ToolRegistry(
-    [*agentrun.demo.registry.tools(), Tool("dump", "produce a large output", Size, dump)]
+    [*agentledger.demo.registry.tools(), Tool("dump", "produce a large output", Size, dump)]
 )
 
 

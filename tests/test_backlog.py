@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agentrun.core.backlog_models import PolicyPatch
-from agentrun.core.errors import OperationError
-from agentrun.dev.offline_model import OfflineModelServer, offline_planner
-from agentrun.ops import backlog_ops as bops
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.changes import for_new_run
+from agentledger.core.backlog_models import PolicyPatch
+from agentledger.core.errors import OperationError
+from agentledger.dev.offline_model import OfflineModelServer, offline_planner
+from agentledger.ops import backlog_ops as bops
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.changes import for_new_run
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agentrun.core.errors import OperationError
-from agentrun.ops import backlog_ops as bops
+from agentledger.core.errors import OperationError
+from agentledger.ops import backlog_ops as bops
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, new_agent, wait_states
 from tests.test_cli import run_cli
 
@@ -31,7 +31,7 @@ GOOD = """\
 @pytest.fixture
 def cli(settings, tmp_path):
     async def call(*args: str):
-        return await run_cli(settings, tmp_path / "agentrun-home", *args)
+        return await run_cli(settings, tmp_path / "agentledger-home", *args)
 
     return call
 

@@ -16,11 +16,11 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentrun.core.backlog_models import PolicyPatch
-from agentrun.core.errors import OperationError
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import backlog_ops as bops
-from agentrun.ops import operations as ops
+from agentledger.core.backlog_models import PolicyPatch
+from agentledger.core.errors import OperationError
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import backlog_ops as bops
+from agentledger.ops import operations as ops
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,

@@ -2,7 +2,7 @@
 of several tenants. Under a tenant, `backlog list` and `dead` show its tasks alone, a backlog
 with none of them reads as a missing one, another tenant's task as a missing task, and
 `stop`, `resume` and a tenant's policy (issue 35) act on the caller's tasks alone: other
-tenants' tasks go on. An operator (no AGENTRUN_TENANT) sees and acts on the whole backlog."""
+tenants' tasks go on. An operator (no AGENTLEDGER_TENANT) sees and acts on the whole backlog."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from agentrun.client_api import RunClient
-from agentrun.core.errors import InvalidRequest, OperationError
-from agentrun.core.settings import Settings
+from agentledger.client_api import RunClient
+from agentledger.core.errors import InvalidRequest, OperationError
+from agentledger.core.settings import Settings
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, item, new_agent, tasks, wait_states
 from tests.test_cli import Result
 from tests.test_door import cli
@@ -189,7 +189,7 @@ async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
     stop acme's part of a shared backlog alone: globex's tasks, behind acme's in order, keep
     their own attempts and finish; acme resumes and retries its own part though globex's
     tasks are there too."""
-    from agentrun.core.backlog_models import PolicyPatch
+    from agentledger.core.backlog_models import PolicyPatch
 
     mark = uuid.uuid4().hex[:8]
     acme, globex = f"acme-{mark}", f"globex-{mark}"

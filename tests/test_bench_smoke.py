@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from agentrun.core.constants import OFFLINE_MODEL
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.workflows.changes import for_new_run
+from agentledger.core.constants import OFFLINE_MODEL
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.workflows.changes import for_new_run
 from bench import (
     bare,
     bare_agent,
@@ -266,7 +266,7 @@ async def test_bare_agent_runs_the_same_loop_for_real(env: WorkflowEnvironment) 
             "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": home,
+            "AGENTLEDGER_HOME": home,
         }
         metrics_url = f"http://127.0.0.1:{SERVER_METRICS_PORT}/metrics"
         async with harness.running(harness.bench_worker("bare_agent", queue, worker_env)) as w:
@@ -331,7 +331,7 @@ async def test_each_peer_runs_the_same_agent_for_real(
             "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": home,
+            "AGENTLEDGER_HOME": home,
         }
         async with harness.running(harness.bench_worker(kind, queue, worker_env)):
             workflow_id = f"{queue}-{uuid.uuid4().hex[:6]}"
@@ -484,7 +484,7 @@ async def test_the_long_run_workload_runs_for_real_on_every_system(
             "DATABASE_URL": database_url,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": home,
+            "AGENTLEDGER_HOME": home,
         }
         found = await long_run.measure(
             env.client, system, worker_env, {}, pages=pages, budget_seconds=90,
@@ -530,7 +530,7 @@ async def test_scale_out_runs_ours_on_one_and_two_worker_processes(
             "DATABASE_URL": database_url,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "bench",
-            "AGENTRUN_HOME": home,
+            "AGENTLEDGER_HOME": home,
         }
 
         async def start(workflow_id: str, queue: str) -> None:
@@ -588,7 +588,7 @@ async def test_the_http_stream_bench_measures_the_door_for_real(
     env: WorkflowEnvironment, database_url: str, tmp_path
 ) -> None:
     """bench/http_stream.py's quick mode on the tests' Temporal and Postgres: its own worker
-    and `agentrun serve`, real HTTP, every token of every run timed from the model's flush
+    and `agentledger serve`, real HTTP, every token of every run timed from the model's flush
     to the client, and ended runs' streams read back to back."""
     found = await http_stream.measure(
         http_stream.QUICK, env.client.service_client.config.target_host, database_url, tmp_path

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core.admission_models import TenantLimits
-from agentrun.core.errors import OperationError, SetupError
-from agentrun.core.set_up_bound import ONE_TRY_SECONDS
-from agentrun.ops import operations as ops
-from agentrun.store.db import open_pool
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.errors import OperationError, SetupError
+from agentledger.core.set_up_bound import ONE_TRY_SECONDS
+from agentledger.ops import operations as ops
+from agentledger.store.db import open_pool
 from tests.support import make_spec
 
 
@@ -80,10 +80,10 @@ async def test_a_read_held_behind_a_lock_ends_within_the_wait(settings, pool, tm
 
 
 def run_cli(environ: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))}
     return subprocess.run(
-        [sys.executable, "-m", "agentrun", *args],
-        env={**env, "AGENTRUN_HOME": str(cwd / "home"), **environ},
+        [sys.executable, "-m", "agentledger", *args],
+        env={**env, "AGENTLEDGER_HOME": str(cwd / "home"), **environ},
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -96,7 +96,7 @@ def test_list_against_a_silent_postgres_says_so_in_one_line(silent_postgres, tmp
     assert done.returncode == 4  # a service out of reach (README "Exit codes")
     assert done.stderr.strip().splitlines() == [
         f"error: cannot reach Postgres at {silent_postgres.replace(':s3cr3t@', ':***@')} "
-        "within 1s (no answer): check DATABASE_URL, or start the local stack with `agentrun up`"
+        "within 1s (no answer): check DATABASE_URL, or start the local stack with `agentledger up`"
     ]
 
 
@@ -116,15 +116,15 @@ def test_the_console_script_answers_within_its_wait_when_a_service_never_answers
     still has its one fair try (ONE_TRY_SECONDS)."""
     address = f"127.0.0.1:{silent_port}"
     value = address if service == "TEMPORAL_ADDRESS" else f"postgresql://app@{address}/runs"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))}
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import agentrun.client_api"], check=True, env=env)
+    subprocess.run([sys.executable, "-c", "import agentledger.client_api"], check=True, env=env)
     starting = time.monotonic() - began
     target = ["run-x"] if command == "status" else []
     began = time.monotonic()
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "agentrun"), command, *target, "--wait", "3"],
-        env={**env, "AGENTRUN_HOME": str(tmp_path / "home"), service: value},
+        [str(Path(sys.executable).parent / "agentledger"), command, *target, "--wait", "3"],
+        env={**env, "AGENTLEDGER_HOME": str(tmp_path / "home"), service: value},
         cwd=tmp_path,
         capture_output=True,
         text=True,

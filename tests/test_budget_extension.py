@@ -1,9 +1,10 @@
-"""What approving an over-budget run without an edit gives it (agentrun/workflows/policies.py)."""
+"""What approving an over-budget run without an edit gives it
+(agentledger/workflows/policies.py)."""
 
 from __future__ import annotations
 
-from agentrun.core.spec import Budget
-from agentrun.workflows.policies import extend_budget, over_budget
+from agentledger.core.spec import Budget
+from agentledger.workflows.policies import extend_budget, over_budget
 
 
 def test_one_approval_lets_a_run_go_on_however_far_one_step_overshot():

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentrun.core.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentrun.dev.stack import free_port
+from agentledger.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentledger.dev.stack import free_port
 from tests.test_demo_command import ROOT, clean_env, stop_leftover_postgres
 
 HOLD = """
@@ -40,7 +40,7 @@ time.sleep(600)
 
 @asynccontextmanager
 async def another_program_holding(*ports: int) -> AsyncIterator[None]:
-    """A process that is not agentrun listening on `ports` (as another Temporal or app would)."""
+    """A process that is not agentledger listening on `ports` (as another Temporal or app would)."""
     holder = await asyncio.create_subprocess_exec(
         sys.executable, "-c", HOLD, *map(str, ports), stdout=asyncio.subprocess.PIPE
     )
@@ -55,9 +55,9 @@ async def another_program_holding(*ports: int) -> AsyncIterator[None]:
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    """A fresh AGENTRUN_HOME outside pytest's own temporary tree, which another pytest
+    """A fresh AGENTLEDGER_HOME outside pytest's own temporary tree, which another pytest
     session may close to others meanwhile (the embedded Postgres runs as its own user)."""
-    folder = Path(tempfile.mkdtemp(prefix="agentrun-home-"))
+    folder = Path(tempfile.mkdtemp(prefix="agentledger-home-"))
     try:
         yield folder / "fresh-home"
     finally:
@@ -66,7 +66,7 @@ def home() -> Iterator[Path]:
 
 
 def cli_env(home: Path) -> dict[str, str]:
-    return clean_env() | {"AGENTRUN_HOME": str(home)}
+    return clean_env() | {"AGENTLEDGER_HOME": str(home)}
 
 
 async def cli(home: Path, *args: str, bound: float = 100) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core import faults
+from agentledger.core import faults
 from chaos.kinds import CHILD, KINDS
 
 ROOT = Path(__file__).resolve().parent.parent

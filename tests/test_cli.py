@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from agentrun.core.results import RunResult
-from agentrun.core.settings import Settings
-from agentrun.ops import operations as ops
-from agentrun.store.db import MIGRATIONS, schema_version
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.results import RunResult
+from agentledger.core.settings import Settings
+from agentledger.ops import operations as ops
+from agentledger.store.db import MIGRATIONS, schema_version
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import NOTIFY_TASK, make_spec, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,9 +45,9 @@ def cli_env(settings: Settings, home: Path) -> dict[str, str]:
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url or "",
         "OPENAI_BASE_URL": settings.openai_base_url or "",
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_PREPARED_STATEMENTS": "1" if settings.prepared_statements else "0",
-        "AGENTRUN_HOME": str(home),  # no stack.json there: only the variables above count
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_PREPARED_STATEMENTS": "1" if settings.prepared_statements else "0",
+        "AGENTLEDGER_HOME": str(home),  # no stack.json there: only the variables above count
     }
 
 
@@ -55,9 +55,9 @@ async def run_cli(
     settings: Settings, home: Path, *args: str, seconds: float = 60, console: bool = False
 ) -> Result:
     env = cli_env(settings, home)
-    # The `agentrun` console script (pyproject.toml) sits beside this interpreter.
+    # The `agentledger` console script (pyproject.toml) sits beside this interpreter.
     command = (
-        [str(Path(sys.executable).parent / "agentrun")]
+        [str(Path(sys.executable).parent / "agentledger")]
         if console
         else [sys.executable, "starter.py"]
     )
@@ -83,7 +83,7 @@ async def run_cli(
 
 @pytest.fixture
 def cli(settings: Settings, tmp_path: Path) -> Any:
-    home = tmp_path / "agentrun-home"
+    home = tmp_path / "agentledger-home"
 
     async def call(*args: str) -> Result:
         return await run_cli(settings, home, *args)
@@ -228,7 +228,7 @@ async def test_reads_never_migrate_and_migrate_brings_the_schema_up(settings, po
     home = tmp_path / "home"
 
     message = refused(await run_cli(fresh, home, "list"))
-    assert "schema is at version 0" in message and "`agentrun migrate`" in message
+    assert "schema is at version 0" in message and "`agentledger migrate`" in message
     async with await psycopg.AsyncConnection.connect(fresh.database_url or "") as conn:
         assert await schema_version(conn) == 0, "a read must not migrate"
 
@@ -243,12 +243,12 @@ async def test_reads_never_migrate_and_migrate_brings_the_schema_up(settings, po
     assert listed.json() == []
 
 
-async def test_the_agentrun_console_script_is_the_same_cli(settings, tmp_path):
-    """`agentrun ...` runs the very command line `python starter.py ...` does."""
+async def test_the_agentledger_console_script_is_the_same_cli(settings, tmp_path):
+    """`agentledger ...` runs the very command line `python starter.py ...` does."""
     home = tmp_path / "home"
     helps = [await run_cli(settings, home, "--help", console=flag) for flag in (True, False)]
     assert [h.code for h in helps] == [0, 0]
-    assert helps[0].out.startswith("usage: agentrun ")
+    assert helps[0].out.startswith("usage: agentledger ")
     assert helps[0].out == helps[1].out, "the same commands, flags and help"
     migrated = await run_cli(settings, home, "migrate", "--json", console=True)
     assert migrated.code == 0, migrated.err
@@ -327,7 +327,7 @@ async def test_watch_says_within_its_wait_why_a_live_run_is_silent(cli, client, 
         "--wait",
         "1",
         cwd=ROOT,
-        env=cli_env(settings, tmp_path / "agentrun-home"),
+        env=cli_env(settings, tmp_path / "agentledger-home"),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -1,4 +1,4 @@
-"""Exit codes that mean something (issue 26), through the real `agentrun` console script.
+"""Exit codes that mean something (issue 26), through the real `agentledger` console script.
 
 0 done, 1 a runtime failure, 2 usage or invalid input, 3 not found (another tenant's run
 included), 4 a service unreachable, 5 refused by policy or by the run (README "Exit
@@ -24,20 +24,20 @@ from typing import Any
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from agentrun.cli.main import parser
-from agentrun.core.settings import Settings
+from agentledger.cli.main import parser
+from agentledger.core.settings import Settings
 from tests.support import NOTIFY_TASK, wait_pending
 from tests.test_cli import ROOT, Result, cli_env
 
-AGENTRUN = str(Path(sys.executable).parent / "agentrun")
+AGENTLEDGER = str(Path(sys.executable).parent / "agentledger")
 HEAVY = ("temporalio", "openai", "mcp", "psycopg", "psycopg_pool", "pydantic")
 
 
-async def agentrun(
+async def agentledger(
     settings: Settings, home: Path, *args: str, stdout: Any = asyncio.subprocess.PIPE, **env: str
 ) -> Result:
     proc = await asyncio.create_subprocess_exec(
-        AGENTRUN,
+        AGENTLEDGER,
         *args,
         cwd=ROOT,
         env={**cli_env(settings, home), **env},
@@ -70,10 +70,10 @@ def free_port() -> int:
 async def test_usage_and_invalid_input_exit_2(settings, tmp_path):
     home = tmp_path / "home"
     bogus, bogus_json, no_task, bad_priority = await asyncio.gather(
-        agentrun(settings, home, "list", "--status", "bogus"),
-        agentrun(settings, home, "list", "--status", "bogus", "--json"),
-        agentrun(settings, home, "start", "--json"),
-        agentrun(settings, home, "start", "--task", "t", "--priority", "9", "--json"),
+        agentledger(settings, home, "list", "--status", "bogus"),
+        agentledger(settings, home, "list", "--status", "bogus", "--json"),
+        agentledger(settings, home, "start", "--json"),
+        agentledger(settings, home, "start", "--task", "t", "--priority", "9", "--json"),
     )
     assert bogus.code == 2 and bogus.out == ""
     assert "invalid choice: 'bogus'" in bogus.err and "'waiting_for_approval'" in bogus.err
@@ -86,10 +86,10 @@ async def test_usage_and_invalid_input_exit_2(settings, tmp_path):
 async def test_an_unknown_run_exits_3(settings, pool, tmp_path):
     home = tmp_path / "home"
     status, receipt, say, end = await asyncio.gather(
-        agentrun(settings, home, "status", "run-nope", "--json"),
-        agentrun(settings, home, "receipt", "run-nope"),
-        agentrun(settings, home, "say", "run-nope", "anyone there?", "--json"),
-        agentrun(settings, home, "end", "run-nope", "--json"),
+        agentledger(settings, home, "status", "run-nope", "--json"),
+        agentledger(settings, home, "receipt", "run-nope"),
+        agentledger(settings, home, "say", "run-nope", "anyone there?", "--json"),
+        agentledger(settings, home, "end", "run-nope", "--json"),
     )
     assert "no run 'run-nope'" in json_error(status, 3, "not_found")
     assert "no run 'run-nope'" in json_error(say, 3, "not_found")
@@ -102,7 +102,7 @@ async def test_a_service_out_of_reach_exits_4(settings, pool, tmp_path):
     home = tmp_path / "home"
     closed = free_port()
     no_temporal, no_postgres = await asyncio.gather(
-        agentrun(
+        agentledger(
             settings,
             home,
             "status",
@@ -112,7 +112,7 @@ async def test_a_service_out_of_reach_exits_4(settings, pool, tmp_path):
             "--json",
             TEMPORAL_ADDRESS=f"127.0.0.1:{closed}",
         ),
-        agentrun(
+        agentledger(
             settings,
             home,
             "list",
@@ -131,22 +131,22 @@ async def test_a_database_url_naming_a_missing_database_exits_2_naming_it(settin
     """Postgres answers and has no such database: the setting is wrong, not the service
     out of reach; the message names DATABASE_URL and what to do."""
     missing = make_conninfo(settings.database_url, dbname=f"nope_{uuid.uuid4().hex[:8]}")
-    listed = await agentrun(settings, tmp_path / "home", "list", "--json", DATABASE_URL=missing)
+    listed = await agentledger(settings, tmp_path / "home", "list", "--json", DATABASE_URL=missing)
     message = json_error(listed, 2, "invalid_input")
     assert message.startswith("invalid setting: DATABASE_URL:"), message
     assert "does not exist" in message and "fix DATABASE_URL" in message, message
 
 
 async def test_tracing_without_its_extra_says_the_pip_command_a_wheel_user_runs(settings, tmp_path):
-    """AGENTRUN_OTEL=1 where OpenTelemetry is not installed (a folder on PYTHONPATH hides
-    it): exit 2 with `pip install 'agentrun[otel]'`, not a checkout's editable install."""
+    """AGENTLEDGER_OTEL=1 where OpenTelemetry is not installed (a folder on PYTHONPATH hides
+    it): exit 2 with `pip install 'agentledger[otel]'`, not a checkout's editable install."""
     hidden = tmp_path / "without-otel" / "opentelemetry"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'opentelemetry'\", name='opentelemetry')\n"
     )
     path = os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")])
-    status = await agentrun(
+    status = await agentledger(
         settings,
         tmp_path / "home",
         "status",
@@ -154,11 +154,11 @@ async def test_tracing_without_its_extra_says_the_pip_command_a_wheel_user_runs(
         "--wait",
         "5",
         "--json",
-        AGENTRUN_OTEL="1",
+        AGENTLEDGER_OTEL="1",
         PYTHONPATH=path,
     )
     message = json_error(status, 2, "invalid_input")
-    assert "pip install 'agentrun[otel]'" in message and "pip install -e" not in message, message
+    assert "pip install 'agentledger[otel]'" in message and "pip install -e" not in message, message
 
 
 async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings, worker, tmp_path):
@@ -169,7 +169,7 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
     acme, globex = f"acme-{uuid.uuid4().hex[:6]}", f"globex-{uuid.uuid4().hex[:6]}"
     key = f"codes-{uuid.uuid4().hex[:8]}"
     async with worker():
-        started = await agentrun(
+        started = await agentledger(
             settings,
             home,
             *("start", "--task", NOTIFY_TASK, "--tenant", acme, "--idempotency-key", key),
@@ -179,7 +179,7 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
         run_id = started.json()["run_id"]
         await wait_pending(client, run_id)
 
-        pinned = await agentrun(settings, home, "version", run_id, "--json")
+        pinned = await agentledger(settings, home, "version", run_id, "--json")
         assert pinned.code == 0, pinned.err
         assert pinned.json() == {
             "run_id": run_id,
@@ -189,9 +189,9 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
         }
 
         wrong_role, theirs, missing = await asyncio.gather(
-            agentrun(settings, home, "approve", run_id, "--by", "x", "--role", "boss", "--json"),
-            agentrun(settings, home, "status", run_id, "--tenant", globex, "--json"),
-            agentrun(settings, home, "status", "run-nope", "--tenant", globex, "--json"),
+            agentledger(settings, home, "approve", run_id, "--by", "x", "--role", "boss", "--json"),
+            agentledger(settings, home, "status", run_id, "--tenant", globex, "--json"),
+            agentledger(settings, home, "status", "run-nope", "--tenant", globex, "--json"),
         )
         assert "'approver'" in json_error(wrong_role, 5, "refused")
         json_error(theirs, 3, "not_found")
@@ -201,7 +201,7 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
         # A reader that closed its end before a byte was written: no traceback, no message.
         read, write = os.pipe()
         try:
-            closed_pipe = agentrun(settings, home, "status", run_id, "--json", stdout=write)
+            closed_pipe = agentledger(settings, home, "status", run_id, "--json", stdout=write)
             os.close(read)
             quiet = await closed_pipe
         finally:
@@ -210,7 +210,7 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
         # And as a shell pipeline reads it.
         head = await asyncio.to_thread(
             subprocess.run,
-            f"{AGENTRUN} status {run_id} --json | head -2",
+            f"{AGENTLEDGER} status {run_id} --json | head -2",
             shell=True,
             cwd=ROOT,
             env=cli_env(settings, home),
@@ -221,16 +221,16 @@ async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings
         assert head.returncode == 0 and head.stderr == "", head.stderr
         assert head.stdout.splitlines() == ["{", f'  "run_id": "{run_id}",']
 
-        cancelled = await agentrun(settings, home, "cancel", run_id, "--json")
+        cancelled = await agentledger(settings, home, "cancel", run_id, "--json")
         assert cancelled.code == 0, cancelled.err
         assert cancelled.json()["run_id"] == run_id and "cancel" in cancelled.json()["message"]
-        watched = await agentrun(settings, home, "watch", run_id, "--json")
+        watched = await agentledger(settings, home, "watch", run_id, "--json")
         assert watched.code == 1, watched.err
         assert json.loads(watched.out.splitlines()[-1])["data"]["outcome"] == "cancelled"
 
-    paused = await agentrun(settings, home, "pause", run_id, "--json")
+    paused = await agentledger(settings, home, "pause", run_id, "--json")
     assert "already ended" in json_error(paused, 5, "refused")
-    done = await agentrun(settings, home, "receipt", run_id, "--json")
+    done = await agentledger(settings, home, "receipt", run_id, "--json")
     assert done.code == 0 and done.json()["outcome"] == "cancelled"
 
 
@@ -262,10 +262,10 @@ def test_commands_load_no_model_sdk_and_a_worker_no_mcp_client_it_was_not_given(
     command's start-up once. A worker loads the MCP client only for a server it is given."""
     probe = (
         "import json, sys\n"
-        "import agentrun.cli.main, agentrun.client_api, agentrun.ops.operations\n"
-        "import agentrun.workflows, agentrun.ops.chat_ops, agentrun.ops.backlog_ops\n"
+        "import agentledger.cli.main, agentledger.client_api, agentledger.ops.operations\n"
+        "import agentledger.workflows, agentledger.ops.chat_ops, agentledger.ops.backlog_ops\n"
         "client = [m for m in ('openai', 'mcp') if m in sys.modules]\n"
-        "import agentrun.worker.main\n"
+        "import agentledger.worker.main\n"
         "worker = [m for m in ('openai', 'mcp') if m in sys.modules]\n"
         "print(json.dumps({'client': client, 'worker': worker}))\n"
     )
@@ -277,11 +277,11 @@ def test_commands_load_no_model_sdk_and_a_worker_no_mcp_client_it_was_not_given(
 
 
 def test_help_and_version_load_nothing_heavy():
-    """`agentrun --help` builds every command's parser without temporalio, openai, mcp,
+    """`agentledger --help` builds every command's parser without temporalio, openai, mcp,
     psycopg or pydantic; `--version` comes from the package's metadata."""
     probe = (
         "import json, sys\n"
-        "from agentrun.cli.main import main\n"
+        "from agentledger.cli.main import main\n"
         "codes = [main(['--help']), main(['backlog', 'enqueue', '--help'])]\n"
         f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
         "print(json.dumps({'codes': codes, 'heavy': heavy}))\n"
@@ -290,15 +290,15 @@ def test_help_and_version_load_nothing_heavy():
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: agentrun [-h] [--version]")
+    assert done.stdout.startswith("usage: agentledger [-h] [--version]")
     assert "[--log-level {DEBUG,INFO,WARNING,ERROR,CRITICAL}]" in done.stdout
     assert json.loads(done.stdout.splitlines()[-1]) == {"codes": [0, 0], "heavy": []}
     shown = subprocess.run(
-        [AGENTRUN, "--version"], capture_output=True, text=True, timeout=60, check=True
+        [AGENTLEDGER, "--version"], capture_output=True, text=True, timeout=60, check=True
     )
-    assert shown.stdout == f"agentrun {version('agentrun')}\n"
+    assert shown.stdout == f"agentledger {version('agentledger')}\n"
     as_module = subprocess.run(
-        [sys.executable, "-m", "agentrun", "--version"],
+        [sys.executable, "-m", "agentledger", "--version"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -312,7 +312,7 @@ def complete_in_bash(script: str, *words: str) -> list[str]:
     line = " ".join(words)
     program = (
         f"{script}\n"
-        f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _agentrun\n"
+        f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _agentledger\n"
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
     done = subprocess.run(
@@ -325,31 +325,31 @@ def complete_in_bash(script: str, *words: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
 def test_bash_completion_offers_commands_flags_and_choices():
     done = subprocess.run(
-        [AGENTRUN, "completion", "bash"], capture_output=True, text=True, timeout=60, check=True
+        [AGENTLEDGER, "completion", "bash"], capture_output=True, text=True, timeout=60, check=True
     )
     script = done.stdout
-    assert "complete -o default -F _agentrun agentrun" in script
-    assert complete_in_bash(script, "agentrun", "st") == ["start", "status", "stats"]
-    assert complete_in_bash(script, "agentrun", "backlog", "re") == ["resume", "retry"]
-    assert complete_in_bash(script, "agentrun", "list", "--status", "c") == [
+    assert "complete -o default -F _agentledger agentledger" in script
+    assert complete_in_bash(script, "agentledger", "st") == ["start", "status", "stats"]
+    assert complete_in_bash(script, "agentledger", "backlog", "re") == ["resume", "retry"]
+    assert complete_in_bash(script, "agentledger", "list", "--status", "c") == [
         "completed",
         "cancelled",
     ]
-    assert "--from-step" in complete_in_bash(script, "agentrun", "fork", "run-1", "--")
-    assert complete_in_bash(script, "agentrun", "completion", "z") == ["zsh"]
+    assert "--from-step" in complete_in_bash(script, "agentledger", "fork", "run-1", "--")
+    assert complete_in_bash(script, "agentledger", "completion", "z") == ["zsh"]
 
 
 def test_zsh_completion_is_a_completion_function():
     done = subprocess.run(
-        [AGENTRUN, "completion", "zsh", "--json"],
+        [AGENTLEDGER, "completion", "zsh", "--json"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
     script = json.loads(done.stdout)["script"]
-    assert script.startswith("#compdef agentrun\n")
-    assert "compdef _agentrun agentrun" in script and "compadd -- ${=choices}" in script
+    assert script.startswith("#compdef agentledger\n")
+    assert "compdef _agentledger agentledger" in script and "compadd -- ${=choices}" in script
     assert '("/list --status") choices=' in script
     if shutil.which("zsh"):
         checked = subprocess.run(["zsh", "-n"], input=script, capture_output=True, text=True)

@@ -1,8 +1,8 @@
-"""`agentrun.RunClient` is the one front door, and the CLI a thin layer over it (issue 24).
+"""`agentledger.RunClient` is the one front door, and the CLI a thin layer over it (issue 24).
 
 Every command the parser offers is served by a method of one of RunClient's services
 (`client.runs.start`, `client.backlogs.enqueue`, ...), grouped as the commands are; no CLI
-module imports the operations layer (`agentrun.ops`) or names it for a dynamic import; every
+module imports the operations layer (`agentledger.ops`) or names it for a dynamic import; every
 method the CLI calls on its client is one of those; and their signatures name only public
 types, so what the CLI can do, a Python program can do with the same names.
 """
@@ -18,20 +18,20 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-import agentrun
-import agentrun.types
-from agentrun.cli.main import COMMANDS, LOCAL, parser
-from agentrun.client_api import RunClient
-from agentrun.core.settings import Settings
+import agentledger
+import agentledger.types
+from agentledger.cli.main import COMMANDS, LOCAL, parser
+from agentledger.client_api import RunClient
+from agentledger.core.settings import Settings
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_FILES = [
-    *sorted((ROOT / "agentrun" / "cli").glob("*.py")),
-    ROOT / "agentrun" / "__main__.py",
+    *sorted((ROOT / "agentledger" / "cli").glob("*.py")),
+    ROOT / "agentledger" / "__main__.py",
     ROOT / "starter.py",
 ]
-OPERATIONS = "agentrun.ops"
+OPERATIONS = "agentledger.ops"
 # The names CLI code gives its RunClient.
 CLIENT_NAMES = {"client", "stacked", "demo_runs"}
 # RunClient's services, each named as the group of commands it serves.
@@ -80,7 +80,7 @@ SERVED_BY = {
     "keys list": {"keys.listed"},
     "keys revoke": {"keys.revoke"},
 }
-# Modules whose types may appear in RunClient's signatures besides agentrun's public ones.
+# Modules whose types may appear in RunClient's signatures besides agentledger's public ones.
 PLAIN_MODULES = {"builtins", "typing", "collections.abc", "datetime", "pathlib", "types"}
 
 
@@ -149,7 +149,7 @@ def reachable(client: RunClient, name: str) -> bool:
 
 def test_no_cli_module_reaches_the_operations_layer_but_through_run_client():
     found = [hit for path in CLI_FILES for hit in operations_named(path)]
-    assert not found, "the CLI calls agentrun.ops directly; go through RunClient:\n" + "\n".join(
+    assert not found, "the CLI calls agentledger.ops directly; go through RunClient:\n" + "\n".join(
         found
     )
 
@@ -158,19 +158,19 @@ def test_the_check_catches_an_import_of_the_operations_layer(tmp_path):
     """The check above would see each way of reaching the operations."""
     sneaky = tmp_path / "sneaky.py"
     sneaky.write_text(
-        "from agentrun.ops import operations as ops\n"
-        "from agentrun import ops\n"
-        "import agentrun.ops.watch\n"
+        "from agentledger.ops import operations as ops\n"
+        "from agentledger import ops\n"
+        "import agentledger.ops.watch\n"
         "import importlib\n"
-        "fork = importlib.import_module('agentrun.ops.fork_ops')\n"
+        "fork = importlib.import_module('agentledger.ops.fork_ops')\n"
     )
     found = operations_named(sneaky)
     assert [hit.split(": ")[1] for hit in found] == [
-        "agentrun.ops",
-        "agentrun.ops.operations",
-        "agentrun.ops",
-        "agentrun.ops.watch",
-        "agentrun.ops.fork_ops",
+        "agentledger.ops",
+        "agentledger.ops.operations",
+        "agentledger.ops",
+        "agentledger.ops.watch",
+        "agentledger.ops.fork_ops",
     ]
 
 
@@ -214,8 +214,8 @@ def classes_in(hint: object) -> set[type]:
 
 
 def test_run_client_signatures_name_only_public_types():
-    public = {getattr(agentrun, name) for name in agentrun.__all__}
-    public |= {getattr(agentrun.types, name) for name in agentrun.types.__all__}
+    public = {getattr(agentledger, name) for name in agentledger.__all__}
+    public |= {getattr(agentledger.types, name) for name in agentledger.types.__all__}
     public.add(Client)  # Temporal's own client: a program may hand RunClient its connection
     private = []
     instance = RunClient(None, Settings.model_construct())
@@ -232,9 +232,9 @@ def test_run_client_signatures_name_only_public_types():
             if kind not in public and kind.__module__ not in PLAIN_MODULES:
                 private.append(f"RunClient.{name}: {kind.__module__}.{kind.__qualname__}")
     assert not private, "private types in RunClient's signatures:\n" + "\n".join(private)
-    assert classes_in(collections.abc.AsyncIterator[agentrun.types.WatchItem]) == {
+    assert classes_in(collections.abc.AsyncIterator[agentledger.types.WatchItem]) == {
         collections.abc.AsyncIterator,
-        agentrun.types.WatchItem,
+        agentledger.types.WatchItem,
     }
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-import agentrun
-from agentrun.core.constants import DEFAULT_WAIT_SECONDS
-from agentrun.core.settings import Settings
+import agentledger
+from agentledger.core.constants import DEFAULT_WAIT_SECONDS
+from agentledger.core.settings import Settings
 
 
-def services(client: agentrun.RunClient) -> list[object]:
+def services(client: agentledger.RunClient) -> list[object]:
     return [
         client.runs,
         client.sessions,
@@ -26,34 +26,34 @@ def services(client: agentrun.RunClient) -> list[object]:
 
 
 def test_every_service_acts_through_the_clients_one_session():
-    client = agentrun.RunClient.lazy(Settings.read({}), wait=3)
+    client = agentledger.RunClient.lazy(Settings.read({}), wait=3)
     sessions = {id(getattr(service, "session")) for service in services(client)}  # noqa: B009
     assert sessions == {id(client.session)}
     assert client.session.tenant is None
     assert client.session.bound(None) == 3, "an operation waits the client's bound"
     assert client.session.bound(0.5) == 0.5, "unless it names its own"
-    assert agentrun.RunClient.lazy(Settings.read({})).session.bound(None) == DEFAULT_WAIT_SECONDS
+    assert agentledger.RunClient.lazy(Settings.read({})).session.bound(None) == DEFAULT_WAIT_SECONDS
 
 
 def test_a_tenants_view_keeps_the_bound_and_cannot_widen():
-    operator = agentrun.RunClient.lazy(Settings.read({}), wait=2)
+    operator = agentledger.RunClient.lazy(Settings.read({}), wait=2)
     view = operator.acting_for("acme")
     assert view.session.tenant == "acme" and view.session.bound(None) == 2
     assert view.session.scope(None) == "acme" and view.session.scope("acme") == "acme"
-    with pytest.raises(agentrun.Refused):
+    with pytest.raises(agentledger.Refused):
         view.session.scope("globex")
-    with pytest.raises(agentrun.Refused):
+    with pytest.raises(agentledger.Refused):
         view.acting_for("globex")
 
 
 async def test_an_operators_act_is_refused_under_a_tenant_before_connecting():
     """Nothing is connected (no Temporal, no database named): the refusal comes first."""
-    view = agentrun.RunClient.lazy(Settings.read({})).acting_for("acme")
+    view = agentledger.RunClient.lazy(Settings.read({})).acting_for("acme")
     for act in (
         view.keys.listed,
         lambda: view.tenants.set("acme", {"weight": 2.0}),
         view.deploys.check,
         view.migrate,
     ):
-        with pytest.raises(agentrun.Refused, match="an operator's act"):
+        with pytest.raises(agentledger.Refused, match="an operator's act"):
             await act()

@@ -1,9 +1,9 @@
-"""docker-compose.yml against the published Compose schema, and what agentrun needs of it.
+"""docker-compose.yml against the published Compose schema, and what agentledger needs of it.
 
 No Docker engine is needed: the file is validated with `jsonschema` against the Compose
 Specification's own schema (tests/schemas/compose-spec.json, its source named beside it);
 the checks after that cover what a schema cannot: references between services, the
-supported Temporal images, the setup steps and the dynamic config agentrun relies on.
+supported Temporal images, the setup steps and the dynamic config agentledger relies on.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from agentrun.core import search_attributes
+from agentledger.core import search_attributes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).parent / "schemas" / "compose-spec.json"
@@ -173,7 +173,7 @@ def test_traces_go_through_a_collector_to_jaeger(
     """Workers export OTLP to the collector; the collector's trace pipeline ends in Jaeger,
     which takes OTLP itself; its metrics pipeline scrapes every worker replica's endpoint."""
     env = services["worker"]["environment"]
-    assert env["AGENTRUN_OTEL"] == "1"
+    assert env["AGENTLEDGER_OTEL"] == "1"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
     assert services["worker"]["depends_on"]["otel-collector"]["condition"] == "service_started"
     collector = services["otel-collector"]
@@ -198,7 +198,7 @@ def test_traces_go_through_a_collector_to_jaeger(
 def test_the_collector_scrapes_every_worker_for_metrics(
     compose: dict[str, Any], services: dict[str, Any]
 ) -> None:
-    bind = services["worker"]["environment"]["AGENTRUN_PROMETHEUS_BIND"]
+    bind = services["worker"]["environment"]["AGENTLEDGER_PROMETHEUS_BIND"]
     host, _, port = bind.rpartition(":")
     assert host == "0.0.0.0", "reachable from the collector, not loopback only"
     mount = services["otel-collector"]["configs"][0]
@@ -232,7 +232,7 @@ def test_every_port_is_published_on_loopback_unless_asked() -> None:
     ports = published(read_compose()["services"])
     assert len(ports) == 8
     assert {host for host, _, _ in ports.values()} == {"127.0.0.1"}
-    everywhere = published(read_compose({"AGENTRUN_BIND": "0.0.0.0"})["services"])
+    everywhere = published(read_compose({"AGENTLEDGER_BIND": "0.0.0.0"})["services"])
     assert {host for host, _, _ in everywhere.values()} == {"0.0.0.0"}
 
 
@@ -242,9 +242,10 @@ def test_each_host_port_comes_from_a_variable_of_its_own() -> None:
     for name, service in raw.items():
         for entry in service.get("ports") or []:
             match = re.fullmatch(
-                r"\$\{AGENTRUN_BIND:-127\.0\.0\.1\}:\$\{(AGENTRUN_\w+_PORT):-(\d+)\}:(\d+)", entry
+                r"\$\{AGENTLEDGER_BIND:-127\.0\.0\.1\}:\$\{(AGENTLEDGER_\w+_PORT):-(\d+)\}:(\d+)",
+                entry,
             )
-            assert match, f"{name}: {entry} is not published on AGENTRUN_BIND from a variable"
+            assert match, f"{name}: {entry} is not published on AGENTLEDGER_BIND from a variable"
             variables.append(match[1])
             moved = published(read_compose({match[1]: "40999"})["services"])
             assert moved[f"{name}:{match[3]}"] == ("127.0.0.1", "40999", match[3])
@@ -255,11 +256,11 @@ def test_each_host_port_comes_from_a_variable_of_its_own() -> None:
 
 def test_the_passwords_come_from_variables() -> None:
     services = read_compose(
-        {"AGENTRUN_PG_PASSWORD": "s3cret", "AGENTRUN_TEMPORAL_PG_PASSWORD": "t3mporal"}
+        {"AGENTLEDGER_PG_PASSWORD": "s3cret", "AGENTLEDGER_TEMPORAL_PG_PASSWORD": "t3mporal"}
     )["services"]
     assert services["receipts-db"]["environment"]["POSTGRES_PASSWORD"] == "s3cret"
     url = services["worker"]["environment"]["DATABASE_URL"]
-    assert url == "postgresql://agentrun:s3cret@receipts-db:5432/agentrun"
+    assert url == "postgresql://agentledger:s3cret@receipts-db:5432/agentledger"
     assert services["temporal-db"]["environment"]["POSTGRES_PASSWORD"] == "t3mporal"
     for name in ("temporal", "temporal-schema"):
         env = services[name]["environment"]

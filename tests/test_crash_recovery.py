@@ -8,8 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,8 +24,8 @@ async def start_worker_process(
         "DATABASE_URL": settings.database_url,
         "OPENAI_BASE_URL": settings.openai_base_url,
         "OPENAI_API_KEY": "test",
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_FAULTS": faults,
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_FAULTS": faults,
     }
     return await asyncio.create_subprocess_exec(
         sys.executable,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.dev.stack import free_port, port_open
+from agentledger.dev.stack import free_port, port_open
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_VARS = ("TEMPORAL_ADDRESS", "DATABASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY")
@@ -33,7 +33,7 @@ def clean_env() -> dict[str, str]:
     return {
         name: value
         for name, value in os.environ.items()
-        if name not in CONFIG_VARS and not name.startswith("AGENTRUN_")
+        if name not in CONFIG_VARS and not name.startswith("AGENTLEDGER_")
     }
 
 
@@ -42,7 +42,7 @@ def fresh_dir() -> Iterator[Path]:
     """A folder outside pytest's own: a pytest session started meanwhile makes its folder
     0700 again, and the embedded Postgres (run as another user) then cannot reach its data
     to stop, which it reports on stderr."""
-    with tempfile.TemporaryDirectory(prefix="agentrun-demo-") as folder:
+    with tempfile.TemporaryDirectory(prefix="agentledger-demo-") as folder:
         yield Path(folder)
 
 
@@ -65,7 +65,7 @@ async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(fresh_dir
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,  # its own process group, so a hung demo can be killed whole
     )
-    home = tmp_path / ".agentrun"
+    home = tmp_path / ".agentledger"
     try:
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), 110)
@@ -76,7 +76,7 @@ async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(fresh_dir
         output = out.decode()
 
         assert proc.returncode == 0, output
-        # Quiet on a fresh home (issue 36): agentrun's own lines, not initdb's output, the
+        # Quiet on a fresh home (issue 36): agentledger's own lines, not initdb's output, the
         # SDK's shutdown notes or a platformdirs warning; stdout and stderr together.
         lines = output.splitlines()
         assert len(lines) <= 15, f"{len(lines)} lines:\n{output}"
@@ -88,7 +88,7 @@ async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(fresh_dir
         )
         # The whole receipt is kept, where the demo said; initdb's output went to a log file.
         [kept] = (home / "receipts").glob("run-demo-*.md")
-        assert f"the whole receipt: .agentrun/receipts/{kept.name}" in output, output
+        assert f"the whole receipt: .agentledger/receipts/{kept.name}" in output, output
         assert "- **Outcome:** completed" in kept.read_text()
         assert "initdb" in (home / "postgres.log").read_text()
 

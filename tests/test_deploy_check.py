@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from agentrun.ops import operations as ops
-from agentrun.worker import deploy_check
-from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.ops import operations as ops
+from agentledger.worker import deploy_check
+from agentledger.worker.worker_factory import ENGINE_WORKFLOWS
+from agentledger.workflows import AgentRunWorkflow
 from tests.planted_change import PlantedAgentRun
 from tests.support import eventually, make_spec, wait_pending
 from tests.test_cli import run_cli

@@ -1,5 +1,5 @@
 """Every command block of the README and docs/using.md, run as written on a stack of its own
-(issue 36): `agentrun up` in a subprocess with its own AGENTRUN_HOME, then each block's
+(issue 36): `agentledger up` in a subprocess with its own AGENTLEDGER_HOME, then each block's
 commands through bash, each expected to exit 0, and the runs they start to end as the page
 says. A block that cannot run here is listed below with the reason.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.dev.stack import free_port
+from agentledger.dev.stack import free_port
 from tests.support import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ NOT_RUN = {
     "# terminal 2: a worker with your tools and your MCP server": "tests/test_readme_agent.py",
     "# terminal 3: run the agent, approve its refund, read its receipt": "tests/"
     "test_readme_agent.py",
-    "agentrun up": "servers that run until Ctrl-C; this test starts the stack the same way",
+    "agentledger up": "servers that run until Ctrl-C; this test starts the stack the same way",
     "python starter.py up": "servers that run until Ctrl-C; this test starts the stack the "
     "same way",
 }
@@ -84,26 +84,26 @@ def clean_env(home: Path) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if name not in CONFIG_VARS and not name.startswith("AGENTRUN_")
+        if name not in CONFIG_VARS and not name.startswith("AGENTLEDGER_")
     }
-    bin_dir = str(Path(sys.executable).parent)  # `agentrun`, beside this interpreter
+    bin_dir = str(Path(sys.executable).parent)  # `agentledger`, beside this interpreter
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["AGENTRUN_HOME"] = str(home)
-    env["AGENTRUN_CONFIG_DIR"] = str(home / "config")  # `approvers add` keeps keys here
+    env["AGENTLEDGER_HOME"] = str(home)
+    env["AGENTLEDGER_CONFIG_DIR"] = str(home / "config")  # `approvers add` keeps keys here
     return env
 
 
 @pytest.fixture
 async def stack_env() -> AsyncIterator[dict[str, str]]:
-    """`agentrun up` with its worker, in a folder of its own (outside pytest's: see
+    """`agentledger up` with its worker, in a folder of its own (outside pytest's: see
     tests/test_demo_command.py), stopped with Ctrl-C's signal at the end."""
-    with tempfile.TemporaryDirectory(prefix="agentrun-docs-") as folder:
+    with tempfile.TemporaryDirectory(prefix="agentledger-docs-") as folder:
         env = clean_env(Path(folder) / "home")
         log_path = Path(folder) / "up.log"
         with log_path.open("w") as log:
             up = await asyncio.create_subprocess_exec(
-                "agentrun",
+                "agentledger",
                 "up",
                 "--port",
                 str(free_port()),
@@ -148,7 +148,7 @@ async def shell(line: str, env: dict[str, str]) -> tuple[int, str]:
 
 async def status(run: str, tenant: str | None, env: dict[str, str]) -> dict[str, object]:
     scope = f" --tenant {tenant}" if tenant else ""
-    code, out = await shell(f"agentrun status '{run}'{scope} --json", env)
+    code, out = await shell(f"agentledger status '{run}'{scope} --json", env)
     assert code == 0, out
     return dict(json.loads(out))
 
@@ -188,7 +188,7 @@ async def test_every_command_block_runs_as_written(stack_env: dict[str, str]) ->
     assert [len(lines) for lines in ran] == [20, 17]
 
     async def ended() -> dict[str, str] | None:
-        code, out = await shell("agentrun list --limit 100 --json", stack_env)
+        code, out = await shell("agentledger list --limit 100 --json", stack_env)
         assert code == 0, out
         runs = {row["run_id"]: row["status"] for row in json.loads(out)}
         done = set(ENDINGS) <= set(runs) and all(s in TERMINAL for s in runs.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentrun.core.settings import Settings
+from agentledger.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

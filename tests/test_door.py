@@ -17,23 +17,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from agentrun.client_api import RunClient
-from agentrun.core.admission_models import AdmitInput, TenantLimits
-from agentrun.core.backlog_models import AGENT_PATTERN, child_run_id
-from agentrun.core.constants import SIGNAL_RUN_ADMIT
-from agentrun.core.errors import OperationError, SetupError
-from agentrun.core.keys import id_part
-from agentrun.core.settings import Settings
-from agentrun.ops import admission_ops, approver_keys, door, fork_ops
-from agentrun.ops import operations as ops
-from agentrun.store.approver_store import ApproverStore
-from agentrun.store.tenant_store import TenantStore
-from agentrun.workflows.admission import admission_id
-from agentrun.workflows.changes import for_new_run
+from agentledger.client_api import RunClient
+from agentledger.core.admission_models import AdmitInput, TenantLimits
+from agentledger.core.backlog_models import AGENT_PATTERN, child_run_id
+from agentledger.core.constants import SIGNAL_RUN_ADMIT
+from agentledger.core.errors import OperationError, SetupError
+from agentledger.core.keys import id_part
+from agentledger.core.settings import Settings
+from agentledger.ops import admission_ops, approver_keys, door, fork_ops
+from agentledger.ops import operations as ops
+from agentledger.store.approver_store import ApproverStore
+from agentledger.store.tenant_store import TenantStore
+from agentledger.workflows.admission import admission_id
+from agentledger.workflows.changes import for_new_run
 from tests.support import eventually, make_spec, parse_python, rows, wait_pending, wait_status
 from tests.test_cli import ROOT, Result, cli_env
 
-PACKAGE = ROOT / "agentrun"
+PACKAGE = ROOT / "agentledger"
 
 
 @pytest.fixture
@@ -43,11 +43,11 @@ def tenants() -> tuple[str, str]:
 
 
 async def cli(settings: Settings, home: Path, tenant: str | None, *args: str) -> Result:
-    """`agentrun ARGS` in its own process, acting for `tenant` (AGENTRUN_TENANT)."""
+    """`agentledger ARGS` in its own process, acting for `tenant` (AGENTLEDGER_TENANT)."""
     env = cli_env(settings, home)
-    env.pop("AGENTRUN_TENANT", None)
+    env.pop("AGENTLEDGER_TENANT", None)
     if tenant is not None:
-        env["AGENTRUN_TENANT"] = tenant
+        env["AGENTLEDGER_TENANT"] = tenant
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "starter.py",
@@ -86,13 +86,13 @@ def test_only_the_door_starts_runs():
     """Every path (CLI, RunClient, fork, demo) reaches the engine's start through the door;
     the capped path (the admission queue) only from the engine's start."""
     engine = ("ops", "operations")
-    assert calls_of("start_run", on=engine) == [Path("agentrun/ops/door.py")]
-    assert calls_of("enqueue_run") == [Path("agentrun/ops/operations.py")]
+    assert calls_of("start_run", on=engine) == [Path("agentledger/ops/door.py")]
+    assert calls_of("enqueue_run") == [Path("agentledger/ops/operations.py")]
     # The CLI's `start` and `demo` go through `client.runs`, which, as forks do, goes through
     # the door; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
     assert calls_of("start", on=("door",)) == [
-        Path("agentrun/ops/fork_ops.py"),
-        Path("agentrun/services/runs.py"),
+        Path("agentledger/ops/fork_ops.py"),
+        Path("agentledger/services/runs.py"),
     ]
 
 
@@ -365,11 +365,11 @@ async def test_approvers_belong_to_a_tenant(settings, pool, tenants, tmp_path):
     name = f"ana-{uuid.uuid4().hex[:6]}"
 
     async def approvers(tenant: str | None, *args: str, config: str = "a") -> Result:
-        os.environ["AGENTRUN_CONFIG_DIR"] = str(tmp_path / config)
+        os.environ["AGENTLEDGER_CONFIG_DIR"] = str(tmp_path / config)
         try:
             return await cli(settings, home, tenant, "approvers", *args)
         finally:
-            os.environ.pop("AGENTRUN_CONFIG_DIR")
+            os.environ.pop("AGENTLEDGER_CONFIG_DIR")
 
     added = await approvers(acme, "add", name, "--role", "approver", "--json")
     assert added.code == 0, added.err

@@ -16,17 +16,17 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from activities import for_worker
-from agentrun.client_api import RunClient
-from agentrun.core.admission_models import TenantLimits
-from agentrun.core.backlog_models import PolicyPatch
-from agentrun.core.errors import OperationError, OperationRefused
-from agentrun.core.settings import Settings
-from agentrun.ops import approver_keys, backlog_ops, fork_ops
-from agentrun.ops import operations as ops
-from agentrun.store.approver_store import ApproverStore
-from agentrun.store.tenant_store import TenantStore
-from agentrun.workflows.admission import admission_id
-from agentrun.workflows.child_runs import child_run_id
+from agentledger.client_api import RunClient
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.backlog_models import PolicyPatch
+from agentledger.core.errors import OperationError, OperationRefused
+from agentledger.core.settings import Settings
+from agentledger.ops import approver_keys, backlog_ops, fork_ops
+from agentledger.ops import operations as ops
+from agentledger.store.approver_store import ApproverStore
+from agentledger.store.tenant_store import TenantStore
+from agentledger.workflows.admission import admission_id
+from agentledger.workflows.child_runs import child_run_id
 from tests.backlog_support import end_backlog, item, new_agent, wait_states
 from tests.support import eventually, make_spec, rows, wait_pending
 from tests.test_door import cli

@@ -2,17 +2,17 @@
 
 Dispatched eagerly, it skips the Temporal server's matching and one write of the run's
 state, the server's costliest unit of work (docs/benchmarks.md). Only the model calls, on
-a queue of their own (agentrun.core.fairness), go through matching. The worker's slots are
+a queue of their own (agentledger.core.fairness), go through matching. The worker's slots are
 shared so the run queue has room for it (`slot_shares`).
 """
 
 from __future__ import annotations
 
-from agentrun.core.states import RunStatus
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.worker.worker_factory import slot_shares
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.states import RunStatus
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.worker.worker_factory import slot_shares
+from agentledger.workflows import AgentRunWorkflow
 from bench import server_work
 from tests.conftest import SERVER_METRICS_PORT
 from tests.support import make_spec, scripted

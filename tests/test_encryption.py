@@ -25,17 +25,22 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from agentrun.cli.render import run_report
-from agentrun.core._wire import SayInput
-from agentrun.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
-from agentrun.core.results import RunResult
-from agentrun.core.settings import Settings
-from agentrun.dev.stack import free_port, port_open
-from agentrun.ops import operations as ops
-from agentrun.ops.task_failures import KEYS_FIX
-from agentrun.temporal.codec_server import CodecServer
-from agentrun.temporal.encryption import ENCODING, KEY_ID_METADATA, EncryptionCodec, data_converter
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.cli.render import run_report
+from agentledger.core._wire import SayInput
+from agentledger.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
+from agentledger.core.results import RunResult
+from agentledger.core.settings import Settings
+from agentledger.dev.stack import free_port, port_open
+from agentledger.ops import operations as ops
+from agentledger.ops.task_failures import KEYS_FIX
+from agentledger.temporal.codec_server import CodecServer
+from agentledger.temporal.encryption import (
+    ENCODING,
+    KEY_ID_METADATA,
+    EncryptionCodec,
+    data_converter,
+)
+from agentledger.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec
 
@@ -136,13 +141,13 @@ async def test_keys_rotate_and_an_unknown_key_is_named():
 
 
 def test_keys_come_from_settings_and_bad_ones_are_refused():
-    env = {"AGENTRUN_ENCRYPTION_KEYS": f"a:{b64(KEY_A)}, b:{b64(KEY_B)}"}
+    env = {"AGENTLEDGER_ENCRYPTION_KEYS": f"a:{b64(KEY_A)}, b:{b64(KEY_B)}"}
     loaded = Settings.load(env)
     assert loaded.encryption_key_material() == {"a": KEY_A, "b": KEY_B}
     assert loaded.encryption_key_id == "a"
     assert b64(KEY_A) not in repr(loaded) and "KEY_A" not in repr(loaded)
     assert str(KEY_A) not in repr(loaded)
-    assert Settings.load({**env, "AGENTRUN_ENCRYPTION_KEY_ID": "b"}).encryption_key_id == "b"
+    assert Settings.load({**env, "AGENTLEDGER_ENCRYPTION_KEY_ID": "b"}).encryption_key_id == "b"
     assert Settings.load({}).encryption_keys == {}
 
     bad = {
@@ -153,10 +158,10 @@ def test_keys_come_from_settings_and_bad_ones_are_refused():
     }
     for message, value in bad.items():
         with pytest.raises(SetupError) as caught:
-            Settings.load({"AGENTRUN_ENCRYPTION_KEYS": value})
+            Settings.load({"AGENTLEDGER_ENCRYPTION_KEYS": value})
         assert ("id:base64key" if message == "nokey" else message) in str(caught.value)
     with pytest.raises(SetupError, match="'c' is not among"):
-        Settings.load({**env, "AGENTRUN_ENCRYPTION_KEY_ID": "c"})
+        Settings.load({**env, "AGENTLEDGER_ENCRYPTION_KEY_ID": "c"})
 
 
 def post(url: str, body: bytes, method: str = "POST") -> tuple[int, Message, bytes]:
@@ -210,28 +215,28 @@ def test_codec_server_encodes_and_decodes_for_the_web_ui():
 
 
 async def test_encryption_switched_on_through_the_environment(settings, pool, tmp_path):
-    """AGENTRUN_ENCRYPTION_KEYS in the environment of the worker, the CLI and the codec server
+    """AGENTLEDGER_ENCRYPTION_KEYS in the environment of the worker, the CLI and the codec server
     (`pool`: a migrated database, as a deployment has before its first command):
     the run completes, the server's history holds ciphertext, the codec server decodes it."""
     port = free_port()
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))},
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url,
         "OPENAI_BASE_URL": settings.openai_base_url,
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_HOME": str(tmp_path / "home"),
-        "AGENTRUN_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}",
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_HOME": str(tmp_path / "home"),
+        "AGENTLEDGER_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}",
     }
     log = (tmp_path / "processes.log").open("w")
     worker = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        *(sys.executable, "-m", "agentledger.worker.main", "--demo"),
         env=environ,
         stdout=log,
         stderr=log,
     )
     codec = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "agentrun.temporal.codec_server", "--port", str(port)),
+        *(sys.executable, "-m", "agentledger.temporal.codec_server", "--port", str(port)),
         env=environ,
         stdout=log,
         stderr=log,
@@ -239,7 +244,7 @@ async def test_encryption_switched_on_through_the_environment(settings, pool, tm
     marker = f"okapi-{uuid.uuid4().hex[:8]}"
     try:
         start = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "agentrun", "start", "--json", "--wait", "30", "--task"),
+            *(sys.executable, "-m", "agentledger", "start", "--json", "--wait", "30", "--task"),
             f"Summarize our invoice policy. {marker}",
             env=environ,
             stdout=subprocess.PIPE,
@@ -291,27 +296,27 @@ async def test_encryption_switched_on_through_the_environment(settings, pool, tm
 async def test_a_worker_without_the_keys_makes_status_say_so_with_the_fix(
     settings, pool, tmp_path, worker_keys
 ):
-    """A client with AGENTRUN_ENCRYPTION_KEYS starts a run; the only worker (a real process)
+    """A client with AGENTLEDGER_ENCRYPTION_KEYS starts a run; the only worker (a real process)
     has no keys, or other keys, so it fails the run's workflow task for ever. `status` and
     `status --json` say so and name the fix, instead of "no worker answered"."""
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))},
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url,
         "OPENAI_BASE_URL": settings.openai_base_url,
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_HOME": str(tmp_path / "home"),
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_HOME": str(tmp_path / "home"),
     }
     worker_environ = dict(environ)
     if worker_keys == "other":
-        worker_environ["AGENTRUN_ENCRYPTION_KEYS"] = f"k9:{b64(KEY_B)}"
+        worker_environ["AGENTLEDGER_ENCRYPTION_KEYS"] = f"k9:{b64(KEY_B)}"
     worker = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        *(sys.executable, "-m", "agentledger.worker.main", "--demo"),
         env=worker_environ,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    keyed_environ = {**environ, "AGENTRUN_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}"}
+    keyed_environ = {**environ, "AGENTLEDGER_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}"}
     try:
         keyed = await Client.connect(
             settings.temporal_address, data_converter=data_converter(Settings.load(keyed_environ))
@@ -327,7 +332,16 @@ async def test_a_worker_without_the_keys_makes_status_say_so_with_the_fix(
         assert "k9" in said if worker_keys == "other" else "without" in said, said
 
         cli = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "agentrun", "status", started.run_id, "--json", "--wait", "5"),
+            *(
+                sys.executable,
+                "-m",
+                "agentledger",
+                "status",
+                started.run_id,
+                "--json",
+                "--wait",
+                "5",
+            ),
             env=keyed_environ,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -363,15 +377,15 @@ async def test_a_run_that_ran_shows_the_mismatch_beside_its_mirrored_state(
 
         await eventually(idle, seconds=60, what="the first answer")
     environ = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))},
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url,
         "OPENAI_BASE_URL": settings.openai_base_url,
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_HOME": str(tmp_path / "home"),
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_HOME": str(tmp_path / "home"),
     }
     worker = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "agentrun.worker.main", "--demo"),
+        *(sys.executable, "-m", "agentledger.worker.main", "--demo"),
         env=environ,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""`agentrun eval`: recorded runs replayed to a candidate, on the real stack with the offline
+"""`agentledger eval`: recorded runs replayed to a candidate, on the real stack with the offline
 model: divergences found where the prompt changed what the model calls, no side effect made
 again, no false regression, and a gate whose exit code follows its thresholds."""
 
@@ -18,7 +18,7 @@ import yaml
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from agentrun.core.eval_cases import (
+from agentledger.core.eval_cases import (
     EvalCaseTask,
     EvalWorkflowInput,
     RecordedCall,
@@ -27,12 +27,12 @@ from agentrun.core.eval_cases import (
     match,
     next_unused,
 )
-from agentrun.core.eval_reports import GATE_FAILED, EvalGate, EvalTotals, ratio
-from agentrun.core.spec import RunSpec
-from agentrun.ops import operations as ops
-from agentrun.profiles import load_agents
-from agentrun.workflows.child_runs import child_run_id
-from agentrun.workflows.evals import EvalWorkflow
+from agentledger.core.eval_reports import GATE_FAILED, EvalGate, EvalTotals, ratio
+from agentledger.core.spec import RunSpec
+from agentledger.ops import operations as ops
+from agentledger.profiles import load_agents
+from agentledger.workflows.child_runs import child_run_id
+from agentledger.workflows.evals import EvalWorkflow
 from tests.support import NOTIFY_TASK, rows, run_result, wait_pending
 from tests.test_cli import ROOT, cli_env, run_cli
 from tests.test_crash_recovery import start_worker_process
@@ -314,11 +314,11 @@ async def test_an_eval_whose_command_is_killed_goes_on_and_a_rerun_finishes_each
     assert len(asked) == len(set(asked)), "a model call was paid for twice"
 
 
-async def test_llm_judges_reach_their_model_through_agentruns_providers(
+async def test_llm_judges_reach_their_model_through_agentledgers_providers(
     client, settings, pool, worker, model_server, tmp_path, monkeypatch
 ):
-    """A dataset's LLMJudge without a model asks AGENTRUN_MODEL on the default client
-    (OPENAI_BASE_URL); one naming `PROVIDER:MODEL` asks that provider of AGENTRUN_PROVIDERS,
+    """A dataset's LLMJudge without a model asks AGENTLEDGER_MODEL on the default client
+    (OPENAI_BASE_URL); one naming `PROVIDER:MODEL` asks that provider of AGENTLEDGER_PROVIDERS,
     never pydantic-ai's default OpenAI."""
     agents_file = profiles(tmp_path / "agents.yaml")
     recorded = await record_runs(client, settings, agents_file, worker, count=2)
@@ -336,7 +336,7 @@ async def test_llm_judges_reach_their_model_through_agentruns_providers(
     ]
     dataset.write_text(yaml.safe_dump(written))
     judge = {"base_url": model_server.base_url, "headers": {"x-judge": "named"}}
-    monkeypatch.setenv("AGENTRUN_PROVIDERS", json.dumps({"judge": judge}))
+    monkeypatch.setenv("AGENTLEDGER_PROVIDERS", json.dumps({"judge": judge}))
     asked_before = len(model_server.requests)
     async with worker():
         judged = await eval_run(

@@ -23,16 +23,16 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
-import agentrun.demo
-from agentrun.core._wire import ApproveInput, MirrorBatch, RunSnapshot
-from agentrun.core.results import DecisionResult, RunResult
-from agentrun.core.states import RunStatus
-from agentrun.dev.offline_model import OfflineModelServer, completion
-from agentrun.ops import operations as ops
-from agentrun.store.db import RESERVED_CONNECTIONS, open_pool
-from agentrun.store.mirror_store import MirrorStore
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.core._wire import ApproveInput, MirrorBatch, RunSnapshot
+from agentledger.core.results import DecisionResult, RunResult
+from agentledger.core.states import RunStatus
+from agentledger.dev.offline_model import OfflineModelServer, completion
+from agentledger.ops import operations as ops
+from agentledger.store.db import RESERVED_CONNECTIONS, open_pool
+from agentledger.store.mirror_store import MirrorStore
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import (
     eventually,
@@ -249,7 +249,7 @@ async def test_tools_holding_a_connection_while_checkpointing_do_not_starve_the_
         return {"noted": args.text}
 
     slow = Tool("note_slowly", "note", Note, note_slowly, side_effect=True)
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), slow])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), slow])
     free = 2
     small = await open_pool(database_url, max_size=RESERVED_CONNECTIONS + 8)
     turns = scripted([("note_slowly", {"text": "hi"})], SUMMARY)
@@ -341,7 +341,7 @@ def gated_registry(gate: asyncio.Event, started: asyncio.Event) -> ToolRegistry:
         return {"waited": args.text}
 
     return ToolRegistry(
-        [*agentrun.demo.registry.tools(), Tool("wait_here", "wait", Note, wait_here)]
+        [*agentledger.demo.registry.tools(), Tool("wait_here", "wait", Note, wait_here)]
     )
 
 
@@ -389,8 +389,8 @@ async def test_a_backlog_stop_accepted_just_before_continue_as_new_takes_effect_
     """#2: a backlog `stop` pauses its running task's run with a signal; one that came while
     the run's last step before its continue-as-new was under way went with the old
     generation. The stop now pauses the run where it is, and the backlog's word holds."""
-    from agentrun.core.backlog_models import child_run_id
-    from agentrun.ops import backlog_ops as bops
+    from agentledger.core.backlog_models import child_run_id
+    from agentledger.ops import backlog_ops as bops
     from tests.backlog_support import end_backlog, item, new_agent, wait_states
 
     gate, started = asyncio.Event(), asyncio.Event()
@@ -497,7 +497,7 @@ async def test_a_cancel_during_a_side_effect_leaves_its_outcome_in_the_receipt(
         return {"sent": args.text}
 
     slow = Tool("send_slowly", "send", Note, send_slowly, side_effect=True)
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), slow])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), slow])
     turns = scripted([("send_slowly", {"text": "pay"})], SUMMARY)
     spec = make_spec(
         "pay",
@@ -666,7 +666,7 @@ async def test_a_call_proposed_again_after_an_unknown_outcome_finds_the_same_led
     """#9: the model heard "failed", proposed the same call again under a new key, and the
     effect happened twice. The key now comes from the call's content."""
     posts: list[str] = []
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), flaky_post(posts, {1})])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), flaky_post(posts, {1})])
     spec = make_spec(
         "post it",
         allowed_tools=["post_webhook"],
@@ -692,7 +692,7 @@ async def test_a_call_proposed_again_after_an_unknown_outcome_finds_the_same_led
 async def test_an_unknown_outcome_nobody_decided_stays_unknown(client, settings, pool):
     """#8: an expired unknown-outcome approval was recorded as "happened (person)"."""
     posts: list[str] = []
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), flaky_post(posts, {1})])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), flaky_post(posts, {1})])
     spec = make_spec("post it", allowed_tools=["post_webhook"], approval={"timeout_seconds": 2})
     with OfflineModelServer(scripted(POST, SUMMARY)) as model:
         async with running_worker(
@@ -714,7 +714,7 @@ async def test_a_rerun_that_dies_again_asks_again(client, settings, pool):
     """#8: a person's "rerun" covered every later attempt: one that died mid-effect again
     was re-run without asking."""
     posts: list[str] = []
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), flaky_post(posts, {1, 2})])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), flaky_post(posts, {1, 2})])
     spec = make_spec("post it", allowed_tools=["post_webhook"])
     with OfflineModelServer(scripted(POST, SUMMARY)) as model:
         async with running_worker(
@@ -743,8 +743,8 @@ async def test_a_rerun_that_dies_again_asks_again(client, settings, pool):
 async def test_a_backlog_task_tried_again_does_not_repeat_its_side_effect(client, settings, pool):
     """#7: idempotency keys held the run id, and each attempt of a backlog task is a new
     run: a task that failed after its effect repeated the effect on its next attempt."""
-    from agentrun.core.backlog_models import PolicyPatch
-    from agentrun.ops import backlog_ops as bops
+    from agentledger.core.backlog_models import PolicyPatch
+    from agentledger.ops import backlog_ops as bops
     from tests.backlog_support import end_backlog, item, new_agent, wait_states
 
     done: list[str] = []
@@ -754,7 +754,7 @@ async def test_a_backlog_task_tried_again_does_not_repeat_its_side_effect(client
         return {"noted": args.text}
 
     note = Tool("note_once", "note", Note, note_once, side_effect=True)
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), note])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), note])
     # Every attempt makes the same call, then gives an answer verification refuses.
     turns = scripted([("note_once", {"text": "invoice 7"})], "no summary here")
     agent = new_agent()
@@ -796,7 +796,7 @@ async def test_a_tool_step_that_used_up_its_attempts_records_how_many(client, se
         raise RuntimeError("the service is down")
 
     breaks = Tool("always_breaks", "break", Note, always_breaks)
-    registry = ToolRegistry([*agentrun.demo.registry.tools(), breaks])
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), breaks])
     spec = make_spec(
         "try it",
         allowed_tools=["always_breaks"],

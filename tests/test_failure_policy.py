@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-import agentrun.demo
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion, offline_planner
-from agentrun.ops import operations as ops
-from agentrun.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
+import agentledger.demo
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion, offline_planner
+from agentledger.ops import operations as ops
+from agentledger.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
 from tests.support import (
     eventually,
     make_spec,
@@ -255,7 +255,7 @@ async def test_a_forbidden_tool_pauses_for_an_admin(client, settings, pool, work
         return {"secret_count": 3}
 
     registry = ToolRegistry(
-        [*agentrun.demo.registry.tools(), Tool("read_secrets", "read", Nothing, read_secrets)]
+        [*agentledger.demo.registry.tools(), Tool("read_secrets", "read", Nothing, read_secrets)]
     )
     spec = make_spec("read", allowed_tools=["read_secrets"])
     with OfflineModelServer(scripted([("read_secrets", {})], SUMMARY)) as model:

@@ -12,15 +12,15 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-from agentrun.core import search_attributes
-from agentrun.core.admission_models import TenantLimits
-from agentrun.core.errors import SetupError
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.ops import tenant_ops
-from agentrun.store.tenant_store import TenantStore
-from agentrun.worker.worker_factory import ResourceTargets
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core import search_attributes
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.errors import SetupError
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.ops import tenant_ops
+from agentledger.store.tenant_store import TenantStore
+from agentledger.worker.worker_factory import ResourceTargets
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
 

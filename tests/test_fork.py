@@ -10,12 +10,12 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-import agentrun
-from agentrun.core.errors import ForkError, OperationError
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import fork_ops
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+import agentledger
+from agentledger.core.errors import ForkError, OperationError
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import fork_ops
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, run_result, scripted, wait_pending
 from tests.test_cli import run_cli
 
@@ -172,7 +172,7 @@ async def test_fork_refusals_are_clear(client, settings, pool, worker, tmp_path)
 
 
 async def test_the_python_client_watches_and_forks(client, settings, pool, worker):
-    run_client = await agentrun.RunClient.connect(settings)
+    run_client = await agentledger.RunClient.connect(settings)
     try:
         async with worker():
             started = await run_client.runs.start(
@@ -183,7 +183,7 @@ async def test_the_python_client_watches_and_forks(client, settings, pool, worke
             # A model step: asked again, live.
             fork_id = (await run_client.runs.fork(run_id, from_step=1)).run_id
             forked = await run_client.runs.result(fork_id)
-            with pytest.raises(agentrun.InvalidInput, match="a step number, 1 or more, not 0"):
+            with pytest.raises(agentledger.InvalidInput, match="a step number, 1 or more, not 0"):
                 await run_client.runs.fork(run_id, from_step=0)
         story = [item async for item in run_client.runs.watch(run_id)]  # ended: from the mirror
     finally:
@@ -380,7 +380,7 @@ async def test_a_fork_that_fails_verification_ends_failed_in_temporal_too(
     client, settings, pool, worker
 ):
     """Issue 36: the fork's edited output makes its answer fail the parent's checks; Temporal
-    shows the fork Failed, as agentrun does, and its result and receipt still read."""
+    shows the fork Failed, as agentledger does, and its result and receipt still read."""
     spec = make_spec(verify={"forbidden": [EDITED["status"]], "on_failure": "fail"})
     async with worker():
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)

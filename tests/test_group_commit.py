@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agentrun.store.db import open_pool
-from agentrun.store.group_commit import GroupCommit
-from agentrun.store.mirror_store import MirrorStore
+from agentledger.store.db import open_pool
+from agentledger.store.group_commit import GroupCommit
+from agentledger.store.mirror_store import MirrorStore
 from tests.support import mirror_batch as batch
 from tests.support import rows, step_claim
 

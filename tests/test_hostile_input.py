@@ -15,13 +15,13 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentrun.cli.main import cmd_start
-from agentrun.client_api import RunClient
-from agentrun.core import bounds
-from agentrun.core._wire import ApproveInput, ControlInput, RejectInput
-from agentrun.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
-from agentrun.core.errors import InvalidInput, OperationError
-from agentrun.core.spec import (
+from agentledger.cli.main import cmd_start
+from agentledger.client_api import RunClient
+from agentledger.core import bounds
+from agentledger.core._wire import ApproveInput, ControlInput, RejectInput
+from agentledger.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
+from agentledger.core.errors import InvalidInput, OperationError
+from agentledger.core.spec import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
     FailurePolicy,
@@ -29,10 +29,10 @@ from agentrun.core.spec import (
     RunSpec,
     VerifySpec,
 )
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import approver_keys, backlog_ops, fork_ops
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import approver_keys, backlog_ops, fork_ops
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.backlog_support import new_agent
 from tests.support import (
     NOTIFY_TASK,
@@ -226,7 +226,9 @@ async def test_an_approval_for_another_tenants_run_is_refused(client, settings, 
         mirrored = await eventually(mirrored_wait, what="the mirror to show the wait")
         for decide in (ops.approve, ops.reject):
             extra = {"reason": "mine now"} if decide is ops.reject else {}
-            with pytest.raises(OperationError, match=r"no run .*: `agentrun list` shows the runs"):
+            with pytest.raises(
+                OperationError, match=r"no run .*: `agentledger list` shows the runs"
+            ):
                 await decide(
                     client, started.run_id, by="li", role="approver", tenant="other", **extra
                 )

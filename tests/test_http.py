@@ -1,4 +1,4 @@
-"""The HTTP door on the real stack: `agentrun serve` in a subprocess, keys in Postgres, a
+"""The HTTP door on the real stack: `agentledger serve` in a subprocess, keys in Postgres, a
 worker serving the test's task queue, `httpx` as the client."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 from psycopg_pool import AsyncConnectionPool
 
-from agentrun import RunClient
-from agentrun.core.settings import Settings
-from agentrun.dev.stack import free_port
+from agentledger import RunClient
+from agentledger.core.settings import Settings
+from agentledger.dev.stack import free_port
 from tests.http_support import Issuer, bearer, make_key, served, sse_events
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
 from tests.test_cli import run_cli
@@ -191,7 +191,7 @@ async def test_each_tenant_reaches_only_its_own_runs_by_key_or_token(
                 # No header, query parameter or body field changes the tenant.
                 named = await http.get(
                     f"/v1/runs/{run_id}?tenant={ours}",
-                    headers={**bearer(token), "X-Tenant": ours, "X-Agentrun-Tenant": ours},
+                    headers={**bearer(token), "X-Tenant": ours, "X-AgentLedger-Tenant": ours},
                 )
                 assert named.status_code == 404
                 posed = await http.post(
@@ -219,12 +219,15 @@ async def test_each_tenant_reaches_only_its_own_runs_by_key_or_token(
                     assert denied.headers["www-authenticate"] == "Bearer"
             receipt = await eventually_receipt(pool, their_run)
         # An issuer whose keys cannot be fetched: the door says so (503) and admits no one.
-        gone = {**issuer.settings(), "AGENTRUN_OIDC_JWKS_URL": f"http://127.0.0.1:{free_port()}/"}
+        gone = {
+            **issuer.settings(),
+            "AGENTLEDGER_OIDC_JWKS_URL": f"http://127.0.0.1:{free_port()}/",
+        }
         async with served(settings, tmp_path, env=gone) as door:
             async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
                 unreachable = await http.get("/v1/runs", headers=bearer(token))
                 assert unreachable.status_code == 503, unreachable.text
-                assert "AGENTRUN_OIDC_JWKS_URL" in unreachable.json()["error"]["message"]
+                assert "AGENTLEDGER_OIDC_JWKS_URL" in unreachable.json()["error"]["message"]
     assert receipt["approvals"][0]["by"] == "bo@example.com"
     assert receipt["approvals"][0]["edit"] == {"subject": "Edited over HTTP"}
 
@@ -292,9 +295,9 @@ async def test_limits_answer_429_with_retry_after_and_413(
     runner = await make_key(settings, tenant, "runner")
     other = await make_key(settings, tenant, "runner")
     limits = {
-        "AGENTRUN_HTTP_REQUESTS_PER_SECOND": "1",
-        "AGENTRUN_HTTP_STREAMS_PER_KEY": "1",
-        "AGENTRUN_HTTP_BODY_LIMIT_BYTES": "200",
+        "AGENTLEDGER_HTTP_REQUESTS_PER_SECOND": "1",
+        "AGENTLEDGER_HTTP_STREAMS_PER_KEY": "1",
+        "AGENTLEDGER_HTTP_BODY_LIMIT_BYTES": "200",
     }
     async with worker(), served(settings, tmp_path, env=limits) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
@@ -321,12 +324,15 @@ async def test_limits_answer_429_with_retry_after_and_413(
 async def test_an_address_that_fails_to_authenticate_too_often_gets_429_alone(
     settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
-    """Past AGENTRUN_HTTP_AUTH_FAILURES failed authentications an address is refused with
+    """Past AGENTLEDGER_HTTP_AUTH_FAILURES failed authentications an address is refused with
     429 and Retry-After, even with a good key; another address's good key still works. The
     address is the peer's (a header cannot move it), or with --proxy-headers the one
     X-Forwarded-For names."""
     key = await make_key(settings, tenant_name(), "viewer")
-    limits = {"AGENTRUN_HTTP_AUTH_FAILURES": "3", "AGENTRUN_HTTP_AUTH_FAILURE_WINDOW_SECONDS": "60"}
+    limits = {
+        "AGENTLEDGER_HTTP_AUTH_FAILURES": "3",
+        "AGENTLEDGER_HTTP_AUTH_FAILURE_WINDOW_SECONDS": "60",
+    }
 
     async def guessed(http: httpx.AsyncClient, headers: dict[str, str]) -> list[int]:
         answers = [

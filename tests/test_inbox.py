@@ -3,7 +3,7 @@ pending refund-like action (arguments, risk, who asked, expiry), edit it and app
 follow the run's timeline to its receipt, which names the key as approver and the edit.
 
 Headless Chromium (Debian's `chromium`) driven by Playwright, as tests/test_web_ui.py does;
-skipped with the reason when either is missing. The server is `agentrun serve` in a
+skipped with the reason when either is missing. The server is `agentledger serve` in a
 subprocess, on the real stack.
 """
 
@@ -20,19 +20,19 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentrun.core.settings import Settings
-from agentrun.ops import operations as ops
+from agentledger.core.settings import Settings
+from agentledger.ops import operations as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
 
-CHROMIUM = os.environ.get("AGENTRUN_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("AGENTLEDGER_CHROMIUM", "/usr/bin/chromium")
 playwright = pytest.importorskip(
     "playwright.async_api",
     reason="playwright is not installed: it is the browser extra, `pip install -e '.[browser]'`",
 )
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
-    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTRUN_CHROMIUM)",
+    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTLEDGER_CHROMIUM)",
 )
 from tests.test_web_ui import CHROMIUM_ARGS  # noqa: E402
 
@@ -100,7 +100,7 @@ async def test_an_approver_edits_and_approves_in_the_inbox_from_a_phone(
                 assert await card.locator("h2").inner_text() == "Run send_message · approved"
                 assert await card.locator("button.approve").is_disabled()
                 assert json.dumps(edit, separators=(",", ":")) in told, told
-                assert await page.evaluate("sessionStorage.getItem('agentrun.key')") == approver
+                assert await page.evaluate("sessionStorage.getItem('agentledger.key')") == approver
                 # The page's own script and styles are all its policy lets run, and all run.
                 assert not [m for m in console if "Content Security Policy" in m], console
             finally:

@@ -10,23 +10,28 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from agentrun.worker.worker_factory import SANDBOX_PASSTHROUGH
+from agentledger.worker.worker_factory import SANDBOX_PASSTHROUGH
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE, STORE, TEMPORAL, TOOLS = (
-    "agentrun.core",
-    "agentrun.store",
-    "agentrun.temporal",
-    "agentrun.tools",
+    "agentledger.core",
+    "agentledger.store",
+    "agentledger.temporal",
+    "agentledger.tools",
 )
-ACTIVITIES, WORKFLOWS = "agentrun.activities", "agentrun.workflows"
-OPS, WORKER, CLI, DEV = "agentrun.ops", "agentrun.worker", "agentrun.cli", "agentrun.dev"
-DEMO = "agentrun.demo"
-HTTP = "agentrun.http"
+ACTIVITIES, WORKFLOWS = "agentledger.activities", "agentledger.workflows"
+OPS, WORKER, CLI, DEV = (
+    "agentledger.ops",
+    "agentledger.worker",
+    "agentledger.cli",
+    "agentledger.dev",
+)
+DEMO = "agentledger.demo"
+HTTP = "agentledger.http"
 # RunClient's services (client operations, beside OPS), and the agent profiles they take
 # (public, over the core alone).
-SERVICES, PROFILES = "agentrun.services", "agentrun.profiles"
+SERVICES, PROFILES = "agentledger.services", "agentledger.profiles"
 # This deployment's own code, beside the package (the design card's top level).
 OWN_WORKFLOWS, OWN_ACTIVITIES = "workflows", "activities"
 
@@ -42,36 +47,36 @@ MAY_IMPORT = {
     OPS: {CORE, STORE, TEMPORAL, WORKFLOWS},
     PROFILES: {CORE, TOOLS},
     # The demo is an example of the public API: tools and a profile, nothing of the engine.
-    DEMO: {CORE, TOOLS, PROFILES, "agentrun"},
+    DEMO: {CORE, TOOLS, PROFILES, "agentledger"},
     WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, ACTIVITIES, WORKFLOWS},
     # The services take a profile and reach the worker's deploy checks only when asked; an
     # eval's LLM judges use the workers' model clients (services/eval_judges.py).
     SERVICES: {CORE, STORE, TEMPORAL, OPS, PROFILES, WORKER, ACTIVITIES},
-    # The public API (agentrun/__init__.py and the modules beside it): over the engine.
-    "agentrun": {CORE, STORE, TEMPORAL, TOOLS, OPS, SERVICES, PROFILES, WORKER, ACTIVITIES}
+    # The public API (agentledger/__init__.py and the modules beside it): over the engine.
+    "agentledger": {CORE, STORE, TEMPORAL, TOOLS, OPS, SERVICES, PROFILES, WORKER, ACTIVITIES}
     | {WORKFLOWS},
-    # The CLI is a thin layer over RunClient ("agentrun"): never the operations, the stores
+    # The CLI is a thin layer over RunClient ("agentledger"): never the operations, the stores
     # or Temporal underneath it (tests/test_cli_front_door.py).
-    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, HTTP, PROFILES, "agentrun"},
+    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, HTTP, PROFILES, "agentledger"},
     # The HTTP door stands beside the CLI, over RunClient in the same way.
-    HTTP: {CORE, PROFILES, "agentrun"},
-    # A deployment's own workflows and activities use agentrun's public API only (for
-    # workflows, `agentrun.workflows.run_agent` too).
-    OWN_ACTIVITIES: {"agentrun"},
-    OWN_WORKFLOWS: {"agentrun", WORKFLOWS, OWN_ACTIVITIES},
+    HTTP: {CORE, PROFILES, "agentledger"},
+    # A deployment's own workflows and activities use agentledger's public API only (for
+    # workflows, `agentledger.workflows.run_agent` too).
+    OWN_ACTIVITIES: {"agentledger"},
+    OWN_WORKFLOWS: {"agentledger", WORKFLOWS, OWN_ACTIVITIES},
 }
 LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, OPS, WORKER, CLI, DEV, DEMO, HTTP}
 LAYERS |= {SERVICES, PROFILES}
 
 
 def layer(module: str) -> str:
-    if module == "agentrun.__main__":
+    if module == "agentledger.__main__":
         return CLI
     parts = module.split(".")
     if module == PROFILES:
         return PROFILES
-    if parts[0] == "agentrun" and len(parts) > 1 and f"agentrun.{parts[1]}" in LAYERS:
-        return f"agentrun.{parts[1]}"
+    if parts[0] == "agentledger" and len(parts) > 1 and f"agentledger.{parts[1]}" in LAYERS:
+        return f"agentledger.{parts[1]}"
     return parts[0]
 
 
@@ -79,18 +84,18 @@ def imports(path: Path) -> list[str]:
     found = []
     for node in ast.walk(parse_python(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "agentrun":
-                found += [f"agentrun.{alias.name}" for alias in node.names]
+            if node.module == "agentledger":
+                found += [f"agentledger.{alias.name}" for alias in node.names]
             else:
                 found.append(node.module)
         elif isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
-    return [m for m in found if m.split(".")[0] in ("agentrun", "workflows", "activities")]
+    return [m for m in found if m.split(".")[0] in ("agentledger", "workflows", "activities")]
 
 
 def test_every_layer_imports_only_downward():
     files = [
-        *ROOT.glob("agentrun/**/*.py"),
+        *ROOT.glob("agentledger/**/*.py"),
         *ROOT.glob("workflows/*.py"),
         *ROOT.glob("activities/*.py"),
     ]
@@ -124,7 +129,7 @@ def test_the_sandbox_passes_through_only_the_pure_core():
     ours = [
         m
         for m in SANDBOX_PASSTHROUGH
-        if layer(m) in (*LAYERS, "agentrun", OWN_WORKFLOWS, OWN_ACTIVITIES)
+        if layer(m) in (*LAYERS, "agentledger", OWN_WORKFLOWS, OWN_ACTIVITIES)
     ]
     assert ours == [CORE]
 
@@ -133,10 +138,15 @@ def test_the_architecture_map_names_every_module_of_the_layers():
     """docs/architecture.md matches the tree: a module it does not name is a module a
     newcomer cannot place."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    folders = ["agentrun/core", "agentrun/store", "agentrun/tools", "agentrun/temporal"]
-    folders += ["agentrun/ops", "agentrun/worker", "agentrun/cli", "agentrun/dev"]
-    folders += ["agentrun/activities", "agentrun/workflows", "agentrun/demo", "agentrun/http"]
-    folders += ["agentrun/services"]
+    folders = ["agentledger/core", "agentledger/store", "agentledger/tools", "agentledger/temporal"]
+    folders += ["agentledger/ops", "agentledger/worker", "agentledger/cli", "agentledger/dev"]
+    folders += [
+        "agentledger/activities",
+        "agentledger/workflows",
+        "agentledger/demo",
+        "agentledger/http",
+    ]
+    folders += ["agentledger/services"]
     folders += ["activities", "workflows"]
     missing = [
         f"{folder}/{path.name}"

@@ -1,5 +1,5 @@
 """A tool without a side effect gets its transaction only if it sends a statement
-(agentrun.store.db.transaction_if_used): what it writes commits together, an error rolls it
+(agentledger.store.db.transaction_if_used): what it writes commits together, an error rolls it
 back, and its connection goes back to the pool in autocommit whatever happened."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from psycopg.pq import TransactionStatus
 
-from agentrun.store.db import transaction_if_used
+from agentledger.store.db import transaction_if_used
 
 
 async def test_a_body_that_sends_nothing_opens_no_transaction(pool):

@@ -49,22 +49,22 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-import agentrun.demo
-from agentrun.core import bounds
-from agentrun.core._wire import ApproveInput
-from agentrun.core.results import DecisionResult, SayResult, WatchItem
-from agentrun.core.settings import Settings
-from agentrun.core.spec import RunSpec
-from agentrun.core.states import RunStatus, is_terminal
-from agentrun.core.storable import NUL_SPELLED_OUT
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import chat_ops, fork_ops, steering_ops
-from agentrun.ops import operations as ops
-from agentrun.ops import watch as run_watch
-from agentrun.store.db import install_tool_schema, open_pool
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.core import bounds
+from agentledger.core._wire import ApproveInput
+from agentledger.core.results import DecisionResult, SayResult, WatchItem
+from agentledger.core.settings import Settings
+from agentledger.core.spec import RunSpec
+from agentledger.core.states import RunStatus, is_terminal
+from agentledger.core.storable import NUL_SPELLED_OUT
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.ops import chat_ops, fork_ops, steering_ops
+from agentledger.ops import operations as ops
+from agentledger.ops import watch as run_watch
+from agentledger.store.db import install_tool_schema, open_pool
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import run_result
 
 T = TypeVar("T")
@@ -182,7 +182,7 @@ class Live:
         async with self.pool.connection() as conn:
             await conn.execute(EFFECTS_TABLE)
         effect = Tool("note_effect", "note it", Text, note_effect, side_effect=True)
-        registry = ToolRegistry([*agentrun.demo.registry.tools(), effect])
+        registry = ToolRegistry([*agentledger.demo.registry.tools(), effect])
         await install_tool_schema(self.pool, registry.schema())
         settings = Settings.load({}).model_copy(
             update={
@@ -329,7 +329,7 @@ class LiveRun(RuleBasedStateMachine):
 
     @rule()
     def end(self) -> None:
-        """End a session on purpose (`agentrun end`): refused for a run that is not one."""
+        """End a session on purpose (`agentledger end`): refused for a run that is not one."""
         who = self.by("end")
         self.attempt(who, steering_ops.end_session(self.live.client, self.run_id, by=who))
         self.ended = self.ended or who not in self.refused  # it may have landed
@@ -564,7 +564,7 @@ class LiveRun(RuleBasedStateMachine):
         assert firsts == sorted(firsts), turns
         for message_id, seen in self.answered.items():
             [turn] = [t for t in turns if message_id in t["message_ids"]]
-            # The mirror spells a NUL out (agentrun/core/storable.py); the stream has it raw.
+            # The mirror spells a NUL out (agentledger/core/storable.py); the stream has it raw.
             answer = (seen["answer"] or "").replace("\x00", NUL_SPELLED_OUT)
             assert turn["turn"] == seen["turn"] and turn["answer"] == answer, (turn, seen)
 

@@ -7,10 +7,10 @@ import json
 
 from temporalio.api.enums.v1 import EventType
 
-from agentrun.core.constants import ACTIVITY_TOOL_INVOKE
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.constants import ACTIVITY_TOOL_INVOKE
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted
 
 SUMMARY = "## Summary\nThe refund policy allows 30 days."

@@ -1,5 +1,5 @@
-"""Logging the Python way: library code logs to module loggers and never prints; agentrun's
-own commands send the records to stderr, as text or (AGENTRUN_LOG_FORMAT=json) one JSON
+"""Logging the Python way: library code logs to module loggers and never prints; agentledger's
+own commands send the records to stderr, as text or (AGENTLEDGER_LOG_FORMAT=json) one JSON
 object per line; a worker with no tools refuses to start unless told `--demo`."""
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core.errors import SetupError
-from agentrun.core.log_setup import configure_logging
-from agentrun.core.settings import Settings
-from agentrun.worker.worker_api import run_worker
+from agentledger.core.errors import SetupError
+from agentledger.core.log_setup import configure_logging
+from agentledger.core.settings import Settings
+from agentledger.worker.worker_api import run_worker
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 # The command line's own output (tables, receipts, JSON for machines) is what it is for.
-PRINTING_ALLOWED = ("agentrun/cli/",)
+PRINTING_ALLOWED = ("agentledger/cli/",)
 
 
 def test_no_library_module_calls_print() -> None:
     printing = []
-    for path in sorted(ROOT.glob("agentrun/**/*.py")):
+    for path in sorted(ROOT.glob("agentledger/**/*.py")):
         relative = path.relative_to(ROOT).as_posix()
         if relative.startswith(PRINTING_ALLOWED):
             continue
@@ -51,7 +51,7 @@ def test_json_lines_carry_the_message_the_extras_and_the_traceback() -> None:
     try:
         configure_logging("debug", "json", stream=stream)
         configure_logging("DEBUG", "json", stream=stream)  # again: replaced, not doubled
-        log = logging.getLogger("agentrun.test")
+        log = logging.getLogger("agentledger.test")
         log.info("worker %s polling", "w1", extra={"task_queue": "q1"})
         configure_logging("INFO", "json", stream=stream)
         logging.getLogger("httpx2").info("HTTP Request: POST /v1/chat/completions")  # unheard
@@ -64,8 +64,8 @@ def test_json_lines_carry_the_message_the_extras_and_the_traceback() -> None:
         root.setLevel(level)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(e["level"], e["logger"], e["message"]) for e in lines] == [
-        ("INFO", "agentrun.test", "worker w1 polling"),
-        ("ERROR", "agentrun.test", "it failed"),
+        ("INFO", "agentledger.test", "worker w1 polling"),
+        ("ERROR", "agentledger.test", "it failed"),
     ]
     assert lines[0]["task_queue"] == "q1" and lines[0]["time"].endswith("+00:00")
     assert "ValueError: boom" in lines[1]["exception"]
@@ -73,8 +73,8 @@ def test_json_lines_carry_the_message_the_extras_and_the_traceback() -> None:
 
 def test_a_bad_log_setting_is_refused_with_its_name() -> None:
     with pytest.raises(SetupError, match=r"(?i)log_format"):
-        Settings.load({"AGENTRUN_LOG_FORMAT": "xml"})
-    assert Settings.load({"AGENTRUN_LOG_LEVEL": "debug"}).log_level == "DEBUG"
+        Settings.load({"AGENTLEDGER_LOG_FORMAT": "xml"})
+    assert Settings.load({"AGENTLEDGER_LOG_LEVEL": "debug"}).log_level == "DEBUG"
 
 
 def worker_command(*flags: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -86,27 +86,29 @@ def worker_command(*flags: str, **env: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         env={
             **os.environ,
-            "AGENTRUN_HOME": "/nonexistent",
-            "AGENTRUN_TOOLS": "",
-            "AGENTRUN_MCP": "",
+            "AGENTLEDGER_HOME": "/nonexistent",
+            "AGENTLEDGER_TOOLS": "",
+            "AGENTLEDGER_MCP": "",
             **env,
         },
     )
 
 
 def test_a_worker_with_no_tools_refuses_to_start_and_says_so_in_json() -> None:
-    done = worker_command(AGENTRUN_LOG_FORMAT="json")
+    done = worker_command(AGENTLEDGER_LOG_FORMAT="json")
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     [line] = done.stderr.splitlines()
     entry = json.loads(line)
-    assert (entry["level"], entry["logger"]) == ("ERROR", "agentrun.worker.main")
+    assert (entry["level"], entry["logger"]) == ("ERROR", "agentledger.worker.main")
     assert "no tools to serve" in entry["message"] and "--demo" in entry["message"]
 
 
 async def test_run_worker_with_no_tools_refuses_before_connecting() -> None:
     # Nothing listens at this address: the refusal comes first, not a connection error.
-    settings = Settings.load({"TEMPORAL_ADDRESS": "127.0.0.1:9", "AGENTRUN_HOME": "/nonexistent"})
+    settings = Settings.load(
+        {"TEMPORAL_ADDRESS": "127.0.0.1:9", "AGENTLEDGER_HOME": "/nonexistent"}
+    )
     with pytest.raises(SetupError, match="no tools to serve"):
         await run_worker(settings=settings)
 
@@ -128,10 +130,10 @@ async def test_a_demo_worker_logs_json_lines_on_stderr_and_nothing_on_stdout(set
             "TEMPORAL_ADDRESS": settings.temporal_address,
             "DATABASE_URL": settings.database_url,
             "OPENAI_BASE_URL": settings.openai_base_url,
-            "AGENTRUN_TASK_QUEUE": settings.task_queue,
-            "AGENTRUN_LOG_FORMAT": "json",
-            "AGENTRUN_TOOLS": "",
-            "AGENTRUN_MCP": "",
+            "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+            "AGENTLEDGER_LOG_FORMAT": "json",
+            "AGENTLEDGER_TOOLS": "",
+            "AGENTLEDGER_MCP": "",
         },
     )
     assert process.stderr is not None
@@ -149,7 +151,7 @@ async def test_a_demo_worker_logs_json_lines_on_stderr_and_nothing_on_stdout(set
     assert process.returncode == 0, seen
     assert stdout == b""
     polling = next(e for e in seen if "polling" in str(e["message"]))
-    assert polling["logger"] == "agentrun.worker.worker_api"
+    assert polling["logger"] == "agentledger.worker.worker_api"
     assert polling["task_queue"] == settings.task_queue
     assert "send_message" in polling["tools"]  # type: ignore[operator]
     assert any(str(e["message"]).startswith("stopped") for e in seen), seen

@@ -1,9 +1,9 @@
 """A managed Postgres: behind PgBouncer in transaction mode, and with an application role that
-may not change the schema (migrations are a deploy step, `agentrun migrate`, run as its owner).
+may not change the schema (migrations are a deploy step, `agentledger migrate`, run as its owner).
 
 The mirror tests of tests/test_run_happy_path.py and the commands' path of tests/test_cli.py
 run here again through PgBouncer as it comes (no setting changed), with
-AGENTRUN_PREPARED_STATEMENTS=0.
+AGENTLEDGER_PREPARED_STATEMENTS=0.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-import agentrun.demo
-from agentrun.core.errors import SetupError
-from agentrun.core.settings import Settings
-from agentrun.ops import operations as ops
-from agentrun.store import ledger
-from agentrun.store.db import MIGRATIONS, install_tool_schema, open_pool
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.core.errors import SetupError
+from agentledger.core.settings import Settings
+from agentledger.ops import operations as ops
+from agentledger.store import ledger
+from agentledger.store.db import MIGRATIONS, install_tool_schema, open_pool
+from agentledger.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import make_spec, wait_pending
 from tests.test_bounded_waits import run_cli
@@ -56,14 +56,14 @@ __all__ = [
     "test_through_pgbouncer_the_cli_drives_a_run",
 ]
 
-NO_PREPARED = Settings.read({"AGENTRUN_PREPARED_STATEMENTS": "0"}).prepared_statements
+NO_PREPARED = Settings.read({"AGENTLEDGER_PREPARED_STATEMENTS": "0"}).prepared_statements
 
 
 @pytest.fixture
 async def pool(pgbouncer: str) -> AsyncIterator[AsyncConnectionPool]:
     """Every connection of these tests' workers and checks goes through PgBouncer."""
     pool = await open_pool(pgbouncer, max_size=20, prepared_statements=NO_PREPARED)
-    await install_tool_schema(pool, agentrun.demo.registry.schema())
+    await install_tool_schema(pool, agentledger.demo.registry.schema())
     yield pool
     await pool.close()
 
@@ -128,17 +128,17 @@ async def test_an_effect_lock_behind_pgbouncer_has_one_holder_and_ends_with_it(p
 async def test_the_demo_runs_through_pgbouncer_with_prepared_statements_off(
     settings, pool, pgbouncer, tmp_path
 ):
-    """`agentrun demo` as a user runs it against a managed Postgres behind PgBouncer in
-    transaction mode: DATABASE_URL names the pooler, AGENTRUN_PREPARED_STATEMENTS=0. Its
+    """`agentledger demo` as a user runs it against a managed Postgres behind PgBouncer in
+    transaction mode: DATABASE_URL names the pooler, AGENTLEDGER_PREPARED_STATEMENTS=0. Its
     worker, its client and its migration all go through the pooler, and the run completes
     with its receipt in the database."""
     assert settings.database_url == pgbouncer
     env = {
         **cli_env(settings, tmp_path),
-        "AGENTRUN_PREPARED_STATEMENTS": "0",
-        "AGENTRUN_TASK_QUEUE": f"demo-{uuid.uuid4().hex[:8]}",
+        "AGENTLEDGER_PREPARED_STATEMENTS": "0",
+        "AGENTLEDGER_TASK_QUEUE": f"demo-{uuid.uuid4().hex[:8]}",
     }
-    env.pop("AGENTRUN_TENANT", None)
+    env.pop("AGENTLEDGER_TENANT", None)
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "starter.py", "demo", "--json"],
@@ -162,7 +162,7 @@ async def test_through_pgbouncer_a_read_held_behind_a_lock_ends_within_the_wait(
     """A command's bound (`--wait`) holds through PgBouncer as it comes, which refuses a
     startup parameter (`options`) and so the statement timeout it once carried: Postgres
     cancels the read waiting on a lock at the bound, and the command says so."""
-    environ = {"DATABASE_URL": settings.database_url, "AGENTRUN_PREPARED_STATEMENTS": "0"}
+    environ = {"DATABASE_URL": settings.database_url, "AGENTLEDGER_PREPARED_STATEMENTS": "0"}
     async with pool.connection() as holder, holder.transaction():
         await holder.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
         began = time.monotonic()
@@ -174,10 +174,10 @@ async def test_through_pgbouncer_a_read_held_behind_a_lock_ends_within_the_wait(
 
 
 def migrate(database_url: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRUN_", "TEMPORAL_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))}
     return subprocess.run(
-        [sys.executable, "-m", "agentrun", "migrate", "--wait", "30"],
-        env={**env, "DATABASE_URL": database_url, "AGENTRUN_HOME": str(home)},
+        [sys.executable, "-m", "agentledger", "migrate", "--wait", "30"],
+        env={**env, "DATABASE_URL": database_url, "AGENTLEDGER_HOME": str(home)},
         capture_output=True,
         text=True,
         timeout=180,
@@ -188,7 +188,7 @@ async def test_a_worker_without_ddl_rights_starts_on_a_migrated_schema_only(
     database_url, client, settings, tmp_path
 ):
     """The application role may read and write, not create: on a fresh database its worker
-    refuses, naming `agentrun migrate`; after the owner runs `agentrun migrate` (the deploy
+    refuses, naming `agentledger migrate`; after the owner runs `agentledger migrate` (the deploy
     step) and grants it the tables, its worker starts and a run completes."""
     suffix = uuid.uuid4().hex[:8]
     database, role = f"managed_{suffix}", f"app_{suffix}"
@@ -201,7 +201,8 @@ async def test_a_worker_without_ddl_rights_starts_on_a_migrated_schema_only(
         await owner.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
 
     with pytest.raises(
-        SetupError, match=r"at version 0, this code needs .* may not change it .*`agentrun migrate`"
+        SetupError,
+        match=r"at version 0, this code needs .* may not change it .*`agentledger migrate`",
     ):
         await open_pool(app_url)
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import mcp_types
 import pytest
 
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.tools.loading import load_registry
-from agentrun.tools.mcp import McpConnection, McpServerDied, mcp_tools
-from agentrun.tools.mcp_servers import McpServerSpec
-from agentrun.tools.registry import ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.tools.loading import load_registry
+from agentledger.tools.mcp import McpConnection, McpServerDied, mcp_tools
+from agentledger.tools.mcp_servers import McpServerSpec
+from agentledger.tools.registry import ToolRegistry
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, scripted, wait_pending
 
 SERVER = """
@@ -206,8 +206,8 @@ async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServ
 
     from temporalio.exceptions import ApplicationError
 
-    from agentrun.core.results import PendingApproval
-    from agentrun.workflows.approvals import check_edit
+    from agentledger.core.results import PendingApproval
+    from agentledger.workflows.approvals import check_edit
 
     connection = McpConnection(desk)
     try:

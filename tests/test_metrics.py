@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentrun.cli import render
-from agentrun.store import metrics
+from agentledger.cli import render
+from agentledger.store import metrics
 from tests.mirror_seed import Seeder, fresh_database, starter
 from tests.support import rows
 
@@ -181,7 +181,7 @@ def assert_figures(actual: dict[str, object], expected: dict[str, object]) -> No
 
 async def test_stats_equal_hand_counts(database_url, tmp_path):
     now = datetime.now(UTC)
-    async with fresh_database(database_url, "agentrun_metrics") as (url, pool):
+    async with fresh_database(database_url, "agentledger_metrics") as (url, pool):
         await seed_fleet(Seeder(pool), now)
 
         week = await metrics.stats(pool, since=now - timedelta(days=7))
@@ -201,7 +201,7 @@ async def test_stats_equal_hand_counts(database_url, tmp_path):
         assert sorted((r["run_id"], r["lost_attempts"]) for r in lost) == [("r1", 1), ("r6", 1)]
 
         # The command line: the same figures as JSON, and a table that leads with cost.
-        env = {"DATABASE_URL": url, "AGENTRUN_HOME": str(tmp_path)}
+        env = {"DATABASE_URL": url, "AGENTLEDGER_HOME": str(tmp_path)}
         code, out, err = await starter("stats", "--since", "7d", "--json", env=env)
         assert code == 0, err
         printed = json.loads(out)
@@ -211,7 +211,7 @@ async def test_stats_equal_hand_counts(database_url, tmp_path):
 
         code, out, err = await starter("stats", env=env)
         assert code == 0, err
-        assert out.startswith("agentrun stats: all runs\n\nCOST PER COMPLETED RUN  $0.266500")
+        assert out.startswith("agentledger stats: all runs\n\nCOST PER COMPLETED RUN  $0.266500")
         assert "failure rate          16.7% (failed / finished: what users see)" in out
         assert "search_notes   3      3                1" in out
         assert out.rstrip("\n") == render.stats_text(all_time)
@@ -221,7 +221,7 @@ async def test_stats_equal_hand_counts(database_url, tmp_path):
 
 
 async def test_stats_of_an_empty_mirror_has_no_rates(database_url):
-    async with fresh_database(database_url, "agentrun_metrics") as (_, pool):
+    async with fresh_database(database_url, "agentledger_metrics") as (_, pool):
         empty = await metrics.stats(pool)
     assert empty.runs_started == 0 and empty.cost_total_usd == 0
     assert empty.cost_per_completed_run_usd is None and empty.completion_rate is None

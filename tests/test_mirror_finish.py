@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from agentrun.activities.mirror import MirrorActivities
-from agentrun.core._wire import FinishInput, ReceiptChanges
-from agentrun.core.results import Receipt
-from agentrun.core.states import RunStatus
-from agentrun.store.db import pipelined_transaction
-from agentrun.store.mirror_store import MirrorStore
-from agentrun.store.model_journal import ModelJournal
+from agentledger.activities.mirror import MirrorActivities
+from agentledger.core._wire import FinishInput, ReceiptChanges
+from agentledger.core.results import Receipt
+from agentledger.core.states import RunStatus
+from agentledger.store.db import pipelined_transaction
+from agentledger.store.mirror_store import MirrorStore
+from agentledger.store.model_journal import ModelJournal
 from tests.support import mirror_batch, rows
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-import agentrun.demo
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.ops import projection
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.ops import projection
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import closed, eventually, make_spec, rows, scripted, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,7 +179,7 @@ async def test_a_failed_step_activity_hands_its_mirror_batch_to_the_next_write(
     History counts only what completed, so the run sends those rows again with its next
     write, and the mirror agrees with history row by row."""
     registry = ToolRegistry(
-        [*agentrun.demo.registry.tools(), Tool("breaks", "always fails", Nothing, always_breaks)]
+        [*agentledger.demo.registry.tools(), Tool("breaks", "always fails", Nothing, always_breaks)]
     )
     spec = make_spec("break something", failures={"tools": {"breaks": {"max_attempts": 1}}})
     with OfflineModelServer(scripted([("breaks", {})], "## Summary\nIt broke.")) as model:

@@ -12,17 +12,17 @@ import openai
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from agentrun.activities.model import ModelActivities
-from agentrun.core._wire import ModelCallInput
-from agentrun.core.constants import STEP_OUTPUT_REF
-from agentrun.core.results import Usage
-from agentrun.core.settings import Settings
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.store.conversation import ConversationStore
-from agentrun.store.mirror_store import AttemptEnd, MirrorStore
-from agentrun.store.model_journal import Answer, ModelJournal
-from agentrun.store.vault import SecretVault
-from agentrun.tools import ToolRegistry
+from agentledger.activities.model import ModelActivities
+from agentledger.core._wire import ModelCallInput
+from agentledger.core.constants import STEP_OUTPUT_REF
+from agentledger.core.results import Usage
+from agentledger.core.settings import Settings
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.store.conversation import ConversationStore
+from agentledger.store.mirror_store import AttemptEnd, MirrorStore
+from agentledger.store.model_journal import Answer, ModelJournal
+from agentledger.store.vault import SecretVault
+from agentledger.tools import ToolRegistry
 from tests.support import mirror_batch, rows, scripted, step_claim
 
 STEP = "0002-model_call"

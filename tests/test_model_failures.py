@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
-from agentrun.ops import operations as ops
+from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
+from agentledger.ops import operations as ops
 from tests.support import eventually, make_spec, rows, run_result
 from tests.test_cli import run_cli
 

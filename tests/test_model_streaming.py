@@ -1,6 +1,6 @@
 """Streamed responses as real providers send them: tool-call arguments split across chunks,
 `finish_reason: tool_calls`, usage only in the last chunk; read by the real `openai` client.
-Workers ask for a stream unless AGENTRUN_MODEL_STREAM=0."""
+Workers ask for a stream unless AGENTLEDGER_MODEL_STREAM=0."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from dataclasses import replace
 import openai
 import pytest
 
-from agentrun.activities.model_errors import classify_model_error
-from agentrun.activities.model_stream import plain_completion, streamed_completion
-from agentrun.core.errors import PROVIDER_UNAVAILABLE
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.activities.model_errors import classify_model_error
+from agentledger.activities.model_stream import plain_completion, streamed_completion
+from agentledger.core.errors import PROVIDER_UNAVAILABLE
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, scripted, wait_pending
 
 SUMMARY = "## Summary\nSent it.\n\n## Actions\n- Sent a message to ana."
@@ -115,7 +115,7 @@ async def test_a_page_instead_of_a_reply_is_a_provider_error_that_names_it() -> 
         with pytest.raises(openai.APIResponseValidationError) as caught:
             await streamed_completion(client, request, lambda text: None)
         with pytest.raises(openai.APIResponseValidationError, match="502 upstream gone"):
-            await plain_completion(client, request)  # AGENTRUN_MODEL_STREAM=0: the same
+            await plain_completion(client, request)  # AGENTLEDGER_MODEL_STREAM=0: the same
         await client.close()
     failure = classify_model_error(caught.value)
     assert failure.type == PROVIDER_UNAVAILABLE and not failure.non_retryable

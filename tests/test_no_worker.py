@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from agentrun.cli import render
-from agentrun.core.backlog_models import TaskItem
-from agentrun.core.settings import Settings
-from agentrun.ops import backlog_ops
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.cli import render
+from agentledger.core.backlog_models import TaskItem
+from agentledger.core.settings import Settings
+from agentledger.ops import backlog_ops
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import (
     answered_status,
     eventually,
@@ -51,7 +51,7 @@ async def mirrored_waiting(pool: Any, run_id: str) -> None:
 
 @pytest.fixture
 def timed_cli(settings: Settings, tmp_path: Path) -> Any:
-    home = tmp_path / "agentrun-home"
+    home = tmp_path / "agentledger-home"
 
     async def call(*args: str) -> tuple[Result, float]:
         began = time.monotonic()
@@ -149,7 +149,7 @@ async def test_every_command_answers_with_the_workers_dead(
         result, seconds = await timed_cli(*args)
         assert answered(result, seconds).code == 0, (args, result.out, result.err)
         assert "held: the server keeps the" in result.out, result.out
-        assert "agentrun-worker" in result.out and settings.task_queue in result.out
+        assert "agentledger-worker" in result.out and settings.task_queue in result.out
 
     # A worker returns: every recorded write applies; no refused one does.
     async with worker():

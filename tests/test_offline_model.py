@@ -12,10 +12,10 @@ from typing import Any
 import openai
 import pytest
 
-from agentrun.activities.model_errors import classify_model_error
-from agentrun.core.constants import OFFLINE_MODEL
-from agentrun.dev.offline_model import OfflineModelServer, Reply
-from agentrun.dev.stack import free_port
+from agentledger.activities.model_errors import classify_model_error
+from agentledger.core.constants import OFFLINE_MODEL
+from agentledger.dev.offline_model import OfflineModelServer, Reply
+from agentledger.dev.stack import free_port
 from tests.support import NOTIFY_TASK
 
 

@@ -1,7 +1,7 @@
 """Acts that span tenants are operators' (issue 35): under a tenant's scope they are refused,
 as `tenants set` is, or confined to the tenant (`prune`), and name no other tenant's run.
 
-Through the `agentrun` console script and `starter.py`, with AGENTRUN_TENANT in the
+Through the `agentledger` console script and `starter.py`, with AGENTLEDGER_TENANT in the
 subprocess's environment, on the real stack (dev server, Postgres, a worker).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.ops import operations as ops
+from agentledger.ops import operations as ops
 from tests.mirror_seed import Seeder, fresh_database, starter
 from tests.support import make_spec, rows, wait_pending
 from tests.test_cli import run_cli
@@ -47,7 +47,7 @@ async def test_a_tenant_cannot_deploy_nor_read_every_tenants_runs(
         theirs = await ops.start_run(client, spec, task_queue=settings.task_queue)
         await wait_pending(client, theirs.run_id)
 
-        monkeypatch.setenv("AGENTRUN_TENANT", acme)
+        monkeypatch.setenv("AGENTLEDGER_TENANT", acme)
         for act in OPERATOR_ACTS:
             argv = [a.format(theirs=globex) for a in act]
             done = await run_cli(settings, home, *argv, "--json", console=True)
@@ -55,14 +55,14 @@ async def test_a_tenant_cannot_deploy_nor_read_every_tenants_runs(
             assert done.code == 5, (argv, done.code, said)
             error = json.loads(done.err)["error"]
             assert error["kind"] == "refused" and "an operator's act" in error["message"], argv
-            assert f"AGENTRUN_TENANT={acme}" in error["message"], argv
+            assert f"AGENTLEDGER_TENANT={acme}" in error["message"], argv
             assert done.out == "" and theirs.run_id not in said, (argv, said)
         # As `status` says of the same run: to acme it does not exist.
         status = await run_cli(settings, home, "status", theirs.run_id, console=True)
         assert status.code == 3
 
         # The operator (no tenant) still does them all: the check lists globex's run.
-        monkeypatch.delenv("AGENTRUN_TENANT")
+        monkeypatch.delenv("AGENTLEDGER_TENANT")
         checked = await run_cli(settings, home, "deploy", "check", "--json", console=True)
         assert checked.code == 0, checked.err
         assert theirs.run_id in [v["workflow_id"] for v in checked.json()["verdicts"]]
@@ -72,18 +72,18 @@ async def test_a_tenant_cannot_deploy_nor_read_every_tenants_runs(
 async def test_a_tenants_prune_prunes_its_own_runs_alone(database_url, tenants, tmp_path: Path):
     acme, globex = tenants
     now = datetime.now(UTC)
-    async with fresh_database(database_url, "agentrun_operator_acts") as (url, pool):
+    async with fresh_database(database_url, "agentledger_operator_acts") as (url, pool):
         seed = Seeder(pool)
         finished = {"a-old": acme, "g-old": globex, "g-older": globex}
         for run_id, tenant in finished.items():
             await seed.run(run_id, "completed", now - timedelta(days=40), seconds=60, tenant=tenant)
             await seed.row("receipts", run_id=run_id, outcome="completed", receipt={"r": run_id})
-        env = {"DATABASE_URL": url, "AGENTRUN_HOME": str(tmp_path)}
+        env = {"DATABASE_URL": url, "AGENTLEDGER_HOME": str(tmp_path)}
 
         async def left(table: str) -> set[str]:
             return {r["run_id"] for r in await rows(pool, f"SELECT run_id FROM {table}")}
 
-        as_acme = {**env, "AGENTRUN_TENANT": acme}
+        as_acme = {**env, "AGENTLEDGER_TENANT": acme}
         code, out, err = await starter("prune", "--older-than", "30d", env=as_acme)
         assert code == 0, err
         assert out.startswith(f"deleted 1 run of tenant {acme} that finished before "), out

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-import agentrun
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.profiles import load_agents
-from agentrun.store import tool_sets
+import agentledger
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.profiles import load_agents
+from agentledger.store import tool_sets
 from tests.support import eventually, rows, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from agentrun import ToolContext, ToolRegistry, tool
+from agentledger import ToolContext, ToolRegistry, tool
 
 HERE = Path(__file__).parent
 CHARGES = """CREATE TABLE IF NOT EXISTS my_charges (
@@ -134,7 +134,7 @@ async def start_worker(
             "DATABASE_URL": settings.database_url,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "test",
-            "AGENTRUN_TASK_QUEUE": settings.task_queue,
+            "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
         }
         log = (folder / f"worker-{len(started)}.log").open("w")
         process = await asyncio.create_subprocess_exec(
@@ -183,7 +183,7 @@ async def test_a_users_tools_and_mcp_server_keep_every_guarantee(
         "notes__delete_note",
         "notes__lookup",
     ]
-    run_client = await agentrun.RunClient.connect(settings)
+    run_client = await agentledger.RunClient.connect(settings)
     try:
         # A read-only MCP tool runs at once.
         looked_up = (await run_client.runs.start("Look up the refund policy.", agent=helper)).run_id

@@ -17,12 +17,12 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 
-import agentrun
+import agentledger
 from activities import for_worker
-from agentrun.core.constants import RUN_ID_PREFIX
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.child_runs import child_run_id
+from agentledger.core.constants import RUN_ID_PREFIX
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.child_runs import child_run_id
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import WORKFLOWS, RefundRequest, RefundReviewWorkflow
@@ -39,11 +39,11 @@ async def started(client: Client, run_id: str) -> bool:
 ROOT = Path(__file__).resolve().parent.parent
 HISTORY = Path(__file__).parent / "histories" / "own_workflow" / "refund_review.json"
 # The committed history's workflow id: the agent's run id derives from it, so a replay needs
-# it. `AGENTRUN_RECORD_HISTORIES=1 pytest tests/test_own_workflow.py` records it again, after
+# it. `AGENTLEDGER_RECORD_HISTORIES=1 pytest tests/test_own_workflow.py` records it again, after
 # an intended change to workflows/refund_review.py or run_agent (keep the old file under
 # another name beside it: open runs need it).
 RECORDED_ID = "refund-recorded"
-RECORDING = os.environ.get("AGENTRUN_RECORD_HISTORIES") == "1"
+RECORDING = os.environ.get("AGENTLEDGER_RECORD_HISTORIES") == "1"
 
 
 async def test_a_business_workflow_runs_an_agent_and_acts_once(
@@ -79,7 +79,7 @@ async def test_a_business_workflow_runs_an_agent_and_acts_once(
     lines = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [line["request_id"] for line in lines] == ["r-1"]
 
-    # The agent's run is an agentrun run like any other: mirrored, with a receipt.
+    # The agent's run is an agentledger run like any other: mirrored, with a receipt.
     run = await rows(pool, "SELECT status FROM runs WHERE run_id = %s", agent_run)
     assert run == [{"status": "completed"}]
     receipt = await ops.receipt(pool, agent_run)
@@ -103,7 +103,7 @@ async def test_the_committed_business_histories_replay(path: Path):
 async def test_a_business_workflow_gets_the_result_of_an_agent_run_that_was_rejected(
     client: Client, settings, pool, worker, tmp_path
 ):
-    """The rejected agent's run ends Canceled in Temporal, as agentrun says; `run_agent`
+    """The rejected agent's run ends Canceled in Temporal, as agentledger says; `run_agent`
     still returns its result (cancelled, with the reason) to the business workflow."""
     ledger = tmp_path / "refunds.jsonl"
     request = RefundRequest(
@@ -132,7 +132,7 @@ async def test_a_business_workflow_gets_the_result_of_an_agent_run_that_was_reje
 async def test_the_deployments_worker_py_serves_its_workflow_through_the_plugin(
     client: Client, settings, pool, tmp_path
 ):
-    """`python worker.py`, the deployment's own Client and Worker with AgentrunPlugin, runs
+    """`python worker.py`, the deployment's own Client and Worker with AgentLedgerPlugin, runs
     the refund review; the agent's approval goes through `RunClient.connect` (a Client with
     the plugin, then `RunClient.on`), where another tenant's client finds no such run."""
     acme, globex = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("acme", "globex"))
@@ -142,7 +142,7 @@ async def test_the_deployments_worker_py_serves_its_workflow_through_the_plugin(
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url,
         "OPENAI_BASE_URL": settings.openai_base_url,
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
         "REFUND_LEDGER": str(ledger),
     }
     log = (tmp_path / "worker.log").open("w")
@@ -163,11 +163,13 @@ async def test_the_deployments_worker_py_serves_its_workflow_through_the_plugin(
         )
         pending = await wait_pending(client, agent_run)
         assert pending.tool == "send_message"
-        foreign = await agentrun.RunClient.connect(settings.model_copy(update={"tenant": globex}))
+        foreign = await agentledger.RunClient.connect(
+            settings.model_copy(update={"tenant": globex})
+        )
         async with foreign:
-            with pytest.raises(agentrun.NotFound):
+            with pytest.raises(agentledger.NotFound):
                 await foreign.runs.approve(agent_run, by="maria", role="approver")
-        async with await agentrun.RunClient.connect(
+        async with await agentledger.RunClient.connect(
             settings.model_copy(update={"tenant": acme})
         ) as run_client:
             await run_client.runs.approve(agent_run, by="maria", role="approver")

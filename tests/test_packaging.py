@@ -1,4 +1,4 @@
-"""A lean install: `pip install agentrun` is what a production worker needs. The embedded
+"""A lean install: `pip install agentledger` is what a production worker needs. The embedded
 stack is the `local` extra, Playwright the `browser` extra, the Docker image pins its
 versions; the wheel itself is built and tried in a user's project by scripts/wheel_check.sh,
 which CI runs."""
@@ -30,13 +30,13 @@ def test_the_runtime_dependencies_hold_no_dev_server_and_no_browser() -> None:
     extras = PROJECT["optional-dependencies"]
     assert {name(r) for r in extras["local"]} == EMBEDDED_STACK
     assert {name(r) for r in extras["browser"]} == {"playwright"}
-    assert "agentrun[local]" in extras["bench"], "bench/run.py starts its own stack"
+    assert "agentledger[local]" in extras["bench"], "bench/run.py starts its own stack"
 
 
 def test_the_tests_tools_are_a_dependency_group_not_an_extra() -> None:
     """PEP 735: what contributors need is not published as an extra of the package."""
     assert "dev" not in PROJECT["optional-dependencies"]
-    (project,) = [r for r in DEV if name(r) == "agentrun"]
+    (project,) = [r for r in DEV if name(r) == "agentledger"]
     assert {"local", "sandbox", "bench"} <= set(re.findall(r"\w+", project.split("[")[1]))
     assert {"pytest", "pytest-xdist", "ruff", "mypy"} <= {name(r) for r in DEV}
     assert "playwright" not in {name(r) for r in DEV}, "only the browser test needs it"
@@ -57,7 +57,7 @@ def test_the_metadata_names_license_authors_and_classifiers() -> None:
     assert PROJECT["license"] == "Apache-2.0"
     assert PROJECT["license-files"] == ["LICENSE"]
     assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
-    assert PROJECT["authors"] == [{"name": "agentrun developers"}]
+    assert PROJECT["authors"] == [{"name": "agentledger developers"}]
     # No project URLs until the project has a public home: an invented one would mislead.
     assert "urls" not in PROJECT
     classifiers = PROJECT["classifiers"]
@@ -81,10 +81,10 @@ def test_the_image_installs_the_lean_package_with_every_version_pinned() -> None
     assert {name(r) for r in PROJECT["dependencies"]} <= pinned
     assert {name(r) for r in PROJECT["optional-dependencies"]["otel"]} <= pinned
     assert not pinned & NOT_FOR_PRODUCTION, pinned & NOT_FOR_PRODUCTION
-    assert "agentrun" not in pinned
+    assert "agentledger" not in pinned
 
 
 def test_the_package_says_it_is_typed() -> None:
-    assert (ROOT / "agentrun" / "py.typed").exists()
+    assert (ROOT / "agentledger" / "py.typed").exists()
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "py.typed" in package_data["package-data"]["agentrun"]
+    assert "py.typed" in package_data["package-data"]["agentledger"]

@@ -1,6 +1,6 @@
 """A payload Temporal would refuse fails fast, on its first attempt, with a reason.
 
-Without the guard (agentrun.core.payload_limits), an oversized activity result is refused on
+Without the guard (agentledger.core.payload_limits), an oversized activity result is refused on
 completion and the activity retries, and an oversized workflow input fails the workflow
 task, which Temporal retries for ever. These runs use the real dev server's 2 MB limit.
 """
@@ -15,17 +15,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-import agentrun.demo
-from agentrun.core._wire import MirrorBatch, RunSnapshot, StepRecord
-from agentrun.core.payload_limits import PayloadLimitInterceptor, trimmed
-from agentrun.core.results import RunResult
-from agentrun.core.spec import RunSpec
-from agentrun.dev.offline_model import OfflineModelServer, completion
-from agentrun.ops import operations as ops
-from agentrun.ops import projection
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.registry import ToolError
-from agentrun.worker.worker_factory import ENGINE_WORKFLOWS
+import agentledger.demo
+from agentledger.core._wire import MirrorBatch, RunSnapshot, StepRecord
+from agentledger.core.payload_limits import PayloadLimitInterceptor, trimmed
+from agentledger.core.results import RunResult
+from agentledger.core.spec import RunSpec
+from agentledger.dev.offline_model import OfflineModelServer, completion
+from agentledger.ops import operations as ops
+from agentledger.ops import projection
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.tools.registry import ToolError
+from agentledger.worker.worker_factory import ENGINE_WORKFLOWS
 from tests.conftest import running_worker
 from tests.recorded import HISTORIES, recorded_history, replayer
 from tests.support import make_spec, rows, run_result, scripted
@@ -48,7 +48,7 @@ async def fail_loudly(args: Size, ctx: ToolContext) -> None:
 
 REGISTRY = ToolRegistry(
     [
-        *agentrun.demo.registry.tools(),
+        *agentledger.demo.registry.tools(),
         Tool("dump", "produce a large output", Size, dump),
         Tool("fail_loudly", "fail with a long message", Size, fail_loudly),
     ]
@@ -174,7 +174,9 @@ async def test_an_oversized_tool_output_fails_its_step_at_once_and_the_model_hea
     assert info.type == "PayloadTooLarge" and info.non_retryable
 
     [attempt] = await attempts_of(pool, run_id, "0002-tool_call")
-    assert attempt["status"] == "failed" and "AGENTRUN_ARTIFACT_THRESHOLD_BYTES" in attempt["error"]
+    assert (
+        attempt["status"] == "failed" and "AGENTLEDGER_ARTIFACT_THRESHOLD_BYTES" in attempt["error"]
+    )
     told = model.requests[1]["messages"][-1]["content"]
     assert "payload limit" in told and "artifacts" in told and len(told) < 5000
     receipt = await ops.receipt(pool, run_id)
@@ -248,7 +250,7 @@ async def test_a_checkpoint_grown_past_the_limit_fails_the_run_and_keeps_the_las
     with the step's copy cut, the run row's checkpoint whole."""
     registry = ToolRegistry(
         [
-            *agentrun.demo.registry.tools(),
+            *agentledger.demo.registry.tools(),
             Tool("save", "save a checkpoint part", Patch, save_big_checkpoint),
         ]
     )

@@ -1,4 +1,4 @@
-"""A user's own Temporal project adopts agentrun with `AgentrunPlugin` (issue 37): its own
+"""A user's own Temporal project adopts agentledger with `AgentLedgerPlugin` (issue 37): its own
 workflow and activity, its own payload codec and the SDK's OpenTelemetry plugin stay as they
 were; adding the plugin changes at most five lines (tests/plugin_app). The project runs
 from a folder outside the package: its workflow runs an agent that asks for approval, the
@@ -32,13 +32,13 @@ from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from agentrun import AgentrunPlugin, RunClient
-from agentrun.workflows.child_runs import child_run_id
+from agentledger import AgentLedgerPlugin, RunClient
+from agentledger.workflows.child_runs import child_run_id
 from tests.support import eventually, rows, wait_pending
 from tests.test_own_workflow import started
 
 PROJECT = Path(__file__).parent / "plugin_app"
-MARK = "# agentrun"
+MARK = "# agentledger"
 
 
 def test_adding_the_plugin_changes_at_most_five_lines():
@@ -126,7 +126,7 @@ async def test_the_shops_workflow_runs_an_approved_agent(
     order = Order(order_id=f"o-{uuid.uuid4().hex[:8]}", customer="ana@example.com", amount_usd=42)
     parent_id = f"review-{order.order_id}"
     agent_run = child_run_id(parent_id, order.order_id)
-    async with shop.worker(client), RunClient.on(client, shop.AGENTRUN) as run_client:
+    async with shop.worker(client), RunClient.on(client, shop.AGENTLEDGER) as run_client:
         handle = await client.start_workflow(
             OrderReview.run, order, id=parent_id, task_queue=shop.TASK_QUEUE
         )
@@ -150,12 +150,12 @@ async def test_the_shops_workflow_runs_an_approved_agent(
     replayer = Replayer(
         workflows=[OrderReview],
         data_converter=DataConverter(payload_codec=shop.ShopCodec.from_environment()),
-        plugins=[AgentrunPlugin(shop.AGENTRUN)],
+        plugins=[AgentLedgerPlugin(shop.AGENTLEDGER)],
     )
     for history in (parent, child):
         await replayer.replay_workflow(history)
 
-    # What the server stores is sealed by the project's codec, agentrun's payloads included.
+    # What the server stores is sealed by the project's codec, agentledger's payloads included.
     for workflow_id in (parent_id, agent_run):
         raw: WorkflowHistory = await env.client.get_workflow_handle(workflow_id).fetch_history()
         stored = [p for event in raw.events if not is_patch(event) for p in payloads_in(event)]
@@ -163,7 +163,7 @@ async def test_the_shops_workflow_runs_an_approved_agent(
         encodings = {p.metadata.get("encoding") for p in stored}
         assert encodings == {b"binary/shop-encrypted"}, (workflow_id, encodings)
 
-    # The SDK's OpenTelemetry plugin traced the shop's workflow and agentrun's alike, the
+    # The SDK's OpenTelemetry plugin traced the shop's workflow and agentledger's alike, the
     # model calls on their own queue's worker included.
     await eventually(lambda: _has(spans, "RunActivity:check_order"), what="the shop's span")
     names = {span.name for span in spans.get_finished_spans()}

@@ -1,5 +1,5 @@
-"""AgentrunPlugin beside the SDK's OpenAI Agents plugin on one Client and one Worker: an
-OpenAI Agents SDK agent and an agentrun run both complete, each through its own plugin's
+"""AgentLedgerPlugin beside the SDK's OpenAI Agents plugin on one Client and one Worker: an
+OpenAI Agents SDK agent and an agentledger run both complete, each through its own plugin's
 model activity, over the same offline model server."""
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from agentrun import AgentrunConfig, AgentrunPlugin, RunClient
+from agentledger import AgentLedgerConfig, AgentLedgerPlugin, RunClient
 from tests.openai_agents_workflow import OpenAIAgentsAnswer
 from tests.support import rows
 
 
-async def test_openai_agents_and_agentrun_in_one_worker(
+async def test_openai_agents_and_agentledger_in_one_worker(
     env: WorkflowEnvironment, database_url: str, model_server, pool
 ):
     set_tracing_disabled(True)  # the SDK's tracing would post to OpenAI
     queue = f"together-{uuid.uuid4().hex[:8]}"
-    config = AgentrunConfig(
+    config = AgentLedgerConfig(
         database_url, model_base_url=model_server.base_url, demo=True, task_queue=queue
     )
     openai_agents = OpenAIAgentsPlugin(
@@ -39,7 +39,7 @@ async def test_openai_agents_and_agentrun_in_one_worker(
     )
     client = await Client.connect(
         env.client.service_client.config.target_host,
-        plugins=[openai_agents, AgentrunPlugin(config)],
+        plugins=[openai_agents, AgentLedgerPlugin(config)],
     )
     worker = Worker(client, task_queue=queue, workflows=[OpenAIAgentsAnswer])
     async with worker, RunClient.on(client, config) as run_client:
@@ -59,4 +59,4 @@ async def test_openai_agents_and_agentrun_in_one_worker(
     mirrored = await rows(pool, "SELECT status FROM runs WHERE run_id = %s", ours)
     assert mirrored == [{"status": "completed"}]
     registered = {type(p).__name__ for p in client.config()["plugins"]}
-    assert registered == {"OpenAIAgentsPlugin", "AgentrunPlugin"}
+    assert registered == {"OpenAIAgentsPlugin", "AgentLedgerPlugin"}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import agentrun
-import agentrun.demo
-from agentrun.core.errors import ProfileError
-from agentrun.profiles import Agent, load_agents
-from agentrun.store import tool_sets
+import agentledger
+import agentledger.demo
+from agentledger.core.errors import ProfileError
+from agentledger.profiles import Agent, load_agents
+from agentledger.store import tool_sets
 from tests.test_cli import run_cli
 
 PROFILES = """
@@ -46,13 +46,13 @@ def test_a_profile_expands_into_the_spec_and_fields_override_it(profile_file: Pa
 
 
 def test_profiles_load_from_python_and_refuse_bad_sources(profile_file: Path) -> None:
-    assert load_agents("agentrun.demo:agents") == {"support-desk": agentrun.demo.support_desk}
-    assert isinstance(agentrun.demo.support_desk, agentrun.Agent)
+    assert load_agents("agentledger.demo:agents") == {"support-desk": agentledger.demo.support_desk}
+    assert isinstance(agentledger.demo.support_desk, agentledger.Agent)
     profile_file.write_text("writer: {tools: [a]}")
     with pytest.raises(ProfileError, match=r"writer.*instructions: Field required"):
         load_agents(str(profile_file))
     with pytest.raises(ProfileError, match="has no attribute"):
-        load_agents("agentrun.demo:nobody")
+        load_agents("agentledger.demo:nobody")
 
 
 async def test_start_refuses_an_unknown_agent_or_a_tool_no_worker_has(
@@ -67,7 +67,7 @@ async def test_start_refuses_an_unknown_agent_or_a_tool_no_worker_has(
     unserved = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
     assert unserved.code == 5 and "no worker has served task queue" in unserved.err
 
-    await tool_sets.join(pool, settings.task_queue, "w", agentrun.demo.registry.names())
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
     lacking = await run_cli(settings, tmp_path, *flags, "--agent", "writer")
     assert lacking.code == 5 and "have no tool shout" in lacking.err, lacking.err
     await tool_sets.leave(pool, settings.task_queue, "w")

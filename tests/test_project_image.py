@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from agentrun import RunClient
-from agentrun.cli.main import run_demo
+from agentledger import RunClient
+from agentledger.cli.main import run_demo
 from tests import sandbox_support
 from tests.sandbox_support import Engine, build_project_image
 from tests.support import eventually, rows
@@ -39,10 +39,10 @@ async def test_the_projects_image_runs_the_demo(settings, pool, docker_engine: E
             "TEMPORAL_ADDRESS": settings.temporal_address,
             "DATABASE_URL": settings.database_url,
             "OPENAI_BASE_URL": settings.openai_base_url,
-            "AGENTRUN_TASK_QUEUE": settings.task_queue,
-            "AGENTRUN_HOME": "/tmp/agentrun",
+            "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+            "AGENTLEDGER_HOME": "/tmp/agentledger",
         },
-        labels={"agentrun.test": "project-image"},
+        labels={"agentledger.test": "project-image"},
     )
     try:
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from agentrun.activities.proposals import proposed_call
-from agentrun.core._wire import ModelCallInput
-from agentrun.core.spec import ApprovalPolicy, RiskLevel
-from agentrun.tools import Tool, ToolContext, ToolRegistry
+from agentledger.activities.proposals import proposed_call
+from agentledger.core._wire import ModelCallInput
+from agentledger.core.spec import ApprovalPolicy, RiskLevel
+from agentledger.tools import Tool, ToolContext, ToolRegistry
 
 
 class Args(BaseModel):

@@ -1,9 +1,9 @@
-"""The public API is what `agentrun` and `agentrun.types` export, and nothing else leaks out.
+"""The public API is what `agentledger` and `agentledger.types` export, and nothing else leaks out.
 
 A user writes against those names (README "Your agent in five minutes"); everything else may
 change. So RunClient's signatures and the public models hold only public types, nothing
-public is defined in a private module (`agentrun/core/_wire.py`, `_state.py`), a person's
-`RunSpec` cannot carry what only the engine sets, every error agentrun raises to a person
+public is defined in a private module (`agentledger/core/_wire.py`, `_state.py`), a person's
+`RunSpec` cannot carry what only the engine sets, every error agentledger raises to a person
 has the one exported base, and the user-facing docs name only public names.
 """
 
@@ -29,24 +29,24 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 
-import agentrun
-import agentrun.types
-from agentrun.core import errors
-from agentrun.core._state import RunInput
-from agentrun.core.results import ForkOrigin
-from agentrun.core.settings import Settings
-from agentrun.core.spec import ENGINE_ONLY, RunSpec
+import agentledger
+import agentledger.types
+from agentledger.core import errors
+from agentledger.core._state import RunInput
+from agentledger.core.results import ForkOrigin
+from agentledger.core.settings import Settings
+from agentledger.core.spec import ENGINE_ONLY, RunSpec
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC: dict[str, object] = {
-    **{name: getattr(agentrun, name) for name in agentrun.__all__},
-    **{name: getattr(agentrun.types, name) for name in agentrun.types.__all__},
+    **{name: getattr(agentledger, name) for name in agentledger.__all__},
+    **{name: getattr(agentledger.types, name) for name in agentledger.types.__all__},
 }
 PUBLIC_OBJECTS = {id(obj) for obj in PUBLIC.values()}
-# The Temporal client RunClient is made with and hands back, for what agentrun does not wrap.
+# The Temporal client RunClient is made with and hands back, for what agentledger does not wrap.
 FOREIGN = {Client}
-# What only the engine sets on a run's input (agentrun/core/_state.py), in the order the
+# What only the engine sets on a run's input (agentledger/core/_state.py), in the order the
 # workflow's input has always had them.
 ENGINE_FIELDS = [
     "carry",
@@ -86,12 +86,12 @@ def leaves(annotation: object) -> list[object]:
 
 def services() -> dict[str, type]:
     """RunClient's services (`client.runs`, `client.backlogs`, ...), by attribute."""
-    client = agentrun.RunClient(None, Settings.read({}))
+    client = agentledger.RunClient(None, Settings.read({}))
     return {
         name: type(value)
         for name, value in vars(client).items()
         if not name.startswith("_")
-        and type(value).__module__.startswith("agentrun.services.")
+        and type(value).__module__.startswith("agentledger.services.")
         and name != "session"
     }
 
@@ -99,7 +99,7 @@ def services() -> dict[str, type]:
 def public_methods() -> dict[str, Any]:
     """Every public method of RunClient and of each of its services ("runs.start")."""
     found = {}
-    owners: list[tuple[str, type]] = [("", agentrun.RunClient)]
+    owners: list[tuple[str, type]] = [("", agentledger.RunClient)]
     owners += [(f"{name}.", kind) for name, kind in services().items()]
     for prefix, owner in owners:
         for name, member in inspect.getmembers(owner):
@@ -133,7 +133,7 @@ def test_run_client_signatures_use_only_public_types():
         for kind in leaves(annotation)
         if not is_public(kind)
     ]
-    assert not private, f"export these from agentrun.types, or take a public type: {private}"
+    assert not private, f"export these from agentledger.types, or take a public type: {private}"
 
 
 def test_run_client_answers_are_typed():
@@ -150,15 +150,20 @@ def test_run_client_answers_are_typed():
         for name, function in public_methods().items()
         if "return" in (hints := typing.get_type_hints(function)) and dicts(hints["return"])
     ]
-    assert not loose, f"return a model from agentrun.types: {loose}"
+    assert not loose, f"return a model from agentledger.types: {loose}"
 
 
 def test_importing_the_types_loads_only_the_core():
-    """`import agentrun.types` (a user's models, an HTTP server's schemas) loads no
+    """`import agentledger.types` (a user's models, an HTTP server's schemas) loads no
     operations, stores or workflows: checked in a fresh interpreter."""
-    heavy = ("agentrun.workflows", "agentrun.ops", "agentrun.store", "agentrun.activities")
+    heavy = (
+        "agentledger.workflows",
+        "agentledger.ops",
+        "agentledger.store",
+        "agentledger.activities",
+    )
     probe = (
-        "import sys, agentrun.types; "
+        "import sys, agentledger.types; "
         f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
     )
     done = subprocess.run(
@@ -185,7 +190,7 @@ def test_public_models_hold_only_public_types():
             for kind in leaves(annotation):
                 if (
                     isinstance(kind, type)
-                    and kind.__module__.startswith("agentrun")
+                    and kind.__module__.startswith("agentledger")
                     and (issubclass(kind, BaseModel | Enum) or dataclasses.is_dataclass(kind))
                     and id(kind) not in PUBLIC_OBJECTS
                 ):
@@ -198,7 +203,7 @@ def test_nothing_public_lives_in_a_private_module():
         module = getattr(obj, "__module__", None) or ""
         hidden = [part for part in module.split(".") if part.startswith("_")]
         assert not hidden, f"{name} is defined in the private module {module}"
-    for module in ("agentrun.core._wire", "agentrun.core._state"):
+    for module in ("agentledger.core._wire", "agentledger.core._state"):
         defined = {
             node.name
             for node in parse_python(
@@ -227,11 +232,11 @@ def test_a_run_spec_has_no_engine_fields_and_refuses_them():
         with pytest.raises(ValidationError, match=rf"{field}\n  Extra inputs are not permitted"):
             RunSpec.model_validate({"task": "t", field: value})
         with pytest.raises(ValidationError, match=field):
-            agentrun.Agent(name="a", instructions="i").spec("t", **{field: value})
+            agentledger.Agent(name="a", instructions="i").spec("t", **{field: value})
 
 
 async def test_the_front_door_refuses_a_forged_engine_field_before_connecting():
-    runs = agentrun.RunClient(None, Settings.read({})).runs
+    runs = agentledger.RunClient(None, Settings.read({})).runs
     with pytest.raises(ValidationError, match="fairness_weight"):
         await runs.start("t", fairness_weight=100.0)
     with pytest.raises(ValidationError, match="fork"):
@@ -241,10 +246,10 @@ async def test_the_front_door_refuses_a_forged_engine_field_before_connecting():
 def test_the_command_refuses_a_spec_naming_an_engine_field(tmp_path):
     spec = tmp_path / "forged.yaml"
     spec.write_text("task: t\nadmission: admission-acme\n")
-    env = {**os.environ, "AGENTRUN_HOME": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    env = {**os.environ, "AGENTLEDGER_HOME": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
     env.pop("DATABASE_URL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "agentrun", "start", "--spec", str(spec), "--json"],
+        [sys.executable, "-m", "agentledger", "start", "--spec", str(spec), "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -265,8 +270,13 @@ def test_the_engine_input_keeps_the_workflow_input_shape():
 
 
 def test_errors_share_one_exported_base():
-    base = agentrun.AgentrunError
-    public = [agentrun.InvalidInput, agentrun.NotFound, agentrun.Unreachable, agentrun.Refused]
+    base = agentledger.AgentLedgerError
+    public = [
+        agentledger.InvalidInput,
+        agentledger.NotFound,
+        agentledger.Unreachable,
+        agentledger.Refused,
+    ]
     assert all(issubclass(kind, base) for kind in public)
     assert sorted(kind.exit_code for kind in public) == [2, 3, 4, 5]
     # SecretUnavailable is raised and caught inside a tool activity, never to a person.
@@ -279,7 +289,7 @@ def test_errors_share_one_exported_base():
         and not issubclass(kind, base)
         and name != "SecretUnavailable"
     ]
-    assert not loose, f"{loose} raise to people without the AgentrunError base"
+    assert not loose, f"{loose} raise to people without the AgentLedgerError base"
 
 
 # ---------------------------------------------------------------- the docs
@@ -294,13 +304,13 @@ INTERNAL_DOCS = {
     "developing.md",
     "promises.md",
 }
-INTERNAL_NOTE = "describes agentrun's internals"
+INTERNAL_NOTE = "describes agentledger's internals"
 # Public modules beyond the two that export types: workflow code's `run_agent`, and the
-# demo's tools and agents, which a worker loads by name (`--tools agentrun.demo:tools`).
-PUBLIC_MODULES = {"agentrun.workflows": {"run_agent"}, "agentrun.demo": None}
+# demo's tools and agents, which a worker loads by name (`--tools agentledger.demo:tools`).
+PUBLIC_MODULES = {"agentledger.workflows": {"run_agent"}, "agentledger.demo": None}
 # Names shaped like ours that are not Python: a container label (docs/your-agent.md).
-NOT_PYTHON = {"agentrun.worker"}
-DOTTED = re.compile(r"(?<![\w.])(?<!-m )(?<!INFO )(?<!WARNING )(agentrun(?:\.[A-Za-z_]\w*)+)")
+NOT_PYTHON = {"agentledger.worker"}
+DOTTED = re.compile(r"(?<![\w.])(?<!-m )(?<!INFO )(?<!WARNING )(agentledger(?:\.[A-Za-z_]\w*)+)")
 
 
 def user_docs() -> list[Path]:
@@ -327,10 +337,10 @@ def resolves(dotted: str) -> bool:
 
 def is_public_name(dotted: str) -> bool:
     parts = dotted.split(".")
-    if len(parts) >= 2 and parts[1] in [*agentrun.__all__, "__all__"]:
+    if len(parts) >= 2 and parts[1] in [*agentledger.__all__, "__all__"]:
         return True
-    if parts[:2] == ["agentrun", "types"]:
-        return len(parts) == 2 or parts[2] in agentrun.types.__all__
+    if parts[:2] == ["agentledger", "types"]:
+        return len(parts) == 2 or parts[2] in agentledger.types.__all__
     for module, names in PUBLIC_MODULES.items():
         if dotted == module or (dotted.startswith(module + ".") and names is None):
             return True
@@ -340,9 +350,9 @@ def is_public_name(dotted: str) -> bool:
 
 
 def private_class_names() -> set[str]:
-    """Every class agentrun defines under a name no public name shares."""
+    """Every class agentledger defines under a name no public name shares."""
     found = set()
-    for path in (ROOT / "agentrun").rglob("*.py"):
+    for path in (ROOT / "agentledger").rglob("*.py"):
         found |= {
             node.name
             for node in parse_python(path.read_text()).body
@@ -370,4 +380,4 @@ def test_user_docs_name_only_public_names():
             for word in re.findall(r"(?<![\w.-])([A-Z][A-Za-z0-9]+)(?![\w-])", code):
                 if word in private_classes:
                     found.append(f"{page.name}: `{code}` names {word}")
-    assert not found, f"these docs name private parts of agentrun: {found}"
+    assert not found, f"these docs name private parts of agentledger: {found}"

@@ -13,14 +13,14 @@ import pytest
 from pydantic import BaseModel
 from temporalio.testing import ActivityEnvironment
 
-from agentrun.activities.step_claim import QUICK_GRACE_SECONDS
-from agentrun.activities.tools import ToolActivities
-from agentrun.core._wire import ToolCallInput, ToolCallResult
-from agentrun.store.artifacts import ArtifactStore
-from agentrun.store.mirror_store import AttemptEnd, MirrorStore
-from agentrun.store.vault import SecretVault
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.tools.registry import ToolError
+from agentledger.activities.step_claim import QUICK_GRACE_SECONDS
+from agentledger.activities.tools import ToolActivities
+from agentledger.core._wire import ToolCallInput, ToolCallResult
+from agentledger.store.artifacts import ArtifactStore
+from agentledger.store.mirror_store import AttemptEnd, MirrorStore
+from agentledger.store.vault import SecretVault
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.tools.registry import ToolError
 from tests.support import eventually, mirror_batch, rows, step_claim
 
 STEP = "0002-tool_call"

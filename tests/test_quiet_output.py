@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-import agentrun.demo
-from agentrun.core import version_branches
-from agentrun.core.log_setup import configure_logging
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.tools import Tool, ToolContext, ToolRegistry
+import agentledger.demo
+from agentledger.core import version_branches
+from agentledger.core.log_setup import configure_logging
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.tools import Tool, ToolContext, ToolRegistry
 from tests.support import make_spec, scripted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def heard(stream: io.StringIO, level: str) -> list[str]:
     logging.getLogger("pgserver").info("Running commandline: initdb ...")
     logging.getLogger("temporalio.worker._worker").info("Beginning worker shutdown")
     logging.getLogger("pgserver").warning("could not stop the server")
-    logging.getLogger("agentrun.worker.drain").info("stopped: no step was in hand")
+    logging.getLogger("agentledger.worker.drain").info("stopped: no step was in hand")
     logging.getLogger("temporalio.workflow").info("a workflow's own line")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     return [f"{e['logger']}: {e['message']}" for e in lines]
@@ -56,7 +56,7 @@ def heard(stream: io.StringIO, level: str) -> list[str]:
 def test_other_libraries_are_heard_from_warning_up(stream: io.StringIO) -> None:
     assert heard(stream, "INFO") == [
         "pgserver: could not stop the server",
-        "agentrun.worker.drain: stopped: no step was in hand",
+        "agentledger.worker.drain: stopped: no step was in hand",
         "temporalio.workflow: a workflow's own line",
     ]
 
@@ -65,7 +65,7 @@ def test_at_debug_every_library_is_heard(stream: io.StringIO) -> None:
     assert len(heard(stream, "DEBUG")) == 5
 
 
-def agentrun_command(*args: str) -> subprocess.CompletedProcess[str]:
+def agentledger_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "starter.py", *args],
         cwd=ROOT,
@@ -87,14 +87,14 @@ def agentrun_command(*args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_json_and_log_level_are_taken_before_or_after_the_command(args: list[str]) -> None:
-    done = agentrun_command(*args)
+    done = agentledger_command(*args)
     assert done.returncode == 0, done.stderr
     assert isinstance(json.loads(done.stdout), dict)
 
 
 def test_a_flag_typed_twice_keeps_what_was_typed() -> None:
     """A command's parser never resets a flag typed before the command's name."""
-    from agentrun.cli.main import parser
+    from agentledger.cli.main import parser
 
     args = parser().parse_args(["--json", "--log-level", "error", "status", "run-x"])
     assert (args.json, args.log_level) == (True, "ERROR")
@@ -127,7 +127,7 @@ def napping_registry(started: asyncio.Event, finished: list[float]) -> ToolRegis
         return {"slept": args.seconds}
 
     tool = Tool("nap", "sleep a while", Nap, nap, transactional=False)
-    return ToolRegistry([*agentrun.demo.registry.tools(), tool])
+    return ToolRegistry([*agentledger.demo.registry.tools(), tool])
 
 
 async def stop_mid_step(
@@ -137,7 +137,7 @@ async def stop_mid_step(
     started, finished = asyncio.Event(), []
     draining = settings.model_copy(update={"drain_seconds": drain})
     spec = make_spec("nap", allowed_tools=["nap"], timeouts={"heartbeat_seconds": 60})
-    caplog.set_level(logging.INFO, logger="agentrun.worker.drain")
+    caplog.set_level(logging.INFO, logger="agentledger.worker.drain")
     with OfflineModelServer(scripted([("nap", {"seconds": nap})], "## Summary\nDone.")) as model:
         async with worker(
             settings=draining,
@@ -146,7 +146,7 @@ async def stop_mid_step(
         ):
             await ops.start_run(client, spec, task_queue=settings.task_queue)
             await asyncio.wait_for(started.wait(), 60)
-    said = [r.getMessage() for r in caplog.records if r.name == "agentrun.worker.drain"]
+    said = [r.getMessage() for r in caplog.records if r.name == "agentledger.worker.drain"]
     return finished, said
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from agentrun.dev.offline_model import OfflineModelServer, offline_planner
-from agentrun.ops import operations as ops
-from agentrun.store import tool_sets
-from agentrun.temporal.worker_presence import pollers_or_unknown
+from agentledger.dev.offline_model import OfflineModelServer, offline_planner
+from agentledger.ops import operations as ops
+from agentledger.store import tool_sets
+from agentledger.temporal.worker_presence import pollers_or_unknown
 from tests.support import eventually, rows, wait_pending
 
 
@@ -65,11 +65,11 @@ async def test_the_readme_agent_runs_as_written(client, settings, pool, tmp_path
         env = {
             **os.environ,
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-            "AGENTRUN_HOME": str(tmp_path),
+            "AGENTLEDGER_HOME": str(tmp_path),
             "TEMPORAL_ADDRESS": settings.temporal_address,
             "DATABASE_URL": settings.database_url,
             "OPENAI_BASE_URL": model.base_url,
-            "AGENTRUN_TASK_QUEUE": settings.task_queue,
+            "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
         }
         log = (tmp_path / "worker.log").open("w")
         worker = await asyncio.create_subprocess_exec(

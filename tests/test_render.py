@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agentrun.cli import render
-from agentrun.core.results import RunMessage, RunState
-from agentrun.core.states import RunStatus
+from agentledger.cli import render
+from agentledger.core.results import RunMessage, RunState
+from agentledger.core.states import RunStatus
 
 
 def state(status: RunStatus) -> RunState:

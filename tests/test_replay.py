@@ -19,19 +19,19 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentrun.core._state import RunInput
-from agentrun.core._wire import ModelCallResult
-from agentrun.core.constants import (
+from agentledger.core._state import RunInput
+from agentledger.core._wire import ModelCallResult
+from agentledger.core.constants import (
     ACTIVITY_MODEL_COMPLETE,
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
     SIGNAL_BACKLOG_RETRY,
 )
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
-from agentrun.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
-from agentrun.workflows.child_runs import READS_POLICY
-from agentrun.workflows.evals import EvalWorkflow
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
+from agentledger.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
+from agentledger.workflows.child_runs import READS_POLICY
+from agentledger.workflows.evals import EvalWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 
 
@@ -116,7 +116,7 @@ def test_generation_3_has_histories_without_markers():
 
 def test_histories_of_both_endings_replay():
     """Generation 5 (issue 36) ends a rejected run Canceled and a failed one Failed in
-    Temporal; runs of generation 4 completed whatever agentrun said, and still replay so."""
+    Temporal; runs of generation 4 completed whatever agentledger said, and still replay so."""
     endings = {
         name: (started_input(events_of(name))["workflow_generation"], events_of(name)[-1])
         for name in (
@@ -223,7 +223,7 @@ PATHS = {
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.replace(" ", "_"))
 def test_every_path_has_a_history_from_the_current_generation(path: str):
-    from agentrun.workflows.changes import CURRENT_GENERATION
+    from agentledger.workflows.changes import CURRENT_GENERATION
 
     name, shows = PATHS[path]
     history = events_of(name)

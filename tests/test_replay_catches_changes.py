@@ -15,8 +15,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.workflow import NondeterminismError
 
-from agentrun.core import constants as names
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core import constants as names
+from agentledger.workflows import AgentRunWorkflow
 from tests.planted_change import PlantedAgentRun
 from tests.recorded import recorded_history, replayer
 

@@ -6,7 +6,7 @@ import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
-from agentrun.store import retention
+from agentledger.store import retention
 from tests.mirror_seed import Seeder, fresh_database, starter
 from tests.support import rows
 
@@ -147,10 +147,10 @@ async def test_prune_deletes_exactly_the_runs_that_finished_before_the_cutoff(
     database_url, tmp_path
 ):
     now = datetime.now(UTC)
-    async with fresh_database(database_url, "agentrun_retention") as (url, pool):
+    async with fresh_database(database_url, "agentledger_retention") as (url, pool):
         await seed_runs(Seeder(pool), now)
         before = await snapshot(pool, PRUNED + KEPT)
-        env = {"DATABASE_URL": url, "AGENTRUN_HOME": str(tmp_path)}
+        env = {"DATABASE_URL": url, "AGENTLEDGER_HOME": str(tmp_path)}
 
         # A dry run counts what would go and changes nothing, from code and from the CLI.
         dry = await retention.prune(pool, cutoff=now - timedelta(days=30), dry_run=True)
@@ -163,13 +163,13 @@ async def test_prune_deletes_exactly_the_runs_that_finished_before_the_cutoff(
         assert json.loads(out)["deleted"] == EXPECTED
         assert await snapshot(pool, PRUNED + KEPT) == before
 
-        # Without an age or AGENTRUN_RETENTION_DAYS nothing is pruned, and it says why.
+        # Without an age or AGENTLEDGER_RETENTION_DAYS nothing is pruned, and it says why.
         code, out, err = await starter("prune", env=env)
-        assert code == 2 and "AGENTRUN_RETENTION_DAYS" in err
+        assert code == 2 and "AGENTLEDGER_RETENTION_DAYS" in err
         assert await snapshot(pool, PRUNED + KEPT) == before
 
-        # AGENTRUN_RETENTION_DAYS is the default age.
-        code, out, err = await starter("prune", env={**env, "AGENTRUN_RETENTION_DAYS": "30"})
+        # AGENTLEDGER_RETENTION_DAYS is the default age.
+        code, out, err = await starter("prune", env={**env, "AGENTLEDGER_RETENTION_DAYS": "30"})
         assert code == 0, err
         assert out.startswith("deleted 3 runs that finished before ")
         assert "2 artifacts kept: newer runs refer to them" in out

@@ -1,7 +1,7 @@
 """The run workflow's components are plain classes: built with a run's context and asked,
 with no worker, no Temporal server and no workflow around them.
 
-Each is what AgentRunWorkflow builds in its `__init__` (agentrun/workflows/agent_run.py);
+Each is what AgentRunWorkflow builds in its `__init__` (agentledger/workflows/agent_run.py);
 here one is built the same way over a `RunProgress` the test sets, and its decisions are
 read back: a decision that does not fit is refused and nothing of it is recorded; a resume
 of a run not paused is refused; a call is a sub-agent's only for the agents the spec names;
@@ -15,17 +15,23 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from agentrun.core._state import RunInput, RunProgress
-from agentrun.core._wire import ApproveInput, ControlInput, ProposedToolCall, RejectInput, RunEvent
-from agentrun.core.results import PendingApproval
-from agentrun.core.states import RunStatus
-from agentrun.workflows.approvals import Approvals
-from agentrun.workflows.changes import Changes, for_new_run
-from agentrun.workflows.recording import Recorder, RunContext
-from agentrun.workflows.run_messages import RunControls
-from agentrun.workflows.sessions import Sessions
-from agentrun.workflows.steering import Steering
-from agentrun.workflows.subagents import Subagents
+from agentledger.core._state import RunInput, RunProgress
+from agentledger.core._wire import (
+    ApproveInput,
+    ControlInput,
+    ProposedToolCall,
+    RejectInput,
+    RunEvent,
+)
+from agentledger.core.results import PendingApproval
+from agentledger.core.states import RunStatus
+from agentledger.workflows.approvals import Approvals
+from agentledger.workflows.changes import Changes, for_new_run
+from agentledger.workflows.recording import Recorder, RunContext
+from agentledger.workflows.run_messages import RunControls
+from agentledger.workflows.sessions import Sessions
+from agentledger.workflows.steering import Steering
+from agentledger.workflows.subagents import Subagents
 
 RUN_ID = "run-component"
 T0 = datetime(2026, 12, 4, tzinfo=UTC)

@@ -8,10 +8,10 @@ import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from agentrun.core.errors import OperationError
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.errors import OperationError
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import (
     eventually,
     make_spec,

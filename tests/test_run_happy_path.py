@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrun.core.results import RunResult
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.results import RunResult
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
 
 
@@ -116,7 +116,7 @@ async def test_sql_answers_what_a_run_did_and_cost(client, settings, pool, worke
 
 async def test_search_attributes_follow_the_run(client, settings, worker):
     """The Web UI filters runs by agent, tenant and status: the attributes are kept current."""
-    from agentrun.core import search_attributes as sa
+    from agentledger.core import search_attributes as sa
 
     spec = make_spec(
         "Summarize our invoice policy.",
@@ -171,12 +171,13 @@ def _history_costs(events: list[Any]) -> tuple[list[str], list[str], list[str]]:
 async def test_a_new_run_pays_no_marker_and_upserts_only_shown_statuses(
     client, settings, pool, worker
 ):
-    """Generation 3 (agentrun/workflows/changes.py): a run the engine starts names its generation in
+    """Generation 3 (agentledger/workflows/changes.py): a run the engine starts names its
+    generation in
     its input, so it records no patch marker (and no `TemporalChangeVersion` upsert); its
     answer's checks come back with the model's reply (no verify activity, no local-activity
     marker); `AgentrunStatus` is upserted only when what a person filters on changes; it is
     "running" while the run works, so the Web UI finds it by that."""
-    from agentrun.core import search_attributes as sa
+    from agentledger.core import search_attributes as sa
 
     spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
     async with worker():

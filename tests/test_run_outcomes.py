@@ -1,14 +1,14 @@
 """How a run ended reads the same through every reader: `client.runs.result`, Temporal's own
-status (`describe()`), and agentrun's status."""
+status (`describe()`), and agentledger's status."""
 
 from __future__ import annotations
 
 from temporalio.client import WorkflowExecutionStatus
 
-from agentrun import RunClient
-from agentrun.core.states import RunStatus
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
+from agentledger import RunClient
+from agentledger.core.states import RunStatus
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
 from tests.support import make_spec, run_result, scripted, wait_pending
 from tests.test_verification import BAD, CHECKS
 
@@ -29,7 +29,7 @@ async def test_a_cancelled_run_reads_as_cancelled_through_run_client_result(
 
 
 async def ended_everywhere(client, pool, run_id: str, status: RunStatus, temporal_status) -> None:
-    """Temporal's ending, agentrun's status, the receipt and `client.runs.result` agree."""
+    """Temporal's ending, agentledger's status, the receipt and `client.runs.result` agree."""
     described = await client.get_workflow_handle(run_id).describe()
     assert described.status == temporal_status, (run_id, described.status)
     assert (await ops.status(client, run_id)).status == status
@@ -37,7 +37,7 @@ async def ended_everywhere(client, pool, run_id: str, status: RunStatus, tempora
     assert (await run_result(client, run_id)).status == status
 
 
-async def test_a_rejected_run_ends_canceled_in_temporal_and_cancelled_in_agentrun(
+async def test_a_rejected_run_ends_canceled_in_temporal_and_cancelled_in_agentledger(
     client, settings, pool, worker
 ):
     async with worker():

@@ -1,5 +1,5 @@
 """One way for a workflow to start a run (issue 35, item 1): every child workflow the engine's
-workflows start goes through agentrun/workflows/run_starts.py, which takes only a run input
+workflows start goes through agentledger/workflows/run_starts.py, which takes only a run input
 carrying its tenant's policy, so the next way to start a run cannot skip the policy."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.support import parse_python
 
-WORKFLOWS = Path(__file__).resolve().parent.parent / "agentrun" / "workflows"
+WORKFLOWS = Path(__file__).resolve().parent.parent / "agentledger" / "workflows"
 PRIMITIVE = "run_starts.py"
 # Every SDK call that starts a child workflow.
 CHILD_STARTS = {"start_child_workflow", "execute_child_workflow"}

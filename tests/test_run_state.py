@@ -16,9 +16,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import PublisherState, WorkflowStreamState
 from temporalio.contrib.workflow_streams._types import _WorkflowStreamWireItem
 
-from agentrun.core._state import RunInput, RunProgress
-from agentrun.core._wire import ApproveInput
-from agentrun.core.results import (
+from agentledger.core._state import RunInput, RunProgress
+from agentledger.core._wire import ApproveInput
+from agentledger.core.results import (
     ApprovalRecord,
     CheckOutcome,
     ChildApproval,
@@ -31,12 +31,12 @@ from agentrun.core.results import (
     StepSummary,
     VerifyResult,
 )
-from agentrun.core.spec import Budget
-from agentrun.core.states import RunStatus
-from agentrun.workflows import AgentRunWorkflow, run_state
+from agentledger.core.spec import Budget
+from agentledger.core.states import RunStatus
+from agentledger.workflows import AgentRunWorkflow, run_state
 from tests.support import parse_python
 
-WORKFLOW_DIR = Path(__file__).parent.parent / "agentrun" / "workflows"
+WORKFLOW_DIR = Path(__file__).parent.parent / "agentledger" / "workflows"
 
 
 def components(cls: type) -> set[type]:
@@ -55,7 +55,9 @@ def components(cls: type) -> set[type]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
     }
     return {
-        c for c in called if isinstance(c, type) and c.__module__.startswith("agentrun.workflows")
+        c
+        for c in called
+        if isinstance(c, type) and c.__module__.startswith("agentledger.workflows")
     }
 
 
@@ -66,7 +68,7 @@ def attributes_written(cls: type) -> dict[str, set[str]]:
         base.__module__
         for klass in {cls, *components(cls)}
         for base in klass.__mro__
-        if base.__module__.startswith("agentrun.workflows")
+        if base.__module__.startswith("agentledger.workflows")
     }
     written: dict[str, set[str]] = {}
     for module in modules:
@@ -108,7 +110,7 @@ def test_the_run_keeps_its_state_only_in_run_progress():
     }
     assert not stray, (
         f"{stray} set outside RunProgress: declare the field in "
-        "agentrun.core._state.RunProgress so it is carried across continue-as-new (or, if a "
+        "agentledger.core._state.RunProgress so it is carried across continue-as-new (or, if a "
         "continuation truly does without it, add it to workflows.run_state.WORKFLOW_ONLY "
         "with the reason)"
     )

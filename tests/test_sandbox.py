@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from agentrun.cli.main import main as cli
-from agentrun.core.errors import SANDBOX_UNAVAILABLE, SetupError
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.tools.registry import ToolRegistry
-from agentrun.tools.sandbox import (
+from agentledger.cli.main import main as cli
+from agentledger.core.errors import SANDBOX_UNAVAILABLE, SetupError
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.tools.registry import ToolRegistry
+from agentledger.tools.sandbox import (
     LABEL,
     SandboxEngine,
     SandboxLimits,
     run_code_tool,
     sandbox_tools,
 )
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.workflows import AgentRunWorkflow
 from tests import sandbox_support
 from tests.sandbox_support import Engine
 from tests.support import eventually, make_spec, rows, scripted
@@ -92,7 +92,7 @@ async def test_code_that_computes_returns_its_answer_and_its_files(
     seen: list[dict[str, Any]] = []
 
     def turns(request: dict[str, Any]) -> Any:
-        from agentrun.dev.offline_model import completion
+        from agentledger.dev.offline_model import completion
 
         results = [json.loads(m["content"]) for m in request["messages"] if m["role"] == "tool"]
         if not results:
@@ -175,12 +175,12 @@ def test_an_engine_that_is_not_there_is_a_retryable_failure_with_a_clear_status(
         gone.image_digest()
     assert raised.value.type == SANDBOX_UNAVAILABLE and not raised.value.non_retryable
     assert "sandbox unavailable: the Docker engine does not answer" in str(raised.value)
-    missing = SandboxEngine(docker_engine.client, "agentrun-no-such-image:1")
-    with pytest.raises(ApplicationError, match="agentrun sandbox build") as raised:
+    missing = SandboxEngine(docker_engine.client, "agentledger-no-such-image:1")
+    with pytest.raises(ApplicationError, match="agentledger sandbox build") as raised:
         missing.image_digest()
     assert raised.value.type == SANDBOX_UNAVAILABLE
     with pytest.raises(SetupError, match="no such image"):
-        sandbox_tools("agentrun-no-such-image:1", client=docker_engine.client)
+        sandbox_tools("agentledger-no-such-image:1", client=docker_engine.client)
 
 
 async def test_a_run_waits_out_a_missing_engine_and_goes_on_when_it_answers(
@@ -220,11 +220,11 @@ async def test_a_run_waits_out_a_missing_engine_and_goes_on_when_it_answers(
 
 KILLED_WORKER = """
 import sys, docker
-from agentrun.core.sandbox_limits import SandboxLimits
-from agentrun.tools.sandbox import SandboxEngine
+from agentledger.core.sandbox_limits import SandboxLimits
+from agentledger.tools.sandbox import SandboxEngine
 engine = SandboxEngine(docker.DockerClient(base_url=sys.argv[1]), sys.argv[2],
                        SandboxLimits(seconds=120), identity="doomed")
-container = engine.create({"agentrun.run_id": "run-doomed", "agentrun.step_id": "0002-tool"})
+container = engine.create({"agentledger.run_id": "run-doomed", "agentledger.step_id": "0002-tool"})
 print(container.id, flush=True)
 engine.execute(container, "while True:\\n    pass", {})
 """
@@ -244,9 +244,9 @@ def test_a_worker_killed_mid_execution_leaves_no_container_once_a_worker_starts(
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.wait()
     (left,) = [c for c in sandbox_containers(docker_engine) if c.id == container_id]
-    assert left.labels["agentrun.worker"] == "doomed"
-    assert left.labels["agentrun.run_id"] == "run-doomed"
-    assert left.labels["agentrun.step_id"] == "0002-tool"
+    assert left.labels["agentledger.worker"] == "doomed"
+    assert left.labels["agentledger.run_id"] == "run-doomed"
+    assert left.labels["agentledger.step_id"] == "0002-tool"
     # A worker starting with --sandbox reaps what dead workers left.
     sandbox_tools(docker_engine.image, client=docker_engine.client)
     assert [c for c in sandbox_containers(docker_engine) if c.id == container_id] == []
@@ -268,7 +268,7 @@ def test_the_build_command_reuses_an_image_of_the_same_recipe(
     built = json.loads(capsys.readouterr().out)
     assert built["reused"] is True and built["digest"] == docker_engine.digest
     labels = docker_engine.client.images.get(docker_engine.image).labels
-    assert labels["agentrun.sandbox.key"] == built["key"]
+    assert labels["agentledger.sandbox.key"] == built["key"]
 
 
 def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
@@ -276,9 +276,9 @@ def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
 ) -> None:
     import argparse
 
-    from agentrun.core.settings import Settings
-    from agentrun.tools.loading import DEMO_TOOLS, load_registry
-    from agentrun.worker.tool_flags import add_tool_flags, tool_sources
+    from agentledger.core.settings import Settings
+    from agentledger.tools.loading import DEMO_TOOLS, load_registry
+    from agentledger.worker.tool_flags import add_tool_flags, tool_sources
 
     monkeypatch.setenv("DOCKER_HOST", docker_engine.base_url)
     parser = argparse.ArgumentParser()
@@ -310,15 +310,15 @@ async def test_a_worker_process_killed_while_code_runs_leaves_no_container_and_t
             "DATABASE_URL": settings.database_url,
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "test",
-            "AGENTRUN_TASK_QUEUE": settings.task_queue,
-            "AGENTRUN_HOME": str(tmp_path),
+            "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+            "AGENTLEDGER_HOME": str(tmp_path),
             "DOCKER_HOST": docker_engine.base_url,
         }
         log = (tmp_path / "worker.log").open("wb")
         doomed = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "agentrun.worker.main",
+            "agentledger.worker.main",
             "--identity",
             "doomed-worker",
             "--sandbox",
@@ -339,14 +339,14 @@ async def test_a_worker_process_killed_while_code_runs_leaves_no_container_and_t
                 return [
                     c
                     for c in sandbox_containers(docker_engine)
-                    if c.labels.get("agentrun.run_id") == started.run_id
+                    if c.labels.get("agentledger.run_id") == started.run_id
                 ]
 
             try:
                 (box,) = await eventually(running, seconds=90, what="the code to run")
             except AssertionError:
                 raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
-            assert box.labels["agentrun.worker"] == "doomed-worker"
+            assert box.labels["agentledger.worker"] == "doomed-worker"
             os.kill(doomed.pid, signal.SIGKILL)
             await doomed.wait()
         finally:

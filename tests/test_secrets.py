@@ -20,18 +20,18 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel, SecretStr
 
-from agentrun.activities.provider_clients import model_client
-from agentrun.cli.render import receipt_markdown
-from agentrun.core.errors import SecretUnavailable, SetupError
-from agentrun.core.results import RunResult
-from agentrun.core.settings import Settings
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import operations as ops
-from agentrun.store.db import open_pool
-from agentrun.store.vault import MARKER, SecretScope, SecretVault
-from agentrun.tools import Tool, ToolContext, ToolError, ToolRegistry
-from agentrun.worker.worker_factory import WorkerDeps, build_worker
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.activities.provider_clients import model_client
+from agentledger.cli.render import receipt_markdown
+from agentledger.core.errors import SecretUnavailable, SetupError
+from agentledger.core.results import RunResult
+from agentledger.core.settings import Settings
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.ops import operations as ops
+from agentledger.store.db import open_pool
+from agentledger.store.vault import MARKER, SecretScope, SecretVault
+from agentledger.tools import Tool, ToolContext, ToolError, ToolRegistry
+from agentledger.worker.worker_factory import WorkerDeps, build_worker
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows
 
 CANARY = uuid.uuid4().hex[:12]
@@ -262,8 +262,8 @@ def test_settings_never_show_their_secrets():
     key = os.urandom(32)
     env = {
         "OPENAI_API_KEY": API_KEY,
-        "DATABASE_URL": f"postgresql://agent:{PASSWORD}@db.internal/agentrun",
-        "AGENTRUN_ENCRYPTION_KEYS": "k1:" + base64.b64encode(key).decode(),
+        "DATABASE_URL": f"postgresql://agent:{PASSWORD}@db.internal/agentledger",
+        "AGENTLEDGER_ENCRYPTION_KEYS": "k1:" + base64.b64encode(key).decode(),
     }
     settings = Settings.load(env)
     assert settings.openai_api_key.get_secret_value() == API_KEY
@@ -274,7 +274,7 @@ def test_settings_never_show_their_secrets():
 
 
 async def test_an_unreachable_database_error_hides_its_password():
-    url = f"postgresql://agent:{PASSWORD}@127.0.0.1:9/agentrun?connect_timeout=1"
+    url = f"postgresql://agent:{PASSWORD}@127.0.0.1:9/agentledger?connect_timeout=1"
     with pytest.raises(SetupError) as raised:
         await open_pool(url, connect_seconds=1)
     assert PASSWORD not in str(raised.value) and "agent:***@127.0.0.1" in str(raised.value)
@@ -298,7 +298,7 @@ async def test_a_secret_opens_only_in_its_run_and_under_its_key(pool):
     with pytest.raises(SecretUnavailable, match="not a secret of this run"):
         await SecretVault(pool, keys).open("another-run", [secret_id])
     # A worker without the key says what to do, and never what the secret is.
-    with pytest.raises(SecretUnavailable, match="AGENTRUN_ENCRYPTION_KEYS") as raised:
+    with pytest.raises(SecretUnavailable, match="AGENTLEDGER_ENCRYPTION_KEYS") as raised:
         await SecretVault(pool).open(run_id, [secret_id])
     assert TOKEN not in str(raised.value)
     with pytest.raises(SecretUnavailable, match="does not decrypt"):

@@ -5,7 +5,7 @@ new turn, and so on; a worker killed (SIGKILL) in the middle of a turn loses not
 `compact_after_turns` turns the older turns are summarised by a model call and the run
 continues as new, the model reading the summary and the recent turns while the mirror keeps
 every word; idle for its `idle_timeout`, it completes with a receipt that has a section per
-turn. `agentrun chat` does the same from a pipe. A session of 1,000 messages of 20,000
+turn. `agentledger chat` does the same from a pipe. A session of 1,000 messages of 20,000
 characters runs on, carrying a bounded state across its continuations (issue 35).
 """
 
@@ -21,15 +21,15 @@ from typing import Any
 
 import pytest
 
-from agentrun import RunClient
-from agentrun.activities.model import SUMMARY_PROMPT
-from agentrun.cli.render import receipt_markdown
-from agentrun.core._wire import ControlInput, SayInput
-from agentrun.core.errors import NotAnswered, OperationRefused, RunNotFound
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import operations as ops
-from agentrun.ops import steering_ops
-from agentrun.workflows import AgentRunWorkflow, sessions
+from agentledger import RunClient
+from agentledger.activities.model import SUMMARY_PROMPT
+from agentledger.cli.render import receipt_markdown
+from agentledger.core._wire import ControlInput, SayInput
+from agentledger.core.errors import NotAnswered, OperationRefused, RunNotFound
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.ops import operations as ops
+from agentledger.ops import steering_ops
+from agentledger.workflows import AgentRunWorkflow, sessions
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows, wait_pending
 from tests.test_crash_recovery import ROOT, start_worker_process
@@ -175,7 +175,7 @@ BATCH = 25
 COMPACT_AFTER_TURNS = 4
 # What a continuation of the session carries besides the messages waiting for the next model
 # call (said since the last, whole), while 20 MB are said to it: windows of its latest turns
-# and messages, and its live stream's last items (agentrun/workflows/run_stream.py).
+# and messages, and its live stream's last items (agentledger/workflows/run_stream.py).
 CARRY_BOUND = 400_000
 
 
@@ -385,7 +385,7 @@ async def test_chat_shows_an_approval_inline_and_decides_it(
             await ops.cancel(client, started.run_id)
     assert code == 0, err
     assert "[approval needed: send_message" in out
-    assert f"agentrun approve {started.run_id}" in out and "type /approve" in out
+    assert f"agentledger approve {started.run_id}" in out and "type /approve" in out
     assert "[approved: the run is" in out
     assert "Sent." in out.split("[approved")[1], "the turn went on to its answer"
     assert [a.decision for a in state.decided] == ["approved"] and len(state.turns) == 2
@@ -423,7 +423,7 @@ async def test_chat_with_no_worker_says_so_and_exits(client, settings, tmp_path)
     finally:
         await client.get_workflow_handle(started.run_id).terminate("test over")
     assert code == 1
-    assert "no worker answered within 2s" in err and "agentrun-worker" in err
+    assert "no worker answered within 2s" in err and "agentledger-worker" in err
 
 
 async def test_a_session_ended_while_idle_completes_at_once_and_chat_ends_one(
@@ -453,7 +453,7 @@ async def test_a_session_ended_while_idle_completes_at_once_and_chat_ends_one(
     await replayer([AgentRunWorkflow]).replay_workflow(history)
     assert "ends now" in ended.message, ended
     assert result.status.value == "completed" and result.answer == first.result
-    assert again.value.exit_code == 5 and "agentrun receipt" in str(again.value)
+    assert again.value.exit_code == 5 and "agentledger receipt" in str(again.value)
     receipt = await eventually(lambda: _receipt(pool, runs_[0]), what="the ended session's receipt")
     assert receipt["outcome"] == "completed" and [t["turn"] for t in receipt["turns"]] == [1]
     kinds = await _event_types(pool, runs_[0])
@@ -499,7 +499,7 @@ async def test_an_end_sent_with_no_worker_is_held_until_one_returns(client, sett
         async with worker(base_url=model.base_url):
             result = await asyncio.wait_for(handle.result(), 60)
     assert ended.message.startswith("recorded: no worker answered"), ended
-    assert "agentrun-worker" in ended.message
+    assert "agentledger-worker" in ended.message
     assert result.status.value == "completed" and result.answer == first.result
 
 
@@ -509,7 +509,7 @@ async def test_end_is_refused_for_a_run_that_is_not_a_session_and_another_tenant
     plain = await ops.start_run(client, make_spec(TASK), task_queue=settings.task_queue)
     session = await ops.start_run(client, spec(), task_queue=settings.task_queue)
     try:
-        code, out, err = await agentrun_cli(settings, tmp_path, "end", plain.run_id, "--json")
+        code, out, err = await agentledger_cli(settings, tmp_path, "end", plain.run_id, "--json")
         foreign = settings.model_copy(update={"tenant": "someone-else"})
         async with RunClient(client, foreign) as theirs:
             with pytest.raises(RunNotFound) as missing:
@@ -521,7 +521,7 @@ async def test_end_is_refused_for_a_run_that_is_not_a_session_and_another_tenant
     refusal = json.loads(err.strip().splitlines()[-1])["error"]
     assert (refusal["code"], refusal["kind"]) == (5, "refused"), refusal
     assert "is not a session" in refusal["message"]
-    assert f"agentrun cancel {plain.run_id}" in refusal["message"]
+    assert f"agentledger cancel {plain.run_id}" in refusal["message"]
     assert missing.value.exit_code == 3
 
 
@@ -552,7 +552,7 @@ async def test_a_pause_while_idle_shows_paused_holds_a_message_and_resume_takes_
     assert paused.pause_reason is not None and "ana" in paused.pause_reason, paused
     assert items[0].data["delivered"] == "accepted", items
     assert items[-1].type == "chat.no_answer" and items[-1].data["reason"] == "paused", items
-    assert "agentrun resume" in items[-1].data["note"] and "ana" in items[-1].data["note"]
+    assert "agentledger resume" in items[-1].data["note"] and "ana" in items[-1].data["note"]
     assert held.status.value == "paused" and len(held.turns) == 1
     assert [m.taken_at for m in held.messages] == [None], "the message waits for the resume"
     assert second.result == f"## Summary\nAnswer to: Message from bo: {SECOND}"
@@ -563,20 +563,20 @@ async def test_a_pause_while_idle_shows_paused_holds_a_message_and_resume_takes_
 
 
 async def chat_cli(settings, home, run_id: str, lines: str, *flags: str) -> tuple[int, str, str]:
-    """`agentrun chat RUN` (the console script) with `lines` piped to its stdin."""
-    return await agentrun_cli(settings, home, "chat", run_id, *flags, stdin=lines)
+    """`agentledger chat RUN` (the console script) with `lines` piped to its stdin."""
+    return await agentledger_cli(settings, home, "chat", run_id, *flags, stdin=lines)
 
 
-async def agentrun_cli(settings, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
-    """The `agentrun` console script with `args`, `stdin` piped to it."""
+async def agentledger_cli(settings, home, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    """The `agentledger` console script with `args`, `stdin` piped to it."""
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url or "",
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_HOME": str(home),
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_HOME": str(home),
     }
-    script = os.path.join(os.path.dirname(sys.executable), "agentrun")
+    script = os.path.join(os.path.dirname(sys.executable), "agentledger")
     proc = await asyncio.create_subprocess_exec(
         script,
         *args,

@@ -1,6 +1,7 @@
 """Settings: one typed object, one boolean syntax, errors that name the variable.
 
-Each AGENTRUN_* variable is declared once on `agentrun.core.settings.Settings`; these tests hold
+Each AGENTLEDGER_* variable is declared once on `agentledger.core.settings.Settings`; these tests
+hold
 the promises people rely on when they set one.
 """
 
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core.constants import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_WEB_UI
-from agentrun.core.errors import SetupError
-from agentrun.core.settings import Settings, write_stack_file
+from agentledger.core.constants import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_WEB_UI
+from agentledger.core.errors import SetupError
+from agentledger.core.settings import Settings, write_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,15 +28,15 @@ ROOT = Path(__file__).resolve().parent.parent
 )
 def test_every_boolean_reads_the_same_syntax(raw, expected):
     for name, field in (
-        ("AGENTRUN_SEARCH_ATTRIBUTES", "search_attributes"),
-        ("AGENTRUN_OTEL", "otel"),
+        ("AGENTLEDGER_SEARCH_ATTRIBUTES", "search_attributes"),
+        ("AGENTLEDGER_OTEL", "otel"),
     ):
         assert getattr(Settings.load({name: raw}), field) is expected, (name, raw)
 
 
 def test_an_empty_variable_counts_as_unset():
     loaded = Settings.load(
-        {"AGENTRUN_SEARCH_ATTRIBUTES": "", "AGENTRUN_OTEL": "", "AGENTRUN_MODEL": ""}
+        {"AGENTLEDGER_SEARCH_ATTRIBUTES": "", "AGENTLEDGER_OTEL": "", "AGENTLEDGER_MODEL": ""}
     )
     assert loaded.search_attributes is True and loaded.otel is False
     assert loaded.model == Settings.load({}).model
@@ -44,9 +45,9 @@ def test_an_empty_variable_counts_as_unset():
 @pytest.mark.parametrize(
     ("name", "raw"),
     [
-        ("AGENTRUN_SEARCH_ATTRIBUTES", "maybe"),
-        ("AGENTRUN_PAYLOAD_LIMIT_BYTES", "2MB"),
-        ("AGENTRUN_RETENTION_DAYS", "a month"),
+        ("AGENTLEDGER_SEARCH_ATTRIBUTES", "maybe"),
+        ("AGENTLEDGER_PAYLOAD_LIMIT_BYTES", "2MB"),
+        ("AGENTLEDGER_RETENTION_DAYS", "a month"),
     ],
 )
 def test_a_value_that_does_not_parse_names_its_variable(name, raw):
@@ -56,7 +57,9 @@ def test_a_value_that_does_not_parse_names_its_variable(name, raw):
 
 def test_the_environment_first_then_the_stack_file_then_defaults(tmp_path):
     home = tmp_path / "home"
-    assert Settings.load({"AGENTRUN_HOME": str(home)}).temporal_address == DEFAULT_TEMPORAL_ADDRESS
+    assert (
+        Settings.load({"AGENTLEDGER_HOME": str(home)}).temporal_address == DEFAULT_TEMPORAL_ADDRESS
+    )
     write_stack_file(
         home,
         {
@@ -65,14 +68,14 @@ def test_the_environment_first_then_the_stack_file_then_defaults(tmp_path):
             "database_url": "postgresql://stack/db",
         },
     )
-    from_stack = Settings.load({"AGENTRUN_HOME": str(home)})
+    from_stack = Settings.load({"AGENTLEDGER_HOME": str(home)})
     assert from_stack.temporal_address == "127.0.0.1:17233"
     assert from_stack.web_ui_url == "http://127.0.0.1:18233"
     assert from_stack.database_url == "postgresql://stack/db"
     overridden = Settings.load(
         {
-            "AGENTRUN_HOME": str(home),
-            "AGENTRUN_WEB_UI": DEFAULT_WEB_UI,
+            "AGENTLEDGER_HOME": str(home),
+            "AGENTLEDGER_WEB_UI": DEFAULT_WEB_UI,
             "DATABASE_URL": "postgresql://env/db",
         }
     )
@@ -81,18 +84,18 @@ def test_the_environment_first_then_the_stack_file_then_defaults(tmp_path):
 
 
 def test_a_given_mapping_replaces_the_environment(monkeypatch):
-    monkeypatch.setenv("AGENTRUN_TASK_QUEUE", "from-the-environment")
+    monkeypatch.setenv("AGENTLEDGER_TASK_QUEUE", "from-the-environment")
     assert Settings.load().task_queue == "from-the-environment"
     assert Settings.load({}).task_queue != "from-the-environment"
 
 
 def test_the_local_ports_are_defined_once():
-    """7233 and 8233 appear in agentrun/core/constants.py alone among the code (compose and
+    """7233 and 8233 appear in agentledger/core/constants.py alone among the code (compose and
     docs name them for people)."""
-    sources = [*ROOT.glob("agentrun/**/*.py"), ROOT / "starter.py", ROOT / "worker.py"]
+    sources = [*ROOT.glob("agentledger/**/*.py"), ROOT / "starter.py", ROOT / "worker.py"]
     found = [
         str(path.relative_to(ROOT))
         for path in sources
         if re.search(r"\b(7233|8233)\b", path.read_text())
     ]
-    assert found == ["agentrun/core/constants.py"]
+    assert found == ["agentledger/core/constants.py"]

@@ -1,7 +1,7 @@
 """Every setting in the README's table, read from a real process environment.
 
 Each row of the README's settings table is set in the process environment: a valid value shows
-in `agentrun settings`; an invalid one stops the CLI, the worker and the codec server alike
+in `agentledger settings`; an invalid one stops the CLI, the worker and the codec server alike
 with exit 2 and one line naming the variable, never a traceback. The cases are keyed by the
 README's own names, so a new row without a case here fails until it has one. The cases run in
 one process of tests/entry_points_driver.py (one process per case took 25 minutes on a busy
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from agentrun.core.constants import TASK_QUEUE
-from agentrun.core.settings import Settings
+from agentledger.core.constants import TASK_QUEUE
+from agentledger.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = base64.b64encode(bytes(range(32))).decode()
@@ -33,15 +33,15 @@ SHORT_KEY = base64.b64encode(bytes(16)).decode()
 # Each entry point and the arguments it is run with.
 ENTRY_POINTS = {"cli": ["list", "--wait", "1"], "worker": [], "codec server": ["--port", "0"]}
 PROCESSES = {
-    "cli": [sys.executable, "-m", "agentrun", "list", "--wait", "1"],
-    "worker": [sys.executable, "-m", "agentrun.worker.main"],
-    "codec server": [sys.executable, "-m", "agentrun.temporal.codec_server", "--port", "0"],
+    "cli": [sys.executable, "-m", "agentledger", "list", "--wait", "1"],
+    "worker": [sys.executable, "-m", "agentledger.worker.main"],
+    "codec server": [sys.executable, "-m", "agentledger.temporal.codec_server", "--port", "0"],
 }
 
 
 @dataclass
 class Case:
-    """`valid`: (environment, what `agentrun settings` shows for some variables);
+    """`valid`: (environment, what `agentledger settings` shows for some variables);
     `invalid`: environments every entry point refuses, naming `names` (default the row's);
     `no_invalid`: why no value of the variable can be malformed."""
 
@@ -105,18 +105,23 @@ CASES: dict[str, Case] = {
         [{"TEMPORAL_CONFIG_FILE": "{toml}", "TEMPORAL_PROFILE": "nosuch"}],
     ),
     "TEMPORAL_NAMESPACE": Case([({"TEMPORAL_NAMESPACE": "prod.acct"}, {})], no_invalid=ANY_STRING),
-    "AGENTRUN_TASK_QUEUE": Case([({"AGENTRUN_TASK_QUEUE": "billing"}, {})], no_invalid=ANY_STRING),
-    "AGENTRUN_TOOLS": Case(
-        [({"AGENTRUN_TOOLS": "my_tools:registry, more.tools:extra"}, {})],
-        [{"AGENTRUN_TOOLS": "my_tools"}],
+    "AGENTLEDGER_TASK_QUEUE": Case(
+        [({"AGENTLEDGER_TASK_QUEUE": "billing"}, {})], no_invalid=ANY_STRING
     ),
-    "AGENTRUN_MCP": Case(
-        [({"AGENTRUN_MCP": "fs=python -m fs_server; docs=https://mcp.example/mcp"}, {})],
-        [{"AGENTRUN_MCP": "python -m fs_server"}],
+    "AGENTLEDGER_TOOLS": Case(
+        [({"AGENTLEDGER_TOOLS": "my_tools:registry, more.tools:extra"}, {})],
+        [{"AGENTLEDGER_TOOLS": "my_tools"}],
     ),
-    "AGENTRUN_AGENTS": Case(
-        [({"AGENTRUN_AGENTS": "agents.yaml"}, {}), ({"AGENTRUN_AGENTS": "my.agents:all"}, {})],
-        [{"AGENTRUN_AGENTS": "nowhere"}],
+    "AGENTLEDGER_MCP": Case(
+        [({"AGENTLEDGER_MCP": "fs=python -m fs_server; docs=https://mcp.example/mcp"}, {})],
+        [{"AGENTLEDGER_MCP": "python -m fs_server"}],
+    ),
+    "AGENTLEDGER_AGENTS": Case(
+        [
+            ({"AGENTLEDGER_AGENTS": "agents.yaml"}, {}),
+            ({"AGENTLEDGER_AGENTS": "my.agents:all"}, {}),
+        ],
+        [{"AGENTLEDGER_AGENTS": "nowhere"}],
     ),
     "DATABASE_URL": Case(
         [
@@ -140,138 +145,149 @@ CASES: dict[str, Case] = {
         [({"OPENAI_API_KEY": "sk-s3cr3t"}, {"OPENAI_API_KEY": "<set>"})],
         no_invalid="any text is a key; a wrong one is refused by the provider",
     ),
-    "AGENTRUN_MODEL": Case([({"AGENTRUN_MODEL": "gpt-4.1-mini"}, {})], no_invalid=ANY_STRING),
-    "AGENTRUN_MODEL_PRICES": Case(
+    "AGENTLEDGER_MODEL": Case([({"AGENTLEDGER_MODEL": "gpt-4.1-mini"}, {})], no_invalid=ANY_STRING),
+    "AGENTLEDGER_MODEL_PRICES": Case(
         [
             (
-                {"AGENTRUN_MODEL_PRICES": '{"gpt-x": [2.5, 10]}'},
-                {"AGENTRUN_MODEL_PRICES": '{"gpt-x": [2.5, 10.0], "offline-planner": [0.15, 0.6]}'},
+                {"AGENTLEDGER_MODEL_PRICES": '{"gpt-x": [2.5, 10]}'},
+                {
+                    "AGENTLEDGER_MODEL_PRICES": '{"gpt-x": [2.5, 10.0], '
+                    '"offline-planner": [0.15, 0.6]}'
+                },
             )
         ],
         [
-            {"AGENTRUN_MODEL_PRICES": "{bad"},
-            {"AGENTRUN_MODEL_PRICES": "[1, 2]"},
-            {"AGENTRUN_MODEL_PRICES": '{"gpt-x": [-1, 2]}'},
+            {"AGENTLEDGER_MODEL_PRICES": "{bad"},
+            {"AGENTLEDGER_MODEL_PRICES": "[1, 2]"},
+            {"AGENTLEDGER_MODEL_PRICES": '{"gpt-x": [-1, 2]}'},
         ],
     ),
-    "AGENTRUN_WEB_UI": Case(
-        [({"AGENTRUN_WEB_UI": "https://temporal.example"}, {})], [{"AGENTRUN_WEB_UI": "ui:8233"}]
+    "AGENTLEDGER_WEB_UI": Case(
+        [({"AGENTLEDGER_WEB_UI": "https://temporal.example"}, {})],
+        [{"AGENTLEDGER_WEB_UI": "ui:8233"}],
     ),
-    "AGENTRUN_HOME": Case([({"AGENTRUN_HOME": "{tmp}/stack"}, {})], [{"AGENTRUN_HOME": "{file}"}]),
-    "AGENTRUN_TENANT": Case([({"AGENTRUN_TENANT": "acme"}, {})], [{"AGENTRUN_TENANT": "x" * 201}]),
-    "AGENTRUN_CONFIG_DIR": Case(
-        [({"AGENTRUN_CONFIG_DIR": "{tmp}/keys"}, {})], [{"AGENTRUN_CONFIG_DIR": "{file}"}]
+    "AGENTLEDGER_HOME": Case(
+        [({"AGENTLEDGER_HOME": "{tmp}/stack"}, {})], [{"AGENTLEDGER_HOME": "{file}"}]
     ),
-    "AGENTRUN_ARTIFACT_THRESHOLD_BYTES": Case(
-        [({"AGENTRUN_ARTIFACT_THRESHOLD_BYTES": "1024"}, {})],
-        [{"AGENTRUN_ARTIFACT_THRESHOLD_BYTES": "64k"}, {"AGENTRUN_ARTIFACT_THRESHOLD_BYTES": "-1"}],
+    "AGENTLEDGER_TENANT": Case(
+        [({"AGENTLEDGER_TENANT": "acme"}, {})], [{"AGENTLEDGER_TENANT": "x" * 201}]
     ),
-    "AGENTRUN_PAYLOAD_LIMIT_BYTES": Case(
-        [({"AGENTRUN_PAYLOAD_LIMIT_BYTES": "1000000"}, {})],
-        [{"AGENTRUN_PAYLOAD_LIMIT_BYTES": "2MB"}, {"AGENTRUN_PAYLOAD_LIMIT_BYTES": "0"}],
+    "AGENTLEDGER_CONFIG_DIR": Case(
+        [({"AGENTLEDGER_CONFIG_DIR": "{tmp}/keys"}, {})], [{"AGENTLEDGER_CONFIG_DIR": "{file}"}]
     ),
-    "AGENTRUN_SEARCH_ATTRIBUTES": Case(
-        [({"AGENTRUN_SEARCH_ATTRIBUTES": "off"}, {"AGENTRUN_SEARCH_ATTRIBUTES": "0"})],
-        [{"AGENTRUN_SEARCH_ATTRIBUTES": "maybe"}],
-    ),
-    "AGENTRUN_PROMETHEUS_BIND": Case(
-        [({"AGENTRUN_PROMETHEUS_BIND": "0.0.0.0:9464"}, {})],
-        [{"AGENTRUN_PROMETHEUS_BIND": "9464"}, {"AGENTRUN_PROMETHEUS_BIND": "host:http"}],
-    ),
-    "AGENTRUN_OTEL_CAPTURE_CONTENT": Case(
-        [({"AGENTRUN_OTEL_CAPTURE_CONTENT": "yes"}, {"AGENTRUN_OTEL_CAPTURE_CONTENT": "1"})],
-        [{"AGENTRUN_OTEL_CAPTURE_CONTENT": "maybe"}],
-    ),
-    "AGENTRUN_PROVIDERS": Case(
-        [({"AGENTRUN_PROVIDERS": '{"local": {"base_url": "http://127.0.0.1:9/v1"}}'}, {})],
+    "AGENTLEDGER_ARTIFACT_THRESHOLD_BYTES": Case(
+        [({"AGENTLEDGER_ARTIFACT_THRESHOLD_BYTES": "1024"}, {})],
         [
-            {"AGENTRUN_PROVIDERS": "{bad"},
-            {"AGENTRUN_PROVIDERS": '{"local": {"base_url": "ftp://x"}}'},
-            {"AGENTRUN_PROVIDERS": "{tmp}/no-such-providers.yaml"},
+            {"AGENTLEDGER_ARTIFACT_THRESHOLD_BYTES": "64k"},
+            {"AGENTLEDGER_ARTIFACT_THRESHOLD_BYTES": "-1"},
         ],
     ),
-    "AGENTRUN_SANDBOX": Case(
+    "AGENTLEDGER_PAYLOAD_LIMIT_BYTES": Case(
+        [({"AGENTLEDGER_PAYLOAD_LIMIT_BYTES": "1000000"}, {})],
+        [{"AGENTLEDGER_PAYLOAD_LIMIT_BYTES": "2MB"}, {"AGENTLEDGER_PAYLOAD_LIMIT_BYTES": "0"}],
+    ),
+    "AGENTLEDGER_SEARCH_ATTRIBUTES": Case(
+        [({"AGENTLEDGER_SEARCH_ATTRIBUTES": "off"}, {"AGENTLEDGER_SEARCH_ATTRIBUTES": "0"})],
+        [{"AGENTLEDGER_SEARCH_ATTRIBUTES": "maybe"}],
+    ),
+    "AGENTLEDGER_PROMETHEUS_BIND": Case(
+        [({"AGENTLEDGER_PROMETHEUS_BIND": "0.0.0.0:9464"}, {})],
+        [{"AGENTLEDGER_PROMETHEUS_BIND": "9464"}, {"AGENTLEDGER_PROMETHEUS_BIND": "host:http"}],
+    ),
+    "AGENTLEDGER_OTEL_CAPTURE_CONTENT": Case(
+        [({"AGENTLEDGER_OTEL_CAPTURE_CONTENT": "yes"}, {"AGENTLEDGER_OTEL_CAPTURE_CONTENT": "1"})],
+        [{"AGENTLEDGER_OTEL_CAPTURE_CONTENT": "maybe"}],
+    ),
+    "AGENTLEDGER_PROVIDERS": Case(
+        [({"AGENTLEDGER_PROVIDERS": '{"local": {"base_url": "http://127.0.0.1:9/v1"}}'}, {})],
+        [
+            {"AGENTLEDGER_PROVIDERS": "{bad"},
+            {"AGENTLEDGER_PROVIDERS": '{"local": {"base_url": "ftp://x"}}'},
+            {"AGENTLEDGER_PROVIDERS": "{tmp}/no-such-providers.yaml"},
+        ],
+    ),
+    "AGENTLEDGER_SANDBOX": Case(
         [
             (
-                {"AGENTRUN_SANDBOX": "agentrun-sandbox:test"},
-                {"AGENTRUN_SANDBOX": "agentrun-sandbox:test"},
+                {"AGENTLEDGER_SANDBOX": "agentledger-sandbox:test"},
+                {"AGENTLEDGER_SANDBOX": "agentledger-sandbox:test"},
             )
         ],
         no_invalid="any image name; the Docker engine decides whether it has it",
     ),
-    "AGENTRUN_SANDBOX_LIMITS": Case(
-        [({"AGENTRUN_SANDBOX_LIMITS": "seconds=10,memory_mb=128"}, {})],
+    "AGENTLEDGER_SANDBOX_LIMITS": Case(
+        [({"AGENTLEDGER_SANDBOX_LIMITS": "seconds=10,memory_mb=128"}, {})],
         [
-            {"AGENTRUN_SANDBOX_LIMITS": "nosuch=1"},
-            {"AGENTRUN_SANDBOX_LIMITS": "seconds=soon"},
-            {"AGENTRUN_SANDBOX_LIMITS": "pids=0"},
+            {"AGENTLEDGER_SANDBOX_LIMITS": "nosuch=1"},
+            {"AGENTLEDGER_SANDBOX_LIMITS": "seconds=soon"},
+            {"AGENTLEDGER_SANDBOX_LIMITS": "pids=0"},
         ],
     ),
-    "AGENTRUN_LOG_LEVEL": Case(
-        [({"AGENTRUN_LOG_LEVEL": "debug"}, {"AGENTRUN_LOG_LEVEL": "DEBUG"})],
-        [{"AGENTRUN_LOG_LEVEL": "loud"}],
+    "AGENTLEDGER_LOG_LEVEL": Case(
+        [({"AGENTLEDGER_LOG_LEVEL": "debug"}, {"AGENTLEDGER_LOG_LEVEL": "DEBUG"})],
+        [{"AGENTLEDGER_LOG_LEVEL": "loud"}],
     ),
-    "AGENTRUN_LOG_FORMAT": Case(
-        [({"AGENTRUN_LOG_FORMAT": "json"}, {"AGENTRUN_LOG_FORMAT": "json"})],
-        [{"AGENTRUN_LOG_FORMAT": "xml"}],
+    "AGENTLEDGER_LOG_FORMAT": Case(
+        [({"AGENTLEDGER_LOG_FORMAT": "json"}, {"AGENTLEDGER_LOG_FORMAT": "json"})],
+        [{"AGENTLEDGER_LOG_FORMAT": "xml"}],
     ),
-    "AGENTRUN_OTEL": Case(
-        [({"AGENTRUN_OTEL": "true"}, {"AGENTRUN_OTEL": "1"})], [{"AGENTRUN_OTEL": "maybe"}]
+    "AGENTLEDGER_OTEL": Case(
+        [({"AGENTLEDGER_OTEL": "true"}, {"AGENTLEDGER_OTEL": "1"})], [{"AGENTLEDGER_OTEL": "maybe"}]
     ),
-    "AGENTRUN_RETENTION_DAYS": Case(
-        [({"AGENTRUN_RETENTION_DAYS": "30"}, {"AGENTRUN_RETENTION_DAYS": "30.0"})],
-        [{"AGENTRUN_RETENTION_DAYS": "a month"}, {"AGENTRUN_RETENTION_DAYS": "-1"}],
+    "AGENTLEDGER_RETENTION_DAYS": Case(
+        [({"AGENTLEDGER_RETENTION_DAYS": "30"}, {"AGENTLEDGER_RETENTION_DAYS": "30.0"})],
+        [{"AGENTLEDGER_RETENTION_DAYS": "a month"}, {"AGENTLEDGER_RETENTION_DAYS": "-1"}],
     ),
-    "AGENTRUN_BUILD_ID": Case([({"AGENTRUN_BUILD_ID": "v2"}, {})], no_invalid=ANY_STRING),
-    "AGENTRUN_DEPLOYMENT_NAME": Case(
-        [({"AGENTRUN_DEPLOYMENT_NAME": "fleet"}, {})], no_invalid=ANY_STRING
+    "AGENTLEDGER_BUILD_ID": Case([({"AGENTLEDGER_BUILD_ID": "v2"}, {})], no_invalid=ANY_STRING),
+    "AGENTLEDGER_DEPLOYMENT_NAME": Case(
+        [({"AGENTLEDGER_DEPLOYMENT_NAME": "fleet"}, {})], no_invalid=ANY_STRING
     ),
-    "AGENTRUN_WORKFLOW_CACHE": Case(
-        [({"AGENTRUN_WORKFLOW_CACHE": "10"}, {})],
-        [{"AGENTRUN_WORKFLOW_CACHE": "-1"}, {"AGENTRUN_WORKFLOW_CACHE": "lots"}],
+    "AGENTLEDGER_WORKFLOW_CACHE": Case(
+        [({"AGENTLEDGER_WORKFLOW_CACHE": "10"}, {})],
+        [{"AGENTLEDGER_WORKFLOW_CACHE": "-1"}, {"AGENTLEDGER_WORKFLOW_CACHE": "lots"}],
     ),
-    "AGENTRUN_DRAIN_SECONDS": Case(
-        [({"AGENTRUN_DRAIN_SECONDS": "2.5"}, {})],
-        [{"AGENTRUN_DRAIN_SECONDS": "-1"}, {"AGENTRUN_DRAIN_SECONDS": "a while"}],
+    "AGENTLEDGER_DRAIN_SECONDS": Case(
+        [({"AGENTLEDGER_DRAIN_SECONDS": "2.5"}, {})],
+        [{"AGENTLEDGER_DRAIN_SECONDS": "-1"}, {"AGENTLEDGER_DRAIN_SECONDS": "a while"}],
     ),
-    "AGENTRUN_GC_THRESHOLD": Case(
-        [({"AGENTRUN_GC_THRESHOLD": "0"}, {})], [{"AGENTRUN_GC_THRESHOLD": "-5"}]
+    "AGENTLEDGER_GC_THRESHOLD": Case(
+        [({"AGENTLEDGER_GC_THRESHOLD": "0"}, {})], [{"AGENTLEDGER_GC_THRESHOLD": "-5"}]
     ),
-    "AGENTRUN_PREPARED_STATEMENTS": Case(
-        [({"AGENTRUN_PREPARED_STATEMENTS": "false"}, {"AGENTRUN_PREPARED_STATEMENTS": "0"})],
-        [{"AGENTRUN_PREPARED_STATEMENTS": "never"}],
+    "AGENTLEDGER_PREPARED_STATEMENTS": Case(
+        [({"AGENTLEDGER_PREPARED_STATEMENTS": "false"}, {"AGENTLEDGER_PREPARED_STATEMENTS": "0"})],
+        [{"AGENTLEDGER_PREPARED_STATEMENTS": "never"}],
     ),
-    "AGENTRUN_MODEL_STREAM": Case(
-        [({"AGENTRUN_MODEL_STREAM": "off"}, {"AGENTRUN_MODEL_STREAM": "0"})],
-        [{"AGENTRUN_MODEL_STREAM": "sometimes"}],
+    "AGENTLEDGER_MODEL_STREAM": Case(
+        [({"AGENTLEDGER_MODEL_STREAM": "off"}, {"AGENTLEDGER_MODEL_STREAM": "0"})],
+        [{"AGENTLEDGER_MODEL_STREAM": "sometimes"}],
     ),
-    "AGENTRUN_ENCRYPTION_KEYS": Case(
+    "AGENTLEDGER_ENCRYPTION_KEYS": Case(
         [
             (
-                {"AGENTRUN_ENCRYPTION_KEYS": f"k2:{KEY},k1:{OLD_KEY}"},
+                {"AGENTLEDGER_ENCRYPTION_KEYS": f"k2:{KEY},k1:{OLD_KEY}"},
                 {
-                    "AGENTRUN_ENCRYPTION_KEYS": "k2:<key>,k1:<key>",
-                    "AGENTRUN_ENCRYPTION_KEY_ID": "k2",
+                    "AGENTLEDGER_ENCRYPTION_KEYS": "k2:<key>,k1:<key>",
+                    "AGENTLEDGER_ENCRYPTION_KEY_ID": "k2",
                 },
             )
         ],
         [
-            {"AGENTRUN_ENCRYPTION_KEYS": "k1:not base64!"},
-            {"AGENTRUN_ENCRYPTION_KEYS": f"k1:{SHORT_KEY}"},
-            {"AGENTRUN_ENCRYPTION_KEYS": KEY},
+            {"AGENTLEDGER_ENCRYPTION_KEYS": "k1:not base64!"},
+            {"AGENTLEDGER_ENCRYPTION_KEYS": f"k1:{SHORT_KEY}"},
+            {"AGENTLEDGER_ENCRYPTION_KEYS": KEY},
         ],
     ),
-    "AGENTRUN_ENCRYPTION_KEY_ID": Case(
+    "AGENTLEDGER_ENCRYPTION_KEY_ID": Case(
         [
             (
                 {
-                    "AGENTRUN_ENCRYPTION_KEYS": f"k2:{KEY},k1:{OLD_KEY}",
-                    "AGENTRUN_ENCRYPTION_KEY_ID": "k1",
+                    "AGENTLEDGER_ENCRYPTION_KEYS": f"k2:{KEY},k1:{OLD_KEY}",
+                    "AGENTLEDGER_ENCRYPTION_KEY_ID": "k1",
                 },
                 {},
             )
         ],
-        [{"AGENTRUN_ENCRYPTION_KEYS": f"k2:{KEY}", "AGENTRUN_ENCRYPTION_KEY_ID": "k9"}],
+        [{"AGENTLEDGER_ENCRYPTION_KEYS": f"k2:{KEY}", "AGENTLEDGER_ENCRYPTION_KEY_ID": "k9"}],
     ),
 }
 
@@ -303,9 +319,9 @@ def clean_environment(tmp_path: Path) -> dict[str, str]:
     environ = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("AGENTRUN_", "TEMPORAL_", "OPENAI_")) and k != "DATABASE_URL"
+        if not k.startswith(("AGENTLEDGER_", "TEMPORAL_", "OPENAI_")) and k != "DATABASE_URL"
     }
-    return {**environ, "AGENTRUN_HOME": str(tmp_path / "home")}
+    return {**environ, "AGENTLEDGER_HOME": str(tmp_path / "home")}
 
 
 def filled(values: dict[str, str], tmp_path: Path) -> dict[str, str]:
@@ -346,7 +362,7 @@ DRIVER = ROOT / "tests" / "entry_points_driver.py"
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int, str], Any]:
     """Every case of every row through its entry points, in one process of DRIVER: a valid
-    value through `agentrun settings --json`, an invalid one through all three."""
+    value through `agentledger settings --json`, an invalid one through all three."""
     tmp_path = tmp_path_factory.mktemp("settings")
     keys: list[tuple[str, str, int, str]] = []
     runs: list[dict[str, Any]] = []
@@ -408,8 +424,8 @@ def test_an_invalid_value_stops_every_entry_point_with_one_line_naming_it(name, 
 # Shown as the program reads them, not as written (secrets hidden, JSON normalised).
 SHOWN_OTHERWISE = {
     "DATABASE_URL",
-    "AGENTRUN_ENCRYPTION_KEYS",
-    "AGENTRUN_MODEL_PRICES",
+    "AGENTLEDGER_ENCRYPTION_KEYS",
+    "AGENTLEDGER_MODEL_PRICES",
     "OPENAI_API_KEY",
     "TEMPORAL_API_KEY",
 }
@@ -420,22 +436,22 @@ SHOWN_OTHERWISE = {
 )
 def test_the_reported_failures_in_processes_of_their_own(entry, command, tmp_path):
     """Issue 25's reproductions, each entry point a process of its own: a valid
-    AGENTRUN_ENCRYPTION_KEYS is read; AGENTRUN_MODEL_PRICES='{bad' is one line, exit 2."""
+    AGENTLEDGER_ENCRYPTION_KEYS is read; AGENTLEDGER_MODEL_PRICES='{bad' is one line, exit 2."""
     environ = clean_environment(tmp_path)
     if entry == "cli":
         keyed = subprocess.run(
-            [sys.executable, "-m", "agentrun", "settings", "--json"],
-            env={**environ, "AGENTRUN_ENCRYPTION_KEYS": f"k1:{KEY}"},
+            [sys.executable, "-m", "agentledger", "settings", "--json"],
+            env={**environ, "AGENTLEDGER_ENCRYPTION_KEYS": f"k1:{KEY}"},
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=120,
         )
         assert keyed.returncode == 0, keyed.stderr
-        assert json.loads(keyed.stdout)["AGENTRUN_ENCRYPTION_KEYS"] == "k1:<key>"
+        assert json.loads(keyed.stdout)["AGENTLEDGER_ENCRYPTION_KEYS"] == "k1:<key>"
     bad = subprocess.run(
         command,
-        env={**environ, "AGENTRUN_MODEL_PRICES": "{bad"},
+        env={**environ, "AGENTLEDGER_MODEL_PRICES": "{bad"},
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -443,20 +459,20 @@ def test_the_reported_failures_in_processes_of_their_own(entry, command, tmp_pat
     )
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "error: invalid setting: AGENTRUN_MODEL_PRICES: not JSON (Expecting property name "
+        "error: invalid setting: AGENTLEDGER_MODEL_PRICES: not JSON (Expecting property name "
         "enclosed in double quotes at character 1)"
     ]
 
 
-AGENTRUN = str(Path(sys.executable).parent / "agentrun")
+AGENTLEDGER = str(Path(sys.executable).parent / "agentledger")
 
 
-def agentrun(
+def agentledger(
     tmp_path: Path, environ: dict[str, str], *args: str
 ) -> subprocess.CompletedProcess[str]:
     """The console script as a user runs it, in `tmp_path`, with `environ` set."""
     return subprocess.run(
-        [AGENTRUN, *args],
+        [AGENTLEDGER, *args],
         env={**clean_environment(tmp_path), **environ},
         cwd=tmp_path,
         capture_output=True,
@@ -468,54 +484,54 @@ def agentrun(
 def test_a_dotenv_file_in_the_current_folder_is_read_and_the_environment_wins(tmp_path):
     (tmp_path / ".env").write_text(
         "# the settings of this folder\n"
-        "AGENTRUN_TASK_QUEUE=from-dotenv\n"
-        "AGENTRUN_MODEL=from-dotenv\n"
-        "AGENTRUN_MODEL_STREAM=off\n"
+        "AGENTLEDGER_TASK_QUEUE=from-dotenv\n"
+        "AGENTLEDGER_MODEL=from-dotenv\n"
+        "AGENTLEDGER_MODEL_STREAM=off\n"
     )
-    done = agentrun(tmp_path, {"AGENTRUN_MODEL": "from-environment"}, "settings", "--json")
+    done = agentledger(tmp_path, {"AGENTLEDGER_MODEL": "from-environment"}, "settings", "--json")
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
-    assert shown["AGENTRUN_TASK_QUEUE"] == "from-dotenv"
-    assert shown["AGENTRUN_MODEL"] == "from-environment"
-    assert shown["AGENTRUN_MODEL_STREAM"] == "0"
+    assert shown["AGENTLEDGER_TASK_QUEUE"] == "from-dotenv"
+    assert shown["AGENTLEDGER_MODEL"] == "from-environment"
+    assert shown["AGENTLEDGER_MODEL_STREAM"] == "0"
 
-    (tmp_path / ".env").write_text("AGENTRUN_PAYLOAD_LIMIT_BYTES=2MB\n")
-    bad = agentrun(tmp_path, {}, "list", "--wait", "1")
+    (tmp_path / ".env").write_text("AGENTLEDGER_PAYLOAD_LIMIT_BYTES=2MB\n")
+    bad = agentledger(tmp_path, {}, "list", "--wait", "1")
     assert bad.returncode == 2
     [line] = bad.stderr.strip().splitlines()
-    assert line.startswith("error: invalid setting: AGENTRUN_PAYLOAD_LIMIT_BYTES"), line
+    assert line.startswith("error: invalid setting: AGENTLEDGER_PAYLOAD_LIMIT_BYTES"), line
 
 
 def test_settings_shows_booleans_as_the_readme_writes_them(tmp_path):
-    done = agentrun(tmp_path, {"AGENTRUN_OTEL_CAPTURE_CONTENT": "on"}, "settings")
+    done = agentledger(tmp_path, {"AGENTLEDGER_OTEL_CAPTURE_CONTENT": "on"}, "settings")
     assert done.returncode == 0, done.stderr
     lines = set(done.stdout.splitlines())
     assert {
-        "AGENTRUN_OTEL_CAPTURE_CONTENT=1",
-        "AGENTRUN_OTEL=0",
-        "AGENTRUN_SEARCH_ATTRIBUTES=1",
+        "AGENTLEDGER_OTEL_CAPTURE_CONTENT=1",
+        "AGENTLEDGER_OTEL=0",
+        "AGENTLEDGER_SEARCH_ATTRIBUTES=1",
     } <= lines, done.stdout
     assert not any(line.endswith(("=True", "=False")) for line in lines), done.stdout
 
 
-def test_an_unknown_agentrun_variable_is_named_with_the_setting_it_resembles(tmp_path):
-    done = agentrun(
+def test_an_unknown_agentledger_variable_is_named_with_the_setting_it_resembles(tmp_path):
+    done = agentledger(
         tmp_path,
-        {"AGENTRUN_TASKQUEUE": "mine", "AGENTRUN_NOTHING_LIKE_IT": "x"},
+        {"AGENTLEDGER_TASKQUEUE": "mine", "AGENTLEDGER_NOTHING_LIKE_IT": "x"},
         "settings",
         "--json",
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["AGENTRUN_TASK_QUEUE"] == TASK_QUEUE
+    assert json.loads(done.stdout)["AGENTLEDGER_TASK_QUEUE"] == TASK_QUEUE
     warned = done.stderr.strip().splitlines()
     assert len(warned) == 2, done.stderr
     assert any(
-        "AGENTRUN_TASKQUEUE" in line and "did you mean AGENTRUN_TASK_QUEUE?" in line
+        "AGENTLEDGER_TASKQUEUE" in line and "did you mean AGENTLEDGER_TASK_QUEUE?" in line
         for line in warned
     ), warned
-    assert any("AGENTRUN_NOTHING_LIKE_IT" in line for line in warned), warned
+    assert any("AGENTLEDGER_NOTHING_LIKE_IT" in line for line in warned), warned
     # Under --json, stderr holds the error's one JSON object and nothing else.
-    refused = agentrun(tmp_path, {"AGENTRUN_TASKQUEUE": "mine"}, "receipt", "run-x", "--json")
+    refused = agentledger(tmp_path, {"AGENTLEDGER_TASKQUEUE": "mine"}, "receipt", "run-x", "--json")
     assert refused.returncode == 2
     [line] = refused.stderr.strip().splitlines()
     assert json.loads(line)["error"]["kind"] == "invalid_input", line
@@ -524,20 +540,20 @@ def test_an_unknown_agentrun_variable_is_named_with_the_setting_it_resembles(tmp
 def test_a_yaml_file_that_does_not_parse_is_named_in_one_line(tmp_path):
     broken = tmp_path / "providers.yaml"
     broken.write_text("local:\n  base_url: [http://127.0.0.1:9/v1\n  api_key: x\n")
-    done = agentrun(tmp_path, {"AGENTRUN_PROVIDERS": str(broken)}, "list", "--wait", "1")
+    done = agentledger(tmp_path, {"AGENTLEDGER_PROVIDERS": str(broken)}, "list", "--wait", "1")
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith(f"error: invalid setting: AGENTRUN_PROVIDERS: ({broken})"), line
+    assert line.startswith(f"error: invalid setting: AGENTLEDGER_PROVIDERS: ({broken})"), line
     assert "line 3, column" in line and "<unicode string>" not in line, line
 
 
 def test_the_compose_files_variables_are_not_taken_for_misspelt_settings(tmp_path):
-    """docker-compose.yml reads its ports, bind address and passwords from AGENTRUN_
+    """docker-compose.yml reads its ports, bind address and passwords from AGENTLEDGER_
     variables a user keeps in the same environment: none of them is warned about."""
     compose = (Path(__file__).parents[1] / "docker-compose.yml").read_text()
     settings = {f.validation_alias for f in Settings.model_fields.values()}
-    names = sorted(set(re.findall(r"\$\{(AGENTRUN_[A-Z_]+)", compose)) - settings)
-    assert "AGENTRUN_BIND" in names and "AGENTRUN_PG_PASSWORD" in names, names
-    done = agentrun(tmp_path, dict.fromkeys(names, "1"), "settings", "--json")
+    names = sorted(set(re.findall(r"\$\{(AGENTLEDGER_[A-Z_]+)", compose)) - settings)
+    assert "AGENTLEDGER_BIND" in names and "AGENTLEDGER_PG_PASSWORD" in names, names
+    done = agentledger(tmp_path, dict.fromkeys(names, "1"), "settings", "--json")
     assert done.returncode == 0, done.stderr
     assert "not a setting" not in done.stderr, done.stderr

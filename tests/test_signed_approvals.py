@@ -13,17 +13,17 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import WorkflowUpdateFailedError
 
-from agentrun.client_api import RunClient
-from agentrun.core import approval_signatures
-from agentrun.core._wire import ApproveInput, RejectInput
-from agentrun.core.errors import InvalidInput, OperationError
-from agentrun.core.results import PendingApproval
-from agentrun.core.spec import ApprovalPolicy
-from agentrun.ops import approver_keys, door
-from agentrun.ops import operations as ops
-from agentrun.ops.approver_keys import ApproverKey
-from agentrun.store.approver_store import ApproverStore
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.client_api import RunClient
+from agentledger.core import approval_signatures
+from agentledger.core._wire import ApproveInput, RejectInput
+from agentledger.core.errors import InvalidInput, OperationError
+from agentledger.core.results import PendingApproval
+from agentledger.core.spec import ApprovalPolicy
+from agentledger.ops import approver_keys, door
+from agentledger.ops import operations as ops
+from agentledger.ops.approver_keys import ApproverKey
+from agentledger.store.approver_store import ApproverStore
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 
@@ -165,7 +165,7 @@ async def test_runs_take_the_registered_approvers_and_the_cli_signs(
     client, settings, pool, worker, tenant, tmp_path, monkeypatch
 ):
     config = tmp_path / "config"
-    monkeypatch.setenv("AGENTRUN_CONFIG_DIR", str(config))
+    monkeypatch.setenv("AGENTLEDGER_CONFIG_DIR", str(config))
     home = tmp_path / "home"
     added = await run_cli(
         settings, home, "approvers", "add", "dana", "--role", "approver", "--tenant", tenant

@@ -12,13 +12,13 @@ import uuid
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import WorkflowExecutionStatus
 
-from agentrun.core.results import RunResult
-from agentrun.core.settings import Settings
-from agentrun.dev.stack import EmbeddedStack, free_port, frontend_serving, port_open
-from agentrun.ops import operations as ops
-from agentrun.store.db import open_pool
-from agentrun.temporal.client import connect
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.results import RunResult
+from agentledger.core.settings import Settings
+from agentledger.dev.stack import EmbeddedStack, free_port, frontend_serving, port_open
+from agentledger.ops import operations as ops
+from agentledger.store.db import open_pool
+from agentledger.temporal.client import connect
+from agentledger.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending
 

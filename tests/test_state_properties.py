@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrun.core.states import (
+from agentledger.core.states import (
     TERMINAL,
     TRANSITIONS,
     IllegalTransitionError,

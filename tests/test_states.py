@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from agentrun.core.states import (
+from agentledger.core.states import (
     TERMINAL,
     TRANSITIONS,
     IllegalTransitionError,
@@ -62,7 +62,7 @@ def test_any_live_run_can_be_cancelled_and_no_ended_run_can():
 
 def test_a_session_paused_while_idle_returns_to_its_wait_or_ends():
     """A pause while a session waits for a message shows `paused`; resume returns it to the
-    wait (or starts the turn said meanwhile), and `agentrun end` completes it from there."""
+    wait (or starts the turn said meanwhile), and `agentledger end` completes it from there."""
     for path in (
         [S.VERIFYING, S.WAITING_FOR_MESSAGE, S.PAUSED, S.WAITING_FOR_MESSAGE, S.COMPLETED],
         [S.WAITING_FOR_MESSAGE, S.PAUSED, S.PLANNING],

@@ -1,4 +1,4 @@
-"""Steering (issue 29): `agentrun say` adds a message to a run in flight, on the real stack.
+"""Steering (issue 29): `agentledger say` adds a message to a run in flight, on the real stack.
 
 A slow scripted model call stands for a model thinking: a message said meanwhile is read at
 the next model call (on_message: queue), or cancels the call in flight (interrupt) and the
@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from agentrun.core.errors import OperationRefused, RunNotFound
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import operations as ops
-from agentrun.ops import steering_ops, watch
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core.errors import OperationRefused, RunNotFound
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.ops import operations as ops
+from agentledger.ops import steering_ops, watch
+from agentledger.workflows import AgentRunWorkflow
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows
-from tests.test_cli_exit_codes import agentrun, json_error
+from tests.test_cli_exit_codes import agentledger, json_error
 
 SAID = "Only look at the 2025 policy."
 SLOW_SECONDS = 4.0
@@ -136,7 +136,7 @@ async def test_a_message_is_kept_with_no_worker_running(client, settings, pool, 
     with OfflineModelServer(steered_model(0)) as model:
         spec = make_spec("Summarize the refund policy.", allowed_tools=["search_notes"])
         started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-        said = await agentrun(
+        said = await agentledger(
             settings, home, "say", started.run_id, SAID, "--by", "ana", "--wait", "2", "--json"
         )
         assert said.code == 0, said.err
@@ -148,7 +148,7 @@ async def test_a_message_is_kept_with_no_worker_running(client, settings, pool, 
     assert said_in(model.requests[0]), "the first model call read it"
     [message] = (await ops.receipt(pool, started.run_id))["messages"]
     assert message["taken_before_step"] == 1
-    late = await agentrun(settings, home, "say", started.run_id, "too late", "--json")
+    late = await agentledger(settings, home, "say", started.run_id, "too late", "--json")
     assert "already ended" in json_error(late, 5, "refused")
     with pytest.raises(OperationRefused, match="already ended"):
         await steering_ops.say(client, started.run_id, "too late")
@@ -157,7 +157,7 @@ async def test_a_message_is_kept_with_no_worker_running(client, settings, pool, 
 
 
 async def _watch(client: Any, pool: Any, run_id: str) -> list[str]:
-    """What `agentrun watch` shows of the run: live while it runs, then its receipt."""
+    """What `agentledger watch` shows of the run: live while it runs, then its receipt."""
     return [item.type async for item in watch.watch(client, run_id, pool=pool)]
 
 

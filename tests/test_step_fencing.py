@@ -8,11 +8,11 @@ import uuid
 from pydantic import BaseModel
 from temporalio import activity
 
-import agentrun.demo
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.store.mirror_store import MirrorStore
-from agentrun.tools import Tool, ToolContext, ToolRegistry
+import agentledger.demo
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.store.mirror_store import MirrorStore
+from agentledger.tools import Tool, ToolContext, ToolRegistry
 from tests.support import eventually, make_spec, mirror_batch, rows, run_result, scripted
 
 
@@ -51,7 +51,7 @@ async def zombie_on_first_attempt(args: Lookup, ctx: ToolContext) -> dict[str, o
 
 REGISTRY = ToolRegistry(
     [
-        *agentrun.demo.registry.tools(),
+        *agentledger.demo.registry.tools(),
         Tool("crashy_index", "index documents", Docs, crashes_once_midway),  # type: ignore[arg-type]
         Tool("zombie_lookup", "look something up", Lookup, zombie_on_first_attempt),  # type: ignore[arg-type]
     ]

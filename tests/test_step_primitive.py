@@ -1,7 +1,7 @@
 """A step's record is built in one place: the step primitive (`Recording.step`).
 
 Every step of a run is allocated, moved to its kind's status and recorded by
-`agentrun/workflows/steps.py`; a record built by hand elsewhere would drift from the
+`agentledger/workflows/steps.py`; a record built by hand elsewhere would drift from the
 others (its seq, its start, its input) the way the seven hand-written copies did.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import agentrun
+import agentledger
 
-PACKAGE = Path(agentrun.__file__).parent
+PACKAGE = Path(agentledger.__file__).parent
 PRIMITIVE = PACKAGE / "workflows" / "steps.py"
 BUILT = re.compile(r"(?<!class )\bStepRecord\(")
 

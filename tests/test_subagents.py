@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from agentrun.cli import render
-from agentrun.dev.offline_model import OfflineModelServer, Reply, completion
-from agentrun.ops import operations as ops
-from agentrun.ops.watch import watch
-from agentrun.profiles import Agent
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.cli import render
+from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
+from agentledger.ops import operations as ops
+from agentledger.ops.watch import watch
+from agentledger.profiles import Agent
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import eventually, make_spec, rows, wait_pending
 
 PARENT_TASK = "Ask both helpers and report."
@@ -228,7 +228,7 @@ async def test_pausing_the_parent_pauses_its_child_and_a_childs_approval_shows_i
             ]
             parent_state = await ops.status(client, run_id)
             assert parent_state.pending_approval is None
-            assert f"agentrun approve {child_id} " in render.run_state(parent_state)
+            assert f"agentledger approve {child_id} " in render.run_state(parent_state)
             event = await asyncio.wait_for(seen, 30)
             assert event.data["run_id"] == child_id
             assert event.data["approval_id"] == pending.approval_id

@@ -1,4 +1,4 @@
-"""Telemetry through the entry points' own code path: `agentrun.temporal.client.connect`."""
+"""Telemetry through the entry points' own code path: `agentledger.temporal.client.connect`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import agentrun.demo
-from agentrun.core.settings import Settings
-from agentrun.dev.stack import free_port
-from agentrun.ops import operations as ops
-from agentrun.temporal.client import connect, runtime_for
-from agentrun.worker.worker_factory import WorkerDeps, build_worker
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.core.settings import Settings
+from agentledger.dev.stack import free_port
+from agentledger.ops import operations as ops
+from agentledger.temporal.client import connect, runtime_for
+from agentledger.worker.worker_factory import WorkerDeps, build_worker
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec
 
 
@@ -28,7 +28,7 @@ async def run_one(client, settings: Settings, pool) -> str:
         model_client=openai.AsyncOpenAI(
             base_url=settings.openai_base_url, api_key="test", max_retries=0
         ),
-        registry=agentrun.demo.registry,
+        registry=agentledger.demo.registry,
     )
     spec = make_spec("Summarize our invoice policy.", allowed_tools=["search_notes"])
     async with build_worker(client, settings, deps):
@@ -79,7 +79,7 @@ async def test_worker_serves_temporal_metrics_for_prometheus(settings, pool):
         "temporal_activity_execution_latency_count"
     )
     # A run of generation 3 gets its checks' verdict (no judge) with the model's reply: no
-    # verify activity, local or not (agentrun/workflows/agent_run.py, _verify_step).
+    # verify activity, local or not (agentledger/workflows/agent_run.py, _verify_step).
     assert "verify.check" not in ran("temporal_local_activity_execution_latency_count")
     assert "verify.check" not in ran("temporal_activity_execution_latency_count")
 

@@ -23,10 +23,10 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from agentrun.core.errors import SetupError
-from agentrun.core.settings import Settings
-from agentrun.core.temporal_connection import connect_options, describe
-from agentrun.temporal.client import connect
+from agentledger.core.errors import SetupError
+from agentledger.core.settings import Settings
+from agentledger.core.temporal_connection import connect_options, describe
+from agentledger.temporal.client import connect
 
 CLOUD = {
     "TEMPORAL_ADDRESS": "payments.a1b2c.tmprl.cloud:7233",
@@ -65,7 +65,7 @@ def test_profile_from_the_cli_toml_file_and_env_over_it(tmp_path: Path) -> None:
 
 def test_no_variables_mean_the_local_stack(tmp_path: Path) -> None:
     settings = Settings.load(
-        {"AGENTRUN_HOME": str(tmp_path), "TEMPORAL_CONFIG_FILE": "/nonexistent"}
+        {"AGENTLEDGER_HOME": str(tmp_path), "TEMPORAL_CONFIG_FILE": "/nonexistent"}
     )
     assert (settings.temporal_address, settings.temporal_namespace) == ("localhost:7233", "default")
     assert connect_options(settings.temporal_profile) == {}
@@ -114,12 +114,12 @@ def self_signed(folder: Path) -> tuple[Path, Path, Path]:
         ec.generate_private_key(ec.SECP256R1()),
     )
     ca = (
-        certificate("agentrun test CA", ca_key, "agentrun test CA", ca_key)
+        certificate("agentledger test CA", ca_key, "agentledger test CA", ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     server = (
-        certificate("localhost", server_key, "agentrun test CA", ca_key)
+        certificate("localhost", server_key, "agentledger test CA", ca_key)
         .add_extension(
             x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.core._state import RunInput
-from agentrun.core.admission_models import AdmissionInput, AdmitInput, TenantLimits
-from agentrun.core.constants import SIGNAL_RUN_ADMIT
-from agentrun.core.errors import OperationError
-from agentrun.ops import admission_ops, tenant_ops
-from agentrun.ops import operations as ops
-from agentrun.store.tenant_store import TenantStore
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.admission import TenantAdmissionWorkflow, admission_id
-from agentrun.workflows.changes import for_new_run
+from agentledger.core._state import RunInput
+from agentledger.core.admission_models import AdmissionInput, AdmitInput, TenantLimits
+from agentledger.core.constants import SIGNAL_RUN_ADMIT
+from agentledger.core.errors import OperationError
+from agentledger.ops import admission_ops, tenant_ops
+from agentledger.ops import operations as ops
+from agentledger.store.tenant_store import TenantStore
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id
+from agentledger.workflows.changes import for_new_run
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
 
@@ -90,7 +90,7 @@ async def test_cap_holds_under_50_concurrent_starts(client, settings, pool, work
                 queued = await ops.status(client, order[cap])
                 assert queued.status.value == "queued" and queued.queue_position == 1
 
-                # The queue mirrors its moves without waiting (agentrun/workflows/admission.py):
+                # The queue mirrors its moves without waiting (agentledger/workflows/admission.py):
                 # the runs at the gate may be there before the row saying they left the queue.
                 async def second_in_line() -> bool:
                     sql = await rows(

@@ -1,6 +1,6 @@
 """Three tenants through every way in, under random operations, on the real stack (issue 24).
 
-Hypothesis drives tenants through the CLI (in process, with AGENTRUN_TENANT set), the Python
+Hypothesis drives tenants through the CLI (in process, with AGENTLEDGER_TENANT set), the Python
 `RunClient`, forks, backlog enqueues (whose runs the backlog starts), a deployment's own
 workflow running an agent (`run_agent`), a capped tenant's starts and sessions (whose owners
 take turns, each second one compacting it: a summary and a continue-as-new; issue 35), and
@@ -60,30 +60,30 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-import agentrun.demo
+import agentledger.demo
 from activities import for_worker
-from agentrun.cli import main as cli_main
-from agentrun.client_api import RunClient
-from agentrun.core._wire import SayInput
-from agentrun.core.admission_models import TenantLimits
-from agentrun.core.backlog_models import TaskItem
-from agentrun.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT, SIGNAL_SAY
-from agentrun.core.errors import OperationError, OperationRefused
-from agentrun.core.http_settings import HttpSettings
-from agentrun.core.listings import BacklogListing
-from agentrun.core.settings import Settings
-from agentrun.core.spec import RunSpec
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.http.server import bind, serve, url_of
-from agentrun.ops import approver_keys, fork_ops, steering_ops
-from agentrun.ops import operations as ops
-from agentrun.profiles import Agent
-from agentrun.store import tool_sets
-from agentrun.store.approver_store import ApproverStore
-from agentrun.store.db import install_tool_schema, open_pool
-from agentrun.store.tenant_store import TenantStore
-from agentrun.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
-from agentrun.workflows.child_runs import child_run_id
+from agentledger.cli import main as cli_main
+from agentledger.client_api import RunClient
+from agentledger.core._wire import SayInput
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.backlog_models import TaskItem
+from agentledger.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT, SIGNAL_SAY
+from agentledger.core.errors import OperationError, OperationRefused
+from agentledger.core.http_settings import HttpSettings
+from agentledger.core.listings import BacklogListing
+from agentledger.core.settings import Settings
+from agentledger.core.spec import RunSpec
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.http.server import bind, serve, url_of
+from agentledger.ops import approver_keys, fork_ops, steering_ops
+from agentledger.ops import operations as ops
+from agentledger.profiles import Agent
+from agentledger.store import tool_sets
+from agentledger.store.approver_store import ApproverStore
+from agentledger.store.db import install_tool_schema, open_pool
+from agentledger.store.tenant_store import TenantStore
+from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
+from agentledger.workflows.child_runs import child_run_id
 from tests.support import NOTIFY_TASK, eventually, rows
 from tests.test_agui import AGENT
 from tests.test_agui import run_input as agui_input
@@ -147,7 +147,7 @@ class Stack:
     async def _open(self) -> None:
         self.client = await Client.connect(self.address, data_converter=self.converter)
         self.pool = await open_pool(self.database_url, max_size=10)
-        registry = agentrun.demo.registry
+        registry = agentledger.demo.registry
         await install_tool_schema(self.pool, registry.schema())
         # The worker's tools, as a worker process records them: an AG-UI thread's run (a
         # profile's) names tools, and is started only on a queue whose tools are known.
@@ -162,7 +162,7 @@ class Stack:
             activities=for_worker(self.refunds),
         )
         await self.workers.__aenter__()
-        # The HTTP door (`agentrun serve`), on a real socket, over an operator's RunClient.
+        # The HTTP door (`agentledger serve`), on a real socket, over an operator's RunClient.
         sock = bind("127.0.0.1", 0)
         self.door_url = url_of(sock)
         self.door_stop = asyncio.Event()
@@ -177,14 +177,14 @@ class Stack:
         return RunClient(self.client, self.settings.model_copy(update={"tenant": tenant}))
 
     def cli(self, tenant: str, *argv: str) -> tuple[int, str, str]:
-        """`agentrun ARGV` with AGENTRUN_TENANT=`tenant`, in this process."""
+        """`agentledger ARGV` with AGENTLEDGER_TENANT=`tenant`, in this process."""
         env = {
             "TEMPORAL_ADDRESS": self.address,
             "DATABASE_URL": self.database_url,
             "OPENAI_BASE_URL": self.model.base_url,
-            "AGENTRUN_TASK_QUEUE": self.task_queue,
-            "AGENTRUN_TENANT": tenant,
-            "AGENTRUN_CONFIG_DIR": self.config_dir,
+            "AGENTLEDGER_TASK_QUEUE": self.task_queue,
+            "AGENTLEDGER_TENANT": tenant,
+            "AGENTLEDGER_CONFIG_DIR": self.config_dir,
         }
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -663,7 +663,7 @@ class Tenants(RuleBasedStateMachine):
         with self.stack.http.stream("POST", AGUI_PATH, json=body, headers=headers) as answer:
             assert answer.status_code == 200, answer.read()
             run_id = next(
-                json.loads(line[5:])["snapshot"]["agentrun"]["run_id"]
+                json.loads(line[5:])["snapshot"]["agentledger"]["run_id"]
                 for line in answer.iter_lines()
                 if line.startswith("data:") and '"STATE_SNAPSHOT"' in line
             )
@@ -777,7 +777,7 @@ class Tenants(RuleBasedStateMachine):
             return await steering_ops.say(
                 client, run_id, "from another tenant", tenant=tenant, mirror=pool, wait=WAIT
             )
-        if action == "end":  # ending a session (`agentrun end`)
+        if action == "end":  # ending a session (`agentledger end`)
             return await steering_ops.end_session(
                 client, run_id, by="mallory", tenant=tenant, mirror=pool, wait=WAIT
             )

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrun.client_api import RunClient
-from agentrun.core.errors import OperationError
-from agentrun.ops import door
-from agentrun.ops import operations as ops
-from agentrun.store import metrics
+from agentledger.client_api import RunClient
+from agentledger.core.errors import OperationError
+from agentledger.ops import door
+from agentledger.ops import operations as ops
+from agentledger.store import metrics
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 
@@ -63,7 +63,7 @@ async def test_every_read_and_write_refuses_another_tenants_run(
             )
         assert await ops.status(client, theirs.run_id) == before, "nothing was touched"
 
-        # The Python client with AGENTRUN_TENANT set goes through the same checks.
+        # The Python client with AGENTLEDGER_TENANT set goes through the same checks.
         python_client = RunClient(client, settings.model_copy(update={"tenant": globex}))
         for call in (
             lambda: python_client.runs.status(theirs.run_id),
@@ -95,7 +95,7 @@ async def test_the_cli_takes_the_tenant_from_the_environment(
     async with worker():
         theirs = await ops.start_run(client, make_spec(tenant=acme), task_queue=settings.task_queue)
         await wait_pending(client, theirs.run_id)
-        monkeypatch.setenv("AGENTRUN_TENANT", globex)
+        monkeypatch.setenv("AGENTLEDGER_TENANT", globex)
         home = tmp_path / "home"
         status = await run_cli(settings, home, "status", theirs.run_id)
         assert status.code == 3 and status.err.strip() == f"error: {ops.no_run(theirs.run_id)}"
@@ -107,7 +107,7 @@ async def test_the_cli_takes_the_tenant_from_the_environment(
         assert approve.code == 3 and approve.err == status.err
         widened = await run_cli(settings, home, "status", theirs.run_id, "--tenant", acme)
         assert widened.code == 5 and "acts for tenant" in widened.err, "a flag cannot widen"
-        monkeypatch.setenv("AGENTRUN_TENANT", acme)
+        monkeypatch.setenv("AGENTLEDGER_TENANT", acme)
         own = await run_cli(settings, home, "status", theirs.run_id, "--tenant", acme, "--json")
         assert own.code == 0 and own.json()["tenant"] == acme
         await ops.cancel(client, theirs.run_id)

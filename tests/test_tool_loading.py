@@ -1,4 +1,5 @@
-"""Loading a worker's tools: `@agentrun.tool`, `worker.py --tools`, and one tool set per queue."""
+"""Loading a worker's tools: `@agentledger.tool`, `worker.py --tools`, and one tool set per
+queue."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-import agentrun
-import agentrun.demo
-from agentrun.core.errors import ToolLoadError, ToolSetConflict
-from agentrun.core.spec import RiskLevel
-from agentrun.dev.stack import free_port
-from agentrun.store import tool_sets
-from agentrun.tools.loading import load_registry
+import agentledger
+import agentledger.demo
+from agentledger.core.errors import ToolLoadError, ToolSetConflict
+from agentledger.core.spec import RiskLevel
+from agentledger.dev.stack import free_port
+from agentledger.store import tool_sets
+from agentledger.tools.loading import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,8 +28,8 @@ class Echo(BaseModel):
     text: str
 
 
-@agentrun.tool(risk="high", side_effect=True, secret_args=["text"], schema=["SELECT 1"])
-async def shout(args: Echo, ctx: agentrun.ToolContext) -> dict[str, str]:
+@agentledger.tool(risk="high", side_effect=True, secret_args=["text"], schema=["SELECT 1"])
+async def shout(args: Echo, ctx: agentledger.ToolContext) -> dict[str, str]:
     """Say it loudly."""
     return {"said": args.text.upper()}
 
@@ -44,44 +45,51 @@ def test_the_decorator_reads_the_signature_and_docstring() -> None:
 def test_the_decorator_refuses_what_the_model_could_not_use() -> None:
     with pytest.raises(TypeError, match="docstring"):
 
-        @agentrun.tool
-        async def silent(args: Echo, ctx: agentrun.ToolContext) -> None:
+        @agentledger.tool
+        async def silent(args: Echo, ctx: agentledger.ToolContext) -> None:
             pass
 
     with pytest.raises(TypeError, match="SomePydanticModel"):
 
-        @agentrun.tool
-        async def untyped(args: dict, ctx: agentrun.ToolContext) -> None:  # type: ignore[type-arg]
+        @agentledger.tool
+        async def untyped(args: dict, ctx: agentledger.ToolContext) -> None:  # type: ignore[type-arg]
             """No model."""
 
 
 def test_references_load_registries_tools_and_lists() -> None:
-    registry = load_registry(["agentrun.demo:registry", shout])
+    registry = load_registry(["agentledger.demo:registry", shout])
     assert "shout" in registry.names() and "send_message" in registry.names()
-    listed = load_registry([[agentrun.demo.tools.fetch_page], "agentrun.demo.tools:search_notes"])
+    listed = load_registry(
+        [[agentledger.demo.tools.fetch_page], "agentledger.demo.tools:search_notes"]
+    )
     assert listed.names() == ["fetch_page", "search_notes"]
     with pytest.raises(ToolLoadError, match="comes from both"):
-        load_registry(["agentrun.demo:registry", "agentrun.demo.tools:search_notes"])
+        load_registry(["agentledger.demo:registry", "agentledger.demo.tools:search_notes"])
     with pytest.raises(ToolLoadError, match="has no attribute"):
-        load_registry(["agentrun.demo:nothing"])
+        load_registry(["agentledger.demo:nothing"])
     with pytest.raises(ToolLoadError, match="cannot import"):
         load_registry(["no_such_module:tools"])
     with pytest.raises(ToolLoadError, match="not a ToolRegistry"):
-        load_registry(["agentrun.demo.schema:OUTBOX"])
+        load_registry(["agentledger.demo.schema:OUTBOX"])
 
 
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
         (["--tools", "no_such_module:tools"], "cannot import 'no_such_module'"),
-        (["--tools", "agentrun.demo:nothing"], "has no attribute 'nothing'"),
+        (["--tools", "agentledger.demo:nothing"], "has no attribute 'nothing'"),
         (
-            ["--tools", "agentrun.demo:registry", "--tools", "agentrun.demo.tools:search_notes"],
+            [
+                "--tools",
+                "agentledger.demo:registry",
+                "--tools",
+                "agentledger.demo.tools:search_notes",
+            ],
             "tool 'search_notes' comes from both",
         ),
-        (["--tools", "agentrun.demo"], "expected PKG.MODULE:ATTR"),
+        (["--tools", "agentledger.demo"], "expected PKG.MODULE:ATTR"),
         (["--mcp", "broken"], "expected NAME=COMMAND"),
-        ([], "cannot import 'no_such_module'"),  # AGENTRUN_TOOLS, below
+        ([], "cannot import 'no_such_module'"),  # AGENTLEDGER_TOOLS, below
     ],
 )
 def test_worker_exits_2_with_one_line(flags: list[str], says: str) -> None:
@@ -93,9 +101,9 @@ def test_worker_exits_2_with_one_line(flags: list[str], says: str) -> None:
         timeout=60,
         env={
             **os.environ,
-            "AGENTRUN_HOME": "/nonexistent",
-            "AGENTRUN_TOOLS": "agentrun.demo:registry, no_such_module:tools",
-            "AGENTRUN_MCP": "",
+            "AGENTLEDGER_HOME": "/nonexistent",
+            "AGENTLEDGER_TOOLS": "agentledger.demo:registry, no_such_module:tools",
+            "AGENTLEDGER_MCP": "",
         },
     )
     assert done.returncode == 2, done.stderr
@@ -121,7 +129,7 @@ async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
         sys.executable,
         "worker.py",
         "--tools",
-        "agentrun.demo:registry",
+        "agentledger.demo:registry",
         cwd=ROOT,
         stderr=asyncio.subprocess.PIPE,
         env={
@@ -129,28 +137,28 @@ async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
             "TEMPORAL_ADDRESS": settings.temporal_address,
             "DATABASE_URL": settings.database_url,
             "OPENAI_BASE_URL": settings.openai_base_url,
-            "AGENTRUN_TASK_QUEUE": settings.task_queue,
+            "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
         },
     )
     _, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2, stderr
     assert b"is served by worker first with other tools" in stderr
-    assert b"AGENTRUN_TASK_QUEUE" in stderr
+    assert b"AGENTLEDGER_TASK_QUEUE" in stderr
 
 
 def test_the_public_api_is_small_and_every_name_resolves() -> None:
     # Ten names to write a tool and a worker against, three to plug into a Temporal app of
-    # your own (AgentrunPlugin, AgentrunConfig, worker_command), and the error family (each
+    # your own (AgentLedgerPlugin, AgentLedgerConfig, worker_command), and the error family (each
     # with its exit code).
-    errors = {"AgentrunError", "InvalidInput", "NotFound", "Unreachable", "Refused"}
-    assert errors <= set(agentrun.__all__)
-    assert len(set(agentrun.__all__) - errors) <= 13, "the public API stays small"
+    errors = {"AgentLedgerError", "InvalidInput", "NotFound", "Unreachable", "Refused"}
+    assert errors <= set(agentledger.__all__)
+    assert len(set(agentledger.__all__) - errors) <= 13, "the public API stays small"
     assert {"tool", "ToolRegistry", "Agent", "RunSpec", "run_worker", "RunClient"} <= set(
-        agentrun.__all__
+        agentledger.__all__
     )
-    assert all(getattr(agentrun, name) is not None for name in agentrun.__all__)
+    assert all(getattr(agentledger, name) is not None for name in agentledger.__all__)
     with pytest.raises(AttributeError):
-        agentrun.Worker  # noqa: B018
+        agentledger.Worker  # noqa: B018
 
 
 def test_up_refuses_a_bad_tool_reference_before_starting_the_stack(tmp_path: Path) -> None:
@@ -160,7 +168,7 @@ def test_up_refuses_a_bad_tool_reference_before_starting_the_stack(tmp_path: Pat
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "AGENTRUN_HOME": str(tmp_path / "home"), "AGENTRUN_TOOLS": ""},
+        env={**os.environ, "AGENTLEDGER_HOME": str(tmp_path / "home"), "AGENTLEDGER_TOOLS": ""},
     )
     assert done.returncode == 2, done.stderr
     assert "cannot import 'no_such_module'" in done.stderr
@@ -184,7 +192,7 @@ async def test_up_serves_the_tools_it_is_given(tmp_path: Path) -> None:
         cwd=ROOT,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "AGENTRUN_HOME": str(tmp_path / "home"), "AGENTRUN_TOOLS": ""},
+        env={**os.environ, "AGENTLEDGER_HOME": str(tmp_path / "home"), "AGENTLEDGER_TOOLS": ""},
     )
     assert process.stderr is not None
     try:

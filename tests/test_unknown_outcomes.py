@@ -9,13 +9,13 @@ import uuid
 
 from pydantic import BaseModel
 
-import agentrun.demo
-from agentrun.core.results import Usage
-from agentrun.dev.offline_model import OfflineModelServer
-from agentrun.ops import operations as ops
-from agentrun.store.model_journal import ModelJournal
-from agentrun.tools import Tool, ToolContext, ToolRegistry
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.demo
+from agentledger.core.results import Usage
+from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.ops import operations as ops
+from agentledger.store.model_journal import ModelJournal
+from agentledger.tools import Tool, ToolContext, ToolRegistry
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process
 
@@ -95,7 +95,7 @@ async def test_without_a_reconcile_hook_a_person_decides(client, settings, pool,
 
     registry = ToolRegistry(
         [
-            *agentrun.demo.registry.tools(),
+            *agentledger.demo.registry.tools(),
             Tool(
                 "post_webhook", "post", Payload, post_webhook, side_effect=True, transactional=False
             ),

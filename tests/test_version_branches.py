@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentrun.core import version_branches
-from agentrun.core.version_branches import HistoryFacts
-from agentrun.worker.deploy_check import facts_of
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.admission import TenantAdmissionWorkflow
-from agentrun.workflows.backlog import AgentBacklogWorkflow
+from agentledger.core import version_branches
+from agentledger.core.version_branches import HistoryFacts
+from agentledger.worker.deploy_check import facts_of
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.admission import TenantAdmissionWorkflow
+from agentledger.workflows.backlog import AgentBacklogWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW_CODE = sorted((ROOT / "agentrun" / "workflows").glob("*.py")) + sorted(
+WORKFLOW_CODE = sorted((ROOT / "agentledger" / "workflows").glob("*.py")) + sorted(
     (ROOT / "workflows").glob("*.py")
 )
 ARCHIVE = sorted((ROOT / "tests" / "histories" / "archive").glob("*.json"))
@@ -151,8 +151,8 @@ async def test_an_open_run_that_needs_a_retired_branch_is_refused_and_reported(
     lists it (exit 1), beside a run of today's generation that needs no old path."""
     from temporalio.api.enums.v1 import EventType
 
-    from agentrun.ops import operations as ops
-    from agentrun.worker import deploy_check
+    from agentledger.ops import operations as ops
+    from agentledger.worker import deploy_check
     from tests.support import eventually, make_spec, wait_pending
     from tests.test_cli import run_cli
 

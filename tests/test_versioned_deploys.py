@@ -7,10 +7,10 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 from temporalio.service import RPCError
 
-from agentrun import RunClient
-from agentrun.ops import operations as ops
-from agentrun.temporal import deployments
-from agentrun.workflows import AgentRunWorkflow
+from agentledger import RunClient
+from agentledger.ops import operations as ops
+from agentledger.temporal import deployments
+from agentledger.workflows import AgentRunWorkflow
 from tests.support import make_spec, wait_pending
 
 
@@ -25,7 +25,7 @@ async def builds_that_ran(client, run_id: str) -> set[str]:
 
 
 async def test_an_open_run_stays_on_v1_while_new_runs_take_v2(client, settings, pool, worker):
-    deployment = f"agentrun-{uuid.uuid4().hex[:8]}"
+    deployment = f"agentledger-{uuid.uuid4().hex[:8]}"
     v1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v1"})
     v2 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v2"})
     async with worker(settings=v1):
@@ -66,14 +66,14 @@ async def test_a_deploy_moves_a_capped_tenant_and_a_backlog_to_v2_and_v1_drains(
     """With a capped tenant's runs queued and a backlog's tasks waiting, v2 becomes current:
     the tenant's queue and the backlog move to v2 at their continue-as-new, their new runs
     start on v2, the runs already on v1 finish there, and v1 drains to no open run."""
-    from agentrun.core.admission_models import TenantLimits
-    from agentrun.core.backlog_models import PolicyPatch, TaskItem, backlog_id, child_run_id
-    from agentrun.ops import backlog_ops
-    from agentrun.workflows.admission import admission_id
+    from agentledger.core.admission_models import TenantLimits
+    from agentledger.core.backlog_models import PolicyPatch, TaskItem, backlog_id, child_run_id
+    from agentledger.ops import backlog_ops
+    from agentledger.workflows.admission import admission_id
     from tests.support import eventually
     from tests.test_cli import run_cli
 
-    deployment = f"agentrun-{uuid.uuid4().hex[:8]}"
+    deployment = f"agentledger-{uuid.uuid4().hex[:8]}"
     v1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v1"})
     v2 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v2"})
     queue = settings.task_queue
@@ -159,10 +159,10 @@ async def test_a_deploy_never_turns_away_a_capped_tenant_with_room(client, setti
     cap (the old queue turned every start away for as long as the v1 run lived)."""
     import time
 
-    from agentrun.core.admission_models import TenantLimits
-    from agentrun.workflows.admission import admission_id
+    from agentledger.core.admission_models import TenantLimits
+    from agentledger.workflows.admission import admission_id
 
-    deployment = f"agentrun-{uuid.uuid4().hex[:8]}"
+    deployment = f"agentledger-{uuid.uuid4().hex[:8]}"
     v1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v1"})
     v2 = settings.model_copy(update={"deployment_name": deployment, "build_id": "v2"})
     tenant = f"roomy-{uuid.uuid4().hex[:6]}"

@@ -27,7 +27,7 @@ async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool
     try:
         warning = started.json()["no_worker_warning"]
         assert f"no worker polls task queue '{settings.task_queue}'" in warning, warning
-        assert "agentrun-worker" in warning and f"warning: {warning}" in started.err
+        assert "agentledger-worker" in warning and f"warning: {warning}" in started.err
 
         shown = await run_cli(settings, home, "status", run_id, "--wait", "5")
         assert shown.code == 0, shown.err

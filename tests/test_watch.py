@@ -12,17 +12,17 @@ import sys
 
 from temporalio.api.enums.v1 import EventType
 
-from agentrun.activities.text_stream import TEXT_BATCH
-from agentrun.core._state import RunInput
-from agentrun.core._wire import ModelCallResult
-from agentrun.core.constants import ACTIVITY_MODEL_COMPLETE
-from agentrun.core.results import WatchItem
-from agentrun.core.streamed_text import MAX_STREAMED_CHARS
-from agentrun.dev.offline_model import OfflineModelServer, Reply, offline_planner
-from agentrun.ops import operations as ops
-from agentrun.ops import watch
-from agentrun.workflows import AgentRunWorkflow
-from agentrun.workflows.run_stream import RETAINED_ITEMS
+from agentledger.activities.text_stream import TEXT_BATCH
+from agentledger.core._state import RunInput
+from agentledger.core._wire import ModelCallResult
+from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE
+from agentledger.core.results import WatchItem
+from agentledger.core.streamed_text import MAX_STREAMED_CHARS
+from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
+from agentledger.ops import operations as ops
+from agentledger.ops import watch
+from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.run_stream import RETAINED_ITEMS
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from tests.test_crash_recovery import start_worker_process
@@ -41,8 +41,8 @@ async def watch_cli(settings, home, run_id: str) -> asyncio.Task[tuple[int, list
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url or "",
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_HOME": str(home),
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_HOME": str(home),
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -153,7 +153,7 @@ async def test_watching_an_ended_run_prints_its_story_from_the_mirror(
     assert items[0]["type"] == "run.started" and items[-1]["kind"] == "receipt"
     text = await run_cli(settings, tmp_path, "watch", started.run_id)
     assert "run.finished" in text.out and "receipt: completed" in text.out
-    decide = f"decide: agentrun approve {started.run_id} --by NAME --role approver"
+    decide = f"decide: agentledger approve {started.run_id} --by NAME --role approver"
     assert decide in text.out
 
 
@@ -254,8 +254,8 @@ async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_pat
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "DATABASE_URL": settings.database_url or "",
-        "AGENTRUN_TASK_QUEUE": settings.task_queue,
-        "AGENTRUN_HOME": str(tmp_path),
+        "AGENTLEDGER_TASK_QUEUE": settings.task_queue,
+        "AGENTLEDGER_HOME": str(tmp_path),
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -272,7 +272,7 @@ async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_pat
         line = await asyncio.wait_for(proc.stderr.readline(), 40)
         while line and not line.startswith(b"note:"):  # warnings from libraries first
             line = await asyncio.wait_for(proc.stderr.readline(), 40)
-        assert b"is one running? (`agentrun-worker`)" in line
+        assert b"is one running? (`agentledger-worker`)" in line
     finally:
         proc.kill()
         await proc.wait()
@@ -402,7 +402,7 @@ async def test_a_reply_past_the_budget_is_cut_with_a_note(client, settings, pool
 async def test_without_provider_streaming_watchers_get_each_reply_when_its_step_ends(
     client, settings, pool, worker
 ):
-    """AGENTRUN_MODEL_STREAM=0: the provider answers whole, the workflow publishes it."""
+    """AGENTLEDGER_MODEL_STREAM=0: the provider answers whole, the workflow publishes it."""
     answer = "## Summary\nRefunds are paid within five working days of the request."
     whole = settings.model_copy(update={"model_stream": False})
     run_id, items, requests = await search_then_answer(

@@ -4,7 +4,7 @@ the exact command that decides it, and what each activity did.
 Headless Chromium (Debian's `chromium` package) driven by Playwright (the `browser` extra, which
 `.ci/run` installs and `dev` does not); without either the test is skipped with the reason. The
 Web UI comes from a dev server of its own on free ports.
-`AGENTRUN_SCREENSHOT=docs/web-ui-run.png` also writes the screenshot the docs show.
+`AGENTLEDGER_SCREENSHOT=docs/web-ui-run.png` also writes the screenshot the docs show.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agentrun.core import search_attributes
-from agentrun.ops import operations as ops
-from agentrun.workflows import AgentRunWorkflow
+from agentledger.core import search_attributes
+from agentledger.ops import operations as ops
+from agentledger.workflows import AgentRunWorkflow
 from tests.conftest import running_worker
 from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
 
-CHROMIUM = os.environ.get("AGENTRUN_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("AGENTLEDGER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -39,7 +39,7 @@ playwright = pytest.importorskip(
 )
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
-    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTRUN_CHROMIUM)",
+    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTLEDGER_CHROMIUM)",
 )
 
 
@@ -117,9 +117,9 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
                 # The static summary, and the current details with the exact command.
                 assert "agent support-bot · tenant acme · Look up our refund policy" in metadata
                 assert "Waiting for approval of send_message to ana@example.com" in metadata
-                approve = f"agentrun approve {run_id} --by YOUR_NAME --role approver"
+                approve = f"agentledger approve {run_id} --by YOUR_NAME --role approver"
                 assert approve in metadata
-                shot = os.environ.get("AGENTRUN_SCREENSHOT") or str(tmp_path / "web-ui-run.png")
+                shot = os.environ.get("AGENTLEDGER_SCREENSHOT") or str(tmp_path / "web-ui-run.png")
                 png = await page.screenshot(path=shot)  # type: ignore[attr-defined]
                 assert len(png) > 10_000
 
@@ -133,6 +133,6 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
                 ended, _ = await page_text(browser, url, tab="User Metadata", wait_for="Receipt:")
                 assert "Completed" in ended
                 assert "1 side effect · 0 duplicates prevented" in ended
-                assert f"agentrun receipt {run_id}" in ended
+                assert f"agentledger receipt {run_id}" in ended
             finally:
                 await browser.close()

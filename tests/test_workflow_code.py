@@ -7,9 +7,9 @@ import importlib.util
 import sys
 from types import ModuleType
 
-import agentrun.workflows
-from agentrun.worker.workflow_code import share_workflow_code
-from agentrun.workflows import AgentRunWorkflow
+import agentledger.workflows
+from agentledger.worker.workflow_code import share_workflow_code
+from agentledger.workflows import AgentRunWorkflow
 
 
 def import_afresh(name: str) -> ModuleType:
@@ -17,7 +17,7 @@ def import_afresh(name: str) -> ModuleType:
     module its own sys.modules lacks, then a new module executed from the found spec."""
     for finder in sys.meta_path:
         find_spec = getattr(finder, "find_spec", None)
-        spec = find_spec(name, agentrun.workflows.__path__) if find_spec else None
+        spec = find_spec(name, agentledger.workflows.__path__) if find_spec else None
         if spec is not None:
             break
     assert spec is not None and spec.loader is not None
@@ -29,8 +29,8 @@ def import_afresh(name: str) -> ModuleType:
 def test_two_runs_share_the_code_and_nothing_else():
     share_workflow_code([AgentRunWorkflow])
     first, second = (
-        import_afresh("agentrun.workflows.run_stream"),
-        import_afresh("agentrun.workflows.run_stream"),
+        import_afresh("agentledger.workflows.run_stream"),
+        import_afresh("agentledger.workflows.run_stream"),
     )
     assert first is not second and first.RunStream is not second.RunStream
     assert first.RunStream.publish is not second.RunStream.publish

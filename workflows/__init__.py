@@ -1,4 +1,4 @@
-"""This deployment's own workflows, registered by worker.py beside agentrun's engine."""
+"""This deployment's own workflows, registered by worker.py beside agentledger's engine."""
 
 from workflows.refund_review import RefundRequest, RefundReviewWorkflow
 

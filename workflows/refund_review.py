@@ -1,9 +1,9 @@
-"""A business workflow that asks an agent: this deployment's own code, beside agentrun's engine.
+"""A business workflow that asks an agent: this deployment's own code, beside agentledger's engine.
 
 A refund request comes in. The support-desk agent looks the policy up and tells the customer
 (its message waits for a person's approval, with no worker held); once the agent's run has
 completed, this workflow records the refund through the deployment's own activity. The agent
-runs as a child workflow (`agentrun.workflows.run_agent`), so the whole chain is durable: a
+runs as a child workflow (`agentledger.workflows.run_agent`), so the whole chain is durable: a
 crash anywhere resumes where it stopped, and the refund is recorded once.
 """
 
@@ -16,8 +16,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.refunds import RefundActivities, RefundOrder, RefundRecord
-    from agentrun import RunSpec
-    from agentrun.workflows import run_agent
+    from agentledger import RunSpec
+    from agentledger.workflows import run_agent
 
 
 class RefundRequest(BaseModel):

@@ -7,7 +7,7 @@ inside the ledger's transaction: the refund and its record commit together.
 
 from pydantic import BaseModel, Field
 
-from agentrun import ToolContext, ToolRegistry, tool
+from agentledger import ToolContext, ToolRegistry, tool
 
 # The table this tool writes; every worker that has the tool creates it when it starts.
 REFUNDS = """

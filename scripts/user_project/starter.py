@@ -3,13 +3,13 @@
 import asyncio
 import sys
 
-import agentrun
+import agentledger
 
 TASK = 'Refund order 7. call refund {"order_id": 7, "cents": 1250}'
 
 
 async def main() -> int:
-    client = await agentrun.RunClient.connect()
+    client = await agentledger.RunClient.connect()
     try:
         run_id = (
             await client.runs.start(TASK, idempotency_key=f"user-refund-{sys.argv[1]}")

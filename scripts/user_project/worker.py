@@ -1,10 +1,10 @@
-"""The user's worker: agentrun's engine with the user's tools, in the user's own process."""
+"""The user's worker: agentledger's engine with the user's tools, in the user's own process."""
 
 import asyncio
 import logging
 import signal
 
-import agentrun
+import agentledger
 from activities import refunds
 
 
@@ -13,7 +13,7 @@ async def main() -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    await agentrun.run_worker([refunds.registry], identity="user-worker", stop=stop)
+    await agentledger.run_worker([refunds.registry], identity="user-worker", stop=stop)
 
 
 if __name__ == "__main__":

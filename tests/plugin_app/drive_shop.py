@@ -1,8 +1,8 @@
-"""The shop's whole story from its own folder, with agentrun installed from the wheel
-(scripts/wheel_check.sh, step 6): its worker with `AgentrunPlugin`, its workflow running an
+"""The shop's whole story from its own folder, with agentledger installed from the wheel
+(scripts/wheel_check.sh, step 6): its worker with `AgentLedgerPlugin`, its workflow running an
 agent that asks for approval, the approval sent through a RunClient on the shop's own Client,
 the run's receipt, both histories replayed, every stored payload sealed by the shop's codec.
-Only the shop's code and agentrun's public API are imported. Exits 0 and prints one line, or
+Only the shop's code and agentledger's public API are imported. Exits 0 and prints one line, or
 raises saying what did not hold.
 
     DATABASE_URL=... OPENAI_BASE_URL=... SHOP_ENCRYPTION_KEY=... python drive_shop.py ADDRESS
@@ -29,8 +29,8 @@ from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
-import agentrun
-from agentrun import AgentrunPlugin, RunClient
+import agentledger
+from agentledger import AgentLedgerPlugin, RunClient
 
 T = TypeVar("T")
 
@@ -46,13 +46,13 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, second
 
 
 async def main(address: str) -> None:
-    assert "site-packages" in str(agentrun.__file__), f"agentrun from {agentrun.__file__}"
+    assert "site-packages" in str(agentledger.__file__), f"agentledger from {agentledger.__file__}"
     # The shop traces with the SDK's OpenTelemetry plugin, which wants its provider set.
     trace.set_tracer_provider(create_tracer_provider())
     client: Client = await app.connect(address)
     order = Order(order_id=f"o-{uuid.uuid4().hex[:8]}", customer="ana@example.com", amount_usd=42)
     parent_id = f"review-{order.order_id}"
-    async with app.worker(client), RunClient.on(client, app.AGENTRUN) as run_client:
+    async with app.worker(client), RunClient.on(client, app.AGENTLEDGER) as run_client:
         handle = await client.start_workflow(
             OrderReview.run, order, id=parent_id, task_queue=app.TASK_QUEUE
         )
@@ -85,7 +85,7 @@ async def main(address: str) -> None:
     replayer = Replayer(
         workflows=[OrderReview],
         data_converter=DataConverter(payload_codec=codec),
-        plugins=[AgentrunPlugin(app.AGENTRUN)],
+        plugins=[AgentLedgerPlugin(app.AGENTLEDGER)],
     )
     for history in (parent, child):
         await replayer.replay_workflow(history)

@@ -3,7 +3,7 @@ the ledger makes it happen once."""
 
 from pydantic import BaseModel, Field
 
-import agentrun
+import agentledger
 
 REFUNDS = """
 CREATE TABLE IF NOT EXISTS user_refunds (
@@ -20,8 +20,8 @@ class Refund(BaseModel):
     cents: int = Field(gt=0, le=100_000, description="how much, in cents")
 
 
-@agentrun.tool(risk="high", side_effect=True, schema=[REFUNDS])
-async def refund(args: Refund, ctx: agentrun.ToolContext) -> dict[str, int]:
+@agentledger.tool(risk="high", side_effect=True, schema=[REFUNDS])
+async def refund(args: Refund, ctx: agentledger.ToolContext) -> dict[str, int]:
     """Refund part or all of an order."""
     await ctx.conn.execute(
         "INSERT INTO user_refunds (idempotency_key, run_id, order_id, cents) "
@@ -31,4 +31,4 @@ async def refund(args: Refund, ctx: agentrun.ToolContext) -> dict[str, int]:
     return {"refunded_cents": args.cents, "order_id": args.order_id}
 
 
-registry = agentrun.ToolRegistry([refund])
+registry = agentledger.ToolRegistry([refund])

@@ -7,22 +7,22 @@ from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
 from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 
-from agentrun import AgentrunConfig, AgentrunPlugin  # agentrun
+from agentledger import AgentLedgerConfig, AgentLedgerPlugin  # agentledger
 from shopapp.activities import check_order
 from shopapp.codec import ShopCodec
 from shopapp.workflows import OrderReview
 
 TASK_QUEUE = os.environ.get("SHOP_TASK_QUEUE", "shop")
 TRACING = OpenTelemetryPlugin(add_temporal_spans=True)
-MIRROR, MODELS = os.environ["DATABASE_URL"], os.environ["OPENAI_BASE_URL"]  # agentrun
-AGENTRUN = AgentrunConfig(MIRROR, model_base_url=MODELS, demo=True)  # agentrun
+MIRROR, MODELS = os.environ["DATABASE_URL"], os.environ["OPENAI_BASE_URL"]  # agentledger
+AGENTLEDGER = AgentLedgerConfig(MIRROR, model_base_url=MODELS, demo=True)  # agentledger
 
 
 async def connect(address: str) -> Client:
     return await Client.connect(
         address,
         data_converter=DataConverter(payload_codec=ShopCodec.from_environment()),
-        plugins=[TRACING, AgentrunPlugin(AGENTRUN)],  # agentrun
+        plugins=[TRACING, AgentLedgerPlugin(AGENTLEDGER)],  # agentledger
     )
 
 

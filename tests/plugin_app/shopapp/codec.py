@@ -1,4 +1,4 @@
-"""The shop's own encryption of every payload Temporal stores (not agentrun's)."""
+"""The shop's own encryption of every payload Temporal stores (not agentledger's)."""
 
 import base64
 import os

@@ -6,8 +6,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentrun import RunSpec
-    from agentrun.workflows import run_agent
+    from agentledger import RunSpec
+    from agentledger.workflows import run_agent
     from shopapp.activities import Order, check_order
 
 

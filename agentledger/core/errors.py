@@ -1,0 +1,241 @@
+"""Every error agentledger raises, and every kind of failure it classifies, in one place;
+Temporal alone owns retries.
+
+Two families. Errors for people all derive from `AgentLedgerError`; each carries the exit code
+the `agentledger` command ends with (README "Exit codes") through one of its public subclasses,
+`InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a message that
+says what to do next; any other `AgentLedgerError` is a runtime failure (1). Failures of steps
+become ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
+what to do (SDK clients are built with max_retries=0); the run workflow reads them back
+with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fallback.
+(A provider's or Postgres's own exceptions are read where they are met:
+`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+
+# ---------------------------------------------------------------- errors for people
+
+
+class AgentLedgerError(Exception):
+    """What agentledger raises for people: the message says what happened and what to do next;
+    `exit_code` is what the `agentledger` command exits with, `kind` its name under `--json`."""
+
+    exit_code: ClassVar[int] = 1
+    kind: ClassVar[str] = "failure"
+
+
+class InvalidInput(AgentLedgerError):
+    """A request that cannot be carried out as written: a bad flag, file, spec or setting."""
+
+    exit_code = 2
+    kind = "invalid_input"
+
+
+class NotFound(AgentLedgerError):
+    """No such run (another tenant's run reads the same), backlog or record."""
+
+    exit_code = 3
+    kind = "not_found"
+
+
+class Unreachable(AgentLedgerError):
+    """A service the request needs did not answer: Temporal, Postgres or a worker."""
+
+    exit_code = 4
+    kind = "unreachable"
+
+
+class Refused(AgentLedgerError):
+    """Refused by policy (a cap, a role, a signature) or by the run (it has ended, it waits
+    for no approval)."""
+
+    exit_code = 5
+    kind = "refused"
+
+
+# The classes below are the ones agentledger raises; each has the public class that says what
+# it means first among its bases, so it carries that class's exit code.
+
+
+class SetupError(InvalidInput):
+    """A setting is wrong or a service is missing; the message says how to provide or fix it."""
+
+
+class ServiceUnreachable(Unreachable, SetupError):
+    """Temporal or Postgres cannot be reached at the address the settings name."""
+
+
+class ConnectionSettingsError(SetupError):
+    """The Temporal profile or TLS files cannot be read; the message says which."""
+
+
+class OperationError(AgentLedgerError):
+    """A failed operation on a run; the message is for a person. The subclasses below say
+    why it failed, where that is known."""
+
+
+class InvalidRequest(InvalidInput, OperationError):
+    """An operation asked with arguments it cannot take."""
+
+
+class RunNotFound(NotFound, OperationError):
+    """No such run, or not the caller's tenant's: the two read the same."""
+
+
+class NotAnswered(Unreachable, OperationError):
+    """No worker (or no server) answered within the command's wait."""
+
+
+class OperationRefused(Refused, OperationError):
+    """The run or its policy refused the operation: the message says why."""
+
+
+class TenantError(InvalidInput, OperationError):
+    """A refused tenant change."""
+
+
+class ForkError(Refused, OperationError):
+    """The run cannot be forked there; the message says why and what to do."""
+
+
+class DeploymentError(Refused, OperationError):
+    """The version cannot be made current; the message says what to do."""
+
+
+class ToolLoadError(SetupError):
+    """A tool source (`agentledger-worker --tools`) that does not load; the message names it."""
+
+
+class McpSetupError(SetupError):
+    """An MCP server (`agentledger-worker --mcp`) that cannot be started or listed."""
+
+
+class ToolSetConflict(SetupError):
+    """Another live worker on the task queue has other tools."""
+
+
+class ProfileError(InvalidInput, OperationError):
+    """An agent profile source that does not load, or a name it lacks; the message says which."""
+
+
+class UnknownEncryptionKey(SetupError):
+    """A payload names a key id this process does not hold (AGENTLEDGER_ENCRYPTION_KEYS)."""
+
+
+# Raised and caught inside a tool activity, which turns it into the call's error: never
+# raised to a person, so not an AgentLedgerError.
+class SecretUnavailable(LookupError):
+    """A marker that does not open here: not this run's, or sealed under a key we lack."""
+
+
+# ---------------------------------------------------------------- failures of steps
+
+# Error types a run treats as final; listed so workflows can recognise them.
+PERMISSION_DENIED = "PermissionDenied"
+BAD_REQUEST = "BadRequest"
+RATE_LIMITED = "RateLimited"
+PROVIDER_UNAVAILABLE = "ProviderUnavailable"
+UNKNOWN_TOOL = "UnknownTool"
+# A payload over Temporal's blob size limit (agentledger.core.payload_limits): no retry sends less.
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"
+# Another attempt holds an external tool's claim: retry later, it may finish meanwhile.
+EFFECT_IN_PROGRESS = "EffectInProgress"
+# The Docker engine or the image `run_code` needs is not there: retried until it is.
+SANDBOX_UNAVAILABLE = "SandboxUnavailable"
+
+# Failures that no other model or another try will fix.
+FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
+
+# Postgres refused the values themselves (out of range, a broken constraint): the same write
+# fails however often it is retried.
+DATA_REFUSED = "DataRefused"
+
+
+def provider_too_slow(seconds: float) -> ApplicationError:
+    """The provider sent no whole answer in the time the step allows: retried like an outage,
+    and said in words, before Temporal's own timeout would say only that the step timed out."""
+    return ApplicationError(
+        f"model provider unavailable: no complete answer within {seconds:.0f} s "
+        "(timeouts.model_seconds)",
+        type=PROVIDER_UNAVAILABLE,
+    )
+
+
+def unknown_tool(message: str) -> ApplicationError:
+    """The model named a tool this worker does not have: no retry will find it."""
+    return ApplicationError(message, type=UNKNOWN_TOOL, non_retryable=True)
+
+
+def tool_forbidden(tool: str, reason: str, attempt: int) -> ApplicationError:
+    """A tool was refused permission: final, and by default the run waits for a person. The
+    attempt goes along, so the run records which one was refused (`attempts_made`)."""
+    return ApplicationError(
+        f"{tool} was refused permission: {reason}",
+        {"attempt": attempt},
+        type=PERMISSION_DENIED,
+        non_retryable=True,
+    )
+
+
+def eval_diverged(tool: str, attempt: int) -> ApplicationError:
+    """An eval case's run called what its recording lacks: the case stops there, paused as
+    for a refused permission, and the eval reads the divergence and ends the run."""
+    return ApplicationError(
+        f"{tool}: this eval case's recording has no such call (a divergence); the case stops",
+        {"attempt": attempt},
+        type=PERMISSION_DENIED,
+        non_retryable=True,
+    )
+
+
+def effect_in_progress(tool: str, key: str) -> ApplicationError:
+    return ApplicationError(
+        f"another attempt is still performing {tool} ({key}); retrying later",
+        type=EFFECT_IN_PROGRESS,
+    )
+
+
+def reworded(err: Exception, message: str) -> ApplicationError:
+    """`err` classified as it was, with another message (one that quotes no secret)."""
+    return ApplicationError(
+        message,
+        type=err.type if isinstance(err, ApplicationError) else type(err).__name__,
+        non_retryable=isinstance(err, ApplicationError) and err.non_retryable,
+    )
+
+
+def error_kind(err: ActivityError) -> str:
+    """The classified type of an activity's final failure ("Timeout" for a timeout)."""
+    if isinstance(err.cause, ApplicationError):
+        return err.cause.type or "ApplicationError"
+    if isinstance(err.cause, TimeoutError):
+        return "Timeout"
+    return type(err.cause).__name__
+
+
+def attempts_made(err: ActivityError, max_attempts: int) -> int:
+    """How many attempts an activity made before it failed for good: all it had if its
+    retries ran out, else the number the activity reported in its error's details."""
+    if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return max_attempts
+    if isinstance(err.cause, ApplicationError):
+        for detail in err.cause.details:
+            if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
+                return int(detail["attempt"])
+    return 1
+
+
+def cause(err: ActivityError) -> str:
+    """What went wrong, for the step's record and the run's error."""
+    return err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+
+
+def sandbox_unavailable(detail: str) -> ApplicationError:
+    """`run_code` could not reach its engine or image: nothing ran, so another try is safe,
+    and the status says why the step waits."""
+    return ApplicationError(f"sandbox unavailable: {detail}", type=SANDBOX_UNAVAILABLE)

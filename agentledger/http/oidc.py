@@ -1,0 +1,71 @@
+"""Bearer JWTs from an OIDC issuer: the signature checked against the issuer's JWKS
+(fetched within a bound and cached), then `iss`, `aud` and `exp`; the tenant and the roles
+are the claims the settings name. Verified with PyJWT."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import jwt
+
+from agentledger.core.access import ROLES, Caller
+from agentledger.core.errors import ServiceUnreachable, SetupError
+from agentledger.core.http_settings import HttpSettings
+from agentledger.http.errors import unauthenticated
+
+# Asymmetric algorithms only: a JWKS holds public keys, and "none" or HMAC never pass.
+ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"]
+FETCH_SECONDS = 5.0
+CACHE_SECONDS = 300.0
+
+
+class OidcVerifier:
+    def __init__(self, settings: HttpSettings) -> None:
+        if not settings.oidc_jwks_url:
+            raise SetupError("OIDC needs AGENTLEDGER_OIDC_JWKS_URL")
+        if not settings.oidc_issuer:
+            raise SetupError(
+                "AGENTLEDGER_OIDC_JWKS_URL is set without AGENTLEDGER_OIDC_ISSUER: name the issuer "
+                "whose tokens to accept"
+            )
+        self.issuer = settings.oidc_issuer
+        self.audience = settings.oidc_audience
+        self.tenant_claim = settings.oidc_tenant_claim
+        self.roles_claim = settings.oidc_roles_claim
+        self.keys = jwt.PyJWKClient(
+            settings.oidc_jwks_url,
+            cache_keys=True,
+            lifespan=CACHE_SECONDS,
+            timeout=FETCH_SECONDS,
+        )
+
+    async def caller(self, token: str) -> Caller:
+        try:
+            key = await asyncio.to_thread(self.keys.get_signing_key_from_jwt, token)
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.key,
+                algorithms=ALGORITHMS,
+                issuer=self.issuer,
+                audience=self.audience,
+                options={"require": ["exp", "iss", "sub"], "verify_aud": bool(self.audience)},
+            )
+        except jwt.PyJWKClientConnectionError as err:
+            raise ServiceUnreachable(
+                f"the issuer's keys (AGENTLEDGER_OIDC_JWKS_URL) could not be fetched: {err}; "
+                "try again shortly"
+            ) from err
+        except (jwt.PyJWTError, ValueError) as err:
+            raise unauthenticated(f"the bearer token was not accepted: {err}") from err
+        tenant = claims.get(self.tenant_claim)
+        if not isinstance(tenant, str) or not tenant:
+            raise unauthenticated(f"the token names no tenant (claim {self.tenant_claim!r})")
+        raw = claims.get(self.roles_claim, [])
+        named = raw.split() if isinstance(raw, str) else raw if isinstance(raw, list) else []
+        return Caller(
+            tenant=tenant,
+            roles=frozenset(r for r in named if r in ROLES),
+            identity=str(claims["sub"]),
+            credential=f"oidc:{self.issuer}:{claims['sub']}",
+        )

@@ -1,0 +1,59 @@
+"""The HTTP door's API keys in Postgres: each key's tenant, role, expiry and revocation,
+and the sha256 of the key (agentledger/core/access.py), never the key itself."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+COLUMNS = "key_id, name, tenant, role, created_at, expires_at, revoked_at"
+
+
+class ApiKeyStore:
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    async def add(
+        self,
+        key_id: str,
+        tenant: str,
+        role: str,
+        key_hash: str,
+        expires_at: datetime | None,
+        name: str | None,
+    ) -> dict[str, Any]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"""INSERT INTO api_keys (key_id, tenant, role, key_hash, expires_at, name)
+                    VALUES (%s, %s, %s, %s, %s, %s) RETURNING {COLUMNS}""",
+                (key_id, tenant, role, key_hash, expires_at, name),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return row
+
+    async def find(self, key_id: str) -> dict[str, Any] | None:
+        """The key's row with its hash, for checking a presented key."""
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"SELECT {COLUMNS}, key_hash FROM api_keys WHERE key_id = %s", (key_id,)
+            )
+            return await cur.fetchone()
+
+    async def listed(self) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(f"SELECT {COLUMNS} FROM api_keys ORDER BY tenant, created_at")
+            return await cur.fetchall()
+
+    async def revoke(self, key_id: str) -> dict[str, Any] | None:
+        """Revoke the key (kept, so `keys list` shows when); None if there is no such key."""
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"""UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+                    WHERE key_id = %s RETURNING {COLUMNS}""",
+                (key_id,),
+            )
+            return await cur.fetchone()

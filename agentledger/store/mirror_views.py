@@ -1,0 +1,139 @@
+"""A run as the Postgres mirror last saw it: what commands show when no worker answers.
+
+The mirror is written at every step boundary, so it lags the workflow by at most the step in
+flight; whatever reads it says so (`"source": "mirror"`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from agentledger.core.results import ChildApproval, PendingApproval, RunState, StepSummary
+
+RUN_SQL = """
+SELECT run_id, status, tenant, priority, user_id AS user, task, current_step_id, pause_reason,
+       checkpoint, tokens_in, tokens_out, cost_usd::float8 AS cost_usd, result, error,
+       updated_at
+FROM runs WHERE run_id = %s
+"""
+STEPS_SQL = """
+SELECT step_id, seq, type, name, status, attempt FROM steps WHERE run_id = %s ORDER BY seq
+"""
+# The approval still waiting: its request event, for a step the mirror has not seen decided.
+PENDING_SQL = """
+SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
+WHERE e.run_id = %s AND e.type = 'approval.requested' AND s.status = 'waiting'
+ORDER BY e.seq DESC LIMIT 1
+"""
+# The sub-agent runs a run started (each names its run in its `subagent.started` event).
+CHILDREN_SQL = """
+SELECT DISTINCT data->>'run_id' AS run_id FROM events
+WHERE run_id = %s AND type = 'subagent.started' AND data->>'run_id' IS NOT NULL
+"""
+
+
+async def run_tenant(pool: AsyncConnectionPool, run_id: str) -> str | None:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT tenant FROM runs WHERE run_id = %s", (run_id,))
+        row = await cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+async def run_state(pool: AsyncConnectionPool, run_id: str) -> tuple[RunState, datetime] | None:
+    """The run's state as mirrored, and when the mirror last changed; None if never mirrored."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(RUN_SQL, (run_id,))
+        run = await cur.fetchone()
+        if run is None:
+            return None
+        await cur.execute(STEPS_SQL, (run_id,))
+        steps = [StepSummary.model_validate(row) for row in await cur.fetchall()]
+        await cur.execute(PENDING_SQL, (run_id,))
+        pending = await cur.fetchone()
+        children = await _child_approvals(cur, run_id)
+    updated_at = run.pop("updated_at")
+    state = RunState.model_validate(
+        {
+            **run,
+            "steps": steps,
+            "pending_approval": PendingApproval.model_validate(pending["data"])
+            if pending
+            else None,
+            "pause_requested": False,
+            "child_approvals": children,
+        }
+    )
+    return state, updated_at
+
+
+async def _child_approvals(cur: Any, run_id: str) -> list[ChildApproval]:
+    """The approvals the run's sub-agents (and theirs, all the way down) wait for, as their
+    own mirrors show them: what the live state lists, read with no worker up."""
+    found: list[ChildApproval] = []
+    seen = {run_id}
+    parents = [run_id]
+    while parents:
+        children: list[str] = []
+        for parent in parents:
+            await cur.execute(CHILDREN_SQL, (parent,))
+            children += [r["run_id"] for r in await cur.fetchall() if r["run_id"] not in seen]
+        seen.update(children)
+        for child in children:
+            await cur.execute(PENDING_SQL, (child,))
+            pending = await cur.fetchone()
+            if pending:
+                found.append(
+                    ChildApproval(
+                        run_id=child, approval=PendingApproval.model_validate(pending["data"])
+                    )
+                )
+        parents = children
+    return found
+
+
+# Every run of a tenant that waits for a person, with the approval it waits for: an inbox.
+INBOX_SQL = """
+SELECT r.run_id, r.user_id AS "user", r.task, r.tenant, e.data AS approval
+FROM runs r
+JOIN LATERAL (
+    SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
+    WHERE e.run_id = r.run_id AND e.type = 'approval.requested' AND s.status = 'waiting'
+    ORDER BY e.seq DESC LIMIT 1
+) e ON true
+WHERE r.status = 'waiting_for_approval' AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+ORDER BY r.updated_at DESC LIMIT %(limit)s
+"""
+STEP_ROW_SQL = """
+SELECT s.step_id, s.type, s.name, s.status, s.input, s.output, s.error
+FROM steps s JOIN runs r USING (run_id)
+WHERE s.run_id = %(run)s AND s.step_id = %(step)s
+  AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+"""
+
+
+async def pending_approvals(
+    pool: AsyncConnectionPool, *, tenant: str | None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """The approvals runs wait for (`tenant`'s alone, with one), newest first: each run's
+    id, who it is for, its task, and the approval as the run asked for it."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(INBOX_SQL, {"tenant": tenant, "limit": limit})
+        rows = await cur.fetchall()
+    return [
+        {**row, "approval": PendingApproval.model_validate(row["approval"]).model_dump(mode="json")}
+        for row in rows
+    ]
+
+
+async def step_row(
+    pool: AsyncConnectionPool, run_id: str, step_id: str, *, tenant: str | None
+) -> dict[str, Any] | None:
+    """One step as mirrored (its input, output or error); None if the mirror has not seen it
+    (or the run is another tenant's)."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(STEP_ROW_SQL, {"run": run_id, "step": step_id, "tenant": tenant})
+        return await cur.fetchone()

@@ -1,0 +1,183 @@
+"""The types `agentledger.RunClient` takes and returns, and the parts of a `RunSpec`: public,
+like the names `agentledger` exports. Every model here holds only types exported here.
+
+    from agentledger.types import RunState, Started, VerifySpec
+
+Importing this module loads only agentledger.core (pydantic's models, Temporal's types), not
+the operations, the stores or the workflows (tests/test_public_api.py holds it to that).
+"""
+
+from __future__ import annotations
+
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.approver_key import ApproverKey
+from agentledger.core.backlog_models import (
+    BacklogControlResult,
+    EnqueueResult,
+    PolicyPatch,
+    RetryResult,
+    TaskItem,
+)
+from agentledger.core.builds import BuildStatus, DeployStatus
+from agentledger.core.eval_cases import (
+    Divergence,
+    RecordedApproval,
+    RecordedCall,
+    Recording,
+    ToolUse,
+)
+from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
+from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentledger.core.listings import (
+    ApiKeyRow,
+    BacklogListing,
+    BacklogTaskRow,
+    DeadTask,
+    InboxItem,
+    MirroredStep,
+    NewApiKey,
+    RunRow,
+    TenantRow,
+)
+from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
+from agentledger.core.results import (
+    ApprovalRecord,
+    CheckOutcome,
+    ChildApproval,
+    ControlResult,
+    DecisionResult,
+    DecisionSeen,
+    ForkOrigin,
+    LeftInMirror,
+    PendingApproval,
+    Receipt,
+    RefusedDecision,
+    RetryRecord,
+    RunMessage,
+    RunResult,
+    RunState,
+    RunVersion,
+    SandboxExecution,
+    SayResult,
+    SessionTurn,
+    SideEffectRecord,
+    StepSummary,
+    Usage,
+    VerifyResult,
+    WatchItem,
+)
+from agentledger.core.run_reports import (
+    ActivityInFlight,
+    MirrorCheck,
+    RunReport,
+    Started,
+    WorkerSeen,
+)
+from agentledger.core.settings import Settings
+from agentledger.core.spec import (
+    ApprovalPolicy,
+    Budget,
+    CountCheck,
+    FailurePolicy,
+    JsonDict,
+    JudgeSpec,
+    ModelSettings,
+    RiskLevel,
+    RunSpec,
+    SessionSpec,
+    Signer,
+    StepTimeouts,
+    SubagentLimits,
+    ToolPolicy,
+    VerifySpec,
+)
+from agentledger.core.states import RunStatus
+from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
+from agentledger.profiles import Agent
+
+__all__ = [
+    "ActivityInFlight",
+    "Agent",
+    "ApiKeyRow",
+    "ApprovalPolicy",
+    "ApprovalRecord",
+    "ApproverKey",
+    "BacklogControlResult",
+    "BacklogListing",
+    "BacklogTaskRow",
+    "BranchNeed",
+    "BranchUse",
+    "Budget",
+    "BuildStatus",
+    "CaseScore",
+    "CheckOutcome",
+    "ChildApproval",
+    "ControlResult",
+    "CountCheck",
+    "DeadTask",
+    "DecisionResult",
+    "DecisionSeen",
+    "DeployCheck",
+    "DeployStatus",
+    "Divergence",
+    "EnqueueResult",
+    "EvalGate",
+    "EvalReport",
+    "EvalTotals",
+    "FailurePolicy",
+    "ForkOrigin",
+    "InboxItem",
+    "JsonDict",
+    "JudgeSpec",
+    "LeftInMirror",
+    "MirrorCheck",
+    "MirroredStep",
+    "ModelFailures",
+    "ModelSettings",
+    "NewApiKey",
+    "PatchInventory",
+    "PendingApproval",
+    "PolicyPatch",
+    "PruneResult",
+    "Receipt",
+    "RecordedApproval",
+    "RecordedCall",
+    "Recording",
+    "RefusedDecision",
+    "ReplayVerdict",
+    "RetryRecord",
+    "RetryResult",
+    "RiskLevel",
+    "RunMessage",
+    "RunReport",
+    "RunResult",
+    "RunRow",
+    "RunSpec",
+    "RunState",
+    "RunStatus",
+    "RunVersion",
+    "SandboxExecution",
+    "SayResult",
+    "SessionSpec",
+    "SessionTurn",
+    "Settings",
+    "SideEffectRecord",
+    "Signer",
+    "Started",
+    "Stats",
+    "StepSummary",
+    "StepTimeouts",
+    "SubagentLimits",
+    "TaskItem",
+    "TenantLimits",
+    "TenantRow",
+    "ToolFailures",
+    "ToolPolicy",
+    "ToolUse",
+    "Usage",
+    "VerifyResult",
+    "VerifySpec",
+    "VersionBranch",
+    "WatchItem",
+    "WorkerSeen",
+]

@@ -1,0 +1,205 @@
+"""`agentledger.run_worker`: a worker with your tools and MCP servers, in your own process.
+
+`agentledger-worker` is this with flags. It is `AgentLedgerPlugin` on a Client and a Worker, as
+in your own Temporal app (docs/temporal-app.md), plus what a worker process adds at its
+edge: the settings from the environment, MCP servers held open, the slots, cache, drain and
+version of its Worker, the Prometheus endpoint, the garbage collector, and its log lines.
+The plugin applies the DDL its tools declare and records its tool set on its task queue
+(refusing to join workers that have other tools, see agentledger/store/tool_sets.py); the
+worker then polls until `stop` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.worker import Worker
+
+from agentledger.core.errors import SetupError
+from agentledger.core.plugin_config import AgentLedgerConfig
+from agentledger.core.providers import load_providers, provider_keys
+from agentledger.core.settings import Settings, process_environment
+from agentledger.temporal.client import client_options, connect
+from agentledger.temporal.telemetry import shutdown_tracing
+from agentledger.tools.loading import DEMO_TOOLS, load_registry
+from agentledger.tools.mcp_servers import McpServerSpec
+from agentledger.worker import garbage_collector
+from agentledger.worker.drain import DrainReport, StepsInHand
+from agentledger.worker.plugin import AgentLedgerPlugin
+from agentledger.worker.worker_factory import ResourceTargets, run_queue_options
+
+log = logging.getLogger(__name__)
+
+
+def _mcp_tools(servers: list[McpServerSpec]) -> Any:
+    """The servers' tools, held open while the worker runs; the MCP client is loaded only when
+    a server is named (it is most of a worker's start-up imports)."""
+    if not servers:
+        return contextlib.nullcontext([])
+    from agentledger.tools.mcp import mcp_tools
+
+    return mcp_tools(servers)
+
+
+@dataclass
+class WorkerEdge:
+    """What a worker process's edge (agentledger-worker's flags, the environment) hands the
+    code that connects its Client and builds its Worker (`agentledger.worker_command(serve)`,
+    worker.py): the plugin's config, `Client.connect`'s and `Worker`'s arguments, and
+    `serve`, which runs the worker until the process is told to stop."""
+
+    settings: Settings
+    config: AgentLedgerConfig
+    identity: str
+    stop: asyncio.Event
+    resources: ResourceTargets | None = None
+    steps: StepsInHand = field(default_factory=StepsInHand)
+
+    @property
+    def task_queue(self) -> str:
+        return self.settings.task_queue
+
+    def client_options(self) -> dict[str, Any]:
+        """`Client.connect(**edge.client_options(), plugins=[AgentLedgerPlugin(edge.config)])`:
+        the server, TLS or API key, converter, tracing and metrics the settings name."""
+        return client_options(self.settings, identity=self.identity, serve_metrics=True)
+
+    def worker_options(self) -> dict[str, Any]:
+        """`Worker(client, task_queue=edge.task_queue, ..., **edge.worker_options())`: the
+        slots (or the machine's tuner), workflow cache, drain and version the flags and
+        settings name, and the count of steps in hand the drain reports."""
+        return run_queue_options(self.settings, self.steps, self.resources)
+
+    async def serve(self, plugin: AgentLedgerPlugin, worker: Worker) -> None:
+        """Run `worker` (built on a Client with `plugin`) until the process is told to
+        stop; then it and the queues beside it drain together, and the log says how."""
+        drain = DrainReport(self.steps, self.settings.drain_seconds, self.identity)
+        async with plugin.running(worker):
+            garbage_collector.settle(self.settings.gc_threshold)
+            _say_serving(self.settings, self.identity, plugin.tools_of(worker))
+            await self.stop.wait()
+            drain.began()
+        drain.ended()
+
+
+@contextlib.asynccontextmanager
+async def worker_edge(
+    tools: Iterable[Any] | None = None,
+    *,
+    mcp: Iterable[str | McpServerSpec] = (),
+    settings: Settings | None = None,
+    identity: str | None = None,
+    stop: asyncio.Event | None = None,
+    resources: ResourceTargets | None = None,
+    demo: bool = False,
+) -> AsyncIterator[WorkerEdge]:
+    """A worker process's edge for the life of the block (run_worker's arguments): its
+    tools loaded and MCP servers held open, providers' keys read from the environment."""
+    environ = process_environment()  # this is an edge: providers' keys are read here
+    settings = settings or Settings.load(environ)
+    identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
+    servers = [s if isinstance(s, McpServerSpec) else McpServerSpec.parse(s) for s in mcp]
+    sources = [*(tools or ()), *([DEMO_TOOLS] if demo else [])]
+    if not sources and not servers:
+        raise SetupError(
+            "no tools to serve: name them (`agentledger-worker --tools PKG.MODULE:ATTR` or "
+            "AGENTLEDGER_TOOLS; MCP servers with --mcp or AGENTLEDGER_MCP), or serve the demo's "
+            "tools with `agentledger-worker --demo` (run_worker(demo=True))"
+        )
+    async with _mcp_tools(servers) as served:
+        registry = load_registry(sources, served)  # a bad tool is named before the rest
+        config = AgentLedgerConfig.from_settings(
+            settings,
+            database=settings.require_database(),
+            tools=[registry],
+            sandbox_image=None,  # a sandbox is one of `tools` (agentledger-worker --sandbox)
+            provider_keys=provider_keys(load_providers(settings.providers), environ),
+        )
+        try:
+            yield WorkerEdge(settings, config, identity, stop or asyncio.Event(), resources)
+        finally:
+            shutdown_tracing()
+
+
+async def serve_engine(
+    edge: WorkerEdge,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
+) -> None:
+    """`agentledger-worker`'s own worker: the plugin on a Client and a Worker, as a Temporal
+    app of your own connects and builds them (docs/temporal-app.md)."""
+    plugin = AgentLedgerPlugin(edge.config)
+    client = await connect(
+        edge.settings, identity=edge.identity, serve_metrics=True, plugins=[plugin]
+    )
+    worker = Worker(
+        client,
+        task_queue=edge.task_queue,
+        workflows=workflows,
+        activities=activities,
+        **edge.worker_options(),
+    )
+    await edge.serve(plugin, worker)
+
+
+async def run_worker(
+    tools: Iterable[Any] | None = None,
+    *,
+    mcp: Iterable[str | McpServerSpec] = (),
+    settings: Settings | None = None,
+    identity: str | None = None,
+    stop: asyncio.Event | None = None,
+    resources: ResourceTargets | None = None,
+    workflows: Sequence[type] = (),
+    activities: Sequence[Callable[..., Any]] = (),
+    demo: bool = False,
+) -> None:
+    """Serve runs until `stop` is set (for ever without one).
+
+    `tools`: registries, tools, lists of tools, or `PKG.MODULE:ATTR` references to them.
+    `demo`: serve the demo's tools as well (`agentledger-worker --demo`); a worker with no tools,
+    no MCP servers and no `demo` refuses to start rather than serve the demo's by surprise.
+    `mcp`: `NAME=COMMAND ARGS...` (stdio) or `NAME=https://...`, whose tools the model sees
+    as `NAME__TOOL`. Settings come from the
+    environment unless given. A bad tool, server or tool set raises `SetupError` before the
+    worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
+    fixed counts. `workflows` and `activities`: your own, served beside the engine's (a
+    workflow of yours that runs an agent with `agentledger.workflows.run_agent`, say).
+    """
+    async with worker_edge(
+        tools,
+        mcp=mcp,
+        settings=settings,
+        identity=identity,
+        stop=stop,
+        resources=resources,
+        demo=demo,
+    ) as edge:
+        await serve_engine(edge, workflows, activities)
+
+
+def _say_serving(settings: Settings, identity: str, tools: list[str]) -> None:
+    log.info(
+        "worker %s polling %r at %s with tools: %s; Ctrl-C drains and stops it",
+        identity,
+        settings.task_queue,
+        settings.temporal_address,
+        ", ".join(tools),
+        extra={"identity": identity, "task_queue": settings.task_queue, "tools": tools},
+    )
+    if settings.build_id:
+        log.info(
+            "version %s/%s: runs pinned; `agentledger deploy %s` sends new runs here",
+            settings.deployment_name,
+            settings.build_id,
+            settings.build_id,
+        )
+    if settings.prometheus_bind:
+        log.info("metrics at http://%s/metrics", settings.prometheus_bind)

@@ -1,0 +1,179 @@
+"""Steering: a person's message to a run in flight (`agentledger say`), taken between steps.
+
+A component of AgentRunWorkflow, which keeps the signal handler. A message arrives as a
+signal, so the server keeps it while no worker runs, as it keeps a decision. The run takes
+every message waiting right before its next model call (never inside a tool call, never
+between a reply's tool calls, whose results the model must see first): each becomes a user
+message of the conversation. A run whose spec says `on_message: interrupt` does not wait for
+the model call in flight: the call is cancelled, recorded as an interrupted step (a response
+that had already arrived stays in the model journal, where the receipt counts it once, as
+unaccepted), and the run calls the model again with the message. A message that comes as the
+model gives its final answer is taken too: the run replans instead of finishing past it.
+
+Only runs that receive a message take any of these paths, so histories recorded before
+steering existed replay unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, is_cancelled_exception
+
+from agentledger.workflows.recording import RunContext
+from agentledger.workflows.steps import Step
+
+with workflow.unsafe.imports_passed_through():
+    from agentledger.core import bounds, fairness
+    from agentledger.core import constants as names
+    from agentledger.core._wire import MirrorBatch, ModelCallInput, ModelCallResult, SayInput
+    from agentledger.core.results import RunMessage
+    from agentledger.core.states import is_terminal
+    from agentledger.workflows import policies
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """The model call in flight was cancelled for a message: the run calls the model again."""
+
+
+class Steering:
+    """People's messages to the run, and the model call they may interrupt."""
+
+    def __init__(self, run: RunContext) -> None:
+        self.spec, self.run_id, self.progress, self.recorder = run.parts()
+
+    def model_input(self, step_id: str, mirror: MirrorBatch | None, **call: Any) -> ModelCallInput:
+        """The input of one of the run's model calls: the step and the mirror batch it
+        carries, within the run's timeouts, with what this call asks (`call`)."""
+        timeouts = self.spec.timeouts
+        return ModelCallInput(
+            run_id=self.run_id,
+            step_id=step_id,
+            seq=self.progress.seq,
+            heartbeat_seconds=timeouts.heartbeat_seconds,
+            timeout_seconds=timeouts.model_seconds,
+            mirror=mirror,
+            **call,
+        )
+
+    def model_call(
+        self, input: ModelCallInput, attempts: int, summary: str
+    ) -> workflow.ActivityHandle[ModelCallResult]:
+        """`model.complete` (called by name: the CLI imports this workflow and no model SDK) on
+        the run's model queue, with its timeouts and retries: the one way a run calls its model,
+        a message can interrupt."""
+        timeouts = self.spec.timeouts
+        return workflow.start_activity(
+            names.ACTIVITY_MODEL_COMPLETE,
+            input,
+            result_type=ModelCallResult,
+            task_queue=fairness.model_task_queue(workflow.info().task_queue),
+            start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
+            heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
+            retry_policy=policies.retry_policy(self.spec, attempts),
+            summary=summary,
+        )
+
+    def say(self, input: SayInput) -> None:
+        """A signal cannot be refused: a message that does not fit is recorded and ignored."""
+        if any(m.message_id == input.message_id for m in self.progress.messages):
+            return  # the same message delivered again
+        found = bounds.problems(input)
+        if found or is_terminal(self.progress.status):
+            reason = "; ".join(found) or f"the run had ended ({self.progress.status.value})"
+            self.recorder.event(
+                "message.ignored",
+                data={
+                    "message_id": input.message_id,
+                    "by": bounds.recorded(input.by),
+                    "reason": reason,
+                },
+            )
+            return
+        self.progress.messages.append(
+            RunMessage(
+                message_id=input.message_id,
+                text=input.text,
+                by=input.by,
+                received_at=workflow.now(),
+            )
+        )
+        self.recorder.event(
+            "message.received",
+            data={
+                "message_id": input.message_id,
+                "by": input.by,
+                "text": bounds.recorded(input.text),
+            },
+        )
+
+    def messages_waiting(self) -> bool:
+        return any(m.taken_at is None for m in self.progress.messages)
+
+    def take_messages(self) -> list[RunMessage]:
+        """Every message waiting becomes a user message the next model call reads; returns
+        those taken."""
+        if not self.messages_waiting():
+            return []
+        now = workflow.now()
+        taken: list[RunMessage] = []
+        for i, message in enumerate(self.progress.messages):
+            if message.taken_at is not None:
+                continue
+            taken.append(message)
+            self.progress.pending_messages.append(
+                {"role": "user", "content": f"Message from {message.by}: {message.text}"}
+            )
+            self.progress.messages[i] = message.model_copy(
+                update={"taken_at": now, "taken_before_step": self.progress.seq + 1}
+            )
+            self.recorder.event(
+                "message.taken",
+                data={"message_id": message.message_id, "before_step": self.progress.seq + 1},
+            )
+        return taken
+
+    async def reply_or_message(
+        self,
+        call: workflow.ActivityHandle[T],
+        step: Step,
+        name: str,
+    ) -> T:
+        """The model call's reply; with `on_message: interrupt`, a message that comes first
+        cancels the call (raises Interrupted once the step is recorded as interrupted)."""
+        if self.spec.on_message != "interrupt":
+            return await call
+        message = asyncio.ensure_future(workflow.wait_condition(self.messages_waiting))
+        try:
+            await workflow.wait([call, message], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            call.cancel()  # the run is cancelled: the call goes with it, as when awaited alone
+            raise
+        finally:
+            if not message.done():
+                message.cancel()
+        if call.done():
+            return call.result()
+        call.cancel()
+        try:
+            return await call  # it answered in the same activation as the cancel: use it
+        except ActivityError as err:
+            if not is_cancelled_exception(err):
+                raise
+        except asyncio.CancelledError:
+            pass
+        waiting = [m.message_id for m in self.progress.messages if m.taken_at is None]
+        self.progress.messages = [
+            m.model_copy(update={"interrupted_step": step.id})
+            if m.message_id in waiting and m.interrupted_step is None
+            else m
+            for m in self.progress.messages
+        ]
+        step.end("interrupted", name=name, error="cancelled for a message: the run replans with it")
+        self.recorder.event("model.interrupted", step.id, {"messages": waiting})
+        raise Interrupted(step.id)

@@ -1,4 +1,0 @@
-"""The local development stack: the embedded Temporal dev server and Postgres, and the
-offline OpenAI-compatible model. For `agentrun up`/`demo` and the tests; never imported
-by a worker in production.
-"""
