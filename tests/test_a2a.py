@@ -202,3 +202,57 @@ async def test_an_a2a_task_survives_a_killed_server_and_is_approved_by_reply(
     assert [r["attempts"] for r in recorded] == [3] + [1] * (len(recorded) - 1)
     assert all(r["status"] == "delivered" for r in recorded)
     assert len(receiver.deliveries) == len(recorded) + 2
+
+
+def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
+    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+) -> None:
+    """Before a worker or a run is involved: a viewer cannot start, a runner cannot decide,
+    no key is 401, another tenant's task and an unknown agent read as missing, and a
+    request naming a tenant is refused."""
+    tenant, other = tenant_name(), tenant_name()
+    viewer = await make_key(settings, tenant, "viewer")
+    runner = await make_key(settings, tenant, "runner")
+    stranger = await make_key(settings, other, "admin")
+    text = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "Refund order 42"}]}
+    reply = {**text, "taskId": f"run-{tenant}~a2a.m1", "parts": [{"data": {"decision": "approve"}}]}
+    version = {"A2A-Version": "1.0"}
+    async with served(settings, tmp_path) as door, httpx.AsyncClient(base_url=door.url) as http:
+        endpoint = f"/a2a/{AGENT}"
+        for key, body, status in [
+            (viewer, rpc("SendMessage", {"message": text}), 403),
+            (viewer, rpc("SendStreamingMessage", {"message": text}), 403),
+            (runner, rpc("SendMessage", {"message": reply}), 403),
+            (viewer, rpc("CancelTask", {"id": reply["taskId"]}), 403),
+            (None, rpc("GetTask", {"id": reply["taskId"]}), 401),
+        ]:
+            headers = {**version, **(bearer(key) if key else {})}
+            answered = await http.post(endpoint, json=body, headers=headers)
+            assert answered.status_code == status, (body["method"], answered.text)
+        assert (
+            await http.post("/a2a/nobody", json=rpc("GetTask", {}), headers=bearer(runner))
+        ).status_code == 404
+        card = await http.get("/a2a/nobody/.well-known/agent-card.json", headers=bearer(runner))
+        assert card.status_code == 404
+        # Another tenant's task id reads as not found, as a missing one does.
+        foreign = await http.post(
+            endpoint,
+            json=rpc("GetTask", {"id": reply["taskId"]}),
+            headers={**version, **bearer(stranger)},
+        )
+        missing = await http.post(
+            endpoint,
+            json=rpc("GetTask", {"id": f"run-{other}~a2a.nothing"}),
+            headers={**version, **bearer(stranger)},
+        )
+        assert foreign.json()["error"]["code"] == missing.json()["error"]["code"] == -32001
+        smuggled = await http.post(
+            endpoint,
+            json=rpc("SendMessage", {"message": text, "tenant": other}),
+            headers={**version, **bearer(runner)},
+        )
+        assert "credential" in smuggled.json()["error"]["message"]
