@@ -256,3 +256,35 @@ async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
             headers={**version, **bearer(runner)},
         )
         assert "credential" in smuggled.json()["error"]["message"]
+
+
+def doc_block(name: str) -> str:
+    """The Python block of docs/protocols.md that defines `name`, as written."""
+    page = (Path(__file__).parent.parent / "docs" / "protocols.md").read_text()
+    blocks = page.split("```python\n")[1:]
+    [block] = [b.split("```")[0] for b in blocks if f"def {name}(" in b]
+    return block
+
+
+async def test_the_protocols_page_conversation_runs_as_written(
+    settings: Settings,
+    pool: AsyncConnectionPool,
+    worker: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tenant = tenant_name()
+    runner = await make_key(settings, tenant, "runner")
+    approver = await make_key(settings, tenant, "approver")
+    namespace: dict[str, Any] = {}
+    exec(compile(doc_block("refund"), "docs/protocols.md", "exec"), namespace)
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+    async with worker(), served(settings, tmp_path) as door:
+        answer = await namespace["refund"](door.url, runner, approver)
+    await tool_sets.leave(pool, settings.task_queue, "w")
+    printed = capsys.readouterr().out.splitlines()
+    assert "TASK_STATE_INPUT_REQUIRED" in printed
+    assert "asks: send_message ana@example.com" in printed
+    assert printed[-1].startswith("TASK_STATE_COMPLETED - completed in ")
+    assert "send_message approved by key:" in printed[-1]
+    assert "## Summary" in answer
