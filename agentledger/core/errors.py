@@ -2,7 +2,8 @@
 Temporal alone owns retries.
 
 Two families. Errors for people all derive from `AgentLedgerError`; each carries the exit code
-the `agentledger` command ends with (docs/using.md "Exit codes") through one of its public subclasses,
+the `agentledger` command ends with (docs/using.md "Exit codes")
+through one of its public subclasses,
 `InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a message that
 says what to do next; any other `AgentLedgerError` is a runtime failure (1). Failures of steps
 become ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
