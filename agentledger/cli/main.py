@@ -7,7 +7,7 @@ command talks to whatever stack the settings name.
 A thin layer over `agentledger.RunClient`: each command reads its flags, calls one RunClient
 method and prints the answer (tests/test_cli_front_door.py holds it to that). The parser
 imports nothing heavy, so `agentledger --help` answers at once; a command imports what it
-needs when it runs. Exit codes: README "Exit codes" (agentledger.core.errors).
+needs when it runs. Exit codes: docs/using.md "Exit codes" (agentledger.core.errors).
 """
 
 from __future__ import annotations

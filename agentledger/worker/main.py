@@ -117,7 +117,7 @@ def worker_command(serve: Callable[[WorkerEdge], Awaitable[None]] = serve_engine
         asyncio.run(main(settings))
     except SetupError as err:
         log.error("%s", err)
-        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
+        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (docs/using.md "Exit codes")
     except RuntimeError as err:
         if not is_connect_failure(err):
             raise
