@@ -67,3 +67,43 @@ class NotifierInput(BaseModel):
 def notifier_id(subscription_id: str) -> str:
     """The workflow id of the notifier for a push subscription: one per subscription."""
     return TASK_NOTIFIER_ID_PREFIX + subscription_id
+
+
+class PushSubscription(BaseModel):
+    """Where a task's state changes are delivered (its secret is never read back)."""
+
+    subscription_id: str
+    tenant: str
+    run_id: str | None
+    name: str
+    url: str
+    auth_scheme: str | None = None
+    created_at: datetime
+
+
+class WebhookDelivery(BaseModel):
+    """One delivery and what came of it."""
+
+    delivery_id: str
+    subscription_id: str
+    tenant: str
+    run_id: str | None
+    event: str
+    status: str = Field(description="pending, retrying, delivered or failed")
+    attempts: int
+    last_status_code: int | None = None
+    last_error: str | None = None
+    created_at: datetime
+    attempted_at: datetime | None = None
+    delivered_at: datetime | None = None
+
+
+class StoredArtifact(BaseModel):
+    """An output the run stored outside Temporal's history (its answer among them)."""
+
+    artifact_id: str
+    name: str
+    media_type: str
+    size_bytes: int
+    step_id: str | None = None
+    content: bytes = b""

@@ -376,9 +376,7 @@ class RunTasks(RequestHandler):
 
     async def _configs(self, call: Call, run_id: str) -> list[TaskPushNotificationConfig]:
         rows = await call.client.tasks.subscriptions(run_id)
-        return [
-            TaskPushNotificationConfig(id=r["name"], task_id=run_id, url=r["url"]) for r in rows
-        ]
+        return [TaskPushNotificationConfig(id=r.name, task_id=run_id, url=r.url) for r in rows]
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext

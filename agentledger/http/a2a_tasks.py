@@ -33,6 +33,7 @@ from agentledger.core import task_states
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.results import PendingApproval, RunState, WatchItem
 from agentledger.core.spec import JsonDict
+from agentledger.core.webhook_models import StoredArtifact
 
 Event = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 DECISIONS = ("approve", "edit", "reject")
@@ -110,23 +111,21 @@ def summary_parts(run_id: str, receipt: JsonDict) -> list[Part]:
     ]
 
 
-def stored_artifact(row: JsonDict) -> Artifact:
+def stored_artifact(row: StoredArtifact) -> Artifact:
     """One of the run's stored artifacts: its content, as text where it is text."""
-    content: bytes = row.get("content") or b""
-    media = str(row["media_type"])
-    meta = {"artifact_id": row["artifact_id"], "step_id": row.get("step_id")}
+    content, media = row.content, row.media_type
     if len(content) > INLINE_ARTIFACT_BYTES:
-        part = Part(
-            text=f"{row['size_bytes']} bytes, too large to carry here", metadata=struct(meta)
-        )
+        meta = {"artifact_id": row.artifact_id, "step_id": row.step_id}
+        too_large = f"{row.size_bytes} bytes, too large to carry here"
+        part = Part(text=too_large, metadata=struct(meta))
     elif media.startswith(TEXTUAL):
         part = Part(text=content.decode("utf-8", errors="replace"), media_type=media)
     else:
-        part = Part(raw=content, media_type=media, filename=str(row["name"]))
-    return Artifact(artifact_id=str(row["artifact_id"]), name=str(row["name"]), parts=[part])
+        part = Part(raw=content, media_type=media, filename=row.name)
+    return Artifact(artifact_id=row.artifact_id, name=row.name, parts=[part])
 
 
-def artifacts_of(receipt: JsonDict, stored: list[JsonDict]) -> list[Artifact]:
+def artifacts_of(receipt: JsonDict, stored: list[StoredArtifact]) -> list[Artifact]:
     """The run's artifacts: those it stored, its answer among them (`answer.md`; stored
     once by content, so a run whose answer another run gave first has it added here)."""
     found = [stored_artifact(row) for row in stored]
@@ -165,7 +164,7 @@ class TaskStory:
             metadata=struct({"agentledger": meta}),
         )
 
-    def tell(self, item: WatchItem, stored: list[JsonDict]) -> Iterator[Event]:
+    def tell(self, item: WatchItem, stored: list[StoredArtifact]) -> Iterator[Event]:
         """The A2A events of one item: a status update per event (the run's end waits for
         its receipt), then at the receipt its artifacts and the final state with the
         receipt's summary. Model text is not told: the answer comes whole, as an artifact."""
@@ -200,7 +199,7 @@ def task_of(
     context_id: str,
     *,
     receipt: JsonDict | None = None,
-    stored: list[JsonDict] | None = None,
+    stored: list[StoredArtifact] | None = None,
 ) -> Task:
     """The task as the run stands now: its state, what it asks or how it ended, its task as
     the first message of its history, and (ended) its artifacts."""

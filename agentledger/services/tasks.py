@@ -7,15 +7,18 @@ Every method acts on a run of the caller's tenant alone: another tenant's reads 
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio.common import WorkflowIDConflictPolicy
 
 from agentledger.core.constants import TASK_NOTIFIER_WORKFLOW_NAME
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.keys import id_part
-from agentledger.core.spec import JsonDict
-from agentledger.core.webhook_models import NotifierInput, notifier_id
+from agentledger.core.webhook_models import (
+    NotifierInput,
+    PushSubscription,
+    StoredArtifact,
+    WebhookDelivery,
+    notifier_id,
+)
 from agentledger.ops import operations as ops
 from agentledger.ops.door import DEFAULT_TENANT
 from agentledger.services.client_session import ClientSession
@@ -65,7 +68,7 @@ class Tasks:
 
     # ------------------------------------------------------------ artifacts
 
-    async def artifacts(self, run_id: str) -> list[JsonDict]:
+    async def artifacts(self, run_id: str) -> list[StoredArtifact]:
         """The artifacts the run stored (large outputs), each with its content."""
         await self._tenant_of(run_id)
         pool = await self.session.database()
@@ -74,7 +77,7 @@ class Tasks:
             for each in listed:
                 found = await artifacts.run_artifact(conn, run_id, each["artifact_id"])
                 each["content"] = found[1] if found else b""
-        return listed
+        return [StoredArtifact.model_validate(each) for each in listed]
 
     # ------------------------------------------------------------ push subscriptions
 
@@ -88,7 +91,7 @@ class Tasks:
         context_id: str,
         auth_scheme: str | None = None,
         auth_credentials: str | None = None,
-    ) -> JsonDict:
+    ) -> PushSubscription:
         """Tell `url` each change of the run's state, signed with `secret` (HMAC-SHA256,
         agentledger/core/webhook_signatures.py), until the run ends; the same name again
         replaces the subscription's settings."""
@@ -124,18 +127,20 @@ class Tasks:
             task_queue=self.session.settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        return row
+        return PushSubscription.model_validate(row)
 
-    async def subscriptions(self, run_id: str) -> list[dict[str, Any]]:
+    async def subscriptions(self, run_id: str) -> list[PushSubscription]:
         tenant = await self._tenant_of(run_id)
-        return await (await self._store()).subscriptions(tenant, run_id)
+        rows = await (await self._store()).subscriptions(tenant, run_id)
+        return [PushSubscription.model_validate(row) for row in rows]
 
     async def unsubscribe(self, run_id: str, name: str) -> bool:
         """Stop telling this subscriber; False if it was not subscribed."""
         tenant = await self._tenant_of(run_id)
         return await (await self._store()).unsubscribe(tenant, f"{run_id}.{id_part(name)}")
 
-    async def deliveries(self, run_id: str, name: str) -> list[dict[str, Any]]:
+    async def deliveries(self, run_id: str, name: str) -> list[WebhookDelivery]:
         """Each delivery to this subscriber: status, attempts, what the receiver answered."""
         await self._tenant_of(run_id)
-        return await (await self._store()).deliveries(f"{run_id}.{id_part(name)}")
+        rows = await (await self._store()).deliveries(f"{run_id}.{id_part(name)}")
+        return [WebhookDelivery.model_validate(row) for row in rows]
