@@ -33,6 +33,7 @@ from agentledger.services.keys import ApiKeys
 from agentledger.services.mirror import Mirror
 from agentledger.services.runs import Runs
 from agentledger.services.sessions import Sessions
+from agentledger.services.tasks import Tasks
 from agentledger.services.tenants import Tenants
 from agentledger.store.db import install_tool_schema, open_pool, schema_version
 from agentledger.temporal.client import connect
@@ -76,6 +77,7 @@ class RunClient:
         self.mirror = Mirror(session)
         self.evals = Evals(session)
         self.keys = ApiKeys(session)
+        self.tasks = Tasks(session)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> Self:

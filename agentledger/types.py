@@ -93,6 +93,7 @@ from agentledger.core.spec import (
 )
 from agentledger.core.states import RunStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
+from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
 from agentledger.profiles import Agent
 
 __all__ = [
@@ -139,6 +140,7 @@ __all__ = [
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
+    "PushSubscription",
     "Receipt",
     "RecordedApproval",
     "RecordedCall",
@@ -167,6 +169,7 @@ __all__ = [
     "Stats",
     "StepSummary",
     "StepTimeouts",
+    "StoredArtifact",
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
@@ -179,5 +182,6 @@ __all__ = [
     "VerifySpec",
     "VersionBranch",
     "WatchItem",
+    "WebhookDelivery",
     "WorkerSeen",
 ]
