@@ -21,9 +21,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
+from agentledger.client.receipts import receipt_of
 from agentledger.core import webhook_signatures
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, rows
@@ -191,7 +191,7 @@ async def test_an_a2a_task_survives_a_killed_server_and_is_approved_by_reply(
             webhook_signatures.verify("another-secret-0000", each.body, header, now=time.time())
 
     await tool_sets.leave(pool, settings.task_queue, "w")
-    receipt = await ops.receipt(pool, task_id)
+    receipt = await receipt_of(pool, task_id)
     [approval] = receipt["approvals"]
     assert approval["by"] == "key:" + approver.split("_")[1]
     recorded = await rows(
