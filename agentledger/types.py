@@ -19,6 +19,7 @@ from agentledger.core.backlog_models import (
     RetryResult,
     TaskItem,
 )
+from agentledger.core.budgets import BudgetLimit, BudgetStatus
 from agentledger.core.builds import BuildStatus, DeployStatus
 from agentledger.core.eval_cases import (
     Divergence,
@@ -29,10 +30,12 @@ from agentledger.core.eval_cases import (
 )
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentledger.core.hook_models import HookRow, HookStarted, NewHook
 from agentledger.core.listings import (
     ApiKeyRow,
     BacklogListing,
     BacklogTaskRow,
+    CostRow,
     DeadTask,
     InboxItem,
     MirroredStep,
@@ -63,6 +66,7 @@ from agentledger.core.results import (
     SessionTurn,
     SideEffectRecord,
     StepSummary,
+    TriggerOrigin,
     Usage,
     VerifyResult,
     WatchItem,
@@ -74,6 +78,7 @@ from agentledger.core.run_reports import (
     Started,
     WorkerSeen,
 )
+from agentledger.core.schedule_models import FireRecord, ScheduleRow, ScheduleView
 from agentledger.core.settings import Settings
 from agentledger.core.spec import (
     ApprovalPolicy,
@@ -110,12 +115,15 @@ __all__ = [
     "BranchNeed",
     "BranchUse",
     "Budget",
+    "BudgetLimit",
+    "BudgetStatus",
     "BuildStatus",
     "Caller",
     "CaseScore",
     "CheckOutcome",
     "ChildApproval",
     "ControlResult",
+    "CostRow",
     "CountCheck",
     "DeadTask",
     "DecisionResult",
@@ -128,7 +136,10 @@ __all__ = [
     "EvalReport",
     "EvalTotals",
     "FailurePolicy",
+    "FireRecord",
     "ForkOrigin",
+    "HookRow",
+    "HookStarted",
     "InboxItem",
     "JsonDict",
     "JudgeSpec",
@@ -138,6 +149,7 @@ __all__ = [
     "ModelFailures",
     "ModelSettings",
     "NewApiKey",
+    "NewHook",
     "PatchInventory",
     "PendingApproval",
     "PolicyPatch",
@@ -162,6 +174,8 @@ __all__ = [
     "RunVersion",
     "SandboxExecution",
     "SayResult",
+    "ScheduleRow",
+    "ScheduleView",
     "SessionSpec",
     "SessionTurn",
     "Settings",
@@ -179,6 +193,7 @@ __all__ = [
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",
+    "TriggerOrigin",
     "Usage",
     "VerifyResult",
     "VerifySpec",

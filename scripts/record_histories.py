@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import agentledger.demo  # noqa: E402
@@ -29,11 +30,13 @@ from agentledger.client import approver_keys  # noqa: E402
 from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
+from agentledger.core.budgets import BudgetLimit  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.results import ForkOrigin  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
+from agentledger.store.budget_store import BudgetStore  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -222,6 +225,47 @@ async def finishes_alone(client: Client, run_id: str) -> None:
     """Nothing to decide: the run goes to its end by itself."""
 
 
+async def _turns_over(client: Client, run_id: str, turns: int) -> bool:
+    """Whether the session is idle after `turns` turns, answered or cut short."""
+    state = await ops.status(client, run_id)
+    over = [t for t in state.turns if t.answered_at is not None or t.ended is not None]
+    return len(over) >= turns and state.status.value == "waiting_for_message"
+
+
+async def _model_call_in_flight(client: Client, run_id: str) -> bool:
+    steps = (await ops.status(client, run_id)).steps
+    return any(s.type == "model_call" and s.status == "running" for s in steps)
+
+
+async def double_texted(client: Client, run_id: str) -> None:
+    """A message said while the turn's slow model call is in flight, as the session's own
+    double-texting policy says (refused under reject: then said again once it is idle);
+    the session answers it in its next turn, and is ended."""
+    await _until(lambda: _model_call_in_flight(client, run_id), "the slow model call")
+    try:
+        await steering_ops.say(client, run_id, "And exchanges?", by="ana")
+    except OperationError:  # reject: the run recorded the refusal
+        await _until(lambda: _turns_over(client, run_id, 1), "the first turn")
+        await steering_ops.say(client, run_id, "And exchanges?", by="ana")
+    await _until(lambda: _turns_over(client, run_id, 2), "the next turn")
+    await steering_ops.end_session(client, run_id, by="ana")
+
+
+async def rolled_back(client: Client, run_id: str) -> None:
+    """A ticket filed, then, while the slow call after it is in flight, a message that
+    rolls the turn back; its turn answers, and the session is ended."""
+
+    async def filed() -> bool:
+        steps = (await ops.status(client, run_id)).steps
+        return any(s.name == "create_ticket" and s.status == "completed" for s in steps)
+
+    await _until(filed, "the ticket filed")
+    await _until(lambda: _model_call_in_flight(client, run_id), "the slow model call")
+    await steering_ops.say(client, run_id, "What is our refund policy?", by="ana")
+    await _until(lambda: _turns_over(client, run_id, 2), "the next turn")
+    await steering_ops.end_session(client, run_id, by="ana")
+
+
 async def quarantine_released(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.approve(client, run_id, by="li", role="approver")
@@ -278,10 +322,25 @@ REGISTRY = ToolRegistry(
 )
 
 
+BUDGET_TASK = "Look up our refund policy (on a budget)."
+DT_TASK = "Tell me about refunds, slowly."
+DT_TICKET = {"title": "Refund 42", "body": "Please refund order 42."}
+DT_TICKET_TASK = f"call create_ticket {json.dumps(DT_TICKET)} (double-texted)"
+
+
+def dt_session(policy: str, task: str) -> RunSpec:
+    return RunSpec(
+        task=task,
+        allowed_tools=["search_notes", "create_ticket"],
+        session={"idle_timeout": 3600},
+        double_texting=policy,  # type: ignore[arg-type]
+    )
+
+
 FORUM_TASK = "Read the forum post and summarize it."
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
-# One scenario for every path a run takes, recorded from the current code (generation 5):
+# One scenario for every path a run takes, recorded from the current code (generation 6):
 # tests/test_replay.py replays each, so a change that breaks any shape of open run fails CI.
 # Histories of runs of older code stay as they were recorded (generation_3*.json,
 # generation_4*.json; the admission queues before and after the sweep); those that need a
@@ -393,7 +452,27 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=SESSION_TASK, allowed_tools=[], session={"idle_timeout": 3600}),
         session_paused_and_ended,
     ),
+    # Generation 6 (issue 50): a tenant's enforcing budget (BUDGETS). Its first run is told
+    # to wrap up at its first call (there is room for that one call only) and answers; the
+    # next, recorded after it, ends `budget_exhausted` at its first call.
+    "budget_wrapped_up": (RunSpec(task=BUDGET_TASK, tenant="budgeted"), finishes_alone),
+    "budget_exhausted": (RunSpec(task=BUDGET_TASK, tenant="budgeted"), finishes_alone),
+    # Double-texting: a message said while a session's slow turn is in flight, under each
+    # policy; under rollback, after the turn filed a ticket (a side effect, kept).
+    "session_double_text_rejected": (dt_session("reject", DT_TASK), double_texted),
+    "session_double_text_enqueued": (dt_session("enqueue", DT_TASK), double_texted),
+    "session_double_text_interrupted": (dt_session("interrupt", DT_TASK), double_texted),
+    "session_double_text_rolled_back": (dt_session("rollback", DT_TICKET_TASK), rolled_back),
 }
+# Budgets set before the scenarios run (agentledger/core/budgets.py).
+BUDGETS = [BudgetLimit(tenant="budgeted", period="day", tokens=1, mode="enforcing")]
+
+
+async def prepare(pool: AsyncConnectionPool) -> None:
+    for limit in BUDGETS:
+        await BudgetStore(pool).save(limit)
+
+
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
     "admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5),
@@ -451,12 +530,18 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
         return completion(request, content="## Summary\nNothing was said.")
     if task == POST_TASK:
         return completion(request, tool_calls=[("post_webhook", {"text": "hello"})])
-    return offline_planner(request)
+    reply = offline_planner(request)
+    last = request["messages"][-1]
+    if task == DT_TASK and len(request["messages"]) == 2:  # the session's first call, slow
+        reply.delay_seconds = 3.0
+    if task == DT_TICKET_TASK and last["role"] == "tool" and "ticket_id" in str(last["content"]):
+        reply.delay_seconds = 3.0  # the call after the ticket, slow
+    return reply
 
 
 async def main(force: bool) -> None:
     task_queue = "record-histories"
-    async with recording_worker(model_for_scenarios, task_queue, REGISTRY) as client:
+    async with recording_worker(model_for_scenarios, task_queue, REGISTRY, prepare) as client:
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
             path = OUT / f"{name}.json"

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import openai
 import pgserver
+from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -25,10 +26,13 @@ from agentledger.worker.worker_factory import WorkerDeps, build_worker
 
 @contextlib.asynccontextmanager
 async def recording_worker(
-    model: Callable[[dict[str, Any]], Reply], task_queue: str, registry: ToolRegistry | None = None
+    model: Callable[[dict[str, Any]], Reply],
+    task_queue: str,
+    registry: ToolRegistry | None = None,
+    prepare: Callable[[AsyncConnectionPool], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Client]:
-    """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker
-    serving the demo's tools, or `registry`'s."""
+    """An in-memory Temporal dev server, embedded Postgres (`prepare`d, if given), `model`
+    offline and a worker serving the demo's tools, or `registry`'s."""
     registry = registry or agentledger.demo.registry
     pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentledger-record-"), cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
@@ -39,6 +43,8 @@ async def recording_worker(
     )
     pool = await open_pool(pg.get_uri())
     await install_tool_schema(pool, registry.schema())
+    if prepare is not None:
+        await prepare(pool)
     try:
         with OfflineModelServer(model) as server:
             settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))

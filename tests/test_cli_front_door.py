@@ -37,7 +37,7 @@ FRONT_DOOR = "agentledger.client.run_client"
 CLIENT_NAMES = {"client", "stacked", "demo_runs"}
 # RunClient's services, each named as the group of commands it serves.
 SERVICES = {"runs", "sessions", "backlogs", "tenants", "approvers", "deploys", "mirror", "evals"}
-SERVICES |= {"keys"}
+SERVICES |= {"keys", "costs"}
 
 # Each command (a group's commands as "group command") and the RunClient methods it uses,
 # a service's as "service.method".
@@ -72,7 +72,9 @@ SERVED_BY = {
     "backlog resume": {"backlogs.resume"},
     "backlog dead": {"backlogs.dead"},
     "backlog retry": {"backlogs.retry"},
-    "tenants set": {"tenants.set"},
+    "tenants set": {"tenants.set", "tenants.set_budget", "tenants.budgets"},
+    "tenants show": {"tenants.listed", "tenants.budgets"},
+    "costs": {"costs.summary"},
     "tenants list": {"tenants.listed"},
     "approvers add": {"approvers.add", "approvers.config_dir"},
     "approvers list": {"approvers.listed"},

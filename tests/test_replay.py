@@ -26,6 +26,7 @@ from agentledger.core.constants import (
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
     SIGNAL_BACKLOG_RETRY,
+    SIGNAL_SAY,
 )
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
@@ -129,8 +130,8 @@ def test_histories_of_both_endings_replay():
     assert {name: (gen, last["eventType"]) for name, (gen, last) in endings.items()} == {
         "generation_4_rejected": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
         "generation_4_failed": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
-        "rejected": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
-        "unknown_outcome_expired": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
+        "rejected": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
+        "unknown_outcome_expired": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
     }
 
 
@@ -153,6 +154,36 @@ def activities(history: list[dict]) -> list[str]:
         for e in history
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
+
+
+def results(history: list[dict]) -> list[object]:
+    """What each activity returned, decoded."""
+    return [
+        json.loads(base64.b64decode(payload["data"]))
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_COMPLETED"
+        for payload in e["activityTaskCompletedEventAttributes"]
+        .get("result", {})
+        .get("payloads", [])
+    ]
+
+
+def failures(history: list[dict]) -> set[str]:
+    """The types of the activities' final failures."""
+    return {
+        e["activityTaskFailedEventAttributes"]["failure"]["applicationFailureInfo"]["type"]
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_FAILED"
+        and "applicationFailureInfo" in e["activityTaskFailedEventAttributes"]["failure"]
+    }
+
+
+def double_texted(name: str, policy: str) -> tuple[str, object]:
+    """A session of `policy` that took a message while its turn was in flight."""
+    return (
+        name,
+        lambda h: started_input(h)["double_texting"] == policy and SIGNAL_SAY in messages(h),
+    )
 
 
 def messages(history: list[dict]) -> set[str]:
@@ -203,6 +234,17 @@ PATHS = {
         lambda h: "__temporal_workflow_stream_publish" in messages(h),
     ),
     "budget extension": ("budget_extended", lambda h: "approve" in messages(h)),
+    # Generation 6 (issue 50): a call told to wrap up as its tenant's budget runs out, a run
+    # ended at the limit; a message said to a session's turn in flight, under each policy.
+    "budget wrap-up": (
+        "budget_wrapped_up",
+        lambda h: any(isinstance(r, dict) and r.get("wrapped_up") for r in results(h)),
+    ),
+    "budget exhausted": ("budget_exhausted", lambda h: "BudgetExhausted" in failures(h)),
+    "double-texting reject": double_texted("session_double_text_rejected", "reject"),
+    "double-texting enqueue": double_texted("session_double_text_enqueued", "enqueue"),
+    "double-texting interrupt": double_texted("session_double_text_interrupted", "interrupt"),
+    "double-texting rollback": double_texted("session_double_text_rolled_back", "rollback"),
     "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
     "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
     "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),

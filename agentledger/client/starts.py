@@ -1,11 +1,14 @@
 """The one gate every run comes in by: the tenant's policy, read here, never passed in.
 
 Every path that starts a run (the CLI's `start`, `client.runs.start`, a fork, `demo`, a
-capped tenant's queue) calls `start`. It reads the tenant's policy from Postgres itself:
-its registered approvers (a spec may add approvers, never remove the tenant's), its cap, its
-weight, its model-call rate, the priorities it may take (a start at another is refused). No
-caller hands it limits or approvers, so a caller with stale or chosen limits changes
-nothing; without a database there is no policy to read, and the start is refused.
+capped tenant's queue, a webhook's delivery) calls `start`. It reads the tenant's policy
+from Postgres itself: its registered approvers (a spec may add approvers, never remove the
+tenant's), its cap, its weight, its model-call rate, the priorities it may take (a start at
+another is refused), and its budgets (a start while an enforcing budget of the tenant, or of
+the caller's credential, is spent is refused until it resets). No caller hands it limits or
+approvers, so a caller with stale or chosen limits changes nothing; without a database there
+is no policy to read, and the start is refused. The run is charged to the caller's
+credential (`charged_to`) beside its tenant.
 `tests/test_door.py` fails if any other module starts a run. Runs a workflow starts as its
 children (a backlog's tasks, `run_agent`) read the same policy through an activity just
 before they start, and a sub-agent's run takes its parent's (agentledger/workflows/run_starts.py,
@@ -19,6 +22,8 @@ instead).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -30,20 +35,22 @@ from agentledger.client.scope import (
     NO_DATABASE,
     Origin,
     Scope,
-    run_id,
     run_id_for,
     started_unscoped,
 )
+from agentledger.client.scope import run_id as run_id_of
 from agentledger.core import bounds, fairness, run_summaries, search_attributes
+from agentledger.core._state import RunInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import QueuedTask, TaskItem
-from agentledger.core.errors import OperationError, OperationRefused, SetupError
-from agentledger.core.results import ForkOrigin
+from agentledger.core.errors import BudgetExceeded, OperationError, OperationRefused, SetupError
+from agentledger.core.results import ForkOrigin, TriggerOrigin
 from agentledger.core.run_reports import Started
 from agentledger.core.spec import RunSpec
 from agentledger.core.states import RunStatus
 from agentledger.core.tenant_policy import RunPolicy, with_policy
 from agentledger.store import tool_sets
+from agentledger.store.budget_store import BudgetStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
@@ -66,12 +73,13 @@ async def start(
     spec: RunSpec,
     *,
     fork: ForkOrigin | None = None,
+    trigger: TriggerOrigin | None = None,
     wait: float | None = None,
 ) -> Started:
     """Start a run for the caller (a run of another tenant is refused), under its tenant's
     policy, read from the scope's database; the same key (in the same tenant) always names
     the same run. With `fork`, the run is a fork from that origin
-    (agentledger/client/forks.py)."""
+    (agentledger/client/forks.py); with `trigger`, the hook delivery that started it."""
     pool = await scope.mirror()
     if pool is None:
         raise SetupError(NO_DATABASE)
@@ -82,16 +90,42 @@ async def start(
     legacy = await started_unscoped(pool, spec, origin=origin)
     if legacy is not None:
         return Started(legacy, existing=True)
+    run_id = run_id_of(spec.tenant, spec.idempotency_key, origin=origin)
+    charged_to = scope.caller.credential
+    await within_budget(pool, spec.tenant, charged_to)
+    engine = {"charged_to": charged_to, "trigger": trigger}
     return await start_run(
         await scope.temporal(),
-        with_policy(spec, found, fork=fork),
+        with_policy(spec, found, fork=fork).model_copy(update=engine),
         task_queue=scope.settings.task_queue,
         indexed=scope.settings.search_attributes,
         limits=found.limits,
         mirror=pool,
-        run_id=run_id(spec.tenant, spec.idempotency_key, origin=origin),
+        run_id=run_id,
         wait=wait,
     )
+
+
+async def within_budget(pool: AsyncConnectionPool, tenant: str, charged_to: str | None) -> None:
+    """Refuse a start while an enforcing budget of `tenant`, or of the credential it is
+    charged to, is spent (agentledger/core/budgets.py), saying when it resets."""
+    refusal = await BudgetStore(pool).start_refusal(tenant, charged_to, datetime.now(UTC))
+    if refusal is not None:
+        reason, reset_at = refusal
+        raise BudgetExceeded(f"refused: {reason}", reset_at)
+
+
+async def triggered(scope: Scope, spec: RunSpec) -> RunInput:
+    """A spec a trigger will start later (each fire of a schedule): held now to the caller's
+    tenant and its policy, as a start is, and charged to the caller. Each fire reads its
+    tenant's policy again when it starts its run (agentledger/workflows/run_starts.py)."""
+    pool = await scope.mirror()
+    if pool is None:
+        raise SetupError(NO_DATABASE)
+    spec = scope.spec_for(spec)
+    found = await policy(pool, spec.tenant)
+    allowed(spec, found)
+    return with_policy(spec, found).model_copy(update={"charged_to": scope.caller.credential})
 
 
 async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]:
@@ -108,7 +142,9 @@ async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]
         # A capped tenant's task waits in its queue when the backlog starts it (the
         # backlog reads the policy again then, agentledger/workflows/backlog.py).
         allowed(spec, policies[spec.tenant])
-        run = with_policy(spec, policies[spec.tenant])
+        run = with_policy(spec, policies[spec.tenant]).model_copy(
+            update={"charged_to": scope.caller.credential}
+        )
         ready.append(QueuedTask.model_validate({**dict(task), "spec": run}))
     return ready
 

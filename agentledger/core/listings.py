@@ -87,8 +87,24 @@ class TenantRow(BaseModel):
     max_queued: int | None
     model_calls_per_second: float | None
     allowed_priorities: list[int] | None
+    double_texting: list[str] | None = None
     in_flight: int
     queued: int
+
+
+class CostRow(BaseModel):
+    """A line of `agentledger costs`: model calls paid for, summed by what it names (each of
+    tenant, agent, model, key and day it was summed by; None for the others)."""
+
+    tenant: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    key: str | None = None
+    day: str | None = None
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
 
 
 class ApiKeyRow(BaseModel):

@@ -34,6 +34,8 @@ OF_STATUS: dict[str, str] = {
     "completed": COMPLETED,
     "failed": FAILED,
     "cancelled": CANCELED,
+    # A2A has no state for a spent budget: the task failed, its message says why.
+    "budget_exhausted": FAILED,
 }
 # Events that move a task to a state; any other event leaves it where it is.
 OF_EVENT: dict[str, str] = {

@@ -2,7 +2,8 @@
 
 `{"error": {"kind": ..., "message": ...}}`, the CLI's `--json` error without its exit code,
 and the status the CLI's error class maps to: invalid input 400, no such run 404 (another
-tenant's run alike, byte for byte), a refusal 409, an unreachable service 503. The door's
+tenant's run alike, byte for byte), a refusal 409 (a spent budget 429 with Retry-After,
+the seconds until it resets), an unreachable service 503. The door's
 own refusals (no credential 401, a role 403, a body too large 413, a rate 429 with
 Retry-After) are `HttpRefusal`s.
 """
@@ -10,13 +11,21 @@ Retry-After) are `HttpRefusal`s.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import psycopg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused, Unreachable
+from agentledger.core.errors import (
+    AgentLedgerError,
+    BudgetExceeded,
+    InvalidInput,
+    NotFound,
+    Refused,
+    Unreachable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,9 @@ async def refused(request: Request, err: Exception) -> Response:
 
 async def failed(request: Request, err: Exception) -> Response:
     assert isinstance(err, AgentLedgerError)
+    if isinstance(err, BudgetExceeded):  # a spent budget: try again once it resets
+        retry = str(err.retry_after(datetime.now(UTC)))
+        return JSONResponse(error_body(err.kind, str(err)), 429, headers={"Retry-After": retry})
     return JSONResponse(error_body(err.kind, str(err)), status_of(err))
 
 

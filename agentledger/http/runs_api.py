@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from agentledger import profiles
 from agentledger.core.backlog_models import TaskItem
-from agentledger.core.constants import DEMO_AGENTS
+from agentledger.core.constants import DEMO_AGENTS, DOUBLE_TEXTING, DoubleTexting
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.spec import RunSpec
 from agentledger.http.auth import caller, json_body, runs_for
@@ -57,10 +57,12 @@ def invalid(err: ValidationError, what: str) -> InvalidRequest:
 
 async def start(request: Request) -> Response:
     """A run of the caller's tenant: `task`, optionally `agent` (a profile's name), `user`,
-    `priority`; the `Idempotency-Key` header names it, so a retried start is the same run."""
+    `priority`; the `Idempotency-Key` header names it, so a retried start is the same run.
+    A key naming a session under way, with another task, says the task to it as a message
+    (`said`; `double_texting` as for /say)."""
     who = await caller(request, need="runner")
     body = await json_body(request)
-    fields(body, {"task", "agent", "user", "priority"}, frozenset({"task"}))
+    fields(body, {"task", "agent", "user", "priority", "double_texting"}, frozenset({"task"}))
     client = runs_for(request, who)
     raw: dict[str, Any] = {}
     if "agent" in body:
@@ -75,9 +77,12 @@ async def start(request: Request) -> Response:
         spec = RunSpec.model_validate(raw)
     except ValidationError as err:
         raise invalid(err, "run") from err
-    started = await client.runs.start(spec=spec, require_tools="agent" in body)
+    started = await client.runs.start(
+        spec=spec, require_tools="agent" in body, double_texting=double_texting(body)
+    )
+    said = started.said.model_dump(mode="json") if started.said else None
     return answer(
-        {"run_id": started.run_id, "existing": started.existing},
+        {"run_id": started.run_id, "existing": started.existing, "said": said},
         200 if started.existing else 201,
     )
 
@@ -150,17 +155,29 @@ async def control(request: Request) -> Response:
 
 async def say(request: Request) -> Response:
     """Tell the run something (a session takes it as its next turn); follow its answer on
-    /events."""
+    /events. `double_texting` (reject, enqueue, interrupt, rollback): what it does while a
+    session's turn is in flight, within the tenant's policy (409 under reject)."""
     who = await caller(request, need="runner")
     body = await json_body(request)
-    fields(body, {"text", "message_id"}, frozenset({"text"}))
+    fields(body, {"text", "message_id", "double_texting"}, frozenset({"text"}))
     done = await runs_for(request, who).runs.say(
         run_id(request),
         text(body, "text"),
         by=who.identity,
         message_id=optional_text(body, "message_id"),
+        double_texting=double_texting(body),
     )
     return answer(done)
+
+
+def double_texting(body: dict[str, Any]) -> DoubleTexting | None:
+    asked = body.get("double_texting")
+    if asked is None:
+        return None
+    for policy in DOUBLE_TEXTING:
+        if asked == policy:
+            return policy
+    raise InvalidRequest(f"'double_texting' is one of {', '.join(DOUBLE_TEXTING)}")
 
 
 async def end_session(request: Request) -> Response:
