@@ -15,6 +15,8 @@ the public types `agentledger` exports.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from types import TracebackType
 from typing import Self
 
@@ -40,6 +42,14 @@ from agentledger.temporal.encryption import speaks_pydantic
 from agentledger.tools.loading import DEMO_TOOLS, load_registry, split_references
 
 
+async def release_native_clients() -> None:
+    """Free Temporal clients no longer referenced, now: their native halves drop on this
+    thread, and the bridge's threads finish what the drop hands them, before the interpreter
+    finalizes (a bridge thread that takes the GIL then aborts the process)."""
+    gc.collect()
+    await asyncio.sleep(0.05)
+
+
 class RunClient:
     """Connections to Temporal and Postgres for one program, acting for one tenant (the
     settings' `tenant`, else any). Use it as `async with`, or call `close()` when done."""
@@ -53,6 +63,9 @@ class RunClient:
         began: float | None = None,
     ) -> None:
         self._client = client
+        # A Client this object connected (`connect`, `lazy`) is its to close; one given to
+        # `on` stays the caller's.
+        self._owns_client = client is None
         self.settings = settings
         # How long connecting may take (None: as long as it takes), and how long an operation
         # waits for an answer unless it names its own `wait` (None: DEFAULT_WAIT_SECONDS).
@@ -141,9 +154,18 @@ class RunClient:
         return view
 
     async def close(self) -> None:
+        """Close the Postgres pool and the Temporal connection this client made (not one given
+        to `on`), so a short script ends cleanly: the SDK's native client is released while
+        the interpreter still runs, not by a bridge thread during its shutdown, which can abort
+        the process (temporalio/sdk-python#300). A view from `acting_for` closes nothing."""
+        if self._shared is not None:
+            return
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        if self._client is not None and self._owns_client:
+            self._client = None
+            await release_native_clients()
 
     @property
     def tenant(self) -> str | None:

@@ -4,10 +4,21 @@ worker (exit 0), and `list` shows it to its tenant only, before the mirror has s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
 import uuid
+from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 
-from tests.test_cli import run_cli
+from temporalio.service import RPCError
+
+from tests.support import eventually
+from tests.test_cli import cli_env, run_cli
 
 
 async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool, tmp_path):
@@ -27,7 +38,7 @@ async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool
     try:
         warning = started.json()["no_worker_warning"]
         assert f"no worker polls task queue '{settings.task_queue}'" in warning, warning
-        assert "agentledger-worker" in warning and f"warning: {warning}" in started.err
+        assert "agentledger-worker --demo" in warning and f"warning: {warning}" in started.err
 
         shown = await run_cli(settings, home, "status", run_id, "--wait", "5")
         assert shown.code == 0, shown.err
@@ -52,6 +63,40 @@ async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool
         # Another tenant's caller is told the run does not exist, as before.
         refused = await run_cli(settings, home, "status", run_id, "--tenant", "globex")
         assert refused.code == 3, (refused.out, refused.err)
+
+        # The advice, followed as written, starts a worker that takes the run to its end.
+        advised = re.search(r"start one with `([^`]+)`", warning)
+        assert advised, warning
+        async with advice_followed(advised[1], cli_env(settings, home)):
+
+            async def completed() -> bool:
+                done = await run_cli(settings, home, "status", run_id, "--json", "--wait", "5")
+                return done.code == 0 and done.json()["status"] == "completed"
+
+            await eventually(completed, seconds=90, what=f"{run_id} to complete")
     finally:
         for run in (run_id, other_id):
-            await client.get_workflow_handle(run).terminate("test over")
+            with contextlib.suppress(RPCError):  # ended already
+                await client.get_workflow_handle(run).terminate("test over")
+
+
+@contextlib.asynccontextmanager
+async def advice_followed(command: str, env: dict[str, str]) -> AsyncIterator[None]:
+    """`command` typed into a shell (the console scripts beside this interpreter), running
+    until the block ends; then Ctrl-C."""
+    bin_dir = str(Path(sys.executable).parent)
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        f"exec {command}",
+        env=env | {"PATH": os.pathsep.join([bin_dir, env.get("PATH", "")])},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield
+        assert process.returncode is None, f"`{command}` exited {process.returncode}"
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            await asyncio.wait_for(process.wait(), 60)

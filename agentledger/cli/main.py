@@ -7,7 +7,7 @@ command talks to whatever stack the settings name.
 A thin layer over `agentledger.RunClient`: each command reads its flags, calls one RunClient
 method and prints the answer (tests/test_cli_front_door.py holds it to that). The parser
 imports nothing heavy, so `agentledger --help` answers at once; a command imports what it
-needs when it runs. Exit codes: README "Exit codes" (agentledger.core.errors).
+needs when it runs. Exit codes: docs/using.md "Exit codes" (agentledger.core.errors).
 """
 
 from __future__ import annotations
@@ -275,17 +275,19 @@ async def cmd_status(client: RunClient, args: argparse.Namespace) -> int:
 
 
 async def noting_silence(
-    items: AsyncIterator[WatchItem], run_id: str, seconds: float
+    items: AsyncIterator[WatchItem], run_id: str, seconds: float, task_queue: str
 ) -> AsyncIterator[WatchItem]:
     """The items; if the first is slow to come (`--wait`), say once on stderr what it waits for."""
     import asyncio
+
+    from agentledger.core.advice import worker_command
 
     first = asyncio.ensure_future(anext(items, None))
     done, _ = await asyncio.wait({first}, timeout=seconds)
     if not done:
         print(
-            f"note: nothing from {run_id} for {seconds:g}s: a live run's "
-            "stream is served by a worker; is one running? (`agentledger-worker`)",
+            f"note: nothing from {run_id} for {seconds:g}s: a live run's stream is served by "
+            f"a worker; is one running? ({worker_command(task_queue)})",
             file=sys.stderr,
             flush=True,
         )
@@ -304,7 +306,7 @@ async def cmd_watch(client: RunClient, args: argparse.Namespace) -> int:
     outcome: str | None = None
     in_text = False  # model text is printed as it arrives, on one line per reply
     items = client.runs.watch(args.run, from_offset=args.from_offset)
-    async for item in noting_silence(items, args.run, args.wait):
+    async for item in noting_silence(items, args.run, args.wait, client.settings.task_queue):
         if args.json:
             print(item.model_dump_json(), flush=True)
         elif item.kind == "text":
@@ -917,7 +919,19 @@ def parser() -> argparse.ArgumentParser:
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)
     p.add_argument("shell", choices=["bash", "zsh"])
     sandbox_cli.add_commands(sub)
+    described(top)
     return top
+
+
+def described(parser: argparse.ArgumentParser) -> None:
+    """Every command's `--help` opens with what it does: its one-line help where it was given
+    no description of its own (a group's, such as `keys` or `eval`, too)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:
+                command = action.choices[listed.dest]
+                command.description = command.description or listed.help
+                described(command)
 
 
 async def dispatch(args: argparse.Namespace, began: float) -> int:
@@ -970,6 +984,9 @@ def exit_code(err: BaseException, as_json: bool) -> int:
         from agentledger.core.extras import missing_extra
 
         err = missing_extra(err) or err
+    from agentledger.core.errors import sealed_payload
+
+    err = sealed_payload(err) or err  # a payload sealed by a codec of the user's, not given
     if isinstance(err, AgentLedgerError):
         print_error(err.exit_code, err.kind, str(err), as_json=as_json)
         return err.exit_code

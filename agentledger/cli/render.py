@@ -6,6 +6,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from agentledger.core.advice import start_a_worker
 from agentledger.core.results import RunState, WatchItem
 from agentledger.core.spec import JsonDict
 from agentledger.core.states import is_terminal
@@ -118,7 +119,7 @@ def run_report(report: RunReport) -> str:
     lines.append(
         f"workers polling {report.task_queue}: {workers}"
         if workers
-        else f"no worker polls {report.task_queue}: start one with `agentledger-worker`"
+        else f"no worker polls {report.task_queue}: {start_a_worker(report.task_queue)}"
     )
     return "\n".join(lines)
 

@@ -2,18 +2,20 @@
 Temporal alone owns retries.
 
 Two families. Errors for people all derive from `AgentLedgerError`; each carries the exit code
-the `agentledger` command ends with (README "Exit codes") through one of its public subclasses,
-`InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a message that
-says what to do next; any other `AgentLedgerError` is a runtime failure (1). Failures of steps
-become ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
-what to do (SDK clients are built with max_retries=0); the run workflow reads them back
-with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fallback.
+the `agentledger` command ends with (docs/using.md "Exit codes") through one of its public
+subclasses, `InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a
+message that says what to do next; any other `AgentLedgerError` is a runtime failure (1).
+Failures of steps become ApplicationErrors whose `type`, `non_retryable` flag and
+`next_retry_delay` tell Temporal what to do (SDK clients are built with max_retries=0); the run
+workflow reads them back with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any
+retry or fallback.
 (A provider's or Postgres's own exceptions are read where they are met:
 `activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
@@ -243,3 +245,24 @@ def sandbox_unavailable(detail: str) -> ApplicationError:
     """`run_code` could not reach its engine or image: nothing ran, so another try is safe,
     and the status says why the step waits."""
     return ApplicationError(f"sandbox unavailable: {detail}", type=SANDBOX_UNAVAILABLE)
+
+
+# What Temporal's payload converter raises (a KeyError, sometimes quoted inside a replay's
+# failure) for a payload sealed by a codec the process lacks.
+SEALED_PAYLOAD = re.compile(r"Unknown payload encoding ([\w./+-]+)")
+
+
+def sealed_payload(err: BaseException) -> SetupError | None:
+    """What to do, when `err` (or what caused it) is a payload sealed by a codec this process
+    lacks (agentledger.temporal.user_codec); None for any other error."""
+    seen: BaseException | None = err
+    while seen is not None:
+        found = SEALED_PAYLOAD.search(str(seen))
+        if found:
+            return SetupError(
+                f"the run's payloads are sealed by a codec ({found[1]}): set "
+                "AGENTLEDGER_CODEC=PKG.MODULE:ATTR (your app's PayloadCodec, or what makes it) "
+                "or AGENTLEDGER_CODEC_ENDPOINT=URL (your codec server), as your app's client has it"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -105,6 +105,16 @@ class Settings(ReadSettings):
     encryption_key_id: str | None = env(
         "AGENTLEDGER_ENCRYPTION_KEY_ID", None, "the id new payloads use (default the first)"
     )
+    # A codec of the user's own (their app's PayloadCodec), for commands that read payloads
+    # the user's app sealed: it replaces agentledger's encryption.
+    codec: str | None = env(
+        "AGENTLEDGER_CODEC", None, "`PKG.MODULE:ATTR`: a PayloadCodec, or what makes one"
+    )
+    codec_endpoint: str | None = env(
+        "AGENTLEDGER_CODEC_ENDPOINT",
+        None,
+        "a codec server's URL (as the temporal CLI's --codec-endpoint)",
+    )
     # Worker Versioning: workers declare this version of the deployment, and every run stays
     # pinned to the version it started on.
     deployment_name: str = env("AGENTLEDGER_DEPLOYMENT_NAME", DEPLOYMENT_NAME)
@@ -220,7 +230,7 @@ class Settings(ReadSettings):
     def _parse_keys(cls, value: Any) -> Any:
         return parse_encryption_keys(value) if isinstance(value, str) else value
 
-    @field_validator("openai_base_url", "web_ui_url")
+    @field_validator("openai_base_url", "web_ui_url", "codec_endpoint")
     @classmethod
     def _an_http_url(cls, value: str | None) -> str | None:
         if value is not None:

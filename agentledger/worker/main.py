@@ -118,7 +118,7 @@ def worker_command(serve: Callable[[WorkerEdge], Awaitable[None]] = serve_engine
         asyncio.run(main(settings))
     except SetupError as err:
         log.error("%s", err)
-        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
+        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (docs/using.md "Exit codes")
     except ImportError as err:  # `--sandbox` or AGENTLEDGER_OTEL without their extra
         missing = missing_extra(err)
         if missing is None:
