@@ -8,10 +8,8 @@ message that says what to do next; any other `AgentLedgerError` is a runtime fai
 Failures of steps become ApplicationErrors whose `type`, `non_retryable` flag and
 `next_retry_delay` tell Temporal what to do (SDK clients are built with max_retries=0); the run
 workflow reads them back with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any
-retry or fallback.
-(A provider's or Postgres's own exceptions are read where they are met:
-`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)
-"""
+retry or fallback. (A provider's or Postgres's own exceptions are read where they are met:
+`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)"""
 
 from __future__ import annotations
 
