@@ -1,5 +1,5 @@
-"""Every command block of the README and docs/using.md, run as written on a stack of its own
-(issue 36): `agentledger up` in a subprocess with its own AGENTLEDGER_HOME, then each block's
+"""Every command block of the README, docs/using.md and docs/http.md, run as written on a stack
+of its own: `agentledger up` in a subprocess with its own AGENTLEDGER_HOME, then each block's
 commands through bash, each expected to exit 0, and the runs they start to end as the page
 says. A block that cannot run here is listed below with the reason.
 
@@ -47,6 +47,7 @@ ENDINGS = {
     "run-refund-dan": "completed",
     "run-globex~eve": "cancelled",
     "run-fay": "cancelled",
+    "run-acme~refund-42": "completed",  # docs/http.md's, started over HTTP
 }
 TERMINAL = {"completed", "failed", "cancelled", "terminated", "timed_out"}
 
@@ -89,6 +90,8 @@ def clean_env(home: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["AGENTLEDGER_HOME"] = str(home)
     env["AGENTLEDGER_CONFIG_DIR"] = str(home / "config")  # `approvers add` keeps keys here
+    # `up`'s HTTP door on a port of its own: docs/http.md's 8321 may be another program's.
+    env["AGENTLEDGER_HTTP_PORT"] = str(free_port())
     return env
 
 
@@ -166,6 +169,16 @@ async def before(line: str, env: dict[str, str]) -> None:
     await eventually(pending, seconds=60, what=f"{run} to wait for approval")
 
 
+async def http_walkthrough(env: dict[str, str]) -> str:
+    """docs/http.md's first block as one shell script (its lines share `$KEY`), on `up`'s
+    door: the page's port 8321 is the one this stack's door took."""
+    [block, *_] = bash_blocks("docs/http.md")
+    script = block.replace("localhost:8321", f"localhost:{env['AGENTLEDGER_HTTP_PORT']}")
+    code, out = await shell(script, env)
+    assert code == 0, f"docs/http.md exited {code}:\n{out}"
+    return out
+
+
 async def run_block(page: str, block: str, env: dict[str, str]) -> list[str]:
     ran = []
     for line in commands(block):
@@ -182,8 +195,13 @@ async def run_block(page: str, block: str, env: dict[str, str]) -> list[str]:
 @pytest.mark.timeout(240)
 async def test_every_command_block_runs_as_written(stack_env: dict[str, str]) -> None:
     blocks = [(page, block) for page in PAGES for block in runnable(page)]
-    ran = await asyncio.gather(*(run_block(page, block, stack_env) for page, block in blocks))
+    ran, http = await asyncio.gather(
+        asyncio.gather(*(run_block(page, block, stack_env) for page, block in blocks)),
+        http_walkthrough(stack_env),
+    )
     assert [len(lines) for lines in ran] == [20, 17]
+    assert '"run_id":"run-acme~refund-42"' in http, http
+    assert "event: receipt" in http, http
 
     async def ended() -> dict[str, str] | None:
         code, out = await shell("agentledger list --limit 100 --json", stack_env)

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,13 @@ class Settings(ReadSettings):
     @classmethod
     def _parse_keys(cls, value: Any) -> Any:
         return parse_encryption_keys(value) if isinstance(value, str) else value
+
+    @field_validator("codec")
+    @classmethod
+    def _a_reference(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[\w.]+:[\w.]+", value):
+            raise ValueError("expected PKG.MODULE:ATTR (a PayloadCodec, or what makes one)")
+        return value
 
     @field_validator("openai_base_url", "web_ui_url", "codec_endpoint")
     @classmethod
