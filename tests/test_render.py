@@ -81,3 +81,24 @@ def test_status_and_the_receipt_show_each_message_and_when_it_was_taken():
     )
     section = receipt.split("## Messages", 1)[1].split("## Retries", 1)[0]
     assert "from ana" in section and "Stop searching." in section and "before step 4" in section
+
+
+def test_a_person_reads_times_in_the_machines_own_zone(monkeypatch):
+    """Tables and status lines show moments in local time, the zone named; `--json` keeps
+    ISO 8601 (the models dump themselves)."""
+    import time
+
+    from agentledger.cli.render import local_time, table
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        assert local_time("2026-12-05T03:00:00+00:00") == "2026-12-05 08:30:00 IST"
+        shown = table(
+            [{"key_id": "k1", "expires_at": "2026-12-05T03:00:00Z"}], ["key_id", "expires_at"]
+        )
+        assert "2026-12-05 08:30:00 IST" in shown and "T03:00" not in shown, shown
+        assert local_time("not a time") == "not a time"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

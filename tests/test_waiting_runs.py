@@ -100,3 +100,24 @@ async def advice_followed(command: str, env: dict[str, str]) -> AsyncIterator[No
         if process.returncode is None:
             process.send_signal(signal.SIGINT)
             await asyncio.wait_for(process.wait(), 60)
+
+
+async def test_list_leaves_out_the_engines_own_runs_unless_asked(settings, pool, tmp_path):
+    """An eval's replayed cases and sub-agents are the engine's work: `list` shows the runs
+    people started, `list --all` those too."""
+    from agentledger.store.mirror_store import MirrorStore
+    from tests.support import mirror_batch
+
+    mark = uuid.uuid4().hex[:6]
+    people = f"run-people-{mark}"
+    engines = [f"run-~child.eval-default~e{mark}~case", f"run-~sub.run-people-{mark}~0003"]
+    store = MirrorStore(pool)
+    for run_id in [people, *engines]:
+        await store.sync(mirror_batch(run_id, fence=1))
+    home = tmp_path / "home"
+    listed = await run_cli(settings, home, "list", "--json", "--limit", "500")
+    assert listed.code == 0, listed.err
+    shown = {row["run_id"] for row in listed.json()}
+    assert people in shown and not shown & set(engines), shown
+    everything = await run_cli(settings, home, "list", "--all", "--json", "--limit", "500")
+    assert {people, *engines} <= {row["run_id"] for row in everything.json()}

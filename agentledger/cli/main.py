@@ -327,9 +327,11 @@ async def cmd_version(client: RunClient, args: argparse.Namespace) -> int:
 
 async def cmd_list(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.cli import render
+    from agentledger.core.listings import engines_own
 
-    mirrored = await client.runs.recent(status=args.status, limit=args.limit)
+    mirrored = await client.runs.recent(status=args.status, limit=args.limit, engines_own=args.all)
     held = await client.runs.unmirrored(status=args.status, limit=args.limit)
+    held = [row for row in held if args.all or not engines_own(row.run_id)]
     found = [row.model_dump() for row in (held + mirrored)[: args.limit]]
     columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
@@ -877,6 +879,11 @@ def parser() -> argparse.ArgumentParser:
     p = command("list", "recent runs: the Postgres mirror's, and those no worker has taken yet")
     p.add_argument("--status", choices=STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="also the runs the engine starts for its own work: an eval's cases, sub-agents",
+    )
     add_tenant(p)
     p = command("stats", "fleet figures: cost per completed run, failures, waits")
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")

@@ -107,7 +107,9 @@ async def cmd_keys(client: RunClient, args: argparse.Namespace) -> int:
     else:
         row = await client.keys.revoke(args.key_id)
         emit(
-            row.model_dump(mode="json"), args.json, f"key {row.key_id} revoked at {row.revoked_at}"
+            row.model_dump(mode="json"),
+            args.json,
+            f"key {row.key_id} revoked at {render.local_time(row.revoked_at)}",
         )
     return 0
 
