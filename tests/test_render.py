@@ -102,3 +102,32 @@ def test_a_person_reads_times_in_the_machines_own_zone(monkeypatch):
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_a_failed_eval_case_names_the_call_that_differs():
+    from agentledger.cli.eval_render import differing_call
+    from agentledger.core.eval_cases import RecordedCall, Recording
+    from agentledger.core.eval_reports import CaseScore
+
+    def recording(*calls: tuple[str, dict[str, object]]) -> Recording:
+        return Recording(
+            run_id="run-x",
+            outcome="completed",
+            calls=[RecordedCall(seq=i, tool=t, arguments=a) for i, (t, a) in enumerate(calls)],
+        )
+
+    base = recording(("search_notes", {"query": "refund"}), ("send_message", {"to": "ana"}))
+    case = CaseScore(
+        name="c1",
+        task="t",
+        run_id="run-y",
+        baseline=base,
+        candidate=recording(("search_notes", {"query": "refund"}), ("send_message", {"to": "bo"})),
+        assertions={"same_calls": False},
+    )
+    assert differing_call(case) == (
+        'call 2: recorded send_message({"to": "ana"}), candidate send_message({"to": "bo"})'
+    )
+    fewer = case.model_copy(update={"candidate": recording(("search_notes", {"query": "refund"}))})
+    assert differing_call(fewer) == 'call 2: candidate left out send_message({"to": "ana"})'
+    assert differing_call(case.model_copy(update={"assertions": {}})) is None  # it passed
