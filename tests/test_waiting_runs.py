@@ -15,12 +15,15 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from temporalio.service import RPCError
 
 from tests.support import eventually
 from tests.test_cli import cli_env, run_cli
 
 
+# A dozen commands, then the advised worker's start and the run: minutes on a loaded machine.
+@pytest.mark.timeout(300)
 async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool, tmp_path):
     home = tmp_path / "home"
     key = f"waits-{uuid.uuid4().hex[:8]}"
