@@ -4,7 +4,8 @@ yields.
 A key is `ark_<key_id>_<secret>`: the id finds its row, the secret (32 random bytes) is the
 proof. Postgres keeps only the sha256 of the whole key, compared in constant time, so a
 leaked table opens nothing. The tenant is the credential's, never the request's: a `Caller`
-is made only from a key's row or a verified token.
+is made only from a key's row or a verified token, and its tenant is a tenant name by the
+one rule below (`check_tenant`), so no two tenants' run ids can meet.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from agentledger.core.errors import InvalidRequest
@@ -29,6 +31,10 @@ GRANTS: dict[str, frozenset[str]] = {
 }
 KEY_PREFIX = "ark_"
 _KEY = re.compile(r"ark_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+# A tenant's name stands as it is in its runs' ids (`run-<tenant>~<key>`): characters an id
+# keeps unchanged, so no name is rewritten into another's (`a/b` and `a-b-<hash>` would
+# meet), and at most as long as any name.
+_TENANT = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class Caller:
     roles: frozenset[str]
     identity: str
     credential: str  # what limits count against: a key's id, a token's issuer and subject
+    key_id: str | None = None  # an API key's, which can be revoked while in use
+    expires_at: datetime | None = None  # when the credential stops opening the door
 
     def may(self, need: str) -> bool:
         return any(need in GRANTS.get(role, frozenset()) for role in self.roles)
@@ -50,6 +58,16 @@ def check_role(role: str) -> Role:
         if role == known:
             return known
     raise InvalidRequest(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+
+
+def check_tenant(name: str) -> str:
+    """`name` if it is a tenant name, else InvalidRequest saying what one is."""
+    if not _TENANT.fullmatch(name):
+        raise InvalidRequest(
+            f"tenant {name[:200]!r} is not a tenant name: 1 to 200 letters, digits, '.', "
+            "'-' and '_'"
+        )
+    return name
 
 
 def new_key() -> tuple[str, str]:

@@ -11,9 +11,15 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg_pool import AsyncConnectionPool
 
-from agentledger.core.access import check_role, key_hash, key_id_of, key_matches, new_key
+from agentledger.core.access import (
+    check_role,
+    check_tenant,
+    key_hash,
+    key_id_of,
+    key_matches,
+    new_key,
+)
 from agentledger.core.errors import InvalidRequest, NotFound
-from agentledger.core.keys import id_part
 from agentledger.core.listings import ApiKeyRow, NewApiKey
 from agentledger.store.api_key_store import ApiKeyStore
 
@@ -31,10 +37,7 @@ async def create(
 ) -> NewApiKey:
     """A new key for `tenant` in `role`, named `name` if given: its row, with `key`, shown
     this once."""
-    if not tenant or id_part(tenant) != tenant:
-        raise InvalidRequest(
-            f"tenant {tenant!r} is not a tenant name: letters, digits, '-' and '_' only"
-        )
+    check_tenant(tenant)
     if expires_in is not None and expires_in <= timedelta(0):
         raise InvalidRequest("--expires takes a span above 0, such as 30d or 12h")
     if name is not None and not (name.strip() and len(name) <= NAME_CHARS and name.isprintable()):
@@ -59,6 +62,11 @@ async def revoke(pool: AsyncConnectionPool, key_id: str) -> ApiKeyRow:
     if row is None:
         raise NotFound(f"no API key {key_id!r}: `agentledger keys list` shows them")
     return ApiKeyRow.model_validate(row)
+
+
+async def closed(pool: AsyncConnectionPool, key_ids: list[str]) -> set[str]:
+    """Those of `key_ids` that no longer open the door: revoked, expired or gone."""
+    return set(key_ids) - await ApiKeyStore(pool).live(key_ids)
 
 
 async def verify(pool: AsyncConnectionPool, key: str) -> ApiKeyRow | None:

@@ -222,6 +222,8 @@ async def find_run(
         if err.status == RPCStatusCode.NOT_FOUND:
             raise no_run(run_id) from err
         raise
+    if description.workflow_type != names.WORKFLOW_NAME:
+        raise no_run(run_id)  # a backlog, a tenant's queue, an eval: not a run
     indexed = description.typed_search_attributes
     if tenant is not None:
         owner = indexed.get(search_attributes.TENANT)

@@ -39,6 +39,11 @@ class ApiKeys:
     async def revoke(self, key_id: str) -> ApiKeyRow:
         return await api_keys.revoke(await self.session.database(), key_id)
 
+    @operators_only("checking keys reads every tenant's keys")
+    async def closed(self, key_ids: list[str]) -> set[str]:
+        """Those of `key_ids` that no longer open the door (revoked, expired, gone)."""
+        return await api_keys.closed(await self.session.database(), key_ids)
+
     @operators_only("checking a key reads every tenant's keys")
     async def verify(self, key: str) -> ApiKeyRow | None:
         """The live key's tenant, role and id, or None for any key that does not open."""
