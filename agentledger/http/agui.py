@@ -38,7 +38,7 @@ from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.http import event_streams
 from agentledger.http.agui_events import AguiStory
 from agentledger.http.auth import door_of
-from agentledger.http.endpoints import Call, Endpoint, routes_of
+from agentledger.http.endpoints import Call, Endpoint, RoleOfBody, routes_of
 
 THREAD_KEY_PREFIX = "agui."
 UNAUTHENTICATED = "agentledger.unauthenticated"
@@ -233,7 +233,7 @@ ENDPOINTS = [
         "POST",
         "/v1/agents/{agent}/agui",
         agui,
-        role_for,
+        RoleOfBody(("runner", "approver"), role_for),
         body=RunAgentInput,
         answer=Event,
         events="AG-UI events, one per `data:` line (RUN_STARTED ... RUN_FINISHED or RUN_ERROR)",

@@ -59,6 +59,7 @@ class StartRun(Body):
         None,
         ge=1,
         le=5,
+        strict=True,
         description="1 runs soonest, 5 latest (default 3); only those your tenant may take",
     )
 

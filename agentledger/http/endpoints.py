@@ -3,9 +3,10 @@ it takes as a model, and the answer it gives. Declared once, so the order every 
 meets is written in one place, the same on every route:
 
 1. the credential (401; 429 for an address that failed too often, or past the rate),
-2. the role (403), when the route's role does not depend on the body,
+2. the role (403); where it depends on the body, one of the roles that could do,
 3. the body, read within its bounds and validated by its model (400, 408, 413),
-4. the role, when it does (AG-UI: deciding is an approver's act, starting a runner's),
+4. the role the body needs, where it depends on it (AG-UI: deciding is an approver's
+   act, starting a runner's),
 5. the handler, with a `Call` holding all of it.
 
 `/openapi.json` and `/docs` are made from these declarations (agentledger/http/openapi.py).
@@ -57,11 +58,23 @@ Handler = Callable[[Call[Any]], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
+class RoleOfBody:
+    """A role that depends on the body: one of `any_of` is needed before the body is read,
+    and the one `of(body)` names after."""
+
+    any_of: tuple[str, ...]
+    of: Callable[[Any], str]
+
+    def __str__(self) -> str:
+        return " or ".join(self.any_of) + ", as the body asks"
+
+
+@dataclass(frozen=True)
 class Endpoint:
     method: Literal["GET", "POST"]
     path: str
     handler: Handler
-    role: str | Callable[[Any], str]  # a role, or the role a body needs
+    role: str | RoleOfBody
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     answer: Any = None  # the answer's type, for its description
@@ -85,14 +98,16 @@ class Endpoint:
         who = await authenticate(request)
         if isinstance(self.role, str):
             require(who, self.role)
+        elif not any(who.may(role) for role in self.role.any_of):
+            require(who, " or ".join(self.role.any_of))
         given: Any = None
         if self.body is not None:
             settings = door_of(request).settings
             given = parsed(await json_body(request, settings), self.body)
         elif self.query is not None:
             given = parsed(dict(request.query_params), self.query)
-        if not isinstance(self.role, str):
-            require(who, self.role(given))
+        if isinstance(self.role, RoleOfBody):
+            require(who, self.role.of(given))
         result = await self.handler(Call(request, who, given))
         return result if isinstance(result, Response) else answer(result, self.status)
 

@@ -94,7 +94,7 @@ def described(routes: list[BaseRoute]) -> dict[str, Any]:
     error = refs[("error", "serialization")]
     paths: dict[str, dict[str, Any]] = {}
     for each in endpoints:
-        role = each.role if isinstance(each.role, str) else "runner, or approver to decide"
+        role = str(each.role)
         operation: dict[str, Any] = {
             "summary": each.summary,
             "description": f"{each.description}\n\nRole: {role}.",
@@ -136,8 +136,8 @@ def _type(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
         return f"<a href='#{html.escape(name)}'>{html.escape(name)}</a>"
-    if "anyOf" in schema:
-        return " or ".join(_type(part) for part in schema["anyOf"])
+    if "anyOf" in schema or "oneOf" in schema:
+        return " or ".join(_type(part) for part in schema.get("anyOf", schema.get("oneOf", [])))
     if schema.get("type") == "array":
         return f"list of {_type(schema.get('items', {}))}"
     if "enum" in schema:

@@ -111,7 +111,7 @@ async def pause(call: Call[bodies.NoFields]) -> ControlResult:
 
 
 async def resume(call: Call[bodies.NoFields]) -> ControlResult:
-    """Resume a paused run."""
+    """Resume a paused run from where it paused."""
     return await call.runs.runs.resume(call.path("run_id"))
 
 

@@ -24,7 +24,7 @@ from agentledger.http.errors import HttpRefusal
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-CHECK_SECONDS = 0.5
+CHECK_SECONDS = 0.25
 # The keys (by id) of a list that no longer open the door.
 ClosedKeys = Callable[[list[str]], Awaitable[set[str]]]
 
