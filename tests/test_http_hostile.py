@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import jwt
@@ -150,6 +150,32 @@ async def test_connections_that_never_finish_their_headers_hold_nothing_for_long
     assert len(log) < 2000, log
 
 
+async def test_a_body_that_stalls_is_answered_408_and_its_connection_closed(
+    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+) -> None:
+    runner = await make_key(settings, tenant_name(), "runner")
+    env = {
+        "AGENTLEDGER_HTTP_BODY_TIMEOUT_SECONDS": "1",
+        "AGENTLEDGER_HTTP_HEADER_TIMEOUT_SECONDS": "2",
+    }
+    async with served(settings, tmp_path, env=env) as door:
+        url = urlsplit(door.url)
+        reader, writer = await asyncio.open_connection(url.hostname, url.port)
+        writer.write(
+            b"POST /v1/runs HTTP/1.1\r\nHost: door\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {runner}\r\nContent-Length: 100\r\n\r\n".encode()
+            + b'{"task": '
+        )
+        began = time.monotonic()
+        first = await asyncio.wait_for(reader.read(1), 10)
+        assert 1 <= time.monotonic() - began < 5
+        # The rest of the body never comes: after the answer the connection is closed.
+        answer = first + await asyncio.wait_for(reader.read(), 10)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"AGENTLEDGER_HTTP_BODY_TIMEOUT_SECONDS" in answer
+        writer.close()
+
+
 def deep(levels: int) -> bytes:
     return b"[" * levels + b"]" * levels
 
@@ -219,16 +245,24 @@ async def test_an_id_that_is_not_a_run_reads_as_a_missing_run(
                 f"/v1/backlogs/{agent}/tasks", json={"tasks": [task]}, headers=bearer(runner)
             )
             assert queued.status_code == 200, queued.text
-            for method, tail, body in RUN_ROUTES:
-                named = await http.request(
-                    method, f"/v1/runs/{backlog_id}{tail}", json=body, headers=bearer(runner)
-                )
-                missing = await http.request(
-                    method, f"/v1/runs/{backlog_id}-x{tail}", json=body, headers=bearer(runner)
-                )
-                assert named.status_code == missing.status_code == 404, (tail, named.text)
-                same = missing.content.replace(f"{backlog_id}-x".encode(), backlog_id.encode())
-                assert named.content == same, (tail, named.text)
+            missing_id = f"{backlog_id}-x"
+            for run_id in (backlog_id, "run-x\x00y", "\u00b2", "a" * 600):
+                for method, tail, body in RUN_ROUTES:
+                    named, missing = [
+                        await http.request(
+                            method,
+                            f"/v1/runs/{quote(each, safe='')}{tail}",
+                            json=body,
+                            headers=bearer(runner),
+                        )
+                        for each in (run_id, missing_id)
+                    ]
+                    assert named.status_code == missing.status_code == 404, (tail, named.text)
+                    said, expected = named.json()["error"], missing.json()["error"]
+                    assert said["kind"] == expected["kind"]
+                    assert said["message"].replace(repr(run_id), "ID") == expected[
+                        "message"
+                    ].replace(repr(missing_id), "ID"), (tail, said)
     for scope in (("--tenant", tenant), ()):
         status = await run_cli(settings, tmp_path, "status", backlog_id, *scope)
         assert status.code == 3, (status.out, status.err)
@@ -271,7 +305,10 @@ async def test_every_streamed_event_has_an_id_to_resume_from(
                     """The stream up to the pending approval: (id, item) for each event."""
                     headers = bearer(runner) | ({"Last-Event-ID": last} if last else {})
                     seen: list[tuple[str | None, dict[str, Any]]] = []
-                    async with http.stream("GET", url, headers=headers) as stream:
+                    async with (
+                        asyncio.timeout(30),
+                        http.stream("GET", url, headers=headers) as stream,
+                    ):
                         raw = b""
                         async for chunk in stream.aiter_raw():
                             raw += chunk
@@ -319,9 +356,10 @@ async def test_revoking_a_key_ends_its_open_streams_within_a_second(
             await wait_pending(client, run_id, seconds=60)
             revoked_at = None
             ended: list[Any] = []
-            async with http.stream(
-                "GET", f"/v1/runs/{run_id}/events", headers=bearer(viewer)
-            ) as stream:
+            async with (
+                asyncio.timeout(30),  # a stream that outlives its key would never end
+                http.stream("GET", f"/v1/runs/{run_id}/events", headers=bearer(viewer)) as stream,
+            ):
                 async for event in sse_events(stream):
                     if revoked_at is None and "approval.requested" in event.data:
                         async with RunClient.lazy(settings) as operator:

@@ -259,7 +259,8 @@ async def _running(
     tenant: str | None = None,
     mirror: AsyncConnectionPool | None = None,
 ) -> RunRef:
-    bounds.check_text("run_id", run_id)
+    if len(run_id) > bounds.limit_for("run_id"):
+        raise no_run(run_id)  # no run has so long an id: it reads as any missing run
     bounds.check_text("tenant", tenant)
     run = await find_run(client, run_id, deadline, tenant=tenant, mirror=mirror)
     if not run.running:
