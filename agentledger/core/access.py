@@ -5,7 +5,7 @@ A key is `ark_<key_id>_<secret>`: the id finds its row, the secret (32 random by
 proof. Postgres keeps only the sha256 of the whole key, compared in constant time, so a
 leaked table opens nothing. The tenant is the credential's, never the request's: a `Caller`
 is made only from a key's row or a verified token, and its tenant is a tenant name by the
-one rule below (`check_tenant`), so no two tenants' run ids can meet.
+one rule (`tenant_name` in agentledger/client/scope.py), so no two tenants' run ids meet.
 """
 
 from __future__ import annotations
@@ -31,18 +31,15 @@ GRANTS: dict[str, frozenset[str]] = {
 }
 KEY_PREFIX = "ark_"
 _KEY = re.compile(r"ark_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
-# A tenant's name stands as it is in its runs' ids (`run-<tenant>~<key>`): characters an id
-# keeps unchanged, so no name is rewritten into another's (`a/b` and `a-b-<hash>` would
-# meet), and at most as long as any name.
-_TENANT = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 @dataclass(frozen=True)
 class Caller:
-    """An authenticated caller: the tenant its credential names, what it may do, and who it
-    is (recorded as the `by` of its decisions)."""
+    """An authenticated caller: the tenant its credential names (None: the operator, who
+    acts for every tenant), what it may do, and who it is (recorded as the `by` of its
+    decisions)."""
 
-    tenant: str
+    tenant: str | None
     roles: frozenset[str]
     identity: str
     credential: str  # what limits count against: a key's id, a token's issuer and subject
@@ -58,16 +55,6 @@ def check_role(role: str) -> Role:
         if role == known:
             return known
     raise InvalidRequest(f"unknown role {role!r}: one of {', '.join(ROLES)}")
-
-
-def check_tenant(name: str) -> str:
-    """`name` if it is a tenant name, else InvalidRequest saying what one is."""
-    if not _TENANT.fullmatch(name):
-        raise InvalidRequest(
-            f"tenant {name[:200]!r} is not a tenant name: 1 to 200 letters, digits, '.', "
-            "'-' and '_'"
-        )
-    return name
 
 
 def new_key() -> tuple[str, str]:

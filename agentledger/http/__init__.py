@@ -2,8 +2,8 @@
 other protocols over the same `RunClient`, for callers who hold a key or a token and
 nothing else. docs/http.md is the user's page.
 
-A layer of its own beside the CLI: it imports client operations (`agentledger.client_api`,
-`agentledger.ops`) and below, and nothing imports it but the CLI's `serve`.
+A layer of its own beside the CLI: it imports the client (`agentledger.client`) and below,
+and nothing imports it but the CLI's `serve`.
 
 Adding a route (another module, say `agentledger/http/inbox.py`): declare it, with the role
 it needs, the body or query it takes (a pydantic model: agentledger/http/bodies.py) and the
@@ -23,11 +23,11 @@ then list it in `create_app` (agentledger/http/app.py). The declaration checks t
 credential (401), then the role (403), then reads and validates the body (400, 408, 413),
 in that order on every route (agentledger/http/endpoints.py), and `/openapi.json` and
 `/docs` describe it from the same models. `call.who` is the only way a handler learns the
-tenant; its `identity` is who decides (the `by` of a decision); `call.runs` acts for that
-tenant alone. Raise an `AgentLedgerError` (mapped to 400/404/409/503) or an `HttpRefusal`
-for the door's own; a streamed answer takes a slot of the credential's streams
-(`door_of(request).streams`) and ends when the credential does (agentledger/http/events_api.py
-shows how).
+tenant; its `identity` is who decides (the `by` of a decision); `call.runs` acts as the
+caller, within its tenant alone. Raise an `AgentLedgerError` (mapped to 400/404/409/503)
+or an `HttpRefusal` for the door's own; a streamed answer takes a slot of the
+credential's streams (`door_of(request).streams`) and ends when the credential does
+(agentledger/http/events_api.py shows how).
 
 Tests: tests/http_support.py starts the door as `agentledger serve --port 0` in a
 subprocess on the test's settings (`async with served(settings, tmp_path, env={...}) as

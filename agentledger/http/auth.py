@@ -1,8 +1,8 @@
 """How a route learns who calls, and for which tenant: `authenticate(request)`, the only
 way. The credential decides the tenant (an API key's row, or a verified token's claim); no
 header, body field or query parameter is read for it, and it is checked before any body is
-read. `runs_for(request, who)` is the RunClient acting for that tenant alone, so every
-operation goes through the client's own tenant scope (agentledger/ops/door.py).
+read. `runs_for(request, who)` is the RunClient acting as that caller, so every operation
+goes through the caller's scope (agentledger/client/scope.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.access import KEY_PREFIX, Caller
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http.errors import HttpRefusal, unauthenticated
@@ -113,5 +113,5 @@ async def caller(request: Request, *, need: str) -> Caller:
 
 
 def runs_for(request: Request, who: Caller) -> RunClient:
-    """The RunClient acting for the caller's tenant alone."""
-    return door_of(request).runs.acting_for(who.tenant)
+    """The RunClient acting as the caller: its identity, within its tenant alone."""
+    return door_of(request).runs.acting_as(who)

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.access import Caller
 from agentledger.http.auth import authenticate, door_of, require, runs_for
 from agentledger.http.replies import answer

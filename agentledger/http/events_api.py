@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
 from starlette.routing import Route
 
 from agentledger.core.errors import InvalidRequest
@@ -58,11 +59,11 @@ class EventsQuery(Body):
     )
 
 
-def last_seen(call: Call[EventsQuery]) -> Position | None:
+def last_seen(request: Request) -> Position | None:
     """The id the client saw last (`Last-Event-ID`, or `?after=`), or 400 saying what to send."""
-    raw = call.request.headers.get("last-event-id")
+    raw = request.headers.get("last-event-id")
     if raw is None:
-        raw = call.input.after
+        raw = request.query_params.get("after")
     if raw is None or raw == "":
         return None
     match = _EVENT_ID.fullmatch(raw)
@@ -75,14 +76,31 @@ def last_seen(call: Call[EventsQuery]) -> Position | None:
     return Position(int(match.group(1)), int(match.group(2) or 0))
 
 
-async def numbered(items: AsyncIterator[WatchItem]) -> AsyncIterator[tuple[Position, WatchItem]]:
+async def positioned(
+    items: AsyncIterator[WatchItem], seen: Position | None = None
+) -> AsyncIterator[tuple[Position, WatchItem]]:
+    """Each item with its place in the stream, those up to `seen` passed over (the receipt
+    is never passed over: a client that comes back after the end hears how it ended)."""
     seq = extra = 0
-    async for item in items:
-        if item.kind == "event" and item.seq is not None:
-            seq, extra = item.seq, 0
-        else:
-            extra += 1
-        yield Position(seq, extra), item
+    try:
+        async for item in items:
+            if item.kind == "event" and item.seq is not None:
+                seq, extra = item.seq, 0
+            else:
+                extra += 1
+            position = Position(seq, extra)
+            if seen is None or position > seen or item.kind == "receipt":
+                yield position, item
+    finally:
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def after(items: AsyncIterator[WatchItem], seen: Position | None) -> AsyncIterator[WatchItem]:
+    """The items past `seen`, as a stream resumed from it tells them."""
+    async for _, item in positioned(items, seen):
+        yield item
 
 
 def sse(position: Position, item: WatchItem) -> ServerSentEvent:
@@ -95,7 +113,7 @@ async def events(call: Call[EventsQuery]) -> EventSourceResponse:
 
     Each event has an `id:`; send the last one you have as `Last-Event-ID` (or `?after=`)
     to get everything after it once."""
-    seen = last_seen(call)
+    seen = last_seen(call.request)
     client = call.runs
     run_id = call.path("run_id")
     # Refused before the stream opens (404 for a run not the tenant's), not inside it: the
@@ -105,9 +123,9 @@ async def events(call: Call[EventsQuery]) -> EventSourceResponse:
     stream = streams.take(call.who)
 
     async def sent() -> AsyncIterator[ServerSentEvent]:
-        async for position, item in streams.follow(stream, numbered(client.runs.watch(run_id))):
-            if seen is None or position > seen or item.kind == "receipt":
-                yield sse(position, item)
+        told = positioned(client.runs.watch(run_id), seen)
+        async for position, item in streams.follow(stream, told):
+            yield sse(position, item)
         if stream.ended.is_set():
             ended = error_body("unauthenticated", f"{stream.why}; the stream ends")
             yield event_streams.event(json.dumps(ended), kind="error")

@@ -13,7 +13,8 @@ from typing import Any
 
 import jwt
 
-from agentledger.core.access import ROLES, Caller, check_tenant
+from agentledger.client.scope import tenant_name
+from agentledger.core.access import ROLES, Caller
 from agentledger.core.errors import InvalidRequest, ServiceUnreachable, SetupError
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http.errors import unauthenticated
@@ -73,7 +74,7 @@ class OidcVerifier:
         if not isinstance(tenant, str) or not tenant:
             raise unauthenticated(f"the token names no tenant (claim {self.tenant_claim!r})")
         try:
-            check_tenant(tenant)
+            tenant_name(tenant)
         except InvalidRequest as err:
             raise unauthenticated(f"the token's {self.tenant_claim!r} claim: {err}") from err
         raw = claims.get(self.roles_claim, [])

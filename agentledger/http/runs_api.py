@@ -48,7 +48,7 @@ async def start(call: Call[bodies.StartRun]) -> Response:
         agents = profiles.load_agents(source)
         raw = profiles.pick(agents, body.agent, source).spec_fields(agents)
     raw.update(body.model_dump(include={"user", "priority"}, exclude_none=True))
-    raw.update(task=body.task, tenant=call.who.tenant)
+    raw.update(task=body.task)
     if key := call.request.headers.get("idempotency-key"):
         raw["idempotency_key"] = key
     try:
