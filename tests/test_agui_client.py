@@ -17,9 +17,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
-from agentledger.client import receipts
 from agentledger.core.settings import Settings
 from agentledger.store import tool_sets
+from tests import client_ops
 from tests.http_support import make_key, served
 from tests.support import NOTIFY_TASK, rows
 from tests.test_agui import AGENT, identity, tenant_name
@@ -80,7 +80,7 @@ async def test_the_official_agui_client_runs_a_thread_through_an_approval_with_a
     assert second["events"][-1] == "RUN_FINISHED" and told["pendingAfter"] == []
     run_id = told["result"]["run_id"]
     assert run_id == f"run-{tenant}~agui.{told['threadId']}"
-    receipt = await receipts.receipt(pool, run_id)
+    receipt = await client_ops.receipt(pool, run_id)
     [approval] = receipt["approvals"]
     assert approval["by"] == identity(approver) and approval["edit"] == edit
     assert receipt["outcome"] == "completed"
