@@ -220,7 +220,7 @@ async def agui(call: Call[RunAgentInput]) -> EventSourceResponse:
     async def events() -> AsyncIterator[bytes]:
         async for event in streams.follow(stream, story(client, run_id, run_input, passed)):
             yield encoder.encode(event).encode()
-        if stream.ended.is_set():
+        if stream.ended:
             ended = RunErrorEvent(message=f"{stream.why}; the stream ends", code=UNAUTHENTICATED)
             yield encoder.encode(ended).encode()
 

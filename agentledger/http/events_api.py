@@ -126,7 +126,7 @@ async def events(call: Call[EventsQuery]) -> EventSourceResponse:
         told = positioned(client.runs.watch(run_id), seen)
         async for position, item in streams.follow(stream, told):
             yield sse(position, item)
-        if stream.ended.is_set():
+        if stream.ended:
             ended = error_body("unauthenticated", f"{stream.why}; the stream ends")
             yield event_streams.event(json.dumps(ended), kind="error")
 

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -32,12 +31,15 @@ ClosedKeys = Callable[[list[str]], Awaitable[set[str]]]
 @dataclass(eq=False)
 class OpenStream:
     who: Caller
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: bool = False
     why: str = ""
+    # The wait for the stream's next item, cut short when the stream ends.
+    waiting: asyncio.Timeout | None = field(default=None, repr=False)
 
     def end(self, why: str) -> None:
-        self.why = why
-        self.ended.set()
+        self.why, self.ended = why, True
+        if self.waiting is not None:
+            self.waiting.reschedule(asyncio.get_running_loop().time())
 
 
 class Streams:
@@ -99,28 +101,24 @@ class Streams:
 
     async def follow(self, stream: OpenStream, items: AsyncIterator[T]) -> AsyncIterator[T]:
         """`items` until they end or the stream's credential does; then the stream's share
-        is given back and `items` closed."""
-        ended = asyncio.ensure_future(stream.ended.wait())
-
-        async def following() -> T:
-            return await anext(items)
-
+        is given back and `items` closed. Only the wait for the next item is cut short:
+        nothing is interrupted while the caller handles an item."""
         try:
-            while True:
-                step = asyncio.ensure_future(following())
-                await asyncio.wait({step, ended}, return_when=asyncio.FIRST_COMPLETED)
-                if not step.done():
-                    step.cancel()
-                    with suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await step
-                    return
+            while not stream.ended:
                 try:
-                    item = step.result()
+                    async with asyncio.timeout(None) as waiting:
+                        stream.waiting = waiting
+                        item = await anext(items)
                 except StopAsyncIteration:
                     return
+                except TimeoutError:
+                    if stream.ended:
+                        return
+                    raise
+                finally:
+                    stream.waiting = None
                 yield item
         finally:
-            ended.cancel()
             self.give_back(stream)
             aclose = getattr(items, "aclose", None)
             if aclose is not None:
