@@ -106,8 +106,9 @@ def described(routes: list[BaseRoute]) -> dict[str, Any]:
         }
         if each.body is not None:
             body = refs[((each.method, each.path, "body"), "validation")]
+            required = any(field.is_required() for field in each.body.model_fields.values())
             operation["requestBody"] = {
-                "required": False,
+                "required": required,
                 "content": {"application/json": {"schema": body}},
             }
         paths.setdefault(each.path, {})[each.method.lower()] = operation
