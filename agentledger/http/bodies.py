@@ -134,7 +134,7 @@ class RunsQuery(Body):
     """Which runs to list."""
 
     status: Name | None = Field(
-        None, description="only runs in this status (running, waiting_approval, completed, ...)"
+        None, description="only runs in this status (queued, waiting_for_approval, completed, ...)"
     )
     limit: int = Field(50, ge=1, le=MAX_LIST, description="at most this many, newest first")
 
