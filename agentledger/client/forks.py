@@ -76,10 +76,10 @@ async def fork_run(
     fork is a run of the parent's tenant, started through the gate (starts.py)."""
     if from_step < 1:
         raise InvalidRequest(f"--from-step takes a step number, 1 or more, not {from_step}")
-    await scope.check_visible(run_id)  # first: an id that is not the caller's run reads as missing
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
     bounds.check(origin, "fork")
     bounds.check_text("idempotency_key", key)
+    await scope.check_visible(run_id)
     client = await scope.temporal()
     pool = await scope.database()
     steps, conversation = await ForkStore(pool).record(run_id)

@@ -430,8 +430,7 @@ class Scope:
 
     async def running(self, run_id: str, deadline: Deadline) -> RunRef:
         """`find_run`, for an act that needs the run still open."""
-        if len(run_id) > bounds.limit_for("run_id"):
-            raise no_run(run_id)  # no run has so long an id: it reads as any missing run
+        bounds.check_text("run_id", run_id)
         run = await self.find_run(run_id, deadline)
         if not run.running:
             raise OperationRefused(

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentledger.client.run_client import RunClient
+from agentledger.core import bounds
 from agentledger.core.access import Caller
 from agentledger.http.auth import authenticate, door_of, require, runs_for
 from agentledger.http.replies import answer
@@ -96,6 +97,8 @@ class Endpoint:
 
     async def serve(self, request: Request) -> Response:
         who = await authenticate(request)
+        for name, value in request.path_params.items():
+            bounds.check_text(name, str(value))  # a run id past its bound: 400 on every route
         if isinstance(self.role, str):
             require(who, self.role)
         elif not any(who.may(role) for role in self.role.any_of):
