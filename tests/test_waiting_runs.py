@@ -70,13 +70,18 @@ async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool
         # The advice, followed as written, starts a worker that takes the run to its end.
         advised = re.search(r"start one with `([^`]+)`", warning)
         assert advised, warning
-        async with advice_followed(advised[1], cli_env(settings, home)):
+        log = tmp_path / "advised-worker.log"
+        async with advice_followed(advised[1], cli_env(settings, home), log):
 
             async def completed() -> bool:
                 done = await run_cli(settings, home, "status", run_id, "--json", "--wait", "5")
                 return done.code == 0 and done.json()["status"] == "completed"
 
-            await eventually(completed, seconds=90, what=f"{run_id} to complete")
+            try:
+                await eventually(completed, seconds=150, what=f"{run_id} to complete")
+            except AssertionError as err:
+                said = log.read_text()
+                raise AssertionError(f"{err}; the advised worker said:\n{said}") from err
     finally:
         for run in (run_id, other_id):
             with contextlib.suppress(RPCError):  # ended already
@@ -84,18 +89,19 @@ async def test_a_run_no_worker_has_taken_shows_as_waiting(settings, client, pool
 
 
 @contextlib.asynccontextmanager
-async def advice_followed(command: str, env: dict[str, str]) -> AsyncIterator[None]:
+async def advice_followed(command: str, env: dict[str, str], log: Path) -> AsyncIterator[None]:
     """`command` typed into a shell (the console scripts beside this interpreter), running
-    until the block ends; then Ctrl-C."""
+    until the block ends, its output in `log`; then Ctrl-C."""
     bin_dir = str(Path(sys.executable).parent)
-    process = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        f"exec {command}",
-        env=env | {"PATH": os.pathsep.join([bin_dir, env.get("PATH", "")])},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    with log.open("w") as out:
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            f"exec {command}",
+            env=env | {"PATH": os.pathsep.join([bin_dir, env.get("PATH", "")])},
+            stdout=out,
+            stderr=out,
+        )
     try:
         yield
         assert process.returncode is None, f"`{command}` exited {process.returncode}"
