@@ -191,9 +191,9 @@ async def run_block(page: str, block: str, env: dict[str, str]) -> list[str]:
 
 # About forty commands, each a new process that imports the CLI and connects: minutes on a
 # busy two-core machine. The blocks' runs, tenants and approvers differ, so the blocks run
-# side by side, as two people would (about 3 minutes on a busy two-core machine, its stack's
-# start included).
-@pytest.mark.timeout(420)
+# side by side, as two people would (about 3 minutes on a busy two-core machine, 7 when others
+# load it ten times over).
+@pytest.mark.timeout(600)
 async def test_every_command_block_runs_as_written(stack_env: dict[str, str]) -> None:
     blocks = [(page, block) for page in PAGES for block in runnable(page)]
     ran, http = await asyncio.gather(
