@@ -97,7 +97,7 @@ async def advice_followed(command: str, env: dict[str, str], log: Path) -> Async
         process = await asyncio.create_subprocess_exec(
             "bash",
             "-c",
-            f"exec {command}",
+            command,  # as typed (bash runs a lone command in its own place)
             env=env | {"PATH": os.pathsep.join([bin_dir, env.get("PATH", "")])},
             stdout=out,
             stderr=out,
