@@ -62,7 +62,7 @@ async def serve(
         proxy_headers=settings.proxy_headers,
         forwarded_allow_ips="*" if settings.proxy_headers else "",
         log_level="warning",
-        lifespan="off",
+        lifespan="on",  # MCP's sessions live in a task group the app's lifespan holds
         timeout_graceful_shutdown=5,
     )
     ready(url_of(sock))

@@ -12,6 +12,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from agentledger.core.constants import TASK_NOTIFIER_WORKFLOW_NAME
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.keys import id_part
+from agentledger.core.results import WatchItem
 from agentledger.core.webhook_models import (
     NotifierInput,
     PushSubscription,
@@ -65,6 +66,14 @@ class Tasks:
     async def context_of(self, run_id: str) -> str | None:
         tenant = await self._tenant_of(run_id)
         return await (await self._store()).task_context(run_id, tenant)
+
+    # ------------------------------------------------------------ what it did
+
+    async def events(self, run_id: str) -> list[WatchItem]:
+        """The run's events so far, in order, as the mirror holds them (no waiting)."""
+        await self._tenant_of(run_id)
+        rows = await (await self._store()).events_after(run_id, 0)
+        return [WatchItem(kind="event", **row) for row in rows]
 
     # ------------------------------------------------------------ artifacts
 

@@ -1,0 +1,157 @@
+"""MCP on the real stack, driven by the official `mcp` client over streamable HTTP:
+`agentledger serve` in a subprocess, a worker, keys in Postgres.
+
+An agent is a tool. Called by a credential that may decide, from a client that shows forms,
+the run's approval comes as an elicitation (protocol 2026-07-28's input_required round, and
+the handshake era's form on the session), answered with an edit, and the call ends with the
+answer and the receipt. A runner's call is told the run waits for approval, with the inbox,
+and the run completes after an approver decides there. A client speaking the Tasks
+extension gets the run as a task, polls it to its approval and through it to completion."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp.shared.exceptions import MCPError
+from psycopg_pool import AsyncConnectionPool
+
+import agentledger.demo
+from agentledger.core.settings import Settings
+from agentledger.ops import operations as ops
+from agentledger.store import tool_sets
+from tests.http_support import bearer, make_key, served
+from tests.mcp_support import Tasks, accept, mcp_client, read_text, said
+from tests.support import NOTIFY_TASK
+
+AGENT = "support-desk"
+EDITED = "Our refund policy: 30 days, no questions asked."
+
+
+def tenant_name() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def identity(key: str) -> str:
+    return "key:" + key.split("_")[1]
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_an_approver_decides_through_elicitation_and_the_call_ends_with_the_receipt(
+    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path, era: str
+) -> None:
+    tenant = tenant_name()
+    # A key that may both start a run and decide it: an admin's.
+    admin = await make_key(settings, tenant, "admin")
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+    elicit = accept(decision="approve", body=EDITED)
+    told: list[tuple[float, str | None]] = []
+
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        told.append((progress, message))
+
+    async with worker(), served(settings, tmp_path) as door:
+        async with mcp_client(door.url, admin, elicitation_callback=elicit, mode=era) as mcp:
+            assert mcp.protocol_version == ("2025-11-25" if era == "legacy" else era)
+            [tool] = (await mcp.list_tools()).tools
+            assert tool.name == AGENT and tool.input_schema["required"] == ["task"]
+            assert set(tool.input_schema["properties"]) == {"task", "priority"}
+            result = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK}, progress_callback=heard)
+            data = result.structured_content
+            assert not result.is_error and data["status"] == "completed", result
+            run_id = data["run_id"]
+            receipt_text = await mcp.read_resource(f"agentledger://runs/{run_id}/receipt")
+    await tool_sets.leave(pool, settings.task_queue, "w")
+
+    [form] = elicit.asked
+    assert "send_message" in form.message
+    fields = form.requested_schema["properties"]
+    assert fields["decision"]["enum"] == ["approve", "reject"]
+    assert fields["to"]["default"] == "ana@example.com"
+    assert "waiting for approval of send_message" in [m for _, m in told]
+    steps = [d for d, _ in told]
+    assert steps == sorted(set(steps)), "progress only grows, across the call's rounds"
+    assert data["receipt"] == f"{door.url}/v1/runs/{run_id}/receipt"
+    assert "send_message approved by " + identity(admin) in said(result)
+    receipt = await ops.receipt(pool, run_id)
+    [approval] = receipt["approvals"]
+    assert approval["by"] == identity(admin) and approval["edit"] == {"body": EDITED}
+    assert run_id in read_text(receipt_text)
+
+
+async def test_a_runner_is_told_the_run_waits_and_it_completes_after_an_inbox_approval(
+    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+) -> None:
+    tenant, other = tenant_name(), tenant_name()
+    runner = await make_key(settings, tenant, "runner")
+    approver = await make_key(settings, tenant, "approver")
+    stranger = await make_key(settings, other, "admin")
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+    # The client shows forms, but a runner's credential cannot decide: no form is sent.
+    elicit = accept(decision="approve")
+    async with worker(), served(settings, tmp_path) as door:
+        async with mcp_client(door.url, runner, elicitation_callback=elicit) as mcp:
+            waiting = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
+        data = waiting.structured_content
+        assert data["status"] == "waiting_for_approval", waiting
+        assert data["inbox"] == f"{door.url}/inbox" and data["approval"]["tool"] == "send_message"
+        assert "inbox" in said(waiting) and not elicit.asked
+        run_id = data["run_id"]
+        # Another tenant's credential does not reach the run, as a missing one does not.
+        async with mcp_client(door.url, stranger) as foreign:
+            with pytest.raises(MCPError, match="no run") as found:
+                await foreign.read_resource(f"agentledger://runs/{run_id}/events")
+            with pytest.raises(MCPError, match="no run") as missing:
+                await foreign.read_resource(f"agentledger://runs/run-{other}~x/events")
+        assert found.value.code == missing.value.code
+        # The inbox's own call, with the approver's key.
+        async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+            approved = await http.post(
+                f"/v1/runs/{run_id}/approve",
+                json={"action_hash": data["approval"]["action_hash"]},
+                headers=bearer(approver),
+            )
+            assert approved.status_code == 200, approved.text
+        async with mcp_client(door.url, runner) as mcp:
+            for _ in range(120):
+                listed = await mcp.list_resources()
+                uris = [r.uri for r in listed.resources]
+                if f"agentledger://runs/{run_id}/receipt" in uris:
+                    break
+                await asyncio.sleep(0.5)
+            events = await mcp.read_resource(f"agentledger://runs/{run_id}/events")
+    await tool_sets.leave(pool, settings.task_queue, "w")
+    assert '"approval.approved"' in read_text(events)
+    receipt = await ops.receipt(pool, run_id)
+    assert receipt["outcome"] == "completed"
+    assert receipt["approvals"][0]["by"] == identity(approver)
+
+
+async def test_a_tasks_client_gets_the_run_as_a_task_and_approves_it_with_tasks_update(
+    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+) -> None:
+    tenant = tenant_name()
+    admin = await make_key(settings, tenant, "admin")
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+    tasks = Tasks()
+    elicit = accept(decision="approve")
+    async with worker(), served(settings, tmp_path) as door:
+        async with mcp_client(
+            door.url, admin, extensions=[tasks], elicitation_callback=elicit
+        ) as mcp:
+            result = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
+    await tool_sets.leave(pool, settings.task_queue, "w")
+    [task_id] = tasks.created
+    assert task_id.startswith(f"run-{tenant}~mcp.")
+    states = [t.status for t in tasks.seen]
+    assert "input_required" in states and states[-1] == "completed", states
+    assert result.structured_content["run_id"] == task_id
+    assert result.structured_content["status"] == "completed"
+    [form] = elicit.asked
+    assert "send_message" in form.message
+    receipt = await ops.receipt(pool, task_id)
+    assert receipt["approvals"][0]["by"] == identity(admin)
