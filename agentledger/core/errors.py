@@ -94,6 +94,10 @@ class OperationRefused(Refused, OperationError):
     """The run or its policy refused the operation: the message says why."""
 
 
+class StackInUse(Refused, SetupError):
+    """Another command owns the embedded stack kept in this folder; the message names it."""
+
+
 class TenantError(InvalidInput, OperationError):
     """A refused tenant change."""
 
