@@ -81,6 +81,14 @@ async def make_key(settings: Settings, tenant: str, role: str, **kwargs: object)
     return made.key
 
 
+def doc_block(language: str, holding: str) -> str:
+    """The block of `language` in docs/protocols.md that holds `holding`, as written."""
+    page = (ROOT / "docs" / "protocols.md").read_text()
+    blocks = page.split(f"```{language}\n")[1:]
+    [block] = [b.split("```")[0] for b in blocks if holding in b]
+    return block
+
+
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

@@ -25,7 +25,7 @@ from agentledger.core import webhook_signatures
 from agentledger.core.settings import Settings
 from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
-from tests.http_support import bearer, make_key, served
+from tests.http_support import bearer, doc_block, make_key, served
 from tests.support import NOTIFY_TASK, rows
 from tests.webhook_support import Receiver
 
@@ -258,14 +258,6 @@ async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
         assert "credential" in smuggled.json()["error"]["message"]
 
 
-def doc_block(name: str) -> str:
-    """The Python block of docs/protocols.md that defines `name`, as written."""
-    page = (Path(__file__).parent.parent / "docs" / "protocols.md").read_text()
-    blocks = page.split("```python\n")[1:]
-    [block] = [b.split("```")[0] for b in blocks if f"def {name}(" in b]
-    return block
-
-
 async def test_the_protocols_page_conversation_runs_as_written(
     settings: Settings,
     pool: AsyncConnectionPool,
@@ -277,7 +269,7 @@ async def test_the_protocols_page_conversation_runs_as_written(
     runner = await make_key(settings, tenant, "runner")
     approver = await make_key(settings, tenant, "approver")
     namespace: dict[str, Any] = {}
-    exec(compile(doc_block("refund"), "docs/protocols.md", "exec"), namespace)
+    exec(compile(doc_block("python", "def refund("), "docs/protocols.md", "exec"), namespace)
     await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
     async with worker(), served(settings, tmp_path) as door:
         answer = await namespace["refund"](door.url, runner, approver)

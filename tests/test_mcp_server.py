@@ -11,12 +11,16 @@ extension gets the run as a task, polls it to its approval and through it to com
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from psycopg_pool import AsyncConnectionPool
 
@@ -24,7 +28,7 @@ import agentledger.demo
 from agentledger.core.settings import Settings
 from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
-from tests.http_support import bearer, make_key, served
+from tests.http_support import bearer, doc_block, make_key, served
 from tests.mcp_support import Tasks, accept, mcp_client, read_text, said
 from tests.support import NOTIFY_TASK
 
@@ -155,3 +159,42 @@ async def test_a_tasks_client_gets_the_run_as_a_task_and_approves_it_with_tasks_
     assert "send_message" in form.message
     receipt = await ops.receipt(pool, task_id)
     assert receipt["approvals"][0]["by"] == identity(admin)
+
+
+async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_written(
+    settings: Settings,
+    pool: AsyncConnectionPool,
+    worker: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tenant = tenant_name()
+    admin = await make_key(settings, tenant, "admin")
+    namespace: dict[str, Any] = {}
+    block = doc_block("python", "def refund_through_mcp(")
+    exec(compile(block, "docs/protocols.md", "exec"), namespace)
+    config = json.loads(doc_block("json", '"mcpServers"'))["mcpServers"]["agentledger"]
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+    async with worker(), served(settings, tmp_path) as door:
+        answer = await namespace["refund_through_mcp"](door.url, admin)
+        # The assistant's entry, as an assistant reads it: the URL, and its headers as given
+        # (the page's URL and key swapped for this server's and a real key).
+        url = config["url"].replace("http://127.0.0.1:8321", door.url)
+        assert config["type"] == "http" and url == f"{door.url}/mcp"
+        headers = {
+            name: value.replace("ark_0123456789abcdef_YOUR-KEY", admin)
+            for name, value in config["headers"].items()
+        }
+        async with (
+            httpx2.AsyncClient(headers=headers) as http,
+            Client(streamable_http_client(url, http_client=http)) as assistant,
+        ):
+            assert [t.name for t in (await assistant.list_tools()).tools] == [AGENT]
+    await tool_sets.leave(pool, settings.task_queue, "w")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "tools: ['support-desk']"
+    assert any(line.startswith("asks: Approve send_message") for line in printed)
+    assert any(line.startswith("step ") for line in printed)
+    assert printed[-1].startswith("completed - completed in ")
+    assert "send_message approved by key:" in printed[-1]
+    assert "## Summary" in answer
