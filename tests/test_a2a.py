@@ -21,6 +21,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
+from agentledger import RunClient
 from agentledger.core import webhook_signatures
 from agentledger.core.settings import Settings
 from agentledger.ops import operations as ops
@@ -280,3 +281,69 @@ async def test_the_protocols_page_conversation_runs_as_written(
     assert printed[-1].startswith("TASK_STATE_COMPLETED - completed in ")
     assert "send_message approved by key:" in printed[-1]
     assert "## Summary" in answer
+
+
+SESSION_PROFILE = """
+concierge:
+  instructions: You answer our customers' questions, turn by turn.
+  tools: []
+  session:
+    idle_timeout: 600
+"""
+
+
+async def test_an_a2a_context_is_a_session_whose_messages_are_its_turns(
+    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+) -> None:
+    """For an agent whose profile makes sessions, the first message of a context starts the
+    session run; the next messages of the context, with the task's id or without, are its
+    turns (the same task, `input-required` with each answer); another context is another
+    session."""
+    tenant = tenant_name()
+    runner = await make_key(settings, tenant, "runner")
+    profiles = tmp_path / "agents.yaml"
+    profiles.write_text(SESSION_PROFILE)
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+
+    async def say(agent: Any, text: str, context: str, task_id: str = "") -> list[StreamResponse]:
+        message = Message(
+            message_id=f"m-{uuid.uuid4().hex[:8]}",
+            context_id=context,
+            task_id=task_id,
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+        )
+        return [event async for event in agent.send_message(SendMessageRequest(message=message))]
+
+    env = {"AGENTLEDGER_AGENTS": str(profiles)}
+    async with worker(), served(settings, tmp_path, env=env) as door:
+        http = httpx.AsyncClient(headers=bearer(runner), timeout=90)
+        agent = await create_client(
+            f"{door.url}/a2a/concierge", client_config=ClientConfig(httpx_client=http)
+        )
+        first = await say(agent, "Tell me about refunds.", "chat-1")
+        task_id = first[0].task.id
+        second = await say(agent, "And exchanges?", "chat-1")
+        third = await say(agent, "And gift cards?", "chat-1", task_id=task_id)
+        other = await say(agent, "Tell me about refunds.", "chat-2")
+        got = await agent.get_task(GetTaskRequest(id=task_id))
+        await http.aclose()
+        async with RunClient.lazy(settings) as operator:
+            state = await operator.runs.status(task_id)
+    await tool_sets.leave(pool, settings.task_queue, "w")
+
+    assert second[0].task.id == third[0].task.id == task_id, "one context, one session"
+    assert other[0].task.id != task_id, "another context, another session"
+    for turn in (first, second, third):
+        last = turn[-1].status_update
+        assert TaskState.Name(last.status.state) == "TASK_STATE_INPUT_REQUIRED"
+        assert json_format.MessageToDict(last.metadata)["agentledger"]["event"] == (
+            "session.turn_answered"
+        )
+        assert last.status.message.parts[0].text, "the turn's answer"
+    # Each turn's stream tells that turn alone: it starts after its own message.
+    told = [json_format.MessageToDict(e.status_update.metadata) for e in second[1:]]
+    assert [t["agentledger"]["event"] for t in told].count("session.turn_answered") == 1
+    assert TaskState.Name(got.status.state) == "TASK_STATE_INPUT_REQUIRED"
+    assert got.status.message.parts[0].text == third[-1].status_update.status.message.parts[0].text
+    assert [turn.turn for turn in state.turns] == [1, 2, 3]

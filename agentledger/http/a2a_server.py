@@ -6,11 +6,16 @@ A task is a durable run of the caller's tenant; its id is the run's id, so anoth
 tenant's task reads as not found, and a server restarted in between finds the same task.
 A new message starts a run named by its `messageId` (the same message twice is one run);
 a message on a task tells the run something, or, carrying a decision, answers its
-approval, which the task shows as `input-required`. The request handler here is the
-SDK's interface implemented over `RunClient` (no in-memory task store: the run is the
-task), behind the door's credential, roles and limits: the caller is authenticated before
-the body is read, and each method needs its role (a decision an approver's, a start or a
-cancel a runner's, a read a viewer's), refused with 403 as over REST.
+approval, which the task shows as `input-required`. For an agent whose profile makes
+sessions, a context is a session: its first message starts the session run, and each
+later message in the context (with the task's id or without) is the run's next turn, as
+`agentledger chat` says one; the task waits `input-required` between turns.
+
+The request handler here is the SDK's interface implemented over `RunClient` (no in-memory
+task store: the run is the task), behind the door's credential, roles and limits: the
+caller is authenticated before the body is read, and each method needs its role (a
+decision an approver's, a start or a cancel a runner's, a read a viewer's), refused with
+403 as over REST.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ from agentledger.http.events_api import after, last_seen
 from agentledger.profiles import Agent
 
 Marker = Callable[[WatchItem], bool]
+ENDED = ("completed", "failed", "cancelled")
 WELL_KNOWN = "/.well-known/agent-card.json"
 BINDING = "JSONRPC"
 STREAMING = ("SendStreamingMessage", "SubscribeToTask")
@@ -219,10 +225,26 @@ class RunTasks(RequestHandler):
         message = params.message
         try:
             if message.task_id:
-                return await self._continue(call, message)
+                return await self._continue(call, message, message.task_id)
+            session = await self._open_session(call, message)
+            if session is not None:
+                return await self._continue(call, message, session)
             return await self._start(call, params), None
         except AgentLedgerError as err:
             raise a2a_error(err) from err
+
+    async def _open_session(self, call: Call, message: Message) -> str | None:
+        """The session run the message's context holds open, for an agent whose profile
+        makes sessions: the message is its next turn (the same task). None: a new task."""
+        if call.agent.session is None or not message.context_id:
+            return None
+        if a2a_tasks.decision_of(message) is not None:
+            return None  # `_start` says a decision answers a task
+        runs = await call.client.tasks.context_runs(message.context_id, call.agent.name)
+        if not runs:
+            return None
+        latest = (await call.client.runs.inspect(runs[-1])).state
+        return None if latest.status.value in ENDED else latest.run_id
 
     async def _start(self, call: Call, params: SendMessageRequest) -> str:
         message = params.message
@@ -243,9 +265,9 @@ class RunTasks(RequestHandler):
             await self._subscribe(call, run_id, config.task_push_notification_config)
         return run_id
 
-    async def _continue(self, call: Call, message: Message) -> tuple[str, Marker]:
-        """Tell the run the message, or decide its approval with it."""
-        client, run_id = call.client, message.task_id
+    async def _continue(self, call: Call, message: Message, run_id: str) -> tuple[str, Marker]:
+        """Tell the run the message (a session's next turn), or decide its approval with it."""
+        client = call.client
         decision = a2a_tasks.decision_of(message)
         if decision is None:
             text = a2a_tasks.text_of(message)

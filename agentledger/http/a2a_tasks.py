@@ -1,6 +1,6 @@
 """A run told as an A2A task, with the `a2a-sdk`'s own types: its events as status updates,
 its answer and stored artifacts as artifacts, an approval as `input-required`, and a
-reply that decides it.
+reply that decides it; a session's answered turn as `input-required` with the answer.
 
 Each status update carries the run's event in `metadata.agentledger` (`seq`, `event`,
 `step_id`, `data`), so a client knows the last event it saw and resumes after it
@@ -178,6 +178,8 @@ class TaskStory:
             parts = None
             if item.type == "approval.requested":
                 parts = approval_parts(PendingApproval.model_validate(item.data))
+            elif item.type == "session.turn_answered":
+                parts = [Part(text=str(item.data.get("answer") or ""))]
             yield self.update(after, item.at, meta, parts)
         elif item.kind == "receipt":
             receipt = item.data
@@ -208,6 +210,8 @@ def task_of(
     parts: list[Part] = []
     if run.pending_approval is not None:
         parts = approval_parts(run.pending_approval)
+    elif run.status.value == "waiting_for_message" and run.result:
+        parts = [Part(text=run.result)]  # a session's last answer, waiting for the next turn
     elif receipt is not None:
         parts = summary_parts(run.run_id, receipt)
     if parts:

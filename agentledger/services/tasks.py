@@ -63,6 +63,11 @@ class Tasks:
         tenant = await self._tenant_of(run_id)
         return await (await self._store()).remember_task(run_id, tenant, context_id, agent)
 
+    async def context_runs(self, context_id: str, agent: str) -> list[str]:
+        """The agent's runs started in the context, of the caller's tenant, oldest first."""
+        tenant = self.session.tenant or DEFAULT_TENANT
+        return await (await self._store()).context_tasks(tenant, context_id, agent)
+
     async def context_of(self, run_id: str) -> str | None:
         tenant = await self._tenant_of(run_id)
         return await (await self._store()).task_context(run_id, tenant)
