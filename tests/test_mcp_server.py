@@ -23,13 +23,23 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client as TemporalClient
 
 import agentledger.demo
 from agentledger.core.settings import Settings
 from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
 from tests.http_support import bearer, doc_block, make_key, served
-from tests.mcp_support import Tasks, accept, mcp_client, read_text, said
+from tests.mcp_support import (
+    DetailedTask,
+    GetTask,
+    TaskParams,
+    Tasks,
+    accept,
+    mcp_client,
+    read_text,
+    said,
+)
 from tests.support import NOTIFY_TASK
 
 AGENT = "support-desk"
@@ -198,3 +208,70 @@ async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_writte
     assert printed[-1].startswith("completed - completed in ")
     assert "send_message approved by key:" in printed[-1]
     assert "## Summary" in answer
+
+
+async def test_mcp_refuses_bad_credentials_and_bad_input_saying_what_is_wrong(
+    settings: Settings, pool: AsyncConnectionPool, client: TemporalClient, tmp_path: Path
+) -> None:
+    """Before a worker or a run is involved: each refusal names the problem, and none
+    starts a run."""
+    tenant = tenant_name()
+    viewer = await make_key(settings, tenant, "viewer")
+    runner = await make_key(settings, tenant, "runner")
+    modern = {
+        "MCP-Protocol-Version": "2026-07-28",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    async with served(settings, tmp_path) as door:
+        async with httpx.AsyncClient(base_url=door.url, timeout=30) as http:
+            bare = await http.post("/mcp", content=b"{}", headers=modern)
+            assert bare.status_code == 401 and bare.headers["www-authenticate"] == "Bearer"
+            forged = await http.post(
+                "/mcp",
+                content=b"{}",
+                headers={**modern, **bearer("ark_0000000000000000_" + "x" * 43)},
+            )
+            assert forged.status_code == 401, forged.text
+            garbled = await http.post(
+                "/mcp",
+                content=b'{"jsonrpc": "2.0", "id": 1, "method"',
+                headers={**modern, **bearer(runner)},
+            )
+            assert garbled.json()["error"]["code"] == -32700, garbled.text
+            huge = await http.post(
+                "/mcp", content=b"x" * 2_000_000, headers={**modern, **bearer(runner)}
+            )
+            assert huge.status_code == 413, huge.text
+
+        async with mcp_client(door.url, viewer) as mcp:
+            assert [t.name for t in (await mcp.list_tools()).tools] == [AGENT]
+            with pytest.raises(MCPError, match="forbidden: tools/call needs the runner role"):
+                await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
+        async with mcp_client(door.url, runner) as mcp:
+            for arguments, says in [
+                ({}, "takes `task`"),
+                ({"task": 42}, "takes `task`"),
+                ({"task": "x" * 30_000}, "task"),
+                ({"task": NOTIFY_TASK, "tenant": "other"}, r"unknown field\(s\) tenant"),
+                ({"task": NOTIFY_TASK, "priority": 9}, "priority"),
+            ]:
+                with pytest.raises(MCPError, match=says) as refused:
+                    await mcp.session.call_tool(AGENT, arguments)
+                assert refused.value.code == -32602, refused.value.message
+            with pytest.raises(MCPError, match="no agent 'nobody'"):
+                await mcp.call_tool("nobody", {"task": NOTIFY_TASK})
+            with pytest.raises(MCPError, match="requestState is not one this server gave"):
+                await mcp.session.call_tool(
+                    AGENT, {"task": NOTIFY_TASK}, request_state="{not json", input_responses={}
+                )
+            with pytest.raises(MCPError, match="no such resource"):
+                await mcp.read_resource("file:///etc/passwd")
+            # The Tasks extension's methods are for clients that declare it.
+            with pytest.raises(MCPError, match="Missing required client capability") as bare:
+                await mcp.session.send_request(
+                    GetTask(params=TaskParams(task_id=f"run-{tenant}~x")), DetailedTask
+                )
+            assert bare.value.code == -32021
+    started = client.list_workflows(f"WorkflowId STARTS_WITH 'run-{tenant}'")
+    assert [w.id async for w in started] == []

@@ -54,5 +54,7 @@ async def start_agent(
     try:
         spec = RunSpec.model_validate(raw)
     except ValidationError as err:
-        raise InvalidRequest(f"the run of {agent.name}: {err.errors()[0]['msg']}") from err
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "the run"
+        raise InvalidRequest(f"the run of {agent.name}: {field}: {first['msg']}") from err
     return await client.runs.start(spec=spec, require_tools=True)

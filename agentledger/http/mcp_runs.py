@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import mcp_types as types
+from pydantic import ValidationError
 
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.results import PendingApproval, Receipt, RunState, WatchItem
@@ -343,6 +344,19 @@ class Decision:
         self.approve = approve
         self.edit = edit
         self.reason = reason
+
+
+def form_answer(raw: Any) -> types.ElicitResult | None:
+    """An input response as the form's answer (None: none given), or InvalidRequest."""
+    if raw is None or isinstance(raw, types.ElicitResult):
+        return raw
+    try:
+        return types.ElicitResult.model_validate(raw)
+    except ValidationError as err:
+        raise InvalidRequest(
+            f"the answer to an approval form is an elicitation result "
+            f"({{'action': 'accept', 'content': {{'decision': ...}}}}): {err.errors()[0]['msg']}"
+        ) from err
 
 
 def decision_of(pending: PendingApproval, answer: Any) -> Decision | None:

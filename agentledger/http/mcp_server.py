@@ -205,8 +205,7 @@ async def answer_approval(call: Call, run_id: str, state: dict[str, Any], answer
     pending = (await call.client.runs.status(run_id)).pending_approval
     if pending is None or pending.approval_id != state["approval"]:
         return True
-    answer = types.ElicitResult.model_validate(answer) if isinstance(answer, dict) else answer
-    return await decide(call, run_id, pending, answer, state["action_hash"])
+    return await decide(call, run_id, pending, mcp_runs.form_answer(answer), state["action_hash"])
 
 
 async def ask_on_session(call: Call, run_id: str, pending: PendingApproval) -> bool:
@@ -363,9 +362,8 @@ async def update_task(
     run_id = params.task_id
     pending = (await call.client.runs.status(run_id)).pending_approval
     if pending is not None:
-        answer = params.input_responses.get(mcp_runs.approval_key(pending))
+        answer = mcp_runs.form_answer(params.input_responses.get(mcp_runs.approval_key(pending)))
         if answer is not None:
-            answer = types.ElicitResult.model_validate(answer)
             await decide(call, run_id, pending, answer, pending.action_hash)
     return {}
 
