@@ -27,6 +27,14 @@ from agentledger.core.settings import Settings
 from tests.test_cli import ROOT, cli_env
 
 START_SECONDS = 60.0
+# An agent whose runs are sessions (AGENTLEDGER_AGENTS=a file of this): each message a turn.
+SESSION_PROFILE = """
+concierge:
+  instructions: You answer our customers' questions, turn by turn.
+  tools: []
+  session:
+    idle_timeout: 600
+"""
 
 
 @dataclass

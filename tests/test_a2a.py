@@ -26,7 +26,7 @@ from agentledger.core import webhook_signatures
 from agentledger.core.settings import Settings
 from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
-from tests.http_support import bearer, doc_block, make_key, served
+from tests.http_support import SESSION_PROFILE, bearer, doc_block, make_key, served
 from tests.support import NOTIFY_TASK, rows
 from tests.webhook_support import Receiver
 
@@ -281,15 +281,6 @@ async def test_the_protocols_page_conversation_runs_as_written(
     assert printed[-1].startswith("TASK_STATE_COMPLETED - completed in ")
     assert "send_message approved by key:" in printed[-1]
     assert "## Summary" in answer
-
-
-SESSION_PROFILE = """
-concierge:
-  instructions: You answer our customers' questions, turn by turn.
-  tools: []
-  session:
-    idle_timeout: 600
-"""
 
 
 async def test_an_a2a_context_is_a_session_whose_messages_are_its_turns(

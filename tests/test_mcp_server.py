@@ -20,6 +20,7 @@ import httpx
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.extension import ClaimContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from psycopg_pool import AsyncConnectionPool
@@ -29,8 +30,9 @@ import agentledger.demo
 from agentledger.core.settings import Settings
 from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
-from tests.http_support import bearer, doc_block, make_key, served
+from tests.http_support import SESSION_PROFILE, bearer, doc_block, make_key, served
 from tests.mcp_support import (
+    CreatedTask,
     DetailedTask,
     GetTask,
     TaskParams,
@@ -145,30 +147,81 @@ async def test_a_runner_is_told_the_run_waits_and_it_completes_after_an_inbox_ap
     assert receipt["approvals"][0]["by"] == identity(approver)
 
 
-async def test_a_tasks_client_gets_the_run_as_a_task_and_approves_it_with_tasks_update(
+async def test_a_tasks_client_gets_the_run_as_a_task_that_outlives_the_server_and_approves_it(
     settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
+    """A runner's call, from a client of the Tasks extension, is a task at once; the server
+    is SIGKILLed and started again; the runner's poll finds the task working, its approval
+    waiting in the inbox (no form: a runner cannot decide); an approver's client, polling
+    the same task, is asked with the form in `inputRequests`, answers with tasks/update, and
+    polls it to completion."""
     tenant = tenant_name()
-    admin = await make_key(settings, tenant, "admin")
+    runner = await make_key(settings, tenant, "runner")
+    approver = await make_key(settings, tenant, "approver")
     await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
     tasks = Tasks()
     elicit = accept(decision="approve")
-    async with worker(), served(settings, tmp_path) as door:
-        async with mcp_client(
-            door.url, admin, extensions=[tasks], elicitation_callback=elicit
-        ) as mcp:
-            result = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
+    async with worker():
+        async with served(settings, tmp_path) as door:
+            async with mcp_client(door.url, runner, extensions=[Tasks()]) as mcp:
+                created = await mcp.session.call_tool(
+                    AGENT, {"task": NOTIFY_TASK}, allow_claimed=True
+                )
+            door.kill()
+            await door.process.wait()
+        assert isinstance(created, CreatedTask) and created.status == "working"
+        task_id = created.task_id
+        assert task_id.startswith(f"run-{tenant}~mcp.")
+        async with served(settings, tmp_path) as door:
+            async with mcp_client(door.url, runner, extensions=[Tasks()]) as mcp:
+                asking = GetTask(params=TaskParams(task_id=task_id))
+                for _ in range(120):
+                    polled = await mcp.session.send_request(asking, DetailedTask)
+                    if "waits for approval" in (polled.status_message or ""):
+                        break
+                    await asyncio.sleep(0.5)
+            assert polled.status == "working" and not polled.input_requests
+            assert f"{door.url}/inbox" in (polled.status_message or "")
+            async with mcp_client(
+                door.url, approver, extensions=[tasks], elicitation_callback=elicit
+            ) as mcp:
+                context = ClaimContext(
+                    session=mcp.session, tool_name=AGENT, read_timeout_seconds=None
+                )
+                result = await tasks.resolve(created, context)
     await tool_sets.leave(pool, settings.task_queue, "w")
-    [task_id] = tasks.created
-    assert task_id.startswith(f"run-{tenant}~mcp.")
     states = [t.status for t in tasks.seen]
     assert "input_required" in states and states[-1] == "completed", states
+    assert result.structured_content is not None
     assert result.structured_content["run_id"] == task_id
     assert result.structured_content["status"] == "completed"
     [form] = elicit.asked
     assert "send_message" in form.message
     receipt = await ops.receipt(pool, task_id)
-    assert receipt["approvals"][0]["by"] == identity(admin)
+    assert receipt["approvals"][0]["by"] == identity(approver)
+
+
+async def test_a_session_agents_tool_call_ends_with_its_turns_answer(
+    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+) -> None:
+    """A session agent's run stays open after its answer: the call ends with the turn's
+    answer (status waiting_for_message), and so does its task for a Tasks client."""
+    tenant = tenant_name()
+    runner = await make_key(settings, tenant, "runner")
+    profiles = tmp_path / "agents.yaml"
+    profiles.write_text(SESSION_PROFILE)
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+    env = {"AGENTLEDGER_AGENTS": str(profiles)}
+    async with worker(), served(settings, tmp_path, env=env) as door:
+        async with mcp_client(door.url, runner) as mcp:
+            answered = await mcp.call_tool("concierge", {"task": "Tell me about refunds."})
+        async with mcp_client(door.url, runner, extensions=[Tasks()]) as mcp:
+            as_task = await mcp.call_tool("concierge", {"task": "Tell me about exchanges."})
+    await tool_sets.leave(pool, settings.task_queue, "w")
+    for result in (answered, as_task):
+        data = result.structured_content
+        assert data is not None and data["status"] == "waiting_for_message", result
+        assert data["answer"] and f"/v1/runs/{data['run_id']}/turns" in said(result)
 
 
 async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_written(
@@ -243,6 +296,26 @@ async def test_mcp_refuses_bad_credentials_and_bad_input_saying_what_is_wrong(
                 "/mcp", content=b"x" * 2_000_000, headers={**modern, **bearer(runner)}
             )
             assert huge.status_code == 413, huge.text
+            # A handshake-era session belongs to the credential that opened it.
+            legacy = {k: v for k, v in modern.items() if k != "MCP-Protocol-Version"}
+            hello = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+            opened = await http.post("/mcp", json=hello, headers={**legacy, **bearer(runner)})
+            assert opened.status_code == 200, opened.text
+            session = {"Mcp-Session-Id": opened.headers["mcp-session-id"]}
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            borrowed = await http.post(
+                "/mcp", json=listing, headers={**legacy, **session, **bearer(viewer)}
+            )
+            assert borrowed.status_code == 404, borrowed.text
 
         async with mcp_client(door.url, viewer) as mcp:
             assert [t.name for t in (await mcp.list_tools()).tools] == [AGENT]

@@ -436,7 +436,6 @@ def progress_words(item: WatchItem) -> str | None:
 def task_of(
     run: RunState,
     *,
-    created_at: str | None,
     result: types.CallToolResult | None = None,
     asks: types.ElicitRequest | None = None,
     waiting: str | None = None,
@@ -448,7 +447,8 @@ def task_of(
     status = run.status.value
     base: JsonDict = {
         "taskId": run.run_id,
-        "createdAt": created_at or _now(),
+        # The run's state does not carry its start: this is when the task was read.
+        "createdAt": _now(),
         "lastUpdatedAt": _now(),
         "ttlMs": None,
         "pollIntervalMs": POLL_INTERVAL_MS,

@@ -343,14 +343,18 @@ async def get_task(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> d
     if status in ("completed", "failed"):
         receipt = await client.runs.receipt(run_id)
         result = mcp_runs.ended_result(call.base, receipt)
-        return mcp_runs.task_of(run, created_at=None, result=result)
+        return mcp_runs.task_of(run, result=result)
+    if status == "waiting_for_message":  # a session answered the call's turn
+        turn = {"answer": run.result, "turn": len(run.turns)}
+        result = mcp_runs.turn_result(call.base, run_id, turn)
+        return mcp_runs.task_of(run, result=result)
     pending = run.pending_approval
     if pending is None:
-        return mcp_runs.task_of(run, created_at=None)
+        return mcp_runs.task_of(run)
     if call.may_decide() and call.can_elicit():
-        return mcp_runs.task_of(run, created_at=None, asks=mcp_runs.approval_form(pending))
+        return mcp_runs.task_of(run, asks=mcp_runs.approval_form(pending))
     waiting = mcp_runs.waiting_words(call.base, run_id, pending)
-    return mcp_runs.task_of(run, created_at=None, waiting=waiting)
+    return mcp_runs.task_of(run, waiting=waiting)
 
 
 async def update_task(
