@@ -9,6 +9,7 @@ the operations, the stores or the workflows (tests/test_public_api.py holds it t
 
 from __future__ import annotations
 
+from agentledger.core.access import Caller
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.approver_key import ApproverKey
 from agentledger.core.backlog_models import (
@@ -110,6 +111,7 @@ __all__ = [
     "BranchUse",
     "Budget",
     "BuildStatus",
+    "Caller",
     "CaseScore",
     "CheckOutcome",
     "ChildApproval",

@@ -97,6 +97,16 @@ def doc_block(language: str, holding: str) -> str:
     return block
 
 
+def tenant_name() -> str:
+    """A fresh tenant, so a test's runs and keys meet no other test's."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def identity(key: str) -> str:
+    """Who a key's decisions are recorded as: `key:<its id>` (`ark_<id>_<secret>`)."""
+    return "key:" + key.split("_")[1]
+
+
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

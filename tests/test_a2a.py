@@ -22,11 +22,19 @@ from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
 from agentledger import RunClient
+from agentledger.client.receipts import receipt_of
 from agentledger.core import webhook_signatures
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
-from tests.http_support import SESSION_PROFILE, bearer, doc_block, make_key, served
+from tests.http_support import (
+    SESSION_PROFILE,
+    bearer,
+    doc_block,
+    identity,
+    make_key,
+    served,
+    tenant_name,
+)
 from tests.support import NOTIFY_TASK, rows
 from tests.webhook_support import Receiver
 
@@ -49,10 +57,6 @@ from google.protobuf import json_format, struct_pb2
 
 AGENT = "support-desk"
 SECRET = "push-secret-" + "s" * 20
-
-
-def tenant_name() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
 
 
 async def a2a_client(url: str, key: str, *, streaming: bool = True) -> Any:
@@ -192,9 +196,9 @@ async def test_an_a2a_task_survives_a_killed_server_and_is_approved_by_reply(
             webhook_signatures.verify("another-secret-0000", each.body, header, now=time.time())
 
     await tool_sets.leave(pool, settings.task_queue, "w")
-    receipt = await ops.receipt(pool, task_id)
+    receipt = await receipt_of(pool, task_id)
     [approval] = receipt["approvals"]
-    assert approval["by"] == "key:" + approver.split("_")[1]
+    assert approval["by"] == identity(approver)
     recorded = await rows(
         pool,
         "SELECT status, attempts FROM webhook_deliveries WHERE run_id = %s ORDER BY created_at",

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentledger.core.errors import OperationError
-from agentledger.ops import backlog_ops as bops
+from tests import client_ops as bops
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, new_agent, wait_states
 from tests.test_cli import run_cli
 

@@ -19,8 +19,8 @@ import pytest
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import OperationError, SetupError
 from agentledger.core.set_up_bound import ONE_TRY_SECONDS
-from agentledger.ops import operations as ops
 from agentledger.store.db import open_pool
+from tests import client_ops as ops
 from tests.support import make_spec
 
 
@@ -118,7 +118,9 @@ def test_the_console_script_answers_within_its_wait_when_a_service_never_answers
     value = address if service == "TEMPORAL_ADDRESS" else f"postgresql://app@{address}/runs"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))}
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import agentledger.client_api"], check=True, env=env)
+    subprocess.run(
+        [sys.executable, "-c", "import agentledger.client.run_client"], check=True, env=env
+    )
     starting = time.monotonic() - began
     target = ["run-x"] if command == "status" else []
     began = time.monotonic()

@@ -293,8 +293,8 @@ def test_commands_load_no_model_sdk_and_a_worker_no_mcp_client_it_was_not_given(
     command's start-up once. A worker loads the MCP client only for a server it is given."""
     probe = (
         "import json, sys\n"
-        "import agentledger.cli.main, agentledger.client_api, agentledger.ops.operations\n"
-        "import agentledger.workflows, agentledger.ops.chat_ops, agentledger.ops.backlog_ops\n"
+        "import agentledger.cli.main, agentledger.client.run_client, agentledger.client.runs\n"
+        "import agentledger.workflows, agentledger.client.sessions, agentledger.client.backlogs\n"
         "client = [m for m in ('openai', 'mcp') if m in sys.modules]\n"
         "import agentledger.worker.main\n"
         "worker = [m for m in ('openai', 'mcp') if m in sys.modules]\n"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,18 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client as TemporalClient
 
 import agentledger.demo
+from agentledger.client.receipts import receipt_of
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
-from tests.http_support import SESSION_PROFILE, bearer, doc_block, make_key, served
+from tests.http_support import (
+    SESSION_PROFILE,
+    bearer,
+    doc_block,
+    identity,
+    make_key,
+    served,
+    tenant_name,
+)
 from tests.mcp_support import (
     CreatedTask,
     DetailedTask,
@@ -46,14 +53,6 @@ from tests.support import NOTIFY_TASK
 
 AGENT = "support-desk"
 EDITED = "Our refund policy: 30 days, no questions asked."
-
-
-def tenant_name() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
-
-
-def identity(key: str) -> str:
-    return "key:" + key.split("_")[1]
 
 
 @pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
@@ -93,7 +92,7 @@ async def test_an_approver_decides_through_elicitation_and_the_call_ends_with_th
     assert steps == sorted(set(steps)), "progress only grows, across the call's rounds"
     assert data["receipt"] == f"{door.url}/v1/runs/{run_id}/receipt"
     assert "send_message approved by " + identity(admin) in said(result)
-    receipt = await ops.receipt(pool, run_id)
+    receipt = await receipt_of(pool, run_id)
     [approval] = receipt["approvals"]
     assert approval["by"] == identity(admin) and approval["edit"] == {"body": EDITED}
     assert run_id in read_text(receipt_text)
@@ -142,7 +141,7 @@ async def test_a_runner_is_told_the_run_waits_and_it_completes_after_an_inbox_ap
             events = await mcp.read_resource(f"agentledger://runs/{run_id}/events")
     await tool_sets.leave(pool, settings.task_queue, "w")
     assert '"approval.approved"' in read_text(events)
-    receipt = await ops.receipt(pool, run_id)
+    receipt = await receipt_of(pool, run_id)
     assert receipt["outcome"] == "completed"
     assert receipt["approvals"][0]["by"] == identity(approver)
 
@@ -197,7 +196,7 @@ async def test_a_tasks_client_gets_the_run_as_a_task_that_outlives_the_server_an
     assert result.structured_content["status"] == "completed"
     [form] = elicit.asked
     assert "send_message" in form.message
-    receipt = await ops.receipt(pool, task_id)
+    receipt = await receipt_of(pool, task_id)
     assert receipt["approvals"][0]["by"] == identity(approver)
 
 
@@ -326,7 +325,8 @@ async def test_mcp_refuses_bad_credentials_and_bad_input_saying_what_is_wrong(
                 ({}, "takes `task`"),
                 ({"task": 42}, "takes `task`"),
                 ({"task": "x" * 30_000}, "task"),
-                ({"task": NOTIFY_TASK, "tenant": "other"}, r"unknown field\(s\) tenant"),
+                ({"task": NOTIFY_TASK, "tenant": "other"}, "the tenant is your credential's"),
+                ({"task": NOTIFY_TASK, "agent": "other"}, r"unknown field\(s\) agent"),
                 ({"task": NOTIFY_TASK, "priority": 9}, "priority"),
             ]:
                 with pytest.raises(MCPError, match=says) as refused:

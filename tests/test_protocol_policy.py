@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 import agentledger.demo
 from agentledger.core.settings import Settings
 from agentledger.store import tool_sets
-from tests.http_support import bearer, make_key, served
+from tests.http_support import bearer, make_key, served, tenant_name
 from tests.mcp_support import (
     DetailedTask,
     GetTask,
@@ -40,10 +40,6 @@ from google.protobuf import json_format, struct_pb2
 
 from tests.test_a2a import a2a_client
 from tests.test_agui import AGENT, agui_run, run_input
-
-
-def tenant_name() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
 
 
 class AgUi:

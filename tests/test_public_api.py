@@ -91,8 +91,8 @@ def services() -> dict[str, type]:
         name: type(value)
         for name, value in vars(client).items()
         if not name.startswith("_")
-        and type(value).__module__.startswith("agentledger.services.")
-        and name != "session"
+        and type(value).__module__.startswith("agentledger.client.")
+        and name != "scope"
     }
 
 
@@ -158,7 +158,7 @@ def test_importing_the_types_loads_only_the_core():
     operations, stores or workflows: checked in a fresh interpreter."""
     heavy = (
         "agentledger.workflows",
-        "agentledger.ops",
+        "agentledger.client",
         "agentledger.store",
         "agentledger.activities",
     )

@@ -84,8 +84,9 @@ from temporalio.testing import WorkflowEnvironment
 
 import agentledger.demo
 from activities import for_worker
+from agentledger import RunClient
 from agentledger.cli import main as cli_main
-from agentledger.client_api import RunClient
+from agentledger.client import approver_keys
 from agentledger.core._wire import SayInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import TaskItem
@@ -97,8 +98,6 @@ from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.http.server import bind, serve, url_of
-from agentledger.ops import approver_keys, fork_ops, steering_ops
-from agentledger.ops import operations as ops
 from agentledger.profiles import Agent
 from agentledger.store import tool_sets
 from agentledger.store.approver_store import ApproverStore
@@ -106,6 +105,9 @@ from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.store.tenant_store import TenantStore
 from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
 from agentledger.workflows.child_runs import child_run_id
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
+from tests import client_ops as steering_ops
 from tests.mcp_support import (
     CancelTask,
     DetailedTask,
@@ -292,11 +294,11 @@ APPROVE_REPLY = {"decision": "approve"}
 
 
 @asynccontextmanager
-async def a2a_agent(url: str, key: str) -> AsyncIterator[Any]:
+async def a2a_agent(url: str, key: str, *, streaming: bool = False) -> AsyncIterator[Any]:
     """The `a2a-sdk`'s client for the agent, with the key (its card read with it)."""
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(headers=headers, timeout=60) as http:
-        config = ClientConfig(httpx_client=http, streaming=False)
+        config = ClientConfig(httpx_client=http, streaming=streaming)
         yield await create_client(f"{url}/a2a/{AGENT}", client_config=config)
 
 
@@ -762,6 +764,7 @@ class Tenants(RuleBasedStateMachine):
             },
             headers={"Authorization": f"Bearer {self.keys[tenant]}", "A2A-Version": "1.0"},
         )
+        assert smuggled.status_code == 200, (smuggled.status_code, smuggled.text)
         assert "credential" in smuggled.json()["error"]["message"], smuggled.text
 
         async def send() -> str:
@@ -826,7 +829,8 @@ class Tenants(RuleBasedStateMachine):
             return  # owners' own acts are tests/test_a2a.py's
 
         async def ask(run_id: str) -> str:
-            async with a2a_agent(self.stack.door_url, self.keys[tenant]) as agent:
+            key, streaming = self.keys[tenant], method == "subscribe"
+            async with a2a_agent(self.stack.door_url, key, streaming=streaming) as agent:
                 try:
                     if method == "get":
                         await agent.get_task(GetTaskRequest(id=run_id))

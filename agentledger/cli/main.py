@@ -58,22 +58,6 @@ if TYPE_CHECKING:
     )
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
-# Commands whose --tenant confines them to that tenant's runs (AGENTLEDGER_TENANT otherwise).
-SCOPED = {
-    "approve",
-    "reject",
-    "pause",
-    "resume",
-    "cancel",
-    "say",
-    "chat",
-    "end",
-    "status",
-    "receipt",
-    "list",
-    "stats",
-    "prune",
-}
 # A run's statuses, as `list --status` takes them.
 STATUSES = [s.value for s in RunStatus]
 
@@ -102,8 +86,6 @@ def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     ):
         if value is not None:
             raw[field] = value
-    if settings.tenant and args.tenant is None:
-        raw["tenant"] = settings.tenant
     try:
         return RunSpec.model_validate(raw)
     except ValidationError as err:
@@ -551,10 +533,10 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
     interrupts = await Interrupts().install()
     settings = client.settings
     stack = None
-    owner = stack_owner(settings.home)
+    holder = stack_owner(settings.home)
     # A stack `up` keeps runs until its person stops it: the demo shares it. One another demo
     # started stops when that demo ends, so this demo starts its own, which is refused.
-    if not existing_stack(settings) or (owner is not None and owner.command == "demo"):
+    if not existing_stack(settings) or (holder is not None and holder.command == "demo"):
         stack = embedded_stack(settings, args, command="demo")
         say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
         await start_stack(stack, interrupts)
@@ -600,12 +582,9 @@ async def run_demo(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.demo import support_desk
 
     settings = client.settings
-    # Under AGENTLEDGER_TENANT the demo's run is that tenant's, as any run it starts must be.
+    # The demo's run is the caller's tenant's (AGENTLEDGER_TENANT), as any run it starts is.
     spec = support_desk.spec(
-        task=DEMO_TASK,
-        user="demo-user",
-        idempotency_key=f"demo-{time.time_ns()}",
-        tenant=settings.tenant or "default",
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
     )
     started = await client.runs.start(spec=spec)
     run_id = started.run_id
@@ -934,17 +913,9 @@ async def dispatch(args: argparse.Namespace, began: float) -> int:
     settings = Settings.load()
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
-    flag = getattr(args, "tenant", None) if args.command in SCOPED else None
-    if flag and settings.tenant and flag != settings.tenant:  # a flag never widens the scope
-        from agentledger.core.errors import OperationRefused
-
-        raise OperationRefused(
-            f"this client acts for tenant {settings.tenant!r} (AGENTLEDGER_TENANT), not {flag!r}"
-        )
-    if flag:
-        settings = settings.model_copy(update={"tenant": flag})
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as client:
-        return await COMMANDS[args.command](client, args)
+        acting = getattr(args, "acting_tenant", None)
+        return await COMMANDS[args.command](client.acting_for(acting) if acting else client, args)
 
 
 def print_error(code: int, kind: str, message: str, *, as_json: bool) -> None:

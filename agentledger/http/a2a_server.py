@@ -65,11 +65,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
+from agentledger.client.scope import refuse_requested_tenant
 from agentledger.core import task_states
 from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
 from agentledger.core.results import WatchItem
+from agentledger.core.states import TERMINAL
 from agentledger.http import a2a_tasks
 from agentledger.http.a2a_tasks import Event, TaskStory
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
@@ -79,7 +81,6 @@ from agentledger.http.events_api import after, last_seen
 from agentledger.profiles import Agent
 
 Marker = Callable[[WatchItem], bool]
-ENDED = ("completed", "failed", "cancelled")
 WELL_KNOWN = "/.well-known/agent-card.json"
 BINDING = "JSONRPC"
 STREAMING = ("SendStreamingMessage", "SubscribeToTask")
@@ -220,10 +221,9 @@ class RunTasks(RequestHandler):
         """Start the task or act on it: its id, and the item of its story up to which this
         caller has been told it (None: tell it from the start)."""
         call = call_of(context)
-        if params.tenant:
-            raise InvalidParamsError(message="the tenant is your credential's; send no 'tenant'")
         message = params.message
         try:
+            refuse_requested_tenant(params.tenant)
             if message.task_id:
                 return await self._continue(call, message, message.task_id)
             session = await self._open_session(call, message)
@@ -244,7 +244,7 @@ class RunTasks(RequestHandler):
         if not runs:
             return None
         latest = (await call.client.runs.inspect(runs[-1])).state
-        return None if latest.status.value in ENDED else latest.run_id
+        return None if latest.status in TERMINAL else latest.run_id
 
     async def _start(self, call: Call, params: SendMessageRequest) -> str:
         message = params.message

@@ -34,6 +34,7 @@ from agentledger.core.errors import InvalidRequest
 from agentledger.core.results import PendingApproval, RunState, WatchItem
 from agentledger.core.spec import JsonDict
 from agentledger.core.webhook_models import StoredArtifact
+from agentledger.http.agent_faces import approval_data
 
 Event = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 DECISIONS = ("approve", "edit", "reject")
@@ -83,16 +84,7 @@ def approval_parts(pending: PendingApproval) -> list[Part]:
         f"Approve {pending.tool} {args}{risk}? It needs the {pending.required_role} role; "
         f"{REPLY_HELP}."
     )
-    data = {
-        "approval_id": pending.approval_id,
-        "tool": pending.tool,
-        "arguments": pending.arguments,
-        "risk": pending.risk,
-        "required_role": pending.required_role,
-        "action_hash": pending.action_hash,
-        "expires_at": pending.expires_at.isoformat(),
-        "decisions": list(DECISIONS),
-    }
+    data = {**approval_data(pending), "decisions": list(DECISIONS)}
     return [Part(text=text), Part(data=value(data), media_type="application/json")]
 
 

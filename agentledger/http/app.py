@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http import agui, events_api, inbox, openapi, runs_api
 from agentledger.http.auth import Door, too_large

@@ -19,8 +19,9 @@ from pydantic import ValidationError
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.results import PendingApproval, Receipt, RunState, WatchItem
 from agentledger.core.spec import JsonDict, RunSpec
+from agentledger.core.states import TERMINAL
 from agentledger.core.task_states import receipt_summary
-from agentledger.http.agent_faces import OPTIONAL_FIELDS
+from agentledger.http.agent_faces import OPTIONAL_FIELDS, approval_data
 from agentledger.profiles import Agent
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -30,7 +31,7 @@ RESOURCE_SCHEME = "agentledger"
 DECISIONS = ("approve", "reject")
 # The approval form's own fields: a tool argument of the same name is shown, not editable.
 FORM_FIELDS = ("decision", "reason")
-ENDED = ("completed", "failed", "cancelled")
+ENDED = {status.value for status in TERMINAL}
 
 OUTPUT_SCHEMA: JsonDict = {
     "type": "object",
@@ -127,43 +128,38 @@ def run_of_uri(uri: str) -> tuple[str, str]:
     return run_id, what
 
 
+# What a run's resources are: the receipt (once it ended) and its events so far.
+RESOURCES = {
+    "receipt": "What the run did, cost and changed, and who approved what (once it ended)",
+    "events": "The run's events so far, in order, as the mirror holds them",
+}
 RESOURCE_TEMPLATES = [
     types.ResourceTemplate(
-        name="receipt",
-        title="A run's receipt",
-        uri_template=f"{RESOURCE_SCHEME}://runs/{{run_id}}/receipt",
-        description="What the run did, cost and changed, and who approved what (once it ended)",
+        name=what,
+        title=f"A run's {what}",
+        uri_template=f"{RESOURCE_SCHEME}://runs/{{run_id}}/{what}",
+        description=description,
         mime_type="application/json",
-    ),
-    types.ResourceTemplate(
-        name="events",
-        title="A run's events",
-        uri_template=f"{RESOURCE_SCHEME}://runs/{{run_id}}/events",
-        description="The run's events so far, in order, as the mirror holds them",
-        mime_type="application/json",
-    ),
+    )
+    for what, description in RESOURCES.items()
 ]
 
 
+def readable(status: str) -> list[str]:
+    """What of a run in this status can be read: its events, and its receipt once ended."""
+    return [what for what in RESOURCES if what == "events" or status in ENDED]
+
+
 def run_resources(run_id: str, status: str, task: str) -> list[types.Resource]:
-    found = [
+    return [
         types.Resource(
-            name=f"{run_id} events",
-            uri=resource_uri(run_id, "events"),
+            name=f"{run_id} {what}",
+            uri=resource_uri(run_id, what),
             description=f"{status}: {task[:200]}",
             mime_type="application/json",
         )
+        for what in readable(status)
     ]
-    if status in ENDED:
-        found.append(
-            types.Resource(
-                name=f"{run_id} receipt",
-                uri=resource_uri(run_id, "receipt"),
-                description=f"{status}: {task[:200]}",
-                mime_type="application/json",
-            )
-        )
-    return found
 
 
 def json_contents(uri: str, value: Any) -> types.ReadResourceResult:
@@ -180,20 +176,11 @@ def links(base: str, run_id: str) -> JsonDict:
     }
 
 
-def resource_links(run_id: str, *, ended: bool) -> list[types.ResourceLink]:
-    found = [
-        types.ResourceLink(
-            name="events", uri=resource_uri(run_id, "events"), mime_type="application/json"
-        )
+def resource_links(run_id: str, status: str) -> list[types.ResourceLink]:
+    return [
+        types.ResourceLink(name=what, uri=resource_uri(run_id, what), mime_type="application/json")
+        for what in readable(status)
     ]
-    if ended:
-        found.insert(
-            0,
-            types.ResourceLink(
-                name="receipt", uri=resource_uri(run_id, "receipt"), mime_type="application/json"
-            ),
-        )
-    return found
 
 
 # ---------------------------------------------------------------- results
@@ -214,22 +201,10 @@ def ended_result(base: str, receipt: Receipt) -> types.CallToolResult:
     said = receipt.answer or receipt.error or f"the run {receipt.outcome.value}"
     text = f"{said}\n\n---\nrun {run_id}: {summary}\nreceipt: {data['receipt']}"
     return types.CallToolResult(
-        content=[types.TextContent(text=text), *resource_links(run_id, ended=True)],
+        content=[types.TextContent(text=text), *resource_links(run_id, receipt.outcome.value)],
         structured_content=data,
         is_error=receipt.outcome.value == "failed",
     )
-
-
-def approval_data(pending: PendingApproval) -> JsonDict:
-    return {
-        "approval_id": pending.approval_id,
-        "tool": pending.tool,
-        "arguments": pending.arguments,
-        "risk": pending.risk,
-        "required_role": pending.required_role,
-        "action_hash": pending.action_hash,
-        "expires_at": pending.expires_at.isoformat(),
-    }
 
 
 def waiting_words(base: str, run_id: str, pending: PendingApproval) -> str:
@@ -255,7 +230,7 @@ def waiting_result(base: str, run_id: str, pending: PendingApproval) -> types.Ca
     return types.CallToolResult(
         content=[
             types.TextContent(text=waiting_words(base, run_id, pending)),
-            *resource_links(run_id, ended=False),
+            *resource_links(run_id, "working"),
         ],
         structured_content=data,
     )
@@ -276,7 +251,7 @@ def turn_result(base: str, run_id: str, turn: JsonDict) -> types.CallToolResult:
         f"the next message: POST {base}/v1/runs/{run_id}/turns"
     )
     return types.CallToolResult(
-        content=[types.TextContent(text=text), *resource_links(run_id, ended=False)],
+        content=[types.TextContent(text=text), *resource_links(run_id, "working")],
         structured_content=data,
     )
 

@@ -51,7 +51,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
+from agentledger.client.scope import refuse_requested_tenant
 from agentledger.core.access import Caller
 from agentledger.core.errors import (
     AgentLedgerError,
@@ -169,8 +170,9 @@ async def call_tool(
         decided = await answer_approval(call, state["run"], state, answer)
         return await follow(call, state["run"], ask=decided, after=state["seq"])
     task, fields = mcp_runs.task_argument(params.arguments)
+    refuse_requested_tenant(fields.pop("tenant", None))
     key = f"mcp.{uuid.uuid4().hex}"
-    started = await start_agent(call.client, agent, task, call.who, key=key, **fields)
+    started = await start_agent(call.client, agent, task, call.who, key=key, fields=fields)
     if call.uses_tasks():
         return mcp_runs.created_task(started.run_id)
     return await follow(call, started.run_id, ask=True)

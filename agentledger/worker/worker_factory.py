@@ -21,7 +21,6 @@ from temporalio.worker import (
     WorkerDeploymentConfig,
     WorkerTuner,
 )
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from agentledger.activities.admission import AdmissionActivities
 from agentledger.activities.agent_spans import AgentSpans
@@ -54,11 +53,7 @@ from agentledger.store.webhook_store import WebhookStore
 from agentledger.tools import ToolRegistry
 from agentledger.worker.drain import DrainReport, StepsInHand
 from agentledger.worker.workflow_code import share_workflow_code
-from agentledger.workflows import AgentRunWorkflow
-from agentledger.workflows.admission import TenantAdmissionWorkflow
-from agentledger.workflows.backlog import AgentBacklogWorkflow
-from agentledger.workflows.evals import EvalWorkflow
-from agentledger.workflows.task_notifier import TaskNotifierWorkflow
+from agentledger.workflows.engine import ENGINE_WORKFLOWS, sandboxed_runner
 
 
 @dataclass
@@ -72,30 +67,7 @@ class WorkerDeps:
     provider_keys: Mapping[str, str] = field(default_factory=dict)
 
 
-# What the workflow sandbox shares with the worker instead of importing afresh for every run,
-# each with its reason. Only the pure core: workflow code imports nothing else of ours but
-# activity stubs, and those (with workflows.policies) come in through
-# `workflow.unsafe.imports_passed_through()` where they are imported. Workflow files stay
-# sandboxed, so the sandbox still catches a non-deterministic call in workflow code.
-SANDBOX_PASSTHROUGH = (
-    # Models, states, errors, keys, constants: deterministic and free of side effects, and
-    # their pydantic classes must be the same objects inside and outside the sandbox.
-    "agentledger.core",
-    # A native (Rust) extension cannot be imported twice in one process: approval
-    # signatures are verified in workflow code with the worker's one copy.
-    "cryptography",
-)
-
-
 ACTIVITY_SLOTS = 100
-# Every workflow the engine's worker registers (a deployment adds its own beside them).
-ENGINE_WORKFLOWS: list[type] = [
-    AgentRunWorkflow,
-    AgentBacklogWorkflow,
-    TenantAdmissionWorkflow,
-    EvalWorkflow,
-    TaskNotifierWorkflow,
-]
 
 
 async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
@@ -123,9 +95,7 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
             if workflow_cache is None
             else workflow_cache
         ),
-        "workflow_runner": SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
+        "workflow_runner": sandboxed_runner(),
     }
 
 

@@ -27,6 +27,16 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from agentledger.client.approvals import Approvals
+from agentledger.client.eval_scores import (
+    AGENTLEDGER_EVALUATORS,
+    CANDIDATE,
+    SameApprovals,
+    SameToolCalls,
+    VerificationPassed,
+)
+from agentledger.client.runs import Runs
+from agentledger.client.scope import Scope
 from agentledger.core.errors import InvalidRequest, NotAnswered, OperationRefused, RunNotFound
 from agentledger.core.eval_cases import (
     EvalCaseTask,
@@ -40,14 +50,6 @@ from agentledger.core.eval_cases import (
 )
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, totals
 from agentledger.core.spec import FailurePolicy, RunSpec
-from agentledger.ops import operations
-from agentledger.ops.eval_scores import (
-    AGENTLEDGER_EVALUATORS,
-    CANDIDATE,
-    SameApprovals,
-    SameToolCalls,
-    VerificationPassed,
-)
 from agentledger.store import eval_store
 from agentledger.workflows.child_runs import child_run_id
 from agentledger.workflows.evals import EvalWorkflow
@@ -120,21 +122,20 @@ class CaseRunner:
 
     def __init__(
         self,
+        scope: Scope,
         client: Client,
         pool: AsyncConnectionPool,
         *,
         eval_id: str,
         candidate: dict[str, Any],
-        task_queue: str,
-        tenant: str | None,
         live_read_only: bool,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
+        self.scope = scope
         self.client, self.pool = client, pool
         self.eval_id = eval_id
         self.candidate = candidate
-        self.task_queue = task_queue
-        self.tenant = tenant
+        self.task_queue = scope.settings.task_queue
         self.live_read_only = live_read_only
         self.on_progress = on_progress
         self.workflow_id = eval_workflow_id(self.spec("-").tenant, eval_id)
@@ -149,9 +150,7 @@ class CaseRunner:
             "task": task,
             "failures": failures.model_copy(update={"on_permission_denied": "pause"}),
         }
-        if self.tenant is not None:
-            fields["tenant"] = self.tenant
-        return RunSpec.model_validate(fields)
+        return self.scope.spec_for(RunSpec.model_validate(fields))
 
     def run_id(self, name: str) -> str:
         """A case's run: the eval workflow's child, keyed by the eval and the case."""
@@ -216,9 +215,7 @@ class CaseRunner:
     async def _look(self, run_id: str, recording: Recording) -> None:
         """One look at a running case: an approval it asks is decided as recorded."""
         try:
-            state = await operations.status(
-                self.client, run_id, tenant=self.tenant, mirror=self.pool
-            )
+            state = await Runs(self.scope).status(run_id)
         except (NotAnswered, RunNotFound):
             return  # no worker yet, or not started yet: the next look
         pending = state.pending_approval
@@ -243,14 +240,8 @@ class CaseRunner:
         )
         try:
             if decided is not None and decided.decision == "approved":
-                await operations.approve(
-                    self.client,
-                    run_id,
-                    by="eval",
-                    role=pending.required_role,
-                    action_hash=pending.action_hash,
-                    tenant=self.tenant,
-                    mirror=self.pool,
+                await Approvals(self.scope).approve(
+                    run_id, by="eval", role=pending.required_role, action_hash=pending.action_hash
                 )
             else:
                 reason = (
@@ -258,15 +249,12 @@ class CaseRunner:
                     if decided is not None
                     else "the recording asked no such approval"
                 )
-                await operations.reject(
-                    self.client,
+                await Approvals(self.scope).reject(
                     run_id,
                     by="eval",
                     role=pending.required_role,
                     reason=reason,
                     action_hash=pending.action_hash,
-                    tenant=self.tenant,
-                    mirror=self.pool,
                 )
         except OperationRefused:
             pass  # decided already (an earlier look): the next look sees it applied
@@ -274,23 +262,20 @@ class CaseRunner:
     async def _recorded(self, run_id: str) -> Recording:
         """The candidate's run as a recording, once its receipt is written."""
         while True:
-            found = await eval_store.recordings(self.pool, [run_id], tenant=self.tenant)
+            found = await eval_store.recordings(self.pool, [run_id], tenant=self.scope.tenant)
             if run_id in found:
                 return found[run_id][1]
             await asyncio.sleep(POLL_SECONDS)
 
 
 async def run_eval(
-    client: Client,
-    pool: AsyncConnectionPool,
+    scope: Scope,
     dataset: EvalDataset,
     *,
     dataset_text: str,
     dataset_name: str,
     candidate: dict[str, Any],
     candidate_name: str,
-    task_queue: str,
-    tenant: str | None,
     live_read_only: bool = False,
     concurrency: int = 4,
     gate: EvalGate | None = None,
@@ -299,17 +284,17 @@ async def run_eval(
 ) -> EvalReport:
     """Every case replayed to the candidate, scored against its recording; `judges` gives the
     dataset's evaluators their LLM judges' models (through the providers:
-    agentledger/services/eval_judges.py)."""
+    agentledger/client/eval_judges.py)."""
     if not dataset.cases:
         raise InvalidRequest(f"{dataset_name} has no cases: `agentledger eval dataset` makes them")
     ident = eval_id(dataset_text, f"{candidate.get('profile_hash')}:{live_read_only}")
+    pool = await scope.database()
     runner = CaseRunner(
-        client,
+        scope,
+        await scope.temporal(),
         pool,
         eval_id=ident,
         candidate=candidate,
-        task_queue=task_queue,
-        tenant=tenant,
         live_read_only=live_read_only,
         on_progress=on_progress,
     )

@@ -1,6 +1,6 @@
-"""RunClient's services share one `ClientSession`: the caller's tenant and the bound an
-operation waits for an answer are resolved once, for every service, and a tenant's view
-keeps both (no operation threads them)."""
+"""Every client class of one RunClient acts on one `Scope`: the caller (its tenant) and the
+bound an operation waits for an answer are resolved once, for every class, and a tenant's
+view keeps both (no operation threads them)."""
 
 from __future__ import annotations
 
@@ -25,23 +25,23 @@ def services(client: agentledger.RunClient) -> list[object]:
     ]
 
 
-def test_every_service_acts_through_the_clients_one_session():
+def test_every_service_acts_on_the_clients_one_scope():
     client = agentledger.RunClient.lazy(Settings.read({}), wait=3)
-    sessions = {id(getattr(service, "session")) for service in services(client)}  # noqa: B009
-    assert sessions == {id(client.session)}
-    assert client.session.tenant is None
-    assert client.session.bound(None) == 3, "an operation waits the client's bound"
-    assert client.session.bound(0.5) == 0.5, "unless it names its own"
-    assert agentledger.RunClient.lazy(Settings.read({})).session.bound(None) == DEFAULT_WAIT_SECONDS
+    scopes = {id(getattr(service, "scope")) for service in services(client)}  # noqa: B009
+    assert scopes == {id(client.scope)}
+    assert client.scope.tenant is None and client.scope.operator
+    assert client.scope.bound(None) == 3, "an operation waits the client's bound"
+    assert client.scope.bound(0.5) == 0.5, "unless it names its own"
+    assert agentledger.RunClient.lazy(Settings.read({})).scope.bound(None) == DEFAULT_WAIT_SECONDS
 
 
 def test_a_tenants_view_keeps_the_bound_and_cannot_widen():
     operator = agentledger.RunClient.lazy(Settings.read({}), wait=2)
     view = operator.acting_for("acme")
-    assert view.session.tenant == "acme" and view.session.bound(None) == 2
-    assert view.session.scope(None) == "acme" and view.session.scope("acme") == "acme"
+    assert view.scope.tenant == "acme" and view.scope.bound(None) == 2
+    assert view.scope.acting_in(None) == "acme" and view.scope.acting_in("acme") == "acme"
     with pytest.raises(agentledger.Refused):
-        view.session.scope("globex")
+        view.scope.acting_in("globex")
     with pytest.raises(agentledger.Refused):
         view.acting_for("globex")
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from psycopg_pool import AsyncConnectionPool
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from agentledger.client.scope import Scope
 from agentledger.core import constants as names
 from agentledger.core import search_attributes
 from agentledger.core._state import RunInput, RunProgress
@@ -73,28 +73,24 @@ async def untaken(
 
 
 async def unmirrored(
-    client: Client,
-    pool: AsyncConnectionPool,
-    *,
-    tenant: str | None,
-    status: str | None,
-    limit: int,
+    scope: Scope, *, status: str | None, limit: int, wait: float
 ) -> list[JsonDict]:
     """Open runs Temporal holds that the mirror has not seen yet, newest first, as `list`
     shows runs: queued, since a run's first act once a worker takes it is its mirror row.
-    With `tenant`, only runs indexed as that tenant's (a run started without search
+    Under a tenant, only runs indexed as that tenant's (a run started without search
     attributes cannot be shown to be one tenant's, so none sees it)."""
     if status not in (None, RunStatus.QUEUED.value):
         return []
-    query = f"WorkflowType = '{names.WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
-    if tenant is not None:
-        if "'" in tenant or "\\" in tenant:
-            return []  # no query names such a tenant exactly; its runs show once mirrored
-        query += f" AND {search_attributes.TENANT.name} = '{tenant}'"
+    visible = scope.visibility_filter()
+    if visible is None:
+        return []
+    client = await scope.temporal(wait)
+    pool = await scope.database()
+    query = f"WorkflowType = '{names.WORKFLOW_NAME}' AND ExecutionStatus = 'Running'" + visible
     held = [
         run
         async for run in client.list_workflows(query, limit=limit)
-        if tenant is None or run.typed_search_attributes.get(search_attributes.TENANT) == tenant
+        if scope.sees(run.typed_search_attributes.get(search_attributes.TENANT))
     ]
     if not held:
         return []

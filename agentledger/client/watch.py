@@ -34,14 +34,13 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentledger.client.receipts import receipt_of
+from agentledger.client.scope import Scope, no_run
 from agentledger.core._wire import RetryNote, RunEvent, TextPiece
 from agentledger.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
 from agentledger.core.errors import InvalidRequest, NotAnswered, OperationError
 from agentledger.core.results import WatchItem
 from agentledger.core.spec import JsonDict
-from agentledger.ops import operations as ops
-from agentledger.store import mirror_views
-from agentledger.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 
 # After a worker crash or a server restart a subscription fails; it resumes from the next
 # offset it has not seen, this long after, for as long as the run is open.
@@ -60,24 +59,24 @@ TOPICS = [STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT, STREAM_TOPIC_RETRIES]
 
 
 async def watch(
-    client: Client,
+    scope: Scope,
     run_id: str,
     *,
-    pool: AsyncConnectionPool | None = None,
     from_offset: int = 0,
+    wait: float | None = None,
     poll_cooldown: timedelta = timedelta(milliseconds=100),
-    tenant: str | None = None,
 ) -> AsyncIterator[WatchItem]:
-    """Every item of the run from `from_offset` on, live, ending with its receipt; with
-    `tenant` (the caller's), only a run of that tenant (another's reads as missing).
+    """Every item of the run from `from_offset` on, live, ending with its receipt; only a
+    run the caller sees (another tenant's reads as missing).
 
-    Without a pool the items end at the run's last event (the receipt lives in Postgres),
-    and an ended run cannot be read (its story is in the mirror).
+    Without a database the items end at the run's last event (the receipt lives in
+    Postgres), and an ended run cannot be read (its story is in the mirror).
     """
     if from_offset < 0:
         raise InvalidRequest("--from takes an offset of 0 or more")
-    if tenant is not None:
-        await _belongs(client, run_id, tenant, pool)
+    await scope.check_visible(run_id, wait)
+    client = await scope.temporal(scope.bound(wait))
+    pool = await scope.mirror()
     if not await _is_open(client, run_id):
         if pool is None:
             raise NotAnswered(
@@ -213,7 +212,7 @@ async def _receipt_item(pool: AsyncConnectionPool, run_id: str) -> WatchItem:
     deadline = asyncio.get_running_loop().time() + RECEIPT_WAIT_SECONDS
     while True:
         try:
-            receipt: JsonDict = await ops.receipt(pool, run_id)
+            receipt: JsonDict = await receipt_of(pool, run_id)
             break
         except OperationError:
             if asyncio.get_running_loop().time() > deadline:
@@ -227,18 +226,6 @@ async def _is_open(client: Client, run_id: str) -> bool:
         description = await client.get_workflow_handle(run_id).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise ops.no_run(run_id) from err
+            raise no_run(run_id) from err
         raise
     return description.status == WorkflowExecutionStatus.RUNNING
-
-
-async def _belongs(
-    client: Client, run_id: str, tenant: str, pool: AsyncConnectionPool | None
-) -> None:
-    """Refuse, as a missing run, a run of another tenant: the mirror's row says whose it is,
-    else Temporal's (a run Temporal has forgotten is read from the mirror alone)."""
-    owner = await mirror_views.run_tenant(pool, run_id) if pool is not None else None
-    if owner is None:
-        await ops.find_run(client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant)
-    elif owner != tenant:
-        raise ops.no_run(run_id)

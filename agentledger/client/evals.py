@@ -8,16 +8,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agentledger.client.scope import Scope
 from agentledger.core.eval_reports import EvalGate, EvalReport
 from agentledger.profiles import Agent
-from agentledger.services.client_session import ClientSession
 
 
 class Evals:
     """Datasets of the caller's finished runs, and evals of a candidate over them."""
 
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
 
     async def dataset(
         self,
@@ -31,18 +31,18 @@ class Evals:
     ) -> int:
         """Write a pydantic-evals dataset of finished runs (by id, else those matching) to
         `path` (YAML or JSON): each case a run's task and its recording. Returns the cases."""
-        from agentledger.ops import eval_ops  # pydantic-evals, only when asked
+        from agentledger.client import eval_runs  # pydantic-evals, only when asked
 
-        dataset = await eval_ops.build_dataset(
-            await self.session.database(),
+        dataset = await eval_runs.build_dataset(
+            await self.scope.database(),
             run_ids=run_ids,
             agent=agent,
             outcome=outcome,
             since=since,
             until=until,
-            tenant=self.session.tenant,
+            tenant=self.scope.tenant,
         )
-        eval_ops.save_dataset(dataset, path)
+        eval_runs.save_dataset(dataset, path)
         return len(dataset.cases)
 
     async def run(
@@ -58,23 +58,20 @@ class Evals:
         """Replay `dataset`'s cases to `candidate`, each as a durable run answered from its
         recording, and score it against the recording (docs/evals.md). The same dataset and
         candidate resume the same eval; `on_progress` gets its progress (cases done / total)."""
-        from agentledger.ops import eval_ops
-        from agentledger.services.eval_judges import JudgeModels
+        from agentledger.client import eval_runs
+        from agentledger.client.eval_judges import JudgeModels
 
-        found, text = eval_ops.load_dataset(dataset)
-        return await eval_ops.run_eval(
-            await self.session.temporal(),
-            await self.session.database(),
+        found, text = eval_runs.load_dataset(dataset)
+        return await eval_runs.run_eval(
+            self.scope,
             found,
             dataset_text=text,
             dataset_name=Path(dataset).name,
             candidate=candidate.spec_fields(),
             candidate_name=candidate.name,
-            task_queue=self.session.settings.task_queue,
-            tenant=self.session.tenant,
             live_read_only=live_read_only,
             concurrency=concurrency,
             gate=gate,
             on_progress=on_progress,
-            judges=JudgeModels(self.session.settings).through_providers,
+            judges=JudgeModels(self.scope.settings).through_providers,
         )

@@ -1,12 +1,14 @@
-"""A turn of a conversation with a run (`agentledger chat`): send a message, follow its answer.
+"""`client.sessions`: converse with a session run (spec `session`) and end it on purpose
+(docs/steering.md).
 
-The message goes as `say` sends it (through the same door: another tenant's run reads as
-missing), then the run's live stream (agentledger/ops/watch.py) is followed from where the run
-received the message to where it answered it: a session's `session.turn_answered` naming
-the message, or the run's end (and receipt). An approval the turn waits for ends the turn's
-items with `chat.approval_pending`, so a caller can decide and follow on (`from_offset`).
-Every wait is bounded: no worker to take the message, or nothing from the run for
-`answer_within` seconds, ends the items with `chat.no_answer`, saying why and what to do.
+A turn of a conversation (`agentledger chat`): the message goes as `say` sends it (another
+tenant's run reads as missing), then the run's live stream (agentledger/client/watch.py) is
+followed from where the run received the message to where it answered it: a session's
+`session.turn_answered` naming the message, or the run's end (and receipt). An approval the
+turn waits for ends the turn's items with `chat.approval_pending`, so a caller can decide
+and follow on (`from_offset`). Every wait is bounded: no worker to take the message, or
+nothing from the run for `answer_within` seconds, ends the items with `chat.no_answer`,
+saying why and what to do.
 """
 
 from __future__ import annotations
@@ -16,18 +18,59 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentledger.core.results import RunState, WatchItem
+from agentledger.client import handles
+from agentledger.client.scope import Scope
+from agentledger.client.steering import Steering
+from agentledger.client.watch import watch
+from agentledger.core.results import ControlResult, RunState, WatchItem
 from agentledger.core.states import RunStatus
-from agentledger.ops import handles, steering_ops, watch
-from agentledger.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline, NoAnswer
+from agentledger.temporal.worker_presence import Deadline, NoAnswer
 from agentledger.workflows import AgentRunWorkflow
 
 # How long a turn may go without a word from the run before chat says so and returns.
 ANSWER_WITHIN_SECONDS = 300.0
-ENDS_RUN = {"run.finished", "receipt"}
+
+
+class Sessions:
+    """The caller's session runs: a turn at a time, until one of them ends it."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    def chat(
+        self,
+        run_id: str,
+        message: str | None,
+        *,
+        by: str = "cli",
+        from_offset: int = 0,
+        wait: float | None = None,
+        answer_within: float = ANSWER_WITHIN_SECONDS,
+    ) -> AsyncIterator[WatchItem]:
+        """Say `message` to the run and follow it until it has answered: its events and model
+        text, ending with a session's `session.turn_answered` (or the run's end and receipt).
+        Ends early, saying why, with `chat.approval_pending` (decide, then follow on with
+        `message=None, from_offset=` its `next_offset`) or `chat.no_answer` (no worker took
+        the message, or nothing came for `answer_within` seconds)."""
+        return chat(
+            self.scope,
+            run_id,
+            message,
+            by=by,
+            from_offset=from_offset,
+            wait=self.scope.bound(wait),
+            answer_within=answer_within,
+        )
+
+    async def end(
+        self, run_id: str, *, by: str = "cli", wait: float | None = None
+    ) -> ControlResult:
+        """End a session on purpose: it completes with its last answer and its receipt, at
+        once when idle, else after its current turn (kept while no worker runs). Refused for
+        a run that is not a session, or has ended."""
+        return await Steering(self.scope).end_session(run_id, by=by, wait=wait)
 
 
 def note(type: str, **data: object) -> WatchItem:
@@ -35,24 +78,21 @@ def note(type: str, **data: object) -> WatchItem:
 
 
 async def chat(
-    client: Client,
+    scope: Scope,
     run_id: str,
     text: str | None,
     *,
-    by: str = "cli",
-    from_offset: int = 0,
-    wait: float = DEFAULT_WAIT_SECONDS,
-    answer_within: float = ANSWER_WITHIN_SECONDS,
-    tenant: str | None = None,
-    mirror: AsyncConnectionPool | None = None,
+    by: str,
+    from_offset: int,
+    wait: float,
+    answer_within: float,
 ) -> AsyncIterator[WatchItem]:
     """Say `text` to the run and yield what it does until it has answered it (None: follow
     the turn in progress from `from_offset`, e.g. after an approval)."""
+    client = await scope.temporal(wait)
     message_id: str | None = None
     if text is not None:
-        said = await steering_ops.say(
-            client, run_id, text, by=by, wait=wait, tenant=tenant, mirror=mirror
-        )
+        said = await Steering(scope).say(run_id, text, by=by, wait=wait)
         message_id = said.message_id
         yield note("chat.said", **said.model_dump(mode="json"))
         if said.delivered == "recorded":
@@ -64,13 +104,12 @@ async def chat(
                 f"`agentledger watch {run_id}` follows it then",
             )
             return
-    items = watch.watch(
-        client,
+    items = watch(
+        scope,
         run_id,
-        pool=mirror,
         from_offset=from_offset,
+        wait=wait,
         poll_cooldown=timedelta(milliseconds=100),
-        tenant=tenant,
     )
     following = message_id is None
     try:

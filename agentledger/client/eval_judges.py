@@ -6,7 +6,7 @@ names a provider of AGENTLEDGER_PROVIDERS; any other name (`openai:gpt-4o`, `gpt
 of the default client (OPENAI_BASE_URL, OPENAI_API_KEY); no model is AGENTLEDGER_MODEL there.
 So the judge reaches the endpoints, keys and offline model the workers use, with the
 workers' own clients (agentledger/activities/provider_clients.py), which is why this sits with
-RunClient's services, over the engine, rather than in ops/.
+the client, over the engine and its activities.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""What people do with an agent's backlog: enqueue, stop, resume, retry, inspect.
-
-The CLI is a thin shell over these; tests call them directly with their own client. Every
-failure becomes an `OperationError` whose message says what to do next.
+"""`client.backlogs`: an agent's queue of tasks, each a run in turn, for the caller's
+tenant (docs/backlogs.md): enqueue, stop, resume, retry, inspect. Every failure becomes an
+`OperationError` whose message says what to do next.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -17,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -30,7 +27,9 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.core import backlog_models, bounds
+from agentledger.client import handles, starts
+from agentledger.client.scope import Scope, describe_within, no_backlog
+from agentledger.core import bounds
 from agentledger.core import constants as names
 from agentledger.core._wire import ControlInput
 from agentledger.core.backlog_models import (
@@ -57,14 +56,12 @@ from agentledger.core.errors import (
     OperationError,
     OperationRefused,
     RunNotFound,
-    SetupError,
 )
+from agentledger.core.listings import BacklogListing, DeadTask
 from agentledger.core.spec import JsonDict
 from agentledger.core.yaml_files import load_yaml
-from agentledger.ops import handles
 from agentledger.store.backlog_store import BacklogStore
 from agentledger.temporal.worker_presence import (
-    DEFAULT_WAIT_SECONDS,
     Deadline,
     NoAnswer,
     fresh_pollers,
@@ -165,20 +162,19 @@ def _item_lines(text: str) -> list[int]:
 # ---------------------------------------------------------------- through Temporal
 
 
-async def enqueue(
-    client: Client,
+async def send_tasks(
+    scope: Scope,
     agent: str,
     tasks: Sequence[TaskItem],
     *,
-    task_queue: str,
     policy: PolicyPatch | None = None,
     by: str = "cli",
-    wait: float = DEFAULT_WAIT_SECONDS,
-    tenant: str | None = None,
+    wait: float | None = None,
 ) -> EnqueueResult:
-    """Add tasks at the end, in order; keys already in the backlog are ignored. With
-    `tenant` (the caller's), `policy` is that tenant's tasks' alone; its fields that bound
-    the whole backlog (parallelism, continue_as_new_after) are an operator's to set.
+    """The engine's enqueue of tasks that passed the gate (`Backlogs.enqueue`, the only
+    caller; tests call it to set up backlogs): at the end, in order; keys already in the
+    backlog are ignored. Under a tenant, `policy` is that tenant's tasks' alone; its fields
+    that bound the whole backlog (parallelism, continue_as_new_after) are an operator's.
 
     Each batch goes as a signal-with-start: the server keeps it in the backlog's history (and
     starts the backlog with it, if it runs not), whether or not a worker runs now, so an
@@ -187,12 +183,16 @@ async def enqueue(
     The result says what a worker applied within `wait`, and which keys the server holds.
     """
     check_agent(agent)
+    tenant = scope.tenant
+    wait = scope.bound(wait)
+    client = await scope.temporal(wait)
+    task_queue = scope.settings.task_queue
     bounds.check(ControlInput(by=by), "enqueue")
     for i, item in enumerate(tasks, start=1):
         bounds.check(item, f"task {i}")
     if policy is not None:
         bounds.check(policy, "policy")
-        shared = policy.shared_fields() if tenant is not None else []
+        shared = [] if scope.operator else policy.shared_fields()
         if shared:
             raise InvalidRequest(
                 f"{', '.join(shared)} bound the whole backlog, whose other tasks may be other "
@@ -234,7 +234,7 @@ async def enqueue(
                     # A tenant's policy is its tasks' own (sent with them), not the backlog's.
                     BacklogInput(
                         agent=agent,
-                        policy=(policy if tenant is None else PolicyPatch()).apply(BacklogPolicy()),
+                        policy=(policy if scope.operator else PolicyPatch()).apply(BacklogPolicy()),
                     ),
                     id=backlog_id(agent),
                     task_queue=task_queue,
@@ -341,50 +341,6 @@ def _batches(tasks: list[QueuedTask]) -> list[list[QueuedTask]]:
     return [batch for batch in batches if batch]
 
 
-def no_backlog(agent: str) -> RunNotFound:
-    """What a command that goes through Temporal says of a backlog that is not there, or
-    (under a tenant) that holds none of the tenant's tasks."""
-    return RunNotFound(
-        f"agent {agent} has no backlog: `backlog enqueue --agent {agent} FILE` creates it"
-    )
-
-
-def no_task(agent: str, key: str) -> OperationError:
-    """A retry of a key the backlog does not hold, or (under a tenant) of another tenant's
-    task: word for word the refusal of the backlog's retry validator
-    (agentledger/workflows/backlog.py), as `_change` passes it on."""
-    return OperationError(f"refused: {backlog_models.no_task(agent, key)}")
-
-
-async def _tenant_door(
-    mirror: AsyncConnectionPool | None,
-    agent: str,
-    tenant: str | None,
-    *,
-    key: str | None = None,
-) -> None:
-    """Apply the caller's tenant to a command that goes through Temporal. A backlog holds
-    tasks of several tenants; under a tenant, one with none of its tasks reads as a missing
-    backlog, and another tenant's task as a missing task (`key`); a stop or resume acts on
-    the caller's tasks alone (the backlog applies that). The tenants are the mirror's (a
-    task whose spec is not mirrored yet is nobody's); an operator (no tenant) passes, with
-    or without a database."""
-    check_agent(agent)
-    if tenant is None:
-        return
-    if mirror is None:
-        raise SetupError(
-            "refused: a backlog's tasks and their tenants live in Postgres, and no database "
-            "is configured; set DATABASE_URL (`agentledger up` prints it)"
-        )
-    owners = await BacklogStore(mirror).task_tenants(agent)
-    own = {k for k, owner in owners.items() if owner == tenant}
-    if not own:
-        raise no_backlog(agent)
-    if key is not None and key not in own:
-        raise no_task(agent, key)
-
-
 @dataclass
 class Backlog:
     handle: WorkflowHandle[Any, Any]
@@ -395,7 +351,7 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
     check_agent(agent)
     handle = client.get_workflow_handle(backlog_id(agent))
     try:
-        description = await handles.describe_within(handle, deadline)
+        description = await describe_within(handle, deadline)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise no_backlog(agent) from err
@@ -459,105 +415,147 @@ async def _change(
     return None
 
 
-async def stop(
-    client: Client,
-    agent: str,
-    *,
-    by: str = "cli",
-    wait: float = DEFAULT_WAIT_SECONDS,
-    tenant: str | None = None,
-    mirror: AsyncConnectionPool | None = None,
-) -> BacklogControlResult:
-    """A graceful pause: running tasks stop at their next step boundary, none start. With
-    `tenant` (the caller's), of that tenant's tasks alone; other tenants' go on."""
-    return await _control(client, agent, True, by, wait, tenant, mirror)
+class Backlogs:
+    """The caller's tasks in each agent's backlog: under a tenant, only its own (another
+    tenant's task reads as a missing one)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    @staticmethod
+    def load_tasks(path: str | Path) -> list[TaskItem]:
+        """The tasks of a JSON or YAML backlog file, checked, in order."""
+        return load_tasks(path)
+
+    async def enqueue(
+        self,
+        agent: str,
+        tasks: list[TaskItem],
+        *,
+        policy: PolicyPatch | None = None,
+        by: str = "cli",
+        wait: float | None = None,
+    ) -> EnqueueResult:
+        """Add tasks at the end of the agent's backlog, in order (creating it). Each task
+        runs for the caller's tenant (a task naming another is refused) under its tenant's
+        policy (its approvers and weight), read through the gate (starts.py); under a tenant,
+        `policy` is its own tasks' alone.
+
+        Each batch goes as a signal-with-start: the server keeps it in the backlog's history
+        (and starts the backlog with it, if it runs not), whether or not a worker runs now,
+        so an enqueue sent while workers restart is not lost; the next worker applies it
+        once, in order, ignoring keys already there. The result says what a worker applied
+        within `wait`, and which keys the server holds."""
+        queued = await starts.backlog_tasks(self.scope, tasks)
+        return await send_tasks(self.scope, agent, queued, policy=policy, by=by, wait=wait)
+
+    async def stop(
+        self, agent: str, *, by: str = "cli", wait: float | None = None
+    ) -> BacklogControlResult:
+        """A graceful pause: running tasks stop at their next step boundary, none start.
+        Under a tenant, of that tenant's tasks alone; other tenants' go on."""
+        return await self._control(agent, True, by, wait)
+
+    async def resume(
+        self, agent: str, *, by: str = "cli", wait: float | None = None
+    ) -> BacklogControlResult:
+        """Continue a stopped backlog; under a tenant, that tenant's stopped tasks alone."""
+        return await self._control(agent, False, by, wait)
+
+    async def _control(
+        self, agent: str, stopping: bool, by: str, wait: float | None
+    ) -> BacklogControlResult:
+        """A stop or a resume: an update, else a signal the server holds (`_change`)."""
+        check_agent(agent)
+        await self.scope.check_backlog(agent)
+        tenant = self.scope.tenant
+        own_tasks = not self.scope.operator
+        wait = self.scope.bound(wait)
+        client = await self.scope.temporal(wait)
+        done = await _change(
+            client,
+            agent,
+            names.UPDATE_BACKLOG_STOP if stopping else names.UPDATE_BACKLOG_RESUME,
+            ControlInput(by=by, tenant=tenant, own_tasks=own_tasks),
+            names.SIGNAL_BACKLOG_STOP if stopping else names.SIGNAL_BACKLOG_RESUME,
+            BacklogControlSignal(
+                by=by, tenant=tenant, own_tasks=own_tasks, request_id=uuid.uuid4().hex
+            ),
+            BacklogControlResult,
+            wait,
+        )
+        if isinstance(done, BacklogControlResult):
+            return done
+        what = "stop" if stopping else "resume"
+        return BacklogControlResult(
+            stopped=stopping, tasks=[], message=held_note(agent, await _queue(client, agent), what)
+        )
+
+    async def retry(
+        self, agent: str, task_key: str, *, by: str = "cli", wait: float | None = None
+    ) -> RetryResult:
+        """Put a dead-lettered task back, in its place, with a fresh set of attempts;
+        another tenant's task reads as a missing one."""
+        check_agent(agent)
+        await self.scope.check_backlog(agent, task_key)
+        tenant = self.scope.tenant
+        wait = self.scope.bound(wait)
+        client = await self.scope.temporal(wait)
+        done = await _change(
+            client,
+            agent,
+            names.UPDATE_BACKLOG_RETRY,
+            RetryInput(key=task_key, by=by, tenant=tenant),
+            names.SIGNAL_BACKLOG_RETRY,
+            RetryInput(key=task_key, by=by, tenant=tenant, request_id=uuid.uuid4().hex),
+            RetryResult,
+            wait,
+        )
+        if isinstance(done, RetryResult):
+            return done
+        return RetryResult(
+            key=task_key,
+            ordinal=None,
+            state=None,
+            message=held_note(agent, await _queue(client, agent), f"retry of task {task_key}"),
+        )
+
+    async def tasks(self, agent: str) -> BacklogListing:
+        """The backlog as the mirror last saw it, with every task (the caller's tenant's
+        alone, under one) in order: state, attempts, last error, run, checkpoint; under a
+        tenant with none there, no backlog."""
+        store = BacklogStore(await self.scope.database())
+        head = await self._known(store, agent)
+        listing = {**head, "tasks": await store.tasks(agent, tenant=self.scope.tenant)}
+        return BacklogListing.model_validate(listing)
+
+    async def dead(self, agent: str) -> list[DeadTask]:
+        """The tasks that used up their attempts (the caller's tenant's, under one)."""
+        store = BacklogStore(await self.scope.database())
+        await self._known(store, agent)
+        dead = await store.dead_letters(agent, tenant=self.scope.tenant)
+        return [DeadTask.model_validate(task) for task in dead]
+
+    async def _known(self, store: BacklogStore, agent: str) -> JsonDict:
+        """The backlog's head; under a tenant, a backlog with none of its tasks is not there."""
+        check_agent(agent)
+        head = await store.backlog(agent)
+        if head is None or (
+            not self.scope.operator and not await store.tasks(agent, tenant=self.scope.tenant)
+        ):
+            raise RunNotFound(
+                f"agent {agent} has no backlog in the mirror: `backlog enqueue --agent {agent} "
+                "FILE` creates it"
+            )
+        return head
 
 
-async def resume(
-    client: Client,
-    agent: str,
-    *,
-    by: str = "cli",
-    wait: float = DEFAULT_WAIT_SECONDS,
-    tenant: str | None = None,
-    mirror: AsyncConnectionPool | None = None,
-) -> BacklogControlResult:
-    """Continue a stopped backlog; with `tenant`, that tenant's stopped tasks alone."""
-    return await _control(client, agent, False, by, wait, tenant, mirror)
-
-
-async def _control(
-    client: Client,
-    agent: str,
-    stopping: bool,
-    by: str,
-    wait: float,
-    tenant: str | None,
-    mirror: AsyncConnectionPool | None,
-) -> BacklogControlResult:
-    """A stop or a resume: an update, else a signal the server holds (`_change`)."""
-    await _tenant_door(mirror, agent, tenant)
-    done = await _change(
-        client,
-        agent,
-        names.UPDATE_BACKLOG_STOP if stopping else names.UPDATE_BACKLOG_RESUME,
-        ControlInput(by=by, tenant=tenant, own_tasks=tenant is not None),
-        names.SIGNAL_BACKLOG_STOP if stopping else names.SIGNAL_BACKLOG_RESUME,
-        BacklogControlSignal(
-            by=by, tenant=tenant, own_tasks=tenant is not None, request_id=uuid.uuid4().hex
-        ),
-        BacklogControlResult,
-        wait,
-    )
-    if isinstance(done, BacklogControlResult):
-        return done
-    what = "stop" if stopping else "resume"
-    return BacklogControlResult(
-        stopped=stopping, tasks=[], message=held_note(agent, await _queue(client, agent), what)
-    )
-
-
-async def retry(
-    client: Client,
-    agent: str,
-    key: str,
-    *,
-    by: str = "cli",
-    wait: float = DEFAULT_WAIT_SECONDS,
-    tenant: str | None = None,
-    mirror: AsyncConnectionPool | None = None,
-) -> RetryResult:
-    """Put a dead-lettered task back, in its place, with a fresh set of attempts. With
-    `tenant` (the caller's), another tenant's task reads as a missing one."""
-    await _tenant_door(mirror, agent, tenant, key=key)
-    done = await _change(
-        client,
-        agent,
-        names.UPDATE_BACKLOG_RETRY,
-        RetryInput(key=key, by=by, tenant=tenant),
-        names.SIGNAL_BACKLOG_RETRY,
-        RetryInput(key=key, by=by, tenant=tenant, request_id=uuid.uuid4().hex),
-        RetryResult,
-        wait,
-    )
-    if isinstance(done, RetryResult):
-        return done
-    return RetryResult(
-        key=key,
-        ordinal=None,
-        state=None,
-        message=held_note(agent, await _queue(client, agent), f"retry of task {key}"),
-    )
-
-
-async def _queue(client: Client, agent: str) -> str:
-    description = await client.get_workflow_handle(backlog_id(agent)).describe()
-    return description.task_queue
-
-
-async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECONDS) -> BacklogState:
-    """The live state, from the workflow itself (a worker answers the query)."""
-    deadline = Deadline(wait)
+async def live_state(scope: Scope, agent: str, *, wait: float | None = None) -> BacklogState:
+    """The backlog's live state, from the workflow itself (a worker answers the query):
+    every tenant's tasks, so an operator's read."""
+    scope.refuse_unless_operator("a backlog's live state shows every tenant's tasks")
+    deadline = Deadline(scope.bound(wait))
+    client = await scope.temporal(deadline.seconds)
     backlog = await _running(client, agent, deadline)
     try:
         return await handles.ask_within(
@@ -566,47 +564,11 @@ async def state(client: Client, agent: str, *, wait: float = DEFAULT_WAIT_SECOND
     except NoAnswer as err:
         found = await pollers_or_unknown(client, backlog.task_queue, seconds=deadline.share(0.2))
         raise NotAnswered(
-            f"{no_worker(backlog.task_queue, found, deadline.seconds)}; `backlog list --agent "
-            f"{agent}` shows the backlog as the mirror last saw it"
+            f"{no_worker(backlog.task_queue, found, deadline.seconds)}; `backlog list "
+            f"--agent {agent}` shows the backlog as the mirror last saw it"
         ) from err
 
 
-# ---------------------------------------------------------------- from the Postgres mirror
-
-
-async def _known(store: BacklogStore, agent: str, tenant: str | None) -> JsonDict:
-    """The backlog's head; under a tenant, a backlog with none of its tasks is not there."""
-    check_agent(agent)
-    head = await store.backlog(agent)
-    if head is None or (tenant is not None and not await store.tasks(agent, tenant=tenant)):
-        raise RunNotFound(
-            f"agent {agent} has no backlog in the mirror: `backlog enqueue --agent {agent} "
-            "FILE` creates it"
-        )
-    return head
-
-
-async def list_tasks(
-    pool: AsyncConnectionPool, agent: str, *, tenant: str | None = None
-) -> JsonDict:
-    """The backlog and every task in order: state, attempts, last error, run, checkpoint.
-    With `tenant` (the caller's), its tasks alone; one with none there sees no backlog."""
-    store = BacklogStore(pool)
-    head = await _known(store, agent, tenant)
-    return {**head, "tasks": await store.tasks(agent, tenant=tenant)}
-
-
-async def dead_letters(
-    pool: AsyncConnectionPool, agent: str, *, tenant: str | None = None
-) -> list[JsonDict]:
-    """The tasks that used up their attempts; with `tenant`, as `list_tasks`."""
-    store = BacklogStore(pool)
-    await _known(store, agent, tenant)
-    return await store.dead_letters(agent, tenant=tenant)
-
-
-def compact(value: Any, limit: int = 60) -> str:
-    """One line of JSON (or text) for a table cell."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+async def _queue(client: Client, agent: str) -> str:
+    description = await client.get_workflow_handle(backlog_id(agent)).describe()
+    return description.task_queue

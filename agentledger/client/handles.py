@@ -1,6 +1,6 @@
 """What every client operation needs of a workflow, run or backlog alike, each within the
-command's bound: its description (no worker needed), a query, an update whose refusal
-becomes an OperationError saying why, and what to say of an update no worker took in time.
+command's bound: a query, an update whose refusal becomes an OperationError saying why, a
+signal the server confirmed, and what to say of a write no worker took in time.
 
 A write is reported as held only with evidence that the server holds it: an update the
 run accepted (it is in the history), or a signal the server confirmed (likewise). An
@@ -17,6 +17,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from psycopg_pool import AsyncConnectionPool
 from temporalio.api.common.v1 import Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
@@ -26,7 +27,6 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import (
     Client,
-    WorkflowExecutionDescription,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateHandle,
@@ -34,24 +34,21 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.core.errors import NotAnswered, OperationRefused, RunNotFound
-from agentledger.temporal.worker_presence import Deadline, NoAnswer, start_a_worker, within
+from agentledger.client.scope import RunRef, no_run
+from agentledger.core import search_attributes
+from agentledger.core.errors import NotAnswered, OperationRefused
+from agentledger.core.states import RunStatus
+from agentledger.store import mirror_views
+from agentledger.temporal.worker_presence import (
+    Deadline,
+    NoAnswer,
+    no_worker,
+    pollers_or_unknown,
+    start_a_worker,
+    within,
+)
 
 log = logging.getLogger(__name__)
-
-
-async def describe_within(
-    handle: WorkflowHandle[Any, Any], deadline: Deadline
-) -> WorkflowExecutionDescription:
-    """What the server knows of a workflow (no worker needed), or OperationError in time."""
-    try:
-        return await within(
-            deadline.left(), handle.describe(rpc_timeout=timedelta(seconds=deadline.left()))
-        )
-    except NoAnswer as err:
-        raise NotAnswered(
-            f"Temporal did not answer within {deadline.seconds:g}s; is the server up?"
-        ) from err
 
 
 # A live worker answers a query in milliseconds; one slower than this (and than a quarter of
@@ -122,7 +119,7 @@ async def _ask(handle: WorkflowHandle[Any, Any], query: Any, seconds: float) -> 
         # A query fails only at the server (the workflow's own failures are another error):
         # out of time, or, as the server also says, "no poller seen ... worker may be down".
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"no run {handle.id!r}: `agentledger list` shows the runs") from err
+            raise no_run(handle.id) from err
         log.debug("%s: the server did not answer the query: %s", handle.id, err)
         raise NoAnswer from err
 
@@ -227,7 +224,7 @@ async def admit_update(
         raise NotAdmitted(_not_accepted(seconds), maybe_admitted=True) from err
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"no run {handle.id!r}: `agentledger list` shows the runs") from err
+            raise no_run(handle.id) from err
         if err.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.FAILED_PRECONDITION):
             raise NotAdmitted(f"the server admits no more updates to it ({err.message})") from err
         if err.status in (
@@ -271,5 +268,33 @@ async def signal_within(
         ) from err
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"no run {handle.id!r}: `agentledger list` shows the runs") from err
+            raise no_run(handle.id) from err
         raise OperationRefused(f"not sent: the server refused the signal ({err.message})") from err
+
+
+async def no_worker_note(client: Client, run: RunRef, deadline: Deadline) -> str:
+    """Why no worker answered for the run, from who polls its task queue."""
+    found = await pollers_or_unknown(client, run.task_queue, seconds=deadline.share(0.2))
+    return no_worker(run.task_queue, found, deadline.seconds)
+
+
+def recorded(what: str, run: RunRef) -> str:
+    """What a write sent while no worker answered became: held in the run's history."""
+    return (
+        f"recorded: no worker answered, so the run holds the {what} in its history and applies "
+        f"it, with the same checks, when a worker takes it ({start_a_worker(run.task_queue)}); "
+        f"`agentledger status {run.handle.id}` shows the outcome"
+    )
+
+
+async def last_status(run: RunRef, mirror: AsyncConnectionPool | None) -> RunStatus:
+    """What the run was last seen doing, without asking a worker: its search attribute, or,
+    where that shows only "running" (agentledger.core.search_attributes), the mirror's row;
+    with neither, queued."""
+    shown = run.indexed_status
+    if shown is not None and shown != search_attributes.RUNNING:
+        return RunStatus(shown)
+    found = await mirror_views.run_state(mirror, run.handle.id) if mirror is not None else None
+    if found is not None:
+        return found[0].status
+    return RunStatus.QUEUED  # no worker has written its row: it has not started yet

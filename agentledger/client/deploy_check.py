@@ -25,7 +25,7 @@ from agentledger.core import constants as names
 from agentledger.core import version_branches
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentledger.core.version_branches import BranchNeed, BranchUse, HistoryFacts, PatchInventory
-from agentledger.worker.worker_factory import ENGINE_WORKFLOWS, worker_tuning
+from agentledger.workflows.engine import ENGINE_WORKFLOWS, sandboxed_runner
 
 PAGE_SIZE = 200
 
@@ -75,7 +75,7 @@ async def check(
     replayer = Replayer(
         workflows=registered,
         data_converter=client.data_converter,
-        workflow_runner=worker_tuning()["workflow_runner"],
+        workflow_runner=sandboxed_runner(),
     )
     verdicts = []
     names = workflow_names(registered)

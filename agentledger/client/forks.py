@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentledger.client import starts
+from agentledger.client.scope import Scope, no_run
 from agentledger.core import bounds, forking
 from agentledger.core._state import RunInput
 from agentledger.core.errors import (
@@ -24,10 +25,8 @@ from agentledger.core.errors import (
 )
 from agentledger.core.keys import canonical_json
 from agentledger.core.results import ForkOrigin
-from agentledger.ops import door
-from agentledger.ops import operations as ops
+from agentledger.core.run_reports import Started
 from agentledger.store.fork_store import ForkStore
-from agentledger.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
 
 
 async def parent_input(client: Client, run_id: str) -> RunInput:
@@ -36,7 +35,7 @@ async def parent_input(client: Client, run_id: str) -> RunInput:
         history = await client.get_workflow_handle(run_id).fetch_history()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise ops.no_run(run_id) from err
+            raise no_run(run_id) from err
         raise
     first = history.events[0]
     if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
@@ -66,44 +65,31 @@ def default_key(parent_run_id: str, from_step: int, edit_output: Any) -> str:
 
 
 async def fork_run(
-    client: Client,
-    pool: AsyncConnectionPool,
+    scope: Scope,
     run_id: str,
     *,
     from_step: int,
     edit_output: Any = None,
     key: str | None = None,
-    task_queue: str,
-    indexed: bool = True,
-    tenant: str | None = None,
-) -> ops.Started:
-    """Fork `run_id` (with `tenant`, the caller's, only a run of that tenant: another's
-    reads as missing); the fork is a run of the parent's tenant, started through the door."""
+) -> Started:
+    """Fork `run_id` (only a run the caller sees: another tenant's reads as missing); the
+    fork is a run of the parent's tenant, started through the gate (starts.py)."""
     if from_step < 1:
         raise InvalidRequest(f"--from-step takes a step number, 1 or more, not {from_step}")
-    if tenant is not None:
-        await ops.find_run(
-            client, run_id, Deadline(DEFAULT_WAIT_SECONDS), tenant=tenant, mirror=pool
-        )
     origin = ForkOrigin(parent_run_id=run_id, from_step=from_step, edit_output=edit_output)
     bounds.check(origin, "fork")
     bounds.check_text("idempotency_key", key)
+    await scope.check_visible(run_id)
+    client = await scope.temporal()
+    pool = await scope.database()
     steps, conversation = await ForkStore(pool).record(run_id)
     if not steps:
         raise RunNotFound(f"run {run_id} has no steps in the mirror to fork from")
     forking.plan(origin, steps, conversation)  # refuse here (a ForkError), before anything starts
     parent = await parent_input(client, run_id)
     origin.effect_scope = await effect_scope(client, run_id, parent)
-    # What the engine set for the parent is the parent's: the fork gets its own at the door.
+    # What the engine set for the parent is the parent's: the fork gets its own at the gate.
     fork_spec = parent.spec().model_copy(
         update={"idempotency_key": key or default_key(run_id, from_step, edit_output)}
     )
-    return await door.start(
-        client,
-        pool,
-        fork_spec,
-        task_queue=task_queue,
-        indexed=indexed,
-        acting_tenant=tenant,
-        fork=origin,
-    )
+    return await starts.start(scope, fork_spec, fork=origin)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from temporalio.common import WorkflowIDConflictPolicy
 
+from agentledger.client.scope import DEFAULT_TENANT, Scope
 from agentledger.core.constants import TASK_NOTIFIER_WORKFLOW_NAME
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.keys import id_part
@@ -20,12 +21,8 @@ from agentledger.core.webhook_models import (
     WebhookDelivery,
     notifier_id,
 )
-from agentledger.ops import operations as ops
-from agentledger.ops.door import DEFAULT_TENANT
-from agentledger.services.client_session import ClientSession
-from agentledger.store import artifacts, mirror_views
+from agentledger.store import artifacts
 from agentledger.store.webhook_store import WebhookStore
-from agentledger.temporal.worker_presence import Deadline
 
 # A push subscription's secret signs its deliveries: short ones are guessable.
 MIN_SECRET_CHARS = 16
@@ -33,28 +30,16 @@ SCHEMES = ("http://", "https://")
 
 
 class Tasks:
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
 
     async def _tenant_of(self, run_id: str) -> str:
         """The run's tenant, if the caller may see the run; else NotFound, as for a run that
         does not exist."""
-        session = self.session
-        wait = session.bound(None)
-        await ops.find_run(
-            await session.temporal(wait),
-            run_id,
-            Deadline(wait),
-            tenant=session.tenant,
-            mirror=await session.mirror(),
-        )
-        if session.tenant is not None:
-            return session.tenant
-        owner = await mirror_views.run_tenant(await session.database(), run_id)
-        return owner or DEFAULT_TENANT
+        return await self.scope.owner_of(run_id)
 
     async def _store(self) -> WebhookStore:
-        return WebhookStore(await self.session.database())
+        return WebhookStore(await self.scope.database())
 
     # ------------------------------------------------------------ contexts
 
@@ -65,7 +50,7 @@ class Tasks:
 
     async def context_runs(self, context_id: str, agent: str) -> list[str]:
         """The agent's runs started in the context, of the caller's tenant, oldest first."""
-        tenant = self.session.tenant or DEFAULT_TENANT
+        tenant = self.scope.tenant or DEFAULT_TENANT
         return await (await self._store()).context_tasks(tenant, context_id, agent)
 
     async def context_of(self, run_id: str) -> str | None:
@@ -85,7 +70,7 @@ class Tasks:
     async def artifacts(self, run_id: str) -> list[StoredArtifact]:
         """The artifacts the run stored (large outputs), each with its content."""
         await self._tenant_of(run_id)
-        pool = await self.session.database()
+        pool = await self.scope.database()
         async with pool.connection() as conn:
             listed = await artifacts.run_artifacts(conn, run_id)
             for each in listed:
@@ -128,7 +113,7 @@ class Tasks:
             auth_scheme=auth_scheme,
             auth_credentials=auth_credentials,
         )
-        client = await self.session.temporal()
+        client = await self.scope.temporal()
         await client.start_workflow(
             TASK_NOTIFIER_WORKFLOW_NAME,
             NotifierInput(
@@ -138,7 +123,7 @@ class Tasks:
                 context_id=context_id,
             ),
             id=notifier_id(subscription_id),
-            task_queue=self.session.settings.task_queue,
+            task_queue=self.scope.settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         return PushSubscription.model_validate(row)

@@ -7,26 +7,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentledger.client import deploy_check
+from agentledger.client.scope import Scope, operators_only
 from agentledger.core.builds import DeployStatus
 from agentledger.core.errors import OperationRefused
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentledger.core.version_branches import PatchInventory
-from agentledger.services.client_session import ClientSession, operators_only
 from agentledger.temporal import deployments
+from agentledger.workflows.engine import ENGINE_WORKFLOWS
 
 
 def _with_engine(workflows: Sequence[type]) -> list[type]:
     """The engine's workflows and a deployment's own: what a worker here would run."""
-    from agentledger.worker.worker_factory import ENGINE_WORKFLOWS  # the worker's, when asked
-
     return [*ENGINE_WORKFLOWS, *workflows]
 
 
 class Deploys:
     """The deployment's builds, for an operator."""
 
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
 
     @operators_only("deploy makes a build current for every tenant's new runs")
     async def make_current(
@@ -51,8 +51,8 @@ class Deploys:
                     + (f" at event {first.event_id}" if first.event_id else "")
                     + f": {first.error}; `agentledger deploy check` lists them"
                 )
-        name = deployment or self.session.settings.deployment_name
-        await deployments.set_current_version(await self.session.temporal(), name, build_id)
+        name = deployment or self.scope.settings.deployment_name
+        await deployments.set_current_version(await self.scope.temporal(), name, build_id)
         return name
 
     @operators_only("deploy check replays every tenant's open runs on the task queue")
@@ -65,11 +65,9 @@ class Deploys:
     ) -> DeployCheck:
         """Replay every open run on the caller's task queue (and the `closed` most recent
         closed ones) against the workflows loaded here: the engine's, and `workflows`."""
-        from agentledger.worker import deploy_check
-
         return await deploy_check.check(
-            await self.session.temporal(),
-            task_queue=self.session.settings.task_queue,
+            await self.scope.temporal(),
+            task_queue=self.scope.settings.task_queue,
             workflows=_with_engine(workflows),
             closed=closed,
             progress=progress,
@@ -81,13 +79,11 @@ class Deploys:
     ) -> DeployStatus:
         """The deployment's builds, the open runs on the caller's task queue pinned to each,
         and which can be retired (not current, no open run)."""
-        from agentledger.worker.deploy_check import workflow_names
-
         return await deployments.deployment_status(
-            await self.session.temporal(),
-            deployment or self.session.settings.deployment_name,
-            task_queue=self.session.settings.task_queue,
-            workflow_types=workflow_names(_with_engine(workflows)),
+            await self.scope.temporal(),
+            deployment or self.scope.settings.deployment_name,
+            task_queue=self.scope.settings.task_queue,
+            workflow_types=deploy_check.workflow_names(_with_engine(workflows)),
         )
 
     @operators_only("deploy patches lists every tenant's open runs that need a version branch")
@@ -95,10 +91,8 @@ class Deploys:
         """The version branches left in the workflow code, each with the open runs on the
         caller's task queue that still need its old path (and whether it can go), and the
         open runs that need a retired branch."""
-        from agentledger.worker import deploy_check
-
         return await deploy_check.patch_inventory(
-            await self.session.temporal(),
-            task_queue=self.session.settings.task_queue,
+            await self.scope.temporal(),
+            task_queue=self.scope.settings.task_queue,
             workflows=_with_engine(workflows),
         )

@@ -5,23 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentledger.client import approver_keys
+from agentledger.client.scope import Scope
 from agentledger.core.approver_key import ApproverKey
-from agentledger.core.errors import InvalidRequest, OperationRefused
+from agentledger.core.errors import OperationRefused
 from agentledger.core.spec import Signer
-from agentledger.ops import approver_keys
-from agentledger.services.client_session import ClientSession, refuse_under_tenant
 from agentledger.store.approver_store import ApproverStore
 
 
 class Approvers:
     """Approvers of the caller's tenant's runs (of every tenant's, for an operator)."""
 
-    def __init__(self, session: ClientSession) -> None:
-        self.session = session
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
 
     def config_dir(self) -> Path:
         """Where approver keys live on this machine."""
-        return self.session.settings.config_dir or approver_keys.default_config_dir()
+        return self.scope.settings.config_dir or approver_keys.default_config_dir()
 
     def key(self, name: str) -> ApproverKey | None:
         """`name`'s approver key on this machine, to sign decisions with; None if absent."""
@@ -41,31 +41,19 @@ class Approvers:
         afterwards take only signed decisions. Names are one person each per tenant; an
         approver of every tenant (`any_tenant`) and a new key for a registered name
         (`replace`) are an operator's acts, refused under AGENTLEDGER_TENANT."""
-        scope = self.session.scope(tenant)
+        self.scope.acting_in(tenant)  # a tenant's caller never widens to another's
         if replace:
-            refuse_under_tenant(
-                self.session.tenant, "--replace gives a registered approver a new key"
-            )
-        if any_tenant:
-            if scope is not None:
-                raise OperationRefused(
-                    "--any-tenant registers an approver of every tenant's runs: an operator's "
-                    f"act, not one for tenant {scope!r}; leave out --tenant and AGENTLEDGER_TENANT"
-                )
-        elif scope is None:
-            raise InvalidRequest(
-                "say whose runs this approver decides: --tenant NAME (or AGENTLEDGER_TENANT), or, "
-                "as an operator, --any-tenant for every tenant's"
-            )
-        store = ApproverStore(await self.session.database())
-        where = f"tenant {scope!r}" if scope else "any tenant"
-        if not replace and await store.taken(name, scope):
+            self.scope.refuse_unless_operator("--replace gives a registered approver a new key")
+        decides = self.scope.approver_tenant(tenant, any_tenant=any_tenant)
+        store = ApproverStore(await self.scope.database())
+        where = f"tenant {decides!r}" if decides else "any tenant"
+        if not replace and await store.taken(name, decides):
             raise OperationRefused(
                 f"an approver {name!r} is already registered for {where}: names are one person "
                 "each; pick another name, or, as an operator replacing their key on purpose, "
                 "add --replace"
             )
-        created = approver_keys.create(self.config_dir(), name, role, scope, replace=replace)
+        created = approver_keys.create(self.config_dir(), name, role, decides, replace=replace)
         if not await store.add(created.signer, replace=replace):
             raise OperationRefused(
                 f"an approver {name!r} was registered for {where} meanwhile; add --replace to "
@@ -76,6 +64,6 @@ class Approvers:
     async def listed(self, *, tenant: str | None = None) -> list[Signer]:
         """The approvers who decide runs of `tenant` (default the caller's; an operator
         without either sees every one) and their key ids."""
-        scope = self.session.scope(tenant)
-        store = ApproverStore(await self.session.database())
-        return await (store.registered_for(scope) if scope else store.signers())
+        decides = self.scope.acting_in(tenant)
+        store = ApproverStore(await self.scope.database())
+        return await (store.registered_for(decides) if decides else store.signers())
