@@ -98,23 +98,30 @@ async def test_an_approver_decides_through_elicitation_and_the_call_ends_with_th
     assert run_id in read_text(receipt_text)
 
 
-async def test_a_runner_is_told_the_run_waits_and_it_completes_after_an_inbox_approval(
+async def test_without_a_form_the_call_says_the_run_waits_and_it_completes_after_an_inbox_approval(
     settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
+    """A client that shows no forms, even with a key that may decide, is told the run
+    waits for approval and where; so is a runner's client that shows forms (a runner
+    cannot decide). The run completes once an approver decides in the inbox."""
     tenant, other = tenant_name(), tenant_name()
+    admin = await make_key(settings, tenant, "admin")
     runner = await make_key(settings, tenant, "runner")
     approver = await make_key(settings, tenant, "approver")
     stranger = await make_key(settings, other, "admin")
     await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
-    # The client shows forms, but a runner's credential cannot decide: no form is sent.
     elicit = accept(decision="approve")
     async with worker(), served(settings, tmp_path) as door:
         async with mcp_client(door.url, runner, elicitation_callback=elicit) as mcp:
+            told = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
+        assert told.structured_content["status"] == "waiting_for_approval", told
+        assert not elicit.asked, "no form for a runner"
+        async with mcp_client(door.url, admin) as mcp:  # no elicitation callback
             waiting = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
         data = waiting.structured_content
         assert data["status"] == "waiting_for_approval", waiting
         assert data["inbox"] == f"{door.url}/inbox" and data["approval"]["tool"] == "send_message"
-        assert "inbox" in said(waiting) and not elicit.asked
+        assert "inbox" in said(waiting)
         run_id = data["run_id"]
         # Another tenant's credential does not reach the run, as a missing one does not.
         async with mcp_client(door.url, stranger) as foreign:
