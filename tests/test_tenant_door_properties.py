@@ -810,95 +810,107 @@ class Tenants(RuleBasedStateMachine):
     @initialize(target=runs, key=keys)
     def an_a2a_task_and_a_tool_call(self, key: str) -> Run:
         """Every sequence has an A2A task and an MCP tool call of B's (the tenant whose
-        policy is the default, so the initializers' order does not matter); the other
-        tenants' A2A and MCP methods on each answer as on a missing run."""
+        policy is the default, so the initializers' order does not matter); another
+        tenant's A2A and MCP methods on each answer as on a missing run."""
         task, call = self.start_an_a2a_task(1, key), self.start_a_tool_call_over_mcp(1)
         for run in (task, call):
-            for other in (0, 2):
-                for method in ("get", "decide"):
-                    self.act_over_a2a(other, run, method)
-                for method in ("tasks/get", "tasks/update", "events"):
-                    self.act_over_mcp(other, run, method)
+            self.a2a_as_missing(0, run, ["get", "decide"])
+            self.mcp_as_missing(0, run, ["tasks/get", "tasks/update", "events"])
         return call
 
     @rule(t=who, run=runs, method=a2a_methods)
     def act_over_a2a(self, t: int, run: Run, method: str) -> None:
         """Another tenant's run, by every A2A method, reads exactly as a missing task."""
-        tenant = self.tenants[t]
-        if run.tenant == tenant:
-            return  # owners' own acts are tests/test_a2a.py's
+        if run.tenant != self.tenants[t]:
+            self.a2a_as_missing(t, run, [method])  # owners' own acts: tests/test_a2a.py
 
-        async def ask(run_id: str) -> str:
-            key, streaming = self.keys[tenant], method == "subscribe"
-            async with a2a_agent(self.stack.door_url, key, streaming=streaming) as agent:
-                try:
-                    if method == "get":
-                        await agent.get_task(GetTaskRequest(id=run_id))
-                    elif method == "cancel":
-                        await agent.cancel_task(CancelTaskRequest(id=run_id))
-                    elif method == "subscribe":
-                        await anext(agent.subscribe(SubscribeToTaskRequest(id=run_id)))
-                    elif method == "push configs":
-                        listing = ListTaskPushNotificationConfigsRequest(task_id=run_id)
-                        await agent.list_task_push_notification_configs(listing)
-                    else:
-                        decision = json_format.ParseDict(
-                            {"decision": "approve"}, struct_pb2.Value()
-                        )
-                        reply = Message(
-                            message_id=f"r-{uuid.uuid4().hex[:6]}",
-                            task_id=run_id,
-                            role=Role.ROLE_USER,
-                            parts=[Part(data=decision)],
-                        )
-                        [_ async for _ in agent.send_message(SendMessageRequest(message=reply))]
-                except A2AError as err:
-                    return f"{type(err).__name__}: {err}"
+    def a2a_as_missing(self, t: int, run: Run, methods: list[str]) -> None:
+        tenant = self.tenants[t]
+        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
+
+        async def ask(agent: Any, method: str, run_id: str) -> str:
+            try:
+                if method == "get":
+                    await agent.get_task(GetTaskRequest(id=run_id))
+                elif method == "cancel":
+                    await agent.cancel_task(CancelTaskRequest(id=run_id))
+                elif method == "subscribe":
+                    await anext(agent.subscribe(SubscribeToTaskRequest(id=run_id)))
+                elif method == "push configs":
+                    listing = ListTaskPushNotificationConfigsRequest(task_id=run_id)
+                    await agent.list_task_push_notification_configs(listing)
+                else:
+                    decision = json_format.ParseDict(APPROVE_REPLY, struct_pb2.Value())
+                    reply = Message(
+                        message_id=f"r-{uuid.uuid4().hex[:6]}",
+                        task_id=run_id,
+                        role=Role.ROLE_USER,
+                        parts=[Part(data=decision)],
+                    )
+                    [_ async for _ in agent.send_message(SendMessageRequest(message=reply))]
+            except A2AError as err:
+                return f"{type(err).__name__}: {err}"
             raise AssertionError(f"{tenant}'s A2A {method} reached {run}")
 
-        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
-        answer, absent = self.call(ask(run.run_id)), self.call(ask(missing))
-        assert answer.replace(run.run_id, "X") == absent.replace(missing, "X"), method
+        async def asks() -> list[tuple[str, str, str]]:
+            # A streaming client: it subscribes, and sends the rest as any client does.
+            async with a2a_agent(self.stack.door_url, self.keys[tenant], streaming=True) as agent:
+                return [
+                    (m, await ask(agent, m, run.run_id), await ask(agent, m, missing))
+                    for m in methods
+                ]
+
+        for method, answer, absent in self.call(asks()):
+            assert answer.replace(run.run_id, "X") == absent.replace(missing, "X"), method
 
     @rule(t=who, run=runs, method=mcp_methods)
     def act_over_mcp(self, t: int, run: Run, method: str) -> None:
         """Another tenant's run, by every MCP method on runs, reads exactly as a missing one;
         an own run's reads answer without one."""
         tenant = self.tenants[t]
-        if run.tenant == tenant and method in ("tasks/update", "tasks/cancel"):
-            return  # owners' own changes are not under test here
+        if run.tenant != tenant:
+            self.mcp_as_missing(t, run, [method])
+        elif method not in ("tasks/update", "tasks/cancel"):  # owners' own changes: not here
+            [(_, answer, _)] = self.call(self.mcp_asks(tenant, [method], run.run_id, None))
+            assert answer is None or "no run" not in answer, answer  # no receipt yet, say
 
-        async def ask(run_id: str) -> str | None:
-            async with mcp_client(
-                self.stack.door_url, self.keys[tenant], extensions=[Tasks()]
-            ) as mcp:
-                session = mcp.session
+    def mcp_as_missing(self, t: int, run: Run, methods: list[str]) -> None:
+        tenant = self.tenants[t]
+        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
+        for method, answer, absent in self.call(
+            self.mcp_asks(tenant, methods, run.run_id, missing)
+        ):
+            assert answer is not None and absent is not None, f"{tenant}'s {method} reached {run}"
+            assert answer.replace(run.run_id, "X") == absent.replace(missing, "X"), method
+
+    async def mcp_asks(
+        self, tenant: str, methods: list[str], run_id: str, missing: str | None
+    ) -> list[tuple[str, str | None, str | None]]:
+        """Each method on the run and (if given) on a missing one, with the tenant's key, in
+        one client: the error each answered (None: it answered)."""
+        async with mcp_client(self.stack.door_url, self.keys[tenant], extensions=[Tasks()]) as mcp:
+
+            async def ask(method: str, target: str | None) -> str | None:
+                if target is None:
+                    return None
                 try:
                     if method == "tasks/get":
-                        await session.send_request(
-                            GetTask(params=TaskParams(task_id=run_id)), DetailedTask
-                        )
+                        asking = GetTask(params=TaskParams(task_id=target))
+                        await mcp.session.send_request(asking, DetailedTask)
                     elif method == "tasks/update":
                         answers = {"approval.apr-1": APPROVE}
-                        update = TaskUpdateParams(task_id=run_id, input_responses=answers)
-                        await session.send_request(UpdateTask(params=update), DetailedTask)
+                        update = TaskUpdateParams(task_id=target, input_responses=answers)
+                        await mcp.session.send_request(UpdateTask(params=update), DetailedTask)
                     elif method == "tasks/cancel":
-                        cancel = CancelTask(params=TaskParams(task_id=run_id))
-                        await session.send_request(cancel, mcp_types.EmptyResult)
+                        cancel = CancelTask(params=TaskParams(task_id=target))
+                        await mcp.session.send_request(cancel, mcp_types.EmptyResult)
                     else:
-                        await mcp.read_resource(f"agentledger://runs/{run_id}/{method}")
+                        await mcp.read_resource(f"agentledger://runs/{target}/{method}")
                 except MCPError as err:
                     return f"{err.code} {err.message}"
-            return None
+                return None
 
-        answer = self.call(ask(run.run_id))
-        if run.tenant == tenant:
-            assert answer is None or "no run" not in answer, answer  # no receipt yet, say
-            return
-        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
-        absent = self.call(ask(missing))
-        assert answer is not None and absent is not None, f"{tenant}'s {method} reached {run}"
-        assert answer.replace(run.run_id, "X") == absent.replace(missing, "X"), method
+            return [(m, await ask(m, run_id), await ask(m, missing)) for m in methods]
 
     # ------------------------------------------------------------ acting on runs
 
