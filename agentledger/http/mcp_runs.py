@@ -272,9 +272,10 @@ def _field(value: Any) -> JsonDict | None:
     return None
 
 
-def approval_key(pending: PendingApproval) -> str:
-    """The input request's key: unique over the run's life, as the spec asks."""
-    return f"approval.{pending.approval_id}"
+def approval_key(approval_id: str) -> str:
+    """The input request's key for an approval: unique over the run's life, as the spec
+    asks."""
+    return f"approval.{approval_id}"
 
 
 def approval_form(pending: PendingApproval) -> types.ElicitRequest:
@@ -372,6 +373,15 @@ def request_state(run_id: str, pending: PendingApproval, seq: int) -> str:
     )
 
 
+def asking(run_id: str, pending: PendingApproval, seq: int) -> types.InputRequiredResult:
+    """The call's answer while its approval waits, on protocol 2026-07-28: the form, and
+    what the client echoes with the person's answer when it calls again."""
+    return types.InputRequiredResult(
+        input_requests={approval_key(pending.approval_id): approval_form(pending)},
+        request_state=request_state(run_id, pending, seq),
+    )
+
+
 def read_state(raw: str) -> JsonDict:
     try:
         state = json.loads(raw)
@@ -440,7 +450,7 @@ def task_of(
             **base,
             "status": "input_required",
             "statusMessage": asks.params.message,
-            "inputRequests": {approval_key(run.pending_approval): request},
+            "inputRequests": {approval_key(run.pending_approval.approval_id): request},
         }
     return {**base, "status": "working", "statusMessage": waiting or status.replace("_", " ")}
 

@@ -166,7 +166,7 @@ async def call_tool(
     agent = agent_named(call.client, params.name)
     if params.request_state is not None:
         state = mcp_runs.read_state(params.request_state)
-        answer = (params.input_responses or {}).get(f"approval.{state['approval']}")
+        answer = (params.input_responses or {}).get(mcp_runs.approval_key(state["approval"]))
         decided = await answer_approval(call, state["run"], state, answer)
         return await follow(call, state["run"], ask=decided, after=state["seq"])
     task, fields = mcp_runs.task_argument(params.arguments)
@@ -267,12 +267,7 @@ async def follow(
                 if not (ask and call.may_decide() and call.can_elicit()):
                     return mcp_runs.waiting_result(call.base, run_id, pending)
                 if not call.ctx.session.can_send_request:
-                    return types.InputRequiredResult(
-                        input_requests={
-                            mcp_runs.approval_key(pending): mcp_runs.approval_form(pending)
-                        },
-                        request_state=mcp_runs.request_state(run_id, pending, item.seq),
-                    )
+                    return mcp_runs.asking(run_id, pending, item.seq)
                 if not await ask_on_session(call, run_id, pending):
                     return mcp_runs.waiting_result(call.base, run_id, pending)
         finally:
@@ -368,7 +363,8 @@ async def update_task(
     run_id = params.task_id
     pending = (await call.client.runs.status(run_id)).pending_approval
     if pending is not None:
-        answer = mcp_runs.form_answer(params.input_responses.get(mcp_runs.approval_key(pending)))
+        key = mcp_runs.approval_key(pending.approval_id)
+        answer = mcp_runs.form_answer(params.input_responses.get(key))
         if answer is not None:
             await decide(call, run_id, pending, answer, pending.action_hash)
     return {}
