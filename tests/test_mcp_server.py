@@ -49,7 +49,7 @@ from tests.mcp_support import (
     read_text,
     said,
 )
-from tests.support import NOTIFY_TASK
+from tests.support import NOTIFY_TASK, eventually
 
 AGENT = "support-desk"
 EDITED = "Our refund policy: 30 days, no questions asked."
@@ -272,8 +272,8 @@ async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_writte
 async def test_mcp_refuses_bad_credentials_and_bad_input_saying_what_is_wrong(
     settings: Settings, pool: AsyncConnectionPool, client: TemporalClient, tmp_path: Path
 ) -> None:
-    """Before a worker or a run is involved: each refusal names the problem, and none
-    starts a run."""
+    """Before a worker is involved: each refusal names the problem, and none starts a run;
+    a call whose run no worker serves says at once that it is queued."""
     tenant = tenant_name()
     viewer = await make_key(settings, tenant, "viewer")
     runner = await make_key(settings, tenant, "runner")
@@ -353,5 +353,18 @@ async def test_mcp_refuses_bad_credentials_and_bad_input_saying_what_is_wrong(
                     GetTask(params=TaskParams(task_id=f"run-{tenant}~x")), DetailedTask
                 )
             assert bare.value.code == -32021
-    started = client.list_workflows(f"WorkflowId STARTS_WITH 'run-{tenant}'")
-    assert [w.id async for w in started] == []
+            # With no worker serving the queue, a call says its run is queued at once.
+            names = agentledger.demo.registry.names()
+            await tool_sets.join(pool, settings.task_queue, "w", names)
+            queued = await mcp.call_tool(AGENT, {"task": NOTIFY_TASK})
+            await tool_sets.leave(pool, settings.task_queue, "w")
+    data = queued.structured_content
+    assert data is not None and data["status"] == "queued", queued
+    assert "worker" in said(queued)
+
+    async def started() -> list[str]:
+        listed = client.list_workflows(f"WorkflowId STARTS_WITH 'run-{tenant}'")
+        return [w.id async for w in listed]
+
+    # That run alone: none of the refused calls started one.
+    assert await eventually(started, what="the queued run listed") == [data["run_id"]]

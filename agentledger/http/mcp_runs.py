@@ -39,8 +39,9 @@ OUTPUT_SCHEMA: JsonDict = {
         "run_id": {"type": "string", "description": "the durable run (agentledger status ID)"},
         "status": {
             "type": "string",
-            "description": "completed, failed or cancelled; or waiting_for_approval, with "
-            "`approval` and `inbox` saying what waits and where a person decides it",
+            "description": "completed, failed or cancelled; waiting_for_approval, with "
+            "`approval` and `inbox` saying what waits and where a person decides it; "
+            "waiting_for_message (a session answered); or queued (no worker serves it yet)",
         },
         "answer": {"type": ["string", "null"]},
         "summary": {"type": "string", "description": "the receipt in a few words"},
@@ -232,6 +233,17 @@ def waiting_result(base: str, run_id: str, pending: PendingApproval) -> types.Ca
             types.TextContent(text=waiting_words(base, run_id, pending)),
             *resource_links(run_id, "working"),
         ],
+        structured_content=data,
+    )
+
+
+def queued_result(base: str, run_id: str, unserved: str) -> types.CallToolResult:
+    """The run started, but no worker serves its queue: it waits, durable, until one
+    does; the call says so at once instead of holding on."""
+    data: JsonDict = {"run_id": run_id, "status": "queued", **links(base, run_id)}
+    text = f"The run {run_id} is queued: {unserved}. Follow it: {data['events']}"
+    return types.CallToolResult(
+        content=[types.TextContent(text=text), *resource_links(run_id, "queued")],
         structured_content=data,
     )
 

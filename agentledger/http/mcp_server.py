@@ -72,6 +72,8 @@ CALLER = "agentledger_caller"
 # What each request method needs of the caller; any other, a viewer's.
 NEEDS = {"tools/call": "runner", "tasks/update": "approver", "tasks/cancel": "runner"}
 RECENT_RUNS = 20
+# How long a call asks Temporal whether a worker serves the runs' queue.
+UNSERVED_SECONDS = 2.0
 TASK_REQUIRED: dict[str, Any] = {
     "requiredCapabilities": {"extensions": {mcp_runs.TASKS_EXTENSION: {}}}
 }
@@ -175,6 +177,10 @@ async def call_tool(
     started = await start_agent(call.client, agent, task, call.who, key=key, fields=fields)
     if call.uses_tasks():
         return mcp_runs.created_task(started.run_id)
+    # No worker to take it: say so now rather than hold the call open until one comes.
+    unserved = await call.client.runs.unserved_warning(wait=UNSERVED_SECONDS)
+    if unserved is not None:
+        return mcp_runs.queued_result(call.base, started.run_id, unserved)
     return await follow(call, started.run_id, ask=True)
 
 
