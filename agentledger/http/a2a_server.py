@@ -77,7 +77,8 @@ from agentledger.http.a2a_tasks import Event, TaskStory
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
 from agentledger.http.auth import caller, door_of, runs_for
 from agentledger.http.errors import HttpRefusal
-from agentledger.http.events_api import after, last_seen
+from agentledger.http.events_api import Position, after, last_seen
+from agentledger.http.request_body import read_whole
 from agentledger.profiles import Agent
 
 Marker = Callable[[WatchItem], bool]
@@ -180,7 +181,7 @@ class RunTasks(RequestHandler):
         self,
         call: Call,
         run_id: str,
-        seen: int | None,
+        seen: Position | None,
         *,
         until_input: bool,
         marker: Marker | None = None,
@@ -191,11 +192,11 @@ class RunTasks(RequestHandler):
         silently: the caller has been told it."""
         client = call.client
         story = TaskStory(run_id, await self._context(call, run_id))
-        slots = door_of(call.request).streams
-        slots.take(call.who.credential)
+        streams = door_of(call.request).streams
+        stream = streams.take(call.who)  # ends with the credential (a key revoked)
         items = client.runs.watch(run_id)
         try:
-            async for item in after(items, seen):
+            async for item in streams.follow(stream, after(items, seen)):
                 stored = await client.tasks.artifacts(run_id) if item.kind == "receipt" else []
                 before = story.state
                 told = list(story.tell(item, stored))
@@ -211,7 +212,7 @@ class RunTasks(RequestHandler):
                     return
         finally:
             await items.aclose()  # type: ignore[attr-defined]
-            slots.give_back(call.who.credential)
+            streams.give_back(stream)
 
     # ------------------------------------------------------------ messages
 
@@ -508,6 +509,7 @@ async def endpoint(request: Request) -> Response:
     who = await caller(request, need="viewer")
     client = runs_for(request, who)
     agent = agent_named(client, str(request.path_params["agent"]))
+    request = await read_whole(request, door_of(request).settings)
     try:
         body = json.loads(await request.body())
     except (ValueError, RecursionError):

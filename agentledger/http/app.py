@@ -17,17 +17,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentledger.client.run_client import RunClient
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http import agui, events_api, inbox, openapi, runs_api
-from agentledger.http.auth import Door, too_large
+from agentledger.http.auth import Door
 from agentledger.http.errors import HANDLERS, error_body
 from agentledger.http.mcp_server import McpFace
+from agentledger.http.request_body import too_large
 
 # What a browser's MCP client sends besides (streamable HTTP's session, version and routing).
 MCP_HEADERS = ["Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"]
 
 
 class BodyLimit:
-    """Refuse with 413, before reading it, a body whose Content-Length is over the limit;
-    `json_body` counts what it reads of one that does not say."""
+    """Refuse with 413, before reading it (or the credential), a body whose Content-Length
+    is over the limit; `json_body` counts what it reads of one that does not say."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -36,7 +37,7 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             length = dict(scope["headers"]).get(b"content-length", b"0")
-            if not length.isdigit() or int(length) > self.limit:
+            if not length.isdigit() or len(length) > 18 or int(length) > self.limit:
                 refusal = too_large(self.limit)
                 response = JSONResponse(error_body(refusal.kind, str(refusal)), refusal.status)
                 await response(scope, receive, send)

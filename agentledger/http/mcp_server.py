@@ -65,6 +65,7 @@ from agentledger.http import mcp_runs
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
 from agentledger.http.auth import caller, door_of, runs_for
 from agentledger.http.errors import HttpRefusal
+from agentledger.http.request_body import read_whole
 
 PATH = "/mcp"
 SERVER_NAME = "agentledger"
@@ -232,17 +233,6 @@ async def ask_on_session(call: Call, run_id: str, pending: PendingApproval) -> b
     return await decide(call, run_id, pending, answer, pending.action_hash)
 
 
-@asynccontextmanager
-async def one_stream(call: Call) -> AsyncIterator[None]:
-    """Following a run holds one of the credential's event streams."""
-    slots = door_of(call.request).streams
-    slots.take(call.who.credential)
-    try:
-        yield
-    finally:
-        slots.give_back(call.who.credential)
-
-
 async def follow(
     call: Call, run_id: str, *, ask: bool, after: int = 0
 ) -> types.CallToolResult | types.InputRequiredResult:
@@ -252,32 +242,37 @@ async def follow(
     client and the credential can, else told as waiting. A replayed approval already
     decided is passed over."""
     client = call.client
-    async with one_stream(call):
-        items = client.runs.watch(run_id)
-        try:
-            async for item in items:
-                if item.kind == "receipt":
-                    return mcp_runs.ended_result(call.base, Receipt.model_validate(item.data))
-                if item.seq is None or item.seq <= after:
-                    continue
-                words = mcp_runs.progress_words(item)
-                if words is not None:
-                    await call.ctx.session.report_progress(item.seq, None, words)
-                if item.type == "session.turn_answered":
-                    return mcp_runs.turn_result(call.base, run_id, item.data)
-                if item.type != "approval.requested":
-                    continue
-                pending = (await client.runs.status(run_id)).pending_approval
-                if pending is None or pending.approval_id != item.data.get("approval_id"):
-                    continue
-                if not (ask and call.may_decide() and call.can_elicit()):
-                    return mcp_runs.waiting_result(call.base, run_id, pending)
-                if not call.ctx.session.can_send_request:
-                    return mcp_runs.asking(run_id, pending, item.seq)
-                if not await ask_on_session(call, run_id, pending):
-                    return mcp_runs.waiting_result(call.base, run_id, pending)
-        finally:
-            await items.aclose()  # type: ignore[attr-defined]
+    # Following a run holds one of the credential's event streams, and ends with it.
+    streams = door_of(call.request).streams
+    stream = streams.take(call.who)
+    items = client.runs.watch(run_id)
+    try:
+        async for item in streams.follow(stream, items):
+            if item.kind == "receipt":
+                return mcp_runs.ended_result(call.base, Receipt.model_validate(item.data))
+            if item.seq is None or item.seq <= after:
+                continue
+            words = mcp_runs.progress_words(item)
+            if words is not None:
+                await call.ctx.session.report_progress(item.seq, None, words)
+            if item.type == "session.turn_answered":
+                return mcp_runs.turn_result(call.base, run_id, item.data)
+            if item.type != "approval.requested":
+                continue
+            pending = (await client.runs.status(run_id)).pending_approval
+            if pending is None or pending.approval_id != item.data.get("approval_id"):
+                continue
+            if not (ask and call.may_decide() and call.can_elicit()):
+                return mcp_runs.waiting_result(call.base, run_id, pending)
+            if not call.ctx.session.can_send_request:
+                return mcp_runs.asking(run_id, pending, item.seq)
+            if not await ask_on_session(call, run_id, pending):
+                return mcp_runs.waiting_result(call.base, run_id, pending)
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]
+        streams.give_back(stream)
+    if stream.ended:
+        raise MCPError(INVALID_REQUEST, f"unauthenticated: {stream.why}; the call ends")
     raise MCPError(INTERNAL_ERROR, f"the story of run {run_id} ended without its receipt")
 
 
@@ -409,9 +404,9 @@ def mcp_server() -> Server[Any]:
 
 
 class McpFace:
-    """`/mcp`: the credential checked, then the SDK's session manager. Its sessions (the
-    handshake era's) run in a task group the app's lifespan holds, each bound to the
-    credential that opened it."""
+    """`/mcp`: the credential checked, then the body read within the door's bounds, then the
+    SDK's session manager. Its sessions (the handshake era's) run in a task group the app's
+    lifespan holds, each bound to the credential that opened it."""
 
     def __init__(self, body_limit_bytes: int) -> None:
         self.manager = StreamableHTTPSessionManager(
@@ -424,7 +419,11 @@ class McpFace:
             yield
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        who = await caller(Request(scope, receive), need="viewer")
+        request = Request(scope, receive)
+        who = await caller(request, need="viewer")
+        if request.method == "POST":  # read within the door's bounds, then the SDK's turn
+            request = await read_whole(request, door_of(request).settings)
+            receive = request.receive
         scope.setdefault("state", {})[CALLER] = who
         token = AccessToken(
             token=who.credential,
