@@ -28,6 +28,14 @@ from agentledger.core.settings import Settings
 from tests.test_cli import ROOT, cli_env
 
 START_SECONDS = 60.0
+# An agent whose runs are sessions (AGENTLEDGER_AGENTS=a file of this): each message a turn.
+SESSION_PROFILE = """
+concierge:
+  instructions: You answer our customers' questions, turn by turn.
+  tools: []
+  session:
+    idle_timeout: 600
+"""
 
 
 @dataclass
@@ -111,6 +119,24 @@ async def make_key(settings: Settings, tenant: str, role: str, **kwargs: object)
     async with RunClient.lazy(settings.model_copy(update={"tenant": None})) as operator:
         made = await operator.keys.create(tenant, role, **kwargs)  # type: ignore[arg-type]
     return made.key
+
+
+def doc_block(language: str, holding: str) -> str:
+    """The block of `language` in docs/protocols.md that holds `holding`, as written."""
+    page = (ROOT / "docs" / "protocols.md").read_text()
+    blocks = page.split(f"```{language}\n")[1:]
+    [block] = [b.split("```")[0] for b in blocks if holding in b]
+    return block
+
+
+def tenant_name() -> str:
+    """A fresh tenant, so a test's runs and keys meet no other test's."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def identity(key: str) -> str:
+    """Who a key's decisions are recorded as: `key:<its id>` (`ark_<id>_<secret>`)."""
+    return "key:" + key.split("_")[1]
 
 
 def bearer(key: str) -> dict[str, str]:

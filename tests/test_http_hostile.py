@@ -150,8 +150,9 @@ async def test_connections_that_never_finish_their_headers_hold_nothing_for_long
     assert len(log) < 2000, log
 
 
+@pytest.mark.parametrize("path", ["/v1/runs", "/a2a/support-desk", "/mcp"])
 async def test_a_body_that_stalls_is_answered_408_and_its_connection_closed(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path, path: str
 ) -> None:
     runner = await make_key(settings, tenant_name(), "runner")
     env = {
@@ -162,7 +163,7 @@ async def test_a_body_that_stalls_is_answered_408_and_its_connection_closed(
         url = urlsplit(door.url)
         reader, writer = await asyncio.open_connection(url.hostname, url.port)
         writer.write(
-            b"POST /v1/runs HTTP/1.1\r\nHost: door\r\nContent-Type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: door\r\nContent-Type: application/json\r\n".encode()
             + f"Authorization: Bearer {runner}\r\nContent-Length: 100\r\n\r\n".encode()
             + b'{"task": '
         )

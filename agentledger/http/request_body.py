@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
+from starlette.types import Message
 
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http.errors import HttpRefusal
@@ -73,6 +74,23 @@ async def raw_body(request: Request, settings: HttpSettings) -> bytes:
             "(AGENTLEDGER_HTTP_BODY_TIMEOUT_SECONDS)",
         ) from err
     return bytes(body)
+
+
+async def read_whole(request: Request, settings: HttpSettings) -> Request:
+    """The request with its body read within the bounds (413, 408), for a protocol SDK that
+    reads the body itself: its receive hands the body over, then what the client sends
+    after (a disconnect)."""
+    body = await raw_body(request, settings)
+    given = False
+
+    async def receive() -> Message:
+        nonlocal given
+        if given:
+            return await request.receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(request.scope, receive)
 
 
 async def json_body(request: Request, settings: HttpSettings) -> Any:

@@ -95,7 +95,7 @@ async def serve(
         proxy_headers=settings.proxy_headers,
         forwarded_allow_ips=[str(network) for network in settings.proxies()],
         log_level="warning",
-        lifespan="off",
+        lifespan="on",  # MCP's sessions live in a task group the app's lifespan holds
         timeout_graceful_shutdown=5,
         backlog=BACKLOG,
     )
