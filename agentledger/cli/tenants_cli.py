@@ -58,6 +58,7 @@ SETTINGS = (
     "model_calls_per_second",
     "allowed_priorities",
     "double_texting",
+    "schedule_role",
 )
 # `--budget-mode` without a limit: every budget the subject has.
 EVERY_PERIOD = "every"
@@ -120,6 +121,11 @@ def add_commands(sub: Any) -> None:
         type=double_texting,
         help="the double-texting policies a message to one of its sessions may ask for "
         "(reject, enqueue, interrupt, rollback; comma-separated), or any (any)",
+    )
+    p.add_argument(
+        "--schedule-role",
+        choices=["runner", "admin"],
+        help="the least role that may make and change its schedules (admin)",
     )
     budget = p.add_argument_group(
         "budgets", "what the tenant (or one of its credentials) may spend per day and month"

@@ -40,17 +40,19 @@ class BudgetLimit(BaseModel):
     """One budget: what `subject` of `tenant` may spend per `period`, in USD, tokens or
     both (whichever is reached first)."""
 
-    tenant: str = Field(min_length=1, max_length=200)
+    tenant: str = Field(min_length=1, max_length=200, description="whose budget")
     subject: str = Field(
         WHOLE_TENANT,
         max_length=500,
         description="'' for the whole tenant, else a credential (key:<id>, oidc:..., "
         "hook:<name>, schedule:<name>) whose own spend it limits",
     )
-    period: Period
+    period: Period = Field(description="day or month, in UTC")
     usd: float | None = Field(None, gt=0, description="dollars per period; None: no USD limit")
     tokens: int | None = Field(None, gt=0, description="tokens per period; None: no token limit")
-    mode: Mode = "advisory"
+    mode: Mode = Field(
+        "advisory", description="advisory warns; enforcing also refuses starts and ends runs"
+    )
 
     @model_validator(mode="after")
     def _a_limit(self) -> BudgetLimit:
@@ -101,10 +103,10 @@ def asking(spend: Spend, prompt_tokens: int) -> Ask:
 class BudgetStatus(BudgetLimit):
     """A budget with what its subject has spent this period (`tenants show`)."""
 
-    spent_usd: float
-    spent_tokens: int
+    spent_usd: float = Field(description="dollars spent this period")
+    spent_tokens: int = Field(description="tokens spent this period")
     share: float = Field(description="the greater of the USD and token shares spent")
-    resets_at: datetime
+    resets_at: datetime = Field(description="when the next period begins (UTC)")
 
     @classmethod
     def of(cls, limit: BudgetLimit, spend: Spend, now: datetime) -> BudgetStatus:

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -72,13 +73,13 @@ class HookRequest(BaseModel):
 class HookRow(BaseModel):
     """A hook (`hooks list`): never its secret."""
 
-    tenant: str
-    name: str
-    agent: str
-    task_template: str
+    tenant: str = Field(description="the tenant it was made in: every run it starts is its")
+    name: str = Field(description="its name in its tenant")
+    agent: str = Field(description="the agent its deliveries run")
+    task_template: str = Field(description="the task, with {body.path} filled in per delivery")
     spec: JsonDict = Field(description="the run-spec fields its agent's profile set")
-    created_by: str
-    created_at: datetime | None = None
+    created_by: str = Field(description="who made it")
+    created_at: datetime | None = Field(None, description="when")
 
     @property
     def address(self) -> str:
@@ -88,17 +89,17 @@ class HookRow(BaseModel):
 class NewHook(BaseModel):
     """A hook just made: where deliveries go, and its secret, shown this once."""
 
-    hook: HookRow
+    hook: HookRow = Field(description="the hook")
     path: str = Field(description="POST deliveries here")
-    secret: str
+    secret: str = Field(description="its signing secret, answered this once")
 
 
 class HookStarted(BaseModel):
     """What a delivery started: its run (the same run for the same delivery)."""
 
-    run_id: str
-    existing: bool
-    delivery_id: str
+    run_id: str = Field(description="the run the delivery started")
+    existing: bool = Field(description="true: the delivery was taken before; this is its run")
+    delivery_id: str = Field(description="the delivery's id, which names its run")
 
 
 def hook_address(tenant: str, name: str) -> str:
@@ -139,7 +140,7 @@ def task_for(template: str, body: Any) -> str:
     return task[:MAX_TASK_CHARS]
 
 
-def verified(secret: str, body: bytes, headers: dict[str, str], *, now: float) -> str:
+def verified(secret: str, body: bytes, headers: Mapping[str, str], *, now: float) -> str:
     """The delivery's id, if its signature holds (either scheme); BadSignature if not."""
     generic = headers.get(SIGNATURE_HEADER.lower())
     github = headers.get(GITHUB_SIGNATURE)

@@ -84,11 +84,13 @@ class FireInput(BaseModel):
 class FireRecord(BaseModel):
     """What became of one fire time: its run, or why none started."""
 
-    tenant: str
-    schedule: str
-    fired_at: datetime
-    run_id: str | None = None
-    outcome: Literal["started", "skipped", "ended"]
+    tenant: str = Field(description="the schedule's tenant")
+    schedule: str = Field(description="the schedule's name")
+    fired_at: datetime = Field(description="the fire time")
+    run_id: str | None = Field(None, description="its run; None: none started")
+    outcome: Literal["started", "skipped", "ended"] = Field(
+        description="its run started (and is under way), or ended; or no run: skipped"
+    )
     reason: str | None = Field(None, description="why no run started, or how the run ended")
 
 
@@ -102,18 +104,18 @@ class ScheduleView(BaseModel):
     """A schedule as `schedule show` answers it: its settings, its state in Temporal, and
     its latest fires from the mirror."""
 
-    name: str
-    tenant: str
-    agent: str
-    task: str
-    cron: str | None
-    every_seconds: float | None
-    overlap: Overlap
-    catchup_seconds: float | None
-    jitter_seconds: float | None
-    paused: bool
-    note: str | None = None
-    next_fires: list[datetime] = Field(default_factory=list)
+    name: str = Field(description="its name in its tenant")
+    tenant: str = Field(description="its tenant: every run it starts is its")
+    agent: str = Field(description="the agent each fire runs")
+    task: str = Field(description="what each fire's run is asked to do")
+    cron: str | None = Field(description="its cron expression, or None")
+    every_seconds: float | None = Field(description="or the seconds between fires")
+    overlap: Overlap = Field(description="what a fire does while the last one's run is busy")
+    catchup_seconds: float | None = Field(description="how late a missed fire may still run")
+    jitter_seconds: float | None = Field(description="how late each fire may be")
+    paused: bool = Field(description="no fire until resumed")
+    note: str | None = Field(None, description="why it was paused, or resumed")
+    next_fires: list[datetime] = Field(default_factory=list, description="its next fire times")
     fires: int = Field(0, description="fires Temporal has made")
     skipped_busy: int = Field(0, description="fires skipped while a run was busy (overlap)")
     missed: int = Field(0, description="fires missed past the catch-up window")
@@ -143,17 +145,17 @@ class ScheduleView(BaseModel):
 class ScheduleRow(BaseModel):
     """A schedule of `schedule list`, as the mirror lists it, with its last fire."""
 
-    tenant: str
-    name: str
-    agent: str
-    task: str
+    tenant: str = Field(description="its tenant")
+    name: str = Field(description="its name in its tenant")
+    agent: str = Field(description="the agent each fire runs")
+    task: str = Field(description="what each fire's run is asked to do")
     when: str = Field(description="its cron expression, or every N seconds")
-    overlap: Overlap
-    paused: bool
-    created_by: str
-    last_fired_at: datetime | None = None
-    last_run_id: str | None = None
-    last_outcome: str | None = None
+    overlap: Overlap = Field(description="what a fire does while the last one's run is busy")
+    paused: bool = Field(description="no fire until resumed")
+    created_by: str = Field(description="who made it")
+    last_fired_at: datetime | None = Field(None, description="its last fire time")
+    last_run_id: str | None = Field(None, description="that fire's run")
+    last_outcome: str | None = Field(None, description="that fire's outcome")
 
 
 def schedule_id(tenant: str, name: str) -> str:
