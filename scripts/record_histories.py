@@ -15,7 +15,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleSpec,
+    ScheduleState,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,18 +37,23 @@ from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentledger.core.budgets import BudgetLimit  # noqa: E402
+from agentledger.core.constants import BUDGET_ALERT_WORKFLOW_NAME  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.results import ForkOrigin  # noqa: E402
+from agentledger.core.schedule_models import FireInput, fire_workflow_id, schedule_id  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
 from agentledger.store.budget_store import BudgetStore  # noqa: E402
+from agentledger.store.webhook_store import WebhookStore  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
+from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from tests import client_ops as ops  # noqa: E402
 from tests import client_ops as steering_ops  # noqa: E402
 from tests import client_ops as watch  # noqa: E402
+from tests.webhook_support import Receiver  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 _KEY = Ed25519PrivateKey.generate()
@@ -464,13 +475,89 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "session_double_text_interrupted": (dt_session("interrupt", DT_TASK), double_texted),
     "session_double_text_rolled_back": (dt_session("rollback", DT_TICKET_TASK), rolled_back),
 }
-# Budgets set before the scenarios run (agentledger/core/budgets.py).
-BUDGETS = [BudgetLimit(tenant="budgeted", period="day", tokens=1, mode="enforcing")]
+# Budgets set before the scenarios run (agentledger/core/budgets.py): the schedule's tenant's
+# is advisory (its fire's run raises both alerts, delivered to RECEIVER); the spent one's
+# enforcing budget was spent before the fire.
+BUDGETS = [
+    BudgetLimit(tenant="budgeted", period="day", tokens=1, mode="enforcing"),
+    BudgetLimit(tenant="scheduled", period="day", tokens=1, mode="advisory"),
+    BudgetLimit(tenant="spent", period="day", tokens=1, mode="enforcing"),
+]
+RECEIVER = Receiver()
+# A schedule's fires (agentledger/workflows/scheduled_fires.py), each fired once by its
+# Temporal Schedule: a fire whose run ran to its end, and one whose tenant's enforcing budget
+# was spent (no run; the fire records why). The first's run raises the budget alerts of its
+# tenant's advisory budget: the `budget_alert` history, delivered to its webhook.
+FIRES = {"schedule_fire_ended": "scheduled", "schedule_fire_skipped": "spent"}
 
 
 async def prepare(pool: AsyncConnectionPool) -> None:
     for limit in BUDGETS:
         await BudgetStore(pool).save(limit)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO model_journal (run_id, step_id, attempt, model, response, tokens_in,"
+            " tokens_out, cost_usd, tenant) VALUES ('run-spent', 's', 1, 'm', '{}', 5, 5, 0,"
+            " 'spent')"
+        )
+    await WebhookStore(pool).subscribe(
+        subscription_id="scheduled.alerts",
+        tenant="scheduled",
+        run_id=None,
+        name="alerts",
+        url=RECEIVER.url,
+        secret="history",
+    )
+
+
+async def record_fire(client: Client, task_queue: str, name: str, tenant: str) -> None:
+    """Fire the schedule `name` of `tenant` once; write its fire workflow's history."""
+    spec = RunInput(task=TASK.replace(" and notify ana@example.com about it", ""), tenant=tenant)
+    fire = FireInput(tenant=tenant, schedule=name, spec=spec, charged_to=f"schedule:{name}")
+    schedule = await client.create_schedule(
+        schedule_id(tenant, name),
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                ScheduledFireWorkflow.run,
+                fire,
+                id=fire_workflow_id(tenant, name),
+                task_queue=task_queue,
+            ),
+            spec=ScheduleSpec(),
+            state=ScheduleState(paused=True),
+        ),
+    )
+    await schedule.trigger()
+
+    async def fired() -> str | None:
+        query = f"WorkflowId STARTS_WITH '{fire_workflow_id(tenant, name)}'"
+        return next(iter([each.id async for each in client.list_workflows(query)]), None)
+
+    handle = client.get_workflow_handle(await _until(fired, f"{name}'s fire"))
+    await handle.result()
+    await schedule.delete()
+    history = await handle.fetch_history()
+    (OUT / f"{name}.json").write_text(history.to_json())
+    print(f"recorded {name}: {len(history.events)} events")
+
+
+async def record_fires(client: Client, task_queue: str, force: bool) -> None:
+    for name, tenant in FIRES.items():
+        if force or not (OUT / f"{name}.json").exists():
+            await record_fire(client, task_queue, name, tenant)
+    path = OUT / "budget_alert.json"
+    if path.exists() and not force:
+        return
+
+    async def alerted() -> list[str]:
+        query = f"WorkflowType = '{BUDGET_ALERT_WORKFLOW_NAME}'"
+        return [each.id async for each in client.list_workflows(query) if "scheduled" in each.id]
+
+    alert = client.get_workflow_handle((await _until(alerted, "a budget alert"))[0])
+    await alert.result()
+    history = await alert.fetch_history()
+    path.write_text(history.to_json())
+    print(f"recorded budget_alert: {len(history.events)} events")
 
 
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
@@ -586,7 +673,9 @@ async def main(force: bool) -> None:
                 history = await queue.fetch_history()
                 (OUT / f"{name}_queue.json").write_text(history.to_json())
                 print(f"recorded {name}_queue: {len(history.events)} events")
+        await record_fires(client, task_queue, force)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(force="--force" in sys.argv))
+    with RECEIVER:
+        asyncio.run(main(force="--force" in sys.argv))

@@ -90,6 +90,10 @@ async def test_signed_deliveries_start_one_run_each_and_bad_ones_nothing(
             assert answered.status_code == 401, (target, answered.text)
             assert answered.json()["error"]["kind"] == "unauthenticated"
         assert await hook_runs(pool, tenant) == []
+        # A hook that is not there cannot be told from one whose signature failed.
+        real = await http.post(path, content=body, headers=bad)
+        unknown = await http.post(f"/v1/hooks/{tenant}.nothere", content=body, headers=bad)
+        assert real.content == unknown.content, (real.text, unknown.text)
 
         # The same delivery three times: one run.
         answers = [
