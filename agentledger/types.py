@@ -94,6 +94,7 @@ from agentledger.core.spec import (
 )
 from agentledger.core.states import RunStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
+from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
 from agentledger.profiles import Agent
 
 __all__ = [
@@ -141,6 +142,7 @@ __all__ = [
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
+    "PushSubscription",
     "Receipt",
     "RecordedApproval",
     "RecordedCall",
@@ -169,6 +171,7 @@ __all__ = [
     "Stats",
     "StepSummary",
     "StepTimeouts",
+    "StoredArtifact",
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
@@ -181,5 +184,6 @@ __all__ = [
     "VerifySpec",
     "VersionBranch",
     "WatchItem",
+    "WebhookDelivery",
     "WorkerSeen",
 ]

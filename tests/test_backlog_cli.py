@@ -37,7 +37,7 @@ def cli(settings, tmp_path):
 
 
 def refused(result, code: int = 2) -> str:
-    """A refusal: its exit code (README "Exit codes") and an `error: ...` message on stderr,
+    """A refusal: its exit code (docs/using.md "Exit codes") and an `error: ...` message on stderr,
     no traceback."""
     assert result.code == code, (result.code, result.out, result.err)
     assert result.err.startswith("error: ") and "Traceback" not in result.err, result.err

@@ -93,7 +93,7 @@ def run_cli(environ: dict[str, str], *args: str, cwd: Path) -> subprocess.Comple
 
 def test_list_against_a_silent_postgres_says_so_in_one_line(silent_postgres, tmp_path):
     done = run_cli({"DATABASE_URL": silent_postgres}, "list", "--wait", "1", cwd=tmp_path)
-    assert done.returncode == 4  # a service out of reach (README "Exit codes")
+    assert done.returncode == 4  # a service out of reach (docs/using.md "Exit codes")
     assert done.stderr.strip().splitlines() == [
         f"error: cannot reach Postgres at {silent_postgres.replace(':s3cr3t@', ':***@')} "
         "within 1s (no answer): check DATABASE_URL, or start the local stack with `agentledger up`"

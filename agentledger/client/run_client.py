@@ -5,9 +5,9 @@ RunClient holds the connections (Temporal, made on first use; Postgres, opened o
 and one `Scope` (the caller: the operator, or the tenant AGENTLEDGER_TENANT names), and
 offers the client classes built on it, grouped as the command groups them (`client.runs`,
 `client.sessions`, `client.backlogs`, `client.tenants`, `client.approvers`,
-`client.deploys`, `client.mirror`, `client.evals`, `client.keys`). The command and the HTTP
-server are thin faces over the same classes (tests/test_cli_front_door.py). Signatures use
-only the public types `agentledger` exports.
+`client.deploys`, `client.mirror`, `client.evals`, `client.keys`, `client.tasks`). The
+command and the HTTP server are thin faces over the same classes
+(tests/test_cli_front_door.py). Signatures use only the public types `agentledger` exports.
 
     async with await agentledger.RunClient.connect() as client:
         started = await client.runs.start("Summarize our refund policy.")
@@ -31,6 +31,7 @@ from agentledger.client.mirror import Mirror
 from agentledger.client.runs import Runs
 from agentledger.client.scope import Scope, caller_of, operators_only, tenant_caller
 from agentledger.client.sessions import Sessions
+from agentledger.client.tasks import Tasks
 from agentledger.client.tenants import Tenants
 from agentledger.core.access import Caller
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS
@@ -123,6 +124,7 @@ class RunClient:
         self.mirror = Mirror(scope)
         self.evals = Evals(scope)
         self.keys = ApiKeys(scope)
+        self.tasks = Tasks(scope)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> Self:

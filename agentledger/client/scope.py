@@ -85,6 +85,12 @@ def tenant_name(tenant: str) -> str:
     return tenant
 
 
+def leaves_tenant_to_credential(named: str | None) -> bool:
+    """Whether a request leaves its tenant to its credential, as every request must: a
+    field naming one (even the caller's own) is refused, so no request can pick a tenant."""
+    return not named
+
+
 def caller_of(settings: Settings) -> Caller:
     """The caller a program's settings make it: a tenant's (AGENTLEDGER_TENANT), else the
     operator."""
@@ -438,6 +444,15 @@ class Scope:
             await self.find_run(run_id, Deadline(self.bound(wait)))
         elif not self.sees(owner):
             raise no_run(run_id)
+
+    async def tenant_of_run(self, run_id: str) -> str:
+        """The run's tenant, if the caller may see the run (else `no_run`, as for a run that
+        does not exist): the caller's own, or, for the operator, the mirror's (a run it has
+        not seen yet is the default tenant's)."""
+        await self.find_run(run_id, Deadline(self.wait))
+        if self.caller.tenant is not None:
+            return self.caller.tenant
+        return await self._mirrored_owner(run_id) or DEFAULT_TENANT
 
     async def _mirrored_owner(self, run_id: str) -> str | None:
         pool = await self.mirror()

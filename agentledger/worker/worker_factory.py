@@ -33,6 +33,7 @@ from agentledger.activities.provider_clients import ProviderClients
 from agentledger.activities.run_endings import RunEndingActivities
 from agentledger.activities.tools import ToolActivities
 from agentledger.activities.verify import VerifyActivities
+from agentledger.activities.webhooks import WebhookActivities
 from agentledger.core import fairness
 from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentledger.core.errors import SetupError
@@ -48,6 +49,7 @@ from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
 from agentledger.store.tenant_store import TenantStore
 from agentledger.store.vault import SecretVault
+from agentledger.store.webhook_store import WebhookStore
 from agentledger.tools import ToolRegistry
 from agentledger.worker.drain import DrainReport, StepsInHand
 from agentledger.worker.workflow_code import share_workflow_code
@@ -277,6 +279,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     endings = RunEndingActivities(client)
     evals = EvalActivities(deps.pool)
+    webhooks = WebhookActivities(WebhookStore(deps.pool))
     return EngineParts(
         run_activities=[
             model.complete,  # model calls scheduled before they had a queue of their own
@@ -295,6 +298,8 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
             admission.hold,
             admission.policy,
             evals.diverged,
+            webhooks.deliver,
+            webhooks.run_changes,
         ],
         model_activities=[model.complete],
         mirror_activities=[mirror.sync],
