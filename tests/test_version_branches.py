@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from agentledger.worker.deploy_check import facts_of
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentledger.client.deploy_check import facts_of
 from agentledger.core import version_branches
 from agentledger.core.version_branches import HistoryFacts
 from agentledger.workflows import AgentRunWorkflow

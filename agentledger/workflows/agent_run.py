@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -53,10 +54,10 @@ with workflow.unsafe.imports_passed_through():
         ModelCallInput,
         ModelCallResult,
         RejectInput,
-        SayInput,
     )
     from agentledger.core.admission_models import AdmitInput, ReleaseInput
     from agentledger.core.errors import PERMISSION_DENIED
+    from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import (
         ControlResult,
         DecisionResult,
@@ -122,6 +123,15 @@ class AgentRunWorkflow:
         self.sessions = Sessions(run, self.steering, self._continue_as_new)
         self.checks = AnswerChecks(run)
         self.tools = ToolSteps(run, self.approvals, self.subagents, self.controls)
+        # Each intent's kept form, by its message: the component that applies it.
+        self._kept: dict[Message, Callable[[Any], None]] = {
+            RunMessages.PAUSE: self.controls.pause_signal,
+            RunMessages.RESUME: self.controls.resume_signal,
+            RunMessages.APPROVE: self.approvals.decide_by_signal,
+            RunMessages.REJECT: self.approvals.decide_by_signal,
+            RunMessages.END_SESSION: self.sessions.end_signal,
+            RunMessages.SAY: self.steering.say,
+        }
         if spec.carry is None:
             # Here, not in `run`: a signal delivered with the start runs its handler before
             # `run`, and the story must still begin with the start.
@@ -141,7 +151,11 @@ class AgentRunWorkflow:
     def admit_signal(self, input: AdmitInput) -> None:
         self.controls.admit(input)
 
-    @workflow.update(name=names.UPDATE_PAUSE)
+    # One update per intent (agentledger/core/messages.py, `RunMessages`): its validator
+    # refuses at once what does not fit. Each intent's kept form, a signal sent while no
+    # worker answered, comes in through `kept`, below.
+
+    @workflow.update(name=RunMessages.PAUSE.update_name)
     def pause(self, input: ControlInput) -> ControlResult:
         return self.controls.pause(input)
 
@@ -149,7 +163,7 @@ class AgentRunWorkflow:
     def _validate_pause(self, input: ControlInput) -> None:
         self.controls.validate_pause(input)
 
-    @workflow.update(name=names.UPDATE_RESUME)
+    @workflow.update(name=RunMessages.RESUME.update_name)
     def resume(self, input: ControlInput) -> ControlResult:
         return self.controls.resume(input)
 
@@ -157,15 +171,7 @@ class AgentRunWorkflow:
     def _validate_resume(self, input: ControlInput) -> None:
         self.controls.validate_resume(input)
 
-    @workflow.signal(name=names.SIGNAL_PAUSE)
-    def pause_signal(self, input: ControlInput) -> None:
-        self.controls.pause_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_RESUME)
-    def resume_signal(self, input: ControlInput) -> None:
-        self.controls.resume_signal(input)
-
-    @workflow.update(name=names.UPDATE_APPROVE)
+    @workflow.update(name=RunMessages.APPROVE.update_name)
     async def approve(self, input: ApproveInput) -> DecisionResult:
         return await self.approvals.decide_by_update(input)
 
@@ -173,7 +179,7 @@ class AgentRunWorkflow:
     def _validate_approve(self, input: ApproveInput) -> None:
         self.approvals.validate(input)
 
-    @workflow.update(name=names.UPDATE_REJECT)
+    @workflow.update(name=RunMessages.REJECT.update_name)
     async def reject(self, input: RejectInput) -> DecisionResult:
         return await self.approvals.decide_by_update(input)
 
@@ -181,19 +187,7 @@ class AgentRunWorkflow:
     def _validate_reject(self, input: RejectInput) -> None:
         self.approvals.validate(input)
 
-    @workflow.signal(name=names.SIGNAL_APPROVE)
-    def approve_signal(self, input: ApproveInput) -> None:
-        self.approvals.decide_by_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_REJECT)
-    def reject_signal(self, input: RejectInput) -> None:
-        self.approvals.decide_by_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_SAY)
-    def say_signal(self, input: SayInput) -> None:
-        self.steering.say(input)
-
-    @workflow.update(name=names.UPDATE_END_SESSION)
+    @workflow.update(name=RunMessages.END_SESSION.update_name)
     def end_session(self, input: ControlInput) -> ControlResult:
         return self.sessions.end(input)
 
@@ -201,9 +195,21 @@ class AgentRunWorkflow:
     def _validate_end_session(self, input: ControlInput) -> None:
         self.sessions.validate_end(input)
 
-    @workflow.signal(name=names.SIGNAL_END_SESSION)
-    def end_session_signal(self, input: ControlInput) -> None:
-        self.sessions.end_signal(input)
+    @workflow.signal(dynamic=True)
+    def kept(self, name: str, args: Sequence[RawValue]) -> None:
+        """An intent's kept form: sent while no worker answered (or while the run took no
+        more updates), held by the server, applied here with the update's checks; one that
+        does not fit is recorded and ignored, since a signal cannot be refused."""
+        message = RunMessages.TABLE.kept(name)
+        if message is None or len(args) != 1:
+            workflow.logger.warning("run %s ignored an unknown signal %r", self.run_id, name)
+            return
+        try:
+            input = workflow.payload_converter().from_payload(args[0].payload, message.kept_as)
+        except Exception:  # as the SDK drops a signal whose input it cannot read
+            workflow.logger.exception("run %s dropped a %r it could not read", self.run_id, name)
+            return
+        self._kept[message](input)
 
     @workflow.signal(name=names.SIGNAL_CHILD_APPROVAL)
     async def child_approval_signal(self, notice: ChildApprovalNotice) -> None:

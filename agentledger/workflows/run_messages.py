@@ -19,9 +19,9 @@ from agentledger.workflows.recording import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds
-    from agentledger.core import constants as names
     from agentledger.core._wire import ControlInput
     from agentledger.core.admission_models import AdmitInput
+    from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import ControlResult
     from agentledger.core.states import RunStatus, is_terminal
 
@@ -41,7 +41,7 @@ class RunControls:
         self,
         run: RunContext,
         changes: Changes,
-        forward_control: Callable[[str, ControlInput], None],
+        forward_control: Callable[[Message, ControlInput], None],
     ) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
         self.changes = changes
@@ -82,7 +82,7 @@ class RunControls:
         self.progress.pause_requested = True
         self.progress.paused_by = input.by
         self.recorder.event("pause.requested", data={"by": input.by})
-        self.forward_control(names.SIGNAL_PAUSE, input)
+        self.forward_control(RunMessages.PAUSE, input)
         idle = self.progress.status == RunStatus.WAITING_FOR_MESSAGE
         return ControlResult(
             status=self.progress.status,
@@ -104,7 +104,7 @@ class RunControls:
         self.progress.pause_requested = False
         self.progress.paused_by = None
         self.recorder.event("resume.requested", data={"by": input.by})
-        self.forward_control(names.SIGNAL_RESUME, input)
+        self.forward_control(RunMessages.RESUME, input)
         return ControlResult(status=self.progress.status, paused=False, message="the run continues")
 
     def validate_resume(self, input: ControlInput) -> None:
@@ -122,9 +122,9 @@ class RunControls:
         if not is_terminal(self.progress.status):
             self.progress.pause_requested = True
             self.progress.paused_by = input.by
-            self.forward_control(names.SIGNAL_PAUSE, input)
+            self.forward_control(RunMessages.PAUSE, input)
 
     def resume_signal(self, input: ControlInput) -> None:
         self.progress.pause_requested = False
         self.progress.paused_by = None
-        self.forward_control(names.SIGNAL_RESUME, input)
+        self.forward_control(RunMessages.RESUME, input)

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         ProposedToolCall,
     )
     from agentledger.core.keys import id_part
+    from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import ChildApproval, PendingApproval, RunResult
     from agentledger.core.spec import JsonDict
     from agentledger.core.states import RunStatus
@@ -193,18 +194,20 @@ class Subagents:
         )
         self.running_child = child_id
         if self.progress.pause_requested:
-            self.forward_control(names.SIGNAL_PAUSE, ControlInput(by=self.run_id))
+            self.forward_control(RunMessages.PAUSE, ControlInput(by=self.run_id))
         result: RunResult = await handle
         return result
 
-    def forward_control(self, signal: str, input: ControlInput) -> None:
+    def forward_control(self, message: Message, input: ControlInput) -> None:
         """A pause or resume of this run goes on to the sub-agent run it waits for, as a
         signal this workflow sends (durable: no client needs to stay up); that run passes it
         on to its own. Only a run waiting for a child has one to send."""
         if self.running_child is None:
             return
         forwarded = ControlInput(by=input.by, reason=f"via {self.run_id}")
-        sent = asyncio.ensure_future(self._signal_run(self.running_child, signal, forwarded))
+        sent = asyncio.ensure_future(
+            self._signal_run(self.running_child, message.kept_signal, forwarded)
+        )
         self.forwards.add(sent)
         sent.add_done_callback(self.forwards.discard)
 
