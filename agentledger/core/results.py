@@ -10,8 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.events import EventType
 from agentledger.core.spec import JsonDict, Strict
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, StepStatus
 
 StepType = Literal["model_call", "tool_call", "approval", "verify", "checkpoint"]
 
@@ -50,7 +51,7 @@ class StepSummary(BaseModel):
     seq: int
     type: StepType
     name: str
-    status: str
+    status: StepStatus
     attempt: int = 1
 
 
@@ -353,7 +354,7 @@ class WatchItem(BaseModel):
     """One line of `agentledger watch --json`: an event, a piece of model text, or the receipt."""
 
     kind: Literal["event", "text", "receipt"]
-    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    type: EventType = Field(description="the event's type; `model.text`; or `receipt`")
     offset: int | None = Field(None, description="position in the live stream; None: the mirror")
     seq: int | None = Field(None, description="the event's sequence number in the run")
     step_id: str | None = None

@@ -65,6 +65,7 @@ from agentledger.client.scope import leaves_tenant_to_credential
 from agentledger.core import task_states
 from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
+from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.http import a2a_tasks
 from agentledger.http.a2a_tasks import Event, TaskStory
@@ -260,7 +261,7 @@ class RunTasks(RequestHandler):
             return (
                 run_id,
                 lambda item: (
-                    item.type == "message.received"
+                    item.type == EventType.MESSAGE_RECEIVED
                     and item.data.get("message_id") == said.message_id
                 ),
             )
@@ -285,7 +286,10 @@ class RunTasks(RequestHandler):
         else:
             await client.runs.approve(run_id, edit=decision.get("edit"), **common)
         step = pending.step_id
-        return run_id, lambda item: item.type == "approval.requested" and item.step_id == step
+        return (
+            run_id,
+            lambda item: item.type == EventType.APPROVAL_REQUESTED and item.step_id == step,
+        )
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext

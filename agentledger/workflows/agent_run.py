@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentledger.core.admission_models import AdmitInput, ReleaseInput
     from agentledger.core.errors import PERMISSION_DENIED
+    from agentledger.core.events import EventType
     from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import (
         ControlResult,
@@ -65,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
     )
-    from agentledger.core.states import RunStatus
+    from agentledger.core.states import RunStatus, StepStatus
     from agentledger.workflows import policies
 
 # The system message when the spec carries no instructions (an agent profile sets them):
@@ -135,7 +136,9 @@ class AgentRunWorkflow:
         if spec.carry is None:
             # Here, not in `run`: a signal delivered with the start runs its handler before
             # `run`, and the story must still begin with the start.
-            self.recorder.event("run.started", data={"tenant": spec.tenant, "user": spec.user})
+            self.recorder.event(
+                EventType.RUN_STARTED, data={"tenant": spec.tenant, "user": spec.user}
+            )
 
     # ------------------------------------------------------------------ handlers
 
@@ -227,7 +230,7 @@ class AgentRunWorkflow:
 
     async def _continue_as_new(self) -> None:
         self.recorder.event(
-            "run.continued_as_new", data={"generation": self.progress.generation + 1}
+            EventType.RUN_CONTINUED_AS_NEW, data={"generation": self.progress.generation + 1}
         )
         await self.recorder.flush()
         self.stream.detach()
@@ -303,12 +306,12 @@ class AgentRunWorkflow:
         if self.progress.admitted:
             if self.spec.admission is not None and self.spec.carry is None:
                 # The slot came with the run's first task, before it could wait: still on record.
-                self.recorder.event("run.admitted")
+                self.recorder.event(EventType.RUN_ADMITTED)
             return
-        self.recorder.event("run.queued", data={"admission": self.spec.admission})
+        self.recorder.event(EventType.RUN_QUEUED, data={"admission": self.spec.admission})
         await self.recorder.flush()
         await workflow.wait_condition(lambda: self.progress.admitted)
-        self.recorder.event("run.admitted")
+        self.recorder.event(EventType.RUN_ADMITTED)
 
     async def _release_slot(self) -> None:
         """Tell the admission queue the slot (or the place in line) is free."""
@@ -419,7 +422,7 @@ class AgentRunWorkflow:
                 if last or kind in errors.FINAL_ERRORS:
                     raise
                 self.recorder.event(
-                    "model.fallback",
+                    EventType.MODEL_FALLBACK,
                     data={"from": models[index], "to": models[index + 1], "reason": kind},
                 )
                 self.progress.model_choice = index + 1
@@ -447,7 +450,7 @@ class AgentRunWorkflow:
             except ActivityError as err:
                 if not is_cancelled_exception(err):
                     step.end(
-                        "failed",
+                        StepStatus.FAILED,
                         name=model or "model",
                         error=f"{errors.error_kind(err)}: {errors.cause(err)}",
                         attempt=attempts,
@@ -463,7 +466,7 @@ class AgentRunWorkflow:
                 self.progress.unpriced_models.append(reply.model)
             self.progress.pending_messages.append(reply.assistant_message)
             step.end(
-                "completed",
+                StepStatus.COMPLETED,
                 name=reply.model,
                 attempt=reply.attempt,
                 output={
@@ -522,7 +525,7 @@ class AgentRunWorkflow:
         self.progress.pending_messages.append(
             {"role": "user", "content": policies.REPAIR_PROMPT.format(problem=problem)}
         )
-        self.recorder.event("model.repair_requested", data={"problem": problem})
+        self.recorder.event(EventType.MODEL_REPAIR_REQUESTED, data={"problem": problem})
         return True
 
     def _replan_for_messages(self) -> bool:
