@@ -41,6 +41,7 @@ from agentledger.cli.cli_options import (
     say,
 )
 from agentledger.core.constants import DEMO_AGENTS, TEMPORAL_PORT, WEB_UI_PORT
+from agentledger.core.events import EventType
 from agentledger.core.states import RunStatus
 from agentledger.worker.tool_flags import add_tool_flags
 
@@ -301,7 +302,7 @@ async def cmd_watch(client: RunClient, args: argparse.Namespace) -> int:
         in_text = False
         if item.kind == "receipt":
             outcome = item.data.get("outcome")
-        elif item.type == "run.finished":
+        elif item.type == EventType.RUN_FINISHED:
             outcome = outcome or item.data.get("status")
     return 0 if outcome == "completed" else 1
 
