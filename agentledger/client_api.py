@@ -21,6 +21,7 @@ from typing import Self
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
+from agentledger.core.access import Caller
 from agentledger.core.errors import InvalidRequest, OperationRefused, SetupError
 from agentledger.core.plugin_config import AgentLedgerConfig
 from agentledger.core.settings import Settings
@@ -51,6 +52,7 @@ class RunClient:
         *,
         wait: float | None = None,
         began: float | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self._client = client
         self.settings = settings
@@ -65,7 +67,7 @@ class RunClient:
         self._shared: RunClient | None = None  # a tenant's view uses its operator's connections
         # What every service acts through: this client's tenant and connections, resolved once.
         self.session = session = ClientSession(
-            settings, temporal=self.temporal, database=self._database, wait=wait
+            settings, temporal=self.temporal, database=self._database, wait=wait, caller=caller
         )
         self.runs = Runs(session)
         self.sessions = Sessions(session)
@@ -124,8 +126,9 @@ class RunClient:
     ) -> None:
         await self.close()
 
-    def acting_for(self, tenant: str) -> RunClient:
-        """This client's connections, acting for `tenant` alone: how a server serves each
+    def acting_for(self, tenant: str, *, caller: Caller | None = None) -> RunClient:
+        """This client's connections, acting for `tenant` alone, as `caller` (the credential
+        a server authenticated; None: this client's own operator): how a server serves each
         caller in the tenant its credential names. A tenant's client cannot widen to
         another; the view needs no `close()` (its connections are this client's)."""
         if not tenant:
@@ -134,8 +137,13 @@ class RunClient:
             raise OperationRefused(
                 f"this client acts for tenant {self.tenant!r} (AGENTLEDGER_TENANT), not {tenant!r}"
             )
+        if caller is not None and caller.tenant != tenant:
+            raise OperationRefused(f"a caller of tenant {caller.tenant!r} acts for no other")
         view = type(self)(
-            self._client, self.settings.model_copy(update={"tenant": tenant}), wait=self._wait
+            self._client,
+            self.settings.model_copy(update={"tenant": tenant}),
+            wait=self._wait,
+            caller=caller,
         )
         view._shared = self._shared or self
         return view

@@ -9,6 +9,7 @@ the operations, the stores or the workflows (tests/test_public_api.py holds it t
 
 from __future__ import annotations
 
+from agentledger.core.access import Caller
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.approver_key import ApproverKey
 from agentledger.core.backlog_models import (
@@ -28,6 +29,7 @@ from agentledger.core.eval_cases import (
 )
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
     BacklogListing,
@@ -39,9 +41,11 @@ from agentledger.core.listings import (
     RunRow,
     TenantRow,
 )
+from agentledger.core.policy_rules import ApprovalRule, TenantPolicy
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentledger.core.results import (
     ApprovalRecord,
+    ApprovalVote,
     CheckOutcome,
     ChildApproval,
     ControlResult,
@@ -101,6 +105,8 @@ __all__ = [
     "ApiKeyRow",
     "ApprovalPolicy",
     "ApprovalRecord",
+    "ApprovalRule",
+    "ApprovalVote",
     "ApproverKey",
     "BacklogControlResult",
     "BacklogListing",
@@ -109,6 +115,7 @@ __all__ = [
     "BranchUse",
     "Budget",
     "BuildStatus",
+    "Caller",
     "CaseScore",
     "CheckOutcome",
     "ChildApproval",
@@ -126,6 +133,7 @@ __all__ = [
     "EvalTotals",
     "FailurePolicy",
     "ForkOrigin",
+    "Identity",
     "InboxItem",
     "JsonDict",
     "JudgeSpec",
@@ -170,6 +178,7 @@ __all__ = [
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
+    "TenantPolicy",
     "TenantRow",
     "ToolFailures",
     "ToolPolicy",

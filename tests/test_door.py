@@ -30,7 +30,15 @@ from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows.admission import admission_id
 from agentledger.workflows.changes import for_new_run
-from tests.support import eventually, make_spec, parse_python, rows, wait_pending, wait_status
+from tests.support import (
+    AS_OPERATOR,
+    eventually,
+    make_spec,
+    parse_python,
+    rows,
+    wait_pending,
+    wait_status,
+)
 from tests.test_cli import ROOT, Result, cli_env
 
 PACKAGE = ROOT / "agentledger"
@@ -190,7 +198,12 @@ async def test_a_foreign_run_reads_as_a_missing_one_on_every_command(
     the CLI that names a run, and for the operations under the rest."""
     acme, globex = tenants
     theirs = await door.start(
-        client, pool, make_spec(tenant=acme), task_queue=settings.task_queue, acting_tenant=acme
+        client,
+        pool,
+        make_spec(tenant=acme),
+        task_queue=settings.task_queue,
+        acting_tenant=acme,
+        **AS_OPERATOR,
     )
     missing = f"run-{globex}~nothing-{uuid.uuid4().hex[:6]}"
     commands = [
@@ -252,6 +265,7 @@ async def test_the_python_client_cannot_watch_or_fork_another_tenants_run(
                 make_spec(tenant=acme),
                 task_queue=settings.task_queue,
                 acting_tenant=acme,
+                **AS_OPERATOR,
             )
             await wait_pending(client, theirs.run_id)
             refused = str(ops.no_run(theirs.run_id))
@@ -313,6 +327,7 @@ async def test_the_queue_keeps_the_stored_limits_and_gives_only_its_own_slots(
             make_spec(tenant=acme),
             task_queue=settings.task_queue,
             acting_tenant=acme,
+            **AS_OPERATOR,
         )
         return started.run_id
 

@@ -35,6 +35,7 @@ from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
 from tests.backlog_support import new_agent
 from tests.support import (
+    FORK_AS_OPERATOR,
     NOTIFY_TASK,
     eventually,
     make_spec,
@@ -451,10 +452,22 @@ DECISION_FIELDS = {
         task_queue="none",
     ),
     "fork edit_output": lambda c: fork_ops.fork_run(
-        c, None, "run-nope", from_step=1, edit_output="o" * 640_000, task_queue="none"
+        c,
+        None,
+        "run-nope",
+        from_step=1,
+        edit_output="o" * 640_000,
+        task_queue="none",
+        **FORK_AS_OPERATOR,
     ),
     "fork key": lambda c: fork_ops.fork_run(
-        c, None, "run-nope", from_step=1, key=_ten_times("idempotency_key"), task_queue="none"
+        c,
+        None,
+        "run-nope",
+        from_step=1,
+        key=_ten_times("idempotency_key"),
+        task_queue="none",
+        **FORK_AS_OPERATOR,
     ),
 }
 

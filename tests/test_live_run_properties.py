@@ -65,7 +65,7 @@ from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
 from agentledger.workflows import AgentRunWorkflow
-from tests.support import run_result
+from tests.support import FORK_AS_OPERATOR, run_result
 
 T = TypeVar("T")
 MB = 1_000_000
@@ -714,6 +714,7 @@ class LiveRunForksAndOversized(LiveRun):
                     from_step=at,
                     edit_output={"noted": 7} if edited and kind == "tool_call" else None,
                     task_queue=self.live.task_queue,
+                    **FORK_AS_OPERATOR,
                 )
             except ops.OperationError:  # ForkError among them: nothing started
                 return None

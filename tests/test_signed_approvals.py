@@ -24,7 +24,7 @@ from agentledger.ops import operations as ops
 from agentledger.ops.approver_keys import ApproverKey
 from agentledger.store.approver_store import ApproverStore
 from agentledger.workflows import AgentRunWorkflow
-from tests.support import make_spec, wait_pending
+from tests.support import AS_OPERATOR, make_spec, wait_pending
 from tests.test_cli import run_cli
 
 
@@ -178,7 +178,7 @@ async def test_runs_take_the_registered_approvers_and_the_cli_signs(
     spec = make_spec(tenant=tenant)
     async with worker():
         started = await door.start(
-            client, pool, spec, task_queue=settings.task_queue, acting_tenant=None
+            client, pool, spec, task_queue=settings.task_queue, acting_tenant=None, **AS_OPERATOR
         )
         pending = await wait_pending(client, started.run_id)
         unsigned = await run_cli(

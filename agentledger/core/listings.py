@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from agentledger.core.identity import Identity
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import JsonDict
 
@@ -102,6 +103,11 @@ class ApiKeyRow(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    approval_roles: list[str] = Field(
+        default_factory=list,
+        description="roles an approval may ask for that this key decides in, beside its role "
+        "(`keys create --decides finance`)",
+    )
 
 
 class NewApiKey(ApiKeyRow):
@@ -111,14 +117,17 @@ class NewApiKey(ApiKeyRow):
 
 
 class InboxItem(BaseModel):
-    """An approval a run waits for (the HTTP inbox): the run, who it is for, its task, and
-    the approval as the run asked for it."""
+    """An approval a run waits for (the HTTP inbox): the run, who asked for it (and on
+    behalf of whom, as they said), its task, and the approval as the run asked for it."""
 
     run_id: str
-    user: str | None
+    user: str | None = Field(description="on behalf of whom, as the requester said")
     task: str | None
     tenant: str | None
     approval: PendingApproval
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
+    )
 
 
 class MirroredStep(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.identity import Identity
 from agentledger.core.spec import JsonDict, Strict
 from agentledger.core.states import RunStatus
 
@@ -54,6 +55,18 @@ class StepSummary(BaseModel):
     attempt: int = 1
 
 
+class ApprovalVote(BaseModel):
+    """One person's approval of a call that needs several (a two-person rule)."""
+
+    by: str
+    decider: Identity | None = None
+    role: str
+    at: datetime
+    key_id: str | None = None
+    edit: JsonDict | None = Field(None, description="what it sent to change the arguments")
+    edit_kind: Literal["merge_patch", "replace"] | None = None
+
+
 class PendingApproval(BaseModel):
     """What a person is asked to decide. `kind` says what approving means."""
 
@@ -74,6 +87,13 @@ class PendingApproval(BaseModel):
     )
     risk: str | None = Field(
         None, description="the tool's risk (low, medium, high) for an action; None otherwise"
+    )
+    approvals_needed: int = Field(1, ge=1, description="distinct approvers it needs")
+    votes: list[ApprovalVote] = Field(
+        default_factory=list, description="approvals given so far, of those it needs"
+    )
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
     )
 
 
@@ -98,6 +118,23 @@ class ApprovalRecord(BaseModel):
     requested_at: datetime
     decided_at: datetime
     key_id: str | None = Field(None, description="the key whose signature the run verified")
+    decider: Identity | None = Field(
+        None, description="who decided, as their credential proved it (`by` is its name)"
+    )
+    votes: list[ApprovalVote] = Field(
+        default_factory=list,
+        description="the approvals before the last, when the call needed several people",
+    )
+    edit_kind: Literal["merge_patch", "replace"] | None = Field(
+        None,
+        description="how `edit` changed the arguments: a JSON Merge Patch (RFC 7396, null "
+        "removes), or the whole arguments replaced",
+    )
+    diff: JsonDict | None = Field(
+        None,
+        description="the merge patch from `proposed_arguments` to `final_arguments`: what "
+        "the edit changed, removals as null",
+    )
 
 
 class RefusedDecision(BaseModel):
@@ -118,9 +155,15 @@ class DecisionSeen(BaseModel):
 
 class DecisionResult(BaseModel):
     approval_id: str
-    decision: str
+    decision: str = Field(
+        description="approved, rejected: applied; counted: one approval of several; "
+        "recorded: held by the run, applied at its next step; abandoned: the run ended first"
+    )
     status: RunStatus
     note: str | None = Field(None, description="what happens next, when not applied yet")
+    final_arguments: JsonDict | None = Field(
+        None, description="the arguments the approved call runs with, as the run applied them"
+    )
 
 
 class RunMessage(BaseModel):
@@ -195,6 +238,7 @@ class RunState(BaseModel):
     status: RunStatus
     tenant: str
     user: str
+    requester: Identity | None = None
     task: str
     current_step_id: str | None
     steps: list[StepSummary]
@@ -288,7 +332,10 @@ class Receipt(BaseModel):
     profile_hash: str | None = None
     task: str
     tenant: str
-    user: str
+    user: str = Field(description="on behalf of whom, as the requester said: not an identity")
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
+    )
     outcome: RunStatus
     answer: str | None
     error: str | None

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from agentledger.client_api import RunClient
 from agentledger.core.access import KEY_PREFIX, Caller
 from agentledger.core.http_settings import HttpSettings
+from agentledger.core.identity import Identity
 from agentledger.http.errors import HttpRefusal, unauthenticated
 from agentledger.http.limits import FailedAuth, RequestRate, StreamSlots
 from agentledger.http.oidc import OidcVerifier
@@ -85,8 +86,8 @@ async def verified(request: Request) -> Caller:
         key_id = row.key_id
         return Caller(
             tenant=row.tenant,
-            roles=frozenset({row.role}),
-            identity=f"key:{key_id}",
+            roles=frozenset({row.role, *row.approval_roles}),
+            identity=Identity.of_key(key_id, row.name),
             credential=f"key:{key_id}",
         )
     return await door.oidc.caller(credential)
@@ -107,8 +108,8 @@ async def caller(request: Request, *, need: str) -> Caller:
 
 
 def runs_for(request: Request, who: Caller) -> RunClient:
-    """The RunClient acting for the caller's tenant alone."""
-    return door_of(request).runs.acting_for(who.tenant)
+    """The RunClient acting for the caller's tenant alone, as the caller."""
+    return door_of(request).runs.acting_for(who.tenant, caller=who)
 
 
 async def json_body(request: Request) -> dict[str, Any]:

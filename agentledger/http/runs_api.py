@@ -15,6 +15,7 @@ from agentledger import profiles
 from agentledger.core.backlog_models import TaskItem
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import InvalidRequest
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.spec import RunSpec
 from agentledger.http.auth import caller, json_body, runs_for
 from agentledger.http.replies import answer
@@ -106,31 +107,31 @@ async def receipt(request: Request) -> Response:
 
 
 async def decide(request: Request) -> Response:
-    """Approve (`edit` optional) or reject (`reason`) the pending action, as the caller's
-    identity. `role` defaults to the role the approval asks for; `action_hash` binds the
-    decision to the action the approver saw."""
+    """Approve or reject (`reason`) the pending action, as the caller's identity, in the
+    role the approval asks for: the credential must hold it (403 otherwise; `role`, if sent,
+    must be that one). An approval may change the call: `edit`, a JSON Merge Patch of its
+    arguments (RFC 7396: null removes a member), or `arguments`, the whole arguments to run
+    with instead. `action_hash` binds the decision to the action the approver saw."""
     who = await caller(request, need="approver")
     body = await json_body(request)
     client = runs_for(request, who)
     approving = request.url.path.endswith("/approve")
-    allowed = {"role", "action_hash", "edit" if approving else "reason"}
+    allowed = {"role", "action_hash", *(("edit", "arguments") if approving else ("reason",))}
     fields(body, allowed, NOTHING if approving else frozenset({"reason"}))
-    role = optional_text(body, "role")
-    if role is None:
-        pending = (await client.runs.status(run_id(request))).pending_approval
-        if pending is None:
-            raise InvalidRequest(f"run {run_id(request)} waits for no approval")
-        role = pending.required_role
     common: dict[str, Any] = {
-        "by": who.identity,
-        "role": role,
+        "by": who.identity.name,
+        "role": optional_text(body, "role"),
         "action_hash": optional_text(body, "action_hash"),
     }
     if approving:
-        edit = body.get("edit")
+        edit, replace = body.get("edit"), body.get("arguments")
         if edit is not None and not isinstance(edit, dict):
-            raise InvalidRequest("'edit' must be a JSON object of the arguments to change")
-        return answer(await client.runs.approve(run_id(request), edit=edit, **common))
+            raise InvalidRequest("'edit' must be a JSON Merge Patch: an object (null removes)")
+        if replace is not None and not isinstance(replace, dict):
+            raise InvalidRequest("'arguments' must be a JSON object: the whole arguments")
+        return answer(
+            await client.runs.approve(run_id(request), edit=edit, replace=replace, **common)
+        )
     return answer(await client.runs.reject(run_id(request), reason=text(body, "reason"), **common))
 
 
@@ -157,7 +158,7 @@ async def say(request: Request) -> Response:
     done = await runs_for(request, who).runs.say(
         run_id(request),
         text(body, "text"),
-        by=who.identity,
+        by=who.identity.name,
         message_id=optional_text(body, "message_id"),
     )
     return answer(done)
@@ -166,7 +167,7 @@ async def say(request: Request) -> Response:
 async def end_session(request: Request) -> Response:
     who = await caller(request, need="runner")
     fields(await json_body(request), set())
-    return answer(await runs_for(request, who).sessions.end(run_id(request), by=who.identity))
+    return answer(await runs_for(request, who).sessions.end(run_id(request), by=who.identity.name))
 
 
 async def fork(request: Request) -> Response:
@@ -211,7 +212,8 @@ async def backlog(request: Request) -> Response:
 
 
 async def tenant(request: Request) -> Response:
-    """The caller's tenant: its settings and runs in flight, and its approvers (admin)."""
+    """The caller's tenant: its settings and runs in flight, its approvers, and the policy
+    its runs start under (admin)."""
     who = await caller(request, need="admin")
     client = runs_for(request, who)
     rows = await client.tenants.listed()
@@ -220,8 +222,19 @@ async def tenant(request: Request) -> Response:
             "tenant": who.tenant,
             "settings": rows[0] if rows else None,
             "approvers": [s.model_dump(mode="json") for s in await client.approvers.listed()],
+            "policy": (await client.tenants.policy()).model_dump(mode="json"),
         }
     )
+
+
+async def tenant_policy(request: Request) -> Response:
+    """Change the policy the caller's tenant's runs start under (admin): any of its fields
+    (`agents`, `default_agent`, `free_form`, `rules`, `requester_may_approve`, `two_person`;
+    docs/security.md), the others kept. Answers the policy as stored."""
+    who = await caller(request, need="admin")
+    body = await json_body(request)
+    fields(body, set(TenantPolicy.model_fields))
+    return answer(await runs_for(request, who).tenants.set_policy(None, body))
 
 
 RUN = "/v1/runs/{run_id}"
@@ -246,4 +259,5 @@ def routes() -> list[Route]:
         Route("/v1/backlogs/{agent}/tasks", enqueue, methods=["POST"]),
         Route("/v1/backlogs/{agent}/tasks", backlog, methods=["GET"]),
         Route("/v1/tenant", tenant, methods=["GET"]),
+        Route("/v1/tenant/policy", tenant_policy, methods=["PUT"]),
     ]

@@ -11,7 +11,14 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg_pool import AsyncConnectionPool
 
-from agentledger.core.access import check_role, key_hash, key_id_of, key_matches, new_key
+from agentledger.core.access import (
+    check_approval_roles,
+    check_role,
+    key_hash,
+    key_id_of,
+    key_matches,
+    new_key,
+)
 from agentledger.core.errors import InvalidRequest, NotFound
 from agentledger.core.keys import id_part
 from agentledger.core.listings import ApiKeyRow, NewApiKey
@@ -28,9 +35,11 @@ async def create(
     *,
     expires_in: timedelta | None,
     name: str | None = None,
+    approval_roles: list[str] | None = None,
 ) -> NewApiKey:
     """A new key for `tenant` in `role`, named `name` if given: its row, with `key`, shown
-    this once."""
+    this once. `approval_roles`: roles an approval may ask for (a spec's or the tenant's
+    rules', such as `finance`) that an approver or admin key decides in, beside its own."""
     if not tenant or id_part(tenant) != tenant:
         raise InvalidRequest(
             f"tenant {tenant!r} is not a tenant name: letters, digits, '-' and '_' only"
@@ -42,10 +51,11 @@ async def create(
             f"--name takes a label of 1 to {NAME_CHARS} printable characters, such as "
             "'inbox of the refunds team'"
         )
+    decides = check_approval_roles(role, approval_roles or [])
     key_id, key = new_key()
     expires_at = datetime.now(UTC) + expires_in if expires_in is not None else None
     row = await ApiKeyStore(pool).add(
-        key_id, tenant, check_role(role), key_hash(key), expires_at, name
+        key_id, tenant, check_role(role), key_hash(key), expires_at, name, decides
     )
     return NewApiKey.model_validate({**row, "key": key})
 

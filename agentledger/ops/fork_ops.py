@@ -8,6 +8,7 @@ receipt; `fork.seed` links the two in `run_forks`, and each receipt names the ot
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -22,8 +23,10 @@ from agentledger.core.errors import (
     OperationError,
     RunNotFound,
 )
+from agentledger.core.identity import Identity
 from agentledger.core.keys import canonical_json
 from agentledger.core.results import ForkOrigin
+from agentledger.core.spec import JsonDict
 from agentledger.ops import door
 from agentledger.ops import operations as ops
 from agentledger.store.fork_store import ForkStore
@@ -74,11 +77,15 @@ async def fork_run(
     edit_output: Any = None,
     key: str | None = None,
     task_queue: str,
+    requester: Identity,
+    profiles: Mapping[str, JsonDict],
     indexed: bool = True,
     tenant: str | None = None,
 ) -> ops.Started:
     """Fork `run_id` (with `tenant`, the caller's, only a run of that tenant: another's
-    reads as missing); the fork is a run of the parent's tenant, started through the door."""
+    reads as missing); the fork is a run of the parent's tenant, started through the door,
+    for `requester` (its spec is the parent's, so no spec of the requester's own is
+    checked: the tenant's rules and the agent's profile are)."""
     if from_step < 1:
         raise InvalidRequest(f"--from-step takes a step number, 1 or more, not {from_step}")
     if tenant is not None:
@@ -105,5 +112,8 @@ async def fork_run(
         task_queue=task_queue,
         indexed=indexed,
         acting_tenant=tenant,
+        requester=requester,
+        roles=None,
+        profiles=profiles,
         fork=origin,
     )

@@ -42,6 +42,7 @@ from agentledger.core.errors import (
     OperationRefused,
     RunNotFound,
 )
+from agentledger.core.identity import Identity
 from agentledger.core.keys import id_part
 from agentledger.core.payload_limits import DEFAULT_LIMIT_BYTES
 from agentledger.core.results import (
@@ -303,32 +304,49 @@ async def pending_approval(
     return pending
 
 
+# A decider's check of the approval it is about to decide (the role it asks for): raises
+# to refuse before anything is sent.
+Judge = Callable[[PendingApproval], None]
+
+
 async def approve(
     client: Client,
     run_id: str,
     *,
     by: str,
-    role: str,
+    role: str | None = None,
     edit: JsonDict | None = None,
+    replace: JsonDict | None = None,
     tenant: str | None = None,
     action_hash: str | None = None,
     wait: float = DEFAULT_WAIT_SECONDS,
     mirror: AsyncConnectionPool | None = None,
     signer: ApproverKey | None = None,
+    decider: Identity | None = None,
+    judge: Judge | None = None,
 ) -> DecisionResult:
     """Approve the pending action (or, with `action_hash`, only that exact action the
-    approver saw); with `signer`, signed by that approver's key."""
+    approver saw), as `decider` in `role` (None: the role the approval asks for), with an
+    `edit` (a JSON Merge Patch of its arguments) or a `replace`ment; with `signer`, signed
+    by that approver's key; `judge` refuses first what the decider may not decide."""
     return await _decide(
         client,
         run_id,
         (names.UPDATE_APPROVE, AgentRunWorkflow.approve_signal),
-        lambda pending: ApproveInput(
-            action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
+        lambda pending, required: ApproveInput(
+            action_hash=action_hash or pending,
+            by=by,
+            role=role or required,
+            edit=edit,
+            replace=replace,
+            tenant=tenant,
+            decider=decider,
         ),
         wait=wait,
         mirror=mirror,
         tenant=tenant,
         signer=signer,
+        judge=judge,
     )
 
 
@@ -337,13 +355,15 @@ async def reject(
     run_id: str,
     *,
     by: str,
-    role: str,
     reason: str,
+    role: str | None = None,
     tenant: str | None = None,
     action_hash: str | None = None,
     wait: float = DEFAULT_WAIT_SECONDS,
     mirror: AsyncConnectionPool | None = None,
     signer: ApproverKey | None = None,
+    decider: Identity | None = None,
+    judge: Judge | None = None,
 ) -> DecisionResult:
     """Reject the pending action, saying why: the run, its model and its receipt hear it."""
     if not reason.strip():
@@ -354,13 +374,19 @@ async def reject(
         client,
         run_id,
         (names.UPDATE_REJECT, AgentRunWorkflow.reject_signal),
-        lambda pending: RejectInput(
-            action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
+        lambda pending, required: RejectInput(
+            action_hash=action_hash or pending,
+            by=by,
+            role=role or required,
+            reason=reason,
+            tenant=tenant,
+            decider=decider,
         ),
         wait=wait,
         mirror=mirror,
         tenant=tenant,
         signer=signer,
+        judge=judge,
     )
 
 
@@ -368,14 +394,16 @@ async def _decide(
     client: Client,
     run_id: str,
     messages: tuple[str, Any],
-    decision: Callable[[str], ApproveInput | RejectInput],
+    decision: Callable[[str, str], ApproveInput | RejectInput],
     *,
     wait: float,
     mirror: AsyncConnectionPool | None,
     tenant: str | None,
     signer: ApproverKey | None,
+    judge: Judge | None,
 ) -> DecisionResult:
-    """Send a decision bound to the action pending now; the workflow judges it.
+    """Send a decision bound to the action pending now, in the role it asks for unless the
+    decision names one; the workflow judges it.
 
     With a worker: an update, so a refusal comes back at once. When the run takes no more
     updates (its slots held by other clients, or its total spent) or no worker accepts it:
@@ -385,7 +413,7 @@ async def _decide(
     holds the decision only once the server confirmed it.
     """
     update, signal = messages
-    bounds.check(decision("0" * 16), "decision")  # before anything is asked or sent
+    bounds.check(decision("0" * 16, "approver"), "decision")  # before anything is asked or sent
     deadline = Deadline(wait)
     run = await _running(client, run_id, deadline, tenant=tenant, mirror=mirror)
     try:
@@ -405,7 +433,11 @@ async def _decide(
                 f"run {run_id} is not waiting for an approval as far as the mirror knows "
                 f"(status {run.indexed_status}), and {await _no_worker(client, run, deadline)}"
             ) from None
-        message = _signed(decision(pending.action_hash), run_id, pending, signer)
+        if judge is not None:
+            judge(pending)
+        message = _signed(
+            decision(pending.action_hash, pending.required_role), run_id, pending, signer
+        )
         await handles.signal_within(run.handle, signal, message, deadline)
         return DecisionResult(
             approval_id=pending.approval_id,
@@ -418,7 +450,9 @@ async def _decide(
         raise OperationRefused(
             f"run {run_id} is not waiting for an approval (status {state.status.value})"
         )
-    message = _signed(decision(pending.action_hash), run_id, pending, signer)
+    if judge is not None:
+        judge(pending)
+    message = _signed(decision(pending.action_hash, pending.required_role), run_id, pending, signer)
     try:
         accepted = await handles.admit_update(
             client, run.handle, update, message, deadline.share(0.5), DecisionResult

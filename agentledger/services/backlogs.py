@@ -15,6 +15,7 @@ from agentledger.core.backlog_models import (
 from agentledger.core.listings import BacklogListing, DeadTask
 from agentledger.ops import backlog_ops, door
 from agentledger.services.client_session import ClientSession
+from agentledger.services.runs import operator_profiles
 
 
 class Backlogs:
@@ -42,8 +43,14 @@ class Backlogs:
         is its own tasks' alone."""
         session = self.session
         wait = session.bound(wait)
+        who = session.who(session.tenant or door.DEFAULT_TENANT)
         queued = await door.backlog_tasks(
-            await session.mirror(), tasks, acting_tenant=session.tenant
+            await session.mirror(),
+            tasks,
+            acting_tenant=session.tenant,
+            requester=who.identity,
+            roles=who.roles,
+            profiles=operator_profiles(session.settings),
         )
         return await backlog_ops.enqueue(
             await session.temporal(wait),

@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar, cast
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
+from agentledger.core.access import Caller
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS
 from agentledger.core.errors import OperationRefused
 from agentledger.core.settings import Settings
@@ -49,8 +50,9 @@ def operators_only(act: str) -> Callable[[Method], Method]:
 
 class ClientSession:
     """One caller's view of the stack: its tenant (the settings' `tenant`; None: an
-    operator, every tenant's), how long an operation may wait for an answer (`wait`, by
-    default DEFAULT_WAIT_SECONDS), the Temporal client and the Postgres pool."""
+    operator, every tenant's), who it is (`caller`, the credential a server authenticated;
+    None: the operator), how long an operation may wait for an answer (`wait`, by default
+    DEFAULT_WAIT_SECONDS), the Temporal client and the Postgres pool."""
 
     def __init__(
         self,
@@ -59,9 +61,11 @@ class ClientSession:
         temporal: Callable[[float | None], Awaitable[Client]],
         database: Callable[[], Awaitable[AsyncConnectionPool]],
         wait: float | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.settings = settings
         self.tenant = settings.tenant
+        self.caller = caller
         self.wait = DEFAULT_WAIT_SECONDS if wait is None else wait
         self._temporal = temporal
         self._database = database
@@ -102,6 +106,10 @@ class ClientSession:
             mirror=await self.mirror(),
             **options,
         )
+
+    def who(self, tenant: str) -> Caller:
+        """Who acts, for `tenant`: the authenticated caller, else the operator."""
+        return self.caller or Caller.operator(tenant)
 
     def scope(self, tenant: str | None) -> str | None:
         """The tenant a command acts in: `tenant`, or the caller's (AGENTLEDGER_TENANT), which

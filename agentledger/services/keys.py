@@ -24,11 +24,18 @@ class ApiKeys:
         *,
         expires_in: timedelta | None = None,
         name: str | None = None,
+        approval_roles: list[str] | None = None,
     ) -> NewApiKey:
         """A key for `agentledger serve` acting for `tenant` in `role`, labelled `name`; `key` is
-        in the answer this once (Postgres keeps only its hash)."""
+        in the answer this once (Postgres keeps only its hash). An approver or admin key
+        decides approvals that ask for its role, or for one of `approval_roles`."""
         return await api_keys.create(
-            await self.session.database(), tenant, role, expires_in=expires_in, name=name
+            await self.session.database(),
+            tenant,
+            role,
+            expires_in=expires_in,
+            name=name,
+            approval_roles=approval_roles,
         )
 
     @operators_only("keys list shows every tenant's keys")

@@ -4,18 +4,23 @@ receipt, its story as it happens), each through the door (agentledger/ops/door.p
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from temporalio.service import RPCError
 
+from agentledger.core.access import Caller
 from agentledger.core.approver_key import ApproverKey
-from agentledger.core.errors import InvalidRequest, ServiceUnreachable
+from agentledger.core.constants import DEMO_AGENTS
+from agentledger.core.errors import InvalidRequest, PolicyDenied, ServiceUnreachable
+from agentledger.core.identity import OPERATOR, Identity
 from agentledger.core.listings import InboxItem, MirroredStep, RunRow
 from agentledger.core.results import (
     ControlResult,
     DecisionResult,
+    PendingApproval,
     Receipt,
     RunResult,
     RunState,
@@ -24,10 +29,11 @@ from agentledger.core.results import (
     WatchItem,
 )
 from agentledger.core.run_reports import RunReport, Started
+from agentledger.core.settings import Settings
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.ops import door, fork_ops, steering_ops, waiting_runs, watch
 from agentledger.ops import operations as ops
-from agentledger.profiles import Agent
+from agentledger.profiles import Agent, load_agents
 from agentledger.services.client_session import ClientSession
 from agentledger.store import mirror_views
 from agentledger.temporal import deployments
@@ -77,6 +83,7 @@ class Runs:
             )
         if session.tenant is not None and "tenant" not in spec.model_fields_set:
             spec = spec.model_copy(update={"tenant": session.tenant})
+        who = session.who(spec.tenant)
         return await door.start(
             await session.temporal(),
             pool,
@@ -84,6 +91,9 @@ class Runs:
             task_queue=session.settings.task_queue,
             indexed=session.settings.search_attributes,
             acting_tenant=session.tenant,
+            requester=who.identity,
+            roles=who.roles,
+            profiles=operator_profiles(session.settings),
             wait=wait,
         )
 
@@ -108,6 +118,8 @@ class Runs:
             task_queue=session.settings.task_queue,
             indexed=session.settings.search_attributes,
             tenant=session.tenant,
+            requester=session.who(session.tenant or door.DEFAULT_TENANT).identity,
+            profiles=operator_profiles(session.settings),
         )
 
     def id_of(self, key: str) -> str:
@@ -124,22 +136,28 @@ class Runs:
         by: str,
         role: str | None = None,
         edit: JsonDict | None = None,
+        replace: JsonDict | None = None,
         signer: ApproverKey | None = None,
         action_hash: str | None = None,
         wait: float | None = None,
     ) -> DecisionResult:
-        """With `signer` (`client.approvers.key(name)`), the decision is signed with that
-        key, as runs with keyed approvers require; with `action_hash`, it holds only if the
-        pending action is still that one."""
+        """Approve the pending action in the role it asks for (`role`, if given, must be
+        that one), as the caller: an authenticated caller (the HTTP door's) decides as its
+        credential proves, only an approval whose role it holds; with `signer`
+        (`client.approvers.key(name)`) the decision is signed with that key and made in its
+        role, as runs with keyed approvers require; else as the operator. `edit` is a JSON
+        Merge Patch of the arguments (RFC 7396: null removes), `replace` the whole
+        arguments instead; with `action_hash`, the decision holds only if the pending action
+        is still that one."""
         return await self.session.act(
             ops.approve,
             run_id,
-            by=by,
-            role=_deciding_role(role, signer),
             edit=edit,
+            replace=replace,
             action_hash=action_hash,
             wait=wait,
             signer=signer,
+            **self._decider(by, role, signer),
         )
 
     async def reject(
@@ -156,13 +174,42 @@ class Runs:
         return await self.session.act(
             ops.reject,
             run_id,
-            by=by,
-            role=_deciding_role(role, signer),
             reason=reason,
             action_hash=action_hash,
             wait=wait,
             signer=signer,
+            **self._decider(by, role, signer),
         )
+
+    def _decider(self, by: str, role: str | None, signer: ApproverKey | None) -> dict[str, Any]:
+        """Who decides, and in which role: the authenticated caller's credential, an
+        approver's key, or the operator (`by` saying for whom)."""
+        caller = self.session.caller
+        if caller is not None:
+            return {
+                "by": caller.identity.name,
+                "role": role,
+                "decider": caller.identity,
+                "judge": functools.partial(_judge, caller),
+            }
+        if signer is not None:
+            if role is not None and role != signer.signer.role:
+                raise InvalidRequest(
+                    f"{signer.signer.name}'s key is registered for role "
+                    f"{signer.signer.role!r}, not {role!r}"
+                )
+            key = signer.signer
+            return {
+                "by": key.name,
+                "role": key.role,
+                "decider": Identity.of_approver(key.key_id, key.name),
+            }
+        if not role:
+            raise InvalidRequest(
+                "name the role this decision is made in: role='approver' (the role the "
+                "approval asks for, shown by status), or pass signer= (its key carries the role)"
+            )
+        return {"by": by, "role": role, "decider": OPERATOR}
 
     async def pause(self, run_id: str, *, wait: float | None = None) -> ControlResult:
         """Pause at the next step boundary (recorded for later while no worker runs)."""
@@ -301,14 +348,21 @@ class Runs:
         )
 
 
-def _deciding_role(role: str | None, signer: ApproverKey | None) -> str:
-    """A decision names the role it is made in: a signer's key carries it; no default is
-    a free pass."""
-    if signer is not None:
-        return signer.signer.role
-    if not role:
-        raise InvalidRequest(
-            "name the role this decision is made in: role='approver' (the role the approval "
-            "asks for, shown by status), or pass signer= (its key carries the role)"
+def _judge(caller: Caller, pending: PendingApproval) -> None:
+    """A credential decides an approval only in a role it holds: the approval's, never one
+    the request names."""
+    if not caller.decides_as(pending.required_role):
+        held = ", ".join(sorted(caller.roles)) or "no role"
+        raise PolicyDenied(
+            f"{pending.tool} needs an approver in role {pending.required_role!r}; this "
+            f"credential decides as {held} (an operator gives a key more with `agentledger "
+            f"keys create --decides {pending.required_role}`)"
         )
-    return role
+
+
+def operator_profiles(settings: Settings) -> dict[str, JsonDict]:
+    """The operator's agent profiles (AGENTLEDGER_AGENTS, else the demo's) as the run-spec
+    fields each sets: what the door holds a run naming one to."""
+    source = settings.agents or DEMO_AGENTS
+    agents = load_agents(source)
+    return {name: agent.spec_fields(agents) for name, agent in agents.items()}

@@ -123,10 +123,12 @@ async def pending_approvals(
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(INBOX_SQL, {"tenant": tenant, "limit": limit})
         rows = await cur.fetchall()
-    return [
-        {**row, "approval": PendingApproval.model_validate(row["approval"]).model_dump(mode="json")}
-        for row in rows
-    ]
+    found = []
+    for row in rows:
+        pending = PendingApproval.model_validate(row["approval"])
+        requester = pending.requester.model_dump(mode="json") if pending.requester else None
+        found.append({**row, "approval": pending.model_dump(mode="json"), "requester": requester})
+    return found
 
 
 async def step_row(
