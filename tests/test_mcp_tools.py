@@ -231,6 +231,7 @@ async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServ
         expires_at=now,
         parameters=ticket.parameters,
     )
+
     def edit(fields: dict[str, object]) -> ApproveInput:
         return ApproveInput(action_hash="h", by="li", role="approver", edit=fields)
 
