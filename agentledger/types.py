@@ -40,6 +40,7 @@ from agentledger.core.listings import (
     NewApiKey,
     RunRow,
     TenantRow,
+    TenantView,
 )
 from agentledger.core.policy_rules import ApprovalRule, TenantPolicy
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
@@ -97,6 +98,7 @@ from agentledger.core.spec import (
 )
 from agentledger.core.states import RunStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
+from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
 from agentledger.profiles import Agent
 
 __all__ = [
@@ -147,6 +149,7 @@ __all__ = [
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
+    "PushSubscription",
     "Receipt",
     "RecordedApproval",
     "RecordedCall",
@@ -175,11 +178,13 @@ __all__ = [
     "Stats",
     "StepSummary",
     "StepTimeouts",
+    "StoredArtifact",
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
     "TenantPolicy",
     "TenantRow",
+    "TenantView",
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",
@@ -188,5 +193,6 @@ __all__ = [
     "VerifySpec",
     "VersionBranch",
     "WatchItem",
+    "WebhookDelivery",
     "WorkerSeen",
 ]

@@ -25,6 +25,7 @@ from pydantic import BaseModel  # noqa: E402
 
 import agentledger.demo  # noqa: E402
 from agentledger.activities.model import SUMMARY_PROMPT  # noqa: E402
+from agentledger.client import approver_keys  # noqa: E402
 from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
@@ -33,12 +34,13 @@ from agentledger.core.identity import Identity  # noqa: E402
 from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentledger.ops import approver_keys, steering_ops, watch  # noqa: E402
-from agentledger.ops import operations as ops  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
+from tests import client_ops as ops  # noqa: E402
+from tests import client_ops as steering_ops  # noqa: E402
+from tests import client_ops as watch  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 _KEY = Ed25519PrivateKey.generate()

@@ -14,18 +14,13 @@ from temporalio.client import Client, WorkflowHandle
 
 from agentledger.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentledger.core.errors import OperationError
-from agentledger.core.identity import OPERATOR
 from agentledger.core.results import PendingApproval, RunResult, RunState
 from agentledger.core.spec import RunSpec
 from agentledger.core.states import RunStatus
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 
 T = TypeVar("T")
 NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."
-# How a test that calls the door (or a fork) directly starts a run: as the operator, with no
-# agent profiles, so its spec is free-form, as the operator may send.
-AS_OPERATOR: dict[str, Any] = {"requester": OPERATOR, "roles": frozenset({"admin"}), "profiles": {}}
-FORK_AS_OPERATOR: dict[str, Any] = {"requester": OPERATOR, "profiles": {}}
 
 
 def mirror_batch(

@@ -17,28 +17,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
+from agentledger.client import admission as admission_ops
+from agentledger.client import approver_keys
 from agentledger.core.admission_models import AdmitInput, TenantLimits
 from agentledger.core.backlog_models import AGENT_PATTERN, child_run_id
 from agentledger.core.constants import SIGNAL_RUN_ADMIT
 from agentledger.core.errors import OperationError, SetupError
 from agentledger.core.keys import id_part
 from agentledger.core.settings import Settings
-from agentledger.ops import admission_ops, approver_keys, door, fork_ops
-from agentledger.ops import operations as ops
 from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows.admission import admission_id
 from agentledger.workflows.changes import for_new_run
-from tests.support import (
-    AS_OPERATOR,
-    eventually,
-    make_spec,
-    parse_python,
-    rows,
-    wait_pending,
-    wait_status,
-)
+from tests import client_ops as door
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
+from tests.support import eventually, make_spec, parse_python, rows, wait_pending, wait_status
 from tests.test_cli import ROOT, Result, cli_env
 
 PACKAGE = ROOT / "agentledger"
@@ -93,14 +88,15 @@ def calls_of(name: str, on: tuple[str, ...] = ()) -> list[Path]:
 def test_only_the_door_starts_runs():
     """Every path (CLI, RunClient, fork, demo) reaches the engine's start through the door;
     the capped path (the admission queue) only from the engine's start."""
-    engine = ("ops", "operations")
-    assert calls_of("start_run", on=engine) == [Path("agentledger/ops/door.py")]
-    assert calls_of("enqueue_run") == [Path("agentledger/ops/operations.py")]
+    # (A workflow starts its children through agentledger/workflows/run_starts.py.)
+    client_side = [p for p in calls_of("start_run") if p.parts[1] != "workflows"]
+    assert client_side == [Path("agentledger/client/starts.py")]
+    assert calls_of("enqueue_run") == [Path("agentledger/client/starts.py")]
     # The CLI's `start` and `demo` go through `client.runs`, which, as forks do, goes through
-    # the door; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
-    assert calls_of("start", on=("door",)) == [
-        Path("agentledger/ops/fork_ops.py"),
-        Path("agentledger/services/runs.py"),
+    # the gate; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
+    assert calls_of("start", on=("starts",)) == [
+        Path("agentledger/client/forks.py"),
+        Path("agentledger/client/runs.py"),
     ]
 
 
@@ -198,12 +194,7 @@ async def test_a_foreign_run_reads_as_a_missing_one_on_every_command(
     the CLI that names a run, and for the operations under the rest."""
     acme, globex = tenants
     theirs = await door.start(
-        client,
-        pool,
-        make_spec(tenant=acme),
-        task_queue=settings.task_queue,
-        acting_tenant=acme,
-        **AS_OPERATOR,
+        client, pool, make_spec(tenant=acme), task_queue=settings.task_queue, acting_tenant=acme
     )
     missing = f"run-{globex}~nothing-{uuid.uuid4().hex[:6]}"
     commands = [
@@ -265,7 +256,6 @@ async def test_the_python_client_cannot_watch_or_fork_another_tenants_run(
                 make_spec(tenant=acme),
                 task_queue=settings.task_queue,
                 acting_tenant=acme,
-                **AS_OPERATOR,
             )
             await wait_pending(client, theirs.run_id)
             refused = str(ops.no_run(theirs.run_id))
@@ -327,7 +317,6 @@ async def test_the_queue_keeps_the_stored_limits_and_gives_only_its_own_slots(
             make_spec(tenant=acme),
             task_queue=settings.task_queue,
             acting_tenant=acme,
-            **AS_OPERATOR,
         )
         return started.run_id
 

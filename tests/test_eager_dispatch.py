@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from agentledger.core.states import RunStatus
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.worker.worker_factory import slot_shares
 from agentledger.workflows import AgentRunWorkflow
 from bench import server_work
+from tests import client_ops as ops
 from tests.conftest import SERVER_METRICS_PORT
 from tests.support import make_spec, scripted
 

@@ -16,11 +16,11 @@ from agentledger.core import search_attributes
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import SetupError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
-from agentledger.ops import tenant_ops
 from agentledger.store.tenant_store import TenantStore
 from agentledger.worker.worker_factory import ResourceTargets
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
+from tests import client_ops as tenant_ops
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
 

@@ -13,10 +13,10 @@ from temporalio.service import RPCError
 import agentledger
 from agentledger.core.errors import ForkError, OperationError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import fork_ops
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
-from tests.support import FORK_AS_OPERATOR, make_spec, rows, run_result, scripted, wait_pending
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
+from tests.support import make_spec, rows, run_result, scripted, wait_pending
 from tests.test_cli import run_cli
 
 EDITED = {"message_id": 4242, "to": "ana@example.com", "status": "EDITED-IN-FORK"}
@@ -117,7 +117,6 @@ async def test_a_fork_of_a_fork_and_a_live_step_n(client, settings, pool, worker
             from_step=2,
             edit_output={"query": "refund", "matches": ["Refunds are instant (edited)."]},
             task_queue=settings.task_queue,
-            **FORK_AS_OPERATOR,
         )
         await wait_pending(client, first.run_id)  # the send, live, waits for approval again
         await ops.approve(client, first.run_id, by="li", role="approver")
@@ -138,12 +137,7 @@ async def test_a_fork_of_a_fork_and_a_live_step_n(client, settings, pool, worker
             if s["type"] == "model_call"
         )
         second = await fork_ops.fork_run(
-            client,
-            pool,
-            first.run_id,
-            from_step=answer_step,
-            task_queue=settings.task_queue,
-            **FORK_AS_OPERATOR,
+            client, pool, first.run_id, from_step=answer_step, task_queue=settings.task_queue
         )
         again = await finish(client, second.run_id)
     assert again.status.value == "completed"
@@ -155,12 +149,7 @@ async def test_a_fork_of_a_fork_and_a_live_step_n(client, settings, pool, worker
     )
     # Asking for the same fork again returns it, not a new run.
     same = await fork_ops.fork_run(
-        client,
-        pool,
-        first.run_id,
-        from_step=answer_step,
-        task_queue=settings.task_queue,
-        **FORK_AS_OPERATOR,
+        client, pool, first.run_id, from_step=answer_step, task_queue=settings.task_queue
     )
     assert same.existing and same.run_id == second.run_id
 
@@ -256,7 +245,6 @@ async def test_an_edit_after_a_rejected_call_lands_on_the_steps_own_call(
                 from_step=4,
                 edit_output={"message_id": 1, "to": "bo@example.com", "status": "EDITED"},
                 task_queue=settings.task_queue,
-                **FORK_AS_OPERATOR,
             )
             outcome = await finish(client, forked.run_id)  # no approval: nothing runs live
     assert outcome.status.value == "completed"
@@ -352,7 +340,6 @@ async def test_a_fork_at_every_step_of_recorded_runs_completes_or_is_refused_and
                                 from_step=step["seq"],
                                 edit_output=edit,
                                 task_queue=settings.task_queue,
-                                **FORK_AS_OPERATOR,
                             )
                         except ForkError as refused:
                             assert step["type"] not in ("model_call",), (case, refused)
@@ -413,7 +400,6 @@ async def test_a_fork_that_fails_verification_ends_failed_in_temporal_too(
             from_step=send,
             edit_output=EDITED,
             task_queue=settings.task_queue,
-            **FORK_AS_OPERATOR,
         )
         result = await finish(client, fork.run_id)
         described = await client.get_workflow_handle(fork.run_id).describe()

@@ -15,8 +15,9 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentledger import RunClient
 from agentledger.cli.main import cmd_start
-from agentledger.client_api import RunClient
+from agentledger.client import approver_keys
 from agentledger.core import bounds
 from agentledger.core._wire import ApproveInput, ControlInput, RejectInput
 from agentledger.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
@@ -30,12 +31,12 @@ from agentledger.core.spec import (
     VerifySpec,
 )
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import approver_keys, backlog_ops, fork_ops
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as backlog_ops
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
 from tests.backlog_support import new_agent
 from tests.support import (
-    FORK_AS_OPERATOR,
     NOTIFY_TASK,
     eventually,
     make_spec,
@@ -452,22 +453,10 @@ DECISION_FIELDS = {
         task_queue="none",
     ),
     "fork edit_output": lambda c: fork_ops.fork_run(
-        c,
-        None,
-        "run-nope",
-        from_step=1,
-        edit_output="o" * 640_000,
-        task_queue="none",
-        **FORK_AS_OPERATOR,
+        c, None, "run-nope", from_step=1, edit_output="o" * 640_000, task_queue="none"
     ),
     "fork key": lambda c: fork_ops.fork_run(
-        c,
-        None,
-        "run-nope",
-        from_step=1,
-        key=_ten_times("idempotency_key"),
-        task_queue="none",
-        **FORK_AS_OPERATOR,
+        c, None, "run-nope", from_step=1, key=_ten_times("idempotency_key"), task_queue="none"
     ),
 }
 

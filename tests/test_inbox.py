@@ -24,7 +24,7 @@ from temporalio.client import Client
 import agentledger.demo
 from agentledger import RunClient, ToolContext, ToolRegistry, tool
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
 

@@ -47,7 +47,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 import agentledger.demo
-from agentledger.client_api import RunClient
+from agentledger import RunClient
 from agentledger.core import merge_patch
 from agentledger.core.access import GRANTS
 from agentledger.core.backlog_models import child_run_id

@@ -232,12 +232,12 @@ def _functions_calling(path: Path, name: str) -> set[str]:
 
 
 def test_every_start_path_resolves_its_policy_by_the_one_function():
-    """The door's starts and backlog tasks, and every way a workflow makes a run's input
+    """The start gate's starts and backlog tasks, and every way a workflow makes a run's input
     (a tenant's read for a backlog's task, `run_agent` and an eval's case; a sub-agent
     within its parent) call `resolve`; nothing else makes a run's input from a spec. A
     new start path that skips it fails here (tests/test_door.py and test_run_starts.py hold
     every start to these two modules)."""
-    door = ROOT / "agentledger" / "ops" / "door.py"
+    door = ROOT / "agentledger" / "client" / "starts.py"
     starts = ROOT / "agentledger" / "workflows" / "run_starts.py"
     policy_module = ROOT / "agentledger" / "core" / "tenant_policy.py"
     assert _functions_calling(door, "resolve") == {"start", "backlog_tasks"}

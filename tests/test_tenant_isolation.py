@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
 from agentledger.core.errors import OperationError
-from agentledger.ops import door
-from agentledger.ops import operations as ops
 from agentledger.store import metrics
-from tests.support import AS_OPERATOR, make_spec, wait_pending
+from tests import client_ops as door
+from tests import client_ops as ops
+from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 
 
@@ -60,7 +60,6 @@ async def test_every_read_and_write_refuses_another_tenants_run(
                 make_spec(tenant=acme),
                 task_queue=settings.task_queue,
                 acting_tenant=globex,
-                **AS_OPERATOR,
             )
         assert await ops.status(client, theirs.run_id) == before, "nothing was touched"
 

@@ -200,19 +200,13 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
 
 async def show(client: RunClient, args: argparse.Namespace) -> int:
     """The tenant's limits, runs in flight and queued, and its policy."""
-    from agentledger.core.errors import InvalidRequest
-
-    tenant = args.tenant or client.tenant
-    if tenant is None:
-        raise InvalidRequest("name the tenant: `agentledger tenants show TENANT`")
-    policy = await client.tenants.policy(tenant)
-    row = next((r for r in await client.tenants.listed() if r.tenant == tenant), None)
-    settings = row.model_dump() if row is not None else {"tenant": tenant}
+    shown = await client.tenants.show(args.tenant)
+    settings = shown.settings.model_dump() if shown.settings is not None else {}
     limits = ", ".join(
         f"{k}={'off' if settings.get(k) is None else settings[k]}"
         for k in (*SETTINGS, "in_flight", "queued")
         if k in settings
     )
-    text = [f"tenant {tenant}", limits or "limits: none set", *policy.text()]
-    emit({**settings, "policy": policy.model_dump(mode="json")}, args.json, "\n".join(text))
+    text = [f"tenant {shown.tenant}", limits or "limits: none set", *shown.policy.text()]
+    emit(shown.model_dump(mode="json"), args.json, "\n".join(text))
     return 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentledger.core.errors import InvalidRequest
-from agentledger.core.identity import OPERATOR, Identity
+from agentledger.core.identity import Identity
 
 Role = Literal["viewer", "runner", "approver", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "runner", "approver", "admin")
@@ -43,10 +43,11 @@ _APPROVAL_ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 
 @dataclass(frozen=True)
 class Caller:
-    """An authenticated caller: the tenant its credential names, what it may do (its access
-    roles, and the approval roles it decides in), and who it is."""
+    """An authenticated caller: the tenant its credential names (None: the operator, who
+    acts for every tenant), what it may do (its access roles, and the approval roles it
+    decides in), and who it is, as the credential proved it."""
 
-    tenant: str
+    tenant: str | None
     roles: frozenset[str]
     identity: Identity
     credential: str  # what limits count against: a key's id, a token's issuer and subject
@@ -58,13 +59,6 @@ class Caller:
         """Whether this caller may decide an approval that asks for `required_role`."""
         return self.may("approver") and (
             required_role in self.roles or (self.may(required_role) and required_role in GRANTS)
-        )
-
-    @classmethod
-    def operator(cls, tenant: str) -> Caller:
-        """The stack's operator, acting for `tenant`: may do anything the policy allows."""
-        return cls(
-            tenant=tenant, roles=frozenset({"admin"}), identity=OPERATOR, credential="operator"
         )
 
 

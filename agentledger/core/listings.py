@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentledger.core.identity import Identity
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import JsonDict
 
@@ -90,6 +91,15 @@ class TenantRow(BaseModel):
     allowed_priorities: list[int] | None
     in_flight: int
     queued: int
+
+
+class TenantView(BaseModel):
+    """One tenant as `tenants show` shows it: its settings and runs (None: nothing set and
+    nothing queued), and the policy its runs start under."""
+
+    tenant: str
+    settings: TenantRow | None
+    policy: TenantPolicy
 
 
 class ApiKeyRow(BaseModel):

@@ -5,7 +5,7 @@ no history at all, since the log is workflow state rebuilt on replay. `model.com
 publishes a reply's text from the activity only while the provider is still sending it (one
 signal per batch); the workflow publishes the rest itself when it takes the call's result,
 so a quick reply costs no signal. Watchers read it with the stream's poll query, never its
-long-poll update, so they take none of the run's update slots (agentledger/ops/watch.py); the
+long-poll update, so they take none of the run's update slots (agentledger/client/watch.py); the
 update stays registered because the library registers it. At continue-as-new the
 log goes along, cut to its last `RETAINED_ITEMS`, so the state a run carries stays bounded
 however long it runs; offsets stay global.
