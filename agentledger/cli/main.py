@@ -537,10 +537,10 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
     interrupts = await Interrupts().install()
     settings = client.settings
     stack = None
-    owner = stack_owner(settings.home)
+    holder = stack_owner(settings.home)
     # A stack `up` keeps runs until its person stops it: the demo shares it. One another demo
     # started stops when that demo ends, so this demo starts its own, which is refused.
-    if not existing_stack(settings) or (owner is not None and owner.command == "demo"):
+    if not existing_stack(settings) or (holder is not None and holder.command == "demo"):
         stack = embedded_stack(settings, args, command="demo")
         say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
         await start_stack(stack, interrupts)

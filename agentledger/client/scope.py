@@ -88,6 +88,13 @@ def tenant_name(tenant: str) -> str:
     return tenant
 
 
+def refuse_requested_tenant(named: str | None) -> None:
+    """The tenant is the credential's: a request that names one (a protocol's own `tenant`
+    field, say) is refused rather than read."""
+    if named:
+        raise InvalidRequest("the tenant is your credential's; send no 'tenant'")
+
+
 def caller_of(settings: Settings) -> Caller:
     """The caller a program's settings make it: a tenant's (AGENTLEDGER_TENANT), else the
     operator."""

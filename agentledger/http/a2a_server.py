@@ -61,6 +61,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentledger.client.run_client import RunClient
+from agentledger.client.scope import refuse_requested_tenant
 from agentledger.core import task_states
 from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
@@ -214,10 +215,9 @@ class RunTasks(RequestHandler):
         """Start the task or act on it: its id, and the item of its story up to which this
         caller has been told it (None: tell it from the start)."""
         call = call_of(context)
-        if params.tenant:
-            raise InvalidParamsError(message="the tenant is your credential's; send no 'tenant'")
         message = params.message
         try:
+            refuse_requested_tenant(params.tenant)
             if message.task_id:
                 return await self._continue(call, message)
             return await self._start(call, params), None
