@@ -27,6 +27,7 @@ from agentledger.core.settings import Settings
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
+from tests.test_http import eventually_receipt
 
 CHROMIUM = os.environ.get("AGENTLEDGER_CHROMIUM", "/usr/bin/chromium")
 playwright = pytest.importorskip(
@@ -179,9 +180,7 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
                 assert await card.locator("h2").inner_text() == "Run send_mail · approved"
             finally:
                 await browser.close()
-    receipt = await eventually(
-        lambda: receipt_row(pool, run_id), seconds=60, what=f"{run_id}'s receipt"
-    )
+    receipt = await eventually_receipt(pool, run_id)
     [approval] = receipt["approvals"]
     assert approval["proposed_arguments"] == proposed
     assert approval["final_arguments"] == approval["edit"] == kept
@@ -193,8 +192,3 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
         run_id,
     )
     assert ran == [{"input": kept}], "the tool ran with what the approver left"
-
-
-async def receipt_row(pool: AsyncConnectionPool, run_id: str) -> dict[str, Any] | None:
-    found = await rows(pool, "SELECT receipt FROM receipts WHERE run_id = %s", run_id)
-    return found[0]["receipt"] if found else None

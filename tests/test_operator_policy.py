@@ -27,6 +27,7 @@ from agentledger.core.settings import Settings
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
+from tests.test_http import eventually_receipt
 
 TICKET = {"title": "Refund for order 42", "body": "The customer asked twice."}
 TICKET_TASK = f"call create_ticket {json.dumps(TICKET)}"
@@ -48,14 +49,6 @@ def profiles_file(tmp_path: Path) -> dict[str, str]:
     path = tmp_path / "agents.yaml"
     path.write_text(json.dumps(PROFILE))
     return {"AGENTLEDGER_AGENTS": str(path)}
-
-
-async def receipt_of(pool: AsyncConnectionPool, run_id: str) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        found = await rows(pool, "SELECT receipt FROM receipts WHERE run_id = %s", run_id)
-        return found[0]["receipt"] if found else None
-
-    return await eventually(probe, seconds=60, what=f"{run_id}'s receipt")
 
 
 async def test_a_runner_cannot_sidestep_the_approvals_the_operator_set(
@@ -182,7 +175,7 @@ async def test_a_decision_is_made_in_the_credentials_role_by_its_identity(
             assert decided.status_code == 200, decided.text
             assert decided.json()["decision"] == "approved"
             await wait_status(client, run_id, "completed", seconds=60)
-    receipt = await receipt_of(pool, run_id)
+    receipt = await eventually_receipt(pool, run_id)
     assert receipt["requester"] == {
         "kind": "key",
         "id": runner_id,
@@ -242,7 +235,7 @@ async def test_the_requester_cannot_approve_and_two_people_must(
             await wait_status(client, run_id, "completed", seconds=60)
             shown = await http.get("/v1/tenant", headers=bearer(admin))
             assert shown.json()["policy"]["two_person"] is True
-    [approval] = (await receipt_of(pool, run_id))["approvals"]
+    [approval] = (await eventually_receipt(pool, run_id))["approvals"]
     assert approval["by"] == "bo" and [v["by"] for v in approval["votes"]] == ["ana"]
 
 

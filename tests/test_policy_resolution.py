@@ -254,3 +254,23 @@ def test_every_start_path_resolves_its_policy_by_the_one_function():
         "agentledger/core/tenant_policy.py",
         "agentledger/workflows/changes.py",
     }
+
+
+def test_a_sub_agents_run_starts_under_the_policy_its_parent_started_with():
+    """A sub-agent's spec (its profile's, in its parent's `subagents`) is resolved by the
+    same function, under the tenant's policy its parent carries: the tenant's rules come
+    first, and the parent's requester is the child's."""
+    from agentledger.workflows.run_starts import within_parent
+
+    rules = [parse_rule("send_message by finance x2")]
+    parent = resolve(
+        asked(subagents={"helper": {"instructions": "You help.", "agent": "helper"}}),
+        policy(rules=rules, requester_may_approve=False),
+        requester=MARIA,
+    )
+    child_spec = RunSpec.model_validate({"task": "help", **parent.subagents["helper"]})
+    child = within_parent(parent, resolve(child_spec, policy())).spec
+    assert child.approval.rules[0] == rules[0]
+    assert child.requester == MARIA and child.tenant == "acme"
+    assert not child.approval.requester_may_approve
+    assert child.approval.role_for("send_message", {}) == "finance"

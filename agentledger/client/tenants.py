@@ -24,6 +24,11 @@ from agentledger.store.tenant_store import TenantStore
 from agentledger.temporal.queue_config import apply_queue_config
 
 
+def problems_in(err: ValidationError) -> str:
+    """A refused change's problems, each where it is."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in err.errors())
+
+
 class Tenants:
     """Every tenant for an operator; the caller's own under AGENTLEDGER_TENANT."""
 
@@ -50,10 +55,7 @@ class Tenants:
         try:
             limits = TenantLimits.model_validate({**current.model_dump(), **changes})
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
-            )
-            raise TenantError(f"invalid tenant settings: {problems}") from err
+            raise TenantError(f"invalid tenant settings: {problems_in(err)}") from err
         await store.save(limits)
         rated = any(t.model_calls_per_second is not None for t in await store.all_limits())
         try:
@@ -94,10 +96,7 @@ class Tenants:
         try:
             found = TenantPolicy.model_validate({**current.model_dump(), **changes})
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'policy'}: {e['msg']}" for e in err.errors()
-            )
-            raise TenantError(f"invalid tenant policy: {problems}") from err
+            raise TenantError(f"invalid tenant policy: {problems_in(err)}") from err
         await store.save_rules(named, found)
         return found
 

@@ -42,10 +42,6 @@ class Identity(BaseModel):
         """The identity, compared: two decisions by one credential share it."""
         return f"{self.kind}:{self.id}"
 
-    def label(self) -> str:
-        """`maria (refunds) [key:81e4…]`: the name, and what proved it."""
-        return self.name if self.name == self.ref else f"{self.name} [{self.ref}]"
-
     @classmethod
     def of_key(cls, key_id: str, name: str | None) -> Identity:
         return cls(kind="key", id=key_id, name=name or f"key:{key_id}")
