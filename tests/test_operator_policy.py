@@ -23,9 +23,17 @@ from temporalio.client import Client
 
 from agentledger import RunClient
 from agentledger.core.backlog_models import child_run_id
+from agentledger.core.errors import RunNotFound
 from agentledger.core.settings import Settings
 from tests.http_support import bearer, make_key, served
-from tests.support import NOTIFY_TASK, eventually, rows, wait_pending, wait_status
+from tests.support import (
+    NOTIFY_TASK,
+    answered_status,
+    eventually,
+    rows,
+    wait_pending,
+    wait_status,
+)
 from tests.test_cli import run_cli
 from tests.test_http import eventually_receipt
 
@@ -49,6 +57,19 @@ def profiles_file(tmp_path: Path) -> dict[str, str]:
     path = tmp_path / "agents.yaml"
     path.write_text(json.dumps(PROFILE))
     return {"AGENTLEDGER_AGENTS": str(path)}
+
+
+async def task_waits(client: Client, run_id: str) -> Any:
+    """The approval a backlog task's run waits for, once the backlog has started it."""
+
+    async def probe() -> Any:
+        try:
+            state = await answered_status(client, run_id)
+        except RunNotFound:  # the backlog has not started it yet
+            return None
+        return state.pending_approval if state is not None else None
+
+    return await eventually(probe, seconds=90, what=f"{run_id} to wait for approval")
 
 
 async def test_a_runner_cannot_sidestep_the_approvals_the_operator_set(
@@ -82,7 +103,7 @@ async def test_a_runner_cannot_sidestep_the_approvals_the_operator_set(
             )
             assert held.status_code == 200, held.text
             task_run = child_run_id("desk", "held", 1)
-            pending = await wait_pending(client, task_run, seconds=90)
+            pending = await task_waits(client, task_run)
             assert pending.tool == "create_ticket"
             # An agent of its own is a free-form spec: not a runner's to send.
             free = await http.post(
