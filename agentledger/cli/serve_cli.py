@@ -43,7 +43,14 @@ def add_commands(sub: Any) -> None:
         "--proxy-headers",
         action="store_true",
         default=None,
-        help="trust X-Forwarded-For/-Proto (behind a proxy you run)",
+        help="believe X-Forwarded-For/-Proto from the trusted proxies (behind a proxy you run)",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        help="a proxy's address or network (10.0.0.0/8) whose X-Forwarded-For is believed; "
+        "repeat for more (default AGENTLEDGER_HTTP_TRUSTED_PROXIES, loopback)",
     )
     group = sub.add_parser("keys", help="API keys for `agentledger serve` (an operator's act)")
     commands = group.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
@@ -76,9 +83,10 @@ async def cmd_serve(client: RunClient, args: argparse.Namespace) -> int:
         "allow_origins": ",".join(args.allow_origin) or None,
         "body_limit_bytes": args.body_limit,
         "proxy_headers": args.proxy_headers,
+        "trusted_proxies": ",".join(args.trusted_proxy) or None,
     }
-    settings = HttpSettings.read(process_environment()).model_copy(
-        update={k: v for k, v in flags.items() if v is not None}
+    settings = HttpSettings.read(
+        process_environment(), {k: v for k, v in flags.items() if v is not None}
     )
     await client.keys.listed()  # the database answers, at this schema, for an operator
 

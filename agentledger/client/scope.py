@@ -80,10 +80,12 @@ def tenant_caller(tenant: str) -> Caller:
 
 
 def tenant_name(tenant: str) -> str:
-    """`tenant`, if it is a tenant name: letters, digits, '-' and '_' only."""
-    if not tenant or id_part(tenant) != tenant:
+    """`tenant`, if it is a tenant name: one that stands unchanged in its runs' ids, so no
+    two tenants' ids meet (`a/b` would be written `a-b-<hash>`, another tenant's name)."""
+    if not tenant or id_part(tenant) != tenant or len(tenant) > bounds.NAME_CHARS:
         raise InvalidRequest(
-            f"tenant {tenant!r} is not a tenant name: letters, digits, '-' and '_' only"
+            f"tenant {tenant[: bounds.NAME_CHARS]!r} is not a tenant name: 1 to "
+            f"{bounds.NAME_CHARS} letters, digits, '.', '-' and '_'"
         )
     return tenant
 
@@ -401,6 +403,8 @@ class Scope:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise no_run(run_id) from err
             raise
+        if description.workflow_type != names.WORKFLOW_NAME:
+            raise no_run(run_id)  # a backlog, a tenant's queue, an eval: not a run
         indexed = description.typed_search_attributes
         if self.caller.tenant is not None:
             owner = indexed.get(search_attributes.TENANT)

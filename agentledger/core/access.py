@@ -4,7 +4,8 @@ A key is `ark_<key_id>_<secret>`: the id finds its row, the secret (32 random by
 proof. Postgres keeps only the sha256 of the whole key, compared in constant time, so a
 leaked table opens nothing. The tenant and the identity are the credential's, never the
 request's: a `Caller` is made only from a key's row, a verified token, or (`operator`) the
-stack's own connections.
+stack's own connections, and its tenant is a tenant name by the one rule (`tenant_name` in
+agentledger/client/scope.py), so no two tenants' run ids meet.
 
 Roles are of two kinds: the four access roles (what a credential may do at all), and the
 roles an approval may ask for (a spec's `approval.roles`, a tenant rule's `by finance`). A
@@ -20,6 +21,7 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from agentledger.core.errors import InvalidRequest
@@ -51,6 +53,8 @@ class Caller:
     roles: frozenset[str]
     identity: Identity
     credential: str  # what limits count against: a key's id, a token's issuer and subject
+    key_id: str | None = None  # an API key's, which can be revoked while in use
+    expires_at: datetime | None = None  # when the credential stops opening the door
 
     def may(self, need: str) -> bool:
         return any(need in GRANTS.get(role, frozenset()) for role in self.roles)
