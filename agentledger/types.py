@@ -40,7 +40,7 @@ from agentledger.core.listings import (
     NewApiKey,
     RunRow,
     TenantRow,
-    TenantView,
+    TenantShown,
 )
 from agentledger.core.policy_rules import ApprovalRule, TenantPolicy
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
@@ -184,7 +184,7 @@ __all__ = [
     "TenantLimits",
     "TenantPolicy",
     "TenantRow",
-    "TenantView",
+    "TenantShown",
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",

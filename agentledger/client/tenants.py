@@ -18,7 +18,7 @@ from agentledger.client.scope import Scope, operators_only
 from agentledger.core import bounds
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import InvalidRequest, PolicyDenied, TenantError
-from agentledger.core.listings import TenantRow, TenantView
+from agentledger.core.listings import TenantRow, TenantShown
 from agentledger.core.policy_rules import TenantPolicy
 from agentledger.store.tenant_store import TenantStore
 from agentledger.temporal.queue_config import apply_queue_config
@@ -69,12 +69,12 @@ class Tenants:
         await admission.configure(client, limits)
         return limits
 
-    async def show(self, tenant: str | None = None) -> TenantView:
+    async def show(self, tenant: str | None = None) -> TenantShown:
         """One tenant (the caller's own under a tenant): its settings and runs, and the
         policy its runs start under."""
         named = self._policy_tenant(tenant)
         rows = await Tenants(self.scope.narrowed(named)).listed()
-        return TenantView(
+        return TenantShown(
             tenant=named, settings=rows[0] if rows else None, policy=await self.policy(named)
         )
 

@@ -22,7 +22,10 @@ class Identity(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: IdentityKind
+    kind: IdentityKind = Field(
+        description="what proved it: an API key, an OIDC token, an approver's signing key, or "
+        "the operator's own connections"
+    )
     id: str = Field(
         min_length=1,
         max_length=500,

@@ -14,8 +14,8 @@ from agentledger import profiles
 from agentledger.core.backlog_models import EnqueueResult
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import InvalidRequest
-from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.listings import BacklogListing, RunRow
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import ControlResult, DecisionResult, Receipt, SayResult
 from agentledger.core.run_reports import Started
 from agentledger.core.spec import RunSpec
