@@ -56,7 +56,14 @@ def add_commands(sub: Any) -> None:
     commands = group.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     p = commands.add_parser("create", help="a key for a tenant's people; printed once")
     p.add_argument("--tenant", required=True, help="the tenant the key acts for")
-    p.add_argument("--role", required=True, choices=["viewer", "runner", "approver", "admin"])
+    p.add_argument(
+        "--role",
+        required=True,
+        choices=["viewer", "runner", "approver", "admin"],
+        help="what the key's holder may do: viewer reads; runner also starts and steers runs; "
+        "approver reads and decides approvals; admin all of these and reads the tenant's "
+        "settings (docs/http.md)",
+    )
     p.add_argument("--expires", help="expires after this long (30d, 12h); default never")
     p.add_argument("--name", help="a label for people, shown by `keys list` (who holds it)")
     p.add_argument(
@@ -126,7 +133,9 @@ async def cmd_keys(client: RunClient, args: argparse.Namespace) -> int:
     else:
         row = await client.keys.revoke(args.key_id)
         emit(
-            row.model_dump(mode="json"), args.json, f"key {row.key_id} revoked at {row.revoked_at}"
+            row.model_dump(mode="json"),
+            args.json,
+            f"key {row.key_id} revoked at {render.local_time(row.revoked_at)}",
         )
     return 0
 

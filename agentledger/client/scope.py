@@ -281,6 +281,12 @@ class Scope:
         return self.caller.tenant
 
     @property
+    def home_tenant(self) -> str:
+        """The tenant what the caller makes belongs to: its own, or the default tenant for
+        the operator."""
+        return self.caller.tenant or DEFAULT_TENANT
+
+    @property
     def operator(self) -> bool:
         """Whether the caller is the operator, who sees and acts for every tenant."""
         return self.caller.tenant is None
@@ -453,10 +459,11 @@ class Scope:
         elif not self.sees(owner):
             raise no_run(run_id)
 
-    async def owner_of(self, run_id: str, wait: float | None = None) -> str:
-        """The tenant of a run the caller may see (another tenant's reads as missing): the
-        caller's own, or for the operator the mirror's (the default tenant's if unmirrored)."""
-        await self.find_run(run_id, Deadline(self.bound(wait)))
+    async def tenant_of_run(self, run_id: str) -> str:
+        """The run's tenant, if the caller may see the run (else `no_run`, as for a run that
+        does not exist): the caller's own, or, for the operator, the mirror's (a run it has
+        not seen yet is the default tenant's)."""
+        await self.find_run(run_id, Deadline(self.wait))
         if self.caller.tenant is not None:
             return self.caller.tenant
         return await self._mirrored_owner(run_id) or DEFAULT_TENANT

@@ -14,6 +14,14 @@ from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import JsonDict
 
+# Runs the engine starts for its own work, under its `run-~` ids: an eval's replayed cases
+# (children of its `eval-` workflow) and sub-agents. `list` shows them only when asked.
+ENGINE_RUN_PREFIXES = ("run-~child.eval-", "run-~sub.")
+
+
+def engines_own(run_id: str) -> bool:
+    return run_id.startswith(ENGINE_RUN_PREFIXES)
+
 
 class RunRow(BaseModel):
     """One run of `list`: the mirror's row, or, for a run no worker has taken yet, what

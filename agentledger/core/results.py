@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.events import EventType
 from agentledger.core.identity import Identity
 from agentledger.core.spec import JsonDict, Strict
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, StepStatus
 
 StepType = Literal["model_call", "tool_call", "approval", "verify", "checkpoint"]
 
@@ -51,7 +52,7 @@ class StepSummary(BaseModel):
     seq: int = Field(description="its number in the run, from 1")
     type: StepType = Field(description="model_call, tool_call, approval, verify or checkpoint")
     name: str = Field(description="the model or the tool")
-    status: str = Field(
+    status: StepStatus = Field(
         description="running, completed, failed, cancelled, interrupted or abandoned"
     )
     attempt: int = Field(1, description="the attempt it is on (or ended on)")
@@ -457,7 +458,7 @@ class WatchItem(BaseModel):
     kind: Literal["event", "text", "receipt"] = Field(
         description="event (a run event), text (a piece of model text) or receipt (the end)"
     )
-    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    type: EventType = Field(description="the event's type; `model.text`; or `receipt`")
     offset: int | None = Field(None, description="position in the live stream; None: the mirror")
     seq: int | None = Field(None, description="the event's sequence number in the run")
     step_id: str | None = Field(None, description="the step it belongs to, if any")

@@ -70,6 +70,7 @@ from agentledger.client.scope import refuse_requested_tenant
 from agentledger.core import task_states
 from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
+from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.core.states import TERMINAL
 from agentledger.http import a2a_tasks
@@ -282,7 +283,7 @@ class RunTasks(RequestHandler):
             return (
                 run_id,
                 lambda item: (
-                    item.type == "message.received"
+                    item.type == EventType.MESSAGE_RECEIVED
                     and item.data.get("message_id") == said.message_id
                 ),
             )
@@ -307,7 +308,10 @@ class RunTasks(RequestHandler):
         else:
             await client.runs.approve(run_id, edit=decision.get("edit"), **common)
         step = pending.step_id
-        return run_id, lambda item: item.type == "approval.requested" and item.step_id == step
+        return (
+            run_id,
+            lambda item: item.type == EventType.APPROVAL_REQUESTED and item.step_id == step,
+        )
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext

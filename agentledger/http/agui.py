@@ -34,6 +34,7 @@ from agentledger.client.run_client import RunClient
 from agentledger.core.access import Caller
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import AgentLedgerError, InvalidRequest, OperationRefused
+from agentledger.core.events import EventType
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.http import event_streams
 from agentledger.http.agui_events import AguiStory
@@ -142,7 +143,7 @@ async def story(
         async for item in items:
             if waiting:
                 told.follow(item)
-                if item.type == "approval.requested" and item.step_id in waiting:
+                if item.type == EventType.APPROVAL_REQUESTED and item.step_id in waiting:
                     waiting.discard(item.step_id)
                     if not waiting:
                         yield told.snapshot()
@@ -150,7 +151,7 @@ async def story(
             row, decided = None, False
             if told.needs_row(item) and item.step_id is not None:
                 row = await step_row(client, run_id, item.step_id)
-            if item.type == "approval.requested":
+            if item.type == EventType.APPROVAL_REQUESTED:
                 decided = not await still_pending(client, run_id, item.step_id)
             for event in told.translate(item, row, decided=decided):
                 yield event

@@ -60,6 +60,7 @@ from agentledger.core.errors import (
     NotFound,
     Refused,
 )
+from agentledger.core.events import EventType
 from agentledger.core.results import PendingApproval, Receipt
 from agentledger.http import mcp_runs
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
@@ -255,9 +256,9 @@ async def follow(
             words = mcp_runs.progress_words(item)
             if words is not None:
                 await call.ctx.session.report_progress(item.seq, None, words)
-            if item.type == "session.turn_answered":
+            if item.type == EventType.SESSION_TURN_ANSWERED:
                 return mcp_runs.turn_result(call.base, run_id, item.data)
-            if item.type != "approval.requested":
+            if item.type != EventType.APPROVAL_REQUESTED:
                 continue
             pending = (await client.runs.status(run_id)).pending_approval
             if pending is None or pending.approval_id != item.data.get("approval_id"):

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import approval_signatures, bounds, merge_patch
     from agentledger.core._wire import ApproveInput, RejectInput
     from agentledger.core.argument_schema import argument_problems, unknown_fields
+    from agentledger.core.events import EventType
     from agentledger.core.identity import Identity
     from agentledger.core.keys import action_hash
     from agentledger.core.results import (
@@ -38,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RefusedDecision,
     )
     from agentledger.core.spec import Budget, JsonDict
-    from agentledger.core.states import RunStatus, is_terminal
+    from agentledger.core.states import RunStatus, StepStatus, is_terminal
     from agentledger.workflows import policies
 
 
@@ -183,7 +184,7 @@ class Approvals:
                 record.edit,
                 spent=(spent["spent_tokens"], spent["spent_cost_usd"]),
             )
-            self.recorder.event("budget.extended", data=self.progress.budget.model_dump())
+            self.recorder.event(EventType.BUDGET_EXTENDED, data=self.progress.budget.model_dump())
 
     async def await_human(
         self,
@@ -203,8 +204,10 @@ class Approvals:
             self.progress.pending_approval, self.progress.decision = pending, None
             self.recorder.show_details()  # the Web UI names what the run waits for
             step.input = approval_input(pending)
-            self.recorder.event("approval.requested", step.id, pending.model_dump(mode="json"))
-            step.report("waiting")
+            self.recorder.event(
+                EventType.APPROVAL_REQUESTED, step.id, pending.model_dump(mode="json")
+            )
+            step.report(StepStatus.WAITING)
             await self.recorder.flush()
             await self.tell_parent(pending)  # a sub-agent's run: its parent shows the approval
             wait = timedelta(seconds=policy.timeout_seconds)
@@ -229,11 +232,13 @@ class Approvals:
             record = self._approval_record(asked, decision, proposed=arguments)
             self.progress.approvals.append(record)
             step.end(
-                record.decision,
+                StepStatus(record.decision),
                 output=record.model_dump(mode="json"),
                 finished_at=record.decided_at,
             )
-        self.recorder.event(f"approval.{record.decision}", step.id, {"by": record.by, "kind": kind})
+        self.recorder.event(
+            EventType.decided(record.decision), step.id, {"by": record.by, "kind": kind}
+        )
         await self.tell_parent(None)
         return record
 
@@ -278,13 +283,8 @@ class Approvals:
             pending = pending.model_copy(update={"votes": [*pending.votes, vote]})
         self.progress.pending_approval, self.progress.decision = pending, None
         self.recorder.show_details()
-        # The inbox reads the latest request of a waiting step: it shows who approved so far.
-        self.recorder.event("approval.requested", step_id, pending.model_dump(mode="json"))
-        self.recorder.event(
-            "approval.counted",
-            step_id,
-            {"by": vote.by, "votes": len(pending.votes), "needed": pending.approvals_needed},
-        )
+        # The approval as it now stands: the inbox reads a waiting step's latest.
+        self.recorder.event(EventType.APPROVAL_COUNTED, step_id, pending.model_dump(mode="json"))
         return True
 
     def _pending(
@@ -497,7 +497,9 @@ class Approvals:
         )
         # The last few are enough to say why nothing happened; all are in the events.
         self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
-        self.recorder.event("approval.refused", data={"by": refusal.by, "reason": refusal.reason})
+        self.recorder.event(
+            EventType.APPROVAL_REFUSED, data={"by": refusal.by, "reason": refusal.reason}
+        )
 
     async def decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
