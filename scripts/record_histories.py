@@ -30,7 +30,8 @@ from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
-from agentledger.core.results import ForkOrigin  # noqa: E402
+from agentledger.core.identity import Identity  # noqa: E402
+from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
@@ -47,10 +48,10 @@ TASK = "Look up our refund policy and notify ana@example.com about it."
 Scenario = Callable[[Client, str], Awaitable[None]]
 
 
-async def wait_pending(client: Client, run_id: str) -> None:
+async def wait_pending(client: Client, run_id: str) -> PendingApproval:
     for _ in range(300):
-        if (await ops.status(client, run_id)).pending_approval:
-            return
+        if pending := (await ops.status(client, run_id)).pending_approval:
+            return pending
         await asyncio.sleep(0.1)
     raise RuntimeError(f"{run_id} never reached its approval gate")
 
@@ -58,6 +59,24 @@ async def wait_pending(client: Client, run_id: str) -> None:
 async def approved_with_edit(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.approve(client, run_id, by="li", role="approver", edit={"body": "Edited."})
+
+
+async def two_people_approve(client: Client, run_id: str) -> None:
+    """A call that needs two approvers: li's approval edits it (a merge patch), and is
+    counted; mo's, the second, runs it."""
+    await wait_pending(client, run_id)
+    li, mo = Identity.of_key("history-li", "li"), Identity.of_key("history-mo", "mo")
+    counted = await ops.approve(
+        client, run_id, by="li", role="approver", edit={"body": "By li."}, decider=li
+    )
+    assert counted.decision == "counted", counted
+    await ops.approve(client, run_id, by="mo", role="approver", decider=mo)
+
+
+async def approved_with_replacement(client: Client, run_id: str) -> None:
+    pending = await wait_pending(client, run_id)
+    arguments = {**pending.arguments, "body": "Replaced whole."}
+    await ops.approve(client, run_id, by="li", role="approver", replace=arguments)
 
 
 async def rejected(client: Client, run_id: str) -> None:
@@ -309,6 +328,21 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # A model call, tool calls, an approval with an edit.
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
     "rejected": (RunSpec(task=TASK), rejected),
+    # Recorded at generation 6 (an edit is a merge patch or a replacement): the two-person
+    # rule (one approval counted, then the second), a replacement, a call a rule denies.
+    "two_people_approved": (
+        RunInput(
+            task=TASK,
+            approval={"approvals_needed": 2, "requester_may_approve": False},
+            requester=Identity.of_key("history-requester", "requester"),
+        ),
+        two_people_approve,
+    ),
+    "approved_with_replacement": (RunSpec(task=TASK), approved_with_replacement),
+    "denied_by_rule": (
+        RunSpec(task=TASK, approval={"rules": [{"tool": "send_message", "deny": True}]}),
+        finishes_alone,
+    ),
     "paused_and_resumed": (RunSpec(task=TASK), paused_and_resumed),
     "cancelled": (RunSpec(task=TASK), cancelled),
     "quarantine_released": (

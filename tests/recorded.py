@@ -27,6 +27,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # runs "history-<scenario>").
 RECORDED_IDS = {
     "signed_approval": run_id_for("history-signed_approval"),
+    # Kept from generation 5 (before an edit was a merge patch): recorded under the same ids.
+    "generation_5_signed_approval": run_id_for("history-signed_approval"),
+    "generation_5_subagents": run_id_for("history-subagents"),
     # A sub-agent's child run id derives from its parent's.
     "subagents": run_id_for("history-subagents"),
     "subagent_paused_and_approved": run_id_for("history-subagent_paused_and_approved"),

@@ -56,6 +56,8 @@ ENGINE_FIELDS = [
     "fairness_weight",
     "parent_run_id",
     "subagent_depth",
+    "requester",
+    "tenant_policy",
 ]
 
 

@@ -129,8 +129,8 @@ def test_histories_of_both_endings_replay():
     assert {name: (gen, last["eventType"]) for name, (gen, last) in endings.items()} == {
         "generation_4_rejected": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
         "generation_4_failed": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
-        "rejected": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
-        "unknown_outcome_expired": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
+        "rejected": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
+        "unknown_outcome_expired": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
     }
 
 
@@ -153,6 +153,17 @@ def activities(history: list[dict]) -> list[str]:
         for e in history
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
+
+
+def approvals(history: list[dict]) -> int:
+    """How many approve updates the run took."""
+    return sum(
+        1
+        for e in history
+        if "workflowExecutionUpdateAcceptedEventAttributes" in e
+        and e["workflowExecutionUpdateAcceptedEventAttributes"]["acceptedRequest"]["input"]["name"]
+        == "approve"
+    )
 
 
 def messages(history: list[dict]) -> set[str]:
@@ -203,6 +214,14 @@ PATHS = {
         lambda h: "__temporal_workflow_stream_publish" in messages(h),
     ),
     "budget extension": ("budget_extended", lambda h: "approve" in messages(h)),
+    # Generation 6: one approval of two counted (the edit it carried a merge patch), then
+    # the second; the arguments replaced whole; a call the run's rules deny.
+    "two-person approval": ("two_people_approved", lambda h: approvals(h) == 2),
+    "replacement": ("approved_with_replacement", lambda h: "approve" in messages(h)),
+    "denied call": (
+        "denied_by_rule",
+        lambda h: any(r["deny"] for r in started_input(h)["approval"]["rules"]),
+    ),
     "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
     "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
     "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),
@@ -320,3 +339,11 @@ def test_a_paused_parent_and_its_childs_approval_have_histories():
         path = HISTORIES[0].parent / f"{name}.json"
         kinds = [e.event_type for e in WorkflowHistory.from_json(name, path.read_text()).events]
         assert kinds.count(sent) == 2 and kinds.count(taken) >= 2, (name, kinds)
+
+
+def test_an_edit_laid_over_the_arguments_before_generation_6_has_a_history():
+    """Runs of generation 5 lay an approver's edit over the arguments member by member
+    (the generation-6 branch's old path); their history replays (test_replay)."""
+    history = events_of("generation_5_approved_with_edit")
+    assert started_input(history)["workflow_generation"] == 5
+    assert "approve" in messages(history)

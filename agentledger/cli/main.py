@@ -193,13 +193,17 @@ async def cmd_approve(client: RunClient, args: argparse.Namespace) -> int:
 
     edit = json_argument(args.edit, "--edit")
     if edit is not None and not isinstance(edit, dict):
-        raise InvalidRequest("--edit takes a JSON object of the arguments to change")
+        raise InvalidRequest("--edit takes a JSON object: the fields to change, null removes one")
+    replace = json_argument(args.arguments, "--arguments")
+    if replace is not None and not isinstance(replace, dict):
+        raise InvalidRequest("--arguments takes a JSON object: the whole arguments")
     role, key = decider(client, args)
     result = await client.runs.approve(
         args.run,
         by=args.by,
         role=role,
         edit=edit,
+        replace=replace,
         signer=key,
         action_hash=args.action_hash,
     )
@@ -796,7 +800,13 @@ def parser() -> argparse.ArgumentParser:
     p = command("approve", "approve the pending action")
     p.add_argument("run")
     add_decider(p)
-    p.add_argument("--edit", help="JSON object of arguments to change before running")
+    edits = p.add_mutually_exclusive_group()
+    edits.add_argument(
+        "--edit",
+        help="a JSON Merge Patch of the arguments before running: the fields to change, a "
+        "field set to null removed",
+    )
+    edits.add_argument("--arguments", help="the whole arguments to run with instead, as JSON")
     p = command("reject", "reject the pending action")
     p.add_argument("run")
     add_decider(p)

@@ -33,7 +33,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentledger.client.in_flight import in_flight
-from agentledger.core import backlog_models, bounds, search_attributes
+from agentledger.core import backlog_models, bounds, identity, search_attributes
 from agentledger.core import constants as names
 from agentledger.core.access import ROLES, Caller
 from agentledger.core.backlog_models import TaskItem
@@ -59,7 +59,9 @@ from agentledger.workflows import AgentRunWorkflow
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 # The caller of a command run without a tenant: the operator, who sees every tenant's runs.
-OPERATOR = Caller(tenant=None, roles=frozenset(ROLES), identity="operator", credential="operator")
+OPERATOR = Caller(
+    tenant=None, roles=frozenset(ROLES), identity=identity.OPERATOR, credential="operator"
+)
 
 
 def tenant_caller(tenant: str) -> Caller:
@@ -71,7 +73,8 @@ def tenant_caller(tenant: str) -> Caller:
     return Caller(
         tenant=tenant,
         roles=frozenset(ROLES),
-        identity=f"tenant:{tenant}",
+        # The operator's connections, narrowed: no credential proves anyone in particular.
+        identity=identity.OPERATOR,
         credential=f"tenant:{tenant}",
     )
 

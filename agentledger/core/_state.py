@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentledger.core._wire import ApproveInput, RejectInput
+from agentledger.core.identity import Identity
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import (
     ApprovalRecord,
     ChildApproval,
@@ -163,6 +165,17 @@ class RunInput(RunSpec):
         None, description="set by the engine: the run whose sub-agent this run is"
     )
     subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
+    requester: Identity | None = Field(
+        None,
+        description="set by the engine: who asked for the run, as their credential proved it "
+        "(a sub-agent's, a backlog task's: whoever asked for its parent or task); None: runs "
+        "started before it was recorded",
+    )
+    tenant_policy: TenantPolicy | None = Field(
+        None,
+        description="set by the engine: its tenant's policy when it started, which its "
+        "sub-agents' runs start under too",
+    )
 
     @classmethod
     def of(cls, spec: RunSpec, **engine: object) -> Self:

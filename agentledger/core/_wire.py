@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentledger.core.events import EventType
+from agentledger.core.identity import Identity
 from agentledger.core.results import (
     ForkOrigin,
     PendingApproval,
@@ -70,6 +71,7 @@ class RunSnapshot(BaseModel):
     profile_hash: str | None = None
     tenant: str
     user: str
+    requester: Identity | None = None
     task: str
     priority: int | None = None
     status: RunStatus
@@ -294,9 +296,19 @@ class ApproveInput(BaseModel):
     action_hash: str
     by: str = Field(min_length=1)
     role: str = Field(min_length=1)
-    edit: JsonDict | None = Field(None, description="arguments the approver changed")
+    edit: JsonDict | None = Field(
+        None,
+        description="a JSON Merge Patch of the arguments (RFC 7396: null removes); runs of "
+        "generation 5 and before lay it over them, member by member",
+    )
+    replace: JsonDict | None = Field(
+        None, description="the whole arguments to run with instead (never with `edit`)"
+    )
     tenant: str | None = None
     signature: DecisionSignature | None = None
+    decider: Identity | None = Field(
+        None, description="who decides, as the sender's credential proved it"
+    )
 
 
 class RejectInput(BaseModel):
@@ -306,6 +318,9 @@ class RejectInput(BaseModel):
     reason: str = Field(min_length=1)
     tenant: str | None = None
     signature: DecisionSignature | None = None
+    decider: Identity | None = Field(
+        None, description="who decides, as the sender's credential proved it"
+    )
 
 
 class SayInput(BaseModel):

@@ -95,6 +95,23 @@ class OperationRefused(Refused, OperationError):
     """The run or its policy refused the operation: the message says why."""
 
 
+class PolicyDenied(Refused, OperationError):
+    """The tenant's policy does not let this caller do it (an agent it may not run, a spec of
+    its own, a decision outside its role): the message says what the policy allows."""
+
+    kind = "forbidden"
+
+
+class IdempotencyConflict(Refused, OperationError):
+    """An idempotency key already named a run started from a different request."""
+
+    kind = "idempotency_conflict"
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class StackInUse(Refused, SetupError):
     """Another command owns the embedded stack kept in this folder; the message names it."""
 

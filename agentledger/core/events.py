@@ -46,11 +46,15 @@ class EventType(StrEnum):
     APPROVAL_APPROVED = "approval.approved"
     APPROVAL_REJECTED = "approval.rejected"
     APPROVAL_EXPIRED = "approval.expired"
+    # One approval of several a call needs: the pending approval as it now stands (its
+    # votes; its arguments, if the approval edited them).
+    APPROVAL_COUNTED = "approval.counted"
     # Models and tools.
     MODEL_FALLBACK = "model.fallback"
     MODEL_INTERRUPTED = "model.interrupted"
     MODEL_REPAIR_REQUESTED = "model.repair_requested"
     TOOL_REFUSED = "tool.refused"
+    TOOL_DENIED = "tool.denied"
     TOOL_SUSPICIOUS = "tool.suspicious"
     TOOL_RECONCILED = "tool.reconciled"
     DUPLICATE_PREVENTED = "duplicate.prevented"

@@ -278,7 +278,7 @@ class RunTasks(RequestHandler):
                     message=f"a message to a task takes text; {a2a_tasks.REPLY_HELP}"
                 )
             said = await client.runs.say(
-                run_id, text, by=call.who.identity, message_id=message.message_id
+                run_id, text, by=call.who.identity.name, message_id=message.message_id
             )
             return (
                 run_id,
@@ -299,7 +299,7 @@ class RunTasks(RequestHandler):
                 f"{pending.approval_id!r} is"
             )
         common: dict[str, Any] = {
-            "by": call.who.identity,
+            "by": call.who.identity.name,
             "role": pending.required_role,
             "action_hash": decision.get("action_hash") or pending.action_hash,
         }

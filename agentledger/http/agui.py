@@ -99,7 +99,7 @@ async def answer_interrupt(client: RunClient, run_id: str, entry: ResumeEntry, w
             "resume the interrupt the last RUN_FINISHED named"
         )
     common: dict[str, Any] = {
-        "by": who.identity,
+        "by": who.identity.name,
         "role": pending.required_role,
         "action_hash": pending.action_hash,
     }
@@ -170,7 +170,7 @@ def spec_of(client: RunClient, agent: str, request: RunAgentInput, who: Caller) 
     fields = profiles.pick(agents, agent, source).spec_fields(agents)
     fields.update(
         task=task_of(request),
-        user=who.identity,
+        user=who.identity.name,
         idempotency_key=thread_key(request.thread_id),
     )
     try:

@@ -72,7 +72,7 @@ class RoleOfBody:
 
 @dataclass(frozen=True)
 class Endpoint:
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "PUT"]
     path: str
     handler: Handler
     role: str | RoleOfBody

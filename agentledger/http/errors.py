@@ -17,15 +17,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused, Unreachable
+from agentledger.core.errors import (
+    AgentLedgerError,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    PolicyDenied,
+    Refused,
+    Unreachable,
+)
 
 log = logging.getLogger(__name__)
 
-# First match wins: ServiceUnreachable is both Unreachable and InvalidInput.
+# First match wins: ServiceUnreachable is both Unreachable and InvalidInput; a tenant's
+# policy denying the caller is 403, any other refusal 409.
 STATUSES: tuple[tuple[type[AgentLedgerError], int], ...] = (
     (Unreachable, 503),
     (NotFound, 404),
     (InvalidInput, 400),
+    (PolicyDenied, 403),
     (Refused, 409),
 )
 
@@ -61,7 +71,10 @@ async def refused(request: Request, err: Exception) -> Response:
 
 async def failed(request: Request, err: Exception) -> Response:
     assert isinstance(err, AgentLedgerError)
-    return JSONResponse(error_body(err.kind, str(err)), status_of(err))
+    body = error_body(err.kind, str(err))
+    if isinstance(err, IdempotencyConflict):  # the run the key named first
+        body["error"]["run_id"] = err.run_id
+    return JSONResponse(body, status_of(err))
 
 
 def dropped(err: Exception) -> bool:

@@ -197,7 +197,7 @@ async def decide(
     if decision is None:
         return False
     common: dict[str, Any] = {
-        "by": call.who.identity,
+        "by": call.who.identity.name,
         "role": pending.required_role,
         "action_hash": action_hash,
     }
@@ -430,7 +430,7 @@ class McpFace:
             token=who.credential,
             client_id=who.credential,
             scopes=sorted(who.roles),
-            subject=who.identity,
+            subject=who.identity.ref,
         )
         scope["user"] = AuthenticatedUser(token)
         await self.manager.handle_request(scope, receive, send)

@@ -479,6 +479,21 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX a2a_tasks_context_idx ON a2a_tasks (tenant, context_id);
     """,
+    # 19: the operator's policy for a tenant's runs (agentledger/core/policy_rules.py: agents,
+    # free-form specs, approval rules), the approval roles a key decides in beside its role,
+    # who asked for each run, and the request each idempotency key named
+    # (agentledger/store/run_requests.py).
+    """
+    ALTER TABLE tenants ADD COLUMN policy jsonb;
+    ALTER TABLE api_keys ADD COLUMN approval_roles text[] NOT NULL DEFAULT '{}';
+    ALTER TABLE runs ADD COLUMN requester jsonb;
+    CREATE TABLE run_requests (
+        run_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        fingerprint text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
 ]
 
 

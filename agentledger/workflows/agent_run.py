@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
     )
+    from agentledger.core.spec import JsonDict, RiskLevel
     from agentledger.core.states import RunStatus, StepStatus
     from agentledger.workflows import policies
 
@@ -119,7 +120,7 @@ class AgentRunWorkflow:
         self.context = run = RunContext(spec, self.run_id, self.progress, self.recorder)
         self.subagents = Subagents(run)
         self.controls = RunControls(run, self.changes, self.subagents.forward_control)
-        self.approvals = Approvals(run, self.subagents.tell_parent)
+        self.approvals = Approvals(run, self.subagents.tell_parent, self.changes)
         self.steering = Steering(run)
         self.sessions = Sessions(run, self.steering, self._continue_as_new)
         self.checks = AnswerChecks(run)
@@ -136,9 +137,10 @@ class AgentRunWorkflow:
         if spec.carry is None:
             # Here, not in `run`: a signal delivered with the start runs its handler before
             # `run`, and the story must still begin with the start.
-            self.recorder.event(
-                EventType.RUN_STARTED, data={"tenant": spec.tenant, "user": spec.user}
-            )
+            started: JsonDict = {"tenant": spec.tenant, "user": spec.user}
+            if spec.requester is not None:  # who asked, as their credential proved it
+                started["requester"] = spec.requester.model_dump(mode="json")
+            self.recorder.event(EventType.RUN_STARTED, data=started)
 
     # ------------------------------------------------------------------ handlers
 
@@ -486,6 +488,7 @@ class AgentRunWorkflow:
     ) -> ModelCallInput:
         """What a decision's model call reads: the conversation's new messages, the tools
         and sub-agents offered, and the checks its reply may run."""
+        ruled = self.spec.approval.ruled_tools()
         return self.steering.model_input(
             step_id,
             mirror,
@@ -497,8 +500,10 @@ class AgentRunWorkflow:
             max_tokens=self.spec.model.max_tokens,
             provider=provider,
             cut=self.sessions.conversation_cut(),
-            approval_at=self.spec.approval.require_at_or_above,
-            approval_always=self.spec.approval.always,
+            # A call some rule may stop for approval carries its schema too (edits are
+            # checked against it); a rule on every tool: every call does.
+            approval_at=RiskLevel.LOW if "*" in ruled else self.spec.approval.require_at_or_above,
+            approval_always=[*self.spec.approval.always, *sorted(ruled - {"*"})],
             **self.checks.for_reply(),
             **self.subagents.tools(),
         )

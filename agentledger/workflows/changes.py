@@ -12,6 +12,11 @@ Generation 5: a run that ends failed or cancelled ends so in Temporal too (Faile
 Canceled; agentledger/workflows/run_endings.py); runs of generation 4 and before return their
 result whatever their status, so Temporal shows them Completed.
 
+Generation 6: an approver's edit is a JSON Merge Patch (RFC 7396: `null` removes a member,
+an object merges into an object) or a whole replacement, checked against the tool's schema
+as the arguments it leaves; runs of generation 5 and before lay an edit over the arguments
+member by member.
+
 Runs of generation 2 and before (no generation in their input) took the patch-era paths
 since retired (agentledger/core/version_branches.py; their history is in docs/versioning.md):
 such a run is refused here,
@@ -26,7 +31,7 @@ from agentledger.core.spec import RunSpec
 from agentledger.core.version_branches import OLDEST_GENERATION, RETIRED_GENERATIONS, RETIRED_NOTE
 
 # The generation `for_new_run` writes into a new run's input.
-CURRENT_GENERATION = 5
+CURRENT_GENERATION = 6
 
 
 def for_new_run(spec: RunSpec) -> RunInput:
@@ -47,7 +52,8 @@ class Changes:
                 f"generation {generation} ({RETIRED_NOTE}); run it on a build from before "
                 "issue 28"
             )
-        # The live generation switches (agentledger/core/version_branches.py: generation-4 and
-        # generation-5).
+        # The live generation switches (agentledger/core/version_branches.py: generation-4,
+        # generation-5 and generation-6).
         self.generation_4 = generation >= 4
         self.generation_5 = generation >= 5
+        self.generation_6 = generation >= 6
