@@ -103,6 +103,8 @@ class Turn:
             return f"[run {run_id} ended {data.get('status')}{error}]"
         if item.kind == "receipt":
             return f"[receipt: `agentledger receipt {run_id}`]"
+        if item.kind == "text_reset":
+            return "[the model call was retried: its reply starts again]"
         if item.type in ("tool.refused", "model.fallback", "run.paused", "run.needs_admin"):
             return f"[{item.type}]"
         return None

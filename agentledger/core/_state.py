@@ -133,6 +133,11 @@ class RunProgress(BaseModel):
     end_requested_by: str | None = Field(
         None, description="who asked a session to end (`agentledger end`); None: nobody has"
     )
+    model_calls_rated: bool = Field(
+        False,
+        description="its model calls go through the rate-limited model queue (its tenant has "
+        "a model-call rate); False: on the run's own queue (generation 6)",
+    )
 
 
 class RunInput(RunSpec):
@@ -163,6 +168,11 @@ class RunInput(RunSpec):
         None, description="set by the engine: the run whose sub-agent this run is"
     )
     subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
+    model_calls_rated: bool = Field(
+        False,
+        description="set by the engine (agentledger/ops/door.py): its tenant had a model-call "
+        "rate when it started, so its model calls go through the rate-limited queue",
+    )
 
     @classmethod
     def of(cls, spec: RunSpec, **engine: object) -> Self:

@@ -350,10 +350,14 @@ class RunVersion(BaseModel):
 
 
 class WatchItem(BaseModel):
-    """One line of `agentledger watch --json`: an event, a piece of model text, or the receipt."""
+    """One line of `agentledger watch --json`: an event, a piece of model text, the mark that
+    a retried model call's text replaces what its step showed so far, or the receipt."""
 
-    kind: Literal["event", "text", "receipt"]
-    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    kind: Literal["event", "text", "text_reset", "receipt"]
+    type: str = Field(
+        description="the event's type; `model.text`; `model.text_reset` (the step's text so "
+        "far is void: the retry's follows); or `receipt`"
+    )
     offset: int | None = Field(None, description="position in the live stream; None: the mirror")
     seq: int | None = Field(None, description="the event's sequence number in the run")
     step_id: str | None = None

@@ -25,10 +25,15 @@ class RunPolicy(BaseModel):
 
 
 def with_policy(spec: RunSpec, found: RunPolicy, *, fork: ForkOrigin | None = None) -> RunInput:
-    """The run's input: the spec with the tenant's weight and its approvers in its approval
-    policy (a spec's own signers are added to them, never put in their place), and a fork's
-    origin."""
-    run = RunInput.of(spec, fairness_weight=found.limits.weight, fork=fork)
+    """The run's input: the spec with the tenant's weight, whether its model calls go through
+    the tenant's rate, its approvers in its approval policy (a spec's own signers are added
+    to them, never put in their place), and a fork's origin."""
+    run = RunInput.of(
+        spec,
+        fairness_weight=found.limits.weight,
+        model_calls_rated=found.limits.model_calls_per_second is not None,
+        fork=fork,
+    )
     if not found.signers:
         return run
     known = {s.key_id for s in found.signers}

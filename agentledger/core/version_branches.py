@@ -26,9 +26,10 @@ from agentledger.core import constants as names
 # The oldest generation today's run workflow replays; the one new runs take is in
 # agentledger/workflows/changes.py (CURRENT_GENERATION).
 OLDEST_GENERATION = 3
-# Four, not three: runs of generation 3 still need generation-4's old path while
-# generation-5 (Temporal ends a run as agentledger does) is new, and both branches stay.
-MAX_LIVE = 4
+# Five: runs of generation 3 still need generation-4's old path, and generation-5 (Temporal
+# ends a run as agentledger does) and generation-6 (model calls on the run's own queue) are
+# new, and every branch stays.
+MAX_LIVE = 5
 
 
 class VersionBranch(BaseModel):
@@ -44,6 +45,7 @@ class VersionBranch(BaseModel):
 
 GENERATION_4 = "generation-4"
 GENERATION_5 = "generation-5"
+GENERATION_6 = "generation-6"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
 BACKLOG_CHILD_POLICY = "backlog-child-policy"
 # Retired, its histories archived (docs/versioning.md): a workflow of the user's own that
@@ -68,6 +70,15 @@ LIVE: tuple[VersionBranch, ...] = (
         old_path="a run of generation 3 or 4 returns its result however it ended: Temporal "
         "shows a failed or rejected run as Completed",
         removal="no open run of generation 3 or 4",
+    ),
+    VersionBranch(
+        id=GENERATION_6,
+        kind="generation",
+        workflow_type=names.WORKFLOW_NAME,
+        where="agentledger/workflows/steering.py (Steering.model_call)",
+        old_path="a run of generation 3 to 5 sends every model call to the rate-limited model "
+        "queue, never to its own",
+        removal="no open run of generation 3, 4 or 5",
     ),
     VersionBranch(
         id=ADMISSION_SWEEP,
@@ -175,6 +186,8 @@ def live_old_paths(facts: HistoryFacts) -> list[str]:
         needed.append(GENERATION_4)
     if facts.workflow_type == names.WORKFLOW_NAME and facts.generation in (3, 4):
         needed.append(GENERATION_5)
+    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation in (3, 4, 5):
+        needed.append(GENERATION_6)
     if (
         facts.workflow_type == names.ADMISSION_WORKFLOW_NAME
         and facts.decided

@@ -1,11 +1,12 @@
 """Follow a run as it works: its events and its model's text as they happen, then its receipt.
 
 A live run is read from its workflow stream (`temporalio.contrib.workflow_streams`): the
-workflow publishes every event it mirrors, `model.complete` publishes the reply's text as
-the provider streams it, and the workflow the rest of the reply when the call ends. Offsets
-are global and survive continue-as-new, so a watcher that joins late replays from offset 0
-(or any offset) and sees the same sequence as one that watched from the start. An ended
-run's story is read from the Postgres mirror instead.
+workflow publishes every event it mirrors. Offsets are global and survive continue-as-new,
+so a watcher that joins late replays from offset 0 (or any offset) and sees the same
+sequence as one that watched from the start. The model's text comes from Postgres, as
+`model.complete` writes it, never through the run (agentledger/ops/live_text.py; runs whose
+calls streamed through the run's stream still show it from there). An ended run's story
+is read from the Postgres mirror instead.
 
 Watchers read the stream with its poll *query*, never its long-poll update: the server
 admits about ten updates in flight per workflow (and a bounded total per run), and those
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +40,7 @@ from agentledger.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES
 from agentledger.core.errors import InvalidRequest, NotAnswered, OperationError
 from agentledger.core.results import WatchItem
 from agentledger.core.spec import JsonDict
+from agentledger.ops import live_text
 from agentledger.ops import operations as ops
 from agentledger.store import mirror_views
 from agentledger.temporal.worker_presence import DEFAULT_WAIT_SECONDS, Deadline
@@ -83,20 +85,27 @@ async def watch(
             raise NotAnswered(
                 f"run {run_id} has ended; its story is in the mirror: set DATABASE_URL"
             )
-        async for item in mirror_story(pool, run_id, after_seq=from_offset):
+        ended = await live_text.of_ended_run(pool, run_id)
+        async for item in ended.around(mirror_story(pool, run_id, after_seq=from_offset)):
             yield item
         return
+    cooldown = poll_cooldown.total_seconds()
+    if pool is None:
+        async for raw in _follow(client, run_id, from_offset, cooldown):
+            yield stream_item(raw)
+        return
     last_seq = 0
-    async for raw in _follow(client, run_id, from_offset, poll_cooldown.total_seconds()):
-        item = stream_item(raw)
+    live = live_text.for_run(pool, run_id)
+    items = live_text.merged(
+        live, pool, _follow(client, run_id, from_offset, cooldown), stream_item
+    )
+    async for item in items:
         last_seq = item.seq or last_seq
         yield item
-    if pool is None:
-        return
     if last_seq or from_offset == 0:
         # The events the stream's last reads could not give (an ended run is read by a
         # replay, which may fail under load), from the mirror, which holds every one.
-        async for item in mirror_story(pool, run_id, after_seq=last_seq):
+        async for item in live.around(mirror_story(pool, run_id, after_seq=last_seq)):
             yield item
     else:
         yield await _receipt_item(pool, run_id)
@@ -104,7 +113,7 @@ async def watch(
 
 async def _follow(
     client: Client, run_id: str, offset: int, cooldown: float
-) -> AsyncIterator[WorkflowStreamItem[Any]]:
+) -> AsyncGenerator[WorkflowStreamItem[Any]]:
     """The stream's items from `offset` on while the run is open, then what it published
     before it ended. A query to the workflow id reaches its latest generation, so this
     follows continue-as-new; a failed poll (a worker died, the server restarted) is tried

@@ -12,6 +12,11 @@ Generation 5: a run that ends failed or cancelled ends so in Temporal too (Faile
 Canceled; agentledger/workflows/run_endings.py); runs of generation 4 and before return their
 result whatever their status, so Temporal shows them Completed.
 
+Generation 6: a run's model calls go to the run's own task queue (started eagerly when the
+worker has a slot) unless its tenant has a model-call rate (the run's input says so, or a
+call on its own queue is refused for it: `ModelCallsRated`), and then to the rate-limited
+model queue from there on; runs of generation 5 send every model call to the model queue.
+
 Runs of generation 2 and before (no generation in their input) took the patch-era paths
 since retired (agentledger/core/version_branches.py; their history is in docs/versioning.md):
 such a run is refused here,
@@ -26,7 +31,7 @@ from agentledger.core.spec import RunSpec
 from agentledger.core.version_branches import OLDEST_GENERATION, RETIRED_GENERATIONS, RETIRED_NOTE
 
 # The generation `for_new_run` writes into a new run's input.
-CURRENT_GENERATION = 5
+CURRENT_GENERATION = 6
 
 
 def for_new_run(spec: RunSpec) -> RunInput:
@@ -47,7 +52,8 @@ class Changes:
                 f"generation {generation} ({RETIRED_NOTE}); run it on a build from before "
                 "issue 28"
             )
-        # The live generation switches (agentledger/core/version_branches.py: generation-4 and
-        # generation-5).
+        # The live generation switches (agentledger/core/version_branches.py: generation-4,
+        # generation-5 and generation-6).
         self.generation_4 = generation >= 4
         self.generation_5 = generation >= 5
+        self.generation_6 = generation >= 6

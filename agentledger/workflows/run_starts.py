@@ -74,8 +74,8 @@ def from_door(spec: RunInput) -> PolicyApplied:
 
 
 def within_parent(parent: RunInput, child: RunInput) -> PolicyApplied:
-    """A sub-agent's run under its parent's policy: the parent's tenant, priority and weight,
-    and the parent's approvers beside any the child's agent names."""
+    """A sub-agent's run under its parent's policy: the parent's tenant, priority, weight and
+    model-call rate, and the parent's approvers beside any the child's agent names."""
     known = {s.key_id for s in parent.approval.signers}
     own = [s for s in child.approval.signers if s.key_id not in known]
     signers = [*parent.approval.signers, *own]
@@ -85,6 +85,7 @@ def within_parent(parent: RunInput, child: RunInput) -> PolicyApplied:
             "tenant": parent.tenant,
             "priority": parent.priority,
             "fairness_weight": parent.fairness_weight,
+            "model_calls_rated": parent.model_calls_rated,
             "approval": approval,
             "admission": None,
         }

@@ -32,6 +32,7 @@ WORKFLOW_ONLY = {
     "changes": "read from the run's input (its generation); a continuation reads it again",
     "generation_4": "a switch of `changes`, read from the input likewise",
     "generation_5": "a switch of `changes`, read from the input likewise",
+    "generation_6": "a switch of `changes`, read from the input likewise",
     "indexed_status": "read from the search attributes, which a continuation inherits",
     "progress": "the declared state itself, carried whole",
     "pending_steps": "mirror rows not sent yet: a run flushes them before it continues",
