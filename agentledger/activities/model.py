@@ -218,7 +218,13 @@ class ModelActivities:
 
     def _text(self, input: ModelCallInput) -> contextlib.AbstractAsyncContextManager[TextPieces]:
         """Where this attempt's text goes to the run's subscribers as it comes."""
-        return text_pieces(self.texts, input.run_id, input.step_id, activity.info().attempt)
+        return text_pieces(
+            self.texts,
+            input.run_id,
+            input.step_id,
+            activity.info().attempt,
+            input.events_before or 0,
+        )
 
     async def _call(
         self, input: ModelCallInput, model: str, endpoint: ModelEndpoint

@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from agentledger.core.streamed_text import not_streamed_note, within_budget
-from agentledger.store.model_text import ModelTextStore
+from agentledger.store.model_text import ModelTextStore, TextNotice
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,11 @@ class TextPieces:
 
 @contextlib.asynccontextmanager
 async def text_pieces(
-    texts: ModelTextStore, run_id: str, step_id: str, attempt: int
+    texts: ModelTextStore, run_id: str, step_id: str, attempt: int, after_event: int
 ) -> AsyncIterator[TextPieces]:
     """A sink whose text is written to the attempt's row and sent to subscribers as it
-    comes; when the body ends, what is left is written before the block ends."""
+    comes (each piece naming `after_event`, the run's last event when the call was
+    scheduled); when the body ends, what is left is written before the block ends."""
     pieces = TextPieces()
     # A retry's row is written at once, even empty: the text of the attempt before is void.
     reset = attempt > 1
@@ -81,7 +82,8 @@ async def text_pieces(
             while pieces.unsent or reset:
                 chunk = pieces.unsent
                 try:
-                    await texts.append(run_id, step_id, attempt, pieces.sent, chunk)
+                    piece = TextNotice(step_id, attempt, pieces.sent, chunk, after_event)
+                    await texts.append(run_id, piece)
                 except Exception as err:  # only a watcher misses it, for now: try again
                     log.warning("model text for %s not written yet: %s", step_id, err)
                     await asyncio.sleep(RETRY_SECONDS)

@@ -161,6 +161,11 @@ class ModelCallInput(BaseModel):
     approval_always: list[str] = Field(
         default_factory=list, description="tools whose calls always wait for an approver"
     )
+    events_before: int | None = Field(
+        None,
+        description="the run's last event when the call was scheduled: a watcher shows the "
+        "call's text once it has shown that event (the text is faster than the events)",
+    )
     fast_path_tenant: str | None = Field(
         None,
         description="the run's tenant, when the call runs on the run's own queue (generation "

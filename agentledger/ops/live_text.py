@@ -3,11 +3,12 @@
 `model.complete` writes each piece of a reply to its attempt's row and sends it on the run's
 channel (agentledger/store/model_text.py). A watcher listens before it reads anything, and
 merges what it hears into the events it follows:
-- a step's piece is shown once the watcher has seen the step before it end (the text is
-  faster than the run's events, and would otherwise land among the steps before it, or
-  among old events for a watcher that joined late); a piece that does not follow what was
-  shown (a notice missed, held back, or joined mid-reply) is read from the row instead, so
-  nothing shows twice or is skipped;
+- a piece is shown once the watcher has shown every event the run had recorded when the
+  call was scheduled (the piece names the last, `after_event`): the text is faster than the
+  run's events, and would otherwise come before the step's start, or among old events for a
+  watcher that joined late; a piece held for that wakes the watcher's poll of the events.
+  A piece that does not follow what was shown (a notice missed, held back, or joined
+  mid-reply) is read from the row instead, so nothing shows twice or is skipped;
 - a piece of a higher attempt than the one shown replaces it: the watcher gets a
   `model.text_reset` item (kind `text_reset`), then the retry's text; a piece of a lower
   attempt (one still running after its lease was lost) is dropped;
@@ -29,12 +30,6 @@ from agentledger.core.results import WatchItem
 from agentledger.store.model_text import AttemptText, ModelTextStore, TextNotice, listener_for
 
 
-def step_seq(step_id: str) -> int:
-    """A step's number in its run, from its id (`0006-model_call`)."""
-    head = step_id.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
 def ends_a_step(item: WatchItem) -> bool:
     """A step's record: `step.completed`, `step.failed`, ... (not a retry's note)."""
     return (
@@ -51,14 +46,12 @@ class LiveText:
     def __init__(self, texts: ModelTextStore, run_id: str) -> None:
         self.texts = texts
         self.run_id = run_id
-        self.ended_through = 0  # the highest step whose end the watcher has seen
-        self.held: set[str] = set()  # steps whose pieces came before the step before ended
+        self.shown_seq = 0  # the last event shown
+        self.held: dict[str, int] = {}  # step: the event its pieces wait for
         self.shown: dict[str, tuple[int, int]] = {}  # step: (attempt, characters shown)
         self.ended: set[str] = set()
         self.known: dict[str, AttemptText] | None = None  # an ended run's rows, read at once
-
-    def _open(self, step_id: str) -> bool:
-        return step_seq(step_id) <= self.ended_through + 1
+        self.events_wanted = asyncio.Event()  # a piece waits for events not yet read
 
     def _show(self, step_id: str, attempt: int, offset: int, text: str) -> list[WatchItem] | None:
         """The items that show `text` (at `offset` of the attempt's text); None if it does
@@ -107,12 +100,13 @@ class LiveText:
         return self._show(step_id, row.attempt, 0, row.text) or []
 
     async def heard(self, notice: TextNotice) -> list[WatchItem]:
-        """What a notice shows now (nothing yet if the step before has not ended)."""
+        """What a notice shows now (nothing yet if an event before it is not shown yet)."""
         step_id = notice.step_id
         if step_id in self.ended:
             return []
-        if not self._open(step_id):
-            self.held.add(step_id)
+        if notice.after_event > self.shown_seq or step_id in self.held:
+            self.held[step_id] = max(notice.after_event, self.held.get(step_id, 0))
+            self.events_wanted.set()
             return []
         if notice.text is not None:
             items = self._show(step_id, notice.attempt, notice.offset, notice.text)
@@ -122,18 +116,18 @@ class LiveText:
 
     async def with_item(self, item: WatchItem) -> list[WatchItem]:
         """`item` with the text to show around it: all of its step's before it, if it ends
-        a model call; after it, the text held for the step it lets begin."""
-        step_id = item.step_id
-        if step_id is None or not ends_a_step(item) or step_id in self.ended:
-            return [item]
+        a model call; after it, the text held for the event it is."""
         before = []
-        if item.data.get("type") == "model_call":
-            before = await self._from_row(step_id)
-        self.ended.add(step_id)
-        self.ended_through = max(self.ended_through, step_seq(step_id))
+        step_id = item.step_id
+        if step_id is not None and ends_a_step(item) and step_id not in self.ended:
+            if item.data.get("type") == "model_call":
+                before = await self._from_row(step_id)
+            self.ended.add(step_id)
+            self.held.pop(step_id, None)
+        self.shown_seq = max(self.shown_seq, item.seq or 0)
         after = []
-        for held in sorted(s for s in self.held if self._open(s)):
-            self.held.discard(held)
+        for held in [s for s, seq in self.held.items() if seq <= self.shown_seq]:
+            del self.held[held]
             after += await self._from_row(held)
         return [*before, item, *after]
 

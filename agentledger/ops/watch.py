@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -96,9 +97,8 @@ async def watch(
         return
     last_seq = 0
     live = live_text.for_run(pool, run_id)
-    items = live_text.merged(
-        live, pool, _follow(client, run_id, from_offset, cooldown), stream_item
-    )
+    follow = _follow(client, run_id, from_offset, cooldown, live.events_wanted)
+    items = live_text.merged(live, pool, follow, stream_item)
     async for item in items:
         last_seq = item.seq or last_seq
         yield item
@@ -112,12 +112,13 @@ async def watch(
 
 
 async def _follow(
-    client: Client, run_id: str, offset: int, cooldown: float
+    client: Client, run_id: str, offset: int, cooldown: float, wake: asyncio.Event | None = None
 ) -> AsyncGenerator[WorkflowStreamItem[Any]]:
     """The stream's items from `offset` on while the run is open, then what it published
-    before it ended. A query to the workflow id reaches its latest generation, so this
-    follows continue-as-new; a failed poll (a worker died, the server restarted) is tried
-    again from the same offset."""
+    before it ended; `wake` set polls at once instead of after the pause. A query to the
+    workflow id reaches its latest generation, so this follows continue-as-new; a failed
+    poll (a worker died, the server restarted) is tried again from the same offset."""
+    wake = wake or asyncio.Event()
     handle = client.get_workflow_handle(run_id)
     converter = client.data_converter.payload_converter
     loop = asyncio.get_running_loop()
@@ -160,7 +161,11 @@ async def _follow(
             ended = not await _is_open(client, run_id)
             pause = min(max(pause * 2, cooldown), IDLE_POLL_SECONDS)
         if not ended:
-            await asyncio.sleep(pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), pause)
+            if wake.is_set():  # something waits for the run's newest events: poll now
+                wake.clear()
+                pause = cooldown
 
 
 def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:

@@ -75,12 +75,15 @@ def storable(text: str) -> str:
 
 @dataclass(frozen=True)
 class TextNotice:
-    """A piece of an attempt's text at `offset`; `text` None: too long to send, read the row."""
+    """A piece of an attempt's text at `offset`; `text` None: too long to send, read the row.
+    `after_event`: the run's last event when the call was scheduled, which a subscriber
+    shows first."""
 
     step_id: str
     attempt: int
     offset: int
     text: str | None
+    after_event: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,13 @@ class AttemptText:
 
 
 def notice_payload(notice: TextNotice) -> str:
-    payload = {"s": notice.step_id, "a": notice.attempt, "o": notice.offset, "t": notice.text}
+    payload = {
+        "s": notice.step_id,
+        "a": notice.attempt,
+        "o": notice.offset,
+        "e": notice.after_event,
+        "t": notice.text,
+    }
     said = json.dumps(payload, separators=(",", ":"))
     if len(said.encode()) <= PAYLOAD_BYTES:
         return said
@@ -103,7 +112,9 @@ def notice_payload(notice: TextNotice) -> str:
 def parse_notice(payload: str) -> TextNotice | None:
     try:
         said = json.loads(payload)
-        return TextNotice(str(said["s"]), int(said["a"]), int(said["o"]), said.get("t"))
+        return TextNotice(
+            str(said["s"]), int(said["a"]), int(said["o"]), said.get("t"), int(said.get("e", 0))
+        )
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -112,11 +123,12 @@ class ModelTextStore:
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
 
-    async def append(self, run_id: str, step_id: str, attempt: int, offset: int, text: str) -> None:
-        """Write `text` at `offset` of the attempt's text (replacing what is there from
-        `offset` on) and send it to the run's subscribers, in one statement."""
-        text = storable(text)
-        notice = notice_payload(TextNotice(step_id, attempt, offset, text))
+    async def append(self, run_id: str, piece: TextNotice) -> None:
+        """Write the piece at its offset of the attempt's text (replacing what is there from
+        that offset on) and send it to the run's subscribers, in one statement."""
+        text = storable(piece.text or "")
+        step_id, attempt, offset = piece.step_id, piece.attempt, piece.offset
+        notice = notice_payload(TextNotice(step_id, attempt, offset, text, piece.after_event))
         async with self.pool.connection() as conn:
             await conn.execute(
                 APPEND,

@@ -61,6 +61,7 @@ class Steering:
             heartbeat_seconds=timeouts.heartbeat_seconds,
             timeout_seconds=timeouts.model_seconds,
             mirror=mirror,
+            events_before=self.progress.event_seq,
             **call,
         )
 
