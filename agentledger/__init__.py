@@ -29,7 +29,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentledger.client_api import RunClient
+    from agentledger.client.run_client import RunClient
     from agentledger.core.errors import (
         AgentLedgerError,
         InvalidInput,
@@ -61,7 +61,7 @@ _HOMES = {
     "ToolRegistry": "agentledger.tools.registry",
     "RunSpec": "agentledger.core.spec",
     "Agent": "agentledger.profiles",
-    "RunClient": "agentledger.client_api",
+    "RunClient": "agentledger.client.run_client",
     "run_worker": "agentledger.worker.worker_api",
     "worker_command": "agentledger.worker.main",
     "AgentLedgerPlugin": "agentledger.worker.plugin",

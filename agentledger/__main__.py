@@ -1,6 +1,6 @@
 """`python -m agentledger ...`: the `agentledger` command line."""
 
-from agentledger.cli.main import console
+from agentledger.cli.console import console
 
 if __name__ == "__main__":
     console()

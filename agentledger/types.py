@@ -9,6 +9,7 @@ the operations, the stores or the workflows (tests/test_public_api.py holds it t
 
 from __future__ import annotations
 
+from agentledger.core.access import Caller
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.approver_key import ApproverKey
 from agentledger.core.backlog_models import (
@@ -93,6 +94,7 @@ from agentledger.core.spec import (
 )
 from agentledger.core.states import RunStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
+from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
 from agentledger.profiles import Agent
 
 __all__ = [
@@ -109,6 +111,7 @@ __all__ = [
     "BranchUse",
     "Budget",
     "BuildStatus",
+    "Caller",
     "CaseScore",
     "CheckOutcome",
     "ChildApproval",
@@ -139,6 +142,7 @@ __all__ = [
     "PendingApproval",
     "PolicyPatch",
     "PruneResult",
+    "PushSubscription",
     "Receipt",
     "RecordedApproval",
     "RecordedCall",
@@ -167,6 +171,7 @@ __all__ = [
     "Stats",
     "StepSummary",
     "StepTimeouts",
+    "StoredArtifact",
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
@@ -179,5 +184,6 @@ __all__ = [
     "VerifySpec",
     "VersionBranch",
     "WatchItem",
+    "WebhookDelivery",
     "WorkerSeen",
 ]

@@ -21,10 +21,10 @@ from typing import Any
 from agentledger.core.settings import Settings, SetupError
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.dev.stack import EmbeddedStack, free_port
-from agentledger.ops import operations as ops
 from agentledger.temporal.client import connect
 from bench import harness, ours
 from bench.stats import summarize
+from tests import client_ops as ops
 
 FIRST_STEP = "model.complete"
 TENANT_A, TENANT_B, TENANT_IDLE, TENANT_URGENT = "tenant-a", "tenant-b", "idle", "urgent"

@@ -24,10 +24,10 @@ from temporalio.client import Client
 
 from agentledger.core.errors import OperationError
 from agentledger.core.spec import RunSpec
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
 from bench.harness import WorkerProcess
 from bench.stats import summarize
+from tests import client_ops as ops
 
 TASK = "Look up our refund policy and notify ana@example.com about it."
 FAULT = "tool.after_effect:send_message"

@@ -43,12 +43,13 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from agentledger.client.scope import Scope  # noqa: E402
+from agentledger.client.tenants import Tenants  # noqa: E402
 from agentledger.core._wire import ApproveInput  # noqa: E402
 from agentledger.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentledger.core.settings import Settings  # noqa: E402
 from agentledger.dev.offline_model import OfflineModelServer  # noqa: E402
 from agentledger.dev.stack import EmbeddedStack, free_port, temporal_binary  # noqa: E402
-from agentledger.ops import tenant_ops  # noqa: E402
 from agentledger.store.db import open_pool  # noqa: E402
 from agentledger.temporal.client import connect  # noqa: E402
 from agentledger.workflows import AgentRunWorkflow  # noqa: E402
@@ -374,13 +375,9 @@ class Bench:
         elif system == "ours_rated":
             # As the door starts a run of a tenant with a model-call rate.
             if queue not in self.rated_queues:
-                await tenant_ops.set_tenant(
-                    self.client,
-                    self.pool,
-                    RATED_TENANT,
-                    {"model_calls_per_second": RATED_CALLS_PER_SECOND},
-                    task_queue=queue,
-                )
+                settings = Settings.model_construct(task_queue=queue)
+                tenants = Tenants(Scope.over(self.client, self.pool, settings=settings))
+                await tenants.set(RATED_TENANT, {"model_calls_per_second": RATED_CALLS_PER_SECOND})
                 self.rated_queues.add(queue)
             run = ours.run_spec(
                 steps, key=workflow_id, heartbeat_seconds=heartbeat_seconds

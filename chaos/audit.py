@@ -1,7 +1,7 @@
 """The promise, checked after the chaos: nothing lost, nothing done twice, mirror = history.
 
 For each run: it ended as expected; its mirror rows match what its Temporal history
-accepted, row by row (`agentledger.ops.projection`); it has its receipt; each side effect
+accepted, row by row (`agentledger.client.projection`); it has its receipt; each side effect
 happened exactly once (the idempotency ledger, the outbox and the ticket desk agree); and no
 model answer that had arrived was paid for a second time (one journal entry per model step).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentledger.ops import projection
+from agentledger.client import projection
 from chaos.lab import SUBAGENT_RUNS
 
 EFFECTS_PER_RUN = {"create_ticket": 1, "send_message": 1}

@@ -20,15 +20,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentledger.client import approver_keys
+from agentledger.client.approver_keys import ApproverKey
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import OperationRefused
 from agentledger.core.spec import RunSpec
-from agentledger.ops import approver_keys, door, fork_ops, steering_ops
-from agentledger.ops.approver_keys import ApproverKey
 from agentledger.profiles import Agent
 from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from chaos.lab import Lab, chaos_spec
+from tests import client_ops as door
+from tests import client_ops as fork_ops
+from tests import client_ops as steering_ops
 
 KINDS = ["plain", "session", "subagent", "say", "fork", "signed", "capped"]
 # How often each kind is drawn beyond the first of each (forks need an ended plain run).

@@ -19,16 +19,16 @@ from pathlib import Path
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from agentledger.client.approver_keys import ApproverKey
 from agentledger.core.background import alongside
 from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
 from agentledger.dev.offline_model import Json, Reply, completion, offline_planner
 from agentledger.dev.stack import EmbeddedStack, free_port
-from agentledger.ops import operations as ops
-from agentledger.ops.approver_keys import ApproverKey
 from agentledger.store.db import open_pool
 from agentledger.temporal.client import connect
 from bench.harness import WorkerProcess
+from tests import client_ops as ops
 
 TASK = "Open a ticket, look up our refund policy and notify ana@example.com about it."
 TOOLS = ["search_notes", "create_ticket", "send_message"]

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
 from agentledger.core.constants import MOVING_TO_CURRENT_BUILD
 from agentledger.core.errors import OperationRefused
 from agentledger.temporal import deployments

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentledger.ops import projection
+from agentledger.client import projection
 from chaos.audit import audit
 from chaos.lab import Lab
 

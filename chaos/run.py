@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python chaos/run.py` puts chaos/, not the repo, on the path
     sys.path.insert(0, str(ROOT))
 
-from agentledger.ops import projection  # noqa: E402
+from agentledger.client import projection  # noqa: E402
 from bench.harness import WorkerProcess  # noqa: E402
 from chaos.kinds import SessionPace  # noqa: E402
 from chaos.lab import POINT_PLANS, ZOMBIE_SECONDS, Lab  # noqa: E402

@@ -37,9 +37,9 @@ from agentledger.core.backlog_models import (  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.spec import RunSpec  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentledger.ops import backlog_ops as bops  # noqa: E402
-from agentledger.ops import operations as ops  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
+from tests import client_ops as bops  # noqa: E402
+from tests import client_ops as ops  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 AGENT = "history"

@@ -27,6 +27,7 @@ from pydantic import BaseModel  # noqa: E402
 import agentledger.demo  # noqa: E402
 from agentledger.activities.model import SUMMARY_PROMPT  # noqa: E402
 from agentledger.activities.model_rates import RATED_TENANTS_SECONDS  # noqa: E402
+from agentledger.client import approver_keys  # noqa: E402
 from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
@@ -34,12 +35,13 @@ from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.results import ForkOrigin  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
-from agentledger.ops import approver_keys, steering_ops, tenant_ops, watch  # noqa: E402
-from agentledger.ops import operations as ops  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
+from tests import client_ops as ops  # noqa: E402
+from tests import client_ops as steering_ops  # noqa: E402
+from tests import client_ops as watch  # noqa: E402
 
 OUT = ROOT / "tests" / "histories"
 _KEY = Ed25519PrivateKey.generate()
@@ -138,7 +140,7 @@ async def rated_midway(client: Client, run_id: str) -> None:
     """The tenant gets a model-call rate while the run waits for its approval: the next
     model call, on the run's own queue, is refused for it and made on the model queue."""
     await wait_pending(client, run_id)
-    await tenant_ops.set_tenant(
+    await ops.set_tenant(
         client, POOLS[0], RATED_TENANT, {"model_calls_per_second": 100.0}, task_queue=QUEUE
     )
     await asyncio.sleep(RATED_TENANTS_SECONDS * 2)  # the worker reads the rates this often

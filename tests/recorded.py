@@ -15,8 +15,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from agentledger.client.scope import run_id_for
 from agentledger.core.eval_cases import eval_workflow_id
-from agentledger.ops.operations import run_id_for
 from agentledger.worker.worker_factory import worker_tuning
 from agentledger.workflows.subagents import subagent_run_id
 

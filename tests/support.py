@@ -17,7 +17,7 @@ from agentledger.core.errors import OperationError
 from agentledger.core.results import PendingApproval, RunResult, RunState
 from agentledger.core.spec import RunSpec
 from agentledger.core.states import RunStatus
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 
 T = TypeVar("T")
 NOTIFY_TASK = "Look up our refund policy and notify ana@example.com about it."

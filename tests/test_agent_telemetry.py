@@ -31,14 +31,14 @@ from temporalio.worker import Replayer
 import agentledger.demo
 from agentledger.core.constants import OFFLINE_MODEL
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
-from agentledger.ops import steering_ops
 from agentledger.temporal.client import connect
 from agentledger.tools import ToolContext, ToolRegistry
 from agentledger.tools.registry import Tool
 from agentledger.worker import fleet_gauges
 from agentledger.worker.worker_factory import worker_tuning
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
+from tests import client_ops as steering_ops
 from tests.conftest import running_worker
 from tests.support import NOTIFY_TASK, make_spec, rows, wait_pending
 from tests.test_sessions import SECOND, answered, session_model

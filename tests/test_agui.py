@@ -17,8 +17,8 @@ from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
+from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, rows
 

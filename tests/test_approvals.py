@@ -11,9 +11,9 @@ from agentledger.core import constants as names
 from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.argument_schema import argument_problems
 from agentledger.core.errors import OperationError
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
+from tests import client_ops as ops
 from tests.support import make_spec, rows, run_result, wait_mirrored_status, wait_pending
 
 

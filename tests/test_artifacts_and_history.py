@@ -6,10 +6,10 @@ from pydantic import BaseModel
 
 import agentledger.demo
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.store.artifacts import ArtifactStore
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, rows, scripted
 
 SUMMARY = "## Summary\nDone."

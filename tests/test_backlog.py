@@ -7,9 +7,9 @@ import pytest
 from agentledger.core.backlog_models import PolicyPatch
 from agentledger.core.errors import OperationError
 from agentledger.dev.offline_model import OfflineModelServer, offline_planner
-from agentledger.ops import backlog_ops as bops
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
+from tests import client_ops as bops
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,

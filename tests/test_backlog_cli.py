@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentledger.core.errors import OperationError
-from agentledger.ops import backlog_ops as bops
+from tests import client_ops as bops
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, new_agent, wait_states
 from tests.test_cli import run_cli
 
@@ -37,7 +37,7 @@ def cli(settings, tmp_path):
 
 
 def refused(result, code: int = 2) -> str:
-    """A refusal: its exit code (README "Exit codes") and an `error: ...` message on stderr,
+    """A refusal: its exit code (docs/using.md "Exit codes") and an `error: ...` message on stderr,
     no traceback."""
     assert result.code == code, (result.code, result.out, result.err)
     assert result.err.startswith("error: ") and "Traceback" not in result.err, result.err

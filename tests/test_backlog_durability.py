@@ -19,8 +19,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from agentledger.core.backlog_models import PolicyPatch
 from agentledger.core.errors import OperationError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import backlog_ops as bops
-from agentledger.ops import operations as ops
+from tests import client_ops as bops
+from tests import client_ops as ops
 from tests.backlog_support import (
     assert_ran_in_order,
     end_backlog,

@@ -16,8 +16,8 @@ from temporalio.client import Client
 
 from agentledger.core import constants as names
 from agentledger.core.backlog_models import backlog_id
-from agentledger.ops import backlog_ops as bops
 from agentledger.temporal.worker_presence import pollers
+from tests import client_ops as bops
 from tests.backlog_support import end_backlog, item, new_agent, runs, wait_all_done
 from tests.support import eventually
 from tests.test_crash_recovery import start_worker_process

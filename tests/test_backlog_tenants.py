@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
 from agentledger.core.errors import InvalidRequest, OperationError
 from agentledger.core.settings import Settings
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, item, new_agent, tasks, wait_states

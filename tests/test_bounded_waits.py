@@ -19,8 +19,8 @@ import pytest
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import OperationError, SetupError
 from agentledger.core.set_up_bound import ONE_TRY_SECONDS
-from agentledger.ops import operations as ops
 from agentledger.store.db import open_pool
+from tests import client_ops as ops
 from tests.support import make_spec
 
 
@@ -93,7 +93,7 @@ def run_cli(environ: dict[str, str], *args: str, cwd: Path) -> subprocess.Comple
 
 def test_list_against_a_silent_postgres_says_so_in_one_line(silent_postgres, tmp_path):
     done = run_cli({"DATABASE_URL": silent_postgres}, "list", "--wait", "1", cwd=tmp_path)
-    assert done.returncode == 4  # a service out of reach (README "Exit codes")
+    assert done.returncode == 4  # a service out of reach (docs/using.md "Exit codes")
     assert done.stderr.strip().splitlines() == [
         f"error: cannot reach Postgres at {silent_postgres.replace(':s3cr3t@', ':***@')} "
         "within 1s (no answer): check DATABASE_URL, or start the local stack with `agentledger up`"
@@ -118,7 +118,9 @@ def test_the_console_script_answers_within_its_wait_when_a_service_never_answers
     value = address if service == "TEMPORAL_ADDRESS" else f"postgresql://app@{address}/runs"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEDGER_", "TEMPORAL_"))}
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import agentledger.client_api"], check=True, env=env)
+    subprocess.run(
+        [sys.executable, "-c", "import agentledger.client.run_client"], check=True, env=env
+    )
     starting = time.monotonic() - began
     target = ["run-x"] if command == "status" else []
     began = time.monotonic()

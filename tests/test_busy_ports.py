@@ -155,4 +155,4 @@ async def test_a_busy_port_given_is_refused_with_advice_that_works(home):
                     if up.returncode is None:
                         os.killpg(up.pid, signal.SIGKILL)
                         await up.wait()
-        assert up.returncode == 0
+        assert up.returncode == 0  # Ctrl-C is how `up` is meant to end

@@ -21,9 +21,9 @@ from psycopg.conninfo import make_conninfo
 
 from agentledger.core.results import RunResult
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.store.db import MIGRATIONS, schema_version
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import NOTIFY_TASK, make_spec, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent

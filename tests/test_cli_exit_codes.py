@@ -137,15 +137,20 @@ async def test_a_database_url_naming_a_missing_database_exits_2_naming_it(settin
     assert "does not exist" in message and "fix DATABASE_URL" in message, message
 
 
-async def test_tracing_without_its_extra_says_the_pip_command_a_wheel_user_runs(settings, tmp_path):
-    """AGENTLEDGER_OTEL=1 where OpenTelemetry is not installed (a folder on PYTHONPATH hides
-    it): exit 2 with `pip install 'agentledger[otel]'`, not a checkout's editable install."""
-    hidden = tmp_path / "without-otel" / "opentelemetry"
+def hiding(tmp_path: Path, module: str) -> str:
+    """A PYTHONPATH on which `module` reads as not installed, as without its extra."""
+    hidden = tmp_path / f"without-{module}" / module
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'opentelemetry'\", name='opentelemetry')\n"
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
     )
-    path = os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")])
+    return os.pathsep.join([str(hidden.parent), os.environ.get("PYTHONPATH", "")])
+
+
+async def test_tracing_without_its_extra_says_the_checkouts_install_command(settings, tmp_path):
+    """AGENTLEDGER_OTEL=1 where OpenTelemetry is not installed: exit 2 with the one command that
+    installs the extra here, a checkout (`pip install 'agentledger[otel]'` from the registry
+    would replace the checkout's editable install; scripts/wheel_check.sh sees a wheel's)."""
     status = await agentledger(
         settings,
         tmp_path / "home",
@@ -155,10 +160,36 @@ async def test_tracing_without_its_extra_says_the_pip_command_a_wheel_user_runs(
         "5",
         "--json",
         AGENTLEDGER_OTEL="1",
-        PYTHONPATH=path,
+        PYTHONPATH=hiding(tmp_path, "opentelemetry"),
     )
     message = json_error(status, 2, "invalid_input")
-    assert "pip install 'agentledger[otel]'" in message and "pip install -e" not in message, message
+    assert "`pip install -e '.[otel]'`" in message, message
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "dataset", "--agent", "support-desk", "-o", "cases.yaml"],
+        ["eval", "run", "cases.yaml", "--candidate", "support-desk"],
+    ],
+)
+async def test_a_command_without_its_extra_names_the_one_install_command(
+    settings, tmp_path, command
+):
+    """`eval` without the `evals` extra: one line naming what to install, no traceback."""
+    done = await agentledger(
+        settings,
+        tmp_path / "home",
+        *command,
+        "--wait",
+        "5",
+        PYTHONPATH=hiding(tmp_path, "pydantic_evals"),
+    )
+    assert done.code == 2, done
+    assert done.err.strip() == (
+        "error: this needs the `evals` extra (pydantic_evals is not installed): "
+        "`pip install -e '.[evals]'`"
+    ), done.err
 
 
 async def test_refusals_failures_other_tenants_and_closed_pipes(client, settings, worker, tmp_path):
@@ -262,8 +293,8 @@ def test_commands_load_no_model_sdk_and_a_worker_no_mcp_client_it_was_not_given(
     command's start-up once. A worker loads the MCP client only for a server it is given."""
     probe = (
         "import json, sys\n"
-        "import agentledger.cli.main, agentledger.client_api, agentledger.ops.operations\n"
-        "import agentledger.workflows, agentledger.ops.chat_ops, agentledger.ops.backlog_ops\n"
+        "import agentledger.cli.main, agentledger.client.run_client, agentledger.client.runs\n"
+        "import agentledger.workflows, agentledger.client.sessions, agentledger.client.backlogs\n"
         "client = [m for m in ('openai', 'mcp') if m in sys.modules]\n"
         "import agentledger.worker.main\n"
         "worker = [m for m in ('openai', 'mcp') if m in sys.modules]\n"

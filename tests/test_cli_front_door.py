@@ -1,10 +1,10 @@
-"""`agentledger.RunClient` is the one front door, and the CLI a thin layer over it (issue 24).
+"""The CLI is a thin face over `agentledger.RunClient`.
 
-Every command the parser offers is served by a method of one of RunClient's services
+Every command the parser offers is served by a method of one of RunClient's client classes
 (`client.runs.start`, `client.backlogs.enqueue`, ...), grouped as the commands are; no CLI
-module imports the operations layer (`agentledger.ops`) or names it for a dynamic import; every
-method the CLI calls on its client is one of those; and their signatures name only public
-types, so what the CLI can do, a Python program can do with the same names.
+module imports a client class but through RunClient, nor names one for a dynamic import;
+every method the CLI calls on its client is one of those; and their signatures name only
+public types, so what the CLI can do, a Python program can do with the same names.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from temporalio.client import Client
 
 import agentledger
 import agentledger.types
+from agentledger import RunClient
 from agentledger.cli.main import COMMANDS, LOCAL, parser
-from agentledger.client_api import RunClient
 from agentledger.core.settings import Settings
 from tests.support import parse_python
 
@@ -31,7 +31,8 @@ CLI_FILES = [
     ROOT / "agentledger" / "__main__.py",
     ROOT / "starter.py",
 ]
-OPERATIONS = "agentledger.ops"
+OPERATIONS = "agentledger.client"
+FRONT_DOOR = "agentledger.client.run_client"
 # The names CLI code gives its RunClient.
 CLIENT_NAMES = {"client", "stacked", "demo_runs"}
 # RunClient's services, each named as the group of commands it serves.
@@ -96,8 +97,8 @@ def commands(p: argparse.ArgumentParser, prefix: str = "") -> set[str]:
 
 
 def operations_named(path: Path) -> list[str]:
-    """Where a file imports the operations layer, or names it as a string (importlib,
-    sys.modules): each as "file:line: module"."""
+    """Where a file imports the client's classes past RunClient, or names them as a string
+    (importlib, sys.modules): each as "file:line: module"."""
     found = []
     for node in ast.walk(parse_python(path.read_text())):
         if isinstance(node, ast.Import):
@@ -111,7 +112,8 @@ def operations_named(path: Path) -> list[str]:
         found += [
             f"{path.name}:{node.lineno}: {module}"
             for module in modules
-            if module == OPERATIONS or module.startswith(f"{OPERATIONS}.")
+            if (module == OPERATIONS or module.startswith(f"{OPERATIONS}."))
+            and not (module == FRONT_DOOR or module.startswith(f"{FRONT_DOOR}."))
         ]
     return found
 
@@ -149,28 +151,29 @@ def reachable(client: RunClient, name: str) -> bool:
 
 def test_no_cli_module_reaches_the_operations_layer_but_through_run_client():
     found = [hit for path in CLI_FILES for hit in operations_named(path)]
-    assert not found, "the CLI calls agentledger.ops directly; go through RunClient:\n" + "\n".join(
-        found
+    assert not found, "the CLI calls the client's classes directly; go through RunClient:\n" + (
+        "\n".join(found)
     )
 
 
-def test_the_check_catches_an_import_of_the_operations_layer(tmp_path):
-    """The check above would see each way of reaching the operations."""
+def test_the_check_catches_an_import_of_the_client_classes(tmp_path):
+    """The check above would see each way of reaching the client's classes."""
     sneaky = tmp_path / "sneaky.py"
     sneaky.write_text(
-        "from agentledger.ops import operations as ops\n"
-        "from agentledger import ops\n"
-        "import agentledger.ops.watch\n"
+        "from agentledger.client import runs\n"
+        "from agentledger import client\n"
+        "import agentledger.client.watch\n"
+        "from agentledger.client.run_client import RunClient\n"
         "import importlib\n"
-        "fork = importlib.import_module('agentledger.ops.fork_ops')\n"
+        "fork = importlib.import_module('agentledger.client.forks')\n"
     )
     found = operations_named(sneaky)
     assert [hit.split(": ")[1] for hit in found] == [
-        "agentledger.ops",
-        "agentledger.ops.operations",
-        "agentledger.ops",
-        "agentledger.ops.watch",
-        "agentledger.ops.fork_ops",
+        "agentledger.client",
+        "agentledger.client.runs",
+        "agentledger.client",
+        "agentledger.client.watch",
+        "agentledger.client.forks",
     ]
 
 
@@ -243,9 +246,9 @@ async def test_run_client_is_an_async_context_manager_over_real_postgres(setting
     the mirror needs no Temporal connection."""
     async with RunClient.lazy(settings) as run_client:
         assert await run_client.migrate() >= 1  # a pool of its own, closed at once
-        assert run_client._pool is None
+        assert run_client._connections.pool is None
         assert isinstance(await run_client.runs.recent(limit=1), list)
-        pool = run_client._pool
+        pool = run_client._connections.pool
         assert pool is not None and not pool.closed
-        assert run_client._client is None, "no Temporal connection was needed"
+        assert run_client._connections.client is None, "no Temporal connection was needed"
     assert pool.closed

@@ -8,8 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import eventually, make_spec, rows, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from agentledger.ops import operations as ops
-from agentledger.worker import deploy_check
-from agentledger.worker.worker_factory import ENGINE_WORKFLOWS
+from agentledger.client import deploy_check
 from agentledger.workflows import AgentRunWorkflow
+from agentledger.workflows.engine import ENGINE_WORKFLOWS
+from tests import client_ops as ops
 from tests.planted_change import PlantedAgentRun
 from tests.support import eventually, make_spec, wait_pending
 from tests.test_cli import run_cli

@@ -17,19 +17,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
+from agentledger.client import admission as admission_ops
+from agentledger.client import approver_keys
 from agentledger.core.admission_models import AdmitInput, TenantLimits
 from agentledger.core.backlog_models import AGENT_PATTERN, child_run_id
 from agentledger.core.constants import SIGNAL_RUN_ADMIT
 from agentledger.core.errors import OperationError, SetupError
 from agentledger.core.keys import id_part
 from agentledger.core.settings import Settings
-from agentledger.ops import admission_ops, approver_keys, door, fork_ops
-from agentledger.ops import operations as ops
 from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows.admission import admission_id
 from agentledger.workflows.changes import for_new_run
+from tests import client_ops as door
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
 from tests.support import eventually, make_spec, parse_python, rows, wait_pending, wait_status
 from tests.test_cli import ROOT, Result, cli_env
 
@@ -85,14 +88,15 @@ def calls_of(name: str, on: tuple[str, ...] = ()) -> list[Path]:
 def test_only_the_door_starts_runs():
     """Every path (CLI, RunClient, fork, demo) reaches the engine's start through the door;
     the capped path (the admission queue) only from the engine's start."""
-    engine = ("ops", "operations")
-    assert calls_of("start_run", on=engine) == [Path("agentledger/ops/door.py")]
-    assert calls_of("enqueue_run") == [Path("agentledger/ops/operations.py")]
+    # (A workflow starts its children through agentledger/workflows/run_starts.py.)
+    client_side = [p for p in calls_of("start_run") if p.parts[1] != "workflows"]
+    assert client_side == [Path("agentledger/client/starts.py")]
+    assert calls_of("enqueue_run") == [Path("agentledger/client/starts.py")]
     # The CLI's `start` and `demo` go through `client.runs`, which, as forks do, goes through
-    # the door; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
-    assert calls_of("start", on=("door",)) == [
-        Path("agentledger/ops/fork_ops.py"),
-        Path("agentledger/services/runs.py"),
+    # the gate; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
+    assert calls_of("start", on=("starts",)) == [
+        Path("agentledger/client/forks.py"),
+        Path("agentledger/client/runs.py"),
     ]
 
 

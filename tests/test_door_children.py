@@ -16,17 +16,19 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from activities import for_worker
-from agentledger.client_api import RunClient
+from agentledger import RunClient
+from agentledger.client import approver_keys
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import PolicyPatch
 from agentledger.core.errors import OperationError, OperationRefused
 from agentledger.core.settings import Settings
-from agentledger.ops import approver_keys, backlog_ops, fork_ops
-from agentledger.ops import operations as ops
 from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows.admission import admission_id
 from agentledger.workflows.child_runs import child_run_id
+from tests import client_ops as backlog_ops
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
 from tests.backlog_support import end_backlog, item, new_agent, wait_states
 from tests.support import eventually, make_spec, rows, wait_pending
 from tests.test_door import cli

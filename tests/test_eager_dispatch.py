@@ -15,11 +15,10 @@ import uuid
 
 from agentledger.core.states import RunStatus
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
-from agentledger.ops import tenant_ops
 from agentledger.worker.worker_factory import slot_shares
 from agentledger.workflows import AgentRunWorkflow
 from bench import server_work
+from tests import client_ops as ops
 from tests.conftest import SERVER_METRICS_PORT
 from tests.support import make_spec, scripted
 
@@ -68,7 +67,7 @@ async def test_a_runs_tool_and_model_calls_start_eagerly(client, settings, worke
 
 async def test_a_rated_tenants_model_calls_go_through_matching(client, settings, pool, worker):
     tenant = f"t-{uuid.uuid4().hex[:8]}"
-    await tenant_ops.set_tenant(
+    await ops.set_tenant(
         client, pool, tenant, {"model_calls_per_second": 50.0}, task_queue=settings.task_queue
     )
     work = await work_of_one_run(client, settings, worker, tenant)

@@ -26,13 +26,12 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from agentledger.cli.render import run_report
+from agentledger.client.task_failures import KEYS_FIX
 from agentledger.core._wire import SayInput
 from agentledger.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
 from agentledger.core.results import RunResult
 from agentledger.core.settings import Settings
 from agentledger.dev.stack import free_port, port_open
-from agentledger.ops import operations as ops
-from agentledger.ops.task_failures import KEYS_FIX
 from agentledger.temporal.codec_server import CodecServer
 from agentledger.temporal.encryption import (
     ENCODING,
@@ -41,6 +40,7 @@ from agentledger.temporal.encryption import (
     data_converter,
 )
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec
 

@@ -29,10 +29,10 @@ from agentledger.core.eval_cases import (
 )
 from agentledger.core.eval_reports import GATE_FAILED, EvalGate, EvalTotals, ratio
 from agentledger.core.spec import RunSpec
-from agentledger.ops import operations as ops
 from agentledger.profiles import load_agents
 from agentledger.workflows.child_runs import child_run_id
 from agentledger.workflows.evals import EvalWorkflow
+from tests import client_ops as ops
 from tests.support import NOTIFY_TASK, rows, run_result, wait_pending
 from tests.test_cli import ROOT, cli_env, run_cli
 from tests.test_crash_recovery import start_worker_process

@@ -28,11 +28,11 @@ from agentledger.core._wire import ApproveInput, MirrorBatch, RunSnapshot
 from agentledger.core.results import DecisionResult, RunResult
 from agentledger.core.states import RunStatus
 from agentledger.dev.offline_model import OfflineModelServer, completion
-from agentledger.ops import operations as ops
 from agentledger.store.db import RESERVED_CONNECTIONS, open_pool
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.conftest import running_worker
 from tests.support import (
     eventually,
@@ -390,7 +390,7 @@ async def test_a_backlog_stop_accepted_just_before_continue_as_new_takes_effect_
     the run's last step before its continue-as-new was under way went with the old
     generation. The stop now pauses the run where it is, and the backlog's word holds."""
     from agentledger.core.backlog_models import child_run_id
-    from agentledger.ops import backlog_ops as bops
+    from tests import client_ops as bops
     from tests.backlog_support import end_backlog, item, new_agent, wait_states
 
     gate, started = asyncio.Event(), asyncio.Event()
@@ -744,7 +744,7 @@ async def test_a_backlog_task_tried_again_does_not_repeat_its_side_effect(client
     """#7: idempotency keys held the run id, and each attempt of a backlog task is a new
     run: a task that failed after its effect repeated the effect on its next attempt."""
     from agentledger.core.backlog_models import PolicyPatch
-    from agentledger.ops import backlog_ops as bops
+    from tests import client_ops as bops
     from tests.backlog_support import end_backlog, item, new_agent, wait_states
 
     done: list[str] = []

@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 import agentledger.demo
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion, offline_planner
-from agentledger.ops import operations as ops
 from agentledger.tools import Tool, ToolContext, ToolForbidden, ToolRegistry
+from tests import client_ops as ops
 from tests.support import (
     eventually,
     make_spec,

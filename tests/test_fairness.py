@@ -17,11 +17,11 @@ from agentledger.core import fairness, search_attributes
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import SetupError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import door, tenant_ops
-from agentledger.ops import operations as ops
 from agentledger.store.tenant_store import TenantStore
 from agentledger.worker.worker_factory import ResourceTargets
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
+from tests import client_ops as tenant_ops
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import run_cli
 
@@ -248,7 +248,7 @@ async def test_a_rated_tenants_run_from_the_door_calls_its_model_through_the_rat
         runs = {}
         for tenant in (rated, "default"):
             spec = make_spec("Answer at once.", tenant=tenant, allowed_tools=[])
-            started = await door.start(
+            started = await ops.start(
                 client, pool, spec, task_queue=queue, acting_tenant=None, indexed=False
             )
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
@@ -269,7 +269,7 @@ async def test_a_rate_set_while_a_run_is_open_holds_for_its_next_model_call(
     spec = make_spec(tenant=tenant)  # a lookup, then a message that waits for an approver
     queue = settings.task_queue
     async with worker():
-        started = await door.start(
+        started = await ops.start(
             client, pool, spec, task_queue=queue, acting_tenant=None, indexed=False
         )
         await wait_pending(client, started.run_id)

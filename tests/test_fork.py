@@ -13,9 +13,9 @@ from temporalio.service import RPCError
 import agentledger
 from agentledger.core.errors import ForkError, OperationError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import fork_ops
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
 from tests.support import make_spec, rows, run_result, scripted, wait_pending
 from tests.test_cli import run_cli
 

@@ -15,8 +15,9 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentledger import RunClient
 from agentledger.cli.main import cmd_start
-from agentledger.client_api import RunClient
+from agentledger.client import approver_keys
 from agentledger.core import bounds
 from agentledger.core._wire import ApproveInput, ControlInput, RejectInput
 from agentledger.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
@@ -30,9 +31,10 @@ from agentledger.core.spec import (
     VerifySpec,
 )
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import approver_keys, backlog_ops, fork_ops
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as backlog_ops
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
 from tests.backlog_support import new_agent
 from tests.support import (
     NOTIFY_TASK,

@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
 

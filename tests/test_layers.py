@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from agentledger.worker.worker_factory import SANDBOX_PASSTHROUGH
+from agentledger.workflows.engine import SANDBOX_PASSTHROUGH
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,17 +21,16 @@ CORE, STORE, TEMPORAL, TOOLS = (
     "agentledger.tools",
 )
 ACTIVITIES, WORKFLOWS = "agentledger.activities", "agentledger.workflows"
-OPS, WORKER, CLI, DEV = (
-    "agentledger.ops",
+CLIENT, WORKER, CLI, DEV = (
+    "agentledger.client",
     "agentledger.worker",
     "agentledger.cli",
     "agentledger.dev",
 )
 DEMO = "agentledger.demo"
 HTTP = "agentledger.http"
-# RunClient's services (client operations, beside OPS), and the agent profiles they take
-# (public, over the core alone).
-SERVICES, PROFILES = "agentledger.services", "agentledger.profiles"
+# The agent profiles the client takes (public, over the core alone).
+PROFILES = "agentledger.profiles"
 # This deployment's own code, beside the package (the design card's top level).
 OWN_WORKFLOWS, OWN_ACTIVITIES = "workflows", "activities"
 
@@ -44,29 +43,30 @@ MAY_IMPORT = {
     TOOLS: {CORE, STORE},
     ACTIVITIES: {CORE, STORE, TOOLS},
     WORKFLOWS: {CORE, ACTIVITIES},
-    OPS: {CORE, STORE, TEMPORAL, WORKFLOWS},
     PROFILES: {CORE, TOOLS},
+    # The client side: one class per feature on one Scope; the tools only to install their
+    # tables (`migrate`), the activities only for an eval's LLM judges (the workers' model
+    # clients). Never the worker: a client replays and deploys with the workflows alone.
+    CLIENT: {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, PROFILES},
     # The demo is an example of the public API: tools and a profile, nothing of the engine.
     DEMO: {CORE, TOOLS, PROFILES, "agentledger"},
-    WORKER: {CORE, STORE, TEMPORAL, TOOLS, OPS, ACTIVITIES, WORKFLOWS},
-    # The services take a profile and reach the worker's deploy checks only when asked; an
-    # eval's LLM judges use the workers' model clients (services/eval_judges.py).
-    SERVICES: {CORE, STORE, TEMPORAL, OPS, PROFILES, WORKER, ACTIVITIES},
+    # The worker beside the client, not over it: it serves runs, it does not act on them.
+    WORKER: {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS},
     # The public API (agentledger/__init__.py and the modules beside it): over the engine.
-    "agentledger": {CORE, STORE, TEMPORAL, TOOLS, OPS, SERVICES, PROFILES, WORKER, ACTIVITIES}
+    "agentledger": {CORE, STORE, TEMPORAL, TOOLS, CLIENT, PROFILES, WORKER, ACTIVITIES}
     | {WORKFLOWS},
-    # The CLI is a thin layer over RunClient ("agentledger"): never the operations, the stores
-    # or Temporal underneath it (tests/test_cli_front_door.py).
-    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, HTTP, PROFILES, "agentledger"},
-    # The HTTP door stands beside the CLI, over RunClient in the same way.
-    HTTP: {CORE, PROFILES, "agentledger"},
+    # The CLI is a thin face over RunClient: never the stores or Temporal underneath it
+    # (tests/test_cli_front_door.py).
+    CLI: {CORE, TOOLS, WORKER, DEV, DEMO, HTTP, PROFILES, CLIENT, "agentledger"},
+    # The HTTP server stands beside the CLI, a face over the client in the same way.
+    HTTP: {CORE, PROFILES, CLIENT, "agentledger"},
     # A deployment's own workflows and activities use agentledger's public API only (for
     # workflows, `agentledger.workflows.run_agent` too).
     OWN_ACTIVITIES: {"agentledger"},
     OWN_WORKFLOWS: {"agentledger", WORKFLOWS, OWN_ACTIVITIES},
 }
-LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, OPS, WORKER, CLI, DEV, DEMO, HTTP}
-LAYERS |= {SERVICES, PROFILES}
+LAYERS = {CORE, STORE, TEMPORAL, TOOLS, ACTIVITIES, WORKFLOWS, CLIENT, WORKER, CLI, DEV, DEMO}
+LAYERS |= {HTTP, PROFILES}
 
 
 def layer(module: str) -> str:
@@ -110,6 +110,20 @@ def test_every_layer_imports_only_downward():
     assert not upward, "imports against the layers:\n" + "\n".join(upward)
 
 
+def test_no_client_side_module_imports_the_worker():
+    """The client, the HTTP server and RunClient act on runs with the workflows alone: a
+    client that imported the worker would load (and could start) a worker's machinery."""
+    reaching = [
+        f"{path.relative_to(ROOT)} imports {target}"
+        for folder in ("agentledger/client", "agentledger/http")
+        for path in ROOT.glob(f"{folder}/*.py")
+        for target in imports(path)
+        if layer(target) == WORKER
+    ]
+    assert not reaching, "\n".join(reaching)
+    assert WORKER not in MAY_IMPORT[CLIENT] | MAY_IMPORT[HTTP]
+
+
 def test_the_allowed_imports_have_no_cycle():
     done: set[str] = set()
 
@@ -139,14 +153,13 @@ def test_the_architecture_map_names_every_module_of_the_layers():
     newcomer cannot place."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     folders = ["agentledger/core", "agentledger/store", "agentledger/tools", "agentledger/temporal"]
-    folders += ["agentledger/ops", "agentledger/worker", "agentledger/cli", "agentledger/dev"]
+    folders += ["agentledger/client", "agentledger/worker", "agentledger/cli", "agentledger/dev"]
     folders += [
         "agentledger/activities",
         "agentledger/workflows",
         "agentledger/demo",
         "agentledger/http",
     ]
-    folders += ["agentledger/services"]
     folders += ["activities", "workflows"]
     missing = [
         f"{folder}/{path.name}"

@@ -58,13 +58,15 @@ from agentledger.core.spec import RunSpec
 from agentledger.core.states import RunStatus, is_terminal
 from agentledger.core.storable import NUL_SPELLED_OUT
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import chat_ops, fork_ops, steering_ops
-from agentledger.ops import operations as ops
-from agentledger.ops import watch as run_watch
 from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as chat_ops
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
+from tests import client_ops as run_watch
+from tests import client_ops as steering_ops
 from tests.support import run_result
 
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from temporalio.api.enums.v1 import EventType
 
 from agentledger.core.constants import ACTIVITY_TOOL_INVOKE
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, rows, scripted
 
 SUMMARY = "## Summary\nThe refund policy allows 30 days."

@@ -27,10 +27,10 @@ from psycopg_pool import AsyncConnectionPool
 import agentledger.demo
 from agentledger.core.errors import SetupError
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.store import ledger
 from agentledger.store.db import MIGRATIONS, install_tool_schema, open_pool
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.conftest import running_worker
 from tests.support import make_spec, wait_pending
 from tests.test_bounded_waits import run_cli

@@ -13,12 +13,12 @@ import mcp_types
 import pytest
 
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.tools.loading import load_registry
 from agentledger.tools.mcp import McpConnection, McpServerDied, mcp_tools
 from agentledger.tools.mcp_servers import McpServerSpec
 from agentledger.tools.registry import ToolRegistry
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, scripted, wait_pending
 
 SERVER = """

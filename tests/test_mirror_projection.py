@@ -10,11 +10,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 import agentledger.demo
+from agentledger.client import projection
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
-from agentledger.ops import projection
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import closed, eventually, make_spec, rows, scripted, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.support import eventually, make_spec, rows, run_result
 from tests.test_cli import run_cli
 

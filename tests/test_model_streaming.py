@@ -16,8 +16,8 @@ from agentledger.activities.model_errors import classify_model_error
 from agentledger.activities.model_stream import plain_completion, streamed_completion
 from agentledger.core.errors import PROVIDER_UNAVAILABLE
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, scripted, wait_pending
 
 SUMMARY = "## Summary\nSent it.\n\n## Actions\n- Sent a message to ana."

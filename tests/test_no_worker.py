@@ -17,9 +17,9 @@ from temporalio.client import WorkflowFailureError
 from agentledger.cli import render
 from agentledger.core.backlog_models import TaskItem
 from agentledger.core.settings import Settings
-from agentledger.ops import backlog_ops
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as backlog_ops
+from tests import client_ops as ops
 from tests.support import (
     answered_status,
     eventually,

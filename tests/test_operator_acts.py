@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.mirror_seed import Seeder, fresh_database, starter
 from tests.support import make_spec, rows, wait_pending
 from tests.test_cli import run_cli

@@ -20,9 +20,9 @@ from temporalio.service import RPCError
 import agentledger
 from activities import for_worker
 from agentledger.core.constants import RUN_ID_PREFIX
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.child_runs import child_run_id
+from tests import client_ops as ops
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows, wait_pending
 from workflows import WORKFLOWS, RefundRequest, RefundReviewWorkflow

@@ -16,16 +16,16 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 import agentledger.demo
+from agentledger.client import projection
 from agentledger.core._wire import MirrorBatch, RunSnapshot, StepRecord
 from agentledger.core.payload_limits import PayloadLimitInterceptor, trimmed
 from agentledger.core.results import RunResult
 from agentledger.core.spec import RunSpec
 from agentledger.dev.offline_model import OfflineModelServer, completion
-from agentledger.ops import operations as ops
-from agentledger.ops import projection
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.tools.registry import ToolError
-from agentledger.worker.worker_factory import ENGINE_WORKFLOWS
+from agentledger.workflows.engine import ENGINE_WORKFLOWS
+from tests import client_ops as ops
 from tests.conftest import running_worker
 from tests.recorded import HISTORIES, recorded_history, replayer
 from tests.support import make_spec, rows, run_result, scripted

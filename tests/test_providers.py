@@ -22,9 +22,9 @@ from agentledger.core.providers import Provider, load_providers, with_retry_afte
 from agentledger.core.results import Usage
 from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
-from agentledger.ops import operations as ops
 from agentledger.profiles import Agent
 from agentledger.store.metrics import stats
+from tests import client_ops as ops
 from tests.support import rows, run_result
 
 TASK = "Summarize our invoice policy."

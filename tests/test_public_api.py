@@ -91,8 +91,8 @@ def services() -> dict[str, type]:
         name: type(value)
         for name, value in vars(client).items()
         if not name.startswith("_")
-        and type(value).__module__.startswith("agentledger.services.")
-        and name != "session"
+        and type(value).__module__.startswith("agentledger.client.")
+        and name != "scope"
     }
 
 
@@ -158,7 +158,7 @@ def test_importing_the_types_loads_only_the_core():
     operations, stores or workflows: checked in a fresh interpreter."""
     heavy = (
         "agentledger.workflows",
-        "agentledger.ops",
+        "agentledger.client",
         "agentledger.store",
         "agentledger.activities",
     )
@@ -307,7 +307,11 @@ INTERNAL_DOCS = {
 INTERNAL_NOTE = "describes agentledger's internals"
 # Public modules beyond the two that export types: workflow code's `run_agent`, and the
 # demo's tools and agents, which a worker loads by name (`--tools agentledger.demo:tools`).
-PUBLIC_MODULES = {"agentledger.workflows": {"run_agent"}, "agentledger.demo": None}
+PUBLIC_MODULES = {
+    "agentledger.workflows": {"run_agent"},
+    "agentledger.demo": None,
+    "agentledger.webhooks": None,
+}
 # Names shaped like ours that are not Python: a container label (docs/your-agent.md).
 NOT_PYTHON = {"agentledger.worker"}
 DOTTED = re.compile(r"(?<![\w.])(?<!-m )(?<!INFO )(?<!WARNING )(agentledger(?:\.[A-Za-z_]\w*)+)")

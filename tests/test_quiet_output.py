@@ -23,8 +23,8 @@ import agentledger.demo
 from agentledger.core import version_branches
 from agentledger.core.log_setup import configure_logging
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.tools import Tool, ToolContext, ToolRegistry
+from tests import client_ops as ops
 from tests.support import make_spec, scripted
 
 ROOT = Path(__file__).resolve().parent.parent

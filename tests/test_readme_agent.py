@@ -18,9 +18,9 @@ from pathlib import Path
 from temporalio.client import Client
 
 from agentledger.dev.offline_model import OfflineModelServer, offline_planner
-from agentledger.ops import operations as ops
 from agentledger.store import tool_sets
 from agentledger.temporal.worker_presence import pollers_or_unknown
+from tests import client_ops as ops
 from tests.support import eventually, rows, wait_pending
 
 

@@ -10,8 +10,8 @@ from temporalio.exceptions import CancelledError
 
 from agentledger.core.errors import OperationError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import (
     eventually,
     make_spec,

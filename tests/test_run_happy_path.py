@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.core.results import RunResult
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import eventually, make_spec, rows, wait_pending
 
 

@@ -8,7 +8,7 @@ from temporalio.client import WorkflowExecutionStatus
 from agentledger import RunClient
 from agentledger.core.states import RunStatus
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.support import make_spec, run_result, scripted, wait_pending
 from tests.test_verification import BAD, CHECKS
 

@@ -20,7 +20,6 @@ from temporalio.exceptions import ApplicationError
 from agentledger.cli.main import main as cli
 from agentledger.core.errors import SANDBOX_UNAVAILABLE, SetupError
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.tools.registry import ToolRegistry
 from agentledger.tools.sandbox import (
     LABEL,
@@ -30,6 +29,7 @@ from agentledger.tools.sandbox import (
     sandbox_tools,
 )
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests import sandbox_support
 from tests.sandbox_support import Engine
 from tests.support import eventually, make_spec, rows, scripted

@@ -26,12 +26,12 @@ from agentledger.core.errors import SecretUnavailable, SetupError
 from agentledger.core.results import RunResult
 from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import operations as ops
 from agentledger.store.db import open_pool
 from agentledger.store.vault import MARKER, SecretScope, SecretVault
 from agentledger.tools import Tool, ToolContext, ToolError, ToolRegistry
 from agentledger.worker.worker_factory import WorkerDeps, build_worker
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, rows
 
 CANARY = uuid.uuid4().hex[:12]

@@ -27,9 +27,9 @@ from agentledger.cli.render import receipt_markdown
 from agentledger.core._wire import ControlInput, SayInput
 from agentledger.core.errors import NotAnswered, OperationRefused, RunNotFound
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import operations as ops
-from agentledger.ops import steering_ops
 from agentledger.workflows import AgentRunWorkflow, sessions
+from tests import client_ops as ops
+from tests import client_ops as steering_ops
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows, wait_pending
 from tests.test_crash_recovery import ROOT, start_worker_process

@@ -537,6 +537,25 @@ def test_an_unknown_agentledger_variable_is_named_with_the_setting_it_resembles(
     assert json.loads(line)["error"]["kind"] == "invalid_input", line
 
 
+def test_a_variable_of_the_former_name_is_named_with_its_new_name(tmp_path):
+    """`AGENTRUN_TASK_QUEUE` (the project's first name) is not read: one line says so and
+    names `AGENTLEDGER_TASK_QUEUE`; one with no new counterpart is still named."""
+    done = agentledger(
+        tmp_path,
+        {"AGENTRUN_TASK_QUEUE": "mine", "AGENTRUN_NO_SUCH_THING": "x"},
+        "settings",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["AGENTLEDGER_TASK_QUEUE"] == TASK_QUEUE
+    warned = done.stderr.strip().splitlines()
+    assert len(warned) == 2, done.stderr
+    [queue] = [line for line in warned if "AGENTRUN_TASK_QUEUE" in line]
+    assert "is not read" in queue and "set AGENTLEDGER_TASK_QUEUE instead" in queue, queue
+    [other] = [line for line in warned if "AGENTRUN_NO_SUCH_THING" in line]
+    assert "instead" not in other, other
+
+
 def test_a_yaml_file_that_does_not_parse_is_named_in_one_line(tmp_path):
     broken = tmp_path / "providers.yaml"
     broken.write_text("local:\n  base_url: [http://127.0.0.1:9/v1\n  api_key: x\n")

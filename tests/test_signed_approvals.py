@@ -13,17 +13,18 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import WorkflowUpdateFailedError
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
+from agentledger.client import approver_keys
+from agentledger.client.approver_keys import ApproverKey
 from agentledger.core import approval_signatures
 from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.errors import InvalidInput, OperationError
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import ApprovalPolicy
-from agentledger.ops import approver_keys, door
-from agentledger.ops import operations as ops
-from agentledger.ops.approver_keys import ApproverKey
 from agentledger.store.approver_store import ApproverStore
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as door
+from tests import client_ops as ops
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 

@@ -15,10 +15,10 @@ from temporalio.client import WorkflowExecutionStatus
 from agentledger.core.results import RunResult
 from agentledger.core.settings import Settings
 from agentledger.dev.stack import EmbeddedStack, free_port, frontend_serving, port_open
-from agentledger.ops import operations as ops
 from agentledger.store.db import open_pool
 from agentledger.temporal.client import connect
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending
 

@@ -16,9 +16,10 @@ import pytest
 
 from agentledger.core.errors import OperationRefused, RunNotFound
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import operations as ops
-from agentledger.ops import steering_ops, watch
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
+from tests import client_ops as steering_ops
+from tests import client_ops as watch
 from tests.recorded import replayer
 from tests.support import eventually, make_spec, rows
 from tests.test_cli_exit_codes import agentledger, json_error

@@ -10,9 +10,9 @@ from temporalio import activity
 
 import agentledger.demo
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.tools import Tool, ToolContext, ToolRegistry
+from tests import client_ops as ops
 from tests.support import eventually, make_spec, mirror_batch, rows, run_result, scripted
 
 

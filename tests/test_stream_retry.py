@@ -18,8 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from agentledger.core.results import WatchItem
 from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import watch
-from agentledger.ops.door import start as door_start
+from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served, sse_events
 from tests.support import make_spec
 from tests.test_crash_recovery import start_worker_process
@@ -70,7 +69,7 @@ async def test_a_model_call_killed_mid_stream_ends_as_its_retrys_text_each_piece
                     allowed_tools=[],
                     timeouts={"heartbeat_seconds": 2, "initial_retry_seconds": 0.2},
                 )
-                started = await door_start(
+                started = await ops.start(
                     client, pool, spec, task_queue=settings.task_queue, acting_tenant=tenant
                 )
                 run_id = started.run_id
@@ -88,7 +87,7 @@ async def test_a_model_call_killed_mid_stream_ends_as_its_retrys_text_each_piece
                                 first_pieces.set()
 
                 async def read_watch() -> list[WatchItem]:
-                    return [i async for i in watch.watch(client, run_id, pool=pool)]
+                    return [i async for i in ops.watch(client, run_id, pool=pool)]
 
                 sse = asyncio.create_task(read_sse())
                 watched = asyncio.create_task(read_watch())

@@ -19,17 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
+from agentledger.client import approver_keys
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import OperationError, OperationRefused
 from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import approver_keys, fork_ops
-from agentledger.ops import operations as ops
 from agentledger.profiles import Agent
 from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
 from tests.support import NOTIFY_TASK, eventually, make_spec, wait_pending, wait_status
 from tests.test_door import cli
 from tests.test_subagents import AGENTS, LEAD, approving_child_model, parent_spec

@@ -19,10 +19,10 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from agentledger.cli import render
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
-from agentledger.ops import operations as ops
-from agentledger.ops.watch import watch
 from agentledger.profiles import Agent
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
+from tests.client_ops import watch
 from tests.support import eventually, make_spec, rows, wait_pending
 
 PARENT_TASK = "Ask both helpers and report."

@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import agentledger.demo
 from agentledger.core.settings import Settings
 from agentledger.dev.stack import free_port
-from agentledger.ops import operations as ops
 from agentledger.temporal.client import connect, runtime_for
 from agentledger.worker.worker_factory import WorkerDeps, build_worker
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec
 
 

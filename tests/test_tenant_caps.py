@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from agentledger.client import admission as admission_ops
 from agentledger.core._state import RunInput
 from agentledger.core.admission_models import AdmissionInput, AdmitInput, TenantLimits
 from agentledger.core.constants import SIGNAL_RUN_ADMIT
 from agentledger.core.errors import OperationError
-from agentledger.ops import admission_ops, tenant_ops
-from agentledger.ops import operations as ops
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id
 from agentledger.workflows.changes import for_new_run
+from tests import client_ops as ops
+from tests import client_ops as tenant_ops
 from tests.support import eventually, make_spec, rows, wait_pending, wait_status
 from tests.test_cli import run_cli
 

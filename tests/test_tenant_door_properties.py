@@ -62,8 +62,9 @@ from temporalio.testing import WorkflowEnvironment
 
 import agentledger.demo
 from activities import for_worker
+from agentledger import RunClient
 from agentledger.cli import main as cli_main
-from agentledger.client_api import RunClient
+from agentledger.client import approver_keys
 from agentledger.core._wire import SayInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import TaskItem
@@ -75,8 +76,6 @@ from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.http.server import bind, serve, url_of
-from agentledger.ops import approver_keys, fork_ops, steering_ops
-from agentledger.ops import operations as ops
 from agentledger.profiles import Agent
 from agentledger.store import tool_sets
 from agentledger.store.approver_store import ApproverStore
@@ -84,6 +83,9 @@ from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.store.tenant_store import TenantStore
 from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
 from agentledger.workflows.child_runs import child_run_id
+from tests import client_ops as fork_ops
+from tests import client_ops as ops
+from tests import client_ops as steering_ops
 from tests.support import NOTIFY_TASK, eventually, rows
 from tests.test_agui import AGENT
 from tests.test_agui import run_input as agui_input

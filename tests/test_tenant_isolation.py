@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.client_api import RunClient
+from agentledger import RunClient
 from agentledger.core.errors import OperationError
-from agentledger.ops import door
-from agentledger.ops import operations as ops
 from agentledger.store import metrics
+from tests import client_ops as door
+from tests import client_ops as ops
 from tests.support import make_spec, wait_pending
 from tests.test_cli import run_cli
 

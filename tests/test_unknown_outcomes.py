@@ -12,10 +12,10 @@ from pydantic import BaseModel
 import agentledger.demo
 from agentledger.core.results import Usage
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
 from agentledger.store.model_journal import ModelJournal
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_crash_recovery import start_worker_process
 

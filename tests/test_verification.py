@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentledger.activities.verify import deterministic_checks
 from agentledger.core.spec import VerifySpec
 from agentledger.dev.offline_model import OfflineModelServer
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.support import make_spec, rows, run_result, scripted, wait_pending
 
 GOOD = '## Summary\nTwo items.\n- a\n- b\n```json\n{"count": 2}\n```'

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentledger.client.deploy_check import facts_of
 from agentledger.core import version_branches
 from agentledger.core.version_branches import HistoryFacts
-from agentledger.worker.deploy_check import facts_of
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.admission import TenantAdmissionWorkflow
 from agentledger.workflows.backlog import AgentBacklogWorkflow
@@ -156,8 +156,8 @@ async def test_an_open_run_that_needs_a_retired_branch_is_refused_and_reported(
     lists it (exit 1), beside a run of today's generation that needs no old path."""
     from temporalio.api.enums.v1 import EventType
 
-    from agentledger.ops import operations as ops
-    from agentledger.worker import deploy_check
+    from agentledger.client import deploy_check
+    from tests import client_ops as ops
     from tests.support import eventually, make_spec, wait_pending
     from tests.test_cli import run_cli
 

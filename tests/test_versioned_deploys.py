@@ -8,9 +8,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.service import RPCError
 
 from agentledger import RunClient
-from agentledger.ops import operations as ops
 from agentledger.temporal import deployments
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, wait_pending
 
 
@@ -68,8 +68,8 @@ async def test_a_deploy_moves_a_capped_tenant_and_a_backlog_to_v2_and_v1_drains(
     start on v2, the runs already on v1 finish there, and v1 drains to no open run."""
     from agentledger.core.admission_models import TenantLimits
     from agentledger.core.backlog_models import PolicyPatch, TaskItem, backlog_id, child_run_id
-    from agentledger.ops import backlog_ops
     from agentledger.workflows.admission import admission_id
+    from tests import client_ops as backlog_ops
     from tests.support import eventually
     from tests.test_cli import run_cli
 

@@ -19,10 +19,10 @@ from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentledger.core.results import WatchItem
 from agentledger.core.streamed_text import MAX_STREAMED_CHARS
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
-from agentledger.ops import operations as ops
-from agentledger.ops import watch
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.run_stream import RETAINED_ITEMS
+from tests import client_ops as ops
+from tests import client_ops as watch
 from tests.support import make_spec, rows, scripted, wait_pending
 from tests.test_cli import ROOT, run_cli
 from tests.test_crash_recovery import start_worker_process

@@ -17,13 +17,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 
+from agentledger.client import handles
 from agentledger.core import constants as names
 from agentledger.core import search_attributes
 from agentledger.core._wire import ControlInput
 from agentledger.core.errors import OperationError
 from agentledger.core.results import ControlResult, WatchItem
-from agentledger.ops import handles, watch
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
+from tests import client_ops as watch
 from tests.conftest import running_worker
 from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
 from tests.test_watch import check_story, text_of

@@ -19,8 +19,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agentledger.core import search_attributes
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.conftest import running_worker
 from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
 

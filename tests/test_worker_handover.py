@@ -19,7 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from agentledger.core.errors import NotAnswered
-from agentledger.ops import operations as ops
+from tests import client_ops as ops
 from tests.support import eventually, make_spec, run_result, wait_pending
 from tests.test_crash_recovery import start_worker_process
 
@@ -36,7 +36,7 @@ async def at_rest(client: Client, run_id: str) -> None:
 
 
 async def test_status_and_approve_answer_after_a_worker_is_killed(client, settings, worker, caplog):
-    caplog.set_level(logging.DEBUG, logger="agentledger.ops.handles")  # the rounds, on failure
+    caplog.set_level(logging.DEBUG, logger="agentledger.client.handles")  # the rounds, on failure
     doomed = await start_worker_process(settings, "doomed")
     try:
         started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)

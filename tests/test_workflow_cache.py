@@ -8,8 +8,8 @@ import pytest
 
 from agentledger.core.errors import SetupError
 from agentledger.core.settings import Settings
-from agentledger.ops import operations as ops
 from agentledger.workflows import AgentRunWorkflow
+from tests import client_ops as ops
 from tests.support import make_spec, rows
 
 

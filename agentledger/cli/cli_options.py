@@ -78,7 +78,13 @@ def add_wait(p: argparse.ArgumentParser) -> None:
 
 
 def add_tenant(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tenant", help="only this tenant's runs (default AGENTLEDGER_TENANT)")
+    """`--tenant`, narrowing the command's caller to that tenant (the client refuses one
+    that would widen it past AGENTLEDGER_TENANT)."""
+    p.add_argument(
+        "--tenant",
+        dest="acting_tenant",
+        help="only this tenant's runs (default AGENTLEDGER_TENANT)",
+    )
 
 
 def add_decider(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from agentledger.cli.cli_options import emit, own_workflows
 
 if TYPE_CHECKING:
-    from agentledger.client_api import RunClient
+    from agentledger.client.run_client import RunClient
 
 
 async def patches(client: RunClient, args: argparse.Namespace) -> int:

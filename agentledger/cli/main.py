@@ -7,7 +7,7 @@ command talks to whatever stack the settings name.
 A thin layer over `agentledger.RunClient`: each command reads its flags, calls one RunClient
 method and prints the answer (tests/test_cli_front_door.py holds it to that). The parser
 imports nothing heavy, so `agentledger --help` answers at once; a command imports what it
-needs when it runs. Exit codes: README "Exit codes" (agentledger.core.errors).
+needs when it runs. Exit codes: docs/using.md "Exit codes" (agentledger.core.errors).
 """
 
 from __future__ import annotations
@@ -58,22 +58,6 @@ if TYPE_CHECKING:
     )
 
 DEMO_TASK = "Look up our refund policy and notify customer@example.com about it."
-# Commands whose --tenant confines them to that tenant's runs (AGENTLEDGER_TENANT otherwise).
-SCOPED = {
-    "approve",
-    "reject",
-    "pause",
-    "resume",
-    "cancel",
-    "say",
-    "chat",
-    "end",
-    "status",
-    "receipt",
-    "list",
-    "stats",
-    "prune",
-}
 # A run's statuses, as `list --status` takes them.
 STATUSES = [s.value for s in RunStatus]
 
@@ -102,8 +86,6 @@ def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
     ):
         if value is not None:
             raw[field] = value
-    if settings.tenant and args.tenant is None:
-        raw["tenant"] = settings.tenant
     try:
         return RunSpec.model_validate(raw)
     except ValidationError as err:
@@ -470,7 +452,7 @@ def existing_stack(settings: Settings) -> bool:
     )
 
 
-def embedded_stack(settings: Settings, args: argparse.Namespace) -> EmbeddedStack:
+def embedded_stack(settings: Settings, args: argparse.Namespace, command: str) -> EmbeddedStack:
     """The stack `up` and `demo` start: on the ports asked for, or beside whatever holds the
     defaults (each move said)."""
     from agentledger.dev.stack import EmbeddedStack, stack_ports
@@ -478,32 +460,30 @@ def embedded_stack(settings: Settings, args: argparse.Namespace) -> EmbeddedStac
     port, ui_port, moves = stack_ports(settings.home, args.port, args.ui_port)
     for move in moves:
         say(args, move)
-    return EmbeddedStack(settings.home, temporal_port=port, ui_port=ui_port)
+    return EmbeddedStack(settings.home, temporal_port=port, ui_port=ui_port, command=command)
 
 
 async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
     import asyncio
-    import signal
 
+    from agentledger.cli.interrupts import Interrupts, start_stack
     from agentledger.core.settings import Settings
     from agentledger.tools.loading import DEMO_TOOLS, load_registry
     from agentledger.worker.tool_flags import tool_sources
     from agentledger.worker.worker_api import run_worker
 
+    interrupts = await Interrupts().install()
     settings = client.settings
     tools, mcp = tool_sources(args, settings)
     if not tools and not mcp:
         tools = [DEMO_TOOLS]  # the dev stack serves the demo's tools unless given others
     load_registry(tools)  # a bad reference exits 2 before the stack starts, not after
-    stack = embedded_stack(settings, args)
-    endpoints = dict(stack.start())
+    stack = embedded_stack(settings, args, command="up")
+    endpoints = dict(await start_stack(stack, interrupts))
+    interrupts.on_hurry(stack.abandon)
     http_door = serve_cli.door_beside(args)
     if http_door is not None:
         endpoints["http_url"] = http_door.url
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     if args.json:
         emit({**endpoints, "home": str(settings.home.resolve())}, True, "")
     else:
@@ -513,6 +493,7 @@ async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
             + f"\ndata kept in {settings.home.resolve()}; Ctrl-C stops everything",
             flush=True,
         )
+    stop = interrupts.stop
     serving = http_door.start(Settings.load(), stop) if http_door is not None else None
     try:
         if args.no_worker:
@@ -525,11 +506,16 @@ async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
             await run_worker(
                 tools, mcp=mcp, settings=Settings.load(), identity="embedded-worker", stop=stop
             )
+    except Exception:
+        if not stop.is_set():
+            raise  # a failure of its own; after a Ctrl-C, what stopping broke is no news
     finally:
         stop.set()
         if serving is not None:
             await serving
-        stack.stop()
+        await asyncio.to_thread(stack.stop)
+    # The way `up` is meant to end (it says so): not a failure.
+    print(f"stopped; data kept in {settings.home.resolve()}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -538,37 +524,55 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
     import asyncio
 
     from agentledger import RunClient
+    from agentledger.cli.interrupts import Interrupted, Interrupts, start_stack, stopped_line
     from agentledger.core.settings import Settings
+    from agentledger.dev.stack import stack_owner
     from agentledger.tools.loading import DEMO_TOOLS
     from agentledger.worker.worker_api import run_worker
 
+    interrupts = await Interrupts().install()
     settings = client.settings
     stack = None
-    if not existing_stack(settings):
-        stack = embedded_stack(settings, args)
+    holder = stack_owner(settings.home)
+    # A stack `up` keeps runs until its person stops it: the demo shares it. One another demo
+    # started stops when that demo ends, so this demo starts its own, which is refused.
+    if not existing_stack(settings) or (holder is not None and holder.command == "demo"):
+        stack = embedded_stack(settings, args, command="demo")
         say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
-        stack.start()
+        await start_stack(stack, interrupts)
+        interrupts.on_hurry(stack.abandon)
         settings = Settings.load()
-    stop = asyncio.Event()
+    stop = interrupts.stop
     worker = asyncio.create_task(
         run_worker([DEMO_TOOLS], settings=settings, identity="demo-worker", stop=stop)
     )
+    stopped = asyncio.create_task(stop.wait())
     try:
         async with RunClient.lazy(settings) as demo_runs:
             await demo_runs.migrate()  # the worker migrates too, meanwhile; either goes first
             demo = asyncio.create_task(run_demo(demo_runs, args))
-            await asyncio.wait({worker, demo}, return_when=asyncio.FIRST_COMPLETED)
-            if worker.done():  # the worker died first: say why instead of waiting on it
+            await asyncio.wait({worker, demo, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                demo.cancel()
+            elif worker.done():  # the worker died first: say why instead of waiting on it
                 demo.cancel()
                 await worker
-            return await demo
+            else:
+                return await demo
+    except Exception:
+        if not stop.is_set():
+            raise
     finally:
+        stopped.cancel()
         stop.set()
         try:
             await worker
         finally:
             if stack is not None:
-                stack.stop()
+                await asyncio.to_thread(stack.stop)
+    raise Interrupted(
+        stopped_line(settings.home) if stack is not None else "interrupted: the demo is stopped"
+    )
 
 
 async def run_demo(client: RunClient, args: argparse.Namespace) -> int:
@@ -578,12 +582,9 @@ async def run_demo(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.demo import support_desk
 
     settings = client.settings
-    # Under AGENTLEDGER_TENANT the demo's run is that tenant's, as any run it starts must be.
+    # The demo's run is the caller's tenant's (AGENTLEDGER_TENANT), as any run it starts is.
     spec = support_desk.spec(
-        task=DEMO_TASK,
-        user="demo-user",
-        idempotency_key=f"demo-{time.time_ns()}",
-        tenant=settings.tenant or "default",
+        task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"
     )
     started = await client.runs.start(spec=spec)
     run_id = started.run_id
@@ -912,17 +913,9 @@ async def dispatch(args: argparse.Namespace, began: float) -> int:
     settings = Settings.load()
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
-    flag = getattr(args, "tenant", None) if args.command in SCOPED else None
-    if flag and settings.tenant and flag != settings.tenant:  # a flag never widens the scope
-        from agentledger.core.errors import OperationRefused
-
-        raise OperationRefused(
-            f"this client acts for tenant {settings.tenant!r} (AGENTLEDGER_TENANT), not {flag!r}"
-        )
-    if flag:
-        settings = settings.model_copy(update={"tenant": flag})
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as client:
-        return await COMMANDS[args.command](client, args)
+        acting = getattr(args, "acting_tenant", None)
+        return await COMMANDS[args.command](client.acting_for(acting) if acting else client, args)
 
 
 def print_error(code: int, kind: str, message: str, *, as_json: bool) -> None:
@@ -935,8 +928,19 @@ def print_error(code: int, kind: str, message: str, *, as_json: bool) -> None:
 
 def exit_code(err: BaseException, as_json: bool) -> int:
     """Say what went wrong on stderr; the exit code that class of failure has."""
+    from agentledger.cli.interrupts import Interrupted
     from agentledger.core.errors import AgentLedgerError
 
+    if isinstance(err, Interrupted):  # what the Ctrl-C left behind, in one line
+        if as_json:
+            print_error(err.exit_code, "interrupted", str(err), as_json=True)
+        else:
+            print(err, file=sys.stderr, flush=True)
+        return err.exit_code
+    if isinstance(err, ImportError):
+        from agentledger.core.extras import missing_extra
+
+        err = missing_extra(err) or err
     if isinstance(err, AgentLedgerError):
         print_error(err.exit_code, err.kind, str(err), as_json=as_json)
         return err.exit_code
@@ -970,18 +974,29 @@ def main(argv: list[str] | None = None) -> int:
         args = parser().parse_args(argv)
         if args.command in LOCAL:
             return LOCAL[args.command](args)
+        if args.command in ("up", "demo"):
+            # A Ctrl-C before the command takes the signal on its loop (while it imports
+            # what it runs) ends it at once, not at its first await (asyncio.run's way).
+            import signal
+
+            signal.signal(signal.SIGINT, interrupt_now)
         import asyncio
 
         return asyncio.run(dispatch(args, began))
     except SystemExit as done:  # argparse: --help, --version, a usage error
         return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
         return 130
     except BrokenPipeError:  # a reader that stopped reading (`| head`): end quietly
         closed_stdout()
         return 141  # 128 + SIGPIPE, as a shell reports a pipeline's writer
     except Exception as err:
         return exit_code(err, as_json)
+
+
+def interrupt_now(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
 
 
 def closed_stdout() -> None:

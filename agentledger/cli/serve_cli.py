@@ -131,13 +131,14 @@ def door_beside(args: argparse.Namespace) -> DoorBeside | None:
     """A socket for `up`'s HTTP door: AGENTLEDGER_HTTP_PORT, or a free port if another program
     holds it (said); None, said, without the `serve` extra."""
     from agentledger.core.errors import SetupError
+    from agentledger.core.extras import install_command
     from agentledger.core.http_settings import HttpSettings
     from agentledger.core.settings import process_environment
 
     try:
         from agentledger.http.server import bind, url_of
     except ImportError:
-        say(args, "no HTTP door: `pip install 'agentledger[serve]'` adds it")
+        say(args, f"no HTTP door: `{install_command('serve')}` adds it")
         return None
     http = HttpSettings.read(process_environment())
     try:

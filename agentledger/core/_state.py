@@ -1,7 +1,7 @@
 """Private: what a run holds beyond its spec (`RunProgress`), and what its workflow starts
 from (`RunInput`: the person's spec and what the engine sets).
 
-Only the engine builds a `RunInput`: the door (agentledger/ops/door.py) for a start or a fork,
+Only the engine builds a `RunInput`: the door (agentledger/client/starts.py) for a start or a fork,
 the admission queue, a backlog, `run_agent`, and the run itself when it continues as new.
 A person's `RunSpec` cannot hold these fields, so nobody forges a carry, an admission, a
 fork, a generation or a weight. The fields sit after the spec's, as they always did in the
@@ -161,8 +161,8 @@ class RunInput(RunSpec):
     fairness_weight: float | None = Field(
         None,
         gt=0,
-        description="set by the engine (agentledger/ops/door.py): its tenant's weight, which a "
-        "backlog starts the run with; whatever a spec says is replaced",
+        description="set by the engine (agentledger/client/starts.py): its tenant's weight, "
+        "which a backlog starts the run with; whatever a spec says is replaced",
     )
     parent_run_id: str | None = Field(
         None, description="set by the engine: the run whose sub-agent this run is"
@@ -170,7 +170,7 @@ class RunInput(RunSpec):
     subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
     model_calls_rated: bool = Field(
         False,
-        description="set by the engine (agentledger/ops/door.py): its tenant had a model-call "
+        description="set by the engine (agentledger/client/starts.py): its tenant had a model-call "
         "rate when it started, so its model calls go through the rate-limited queue",
     )
 

@@ -278,7 +278,7 @@ class ReceiptChanges(BaseModel):
     """What `mirror.finish` returns: the fields it changed in the workflow's receipt as it
     stored it (retries from the attempts journal, unaccepted spend, settled effects), so the
     receipt is in history once (the input), not twice (runs from before echo it whole).
-    The mirror's projection (agentledger.ops.projection) applies them to the input."""
+    The mirror's projection (agentledger.client.projection) applies them to the input."""
 
     changes: JsonDict = Field(description="receipt field -> its stored value, JSON")
 

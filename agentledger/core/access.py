@@ -33,10 +33,11 @@ _KEY = re.compile(r"ark_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 
 @dataclass(frozen=True)
 class Caller:
-    """An authenticated caller: the tenant its credential names, what it may do, and who it
-    is (recorded as the `by` of its decisions)."""
+    """An authenticated caller: the tenant its credential names (None: the operator, who
+    acts for every tenant), what it may do, and who it is (recorded as the `by` of its
+    decisions)."""
 
-    tenant: str
+    tenant: str | None
     roles: frozenset[str]
     identity: str
     credential: str  # what limits count against: a key's id, a token's issuer and subject

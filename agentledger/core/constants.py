@@ -110,3 +110,10 @@ DEFAULT_WAIT_SECONDS = 10.0
 SANDBOX_IMAGE = "agentledger-sandbox:latest"
 # The demo's agent profiles: where a start by agent name looks when AGENTLEDGER_AGENTS names none.
 DEMO_AGENTS = "agentledger.demo:agents"
+
+# Signed webhooks (agentledger/activities/webhooks.py): one delivery, retried by Temporal; and
+# the A2A task notifier that follows a run for one push subscription.
+ACTIVITY_WEBHOOK_DELIVER = "webhooks.deliver"
+ACTIVITY_RUN_CHANGES = "webhooks.run_changes"
+TASK_NOTIFIER_WORKFLOW_NAME = "TaskNotifier"
+TASK_NOTIFIER_ID_PREFIX = "notify-"

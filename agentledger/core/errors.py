@@ -2,15 +2,14 @@
 Temporal alone owns retries.
 
 Two families. Errors for people all derive from `AgentLedgerError`; each carries the exit code
-the `agentledger` command ends with (README "Exit codes") through one of its public subclasses,
-`InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a message that
-says what to do next; any other `AgentLedgerError` is a runtime failure (1). Failures of steps
-become ApplicationErrors whose `type`, `non_retryable` flag and `next_retry_delay` tell Temporal
-what to do (SDK clients are built with max_retries=0); the run workflow reads them back
-with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any retry or fallback.
-(A provider's or Postgres's own exceptions are read where they are met:
-`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)
-"""
+the `agentledger` command ends with (docs/using.md "Exit codes") through one of its public
+subclasses, `InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a
+message that says what to do next; any other `AgentLedgerError` is a runtime failure (1).
+Failures of steps become ApplicationErrors whose `type`, `non_retryable` flag and
+`next_retry_delay` tell Temporal what to do (SDK clients are built with max_retries=0); the run
+workflow reads them back with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any
+retry or fallback. (A provider's or Postgres's own exceptions are read where they are met:
+`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)"""
 
 from __future__ import annotations
 
@@ -99,6 +98,10 @@ class NotAnswered(Unreachable, OperationError):
 
 class OperationRefused(Refused, OperationError):
     """The run or its policy refused the operation: the message says why."""
+
+
+class StackInUse(Refused, SetupError):
+    """Another command owns the embedded stack kept in this folder; the message names it."""
 
 
 class TenantError(InvalidInput, OperationError):

@@ -414,11 +414,24 @@ def process_environment() -> dict[str, str]:
     return {**{k: v for k, v in dotenv.items() if v is not None}, **os.environ}
 
 
+# The prefix of the project's first name (docs/versioning.md): such a variable is named with its
+# new name, not silently left unread.
+_FORMER_PREFIX = "AGENTRUN_"
+
+
 def warn_unknown_variables(environ: Mapping[str, str]) -> None:
-    """Warn of each AGENTLEDGER_ variable no setting reads: a misspelt name is otherwise a
-    setting silently left at its default."""
+    """Warn of each AGENTLEDGER_ variable no setting reads, and each AGENTRUN_ one: a misspelt
+    or former name is otherwise a setting silently left at its default."""
     for name in sorted(environ):
-        if name.startswith("AGENTLEDGER_") and name not in _NAMES and name not in _NOT_SETTINGS:
+        if name.startswith(_FORMER_PREFIX):
+            renamed = "AGENTLEDGER_" + name.removeprefix(_FORMER_PREFIX)
+            known = renamed in _NAMES or renamed in _NOT_SETTINGS
+            log.warning(
+                "%s is not read (agentledger's variables begin AGENTLEDGER_)%s",
+                name,
+                f": set {renamed} instead" if known else "",
+            )
+        elif name.startswith("AGENTLEDGER_") and name not in _NAMES and name not in _NOT_SETTINGS:
             closest = difflib.get_close_matches(name, sorted(_NAMES), n=1)
             hint = f"; did you mean {closest[0]}?" if closest else " (`agentledger settings`)"
             log.warning(

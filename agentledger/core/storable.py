@@ -3,9 +3,9 @@
 Postgres refuses the NUL character in `text` and in `jsonb` (`UntranslatableCharacter`):
 no retry makes such a write succeed, so one `\\u0000` in a task, a model's output or a
 tool's argument used to wedge a run's mirror for good. Every pooled connection writes
-strings through `escape_nul` (agentledger.store.db registers it), which spells a NUL out as the six
-characters `\\u0000`; `agentledger.ops.projection` applies the same function to what history holds,
-so the mirror and its projection still agree.
+strings through `escape_nul` (agentledger.store.db registers it), which spells a NUL out as
+the six characters `\\u0000`; `agentledger.client.projection` applies the same function to
+what history holds, so the mirror and its projection still agree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A tenant's policy as its runs carry it: read from Postgres by the door (agentledger/ops/door.py)
-for a client's start, and through an activity by a workflow that starts runs itself (a
-backlog's tasks, `run_agent`; agentledger/workflows/run_starts.py), so that every run, whatever
-started it, carries the same."""
+"""A tenant's policy as its runs carry it: read from Postgres by the start gate
+(agentledger/client/starts.py) for a client's start, and through an activity by a workflow
+that starts runs itself (a backlog's tasks, `run_agent`; agentledger/workflows/run_starts.py),
+so that every run, whatever started it, carries the same."""
 
 from __future__ import annotations
 

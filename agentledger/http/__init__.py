@@ -2,8 +2,8 @@
 other protocols over the same `RunClient`, for callers who hold a key or a token and
 nothing else. docs/http.md is the user's page.
 
-A layer of its own beside the CLI: it imports client operations (`agentledger.client_api`,
-`agentledger.ops`) and below, and nothing imports it but the CLI's `serve`.
+A layer of its own beside the CLI: it imports the client (`agentledger.client`) and below,
+and nothing imports it but the CLI's `serve`.
 
 Adding routes (another module, say `agentledger/http/agui.py`):
 
@@ -12,7 +12,7 @@ Adding routes (another module, say `agentledger/http/agui.py`):
 
     async def pending(request: Request) -> Response:
         who = await caller(request, need="approver")  # 401/403/429, the tenant decided
-        client = runs_for(request, who)                # a RunClient acting for who.tenant
+        client = runs_for(request, who)                # a RunClient acting as who
         return answer(await client.runs.recent(status="waiting_approval"))
 
     def routes() -> list[Route]:

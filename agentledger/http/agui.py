@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from agentledger import profiles
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.access import Caller
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import AgentLedgerError, InvalidRequest, OperationRefused
@@ -167,7 +167,6 @@ def spec_of(client: RunClient, agent: str, request: RunAgentInput, who: Caller) 
     fields = profiles.pick(agents, agent, source).spec_fields(agents)
     fields.update(
         task=task_of(request),
-        tenant=who.tenant,
         user=who.identity,
         idempotency_key=thread_key(request.thread_id),
     )

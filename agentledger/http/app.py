@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http import agui, events_api, inbox, openapi, runs_api
 from agentledger.http.auth import Door, too_large
@@ -44,6 +44,15 @@ async def health(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
+def protocol_routes() -> list[BaseRoute]:
+    """The agent protocols' faces whose packages are installed: A2A (the `a2a` extra)."""
+    try:
+        from agentledger.http import a2a_server
+    except ImportError:  # the `a2a` extra is not installed: no A2A face
+        return []
+    return list(a2a_server.routes())
+
+
 def create_app(
     runs: RunClient, settings: HttpSettings, *, routes: Sequence[BaseRoute] = ()
 ) -> Starlette:
@@ -58,6 +67,7 @@ def create_app(
             *openapi.routes(),
             *agui.routes(),
             *inbox.routes(),
+            *protocol_routes(),
             *routes,
         ],
         middleware=[

@@ -1,8 +1,8 @@
 """How a route learns who calls, and for which tenant: `caller(request, need=ROLE)`, the
 only way. The credential decides the tenant (an API key's row, or a verified token's
 claim); no header, body field or query parameter is read for it. `runs_for(request, who)`
-is the RunClient acting for that tenant alone, so every operation goes through the
-client's own tenant scope (agentledger/ops/door.py).
+is the RunClient acting as that caller, so every operation goes through the caller's
+scope (agentledger/client/scope.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.access import KEY_PREFIX, Caller
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http.errors import HttpRefusal, unauthenticated
@@ -107,8 +107,8 @@ async def caller(request: Request, *, need: str) -> Caller:
 
 
 def runs_for(request: Request, who: Caller) -> RunClient:
-    """The RunClient acting for the caller's tenant alone."""
-    return door_of(request).runs.acting_for(who.tenant)
+    """The RunClient acting as the caller: its identity, within its tenant alone."""
+    return door_of(request).runs.acting_as(who)
 
 
 async def json_body(request: Request) -> dict[str, Any]:

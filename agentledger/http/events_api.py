@@ -18,7 +18,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.routing import Route
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.results import WatchItem
 from agentledger.http.auth import caller, door_of, runs_for

@@ -68,7 +68,7 @@ async def start(request: Request) -> Response:
         agents = profiles.load_agents(source)
         raw = profiles.pick(agents, text(body, "agent"), source).spec_fields(agents)
     raw.update({k: body[k] for k in ("user", "priority") if k in body})
-    raw.update(task=text(body, "task"), tenant=who.tenant)
+    raw.update(task=text(body, "task"))
     if key := request.headers.get("idempotency-key"):
         raw["idempotency_key"] = key
     try:

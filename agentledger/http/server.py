@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from agentledger.client_api import RunClient
+from agentledger.client.run_client import RunClient
 from agentledger.core.errors import SetupError
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http.app import create_app

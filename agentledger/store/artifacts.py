@@ -131,3 +131,22 @@ async def sandbox_executions(conn: AsyncConnection[Any], run_id: str) -> list[Js
         }
         for step_id, attempt, image, digest, status, exit_code in await cur.fetchall()
     ]
+
+
+async def run_artifacts(conn: AsyncConnection[Any], run_id: str) -> list[JsonDict]:
+    """The artifacts the run stored, oldest first: id, name, media type, size, step."""
+    cur = await conn.execute(
+        """SELECT artifact_id, name, media_type, size_bytes, step_id FROM artifacts
+           WHERE run_id = %s ORDER BY created_at, artifact_id""",
+        (run_id,),
+    )
+    return [
+        {
+            "artifact_id": artifact_id,
+            "name": name,
+            "media_type": media_type,
+            "size_bytes": size,
+            "step_id": step_id,
+        }
+        for artifact_id, name, media_type, size, step_id in await cur.fetchall()
+    ]

@@ -437,7 +437,49 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE api_keys ADD COLUMN name text;
     """,
-    # 18: a model call's streamed text, per attempt, as its watchers were sent it
+    # 18: signed webhooks (agentledger/store/webhook_store.py): where to deliver (a task's A2A
+    # push configs; a tenant's, with no run) and every delivery with its attempts; and the
+    # A2A context each task was started in.
+    """
+    CREATE TABLE webhook_subscriptions (
+        subscription_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        run_id text,
+        name text NOT NULL,
+        url text NOT NULL,
+        secret text NOT NULL,
+        auth_scheme text,
+        auth_credentials text,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX webhook_subscriptions_run_idx ON webhook_subscriptions (tenant, run_id);
+    CREATE TABLE webhook_deliveries (
+        delivery_id text PRIMARY KEY,
+        subscription_id text NOT NULL,
+        tenant text NOT NULL,
+        run_id text,
+        event text NOT NULL,
+        body jsonb NOT NULL,
+        status text NOT NULL DEFAULT 'pending',
+        attempts integer NOT NULL DEFAULT 0,
+        last_status_code integer,
+        last_error text,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        attempted_at timestamptz,
+        delivered_at timestamptz
+    );
+    CREATE INDEX webhook_deliveries_subscription_idx
+        ON webhook_deliveries (subscription_id, created_at);
+    CREATE TABLE a2a_tasks (
+        run_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        context_id text NOT NULL,
+        agent text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX a2a_tasks_context_idx ON a2a_tasks (tenant, context_id);
+    """,
+    # 19: a model call's streamed text, per attempt, as its watchers were sent it
     # (agentledger/store/model_text.py): what a watcher that joins late or comes back reads.
     """
     CREATE TABLE model_text (

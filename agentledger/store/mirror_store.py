@@ -569,7 +569,7 @@ class MirrorStore:
         """Replace a run's workflow-written rows with those derived from its history.
 
         Attempt-written columns (worker, lease, mid-step checkpoint) and the attempts
-        journal stay: history does not hold them. See `agentledger.ops.projection`.
+        journal stay: history does not hold them. See `agentledger.client.projection`.
         """
         run_id = batch.run.run_id
         keep = [step.step_id for step in batch.steps]

@@ -137,3 +137,43 @@ async def step_row(
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(STEP_ROW_SQL, {"run": run_id, "step": step_id, "tenant": tenant})
         return await cur.fetchone()
+
+
+async def recent_runs(
+    pool: AsyncConnectionPool, *, status: str | None, limit: int, tenant: str | None
+) -> list[dict[str, Any]]:
+    """Recent runs, newest first; with `tenant`, that tenant's only."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
+                      tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
+               FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
+                 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+               ORDER BY created_at DESC LIMIT %(limit)s""",
+            {"status": status, "limit": limit, "tenant": tenant},
+        )
+        columns = [c.name for c in cur.description or []]
+        return [dict(zip(columns, row, strict=True)) for row in await cur.fetchall()]
+
+
+async def receipt(
+    pool: AsyncConnectionPool, run_id: str, *, tenant: str | None
+) -> tuple[dict[str, Any] | None, str | None] | None:
+    """The run's receipt (None until it ends) and its status; None for a run the mirror has
+    not seen (with `tenant`: or another tenant's)."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            """SELECT r.receipt FROM receipts r LEFT JOIN runs USING (run_id)
+               WHERE run_id = %(run)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)""",
+            {"run": run_id, "tenant": tenant},
+        )
+        row = await cur.fetchone()
+        if row is not None:
+            return dict(row[0]), None
+        cur = await conn.execute(
+            """SELECT status FROM runs
+               WHERE run_id = %(run)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)""",
+            {"run": run_id, "tenant": tenant},
+        )
+        run = await cur.fetchone()
+    return None if run is None else (None, str(run[0]))

@@ -17,9 +17,8 @@ from typing import Any
 from temporalio.client import Interceptor
 
 from agentledger.core.errors import SetupError
+from agentledger.core.extras import install_command
 from agentledger.core.settings import Settings
-
-INSTALL_HINT = "pip install 'agentledger[otel]'"
 
 # The providers we installed ourselves (none when the application brought its own).
 _installed_providers: list[Any] = []
@@ -34,7 +33,7 @@ def client_interceptors(settings: Settings) -> list[Interceptor]:
     except ImportError as err:
         raise SetupError(
             f"AGENTLEDGER_OTEL is set but OpenTelemetry is not installed ({err.name} is missing): "
-            f"{INSTALL_HINT}, or unset AGENTLEDGER_OTEL"
+            f"`{install_command('otel')}`, or unset AGENTLEDGER_OTEL"
         ) from err
     ensure_tracer_provider()
     return [TracingInterceptor()]
@@ -56,7 +55,7 @@ def ensure_tracer_provider() -> None:
     except ImportError as err:
         raise SetupError(
             f"AGENTLEDGER_OTEL is set and no tracer provider is configured, and the OTLP exporter "
-            f"is not installed ({err.name} is missing): {INSTALL_HINT}"
+            f"is not installed ({err.name} is missing): `{install_command('otel')}`"
         ) from err
     provider = TracerProvider(resource=_resource())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

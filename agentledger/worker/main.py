@@ -17,6 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from agentledger.core.errors import ServiceUnreachable, SetupError
+from agentledger.core.extras import missing_extra
 from agentledger.core.log_setup import LEVELS, configure_logging
 from agentledger.core.settings import Settings
 from agentledger.temporal.client import is_connect_failure, unreachable
@@ -117,7 +118,13 @@ def worker_command(serve: Callable[[WorkerEdge], Awaitable[None]] = serve_engine
         asyncio.run(main(settings))
     except SetupError as err:
         log.error("%s", err)
-        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (README "Exit codes")
+        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (docs/using.md "Exit codes")
+    except ImportError as err:  # `--sandbox` or AGENTLEDGER_OTEL without their extra
+        missing = missing_extra(err)
+        if missing is None:
+            raise
+        log.error("%s", missing)
+        sys.exit(missing.exit_code)
     except RuntimeError as err:
         if not is_connect_failure(err):
             raise

@@ -51,8 +51,6 @@ from agentledger.tools.registry import ToolRegistry
 from agentledger.worker.serving import register_search_attributes, serving
 from agentledger.worker.worker_factory import (
     ACTIVITY_SLOTS,
-    ENGINE_WORKFLOWS,
-    SANDBOX_PASSTHROUGH,
     AgentWorkers,
     EngineParts,
     WorkerDeps,
@@ -61,6 +59,7 @@ from agentledger.worker.worker_factory import (
     slot_shares,
     with_engine,
 )
+from agentledger.workflows.engine import ENGINE_WORKFLOWS, SANDBOX_PASSTHROUGH
 
 PLUGIN_NAME = "agentledger.AgentLedgerPlugin"
 
@@ -113,7 +112,7 @@ def side_queue_options(run: WorkerConfig, parts: EngineParts) -> dict[str, Any]:
 
 def sandbox_sharing_core(given: WorkflowRunner | None) -> WorkflowRunner:
     """`given` (the SDK's sandbox by default) sharing agentledger's pure core and native modules
-    with the worker (agentledger.worker.worker_factory.SANDBOX_PASSTHROUGH); an unsandboxed
+    with the worker (agentledger.workflows.engine.SANDBOX_PASSTHROUGH); an unsandboxed
     runner is left as it is."""
     runner = given or SandboxedWorkflowRunner()
     if not isinstance(runner, SandboxedWorkflowRunner):

@@ -15,10 +15,10 @@ from temporalio.service import RPCError
 
 from agentledger.core import search_attributes
 from agentledger.core.background import alongside
-from agentledger.ops import tenant_ops
 from agentledger.store import tool_sets
 from agentledger.store.db import install_tool_schema
 from agentledger.store.tenant_store import TenantStore
+from agentledger.temporal.queue_config import apply_queue_config
 from agentledger.tools import ToolRegistry
 from agentledger.worker import fleet_gauges
 
@@ -63,7 +63,7 @@ async def _push_tenant_config(client: Client, pool: AsyncConnectionPool, task_qu
     tenants = await TenantStore(pool).all_limits()
     try:
         rated = any(t.model_calls_per_second is not None for t in tenants)
-        await tenant_ops.apply_queue_config(client, task_queue, tenants, rated=rated)
+        await apply_queue_config(client, task_queue, tenants, rated=rated)
     except RPCError as err:
         log.warning(
             "the server did not take tenants' weights and rates (%s); fairness weights and "

@@ -21,7 +21,6 @@ from temporalio.worker import (
     WorkerDeploymentConfig,
     WorkerTuner,
 )
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from agentledger.activities.admission import AdmissionActivities
 from agentledger.activities.agent_spans import AgentSpans
@@ -34,6 +33,7 @@ from agentledger.activities.provider_clients import ProviderClients
 from agentledger.activities.run_endings import RunEndingActivities
 from agentledger.activities.tools import ToolActivities
 from agentledger.activities.verify import VerifyActivities
+from agentledger.activities.webhooks import WebhookActivities
 from agentledger.core import fairness
 from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentledger.core.errors import SetupError
@@ -49,13 +49,11 @@ from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
 from agentledger.store.tenant_store import TenantStore
 from agentledger.store.vault import SecretVault
+from agentledger.store.webhook_store import WebhookStore
 from agentledger.tools import ToolRegistry
 from agentledger.worker.drain import DrainReport, StepsInHand
 from agentledger.worker.workflow_code import share_workflow_code
-from agentledger.workflows import AgentRunWorkflow
-from agentledger.workflows.admission import TenantAdmissionWorkflow
-from agentledger.workflows.backlog import AgentBacklogWorkflow
-from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.engine import ENGINE_WORKFLOWS, sandboxed_runner
 
 
 @dataclass
@@ -69,29 +67,7 @@ class WorkerDeps:
     provider_keys: Mapping[str, str] = field(default_factory=dict)
 
 
-# What the workflow sandbox shares with the worker instead of importing afresh for every run,
-# each with its reason. Only the pure core: workflow code imports nothing else of ours but
-# activity stubs, and those (with workflows.policies) come in through
-# `workflow.unsafe.imports_passed_through()` where they are imported. Workflow files stay
-# sandboxed, so the sandbox still catches a non-deterministic call in workflow code.
-SANDBOX_PASSTHROUGH = (
-    # Models, states, errors, keys, constants: deterministic and free of side effects, and
-    # their pydantic classes must be the same objects inside and outside the sandbox.
-    "agentledger.core",
-    # A native (Rust) extension cannot be imported twice in one process: approval
-    # signatures are verified in workflow code with the worker's one copy.
-    "cryptography",
-)
-
-
 ACTIVITY_SLOTS = 100
-# Every workflow the engine's worker registers (a deployment adds its own beside them).
-ENGINE_WORKFLOWS: list[type] = [
-    AgentRunWorkflow,
-    AgentBacklogWorkflow,
-    TenantAdmissionWorkflow,
-    EvalWorkflow,
-]
 
 
 async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
@@ -119,9 +95,7 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
             if workflow_cache is None
             else workflow_cache
         ),
-        "workflow_runner": SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
+        "workflow_runner": sandboxed_runner(),
     }
 
 
@@ -305,6 +279,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     endings = RunEndingActivities(client)
     evals = EvalActivities(deps.pool)
+    webhooks = WebhookActivities(WebhookStore(deps.pool))
     return EngineParts(
         run_activities=[
             model.complete,  # model calls scheduled before they had a queue of their own
@@ -323,6 +298,8 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
             admission.hold,
             admission.policy,
             evals.diverged,
+            webhooks.deliver,
+            webhooks.run_changes,
         ],
         model_activities=[model.complete],
         mirror_activities=[mirror.sync],

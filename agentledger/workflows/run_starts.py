@@ -7,7 +7,7 @@ input carrying its tenant's policy. Each way to get one names where the policy c
   (a spec may add its own, never remove the tenant's) and weight, a refusal of a priority
   the tenant may not take, and for a capped tenant a place in its queue (the run joins it
   once started, activity `admission.hold`, and waits there for a slot);
-- `from_door`: a spec the door built from the policy it read (agentledger/ops/door.py): the
+- `from_door`: a spec the door built from the policy it read (agentledger/client/starts.py): the
   admission queue's starts, and the tasks of backlogs recorded before they read it;
 - `within_parent`: a sub-agent's run, under the policy its parent carries (the door's read,
   or `read_policy`'s, all the way up): the parent's approvers, weight and priority. It runs
@@ -68,7 +68,7 @@ async def read_policy(spec: RunSpec, *, task_queue: str | None = None) -> Policy
 
 
 def from_door(spec: RunInput) -> PolicyApplied:
-    """A spec the door built from its tenant's policy (agentledger/ops/door.py, `with_policy`),
+    """A spec the door built from its tenant's policy (agentledger/client/starts.py, `with_policy`),
     with the generation the door gave it."""
     return PolicyApplied(spec)
 

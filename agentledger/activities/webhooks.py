@@ -1,0 +1,117 @@
+"""Signed webhook deliveries, and a run's changes for those who deliver them.
+
+`webhooks.deliver` makes one attempt: it reads the subscription (URL, secret, credentials)
+from Postgres, signs the body (agentledger/core/webhook_signatures.py), POSTs it and records
+the attempt. A receiver's 2xx is delivered; a 5xx, 408, 429 or a connection that failed is
+raised for Temporal to retry with its backoff (the workflow's retry policy is the only
+retry loop); any other 4xx fails the delivery for good. A subscription removed meanwhile
+drops it. The receiver may see a delivery twice (an attempt that landed but whose answer
+was lost): `AgentLedger-Delivery` names it, the same on every attempt.
+
+`webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agentledger.core.constants import ACTIVITY_RUN_CHANGES, ACTIVITY_WEBHOOK_DELIVER
+from agentledger.core.task_states import receipt_summary
+from agentledger.core.webhook_models import (
+    ChangesInput,
+    DeliveryInput,
+    DeliveryResult,
+    RunChanges,
+    RunEventRow,
+)
+from agentledger.core.webhook_signatures import SIGNATURE_HEADER, sign
+from agentledger.store.webhook_store import WebhookStore
+
+# One attempt's bound: a receiver that takes longer is tried again later.
+ATTEMPT_SECONDS = 10.0
+POLL_SECONDS = 0.5
+RETRIED_STATUSES = frozenset({408, 425, 429})
+
+
+class WebhookActivities:
+    def __init__(
+        self,
+        store: WebhookStore,
+        http: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
+            timeout=ATTEMPT_SECONDS, follow_redirects=False
+        ),
+    ) -> None:
+        self.store = store
+        self.http = http
+
+    @activity.defn(name=ACTIVITY_WEBHOOK_DELIVER)
+    async def deliver(self, input: DeliveryInput) -> DeliveryResult:
+        target = await self.store.target(input.subscription_id)
+        if target is None:
+            return DeliveryResult(status="dropped", attempts=0)
+        attempts = await self.store.attempt(
+            delivery_id=input.delivery_id,
+            subscription_id=input.subscription_id,
+            tenant=input.tenant,
+            run_id=input.run_id,
+            event=input.event,
+            body=input.body,
+        )
+        raw = json.dumps(input.body, separators=(",", ":"), sort_keys=True).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "agentledger-webhooks",
+            "AgentLedger-Delivery": input.delivery_id,
+            "AgentLedger-Event": input.event,
+            SIGNATURE_HEADER: sign(target["secret"], raw, now=time.time()),
+        }
+        if target["auth_scheme"] and target["auth_credentials"]:
+            headers["Authorization"] = f"{target['auth_scheme']} {target['auth_credentials']}"
+        try:
+            async with self.http() as http:
+                response = await http.post(target["url"], content=raw, headers=headers)
+        except httpx.HTTPError as err:
+            why = f"{type(err).__name__}: {err}"[:500]
+            await self.store.outcome(
+                input.delivery_id, status="retrying", status_code=None, error=why
+            )
+            raise ApplicationError(f"delivery {input.delivery_id}: {why}") from err
+        code = response.status_code
+        if 200 <= code < 300:
+            await self.store.outcome(
+                input.delivery_id, status="delivered", status_code=code, error=None
+            )
+            return DeliveryResult(status="delivered", attempts=attempts, status_code=code)
+        why = f"the receiver answered {code}: {response.text[:200]}"
+        final = 400 <= code < 500 and code not in RETRIED_STATUSES
+        await self.store.outcome(
+            input.delivery_id, status="failed" if final else "retrying", status_code=code, error=why
+        )
+        raise ApplicationError(f"delivery {input.delivery_id}: {why}", non_retryable=final)
+
+    @activity.defn(name=ACTIVITY_RUN_CHANGES)
+    async def run_changes(self, input: ChangesInput) -> RunChanges:
+        """The run's events after `after_seq`, waiting up to `wait_seconds` for one; with the
+        receipt's summary once the run has ended."""
+        deadline = time.monotonic() + input.wait_seconds
+        while True:
+            rows = await self.store.events_after(input.run_id, input.after_seq)
+            receipt = await self.store.receipt(input.run_id) if not rows else None
+            if rows or receipt is not None or time.monotonic() > deadline:
+                break
+            activity.heartbeat(input.after_seq)
+            await asyncio.sleep(POLL_SECONDS)
+        events = [RunEventRow.model_validate(row) for row in rows]
+        if receipt is None and any(e.type == "run.finished" for e in events):
+            receipt = await self.store.receipt(input.run_id)
+        if receipt is None:
+            return RunChanges(events=events)
+        summary = {"text": receipt_summary(receipt), "outcome": receipt.get("outcome")}
+        return RunChanges(events=events, ended=True, summary=summary)

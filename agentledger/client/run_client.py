@@ -1,0 +1,228 @@
+"""`agentledger.RunClient`: agentledger from Python, every operation the `agentledger` command
+offers.
+
+RunClient holds the connections (Temporal, made on first use; Postgres, opened on first use)
+and one `Scope` (the caller: the operator, or the tenant AGENTLEDGER_TENANT names), and
+offers the client classes built on it, grouped as the command groups them (`client.runs`,
+`client.sessions`, `client.backlogs`, `client.tenants`, `client.approvers`,
+`client.deploys`, `client.mirror`, `client.evals`, `client.keys`, `client.tasks`). The
+command and the HTTP server are thin faces over the same classes
+(tests/test_cli_front_door.py). Signatures use only the public types `agentledger` exports.
+
+    async with await agentledger.RunClient.connect() as client:
+        started = await client.runs.start("Summarize our refund policy.")
+"""
+
+from __future__ import annotations
+
+import copy
+from types import TracebackType
+from typing import Self
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+
+from agentledger.client.approvers import Approvers
+from agentledger.client.backlogs import Backlogs
+from agentledger.client.deploys import Deploys
+from agentledger.client.evals import Evals
+from agentledger.client.keys import ApiKeys
+from agentledger.client.mirror import Mirror
+from agentledger.client.runs import Runs
+from agentledger.client.scope import Scope, caller_of, operators_only, tenant_caller
+from agentledger.client.sessions import Sessions
+from agentledger.client.tasks import Tasks
+from agentledger.client.tenants import Tenants
+from agentledger.core.access import Caller
+from agentledger.core.constants import DEFAULT_WAIT_SECONDS
+from agentledger.core.errors import SetupError
+from agentledger.core.plugin_config import AgentLedgerConfig
+from agentledger.core.settings import Settings
+from agentledger.store.db import install_tool_schema, open_pool, schema_version
+from agentledger.temporal.client import connect
+from agentledger.temporal.encryption import speaks_pydantic
+from agentledger.tools.loading import DEMO_TOOLS, load_registry, split_references
+
+
+class _Connections:
+    """The connections one RunClient (and every view of it) shares, each opened on first use
+    and kept until `close()`."""
+
+    def __init__(
+        self, client: Client | None, settings: Settings, wait: float | None, began: float | None
+    ) -> None:
+        self.client = client
+        self.pool: AsyncConnectionPool | None = None
+        self.settings = settings
+        # How long connecting may take (None: as long as it takes).
+        self.wait = wait
+        # A command (`began`: its start, by `time.monotonic()`) connects to Temporal and to
+        # Postgres within one bound, so that together they answer within it; a long-lived
+        # client gives each connection `wait` of its own.
+        self.set_up_ends_at = None if wait is None or began is None else began + wait
+
+    async def temporal(self, wait: float | None = None) -> Client:
+        if self.client is None:
+            self.client = await connect(
+                self.settings, within_seconds=wait or self.wait, ends_at=self.set_up_ends_at
+            )
+        return self.client
+
+    def has_database(self) -> bool:
+        return bool(self.settings.database_url)
+
+    async def database(self) -> AsyncConnectionPool:
+        """The Postgres pool; it never migrates (`RunClient.migrate()` does)."""
+        if self.pool is None:
+            self.pool = await open_pool(
+                self.settings.require_database(),
+                max_size=2,
+                connect_seconds=self.wait or 5,
+                connect_ends_at=self.set_up_ends_at,
+                migrate=False,
+                prepared_statements=self.settings.prepared_statements,
+                statement_seconds=self.wait,
+            )
+            if self.wait is not None:  # nor may waiting for a connection outlast it
+                self.pool.timeout = self.wait
+        return self.pool
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+
+class RunClient:
+    """Connections to Temporal and Postgres for one program, acting for one caller (the
+    settings' `tenant`, else the operator, who sees every tenant). Use it as `async with`,
+    or call `close()` when done."""
+
+    def __init__(
+        self,
+        client: Client | None,
+        settings: Settings,
+        *,
+        wait: float | None = None,
+        began: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self._connections = _Connections(client, settings, wait, began)
+        # An operation waits this long for its answer unless it names its own.
+        bound = DEFAULT_WAIT_SECONDS if wait is None else wait
+        self._serve(Scope(caller_of(settings), settings, self._connections, bound))
+
+    def _serve(self, scope: Scope) -> None:
+        """Build every client class on `scope`: what each of this client's calls acts as."""
+        self.scope = scope
+        self.runs = Runs(scope)
+        self.sessions = Sessions(scope)
+        self.backlogs = Backlogs(scope)
+        self.tenants = Tenants(scope)
+        self.approvers = Approvers(scope)
+        self.deploys = Deploys(scope)
+        self.mirror = Mirror(scope)
+        self.evals = Evals(scope)
+        self.keys = ApiKeys(scope)
+        self.tasks = Tasks(scope)
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> Self:
+        """Connect to the stack the settings (by default the environment) name, with the
+        converter and codec `AgentLedgerPlugin` puts on your own app's Client (over such a
+        Client of your own: `RunClient.on`)."""
+        settings = settings or Settings.load()
+        return cls(await connect(settings), settings)
+
+    @classmethod
+    def on(cls, client: Client, config: AgentLedgerConfig) -> Self:
+        """Operations over your own Client, connected with `AgentLedgerPlugin(config)`."""
+        if not speaks_pydantic(client.data_converter):
+            raise SetupError(
+                "this Client was not connected with AgentLedgerPlugin: pass "
+                "plugins=[AgentLedgerPlugin(config)] to Client.connect"
+            )
+        return cls(client, config.settings())
+
+    @classmethod
+    def lazy(
+        cls,
+        settings: Settings | None = None,
+        *,
+        wait: float | None = None,
+        began: float | None = None,
+    ) -> Self:
+        """A client that connects to Temporal only when an operation needs it, so reads of
+        the mirror work while Temporal is down. Each connection is set up within `wait`
+        seconds, and all of them within `wait` of `began` if given; an operation waits
+        `wait` for its answer unless it names its own."""
+        return cls(None, settings or Settings.load(), wait=wait, began=began)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def acting_for(self, tenant: str) -> RunClient:
+        """This client's connections, acting for `tenant` alone: how a program serves each
+        caller in the tenant its credential names. A tenant's client cannot widen to
+        another; the view needs no `close()` (its connections are this client's)."""
+        return self.acting_as(tenant_caller(tenant))
+
+    def acting_as(self, caller: Caller) -> RunClient:
+        """This client's connections, acting as `caller` (an authenticated caller of the HTTP
+        server, say: its identity, roles and tenant), within this client's own scope."""
+        scope = self.scope.acting_as(caller)  # a tenant's client never widens
+        view = copy.copy(self)
+        view.settings = scope.settings
+        view._serve(scope)
+        return view
+
+    async def close(self) -> None:
+        await self._connections.close()
+
+    @property
+    def tenant(self) -> str | None:
+        """The only tenant whose runs this client sees (None: every tenant's)."""
+        return self.scope.tenant
+
+    @operators_only("migrate changes the schema every tenant's runs live in")
+    async def migrate(self) -> int:
+        """Bring the database's schema up to this code's version, and create the tables of
+        the tools AGENTLEDGER_TOOLS names (the demo's by default); returns the version. The
+        deploy step for a role with DDL rights: workers whose role has none start on what
+        it made."""
+        registry = load_registry(split_references(self.settings.tools) or [DEMO_TOOLS])
+        connections = self._connections
+        pool = await open_pool(
+            self.settings.require_database(),
+            max_size=1,
+            connect_seconds=connections.wait or 5,
+            connect_ends_at=connections.set_up_ends_at,
+            migrate=True,
+            prepared_statements=self.settings.prepared_statements,
+        )
+        try:
+            await install_tool_schema(pool, registry.schema())
+            async with pool.connection() as conn:
+                return await schema_version(conn)
+        finally:
+            await pool.close()
+
+    async def temporal(self, wait: float | None = None) -> Client:
+        """The Temporal client, connected on first use (within `wait` seconds, and what is
+        left of this client's bound)."""
+        return await self._connections.temporal(wait)
+
+    @property
+    def client(self) -> Client:
+        """The Temporal client this RunClient was made with."""
+        if self._connections.client is None:
+            raise RuntimeError("not connected yet: use `await client.temporal()`")
+        return self._connections.client

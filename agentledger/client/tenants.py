@@ -1,0 +1,67 @@
+"""`client.tenants`: who shares the stack, and the policy the gate enforces on each: a
+tenant's weight and limits, set by an operator, listed for each tenant's own.
+
+Postgres holds the limits, so every starter reads the same ones; the server holds what it
+enforces itself (each tenant's weight, and the model-call rates on the model queue), pushed
+here on every change and by each worker at start (agentledger/temporal/queue_config.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.service import RPCError
+
+from agentledger.client import admission
+from agentledger.client.scope import Scope, operators_only
+from agentledger.core import bounds
+from agentledger.core.admission_models import TenantLimits
+from agentledger.core.errors import TenantError
+from agentledger.core.listings import TenantRow
+from agentledger.store.tenant_store import TenantStore
+from agentledger.temporal.queue_config import apply_queue_config
+
+
+class Tenants:
+    """Every tenant for an operator; the caller's own under AGENTLEDGER_TENANT."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    async def listed(self) -> list[TenantRow]:
+        """Every tenant (the caller's alone under AGENTLEDGER_TENANT): its settings, runs in
+        flight and queued."""
+        rows = await TenantStore(await self.scope.database()).overview()
+        return [TenantRow.model_validate(row) for row in rows if self.scope.sees(row["tenant"])]
+
+    @operators_only("tenants set changes a tenant's share and limits")
+    async def set(self, tenant: str, changes: dict[str, Any]) -> TenantLimits:
+        """Change some of a tenant's settings (weight, max_in_flight, max_queued,
+        model_calls_per_second, allowed_priorities; None removes a limit), keep the rest. An
+        operator's act: a tenant's cap, weight and priorities are the policy the gate
+        enforces on it, not its own to set. It takes effect for new starts at once, and for
+        runs already queued too (a raised cap admits waiting runs)."""
+        bounds.check_text("tenant", tenant)
+        client = await self.scope.temporal()
+        store = TenantStore(await self.scope.database())
+        current = await store.limits(tenant)
+        try:
+            limits = TenantLimits.model_validate({**current.model_dump(), **changes})
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+            )
+            raise TenantError(f"invalid tenant settings: {problems}") from err
+        await store.save(limits)
+        rated = any(t.model_calls_per_second is not None for t in await store.all_limits())
+        try:
+            # Overrides for keys left out stay as they are: this tenant's are enough.
+            await apply_queue_config(client, self.scope.settings.task_queue, [limits], rated=rated)
+        except RPCError as err:
+            raise TenantError(
+                f"saved {tenant}'s settings, but the server refused them ({err.message}); "
+                "every worker pushes them again when it starts"
+            ) from err
+        await admission.configure(client, limits)
+        return limits

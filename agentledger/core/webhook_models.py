@@ -1,0 +1,109 @@
+"""What crosses the webhook activities and the task notifier's workflow: one input model and
+one result each (agentledger/activities/webhooks.py, agentledger/workflows/task_notifier.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from agentledger.core.constants import TASK_NOTIFIER_ID_PREFIX
+from agentledger.core.spec import JsonDict
+
+
+class DeliveryInput(BaseModel):
+    """One delivery: its id (the same id on every retry, and for the receiver to drop a
+    repeat), the subscription it goes to (its URL, secret and credentials are read from
+    Postgres, never carried in history), and the JSON body."""
+
+    delivery_id: str = Field(min_length=1, max_length=500)
+    subscription_id: str = Field(min_length=1, max_length=500)
+    tenant: str
+    run_id: str | None = None
+    event: str = Field(min_length=1, max_length=200)
+    body: JsonDict
+
+
+class DeliveryResult(BaseModel):
+    status: str = Field(description="delivered, or dropped: the subscription is gone")
+    attempts: int
+    status_code: int | None = None
+
+
+class ChangesInput(BaseModel):
+    run_id: str
+    after_seq: int = Field(0, ge=0)
+    wait_seconds: float = Field(60.0, gt=0, description="how long to wait for a first change")
+
+
+class RunEventRow(BaseModel):
+    seq: int
+    type: str
+    step_id: str | None = None
+    data: JsonDict = Field(default_factory=dict)
+    at: datetime
+
+
+class RunChanges(BaseModel):
+    """The run's events after `after_seq` as the mirror holds them (none if nothing came
+    within the wait), and the receipt's summary once the run has ended."""
+
+    events: list[RunEventRow] = Field(default_factory=list)
+    ended: bool = False
+    summary: JsonDict | None = None
+
+
+class NotifierInput(BaseModel):
+    """Deliver the task's state changes to one push subscription until the task ends."""
+
+    subscription_id: str
+    tenant: str
+    run_id: str
+    context_id: str
+    after_seq: int = Field(0, ge=0, description="events up to this one are told already")
+    state: str | None = Field(None, description="the state told last")
+
+
+def notifier_id(subscription_id: str) -> str:
+    """The workflow id of the notifier for a push subscription: one per subscription."""
+    return TASK_NOTIFIER_ID_PREFIX + subscription_id
+
+
+class PushSubscription(BaseModel):
+    """Where a task's state changes are delivered (its secret is never read back)."""
+
+    subscription_id: str
+    tenant: str
+    run_id: str | None
+    name: str
+    url: str
+    auth_scheme: str | None = None
+    created_at: datetime
+
+
+class WebhookDelivery(BaseModel):
+    """One delivery and what came of it."""
+
+    delivery_id: str
+    subscription_id: str
+    tenant: str
+    run_id: str | None
+    event: str
+    status: str = Field(description="pending, retrying, delivered or failed")
+    attempts: int
+    last_status_code: int | None = None
+    last_error: str | None = None
+    created_at: datetime
+    attempted_at: datetime | None = None
+    delivered_at: datetime | None = None
+
+
+class StoredArtifact(BaseModel):
+    """An output the run stored outside Temporal's history (its answer among them)."""
+
+    artifact_id: str
+    name: str
+    media_type: str
+    size_bytes: int
+    step_id: str | None = None
+    content: bytes = b""

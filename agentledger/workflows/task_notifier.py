@@ -1,0 +1,112 @@
+"""TaskNotifier: one workflow per A2A push subscription, telling the subscriber each change of
+its task's state until the task ends.
+
+It runs on the workers, not in the server that took the subscription, so a server killed
+mid-task loses no notification: it follows the run's events in the mirror (activity
+`webhooks.run_changes`), folds them into the task's state (agentledger/core/task_states.py)
+and, at each change, makes one signed delivery (`webhooks.deliver`), retried by Temporal
+with backoff and recorded in Postgres. Deliveries go in order; each has an id derived from
+the subscription and the event, so a retried one is the same delivery. The last one carries
+the receipt's summary; then the workflow ends. A subscription removed meanwhile ends it at
+its next delivery.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from agentledger.activities.webhooks import WebhookActivities
+    from agentledger.core import constants as names
+    from agentledger.core import task_states
+    from agentledger.core.webhook_models import (
+        ChangesInput,
+        DeliveryInput,
+        NotifierInput,
+        RunChanges,
+        RunEventRow,
+    )
+
+__all__ = ["TaskNotifierWorkflow"]
+
+# A receiver down for a while gets the delivery when it is back: backoff up to a minute
+# apart, for up to a day; then the delivery is recorded as failed and the next one goes.
+DELIVERY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+)
+DELIVERY_GIVE_UP = timedelta(days=1)
+CHANGES_WAIT_SECONDS = 60.0
+
+
+@workflow.defn(name=names.TASK_NOTIFIER_WORKFLOW_NAME)
+class TaskNotifierWorkflow:
+    @workflow.run
+    async def run(self, input: NotifierInput) -> None:
+        state = input.state
+        seq = input.after_seq
+        while True:
+            changes: RunChanges = await workflow.execute_activity_method(
+                WebhookActivities.run_changes,
+                ChangesInput(run_id=input.run_id, after_seq=seq, wait_seconds=CHANGES_WAIT_SECONDS),
+                start_to_close_timeout=timedelta(seconds=CHANGES_WAIT_SECONDS + 30),
+                heartbeat_timeout=timedelta(seconds=20),
+            )
+            for event in changes.events:
+                after = task_states.state_after(event.type, event.data, state or "")
+                if after in task_states.FINAL and not changes.ended:
+                    break  # told with the receipt's summary, once the receipt is there
+                seq = event.seq
+                if after != state:
+                    state = after
+                    if not await self._deliver(input, event, after, changes):
+                        return
+            else:
+                if changes.ended:
+                    return
+                if workflow.info().is_continue_as_new_suggested():
+                    workflow.continue_as_new(
+                        input.model_copy(update={"after_seq": seq, "state": state})
+                    )
+                continue
+            await workflow.sleep(timedelta(seconds=1))
+
+    async def _deliver(
+        self, input: NotifierInput, event: RunEventRow, state: str, changes: RunChanges
+    ) -> bool:
+        """One change told; False once the subscription is gone."""
+        final = state in task_states.FINAL
+        text = changes.summary.get("text") if final and changes.summary else None
+        body = task_states.status_update(
+            task_id=input.run_id,
+            context_id=input.context_id,
+            state=state,
+            at=event.at,
+            seq=event.seq,
+            event=event.type,
+            text=str(text) if text else None,
+        )
+        delivery = DeliveryInput(
+            delivery_id=f"{input.subscription_id}#{event.seq}",
+            subscription_id=input.subscription_id,
+            tenant=input.tenant,
+            run_id=input.run_id,
+            event=state,
+            body=body,
+        )
+        try:
+            delivered = await workflow.execute_activity_method(
+                WebhookActivities.deliver,
+                delivery,
+                start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=DELIVERY_GIVE_UP,
+                retry_policy=DELIVERY_RETRY,
+            )
+        except ActivityError:
+            return True  # recorded as failed; the next change is still told
+        return delivered.status != "dropped"
