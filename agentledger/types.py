@@ -28,6 +28,7 @@ from agentledger.core.eval_cases import (
     ToolUse,
 )
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
+from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
 from agentledger.core.listings import (
     ApiKeyRow,
@@ -92,7 +93,7 @@ from agentledger.core.spec import (
     ToolPolicy,
     VerifySpec,
 )
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, StepStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
 from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
 from agentledger.profiles import Agent
@@ -127,6 +128,7 @@ __all__ = [
     "EvalGate",
     "EvalReport",
     "EvalTotals",
+    "EventType",
     "FailurePolicy",
     "ForkOrigin",
     "InboxItem",
@@ -169,6 +171,7 @@ __all__ = [
     "Signer",
     "Started",
     "Stats",
+    "StepStatus",
     "StepSummary",
     "StepTimeouts",
     "StoredArtifact",

@@ -11,6 +11,7 @@ from agentledger.core import constants as names
 from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.argument_schema import argument_problems
 from agentledger.core.errors import OperationError
+from agentledger.core.messages import RunMessages
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
 from tests import client_ops as ops
@@ -156,11 +157,11 @@ async def test_signals_decide_too_and_bad_signals_are_ignored(client, settings, 
         pending = await wait_pending(client, started.run_id)
         handle = client.get_workflow_handle(started.run_id)
         wrong = ApproveInput(action_hash=pending.action_hash, by="eve", role="guest")
-        await handle.signal(AgentRunWorkflow.approve_signal, wrong)
+        await handle.signal(RunMessages.APPROVE.kept_signal, wrong)
         state = await ops.status(client, started.run_id)
         assert state.status.value == "waiting_for_approval", "a wrong-role signal is ignored"
         right = RejectInput(action_hash=pending.action_hash, by="li", role="approver", reason="no")
-        await handle.signal(AgentRunWorkflow.reject_signal, right)
+        await handle.signal(RunMessages.REJECT.kept_signal, right)
         result = await finish(client, started.run_id)
 
     assert result.status.value == "cancelled"

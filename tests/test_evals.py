@@ -164,6 +164,9 @@ async def test_eval_finds_exactly_the_changed_cases_and_makes_no_side_effect(
         assert (cand["answer"], cand["tokens"]) == (base["answer"], base["tokens"])
     page = (tmp_path / "same.html").read_text()
     assert "<svg" in page and "gate passed" in page
+    # The chart says what it shows: its axes and a legend of its colours.
+    assert ">tokens</text>" in page and "cases (dot: passed or failed)" in page, page
+    assert all(f">{name}</text>" in page for name in ("baseline", "candidate", "passed", "failed"))
 
 
 async def test_the_gate_exit_code_follows_the_thresholds(client, settings, pool, worker, tmp_path):

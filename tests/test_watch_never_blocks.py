@@ -22,7 +22,8 @@ from agentledger.core import constants as names
 from agentledger.core import search_attributes
 from agentledger.core._wire import ControlInput
 from agentledger.core.errors import OperationError
-from agentledger.core.results import ControlResult, WatchItem
+from agentledger.core.messages import RunMessages
+from agentledger.core.results import WatchItem
 from tests import client_ops as ops
 from tests import client_ops as watch
 from tests.conftest import running_worker
@@ -69,7 +70,7 @@ async def hold_update_slots(client: Client, run_id: str) -> list[asyncio.Task[An
     for _ in range(100):  # until the server admits no more: every slot is taken
         try:
             await handles.admit_update(
-                client, run, names.UPDATE_RESUME, ControlInput(by="probe"), 2.0, ControlResult
+                client, run, RunMessages.RESUME, ControlInput(by="probe"), 2.0
             )
         except handles.NotAdmitted as err:
             if "admits no more updates" in err.reason:

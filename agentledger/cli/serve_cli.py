@@ -34,13 +34,27 @@ def add_commands(sub: Any) -> None:
         "--proxy-headers",
         action="store_true",
         default=None,
-        help="trust X-Forwarded-For/-Proto (behind a proxy you run)",
+        help="believe X-Forwarded-For/-Proto from the trusted proxies (behind a proxy you run)",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        help="a proxy's address or network (10.0.0.0/8) whose X-Forwarded-For is believed; "
+        "repeat for more (default AGENTLEDGER_HTTP_TRUSTED_PROXIES, loopback)",
     )
     group = sub.add_parser("keys", help="API keys for `agentledger serve` (an operator's act)")
     commands = group.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     p = commands.add_parser("create", help="a key for a tenant's people; printed once")
     p.add_argument("--tenant", required=True, help="the tenant the key acts for")
-    p.add_argument("--role", required=True, choices=["viewer", "runner", "approver", "admin"])
+    p.add_argument(
+        "--role",
+        required=True,
+        choices=["viewer", "runner", "approver", "admin"],
+        help="what the key's holder may do: viewer reads; runner also starts and steers runs; "
+        "approver reads and decides approvals; admin all of these and reads the tenant's "
+        "settings (docs/http.md)",
+    )
     p.add_argument("--expires", help="expires after this long (30d, 12h); default never")
     p.add_argument("--name", help="a label for people, shown by `keys list` (who holds it)")
     add_output_flags(p)
@@ -62,9 +76,10 @@ async def cmd_serve(client: RunClient, args: argparse.Namespace) -> int:
         "allow_origins": ",".join(args.allow_origin) or None,
         "body_limit_bytes": args.body_limit,
         "proxy_headers": args.proxy_headers,
+        "trusted_proxies": ",".join(args.trusted_proxy) or None,
     }
-    settings = HttpSettings.read(process_environment()).model_copy(
-        update={k: v for k, v in flags.items() if v is not None}
+    settings = HttpSettings.read(
+        process_environment(), {k: v for k, v in flags.items() if v is not None}
     )
     await client.keys.listed()  # the database answers, at this schema, for an operator
 
@@ -100,7 +115,9 @@ async def cmd_keys(client: RunClient, args: argparse.Namespace) -> int:
     else:
         row = await client.keys.revoke(args.key_id)
         emit(
-            row.model_dump(mode="json"), args.json, f"key {row.key_id} revoked at {row.revoked_at}"
+            row.model_dump(mode="json"),
+            args.json,
+            f"key {row.key_id} revoked at {render.local_time(row.revoked_at)}",
         )
     return 0
 

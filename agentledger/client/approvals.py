@@ -19,7 +19,6 @@ from temporalio.service import RPCError
 from agentledger.client import handles
 from agentledger.client.scope import RunRef, Scope
 from agentledger.core import bounds
-from agentledger.core import constants as names
 from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.approver_key import ApproverKey
 from agentledger.core.errors import (
@@ -29,6 +28,7 @@ from agentledger.core.errors import (
     OperationRefused,
 )
 from agentledger.core.listings import InboxItem
+from agentledger.core.messages import Message, RunMessages
 from agentledger.core.results import DecisionResult, PendingApproval, RunState
 from agentledger.core.spec import JsonDict
 from agentledger.core.states import RunStatus
@@ -64,6 +64,7 @@ class Approvals:
         tenant = self.scope.tenant
         return await self._decide(
             run_id,
+            RunMessages.APPROVE,
             lambda pending: ApproveInput(
                 action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
             ),
@@ -90,6 +91,7 @@ class Approvals:
         tenant = self.scope.tenant
         return await self._decide(
             run_id,
+            RunMessages.REJECT,
             lambda pending: RejectInput(
                 action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
             ),
@@ -125,6 +127,7 @@ class Approvals:
     async def _decide(
         self,
         run_id: str,
+        intent: Message,
         decision: Callable[[str], Decision],
         *,
         wait: float | None,
@@ -163,7 +166,7 @@ class Approvals:
                     f"{await handles.no_worker_note(client, run, deadline)}"
                 ) from None
             message = _signed(decision(pending.action_hash), run_id, pending, signer)
-            await handles.signal_within(run.handle, _signal_of(message), message, deadline)
+            await handles.signal_within(run.handle, intent, message, deadline)
             return DecisionResult(
                 approval_id=pending.approval_id,
                 decision="recorded",
@@ -178,15 +181,10 @@ class Approvals:
         message = _signed(decision(pending.action_hash), run_id, pending, signer)
         try:
             accepted = await handles.admit_update(
-                client,
-                run.handle,
-                _update_of(message),
-                message,
-                deadline.share(0.5),
-                DecisionResult,
+                client, run.handle, intent, message, deadline.share(0.5)
             )
         except handles.NotAdmitted as err:
-            await handles.signal_within(run.handle, _signal_of(message), message, deadline)
+            await handles.signal_within(run.handle, intent, message, deadline)
             return await self._signalled(run, state, message, err.reason, deadline)
         try:
             return await within(  # type: ignore[no-any-return]
@@ -266,13 +264,3 @@ def _signed(
     return decision.model_copy(
         update={"signature": signer.sign(run_id, pending.approval_id, decision)}
     )
-
-
-def _update_of(message: Decision) -> str:
-    return names.UPDATE_APPROVE if isinstance(message, ApproveInput) else names.UPDATE_REJECT
-
-
-def _signal_of(message: Decision) -> object:
-    if isinstance(message, ApproveInput):
-        return AgentRunWorkflow.approve_signal
-    return AgentRunWorkflow.reject_signal

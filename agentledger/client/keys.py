@@ -66,6 +66,11 @@ class ApiKeys:
             raise NotFound(f"no API key {key_id!r}: `agentledger keys list` shows them")
         return ApiKeyRow.model_validate(row)
 
+    @operators_only("checking keys reads every tenant's keys")
+    async def closed(self, key_ids: list[str]) -> set[str]:
+        """Those of `key_ids` that no longer open the door: revoked, expired or gone."""
+        return set(key_ids) - await ApiKeyStore(await self.scope.database()).live(key_ids)
+
     @operators_only("checking a key reads every tenant's keys")
     async def verify(self, key: str) -> ApiKeyRow | None:
         """The live key's row (tenant, role, key_id) if `key` is one, else None, alike for

@@ -332,10 +332,17 @@ class Runs:
         await self.scope.check_visible(run_id, wait)
         return await deployments.run_version(client, run_id)
 
-    async def recent(self, *, status: str | None = None, limit: int = 50) -> list[RunRow]:
-        """Recent runs from the mirror, newest first."""
+    async def recent(
+        self, *, status: str | None = None, limit: int = 50, engines_own: bool = True
+    ) -> list[RunRow]:
+        """Recent runs from the mirror, newest first; `engines_own=False` leaves out the runs
+        the engine started for its own work (an eval's cases, sub-agents)."""
         rows = await mirror_views.recent_runs(
-            await self.scope.database(), status=status, limit=limit, tenant=self.scope.tenant
+            await self.scope.database(),
+            status=status,
+            limit=limit,
+            tenant=self.scope.tenant,
+            engines_own=engines_own,
         )
         return [RunRow.model_validate(row) for row in rows]
 

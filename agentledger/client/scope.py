@@ -77,10 +77,12 @@ def tenant_caller(tenant: str) -> Caller:
 
 
 def tenant_name(tenant: str) -> str:
-    """`tenant`, if it is a tenant name: letters, digits, '-' and '_' only."""
-    if not tenant or id_part(tenant) != tenant:
+    """`tenant`, if it is a tenant name: one that stands unchanged in its runs' ids, so no
+    two tenants' ids meet (`a/b` would be written `a-b-<hash>`, another tenant's name)."""
+    if not tenant or id_part(tenant) != tenant or len(tenant) > bounds.NAME_CHARS:
         raise InvalidRequest(
-            f"tenant {tenant!r} is not a tenant name: letters, digits, '-' and '_' only"
+            f"tenant {tenant[: bounds.NAME_CHARS]!r} is not a tenant name: 1 to "
+            f"{bounds.NAME_CHARS} letters, digits, '.', '-' and '_'"
         )
     return tenant
 
@@ -276,6 +278,12 @@ class Scope:
         return self.caller.tenant
 
     @property
+    def home_tenant(self) -> str:
+        """The tenant what the caller makes belongs to: its own, or the default tenant for
+        the operator."""
+        return self.caller.tenant or DEFAULT_TENANT
+
+    @property
     def operator(self) -> bool:
         """Whether the caller is the operator, who sees and acts for every tenant."""
         return self.caller.tenant is None
@@ -398,6 +406,8 @@ class Scope:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise no_run(run_id) from err
             raise
+        if description.workflow_type != names.WORKFLOW_NAME:
+            raise no_run(run_id)  # a backlog, a tenant's queue, an eval: not a run
         indexed = description.typed_search_attributes
         if self.caller.tenant is not None:
             owner = indexed.get(search_attributes.TENANT)
@@ -446,10 +456,11 @@ class Scope:
         elif not self.sees(owner):
             raise no_run(run_id)
 
-    async def owner_of(self, run_id: str, wait: float | None = None) -> str:
-        """The tenant of a run the caller may see (another tenant's reads as missing): the
-        caller's own, or for the operator the mirror's (the default tenant's if unmirrored)."""
-        await self.find_run(run_id, Deadline(self.bound(wait)))
+    async def tenant_of_run(self, run_id: str) -> str:
+        """The run's tenant, if the caller may see the run (else `no_run`, as for a run that
+        does not exist): the caller's own, or, for the operator, the mirror's (a run it has
+        not seen yet is the default tenant's)."""
+        await self.find_run(run_id, Deadline(self.wait))
         if self.caller.tenant is not None:
             return self.caller.tenant
         return await self._mirrored_owner(run_id) or DEFAULT_TENANT

@@ -42,6 +42,7 @@ from agentledger.client.scope import Scope, no_run
 from agentledger.core._wire import RetryNote, RunEvent, TextPiece
 from agentledger.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
 from agentledger.core.errors import InvalidRequest, NotAnswered, OperationError
+from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.core.spec import JsonDict
 
@@ -171,7 +172,7 @@ def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:
         note = RetryNote.model_validate(raw.data)
         return WatchItem(
             kind="event",
-            type="step.retry",
+            type=EventType.STEP_RETRY,
             offset=raw.offset,
             step_id=note.step_id,
             data={"attempt": note.attempt, "reason": note.reason},
@@ -180,7 +181,7 @@ def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:
         piece = TextPiece.model_validate(raw.data)
         return WatchItem(
             kind="text",
-            type="model.text",
+            type=EventType.MODEL_TEXT,
             offset=raw.offset,
             step_id=piece.step_id,
             data={"attempt": piece.attempt},
@@ -231,7 +232,7 @@ async def _receipt_item(pool: AsyncConnectionPool, run_id: str) -> WatchItem:
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.2)
-    return WatchItem(kind="receipt", type="receipt", data=receipt)
+    return WatchItem(kind="receipt", type=EventType.RECEIPT, data=receipt)
 
 
 async def _is_open(client: Client, run_id: str) -> bool:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.events import EventType
 from agentledger.core.results import (
     ForkOrigin,
     PendingApproval,
@@ -20,7 +21,7 @@ from agentledger.core.results import (
     VerifyResult,
 )
 from agentledger.core.spec import JsonDict, RiskLevel, Strict, VerifySpec, waits_for_approver
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, StepStatus
 
 
 class ArtifactRef(BaseModel):
@@ -40,7 +41,7 @@ class StepRecord(BaseModel):
     seq: int
     type: StepType
     name: str
-    status: str
+    status: StepStatus
     input: JsonDict = Field(default_factory=dict)
     output: Any = None
     error: str | None = None
@@ -56,7 +57,7 @@ class StepRecord(BaseModel):
 
 class RunEvent(BaseModel):
     seq: int
-    type: str
+    type: EventType
     step_id: str | None = None
     data: JsonDict = Field(default_factory=dict)
     at: datetime

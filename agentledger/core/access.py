@@ -4,7 +4,8 @@ yields.
 A key is `ark_<key_id>_<secret>`: the id finds its row, the secret (32 random bytes) is the
 proof. Postgres keeps only the sha256 of the whole key, compared in constant time, so a
 leaked table opens nothing. The tenant is the credential's, never the request's: a `Caller`
-is made only from a key's row or a verified token.
+is made only from a key's row or a verified token, and its tenant is a tenant name by the
+one rule (`tenant_name` in agentledger/client/scope.py), so no two tenants' run ids meet.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from agentledger.core.errors import InvalidRequest
@@ -41,6 +43,8 @@ class Caller:
     roles: frozenset[str]
     identity: str
     credential: str  # what limits count against: a key's id, a token's issuer and subject
+    key_id: str | None = None  # an API key's, which can be revoked while in use
+    expires_at: datetime | None = None  # when the credential stops opening the door
 
     def may(self, need: str) -> bool:
         return any(need in GRANTS.get(role, frozenset()) for role in self.roles)

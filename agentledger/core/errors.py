@@ -13,6 +13,7 @@ retry or fallback. (A provider's or Postgres's own exceptions are read where the
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from temporalio.exceptions import (
@@ -263,3 +264,28 @@ def sandbox_unavailable(detail: str) -> ApplicationError:
     """`run_code` could not reach its engine or image: nothing ran, so another try is safe,
     and the status says why the step waits."""
     return ApplicationError(f"sandbox unavailable: {detail}", type=SANDBOX_UNAVAILABLE)
+
+
+# What Temporal's payload converter raises (a KeyError, sometimes quoted inside a replay's
+# failure) for a payload sealed by a codec the process lacks.
+SEALED_PAYLOAD = re.compile(r"Unknown payload encoding ([\w./+-]+)")
+# agentledger's own encryption (agentledger.temporal.encryption.ENCODING), which names its own fix.
+OWN_ENCODING = "binary/encrypted"
+
+
+def sealed_payload(err: BaseException) -> SetupError | None:
+    """What to do, when `err` (or what caused it) is a payload sealed by a codec this process
+    lacks (agentledger.temporal.user_codec); None for any other error."""
+    seen: BaseException | None = err
+    while seen is not None:
+        found = SEALED_PAYLOAD.search(str(seen))
+        if found and found[1] == OWN_ENCODING:  # agentledger's own: its keys are the fix
+            return None
+        if found:
+            return SetupError(
+                f"the run's payloads are sealed by a codec ({found[1]}): set "
+                "AGENTLEDGER_CODEC=PKG.MODULE:ATTR (your app's PayloadCodec, or what makes it) "
+                "or AGENTLEDGER_CODEC_ENDPOINT=URL (your codec server), as your app's client has it"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

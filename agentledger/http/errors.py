@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.service import RPCError, RPCStatusCode
@@ -81,4 +82,21 @@ async def broke(request: Request, err: Exception) -> Response:
     )
 
 
-HANDLERS = {HttpRefusal: refused, AgentLedgerError: failed, Exception: broke}
+async def unrouted(request: Request, err: Exception) -> Response:
+    """No route for the path (404) or the method (405), in the one shape of every refusal."""
+    assert isinstance(err, HTTPException)
+    if err.status_code == 405:
+        kind, message = "not_allowed", f"{request.method} is not a method of {request.url.path}"
+    elif err.status_code == 404:
+        kind, message = "not_found", f"no route {request.url.path}: /docs lists them"
+    else:
+        kind, message = "invalid_input", str(err.detail)
+    return JSONResponse(error_body(kind, message), err.status_code, headers=err.headers)
+
+
+HANDLERS = {
+    HttpRefusal: refused,
+    AgentLedgerError: failed,
+    HTTPException: unrouted,
+    Exception: broke,
+}

@@ -48,6 +48,16 @@ class ApiKeyStore:
             await cur.execute(f"SELECT {COLUMNS} FROM api_keys ORDER BY tenant, created_at")
             return await cur.fetchall()
 
+    async def live(self, key_ids: list[str]) -> set[str]:
+        """Those of `key_ids` neither revoked nor expired."""
+        async with self.pool.connection() as conn, conn.cursor() as cur:
+            await cur.execute(
+                """SELECT key_id FROM api_keys WHERE key_id = ANY(%s)
+                   AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())""",
+                (key_ids,),
+            )
+            return {row[0] for row in await cur.fetchall()}
+
     async def revoke(self, key_id: str) -> dict[str, Any] | None:
         """Revoke the key (kept, so `keys list` shows when); None if there is no such key."""
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

@@ -12,6 +12,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from agentledger.core.listings import ENGINE_RUN_PREFIXES
 from agentledger.core.results import ChildApproval, PendingApproval, RunState, StepSummary
 
 RUN_SQL = """
@@ -140,17 +141,30 @@ async def step_row(
 
 
 async def recent_runs(
-    pool: AsyncConnectionPool, *, status: str | None, limit: int, tenant: str | None
+    pool: AsyncConnectionPool,
+    *,
+    status: str | None,
+    limit: int,
+    tenant: str | None,
+    engines_own: bool = True,
 ) -> list[dict[str, Any]]:
-    """Recent runs, newest first; with `tenant`, that tenant's only."""
+    """Recent runs, newest first; with `tenant`, that tenant's only; without `engines_own`,
+    not the runs the engine started for its own work (ENGINE_RUN_PREFIXES)."""
     async with pool.connection() as conn:
         cur = await conn.execute(
             """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
                       tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
                FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
                  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+                 AND (%(engines_own)s OR NOT run_id LIKE ANY(%(prefixes)s))
                ORDER BY created_at DESC LIMIT %(limit)s""",
-            {"status": status, "limit": limit, "tenant": tenant},
+            {
+                "status": status,
+                "limit": limit,
+                "tenant": tenant,
+                "engines_own": engines_own,
+                "prefixes": [f"{prefix}%" for prefix in ENGINE_RUN_PREFIXES],  # none has _ or %
+            },
         )
         columns = [c.name for c in cur.description or []]
         return [dict(zip(columns, row, strict=True)) for row in await cur.fetchall()]

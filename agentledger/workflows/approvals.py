@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import approval_signatures, bounds
     from agentledger.core._wire import ApproveInput, RejectInput
     from agentledger.core.argument_schema import argument_problems, unknown_fields
+    from agentledger.core.events import EventType
     from agentledger.core.keys import action_hash
     from agentledger.core.results import (
         ApprovalKind,
@@ -35,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         RefusedDecision,
     )
     from agentledger.core.spec import Budget, JsonDict
-    from agentledger.core.states import RunStatus, is_terminal
+    from agentledger.core.states import RunStatus, StepStatus, is_terminal
     from agentledger.workflows import policies
 
 
@@ -142,7 +143,7 @@ class Approvals:
                 record.edit,
                 spent=(spent["spent_tokens"], spent["spent_cost_usd"]),
             )
-            self.recorder.event("budget.extended", data=self.progress.budget.model_dump())
+            self.recorder.event(EventType.BUDGET_EXTENDED, data=self.progress.budget.model_dump())
 
     async def await_human(
         self,
@@ -161,8 +162,10 @@ class Approvals:
             self.progress.pending_approval, self.progress.decision = pending, None
             self.recorder.show_details()  # the Web UI names what the run waits for
             step.input = approval_input(pending)
-            self.recorder.event("approval.requested", step.id, pending.model_dump(mode="json"))
-            step.report("waiting")
+            self.recorder.event(
+                EventType.APPROVAL_REQUESTED, step.id, pending.model_dump(mode="json")
+            )
+            step.report(StepStatus.WAITING)
             await self.recorder.flush()
             await self.tell_parent(pending)  # a sub-agent's run: its parent shows the approval
             try:
@@ -182,11 +185,13 @@ class Approvals:
             record = self._approval_record(pending, decision)
             self.progress.approvals.append(record)
             step.end(
-                record.decision,
+                StepStatus(record.decision),
                 output=record.model_dump(mode="json"),
                 finished_at=record.decided_at,
             )
-        self.recorder.event(f"approval.{record.decision}", step.id, {"by": record.by, "kind": kind})
+        self.recorder.event(
+            EventType.decided(record.decision), step.id, {"by": record.by, "kind": kind}
+        )
         await self.tell_parent(None)
         return record
 
@@ -319,7 +324,9 @@ class Approvals:
         )
         # The last few are enough to say why nothing happened; all are in the events.
         self.progress.refusals = [*self.progress.refusals[-(MAX_REFUSALS - 1) :], refusal]
-        self.recorder.event("approval.refused", data={"by": refusal.by, "reason": refusal.reason})
+        self.recorder.event(
+            EventType.APPROVAL_REFUSED, data={"by": refusal.by, "reason": refusal.reason}
+        )
 
     async def decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.

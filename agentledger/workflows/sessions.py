@@ -47,8 +47,9 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
         SummaryRequest,
     )
+    from agentledger.core.events import EventType
     from agentledger.core.results import ControlResult, RunMessage, SessionTurn
-    from agentledger.core.states import RunStatus, is_terminal
+    from agentledger.core.states import RunStatus, StepStatus, is_terminal
 
 # The most of a summary the run carries (and sends with every model call after it).
 SUMMARY_CHARS = 8000
@@ -102,7 +103,7 @@ class Sessions:
                 - (1 if first else 0),  # the first turn's message, the task, is already there
             )
         )
-        self.recorder.event("session.turn_started", data={"turn": len(progress.turns)})
+        self.recorder.event(EventType.SESSION_TURN_STARTED, data={"turn": len(progress.turns)})
         self.recorder.set_status(RunStatus.PLANNING)  # a continuation from here picks the turn up
 
     def _turn_count(self) -> int:
@@ -145,7 +146,7 @@ class Sessions:
         progress.current_step_id = None
         self.recorder.set_status(RunStatus.WAITING_FOR_MESSAGE)
         self.recorder.event(
-            "session.turn_answered",
+            EventType.SESSION_TURN_ANSWERED,
             data={
                 "turn": turn.turn,
                 "message_ids": turn.message_ids,
@@ -202,7 +203,7 @@ class Sessions:
         )
         self.recorder.set_status(RunStatus.PAUSED)
         self.recorder.event(
-            "run.paused", data={"reason": progress.pause_reason, "by": progress.paused_by}
+            EventType.RUN_PAUSED, data={"reason": progress.pause_reason, "by": progress.paused_by}
         )
         await self.recorder.flush()
         await workflow.wait_condition(
@@ -212,7 +213,7 @@ class Sessions:
         progress.idle_since = workflow.now()
         if progress.pause_requested:  # ended while paused: it completes from here
             return
-        self.recorder.event("run.resumed")
+        self.recorder.event(EventType.RUN_RESUMED)
         if not self.steering.messages_waiting():
             self.recorder.set_status(RunStatus.WAITING_FOR_MESSAGE)
             await self.recorder.flush()
@@ -244,7 +245,9 @@ class Sessions:
         """A signal cannot be refused: an end that does not apply is recorded and ignored."""
         refusal = self._end_refusal()
         if refusal is not None:
-            self.recorder.event("session.end_ignored", data={"by": input.by, "reason": refusal})
+            self.recorder.event(
+                EventType.SESSION_END_IGNORED, data={"by": input.by, "reason": refusal}
+            )
             return
         self._end_requested(input)
 
@@ -265,7 +268,7 @@ class Sessions:
         if self.progress.end_requested_by is not None:
             return  # asked already: the first asker is on record
         self.progress.end_requested_by = input.by
-        self.recorder.event("session.end_requested", data={"by": input.by})
+        self.recorder.event(EventType.SESSION_END_REQUESTED, data={"by": input.by})
 
     # ------------------------------------------------------------ compaction
 
@@ -325,7 +328,7 @@ class Sessions:
             if i not in dropped
         ]
         first_step = turns[0].first_step if turns else progress.seq + 1
-        steps = [s for s in progress.steps if s.seq >= first_step or s.status == "running"]
+        steps = [s for s in progress.steps if s.seq >= first_step or s.status == StepStatus.RUNNING]
         progress.left_in_mirror = left.model_copy(
             update={
                 "turns": left.turns + len(progress.turns) - len(turns),
@@ -355,7 +358,7 @@ class Sessions:
             )
             self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
             step.end(
-                "completed",
+                StepStatus.COMPLETED,
                 attempt=reply.attempt,
                 output={
                     "content": reply.content,
@@ -367,7 +370,7 @@ class Sessions:
                 tokens_out=reply.usage.output_tokens,
                 cost_usd=reply.cost_usd,
             )
-        self.recorder.event("session.compacted", step.id, {"turns": turns})
+        self.recorder.event(EventType.SESSION_COMPACTED, step.id, {"turns": turns})
         return reply
 
     def conversation_cut(self) -> ConversationCut | None:

@@ -32,8 +32,9 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds, errors, fairness
     from agentledger.core import constants as names
     from agentledger.core._wire import MirrorBatch, ModelCallInput, ModelCallResult, SayInput
+    from agentledger.core.events import EventType
     from agentledger.core.results import RunMessage
-    from agentledger.core.states import is_terminal
+    from agentledger.core.states import StepStatus, is_terminal
     from agentledger.workflows import policies
 
 T = TypeVar("T")
@@ -118,7 +119,9 @@ class Steering:
                 if is_cancelled_exception(err) or not rated:
                     raise
                 self.progress.model_calls_rated = True
-                self.recorder.event("model.rate_limited", step.id, {"tenant": self.spec.tenant})
+                self.recorder.event(
+                    EventType.MODEL_RATE_LIMITED, step.id, {"tenant": self.spec.tenant}
+                )
 
     def say(self, input: SayInput) -> None:
         """A signal cannot be refused: a message that does not fit is recorded and ignored."""
@@ -128,7 +131,7 @@ class Steering:
         if found or is_terminal(self.progress.status):
             reason = "; ".join(found) or f"the run had ended ({self.progress.status.value})"
             self.recorder.event(
-                "message.ignored",
+                EventType.MESSAGE_IGNORED,
                 data={
                     "message_id": input.message_id,
                     "by": bounds.recorded(input.by),
@@ -145,7 +148,7 @@ class Steering:
             )
         )
         self.recorder.event(
-            "message.received",
+            EventType.MESSAGE_RECEIVED,
             data={
                 "message_id": input.message_id,
                 "by": input.by,
@@ -174,7 +177,7 @@ class Steering:
                 update={"taken_at": now, "taken_before_step": self.progress.seq + 1}
             )
             self.recorder.event(
-                "message.taken",
+                EventType.MESSAGE_TAKEN,
                 data={"message_id": message.message_id, "before_step": self.progress.seq + 1},
             )
         return taken
@@ -215,6 +218,10 @@ class Steering:
             else m
             for m in self.progress.messages
         ]
-        step.end("interrupted", name=name, error="cancelled for a message: the run replans with it")
-        self.recorder.event("model.interrupted", step.id, {"messages": waiting})
+        step.end(
+            StepStatus.INTERRUPTED,
+            name=name,
+            error="cancelled for a message: the run replans with it",
+        )
+        self.recorder.event(EventType.MODEL_INTERRUPTED, step.id, {"messages": waiting})
         raise Interrupted(step.id)
