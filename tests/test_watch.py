@@ -262,8 +262,9 @@ async def test_a_watcher_outlives_a_worker_crash(client, settings, pool, worker)
     assert "lost: its worker stopped before reporting" in retry.data["reason"]
 
 
-async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_path):
-    """No worker: the stream cannot answer; within a bound, watch says what it waits for."""
+async def test_watching_a_run_no_worker_serves_says_so(client, settings, pool, tmp_path):
+    """No worker: the stream cannot answer; within a bound, watch says what it waits for (the
+    mirror is migrated, as any deployment's is: watch reads the model's text from it)."""
     started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
     env = {
         **os.environ,
@@ -287,7 +288,7 @@ async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_pat
         line = await asyncio.wait_for(proc.stderr.readline(), 40)
         while line and not line.startswith(b"note:"):  # warnings from libraries first
             line = await asyncio.wait_for(proc.stderr.readline(), 40)
-        assert b"is one running? (`agentledger-worker`)" in line
+        assert b"is one running? (`" in line and b"agentledger-worker --demo`" in line, line
     finally:
         proc.kill()
         await proc.wait()
