@@ -121,13 +121,30 @@ def subagent_fields(agent: Agent, agents: dict[str, Agent], depth: int) -> dict[
     return {name: agents[name].spec_fields(agents, depth + 1) for name in agent.subagents}
 
 
+# Profiles files as last read, by path: each with what its file was then (modified time,
+# size, inode), so a server reads a file once and again only when it changed.
+_read: dict[str, tuple[tuple[int, int, int], dict[str, Agent]]] = {}
+
+
 def load_agents(source: str) -> dict[str, Agent]:
     """Agents by name from a YAML/JSON file (a mapping of name to profile) or from a
-    `PKG.MODULE:ATTR` naming an Agent, a list of them or a mapping."""
+    `PKG.MODULE:ATTR` naming an Agent, a list of them or a mapping. A file is read once and
+    read again when it changes (a server answers each request from what it read)."""
     path = Path(source)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file():
+        try:
+            stat = path.stat()
+            version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            version = None  # reading it says what is wrong
+        cached = _read.get(source)
+        if version is not None and cached is not None and cached[0] == version:
+            return dict(cached[1])
         raw = read_yaml_mapping(source, "agent profiles (name: profile)")
-        return {name: _agent(source, name, body) for name, body in raw.items()}
+        agents = {name: _agent(source, name, body) for name, body in raw.items()}
+        if version is not None:
+            _read[source] = (version, agents)
+        return dict(agents)
     # Here, not at the top: the public types import Agent, and the tool loader loads stores.
     from agentledger.tools.loading import resolve
 
@@ -135,11 +152,11 @@ def load_agents(source: str) -> dict[str, Agent]:
         target = resolve(source)
     except ToolLoadError as err:
         raise ProfileError(str(err)) from err
-    agents = list(target.values()) if isinstance(target, Mapping) else target
-    agents = agents if isinstance(agents, list | tuple) else [agents]
-    if not all(isinstance(a, Agent) for a in agents):
+    found = list(target.values()) if isinstance(target, Mapping) else target
+    found = found if isinstance(found, list | tuple) else [found]
+    if not all(isinstance(a, Agent) for a in found):
         raise ProfileError(f"{source!r} is not an Agent, a list of them or a mapping")
-    return {a.name: a for a in agents}
+    return {a.name: a for a in found}
 
 
 def _agent(source: str, name: Any, body: Any) -> Agent:

@@ -29,8 +29,10 @@ from agentledger.core.eval_cases import (
     ToolUse,
 )
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
+from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
 from agentledger.core.hook_models import HookRow, HookStarted, NewHook
+from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
     BacklogListing,
@@ -42,10 +44,13 @@ from agentledger.core.listings import (
     NewApiKey,
     RunRow,
     TenantRow,
+    TenantShown,
 )
+from agentledger.core.policy_rules import ApprovalRule, TenantPolicy
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentledger.core.results import (
     ApprovalRecord,
+    ApprovalVote,
     CheckOutcome,
     ChildApproval,
     ControlResult,
@@ -97,7 +102,7 @@ from agentledger.core.spec import (
     ToolPolicy,
     VerifySpec,
 )
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, StepStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
 from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
 from agentledger.profiles import Agent
@@ -108,6 +113,8 @@ __all__ = [
     "ApiKeyRow",
     "ApprovalPolicy",
     "ApprovalRecord",
+    "ApprovalRule",
+    "ApprovalVote",
     "ApproverKey",
     "BacklogControlResult",
     "BacklogListing",
@@ -135,11 +142,13 @@ __all__ = [
     "EvalGate",
     "EvalReport",
     "EvalTotals",
+    "EventType",
     "FailurePolicy",
     "FireRecord",
     "ForkOrigin",
     "HookRow",
     "HookStarted",
+    "Identity",
     "InboxItem",
     "JsonDict",
     "JudgeSpec",
@@ -183,13 +192,16 @@ __all__ = [
     "Signer",
     "Started",
     "Stats",
+    "StepStatus",
     "StepSummary",
     "StepTimeouts",
     "StoredArtifact",
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
+    "TenantPolicy",
     "TenantRow",
+    "TenantShown",
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",

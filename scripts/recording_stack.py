@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import openai
@@ -29,10 +29,11 @@ async def recording_worker(
     model: Callable[[dict[str, Any]], Reply],
     task_queue: str,
     registry: ToolRegistry | None = None,
-    prepare: Callable[[AsyncConnectionPool], Awaitable[None]] | None = None,
+    pools: list[AsyncConnectionPool] | None = None,
 ) -> AsyncIterator[Client]:
-    """An in-memory Temporal dev server, embedded Postgres (`prepare`d, if given), `model`
-    offline and a worker serving the demo's tools, or `registry`'s."""
+    """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker
+    serving the demo's tools, or `registry`'s; the Postgres pool goes into `pools`, for
+    scenarios that set what lives there (a tenant's rate)."""
     registry = registry or agentledger.demo.registry
     pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentledger-record-"), cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
@@ -43,8 +44,8 @@ async def recording_worker(
     )
     pool = await open_pool(pg.get_uri())
     await install_tool_schema(pool, registry.schema())
-    if prepare is not None:
-        await prepare(pool)
+    if pools is not None:
+        pools.append(pool)
     try:
         with OfflineModelServer(model) as server:
             settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))

@@ -8,6 +8,7 @@ second time (a second import of a native extension aborts the whole process).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,12 @@ RECORDED_IDS = {
 
 
 def recorded_history(path: Path) -> WorkflowHistory:
-    """The history in `path`, under its recorded workflow id (or `replay-<name>`)."""
-    workflow_id = RECORDED_IDS.get(path.stem, f"replay-{path.stem}")
+    """The history in `path`, under its recorded workflow id (or `replay-<name>`).
+
+    A history kept from an older generation (`generation_5_subagents`) was recorded under its
+    scenario's name, so it replays under that scenario's id."""
+    scenario = re.sub(r"^generation_\d+_", "", path.stem)
+    workflow_id = RECORDED_IDS.get(scenario, f"replay-{path.stem}")
     return WorkflowHistory.from_json(workflow_id, path.read_text())
 
 

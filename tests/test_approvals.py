@@ -11,6 +11,7 @@ from agentledger.core import constants as names
 from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.argument_schema import argument_problems
 from agentledger.core.errors import OperationError
+from agentledger.core.messages import RunMessages
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
 from tests import client_ops as ops
@@ -50,8 +51,9 @@ async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
         for edit, says in (
             ({"body": ""}, "body: '' should be non-empty"),
             ({"to": 5}, "to: 5 is not of type 'string'"),
-            # JSON has no infinity: 1e400 reaches the run as null, which no string field takes.
-            ({"subject": float("inf")}, "subject: None is not of type 'string'"),
+            # JSON has no infinity: 1e400 reaches the run as null, which removes the field (a
+            # merge patch), and the tool requires it.
+            ({"subject": float("inf")}, "'subject' is a required property"),
             # A field the tool does not have: the tool would ignore it (issue 25).
             ({"nosuch": "x"}, "nosuch: the tool has no such field"),
             ({"body": "ok", "Body": "x"}, "Body: the tool has no such field"),
@@ -156,11 +158,11 @@ async def test_signals_decide_too_and_bad_signals_are_ignored(client, settings, 
         pending = await wait_pending(client, started.run_id)
         handle = client.get_workflow_handle(started.run_id)
         wrong = ApproveInput(action_hash=pending.action_hash, by="eve", role="guest")
-        await handle.signal(AgentRunWorkflow.approve_signal, wrong)
+        await handle.signal(RunMessages.APPROVE.kept_signal, wrong)
         state = await ops.status(client, started.run_id)
         assert state.status.value == "waiting_for_approval", "a wrong-role signal is ignored"
         right = RejectInput(action_hash=pending.action_hash, by="li", role="approver", reason="no")
-        await handle.signal(AgentRunWorkflow.reject_signal, right)
+        await handle.signal(RunMessages.REJECT.kept_signal, right)
         result = await finish(client, started.run_id)
 
     assert result.status.value == "cancelled"

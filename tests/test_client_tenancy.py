@@ -33,7 +33,7 @@ def names_a_tenant(node: ast.AST) -> bool:
     """An expression that is a tenant: `tenant`, `acting_tenant`, `x.tenant`, `row["tenant"]`,
     `attributes.get(TENANT)`."""
     if isinstance(node, ast.Name):
-        return node.id in ("tenant", "owner") or node.id.endswith("_tenant")
+        return node.id == "tenant" or node.id.endswith("_tenant")
     if isinstance(node, ast.Attribute):
         return node.attr == "tenant" or node.attr.endswith("_tenant")
     if isinstance(node, ast.Subscript):

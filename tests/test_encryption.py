@@ -29,6 +29,7 @@ from agentledger.cli.render import run_report
 from agentledger.client.task_failures import KEYS_FIX
 from agentledger.core._wire import SayInput
 from agentledger.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
+from agentledger.core.messages import RunMessages
 from agentledger.core.results import RunResult
 from agentledger.core.settings import Settings
 from agentledger.dev.stack import free_port, port_open
@@ -393,7 +394,7 @@ async def test_a_run_that_ran_shows_the_mismatch_beside_its_mirrored_state(
     try:
         handle = keyed.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
         await handle.signal(
-            AgentRunWorkflow.say_signal, SayInput(message_id="m1", text="And exchanges?", by="a")
+            RunMessages.SAY.kept_signal, SayInput(message_id="m1", text="And exchanges?", by="a")
         )
         await eventually(
             lambda: _task_retried(keyed.get_workflow_handle(started.run_id)),

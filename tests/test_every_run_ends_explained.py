@@ -25,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 import agentledger.demo
 from agentledger.core._wire import ApproveInput, MirrorBatch, RunSnapshot
+from agentledger.core.messages import RunMessages
 from agentledger.core.results import DecisionResult, RunResult
 from agentledger.core.states import RunStatus
 from agentledger.dev.offline_model import OfflineModelServer, completion
@@ -612,7 +613,7 @@ async def test_an_invalid_budget_edit_is_refused_and_the_run_goes_on(
                 )
             handle = client.get_workflow_handle(begun.run_id)
             await handle.signal(
-                AgentRunWorkflow.approve_signal,
+                RunMessages.APPROVE.kept_signal,
                 ApproveInput(
                     action_hash=pending.action_hash,
                     by="maria",

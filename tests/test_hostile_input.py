@@ -22,6 +22,7 @@ from agentledger.core import bounds
 from agentledger.core._wire import ApproveInput, ControlInput, RejectInput
 from agentledger.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
 from agentledger.core.errors import InvalidInput, OperationError
+from agentledger.core.messages import RunMessages
 from agentledger.core.spec import (
     MAX_TASK_CHARS,
     ApprovalPolicy,
@@ -177,7 +178,7 @@ async def test_a_request_for_an_unknown_run_is_a_clear_error(client, operation):
 async def test_a_raw_signal_to_an_unknown_run_is_refused(client):
     handle = client.get_workflow_handle("run-nope")
     with pytest.raises(RPCError) as caught:
-        await handle.signal(AgentRunWorkflow.pause_signal, ControlInput(by="mallory"))
+        await handle.signal(RunMessages.PAUSE.kept_signal, ControlInput(by="mallory"))
     assert caught.value.status == RPCStatusCode.NOT_FOUND
 
 
@@ -199,7 +200,7 @@ async def test_requests_to_a_finished_run_change_nothing(client, settings, pool,
             with pytest.raises(OperationError, match="has already ended"):
                 await attempt()
         handle = client.get_workflow_handle(started.run_id)
-        for signal in (AgentRunWorkflow.pause_signal, AgentRunWorkflow.resume_signal):
+        for signal in (RunMessages.PAUSE.kept_signal, RunMessages.RESUME.kept_signal):
             with pytest.raises(RPCError) as caught:
                 await handle.signal(signal, ControlInput(by="mallory"))
             assert caught.value.status == RPCStatusCode.NOT_FOUND
@@ -526,7 +527,7 @@ async def test_oversized_decisions_sent_raw_are_refused_by_the_run_and_recorded_
         await handle.execute_update(AgentRunWorkflow.resume, ControlInput(by="li"))
         for _ in range(4):
             await handle.signal(
-                AgentRunWorkflow.approve_signal,
+                RunMessages.APPROVE.kept_signal,
                 ApproveInput(action_hash=pending.action_hash, by=huge, role="approver"),
             )
         state = await eventually(

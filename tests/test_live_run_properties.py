@@ -52,6 +52,7 @@ from temporalio.testing import WorkflowEnvironment
 import agentledger.demo
 from agentledger.core import bounds
 from agentledger.core._wire import ApproveInput
+from agentledger.core.messages import RunMessages
 from agentledger.core.results import DecisionResult, SayResult, WatchItem
 from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
@@ -61,7 +62,6 @@ from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.worker.worker_factory import AgentWorkers, WorkerDeps, build_worker
-from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as chat_ops
 from tests import client_ops as fork_ops
 from tests import client_ops as ops
@@ -389,7 +389,7 @@ class LiveRun(RuleBasedStateMachine):
             handle = self.live.client.get_workflow_handle(self.run_id)
             decision = ApproveInput(action_hash="0" * 16, by=who, role=role)
             try:
-                await handle.signal(AgentRunWorkflow.approve_signal, decision)
+                await handle.signal(RunMessages.APPROVE.kept_signal, decision)
             except Exception as err:  # the run has ended: the late signal goes nowhere
                 if "not found" not in str(err).lower() and "completed" not in str(err).lower():
                     raise
@@ -438,8 +438,9 @@ class LiveRun(RuleBasedStateMachine):
             live = [i for i in story if i.kind != "receipt"]
             # Followed live: the stream, whole, then what its last reads could not give from
             # the mirror (no offset); a watcher that came after the end reads only the mirror.
-            streamed = [i for i in live if i.offset is not None]
-            assert live[: len(streamed)] == streamed
+            said = [i for i in live if i.kind == "event"]  # model text comes from Postgres
+            streamed = [i for i in said if i.offset is not None]
+            assert said[: len(streamed)] == streamed
             assert [i.offset for i in streamed] == list(range(len(streamed)))
             events = [i for i in live if i.kind == "event" and i.type != "step.retry"]
             assert [e.seq for e in events] == list(range(1, len(events) + 1))
@@ -742,7 +743,7 @@ class LiveRunForksAndOversized(LiveRun):
             handle = self.live.client.get_workflow_handle(self.run_id)
             decision = ApproveInput(action_hash="0" * 16, by="o" * 300_000, role="approver")
             try:
-                await handle.signal(AgentRunWorkflow.approve_signal, decision)
+                await handle.signal(RunMessages.APPROVE.kept_signal, decision)
             except RPCError as err:  # the run has ended: the signal goes nowhere
                 if "completed" not in err.message.lower() and "not found" not in err.message:
                     raise

@@ -26,6 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client as TemporalClient
 
 import agentledger.demo
+from agentledger import RunClient
 from agentledger.client.receipts import receipt_of
 from agentledger.core.settings import Settings
 from agentledger.store import tool_sets
@@ -52,6 +53,15 @@ from tests.mcp_support import (
 from tests.support import NOTIFY_TASK, eventually
 
 AGENT = "support-desk"
+
+
+async def requester_may_approve(settings: Settings, tenant: str) -> None:
+    """The tenant's policy lets whoever asked for a run approve its calls (an operator's
+    choice: by default another person must)."""
+    async with RunClient.lazy(settings) as operator:
+        await operator.tenants.set_policy(tenant, {"requester_may_approve": True})
+
+
 EDITED = "Our refund policy: 30 days, no questions asked."
 
 
@@ -60,8 +70,10 @@ async def test_an_approver_decides_through_elicitation_and_the_call_ends_with_th
     settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path, era: str
 ) -> None:
     tenant = tenant_name()
-    # A key that may both start a run and decide it: an admin's.
+    # A key that may both start a run and decide it: an admin's, of a tenant that lets a
+    # requester approve their own run's calls.
     admin = await make_key(settings, tenant, "admin")
+    await requester_may_approve(settings, tenant)
     await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
     elicit = accept(decision="approve", body=EDITED)
     told: list[tuple[float, str | None]] = []
@@ -239,6 +251,7 @@ async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_writte
 ) -> None:
     tenant = tenant_name()
     admin = await make_key(settings, tenant, "admin")
+    await requester_may_approve(settings, tenant)
     namespace: dict[str, Any] = {}
     block = doc_block("python", "def refund_through_mcp(")
     exec(compile(block, "docs/protocols.md", "exec"), namespace)

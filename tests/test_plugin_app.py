@@ -179,6 +179,44 @@ async def _has(spans: InMemorySpanExporter, name: str) -> bool:
     return any(span.name == name for span in spans.get_finished_spans())
 
 
+async def test_the_plugin_keeps_the_projects_failure_converter():
+    """A project with a codec of its own and the SDK's default failure converter keeps it:
+    its workflows' failures reach the server with their messages, as the project chose (the
+    docs say the plugin keeps it), not as "Encoded failure"."""
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.converter import DefaultFailureConverter, PayloadCodec
+    from temporalio.exceptions import ApplicationError
+
+    from agentledger import AgentLedgerConfig
+    from agentledger.worker.plugin import agentledger_converter
+
+    class ProjectCodec(PayloadCodec):
+        async def encode(self, payloads: Any) -> list[Payload]:
+            return [
+                Payload(metadata={"encoding": b"binary/project"}, data=p.SerializeToString())
+                for p in payloads
+            ]
+
+        async def decode(self, payloads: Any) -> list[Payload]:
+            return [Payload.FromString(p.data) for p in payloads]
+
+    codec = ProjectCodec()
+    converted = agentledger_converter(
+        DataConverter(payload_codec=codec), AgentLedgerConfig("postgresql://unused")
+    )
+    assert converted.failure_converter_class is DefaultFailureConverter
+    assert converted.payload_codec is codec
+    sent = Failure()
+    await converted.encode_failure(ApplicationError("order 7 is not refundable"), sent)
+    assert sent.message == "order 7 is not refundable"
+    # Without a codec of the project's, agentledger's own seals failures' messages too.
+    keyed = AgentLedgerConfig("postgresql://unused", encryption_keys={"k": b"\x01" * 32})
+    sealed = agentledger_converter(None, keyed)
+    sent = Failure()
+    await sealed.encode_failure(ApplicationError("order 7 is not refundable"), sent)
+    assert sent.message == "Encoded failure"
+
+
 # The commands that read a run's payloads, as a person at the shop runs them on its agent's run
 # (`receipt` reads the mirror alone, but belongs to reading a run that ended).
 READS = [["status"], ["watch", "--wait", "20"], ["mirror", "check"], ["receipt"]]

@@ -102,3 +102,23 @@ def test_a_profile_makes_its_runs_sessions():
     assert session is not None and session.idle_timeout == 1800
     assert session.compact_after_turns == 20
     assert chatty.profile_hash() != plain.profile_hash()
+
+
+def test_a_profiles_file_is_read_once_and_again_when_it_changes(tmp_path: Path) -> None:
+    """A server answers each request from the profiles it read; an edit to the file (a new
+    instruction, a new agent) is read at the next request."""
+    path = tmp_path / "agents.yaml"
+    path.write_text("writer:\n  instructions: Be brief.\n  tools: [search_notes]\n")
+    first = load_agents(str(path))
+    assert load_agents(str(path))["writer"] is first["writer"], "read once"
+    path.write_text(
+        "writer:\n  instructions: Be thorough.\n  tools: [search_notes]\n"
+        "reviewer:\n  instructions: Check it.\n  tools: [search_notes]\n"
+    )
+    again = load_agents(str(path))
+    assert again["writer"].instructions == "Be thorough." and "reviewer" in again
+    again.pop("reviewer")
+    assert "reviewer" in load_agents(str(path)), "a caller's changes stay its own"
+    path.unlink()
+    with pytest.raises(ProfileError):
+        load_agents(str(path))

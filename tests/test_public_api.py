@@ -58,6 +58,9 @@ ENGINE_FIELDS = [
     "subagent_depth",
     "charged_to",
     "trigger",
+    "requester",
+    "tenant_policy",
+    "model_calls_rated",
 ]
 
 

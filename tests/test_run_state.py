@@ -217,6 +217,7 @@ def every_field_set() -> RunProgress:
         paused_by="li",
         forgotten=[(3, 9)],
         end_requested_by="mo",
+        model_calls_rated=True,
         left_in_mirror=LeftInMirror(turns=3, messages=40, steps=12),
         duplicates_prevented=1,
         inherited_effects=["a" * 32],

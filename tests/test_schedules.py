@@ -146,8 +146,14 @@ async def test_schedules_are_their_tenants_and_their_policys(tenant, client, set
         await ours.schedules.create("mine", task=LOOK_UP, every=60)
     # A runner makes schedules only where the tenant's policy lets runners.
     from agentledger.core.access import Caller
+    from agentledger.core.identity import Identity
 
-    runner = Caller(tenant=name, roles=frozenset({"runner"}), identity="r", credential="key:r")
+    runner = Caller(
+        tenant=name,
+        roles=frozenset({"runner"}),
+        identity=Identity.of_key("r", None),
+        credential="key:r",
+    )
     as_runner = operator.acting_as(runner)
     with pytest.raises(OperationRefused, match="--schedule-role runner"):
         await as_runner.schedules.create("theirs", task=LOOK_UP, every=60, paused=True)

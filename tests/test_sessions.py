@@ -26,6 +26,7 @@ from agentledger.activities.model import SUMMARY_PROMPT
 from agentledger.cli.render import receipt_markdown
 from agentledger.core._wire import ControlInput, SayInput
 from agentledger.core.errors import NotAnswered, OperationRefused, RunNotFound
+from agentledger.core.messages import RunMessages
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from agentledger.workflows import AgentRunWorkflow, sessions
 from tests import client_ops as ops
@@ -203,7 +204,7 @@ async def test_a_session_of_1000_messages_of_20_kb_runs_on_carrying_a_bounded_st
                 await asyncio.gather(
                     *(
                         handle.signal(
-                            AgentRunWorkflow.say_signal,
+                            RunMessages.SAY.kept_signal,
                             SayInput(message_id=f"m{n:04d}", text=long_text(n), by="ana"),
                         )
                         for n in range(first, first + BATCH)
@@ -214,7 +215,7 @@ async def test_a_session_of_1000_messages_of_20_kb_runs_on_carrying_a_bounded_st
                     seconds=60,
                     what="the batch's turn",
                 )
-            await handle.signal(AgentRunWorkflow.end_session_signal, ControlInput(by="test"))
+            await handle.signal(RunMessages.END_SESSION.kept_signal, ControlInput(by="test"))
             result = await asyncio.wait_for(handle.result(), 60)
     assert result.status.value == "completed"
     carries = await _carried_sizes(client, run_id)

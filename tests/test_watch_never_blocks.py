@@ -22,12 +22,13 @@ from agentledger.core import constants as names
 from agentledger.core import search_attributes
 from agentledger.core._wire import ControlInput
 from agentledger.core.errors import OperationError
-from agentledger.core.results import ControlResult, WatchItem
+from agentledger.core.messages import RunMessages
+from agentledger.core.results import WatchItem
 from tests import client_ops as ops
 from tests import client_ops as watch
 from tests.conftest import running_worker
 from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
-from tests.test_watch import check_story
+from tests.test_watch import check_story, text_of
 
 WATCHERS = 12
 # The dev server's default: updates in flight per workflow.
@@ -69,7 +70,7 @@ async def hold_update_slots(client: Client, run_id: str) -> list[asyncio.Task[An
     for _ in range(100):  # until the server admits no more: every slot is taken
         try:
             await handles.admit_update(
-                client, run, names.UPDATE_RESUME, ControlInput(by="probe"), 2.0, ControlResult
+                client, run, RunMessages.RESUME, ControlInput(by="probe"), 2.0
             )
         except handles.NotAdmitted as err:
             if "admits no more updates" in err.reason:
@@ -78,6 +79,12 @@ async def hold_update_slots(client: Client, run_id: str) -> list[asyncio.Task[An
             pass
         await asyncio.sleep(0.2)
     raise AssertionError("the holders never filled the run's update slots")
+
+
+def told_as(story: list[WatchItem]) -> tuple[list[WatchItem], dict[str | None, str]]:
+    """A story's events in order, and each step's text as it ends shown."""
+    steps = {i.step_id for i in story if i.kind == "text"}
+    return [i for i in story if i.kind != "text"], {s: text_of(story, s) for s in steps}
 
 
 async def test_a_dozen_watchers_leave_decisions_and_controls_their_updates(
@@ -104,7 +111,10 @@ async def test_a_dozen_watchers_leave_decisions_and_controls_their_updates(
     for story in stories:
         check_story(story)
         assert story[-1].kind == "receipt" and story[-1].data["outcome"] == "completed"
-    assert stories.count(stories[0]) == WATCHERS  # every watcher saw the same story
+    # Every watcher saw the same story: the same events, and each step's text whole (in
+    # pieces as its notices came, or from the row where it joined late or missed one).
+    told = [told_as(story) for story in stories]
+    assert told.count(told[0]) == WATCHERS
     # Nothing went as a signal: the updates were admitted while twelve watched.
     assert await signals_in_history(client, started.run_id) == []
 

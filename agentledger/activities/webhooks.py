@@ -29,6 +29,7 @@ from agentledger.core.constants import (
     ACTIVITY_TENANT_SUBSCRIPTIONS,
     ACTIVITY_WEBHOOK_DELIVER,
 )
+from agentledger.core.events import EventType
 from agentledger.core.task_states import receipt_summary
 from agentledger.core.webhook_models import (
     ChangesInput,
@@ -117,7 +118,7 @@ class WebhookActivities:
             activity.heartbeat(input.after_seq)
             await asyncio.sleep(POLL_SECONDS)
         events = [RunEventRow.model_validate(row) for row in rows]
-        if receipt is None and any(e.type == "run.finished" for e in events):
+        if receipt is None and any(e.type == EventType.RUN_FINISHED for e in events):
             receipt = await self.store.receipt(input.run_id)
         if receipt is None:
             return RunChanges(events=events)

@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from agentledger.cli.cli_options import add_tenant, seconds
+from agentledger.core.events import EventType
 
 if TYPE_CHECKING:
     from agentledger import RunClient
@@ -62,12 +63,12 @@ class Turn:
     def show(self, item: WatchItem, run_id: str, as_json: bool) -> None:
         if item.offset is not None:
             self.next_offset = item.offset + 1
-        if item.type == "chat.approval_pending":
+        if item.type == EventType.CHAT_APPROVAL_PENDING:
             self.pending = item.data
             self.next_offset = int(item.data.get("next_offset", self.next_offset))
-        elif item.type == "chat.no_answer":
+        elif item.type == EventType.CHAT_NO_ANSWER:
             self.unanswered = True
-        elif item.type == "run.finished":
+        elif item.type == EventType.RUN_FINISHED:
             self.outcome = self.outcome or item.data.get("status")
         elif item.kind == "receipt":
             self.outcome = item.data.get("outcome")
@@ -88,22 +89,29 @@ class Turn:
 
     def line(self, item: WatchItem, run_id: str) -> str | None:
         data = item.data
-        if item.type == "session.turn_answered":
+        if item.type == EventType.SESSION_TURN_ANSWERED:
             return None if self.streamed else str(data.get("answer") or "")
-        if item.type == "approval.requested":
+        if item.type == EventType.APPROVAL_REQUESTED:
             args = json.dumps(data.get("arguments"), default=str)
             return f"[approval needed: {data.get('tool')} {args}]"
-        if item.type == "chat.approval_pending":
+        if item.type == EventType.CHAT_APPROVAL_PENDING:
             return f"[{data.get('note')}; or type /approve, or /reject REASON]"
-        if item.type == "chat.no_answer":
+        if item.type == EventType.CHAT_NO_ANSWER:
             print(f"note: {data.get('note')}", file=sys.stderr, flush=True)
             return None
-        if item.type == "run.finished":
+        if item.type == EventType.RUN_FINISHED:
             error = f": {data['error']}" if data.get("error") else ""
             return f"[run {run_id} ended {data.get('status')}{error}]"
         if item.kind == "receipt":
             return f"[receipt: `agentledger receipt {run_id}`]"
-        if item.type in ("tool.refused", "model.fallback", "run.paused", "run.needs_admin"):
+        if item.kind == "text_reset":
+            return "[the model call was retried: its reply starts again]"
+        if item.type in (
+            EventType.TOOL_REFUSED,
+            EventType.MODEL_FALLBACK,
+            EventType.RUN_PAUSED,
+            EventType.RUN_NEEDS_ADMIN,
+        ):
             return f"[{item.type}]"
         return None
 

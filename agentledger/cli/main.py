@@ -42,6 +42,7 @@ from agentledger.cli.cli_options import (
     say,
 )
 from agentledger.core.constants import DEMO_AGENTS, TEMPORAL_PORT, WEB_UI_PORT
+from agentledger.core.events import EventType
 from agentledger.core.states import RunStatus
 from agentledger.worker.tool_flags import add_tool_flags
 
@@ -216,13 +217,17 @@ async def cmd_approve(client: RunClient, args: argparse.Namespace) -> int:
 
     edit = json_argument(args.edit, "--edit")
     if edit is not None and not isinstance(edit, dict):
-        raise InvalidRequest("--edit takes a JSON object of the arguments to change")
+        raise InvalidRequest("--edit takes a JSON object: the fields to change, null removes one")
+    replace = json_argument(args.arguments, "--arguments")
+    if replace is not None and not isinstance(replace, dict):
+        raise InvalidRequest("--arguments takes a JSON object: the whole arguments")
     role, key = decider(client, args)
     result = await client.runs.approve(
         args.run,
         by=args.by,
         role=role,
         edit=edit,
+        replace=replace,
         signer=key,
         action_hash=args.action_hash,
     )
@@ -327,7 +332,7 @@ async def cmd_watch(client: RunClient, args: argparse.Namespace) -> int:
         in_text = False
         if item.kind == "receipt":
             outcome = item.data.get("outcome")
-        elif item.type == "run.finished":
+        elif item.type == EventType.RUN_FINISHED:
             outcome = outcome or item.data.get("status")
     return 0 if outcome == "completed" else 1
 
@@ -851,7 +856,13 @@ def parser() -> argparse.ArgumentParser:
     p = command("approve", "approve the pending action")
     p.add_argument("run")
     add_decider(p)
-    p.add_argument("--edit", help="JSON object of arguments to change before running")
+    edits = p.add_mutually_exclusive_group()
+    edits.add_argument(
+        "--edit",
+        help="a JSON Merge Patch of the arguments before running: the fields to change, a "
+        "field set to null removed",
+    )
+    edits.add_argument("--arguments", help="the whole arguments to run with instead, as JSON")
     p = command("reject", "reject the pending action")
     p.add_argument("run")
     add_decider(p)

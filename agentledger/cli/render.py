@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agentledger.core.advice import start_a_worker
+from agentledger.core.events import EventType
 from agentledger.core.results import RunState, WatchItem
 from agentledger.core.spec import JsonDict
 from agentledger.core.states import is_terminal
@@ -412,7 +413,7 @@ def watch_line(item: WatchItem, run_id: str) -> str:
     step = f" [{item.step_id}]" if item.step_id else ""
     line = f"{when} {item.type}{step}" + (f"  {details}" if details else "")
     role = item.data.get("required_role")
-    if item.type == "approval.requested" and role:
+    if item.type == EventType.APPROVAL_REQUESTED and role:
         line += (
             f"\n         decide: agentledger approve {run_id} --by NAME --role {role}"
             f"  (or reject ... --reason ...)"

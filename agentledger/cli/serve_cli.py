@@ -13,7 +13,16 @@ if TYPE_CHECKING:
     from agentledger import RunClient
     from agentledger.core.settings import Settings
 
-KEY_COLUMNS = ["key_id", "name", "tenant", "role", "created_at", "expires_at", "revoked_at"]
+KEY_COLUMNS = [
+    "key_id",
+    "name",
+    "tenant",
+    "role",
+    "approval_roles",
+    "created_at",
+    "expires_at",
+    "revoked_at",
+]
 
 
 def add_commands(sub: Any) -> None:
@@ -57,6 +66,11 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--expires", help="expires after this long (30d, 12h); default never")
     p.add_argument("--name", help="a label for people, shown by `keys list` (who holds it)")
+    p.add_argument(
+        "--decides",
+        help="approval roles an approver or admin key decides in beside its role, such as "
+        "finance,legal (the roles a spec's or the tenant's rules ask for)",
+    )
     add_output_flags(p)
     p = commands.add_parser("list", help="every key: tenant, role, expiry, revocation")
     add_output_flags(p)
@@ -101,13 +115,17 @@ async def cmd_keys(client: RunClient, args: argparse.Namespace) -> int:
             expires = parse_age(args.expires) if args.expires else None
         except ValueError as err:
             raise InvalidRequest(f"--expires: {err}") from err
-        made = await client.keys.create(args.tenant, args.role, expires_in=expires, name=args.name)
+        decides = [r.strip() for r in (args.decides or "").split(",") if r.strip()]
+        made = await client.keys.create(
+            args.tenant, args.role, expires_in=expires, name=args.name, approval_roles=decides
+        )
         named = f" ({made.name})" if made.name else ""
+        also = f", deciding as {', '.join(made.approval_roles)} too" if made.approval_roles else ""
         emit(
             made.model_dump(mode="json"),
             args.json,
             f"{made.key}\n(key {made.key_id}{named} for tenant {made.tenant}, role "
-            f"{made.role}; shown this once: only its hash is kept)",
+            f"{made.role}{also}; shown this once: only its hash is kept)",
         )
     elif args.keys_command == "list":
         rows = [row.model_dump(mode="json") for row in await client.keys.listed()]

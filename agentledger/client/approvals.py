@@ -19,7 +19,6 @@ from temporalio.service import RPCError
 from agentledger.client import handles
 from agentledger.client.scope import RunRef, Scope
 from agentledger.core import bounds
-from agentledger.core import constants as names
 from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.approver_key import ApproverKey
 from agentledger.core.errors import (
@@ -27,8 +26,11 @@ from agentledger.core.errors import (
     NotAnswered,
     OperationError,
     OperationRefused,
+    PolicyDenied,
 )
+from agentledger.core.identity import Identity
 from agentledger.core.listings import InboxItem
+from agentledger.core.messages import Message, RunMessages
 from agentledger.core.results import DecisionResult, PendingApproval, RunState
 from agentledger.core.spec import JsonDict
 from agentledger.core.states import RunStatus
@@ -53,19 +55,33 @@ class Approvals:
         run_id: str,
         *,
         by: str,
-        role: str,
+        role: str | None = None,
         edit: JsonDict | None = None,
+        replace: JsonDict | None = None,
         action_hash: str | None = None,
         signer: ApproverKey | None = None,
+        decider: Identity | None = None,
         wait: float | None = None,
     ) -> DecisionResult:
         """Approve the pending action (or, with `action_hash`, only that exact action the
-        approver saw); with `signer`, signed by that approver's key."""
+        approver saw), in `role` (None: the one the approval asks for), with an `edit` (a
+        JSON Merge Patch of its arguments: null removes a field) or a `replace`ment of them;
+        with `signer`, signed by that approver's key. Who decides is the scope's caller when
+        a credential proved it (`decider` is then the caller's, and the caller must hold the
+        role the approval asks for), else `decider` (an approver's key, the operator)."""
         tenant = self.scope.tenant
+        who = self._decider(decider)
         return await self._decide(
             run_id,
-            lambda pending: ApproveInput(
-                action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
+            RunMessages.APPROVE,
+            lambda pending, required: ApproveInput(
+                action_hash=action_hash or pending,
+                by=self._by(by),
+                role=role or required,
+                edit=edit,
+                replace=replace,
+                tenant=tenant,
+                decider=who,
             ),
             wait=wait,
             signer=signer,
@@ -76,10 +92,11 @@ class Approvals:
         run_id: str,
         *,
         by: str,
-        role: str,
         reason: str,
+        role: str | None = None,
         action_hash: str | None = None,
         signer: ApproverKey | None = None,
+        decider: Identity | None = None,
         wait: float | None = None,
     ) -> DecisionResult:
         """Reject the pending action, saying why: the run, its model and its receipt hear it."""
@@ -88,14 +105,45 @@ class Approvals:
                 "a rejection needs a reason (--reason TEXT): the run and its receipt record it"
             )
         tenant = self.scope.tenant
+        who = self._decider(decider)
         return await self._decide(
             run_id,
-            lambda pending: RejectInput(
-                action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
+            RunMessages.REJECT,
+            lambda pending, required: RejectInput(
+                action_hash=action_hash or pending,
+                by=self._by(by),
+                role=role or required,
+                reason=reason,
+                tenant=tenant,
+                decider=who,
             ),
             wait=wait,
             signer=signer,
         )
+
+    def _authenticated(self) -> bool:
+        """Whether the scope's caller is a credential the door verified (a key, a token),
+        not the operator or a program acting for a tenant."""
+        return self.scope.caller.identity.kind != "operator"
+
+    def _decider(self, decider: Identity | None) -> Identity | None:
+        return self.scope.caller.identity if self._authenticated() else decider
+
+    def _by(self, by: str) -> str:
+        """The name a decision is recorded by: an authenticated caller's own."""
+        return self.scope.caller.identity.name if self._authenticated() else by
+
+    def _judge(self, pending: PendingApproval) -> None:
+        """A credential decides an approval only in a role it holds: the approval's, never
+        one the request names."""
+        caller = self.scope.caller
+        if self._authenticated() and not caller.decides_as(pending.required_role):
+            held = ", ".join(sorted(caller.roles)) or "no role"
+            raise PolicyDenied(
+                f"{pending.tool} needs an approver in role {pending.required_role!r}; this "
+                f"credential decides as {held} (an operator gives a key more with `agentledger "
+                f"keys create --decides {pending.required_role}`)"
+            )
 
     async def pending(self, run_id: str, *, wait: float | None = None) -> PendingApproval:
         """The approval the run waits for now (a worker answers)."""
@@ -125,7 +173,8 @@ class Approvals:
     async def _decide(
         self,
         run_id: str,
-        decision: Callable[[str], Decision],
+        intent: Message,
+        decision: Callable[[str, str], Decision],
         *,
         wait: float | None,
         signer: ApproverKey | None,
@@ -139,7 +188,7 @@ class Approvals:
         worker the approval it answers comes from the mirror. The answer says which
         happened, and claims the run holds the decision only once the server confirmed it.
         """
-        bounds.check(decision("0" * 16), "decision")  # before anything is asked or sent
+        bounds.check(decision("0" * 16, "approver"), "decision")  # before anything is sent
         deadline = Deadline(self.scope.bound(wait))
         client = await self.scope.temporal(deadline.seconds)
         mirror = await self.scope.mirror()
@@ -162,8 +211,11 @@ class Approvals:
                     f"(status {run.indexed_status}), and "
                     f"{await handles.no_worker_note(client, run, deadline)}"
                 ) from None
-            message = _signed(decision(pending.action_hash), run_id, pending, signer)
-            await handles.signal_within(run.handle, _signal_of(message), message, deadline)
+            self._judge(pending)
+            message = _signed(
+                decision(pending.action_hash, pending.required_role), run_id, pending, signer
+            )
+            await handles.signal_within(run.handle, intent, message, deadline)
             return DecisionResult(
                 approval_id=pending.approval_id,
                 decision="recorded",
@@ -175,18 +227,16 @@ class Approvals:
             raise OperationRefused(
                 f"run {run_id} is not waiting for an approval (status {state.status.value})"
             )
-        message = _signed(decision(pending.action_hash), run_id, pending, signer)
+        self._judge(pending)
+        message = _signed(
+            decision(pending.action_hash, pending.required_role), run_id, pending, signer
+        )
         try:
             accepted = await handles.admit_update(
-                client,
-                run.handle,
-                _update_of(message),
-                message,
-                deadline.share(0.5),
-                DecisionResult,
+                client, run.handle, intent, message, deadline.share(0.5)
             )
         except handles.NotAdmitted as err:
-            await handles.signal_within(run.handle, _signal_of(message), message, deadline)
+            await handles.signal_within(run.handle, intent, message, deadline)
             return await self._signalled(run, state, message, err.reason, deadline)
         try:
             return await within(  # type: ignore[no-any-return]
@@ -266,13 +316,3 @@ def _signed(
     return decision.model_copy(
         update={"signature": signer.sign(run_id, pending.approval_id, decision)}
     )
-
-
-def _update_of(message: Decision) -> str:
-    return names.UPDATE_APPROVE if isinstance(message, ApproveInput) else names.UPDATE_REJECT
-
-
-def _signal_of(message: Decision) -> object:
-    if isinstance(message, ApproveInput):
-        return AgentRunWorkflow.approve_signal
-    return AgentRunWorkflow.reject_signal

@@ -30,7 +30,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentledger.client import handles, starts
 from agentledger.client.scope import Scope, describe_within, no_backlog
 from agentledger.core import bounds
-from agentledger.core import constants as names
 from agentledger.core._wire import ControlInput
 from agentledger.core.backlog_models import (
     AGENT_PATTERN,
@@ -58,6 +57,7 @@ from agentledger.core.errors import (
     RunNotFound,
 )
 from agentledger.core.listings import BacklogListing, DeadTask
+from agentledger.core.messages import BacklogMessages, Message
 from agentledger.core.spec import JsonDict
 from agentledger.core.yaml_files import load_yaml
 from agentledger.store.backlog_store import BacklogStore
@@ -239,7 +239,7 @@ async def send_tasks(
                     id=backlog_id(agent),
                     task_queue=task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    start_signal=names.SIGNAL_BACKLOG_ENQUEUE,
+                    start_signal=BacklogMessages.ENQUEUE.kept_signal,
                     start_signal_args=[batch],
                     rpc_timeout=timedelta(seconds=deadline.left()),
                 ),
@@ -368,11 +368,9 @@ async def _running(client: Client, agent: str, deadline: Deadline) -> Backlog:
 async def _change(
     client: Client,
     agent: str,
-    update: str,
-    update_arg: Any,
-    signal: str,
+    intent: Message,
+    update_arg: ControlInput | RetryInput,
     signal_arg: BacklogControlSignal | RetryInput,
-    result_type: type[Any],
     wait: float,
 ) -> Any:
     """A stop, resume or retry: an update when a worker answers and the backlog takes it,
@@ -389,7 +387,7 @@ async def _change(
     if answered:
         try:
             accepted = await handles.admit_update(
-                client, backlog.handle, update, update_arg, deadline.share(0.5), result_type
+                client, backlog.handle, intent, update_arg, deadline.share(0.5)
             )
         except handles.NotAdmitted:
             pass
@@ -403,7 +401,7 @@ async def _change(
                 raise OperationError(f"refused: {handles.refusal(err)}") from err
             except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
                 return None
-    await handles.signal_within(backlog.handle, signal, signal_arg, deadline)
+    await handles.signal_within(backlog.handle, intent, signal_arg, deadline)
     assert signal_arg.request_id is not None
     delivery = await _delivery(
         client, backlog.handle, backlog.task_queue, signal_arg.request_id, deadline
@@ -475,13 +473,11 @@ class Backlogs:
         done = await _change(
             client,
             agent,
-            names.UPDATE_BACKLOG_STOP if stopping else names.UPDATE_BACKLOG_RESUME,
+            BacklogMessages.STOP if stopping else BacklogMessages.RESUME,
             ControlInput(by=by, tenant=tenant, own_tasks=own_tasks),
-            names.SIGNAL_BACKLOG_STOP if stopping else names.SIGNAL_BACKLOG_RESUME,
             BacklogControlSignal(
                 by=by, tenant=tenant, own_tasks=own_tasks, request_id=uuid.uuid4().hex
             ),
-            BacklogControlResult,
             wait,
         )
         if isinstance(done, BacklogControlResult):
@@ -504,11 +500,9 @@ class Backlogs:
         done = await _change(
             client,
             agent,
-            names.UPDATE_BACKLOG_RETRY,
+            BacklogMessages.RETRY,
             RetryInput(key=task_key, by=by, tenant=tenant),
-            names.SIGNAL_BACKLOG_RETRY,
             RetryInput(key=task_key, by=by, tenant=tenant, request_id=uuid.uuid4().hex),
-            RetryResult,
             wait,
         )
         if isinstance(done, RetryResult):

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel
 from temporalio.api.common.v1 import Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
@@ -30,13 +31,13 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateHandle,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentledger.client.scope import RunRef, no_run
 from agentledger.core import search_attributes
 from agentledger.core.errors import NotAnswered, OperationRefused
+from agentledger.core.messages import Message
 from agentledger.core.states import RunStatus
 from agentledger.store import mirror_views
 from agentledger.temporal.worker_presence import (
@@ -141,35 +142,8 @@ async def unstick(client: Client, workflow_id: str, seconds: float) -> None:
         log.debug("%s: could not free it from its last worker: %r", workflow_id, err)
 
 
-async def update_within(
-    handle: WorkflowHandle[Any, Any], task_queue: str, update: Any, arg: Any, deadline: Deadline
-) -> Any:
-    """An update, or OperationError: refused (its reason), or held (no worker in time)."""
-    seconds = deadline.left()
-    try:
-        return await within(
-            seconds, handle.execute_update(update, arg, rpc_timeout=timedelta(seconds=seconds))
-        )
-    except WorkflowUpdateFailedError as err:
-        raise OperationRefused(f"refused: {refusal(err)}") from err
-    except (NoAnswer, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
-        raise NotAnswered(held(handle.id, task_queue, deadline)) from err
-    except RPCError as err:
-        raise OperationRefused(f"refused: {err.message}") from err
-
-
 def refusal(err: WorkflowUpdateFailedError) -> str:
     return getattr(err.cause, "message", None) or str(err.cause)
-
-
-def held(workflow_id: str, task_queue: str, deadline: Deadline) -> str:
-    """An update sent when a worker seemed alive that none answered in time."""
-    return (
-        f"sent, but no worker answered within {deadline.seconds:g}s (one was polling a moment "
-        "before): the server holds the request and applies it, with the same checks, when a "
-        f"worker takes {workflow_id}; `status` shows whether it did; "
-        f"{start_a_worker(task_queue)}"
-    )
 
 
 ACCEPTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED
@@ -190,13 +164,12 @@ class NotAdmitted(Exception):
 async def admit_update(
     client: Client,
     handle: WorkflowHandle[Any, Any],
-    name: str,
-    arg: Any,
+    message: Message,
+    arg: BaseModel,
     seconds: float,
-    result_type: type[Any],
 ) -> WorkflowUpdateHandle[Any]:
-    """An update the run has accepted (so its history holds it), or OperationError when its
-    validator refused it, or NotAdmitted.
+    """`message`'s update, accepted by the workflow (so its history holds it), or
+    OperationError when its validator refused it, or NotAdmitted.
 
     The SDK retries an update the server will not admit ("limit on number of concurrent
     in-flight updates") for as long as the bound allows, so a command could not tell a full
@@ -209,7 +182,7 @@ async def admit_update(
         workflow_execution=WorkflowExecution(workflow_id=handle.id),
         request=Request(
             meta=Meta(update_id=update_id, identity=client.identity),
-            input=Input(name=name, args=Payloads(payloads=payloads)),
+            input=Input(name=message.update_name, args=Payloads(payloads=payloads)),
         ),
         wait_policy=WaitPolicy(lifecycle_stage=ACCEPTED),
     )
@@ -242,7 +215,7 @@ async def admit_update(
     return handle.get_update_handle(
         update_id,
         workflow_run_id=response.update_ref.workflow_execution.run_id,
-        result_type=result_type,
+        result_type=message.result,
     )
 
 
@@ -251,14 +224,15 @@ def _not_accepted(seconds: float) -> str:
 
 
 async def signal_within(
-    handle: WorkflowHandle[Any, Any], signal: Any, arg: Any, deadline: Deadline
+    handle: WorkflowHandle[Any, Any], message: Message, arg: BaseModel, deadline: Deadline
 ) -> None:
-    """A signal the server confirmed (its history holds it), or OperationError saying it
-    was not sent (the server refused it) or that its arrival is unknown (out of time)."""
+    """`message`'s kept form, a signal the server confirmed (its history holds it), or
+    OperationError saying it was not sent (the server refused it) or that its arrival is
+    unknown (out of time)."""
     try:
         await within(
             deadline.left(),
-            handle.signal(signal, arg, rpc_timeout=timedelta(seconds=deadline.left())),
+            handle.signal(message.kept_signal, arg, rpc_timeout=timedelta(seconds=deadline.left())),
         )
     except NoAnswer as err:
         raise NotAnswered(

@@ -41,6 +41,7 @@ from agentledger.core.hook_models import (
     task_for,
     verified,
 )
+from agentledger.core.identity import Identity
 from agentledger.core.results import TriggerOrigin
 from agentledger.core.spec import RunSpec
 from agentledger.core.webhook_signatures import BadSignature
@@ -91,7 +92,7 @@ class Hooks:
             agent=str(fields.get("agent", "default")),
             task_template=request.task,
             spec=fields,
-            created_by=self.scope.caller.identity,
+            created_by=self.scope.caller.identity.name,
         )
         if not await TriggerStore(await self.scope.database()).save_hook(hook, made):
             raise OperationRefused(
@@ -145,7 +146,7 @@ class Hooks:
         as_hook = Caller(
             tenant=hook.tenant,
             roles=frozenset({"runner"}),
-            identity=f"hook:{hook.name}",
+            identity=Identity(kind="hook", id=hook.name, name=f"hook:{hook.name}"),
             credential=f"hook:{hook.name}",
         )
         try:

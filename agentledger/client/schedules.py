@@ -136,7 +136,7 @@ class Schedules:
                 raise InvalidRequest(f"Temporal refused the schedule: {err.message}") from err
             raise
         await TriggerStore(await self.scope.database()).save_schedule(
-            owner, request, spec.agent, self.scope.caller.identity
+            owner, request, spec.agent, self.scope.caller.identity.name
         )
         return await self.show(name, tenant=owner)
 
@@ -182,7 +182,7 @@ class Schedules:
         owner = self._tenant(tenant)
         await self._may_make(owner)
         handle = await self._handle(owner, name)
-        await handle.pause(note=note or f"paused by {self.scope.caller.identity}")
+        await handle.pause(note=note or f"paused by {self.scope.caller.identity.name}")
         await TriggerStore(await self.scope.database()).set_paused(owner, name, True)
         return await self.show(name, tenant=owner)
 
@@ -190,7 +190,7 @@ class Schedules:
         owner = self._tenant(tenant)
         await self._may_make(owner)
         handle = await self._handle(owner, name)
-        await handle.unpause(note=f"resumed by {self.scope.caller.identity}")
+        await handle.unpause(note=f"resumed by {self.scope.caller.identity.name}")
         await TriggerStore(await self.scope.database()).set_paused(owner, name, False)
         return await self.show(name, tenant=owner)
 

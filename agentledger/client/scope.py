@@ -33,7 +33,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentledger.client.in_flight import in_flight
-from agentledger.core import backlog_models, bounds, search_attributes
+from agentledger.core import backlog_models, bounds, identity, search_attributes
 from agentledger.core import constants as names
 from agentledger.core.access import ROLES, Caller
 from agentledger.core.backlog_models import TaskItem
@@ -59,7 +59,9 @@ from agentledger.workflows import AgentRunWorkflow
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 # The caller of a command run without a tenant: the operator, who sees every tenant's runs.
-OPERATOR = Caller(tenant=None, roles=frozenset(ROLES), identity="operator", credential="operator")
+OPERATOR = Caller(
+    tenant=None, roles=frozenset(ROLES), identity=identity.OPERATOR, credential="operator"
+)
 
 
 def tenant_caller(tenant: str) -> Caller:
@@ -71,7 +73,8 @@ def tenant_caller(tenant: str) -> Caller:
     return Caller(
         tenant=tenant,
         roles=frozenset(ROLES),
-        identity=f"tenant:{tenant}",
+        # The operator's connections, narrowed: no credential proves anyone in particular.
+        identity=identity.OPERATOR,
         credential=f"tenant:{tenant}",
     )
 
@@ -278,6 +281,12 @@ class Scope:
         return self.caller.tenant
 
     @property
+    def home_tenant(self) -> str:
+        """The tenant what the caller makes belongs to: its own, or the default tenant for
+        the operator."""
+        return self.caller.tenant or DEFAULT_TENANT
+
+    @property
     def operator(self) -> bool:
         """Whether the caller is the operator, who sees and acts for every tenant."""
         return self.caller.tenant is None
@@ -450,10 +459,11 @@ class Scope:
         elif not self.sees(owner):
             raise no_run(run_id)
 
-    async def owner_of(self, run_id: str, wait: float | None = None) -> str:
-        """The tenant of a run the caller may see (another tenant's reads as missing): the
-        caller's own, or for the operator the mirror's (the default tenant's if unmirrored)."""
-        await self.find_run(run_id, Deadline(self.bound(wait)))
+    async def tenant_of_run(self, run_id: str) -> str:
+        """The run's tenant, if the caller may see the run (else `no_run`, as for a run that
+        does not exist): the caller's own, or, for the operator, the mirror's (a run it has
+        not seen yet is the default tenant's)."""
+        await self.find_run(run_id, Deadline(self.wait))
         if self.caller.tenant is not None:
             return self.caller.tenant
         return await self._mirrored_owner(run_id) or DEFAULT_TENANT

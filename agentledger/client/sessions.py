@@ -25,6 +25,7 @@ from agentledger.client.scope import Scope
 from agentledger.client.steering import Steering
 from agentledger.client.watch import watch
 from agentledger.core.advice import worker_command
+from agentledger.core.events import EventType
 from agentledger.core.results import ControlResult, RunState, WatchItem
 from agentledger.core.states import RunStatus
 from agentledger.temporal.worker_presence import Deadline, NoAnswer
@@ -95,10 +96,10 @@ async def chat(
     if text is not None:
         said = await Steering(scope).say(run_id, text, by=by, wait=wait)
         message_id = said.message_id
-        yield note("chat.said", **said.model_dump(mode="json"))
+        yield note(EventType.CHAT_SAID, **said.model_dump(mode="json"))
         if said.delivered == "recorded":
             yield note(
-                "chat.no_answer",
+                EventType.CHAT_NO_ANSWER,
                 reason="no_worker",
                 note=f"no worker answered within {wait:g}s: the message is recorded and "
                 f"run {run_id} takes it when a worker runs ({worker_command()}); "
@@ -121,7 +122,7 @@ async def chat(
                 return
             except TimeoutError:
                 yield note(
-                    "chat.no_answer",
+                    EventType.CHAT_NO_ANSWER,
                     reason="silent",
                     note=f"nothing from run {run_id} for {answer_within:g}s: is a worker "
                     f"running? ({worker_command()}); `agentledger status {run_id}` "
@@ -132,7 +133,7 @@ async def chat(
             if not following:
                 # The stream from its start: what the run did before it received this message
                 # belongs to earlier turns.
-                following = item.type == "message.received" and (
+                following = item.type == EventType.MESSAGE_RECEIVED and (
                     item.data.get("message_id") == message_id
                 )
                 if not following:
@@ -144,16 +145,16 @@ async def chat(
                     return
                 continue
             yield item
-            if item.type == "session.turn_answered" and (
+            if item.type == EventType.SESSION_TURN_ANSWERED and (
                 message_id is None or message_id in item.data.get("message_ids", [])
             ):
                 return
-            if item.type == "approval.requested" and await _still_pending(
+            if item.type == EventType.APPROVAL_REQUESTED and await _still_pending(
                 client, run_id, wait, item
             ):
                 yield approval_pending(run_id, item.data, (item.offset or 0) + 1)
                 return
-            if item.type == "receipt":
+            if item.type == EventType.RECEIPT:
                 return
     finally:
         await items.aclose()  # type: ignore[attr-defined]
@@ -162,7 +163,7 @@ async def chat(
 def approval_pending(run_id: str, approval: dict[str, Any], next_offset: int) -> WatchItem:
     role = approval.get("required_role") or "approver"
     return note(
-        "chat.approval_pending",
+        EventType.CHAT_APPROVAL_PENDING,
         **approval,
         next_offset=next_offset,
         note=f"the turn waits for a decision: `agentledger approve {run_id} --by NAME "
@@ -201,7 +202,7 @@ async def _held(client: Client, run_id: str, wait: float, received: WatchItem) -
         return approval_pending(run_id, state.pending_approval.model_dump(mode="json"), after)
     if state.status == RunStatus.PAUSED:
         return note(
-            "chat.no_answer",
+            EventType.CHAT_NO_ANSWER,
             reason="paused",
             next_offset=after,
             note=f"run {run_id} is paused ({state.pause_reason or 'on request'}): it takes the "

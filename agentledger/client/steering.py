@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
-from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
@@ -28,11 +27,11 @@ from temporalio.service import RPCError
 from agentledger.client import handles
 from agentledger.client.scope import RunRef, Scope
 from agentledger.core import bounds
-from agentledger.core import constants as names
 from agentledger.core._state import RunInput
 from agentledger.core._wire import ControlInput, SayInput
 from agentledger.core.constants import DoubleTexting
 from agentledger.core.errors import InvalidRequest, OperationRefused
+from agentledger.core.messages import Message, RunMessages
 from agentledger.core.results import ControlResult, RunMessage, RunState, SayResult
 from agentledger.core.states import is_terminal
 from agentledger.store.tenant_store import TenantStore
@@ -50,46 +49,22 @@ class Steering:
         self, run_id: str, *, by: str = "cli", wait: float | None = None
     ) -> ControlResult:
         """Pause at the next step boundary (recorded for later while no worker runs)."""
-        return await self._control(
-            run_id,
-            names.UPDATE_PAUSE,
-            AgentRunWorkflow.pause_signal,
-            by,
-            wait,
-            paused=True,
-            what="pause",
-        )
+        return await self._control(run_id, RunMessages.PAUSE, by, wait, paused=True)
 
     async def resume(
         self, run_id: str, *, by: str = "cli", wait: float | None = None
     ) -> ControlResult:
         """Continue a paused run (recorded for later while no worker runs)."""
-        return await self._control(
-            run_id,
-            names.UPDATE_RESUME,
-            AgentRunWorkflow.resume_signal,
-            by,
-            wait,
-            paused=False,
-            what="resume",
-        )
+        return await self._control(run_id, RunMessages.RESUME, by, wait, paused=False)
 
     async def _control(
-        self,
-        run_id: str,
-        update: str,
-        signal: Any,
-        by: str,
-        wait: float | None,
-        *,
-        paused: bool,
-        what: str,
+        self, run_id: str, intent: Message, by: str, wait: float | None, *, paused: bool
     ) -> ControlResult:
         input = ControlInput(by=by)
         bounds.check(input, "control")
         deadline = Deadline(self.scope.bound(wait))
         run = await self.scope.running(run_id, deadline)
-        return await self.control_run(run, (update, signal), input, deadline, paused, what)
+        return await self._send(run, intent, input, deadline, paused)
 
     async def say(
         self,
@@ -133,7 +108,7 @@ class Steering:
                 f"run {run_id} has already ended as {before.status.value}; "
                 f"`agentledger receipt {run_id}` shows how"
             )
-        await handles.signal_within(run.handle, AgentRunWorkflow.say_signal, message, deadline)
+        await handles.signal_within(run.handle, RunMessages.SAY, message, deadline)
         if before is None:
             return SayResult(
                 run_id=run_id,
@@ -180,7 +155,7 @@ class Steering:
 
     async def _within_policy(self, run_id: str, asked: DoubleTexting, deadline: Deadline) -> None:
         """Refuse a double-texting policy the run's tenant does not let a message ask for."""
-        tenant = await self.scope.owner_of(run_id, deadline.left())
+        tenant = await self.scope.tenant_of_run(run_id)
         limits = await TenantStore(await self.scope.database()).limits(tenant)
         refusal = limits.double_texting_refusal(asked)
         if refusal is not None:
@@ -202,34 +177,33 @@ class Steering:
                 f"run {run_id} is not a session (its spec has no `session`), so it ends with its "
                 f"answer; `agentledger cancel {run_id}` stops it now"
             )
-        return await self.control_run(
+        return await self._send(
             run,
-            (names.UPDATE_END_SESSION, AgentRunWorkflow.end_session_signal),
+            RunMessages.END_SESSION,
             input,
             deadline,
             False,
-            "end",
             when="as soon as the session is idle",
         )
 
-    async def control_run(
+    async def _send(
         self,
         run: RunRef,
-        messages: tuple[str, Any],
+        intent: Message,
         input: ControlInput,
         deadline: Deadline,
         paused: bool,
-        what: str,
         when: str = "at its next step boundary",
     ) -> ControlResult:
-        """Pause, resume, or a session's end, of a run found already."""
-        update, signal = messages
+        """A pause, a resume or a session's end of a run found already: its update when a
+        worker answers and the run takes it, else its kept signal."""
+        what = intent.noun
         client = await self.scope.temporal(deadline.left())
         mirror = await self.scope.mirror()
         try:
             await handles.ask_within(client, run.handle, AgentRunWorkflow.state, deadline)
         except NoAnswer:
-            await handles.signal_within(run.handle, signal, input, deadline)
+            await handles.signal_within(run.handle, intent, input, deadline)
             return ControlResult(
                 status=await handles.last_status(run, mirror),
                 paused=paused,
@@ -237,10 +211,10 @@ class Steering:
             )
         try:
             accepted = await handles.admit_update(
-                client, run.handle, update, input, deadline.share(0.5), ControlResult
+                client, run.handle, intent, input, deadline.share(0.5)
             )
         except handles.NotAdmitted as err:
-            await handles.signal_within(run.handle, signal, input, deadline)
+            await handles.signal_within(run.handle, intent, input, deadline)
             return ControlResult(
                 status=await handles.last_status(run, mirror),
                 paused=paused,

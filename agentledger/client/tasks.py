@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from agentledger.client.scope import DEFAULT_TENANT, Scope
+from agentledger.client.scope import Scope
 from agentledger.core.constants import TASK_NOTIFIER_WORKFLOW_NAME
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.keys import id_part
@@ -30,13 +30,13 @@ SCHEMES = ("http://", "https://")
 
 
 class Tasks:
+    """The caller's runs as protocol tasks: another tenant's reads as missing."""
+
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
 
     async def _tenant_of(self, run_id: str) -> str:
-        """The run's tenant, if the caller may see the run; else NotFound, as for a run that
-        does not exist."""
-        return await self.scope.owner_of(run_id)
+        return await self.scope.tenant_of_run(run_id)
 
     async def _store(self) -> WebhookStore:
         return WebhookStore(await self.scope.database())
@@ -50,8 +50,7 @@ class Tasks:
 
     async def context_runs(self, context_id: str, agent: str) -> list[str]:
         """The agent's runs started in the context, of the caller's tenant, oldest first."""
-        tenant = self.scope.tenant or DEFAULT_TENANT
-        return await (await self._store()).context_tasks(tenant, context_id, agent)
+        return await (await self._store()).context_tasks(self.scope.home_tenant, context_id, agent)
 
     async def context_of(self, run_id: str) -> str | None:
         tenant = await self._tenant_of(run_id)

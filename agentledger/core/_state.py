@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentledger.core._wire import ApproveInput, Charge, RejectInput
+from agentledger.core.identity import Identity
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import (
     ApprovalRecord,
     ChildApproval,
@@ -139,6 +141,11 @@ class RunProgress(BaseModel):
     end_requested_by: str | None = Field(
         None, description="who asked a session to end (`agentledger end`); None: nobody has"
     )
+    model_calls_rated: bool = Field(
+        False,
+        description="its model calls go through the rate-limited model queue (its tenant has "
+        "a model-call rate); False: on the run's own queue (generation 6)",
+    )
 
 
 class RunInput(RunSpec):
@@ -176,6 +183,22 @@ class RunInput(RunSpec):
     )
     trigger: TriggerOrigin | None = Field(
         None, description="set by the engine: the schedule fire or webhook delivery that started it"
+    )
+    requester: Identity | None = Field(
+        None,
+        description="set by the engine: who asked for the run, as their credential proved it "
+        "(a sub-agent's, a backlog task's: whoever asked for its parent or task); None: runs "
+        "started before it was recorded",
+    )
+    tenant_policy: TenantPolicy | None = Field(
+        None,
+        description="set by the engine: its tenant's policy when it started, which its "
+        "sub-agents' runs start under too",
+    )
+    model_calls_rated: bool = Field(
+        False,
+        description="set by the engine (agentledger/client/starts.py): its tenant had a model-call "
+        "rate when it started, so its model calls go through the rate-limited queue",
     )
 
     @classmethod

@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentledger.core.constants import DoubleTexting
+from agentledger.core.events import EventType
+from agentledger.core.identity import Identity
 from agentledger.core.results import (
     ForkOrigin,
     PendingApproval,
@@ -20,14 +22,8 @@ from agentledger.core.results import (
     Usage,
     VerifyResult,
 )
-from agentledger.core.spec import (
-    JsonDict,
-    RiskLevel,
-    Strict,
-    VerifySpec,
-    waits_for_approver,
-)
-from agentledger.core.states import RunStatus
+from agentledger.core.spec import JsonDict, RiskLevel, Strict, VerifySpec, waits_for_approver
+from agentledger.core.states import RunStatus, StepStatus
 
 
 class ArtifactRef(BaseModel):
@@ -47,7 +43,7 @@ class StepRecord(BaseModel):
     seq: int
     type: StepType
     name: str
-    status: str
+    status: StepStatus
     input: JsonDict = Field(default_factory=dict)
     output: Any = None
     error: str | None = None
@@ -63,7 +59,7 @@ class StepRecord(BaseModel):
 
 class RunEvent(BaseModel):
     seq: int
-    type: str
+    type: EventType
     step_id: str | None = None
     data: JsonDict = Field(default_factory=dict)
     at: datetime
@@ -76,6 +72,7 @@ class RunSnapshot(BaseModel):
     profile_hash: str | None = None
     tenant: str
     user: str
+    requester: Identity | None = None
     task: str
     priority: int | None = None
     status: RunStatus
@@ -188,6 +185,17 @@ class ModelCallInput(BaseModel):
         description="a session's rolled-back turns: conversation positions [start, end) the "
         "model no longer reads (the store keeps them)",
     )
+    events_before: int | None = Field(
+        None,
+        description="the run's last event when the call was scheduled: a watcher shows the "
+        "call's text once it has shown that event (the text is faster than the events)",
+    )
+    fast_path_tenant: str | None = Field(
+        None,
+        description="the run's tenant, when the call runs on the run's own queue (generation "
+        "6): should that tenant have a model-call rate now, the activity refuses the call "
+        "(`ModelCallsRated`) and the run sends it through the rate-limited queue",
+    )
 
     def needs_schema(self, tool: str, risk: RiskLevel) -> bool:
         """Whether a proposed call of `tool` carries its argument schema (the workflow
@@ -223,8 +231,9 @@ class ModelCallResult(BaseModel):
     journal_attempt: int = Field(1, description="the attempt that paid for this response")
     streamed_chars: int | None = Field(
         None,
-        description="how much of `content` the activity already streamed to watchers; the "
-        "workflow publishes the rest (None: an older activity that streamed it all itself)",
+        description="how much of `content` an activity that streamed through the run's "
+        "workflow stream had sent; the workflow publishes the rest (None: the activity sent "
+        "all of it to watchers itself, over Postgres, or an older one through the run)",
     )
     verdict: VerifyResult | None = Field(
         None, description="the answer's checks, for a final answer of a call that carried them"
@@ -326,9 +335,19 @@ class ApproveInput(BaseModel):
     action_hash: str
     by: str = Field(min_length=1)
     role: str = Field(min_length=1)
-    edit: JsonDict | None = Field(None, description="arguments the approver changed")
+    edit: JsonDict | None = Field(
+        None,
+        description="a JSON Merge Patch of the arguments (RFC 7396: null removes); runs of "
+        "generation 5 and before lay it over them, member by member",
+    )
+    replace: JsonDict | None = Field(
+        None, description="the whole arguments to run with instead (never with `edit`)"
+    )
     tenant: str | None = None
     signature: DecisionSignature | None = None
+    decider: Identity | None = Field(
+        None, description="who decides, as the sender's credential proved it"
+    )
 
 
 class RejectInput(BaseModel):
@@ -338,6 +357,9 @@ class RejectInput(BaseModel):
     reason: str = Field(min_length=1)
     tenant: str | None = None
     signature: DecisionSignature | None = None
+    decider: Identity | None = Field(
+        None, description="who decides, as the sender's credential proved it"
+    )
 
 
 class SayInput(BaseModel):

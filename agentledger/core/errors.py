@@ -19,7 +19,13 @@ from datetime import datetime
 from typing import ClassVar
 
 from pydantic import ValidationError
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ApplicationErrorCategory,
+    RetryState,
+    TimeoutError,
+)
 
 # ---------------------------------------------------------------- errors for people
 
@@ -124,6 +130,23 @@ class UnverifiedDelivery(InvalidRequest):
     reach): nothing starts; over HTTP, 401."""
 
 
+class PolicyDenied(Refused, OperationError):
+    """The tenant's policy does not let this caller do it (an agent it may not run, a spec of
+    its own, a decision outside its role): the message says what the policy allows."""
+
+    kind = "forbidden"
+
+
+class IdempotencyConflict(Refused, OperationError):
+    """An idempotency key already named a run started from a different request."""
+
+    kind = "idempotency_conflict"
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class StackInUse(Refused, SetupError):
     """Another command owns the embedded stack kept in this folder; the message names it."""
 
@@ -184,6 +207,9 @@ SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 # The tenant's (or the credential's) enforcing budget is spent: the run ends
 # `budget_exhausted` (agentledger/core/budgets.py).
 BUDGET_EXHAUSTED = "BudgetExhausted"
+# A model call on a run's own queue whose tenant has a model-call rate now: the run sends it,
+# and its later calls, through the rate-limited queue (agentledger/workflows/steering.py).
+MODEL_CALLS_RATED = "ModelCallsRated"
 
 # Failures that no other model or another try will fix.
 FINAL_ERRORS = frozenset(
@@ -209,6 +235,17 @@ def budget_exhausted(reason: str) -> ApplicationError:
     """A model call its budget refuses: no retry, no fallback model helps until it resets."""
     return ApplicationError(
         f"budget exhausted: {reason}", type=BUDGET_EXHAUSTED, non_retryable=True
+    )
+
+
+def model_calls_rated(tenant: str) -> ApplicationError:
+    """The call came by the run's own queue, but its tenant has a model-call rate now: not
+    made here (no attempt, no mirror write), so the run schedules it where the rate holds."""
+    return ApplicationError(
+        f"tenant {tenant!r} has a model-call rate: this call goes through the rate-limited queue",
+        type=MODEL_CALLS_RATED,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,  # expected: the worker does not log it
     )
 
 

@@ -9,6 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.budgets import BudgetStatus
+from agentledger.core.identity import Identity
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import JsonDict
 
@@ -130,6 +133,20 @@ class CostRow(BaseModel):
     cost_usd: float = Field(description="what they cost, in USD (unpriced models: 0)")
 
 
+class TenantShown(BaseModel):
+    """One tenant as `tenants show` shows it: its settings and runs (None: nothing set and
+    nothing queued), and the policy its runs start under."""
+
+    tenant: str = Field(description="the tenant's name")
+    settings: TenantRow | None = Field(
+        description="its settings and runs; null: nothing set and nothing queued"
+    )
+    policy: TenantPolicy = Field(description="the policy its runs start under")
+    budgets: list[BudgetStatus] = Field(
+        default_factory=list, description="its budgets, and what each spent this period"
+    )
+
+
 class ApiKeyRow(BaseModel):
     """An API key of the HTTP door (`keys list`): whose it is and in which role; never the
     key, of which Postgres keeps only a hash."""
@@ -141,6 +158,11 @@ class ApiKeyRow(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    approval_roles: list[str] = Field(
+        default_factory=list,
+        description="roles an approval may ask for that this key decides in, beside its role "
+        "(`keys create --decides finance`)",
+    )
 
 
 class NewApiKey(ApiKeyRow):
@@ -150,15 +172,18 @@ class NewApiKey(ApiKeyRow):
 
 
 class InboxItem(BaseModel):
-    """An approval a run waits for (the HTTP inbox): the run, who it is for, its task, and
-    the approval as the run asked for it."""
+    """An approval a run waits for (the HTTP inbox): the run, who asked for it (and on
+    behalf of whom, as they said), its task, and the approval as the run asked for it."""
 
     run_id: str = Field(description="the run that waits")
-    user: str | None = Field(description="whom the run is on behalf of")
+    user: str | None = Field(description="on behalf of whom, as the requester said")
     task: str | None = Field(description="what the run was asked to do")
     tenant: str | None = Field(description="the run's tenant")
     approval: PendingApproval = Field(
         description="what it waits for: the tool, its arguments, risk, role, expiry and action hash"
+    )
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
     )
 
 

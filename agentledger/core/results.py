@@ -11,8 +11,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentledger.core.constants import DoubleTexting
+from agentledger.core.events import EventType
+from agentledger.core.identity import Identity
 from agentledger.core.spec import JsonDict, Strict
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, StepStatus
 
 StepType = Literal["model_call", "tool_call", "approval", "verify", "checkpoint"]
 
@@ -51,10 +53,24 @@ class StepSummary(BaseModel):
     seq: int = Field(description="its number in the run, from 1")
     type: StepType = Field(description="model_call, tool_call, approval, verify or checkpoint")
     name: str = Field(description="the model or the tool")
-    status: str = Field(
+    status: StepStatus = Field(
         description="running, completed, failed, cancelled, interrupted or abandoned"
     )
     attempt: int = Field(1, description="the attempt it is on (or ended on)")
+
+
+class ApprovalVote(BaseModel):
+    """One person's approval of a call that needs several (a two-person rule)."""
+
+    by: str = Field(description="who approved: the name of their identity")
+    decider: Identity | None = Field(None, description="who approved, as proved")
+    role: str = Field(description="the role they approved in")
+    at: datetime = Field(description="when")
+    key_id: str | None = Field(None, description="the key whose signature the run verified")
+    edit: JsonDict | None = Field(None, description="what it sent to change the arguments")
+    edit_kind: Literal["merge_patch", "replace"] | None = Field(
+        None, description="how `edit` changed them: a merge patch, or a replacement"
+    )
 
 
 class PendingApproval(BaseModel):
@@ -87,6 +103,13 @@ class PendingApproval(BaseModel):
     )
     risk: str | None = Field(
         None, description="the tool's risk (low, medium, high) for an action; None otherwise"
+    )
+    approvals_needed: int = Field(1, ge=1, description="distinct approvers it needs")
+    votes: list[ApprovalVote] = Field(
+        default_factory=list, description="approvals given so far, of those it needs"
+    )
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
     )
 
 
@@ -121,6 +144,23 @@ class ApprovalRecord(BaseModel):
     requested_at: datetime = Field(description="when the run asked")
     decided_at: datetime = Field(description="when it was decided")
     key_id: str | None = Field(None, description="the key whose signature the run verified")
+    decider: Identity | None = Field(
+        None, description="who decided, as their credential proved it (`by` is its name)"
+    )
+    votes: list[ApprovalVote] = Field(
+        default_factory=list,
+        description="the approvals before the last, when the call needed several people",
+    )
+    edit_kind: Literal["merge_patch", "replace"] | None = Field(
+        None,
+        description="how `edit` changed the arguments: a JSON Merge Patch (RFC 7396, null "
+        "removes), or the whole arguments replaced",
+    )
+    diff: JsonDict | None = Field(
+        None,
+        description="the merge patch from `proposed_arguments` to `final_arguments`: what "
+        "the edit changed, removals as null",
+    )
 
 
 class RefusedDecision(BaseModel):
@@ -142,10 +182,14 @@ class DecisionSeen(BaseModel):
 class DecisionResult(BaseModel):
     approval_id: str = Field(description="the approval decided")
     decision: str = Field(
-        description="approved, rejected, or recorded (kept until a worker applies it)"
+        description="approved, rejected: applied; counted: one approval of several; "
+        "recorded: held by the run, applied at its next step; abandoned: the run ended first"
     )
     status: RunStatus = Field(description="the run's status after it")
     note: str | None = Field(None, description="what happens next, when not applied yet")
+    final_arguments: JsonDict | None = Field(
+        None, description="the arguments the approved call runs with, as the run applied them"
+    )
 
 
 class RunMessage(BaseModel):
@@ -240,7 +284,10 @@ class RunState(BaseModel):
         "failed, cancelled"
     )
     tenant: str = Field(description="the tenant it runs for")
-    user: str = Field(description="whom it runs on behalf of")
+    user: str = Field(description="whom it runs on behalf of, as the requester said")
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
+    )
     task: str = Field(description="what it was asked to do")
     current_step_id: str | None = Field(description="the step it is on; null: none")
     steps: list[StepSummary] = Field(description="its steps so far, in order")
@@ -354,7 +401,12 @@ class Receipt(BaseModel):
     )
     task: str = Field(description="what it was asked to do")
     tenant: str = Field(description="the tenant it ran for")
-    user: str = Field(description="whom it ran on behalf of")
+    user: str = Field(
+        description="whom it ran on behalf of, as the requester said: not an identity"
+    )
+    requester: Identity | None = Field(
+        None, description="who asked for the run, as their credential proved it"
+    )
     outcome: RunStatus = Field(description="how it ended: completed, failed or cancelled")
     answer: str | None = Field(description="its answer")
     error: str | None = Field(description="why it failed, if it did")
@@ -434,12 +486,17 @@ class RunVersion(BaseModel):
 
 
 class WatchItem(BaseModel):
-    """One line of `agentledger watch --json`: an event, a piece of model text, or the receipt."""
+    """One line of `agentledger watch --json`: an event, a piece of model text, the mark that
+    a retried model call's text replaces what its step showed so far, or the receipt."""
 
-    kind: Literal["event", "text", "receipt"] = Field(
-        description="event (a run event), text (a piece of model text) or receipt (the end)"
+    kind: Literal["event", "text", "text_reset", "receipt"] = Field(
+        description="event (a run event), text (a piece of model text), text_reset (a retried "
+        "model call's text replaces what its step showed so far: the retry's follows) or "
+        "receipt (the end)"
     )
-    type: str = Field(description="the event's type; `model.text`; or `receipt`")
+    type: EventType = Field(
+        description="the event's type; `model.text`; `model.text_reset`; or `receipt`"
+    )
     offset: int | None = Field(None, description="position in the live stream; None: the mirror")
     seq: int | None = Field(None, description="the event's sequence number in the run")
     step_id: str | None = Field(None, description="the step it belongs to, if any")

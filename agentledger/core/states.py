@@ -1,4 +1,5 @@
-"""The run state machine: every legal transition is written here and nowhere else."""
+"""The run state machine (every legal transition is written here and nowhere else), and the
+statuses a run's steps take."""
 
 from __future__ import annotations
 
@@ -68,6 +69,30 @@ STEP_STATUS: dict[str, RunStatus] = {
     "approval": S.WAITING_FOR_APPROVAL,
     "verify": S.VERIFYING,
 }
+
+
+class StepStatus(StrEnum):
+    """Where one step of a run stands: in flight, or how it ended. A step's record, its
+    `step.<status>` event and the mirror's `steps.status` say the same."""
+
+    RUNNING = "running"
+    # An approval's step while the person decides (its record is replaced by the decision).
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    # A verification step whose checks held.
+    PASSED = "passed"
+    # An approval's step, by its decision.
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    # A tool call the run was cancelled during; one in flight when the run ended otherwise.
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+    # A model call cancelled for a message the run replans with.
+    INTERRUPTED = "interrupted"
+    # A side effect whose outcome nobody can tell (a person decides whether it happened).
+    UNKNOWN_OUTCOME = "unknown_outcome"
 
 
 class IllegalTransitionError(ValueError):

@@ -12,7 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from agentledger.core.events import EventType
 from agentledger.core.spec import JsonDict
+from agentledger.core.states import RunStatus
 
 SUBMITTED = "TASK_STATE_SUBMITTED"
 WORKING = "TASK_STATE_WORKING"
@@ -24,30 +26,30 @@ FINAL = frozenset({COMPLETED, FAILED, CANCELED})
 
 # A run's status (agentledger/core/states.py) as a task's state.
 OF_STATUS: dict[str, str] = {
-    "queued": SUBMITTED,
-    "planning": WORKING,
-    "waiting_for_tool": WORKING,
-    "waiting_for_approval": INPUT_REQUIRED,
-    "verifying": WORKING,
-    "paused": WORKING,
-    "waiting_for_message": INPUT_REQUIRED,
-    "completed": COMPLETED,
-    "failed": FAILED,
-    "cancelled": CANCELED,
+    RunStatus.QUEUED: SUBMITTED,
+    RunStatus.PLANNING: WORKING,
+    RunStatus.WAITING_FOR_TOOL: WORKING,
+    RunStatus.WAITING_FOR_APPROVAL: INPUT_REQUIRED,
+    RunStatus.VERIFYING: WORKING,
+    RunStatus.PAUSED: WORKING,
+    RunStatus.WAITING_FOR_MESSAGE: INPUT_REQUIRED,
+    RunStatus.COMPLETED: COMPLETED,
+    RunStatus.FAILED: FAILED,
+    RunStatus.CANCELLED: CANCELED,
     # A2A has no state for a spent budget: the task failed, its message says why.
-    "budget_exhausted": FAILED,
+    RunStatus.BUDGET_EXHAUSTED: FAILED,
 }
 # Events that move a task to a state; any other event leaves it where it is.
 OF_EVENT: dict[str, str] = {
-    "run.queued": SUBMITTED,
-    "run.started": WORKING,
-    "run.admitted": WORKING,
-    "approval.requested": INPUT_REQUIRED,
-    "approval.approved": WORKING,
-    "approval.rejected": WORKING,
-    "approval.expired": WORKING,
-    "session.turn_started": WORKING,
-    "session.turn_answered": INPUT_REQUIRED,
+    EventType.RUN_QUEUED: SUBMITTED,
+    EventType.RUN_STARTED: WORKING,
+    EventType.RUN_ADMITTED: WORKING,
+    EventType.APPROVAL_REQUESTED: INPUT_REQUIRED,
+    EventType.APPROVAL_APPROVED: WORKING,
+    EventType.APPROVAL_REJECTED: WORKING,
+    EventType.APPROVAL_EXPIRED: WORKING,
+    EventType.SESSION_TURN_STARTED: WORKING,
+    EventType.SESSION_TURN_ANSWERED: INPUT_REQUIRED,
 }
 
 
@@ -57,7 +59,7 @@ def state_of_status(status: str) -> str:
 
 def state_after(event_type: str, data: JsonDict, before: str) -> str:
     """The task's state once an event of this type (with this data) happened."""
-    if event_type == "run.finished":
+    if event_type == EventType.RUN_FINISHED:
         return state_of_status(str(data.get("status")))
     return OF_EVENT.get(event_type, before)
 

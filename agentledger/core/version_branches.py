@@ -27,8 +27,9 @@ from agentledger.core import constants as names
 # agentledger/workflows/changes.py (CURRENT_GENERATION).
 OLDEST_GENERATION = 3
 # Five, not three: runs of generation 3 still need generation-4's old path while
-# generation-5 (Temporal ends a run as agentledger does) and generation-6 (budgets and
-# double-texting) are new, and every branch stays until no open run needs its old path.
+# generation-5 (Temporal ends a run as agentledger does) and generation-6 (an edit is a
+# merge patch; model calls on the run's own queue; budgets and double-texting) are new, and
+# every branch stays until no open run needs its old path.
 MAX_LIVE = 5
 
 
@@ -75,10 +76,15 @@ LIVE: tuple[VersionBranch, ...] = (
         id=GENERATION_6,
         kind="generation",
         workflow_type=names.WORKFLOW_NAME,
-        where="agentledger/workflows/agent_run.py (the run's charge) and "
+        where="agentledger/workflows/approvals.py (Approvals), "
+        "agentledger/workflows/steering.py (Steering.model_call), "
+        "agentledger/workflows/agent_run.py (the run's charge) and "
         "agentledger/workflows/sessions.py (double-texting)",
-        old_path="a run of generation 5 or before is charged to nobody (no budget admits or "
-        "ends it) and a session takes every message into the turn in flight",
+        old_path="a run of generation 5 or before lays an approver's edit over the arguments "
+        "member by member (null sets a member to null, an object replaces one whole), "
+        "sends every model call to the rate-limited model queue, never to its own, is "
+        "charged to nobody (no budget admits or ends it), and, a session, takes every "
+        "message into the turn in flight",
         removal="no open run of generation 5 or before",
     ),
     VersionBranch(
@@ -104,7 +110,14 @@ LIVE: tuple[VersionBranch, ...] = (
 
 # The engine's own workflow types; any other that starts children is a user's workflow
 # calling `run_agent`.
-OWN_WORKFLOWS = (names.WORKFLOW_NAME, names.ADMISSION_WORKFLOW_NAME, names.BACKLOG_WORKFLOW_NAME)
+# agentledger's own workflows that start runs: each reads the tenant's policy as it does
+# (a schedule's fire from its first version), never a user's `run_agent` from before it did.
+OWN_WORKFLOWS = (
+    names.WORKFLOW_NAME,
+    names.ADMISSION_WORKFLOW_NAME,
+    names.BACKLOG_WORKFLOW_NAME,
+    names.SCHEDULED_FIRE_WORKFLOW_NAME,
+)
 RETIRED_GENERATIONS = "generation-2-and-before"
 # What runs whose input names no generation took, by patch id: each was a branch of
 # agentledger/workflows/agent_run.py or recording.py, retired with the generation-3 cut; kept

@@ -70,6 +70,7 @@ from agentledger.client.scope import refuse_requested_tenant
 from agentledger.core import task_states
 from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
+from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.core.states import TERMINAL, is_terminal
 from agentledger.http import a2a_tasks
@@ -277,12 +278,12 @@ class RunTasks(RequestHandler):
                     message=f"a message to a task takes text; {a2a_tasks.REPLY_HELP}"
                 )
             said = await client.runs.say(
-                run_id, text, by=call.who.identity, message_id=message.message_id
+                run_id, text, by=call.who.identity.name, message_id=message.message_id
             )
             return (
                 run_id,
                 lambda item: (
-                    item.type == "message.received"
+                    item.type == EventType.MESSAGE_RECEIVED
                     and item.data.get("message_id") == said.message_id
                 ),
             )
@@ -298,7 +299,7 @@ class RunTasks(RequestHandler):
                 f"{pending.approval_id!r} is"
             )
         common: dict[str, Any] = {
-            "by": call.who.identity,
+            "by": call.who.identity.name,
             "role": pending.required_role,
             "action_hash": decision.get("action_hash") or pending.action_hash,
         }
@@ -307,7 +308,10 @@ class RunTasks(RequestHandler):
         else:
             await client.runs.approve(run_id, edit=decision.get("edit"), **common)
         step = pending.step_id
-        return run_id, lambda item: item.type == "approval.requested" and item.step_id == step
+        return (
+            run_id,
+            lambda item: item.type == EventType.APPROVAL_REQUESTED and item.step_id == step,
+        )
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext

@@ -31,6 +31,7 @@ from google.protobuf import json_format, struct_pb2
 
 from agentledger.core import task_states
 from agentledger.core.errors import InvalidRequest
+from agentledger.core.events import EventType
 from agentledger.core.results import PendingApproval, RunState, WatchItem
 from agentledger.core.spec import JsonDict
 from agentledger.core.webhook_models import StoredArtifact
@@ -168,9 +169,9 @@ class TaskStory:
             self.state = after
             meta = {"seq": item.seq, "event": item.type, "step_id": item.step_id, "data": item.data}
             parts = None
-            if item.type == "approval.requested":
+            if item.type == EventType.APPROVAL_REQUESTED:
                 parts = approval_parts(PendingApproval.model_validate(item.data))
-            elif item.type == "session.turn_answered":
+            elif item.type == EventType.SESSION_TURN_ANSWERED:
                 parts = [Part(text=str(item.data.get("answer") or ""))]
             yield self.update(after, item.at, meta, parts)
         elif item.kind == "receipt":
@@ -184,7 +185,7 @@ class TaskStory:
                 )
             self.state = task_states.state_of_status(str(receipt.get("outcome")))
             self.ended = True
-            meta = {"seq": self.finished_seq, "event": "run.finished"}
+            meta = {"seq": self.finished_seq, "event": EventType.RUN_FINISHED}
             yield self.update(self.state, None, meta, summary_parts(self.task_id, receipt))
 
 

@@ -73,7 +73,7 @@ async def start_agent(
         raise InvalidRequest(f"unknown field(s) {', '.join(unknown)}; this takes task, priority")
     raw = agent.spec_fields(agents_for(client))
     raw.update(fields)
-    raw.update(task=task, tenant=who.tenant, user=who.identity, idempotency_key=key)
+    raw.update(task=task, user=who.identity.name, idempotency_key=key)
     try:
         spec = RunSpec.model_validate(raw)
     except ValidationError as err:

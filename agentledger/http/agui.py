@@ -34,6 +34,7 @@ from agentledger.client.run_client import RunClient
 from agentledger.core.access import Caller
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import AgentLedgerError, InvalidRequest, OperationRefused
+from agentledger.core.events import EventType
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.http import event_streams
 from agentledger.http.agui_events import AguiStory
@@ -98,7 +99,7 @@ async def answer_interrupt(client: RunClient, run_id: str, entry: ResumeEntry, w
             "resume the interrupt the last RUN_FINISHED named"
         )
     common: dict[str, Any] = {
-        "by": who.identity,
+        "by": who.identity.name,
         "role": pending.required_role,
         "action_hash": pending.action_hash,
     }
@@ -142,7 +143,7 @@ async def story(
         async for item in items:
             if waiting:
                 told.follow(item)
-                if item.type == "approval.requested" and item.step_id in waiting:
+                if item.type == EventType.APPROVAL_REQUESTED and item.step_id in waiting:
                     waiting.discard(item.step_id)
                     if not waiting:
                         yield told.snapshot()
@@ -150,7 +151,7 @@ async def story(
             row, decided = None, False
             if told.needs_row(item) and item.step_id is not None:
                 row = await step_row(client, run_id, item.step_id)
-            if item.type == "approval.requested":
+            if item.type == EventType.APPROVAL_REQUESTED:
                 decided = not await still_pending(client, run_id, item.step_id)
             for event in told.translate(item, row, decided=decided):
                 yield event
@@ -169,7 +170,7 @@ def spec_of(client: RunClient, agent: str, request: RunAgentInput, who: Caller) 
     fields = profiles.pick(agents, agent, source).spec_fields(agents)
     fields.update(
         task=task_of(request),
-        user=who.identity,
+        user=who.identity.name,
         idempotency_key=thread_key(request.thread_id),
     )
     try:

@@ -41,6 +41,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.core.spec import JsonDict
 
@@ -132,10 +133,10 @@ class AguiStory:
     def follow(self, item: WatchItem) -> None:
         """Take in an item the client has seen already (a resumed run's past): its state
         changes, without events."""
-        if item.kind == "event" and item.type == "status.changed":
+        if item.kind == "event" and item.type == EventType.STATUS_CHANGED:
             self.status = str(item.data.get("to"))
         if item.kind == "event" and item.type.startswith("approval."):
-            self.pending = item.step_id if item.type == "approval.requested" else None
+            self.pending = item.step_id if item.type == EventType.APPROVAL_REQUESTED else None
 
     def translate(
         self, item: WatchItem, row: JsonDict | None = None, *, decided: bool = False
@@ -148,6 +149,8 @@ class AguiStory:
         at = _millis(item.at)
         if item.kind == "text":
             return self._text_piece(item)
+        if item.kind == "text_reset":  # a retry's text replaces the message told so far
+            return [*self._close_text(), self._custom(item, at)]
         if item.kind == "receipt":
             return self._finish(item.data)
         self.follow(item)
@@ -156,13 +159,13 @@ class AguiStory:
             return self._model_text(item.step_id, row)
         if kind == "tool_call" and item.step_id is not None and row is not None:
             return self._tool_call(item.step_id, row, at)
-        if item.type == "status.changed":
+        if item.type == EventType.STATUS_CHANGED:
             return [self.snapshot(at)]
-        if item.type == "approval.requested" and not decided:
+        if item.type == EventType.APPROVAL_REQUESTED and not decided:
             return self._interrupt(item.data, at)
-        if item.type == "approval.requested":
+        if item.type == EventType.APPROVAL_REQUESTED:
             return [*self._proposed(item.data, at), self._custom(item, at)]
-        if item.type == "run.finished":
+        if item.type == EventType.RUN_FINISHED:
             self._finished = item.data
         return [self._custom(item, at)]
 

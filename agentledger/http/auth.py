@@ -14,6 +14,7 @@ from starlette.requests import Request
 from agentledger.client.run_client import RunClient
 from agentledger.core.access import KEY_PREFIX, Caller
 from agentledger.core.http_settings import HttpSettings
+from agentledger.core.identity import Identity
 from agentledger.http.errors import HttpRefusal, unauthenticated
 from agentledger.http.limits import FailedAuth, RequestRate
 from agentledger.http.oidc import OidcVerifier
@@ -87,8 +88,8 @@ async def verified(request: Request) -> Caller:
             raise unauthenticated("this key is unknown, revoked or expired")
         return Caller(
             tenant=row.tenant,
-            roles=frozenset({row.role}),
-            identity=f"key:{row.key_id}",
+            roles=frozenset({row.role, *row.approval_roles}),
+            identity=Identity.of_key(row.key_id, row.name),
             credential=f"key:{row.key_id}",
             key_id=row.key_id,
             expires_at=row.expires_at,

@@ -17,6 +17,7 @@ from agentledger.core.backlog_models import TaskItem
 from agentledger.core.bounds import JSON_BYTES, NAME_CHARS, REASON_CHARS, TASK_CHARS
 from agentledger.core.constants import DoubleTexting
 from agentledger.core.listings import TenantRow
+from agentledger.core.policy_rules import ApprovalRule, FreeForm, TenantPolicy
 from agentledger.core.results import RunState, SayResult
 from agentledger.core.run_reports import RunReport
 from agentledger.core.spec import JsonDict, Signer
@@ -76,11 +77,19 @@ class Approve(Body):
 
     edit: JsonDict | None = Field(
         None,
-        description="the arguments to change before the action runs (the receipt keeps "
-        f"the edit); at most {JSON_BYTES:,} bytes as JSON",
+        description="a JSON Merge Patch of the arguments before the action runs (RFC 7396: "
+        "a field set to null is removed; the receipt keeps before, after and the change); "
+        f"at most {JSON_BYTES:,} bytes as JSON",
+    )
+    arguments: JsonDict | None = Field(
+        None,
+        description="the whole arguments to run with instead (not with `edit`); at most "
+        f"{JSON_BYTES:,} bytes as JSON",
     )
     role: Name | None = Field(
-        None, description="the role you decide in; by default the one the approval asks for"
+        None,
+        description="the role you decide in: only the one the approval asks for, which your "
+        "credential must hold (by default that one)",
     )
     action_hash: Hash | None = Field(
         None,
@@ -94,7 +103,9 @@ class Reject(Body):
 
     reason: Reason = Field(description="why; the run and its receipt keep it")
     role: Name | None = Field(
-        None, description="the role you decide in; by default the one the approval asks for"
+        None,
+        description="the role you decide in: only the one the approval asks for, which your "
+        "credential must hold (by default that one)",
     )
     action_hash: Hash | None = Field(
         None, description="the pending action's hash as you saw it (see approve)"
@@ -189,6 +200,35 @@ class TenantView(BaseModel):
         description="its limits and weight as the operator set them; null: the defaults"
     )
     approvers: list[Signer] = Field(description="its registered approvers' public keys")
+    policy: TenantPolicy = Field(
+        description="the policy its runs start under: agents, free-form specs, approval rules"
+    )
+
+
+class PolicyChange(Body):
+    """Change the policy your tenant's runs start under: the fields you send, the others kept
+    (docs/security.md)."""
+
+    agents: list[Name] | None = Field(
+        None, description="the agent profiles your callers may run; null: every one loaded"
+    )
+    default_agent: Name | None = Field(
+        None, description="what a start naming no agent runs; null: the only profile loaded"
+    )
+    free_form: FreeForm | None = Field(
+        None,
+        description="the least role that may start a run from a spec of its own: runner, "
+        "admin; null: operators only",
+    )
+    rules: list[ApprovalRule] | None = Field(
+        None, description="approval rules every run carries first (they replace the current)"
+    )
+    requester_may_approve: bool | None = Field(
+        None, description="whether whoever asked for a run may approve its calls"
+    )
+    two_person: bool | None = Field(
+        None, description="every approval needs two distinct approvers in its role"
+    )
 
 
 # GET /v1/runs/{run_id} answers a run's state and the report's fields beside it, as

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from agentledger.client.run_client import RunClient
 from agentledger.core import bounds
 from agentledger.core.access import Caller
+from agentledger.core.identity import Identity
 from agentledger.http.auth import authenticate, door_of, require, runs_for
 from agentledger.http.replies import answer
 from agentledger.http.request_body import json_body, parsed
@@ -83,12 +84,17 @@ class Signed:
 
 SIGNED = Signed()
 # The caller of a signed route: no role, and a tenant no view can act for.
-NOBODY = Caller(tenant="", roles=frozenset(), identity="nobody", credential="nobody")
+NOBODY = Caller(
+    tenant="",
+    roles=frozenset(),
+    identity=Identity(kind="hook", id="unverified", name="nobody"),
+    credential="nobody",
+)
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "PUT"]
     path: str
     handler: Handler
     role: str | RoleOfBody | Signed

@@ -22,19 +22,23 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentledger.core.errors import (
     AgentLedgerError,
     BudgetExceeded,
+    IdempotencyConflict,
     InvalidInput,
     NotFound,
+    PolicyDenied,
     Refused,
     Unreachable,
 )
 
 log = logging.getLogger(__name__)
 
-# First match wins: ServiceUnreachable is both Unreachable and InvalidInput.
+# First match wins: ServiceUnreachable is both Unreachable and InvalidInput; a tenant's
+# policy denying the caller is 403, any other refusal 409.
 STATUSES: tuple[tuple[type[AgentLedgerError], int], ...] = (
     (Unreachable, 503),
     (NotFound, 404),
     (InvalidInput, 400),
+    (PolicyDenied, 403),
     (Refused, 409),
 )
 
@@ -70,10 +74,13 @@ async def refused(request: Request, err: Exception) -> Response:
 
 async def failed(request: Request, err: Exception) -> Response:
     assert isinstance(err, AgentLedgerError)
+    body = error_body(err.kind, str(err))
+    if isinstance(err, IdempotencyConflict):  # the run the key named first
+        body["error"]["run_id"] = err.run_id
     if isinstance(err, BudgetExceeded):  # a spent budget: try again once it resets
         retry = str(err.retry_after(datetime.now(UTC)))
-        return JSONResponse(error_body(err.kind, str(err)), 429, headers={"Retry-After": retry})
-    return JSONResponse(error_body(err.kind, str(err)), status_of(err))
+        return JSONResponse(body, 429, headers={"Retry-After": retry})
+    return JSONResponse(body, status_of(err))
 
 
 def dropped(err: Exception) -> bool:

@@ -17,6 +17,7 @@ import mcp_types as types
 from pydantic import ValidationError
 
 from agentledger.core.errors import InvalidRequest
+from agentledger.core.events import EventType
 from agentledger.core.results import PendingApproval, Receipt, RunState, WatchItem
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.core.states import TERMINAL
@@ -419,7 +420,7 @@ def progress_words(item: WatchItem) -> str | None:
     if item.type.startswith("step."):
         name = data.get("name") or data.get("tool") or data.get("type") or item.step_id
         return f"{name} step {item.type.split('.', 1)[1]}"
-    if item.type == "approval.requested":
+    if item.type == EventType.APPROVAL_REQUESTED:
         return f"waiting for approval of {data.get('tool')}"
     if item.type.startswith("approval."):
         by = f" by {data['by']}" if data.get("by") else ""

@@ -60,6 +60,7 @@ from agentledger.core.errors import (
     NotFound,
     Refused,
 )
+from agentledger.core.events import EventType
 from agentledger.core.results import PendingApproval, Receipt
 from agentledger.http import mcp_runs
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
@@ -196,7 +197,7 @@ async def decide(
     if decision is None:
         return False
     common: dict[str, Any] = {
-        "by": call.who.identity,
+        "by": call.who.identity.name,
         "role": pending.required_role,
         "action_hash": action_hash,
     }
@@ -255,9 +256,9 @@ async def follow(
             words = mcp_runs.progress_words(item)
             if words is not None:
                 await call.ctx.session.report_progress(item.seq, None, words)
-            if item.type == "session.turn_answered":
+            if item.type == EventType.SESSION_TURN_ANSWERED:
                 return mcp_runs.turn_result(call.base, run_id, item.data)
-            if item.type != "approval.requested":
+            if item.type != EventType.APPROVAL_REQUESTED:
                 continue
             pending = (await client.runs.status(run_id)).pending_approval
             if pending is None or pending.approval_id != item.data.get("approval_id"):
@@ -429,7 +430,7 @@ class McpFace:
             token=who.credential,
             client_id=who.credential,
             scopes=sorted(who.roles),
-            subject=who.identity,
+            subject=who.identity.ref,
         )
         scope["user"] = AuthenticatedUser(token)
         await self.manager.handle_request(scope, receive, send)

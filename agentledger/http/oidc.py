@@ -14,9 +14,10 @@ from typing import Any
 import jwt
 
 from agentledger.client.scope import tenant_name
-from agentledger.core.access import ROLES, Caller
+from agentledger.core.access import Caller, is_role_name
 from agentledger.core.errors import InvalidRequest, ServiceUnreachable, SetupError
 from agentledger.core.http_settings import HttpSettings
+from agentledger.core.identity import Identity
 from agentledger.http.errors import unauthenticated
 
 # Asymmetric algorithms only: a JWKS holds public keys, and "none" or HMAC never pass.
@@ -79,10 +80,14 @@ class OidcVerifier:
             raise unauthenticated(f"the token's {self.tenant_claim!r} claim: {err}") from err
         raw = claims.get(self.roles_claim, [])
         named = raw.split() if isinstance(raw, str) else raw if isinstance(raw, list) else []
+        email = claims.get("email")
         return Caller(
             tenant=tenant,
-            roles=frozenset(r for r in named if r in ROLES),
-            identity=str(claims["sub"]),
+            # The access roles, and the approval roles (finance, legal) it decides in.
+            roles=frozenset(r for r in named if isinstance(r, str) and is_role_name(r)),
+            identity=Identity.of_token(
+                self.issuer, str(claims["sub"]), email if isinstance(email, str) else None
+            ),
             credential=f"oidc:{self.issuer}:{claims['sub']}",
             expires_at=datetime.fromtimestamp(float(claims["exp"]) + self.leeway, UTC),
         )

@@ -13,8 +13,9 @@ from starlette.routing import Route
 from agentledger import profiles
 from agentledger.core.backlog_models import EnqueueResult
 from agentledger.core.constants import DEMO_AGENTS
-from agentledger.core.errors import InvalidRequest, OperationRefused
+from agentledger.core.errors import InvalidRequest
 from agentledger.core.listings import BacklogListing, RunRow
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import ControlResult, DecisionResult, Receipt, SayResult
 from agentledger.core.run_reports import Started
 from agentledger.core.spec import RunSpec
@@ -78,35 +79,36 @@ async def receipt(call: Call[None]) -> Receipt:
 
 
 async def approve(call: Call[bodies.Approve]) -> DecisionResult:
-    """Approve the action the run waits for, as your credential's identity.
+    """Approve the action the run waits for, as your credential's identity, in the role the
+    approval asks for (403 if your credential does not hold it).
 
-    With `edit`, the arguments to change first; with `action_hash`, only if the run still
-    waits for that exact action. 409 if it waits for none."""
+    With `edit` (a JSON Merge Patch: null removes a field) or `arguments` (the whole
+    arguments), the call changes first; with `action_hash`, only if the run still waits for
+    that exact action. 409 if it waits for none."""
     body, client, run_id = call.input, call.runs, call.path("run_id")
-    role = body.role or await required_role(call)
     return await client.runs.approve(
-        run_id, by=call.who.identity, role=role, edit=body.edit, action_hash=body.action_hash
+        run_id,
+        by=call.who.identity.name,
+        role=body.role,
+        edit=body.edit,
+        replace=body.arguments,
+        action_hash=body.action_hash,
     )
 
 
 async def reject(call: Call[bodies.Reject]) -> DecisionResult:
-    """Reject the action the run waits for, saying why, as your credential's identity.
+    """Reject the action the run waits for, saying why, as your credential's identity, in
+    the role the approval asks for (403 if your credential does not hold it).
 
     409 if it waits for none."""
     body, client, run_id = call.input, call.runs, call.path("run_id")
-    role = body.role or await required_role(call)
     return await client.runs.reject(
-        run_id, by=call.who.identity, role=role, reason=body.reason, action_hash=body.action_hash
+        run_id,
+        by=call.who.identity.name,
+        role=body.role,
+        reason=body.reason,
+        action_hash=body.action_hash,
     )
-
-
-async def required_role(call: Call[Any]) -> str:
-    """The role the run's pending approval asks for; 409 if it waits for none."""
-    run_id = call.path("run_id")
-    pending = (await call.runs.runs.status(run_id)).pending_approval
-    if pending is None:
-        raise OperationRefused(f"run {run_id} is not waiting for an approval")
-    return pending.required_role
 
 
 async def pause(call: Call[bodies.NoFields]) -> ControlResult:
@@ -135,7 +137,7 @@ async def say(call: Call[bodies.Say]) -> SayResult:
     return await call.runs.runs.say(
         call.path("run_id"),
         body.text,
-        by=call.who.identity,
+        by=call.who.identity.name,
         message_id=body.message_id,
         double_texting=body.double_texting,
     )
@@ -143,7 +145,7 @@ async def say(call: Call[bodies.Say]) -> SayResult:
 
 async def end_session(call: Call[bodies.NoFields]) -> ControlResult:
     """End a session: it completes with its last answer and its receipt."""
-    return await call.runs.sessions.end(call.path("run_id"), by=call.who.identity)
+    return await call.runs.sessions.end(call.path("run_id"), by=call.who.identity.name)
 
 
 async def fork(call: Call[bodies.Fork]) -> Response:
@@ -167,14 +169,23 @@ async def backlog(call: Call[None]) -> BacklogListing:
 
 
 async def tenant(call: Call[None]) -> bodies.TenantView:
-    """Your tenant: its settings and runs in flight, and its approvers."""
+    """Your tenant: its settings and runs in flight, its approvers, and the policy its runs
+    start under."""
     client = call.runs
-    rows = await client.tenants.listed()
+    shown = await client.tenants.show()
     return bodies.TenantView(
-        tenant=call.who.tenant,
-        settings=rows[0] if rows else None,
+        tenant=shown.tenant,
+        settings=shown.settings,
         approvers=await client.approvers.listed(),
+        policy=shown.policy,
     )
+
+
+async def tenant_policy(call: Call[bodies.PolicyChange]) -> TenantPolicy:
+    """Change the policy your tenant's runs start under: the fields you send, the others
+    kept (docs/security.md, "The policy model"). New starts take it at once."""
+    changes = call.input.model_dump(exclude_unset=True)
+    return await call.runs.tenants.set_policy(None, changes)
 
 
 RUN = "/v1/runs/{run_id}"
@@ -221,6 +232,9 @@ ENDPOINTS = [
     ),
     Endpoint("GET", "/v1/backlogs/{agent}/tasks", backlog, "viewer", answer=BacklogListing),
     Endpoint("GET", "/v1/tenant", tenant, "admin", answer=bodies.TenantView),
+    Endpoint(
+        "PUT", "/v1/tenant/policy", tenant_policy, "admin", bodies.PolicyChange, answer=TenantPolicy
+    ),
 ]
 
 

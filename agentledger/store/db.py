@@ -479,7 +479,34 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX a2a_tasks_context_idx ON a2a_tasks (tenant, context_id);
     """,
-    # 19: budgets above a run (agentledger/store/budget_store.py): each tenant's or
+    # 19: the operator's policy for a tenant's runs (agentledger/core/policy_rules.py: agents,
+    # free-form specs, approval rules), the approval roles a key decides in beside its role,
+    # who asked for each run, and the request each idempotency key named
+    # (agentledger/store/run_requests.py).
+    """
+    ALTER TABLE tenants ADD COLUMN policy jsonb;
+    ALTER TABLE api_keys ADD COLUMN approval_roles text[] NOT NULL DEFAULT '{}';
+    ALTER TABLE runs ADD COLUMN requester jsonb;
+    CREATE TABLE run_requests (
+        run_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        fingerprint text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 20: a model call's streamed text, per attempt, as its watchers were sent it
+    # (agentledger/store/model_text.py): what a watcher that joins late or comes back reads.
+    """
+    CREATE TABLE model_text (
+        run_id text NOT NULL,
+        step_id text NOT NULL,
+        attempt int NOT NULL,
+        text text NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, step_id, attempt)
+    );
+    """,
+    # 21: budgets above a run (agentledger/store/budget_store.py): each tenant's or
     # credential's limit per day or month; the model calls admitted and not yet landed
     # (holds); the alerts raised once per period; and whom each journaled response is
     # charged to (the journal is the ledger of what was paid). `budget_exhausted` is a run's
@@ -557,7 +584,7 @@ MIGRATIONS: list[str] = [
             FROM tool_ledger WHERE run_id = r.run_id
         ) l ON true;
     """,
-    # 20: triggers (docs/triggers.md): schedules (each a Temporal Schedule; listed here) and
+    # 22: triggers (docs/triggers.md): schedules (each a Temporal Schedule; listed here) and
     # what became of each fire time; webhook triggers (`POST /v1/hooks/NAME`) and each
     # delivery they took; and who may make a tenant's schedules (runner or admin).
     """

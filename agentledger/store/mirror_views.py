@@ -24,10 +24,12 @@ FROM runs WHERE run_id = %s
 STEPS_SQL = """
 SELECT step_id, seq, type, name, status, attempt FROM steps WHERE run_id = %s ORDER BY seq
 """
-# The approval still waiting: its request event, for a step the mirror has not seen decided.
+# The approval still waiting, as it stands: its request, or the latest approval counted of
+# several it needs, for a step the mirror has not seen decided.
 PENDING_SQL = """
 SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
-WHERE e.run_id = %s AND e.type = 'approval.requested' AND s.status = 'waiting'
+WHERE e.run_id = %s AND e.type IN ('approval.requested', 'approval.counted')
+  AND s.status = 'waiting'
 ORDER BY e.seq DESC LIMIT 1
 """
 # The sub-agent runs a run started (each names its run in its `subagent.started` event).
@@ -102,7 +104,8 @@ SELECT r.run_id, r.user_id AS "user", r.task, r.tenant, e.data AS approval
 FROM runs r
 JOIN LATERAL (
     SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
-    WHERE e.run_id = r.run_id AND e.type = 'approval.requested' AND s.status = 'waiting'
+    WHERE e.run_id = r.run_id AND s.status = 'waiting'
+      AND e.type IN ('approval.requested', 'approval.counted')
     ORDER BY e.seq DESC LIMIT 1
 ) e ON true
 WHERE r.status = 'waiting_for_approval' AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
@@ -124,10 +127,12 @@ async def pending_approvals(
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(INBOX_SQL, {"tenant": tenant, "limit": limit})
         rows = await cur.fetchall()
-    return [
-        {**row, "approval": PendingApproval.model_validate(row["approval"]).model_dump(mode="json")}
-        for row in rows
-    ]
+    found = []
+    for row in rows:
+        pending = PendingApproval.model_validate(row["approval"])
+        requester = pending.requester.model_dump(mode="json") if pending.requester else None
+        found.append({**row, "approval": pending.model_dump(mode="json"), "requester": requester})
+    return found
 
 
 async def step_row(

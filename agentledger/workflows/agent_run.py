@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -54,10 +55,11 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
         ProposedToolCall,
         RejectInput,
-        SayInput,
     )
     from agentledger.core.admission_models import AdmitInput, ReleaseInput
     from agentledger.core.errors import PERMISSION_DENIED
+    from agentledger.core.events import EventType
+    from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import (
         ControlResult,
         DecisionResult,
@@ -65,7 +67,8 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
     )
-    from agentledger.core.states import RunStatus
+    from agentledger.core.spec import JsonDict, RiskLevel
+    from agentledger.core.states import RunStatus, StepStatus
     from agentledger.workflows import policies
 
 # The system message when the spec carries no instructions (an agent profile sets them):
@@ -105,6 +108,7 @@ class AgentRunWorkflow:
                 # whose input names a queue take that path, so older histories replay
                 # unchanged); a continuation was admitted long ago.
                 admitted=spec.admission is None,
+                model_calls_rated=spec.model_calls_rated,
                 pending_messages=[
                     {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
@@ -128,15 +132,27 @@ class AgentRunWorkflow:
         )
         self.subagents = Subagents(run)
         self.controls = RunControls(run, self.changes, self.subagents.forward_control)
-        self.approvals = Approvals(run, self.subagents.tell_parent)
-        self.steering = Steering(run)
+        self.approvals = Approvals(run, self.subagents.tell_parent, self.changes)
+        self.steering = Steering(run, self.changes)
         self.sessions = Sessions(run, self.steering, self._continue_as_new)
         self.checks = AnswerChecks(run)
         self.tools = ToolSteps(run, self.approvals, self.subagents, self.controls)
+        # Each intent's kept form, by its message: the component that applies it.
+        self._kept: dict[Message, Callable[[Any], None]] = {
+            RunMessages.PAUSE: self.controls.pause_signal,
+            RunMessages.RESUME: self.controls.resume_signal,
+            RunMessages.APPROVE: self.approvals.decide_by_signal,
+            RunMessages.REJECT: self.approvals.decide_by_signal,
+            RunMessages.END_SESSION: self.sessions.end_signal,
+            RunMessages.SAY: self.steering.say,
+        }
         if spec.carry is None:
             # Here, not in `run`: a signal delivered with the start runs its handler before
             # `run`, and the story must still begin with the start.
-            self.recorder.event("run.started", data={"tenant": spec.tenant, "user": spec.user})
+            started: JsonDict = {"tenant": spec.tenant, "user": spec.user}
+            if spec.requester is not None:  # who asked, as their credential proved it
+                started["requester"] = spec.requester.model_dump(mode="json")
+            self.recorder.event(EventType.RUN_STARTED, data=started)
 
     # ------------------------------------------------------------------ handlers
 
@@ -152,7 +168,11 @@ class AgentRunWorkflow:
     def admit_signal(self, input: AdmitInput) -> None:
         self.controls.admit(input)
 
-    @workflow.update(name=names.UPDATE_PAUSE)
+    # One update per intent (agentledger/core/messages.py, `RunMessages`): its validator
+    # refuses at once what does not fit. Each intent's kept form, a signal sent while no
+    # worker answered, comes in through `kept`, below.
+
+    @workflow.update(name=RunMessages.PAUSE.update_name)
     def pause(self, input: ControlInput) -> ControlResult:
         return self.controls.pause(input)
 
@@ -160,7 +180,7 @@ class AgentRunWorkflow:
     def _validate_pause(self, input: ControlInput) -> None:
         self.controls.validate_pause(input)
 
-    @workflow.update(name=names.UPDATE_RESUME)
+    @workflow.update(name=RunMessages.RESUME.update_name)
     def resume(self, input: ControlInput) -> ControlResult:
         return self.controls.resume(input)
 
@@ -168,15 +188,7 @@ class AgentRunWorkflow:
     def _validate_resume(self, input: ControlInput) -> None:
         self.controls.validate_resume(input)
 
-    @workflow.signal(name=names.SIGNAL_PAUSE)
-    def pause_signal(self, input: ControlInput) -> None:
-        self.controls.pause_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_RESUME)
-    def resume_signal(self, input: ControlInput) -> None:
-        self.controls.resume_signal(input)
-
-    @workflow.update(name=names.UPDATE_APPROVE)
+    @workflow.update(name=RunMessages.APPROVE.update_name)
     async def approve(self, input: ApproveInput) -> DecisionResult:
         return await self.approvals.decide_by_update(input)
 
@@ -184,7 +196,7 @@ class AgentRunWorkflow:
     def _validate_approve(self, input: ApproveInput) -> None:
         self.approvals.validate(input)
 
-    @workflow.update(name=names.UPDATE_REJECT)
+    @workflow.update(name=RunMessages.REJECT.update_name)
     async def reject(self, input: RejectInput) -> DecisionResult:
         return await self.approvals.decide_by_update(input)
 
@@ -192,19 +204,7 @@ class AgentRunWorkflow:
     def _validate_reject(self, input: RejectInput) -> None:
         self.approvals.validate(input)
 
-    @workflow.signal(name=names.SIGNAL_APPROVE)
-    def approve_signal(self, input: ApproveInput) -> None:
-        self.approvals.decide_by_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_REJECT)
-    def reject_signal(self, input: RejectInput) -> None:
-        self.approvals.decide_by_signal(input)
-
-    @workflow.signal(name=names.SIGNAL_SAY)
-    def say_signal(self, input: SayInput) -> None:
-        self.steering.say(input)
-
-    @workflow.update(name=names.UPDATE_END_SESSION)
+    @workflow.update(name=RunMessages.END_SESSION.update_name)
     def end_session(self, input: ControlInput) -> ControlResult:
         return self.sessions.end(input)
 
@@ -212,9 +212,21 @@ class AgentRunWorkflow:
     def _validate_end_session(self, input: ControlInput) -> None:
         self.sessions.validate_end(input)
 
-    @workflow.signal(name=names.SIGNAL_END_SESSION)
-    def end_session_signal(self, input: ControlInput) -> None:
-        self.sessions.end_signal(input)
+    @workflow.signal(dynamic=True)
+    def kept(self, name: str, args: Sequence[RawValue]) -> None:
+        """An intent's kept form: sent while no worker answered (or while the run took no
+        more updates), held by the server, applied here with the update's checks; one that
+        does not fit is recorded and ignored, since a signal cannot be refused."""
+        message = RunMessages.TABLE.kept(name)
+        if message is None or len(args) != 1:
+            workflow.logger.warning("run %s ignored an unknown signal %r", self.run_id, name)
+            return
+        try:
+            input = workflow.payload_converter().from_payload(args[0].payload, message.kept_as)
+        except Exception:  # as the SDK drops a signal whose input it cannot read
+            workflow.logger.exception("run %s dropped a %r it could not read", self.run_id, name)
+            return
+        self._kept[message](input)
 
     @workflow.signal(name=names.SIGNAL_CHILD_APPROVAL)
     async def child_approval_signal(self, notice: ChildApprovalNotice) -> None:
@@ -232,7 +244,7 @@ class AgentRunWorkflow:
 
     async def _continue_as_new(self) -> None:
         self.recorder.event(
-            "run.continued_as_new", data={"generation": self.progress.generation + 1}
+            EventType.RUN_CONTINUED_AS_NEW, data={"generation": self.progress.generation + 1}
         )
         await self.recorder.flush()
         self.stream.detach()
@@ -316,12 +328,12 @@ class AgentRunWorkflow:
         if self.progress.admitted:
             if self.spec.admission is not None and self.spec.carry is None:
                 # The slot came with the run's first task, before it could wait: still on record.
-                self.recorder.event("run.admitted")
+                self.recorder.event(EventType.RUN_ADMITTED)
             return
-        self.recorder.event("run.queued", data={"admission": self.spec.admission})
+        self.recorder.event(EventType.RUN_QUEUED, data={"admission": self.spec.admission})
         await self.recorder.flush()
         await workflow.wait_condition(lambda: self.progress.admitted)
-        self.recorder.event("run.admitted")
+        self.recorder.event(EventType.RUN_ADMITTED)
 
     async def _release_slot(self) -> None:
         """Tell the admission queue the slot (or the place in line) is free."""
@@ -457,7 +469,7 @@ class AgentRunWorkflow:
                 if last or kind in errors.FINAL_ERRORS:
                     raise
                 self.recorder.event(
-                    "model.fallback",
+                    EventType.MODEL_FALLBACK,
                     data={"from": models[index], "to": models[index + 1], "reason": kind},
                 )
                 self.progress.model_choice = index + 1
@@ -468,24 +480,21 @@ class AgentRunWorkflow:
         async with self.recorder.step(
             "model_call", model or self.progress.model_used or "model"
         ) as step:
-            call = await step.start(
-                lambda mirror: self.steering.model_call(
-                    self._model_input(step.id, model, provider, mirror),
+            try:
+                reply = await self.steering.model_reply(
+                    step,
+                    lambda mirror: self._model_input(step.id, model, provider, mirror),
                     attempts,
                     run_summaries.model_summary(
                         model or self.progress.model_used or "(the worker's default)",
                         self.progress.tokens_in + self.progress.tokens_out,
                     ),
-                )
-            )
-            try:
-                reply: ModelCallResult = await step.outcome(
-                    self.steering.reply_or_message(call, step, model or "model")
+                    interruptible_as=model or "model",
                 )
             except ActivityError as err:
                 if not is_cancelled_exception(err):
                     step.end(
-                        "failed",
+                        StepStatus.FAILED,
                         name=model or "model",
                         error=f"{errors.error_kind(err)}: {errors.cause(err)}",
                         attempt=attempts,
@@ -500,10 +509,10 @@ class AgentRunWorkflow:
             if not reply.priced and reply.model not in self.progress.unpriced_models:
                 self.progress.unpriced_models.append(reply.model)
             if reply.wrapped_up:
-                self.recorder.event("budget.wrap_up", step.id, {"model": reply.model})
+                self.recorder.event(EventType.BUDGET_WRAP_UP, step.id, {"model": reply.model})
             self.progress.pending_messages.append(reply.assistant_message)
             step.end(
-                "completed",
+                StepStatus.COMPLETED,
                 name=reply.model,
                 attempt=reply.attempt,
                 output={
@@ -523,6 +532,7 @@ class AgentRunWorkflow:
     ) -> ModelCallInput:
         """What a decision's model call reads: the conversation's new messages, the tools
         and sub-agents offered, and the checks its reply may run."""
+        ruled = self.spec.approval.ruled_tools()
         return self.steering.model_input(
             step_id,
             mirror,
@@ -534,8 +544,10 @@ class AgentRunWorkflow:
             max_tokens=self.spec.model.max_tokens,
             provider=provider,
             cut=self.sessions.conversation_cut(),
-            approval_at=self.spec.approval.require_at_or_above,
-            approval_always=self.spec.approval.always,
+            # A call some rule may stop for approval carries its schema too (edits are
+            # checked against it); a rule on every tool: every call does.
+            approval_at=RiskLevel.LOW if "*" in ruled else self.spec.approval.require_at_or_above,
+            approval_always=[*self.spec.approval.always, *sorted(ruled - {"*"})],
             **self.checks.for_reply(),
             **self.subagents.tools(),
         )
@@ -562,7 +574,7 @@ class AgentRunWorkflow:
         self.progress.pending_messages.append(
             {"role": "user", "content": policies.REPAIR_PROMPT.format(problem=problem)}
         )
-        self.recorder.event("model.repair_requested", data={"problem": problem})
+        self.recorder.event(EventType.MODEL_REPAIR_REQUESTED, data={"problem": problem})
         return True
 
     def _replan_for_messages(self) -> bool:

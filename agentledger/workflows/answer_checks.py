@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import constants as names
     from agentledger.core._wire import VerifyInput
     from agentledger.core.results import VerifyResult
+    from agentledger.core.states import StepStatus
     from agentledger.workflows import policies
 
 
@@ -50,7 +51,7 @@ class AnswerChecks:
                 verdict.usage.input_tokens, verdict.usage.output_tokens, verdict.cost_usd
             )
             step.end(
-                "passed" if verdict.passed else "failed",
+                StepStatus.PASSED if verdict.passed else StepStatus.FAILED,
                 output=verdict.model_dump(mode="json"),
                 tokens_in=verdict.usage.input_tokens,
                 tokens_out=verdict.usage.output_tokens,

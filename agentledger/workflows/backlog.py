@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
@@ -52,9 +53,9 @@ with workflow.unsafe.imports_passed_through():
         no_task,
         not_all_yours,
     )
+    from agentledger.core.messages import BacklogMessages, Message, RunMessages
     from agentledger.core.states import RunStatus
     from agentledger.workflows.admission import upgrade_on_continue
-    from agentledger.workflows.agent_run import AgentRunWorkflow
     from agentledger.workflows.changes import for_new_run
 
 # Deprecated patch id: each task's run is started at its own priority, with its tenant as
@@ -323,7 +324,7 @@ class AgentBacklogWorkflow:
         else:  # a child that paused itself for a person stays paused
             targets = [k for k in targets if k in self.paused_by_us]
             self.paused_by_us.difference_update(targets)
-        signal = AgentRunWorkflow.pause_signal if pause else AgentRunWorkflow.resume_signal
+        signal = (RunMessages.PAUSE if pause else RunMessages.RESUME).kept_signal
         by = ControlInput(by=f"backlog-{self.agent}")
         # A child that just ended refuses the signal; its result tells the rest.
         await asyncio.gather(
@@ -426,7 +427,7 @@ class AgentBacklogWorkflow:
             ],
         )
 
-    @workflow.update(name=names.UPDATE_BACKLOG_ENQUEUE)
+    @workflow.update(name=BacklogMessages.ENQUEUE.update_name)
     async def enqueue(self, input: EnqueueInput) -> EnqueueResult:
         return await self._enqueue(input)
 
@@ -487,7 +488,7 @@ class AgentBacklogWorkflow:
                 )
             seen[item.idempotency_key] = i
 
-    @workflow.update(name=names.UPDATE_BACKLOG_STOP)
+    @workflow.update(name=BacklogMessages.STOP.update_name)
     async def stop(self, input: ControlInput) -> BacklogControlResult:
         return await self._stop_now(input.by, input.reason, _part(input))
 
@@ -531,7 +532,7 @@ class AgentBacklogWorkflow:
                 f"`backlog resume --agent {self.agent}` continues it"
             )
 
-    @workflow.update(name=names.UPDATE_BACKLOG_RESUME)
+    @workflow.update(name=BacklogMessages.RESUME.update_name)
     async def resume(self, input: ControlInput) -> BacklogControlResult:
         return await self._resume_now(_part(input))
 
@@ -574,7 +575,7 @@ class AgentBacklogWorkflow:
         if not self.stopped:
             raise ApplicationError(f"the backlog of agent {self.agent} is not stopped")
 
-    @workflow.update(name=names.UPDATE_BACKLOG_RETRY)
+    @workflow.update(name=BacklogMessages.RETRY.update_name)
     async def retry(self, input: RetryInput) -> RetryResult:
         return await self._retry_now(input)
 
@@ -615,14 +616,33 @@ class AgentBacklogWorkflow:
 
     # ------------------------------------------------------------------ held writes
 
-    # The same writes as signals: the server keeps each in the backlog's history (a first
-    # enqueue starts the backlog with it, signal-with-start) while no worker runs, and the
-    # next worker applies it once, in order, with the update's checks; one that does not
-    # fit is refused the way its update would be. Adding these handlers adds no command to
-    # a history that has no such signal, so recorded backlogs replay as before.
+    # The same writes as signals (each intent's kept form, agentledger/core/messages.py):
+    # the server keeps each in the backlog's history (a first enqueue starts the backlog
+    # with it, signal-with-start) while no worker runs, and the next worker applies it once,
+    # in order, with the update's checks; one that does not fit is refused the way its
+    # update would be, and its refusal delivered to the sender's request id.
 
-    @workflow.signal(name=names.SIGNAL_BACKLOG_ENQUEUE)
-    async def enqueue_signal(self, input: EnqueueInput) -> None:
+    @workflow.signal(dynamic=True)
+    async def kept(self, name: str, args: Sequence[RawValue]) -> None:
+        """A write's kept form, applied with its update's checks."""
+        message = BacklogMessages.TABLE.kept(name)
+        if message is None or len(args) != 1:
+            workflow.logger.warning("backlog %s ignored an unknown signal %r", self.agent, name)
+            return
+        try:
+            input = workflow.payload_converter().from_payload(args[0].payload, message.kept_as)
+        except Exception:  # as the SDK drops a signal whose input it cannot read
+            workflow.logger.exception("backlog %s dropped a %r it could not read", self.agent, name)
+            return
+        kept: dict[Message, Callable[[Any], Awaitable[None]]] = {
+            BacklogMessages.ENQUEUE: self._kept_enqueue,
+            BacklogMessages.STOP: self._kept_stop,
+            BacklogMessages.RESUME: self._kept_resume,
+            BacklogMessages.RETRY: self._kept_retry,
+        }
+        await kept[message](input)
+
+    async def _kept_enqueue(self, input: EnqueueInput) -> None:
         tenants = {t.spec.tenant for t in input.tasks}
         self.arriving.append(tenants)
         try:
@@ -640,8 +660,7 @@ class AgentBacklogWorkflow:
             )
         )
 
-    @workflow.signal(name=names.SIGNAL_BACKLOG_STOP)
-    async def stop_signal(self, input: BacklogControlSignal) -> None:
+    async def _kept_stop(self, input: BacklogControlSignal) -> None:
         part = _part(input)
         check = functools.partial(self._check_control, input.tenant, True, parts=bool(part))
         if not await self._checked(input.request_id, check):
@@ -653,8 +672,7 @@ class AgentBacklogWorkflow:
             )
         )
 
-    @workflow.signal(name=names.SIGNAL_BACKLOG_RESUME)
-    async def resume_signal(self, input: BacklogControlSignal) -> None:
+    async def _kept_resume(self, input: BacklogControlSignal) -> None:
         part = _part(input)
         check = functools.partial(self._check_control, input.tenant, False, parts=bool(part))
         if not await self._checked(input.request_id, check):
@@ -666,8 +684,7 @@ class AgentBacklogWorkflow:
             )
         )
 
-    @workflow.signal(name=names.SIGNAL_BACKLOG_RETRY)
-    async def retry_signal(self, input: RetryInput) -> None:
+    async def _kept_retry(self, input: RetryInput) -> None:
         if not await self._checked(input.request_id, lambda: self._validate_retry(input)):
             return
         done = await self._retry_now(input)

@@ -12,12 +12,21 @@ Generation 5: a run that ends failed or cancelled ends so in Temporal too (Faile
 Canceled; agentledger/workflows/run_endings.py); runs of generation 4 and before return their
 result whatever their status, so Temporal shows them Completed.
 
-Generation 6: a run's model calls are charged to its tenant, the credential that started it
-and its agent, and admitted under their budgets (agentledger/core/budgets.py): told to
-wrap up when a budget is nearly spent, ended `budget_exhausted` once it is; a session's
-messages follow its double-texting policy (agentledger/workflows/sessions.py). Runs of
-generation 5 and before are charged to nobody and take every message into the turn in
-flight.
+Generation 6: an approver's edit is a JSON Merge Patch (RFC 7396: `null` removes a member,
+an object merges into an object) or a whole replacement, checked against the tool's schema
+as the arguments it leaves; runs of generation 5 and before lay an edit over the arguments
+member by member. And a run's model calls go to the run's own task queue (started eagerly
+when the worker has a slot) unless its tenant has a model-call rate (the run's input says
+so, or a call on its own queue is refused for it: `ModelCallsRated`), and then to the
+rate-limited model queue from there on; runs of generation 5 send every model call to the
+model queue.
+
+Also in generation 6: a run's model calls are charged to its tenant, the credential that
+started it and its agent, and admitted under their budgets (agentledger/core/budgets.py):
+told to wrap up when a budget is nearly spent, ended `budget_exhausted` once it is; a
+session's messages follow its double-texting policy (agentledger/workflows/sessions.py).
+Runs of generation 5 and before are charged to nobody and take every message into the turn
+in flight.
 
 Runs of generation 2 and before (no generation in their input) took the patch-era paths
 since retired (agentledger/core/version_branches.py; their history is in docs/versioning.md):

@@ -18,8 +18,9 @@ from agentledger.workflows.tool_steps import tool_message
 with workflow.unsafe.imports_passed_through():
     from agentledger.activities.fork import ForkActivities
     from agentledger.core._wire import ForkSeedInput, ProposedToolCall
+    from agentledger.core.events import EventType
     from agentledger.core.results import ForkOrigin
-    from agentledger.core.states import RunStatus
+    from agentledger.core.states import RunStatus, StepStatus
     from agentledger.workflows import policies
 
 
@@ -42,7 +43,7 @@ async def seed_fork(run: RunContext, origin: ForkOrigin) -> list[ProposedToolCal
     progress.stored_messages = seed.stored_messages
     progress.pending_messages = []
     recorder.event(
-        "run.forked",
+        EventType.RUN_FORKED,
         data={
             "parent_run_id": origin.parent_run_id,
             "from_step": origin.from_step,
@@ -55,8 +56,8 @@ async def seed_fork(run: RunContext, origin: ForkOrigin) -> list[ProposedToolCal
         async with recorder.step(
             "tool_call", call.tool, input=call.arguments or {}, moves_status=False
         ) as step:
-            step.end("completed", output=origin.edit_output)
-        recorder.event("fork.output_edited", step.id, {"tool": call.tool, "ran": False})
+            step.end(StepStatus.COMPLETED, output=origin.edit_output)
+        recorder.event(EventType.FORK_OUTPUT_EDITED, step.id, {"tool": call.tool, "ran": False})
         tool_message(progress, call.call_id, origin.edit_output)
     if seed.live_calls:
         # The fork goes on from inside its parent's reply, as a run does once the model

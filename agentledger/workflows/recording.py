@@ -36,9 +36,10 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
     )
     from agentledger.core.errors import PAYLOAD_TOO_LARGE
+    from agentledger.core.events import EventType
     from agentledger.core.results import PendingApproval, StepSummary, StepType
     from agentledger.core.spec import JsonDict
-    from agentledger.core.states import STEP_STATUS, RunStatus, check_transition
+    from agentledger.core.states import STEP_STATUS, RunStatus, StepStatus, check_transition
 
 # Mirror writes are activities on a task queue of their own: Temporal dispatches them only
 # after it has committed the task that scheduled them (a local activity wrote what a lost task
@@ -143,7 +144,7 @@ class Recorder:
         if new != self.progress.status:
             old = self.progress.status
             self.progress.status = check_transition(old, new)
-            self.event("status.changed", step_id, {"from": old.value, "to": new.value})
+            self.event(EventType.STATUS_CHANGED, step_id, {"from": old.value, "to": new.value})
             self._index_status(new)
         if step_id is not None:
             self.progress.current_step_id = step_id
@@ -178,9 +179,9 @@ class Recorder:
             )
             self._step_in_flight(
                 pending.step_id, input=approval_input(pending), started=pending.requested_at
-            ).end("abandoned", finished_at=self.progress.finished_at)
+            ).end(StepStatus.ABANDONED, finished_at=self.progress.finished_at)
             self.progress.pending_approval = None
-        self.event("run.finished", data={"status": status.value, "error": error})
+        self.event(EventType.RUN_FINISHED, data={"status": status.value, "error": error})
         self.show_details()
 
     def _close_steps_in_flight(self, status: RunStatus) -> None:
@@ -188,10 +189,10 @@ class Recorder:
         otherwise its attempt's own report would stand in the mirror as if accepted."""
         pending = self.progress.pending_approval
         for step in list(self.progress.steps):
-            if step.status != "running" or (pending and step.step_id == pending.step_id):
+            if step.status != StepStatus.RUNNING or (pending and step.step_id == pending.step_id):
                 continue
             Step(self, step).end(
-                "cancelled" if status == RunStatus.CANCELLED else "abandoned",
+                StepStatus.CANCELLED if status == RunStatus.CANCELLED else StepStatus.ABANDONED,
                 error=f"the run ended ({status.value}) during this step",
                 finished_at=self.progress.finished_at,
             )
@@ -199,9 +200,9 @@ class Recorder:
     def fail_unsent_step(self, error: str) -> None:
         """The step whose input was refused never started: record it as failed."""
         last = self.progress.steps[-1] if self.progress.steps else None
-        if last is None or last.status != "running":
+        if last is None or last.status != StepStatus.RUNNING:
             return
-        Step(self, last).end("failed", error=f"{PAYLOAD_TOO_LARGE}: {error}")
+        Step(self, last).end(StepStatus.FAILED, error=f"{PAYLOAD_TOO_LARGE}: {error}")
 
     @contextlib.asynccontextmanager
     async def step(
@@ -224,7 +225,7 @@ class Recorder:
             seq=self.progress.seq,
             type=kind,
             name=name,
-            status="running",
+            status=StepStatus.RUNNING,
         )
         self.progress.steps.append(summary)
         if moves_status and kind in STEP_STATUS:
@@ -232,7 +233,7 @@ class Recorder:
         step = Step(self, summary, input=input or {}, started=workflow.now())
         yield step
         if not step.ended:
-            step.end("completed")
+            step.end(StepStatus.COMPLETED)
 
     def adopt(self, record: StepRecord) -> None:
         """A step another run took, as it recorded it (a fork's seed)."""
@@ -265,9 +266,11 @@ class Recorder:
                 )
         self.pending_steps.append(record)
         run_metrics.on_step(self.spec, record)
-        self.event(f"step.{record.status}", record.step_id, {"type": record.type})
+        self.event(EventType.step_ended(record.status), record.step_id, {"type": record.type})
 
-    def event(self, type: str, step_id: str | None = None, data: JsonDict | None = None) -> None:
+    def event(
+        self, type: EventType, step_id: str | None = None, data: JsonDict | None = None
+    ) -> None:
         self.progress.event_seq += 1
         event = RunEvent(
             seq=self.progress.event_seq,
@@ -359,7 +362,7 @@ class Recorder:
                 if trim == "all" or not payload_limits.is_too_large(err):
                     raise
                 if trim is None:
-                    self.event("run.record_trimmed", data={"reason": err.message})
+                    self.event(EventType.RUN_RECORD_TRIMMED, data={"reason": err.message})
 
     async def _store_receipt(self, receipt: FinishInput) -> None:
         try:

@@ -19,9 +19,10 @@ from agentledger.workflows.recording import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds
-    from agentledger.core import constants as names
     from agentledger.core._wire import ControlInput
     from agentledger.core.admission_models import AdmitInput
+    from agentledger.core.events import EventType
+    from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import ControlResult
     from agentledger.core.states import RunStatus, is_terminal
 
@@ -41,7 +42,7 @@ class RunControls:
         self,
         run: RunContext,
         changes: Changes,
-        forward_control: Callable[[str, ControlInput], None],
+        forward_control: Callable[[Message, ControlInput], None],
     ) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
         self.changes = changes
@@ -53,16 +54,16 @@ class RunControls:
         if not self.progress.pause_requested:
             return
         self.recorder.set_status(RunStatus.PAUSED)
-        self.recorder.event("run.paused", data={"reason": self.progress.pause_reason})
+        self.recorder.event(EventType.RUN_PAUSED, data={"reason": self.progress.pause_reason})
         await self.recorder.flush()
         await workflow.wait_condition(lambda: not self.progress.pause_requested)
         self.progress.pause_reason = None
-        self.recorder.event("run.resumed")
+        self.recorder.event(EventType.RUN_RESUMED)
 
     async def pause_for_admin(self, reason: str) -> None:
         """A failure no retry can fix (a refused permission): wait for a person to resume."""
         self.progress.pause_requested, self.progress.pause_reason = True, reason
-        self.recorder.event("run.needs_admin", data={"reason": reason})
+        self.recorder.event(EventType.RUN_NEEDS_ADMIN, data={"reason": reason})
         await self.step_boundary()
 
     def admit(self, input: AdmitInput) -> None:
@@ -81,8 +82,8 @@ class RunControls:
     def pause(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = True
         self.progress.paused_by = input.by
-        self.recorder.event("pause.requested", data={"by": input.by})
-        self.forward_control(names.SIGNAL_PAUSE, input)
+        self.recorder.event(EventType.PAUSE_REQUESTED, data={"by": input.by})
+        self.forward_control(RunMessages.PAUSE, input)
         idle = self.progress.status == RunStatus.WAITING_FOR_MESSAGE
         return ControlResult(
             status=self.progress.status,
@@ -103,8 +104,8 @@ class RunControls:
     def resume(self, input: ControlInput) -> ControlResult:
         self.progress.pause_requested = False
         self.progress.paused_by = None
-        self.recorder.event("resume.requested", data={"by": input.by})
-        self.forward_control(names.SIGNAL_RESUME, input)
+        self.recorder.event(EventType.RESUME_REQUESTED, data={"by": input.by})
+        self.forward_control(RunMessages.RESUME, input)
         return ControlResult(status=self.progress.status, paused=False, message="the run continues")
 
     def validate_resume(self, input: ControlInput) -> None:
@@ -122,9 +123,9 @@ class RunControls:
         if not is_terminal(self.progress.status):
             self.progress.pause_requested = True
             self.progress.paused_by = input.by
-            self.forward_control(names.SIGNAL_PAUSE, input)
+            self.forward_control(RunMessages.PAUSE, input)
 
     def resume_signal(self, input: ControlInput) -> None:
         self.progress.pause_requested = False
         self.progress.paused_by = None
-        self.forward_control(names.SIGNAL_RESUME, input)
+        self.forward_control(RunMessages.RESUME, input)

@@ -14,6 +14,7 @@ from temporalio.common import MetricCounter
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core._wire import StepRecord
+    from agentledger.core.events import EventType
     from agentledger.core.spec import JsonDict, RunSpec
 
 RUNS_STARTED = "agentledger_runs_started"
@@ -29,16 +30,19 @@ CLOSED_STEP_STATUSES = frozenset({"abandoned", "cancelled"})
 
 def on_event(spec: RunSpec, type: str, data: JsonDict) -> None:
     """Counts runs started and ended (by status), approvals requested and decided."""
-    if type == "run.started":
+    if type == EventType.RUN_STARTED:
         _counter(RUNS_STARTED, "runs started").add(1, {"tenant": spec.tenant, **_agent(spec)})
-    elif type == "run.finished":
+    elif type == EventType.RUN_FINISHED:
         status = str(data.get("status"))
         _counter(RUNS_ENDED, "runs ended, by status").add(
             1, {"tenant": spec.tenant, "status": status, **_agent(spec)}
         )
-    elif type == "approval.requested":
+    elif type == EventType.APPROVAL_REQUESTED:
         _counter(APPROVALS_REQUESTED, "approvals asked of people").add(1, {"tenant": spec.tenant})
-    elif type.startswith("approval.") and type != "approval.refused":
+    elif type.startswith("approval.") and type not in (
+        EventType.APPROVAL_REFUSED,
+        EventType.APPROVAL_COUNTED,
+    ):
         _approval_closed(spec, type.removeprefix("approval."))
 
 

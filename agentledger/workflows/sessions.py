@@ -55,8 +55,9 @@ with workflow.unsafe.imports_passed_through():
         ModelCallResult,
         SummaryRequest,
     )
+    from agentledger.core.events import EventType
     from agentledger.core.results import ControlResult, RunMessage, SessionTurn
-    from agentledger.core.states import RunStatus, is_terminal
+    from agentledger.core.states import RunStatus, StepStatus, is_terminal
 
 # The most of a summary the run carries (and sends with every model call after it).
 SUMMARY_CHARS = 8000
@@ -125,7 +126,7 @@ class Sessions:
                 - (1 if first else 0),  # the first turn's message, the task, is already there
             )
         )
-        self.recorder.event("session.turn_started", data={"turn": len(progress.turns)})
+        self.recorder.event(EventType.SESSION_TURN_STARTED, data={"turn": len(progress.turns)})
         self.recorder.set_status(RunStatus.PLANNING)  # a continuation from here picks the turn up
 
     def _turn_count(self) -> int:
@@ -169,7 +170,7 @@ class Sessions:
         progress.current_step_id = None
         self.recorder.set_status(RunStatus.WAITING_FOR_MESSAGE)
         self.recorder.event(
-            "session.turn_answered",
+            EventType.SESSION_TURN_ANSWERED,
             data={
                 "turn": turn.turn,
                 "message_ids": turn.message_ids,
@@ -210,7 +211,9 @@ class Sessions:
         )
         progress.current_step_id = None
         self.recorder.event(
-            f"session.turn_{how}",
+            EventType.SESSION_TURN_ROLLED_BACK
+            if how == "rolled_back"
+            else EventType.SESSION_TURN_INTERRUPTED,
             data={"turn": turn.turn, "kept_effects": progress.turns[-1].kept_effects},
         )
         if how == "rolled_back" and kept:
@@ -262,7 +265,7 @@ class Sessions:
         )
         self.recorder.set_status(RunStatus.PAUSED)
         self.recorder.event(
-            "run.paused", data={"reason": progress.pause_reason, "by": progress.paused_by}
+            EventType.RUN_PAUSED, data={"reason": progress.pause_reason, "by": progress.paused_by}
         )
         await self.recorder.flush()
         await workflow.wait_condition(
@@ -272,7 +275,7 @@ class Sessions:
         progress.idle_since = workflow.now()
         if progress.pause_requested:  # ended while paused: it completes from here
             return
-        self.recorder.event("run.resumed")
+        self.recorder.event(EventType.RUN_RESUMED)
         if not self.steering.messages_waiting():
             self.recorder.set_status(RunStatus.WAITING_FOR_MESSAGE)
             await self.recorder.flush()
@@ -304,7 +307,9 @@ class Sessions:
         """A signal cannot be refused: an end that does not apply is recorded and ignored."""
         refusal = self._end_refusal()
         if refusal is not None:
-            self.recorder.event("session.end_ignored", data={"by": input.by, "reason": refusal})
+            self.recorder.event(
+                EventType.SESSION_END_IGNORED, data={"by": input.by, "reason": refusal}
+            )
             return
         self._end_requested(input)
 
@@ -325,7 +330,7 @@ class Sessions:
         if self.progress.end_requested_by is not None:
             return  # asked already: the first asker is on record
         self.progress.end_requested_by = input.by
-        self.recorder.event("session.end_requested", data={"by": input.by})
+        self.recorder.event(EventType.SESSION_END_REQUESTED, data={"by": input.by})
 
     # ------------------------------------------------------------ compaction
 
@@ -385,7 +390,7 @@ class Sessions:
             if i not in dropped
         ]
         first_step = turns[0].first_step if turns else progress.seq + 1
-        steps = [s for s in progress.steps if s.seq >= first_step or s.status == "running"]
+        steps = [s for s in progress.steps if s.seq >= first_step or s.status == StepStatus.RUNNING]
         progress.left_in_mirror = left.model_copy(
             update={
                 "turns": left.turns + len(progress.turns) - len(turns),
@@ -399,25 +404,23 @@ class Sessions:
         """One model call of the run's model that summarises; a step of the run like any."""
         timeouts = self.spec.timeouts
         async with self.recorder.step("model_call", "summary", moves_status=False) as step:
-            call = await step.start(
-                lambda mirror: self.steering.model_call(
-                    self.steering.model_input(
-                        step.id,
-                        mirror,
-                        model=self.spec.model.model,
-                        allowed_tools=[],
-                        temperature=0.0,
-                        provider=self.spec.model.provider,
-                        summarize=asked,
-                    ),
-                    timeouts.max_attempts,
-                    f"summarise turns {turns[0]}-{turns[-1]} of the session",
-                )
+            reply = await self.steering.model_reply(
+                step,
+                lambda mirror: self.steering.model_input(
+                    step.id,
+                    mirror,
+                    model=self.spec.model.model,
+                    allowed_tools=[],
+                    temperature=0.0,
+                    provider=self.spec.model.provider,
+                    summarize=asked,
+                ),
+                timeouts.max_attempts,
+                f"summarise turns {turns[0]}-{turns[-1]} of the session",
             )
-            reply: ModelCallResult = await step.outcome(call)
             self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
             step.end(
-                "completed",
+                StepStatus.COMPLETED,
                 attempt=reply.attempt,
                 output={
                     "content": reply.content,
@@ -429,7 +432,7 @@ class Sessions:
                 tokens_out=reply.usage.output_tokens,
                 cost_usd=reply.cost_usd,
             )
-        self.recorder.event("session.compacted", step.id, {"turns": turns})
+        self.recorder.event(EventType.SESSION_COMPACTED, step.id, {"turns": turns})
         return reply
 
     def conversation_cut(self) -> ConversationCut | None:

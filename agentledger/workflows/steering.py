@@ -25,21 +25,24 @@ steering existed replay unchanged.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
+from agentledger.workflows.changes import Changes
 from agentledger.workflows.recording import RunContext
 from agentledger.workflows.steps import Step
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.core import bounds, fairness
+    from agentledger.core import bounds, errors, fairness
     from agentledger.core import constants as names
     from agentledger.core._wire import MirrorBatch, ModelCallInput, ModelCallResult, SayInput
+    from agentledger.core.events import EventType
     from agentledger.core.results import RunMessage
-    from agentledger.core.states import is_terminal
+    from agentledger.core.states import StepStatus, is_terminal
     from agentledger.workflows import policies
 
 T = TypeVar("T")
@@ -52,11 +55,12 @@ class Interrupted(Exception):
 class Steering:
     """People's messages to the run, and the model call they may interrupt."""
 
-    def __init__(self, run: RunContext) -> None:
+    def __init__(self, run: RunContext, changes: Changes) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
         self.charge = run.charge
         # A session's messages follow its double-texting policy (generation 6).
         self.double_texting = run.double_texting and self.spec.session is not None
+        self.changes = changes
 
     def model_input(self, step_id: str, mirror: MirrorBatch | None, **call: Any) -> ModelCallInput:
         """The input of one of the run's model calls: the step and the mirror batch it
@@ -71,26 +75,66 @@ class Steering:
             mirror=mirror,
             charge=self.charge,
             forgotten=self.progress.forgotten,
+            events_before=self.progress.event_seq,
             **call,
         )
 
     def model_call(
         self, input: ModelCallInput, attempts: int, summary: str
     ) -> workflow.ActivityHandle[ModelCallResult]:
-        """`model.complete` (called by name: the CLI imports this workflow and no model SDK) on
-        the run's model queue, with its timeouts and retries: the one way a run calls its model,
-        a message can interrupt."""
+        """`model.complete` (called by name: the CLI imports this workflow and no model SDK),
+        with its timeouts and retries: the one way a run calls its model, a message can
+        interrupt. On the run's own queue, where the worker that schedules it starts it at
+        once if it has a slot (no dispatch through the server's matching), unless the run's
+        tenant has a model-call rate: then on the model queue, where the server holds the
+        tenant to it. Runs of generation 5 and before send every call there."""
         timeouts = self.spec.timeouts
+        queue = workflow.info().task_queue
+        if self.changes.generation_6 and not self.progress.model_calls_rated:
+            input = input.model_copy(update={"fast_path_tenant": self.spec.tenant})
+        else:
+            queue = fairness.model_task_queue(queue)
         return workflow.start_activity(
             names.ACTIVITY_MODEL_COMPLETE,
             input,
             result_type=ModelCallResult,
-            task_queue=fairness.model_task_queue(workflow.info().task_queue),
+            task_queue=queue,
             start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
             heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
             retry_policy=policies.retry_policy(self.spec, attempts),
             summary=summary,
         )
+
+    async def model_reply(
+        self,
+        step: Step,
+        input_of: Callable[[MirrorBatch | None], ModelCallInput],
+        attempts: int,
+        summary: str,
+        *,
+        interruptible_as: str | None = None,
+    ) -> ModelCallResult:
+        """The reply of the step's model call (`input_of(batch)` is its input, carrying the
+        run's pending mirror batch). A call its run's own queue refused because the tenant
+        has a model-call rate now is made again on the model queue, and so is every later
+        call of the run. With `interruptible_as` (the step's name), a message may interrupt
+        it (`reply_or_message`)."""
+        while True:
+            call = await step.start(
+                lambda batch: self.model_call(input_of(batch), attempts, summary)
+            )
+            try:
+                if interruptible_as is None:
+                    return await step.outcome(call)
+                return await step.outcome(self.reply_or_message(call, step, interruptible_as))
+            except ActivityError as err:
+                rated = errors.error_kind(err) == errors.MODEL_CALLS_RATED
+                if is_cancelled_exception(err) or not rated:
+                    raise
+                self.progress.model_calls_rated = True
+                self.recorder.event(
+                    EventType.MODEL_RATE_LIMITED, step.id, {"tenant": self.spec.tenant}
+                )
 
     def say(self, input: SayInput) -> None:
         """A signal cannot be refused: a message that does not fit is recorded and ignored."""
@@ -100,7 +144,7 @@ class Steering:
         if found or is_terminal(self.progress.status):
             reason = "; ".join(found) or f"the run had ended ({self.progress.status.value})"
             self.recorder.event(
-                "message.ignored",
+                EventType.MESSAGE_IGNORED,
                 data={
                     "message_id": input.message_id,
                     "by": bounds.recorded(input.by),
@@ -137,7 +181,9 @@ class Steering:
             data.update(double_texting=policy, turn=turn)
         if rejected is not None:
             data["reason"] = rejected
-        self.recorder.event("message.rejected" if rejected else "message.received", data=data)
+        self.recorder.event(
+            EventType.MESSAGE_REJECTED if rejected else EventType.MESSAGE_RECEIVED, data=data
+        )
 
     def turn_in_flight(self) -> int | None:
         """The number of the session's turn in flight (None: idle, or not a session)."""
@@ -190,7 +236,7 @@ class Steering:
                 update={"taken_at": now, "taken_before_step": self.progress.seq + 1}
             )
             self.recorder.event(
-                "message.taken",
+                EventType.MESSAGE_TAKEN,
                 data={"message_id": message.message_id, "before_step": self.progress.seq + 1},
             )
         return taken
@@ -241,6 +287,10 @@ class Steering:
             else m
             for m in self.progress.messages
         ]
-        step.end("interrupted", name=name, error="cancelled for a message: the run replans with it")
-        self.recorder.event("model.interrupted", step.id, {"messages": waiting})
+        step.end(
+            StepStatus.INTERRUPTED,
+            name=name,
+            error="cancelled for a message: the run replans with it",
+        )
+        self.recorder.event(EventType.MODEL_INTERRUPTED, step.id, {"messages": waiting})
         raise Interrupted(step.id)

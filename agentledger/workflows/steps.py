@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core._wire import MirrorBatch, StepRecord
     from agentledger.core.results import StepSummary
     from agentledger.core.spec import JsonDict
+    from agentledger.core.states import StepStatus
 
 T = TypeVar("T")
 
@@ -66,7 +67,7 @@ class Step:
         self.carried: MirrorBatch | None = None
         self.ended = False
 
-    def record(self, status: str, **fields: Any) -> StepRecord:
+    def record(self, status: StepStatus, **fields: Any) -> StepRecord:
         """The step's record: its identity, input and start, `status`, and `fields` (an
         outcome's output, usage, attempt, key; a name the outcome changed)."""
         return StepRecord(
@@ -83,12 +84,12 @@ class Step:
             }
         )
 
-    def end(self, status: str, **fields: Any) -> None:
+    def end(self, status: StepStatus, **fields: Any) -> None:
         """The step is over: its record goes to the mirror with the next write."""
         self.recording.complete_step(self.record(status, **fields))
         self.ended = True
 
-    def report(self, status: str) -> None:
+    def report(self, status: StepStatus) -> None:
         """A record of the step not yet over (an approval waiting): the mirror shows it until
         the step's own record replaces it."""
         self.recording.pending_steps.append(self.record(status, finished_at=None, final=False))

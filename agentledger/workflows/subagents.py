@@ -40,10 +40,12 @@ with workflow.unsafe.imports_passed_through():
         ControlInput,
         ProposedToolCall,
     )
+    from agentledger.core.events import EventType
     from agentledger.core.keys import id_part
+    from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import ChildApproval, PendingApproval, RunResult
     from agentledger.core.spec import JsonDict
-    from agentledger.core.states import RunStatus
+    from agentledger.core.states import RunStatus, StepStatus
 
 
 def subagent_run_id(parent_id: str, step_id: str) -> str:
@@ -132,7 +134,7 @@ class Subagents:
             else:
                 self.progress.children.append(child_id)
                 self.recorder.event(
-                    "subagent.started", step.id, {"agent": name, "run_id": child_id}
+                    EventType.SUBAGENT_STARTED, step.id, {"agent": name, "run_id": child_id}
                 )
                 await self.recorder.flush()
                 try:
@@ -143,7 +145,7 @@ class Subagents:
             completed = result.status == RunStatus.COMPLETED
             outcome = {"run_id": result.run_id, "status": result.status.value}
             step.end(
-                "completed" if completed else "failed",
+                StepStatus.COMPLETED if completed else StepStatus.FAILED,
                 output={**outcome, "answer": result.answer},
                 error=None if completed else result.error,
                 tokens_in=result.tokens_in,
@@ -187,24 +189,30 @@ class Subagents:
         for its result (what `execute_child_workflow` does, so the same commands); a pause of
         this run that came while it started goes on to it."""
         handle = await run_starts.start_run(
-            run_starts.within_parent(self.spec, spec),
+            # The child's model calls go where the parent's go now (a rate set since it began).
+            run_starts.within_parent(
+                self.spec.model_copy(update={"model_calls_rated": self.progress.model_calls_rated}),
+                spec,
+            ),
             run_id=child_id,
             summary=f"{spec.agent} for {self.run_id}",
         )
         self.running_child = child_id
         if self.progress.pause_requested:
-            self.forward_control(names.SIGNAL_PAUSE, ControlInput(by=self.run_id))
+            self.forward_control(RunMessages.PAUSE, ControlInput(by=self.run_id))
         result: RunResult = await handle
         return result
 
-    def forward_control(self, signal: str, input: ControlInput) -> None:
+    def forward_control(self, message: Message, input: ControlInput) -> None:
         """A pause or resume of this run goes on to the sub-agent run it waits for, as a
         signal this workflow sends (durable: no client needs to stay up); that run passes it
         on to its own. Only a run waiting for a child has one to send."""
         if self.running_child is None:
             return
         forwarded = ControlInput(by=input.by, reason=f"via {self.run_id}")
-        sent = asyncio.ensure_future(self._signal_run(self.running_child, signal, forwarded))
+        sent = asyncio.ensure_future(
+            self._signal_run(self.running_child, message.kept_signal, forwarded)
+        )
         self.forwards.add(sent)
         sent.add_done_callback(self.forwards.discard)
 
@@ -246,7 +254,7 @@ class Subagents:
             )
             approval = notice.approval
             self.recorder.event(
-                "subagent.waiting_for_approval",
+                EventType.SUBAGENT_WAITING_FOR_APPROVAL,
                 data={
                     "run_id": notice.run_id,
                     "approval_id": approval.approval_id,
@@ -256,6 +264,6 @@ class Subagents:
                 },
             )
         else:
-            self.recorder.event("subagent.approval_settled", data={"run_id": notice.run_id})
+            self.recorder.event(EventType.SUBAGENT_APPROVAL_SETTLED, data={"run_id": notice.run_id})
         if self.spec.subagent_depth > 0 and self.spec.parent_run_id is not None:
             await self._signal_run(self.spec.parent_run_id, names.SIGNAL_CHILD_APPROVAL, notice)

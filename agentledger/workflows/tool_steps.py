@@ -40,10 +40,11 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
     )
     from agentledger.core.errors import PERMISSION_DENIED
+    from agentledger.core.events import EventType
     from agentledger.core.keys import canonical_json, effect_content, effect_key
     from agentledger.core.results import INTERRUPTED, SideEffectRecord
     from agentledger.core.spec import JsonDict
-    from agentledger.core.states import RunStatus
+    from agentledger.core.states import RunStatus, StepStatus
     from agentledger.workflows import policies
 
 
@@ -90,7 +91,9 @@ class ToolSteps:
     async def step(self, call: ProposedToolCall) -> None:
         if call.error is not None:
             # The model hears why and may revise; the tool never runs with bad arguments.
-            self.recorder.event("tool.refused", data={"tool": call.tool, "error": call.error})
+            self.recorder.event(
+                EventType.TOOL_REFUSED, data={"tool": call.tool, "error": call.error}
+            )
             tool_message(self.progress, call.call_id, {"error": call.error})
             self.progress.argument_streak += 1
             limit = self.spec.failures.argument_repairs
@@ -106,7 +109,16 @@ class ToolSteps:
             await self.approvals.enforce_budget()
             return
         arguments = call.arguments or {}
-        if self.spec.approval.needs_approval(call.tool, call.risk):
+        denied = self.spec.approval.denies(call.tool, arguments)
+        if denied is not None:
+            # The tenant's (or the agent's) policy forbids it: it never runs, nobody is asked.
+            why = f"the policy denies this call ({denied.text()})"
+            self.recorder.event(
+                EventType.TOOL_DENIED, data={"tool": call.tool, "rule": denied.text()}
+            )
+            tool_message(self.progress, call.call_id, {"error": why})
+            return
+        if self.spec.approval.needs_approval(call.tool, call.risk, arguments):
             approved = await self.approvals.approval_step(
                 call.tool, arguments, call.parameters, call.risk.value
             )
@@ -275,17 +287,19 @@ class ToolSteps:
                 reconciliation=INTERRUPTED,
             )
         )
-        step.end("cancelled", error="the run was cancelled during the call", idempotency_key=key)
+        step.end(
+            StepStatus.CANCELLED, error="the run was cancelled during the call", idempotency_key=key
+        )
 
     def _record_tool_step(
         self, step: Step, call: ProposedToolCall, key: str, result: ToolCallResult
     ) -> None:
         if result.duplicate_prevented:
             self.progress.duplicates_prevented += 1
-            self.recorder.event("duplicate.prevented", step.id, {"idempotency_key": key})
+            self.recorder.event(EventType.DUPLICATE_PREVENTED, step.id, {"idempotency_key": key})
         if result.reconciliation:
             self.recorder.event(
-                "tool.reconciled", step.id, {"key": key, "verdict": result.reconciliation}
+                EventType.TOOL_RECONCILED, step.id, {"key": key, "verdict": result.reconciliation}
             )
         if call.side_effect and not result.unknown_outcome:
             self.progress.side_effects.append(
@@ -300,9 +314,9 @@ class ToolSteps:
                     output=result.output,
                 )
             )
-        status = "completed" if result.ok else "failed"
+        status = StepStatus.COMPLETED if result.ok else StepStatus.FAILED
         step.end(
-            "unknown_outcome" if result.unknown_outcome else status,
+            StepStatus.UNKNOWN_OUTCOME if result.unknown_outcome else status,
             output=None,  # the accepted attempt wrote it; history need not carry it twice
             error=result.error,
             attempt=result.attempt,
@@ -313,7 +327,9 @@ class ToolSteps:
         """A result that looks like a prompt injection waits for a person before the model
         sees it; returns whether the model may see it."""
         policy = self.spec.failures.on_suspected_injection
-        self.recorder.event("tool.suspicious", data={"tool": tool, "patterns": result.suspicious})
+        self.recorder.event(
+            EventType.TOOL_SUSPICIOUS, data={"tool": tool, "patterns": result.suspicious}
+        )
         if policy == "allow":
             return True
         reason = f"{tool} returned text that looks like a prompt injection: {result.suspicious}"
