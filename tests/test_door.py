@@ -340,11 +340,15 @@ async def test_the_queue_keeps_the_stored_limits_and_gives_only_its_own_slots(
         async def signal_applied() -> bool:
             events = [e async for e in handle.fetch_history_events()]
             signalled = max(
-                i
-                for i, e in enumerate(events)
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                (
+                    i
+                    for i, e in enumerate(events)
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                ),
+                default=None,
             )
-            return any(
+            # A signal that comes while a workflow task runs is written after that task.
+            return signalled is not None and any(
                 e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
                 for e in events[signalled:]
             )

@@ -323,7 +323,9 @@ def test_a_last_record_too_large_to_send_is_cut_not_lost():
         created_at="2025-01-01T00:00:00Z",
         updated_at="2025-01-01T00:00:00Z",
     )
-    step = StepRecord(step_id="0001-model_call", seq=1, type="model_call", name="m", status="x")
+    step = StepRecord(
+        step_id="0001-model_call", seq=1, type="model_call", name="m", status="running"
+    )
     batch = MirrorBatch(run=snapshot, steps=[step.model_copy(update={"output": ["z" * 9000]})])
     cut = trimmed(batch)
     assert cut.run.checkpoint["small"] == "kept" and cut.run.version == 3

@@ -58,6 +58,7 @@ ENGINE_FIELDS = [
     "subagent_depth",
     "requester",
     "tenant_policy",
+    "model_calls_rated",
 ]
 
 

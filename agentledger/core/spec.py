@@ -256,6 +256,7 @@ ENGINE_ONLY = (
     "subagent_depth",
     "requester",
     "tenant_policy",
+    "model_calls_rated",
 )
 
 
