@@ -336,10 +336,13 @@ class _Handler(BaseHTTPRequestHandler):
                 delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
                 if i > 1 and "content" in delta:
                     time.sleep(self.server.stream_pause_seconds)
+                # Timed as it is handed to the socket: a client on a busy machine may read it
+                # before this thread runs again.
+                sent = time.time()
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
                 if "content" in delta:
-                    self.server.streamed.append((time.time(), delta["content"]))
+                    self.server.streamed.append((sent, delta["content"]))
             self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -408,7 +411,7 @@ class OfflineModelServer(BackgroundHTTPServer):
 
     @property
     def streamed(self) -> list[tuple[float, str]]:
-        """(epoch seconds, text) of each streamed piece of text, once it was flushed to the
+        """(epoch seconds, text) of each streamed piece of text, as it was handed to the
         socket: the bench times a token from here to the client that shows it."""
         return self._server.streamed
 
