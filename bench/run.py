@@ -2,7 +2,7 @@
 with Temporal's plugin and on Pydantic AI's TemporalAgent), a bare agent on Temporal, bare
 activities and a PG queue.
 
-    python bench/run.py --systems ours,openai_agents,pydantic_ai,bare_agent   # issue 31
+    python bench/run.py --systems ours,openai_agents,pydantic_ai,bare_agent   # beside the peers
 
     python bench/run.py              # the full run (under ~10 minutes on 2 cores)
     python bench/run.py --quick      # a small, fast version (about 2 minutes)
@@ -43,9 +43,9 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from agentledger.core._wire import ApproveInput  # noqa: E402
+from agentledger.core.config import AgentLedgerConfig  # noqa: E402
 from agentledger.core.constants import OFFLINE_MODEL  # noqa: E402
-from agentledger.core.settings import Settings  # noqa: E402
+from agentledger.core.wire import ApproveInput  # noqa: E402
 from agentledger.dev.offline_model import OfflineModelServer  # noqa: E402
 from agentledger.dev.stack import EmbeddedStack, free_port, temporal_binary  # noqa: E402
 from agentledger.store.db import open_pool  # noqa: E402
@@ -308,7 +308,7 @@ class Bench:
         self.endpoints = await asyncio.to_thread(self.stack.start)
         self.model.start()
         # The stack is up once Temporal's frontend serves (EmbeddedStack.start_temporal).
-        self.client = await connect(Settings.load(self.worker_env()), identity="bench")
+        self.client = await connect(AgentLedgerConfig.load(self.worker_env()), identity="bench")
         self.pool = await open_pool(self.endpoints["database_url"], max_size=10)
         await pg_queue.setup(self.pool)
         return self

@@ -23,7 +23,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from agentledger import RunClient
 from agentledger.core.background_http import BackgroundHTTPServer
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests.test_cli import ROOT, cli_env
 
 START_SECONDS = 60.0
@@ -41,7 +41,7 @@ class Served:
 
 @asynccontextmanager
 async def served(
-    settings: Settings, home: Path, *args: str, env: dict[str, str] | None = None
+    settings: AgentLedgerConfig, home: Path, *args: str, env: dict[str, str] | None = None
 ) -> AsyncIterator[Served]:
     """`agentledger serve --port 0 ARGS` until the block ends; its URL from its first line."""
     command = [str(Path(sys.executable).parent / "agentledger"), "serve", "--port", "0", *args]
@@ -74,7 +74,7 @@ async def served(
                 await proc.wait()
 
 
-async def make_key(settings: Settings, tenant: str, role: str, **kwargs: object) -> str:
+async def make_key(settings: AgentLedgerConfig, tenant: str, role: str, **kwargs: object) -> str:
     """A new key, made as `agentledger keys create` makes it."""
     async with RunClient.lazy(settings.model_copy(update={"tenant": None})) as operator:
         made = await operator.keys.create(tenant, role, **kwargs)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
 from agentledger.core import webhook_signatures
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
@@ -81,7 +81,7 @@ def decision(**data: Any) -> Part:
 
 
 async def test_an_a2a_task_survives_a_killed_server_and_is_approved_by_reply(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     tenant, other = tenant_name(), tenant_name()
     runner = await make_key(settings, tenant, "runner")
@@ -209,7 +209,7 @@ def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """Before a worker or a run is involved: a viewer cannot start, a runner cannot decide,
     no key is 401, another tenant's task and an unknown agent read as missing, and a
@@ -267,7 +267,7 @@ def doc_block(name: str) -> str:
 
 
 async def test_the_protocols_page_conversation_runs_as_written(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     pool: AsyncConnectionPool,
     worker: Any,
     tmp_path: Path,

@@ -1,5 +1,5 @@
-"""Every command block of the README and docs/using.md, run as written on a stack of its own
-(issue 36): `agentledger up` in a subprocess with its own AGENTLEDGER_HOME, then each block's
+"""Every command block of the README and docs/using.md, run as written on a stack of its own:
+`agentledger up` in a subprocess with its own AGENTLEDGER_HOME, then each block's
 commands through bash, each expected to exit 0, and the runs they start to end as the page
 says. A block that cannot run here is listed below with the reason.
 

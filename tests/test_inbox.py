@@ -20,7 +20,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
@@ -42,7 +42,11 @@ HOSTILE = ' <img src=x onerror="document.title=1">'
 
 
 async def test_an_approver_edits_and_approves_in_the_inbox_from_a_phone(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     tenant = f"t{uuid.uuid4().hex[:8]}"
     runner = await make_key(settings, tenant, "runner")

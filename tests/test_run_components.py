@@ -16,17 +16,16 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from agentledger.core._state import RunInput, RunProgress
-from agentledger.core._wire import (
+from agentledger.core.results import PendingApproval
+from agentledger.core.states import RunStatus
+from agentledger.core.wire import (
     ApproveInput,
     ControlInput,
     ProposedToolCall,
     RejectInput,
     RunEvent,
 )
-from agentledger.core.results import PendingApproval
-from agentledger.core.states import RunStatus
 from agentledger.workflows.approvals import Approvals
-from agentledger.workflows.changes import Changes, for_new_run
 from agentledger.workflows.recording import Recorder, RunContext
 from agentledger.workflows.run_messages import RunControls
 from agentledger.workflows.sessions import Sessions
@@ -116,11 +115,7 @@ def test_run_controls_refuse_a_resume_of_a_run_not_paused_and_a_pause_of_an_ende
     progress = RunProgress(started_at=T0, status=RunStatus.PLANNING)
     run, _ = context(RunInput(task="t"), progress)
     forwarded: list[str] = []
-    controls = RunControls(
-        run,
-        Changes(for_new_run(run.spec).workflow_generation),
-        lambda signal, _: forwarded.append(signal),
-    )
+    controls = RunControls(run, lambda signal, _: forwarded.append(signal))
     with pytest.raises(ApplicationError, match=r"is not paused \(status planning\)"):
         controls.validate_resume(ControlInput(by="ops"))
     progress.status = RunStatus.FAILED

@@ -22,9 +22,9 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from agentledger.core._wire import TextPiece
 from agentledger.core.constants import STREAM_TOPIC_TEXT
 from agentledger.core.streamed_text import within_budget
+from agentledger.core.wire import TextPiece
 
 TEXT_BATCH = timedelta(milliseconds=250)
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
-"""The HTTP door's settings (`agentledger serve`, docs/http.md): where it listens, what it
-admits, and whose tokens it accepts. Read at the edge from `AGENTLEDGER_HTTP_*` and
-`AGENTLEDGER_OIDC_*` variables, as `Settings` reads its own (agentledger/core/settings.py, which
-knows these names, so they are not warned about); `serve`'s flags override them."""
+"""The HTTP server's group of `AgentLedgerConfig` (its `http` field; `agentledger serve`,
+docs/http.md): where it listens, what it admits, and whose tokens it accepts. Read with the
+rest of the config from `AGENTLEDGER_HTTP_*` and `AGENTLEDGER_OIDC_*` variables
+(agentledger/core/config.py); `serve`'s flags override them."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class HttpSettings(ReadSettings):
 
     @classmethod
     def read(cls, environ: Mapping[str, str]) -> HttpSettings:
-        """The door's variables of `environ`; one that does not parse is a SetupError."""
+        """The HTTP server's variables of `environ`; one that does not parse is a SetupError."""
         named: dict[str, Any] = {k: v for k, v in environ.items() if v and k in HTTP_NAMES}
         try:
             return cls(**named)

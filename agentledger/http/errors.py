@@ -20,7 +20,7 @@ from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Re
 
 log = logging.getLogger(__name__)
 
-# First match wins: ServiceUnreachable is both Unreachable and InvalidInput.
+# First match wins (an error is one of these alone; the order is the most telling first).
 STATUSES: tuple[tuple[type[AgentLedgerError], int], ...] = (
     (Unreachable, 503),
     (NotFound, 404),

@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from agentledger.core import approval_signatures, bounds
-    from agentledger.core._wire import ApproveInput, RejectInput
     from agentledger.core.argument_schema import argument_problems, unknown_fields
     from agentledger.core.events import EventType
     from agentledger.core.keys import action_hash
@@ -37,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentledger.core.spec import Budget, JsonDict
     from agentledger.core.states import RunStatus, StepStatus, is_terminal
+    from agentledger.core.wire import ApproveInput, RejectInput
     from agentledger.workflows import policies
 
 
