@@ -31,6 +31,7 @@ from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalT
 from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
 from agentledger.core.http_settings import HttpSettings
+from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
     BacklogListing,
@@ -41,10 +42,13 @@ from agentledger.core.listings import (
     NewApiKey,
     RunRow,
     TenantRow,
+    TenantShown,
 )
+from agentledger.core.policy_rules import ApprovalRule, TenantPolicy
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
 from agentledger.core.results import (
     ApprovalRecord,
+    ApprovalVote,
     CheckOutcome,
     ChildApproval,
     ControlResult,
@@ -104,6 +108,8 @@ __all__ = [
     "ApiKeyRow",
     "ApprovalPolicy",
     "ApprovalRecord",
+    "ApprovalRule",
+    "ApprovalVote",
     "ApproverKey",
     "BacklogControlResult",
     "BacklogListing",
@@ -132,6 +138,7 @@ __all__ = [
     "FailurePolicy",
     "ForkOrigin",
     "HttpSettings",
+    "Identity",
     "InboxItem",
     "JsonDict",
     "JudgeSpec",
@@ -178,7 +185,9 @@ __all__ = [
     "SubagentLimits",
     "TaskItem",
     "TenantLimits",
+    "TenantPolicy",
     "TenantRow",
+    "TenantShown",
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",

@@ -21,16 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import agentledger.demo  # noqa: E402
 from agentledger.activities.model import SUMMARY_PROMPT  # noqa: E402
+from agentledger.activities.model_rates import RATED_TENANTS_SECONDS  # noqa: E402
 from agentledger.client import approver_keys  # noqa: E402
 from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
-from agentledger.core.results import ForkOrigin  # noqa: E402
+from agentledger.core.identity import Identity  # noqa: E402
+from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
@@ -47,10 +50,10 @@ TASK = "Look up our refund policy and notify ana@example.com about it."
 Scenario = Callable[[Client, str], Awaitable[None]]
 
 
-async def wait_pending(client: Client, run_id: str) -> None:
+async def wait_pending(client: Client, run_id: str) -> PendingApproval:
     for _ in range(300):
-        if (await ops.status(client, run_id)).pending_approval:
-            return
+        if pending := (await ops.status(client, run_id)).pending_approval:
+            return pending
         await asyncio.sleep(0.1)
     raise RuntimeError(f"{run_id} never reached its approval gate")
 
@@ -58,6 +61,24 @@ async def wait_pending(client: Client, run_id: str) -> None:
 async def approved_with_edit(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.approve(client, run_id, by="li", role="approver", edit={"body": "Edited."})
+
+
+async def two_people_approve(client: Client, run_id: str) -> None:
+    """A call that needs two approvers: li's approval edits it (a merge patch), and is
+    counted; mo's, the second, runs it."""
+    await wait_pending(client, run_id)
+    li, mo = Identity.of_key("history-li", "li"), Identity.of_key("history-mo", "mo")
+    counted = await ops.approve(
+        client, run_id, by="li", role="approver", edit={"body": "By li."}, decider=li
+    )
+    assert counted.decision == "counted", counted
+    await ops.approve(client, run_id, by="mo", role="approver", decider=mo)
+
+
+async def approved_with_replacement(client: Client, run_id: str) -> None:
+    pending = await wait_pending(client, run_id)
+    arguments = {**pending.arguments, "body": "Replaced whole."}
+    await ops.approve(client, run_id, by="li", role="approver", replace=arguments)
 
 
 async def rejected(client: Client, run_id: str) -> None:
@@ -122,7 +143,8 @@ async def terminated_holding_slot(client: Client, run_id: str) -> None:
 
 
 async def watched(client: Client, run_id: str) -> None:
-    """Approved while a watcher follows it: stream signals and poll updates in history."""
+    """Approved while a watcher follows it: its polls are queries (nothing in history), and
+    since generation 6 the model's text goes over Postgres (no stream signal either)."""
 
     async def follow() -> None:
         async for _ in watch.watch(client, run_id):
@@ -131,6 +153,17 @@ async def watched(client: Client, run_id: str) -> None:
     watcher = asyncio.create_task(follow())
     await approved_with_edit(client, run_id)
     await watcher
+
+
+async def rated_midway(client: Client, run_id: str) -> None:
+    """The tenant gets a model-call rate while the run waits for its approval: the next
+    model call, on the run's own queue, is refused for it and made on the model queue."""
+    await wait_pending(client, run_id)
+    await ops.set_tenant(
+        client, POOLS[0], RATED_TENANT, {"model_calls_per_second": 100.0}, task_queue=QUEUE
+    )
+    await asyncio.sleep(RATED_TENANTS_SECONDS * 2)  # the worker reads the rates this often
+    await ops.approve(client, run_id, by="li", role="approver")
 
 
 async def cancelled(client: Client, run_id: str) -> None:
@@ -281,11 +314,14 @@ REGISTRY = ToolRegistry(
 FORUM_TASK = "Read the forum post and summarize it."
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
-# One scenario for every path a run takes, recorded from the current code (generation 5):
+# One scenario for every path a run takes, recorded from the current code (generation 6):
 # tests/test_replay.py replays each, so a change that breaks any shape of open run fails CI.
-# Histories of runs of older code stay as they were recorded (the admission queues before and
-# after the sweep); those that need a retired version branch are in tests/histories/archive/
-# (docs/versioning.md).
+# Histories of runs of older code stay as they were recorded (generation_5_*.json; the
+# admission queues before and after the sweep); those that need a retired version branch are
+# in tests/histories/archive/ (docs/versioning.md).
+QUEUE = "record-histories"
+POOLS: list[AsyncConnectionPool] = []  # the recording stack's Postgres, once it is up
+RATED_TENANT = "rated"
 STEER_TASK = "Summarize the refund policy (steered)."
 SAID = "Only look at the 2025 policy."
 SESSION_TASK = "Tell me about refunds (a session)."
@@ -309,6 +345,21 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # A model call, tool calls, an approval with an edit.
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
     "rejected": (RunSpec(task=TASK), rejected),
+    # Recorded at generation 6 (an edit is a merge patch or a replacement): the two-person
+    # rule (one approval counted, then the second), a replacement, a call a rule denies.
+    "two_people_approved": (
+        RunInput(
+            task=TASK,
+            approval={"approvals_needed": 2, "requester_may_approve": False},
+            requester=Identity.of_key("history-requester", "requester"),
+        ),
+        two_people_approve,
+    ),
+    "approved_with_replacement": (RunSpec(task=TASK), approved_with_replacement),
+    "denied_by_rule": (
+        RunSpec(task=TASK, approval={"rules": [{"tool": "send_message", "deny": True}]}),
+        finishes_alone,
+    ),
     "paused_and_resumed": (RunSpec(task=TASK), paused_and_resumed),
     "cancelled": (RunSpec(task=TASK), cancelled),
     "quarantine_released": (
@@ -331,9 +382,13 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),
         signed_after_a_refusal,
     ),
-    # A watched run: the model's text streamed from the activity, a watcher's polls; then a
-    # fork of that run at its send (step 5), edited.
+    # A watched run: the model's text streamed from the activity (over Postgres since
+    # generation 6: no signal), a watcher's polls; then a fork of that run at its send
+    # (step 5), edited.
     "watched_and_streamed": (RunSpec(task=TASK), watched),
+    # Generation 6: model calls on the run's own queue until the tenant gets a rate; then
+    # one refused there (`ModelCallsRated`) and the rest on the rate-limited queue.
+    "model_calls_rated_midway": (RunSpec(task=TASK, tenant=RATED_TENANT), rated_midway),
     "forked_with_edit": (
         RunInput(
             task=TASK,
@@ -455,8 +510,8 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
 
 
 async def main(force: bool) -> None:
-    task_queue = "record-histories"
-    async with recording_worker(model_for_scenarios, task_queue, REGISTRY) as client:
+    task_queue = QUEUE
+    async with recording_worker(model_for_scenarios, task_queue, REGISTRY, POOLS) as client:
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
             path = OUT / f"{name}.json"

@@ -56,6 +56,7 @@ from agentledger.core.backlog_models import (
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS, TASK_QUEUE
 from agentledger.core.errors import OperationError
+from agentledger.core.identity import Identity
 from agentledger.core.results import (
     ControlResult,
     DecisionResult,
@@ -148,14 +149,23 @@ async def approve(
     by: str,
     role: str,
     edit: JsonDict | None = None,
+    replace: JsonDict | None = None,
     tenant: str | None = None,
     action_hash: str | None = None,
     wait: float = DEFAULT_WAIT_SECONDS,
     mirror: AsyncConnectionPool | None = None,
     signer: ApproverKey | None = None,
+    decider: Identity | None = None,
 ) -> DecisionResult:
     return await Approvals(scope(client, mirror, tenant=tenant, wait=wait)).approve(
-        run_id, by=by, role=role, edit=edit, action_hash=action_hash, signer=signer
+        run_id,
+        by=by,
+        role=role,
+        edit=edit,
+        replace=replace,
+        action_hash=action_hash,
+        signer=signer,
+        decider=decider,
     )
 
 

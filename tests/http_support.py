@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import signal
 import sys
 import time
@@ -27,33 +28,67 @@ from agentledger.core.config import AgentLedgerConfig
 from tests.test_cli import ROOT, cli_env
 
 START_SECONDS = 60.0
+# An agent whose runs are sessions (AGENTLEDGER_AGENTS=a file of this): each message a turn.
+SESSION_PROFILE = """
+concierge:
+  instructions: You answer our customers' questions, turn by turn.
+  tools: []
+  session:
+    idle_timeout: 600
+"""
 
 
 @dataclass
 class Served:
     url: str
     process: asyncio.subprocess.Process
+    stderr: bytearray
 
     def kill(self) -> None:
         """SIGKILL: the server gets no chance to close anything."""
         self.process.send_signal(signal.SIGKILL)
 
+    def log(self) -> str:
+        """What the server wrote to stderr so far (its log)."""
+        return self.stderr.decode(errors="replace")
+
+
+async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+    """Keep reading the server's log, so a full pipe never stops it."""
+    while chunk := await stream.read(65536):
+        into += chunk
+
 
 @asynccontextmanager
 async def served(
-    settings: AgentLedgerConfig, home: Path, *args: str, env: dict[str, str] | None = None
+    settings: AgentLedgerConfig,
+    home: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    open_files: int | None = None,
 ) -> AsyncIterator[Served]:
-    """`agentledger serve --port 0 ARGS` until the block ends; its URL from its first line."""
+    """`agentledger serve --port 0 ARGS` until the block ends; its URL from its first line.
+    With `open_files`, the server may open no more files than that (soft and hard limit,
+    as `ulimit -n` sets on many machines)."""
     command = [str(Path(sys.executable).parent / "agentledger"), "serve", "--port", "0", *args]
+
+    def limited() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     proc = await asyncio.create_subprocess_exec(
         *command,
         cwd=ROOT,
         env={**cli_env(settings, home), **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=limited,
     )
+    log = bytearray()
+    assert proc.stderr is not None
+    draining = asyncio.create_task(_drain(proc.stderr, log))
     try:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
         try:
             first = await asyncio.wait_for(proc.stdout.readline(), START_SECONDS)
         except TimeoutError:
@@ -61,9 +96,10 @@ async def served(
         line = first.decode()
         if not line.startswith("serving on "):
             proc.kill()
-            err = await proc.stderr.read()
-            raise AssertionError(f"`agentledger serve` did not start: {line!r} {err.decode()}")
-        yield Served(line.split()[2], proc)
+            await proc.wait()
+            await draining
+            raise AssertionError(f"`agentledger serve` did not start: {line!r} {log.decode()}")
+        yield Served(line.split()[2], proc, log)
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -72,6 +108,10 @@ async def served(
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+        try:
+            await asyncio.wait_for(draining, 5)  # the log's end, once the server has exited
+        except TimeoutError:
+            pass
 
 
 async def make_key(settings: AgentLedgerConfig, tenant: str, role: str, **kwargs: object) -> str:
@@ -79,6 +119,24 @@ async def make_key(settings: AgentLedgerConfig, tenant: str, role: str, **kwargs
     async with RunClient.lazy(settings.model_copy(update={"tenant": None})) as operator:
         made = await operator.keys.create(tenant, role, **kwargs)  # type: ignore[arg-type]
     return made.key
+
+
+def doc_block(language: str, holding: str) -> str:
+    """The block of `language` in docs/protocols.md that holds `holding`, as written."""
+    page = (ROOT / "docs" / "protocols.md").read_text()
+    blocks = page.split(f"```{language}\n")[1:]
+    [block] = [b.split("```")[0] for b in blocks if holding in b]
+    return block
+
+
+def tenant_name() -> str:
+    """A fresh tenant, so a test's runs and keys meet no other test's."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+def identity(key: str) -> str:
+    """Who a key's decisions are recorded as: `key:<its id>` (`ark_<id>_<secret>`)."""
+    return "key:" + key.split("_")[1]
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ second time (a second import of a native extension aborts the whole process).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 # runs "history-<scenario>").
 RECORDED_IDS = {
     "signed_approval": run_id_for("history-signed_approval"),
+    # Kept from generation 5 (before an edit was a merge patch): recorded under the same ids.
+    "generation_5_signed_approval": run_id_for("history-signed_approval"),
+    "generation_5_subagents": run_id_for("history-subagents"),
     # A sub-agent's child run id derives from its parent's.
     "subagents": run_id_for("history-subagents"),
     "subagent_paused_and_approved": run_id_for("history-subagent_paused_and_approved"),
@@ -40,8 +44,12 @@ RECORDED_IDS = {
 
 
 def recorded_history(path: Path) -> WorkflowHistory:
-    """The history in `path`, under its recorded workflow id (or `replay-<name>`)."""
-    workflow_id = RECORDED_IDS.get(path.stem, f"replay-{path.stem}")
+    """The history in `path`, under its recorded workflow id (or `replay-<name>`).
+
+    A history kept from an older generation (`generation_5_subagents`) was recorded under its
+    scenario's name, so it replays under that scenario's id."""
+    scenario = re.sub(r"^generation_\d+_", "", path.stem)
+    workflow_id = RECORDED_IDS.get(scenario, f"replay-{path.stem}")
     return WorkflowHistory.from_json(workflow_id, path.read_text())
 
 

@@ -21,11 +21,20 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
+from agentledger import RunClient
+from agentledger.client.receipts import receipt_of
 from agentledger.core import webhook_signatures
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
-from tests import client_ops as ops
-from tests.http_support import bearer, make_key, served
+from tests.http_support import (
+    SESSION_PROFILE,
+    bearer,
+    doc_block,
+    identity,
+    make_key,
+    served,
+    tenant_name,
+)
 from tests.support import NOTIFY_TASK, rows
 from tests.webhook_support import Receiver
 
@@ -48,10 +57,6 @@ from google.protobuf import json_format, struct_pb2
 
 AGENT = "support-desk"
 SECRET = "push-secret-" + "s" * 20
-
-
-def tenant_name() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
 
 
 async def a2a_client(url: str, key: str, *, streaming: bool = True) -> Any:
@@ -191,9 +196,9 @@ async def test_an_a2a_task_survives_a_killed_server_and_is_approved_by_reply(
             webhook_signatures.verify("another-secret-0000", each.body, header, now=time.time())
 
     await tool_sets.leave(pool, settings.task_queue, "w")
-    receipt = await ops.receipt(pool, task_id)
+    receipt = await receipt_of(pool, task_id)
     [approval] = receipt["approvals"]
-    assert approval["by"] == "key:" + approver.split("_")[1]
+    assert approval["by"] == identity(approver)
     recorded = await rows(
         pool,
         "SELECT status, attempts FROM webhook_deliveries WHERE run_id = %s ORDER BY created_at",
@@ -258,14 +263,6 @@ async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
         assert "credential" in smuggled.json()["error"]["message"]
 
 
-def doc_block(name: str) -> str:
-    """The Python block of docs/protocols.md that defines `name`, as written."""
-    page = (Path(__file__).parent.parent / "docs" / "protocols.md").read_text()
-    blocks = page.split("```python\n")[1:]
-    [block] = [b.split("```")[0] for b in blocks if f"def {name}(" in b]
-    return block
-
-
 async def test_the_protocols_page_conversation_runs_as_written(
     settings: AgentLedgerConfig,
     pool: AsyncConnectionPool,
@@ -277,7 +274,7 @@ async def test_the_protocols_page_conversation_runs_as_written(
     runner = await make_key(settings, tenant, "runner")
     approver = await make_key(settings, tenant, "approver")
     namespace: dict[str, Any] = {}
-    exec(compile(doc_block("refund"), "docs/protocols.md", "exec"), namespace)
+    exec(compile(doc_block("python", "def refund("), "docs/protocols.md", "exec"), namespace)
     await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
     async with worker(), served(settings, tmp_path) as door:
         answer = await namespace["refund"](door.url, runner, approver)
@@ -288,3 +285,60 @@ async def test_the_protocols_page_conversation_runs_as_written(
     assert printed[-1].startswith("TASK_STATE_COMPLETED - completed in ")
     assert "send_message approved by key:" in printed[-1]
     assert "## Summary" in answer
+
+
+async def test_an_a2a_context_is_a_session_whose_messages_are_its_turns(
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+) -> None:
+    """For an agent whose profile makes sessions, the first message of a context starts the
+    session run; the next messages of the context, with the task's id or without, are its
+    turns (the same task, `input-required` with each answer); another context is another
+    session."""
+    tenant = tenant_name()
+    runner = await make_key(settings, tenant, "runner")
+    profiles = tmp_path / "agents.yaml"
+    profiles.write_text(SESSION_PROFILE)
+    await tool_sets.join(pool, settings.task_queue, "w", agentledger.demo.registry.names())
+
+    async def say(agent: Any, text: str, context: str, task_id: str = "") -> list[StreamResponse]:
+        message = Message(
+            message_id=f"m-{uuid.uuid4().hex[:8]}",
+            context_id=context,
+            task_id=task_id,
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+        )
+        return [event async for event in agent.send_message(SendMessageRequest(message=message))]
+
+    env = {"AGENTLEDGER_AGENTS": str(profiles)}
+    async with worker(), served(settings, tmp_path, env=env) as door:
+        http = httpx.AsyncClient(headers=bearer(runner), timeout=90)
+        agent = await create_client(
+            f"{door.url}/a2a/concierge", client_config=ClientConfig(httpx_client=http)
+        )
+        first = await say(agent, "Tell me about refunds.", "chat-1")
+        task_id = first[0].task.id
+        second = await say(agent, "And exchanges?", "chat-1")
+        third = await say(agent, "And gift cards?", "chat-1", task_id=task_id)
+        other = await say(agent, "Tell me about refunds.", "chat-2")
+        got = await agent.get_task(GetTaskRequest(id=task_id))
+        await http.aclose()
+        async with RunClient.lazy(settings) as operator:
+            state = await operator.runs.status(task_id)
+    await tool_sets.leave(pool, settings.task_queue, "w")
+
+    assert second[0].task.id == third[0].task.id == task_id, "one context, one session"
+    assert other[0].task.id != task_id, "another context, another session"
+    for turn in (first, second, third):
+        last = turn[-1].status_update
+        assert TaskState.Name(last.status.state) == "TASK_STATE_INPUT_REQUIRED"
+        assert json_format.MessageToDict(last.metadata)["agentledger"]["event"] == (
+            "session.turn_answered"
+        )
+        assert last.status.message.parts[0].text, "the turn's answer"
+    # Each turn's stream tells that turn alone: it starts after its own message.
+    told = [json_format.MessageToDict(e.status_update.metadata) for e in second[1:]]
+    assert [t["agentledger"]["event"] for t in told].count("session.turn_answered") == 1
+    assert TaskState.Name(got.status.state) == "TASK_STATE_INPUT_REQUIRED"
+    assert got.status.message.parts[0].text == third[-1].status_update.status.message.parts[0].text
+    assert [turn.turn for turn in state.turns] == [1, 2, 3]

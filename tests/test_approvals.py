@@ -51,8 +51,9 @@ async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
         for edit, says in (
             ({"body": ""}, "body: '' should be non-empty"),
             ({"to": 5}, "to: 5 is not of type 'string'"),
-            # JSON has no infinity: 1e400 reaches the run as null, which no string field takes.
-            ({"subject": float("inf")}, "subject: None is not of type 'string'"),
+            # JSON has no infinity: 1e400 reaches the run as null, which removes the field (a
+            # merge patch), and the tool requires it.
+            ({"subject": float("inf")}, "'subject' is a required property"),
             # A field the tool does not have: the tool would ignore it.
             ({"nosuch": "x"}, "nosuch: the tool has no such field"),
             ({"body": "ok", "Body": "x"}, "Body: the tool has no such field"),

@@ -1,7 +1,7 @@
 """Exit codes that mean something, through the real `agentledger` console script.
 
 0 done, 1 a runtime failure, 2 usage or invalid input, 3 not found (another tenant's run
-included), 4 a service unreachable, 5 refused by policy or by the run (README "Exit
+included), 4 a service unreachable, 5 refused by policy or by the run (docs/using.md "Exit
 codes"). Under `--json` an error is one JSON object on stderr; a closed pipe ends quietly;
 `--help` builds its parser without the heavy libraries; completion scripts work in bash.
 """
@@ -278,6 +278,23 @@ def leaves(p: argparse.ArgumentParser, path: str = "") -> dict[str, argparse.Arg
                     f"{path} {name}".strip(): child
                 }
     return found
+
+
+def test_every_command_and_group_says_what_it_does_and_each_option_has_help():
+    """`--help` of every command, groups included (`keys`, `eval`, `serve`, ...), opens with a
+    description; `keys create --role` says what each role may do."""
+    commands = leaves(parser())
+    top = parser()
+    groups = {
+        name: p
+        for a in top._actions
+        if isinstance(a, argparse._SubParsersAction)
+        for name, p in a.choices.items()
+    }
+    bare = [name for name, p in {**groups, **commands}.items() if not p.description]
+    assert not bare, f"commands whose --help has no description: {bare}"
+    [role] = [a for a in commands["keys create"]._actions if "--role" in a.option_strings]
+    assert role.help and "approver" in role.help, role.help
 
 
 def test_every_command_takes_json():

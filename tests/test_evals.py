@@ -18,6 +18,7 @@ import yaml
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from agentledger.core._state import RunInput
 from agentledger.core.eval_cases import (
     EvalCaseTask,
     EvalWorkflowInput,
@@ -164,6 +165,9 @@ async def test_eval_finds_exactly_the_changed_cases_and_makes_no_side_effect(
         assert (cand["answer"], cand["tokens"]) == (base["answer"], base["tokens"])
     page = (tmp_path / "same.html").read_text()
     assert "<svg" in page and "gate passed" in page
+    # The chart says what it shows: its axes and a legend of its colours.
+    assert ">tokens</text>" in page and "cases (dot: passed or failed)" in page, page
+    assert all(f">{name}</text>" in page for name in ("baseline", "candidate", "passed", "failed"))
 
 
 async def test_the_gate_exit_code_follows_the_thresholds(client, settings, pool, worker, tmp_path):
@@ -519,3 +523,47 @@ def test_the_gate_names_each_threshold_missed():
         "token ratio 1.50 > 1.20",
         "1 case(s) diverged > 0",
     ]
+
+
+async def test_an_eval_runs_the_candidate_with_its_sub_agents(
+    client, settings, pool, worker, tmp_path
+):
+    """`eval run --candidate lead` runs lead as a run of it would be: with its sub-agents
+    (the profiles it was loaded with), offered as its tools `agent__NAME`."""
+    agents_file = tmp_path / "agents.yaml"
+    agents_file.write_text(
+        yaml.safe_dump(
+            {
+                "lead": {"instructions": BASELINE, "tools": TOOLS, "subagents": ["helper"]},
+                "helper": {"instructions": "You help.", "tools": ["search_notes"]},
+            }
+        )
+    )
+    lead = load_agents(str(agents_file))["lead"]
+    async with worker():
+        started = await ops.start_run(
+            client,
+            lead.spec(task(0), idempotency_key=f"lead-{uuid.uuid4().hex[:8]}"),
+            task_queue=settings.task_queue,
+        )
+        assert (await run_result(client, started.run_id)).status.value == "completed"
+        (tmp_path / "runs.txt").write_text(started.run_id + "\n")
+        dataset = tmp_path / "cases.yaml"
+        made = await run_cli(
+            settings, tmp_path, "eval", "dataset", "--runs", str(tmp_path / "runs.txt"),
+            "-o", str(dataset),
+        )  # fmt: skip
+        assert made.code == 0, made.err
+        ran = await eval_run(
+            settings, tmp_path, str(dataset), "--agents", str(agents_file),
+            "--candidate", "lead", "--json",
+        )  # fmt: skip
+    assert ran.code == 0, ran.err
+    eval_id = ran.json()["eval_id"]
+    case = child_run_id(eval_workflow_id("default", eval_id), case_key(eval_id, started.run_id))
+    history = await client.get_workflow_handle(case).fetch_history()
+    [spec] = await client.data_converter.decode(
+        history.events[0].workflow_execution_started_event_attributes.input.payloads,
+        [RunInput],
+    )
+    assert set(spec.subagents) == {"helper"}, spec.subagents

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The page that lists the names, and the history of the project, which says what it was called.
-WHERE_THE_NAME_IS_HISTORY = {"docs/versioning.md", "CHANGELOG.md"}
+# The page that lists the names, the history of the project, which says what it was called, and
+# this check, which spells the name it looks for.
+WHERE_THE_NAME_IS_HISTORY = {"docs/versioning.md", "CHANGELOG.md", "tests/test_former_name.py"}
 # The old name as it was written: `agentrun`, `Agentrun...`, `AGENTRUN_` (`AgentRun` is the
 # workflow's name, "an agent's run", not the project's).
 FORMER = re.compile(r"[\w.~/-]*(?:agentrun|Agentrun|AGENTRUN)[\w-]*(?: vault)?")

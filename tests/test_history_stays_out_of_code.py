@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # The package, and a deployment's own code beside it.
 SOURCES = ["agentledger", "workflows", "activities", "worker.py", "starter.py"]
-ISSUE_NUMBER = re.compile(r"\bissues? \d+|(?<![\w/.-])#\d{2,}\b", re.IGNORECASE)
+# `#41` in prose; not a colour such as `#999;` or `stroke="#333"`.
+ISSUE_NUMBER = re.compile(r"\bissues? \d+|(?<![\w/.-])#\d{2,}(?![\w;\"'])", re.IGNORECASE)
 
 
 def source_files() -> list[Path]:
@@ -41,3 +42,5 @@ def test_the_check_sees_an_issue_number_and_passes_another_projects_bug():
     assert ISSUE_NUMBER.search("# see #41")
     assert not ISSUE_NUMBER.search("# teardown (SIGABRT, temporalio/sdk-python#300)")
     assert not ISSUE_NUMBER.search('color = "#36c"')
+    assert not ISSUE_NUMBER.search("td{border:1px solid #999;padding:4px}")
+    assert not ISSUE_NUMBER.search('<line stroke="#333"/>')

@@ -198,11 +198,18 @@ async def test_each_tenant_reaches_only_its_own_runs_by_key_or_token(
                     "/v1/runs", json={"task": "x", "tenant": ours}, headers=bearer(token)
                 )
                 assert posed.status_code == 400 and "credential" in posed.text
-                # The token's subject decides, and is recorded as who decided.
+                # The token's subject decides, and is recorded as who decided; whoever asked
+                # for the run may not approve it (the tenant's policy, by default).
+                own_approval = await http.post(
+                    f"/v1/runs/{their_run}/approve", json={}, headers=bearer(token)
+                )
+                assert own_approval.status_code == 409, own_approval.text
+                assert "asked for this run" in own_approval.json()["error"]["message"]
+                colleague = issuer.token("cy@example.com", theirs, ["approver"])
                 decided = await http.post(
                     f"/v1/runs/{their_run}/approve",
                     json={"edit": {"subject": "Edited over HTTP"}},
-                    headers=bearer(token),
+                    headers=bearer(colleague),
                 )
                 assert decided.status_code == 200, decided.text
                 settings_page = await http.get("/v1/tenant", headers=bearer(token))
@@ -228,7 +235,9 @@ async def test_each_tenant_reaches_only_its_own_runs_by_key_or_token(
                 unreachable = await http.get("/v1/runs", headers=bearer(token))
                 assert unreachable.status_code == 503, unreachable.text
                 assert "AGENTLEDGER_OIDC_JWKS_URL" in unreachable.json()["error"]["message"]
-    assert receipt["approvals"][0]["by"] == "bo@example.com"
+    assert receipt["approvals"][0]["by"] == "cy@example.com"
+    assert receipt["approvals"][0]["decider"]["id"] == "https://id.example#cy@example.com"
+    assert receipt["requester"]["id"] == "https://id.example#bo@example.com"
     assert receipt["approvals"][0]["edit"] == {"subject": "Edited over HTTP"}
 
 

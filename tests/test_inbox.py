@@ -18,12 +18,16 @@ from typing import Any
 import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel
 from temporalio.client import Client
 
+import agentledger.demo
+from agentledger import RunClient, ToolContext, ToolRegistry, tool
 from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
+from tests.test_http import eventually_receipt
 
 CHROMIUM = os.environ.get("AGENTLEDGER_CHROMIUM", "/usr/bin/chromium")
 playwright = pytest.importorskip(
@@ -112,7 +116,87 @@ async def test_an_approver_edits_and_approves_in_the_inbox_from_a_phone(
 
     receipt = await ops.receipt(pool, run_id)  # the page showed it: it is written
     [approval] = receipt["approvals"]
-    assert (approval["by"], approval["edit"]) == (by, edit)
+    # The box's arguments replaced the proposed ones; the receipt keeps them and the change.
+    assert (approval["by"], approval["edit_kind"]) == (by, "replace")
+    assert approval["edit"] == edited and approval["diff"] == edit
     assert approval["final_arguments"]["body"] == edit["body"]
     sent = await rows(pool, "SELECT body FROM outbox WHERE run_id = %s", run_id)
     assert sent == [{"body": edit["body"]}]
+
+
+class MailArgs(BaseModel):
+    to: str
+    subject: str
+    body: str
+    bcc: str | None = None
+
+
+@tool(risk="high", description="Send an email; a copy goes to `bcc` if given.")
+async def send_mail(args: MailArgs, ctx: ToolContext) -> dict[str, object]:
+    return {"sent_to": args.to, "bcc": args.bcc}
+
+
+async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
+) -> None:
+    """The approver takes `bcc` out of the box: the page sends exactly what is left, says
+    "Approved" only once the run applied it, the tool runs without `bcc`, and the receipt
+    keeps the arguments before and after and the difference."""
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    runner = await make_key(settings, tenant, "runner")
+    approver = await make_key(settings, tenant, "approver", name="maria (refunds)")
+    proposed = {
+        "to": "ana@example.com",
+        "subject": "Your refund",
+        "body": "It is approved.",
+        "bcc": "mallory@evil.example",
+    }
+    async with RunClient.lazy(settings) as operator:
+        await operator.tenants.set_policy(tenant, {"free_form": "runner"})
+    registry = ToolRegistry([*agentledger.demo.registry.tools(), send_mail])
+    async with worker(registry=registry), served(settings, tmp_path) as door:
+        async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+            started = await http.post(
+                "/v1/runs",
+                json={"task": f"call send_mail {json.dumps(proposed)}"},
+                headers=bearer(runner),
+            )
+            assert started.status_code == 201, started.text
+            run_id = started.json()["run_id"]
+            pending = await wait_pending(client, run_id, seconds=60)
+            assert pending.arguments == proposed
+        kept = {k: v for k, v in proposed.items() if k != "bcc"}
+        async with playwright.async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport=PHONE)
+                await page.goto(f"{door.url}/inbox")
+                await page.fill("#key", approver)
+                await page.click("button[type=submit]")
+                card = page.locator(f"article.card[data-run='{run_id}']")
+                await card.wait_for(timeout=30_000)
+                await card.locator(".toggle-edit").click()
+                await card.locator("textarea.edit").fill(json.dumps(kept, indent=2))
+                await card.locator("button.approve").click()
+                status = page.locator("#status", has_text="send_mail")
+                await status.wait_for(timeout=60_000)
+                assert (await status.inner_text()).startswith("Approved send_mail")
+                assert await card.locator("h2").inner_text() == "Run send_mail · approved"
+            finally:
+                await browser.close()
+    receipt = await eventually_receipt(pool, run_id)
+    [approval] = receipt["approvals"]
+    assert approval["proposed_arguments"] == proposed
+    assert approval["final_arguments"] == approval["edit"] == kept
+    assert approval["diff"] == {"bcc": None}
+    assert approval["by"] == "maria (refunds)"
+    ran = await rows(
+        pool,
+        "SELECT input FROM steps WHERE run_id = %s AND type = 'tool_call' AND name = 'send_mail'",
+        run_id,
+    )
+    assert ran == [{"input": kept}], "the tool ran with what the approver left"

@@ -207,6 +207,7 @@ async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServ
     from temporalio.exceptions import ApplicationError
 
     from agentledger.core.results import PendingApproval
+    from agentledger.core.wire import ApproveInput
     from agentledger.workflows.approvals import check_edit
 
     connection = McpConnection(desk)
@@ -230,6 +231,10 @@ async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServ
         expires_at=now,
         parameters=ticket.parameters,
     )
+
+    def edit(fields: dict[str, object]) -> ApproveInput:
+        return ApproveInput(action_hash="h", by="li", role="approver", edit=fields)
+
     with pytest.raises(ApplicationError, match="nosuch: the tool has no such field"):
-        check_edit(pending, {"nosuch": "x"})
-    check_edit(pending, {"title": "scanner"})  # a field it has is fine
+        check_edit(pending, edit({"nosuch": "x"}), merge_patches=True)
+    check_edit(pending, edit({"title": "scanner"}), merge_patches=True)  # a field it has

@@ -8,6 +8,7 @@ sealed by the project's codec."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import difflib
 import importlib
@@ -33,6 +34,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agentledger import AgentLedgerPlugin, RunClient
+from agentledger.temporal.codec_server import CodecServer
+from agentledger.temporal.user_codec import load_codec
 from agentledger.workflows.child_runs import child_run_id
 from tests.support import eventually, rows, wait_pending
 from tests.test_own_workflow import started
@@ -174,3 +177,135 @@ async def test_the_shops_workflow_runs_an_approved_agent(
 
 async def _has(spans: InMemorySpanExporter, name: str) -> bool:
     return any(span.name == name for span in spans.get_finished_spans())
+
+
+async def test_the_plugin_keeps_the_projects_failure_converter():
+    """A project with a codec of its own and the SDK's default failure converter keeps it:
+    its workflows' failures reach the server with their messages, as the project chose (the
+    docs say the plugin keeps it), not as "Encoded failure"."""
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.converter import DefaultFailureConverter, PayloadCodec
+    from temporalio.exceptions import ApplicationError
+
+    from agentledger import AgentLedgerConfig
+    from agentledger.worker.plugin import agentledger_converter
+
+    class ProjectCodec(PayloadCodec):
+        async def encode(self, payloads: Any) -> list[Payload]:
+            return [
+                Payload(metadata={"encoding": b"binary/project"}, data=p.SerializeToString())
+                for p in payloads
+            ]
+
+        async def decode(self, payloads: Any) -> list[Payload]:
+            return [Payload.FromString(p.data) for p in payloads]
+
+    codec = ProjectCodec()
+    converted = agentledger_converter(
+        DataConverter(payload_codec=codec), AgentLedgerConfig("postgresql://unused")
+    )
+    assert converted.failure_converter_class is DefaultFailureConverter
+    assert converted.payload_codec is codec
+    sent = Failure()
+    await converted.encode_failure(ApplicationError("order 7 is not refundable"), sent)
+    assert sent.message == "order 7 is not refundable"
+    # Without a codec of the project's, agentledger's own seals failures' messages too.
+    keyed = AgentLedgerConfig("postgresql://unused", encryption_keys={"k": b"\x01" * 32})
+    sealed = agentledger_converter(None, keyed)
+    sent = Failure()
+    await sealed.encode_failure(ApplicationError("order 7 is not refundable"), sent)
+    assert sent.message == "Encoded failure"
+
+
+# The commands that read a run's payloads, as a person at the shop runs them on its agent's run
+# (`receipt` reads the mirror alone, but belongs to reading a run that ended).
+READS = [["status"], ["watch", "--wait", "20"], ["mirror", "check"], ["receipt"]]
+CODEC_FIX = "set AGENTLEDGER_CODEC=PKG.MODULE:ATTR"
+
+
+async def shop_command(env_vars: dict[str, str], *args: str, cwd: Path) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "agentledger"),
+        *args,
+        cwd=cwd,
+        env=env_vars,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 90)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.timeout(240)
+async def test_the_command_line_reads_runs_sealed_by_the_apps_own_codec(
+    shop: Any,
+    env: WorkflowEnvironment,
+    tmp_path: Path,
+    database_url: str,
+    spans: InMemorySpanExporter,  # the shop's tracer provider, which its client needs
+):
+    """A run sealed by the shop's codec, through every command that reads its payloads:
+    without the codec each says so in one line with the fix (exit 2, no traceback); with
+    AGENTLEDGER_CODEC (the shop's codec by reference) approve and every read work; and through
+    the shop's codec server (AGENTLEDGER_CODEC_ENDPOINT) the reads work too."""
+    from shopapp.activities import Order
+    from shopapp.workflows import OrderReview
+
+    address = env.client.service_client.config.target_host
+    client: Client = await shop.connect(address)
+    order = Order(order_id=f"o-{uuid.uuid4().hex[:8]}", customer="bo@example.com", amount_usd=7)
+    parent_id = f"review-{order.order_id}"
+    agent_run = child_run_id(parent_id, order.order_id)
+    plain = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("AGENTLEDGER_", "TEMPORAL_"))
+    } | {
+        "TEMPORAL_ADDRESS": address,
+        "DATABASE_URL": database_url,
+        "AGENTLEDGER_HOME": str(tmp_path / "home"),
+    }
+    with_codec = plain | {
+        "AGENTLEDGER_CODEC": "shopapp.codec:ShopCodec.from_environment",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    reads = [
+        [read[0], read[1], agent_run] if read[0] == "mirror" else [read[0], agent_run, *read[1:]]
+        for read in READS
+    ]
+    async with shop.worker(client):
+        handle = await client.start_workflow(
+            OrderReview.run, order, id=parent_id, task_queue=shop.TASK_QUEUE
+        )
+        await eventually(lambda: started(client, agent_run), what="the agent's run to start")
+        await wait_pending(client, agent_run, seconds=60)
+
+        # Without the codec: one line naming the fix, for each command.
+        approve = ["approve", agent_run, "--by", "maria", "--role", "approver"]
+        refused = await asyncio.gather(
+            *(shop_command(plain, *c, cwd=tmp_path) for c in [approve, *reads[:-1]])
+        )
+        for command, (code, out, err) in zip([approve, *reads[:-1]], refused, strict=True):
+            said = f"{command}: exit {code}\n{out}{err}"
+            assert code == 2, said
+            [line] = err.strip().splitlines()
+            assert "sealed by a codec (binary/shop-encrypted)" in line and CODEC_FIX in line, said
+
+        code, out, err = await shop_command(with_codec, "status", agent_run, cwd=tmp_path)
+        assert code == 0 and "waiting_for_approval" in out, out + err
+        code, out, err = await shop_command(with_codec, *approve, cwd=tmp_path)
+        assert code == 0 and out.startswith("approved"), out + err
+        assert (await handle.result()).agent_status == "completed"
+
+    answered = await asyncio.gather(*(shop_command(with_codec, *c, cwd=tmp_path) for c in reads))
+    for command, (code, out, err) in zip(reads, answered, strict=True):
+        assert code == 0, f"{command}: exit {code}\n{out}{err}"
+
+    # The shop's codec server: the same reads with its endpoint instead of its code.
+    server = CodecServer(load_codec("shopapp.codec:ShopCodec.from_environment"), port=0)
+    with server:
+        through = plain | {"AGENTLEDGER_CODEC_ENDPOINT": server.url}
+        answered = await asyncio.gather(*(shop_command(through, *c, cwd=tmp_path) for c in reads))
+        for command, (code, out, err) in zip(reads, answered, strict=True):
+            assert code == 0, f"{command} via {server.url}: exit {code}\n{out}{err}"

@@ -56,6 +56,9 @@ ENGINE_FIELDS = [
     "fairness_weight",
     "parent_run_id",
     "subagent_depth",
+    "requester",
+    "tenant_policy",
+    "model_calls_rated",
 ]
 
 

@@ -81,3 +81,53 @@ def test_status_and_the_receipt_show_each_message_and_when_it_was_taken():
     )
     section = receipt.split("## Messages", 1)[1].split("## Retries", 1)[0]
     assert "from ana" in section and "Stop searching." in section and "before step 4" in section
+
+
+def test_a_person_reads_times_in_the_machines_own_zone(monkeypatch):
+    """Tables and status lines show moments in local time, the zone named; `--json` keeps
+    ISO 8601 (the models dump themselves)."""
+    import time
+
+    from agentledger.cli.render import local_time, table
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        assert local_time("2026-12-05T03:00:00+00:00") == "2026-12-05 08:30:00 IST"
+        shown = table(
+            [{"key_id": "k1", "expires_at": "2026-12-05T03:00:00Z"}], ["key_id", "expires_at"]
+        )
+        assert "2026-12-05 08:30:00 IST" in shown and "T03:00" not in shown, shown
+        assert local_time("not a time") == "not a time"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_a_failed_eval_case_names_the_call_that_differs():
+    from agentledger.cli.eval_render import differing_call
+    from agentledger.core.eval_cases import RecordedCall, Recording
+    from agentledger.core.eval_reports import CaseScore
+
+    def recording(*calls: tuple[str, dict[str, object]]) -> Recording:
+        return Recording(
+            run_id="run-x",
+            outcome="completed",
+            calls=[RecordedCall(seq=i, tool=t, arguments=a) for i, (t, a) in enumerate(calls)],
+        )
+
+    base = recording(("search_notes", {"query": "refund"}), ("send_message", {"to": "ana"}))
+    case = CaseScore(
+        name="c1",
+        task="t",
+        run_id="run-y",
+        baseline=base,
+        candidate=recording(("search_notes", {"query": "refund"}), ("send_message", {"to": "bo"})),
+        assertions={"same_calls": False},
+    )
+    assert differing_call(case) == (
+        'call 2: recorded send_message({"to": "ana"}), candidate send_message({"to": "bo"})'
+    )
+    fewer = case.model_copy(update={"candidate": recording(("search_notes", {"query": "refund"}))})
+    assert differing_call(fewer) == 'call 2: candidate left out send_message({"to": "ana"})'
+    assert differing_call(case.model_copy(update={"assertions": {}})) is None  # it passed

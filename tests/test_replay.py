@@ -96,13 +96,16 @@ def test_backlog_held_writes_have_a_history():
 
 def test_histories_of_both_endings_replay():
     """A rejected run ends Canceled and a failed one Failed in Temporal, as agentledger says."""
+    names = ("rejected", "unknown_outcome_expired")
     endings = {
         name: (started_input(events_of(name))["workflow_generation"], events_of(name)[-1])
-        for name in ("rejected", "unknown_outcome_expired")
+        for name in (*names, *(f"generation_5_{name}" for name in names))
     }
     assert {name: (gen, last["eventType"]) for name, (gen, last) in endings.items()} == {
-        "rejected": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
-        "unknown_outcome_expired": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
+        "generation_5_rejected": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
+        "generation_5_unknown_outcome_expired": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
+        "rejected": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
+        "unknown_outcome_expired": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
     }
 
 
@@ -125,6 +128,41 @@ def activities(history: list[dict]) -> list[str]:
         for e in history
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
+
+
+def approvals(history: list[dict]) -> int:
+    """How many approve updates the run took."""
+    return sum(
+        1
+        for e in history
+        if "workflowExecutionUpdateAcceptedEventAttributes" in e
+        and e["workflowExecutionUpdateAcceptedEventAttributes"]["acceptedRequest"]["input"]["name"]
+        == "approve"
+    )
+
+
+def run_queue(history: list[dict]) -> str:
+    return history[0]["workflowExecutionStartedEventAttributes"]["taskQueue"]["name"]
+
+
+def model_call_queues(history: list[dict]) -> list[str]:
+    """The task queue of each model call the run scheduled, in order."""
+    return [
+        e["activityTaskScheduledEventAttributes"]["taskQueue"]["name"]
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+        and e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "model.complete"
+    ]
+
+
+def failure_types(history: list[dict]) -> set[str]:
+    """The application error types of the run's failed activities."""
+    return {
+        e["activityTaskFailedEventAttributes"]["failure"]["applicationFailureInfo"]["type"]
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_FAILED"
+        and "applicationFailureInfo" in e["activityTaskFailedEventAttributes"]["failure"]
+    }
 
 
 def messages(history: list[dict]) -> set[str]:
@@ -170,11 +208,37 @@ PATHS = {
         "backlog_current_task_run",
         lambda h: "parentWorkflowExecution" in h[0]["workflowExecutionStartedEventAttributes"],
     ),
+    # Generation 6: the model's text goes to watchers over Postgres, never through the run.
     "watched stream": (
         "watched_and_streamed",
-        lambda h: "__temporal_workflow_stream_publish" in messages(h),
+        lambda h: (
+            "model.complete" in activities(h)
+            and "__temporal_workflow_stream_publish" not in messages(h)
+        ),
+    ),
+    # Generation 6: model calls on the run's own queue (eager), then, the tenant rated
+    # midway, one refused there and the rest on the rate-limited model queue.
+    "model call on the run's queue": (
+        "approved_with_edit",
+        lambda h: model_call_queues(h) and set(model_call_queues(h)) == {run_queue(h)},
+    ),
+    "model calls rated midway": (
+        "model_calls_rated_midway",
+        lambda h: (
+            "ModelCallsRated" in failure_types(h)
+            and model_call_queues(h)[-1] == run_queue(h) + "-model"
+            and model_call_queues(h)[0] == run_queue(h)
+        ),
     ),
     "budget extension": ("budget_extended", lambda h: "approve" in messages(h)),
+    # Generation 6: one approval of two counted (the edit it carried a merge patch), then
+    # the second; the arguments replaced whole; a call the run's rules deny.
+    "two-person approval": ("two_people_approved", lambda h: approvals(h) == 2),
+    "replacement": ("approved_with_replacement", lambda h: "approve" in messages(h)),
+    "denied call": (
+        "denied_by_rule",
+        lambda h: any(r["deny"] for r in started_input(h)["approval"]["rules"]),
+    ),
     "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
     "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
     "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),
@@ -222,9 +286,14 @@ def test_every_path_has_a_history_from_the_current_generation(path: str):
 
 
 def test_a_reply_finished_by_the_workflow_has_a_history():
-    """A reply streamed in part by its activity and finished by the workflow's own publish
-    (`streamed_chars`), with a watcher's polls answered from it, replays."""
-    path = HISTORIES[0].parent / "watched_and_streamed.json"
+    """A reply streamed in part by its activity through the run's stream and finished by the
+    workflow's own publish (`streamed_chars`; generation 5, model calls on the model queue),
+    with a watcher's polls answered from it, replays."""
+    path = HISTORIES[0].parent / "generation_5_watched_and_streamed.json"
+    events = events_of(path.stem)
+    assert started_input(events)["workflow_generation"] == 5
+    assert "__temporal_workflow_stream_publish" in messages(events)
+    assert set(model_call_queues(events)) == {run_queue(events) + "-model"}
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     model_calls, replies = set(), []
     for event in history.events:
@@ -292,3 +361,11 @@ def test_a_paused_parent_and_its_childs_approval_have_histories():
         path = HISTORIES[0].parent / f"{name}.json"
         kinds = [e.event_type for e in WorkflowHistory.from_json(name, path.read_text()).events]
         assert kinds.count(sent) == 2 and kinds.count(taken) >= 2, (name, kinds)
+
+
+def test_an_edit_laid_over_the_arguments_before_generation_6_has_a_history():
+    """Runs of generation 5 lay an approver's edit over the arguments member by member
+    (the generation-6 branch's old path); their history replays (test_replay)."""
+    history = events_of("generation_5_approved_with_edit")
+    assert started_input(history)["workflow_generation"] == 5
+    assert "approve" in messages(history)

@@ -1,6 +1,6 @@
-"""Every setting in the README's table, read from a real process environment.
+"""Every setting in the settings table (docs/using.md), read from a real process environment.
 
-Each row of the README's settings table is set in the process environment: a valid value shows
+Each row of the settings table is set in the process environment: a valid value shows
 in `agentledger settings`; an invalid one stops the CLI, the worker and the codec server alike
 with exit 2 and one line naming the variable, never a traceback. The cases are keyed by the
 README's own names, so a new row without a case here fails until it has one. The cases run in
@@ -206,6 +206,14 @@ CASES: dict[str, Case] = {
             {"AGENTLEDGER_PROVIDERS": "{tmp}/no-such-providers.yaml"},
         ],
     ),
+    "AGENTLEDGER_CODEC": Case(
+        [({"AGENTLEDGER_CODEC": "shopapp.codec:ShopCodec.from_environment"}, {})],
+        [{"AGENTLEDGER_CODEC": "shopapp.codec"}],
+    ),
+    "AGENTLEDGER_CODEC_ENDPOINT": Case(
+        [({"AGENTLEDGER_CODEC_ENDPOINT": "https://codec.example"}, {})],
+        [{"AGENTLEDGER_CODEC_ENDPOINT": "codec:8081"}],
+    ),
     "AGENTLEDGER_SANDBOX": Case(
         [
             (
@@ -293,8 +301,8 @@ CASES: dict[str, Case] = {
 
 
 def readme_variables() -> list[str]:
-    """The variables the README's settings table names, in its order."""
-    text = (ROOT / "README.md").read_text()
+    """The variables the settings table (docs/using.md) names, in its order."""
+    text = (ROOT / "docs" / "using.md").read_text()
     table = text.split("## Settings", 1)[1].split("\n\n", 2)[1]
     names: list[str] = []
     for row in table.splitlines()[2:]:

@@ -21,7 +21,12 @@ and each sequence:
   tenant's step (`client.runs.step_record`, what an AG-UI stream reads) as an unseen one;
 - each tenant's approvals inbox (`GET /v1/approvals` with its key) lists its own runs alone;
 - an AG-UI thread is its tenant's run (the same thread name of another tenant's is another
-  run), and a resume on another tenant's thread reads exactly as one on a missing thread.
+  run), and a resume on another tenant's thread reads exactly as one on a missing thread;
+- an A2A task (the `a2a-sdk`'s client) and an MCP tool call (the `mcp` client, as a task of
+  the Tasks extension; every sequence has both) start their tenant's run, a message or a
+  call naming a tenant is refused and starts nothing, and every A2A and MCP method on
+  another tenant's run (get, cancel, a decision, a subscription, push configs; tasks/get,
+  tasks/update, tasks/cancel, its receipt and events) answers exactly as on a missing run.
 Each tenant's parents also delegate to a sub-agent whose message waits for approval (issue
 35): its child's run carries the tenant's approvers and weight (an unsigned "mallory" cannot
 decide A's), runs in its parent's slot, and a decision on it, by its tenant's approver, a
@@ -39,12 +44,28 @@ import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import mcp_types
 import openai
+from a2a.client import ClientConfig, create_client
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+)
+from a2a.utils.errors import A2AError
+from google.protobuf import json_format, struct_pb2
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -55,6 +76,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from mcp.shared.exceptions import MCPError
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -86,6 +108,16 @@ from agentledger.workflows.child_runs import child_run_id
 from tests import client_ops as fork_ops
 from tests import client_ops as ops
 from tests import client_ops as steering_ops
+from tests.mcp_support import (
+    CancelTask,
+    DetailedTask,
+    GetTask,
+    TaskParams,
+    Tasks,
+    TaskUpdateParams,
+    UpdateTask,
+    mcp_client,
+)
 from tests.support import NOTIFY_TASK, eventually, rows
 from tests.test_agui import AGENT
 from tests.test_agui import run_input as agui_input
@@ -254,6 +286,22 @@ http_routes = st.sampled_from(
 )
 AGUI_PATH = f"/v1/agents/{AGENT}/agui"
 WORKER_NAME = "door-worker"
+# What another tenant tries on a run over A2A and over MCP.
+a2a_methods = st.sampled_from(["get", "cancel", "decide", "subscribe", "push configs"])
+mcp_methods = st.sampled_from(["tasks/get", "tasks/update", "tasks/cancel", "receipt", "events"])
+APPROVE = {"action": "accept", "content": {"decision": "approve"}}
+APPROVE_REPLY = {"decision": "approve"}
+
+
+@asynccontextmanager
+async def a2a_agent(url: str, key: str, *, streaming: bool = False) -> AsyncIterator[Any]:
+    """The `a2a-sdk`'s client for the agent, with the key (its card read with it)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+        config = ClientConfig(httpx_client=http, streaming=streaming)
+        yield await create_client(f"{url}/a2a/{AGENT}", client_config=config)
+
+
 # Acts that span tenants: a tenant's is refused, as `tenants set` is.
 operator_acts = st.sampled_from(
     [
@@ -284,6 +332,9 @@ class Tenants(RuleBasedStateMachine):
         self.owners: dict[tuple[str, str], str] = {}
         self.parents: list[str] = []  # the deployment's own workflows, ended at teardown
         self.children: list[Run] = []  # sub-agents' runs (in their parents' slots)
+        # Each tenant's key for the HTTP door, made first: the initializers' order is random.
+        operator = self.stack.runs_for(None)
+        self.keys = {t: self.call(operator.keys.create(t, "admin")).key for t in self.tenants}
 
     def call(self, work: Coroutine[Any, Any, T]) -> T:
         return self.stack.call(work)
@@ -299,8 +350,6 @@ class Tenants(RuleBasedStateMachine):
         self.ana = approver_keys.create(Path(folder), "ana", "approver", a)
         self.call(ApproverStore(self.stack.pool).add(self.ana.signer))
         self.signers[a] = {self.ana.signer.key_id}
-        operator = self.stack.runs_for(None)
-        self.keys = {t: self.call(operator.keys.create(t, "admin")).key for t in self.tenants}
         self.delegate_to_a_subagent(0, decider, approve)
 
     def learn(self, run_id: str, tenant: str, path: str) -> Run:
@@ -696,6 +745,172 @@ class Tenants(RuleBasedStateMachine):
         assert answer.content.replace(thread.encode(), b"X") == absent.content.replace(
             missing.encode(), b"X"
         )
+
+    # ------------------------------------------------------------ the agent protocols
+
+    @rule(target=runs, t=who, key=keys)
+    def start_an_a2a_task(self, t: int, key: str) -> Run:
+        """A message starts a task: the tenant's run, named by the message (the same
+        message again is the same task). One naming a tenant is refused first."""
+        tenant, other = self.tenants[t], self.tenants[(t + 1) % 3]
+        text = {"messageId": f"a2a-{key}", "role": "ROLE_USER", "parts": [{"text": NOTIFY_TASK}]}
+        smuggled = self.stack.http.post(
+            f"/a2a/{AGENT}",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": text, "tenant": other},
+            },
+            headers={"Authorization": f"Bearer {self.keys[tenant]}", "A2A-Version": "1.0"},
+        )
+        assert smuggled.status_code == 200, (smuggled.status_code, smuggled.text)
+        assert "credential" in smuggled.json()["error"]["message"], smuggled.text
+
+        async def send() -> str:
+            async with a2a_agent(self.stack.door_url, self.keys[tenant]) as agent:
+                message = Message(
+                    message_id=f"a2a-{key}", role=Role.ROLE_USER, parts=[Part(text=NOTIFY_TASK)]
+                )
+                now = SendMessageConfiguration(return_immediately=True)
+                request = SendMessageRequest(message=message, configuration=now)
+                [event] = [e async for e in agent.send_message(request)]
+            return str(event.task.id)
+
+        run_id = self.call(send())
+        assert run_id == f"run-{tenant}~a2a.a2a-{key}", run_id
+        return self.learn(run_id, tenant, "a2a")
+
+    @rule(target=runs, t=who)
+    def start_a_tool_call_over_mcp(self, t: int) -> Run:
+        """A tool call, from a client of the Tasks extension: the tenant's run, as a task
+        at once. A call naming a tenant is refused and starts nothing."""
+        tenant, other = self.tenants[t], self.tenants[(t + 1) % 3]
+
+        async def call() -> str:
+            async with mcp_client(
+                self.stack.door_url, self.keys[tenant], extensions=[Tasks()]
+            ) as mcp:
+                smuggled = {"task": NOTIFY_TASK, "tenant": other}
+                try:
+                    await mcp.session.call_tool(AGENT, smuggled, allow_claimed=True)
+                except MCPError as err:
+                    assert "tenant" in err.message, err.message
+                else:
+                    raise AssertionError("a tool call naming a tenant was taken")
+                created = await mcp.session.call_tool(
+                    AGENT, {"task": NOTIFY_TASK}, allow_claimed=True
+                )
+            return str(created.task_id)  # type: ignore[union-attr]
+
+        run_id = self.call(call())
+        assert run_id.startswith(f"run-{tenant}~mcp."), run_id
+        return self.learn(run_id, tenant, "mcp")
+
+    @initialize(target=runs, key=keys)
+    def an_a2a_task_and_a_tool_call(self, key: str) -> Run:
+        """Every sequence has an A2A task and an MCP tool call of B's (the tenant whose
+        policy is the default, so the initializers' order does not matter); another
+        tenant's A2A and MCP methods on each answer as on a missing run."""
+        task, call = self.start_an_a2a_task(1, key), self.start_a_tool_call_over_mcp(1)
+        for run in (task, call):
+            self.a2a_as_missing(0, run, ["get", "decide"])
+            self.mcp_as_missing(0, run, ["tasks/get", "tasks/update", "events"])
+        return call
+
+    @rule(t=who, run=runs, method=a2a_methods)
+    def act_over_a2a(self, t: int, run: Run, method: str) -> None:
+        """Another tenant's run, by every A2A method, reads exactly as a missing task."""
+        if run.tenant != self.tenants[t]:
+            self.a2a_as_missing(t, run, [method])  # owners' own acts: tests/test_a2a.py
+
+    def a2a_as_missing(self, t: int, run: Run, methods: list[str]) -> None:
+        tenant = self.tenants[t]
+        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
+
+        async def ask(agent: Any, method: str, run_id: str) -> str:
+            try:
+                if method == "get":
+                    await agent.get_task(GetTaskRequest(id=run_id))
+                elif method == "cancel":
+                    await agent.cancel_task(CancelTaskRequest(id=run_id))
+                elif method == "subscribe":
+                    await anext(agent.subscribe(SubscribeToTaskRequest(id=run_id)))
+                elif method == "push configs":
+                    listing = ListTaskPushNotificationConfigsRequest(task_id=run_id)
+                    await agent.list_task_push_notification_configs(listing)
+                else:
+                    decision = json_format.ParseDict(APPROVE_REPLY, struct_pb2.Value())
+                    reply = Message(
+                        message_id=f"r-{uuid.uuid4().hex[:6]}",
+                        task_id=run_id,
+                        role=Role.ROLE_USER,
+                        parts=[Part(data=decision)],
+                    )
+                    [_ async for _ in agent.send_message(SendMessageRequest(message=reply))]
+            except A2AError as err:
+                return f"{type(err).__name__}: {err}"
+            raise AssertionError(f"{tenant}'s A2A {method} reached {run}")
+
+        async def asks() -> list[tuple[str, str, str]]:
+            # A streaming client: it subscribes, and sends the rest as any client does.
+            async with a2a_agent(self.stack.door_url, self.keys[tenant], streaming=True) as agent:
+                return [
+                    (m, await ask(agent, m, run.run_id), await ask(agent, m, missing))
+                    for m in methods
+                ]
+
+        for method, answer, absent in self.call(asks()):
+            assert answer.replace(run.run_id, "X") == absent.replace(missing, "X"), method
+
+    @rule(t=who, run=runs, method=mcp_methods)
+    def act_over_mcp(self, t: int, run: Run, method: str) -> None:
+        """Another tenant's run, by every MCP method on runs, reads exactly as a missing one;
+        an own run's reads answer without one."""
+        tenant = self.tenants[t]
+        if run.tenant != tenant:
+            self.mcp_as_missing(t, run, [method])
+        elif method not in ("tasks/update", "tasks/cancel"):  # owners' own changes: not here
+            [(_, answer, _)] = self.call(self.mcp_asks(tenant, [method], run.run_id, None))
+            assert answer is None or "no run" not in answer, answer  # no receipt yet, say
+
+    def mcp_as_missing(self, t: int, run: Run, methods: list[str]) -> None:
+        tenant = self.tenants[t]
+        missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
+        for method, answer, absent in self.call(
+            self.mcp_asks(tenant, methods, run.run_id, missing)
+        ):
+            assert answer is not None and absent is not None, f"{tenant}'s {method} reached {run}"
+            assert answer.replace(run.run_id, "X") == absent.replace(missing, "X"), method
+
+    async def mcp_asks(
+        self, tenant: str, methods: list[str], run_id: str, missing: str | None
+    ) -> list[tuple[str, str | None, str | None]]:
+        """Each method on the run and (if given) on a missing one, with the tenant's key, in
+        one client: the error each answered (None: it answered)."""
+        async with mcp_client(self.stack.door_url, self.keys[tenant], extensions=[Tasks()]) as mcp:
+
+            async def ask(method: str, target: str | None) -> str | None:
+                if target is None:
+                    return None
+                try:
+                    if method == "tasks/get":
+                        asking = GetTask(params=TaskParams(task_id=target))
+                        await mcp.session.send_request(asking, DetailedTask)
+                    elif method == "tasks/update":
+                        answers = {"approval.apr-1": APPROVE}
+                        update = TaskUpdateParams(task_id=target, input_responses=answers)
+                        await mcp.session.send_request(UpdateTask(params=update), DetailedTask)
+                    elif method == "tasks/cancel":
+                        cancel = CancelTask(params=TaskParams(task_id=target))
+                        await mcp.session.send_request(cancel, mcp_types.EmptyResult)
+                    else:
+                        await mcp.read_resource(f"agentledger://runs/{target}/{method}")
+                except MCPError as err:
+                    return f"{err.code} {err.message}"
+                return None
+
+            return [(m, await ask(m, run_id), await ask(m, missing)) for m in methods]
 
     # ------------------------------------------------------------ acting on runs
 

@@ -149,6 +149,7 @@ async def run(client: RunClient, args: argparse.Namespace, path: str) -> EvalRep
     report = await client.evals.run(
         path,
         candidate=candidate,
+        agents=agents,
         live_read_only=args.live_read_only,
         concurrency=args.concurrency,
         gate=gate,

@@ -192,13 +192,17 @@ async def cmd_approve(client: RunClient, args: argparse.Namespace) -> int:
 
     edit = json_argument(args.edit, "--edit")
     if edit is not None and not isinstance(edit, dict):
-        raise InvalidRequest("--edit takes a JSON object of the arguments to change")
+        raise InvalidRequest("--edit takes a JSON object: the fields to change, null removes one")
+    replace = json_argument(args.arguments, "--arguments")
+    if replace is not None and not isinstance(replace, dict):
+        raise InvalidRequest("--arguments takes a JSON object: the whole arguments")
     role, key = decider(client, args)
     result = await client.runs.approve(
         args.run,
         by=args.by,
         role=role,
         edit=edit,
+        replace=replace,
         signer=key,
         action_hash=args.action_hash,
     )
@@ -257,17 +261,19 @@ async def cmd_status(client: RunClient, args: argparse.Namespace) -> int:
 
 
 async def noting_silence(
-    items: AsyncIterator[WatchItem], run_id: str, seconds: float
+    items: AsyncIterator[WatchItem], run_id: str, seconds: float, task_queue: str
 ) -> AsyncIterator[WatchItem]:
     """The items; if the first is slow to come (`--wait`), say once on stderr what it waits for."""
     import asyncio
+
+    from agentledger.core.advice import worker_command
 
     first = asyncio.ensure_future(anext(items, None))
     done, _ = await asyncio.wait({first}, timeout=seconds)
     if not done:
         print(
-            f"note: nothing from {run_id} for {seconds:g}s: a live run's "
-            "stream is served by a worker; is one running? (`agentledger-worker`)",
+            f"note: nothing from {run_id} for {seconds:g}s: a live run's stream is served by "
+            f"a worker; is one running? ({worker_command(task_queue)})",
             file=sys.stderr,
             flush=True,
         )
@@ -286,7 +292,7 @@ async def cmd_watch(client: RunClient, args: argparse.Namespace) -> int:
     outcome: str | None = None
     in_text = False  # model text is printed as it arrives, on one line per reply
     items = client.runs.watch(args.run, from_offset=args.from_offset)
-    async for item in noting_silence(items, args.run, args.wait):
+    async for item in noting_silence(items, args.run, args.wait, client.settings.task_queue):
         if args.json:
             print(item.model_dump_json(), flush=True)
         elif item.kind == "text":
@@ -325,9 +331,11 @@ async def cmd_version(client: RunClient, args: argparse.Namespace) -> int:
 
 async def cmd_list(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.cli import render
+    from agentledger.core.listings import engines_own
 
-    mirrored = await client.runs.recent(status=args.status, limit=args.limit)
+    mirrored = await client.runs.recent(status=args.status, limit=args.limit, engines_own=args.all)
     held = await client.runs.unmirrored(status=args.status, limit=args.limit)
+    held = [row for row in held if args.all or not engines_own(row.run_id)]
     found = [row.model_dump() for row in (held + mirrored)[: args.limit]]
     columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
@@ -539,10 +547,10 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
     interrupts = await Interrupts().install()
     settings = client.settings
     stack = None
-    owner = stack_owner(settings.home)
+    holder = stack_owner(settings.home)
     # A stack `up` keeps runs until its person stops it: the demo shares it. One another demo
     # started stops when that demo ends, so this demo starts its own, which is refused.
-    if not existing_stack(settings) or (owner is not None and owner.command == "demo"):
+    if not existing_stack(settings) or (holder is not None and holder.command == "demo"):
         stack = embedded_stack(settings, args, command="demo")
         say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
         await start_stack(stack, interrupts)
@@ -797,7 +805,13 @@ def parser() -> argparse.ArgumentParser:
     p = command("approve", "approve the pending action")
     p.add_argument("run")
     add_decider(p)
-    p.add_argument("--edit", help="JSON object of arguments to change before running")
+    edits = p.add_mutually_exclusive_group()
+    edits.add_argument(
+        "--edit",
+        help="a JSON Merge Patch of the arguments before running: the fields to change, a "
+        "field set to null removed",
+    )
+    edits.add_argument("--arguments", help="the whole arguments to run with instead, as JSON")
     p = command("reject", "reject the pending action")
     p.add_argument("run")
     add_decider(p)
@@ -881,6 +895,11 @@ def parser() -> argparse.ArgumentParser:
     p = command("list", "recent runs: the Postgres mirror's, and those no worker has taken yet")
     p.add_argument("--status", choices=STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="also the runs the engine starts for its own work: an eval's cases, sub-agents",
+    )
     add_tenant(p)
     p = command("stats", "fleet figures: cost per completed run, failures, waits")
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")
@@ -902,7 +921,19 @@ def parser() -> argparse.ArgumentParser:
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)
     p.add_argument("shell", choices=["bash", "zsh"])
     sandbox_cli.add_commands(sub)
+    described(top)
     return top
+
+
+def described(parser: argparse.ArgumentParser) -> None:
+    """Every command's `--help` opens with what it does: its one-line help where it was given
+    no description of its own (a group's, such as `keys` or `eval`, too)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:
+                command = action.choices[listed.dest]
+                command.description = command.description or listed.help
+                described(command)
 
 
 async def dispatch(args: argparse.Namespace, began: float) -> int:
@@ -947,6 +978,9 @@ def exit_code(err: BaseException, as_json: bool) -> int:
         from agentledger.core.extras import missing_extra
 
         err = missing_extra(err) or err
+    from agentledger.core.errors import sealed_payload
+
+    err = sealed_payload(err) or err  # a payload sealed by a codec of the user's, not given
     if isinstance(err, AgentLedgerError):
         print_error(err.exit_code, err.kind, str(err), as_json=as_json)
         return err.exit_code

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from agentledger.core.advice import start_a_worker
 from agentledger.core.events import EventType
 from agentledger.core.results import RunState, WatchItem
 from agentledger.core.spec import JsonDict
@@ -24,9 +26,31 @@ def for_terminal(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def local_time(value: object) -> str:
+    """A moment as a person reads it: this machine's time zone, to the second, with the zone
+    named (`--json` keeps ISO 8601 in UTC). Anything else as it is."""
+    moment = value
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if isinstance(moment, datetime) and moment.tzinfo is not None:
+        return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    return str(value)
+
+
 def table(rows: list[JsonDict], columns: list[str]) -> str:
     cells = [
-        [str(row.get(c, "") if row.get(c) is not None else "") for c in columns] for row in rows
+        [
+            ""
+            if row.get(c) is None
+            else local_time(row[c])
+            if c.endswith("_at")
+            else str(row.get(c, ""))
+            for c in columns
+        ]
+        for row in rows
     ]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
@@ -56,7 +80,8 @@ def run_state(state: RunState) -> str:
         lines += [
             f"waiting for approval ({p.kind}) {p.approval_id}: {p.tool}({p.arguments})",
             *([f"  why: {p.reason}"] if p.reason else []),
-            f"  needs role {p.required_role!r}; action {p.action_hash}; expires {p.expires_at}",
+            f"  needs role {p.required_role!r}; action {p.action_hash}; "
+            f"expires {local_time(p.expires_at)}",
             f"  approve: agentledger approve {state.run_id} --by NAME --role {p.required_role}",
         ]
     for refusal in state.refusals:
@@ -70,7 +95,9 @@ def run_state(state: RunState) -> str:
             f"  approve: agentledger approve {c.run_id} --by NAME --role {p.required_role}",
         ]
     for m in state.messages:
-        lines.append(f"message {m.message_id[:8]} from {m.by} at {m.received_at}: {m.text[:200]}")
+        lines.append(
+            f"message {m.message_id[:8]} from {m.by} at {local_time(m.received_at)}: {m.text[:200]}"
+        )
         lines.append("  " + message_fate(m.model_dump(mode="json")))
     if state.turns:  # a session
         last = state.turns[-1]
@@ -101,7 +128,8 @@ def run_report(report: RunReport) -> str:
         )
     if report.no_progress_seconds is not None:
         lines.append(
-            f"last progress: {report.last_progress_at} ({report.no_progress_seconds:.0f}s ago)"
+            f"last progress: {local_time(report.last_progress_at)} "
+            f"({report.no_progress_seconds:.0f}s ago)"
         )
     for a in report.in_flight:
         line = f"in flight: {a.activity}, attempt {a.attempt}, {a.state}"
@@ -119,7 +147,7 @@ def run_report(report: RunReport) -> str:
     lines.append(
         f"workers polling {report.task_queue}: {workers}"
         if workers
-        else f"no worker polls {report.task_queue}: start one with `agentledger-worker`"
+        else f"no worker polls {report.task_queue}: {start_a_worker(report.task_queue)}"
     )
     return "\n".join(lines)
 

@@ -14,7 +14,16 @@ if TYPE_CHECKING:
     from agentledger.core.config import AgentLedgerConfig
     from agentledger.core.http_settings import HttpSettings
 
-KEY_COLUMNS = ["key_id", "name", "tenant", "role", "created_at", "expires_at", "revoked_at"]
+KEY_COLUMNS = [
+    "key_id",
+    "name",
+    "tenant",
+    "role",
+    "approval_roles",
+    "created_at",
+    "expires_at",
+    "revoked_at",
+]
 
 
 def add_commands(sub: Any) -> None:
@@ -35,15 +44,34 @@ def add_commands(sub: Any) -> None:
         "--proxy-headers",
         action="store_true",
         default=None,
-        help="trust X-Forwarded-For/-Proto (behind a proxy you run)",
+        help="believe X-Forwarded-For/-Proto from the trusted proxies (behind a proxy you run)",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        help="a proxy's address or network (10.0.0.0/8) whose X-Forwarded-For is believed; "
+        "repeat for more (default AGENTLEDGER_HTTP_TRUSTED_PROXIES, loopback)",
     )
     group = sub.add_parser("keys", help="API keys for `agentledger serve` (an operator's act)")
     commands = group.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     p = commands.add_parser("create", help="a key for a tenant's people; printed once")
     p.add_argument("--tenant", required=True, help="the tenant the key acts for")
-    p.add_argument("--role", required=True, choices=["viewer", "runner", "approver", "admin"])
+    p.add_argument(
+        "--role",
+        required=True,
+        choices=["viewer", "runner", "approver", "admin"],
+        help="what the key's holder may do: viewer reads; runner also starts and steers runs; "
+        "approver reads and decides approvals; admin all of these and reads the tenant's "
+        "settings (docs/http.md)",
+    )
     p.add_argument("--expires", help="expires after this long (30d, 12h); default never")
     p.add_argument("--name", help="a label for people, shown by `keys list` (who holds it)")
+    p.add_argument(
+        "--decides",
+        help="approval roles an approver or admin key decides in beside its role, such as "
+        "finance,legal (the roles a spec's or the tenant's rules ask for)",
+    )
     add_output_flags(p)
     p = commands.add_parser("list", help="every key: tenant, role, expiry, revocation")
     add_output_flags(p)
@@ -61,10 +89,9 @@ async def cmd_serve(client: RunClient, args: argparse.Namespace) -> int:
         "allow_origins": ",".join(args.allow_origin) or None,
         "body_limit_bytes": args.body_limit,
         "proxy_headers": args.proxy_headers,
+        "trusted_proxies": ",".join(args.trusted_proxy) or None,
     }
-    settings = client.settings.http.model_copy(
-        update={k: v for k, v in flags.items() if v is not None}
-    )
+    settings = client.settings.http.with_flags({k: v for k, v in flags.items() if v is not None})
     await client.keys.listed()  # the database answers, at this schema, for an operator
 
     def ready(url: str) -> None:
@@ -85,13 +112,17 @@ async def cmd_keys(client: RunClient, args: argparse.Namespace) -> int:
             expires = parse_age(args.expires) if args.expires else None
         except ValueError as err:
             raise InvalidRequest(f"--expires: {err}") from err
-        made = await client.keys.create(args.tenant, args.role, expires_in=expires, name=args.name)
+        decides = [r.strip() for r in (args.decides or "").split(",") if r.strip()]
+        made = await client.keys.create(
+            args.tenant, args.role, expires_in=expires, name=args.name, approval_roles=decides
+        )
         named = f" ({made.name})" if made.name else ""
+        also = f", deciding as {', '.join(made.approval_roles)} too" if made.approval_roles else ""
         emit(
             made.model_dump(mode="json"),
             args.json,
             f"{made.key}\n(key {made.key_id}{named} for tenant {made.tenant}, role "
-            f"{made.role}; shown this once: only its hash is kept)",
+            f"{made.role}{also}; shown this once: only its hash is kept)",
         )
     elif args.keys_command == "list":
         rows = [row.model_dump(mode="json") for row in await client.keys.listed()]
@@ -99,7 +130,9 @@ async def cmd_keys(client: RunClient, args: argparse.Namespace) -> int:
     else:
         row = await client.keys.revoke(args.key_id)
         emit(
-            row.model_dump(mode="json"), args.json, f"key {row.key_id} revoked at {row.revoked_at}"
+            row.model_dump(mode="json"),
+            args.json,
+            f"key {row.key_id} revoked at {render.local_time(row.revoked_at)}",
         )
     return 0
 

@@ -1,4 +1,5 @@
-"""`agentledger tenants set|list`: each tenant's share of the workers and its limits."""
+"""`agentledger tenants set|show|list`: each tenant's share of the workers, its limits, and
+the policy its runs start under (agents, free-form specs, approval rules)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,41 @@ def priorities(text: str) -> list[int] | None:
 
 
 SETTINGS = ("weight", "max_in_flight", "max_queued", "model_calls_per_second", "allowed_priorities")
+POLICY = ("agents", "default_agent", "free_form", "rules", "requester_may_approve", "two_person")
+
+
+def names_or_any(text: str) -> list[str] | None:
+    """`a,b`: those agents; `any`: every profile loaded."""
+    if text.strip().lower() == "any":
+        return None
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def name_or_none(text: str) -> str | None:
+    return None if text.strip().lower() == "none" else text.strip()
+
+
+def yes_no(text: str) -> bool:
+    answer = {"yes": True, "on": True, "no": False, "off": False}.get(text.strip().lower())
+    if answer is None:
+        raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+    return answer
+
+
+def rule(text: str) -> Any:
+    """One approval rule (agentledger/core/policy_rules.py, RULE_HELP)."""
+    from pydantic import ValidationError
+
+    from agentledger.core.policy_rules import parse_rule
+
+    try:
+        return parse_rule(text)
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(
+            "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+        ) from err
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def add_commands(sub: Any) -> None:
@@ -82,6 +118,46 @@ def add_commands(sub: Any) -> None:
         help="the priorities its runs may take, such as 2,3,4,5; a start at another is "
         "refused (exit 5); or off (any)",
     )
+    policy = p.add_argument_group(
+        "policy", "what the tenant's runs start under, whatever their spec (docs/security.md)"
+    )
+    policy.add_argument(
+        "--agents", type=names_or_any, help="the agent profiles its callers may run: a,b or any"
+    )
+    policy.add_argument(
+        "--default-agent",
+        type=name_or_none,
+        help="what a start naming no agent runs, or none (the only profile loaded, if one)",
+    )
+    policy.add_argument(
+        "--free-form",
+        type=name_or_none,
+        help="the least role that may start a run from a spec of its own (no profile): "
+        "runner, admin, or none (operators only); default admin",
+    )
+    policy.add_argument(
+        "--rule",
+        dest="rules",
+        action="append",
+        type=rule,
+        help="an approval rule every run of the tenant carries; repeat for more (they replace "
+        "the tenant's rules): TOOL [when CONDITION] [by ROLE] [xN], or deny TOOL [when "
+        "CONDITION], e.g. 'refund_order when cents > 5000 by finance x2'",
+    )
+    policy.add_argument(
+        "--no-rules", dest="rules", action="store_const", const=[], help="remove its rules"
+    )
+    policy.add_argument(
+        "--requester-may-approve",
+        type=yes_no,
+        help="yes: whoever asked for a run may approve its calls (default no)",
+    )
+    policy.add_argument(
+        "--two-person", type=yes_no, help="yes: every approval needs two distinct approvers"
+    )
+    add_output_flags(p)
+    p = commands.add_parser("show", help="a tenant's settings and the policy its runs start under")
+    p.add_argument("tenant", nargs="?", help="the tenant (AGENTLEDGER_TENANT's by default)")
     add_output_flags(p)
     p = commands.add_parser("list", help="every tenant: settings, runs in flight and queued")
     add_output_flags(p)
@@ -94,12 +170,43 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
         rows = [row.model_dump() for row in await client.tenants.listed()]
         emit(rows, args.json, render.table(rows, COLUMNS) if rows else "no tenant is configured")
         return 0
-    changes = {
-        name: getattr(args, name)
-        for name in SETTINGS
-        if hasattr(args, name)  # flags left out are absent (SUPPRESS): they stay
-    }
-    limits = await client.tenants.set(args.tenant, changes)
-    data = limits.model_dump()
-    emit(data, args.json, ", ".join(f"{k}={'off' if v is None else v}" for k, v in data.items()))
+    if args.tenants_command == "show":
+        return await show(client, args)
+    # Flags left out are absent (SUPPRESS): they stay as they are.
+    changes = {name: getattr(args, name) for name in SETTINGS if hasattr(args, name)}
+    policy = {name: getattr(args, name) for name in POLICY if hasattr(args, name)}
+    if not changes and not policy:
+        from agentledger.core.errors import InvalidRequest
+
+        raise InvalidRequest(
+            "say what to change: a limit (--weight, --max-in-flight, ...) or the policy "
+            "(--agents, --free-form, --rule, ...); `agentledger tenants set --help` lists them"
+        )
+    data: dict[str, Any] = {}
+    lines: list[str] = []
+    if changes:
+        limits = await client.tenants.set(args.tenant, changes)
+        data.update(limits.model_dump())
+        lines.append(
+            ", ".join(f"{k}={'off' if v is None else v}" for k, v in limits.model_dump().items())
+        )
+    if policy:
+        found = await client.tenants.set_policy(args.tenant, policy)
+        data["policy"] = found.model_dump(mode="json")
+        lines += found.text()
+    emit(data, args.json, "\n".join(lines))
+    return 0
+
+
+async def show(client: RunClient, args: argparse.Namespace) -> int:
+    """The tenant's limits, runs in flight and queued, and its policy."""
+    shown = await client.tenants.show(args.tenant)
+    settings = shown.settings.model_dump() if shown.settings is not None else {}
+    limits = ", ".join(
+        f"{k}={'off' if settings.get(k) is None else settings[k]}"
+        for k in (*SETTINGS, "in_flight", "queued")
+        if k in settings
+    )
+    text = [f"tenant {shown.tenant}", limits or "limits: none set", *shown.policy.text()]
+    emit(shown.model_dump(mode="json"), args.json, "\n".join(text))
     return 0

@@ -25,7 +25,9 @@ from agentledger.core.errors import (
     NotAnswered,
     OperationError,
     OperationRefused,
+    PolicyDenied,
 )
+from agentledger.core.identity import Identity
 from agentledger.core.listings import InboxItem
 from agentledger.core.messages import Message, RunMessages
 from agentledger.core.results import DecisionResult, PendingApproval, RunState
@@ -53,20 +55,33 @@ class Approvals:
         run_id: str,
         *,
         by: str,
-        role: str,
+        role: str | None = None,
         edit: JsonDict | None = None,
+        replace: JsonDict | None = None,
         action_hash: str | None = None,
         signer: ApproverKey | None = None,
+        decider: Identity | None = None,
         wait: float | None = None,
     ) -> DecisionResult:
         """Approve the pending action (or, with `action_hash`, only that exact action the
-        approver saw); with `signer`, signed by that approver's key."""
+        approver saw), in `role` (None: the one the approval asks for), with an `edit` (a
+        JSON Merge Patch of its arguments: null removes a field) or a `replace`ment of them;
+        with `signer`, signed by that approver's key. Who decides is the scope's caller when
+        a credential proved it (`decider` is then the caller's, and the caller must hold the
+        role the approval asks for), else `decider` (an approver's key, the operator)."""
         tenant = self.scope.tenant
+        who = self._decider(decider)
         return await self._decide(
             run_id,
             RunMessages.APPROVE,
-            lambda pending: ApproveInput(
-                action_hash=action_hash or pending, by=by, role=role, edit=edit, tenant=tenant
+            lambda pending, required: ApproveInput(
+                action_hash=action_hash or pending,
+                by=self._by(by),
+                role=role or required,
+                edit=edit,
+                replace=replace,
+                tenant=tenant,
+                decider=who,
             ),
             wait=wait,
             signer=signer,
@@ -77,10 +92,11 @@ class Approvals:
         run_id: str,
         *,
         by: str,
-        role: str,
         reason: str,
+        role: str | None = None,
         action_hash: str | None = None,
         signer: ApproverKey | None = None,
+        decider: Identity | None = None,
         wait: float | None = None,
     ) -> DecisionResult:
         """Reject the pending action, saying why: the run, its model and its receipt hear it."""
@@ -89,15 +105,45 @@ class Approvals:
                 "a rejection needs a reason (--reason TEXT): the run and its receipt record it"
             )
         tenant = self.scope.tenant
+        who = self._decider(decider)
         return await self._decide(
             run_id,
             RunMessages.REJECT,
-            lambda pending: RejectInput(
-                action_hash=action_hash or pending, by=by, role=role, reason=reason, tenant=tenant
+            lambda pending, required: RejectInput(
+                action_hash=action_hash or pending,
+                by=self._by(by),
+                role=role or required,
+                reason=reason,
+                tenant=tenant,
+                decider=who,
             ),
             wait=wait,
             signer=signer,
         )
+
+    def _authenticated(self) -> bool:
+        """Whether the scope's caller is a credential the door verified (a key, a token),
+        not the operator or a program acting for a tenant."""
+        return self.scope.caller.identity.kind != "operator"
+
+    def _decider(self, decider: Identity | None) -> Identity | None:
+        return self.scope.caller.identity if self._authenticated() else decider
+
+    def _by(self, by: str) -> str:
+        """The name a decision is recorded by: an authenticated caller's own."""
+        return self.scope.caller.identity.name if self._authenticated() else by
+
+    def _judge(self, pending: PendingApproval) -> None:
+        """A credential decides an approval only in a role it holds: the approval's, never
+        one the request names."""
+        caller = self.scope.caller
+        if self._authenticated() and not caller.decides_as(pending.required_role):
+            held = ", ".join(sorted(caller.roles)) or "no role"
+            raise PolicyDenied(
+                f"{pending.tool} needs an approver in role {pending.required_role!r}; this "
+                f"credential decides as {held} (an operator gives a key more with `agentledger "
+                f"keys create --decides {pending.required_role}`)"
+            )
 
     async def pending(self, run_id: str, *, wait: float | None = None) -> PendingApproval:
         """The approval the run waits for now (a worker answers)."""
@@ -128,7 +174,7 @@ class Approvals:
         self,
         run_id: str,
         intent: Message,
-        decision: Callable[[str], Decision],
+        decision: Callable[[str, str], Decision],
         *,
         wait: float | None,
         signer: ApproverKey | None,
@@ -142,7 +188,7 @@ class Approvals:
         worker the approval it answers comes from the mirror. The answer says which
         happened, and claims the run holds the decision only once the server confirmed it.
         """
-        bounds.check(decision("0" * 16), "decision")  # before anything is asked or sent
+        bounds.check(decision("0" * 16, "approver"), "decision")  # before anything is sent
         deadline = Deadline(self.scope.bound(wait))
         client = await self.scope.temporal(deadline.seconds)
         mirror = await self.scope.mirror()
@@ -165,7 +211,10 @@ class Approvals:
                     f"(status {run.indexed_status}), and "
                     f"{await handles.no_worker_note(client, run, deadline)}"
                 ) from None
-            message = _signed(decision(pending.action_hash), run_id, pending, signer)
+            self._judge(pending)
+            message = _signed(
+                decision(pending.action_hash, pending.required_role), run_id, pending, signer
+            )
             await handles.signal_within(run.handle, intent, message, deadline)
             return DecisionResult(
                 approval_id=pending.approval_id,
@@ -178,7 +227,10 @@ class Approvals:
             raise OperationRefused(
                 f"run {run_id} is not waiting for an approval (status {state.status.value})"
             )
-        message = _signed(decision(pending.action_hash), run_id, pending, signer)
+        self._judge(pending)
+        message = _signed(
+            decision(pending.action_hash, pending.required_role), run_id, pending, signer
+        )
         try:
             accepted = await handles.admit_update(
                 client, run.handle, intent, message, deadline.share(0.5)

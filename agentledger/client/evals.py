@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,14 +50,17 @@ class Evals:
         dataset: str | Path,
         *,
         candidate: Agent,
+        agents: Mapping[str, Agent] | None = None,
         live_read_only: bool = False,
         concurrency: int = 4,
         gate: EvalGate | None = None,
         on_progress: Callable[[str], Any] | None = None,
     ) -> EvalReport:
         """Replay `dataset`'s cases to `candidate`, each as a durable run answered from its
-        recording, and score it against the recording (docs/evals.md). The same dataset and
-        candidate resume the same eval; `on_progress` gets its progress (cases done / total)."""
+        recording, and score it against the recording (docs/evals.md). The candidate's
+        sub-agents come from `agents`, the profiles it was loaded with (by name), as a run of
+        it would have them. The same dataset and candidate resume the same eval;
+        `on_progress` gets its progress (cases done / total)."""
         from agentledger.client import eval_runs
         from agentledger.client.eval_judges import JudgeModels
 
@@ -67,7 +70,7 @@ class Evals:
             found,
             dataset_text=text,
             dataset_name=Path(dataset).name,
-            candidate=candidate.spec_fields(),
+            candidate=candidate.spec_fields(dict(agents) if agents is not None else None),
             candidate_name=candidate.name,
             live_read_only=live_read_only,
             concurrency=concurrency,

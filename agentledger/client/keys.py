@@ -11,7 +11,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentledger.client.scope import Scope, operators_only, tenant_name
-from agentledger.core.access import check_role, key_hash, key_id_of, key_matches, new_key
+from agentledger.core.access import (
+    check_approval_roles,
+    check_role,
+    key_hash,
+    key_id_of,
+    key_matches,
+    new_key,
+)
 from agentledger.core.errors import InvalidRequest, NotFound
 from agentledger.core.listings import ApiKeyRow, NewApiKey
 from agentledger.store.api_key_store import ApiKeyStore
@@ -34,9 +41,12 @@ class ApiKeys:
         *,
         expires_in: timedelta | None = None,
         name: str | None = None,
+        approval_roles: list[str] | None = None,
     ) -> NewApiKey:
         """A key for `agentledger serve` acting for `tenant` in `role`, labelled `name`:
-        its row, with `key`, shown this once (Postgres keeps only its hash)."""
+        its row, with `key`, shown this once (Postgres keeps only its hash). An approver or
+        admin key decides approvals that ask for its role, or for one of `approval_roles`
+        (a spec's or a tenant rule's role, such as `finance`)."""
         tenant = tenant_name(tenant)
         if expires_in is not None and expires_in <= timedelta(0):
             raise InvalidRequest("--expires takes a span above 0, such as 30d or 12h")
@@ -47,10 +57,11 @@ class ApiKeys:
                 f"--name takes a label of 1 to {NAME_CHARS} printable characters, such as "
                 "'inbox of the refunds team'"
             )
+        decides = check_approval_roles(role, approval_roles or [])
         key_id, key = new_key()
         expires_at = datetime.now(UTC) + expires_in if expires_in is not None else None
         row = await ApiKeyStore(await self.scope.database()).add(
-            key_id, tenant, check_role(role), key_hash(key), expires_at, name
+            key_id, tenant, check_role(role), key_hash(key), expires_at, name, decides
         )
         return NewApiKey.model_validate({**row, "key": key})
 
@@ -65,6 +76,11 @@ class ApiKeys:
         if row is None:
             raise NotFound(f"no API key {key_id!r}: `agentledger keys list` shows them")
         return ApiKeyRow.model_validate(row)
+
+    @operators_only("checking keys reads every tenant's keys")
+    async def closed(self, key_ids: list[str]) -> set[str]:
+        """Those of `key_ids` that no longer open the door: revoked, expired or gone."""
+        return set(key_ids) - await ApiKeyStore(await self.scope.database()).live(key_ids)
 
     @operators_only("checking a key reads every tenant's keys")
     async def verify(self, key: str) -> ApiKeyRow | None:

@@ -208,6 +208,10 @@ async def project(
     guard refused is not mistaken for one that was made.
     """
     histories = histories or await run_histories(client, run_id)
+    # The run's input read first: a payload sealed by a codec this client lacks fails here,
+    # named (agentledger.temporal.user_codec), not as a replay's failed workflow task.
+    started = histories[0].events[0].workflow_execution_started_event_attributes
+    await client.data_converter.decode(list(started.input.payloads))
     accepted = _Accepted()
     replayer = Replayer(
         workflows=[AgentRunWorkflow],

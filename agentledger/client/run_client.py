@@ -15,7 +15,9 @@ command and the HTTP server are thin faces over the same classes
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import gc
 from types import TracebackType
 from typing import Self
 
@@ -55,6 +57,9 @@ class _Connections:
         began: float | None,
     ) -> None:
         self.client = client
+        # A Client these connections made (`connect`, `lazy`) is theirs to close; one given to
+        # `RunClient.on` stays the caller's.
+        self.owns_client = client is None
         self.pool: AsyncConnectionPool | None = None
         self.settings = settings
         # How long connecting may take (None: as long as it takes).
@@ -91,9 +96,23 @@ class _Connections:
         return self.pool
 
     async def close(self) -> None:
+        """The pool, and the Temporal connection made here, released while the interpreter
+        still runs, so a short script ends cleanly: a native client left to the interpreter's
+        shutdown can abort the process there (temporalio/sdk-python#300)."""
         if self.pool is not None:
             await self.pool.close()
             self.pool = None
+        if self.client is not None and self.owns_client:
+            self.client = None
+            await release_native_clients()
+
+
+async def release_native_clients() -> None:
+    """Free Temporal clients no longer referenced, now: their native halves drop on this
+    thread, and the bridge's threads finish what the drop hands them, before the interpreter
+    finalizes (a bridge thread that takes the GIL then aborts the process)."""
+    gc.collect()
+    await asyncio.sleep(0.05)
 
 
 class RunClient:
@@ -135,7 +154,9 @@ class RunClient:
         converter and codec `AgentLedgerPlugin` puts on your own app's Client (over such a
         Client of your own: `RunClient.on`)."""
         settings = settings or AgentLedgerConfig.load()
-        return cls(await connect(settings), settings)
+        made = cls(await connect(settings), settings)
+        made._connections.owns_client = True  # closed with it
+        return made
 
     @classmethod
     def on(cls, client: Client, config: AgentLedgerConfig) -> Self:
@@ -188,6 +209,8 @@ class RunClient:
         return view
 
     async def close(self) -> None:
+        """Close the Postgres pool and the Temporal connection this client made (not a Client
+        given to `on`): `async with` does it on leaving."""
         await self._connections.close()
 
     @property

@@ -33,6 +33,7 @@ from agentledger.core.errors import (
     OperationRefused,
     ServiceUnreachable,
 )
+from agentledger.core.identity import Identity
 from agentledger.core.listings import InboxItem, MirroredStep, RunRow
 from agentledger.core.results import (
     ControlResult,
@@ -123,21 +124,27 @@ class Runs:
         by: str,
         role: str | None = None,
         edit: JsonDict | None = None,
+        replace: JsonDict | None = None,
         signer: ApproverKey | None = None,
         action_hash: str | None = None,
         wait: float | None = None,
     ) -> DecisionResult:
-        """With `signer` (`client.approvers.key(name)`), the decision is signed with that
-        key, as runs with keyed approvers require; with `action_hash`, it holds only if the
+        """Approve the pending action in the role it asks for (`role`, if given, must be
+        that one). An authenticated caller (the HTTP door's) decides as its credential
+        proves, only an approval whose role it holds; with `signer`
+        (`client.approvers.key(name)`) the decision is signed with that key and made in its
+        role, as runs with keyed approvers require; else as the operator, for `by`. `edit`
+        is a JSON Merge Patch of the arguments (RFC 7396: null removes a field), `replace`
+        the whole arguments instead; with `action_hash`, the decision holds only if the
         pending action is still that one."""
         return await Approvals(self.scope).approve(
             run_id,
-            by=by,
-            role=_deciding_role(role, signer),
             edit=edit,
+            replace=replace,
             action_hash=action_hash,
             signer=signer,
             wait=wait,
+            **self._decider(by, role, signer),
         )
 
     async def reject(
@@ -153,13 +160,37 @@ class Runs:
     ) -> DecisionResult:
         return await Approvals(self.scope).reject(
             run_id,
-            by=by,
-            role=_deciding_role(role, signer),
             reason=reason,
             action_hash=action_hash,
             signer=signer,
             wait=wait,
+            **self._decider(by, role, signer),
         )
+
+    def _decider(self, by: str, role: str | None, signer: ApproverKey | None) -> dict[str, Any]:
+        """Who decides, and in which role: the authenticated caller's credential (the role
+        the approval asks for), an approver's key (its role), or the operator (a role it
+        names: no default is a free pass), `by` saying for whom."""
+        if self.scope.caller.identity.kind != "operator":
+            return {"by": by, "role": role, "decider": None}
+        if signer is not None:
+            if role is not None and role != signer.signer.role:
+                raise InvalidRequest(
+                    f"{signer.signer.name}'s key is registered for role "
+                    f"{signer.signer.role!r}, not {role!r}"
+                )
+            key = signer.signer
+            return {
+                "by": key.name,
+                "role": key.role,
+                "decider": Identity.of_approver(key.key_id, key.name),
+            }
+        if not role:
+            raise InvalidRequest(
+                "name the role this decision is made in: role='approver' (the role the "
+                "approval asks for, shown by status), or pass signer= (its key carries the role)"
+            )
+        return {"by": by, "role": role, "decider": self.scope.caller.identity}
 
     async def pause(self, run_id: str, *, wait: float | None = None) -> ControlResult:
         """Pause at the next step boundary (recorded for later while no worker runs)."""
@@ -332,10 +363,17 @@ class Runs:
         await self.scope.check_visible(run_id, wait)
         return await deployments.run_version(client, run_id)
 
-    async def recent(self, *, status: str | None = None, limit: int = 50) -> list[RunRow]:
-        """Recent runs from the mirror, newest first."""
+    async def recent(
+        self, *, status: str | None = None, limit: int = 50, engines_own: bool = True
+    ) -> list[RunRow]:
+        """Recent runs from the mirror, newest first; `engines_own=False` leaves out the runs
+        the engine started for its own work (an eval's cases, sub-agents)."""
         rows = await mirror_views.recent_runs(
-            await self.scope.database(), status=status, limit=limit, tenant=self.scope.tenant
+            await self.scope.database(),
+            status=status,
+            limit=limit,
+            tenant=self.scope.tenant,
+            engines_own=engines_own,
         )
         return [RunRow.model_validate(row) for row in rows]
 
@@ -361,19 +399,6 @@ class Runs:
         return await waiting_runs.unserved(
             await self.scope.temporal(wait), self.scope.settings.task_queue, seconds=wait
         )
-
-
-def _deciding_role(role: str | None, signer: ApproverKey | None) -> str:
-    """A decision names the role it is made in: a signer's key carries it; no default is
-    a free pass."""
-    if signer is not None:
-        return signer.signer.role
-    if not role:
-        raise InvalidRequest(
-            "name the role this decision is made in: role='approver' (the role the approval "
-            "asks for, shown by status), or pass signer= (its key carries the role)"
-        )
-    return role
 
 
 async def _with_queue_position(client: Client, run_id: str, state: RunState) -> RunState:

@@ -33,7 +33,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentledger.client.in_flight import in_flight
-from agentledger.core import backlog_models, bounds, search_attributes
+from agentledger.core import backlog_models, bounds, identity, search_attributes
 from agentledger.core import constants as names
 from agentledger.core.access import ROLES, Caller
 from agentledger.core.backlog_models import TaskItem
@@ -59,7 +59,9 @@ from agentledger.workflows import AgentRunWorkflow
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 # The caller of a command run without a tenant: the operator, who sees every tenant's runs.
-OPERATOR = Caller(tenant=None, roles=frozenset(ROLES), identity="operator", credential="operator")
+OPERATOR = Caller(
+    tenant=None, roles=frozenset(ROLES), identity=identity.OPERATOR, credential="operator"
+)
 
 
 def tenant_caller(tenant: str) -> Caller:
@@ -71,24 +73,28 @@ def tenant_caller(tenant: str) -> Caller:
     return Caller(
         tenant=tenant,
         roles=frozenset(ROLES),
-        identity=f"tenant:{tenant}",
+        # The operator's connections, narrowed: no credential proves anyone in particular.
+        identity=identity.OPERATOR,
         credential=f"tenant:{tenant}",
     )
 
 
 def tenant_name(tenant: str) -> str:
-    """`tenant`, if it is a tenant name: letters, digits, '-' and '_' only."""
-    if not tenant or id_part(tenant) != tenant:
+    """`tenant`, if it is a tenant name: one that stands unchanged in its runs' ids, so no
+    two tenants' ids meet (`a/b` would be written `a-b-<hash>`, another tenant's name)."""
+    if not tenant or id_part(tenant) != tenant or len(tenant) > bounds.NAME_CHARS:
         raise InvalidRequest(
-            f"tenant {tenant!r} is not a tenant name: letters, digits, '-' and '_' only"
+            f"tenant {tenant[: bounds.NAME_CHARS]!r} is not a tenant name: 1 to "
+            f"{bounds.NAME_CHARS} letters, digits, '.', '-' and '_'"
         )
     return tenant
 
 
-def leaves_tenant_to_credential(named: str | None) -> bool:
-    """Whether a request leaves its tenant to its credential, as every request must: a
-    field naming one (even the caller's own) is refused, so no request can pick a tenant."""
-    return not named
+def refuse_requested_tenant(named: str | None) -> None:
+    """The tenant is the credential's: a request that names one (a protocol's own `tenant`
+    field, say) is refused rather than read."""
+    if named:
+        raise InvalidRequest("the tenant is your credential's; send no 'tenant'")
 
 
 def caller_of(settings: AgentLedgerConfig) -> Caller:
@@ -275,6 +281,12 @@ class Scope:
         return self.caller.tenant
 
     @property
+    def home_tenant(self) -> str:
+        """The tenant what the caller makes belongs to: its own, or the default tenant for
+        the operator."""
+        return self.caller.tenant or DEFAULT_TENANT
+
+    @property
     def operator(self) -> bool:
         """Whether the caller is the operator, who sees and acts for every tenant."""
         return self.caller.tenant is None
@@ -397,6 +409,8 @@ class Scope:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise no_run(run_id) from err
             raise
+        if description.workflow_type != names.WORKFLOW_NAME:
+            raise no_run(run_id)  # a backlog, a tenant's queue, an eval: not a run
         indexed = description.typed_search_attributes
         if self.caller.tenant is not None:
             owner = indexed.get(search_attributes.TENANT)

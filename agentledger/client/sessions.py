@@ -24,6 +24,7 @@ from agentledger.client import handles
 from agentledger.client.scope import Scope
 from agentledger.client.steering import Steering
 from agentledger.client.watch import watch
+from agentledger.core.advice import worker_command
 from agentledger.core.events import EventType
 from agentledger.core.results import ControlResult, RunState, WatchItem
 from agentledger.core.states import RunStatus
@@ -101,7 +102,7 @@ async def chat(
                 EventType.CHAT_NO_ANSWER,
                 reason="no_worker",
                 note=f"no worker answered within {wait:g}s: the message is recorded and "
-                f"run {run_id} takes it when a worker runs (`agentledger-worker`); "
+                f"run {run_id} takes it when a worker runs ({worker_command()}); "
                 f"`agentledger watch {run_id}` follows it then",
             )
             return
@@ -124,7 +125,8 @@ async def chat(
                     EventType.CHAT_NO_ANSWER,
                     reason="silent",
                     note=f"nothing from run {run_id} for {answer_within:g}s: is a worker "
-                    f"running? (`agentledger-worker`); `agentledger status {run_id}` shows where "
+                    f"running? ({worker_command()}); `agentledger status {run_id}` "
+                    "shows where "
                     "it is, `agentledger watch` follows it",
                 )
                 return

@@ -1,11 +1,15 @@
 """The one gate every run comes in by: the tenant's policy, read here, never passed in.
 
 Every path that starts a run (the CLI's `start`, `client.runs.start`, a fork, `demo`, a
-capped tenant's queue) calls `start`. It reads the tenant's policy from Postgres itself:
-its registered approvers (a spec may add approvers, never remove the tenant's), its cap, its
-weight, its model-call rate, the priorities it may take (a start at another is refused). No
-caller hands it limits or approvers, so a caller with stale or chosen limits changes
-nothing; without a database there is no policy to read, and the start is refused.
+capped tenant's queue, the HTTP server's faces) calls `start`. It reads the tenant's policy
+from Postgres itself: the operator's rules for its runs (agents, free-form specs, approval
+rules), its registered approvers (a spec may add approvers, never remove the tenant's), its
+cap, its weight, its model-call rate, the priorities it may take (a start at another is
+refused), and resolves the run under it for the scope's caller with
+`agentledger.core.tenant_policy.resolve`, the one function every start uses. No caller hands
+it limits, rules or approvers, so a caller with stale or chosen ones changes nothing;
+without a database there is no policy to read, and the start is refused. An idempotency key
+names one request: the same key with another request is refused, naming the first run.
 `tests/test_door.py` fails if any other module starts a run. Runs a workflow starts as its
 children (a backlog's tasks, `run_agent`) read the same policy through an activity just
 before they start, and a sub-agent's run takes its parent's (agentledger/workflows/run_starts.py,
@@ -18,6 +22,8 @@ instead).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -35,15 +41,26 @@ from agentledger.client.scope import (
     started_unscoped,
 )
 from agentledger.core import bounds, fairness, run_summaries, search_attributes
+from agentledger.core._state import RunInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import QueuedTask, TaskItem
-from agentledger.core.errors import OperationError, OperationRefused, SetupError
+from agentledger.core.config import AgentLedgerConfig
+from agentledger.core.constants import DEMO_AGENTS
+from agentledger.core.errors import (
+    IdempotencyConflict,
+    OperationError,
+    OperationRefused,
+    SetupError,
+)
+from agentledger.core.keys import canonical_json
 from agentledger.core.results import ForkOrigin
 from agentledger.core.run_reports import Started
-from agentledger.core.spec import RunSpec
+from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.core.states import RunStatus
-from agentledger.core.tenant_policy import RunPolicy, with_policy
+from agentledger.core.tenant_policy import RunPolicy, resolve
+from agentledger.profiles import load_agents
 from agentledger.store import tool_sets
+from agentledger.store.run_requests import RunRequestStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
@@ -61,6 +78,24 @@ def allowed(spec: RunSpec, found: RunPolicy) -> None:
         raise OperationRefused(refusal)
 
 
+def operator_profiles(settings: AgentLedgerConfig) -> dict[str, JsonDict]:
+    """The operator's agent profiles (AGENTLEDGER_AGENTS, else the demo's) as the run-spec
+    fields each sets: what the gate holds a run naming one to."""
+    source = settings.agents or DEMO_AGENTS
+    agents = load_agents(source)
+    return {name: agent.spec_fields(agents) for name, agent in agents.items()}
+
+
+def request_fingerprint(spec: RunSpec, fork: ForkOrigin | None) -> str:
+    """What an idempotency key names: the request as the caller made it (its spec but the
+    key, and a fork's origin), before the policy made a run of it."""
+    asked = {
+        "spec": spec.model_dump(mode="json", exclude={"idempotency_key"}),
+        "fork": fork.model_dump(mode="json", exclude={"effect_scope"}) if fork else None,
+    }
+    return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
+
+
 async def start(
     scope: Scope,
     spec: RunSpec,
@@ -69,46 +104,87 @@ async def start(
     wait: float | None = None,
 ) -> Started:
     """Start a run for the caller (a run of another tenant is refused), under its tenant's
-    policy, read from the scope's database; the same key (in the same tenant) always names
-    the same run. With `fork`, the run is a fork from that origin
-    (agentledger/client/forks.py)."""
+    policy, read from the scope's database and resolved for the caller (its identity is the
+    run's requester); the same key (in the same tenant) always names the same run, and
+    another request under it is refused. With `fork`, the run is a fork from that origin
+    (agentledger/client/forks.py): its spec is the parent's, so no spec of the caller's own
+    is checked against the tenant's free-form rule."""
     pool = await scope.mirror()
     if pool is None:
         raise SetupError(NO_DATABASE)
+    if isinstance(spec, RunInput):  # what the engine sets is the engine's to set
+        spec = spec.spec()
     spec = scope.spec_for(spec)
     found = await policy(pool, spec.tenant)
     allowed(spec, found)
+    caller = scope.caller
+    run = resolve(
+        spec,
+        found,
+        requester=caller.identity,
+        roles=None if fork is not None else caller.roles,
+        profiles=operator_profiles(scope.settings),
+        fork=fork,
+    )
     origin: Origin = "start" if fork is None else "fork"
     legacy = await started_unscoped(pool, spec, origin=origin)
     if legacy is not None:
         return Started(legacy, existing=True)
-    return await start_run(
-        await scope.temporal(),
-        with_policy(spec, found, fork=fork),
-        task_queue=scope.settings.task_queue,
-        indexed=scope.settings.search_attributes,
-        limits=found.limits,
-        mirror=pool,
-        run_id=run_id(spec.tenant, spec.idempotency_key, origin=origin),
-        wait=wait,
-    )
+    scoped = run_id(spec.tenant, spec.idempotency_key, origin=origin)
+    requests = RunRequestStore(pool)
+    claimed = False
+    if spec.idempotency_key is not None:
+        asked = request_fingerprint(spec, fork)
+        first = await requests.claim(scoped, spec.tenant, asked)
+        if first is not None and first != asked:
+            raise IdempotencyConflict(
+                f"idempotency key {spec.idempotency_key!r} already started run {scoped} from a "
+                "different request; send that request again for that run, or use a new key",
+                scoped,
+            )
+        claimed = first is None
+    try:
+        return await start_run(
+            await scope.temporal(),
+            run,
+            task_queue=scope.settings.task_queue,
+            indexed=scope.settings.search_attributes,
+            limits=found.limits,
+            mirror=pool,
+            run_id=scoped,
+            wait=wait,
+        )
+    except OperationRefused:
+        if claimed:  # nothing started: the key names no request yet
+            await requests.release(scoped)
+        raise
 
 
 async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]:
     """A backlog's tasks as its runs will start: each of the caller's tenant (a task of
-    another is refused), with its tenant's approvers in its spec. The backlog workflow starts
-    them as its children; what it starts is what passed here."""
+    another is refused), resolved under its tenant's policy for the caller (`resolve`, as a
+    start is: a task's own spec is held to its agent's profile, or is a free-form spec only
+    the tenant's policy may allow). The backlog workflow starts them as its children; what
+    it starts is what passed here."""
     pool = await scope.mirror()
     if pool is None:
         raise SetupError(NO_DATABASE)
     specs = [scope.task_for(task) for task in tasks]
     policies = {each: await policy(pool, each) for each in {spec.tenant for spec in specs}}
+    profiles = operator_profiles(scope.settings)
+    caller = scope.caller
     ready: list[QueuedTask] = []
     for task, spec in zip(tasks, specs, strict=True):
         # A capped tenant's task waits in its queue when the backlog starts it (the
         # backlog reads the policy again then, agentledger/workflows/backlog.py).
         allowed(spec, policies[spec.tenant])
-        run = with_policy(spec, policies[spec.tenant])
+        run = resolve(
+            spec,
+            policies[spec.tenant],
+            requester=caller.identity,
+            roles=caller.roles,
+            profiles=profiles,
+        )
         ready.append(QueuedTask.model_validate({**dict(task), "spec": run}))
     return ready
 

@@ -13,6 +13,7 @@ from agentledger.client.scope import Scope
 from agentledger.core.constants import TASK_NOTIFIER_WORKFLOW_NAME
 from agentledger.core.errors import InvalidRequest
 from agentledger.core.keys import id_part
+from agentledger.core.results import WatchItem
 from agentledger.core.webhook_models import (
     NotifierInput,
     PushSubscription,
@@ -47,9 +48,21 @@ class Tasks:
         tenant = await self._tenant_of(run_id)
         return await (await self._store()).remember_task(run_id, tenant, context_id, agent)
 
+    async def context_runs(self, context_id: str, agent: str) -> list[str]:
+        """The agent's runs started in the context, of the caller's tenant, oldest first."""
+        return await (await self._store()).context_tasks(self.scope.home_tenant, context_id, agent)
+
     async def context_of(self, run_id: str) -> str | None:
         tenant = await self._tenant_of(run_id)
         return await (await self._store()).task_context(run_id, tenant)
+
+    # ------------------------------------------------------------ what it did
+
+    async def events(self, run_id: str) -> list[WatchItem]:
+        """The run's events so far, in order, as the mirror holds them (no waiting)."""
+        await self._tenant_of(run_id)
+        rows = await (await self._store()).events_after(run_id, 0)
+        return [WatchItem(kind="event", **row) for row in rows]
 
     # ------------------------------------------------------------ artifacts
 

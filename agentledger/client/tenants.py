@@ -17,10 +17,16 @@ from agentledger.client import admission
 from agentledger.client.scope import Scope, operators_only
 from agentledger.core import bounds
 from agentledger.core.admission_models import TenantLimits
-from agentledger.core.errors import TenantError
-from agentledger.core.listings import TenantRow
+from agentledger.core.errors import InvalidRequest, PolicyDenied, TenantError
+from agentledger.core.listings import TenantRow, TenantShown
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.store.tenant_store import TenantStore
 from agentledger.temporal.queue_config import apply_queue_config
+
+
+def problems_in(err: ValidationError) -> str:
+    """A refused change's problems, each where it is."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in err.errors())
 
 
 class Tenants:
@@ -49,10 +55,7 @@ class Tenants:
         try:
             limits = TenantLimits.model_validate({**current.model_dump(), **changes})
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
-            )
-            raise TenantError(f"invalid tenant settings: {problems}") from err
+            raise TenantError(f"invalid tenant settings: {problems_in(err)}") from err
         await store.save(limits)
         rated = any(t.model_calls_per_second is not None for t in await store.all_limits())
         try:
@@ -65,3 +68,41 @@ class Tenants:
             ) from err
         await admission.configure(client, limits)
         return limits
+
+    async def show(self, tenant: str | None = None) -> TenantShown:
+        """One tenant (the caller's own under a tenant): its settings and runs, and the
+        policy its runs start under."""
+        named = self._policy_tenant(tenant)
+        rows = await Tenants(self.scope.narrowed(named)).listed()
+        return TenantShown(
+            tenant=named, settings=rows[0] if rows else None, policy=await self.policy(named)
+        )
+
+    async def policy(self, tenant: str | None = None) -> TenantPolicy:
+        """The policy `tenant`'s runs start under (the caller's own under a tenant): agents,
+        free-form specs, approval rules (docs/security.md, "The policy model")."""
+        named = self._policy_tenant(tenant)
+        return await TenantStore(await self.scope.database()).rules(named)
+
+    async def set_policy(self, tenant: str | None, changes: dict[str, Any]) -> TenantPolicy:
+        """Change some of the policy `tenant`'s runs start under (`TenantPolicy`'s fields;
+        the rest stay): an operator's act, or an admin's of its own tenant. New starts take
+        it at once; runs already started keep the policy they started under."""
+        named = self._policy_tenant(tenant)
+        if not self.scope.caller.may("admin"):
+            raise PolicyDenied("a tenant's policy is its admins' and the operators' to set")
+        store = TenantStore(await self.scope.database())
+        current = await store.rules(named)
+        try:
+            found = TenantPolicy.model_validate({**current.model_dump(), **changes})
+        except ValidationError as err:
+            raise TenantError(f"invalid tenant policy: {problems_in(err)}") from err
+        await store.save_rules(named, found)
+        return found
+
+    def _policy_tenant(self, tenant: str | None) -> str:
+        named = self.scope.acting_in(tenant)
+        if named is None:
+            raise InvalidRequest("name the tenant whose policy this is")
+        bounds.check_text("tenant", named)
+        return named

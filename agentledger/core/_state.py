@@ -1,7 +1,7 @@
 """Private: what a run holds beyond its spec (`RunProgress`), and what its workflow starts
 from (`RunInput`: the person's spec and what the engine sets).
 
-Only the engine builds a `RunInput`: the start gate (agentledger/client/starts.py) for a start
+Only the engine builds a `RunInput`: the start gate (`agentledger.client.starts`) for a start
 or a fork, the admission queue, a backlog, `run_agent`, and the run itself when it continues as new.
 A person's `RunSpec` cannot hold these fields, so nobody forges a carry, an admission, a
 fork, a generation or a weight. The fields sit after the spec's, as they always did in the
@@ -16,6 +16,8 @@ from typing import Self
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from agentledger.core.identity import Identity
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import (
     ApprovalRecord,
     ChildApproval,
@@ -133,6 +135,11 @@ class RunProgress(BaseModel):
     end_requested_by: str | None = Field(
         None, description="who asked a session to end (`agentledger end`); None: nobody has"
     )
+    model_calls_rated: bool = Field(
+        False,
+        description="its model calls go through the rate-limited model queue (its tenant has "
+        "a model-call rate); False: on the run's own queue (generation 6)",
+    )
 
 
 class RunInput(RunSpec):
@@ -163,6 +170,22 @@ class RunInput(RunSpec):
         None, description="set by the engine: the run whose sub-agent this run is"
     )
     subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
+    requester: Identity | None = Field(
+        None,
+        description="set by the engine: who asked for the run, as their credential proved it "
+        "(a sub-agent's, a backlog task's: whoever asked for its parent or task); None: runs "
+        "started before it was recorded",
+    )
+    tenant_policy: TenantPolicy | None = Field(
+        None,
+        description="set by the engine: its tenant's policy when it started, which its "
+        "sub-agents' runs start under too",
+    )
+    model_calls_rated: bool = Field(
+        False,
+        description="set by the engine when it starts the run: its tenant had a model-call "
+        "rate then, so its model calls go through the rate-limited queue",
+    )
 
     @classmethod
     def of(cls, spec: RunSpec, **engine: object) -> Self:

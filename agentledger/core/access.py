@@ -1,10 +1,17 @@
-"""Who calls over HTTP: API keys' shape and hash, the roles, and the `Caller` a credential
-yields.
+"""Who calls: API keys' shape and hash, the roles, and the `Caller` a credential yields.
 
 A key is `ark_<key_id>_<secret>`: the id finds its row, the secret (32 random bytes) is the
 proof. Postgres keeps only the sha256 of the whole key, compared in constant time, so a
-leaked table opens nothing. The tenant is the credential's, never the request's: a `Caller`
-is made only from a key's row or a verified token.
+leaked table opens nothing. The tenant and the identity are the credential's, never the
+request's: a `Caller` is made only from a key's row, a verified token, or (`operator`) the
+stack's own connections, and its tenant is a tenant name by the one rule (`tenant_name` in
+agentledger/client/scope.py), so no two tenants' run ids meet.
+
+Roles are of two kinds: the four access roles (what a credential may do at all), and the
+roles an approval may ask for (a spec's `approval.roles`, a tenant rule's `by finance`). A
+credential decides an approval in the role the approval asks for, when it holds it: an
+approver or admin key that names it (`keys create --decides finance`), a token whose roles
+claim lists it, or an access role that grants it (`admin` grants `approver`).
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from agentledger.core.errors import InvalidRequest
+from agentledger.core.identity import Identity
 
 Role = Literal["viewer", "runner", "approver", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "runner", "approver", "admin")
@@ -31,19 +40,49 @@ KEY_PREFIX = "ark_"
 _KEY = re.compile(r"ark_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 
 
+_APPROVAL_ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+
+
 @dataclass(frozen=True)
 class Caller:
     """An authenticated caller: the tenant its credential names (None: the operator, who
-    acts for every tenant), what it may do, and who it is (recorded as the `by` of its
-    decisions)."""
+    acts for every tenant), what it may do (its access roles, and the approval roles it
+    decides in), and who it is, as the credential proved it."""
 
     tenant: str | None
     roles: frozenset[str]
-    identity: str
+    identity: Identity
     credential: str  # what limits count against: a key's id, a token's issuer and subject
+    key_id: str | None = None  # an API key's, which can be revoked while in use
+    expires_at: datetime | None = None  # when the credential stops opening the door
 
     def may(self, need: str) -> bool:
         return any(need in GRANTS.get(role, frozenset()) for role in self.roles)
+
+    def decides_as(self, required_role: str) -> bool:
+        """Whether this caller may decide an approval that asks for `required_role`."""
+        return self.may("approver") and (
+            required_role in self.roles or (self.may(required_role) and required_role in GRANTS)
+        )
+
+
+def is_role_name(name: str) -> bool:
+    """An access role or an approval role's name."""
+    return bool(_APPROVAL_ROLE.fullmatch(name))
+
+
+def check_approval_roles(role: str, approval_roles: list[str]) -> list[str]:
+    """The approval roles a key of `role` may carry: names, and only on a key that decides."""
+    if approval_roles and role not in ("approver", "admin"):
+        raise InvalidRequest(
+            f"only an approver or admin key decides approvals; a {role} key takes no --decides"
+        )
+    bad = [r for r in approval_roles if not is_role_name(r)]
+    if bad:
+        raise InvalidRequest(
+            f"--decides takes role names (letters, digits, '-' and '_'), not {', '.join(bad)}"
+        )
+    return sorted(set(approval_roles))
 
 
 def check_role(role: str) -> Role:

@@ -3,9 +3,10 @@
 Pure and deterministic (no I/O, no clock: the caller passes the time), so the workflow runs
 `check` inside its sandbox and a replay reaches the same verdict. An approver signs, with
 an Ed25519 key only they hold, the exact bytes `message` builds from the run id, the
-approval id, the action hash, the decision, the edit (or the reason of a rejection) and the
-time; a decision therefore cannot be moved to another run, another approval or another
-action, nor changed, nor kept for later use past `signature_max_age_seconds`.
+approval id, the action hash, the decision, the edit or the replacement of the arguments
+(or the reason of a rejection) and the time; a decision therefore cannot be moved to another
+run, another approval or another action, nor changed, nor kept for later use past
+`signature_max_age_seconds`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def message(
     run_id: str, approval_id: str, decision: ApproveInput | RejectInput, signed_at: datetime
 ) -> bytes:
     """The exact bytes an approver signs for `decision` on `approval_id` of `run_id`."""
-    body = {
+    body: dict[str, object] = {
         "run_id": run_id,
         "approval_id": approval_id,
         "action_hash": decision.action_hash,
@@ -55,6 +56,9 @@ def message(
         "by": decision.by,
         "signed_at": signed_at.isoformat(),
     }
+    if isinstance(decision, ApproveInput) and decision.replace is not None:
+        # Signed only when sent, so signatures made before replacements existed still hold.
+        body["replace"] = decision.replace
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 

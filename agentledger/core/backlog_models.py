@@ -88,9 +88,15 @@ SHARED_POLICY_FIELDS = ("parallelism", "continue_as_new_after")
 class TaskItem(Strict):
     """One task as a backlog file names it."""
 
-    title: str = Field(min_length=1, max_length=200)
-    idempotency_key: str = Field(min_length=1, max_length=200)
-    spec: RunSpec
+    title: str = Field(min_length=1, max_length=200, description="a title for people")
+    idempotency_key: str = Field(
+        min_length=1,
+        max_length=200,
+        description="names the task in the backlog: a key already there is not added again",
+    )
+    spec: RunSpec = Field(
+        description="the run to make of it (its task, agent's fields; the tenant is the caller's)"
+    )
     max_attempts: int | None = Field(None, ge=1, le=100, description="overrides the policy")
 
     @field_validator("spec")
@@ -204,10 +210,10 @@ class EnqueueInput(BaseModel):
 
 
 class EnqueueResult(BaseModel):
-    added: list[str]
+    added: list[str] = Field(description="keys added now")
     ignored: list[str] = Field(description="keys already in the backlog: not added again")
-    total: int
-    stopped: bool
+    total: int = Field(description="tasks in the backlog now")
+    stopped: bool = Field(description="the backlog is stopped: the tasks wait until it is resumed")
     held: list[str] = Field(
         default_factory=list,
         description="keys the server holds in the backlog's history, not applied yet: a "

@@ -50,16 +50,27 @@ LIMITS: dict[str, int] = {
     "tasks": TASKS_PER_ENQUEUE,
     "run_id": 500,  # "run-" and a key of 200 characters, escaped (agentledger.core.keys.id_part)
     "parent_run_id": 500,
+    "when": 500,  # an approval rule's condition (agentledger/core/policy_rules.py)
 }
 DEFAULT_TEXT_CHARS = NAME_CHARS
 # Text items of a list, where they may be longer than a name.
 ITEM_CHARS = {"required_sections": REASON_CHARS, "forbidden": REASON_CHARS}
 DEFAULT_ITEMS = LIST_ITEMS
 # Values that are any JSON (a tool's arguments, an output, a schema): measured as JSON.
-FREE_JSON = frozenset({"edit", "edit_output", "json_schema", "subagents"})
-# Engine-made, not people's input: a continuation's carried state, the run's generation.
+FREE_JSON = frozenset({"edit", "replace", "edit_output", "json_schema", "subagents"})
+# Engine-made, not people's input: a continuation's carried state, the run's generation, and
+# identities and policies read from credentials and Postgres (their models bound them).
 ENGINE_FIELDS = frozenset(
-    {"carry", "workflow_generation", "admission", "effect_scope", "subagent_depth"}
+    {
+        "carry",
+        "workflow_generation",
+        "admission",
+        "effect_scope",
+        "subagent_depth",
+        "requester",
+        "decider",
+        "tenant_policy",
+    }
 )
 # How much of a refused value a run records (`by` in a refusal event, say).
 RECORDED_CHARS = 200

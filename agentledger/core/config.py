@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,16 @@ class AgentLedgerConfig(ReadSettings):
     )
     encryption_key_id: str | None = env(
         "AGENTLEDGER_ENCRYPTION_KEY_ID", None, "the id new payloads use (default the first)"
+    )
+    # A codec of the user's own (their app's PayloadCodec), for commands that read payloads
+    # the user's app sealed: it replaces agentledger's encryption.
+    codec: str | None = env(
+        "AGENTLEDGER_CODEC", None, "`PKG.MODULE:ATTR`: a PayloadCodec, or what makes one"
+    )
+    codec_endpoint: str | None = env(
+        "AGENTLEDGER_CODEC_ENDPOINT",
+        None,
+        "a codec server's URL (as the temporal CLI's --codec-endpoint)",
     )
     # Worker Versioning: workers declare this version of the deployment, and every run stays
     # pinned to the version it started on.
@@ -274,7 +285,14 @@ class AgentLedgerConfig(ReadSettings):
     def _parse_keys(cls, value: Any) -> Any:
         return parse_encryption_keys(value) if isinstance(value, str) else value
 
-    @field_validator("openai_base_url", "web_ui_url")
+    @field_validator("codec")
+    @classmethod
+    def _a_reference(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[\w.]+:[\w.]+", value):
+            raise ValueError("expected PKG.MODULE:ATTR (a PayloadCodec, or what makes one)")
+        return value
+
+    @field_validator("openai_base_url", "web_ui_url", "codec_endpoint")
     @classmethod
     def _an_http_url(cls, value: str | None) -> str | None:
         if value is not None:

@@ -13,9 +13,16 @@ retry or fallback. (A provider's or Postgres's own exceptions are read where the
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ApplicationErrorCategory,
+    RetryState,
+    TimeoutError,
+)
 
 # ---------------------------------------------------------------- errors for people
 
@@ -94,6 +101,23 @@ class OperationRefused(Refused, OperationError):
     """The run or its policy refused the operation: the message says why."""
 
 
+class PolicyDenied(Refused, OperationError):
+    """The tenant's policy does not let this caller do it (an agent it may not run, a spec of
+    its own, a decision outside its role): the message says what the policy allows."""
+
+    kind = "forbidden"
+
+
+class IdempotencyConflict(Refused, OperationError):
+    """An idempotency key already named a run started from a different request."""
+
+    kind = "idempotency_conflict"
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class StackInUse(Refused, SetupError):
     """Another command owns the embedded stack kept in this folder; the message names it."""
 
@@ -151,6 +175,10 @@ EFFECT_IN_PROGRESS = "EffectInProgress"
 # The Docker engine or the image `run_code` needs is not there: retried until it is.
 SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 
+# A model call on a run's own queue whose tenant has a model-call rate now: the run sends it,
+# and its later calls, through the rate-limited queue (agentledger/workflows/steering.py).
+MODEL_CALLS_RATED = "ModelCallsRated"
+
 # Failures that no other model or another try will fix.
 FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
 
@@ -166,6 +194,17 @@ def provider_too_slow(seconds: float) -> ApplicationError:
         f"model provider unavailable: no complete answer within {seconds:.0f} s "
         "(timeouts.model_seconds)",
         type=PROVIDER_UNAVAILABLE,
+    )
+
+
+def model_calls_rated(tenant: str) -> ApplicationError:
+    """The call came by the run's own queue, but its tenant has a model-call rate now: not
+    made here (no attempt, no mirror write), so the run schedules it where the rate holds."""
+    return ApplicationError(
+        f"tenant {tenant!r} has a model-call rate: this call goes through the rate-limited queue",
+        type=MODEL_CALLS_RATED,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,  # expected: the worker does not log it
     )
 
 
@@ -242,3 +281,28 @@ def sandbox_unavailable(detail: str) -> ApplicationError:
     """`run_code` could not reach its engine or image: nothing ran, so another try is safe,
     and the status says why the step waits."""
     return ApplicationError(f"sandbox unavailable: {detail}", type=SANDBOX_UNAVAILABLE)
+
+
+# What Temporal's payload converter raises (a KeyError, sometimes quoted inside a replay's
+# failure) for a payload sealed by a codec the process lacks.
+SEALED_PAYLOAD = re.compile(r"Unknown payload encoding ([\w./+-]+)")
+# agentledger's own encryption (agentledger.temporal.encryption.ENCODING), which names its own fix.
+OWN_ENCODING = "binary/encrypted"
+
+
+def sealed_payload(err: BaseException) -> SetupError | None:
+    """What to do, when `err` (or what caused it) is a payload sealed by a codec this process
+    lacks (agentledger.temporal.user_codec); None for any other error."""
+    seen: BaseException | None = err
+    while seen is not None:
+        found = SEALED_PAYLOAD.search(str(seen))
+        if found and found[1] == OWN_ENCODING:  # agentledger's own: its keys are the fix
+            return None
+        if found:
+            return SetupError(
+                f"the run's payloads are sealed by a codec ({found[1]}): set "
+                "AGENTLEDGER_CODEC=PKG.MODULE:ATTR (your app's PayloadCodec, or what makes it) "
+                "or AGENTLEDGER_CODEC_ENDPOINT=URL (your codec server), as your app's client has it"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

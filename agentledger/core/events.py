@@ -46,11 +46,16 @@ class EventType(StrEnum):
     APPROVAL_APPROVED = "approval.approved"
     APPROVAL_REJECTED = "approval.rejected"
     APPROVAL_EXPIRED = "approval.expired"
+    # One approval of several a call needs: the pending approval as it now stands (its
+    # votes; its arguments, if the approval edited them).
+    APPROVAL_COUNTED = "approval.counted"
     # Models and tools.
     MODEL_FALLBACK = "model.fallback"
+    MODEL_RATE_LIMITED = "model.rate_limited"
     MODEL_INTERRUPTED = "model.interrupted"
     MODEL_REPAIR_REQUESTED = "model.repair_requested"
     TOOL_REFUSED = "tool.refused"
+    TOOL_DENIED = "tool.denied"
     TOOL_SUSPICIOUS = "tool.suspicious"
     TOOL_RECONCILED = "tool.reconciled"
     DUPLICATE_PREVENTED = "duplicate.prevented"
@@ -72,6 +77,7 @@ class EventType(StrEnum):
     # retry, the model's text as it comes, the receipt, and a chat turn's own notes.
     STEP_RETRY = "step.retry"
     MODEL_TEXT = "model.text"
+    MODEL_TEXT_RESET = "model.text_reset"
     RECEIPT = "receipt"
     CHAT_SAID = "chat.said"
     CHAT_NO_ANSWER = "chat.no_answer"

@@ -27,8 +27,8 @@ class ActivityInFlight(BaseModel):
     worker and no mirror needed."""
 
     activity: str = Field(description="its type, e.g. model.complete or tool.invoke")
-    state: str
-    attempt: int
+    state: str = Field(description="scheduled, started or waiting to retry")
+    attempt: int = Field(description="the attempt it is on")
     since: datetime | None = Field(description="this attempt started (or was scheduled) then")
     worker: str | None = Field(description="the worker that last took it")
     last_failure: str | None = Field(description="why the previous attempt failed")
@@ -36,23 +36,28 @@ class ActivityInFlight(BaseModel):
 
 
 class WorkerSeen(BaseModel):
-    identity: str
-    last_poll: datetime | None
-    seconds_ago: float | None
+    identity: str = Field(description="the worker's identity (host and process)")
+    last_poll: datetime | None = Field(
+        description="when it last asked the run's task queue for work"
+    )
+    seconds_ago: float | None = Field(description="how long ago that was")
 
 
 class RunReport(BaseModel):
     """What `status` shows: the state, where it came from, and who serves the run."""
 
-    source: Literal["workflow", "mirror", "temporal"]
+    source: Literal["workflow", "mirror", "temporal"] = Field(
+        description="where the state came from: the run itself (workflow), the mirror while no "
+        "worker answers, or what Temporal holds of a run no worker has taken (temporal)"
+    )
     state: RunState
-    task_queue: str
+    task_queue: str = Field(description="the task queue whose workers serve it")
     waiting_since: datetime | None = Field(
         None, description="queued since then: no worker has taken the run yet"
     )
     workers: list[WorkerSeen] = Field(description="who polled the run's task queue lately")
     last_progress_at: datetime | None = Field(description="a worker last moved the run then")
-    no_progress_seconds: float | None
+    no_progress_seconds: float | None = Field(description="how long since a worker last moved it")
     in_flight: list[ActivityInFlight] = Field(
         default_factory=list, description="the run's activities Temporal holds open, as it says"
     )

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentledger.core.policy_rules import ApprovalRule
+
 MAX_TASK_CHARS = 20_000
 
 
@@ -75,15 +77,52 @@ class ApprovalPolicy(Strict):
     signers: list[Signer] = Field(default_factory=list)
     require_signatures: bool = False
     signature_max_age_seconds: float = Field(3600, gt=0, description="older signatures expire")
+    # The tenant's rules come first (agentledger/core/tenant_policy.py puts them there), then
+    # the agent's, then the spec's own: the first that names a role decides it.
+    rules: list[ApprovalRule] = Field(
+        default_factory=list,
+        description="calls that need approval (by a role, by several people) or never run, "
+        "by tool and a condition on their arguments",
+    )
+    requester_may_approve: bool = Field(
+        True, description="False: whoever asked for the run may not approve its calls"
+    )
+    approvals_needed: int = Field(
+        1, ge=1, le=5, description="distinct approvers every approval needs (2: two-person)"
+    )
 
     def signatures_required(self) -> bool:
         return self.require_signatures or bool(self.signers)
 
-    def needs_approval(self, tool: str, risk: RiskLevel) -> bool:
-        return waits_for_approver(tool, risk, self.require_at_or_above, self.always)
+    def needs_approval(self, tool: str, risk: RiskLevel, arguments: JsonDict | None = None) -> bool:
+        """Whether a call waits for people: at the risk threshold, a tool that always does, or
+        a rule that holds of its arguments."""
+        if waits_for_approver(tool, risk, self.require_at_or_above, self.always):
+            return True
+        return any(not r.deny and r.applies(tool, arguments or {}) for r in self.rules)
 
-    def role_for(self, tool: str) -> str:
+    def denies(self, tool: str, arguments: JsonDict) -> ApprovalRule | None:
+        """The rule that forbids this call, if one does."""
+        return next((r for r in self.rules if r.deny and r.applies(tool, arguments)), None)
+
+    def role_for(self, tool: str, arguments: JsonDict | None = None) -> str:
+        """The role a call's approvers must have: the first rule that holds of its
+        `arguments` and names one (rules judge calls alone: None, for a budget or another
+        kind of approval, reads no rule), else the tool's role, else the default."""
+        if arguments is not None:
+            for rule in self.rules:
+                if rule.role and not rule.deny and rule.applies(tool, arguments):
+                    return rule.role
         return self.roles.get(tool, self.default_role)
+
+    def approvers_for(self, tool: str, arguments: JsonDict) -> int:
+        """How many distinct people must approve this call."""
+        ruled = [r.approvers for r in self.rules if not r.deny and r.applies(tool, arguments)]
+        return max([self.approvals_needed, *ruled])
+
+    def ruled_tools(self) -> set[str]:
+        """Tools some rule may stop for approval (`*`: any tool)."""
+        return {r.tool for r in self.rules if not r.deny}
 
 
 class Budget(Strict):
@@ -215,6 +254,9 @@ ENGINE_ONLY = (
     "fairness_weight",
     "parent_run_id",
     "subagent_depth",
+    "requester",
+    "tenant_policy",
+    "model_calls_rated",
 )
 
 

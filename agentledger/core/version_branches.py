@@ -42,6 +42,7 @@ class VersionBranch(BaseModel):
     removal: str
 
 
+GENERATION_6 = "generation-6"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
 BACKLOG_CHILD_POLICY = "backlog-child-policy"
 # Retired, its histories archived (docs/versioning.md): a workflow of the user's own that
@@ -50,6 +51,17 @@ BACKLOG_CHILD_POLICY = "backlog-child-policy"
 RUN_AGENT_READS_POLICY = "run-agent-reads-policy"
 
 LIVE: tuple[VersionBranch, ...] = (
+    VersionBranch(
+        id=GENERATION_6,
+        kind="generation",
+        workflow_type=names.WORKFLOW_NAME,
+        where="agentledger/workflows/approvals.py (Approvals) and "
+        "agentledger/workflows/steering.py (Steering.model_call)",
+        old_path="a run of generation 5 lays an approver's edit over the arguments "
+        "member by member (null sets a member to null, an object replaces one whole), and "
+        "sends every model call to the rate-limited model queue, never to its own",
+        removal="no open run of generation 5",
+    ),
     VersionBranch(
         id=ADMISSION_SWEEP,
         kind="patch",
@@ -168,6 +180,8 @@ def retired_generation(generation: int | None) -> str | None:
 def live_old_paths(facts: HistoryFacts) -> list[str]:
     """The live branches whose old path the run takes (or has taken)."""
     needed = []
+    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation == 5:
+        needed.append(GENERATION_6)
     if (
         facts.workflow_type == names.ADMISSION_WORKFLOW_NAME
         and facts.decided

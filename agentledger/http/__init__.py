@@ -5,25 +5,29 @@ nothing else. docs/http.md is the user's page.
 A layer of its own beside the CLI: it imports the client (`agentledger.client`) and below,
 and nothing imports it but the CLI's `serve`.
 
-Adding routes (another module, say `agentledger/http/agui.py`):
+Adding a route (another module, say `agentledger/http/inbox.py`): declare it, with the role
+it needs, the body or query it takes (a pydantic model: agentledger/http/bodies.py) and the
+answer it gives, and write the handler over the caller's view:
 
-    from agentledger.http.auth import caller, json_body, runs_for
-    from agentledger.http.replies import answer
+    async def pending(call: Call[ApprovalsQuery]) -> list[InboxItem]:
+        \"\"\"The approvals your tenant's runs wait for.\"\"\"   # the route's summary
+        return await call.runs.runs.pending_approvals(limit=call.input.limit)
 
-    async def pending(request: Request) -> Response:
-        who = await caller(request, need="approver")  # 401/403/429, the tenant decided
-        client = runs_for(request, who)                # a RunClient acting as who
-        return answer(await client.runs.recent(status="waiting_approval"))
+    ENDPOINTS = [Endpoint("GET", "/v1/approvals", pending, "viewer",
+                          query=ApprovalsQuery, answer=list[InboxItem])]
 
     def routes() -> list[Route]:
-        return [Route("/v1/inbox", pending)]
+        return routes_of(ENDPOINTS)
 
-then list it in `create_app` (agentledger/http/app.py) beside `runs_api.routes()` (or pass
-`create_app(runs, settings, routes=agui.routes())`). `caller` is the only way a route learns the
-tenant; the `Caller`'s `identity` is who decides (the `by` of a decision). Raise an
-`AgentLedgerError` (mapped to 400/404/409/503) or an `HttpRefusal` for the door's own;
-`json_body` reads within the body limit; `door_of(request).streams` counts a credential's
-streams (agentledger/http/events_api.py shows how).
+then list it in `create_app` (agentledger/http/app.py). The declaration checks the
+credential (401), then the role (403), then reads and validates the body (400, 408, 413),
+in that order on every route (agentledger/http/endpoints.py), and `/openapi.json` and
+`/docs` describe it from the same models. `call.who` is the only way a handler learns the
+tenant; its `identity` is who decides (the `by` of a decision); `call.runs` acts as the
+caller, within its tenant alone. Raise an `AgentLedgerError` (mapped to 400/404/409/503)
+or an `HttpRefusal` for the door's own; a streamed answer takes a slot of the
+credential's streams (`door_of(request).streams`) and ends when the credential does
+(agentledger/http/events_api.py shows how).
 
 Tests: tests/http_support.py starts the door as `agentledger serve --port 0` in a
 subprocess on the test's settings (`async with served(settings, tmp_path, env={...}) as

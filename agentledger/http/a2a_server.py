@@ -6,11 +6,16 @@ A task is a durable run of the caller's tenant; its id is the run's id, so anoth
 tenant's task reads as not found, and a server restarted in between finds the same task.
 A new message starts a run named by its `messageId` (the same message twice is one run);
 a message on a task tells the run something, or, carrying a decision, answers its
-approval, which the task shows as `input-required`. The request handler here is the
-SDK's interface implemented over `RunClient` (no in-memory task store: the run is the
-task), behind the door's credential, roles and limits: the caller is authenticated before
-the body is read, and each method needs its role (a decision an approver's, a start or a
-cancel a runner's, a read a viewer's), refused with 403 as over REST.
+approval, which the task shows as `input-required`. For an agent whose profile makes
+sessions, a context is a session: its first message starts the session run, and each
+later message in the context (with the task's id or without) is the run's next turn, as
+`agentledger chat` says one; the task waits `input-required` between turns.
+
+The request handler here is the SDK's interface implemented over `RunClient` (no in-memory
+task store: the run is the task), behind the door's credential, roles and limits: the
+caller is authenticated before the body is read, and each method needs its role (a
+decision an approver's, a start or a cancel a runner's, a read a viewer's), refused with
+403 as over REST.
 """
 
 from __future__ import annotations
@@ -61,18 +66,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentledger.client.run_client import RunClient
-from agentledger.client.scope import leaves_tenant_to_credential
+from agentledger.client.scope import refuse_requested_tenant
 from agentledger.core import task_states
 from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
 from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
+from agentledger.core.states import TERMINAL
 from agentledger.http import a2a_tasks
 from agentledger.http.a2a_tasks import Event, TaskStory
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
 from agentledger.http.auth import caller, door_of, runs_for
 from agentledger.http.errors import HttpRefusal
-from agentledger.http.events_api import after, last_seen
+from agentledger.http.events_api import Position, after, last_seen
+from agentledger.http.request_body import read_whole
 from agentledger.profiles import Agent
 
 Marker = Callable[[WatchItem], bool]
@@ -175,7 +182,7 @@ class RunTasks(RequestHandler):
         self,
         call: Call,
         run_id: str,
-        seen: int | None,
+        seen: Position | None,
         *,
         until_input: bool,
         marker: Marker | None = None,
@@ -186,11 +193,11 @@ class RunTasks(RequestHandler):
         silently: the caller has been told it."""
         client = call.client
         story = TaskStory(run_id, await self._context(call, run_id))
-        slots = door_of(call.request).streams
-        slots.take(call.who.credential)
+        streams = door_of(call.request).streams
+        stream = streams.take(call.who)  # ends with the credential (a key revoked)
         items = client.runs.watch(run_id)
         try:
-            async for item in after(items, seen):
+            async for item in streams.follow(stream, after(items, seen)):
                 stored = await client.tasks.artifacts(run_id) if item.kind == "receipt" else []
                 before = story.state
                 told = list(story.tell(item, stored))
@@ -206,7 +213,7 @@ class RunTasks(RequestHandler):
                     return
         finally:
             await items.aclose()  # type: ignore[attr-defined]
-            slots.give_back(call.who.credential)
+            streams.give_back(stream)
 
     # ------------------------------------------------------------ messages
 
@@ -216,15 +223,30 @@ class RunTasks(RequestHandler):
         """Start the task or act on it: its id, and the item of its story up to which this
         caller has been told it (None: tell it from the start)."""
         call = call_of(context)
-        if not leaves_tenant_to_credential(params.tenant):
-            raise InvalidParamsError(message="the tenant is your credential's; send no 'tenant'")
         message = params.message
         try:
+            refuse_requested_tenant(params.tenant)
             if message.task_id:
-                return await self._continue(call, message)
+                return await self._continue(call, message, message.task_id)
+            session = await self._open_session(call, message)
+            if session is not None:
+                return await self._continue(call, message, session)
             return await self._start(call, params), None
         except AgentLedgerError as err:
             raise a2a_error(err) from err
+
+    async def _open_session(self, call: Call, message: Message) -> str | None:
+        """The session run the message's context holds open, for an agent whose profile
+        makes sessions: the message is its next turn (the same task). None: a new task."""
+        if call.agent.session is None or not message.context_id:
+            return None
+        if a2a_tasks.decision_of(message) is not None:
+            return None  # `_start` says a decision answers a task
+        runs = await call.client.tasks.context_runs(message.context_id, call.agent.name)
+        if not runs:
+            return None
+        latest = (await call.client.runs.inspect(runs[-1])).state
+        return None if latest.status in TERMINAL else latest.run_id
 
     async def _start(self, call: Call, params: SendMessageRequest) -> str:
         message = params.message
@@ -245,9 +267,9 @@ class RunTasks(RequestHandler):
             await self._subscribe(call, run_id, config.task_push_notification_config)
         return run_id
 
-    async def _continue(self, call: Call, message: Message) -> tuple[str, Marker]:
-        """Tell the run the message, or decide its approval with it."""
-        client, run_id = call.client, message.task_id
+    async def _continue(self, call: Call, message: Message, run_id: str) -> tuple[str, Marker]:
+        """Tell the run the message (a session's next turn), or decide its approval with it."""
+        client = call.client
         decision = a2a_tasks.decision_of(message)
         if decision is None:
             text = a2a_tasks.text_of(message)
@@ -256,7 +278,7 @@ class RunTasks(RequestHandler):
                     message=f"a message to a task takes text; {a2a_tasks.REPLY_HELP}"
                 )
             said = await client.runs.say(
-                run_id, text, by=call.who.identity, message_id=message.message_id
+                run_id, text, by=call.who.identity.name, message_id=message.message_id
             )
             return (
                 run_id,
@@ -277,7 +299,7 @@ class RunTasks(RequestHandler):
                 f"{pending.approval_id!r} is"
             )
         common: dict[str, Any] = {
-            "by": call.who.identity,
+            "by": call.who.identity.name,
             "role": pending.required_role,
             "action_hash": decision.get("action_hash") or pending.action_hash,
         }
@@ -491,6 +513,7 @@ async def endpoint(request: Request) -> Response:
     who = await caller(request, need="viewer")
     client = runs_for(request, who)
     agent = agent_named(client, str(request.path_params["agent"]))
+    request = await read_whole(request, door_of(request).settings)
     try:
         body = json.loads(await request.body())
     except (ValueError, RecursionError):

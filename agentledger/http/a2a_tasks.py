@@ -1,6 +1,6 @@
 """A run told as an A2A task, with the `a2a-sdk`'s own types: its events as status updates,
 its answer and stored artifacts as artifacts, an approval as `input-required`, and a
-reply that decides it.
+reply that decides it; a session's answered turn as `input-required` with the answer.
 
 Each status update carries the run's event in `metadata.agentledger` (`seq`, `event`,
 `step_id`, `data`), so a client knows the last event it saw and resumes after it
@@ -35,6 +35,7 @@ from agentledger.core.events import EventType
 from agentledger.core.results import PendingApproval, RunState, WatchItem
 from agentledger.core.spec import JsonDict
 from agentledger.core.webhook_models import StoredArtifact
+from agentledger.http.agent_faces import approval_data
 
 Event = Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 DECISIONS = ("approve", "edit", "reject")
@@ -84,16 +85,7 @@ def approval_parts(pending: PendingApproval) -> list[Part]:
         f"Approve {pending.tool} {args}{risk}? It needs the {pending.required_role} role; "
         f"{REPLY_HELP}."
     )
-    data = {
-        "approval_id": pending.approval_id,
-        "tool": pending.tool,
-        "arguments": pending.arguments,
-        "risk": pending.risk,
-        "required_role": pending.required_role,
-        "action_hash": pending.action_hash,
-        "expires_at": pending.expires_at.isoformat(),
-        "decisions": list(DECISIONS),
-    }
+    data = {**approval_data(pending), "decisions": list(DECISIONS)}
     return [Part(text=text), Part(data=value(data), media_type="application/json")]
 
 
@@ -179,6 +171,8 @@ class TaskStory:
             parts = None
             if item.type == EventType.APPROVAL_REQUESTED:
                 parts = approval_parts(PendingApproval.model_validate(item.data))
+            elif item.type == EventType.SESSION_TURN_ANSWERED:
+                parts = [Part(text=str(item.data.get("answer") or ""))]
             yield self.update(after, item.at, meta, parts)
         elif item.kind == "receipt":
             receipt = item.data
@@ -209,6 +203,8 @@ def task_of(
     parts: list[Part] = []
     if run.pending_approval is not None:
         parts = approval_parts(run.pending_approval)
+    elif run.status.value == "waiting_for_message" and run.result:
+        parts = [Part(text=run.result)]  # a session's last answer, waiting for the next turn
     elif receipt is not None:
         parts = summary_parts(run.run_id, receipt)
     if parts:

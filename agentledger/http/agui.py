@@ -23,10 +23,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ag_ui.core import BaseEvent, ResumeEntry, RunAgentInput, RunErrorEvent, UserMessage
+from ag_ui.core import BaseEvent, Event, ResumeEntry, RunAgentInput, RunErrorEvent, UserMessage
+from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.requests import Request
+from sse_starlette import EventSourceResponse
 from starlette.routing import Route
 
 from agentledger import profiles
@@ -36,11 +36,13 @@ from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import AgentLedgerError, InvalidRequest, OperationRefused
 from agentledger.core.events import EventType
 from agentledger.core.spec import JsonDict, RunSpec
+from agentledger.http import event_streams
 from agentledger.http.agui_events import AguiStory
-from agentledger.http.auth import caller, door_of, json_body, runs_for
-from agentledger.http.events_api import KEEPALIVE_SECONDS
+from agentledger.http.auth import door_of
+from agentledger.http.endpoints import Call, Endpoint, RoleOfBody, routes_of
 
 THREAD_KEY_PREFIX = "agui."
+UNAUTHENTICATED = "agentledger.unauthenticated"
 # A step's mirror row lands with the run's next write, a moment after its event.
 STEP_ROW_SECONDS = 10.0
 
@@ -97,7 +99,7 @@ async def answer_interrupt(client: RunClient, run_id: str, entry: ResumeEntry, w
             "resume the interrupt the last RUN_FINISHED named"
         )
     common: dict[str, Any] = {
-        "by": who.identity,
+        "by": who.identity.name,
         "role": pending.required_role,
         "action_hash": pending.action_hash,
     }
@@ -168,7 +170,7 @@ def spec_of(client: RunClient, agent: str, request: RunAgentInput, who: Caller) 
     fields = profiles.pick(agents, agent, source).spec_fields(agents)
     fields.update(
         task=task_of(request),
-        user=who.identity,
+        user=who.identity.name,
         idempotency_key=thread_key(request.thread_id),
     )
     try:
@@ -178,15 +180,14 @@ def spec_of(client: RunClient, agent: str, request: RunAgentInput, who: Caller) 
 
 
 async def begin(
-    request: Request, client: RunClient, run_input: RunAgentInput, who: Caller
+    call: Call[RunAgentInput], client: RunClient, run_input: RunAgentInput
 ) -> tuple[str, set[str]]:
     """The thread's run, started if new, its interrupts answered by a resume; and the
     approvals the stream passes over (those this request answered)."""
+    who = call.who
     if not run_input.resume:
-        agent = str(request.path_params["agent"])
-        started = await client.runs.start(
-            spec=spec_of(client, agent, run_input, who), require_tools=True
-        )
+        spec = spec_of(client, call.path("agent"), run_input, who)
+        started = await client.runs.start(spec=spec, require_tools=True)
         return started.run_id, set()
     run_id = client.runs.id_of(thread_key(run_input.thread_id))
     await client.runs.inspect(run_id)  # 404 for a thread with no run (or another tenant's)
@@ -195,35 +196,50 @@ async def begin(
     return run_id, {entry.interrupt_id for entry in run_input.resume}
 
 
-async def agui(request: Request) -> EventSourceResponse:
-    """Run the agent on the thread, or resume it with the client's decisions."""
-    body = await json_body(request)
-    try:
-        run_input = RunAgentInput.model_validate(body)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise InvalidRequest(f"not an AG-UI RunAgentInput: {problems}") from err
-    # Deciding is an approver's act; starting a thread's run a runner's.
-    who = await caller(request, need="approver" if run_input.resume else "runner")
-    client = runs_for(request, who)
+def role_for(run_input: RunAgentInput) -> str:
+    """Deciding is an approver's act; starting a thread's run a runner's."""
+    return "approver" if run_input.resume else "runner"
+
+
+async def agui(call: Call[RunAgentInput]) -> EventSourceResponse:
+    """Run the agent on an AG-UI thread, or resume the thread with your decisions.
+
+    The body is AG-UI's RunAgentInput; the answer, AG-UI events. A request with `resume`
+    decides the interrupts it names (the approver role); one without starts the thread's
+    run, or tells its story again (the runner role)."""
+    run_input, client = call.input, call.runs
     # The stream's slot first: a decision is never taken for a stream refused after it.
-    slots = door_of(request).streams
-    slots.take(who.credential)
+    streams = door_of(call.request).streams
+    stream = streams.take(call.who)
     try:
-        run_id, passed = await begin(request, client, run_input, who)
+        run_id, passed = await begin(call, client, run_input)
     except BaseException:
-        slots.give_back(who.credential)
+        streams.give_back(stream)
         raise
+    encoder = EventEncoder()
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        try:
-            async for event in story(client, run_id, run_input, passed):
-                yield ServerSentEvent(event.model_dump_json(by_alias=True))
-        finally:
-            slots.give_back(who.credential)
+    async def events() -> AsyncIterator[bytes]:
+        async for event in streams.follow(stream, story(client, run_id, run_input, passed)):
+            yield encoder.encode(event).encode()
+        if stream.ended:
+            ended = RunErrorEvent(message=f"{stream.why}; the stream ends", code=UNAUTHENTICATED)
+            yield encoder.encode(ended).encode()
 
-    return EventSourceResponse(events(), ping=KEEPALIVE_SECONDS)
+    return event_streams.response(events(), streams, stream)
+
+
+ENDPOINTS = [
+    Endpoint(
+        "POST",
+        "/v1/agents/{agent}/agui",
+        agui,
+        RoleOfBody(("runner", "approver"), role_for),
+        body=RunAgentInput,
+        answer=Event,
+        events="AG-UI events, one per `data:` line (RUN_STARTED ... RUN_FINISHED or RUN_ERROR)",
+    )
+]
 
 
 def routes() -> list[Route]:
-    return [Route("/v1/agents/{agent}/agui", agui, methods=["POST"])]
+    return routes_of(ENDPOINTS)

@@ -3,7 +3,8 @@ body limit, and the error mapping (agentledger/http/errors.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -16,13 +17,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentledger.client.run_client import RunClient
 from agentledger.core.http_settings import HttpSettings
 from agentledger.http import agui, events_api, inbox, openapi, runs_api
-from agentledger.http.auth import Door, too_large
+from agentledger.http.auth import Door
 from agentledger.http.errors import HANDLERS, error_body
+from agentledger.http.mcp_server import McpFace
+from agentledger.http.request_body import too_large
+
+# What a browser's MCP client sends besides (streamable HTTP's session, version and routing).
+MCP_HEADERS = ["Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"]
 
 
 class BodyLimit:
-    """Refuse with 413, before reading it, a body whose Content-Length is over the limit;
-    `json_body` counts what it reads of one that does not say."""
+    """Refuse with 413, before reading it (or the credential), a body whose Content-Length
+    is over the limit; `json_body` counts what it reads of one that does not say."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -31,7 +37,7 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             length = dict(scope["headers"]).get(b"content-length", b"0")
-            if not length.isdigit() or int(length) > self.limit:
+            if not length.isdigit() or len(length) > 18 or int(length) > self.limit:
                 refusal = too_large(self.limit)
                 response = JSONResponse(error_body(refusal.kind, str(refusal)), refusal.status)
                 await response(scope, receive, send)
@@ -57,8 +63,16 @@ def create_app(
     runs: RunClient, settings: HttpSettings, *, routes: Sequence[BaseRoute] = ()
 ) -> Starlette:
     """The door over `runs` (an operator's RunClient: each request acts through its view
-    of the caller's tenant), with the core routes and `routes` besides."""
+    of the caller's tenant), with the core routes and `routes` besides. Its lifespan holds
+    what lives as long as the server: MCP's sessions."""
     door = Door.open(runs, settings)
+    mcp = McpFace(settings.body_limit_bytes)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with mcp.lifespan():
+            yield
+
     app = Starlette(
         routes=[
             Route("/healthz", health),
@@ -68,14 +82,23 @@ def create_app(
             *agui.routes(),
             *inbox.routes(),
             *protocol_routes(),
+            *mcp.routes(),
             *routes,
         ],
+        lifespan=lifespan,
         middleware=[
             Middleware(
                 CORSMiddleware,
                 allow_origins=settings.origins(),
-                allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=[
+                    "Authorization",
+                    "Content-Type",
+                    "Idempotency-Key",
+                    "Last-Event-ID",
+                    *MCP_HEADERS,
+                ],
+                expose_headers=["Mcp-Session-Id"],
             ),
             Middleware(BodyLimit, limit=settings.body_limit_bytes),
         ],

@@ -12,19 +12,30 @@ from __future__ import annotations
 import logging
 
 import psycopg
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused, Unreachable
+from agentledger.core.errors import (
+    AgentLedgerError,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    PolicyDenied,
+    Refused,
+    Unreachable,
+)
 
 log = logging.getLogger(__name__)
 
-# First match wins (an error is one of these alone; the order is the most telling first).
+# First match wins, the most telling first: a tenant's policy denying the caller is 403, any
+# other refusal 409.
 STATUSES: tuple[tuple[type[AgentLedgerError], int], ...] = (
     (Unreachable, 503),
     (NotFound, 404),
     (InvalidInput, 400),
+    (PolicyDenied, 403),
     (Refused, 409),
 )
 
@@ -60,7 +71,10 @@ async def refused(request: Request, err: Exception) -> Response:
 
 async def failed(request: Request, err: Exception) -> Response:
     assert isinstance(err, AgentLedgerError)
-    return JSONResponse(error_body(err.kind, str(err)), status_of(err))
+    body = error_body(err.kind, str(err))
+    if isinstance(err, IdempotencyConflict):  # the run the key named first
+        body["error"]["run_id"] = err.run_id
+    return JSONResponse(body, status_of(err))
 
 
 def dropped(err: Exception) -> bool:
@@ -81,4 +95,21 @@ async def broke(request: Request, err: Exception) -> Response:
     )
 
 
-HANDLERS = {HttpRefusal: refused, AgentLedgerError: failed, Exception: broke}
+async def unrouted(request: Request, err: Exception) -> Response:
+    """No route for the path (404) or the method (405), in the one shape of every refusal."""
+    assert isinstance(err, HTTPException)
+    if err.status_code == 405:
+        kind, message = "not_allowed", f"{request.method} is not a method of {request.url.path}"
+    elif err.status_code == 404:
+        kind, message = "not_found", f"no route {request.url.path}: /docs lists them"
+    else:
+        kind, message = "invalid_input", str(err.detail)
+    return JSONResponse(error_body(kind, message), err.status_code, headers=err.headers)
+
+
+HANDLERS = {
+    HttpRefusal: refused,
+    AgentLedgerError: failed,
+    HTTPException: unrouted,
+    Exception: broke,
+}

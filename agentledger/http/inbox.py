@@ -19,11 +19,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from agentledger.core.errors import InvalidRequest
-from agentledger.http.auth import caller, runs_for
-from agentledger.http.replies import answer
-
-MAX_LISTED = 500
+from agentledger.core.listings import InboxItem
+from agentledger.http.bodies import ApprovalsQuery
+from agentledger.http.endpoints import Call, Endpoint, routes_of
 
 
 def page_text() -> str:
@@ -54,19 +52,25 @@ async def page(request: Request) -> Response:
     )
 
 
-async def approvals(request: Request) -> Response:
-    """The approvals the caller's tenant's runs wait for, newest first (`?limit=`): each
-    with its run, who the run is for, its task, and the approval (tool, arguments, risk,
-    role, expiry, action hash)."""
-    who = await caller(request, need="viewer")
-    raw = request.query_params.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LISTED:
-        raise InvalidRequest(f"limit takes a whole number from 1 to {MAX_LISTED}")
-    return answer(await runs_for(request, who).runs.pending_approvals(limit=int(raw)))
+async def approvals(call: Call[ApprovalsQuery]) -> list[InboxItem]:
+    """The approvals your tenant's runs wait for, newest first.
+
+    Each with its run, whom the run is for, its task, and the approval: tool, arguments,
+    risk, role, expiry, action hash."""
+    return await call.runs.runs.pending_approvals(limit=call.input.limit)
+
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/v1/approvals",
+        approvals,
+        "viewer",
+        query=ApprovalsQuery,
+        answer=list[InboxItem],
+    )
+]
 
 
 def routes() -> list[Route]:
-    return [
-        Route("/inbox", page, methods=["GET"]),
-        Route("/v1/approvals", approvals, methods=["GET"]),
-    ]
+    return [Route("/inbox", page, methods=["GET"]), *routes_of(ENDPOINTS)]

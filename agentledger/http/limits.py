@@ -1,7 +1,8 @@
-"""Each credential's share of the door: a request rate (a token bucket refilled at
-`rate` per second, holding two seconds' worth) and a number of event streams open at once;
-and each client address's failed authentications, so keys cannot be guessed at speed.
-Counted in this process: a fleet of servers behind a balancer multiplies them."""
+"""Each credential's share of the door, a request rate (a token bucket refilled at `rate`
+per second, holding two seconds' worth), and each client address's failed
+authentications, so keys cannot be guessed at speed. Counted in this process: a fleet of
+servers behind a balancer multiplies them. (Streams: agentledger/http/streams.py;
+connections: agentledger/http/connections.py.)"""
 
 from __future__ import annotations
 
@@ -36,29 +37,6 @@ class RequestRate:
                 {"Retry-After": str(wait)},
             )
         self._buckets[credential] = (tokens - 1, now)
-
-
-class StreamSlots:
-    def __init__(self, per_credential: int) -> None:
-        self.limit = per_credential
-        self._open: dict[str, int] = {}
-
-    def take(self, credential: str) -> None:
-        """One more stream of `credential`'s (`give_back` when it ends); 429 past the limit."""
-        if self._open.get(credential, 0) >= self.limit:
-            raise HttpRefusal(
-                429,
-                "too_many_streams",
-                f"{self.limit} event streams are open with this credential already; close "
-                "one, then retry",
-                {"Retry-After": "1"},
-            )
-        self._open[credential] = self._open.get(credential, 0) + 1
-
-    def give_back(self, credential: str) -> None:
-        self._open[credential] -= 1
-        if not self._open[credential]:
-            del self._open[credential]
 
 
 class FailedAuth:

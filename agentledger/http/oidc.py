@@ -1,17 +1,23 @@
 """Bearer JWTs from an OIDC issuer: the signature checked against the issuer's JWKS
-(fetched within a bound and cached), then `iss`, `aud` and `exp`; the tenant and the roles
-are the claims the settings name. Verified with PyJWT."""
+(fetched within a bound and cached) with the algorithm of the key that signed it (the
+JWK's `alg`, else its type's: RSA RS256, EC by its curve, OKP EdDSA), then `iss`, `aud`,
+`exp`, `nbf` and `iat` with a leeway for clocks that disagree; the tenant and the roles
+are the claims the settings name, and the tenant must be a tenant name. Verified with
+PyJWT. Whatever is wrong with a token is a 401, never a failure of the server."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
 
-from agentledger.core.access import ROLES, Caller
-from agentledger.core.errors import ServiceUnreachable, SetupError
+from agentledger.client.scope import tenant_name
+from agentledger.core.access import Caller, is_role_name
+from agentledger.core.errors import InvalidRequest, ServiceUnreachable, SetupError
 from agentledger.core.http_settings import HttpSettings
+from agentledger.core.identity import Identity
 from agentledger.http.errors import unauthenticated
 
 # Asymmetric algorithms only: a JWKS holds public keys, and "none" or HMAC never pass.
@@ -33,6 +39,7 @@ class OidcVerifier:
         self.audience = settings.oidc_audience
         self.tenant_claim = settings.oidc_tenant_claim
         self.roles_claim = settings.oidc_roles_claim
+        self.leeway = settings.oidc_leeway_seconds
         self.keys = jwt.PyJWKClient(
             settings.oidc_jwks_url,
             cache_keys=True,
@@ -43,12 +50,18 @@ class OidcVerifier:
     async def caller(self, token: str) -> Caller:
         try:
             key = await asyncio.to_thread(self.keys.get_signing_key_from_jwt, token)
+            if key.algorithm_name not in ALGORITHMS:
+                raise jwt.InvalidAlgorithmError(
+                    f"the issuer's key is for {key.algorithm_name}, not a public-key algorithm"
+                )
+            # The key (a PyJWK) binds the algorithm: a token whose `alg` differs is refused.
             claims: dict[str, Any] = jwt.decode(
                 token,
-                key.key,
+                key,
                 algorithms=ALGORITHMS,
                 issuer=self.issuer,
                 audience=self.audience,
+                leeway=self.leeway,
                 options={"require": ["exp", "iss", "sub"], "verify_aud": bool(self.audience)},
             )
         except jwt.PyJWKClientConnectionError as err:
@@ -56,16 +69,25 @@ class OidcVerifier:
                 f"the issuer's keys (AGENTLEDGER_OIDC_JWKS_URL) could not be fetched: {err}; "
                 "try again shortly"
             ) from err
-        except (jwt.PyJWTError, ValueError) as err:
+        except (jwt.PyJWTError, ValueError, TypeError, KeyError) as err:
             raise unauthenticated(f"the bearer token was not accepted: {err}") from err
         tenant = claims.get(self.tenant_claim)
         if not isinstance(tenant, str) or not tenant:
             raise unauthenticated(f"the token names no tenant (claim {self.tenant_claim!r})")
+        try:
+            tenant_name(tenant)
+        except InvalidRequest as err:
+            raise unauthenticated(f"the token's {self.tenant_claim!r} claim: {err}") from err
         raw = claims.get(self.roles_claim, [])
         named = raw.split() if isinstance(raw, str) else raw if isinstance(raw, list) else []
+        email = claims.get("email")
         return Caller(
             tenant=tenant,
-            roles=frozenset(r for r in named if r in ROLES),
-            identity=str(claims["sub"]),
+            # The access roles, and the approval roles (finance, legal) it decides in.
+            roles=frozenset(r for r in named if isinstance(r, str) and is_role_name(r)),
+            identity=Identity.of_token(
+                self.issuer, str(claims["sub"]), email if isinstance(email, str) else None
+            ),
             credential=f"oidc:{self.issuer}:{claims['sub']}",
+            expires_at=datetime.fromtimestamp(float(claims["exp"]) + self.leeway, UTC),
         )

@@ -479,6 +479,33 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX a2a_tasks_context_idx ON a2a_tasks (tenant, context_id);
     """,
+    # 19: the operator's policy for a tenant's runs (agentledger/core/policy_rules.py: agents,
+    # free-form specs, approval rules), the approval roles a key decides in beside its role,
+    # who asked for each run, and the request each idempotency key named
+    # (agentledger/store/run_requests.py).
+    """
+    ALTER TABLE tenants ADD COLUMN policy jsonb;
+    ALTER TABLE api_keys ADD COLUMN approval_roles text[] NOT NULL DEFAULT '{}';
+    ALTER TABLE runs ADD COLUMN requester jsonb;
+    CREATE TABLE run_requests (
+        run_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        fingerprint text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+    # 20: a model call's streamed text, per attempt, as its watchers were sent it
+    # (agentledger/store/model_text.py): what a watcher that joins late or comes back reads.
+    """
+    CREATE TABLE model_text (
+        run_id text NOT NULL,
+        step_id text NOT NULL,
+        attempt int NOT NULL,
+        text text NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, step_id, attempt)
+    );
+    """,
 ]
 
 

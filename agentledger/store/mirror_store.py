@@ -56,17 +56,18 @@ BATCH_ROWS = """
         INSERT INTO runs (run_id, version, agent, profile_hash, tenant, user_id, task,
             status, current_step_id, pause_reason, model, tokens_in, tokens_out, cost_usd,
             duplicates_prevented, checkpoint, result, error, created_at, updated_at,
-            finished_at, fence, priority)
+            finished_at, fence, priority, requester)
         SELECT r.run_id, r.version, r.agent, r.profile_hash, r.tenant, r."user", r.task,
             r.status, r.current_step_id, r.pause_reason, r.model, r.tokens_in, r.tokens_out,
             r.cost_usd, r.duplicates_prevented, r.checkpoint, r.result, r.error, r.created_at,
-            r.updated_at, r.finished_at, %(batch_fence)s, r.priority
+            r.updated_at, r.finished_at, %(batch_fence)s, r.priority,
+            nullif(r.requester, 'null'::jsonb)
         FROM batch, jsonb_to_record(batch.j->'run') AS r(run_id text, version bigint,
             agent text, profile_hash text, tenant text, "user" text, task text, status text,
             current_step_id text, pause_reason text, model text, tokens_in bigint,
             tokens_out bigint, cost_usd float8, duplicates_prevented int, checkpoint jsonb,
             result text, error text, created_at timestamptz, updated_at timestamptz,
-            finished_at timestamptz, priority int)
+            finished_at timestamptz, priority int, requester jsonb)
         WHERE %(with_run)s
         ON CONFLICT (run_id) DO UPDATE SET
             version = EXCLUDED.version, status = EXCLUDED.status,
@@ -79,7 +80,8 @@ BATCH_ROWS = """
             error = EXCLUDED.error, created_at = EXCLUDED.created_at,
             updated_at = EXCLUDED.updated_at, finished_at = EXCLUDED.finished_at,
             fence = EXCLUDED.fence,
-            priority = coalesce(EXCLUDED.priority, runs.priority)
+            priority = coalesce(EXCLUDED.priority, runs.priority),
+            requester = coalesce(EXCLUDED.requester, runs.requester)
         WHERE (runs.version, runs.fence) < (EXCLUDED.version, EXCLUDED.fence)
     ),
     step_rows AS (

@@ -12,6 +12,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from agentledger.core.listings import ENGINE_RUN_PREFIXES
 from agentledger.core.results import ChildApproval, PendingApproval, RunState, StepSummary
 
 RUN_SQL = """
@@ -23,10 +24,12 @@ FROM runs WHERE run_id = %s
 STEPS_SQL = """
 SELECT step_id, seq, type, name, status, attempt FROM steps WHERE run_id = %s ORDER BY seq
 """
-# The approval still waiting: its request event, for a step the mirror has not seen decided.
+# The approval still waiting, as it stands: its request, or the latest approval counted of
+# several it needs, for a step the mirror has not seen decided.
 PENDING_SQL = """
 SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
-WHERE e.run_id = %s AND e.type = 'approval.requested' AND s.status = 'waiting'
+WHERE e.run_id = %s AND e.type IN ('approval.requested', 'approval.counted')
+  AND s.status = 'waiting'
 ORDER BY e.seq DESC LIMIT 1
 """
 # The sub-agent runs a run started (each names its run in its `subagent.started` event).
@@ -101,7 +104,8 @@ SELECT r.run_id, r.user_id AS "user", r.task, r.tenant, e.data AS approval
 FROM runs r
 JOIN LATERAL (
     SELECT e.data FROM events e JOIN steps s ON s.run_id = e.run_id AND s.step_id = e.step_id
-    WHERE e.run_id = r.run_id AND e.type = 'approval.requested' AND s.status = 'waiting'
+    WHERE e.run_id = r.run_id AND s.status = 'waiting'
+      AND e.type IN ('approval.requested', 'approval.counted')
     ORDER BY e.seq DESC LIMIT 1
 ) e ON true
 WHERE r.status = 'waiting_for_approval' AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
@@ -123,10 +127,12 @@ async def pending_approvals(
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(INBOX_SQL, {"tenant": tenant, "limit": limit})
         rows = await cur.fetchall()
-    return [
-        {**row, "approval": PendingApproval.model_validate(row["approval"]).model_dump(mode="json")}
-        for row in rows
-    ]
+    found = []
+    for row in rows:
+        pending = PendingApproval.model_validate(row["approval"])
+        requester = pending.requester.model_dump(mode="json") if pending.requester else None
+        found.append({**row, "approval": pending.model_dump(mode="json"), "requester": requester})
+    return found
 
 
 async def step_row(
@@ -140,17 +146,30 @@ async def step_row(
 
 
 async def recent_runs(
-    pool: AsyncConnectionPool, *, status: str | None, limit: int, tenant: str | None
+    pool: AsyncConnectionPool,
+    *,
+    status: str | None,
+    limit: int,
+    tenant: str | None,
+    engines_own: bool = True,
 ) -> list[dict[str, Any]]:
-    """Recent runs, newest first; with `tenant`, that tenant's only."""
+    """Recent runs, newest first; with `tenant`, that tenant's only; without `engines_own`,
+    not the runs the engine started for its own work (ENGINE_RUN_PREFIXES)."""
     async with pool.connection() as conn:
         cur = await conn.execute(
             """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
                       tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
                FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
                  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+                 AND (%(engines_own)s OR NOT run_id LIKE ANY(%(prefixes)s))
                ORDER BY created_at DESC LIMIT %(limit)s""",
-            {"status": status, "limit": limit, "tenant": tenant},
+            {
+                "status": status,
+                "limit": limit,
+                "tenant": tenant,
+                "engines_own": engines_own,
+                "prefixes": [f"{prefix}%" for prefix in ENGINE_RUN_PREFIXES],  # none has _ or %
+            },
         )
         columns = [c.name for c in cur.description or []]
         return [dict(zip(columns, row, strict=True)) for row in await cur.fetchall()]

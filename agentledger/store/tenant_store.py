@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger.core.admission_models import QueueSyncInput, TenantLimits
+from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.tenant_policy import RunPolicy
 from agentledger.store.approver_store import ApproverStore
 
@@ -41,11 +43,32 @@ class TenantStore:
         return TenantLimits(tenant=tenant, **dict(zip(LIMIT_COLUMNS, row, strict=True)))
 
     async def policy(self, tenant: str) -> RunPolicy:
-        """The tenant's limits and every approver who may decide its runs (its own and
-        any-tenant ones): what each of its runs carries."""
+        """The tenant's limits, the operator's rules for its runs, and every approver who may
+        decide them (its own and any-tenant ones): what each of its runs carries."""
         return RunPolicy(
-            limits=await self.limits(tenant), signers=await ApproverStore(self.pool).signers(tenant)
+            limits=await self.limits(tenant),
+            signers=await ApproverStore(self.pool).signers(tenant),
+            tenant_policy=await self.rules(tenant),
         )
+
+    async def rules(self, tenant: str) -> TenantPolicy:
+        """The operator's policy for the tenant's runs; the defaults for a tenant nobody set."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute("SELECT policy FROM tenants WHERE tenant = %s", (tenant,))
+            row = await cur.fetchone()
+        if row is None or row[0] is None:
+            return TenantPolicy()
+        return TenantPolicy.model_validate(row[0])
+
+    async def save_rules(self, tenant: str, rules: TenantPolicy) -> None:
+        """Set the tenant's policy (its limits stay as they are, or the defaults)."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                """INSERT INTO tenants (tenant, policy) VALUES (%s, %s)
+                   ON CONFLICT (tenant) DO UPDATE SET policy = EXCLUDED.policy,
+                   updated_at = now()""",
+                (tenant, Jsonb(rules.model_dump(mode="json"))),
+            )
 
     async def save(self, limits: TenantLimits) -> None:
         async with self.pool.connection() as conn:
@@ -57,6 +80,14 @@ class TenantStore:
                     updated_at = now()""",
                 limits.model_dump(),
             )
+
+    async def rated_tenants(self) -> set[str]:
+        """The tenants with a model-call rate now."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT tenant FROM tenants WHERE model_calls_per_second IS NOT NULL"
+            )
+            return {row[0] for row in await cur.fetchall()}
 
     async def all_limits(self) -> list[TenantLimits]:
         async with self.pool.connection() as conn:

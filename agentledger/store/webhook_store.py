@@ -179,13 +179,14 @@ class WebhookStore:
             row = await cur.fetchone()
             return str(row[0]) if row else None
 
-    async def context_tasks(self, tenant: str, context_id: str) -> list[str]:
-        """The runs started in the tenant's context, oldest first."""
+    async def context_tasks(self, tenant: str, context_id: str, agent: str) -> list[str]:
+        """The agent's runs started in the tenant's context, oldest first."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                """SELECT run_id FROM a2a_tasks WHERE tenant = %s AND context_id = %s
-                   ORDER BY created_at""",
-                (tenant, context_id),
+                """SELECT run_id FROM a2a_tasks
+                   WHERE tenant = %s AND context_id = %s AND agent = %s
+                   ORDER BY created_at, run_id""",
+                (tenant, context_id, agent),
             )
             return [str(row[0]) for row in await cur.fetchall()]
 

@@ -1,6 +1,8 @@
 """A Temporal codec server: lets the Web UI show encrypted payloads decoded to an operator
-who runs it with the keys (AGENTLEDGER_ENCRYPTION_KEYS). The keys never leave this process; the
-browser sends payloads here and gets them back decoded.
+who runs it with the keys (AGENTLEDGER_ENCRYPTION_KEYS), or with the codec of a user's own app
+(AGENTLEDGER_CODEC, which then `agentledger` commands elsewhere reach through
+AGENTLEDGER_CODEC_ENDPOINT). The keys never leave this process; the browser sends payloads here
+and gets them back decoded.
 
     python -m agentledger.temporal.codec_server --port 8081 [--web-ui URL of the Temporal Web UI]
 
@@ -13,6 +15,7 @@ form (metadata values and data base64), answered in the same shape.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
@@ -21,13 +24,15 @@ from typing import Any
 
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
+from temporalio.converter import PayloadCodec
 
 from agentledger.core.background_http import BackgroundHTTPServer
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEFAULT_WEB_UI
-from agentledger.core.errors import SetupError, UnknownEncryptionKey
+from agentledger.core.errors import SetupError
 from agentledger.core.log_setup import configure_logging
 from agentledger.temporal.encryption import EncryptionCodec, codec_for
+from agentledger.temporal.user_codec import load_codec
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +50,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         route = self.path.split("?", 1)[0].rstrip("/")
         if route.endswith("/encode"):
-            transform = self.server.codec.encrypt
+            transform = self.server.codec.encode
         elif route.endswith("/decode"):
-            transform = self.server.codec.decrypt
+            transform = self.server.codec.decode
         else:
             self._send_json(404, {"error": f"no route {self.path}: use /encode or /decode"})
             return
@@ -57,10 +62,10 @@ class _Handler(BaseHTTPRequestHandler):
         except (json_format.ParseError, ValueError) as err:
             self._send_json(400, {"error": f"expected {{'payloads': [...]}}: {err}"})
             return
-        try:
-            result = Payloads(payloads=[transform(p) for p in payloads.payloads])
-        except UnknownEncryptionKey as err:
-            self._send_json(400, {"error": str(err)})
+        try:  # a codec's methods are coroutines; each request has a thread of its own
+            result = Payloads(payloads=asyncio.run(transform(list(payloads.payloads))))
+        except Exception as err:  # a key it lacks, a payload altered: the caller's to hear
+            self._send_json(400, {"error": str(err) or type(err).__name__})
             return
         self._send(200, json_format.MessageToJson(result).encode())
 
@@ -89,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    codec: EncryptionCodec
+    codec: PayloadCodec
     web_ui_origin: str
 
 
@@ -98,7 +103,7 @@ class CodecServer(BackgroundHTTPServer):
 
     def __init__(
         self,
-        codec: EncryptionCodec,
+        codec: PayloadCodec,
         *,
         host: str = "127.0.0.1",
         port: int = 8081,
@@ -125,11 +130,11 @@ def main() -> None:
     try:
         settings = AgentLedgerConfig.load()
         configure_logging(settings.log_level, settings.log_format)
-        codec = codec_for(settings)
+        codec = load_codec(settings.codec) if settings.codec else codec_for(settings)
         if codec is None:
             raise SetupError(
-                "AGENTLEDGER_ENCRYPTION_KEYS is not set: the codec server needs the keys the "
-                "workers encrypt with"
+                "neither AGENTLEDGER_ENCRYPTION_KEYS nor AGENTLEDGER_CODEC is set: the codec "
+                "server needs the keys the workers encrypt with, or your app's codec"
             )
     except SetupError as err:
         # A config that does not load leaves no log format to speak in: one plain line.
@@ -137,10 +142,11 @@ def main() -> None:
         sys.exit(2)
     server = CodecServer(codec, host=args.host, port=args.port, web_ui_origin=args.web_ui)
     log.info(
-        "codec server at %s (key %r encodes) for the Web UI at %s; set it as the UI's codec "
-        "endpoint",
+        "codec server at %s (%s) for the Web UI at %s; set it as the UI's codec endpoint",
         server.url,
-        codec.active_key_id,
+        f"key {codec.active_key_id!r} encodes"
+        if isinstance(codec, EncryptionCodec)
+        else settings.codec,
         args.web_ui,
     )
     try:

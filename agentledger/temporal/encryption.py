@@ -96,8 +96,11 @@ def codec_for(settings: AgentLedgerConfig) -> EncryptionCodec | None:
 def data_converter(settings: AgentLedgerConfig) -> DataConverter:
     """The one converter every client and worker uses: pydantic, plus encryption when keys
     are set. Failures are encoded too, so error messages and stack traces (which can quote
-    task text or tool output) are encrypted rather than stored as plain text."""
-    codec = codec_for(settings)
+    task text or tool output) are encrypted rather than stored as plain text. A codec of the
+    user's own (AGENTLEDGER_CODEC, AGENTLEDGER_CODEC_ENDPOINT) takes the place of encryption."""
+    from agentledger.temporal.user_codec import user_codec
+
+    codec = user_codec(settings) or codec_for(settings)
     if codec is None:
         return pydantic_data_converter
     return dataclasses.replace(

@@ -19,6 +19,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from agentledger.core.advice import start_a_worker as start_a_worker
+
 # Re-exported: the operations' default bound (it lives in the core, so the CLI's parser can
 # name it without importing Temporal).
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS as DEFAULT_WAIT_SECONDS
@@ -130,10 +132,6 @@ def describe_pollers(task_queue: str, found: list[Poller], now: datetime | None 
         for p in found
     )
     return f"task queue {task_queue!r} last polled by {heard}"
-
-
-def start_a_worker(task_queue: str) -> str:
-    return f"start one with `AGENTLEDGER_TASK_QUEUE={task_queue} agentledger-worker`"
 
 
 def no_worker(task_queue: str, found: list[Poller], seconds: float) -> str:

@@ -67,9 +67,9 @@ PLUGIN_NAME = "agentledger.AgentLedgerPlugin"
 def agentledger_converter(
     given: DataConverter | None, config: AgentLedgerConfig | None = None
 ) -> DataConverter:
-    """`given` with agentledger's payload converter (pydantic), keeping its codec; without one,
-    agentledger's own encryption when `config` has keys. A codec encodes failures' messages
-    too, as agentledger's own converter does."""
+    """`given` with agentledger's payload converter (pydantic), keeping its codec and its
+    failure converter; without a codec, agentledger's own encryption when `config` has keys,
+    which encodes failures' messages too, as agentledger's own converter does."""
     base = given or DataConverter.default
     converter = base.payload_converter_class
     if converter is DefaultPayloadConverter:
@@ -80,12 +80,12 @@ def agentledger_converter(
             f"({converter.__name__}) has no pydantic JSON converter: build it on "
             "temporalio.contrib.pydantic, or leave the payload converter to AgentLedgerPlugin"
         )
-    codec = base.payload_codec
+    codec, failures = base.payload_codec, base.failure_converter_class
     if codec is None and config is not None:
         codec = codec_for(config)
-    failures = base.failure_converter_class
-    if codec is not None and failures is DefaultFailureConverter:
-        failures = DefaultFailureConverterWithEncodedAttributes
+        if codec is not None and failures is DefaultFailureConverter:
+            # agentledger's own codec seals failures' messages too; yours decides for itself.
+            failures = DefaultFailureConverterWithEncodedAttributes
     return dataclasses.replace(
         base,
         payload_converter_class=converter,

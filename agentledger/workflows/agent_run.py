@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
     )
+    from agentledger.core.spec import JsonDict, RiskLevel
     from agentledger.core.states import RunStatus, StepStatus
     from agentledger.core.wire import (
         ApproveInput,
@@ -106,6 +107,7 @@ class AgentRunWorkflow:
                 # whose input names a queue take that path, so older histories replay
                 # unchanged); a continuation was admitted long ago.
                 admitted=spec.admission is None,
+                model_calls_rated=spec.model_calls_rated,
                 pending_messages=[
                     {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
@@ -119,8 +121,8 @@ class AgentRunWorkflow:
         self.context = run = RunContext(spec, self.run_id, self.progress, self.recorder)
         self.subagents = Subagents(run)
         self.controls = RunControls(run, self.subagents.forward_control)
-        self.approvals = Approvals(run, self.subagents.tell_parent)
-        self.steering = Steering(run)
+        self.approvals = Approvals(run, self.subagents.tell_parent, self.changes)
+        self.steering = Steering(run, self.changes)
         self.sessions = Sessions(run, self.steering, self._continue_as_new)
         self.checks = AnswerChecks(run)
         self.tools = ToolSteps(run, self.approvals, self.subagents, self.controls)
@@ -136,9 +138,10 @@ class AgentRunWorkflow:
         if spec.carry is None:
             # Here, not in `run`: a signal delivered with the start runs its handler before
             # `run`, and the story must still begin with the start.
-            self.recorder.event(
-                EventType.RUN_STARTED, data={"tenant": spec.tenant, "user": spec.user}
-            )
+            started: JsonDict = {"tenant": spec.tenant, "user": spec.user}
+            if spec.requester is not None:  # who asked, as their credential proved it
+                started["requester"] = spec.requester.model_dump(mode="json")
+            self.recorder.event(EventType.RUN_STARTED, data=started)
 
     # ------------------------------------------------------------------ handlers
 
@@ -433,19 +436,16 @@ class AgentRunWorkflow:
         async with self.recorder.step(
             "model_call", model or self.progress.model_used or "model"
         ) as step:
-            call = await step.start(
-                lambda mirror: self.steering.model_call(
-                    self._model_input(step.id, model, provider, mirror),
+            try:
+                reply = await self.steering.model_reply(
+                    step,
+                    lambda mirror: self._model_input(step.id, model, provider, mirror),
                     attempts,
                     run_summaries.model_summary(
                         model or self.progress.model_used or "(the worker's default)",
                         self.progress.tokens_in + self.progress.tokens_out,
                     ),
-                )
-            )
-            try:
-                reply: ModelCallResult = await step.outcome(
-                    self.steering.reply_or_message(call, step, model or "model")
+                    interruptible_as=model or "model",
                 )
             except ActivityError as err:
                 if not is_cancelled_exception(err):
@@ -486,6 +486,7 @@ class AgentRunWorkflow:
     ) -> ModelCallInput:
         """What a decision's model call reads: the conversation's new messages, the tools
         and sub-agents offered, and the checks its reply may run."""
+        ruled = self.spec.approval.ruled_tools()
         return self.steering.model_input(
             step_id,
             mirror,
@@ -497,8 +498,10 @@ class AgentRunWorkflow:
             max_tokens=self.spec.model.max_tokens,
             provider=provider,
             cut=self.sessions.conversation_cut(),
-            approval_at=self.spec.approval.require_at_or_above,
-            approval_always=self.spec.approval.always,
+            # A call some rule may stop for approval carries its schema too (edits are
+            # checked against it); a rule on every tool: every call does.
+            approval_at=RiskLevel.LOW if "*" in ruled else self.spec.approval.require_at_or_above,
+            approval_always=[*self.spec.approval.always, *sorted(ruled - {"*"})],
             **self.checks.for_reply(),
             **self.subagents.tools(),
         )

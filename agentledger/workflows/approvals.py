@@ -16,6 +16,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from agentledger.workflows.changes import Changes
 from agentledger.workflows.recording import RunContext, approval_input
 from agentledger.workflows.run_state import RunEnded
 from agentledger.workflows.steps import Step
@@ -23,13 +24,15 @@ from agentledger.workflows.steps import Step
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from agentledger.core import approval_signatures, bounds
+    from agentledger.core import approval_signatures, bounds, merge_patch
     from agentledger.core.argument_schema import argument_problems, unknown_fields
     from agentledger.core.events import EventType
+    from agentledger.core.identity import Identity
     from agentledger.core.keys import action_hash
     from agentledger.core.results import (
         ApprovalKind,
         ApprovalRecord,
+        ApprovalVote,
         DecisionResult,
         PendingApproval,
         RefusedDecision,
@@ -40,13 +43,6 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.workflows import policies
 
 
-def decision_fields(
-    input: ApproveInput | RejectInput,
-) -> tuple[str, str, str, str | None, JsonDict | None]:
-    edit = input.edit if isinstance(input, ApproveInput) else None
-    return input.action_hash, input.by, input.role, input.tenant, edit
-
-
 def check_bounds(input: ApproveInput | RejectInput) -> None:
     """Refuse a decision with a field over its maximum (agentledger.core.bounds): checked first,
     so nothing of it is recorded (a signal's refusal is recorded once, cut short)."""
@@ -55,9 +51,37 @@ def check_bounds(input: ApproveInput | RejectInput) -> None:
         raise ApplicationError(f"decision refused: {'; '.join(found[:5])}")
 
 
-def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
-    """An edit must be one the run can apply to this kind of approval."""
+def edited_arguments(
+    pending: PendingApproval, decision: ApproveInput, merge_patches: bool
+) -> JsonDict:
+    """The arguments an approval leaves a call with: a replacement whole, a merge patch
+    merged in, or, for runs before merge patches, the edit laid over member by member."""
+    if decision.replace is not None:
+        return decision.replace
+    if not decision.edit:
+        return pending.arguments
+    if merge_patches:
+        merged: JsonDict = merge_patch.apply(pending.arguments, decision.edit)
+        return merged
+    return {**pending.arguments, **decision.edit}
+
+
+def check_edit(pending: PendingApproval, decision: ApproveInput, merge_patches: bool) -> None:
+    """An edit must be one the run can apply to this kind of approval, and leave arguments
+    the tool accepts."""
+    edit, replace = decision.edit, decision.replace
+    if edit is not None and replace is not None:
+        raise ApplicationError(
+            "send an edit (a JSON Merge Patch of the arguments) or a replacement (the whole "
+            "arguments), not both"
+        )
+    if not edit and replace is None:
+        return
     if pending.kind == "budget":
+        if replace is not None:
+            raise ApplicationError(
+                "a budget takes an edit of max_tokens and/or max_cost_usd, not a replacement"
+            )
         try:
             Budget.model_validate(edit)
         except ValidationError as err:
@@ -74,14 +98,27 @@ def check_edit(pending: PendingApproval, edit: JsonDict) -> None:
             "approve or reject it without one"
         )
     elif pending.parameters is not None:
-        found = unknown_fields(pending.parameters, edit) or argument_problems(
-            pending.parameters, {**pending.arguments, **edit}
-        )
+        if merge_patches or replace is not None:
+            final = edited_arguments(pending, decision, merge_patches)
+            found = unknown_fields(pending.parameters, final) or argument_problems(
+                pending.parameters, final
+            )
+        else:
+            assert edit is not None
+            found = unknown_fields(pending.parameters, edit) or argument_problems(
+                pending.parameters, {**pending.arguments, **edit}
+            )
         if found:
             raise ApplicationError(
                 f"invalid edit of {pending.tool}'s arguments ({'; '.join(found)}): the tool "
                 "would refuse them; approve with arguments it accepts, or reject"
             )
+
+
+def decider_ref(decision: ApproveInput | RejectInput) -> str:
+    """Who decides, compared: the identity the sender's credential (or the signature) proved,
+    else, from a sender that names none, the name it gives."""
+    return decision.decider.ref if decision.decider is not None else f"by:{decision.by}"
 
 
 # Refused decisions a run keeps in its state for `status`.
@@ -95,10 +132,14 @@ class Approvals:
         self,
         run: RunContext,
         tell_parent: Callable[[PendingApproval | None], Awaitable[None]],
+        changes: Changes,
     ) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
         # A sub-agent's run tells its parent of the approval it waits for (Subagents).
         self.tell_parent = tell_parent
+        # An edit is a merge patch from generation 6 on; before, it was laid over member by
+        # member (agentledger/core/version_branches.py: generation-6).
+        self.merge_patches = changes.generation_6
 
     async def approval_step(
         self,
@@ -155,7 +196,8 @@ class Approvals:
         parameters: JsonDict | None = None,
         risk: str | None = None,
     ) -> ApprovalRecord:
-        """Wait, holding no worker, for a person's decision, or for the approval to expire."""
+        """Wait, holding no worker, for people's decision (as many approvals as the call
+        needs), or for the approval to expire."""
         policy = self.spec.approval
         async with self.recorder.step("approval", tool) as step:
             pending = self._pending(step, kind, tool, arguments, reason, parameters, risk)
@@ -168,21 +210,26 @@ class Approvals:
             step.report(StepStatus.WAITING)
             await self.recorder.flush()
             await self.tell_parent(pending)  # a sub-agent's run: its parent shows the approval
-            try:
-                await workflow.wait_condition(
-                    lambda: self.progress.decision is not None,
-                    timeout=timedelta(seconds=policy.timeout_seconds),
-                )
-            except TimeoutError:
-                pass
-            decision, self.progress.decision, self.progress.pending_approval = (
-                self.progress.decision,
-                None,
-                None,
-            )
+            wait = timedelta(seconds=policy.timeout_seconds)
+            while True:
+                try:
+                    await workflow.wait_condition(
+                        lambda: self.progress.decision is not None, timeout=wait
+                    )
+                except TimeoutError:
+                    break
+                if not self._count_vote(step.id):
+                    break
+                # One approval of several: shown as it stands, then the next is awaited.
+                await self.recorder.flush()
+                await self.tell_parent(self.progress.pending_approval)
+                wait = max(pending.expires_at - workflow.now(), timedelta(0))
+            decision, asked = self.progress.decision, self.progress.pending_approval
+            self.progress.decision, self.progress.pending_approval = None, None
             # Recorded before anything awaits: the update that sent the decision answers with
             # what is recorded once the approval is no longer pending (`decide_by_update`).
-            record = self._approval_record(pending, decision)
+            assert asked is not None
+            record = self._approval_record(asked, decision, proposed=arguments)
             self.progress.approvals.append(record)
             step.end(
                 StepStatus(record.decision),
@@ -194,6 +241,51 @@ class Approvals:
         )
         await self.tell_parent(None)
         return record
+
+    def _count_vote(self, step_id: str) -> bool:
+        """An approval that is not the last one the call needs: counted on the pending
+        approval (an edit restarts the count with it: the others approved other arguments);
+        False for a decision that settles the approval."""
+        decision, pending = self.progress.decision, self.progress.pending_approval
+        assert pending is not None
+        if not isinstance(decision, ApproveInput):
+            return False
+        if len(pending.votes) + 1 >= pending.approvals_needed:
+            return False
+        arguments = (
+            edited_arguments(pending, decision, self.merge_patches)
+            if pending.kind == "action"
+            else pending.arguments
+        )
+        edited = arguments != pending.arguments
+        vote = ApprovalVote(
+            by=decision.by,
+            decider=decision.decider,
+            role=decision.role,
+            at=workflow.now(),
+            key_id=decision.signature.key_id if decision.signature else None,
+            edit=(decision.replace if decision.replace is not None else decision.edit)
+            if edited
+            else None,
+            edit_kind=("replace" if decision.replace is not None else "merge_patch")
+            if edited
+            else None,
+        )
+        if edited:
+            pending = pending.model_copy(
+                update={
+                    "arguments": arguments,
+                    "action_hash": action_hash(pending.tool, arguments),
+                    "votes": [vote],
+                }
+            )
+        else:
+            pending = pending.model_copy(update={"votes": [*pending.votes, vote]})
+        self.progress.pending_approval, self.progress.decision = pending, None
+        self.recorder.show_details()
+        # The approval as it now stands: the inbox reads a waiting step's latest.
+        self.recorder.event(EventType.APPROVAL_COUNTED, step_id, pending.model_dump(mode="json"))
+        return True
 
     def _pending(
         self,
@@ -208,6 +300,7 @@ class Approvals:
         """What people are asked to decide at `step`, under the run's approval policy."""
         policy = self.spec.approval
         now = workflow.now()
+        call = arguments if kind == "action" else None  # rules judge tool calls alone
         return PendingApproval(
             kind=kind,
             reason=reason,
@@ -218,58 +311,91 @@ class Approvals:
             # Actions keep the hash they had before other kinds existed: runs waiting on
             # one must still match the decisions people send them.
             action_hash=action_hash(tool if kind == "action" else f"{kind}:{tool}", arguments),
-            required_role=policy.role_for(tool),
+            required_role=policy.role_for(tool, call),
             approvers=policy.approvers,
             tenant=self.spec.tenant,
             requested_at=now,
             expires_at=now + timedelta(seconds=policy.timeout_seconds),
             parameters=parameters,
             risk=risk,
+            approvals_needed=policy.approvers_for(tool, call)
+            if call is not None
+            else policy.approvals_needed,
+            requester=self.spec.requester,
         )
 
     def _approval_record(
-        self, pending: PendingApproval, decision: ApproveInput | RejectInput | None
+        self,
+        pending: PendingApproval,
+        decision: ApproveInput | RejectInput | None,
+        *,
+        proposed: JsonDict,
     ) -> ApprovalRecord:
         expired = ApprovalRecord(
             kind=pending.kind,
             approval_id=pending.approval_id,
             tool=pending.tool,
-            proposed_arguments=pending.arguments,
+            proposed_arguments=proposed,
             decision="expired",
             reason="no decision in time",
             requested_at=pending.requested_at,
             decided_at=workflow.now(),
+            votes=pending.votes,
         )
-        if isinstance(decision, ApproveInput):
-            return expired.model_copy(
+        if decision is None:
+            return expired
+        decided = expired.model_copy(
+            update={
+                "by": decision.by,
+                "role": decision.role,
+                "key_id": decision.signature.key_id if decision.signature else None,
+                "decider": decision.decider,
+            }
+        )
+        if isinstance(decision, RejectInput):
+            return decided.model_copy(update={"decision": "rejected", "reason": decision.reason})
+        if not self.merge_patches:
+            return decided.model_copy(
                 update={
                     "decision": "approved",
-                    "by": decision.by,
-                    "role": decision.role,
                     "edit": decision.edit or None,  # only an edit that changed something
                     "reason": None,
                     "final_arguments": {**pending.arguments, **(decision.edit or {})},
-                    "key_id": decision.signature.key_id if decision.signature else None,
                 }
             )
-        if isinstance(decision, RejectInput):
-            return expired.model_copy(
+        if pending.kind != "action":
+            return decided.model_copy(
                 update={
-                    "decision": "rejected",
-                    "by": decision.by,
-                    "role": decision.role,
-                    "reason": decision.reason,
-                    "key_id": decision.signature.key_id if decision.signature else None,
+                    "decision": "approved",
+                    "edit": decision.edit or None,
+                    "edit_kind": "merge_patch" if decision.edit else None,
+                    "reason": None,
+                    "final_arguments": pending.arguments,
                 }
             )
-        return expired
+        final = edited_arguments(pending, decision, self.merge_patches)
+        changed = final != pending.arguments
+        return decided.model_copy(
+            update={
+                "decision": "approved",
+                "reason": None,
+                "final_arguments": final,
+                # Exactly what was sent, when it changed something: a replacement or a patch.
+                "edit": (decision.replace if decision.replace is not None else decision.edit)
+                if changed
+                else None,
+                "edit_kind": ("replace" if decision.replace is not None else "merge_patch")
+                if changed
+                else None,
+                "diff": merge_patch.between(proposed, final) if final != proposed else None,
+            }
+        )
 
-    def _check_decision(
-        self, action: str, by: str, role: str, tenant: str | None, edit: JsonDict | None = None
-    ) -> None:
+    def _check_decision(self, input: ApproveInput | RejectInput) -> None:
         """Refuse, with a reason a person can act on, any decision that does not fit,
         including an edit the run could not apply (checked here, so it never reaches it)."""
         pending = self.progress.pending_approval
+        by, role = input.by, input.role
         if is_terminal(self.progress.status):
             raise ApplicationError(
                 f"run {self.run_id} already ended as {self.progress.status.value}"
@@ -279,12 +405,12 @@ class Approvals:
             raise ApplicationError(
                 f"run {self.run_id} is not waiting for an approval (status {status})"
             )
-        if action != pending.action_hash:
+        if input.action_hash != pending.action_hash:
             raise ApplicationError(
                 f"stale approval: the pending action is {pending.action_hash} "
-                f"({pending.tool}), not {action}; run `status` and decide again"
+                f"({pending.tool}), not {input.action_hash}; run `status` and decide again"
             )
-        if tenant is not None and tenant != pending.tenant:
+        if input.tenant is not None and input.tenant != pending.tenant:
             raise ApplicationError(f"run {self.run_id} belongs to another tenant")
         if role != pending.required_role:
             raise ApplicationError(
@@ -294,23 +420,70 @@ class Approvals:
             raise ApplicationError(f"{by} is not among the approvers for this run")
         if workflow.now() >= pending.expires_at:
             raise ApplicationError(f"the approval expired at {pending.expires_at.isoformat()}")
-        if edit:
-            check_edit(pending, edit)
+        if isinstance(input, ApproveInput):
+            self._check_people(input)
+            check_edit(pending, input, self.merge_patches)
+            last = len(pending.votes) + 1 >= pending.approvals_needed
+            if input.edit and pending.kind != "action" and not last:
+                raise ApplicationError(
+                    f"an edit of a {pending.kind} comes with its last approval: approve without one"
+                )
 
-    def _check_signature(self, input: ApproveInput | RejectInput) -> None:
+    def _check_people(self, input: ApproveInput) -> None:
+        """Who may approve: not whoever asked for the run (unless the policy lets them), and
+        each of several approvals by another person."""
+        pending = self.progress.pending_approval
+        assert pending is not None
+        requester, decider = pending.requester, input.decider
+        if (
+            not self.spec.approval.requester_may_approve
+            and requester is not None
+            and decider is not None
+            and decider.ref == requester.ref
+            and decider.kind != "operator"  # the single-user escape hatch: one operator
+        ):
+            raise ApplicationError(
+                f"{decider.name} asked for this run, and its tenant's policy lets no one "
+                f"approve their own run's calls: another approver in role "
+                f"{pending.required_role!r} must"
+            )
+        ref = decider_ref(input)
+        if any(
+            (vote.decider.ref if vote.decider else f"by:{vote.by}") == ref for vote in pending.votes
+        ):
+            left = pending.approvals_needed - len(pending.votes)
+            raise ApplicationError(
+                f"{input.by} approved this call already; it needs {left} more approval(s) by "
+                f"other people in role {pending.required_role!r}"
+            )
+
+    def _check_signature(self, input: ApproveInput | RejectInput) -> ApproveInput | RejectInput:
         """Refuse a decision whose signature the run's policy does not accept (unsigned when
         keys are configured, forged, for another run or approval, replayed, expired, of the
-        wrong role or tenant), recording the refusal where `status` shows it."""
+        wrong role or tenant), recording the refusal where `status` shows it. A signed
+        decision is the signer's: its identity is the key's, whatever the sender said."""
         pending = self.progress.pending_approval
         assert pending is not None
         decided = [a.approval_id for a in self.progress.approvals]
         try:
-            approval_signatures.check(
+            signer = approval_signatures.check(
                 self.spec.approval, self.run_id, pending, decided, input, workflow.now()
             )
         except approval_signatures.SignatureRefused as err:
             self._refuse(input, str(err))
             raise ApplicationError(f"refused and recorded: {err}") from None
+        if signer is None:
+            return input
+        signed = input.model_copy(
+            update={"decider": Identity.of_approver(signer.key_id, signer.name)}
+        )
+        if isinstance(signed, ApproveInput):
+            try:
+                self._check_people(signed)
+            except ApplicationError as err:
+                self._refuse(input, err.message)
+                raise ApplicationError(f"refused and recorded: {err.message}") from None
+        return signed
 
     def _refuse(self, input: ApproveInput | RejectInput, reason: str) -> None:
         pending = self.progress.pending_approval
@@ -330,39 +503,54 @@ class Approvals:
 
     async def decide_by_update(self, input: ApproveInput | RejectInput) -> DecisionResult:
         # Two updates can both pass validation in one activation; only the first decides.
-        self._check_decision(*decision_fields(input))
-        self._check_signature(input)
-        assert self.progress.pending_approval is not None
-        approval_id = self.progress.pending_approval.approval_id
+        self._check_decision(input)
+        input = self._check_signature(input)
+        pending = self.progress.pending_approval
+        assert pending is not None
+        approval_id = pending.approval_id
         self.progress.decision = input
         await workflow.wait_condition(
             lambda: (
-                self.progress.pending_approval is None
+                self.progress.decision is not input
+                or self.progress.pending_approval is None
                 or self.progress.pending_approval.approval_id != approval_id
             )
         )
+        now = self.progress.pending_approval
+        if now is not None and now.approval_id == approval_id and self.progress.decision is None:
+            left = now.approvals_needed - len(now.votes)
+            return DecisionResult(
+                approval_id=approval_id,
+                decision="counted",
+                status=self.progress.status,
+                note=f"approval {len(now.votes)} of {now.approvals_needed} counted: {left} "
+                f"more by other people in role {now.required_role!r} before {now.tool} runs",
+            )
         last = self.progress.approvals[-1] if self.progress.approvals else None
         # The run can end (a cancel) before it applies the decision: then it was not.
         decided = last.decision if last and last.approval_id == approval_id else "abandoned"
         return DecisionResult(
-            approval_id=approval_id, decision=decided, status=self.progress.status
+            approval_id=approval_id,
+            decision=decided,
+            status=self.progress.status,
+            final_arguments=last.final_arguments if last and decided == "approved" else None,
         )
 
     def validate(self, input: ApproveInput | RejectInput) -> None:
         """An update's validator: refuse, without recording, a decision that does not fit."""
         check_bounds(input)
-        self._check_decision(*decision_fields(input))
+        self._check_decision(input)
 
     def decide_by_signal(self, input: ApproveInput | RejectInput) -> None:
         """A signal cannot be refused, so one that does not fit is recorded and ignored."""
         try:
             check_bounds(input)
-            self._check_decision(*decision_fields(input))
+            self._check_decision(input)
         except ApplicationError as err:
             self._refuse(input, err.message)
             return
         try:
-            self._check_signature(input)
+            input = self._check_signature(input)
         except ApplicationError:
             return
         self.progress.decision = input

@@ -6,13 +6,21 @@ answer; the run pays no patch marker and no search-attribute upsert for it. A ch
 the run workflow does that must not reach runs already open takes the next generation, as a
 switch here that the workflow tests.
 
-Every generation this code runs takes the same paths: a run takes an admit signal only from
-the admission queue its input names, and a run that ends failed or cancelled ends so in
-Temporal too (Failed, Canceled; agentledger/workflows/run_endings.py). Runs of older
-generations took paths since retired (agentledger/core/version_branches.py; docs/versioning.md
-says which): such a run is refused here, by name, rather than replayed along paths it never
-took. Its workflow task fails, and Temporal retries it until a worker of a build that still
-has those paths takes it.
+Generation 6, the one switch: an approver's edit is a JSON Merge Patch (RFC 7396: `null`
+removes a member, an object merges into an object) or a whole replacement, checked against the
+tool's schema as the arguments it leaves; runs of generation 5 lay an edit over the arguments
+member by member. And a run's model calls go to the run's own task queue (started eagerly
+when the worker has a slot) unless its tenant has a model-call rate (the run's input says
+so, or a call on its own queue is refused for it: `ModelCallsRated`), and then to the
+rate-limited model queue from there on; runs of generation 5 send every model call to the
+model queue.
+
+Every generation this code runs takes an admit signal only from the admission queue its input
+names, and a run that ends failed or cancelled ends so in Temporal too (Failed, Canceled;
+agentledger/workflows/run_endings.py). Runs of older generations took paths since retired
+(agentledger/core/version_branches.py; docs/versioning.md says which): such a run is refused
+here, by name, rather than replayed along paths it never took. Its workflow task fails, and
+Temporal retries it until a worker of a build that still has those paths takes it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from agentledger.core.version_branches import (
 )
 
 # The generation `for_new_run` writes into a new run's input.
-CURRENT_GENERATION = 5
+CURRENT_GENERATION = 6
 
 
 def for_new_run(spec: RunSpec) -> RunInput:
@@ -52,3 +60,6 @@ class Changes:
                 f"build that replays generations before {OLDEST_GENERATION}"
             )
         self.generation = generation
+        # The live generation switch (agentledger/core/version_branches.py: generation-6);
+        # a run without a generation was refused above.
+        self.generation_6 = generation is not None and generation >= 6

@@ -39,7 +39,10 @@ def on_event(spec: RunSpec, type: str, data: JsonDict) -> None:
         )
     elif type == EventType.APPROVAL_REQUESTED:
         _counter(APPROVALS_REQUESTED, "approvals asked of people").add(1, {"tenant": spec.tenant})
-    elif type.startswith("approval.") and type != EventType.APPROVAL_REFUSED:
+    elif type.startswith("approval.") and type not in (
+        EventType.APPROVAL_REFUSED,
+        EventType.APPROVAL_COUNTED,
+    ):
         _approval_closed(spec, type.removeprefix("approval."))
 
 

@@ -2,7 +2,9 @@
 
 Every run a workflow starts (a sub-agent's, `run_agent`'s, a backlog task's, a capped
 tenant's queued start) is started by `start_run`, which takes only a `PolicyApplied`: a run
-input carrying its tenant's policy. Each way to get one names where the policy came from:
+input carrying its tenant's policy, resolved by the one function every start uses
+(`agentledger.core.tenant_policy.resolve`). Each way to get one names where the policy came
+from:
 - `read_policy`: read from Postgres now (activity `tenants.policy`): the tenant's approvers
   (a spec may add its own, never remove the tenant's) and weight, a refusal of a priority
   the tenant may not take, and for a capped tenant a place in its queue (the run joins it
@@ -11,7 +13,8 @@ input carrying its tenant's policy. Each way to get one names where the policy c
   (agentledger/client/starts.py): the admission queue's starts, and the tasks of backlogs
   recorded before they read it;
 - `within_parent`: a sub-agent's run, under the policy its parent carries (the start gate's read,
-  or `read_policy`'s, all the way up): the parent's approvers, weight and priority. It runs
+  or `read_policy`'s, all the way up): the tenant's rules, the parent's approvers, weight,
+  priority and requester. It runs
   in its parent's slot of a capped tenant (the parent does nothing while its child runs), so
   it does not queue: under a cap of one, it would wait forever behind its own parent.
 Each is started at its tenant's fairness key and weight, and (but the start gate's, which has it
@@ -34,10 +37,11 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import constants as names
     from agentledger.core import fairness
     from agentledger.core._state import RunInput
-    from agentledger.core.admission_models import HoldRequest
+    from agentledger.core.admission_models import HoldRequest, TenantLimits
+    from agentledger.core.policy_rules import TenantPolicy
     from agentledger.core.results import RunResult
     from agentledger.core.spec import RunSpec
-    from agentledger.core.tenant_policy import PolicyInput, held_spec
+    from agentledger.core.tenant_policy import PolicyInput, RunPolicy, held_spec, resolve
     from agentledger.workflows.changes import for_new_run
 
 POLICY_TIMEOUT = timedelta(seconds=30)
@@ -70,26 +74,27 @@ async def read_policy(spec: RunSpec, *, task_queue: str | None = None) -> Policy
 
 def from_gate(spec: RunInput) -> PolicyApplied:
     """A spec the start gate built from its tenant's policy (agentledger/client/starts.py,
-    `with_policy`), with the generation the start gate gave it."""
+    `resolve`), with the generation the start gate gave it."""
     return PolicyApplied(spec)
 
 
 def within_parent(parent: RunInput, child: RunInput) -> PolicyApplied:
-    """A sub-agent's run under its parent's policy: the parent's tenant, priority and weight,
-    and the parent's approvers beside any the child's agent names."""
-    known = {s.key_id for s in parent.approval.signers}
-    own = [s for s in child.approval.signers if s.key_id not in known]
-    signers = [*parent.approval.signers, *own]
-    approval = child.approval.model_copy(update={"signers": signers})
-    run = child.model_copy(
-        update={
-            "tenant": parent.tenant,
-            "priority": parent.priority,
-            "fairness_weight": parent.fairness_weight,
-            "approval": approval,
-            "admission": None,
-        }
+    """A sub-agent's run under its parent's policy: the parent's tenant, priority, weight,
+    requester and model-call rate, the parent's approvers beside any the child's agent names,
+    and the tenant's policy the parent started under (`resolve`, as every start)."""
+    found = RunPolicy(
+        limits=TenantLimits(tenant=parent.tenant, weight=parent.fairness_weight or 1.0),
+        signers=parent.approval.signers,
+        tenant_policy=parent.tenant_policy or TenantPolicy(),
     )
+    placed = child.model_copy(
+        update={"tenant": parent.tenant, "priority": parent.priority, "admission": None}
+    )
+    run = resolve(placed, found, requester=parent.requester).model_copy(
+        update={"model_calls_rated": parent.model_calls_rated}
+    )
+    if parent.fairness_weight is None:  # a parent started before it carried its weight
+        run = run.model_copy(update={"fairness_weight": None})
     return PolicyApplied(for_new_run(run))
 
 

@@ -109,7 +109,16 @@ class ToolSteps:
             await self.approvals.enforce_budget()
             return
         arguments = call.arguments or {}
-        if self.spec.approval.needs_approval(call.tool, call.risk):
+        denied = self.spec.approval.denies(call.tool, arguments)
+        if denied is not None:
+            # The tenant's (or the agent's) policy forbids it: it never runs, nobody is asked.
+            why = f"the policy denies this call ({denied.text()})"
+            self.recorder.event(
+                EventType.TOOL_DENIED, data={"tool": call.tool, "rule": denied.text()}
+            )
+            tool_message(self.progress, call.call_id, {"error": why})
+            return
+        if self.spec.approval.needs_approval(call.tool, call.risk, arguments):
             approved = await self.approvals.approval_step(
                 call.tool, arguments, call.parameters, call.risk.value
             )
