@@ -21,9 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentledger.core.background_http import BackgroundHTTPServer
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import OFFLINE_MODEL
 from agentledger.core.log_setup import configure_logging
-from agentledger.core.settings import Settings
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -421,7 +421,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    settings = Settings.load()
+    settings = AgentLedgerConfig.load()
     configure_logging(settings.log_level, settings.log_format)
     server = OfflineModelServer(host=args.host, port=args.port)
     log.info("offline model serving %r at %s", OFFLINE_MODEL, server.base_url)
