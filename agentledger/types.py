@@ -32,6 +32,7 @@ from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalT
 from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
 from agentledger.core.hook_models import HookRow, HookStarted, NewHook
+from agentledger.core.http_settings import HttpSettings
 from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
@@ -84,7 +85,6 @@ from agentledger.core.run_reports import (
     WorkerSeen,
 )
 from agentledger.core.schedule_models import FireRecord, ScheduleRow, ScheduleView
-from agentledger.core.settings import Settings
 from agentledger.core.spec import (
     ApprovalPolicy,
     Budget,
@@ -148,6 +148,7 @@ __all__ = [
     "ForkOrigin",
     "HookRow",
     "HookStarted",
+    "HttpSettings",
     "Identity",
     "InboxItem",
     "JsonDict",
@@ -187,7 +188,6 @@ __all__ = [
     "ScheduleView",
     "SessionSpec",
     "SessionTurn",
-    "Settings",
     "SideEffectRecord",
     "Signer",
     "Started",

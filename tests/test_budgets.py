@@ -26,8 +26,8 @@ from temporalio.client import Client
 from agentledger import RunClient
 from agentledger.core import budgets
 from agentledger.core.budgets import BudgetLimit, Spend
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import BudgetExceeded
-from agentledger.core.settings import Settings
 from agentledger.core.webhook_signatures import verify
 from agentledger.profiles import Agent
 from agentledger.store.webhook_store import WebhookStore
@@ -93,7 +93,7 @@ async def all_closed(client: Client, run_ids: list[str]) -> bool:
 
 
 async def test_an_enforcing_token_budget_holds_concurrent_runs_and_a_subagent(
-    client: Client, settings: Settings, pool: AsyncConnectionPool, worker, tmp_path: Path
+    client: Client, settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker, tmp_path: Path
 ):
     tenant = f"spend-{uuid.uuid4().hex[:8]}"
     limit = 900
@@ -178,7 +178,7 @@ def fast() -> dict:
 
 
 async def test_an_advisory_budget_only_warns_and_its_alerts_reach_the_tenants_webhook(
-    client: Client, settings: Settings, pool: AsyncConnectionPool, worker
+    client: Client, settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker
 ):
     tenant = f"warned-{uuid.uuid4().hex[:8]}"
     with Receiver() as receiver:
@@ -216,7 +216,7 @@ async def test_an_advisory_budget_only_warns_and_its_alerts_reach_the_tenants_we
 
 
 async def test_a_credentials_budget_refuses_its_starts_alone(
-    client: Client, settings: Settings, pool: AsyncConnectionPool
+    client: Client, settings: AgentLedgerConfig, pool: AsyncConnectionPool
 ):
     tenant = f"keyed-{uuid.uuid4().hex[:8]}"
     async with RunClient(client, settings) as operator:

@@ -20,9 +20,9 @@ import pytest
 from temporalio.client import Client
 
 from agentledger import RunClient
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import OperationRefused
 from agentledger.core.results import RunState
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentledger.workflows import AgentRunWorkflow
 from tests.recorded import replayer
@@ -107,7 +107,7 @@ async def ended(client: Client, runs: RunClient, run_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def tenant(client: Client, settings: Settings):
+async def tenant(client: Client, settings: AgentLedgerConfig):
     name = f"dt-{uuid.uuid4().hex[:8]}"
     async with RunClient(client, settings) as operator:
         yield operator, operator.acting_for(name), name

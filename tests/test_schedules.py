@@ -21,9 +21,9 @@ from temporalio.client import Client
 from agentledger import RunClient
 from agentledger.client import approver_keys
 from agentledger.core._state import RunInput
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import OperationRefused, RunNotFound
 from agentledger.core.schedule_models import fire_run_id
-from agentledger.core.settings import Settings
 from agentledger.store.approver_store import ApproverStore
 from tests.support import eventually, rows
 
@@ -32,7 +32,7 @@ NOTIFY = "Look up our refund policy and notify ana@example.com about it."
 
 
 @pytest.fixture
-async def tenant(client: Client, settings: Settings):
+async def tenant(client: Client, settings: AgentLedgerConfig):
     name = f"sched-{uuid.uuid4().hex[:8]}"
     async with RunClient(client, settings) as operator:
         yield operator, operator.acting_for(name), name

@@ -23,7 +23,7 @@ import httpx
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger import RunClient
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.webhook_signatures import sign
 from tests.http_support import bearer, make_key, served
 from tests.support import eventually, rows
@@ -46,7 +46,7 @@ async def hook_runs(pool: AsyncConnectionPool, tenant: str) -> list[dict[str, An
 
 
 async def test_signed_deliveries_start_one_run_each_and_bad_ones_nothing(
-    client, settings: Settings, pool: AsyncConnectionPool, worker, tmp_path: Path
+    client, settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker, tmp_path: Path
 ):
     tenant = f"hooked-{uuid.uuid4().hex[:8]}"
     admin = await make_key(settings, tenant, "admin")
@@ -140,7 +140,7 @@ async def test_signed_deliveries_start_one_run_each_and_bad_ones_nothing(
 
 
 async def test_spent_budgets_answer_429_and_schedules_have_routes_in_their_roles(
-    client, settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    client, settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ):
     tenant = f"routes-{uuid.uuid4().hex[:8]}"
     admin = await make_key(settings, tenant, "admin")

@@ -21,10 +21,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentledger.core import budgets, errors
 from agentledger.core import constants as names
-from agentledger.core._wire import Charge, ModelCallInput
 from agentledger.core.budgets import Admission
 from agentledger.core.fairness import run_queue
 from agentledger.core.webhook_models import BudgetAlertInput, budget_alert_id
+from agentledger.core.wire import Charge, ModelCallInput
 from agentledger.store.budget_store import Alert, BudgetStore
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger.core import budgets
-from agentledger.core._wire import Charge
 from agentledger.core.budgets import Admission, BudgetLimit, Spend
+from agentledger.core.wire import Charge
 
 LIMIT_COLUMNS = ("tenant", "subject", "period", "usd", "tokens", "mode")
 SPENT = """SELECT coalesce(sum(tokens_in + tokens_out), 0)::bigint,

@@ -15,9 +15,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentledger.core._wire import Charge
 from agentledger.core.results import Usage
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import Charge
 
 # The journal's statements, shared with the mirror's claim and report of a model attempt
 # (agentledger.store.mirror_store), which run them in their own statements to save round trips.
