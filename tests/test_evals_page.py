@@ -5,7 +5,6 @@ ids, one a line, and a `support-desk-v2` profile beside the old one in `agents.y
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from agentledger.core.constants import DEMO_AGENTS
 from agentledger.profiles import load_agents
 from tests.support import run_result
 from tests.test_cli import cli_env
-from tests.test_doc_examples import commands
+from tests.test_doc_examples import commands, shell
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "evals.md"
@@ -31,21 +30,6 @@ TASKS = ('call search_notes {"query": "refund policy"}', 'call search_notes {"qu
 
 def sh_blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", PAGE.read_text(), re.S)
-
-
-async def bash(line: str, folder: Path, env: dict[str, str]) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        line,
-        cwd=folder,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), 150)
-    assert process.returncode is not None
-    return process.returncode, out.decode()
 
 
 # Two recorded runs, then five commands (two of them evals of two cases each): about a
@@ -77,7 +61,7 @@ async def test_the_evals_page_runs_as_written(
         outputs = []
         for block in sh_blocks():
             for line in commands(block):
-                code, out = await bash(line, folder, env)
+                code, out = await shell(line, env, cwd=folder, seconds=150)
                 assert code == 0, f"docs/evals.md: `{line}` exited {code}:\n{out}"
                 outputs.append(out)
 
