@@ -30,6 +30,7 @@ from agentledger.core.eval_cases import (
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
 from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentledger.core.http_settings import HttpSettings
 from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
@@ -79,7 +80,6 @@ from agentledger.core.run_reports import (
     Started,
     WorkerSeen,
 )
-from agentledger.core.settings import Settings
 from agentledger.core.spec import (
     ApprovalPolicy,
     Budget,
@@ -137,6 +137,7 @@ __all__ = [
     "EventType",
     "FailurePolicy",
     "ForkOrigin",
+    "HttpSettings",
     "Identity",
     "InboxItem",
     "JsonDict",
@@ -173,7 +174,6 @@ __all__ = [
     "SayResult",
     "SessionSpec",
     "SessionTurn",
-    "Settings",
     "SideEffectRecord",
     "Signer",
     "Started",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 
 SCRIPT = """
 import asyncio
@@ -91,7 +91,7 @@ AT_ONCE = 10
 
 @pytest.mark.timeout(300)
 async def test_a_hundred_short_scripts_that_close_their_client_exit_0(
-    settings: Settings, pool: object, tmp_path: Path
+    settings: AgentLedgerConfig, pool: object, tmp_path: Path
 ) -> None:  # `pool`: the mirror migrated
     env = {
         name: value for name, value in os.environ.items() if not name.startswith("AGENTLEDGER_")

@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 import agentledger.demo
 from agentledger import ToolContext, ToolRegistry, tool
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
@@ -46,7 +46,11 @@ HOSTILE = ' <img src=x onerror="document.title=1">'
 
 
 async def test_an_approver_edits_and_approves_in_the_inbox_from_a_phone(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     tenant = f"t{uuid.uuid4().hex[:8]}"
     runner = await make_key(settings, tenant, "runner")
@@ -133,7 +137,11 @@ async def send_mail(args: MailArgs, ctx: ToolContext) -> dict[str, object]:
 
 
 async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """The approver takes `bcc` out of the box: the page sends exactly what is left, says
     "Approved" only once the run applied it, the tool runs without `bcc`, and the receipt

@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from agentledger.core import approval_signatures, bounds, merge_patch
-    from agentledger.core._wire import ApproveInput, RejectInput
     from agentledger.core.argument_schema import argument_problems, unknown_fields
     from agentledger.core.events import EventType
     from agentledger.core.identity import Identity
@@ -40,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentledger.core.spec import Budget, JsonDict
     from agentledger.core.states import RunStatus, StepStatus, is_terminal
+    from agentledger.core.wire import ApproveInput, RejectInput
     from agentledger.workflows import policies
 
 
