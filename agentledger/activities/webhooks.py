@@ -9,6 +9,8 @@ drops it. The receiver may see a delivery twice (an attempt that landed but whos
 was lost): `AgentLedger-Delivery` names it, the same on every attempt.
 
 `webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror.
+`webhooks.tenant_subscriptions` lists a tenant's webhooks with no run, where its
+tenant-wide notices (budget alerts) go.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentledger.core.constants import ACTIVITY_RUN_CHANGES, ACTIVITY_WEBHOOK_DELIVER
+from agentledger.core.constants import (
+    ACTIVITY_RUN_CHANGES,
+    ACTIVITY_TENANT_SUBSCRIPTIONS,
+    ACTIVITY_WEBHOOK_DELIVER,
+)
 from agentledger.core.events import EventType
 from agentledger.core.task_states import receipt_summary
 from agentledger.core.webhook_models import (
@@ -31,6 +37,8 @@ from agentledger.core.webhook_models import (
     DeliveryResult,
     RunChanges,
     RunEventRow,
+    TenantInput,
+    TenantSubscription,
 )
 from agentledger.core.webhook_signatures import SIGNATURE_HEADER, sign
 from agentledger.store.webhook_store import WebhookStore
@@ -116,3 +124,10 @@ class WebhookActivities:
             return RunChanges(events=events)
         summary = {"text": receipt_summary(receipt), "outcome": receipt.get("outcome")}
         return RunChanges(events=events, ended=True, summary=summary)
+
+    @activity.defn(name=ACTIVITY_TENANT_SUBSCRIPTIONS)
+    async def tenant_subscriptions(self, input: TenantInput) -> list[TenantSubscription]:
+        rows = await self.store.subscriptions(input.tenant, None)
+        return [
+            TenantSubscription(subscription_id=r["subscription_id"], name=r["name"]) for r in rows
+        ]

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentledger.client.run_client import RunClient
 from agentledger.core.http_settings import HttpSettings
-from agentledger.http import agui, events_api, inbox, openapi, runs_api
+from agentledger.http import agui, events_api, inbox, openapi, runs_api, triggers_api
 from agentledger.http.auth import Door
 from agentledger.http.errors import HANDLERS, error_body
 from agentledger.http.mcp_server import McpFace
@@ -77,6 +77,7 @@ def create_app(
         routes=[
             Route("/healthz", health),
             *runs_api.routes(),
+            *triggers_api.routes(),
             *events_api.routes(),
             *openapi.routes(),
             *agui.routes(),

@@ -10,7 +10,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from agentledger.workflows.admission import TenantAdmissionWorkflow
 from agentledger.workflows.agent_run import AgentRunWorkflow
 from agentledger.workflows.backlog import AgentBacklogWorkflow
+from agentledger.workflows.budget_alerts import BudgetAlertWorkflow
 from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow
 from agentledger.workflows.task_notifier import TaskNotifierWorkflow
 
 # Every workflow the engine's worker registers (a deployment adds its own beside them).
@@ -20,6 +22,8 @@ ENGINE_WORKFLOWS: list[type] = [
     TenantAdmissionWorkflow,
     EvalWorkflow,
     TaskNotifierWorkflow,
+    BudgetAlertWorkflow,
+    ScheduledFireWorkflow,
 ]
 
 # What the workflow sandbox shares with the worker instead of importing afresh for every run,
