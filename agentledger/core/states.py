@@ -93,6 +93,10 @@ class StepStatus(StrEnum):
     INTERRUPTED = "interrupted"
     # A side effect whose outcome nobody can tell (a person decides whether it happened).
     UNKNOWN_OUTCOME = "unknown_outcome"
+    # An attempt's own report in the mirror, written by its activity before the run records
+    # the step's end (a fork or a crash reads it there); no event says it.
+    ATTEMPT_SUCCEEDED = "attempt_succeeded"
+    ATTEMPT_FAILED = "attempt_failed"
 
 
 class IllegalTransitionError(ValueError):
