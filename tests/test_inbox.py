@@ -167,17 +167,36 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
             try:
                 page = await browser.new_page(viewport=PHONE)
                 await page.goto(f"{door.url}/inbox")
+                # The login page says where a key comes from.
+                assert "agentledger keys create" in await page.locator("#get-key").inner_text()
                 await page.fill("#key", approver)
                 await page.click("button[type=submit]")
                 card = page.locator(f"article.card[data-run='{run_id}']")
                 await card.wait_for(timeout=30_000)
+                signed_in = await page.locator("#signed-in").inner_text()
+                assert "maria (refunds)" in signed_in and tenant in signed_in, signed_in
+                assert await page.locator("#get-key").is_hidden()
                 await card.locator(".toggle-edit").click()
                 await card.locator("textarea.edit").fill(json.dumps(kept, indent=2))
+                # What the edit changes shows before anything is sent.
+                diff = await card.locator(".diff").inner_text()
+                assert 'bcc: removed (was "mallory@evil.example")' in diff, diff
                 await card.locator("button.approve").click()
                 status = page.locator("#status", has_text="send_mail")
                 await status.wait_for(timeout=60_000)
                 assert (await status.inner_text()).startswith("Approved send_mail")
                 assert await card.locator("h2").inner_text() == "Run send_mail · approved"
+                decided = card.locator(".decided", has_text="removed")
+                await decided.wait_for(timeout=60_000)
+                told = await decided.inner_text()
+                assert told.startswith("Approved by maria (refunds) at "), told
+                # Nothing stands above the decided card to say nothing waits.
+                empty = page.locator("#empty")
+                await empty.wait_for(timeout=10_000)
+                assert await empty.inner_text() == "Nothing else waits for a decision."
+                assert await page.evaluate(
+                    "Boolean($('cards').compareDocumentPosition($('empty')) & 4)"
+                )
             finally:
                 await browser.close()
     receipt = await eventually_receipt(pool, run_id)

@@ -19,7 +19,8 @@ and each sequence:
   workflows' runs included;
 - a refusal for another tenant's run reads exactly as one for a missing run, and another
   tenant's step (`client.runs.step_record`, what an AG-UI stream reads) as an unseen one;
-- each tenant's approvals inbox (`GET /v1/approvals` with its key) lists its own runs alone;
+- each tenant's approvals inbox (`GET /v1/approvals` with its key) lists its own runs alone,
+  and its key signs in as its own tenant (`GET /v1/me`);
 - an AG-UI thread is its tenant's run (the same thread name of another tenant's is another
   run), and a resume on another tenant's thread reads exactly as one on a missing thread;
 - an A2A task (the `a2a-sdk`'s client) and an MCP tool call (the `mcp` client, as a task of
@@ -1046,6 +1047,10 @@ class Tenants(RuleBasedStateMachine):
             listed = answer.json()
             strays = [i for i in listed if owners.get(i["run_id"], i["tenant"]) != tenant]
             assert not strays and all(i["tenant"] == tenant for i in listed), strays
+            me = self.stack.http.get(
+                "/v1/me", headers={"Authorization": f"Bearer {self.keys[tenant]}"}
+            )
+            assert me.status_code == 200 and me.json()["tenant"] == tenant, me.text
 
     @invariant()
     def the_capped_tenant_stays_under_its_cap(self) -> None:

@@ -9,12 +9,14 @@ backlog) are its models as they are; the door's own shapes are here.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from agentledger.core.backlog_models import TaskItem
 from agentledger.core.bounds import JSON_BYTES, NAME_CHARS, REASON_CHARS, TASK_CHARS
+from agentledger.core.identity import Identity
 from agentledger.core.listings import TenantRow
 from agentledger.core.policy_rules import ApprovalRule, FreeForm, TenantPolicy
 from agentledger.core.results import RunState
@@ -171,6 +173,15 @@ class Cancelled(BaseModel):
 
     run_id: str = Field(description="the run")
     outcome: str = Field(description="what happened: cancelled, or why nothing was to do")
+
+
+class SignedIn(BaseModel):
+    """Who the credential proves you are, and the tenant it acts for."""
+
+    identity: Identity = Field(description="who you are: a key's name, a token's email or subject")
+    tenant: str | None = Field(description="your credential's tenant")
+    roles: list[str] = Field(description="what you may do, and the approval roles you decide in")
+    expires_at: datetime | None = Field(description="when the credential stops opening the door")
 
 
 class TenantView(BaseModel):
