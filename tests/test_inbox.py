@@ -211,3 +211,73 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
         run_id,
     )
     assert ran == [{"input": kept}], "the tool ran with what the approver left"
+
+
+REFUND_TASK = (
+    'Refund order 42: call look_up_order {"order_id": 42} '
+    'call refund_order {"order_id": 42, "cents": CENTS}'
+)
+
+
+async def start_refund(http: httpx.AsyncClient, key: str, cents: int) -> str:
+    started = await http.post(
+        "/v1/runs", json={"task": REFUND_TASK.replace("CENTS", str(cents))}, headers=bearer(key)
+    )
+    assert started.status_code == 201, started.text
+    run_id: str = started.json()["run_id"]
+    return run_id
+
+
+async def test_an_approver_reads_a_refund_edits_its_amount_and_the_receipt_names_her(
+    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+) -> None:
+    """The story an approver meets at a desk: the refund reads as "Refund $19.99 on order
+    42", with its arguments as a table, what the run looked up first and the model's stated
+    reason, who asked and when it expires; she edits the amount (the diff shows first) and
+    approves; the card and the receipt name her and the edit."""
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    runner = await make_key(settings, tenant, "runner", name="desk bot")
+    approver = await make_key(settings, tenant, "approver", name="maria (refunds)")
+    async with RunClient.lazy(settings) as operator:
+        await operator.tenants.set_policy(tenant, {"free_form": "runner"})
+    async with worker(), served(settings, tmp_path) as door:
+        async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+            run_id = await start_refund(http, runner, 1999)
+            await wait_pending(client, run_id, seconds=60)
+        async with playwright.async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 900})
+                await page.goto(f"{door.url}/inbox")
+                await page.fill("#key", approver)
+                await page.click("button[type=submit]")
+                card = page.locator(f"article.card[data-run='{run_id}']")
+                await card.wait_for(timeout=30_000)
+                assert await card.locator("h2").inner_text() == "Refund $19.99 on order 42"
+                table = await card.locator("table.args").inner_text()
+                assert "cents\t1999" in table and "order_id\t42" in table, table
+                assert await card.locator("pre.arguments").is_hidden()  # JSON behind a toggle
+                evidence = await card.locator(".evidence").inner_text()
+                assert "look_up_order" in evidence and "desk lamp" in evidence, evidence
+                assert "The task asks me to call refund_order" in evidence, evidence
+                shown = await card.inner_text()
+                assert "desk bot (key)" in shown and "high" in shown, shown
+
+                await card.locator(".toggle-edit").click()
+                edited = {"order_id": 42, "cents": 1500}
+                await card.locator("textarea.edit").fill(json.dumps(edited))
+                assert await card.locator(".diff").inner_text() == "cents: 1999 → 1500"
+                await card.locator("button.approve").click()
+                decided = card.locator(".decided", has_text="changed")
+                await decided.wait_for(timeout=60_000)
+                told = await decided.inner_text()
+                assert told.startswith("Approved by maria (refunds) at "), told
+                assert told.endswith("changed cents: 1999 → 1500"), told
+            finally:
+                await browser.close()
+    receipt = await eventually_receipt(pool, run_id)
+    [approval] = receipt["approvals"]
+    assert (approval["by"], approval["diff"]) == ("maria (refunds)", {"cents": 1500})
+    assert approval["summary"] == "Refund $19.99 on order 42"
+    paid = await rows(pool, "SELECT order_id, cents FROM refunds WHERE run_id = %s", run_id)
+    assert paid == [{"order_id": 42, "cents": 1500}]

@@ -110,6 +110,9 @@ class PendingApproval(BaseModel):
     requester: Identity | None = Field(
         None, description="who asked for the run, as their credential proved it"
     )
+    summary: str | None = Field(
+        None, description="the call in words, as its tool says it reads (Refund $19.99 ...)"
+    )
 
 
 class ChildApproval(BaseModel):
@@ -159,6 +162,9 @@ class ApprovalRecord(BaseModel):
         None,
         description="the merge patch from `proposed_arguments` to `final_arguments`: what "
         "the edit changed, removals as null",
+    )
+    summary: str | None = Field(
+        None, description="the proposed call in words, as its tool says it reads"
     )
 
 

@@ -147,9 +147,13 @@ class Approvals:
         arguments: JsonDict,
         parameters: JsonDict | None = None,
         risk: str | None = None,
+        *,
+        summary: str | None = None,
     ) -> JsonDict | None:
         """A risky call waits for a person; returns the arguments to run, or None."""
-        record = await self.await_human("action", tool, arguments, parameters=parameters, risk=risk)
+        record = await self.await_human(
+            "action", tool, arguments, parameters=parameters, risk=risk, summary=summary
+        )
         if record.decision == "approved":
             return record.final_arguments
         if record.decision == "expired":
@@ -195,12 +199,13 @@ class Approvals:
         *,
         parameters: JsonDict | None = None,
         risk: str | None = None,
+        summary: str | None = None,
     ) -> ApprovalRecord:
         """Wait, holding no worker, for people's decision (as many approvals as the call
         needs), or for the approval to expire."""
         policy = self.spec.approval
         async with self.recorder.step("approval", tool) as step:
-            pending = self._pending(step, kind, tool, arguments, reason, parameters, risk)
+            pending = self._pending(step, kind, tool, arguments, reason, parameters, risk, summary)
             self.progress.pending_approval, self.progress.decision = pending, None
             self.recorder.show_details()  # the Web UI names what the run waits for
             step.input = approval_input(pending)
@@ -296,6 +301,7 @@ class Approvals:
         reason: str | None,
         parameters: JsonDict | None,
         risk: str | None = None,
+        summary: str | None = None,
     ) -> PendingApproval:
         """What people are asked to decide at `step`, under the run's approval policy."""
         policy = self.spec.approval
@@ -322,6 +328,7 @@ class Approvals:
             if call is not None
             else policy.approvals_needed,
             requester=self.spec.requester,
+            summary=summary,
         )
 
     def _approval_record(
@@ -341,6 +348,7 @@ class Approvals:
             requested_at=pending.requested_at,
             decided_at=workflow.now(),
             votes=pending.votes,
+            summary=pending.summary,
         )
         if decision is None:
             return expired
