@@ -19,6 +19,7 @@ medians and the ratio this tree ÷ the earlier one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -26,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,10 @@ THROUGHPUT = (  # figures of "ours" at the level, from the throughput stage
     "Temporal CPU per step (ms)",
     "mirror lag p50 (ms)",
     "mirror lag p95 (ms)",
+    # The server's own counters per step: what a change spares it, whatever the machine's load.
+    "writes of a workflow's state per step",
+    "activities through matching per step",
+    "history bytes per run",
 )
 LONG = (  # figures of "ours" in the long-run stage
     "time per step, steps 11-20 (ms)",
@@ -85,14 +91,45 @@ def measure(args: argparse.Namespace, tree: Path, out: Path) -> dict[str, float]
         return dict(zip(LONG, long_figures, strict=True))
     [level] = report["throughput"]["levels"]
     ours, lag = level["ours"], report["throughput"]["mirror_lag_under_load"]["ms"]
+    server = ours.get("server_work_per_step") or {}
     figures = (
         ours["steps_per_second"],
         ours["worker_cpu_ms_per_step"],
         ours["temporal_cpu_ms_per_step"],
         lag["p50"],
         lag["p95"],
+        server.get("workflow_state_writes", float("nan")),
+        server.get("activities_through_matching", float("nan")),
+        ours.get("history_bytes", float("nan")),
     )
     return dict(zip(THROUGHPUT, figures, strict=True))
+
+
+def short_rev(rev: str) -> str:
+    """`rev` as a short commit id, or '' if it names no commit of this repository."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@contextlib.contextmanager
+def earlier_tree(rev: str, scratch: Path) -> Iterator[Path]:
+    """A git worktree of `rev` under `scratch` while the block runs, then removed."""
+    earlier = scratch / "tree"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-f", str(earlier), rev],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield earlier
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(earlier)],
+            cwd=ROOT,
+            capture_output=True,
+        )
 
 
 def main() -> int:
@@ -109,54 +146,53 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.level <= 100:  # the bench samples the mirror's lag up to 100 runs
         parser.error("--level must be 1 to 100")
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", args.rev], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+    rev = short_rev(args.rev)
     if not rev:
         raise SystemExit(f"{args.rev!r} is not a commit of this repository")
-    here = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+    here = short_rev("HEAD")
     rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory(prefix="agentledger-before-") as scratch:
-        earlier = Path(scratch) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", "-f", str(earlier), rev],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        try:
-            for n in range(args.rounds):
-                order = [("before", earlier), ("after", ROOT)]
-                for side, tree in order if n % 2 == 0 else order[::-1]:
-                    figures = measure(args, tree, Path(scratch) / f"{side}-{n}")
-                    rounds[side].append(figures)
-                    shown = ", ".join(f"{v:.1f}" for v in figures.values())
-                    print(
-                        f"round {n + 1}: {side:6} ({rev if side == 'before' else here}) {shown}",
-                        flush=True,
-                    )
-        finally:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(earlier)],
-                cwd=ROOT,
-                capture_output=True,
-            )
+    loads: list[float] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="agentledger-before-") as scratch,
+        earlier_tree(rev, Path(scratch)) as earlier,
+    ):
+        for n in range(args.rounds):
+            order = [("before", earlier), ("after", ROOT)]
+            for side, tree in order if n % 2 == 0 else order[::-1]:
+                loads.append(os.getloadavg()[0])
+                figures = measure(args, tree, Path(scratch) / f"{side}-{n}")
+                rounds[side].append(figures)
+                shown = ", ".join(f"{v:.1f}" for v in figures.values())
+                print(
+                    f"round {n + 1}: {side:6} ({rev if side == 'before' else here}) {shown}"
+                    f" (load average {loads[-1]:.1f})",
+                    flush=True,
+                )
     runs = {"overhead": args.runs, "throughput": args.level, "long": 1}[args.stage]
-    print(f"\nmedian of {args.rounds} rounds, {runs} runs of {args.steps} steps each")
+    print(
+        f"\nmedian of {args.rounds} rounds, {runs} runs of {args.steps} steps each; load "
+        f"average (1 min) at each round's start {min(loads):.1f} to {max(loads):.1f}"
+    )
     print(f"| figure | {rev} (before) | {here} (after) | after ÷ before |")
     print("| --- | --- | --- | --- |")
     medians: dict[str, Any] = {}
     for name in {"overhead": OVERHEAD, "throughput": THROUGHPUT, "long": LONG}[args.stage]:
         before = statistics.median(r[name] for r in rounds["before"])
         after = statistics.median(r[name] for r in rounds["after"])
-        medians[name] = {"before": before, "after": after, "ratio": after / before}
-        print(f"| {name} | {before:.1f} | {after:.1f} | {after / before:.2f}x |")
+        change = after / before if before else float("nan")
+        medians[name] = {"before": before, "after": after, "ratio": change}
+        print(f"| {name} | {before:.2f} | {after:.2f} | {change:.2f}x |")
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"before": rev, "after": here, "rounds": rounds, "medians": medians}, indent=2
+                {
+                    "before": rev,
+                    "after": here,
+                    "rounds": rounds,
+                    "medians": medians,
+                    "load_averages": loads,
+                },
+                indent=2,
             )
         )
     return 0

@@ -4,6 +4,8 @@ concurrent clients, and the time from a model's token to the client that shows i
     python -m bench.http_stream             # the full run (about 2 minutes on 2 cores)
     python -m bench.http_stream --quick     # a small, fast version
     python -m bench.http_stream --publish   # also write docs/bench/http-stream.{json,md}
+    python -m bench.http_stream --before main --pairs 2 --publish
+                                            # this tree beside main's code, taking turns
 
 It starts a fresh embedded stack (Temporal dev server, pgserver Postgres) in a temporary
 folder, the offline model, one `agentledger-worker` and `agentledger serve` as users run them,
@@ -11,12 +13,18 @@ and talks to the door over real HTTP with a key per client. Each run's model cal
 its answer in pieces of one numbered token (`<label:007>`), `STREAM_PAUSE_SECONDS` apart;
 the model server notes when it flushed each piece (`OfflineModelServer.streamed`), and the
 client notes when a token first appears in what `GET /v1/runs/{id}/events` sent it: the
-difference is a token's time from the model to the client, through the worker's text
-batches, the run's workflow stream, the door's poll of it and the SSE response. Measured
-with httpx, and in Chromium (a page reading the same stream with `fetch`), when
-Playwright and a Chromium are installed. Events per second: clients reading ended runs'
-streams (from the mirror) back to back, every SSE event counted. Figures are printed,
-never asserted.
+difference is a token's time from the model to the client, through whatever carries the
+text (since generation 6, the worker's Postgres write and the door's `LISTEN`; before, the
+worker's text batches, the run's workflow stream and the door's poll of it) and the SSE
+response. Measured with httpx, and in Chromium (a page reading the same stream with
+`fetch`), when Playwright and a Chromium are installed. Events per second: clients reading
+ended runs' streams (from the mirror) back to back, every SSE event counted. Figures are
+printed, never asserted.
+
+With `--before REV` the same measurements run on REV's code too (a git worktree; its worker
+and door processes import it through PYTHONPATH), taking turns with this tree `--pairs`
+times, each side on a fresh stack of its own, so a busy spell of the machine falls on both:
+the report puts the two side by side, pooled over the pairs, with each side's load average.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ from agentledger.dev.offline_model import (
     completion,
 )
 from agentledger.dev.stack import EmbeddedStack, free_port
-from bench import harness, report, stats
+from bench import before_after, harness, report, stats
 from bench.run import machine_info
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +97,13 @@ class Config:
 
 FULL = Config("full", (1, 10), 4, 4, (1, 10), 10.0)
 QUICK = Config("quick", (1, 2), 1, 1, (1, 2), 2.0)
+# Issue 52's targets for this tree (milliseconds, the model's flush to the client's sight).
+TARGETS = (
+    ("token → client p50, 1 run", "1", "token_ms", "p50", 25.0),
+    ("token → client p95, 1 run", "1", "token_ms", "p95", 60.0),
+    ("token → client p50, 10 runs at once", "10", "token_ms", "p50", 50.0),
+    ("first token p50 after the model's first byte, 1 run", "1", "first_token_ms", "p50", 100.0),
+)
 
 
 def log(message: str) -> None:
@@ -192,10 +207,22 @@ async def latency_level(door: Door, level: int, rounds: int) -> dict[str, Any]:
     return {
         "runs": level * rounds,
         "tokens_emitted": len(emitted),
-        "token_ms": stats.summarize(token_latencies(emitted, seen)),
-        "first_token_ms": stats.summarize(first_token_latencies(emitted, seen)),
+        **latencies(emitted, seen),
         "live_events": events,
         "live_events_per_second": events / wall if wall else None,
+        "wall_seconds": wall,
+    }
+
+
+def latencies(emitted: dict[str, float], seen: dict[str, float]) -> dict[str, Any]:
+    """Each token's and each first token's latency, summarized and as measured (`*_samples`:
+    side-by-side runs pool them)."""
+    tokens, firsts = token_latencies(emitted, seen), first_token_latencies(emitted, seen)
+    return {
+        "token_ms": stats.summarize(tokens),
+        "first_token_ms": stats.summarize(firsts),
+        "token_ms_samples": tokens,
+        "first_token_ms_samples": firsts,
     }
 
 
@@ -246,12 +273,7 @@ async def browser_latency(door: Door, runs: int) -> dict[str, Any]:
         finally:
             await browser.close()
     emitted = {t: at for t, at in door.emitted().items() if t[1:].startswith("bw")}
-    return {
-        "runs": runs,
-        "tokens_emitted": len(emitted),
-        "token_ms": stats.summarize(token_latencies(emitted, seen)),
-        "first_token_ms": stats.summarize(first_token_latencies(emitted, seen)),
-    }
+    return {"runs": runs, "tokens_emitted": len(emitted), **latencies(emitted, seen)}
 
 
 async def replay_rate(door: Door, run_ids: list[str], clients: int, seconds: float) -> Json:
@@ -281,14 +303,15 @@ async def replay_rate(door: Door, run_ids: list[str], clients: int, seconds: flo
 
 
 @contextlib.asynccontextmanager
-async def serving(env: dict[str, str]) -> AsyncIterator[str]:
-    """`agentledger serve --port 0` until the block ends; its URL from its first line."""
+async def serving(env: dict[str, str], tree: Path = ROOT) -> AsyncIterator[str]:
+    """`agentledger serve --port 0` (of the code `env` imports) in `tree` until the block
+    ends; its URL from its first line."""
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "agentledger"),
         "serve",
         "--port",
         "0",
-        cwd=ROOT,
+        cwd=tree,
         env={**os.environ, **env, **DOOR_ENV},
         stdout=asyncio.subprocess.PIPE,
     )
@@ -305,10 +328,10 @@ async def serving(env: dict[str, str]) -> AsyncIterator[str]:
 
 
 async def measure(
-    cfg: Config, temporal_address: str, database_url: str, home: Path
+    cfg: Config, temporal_address: str, database_url: str, home: Path, tree: Path = ROOT
 ) -> dict[str, Any]:
-    """Every figure, on a stack already up: a worker and a door of the bench's own, on a
-    task queue and tenants of its own."""
+    """Every figure, on a stack already up: a worker and a door of the bench's own (of the
+    code in `tree`), on a task queue and tenants of its own."""
     tenant = f"bench{uuid.uuid4().hex[:6]}"
     clients = max(*cfg.latency_levels, *cfg.replay_clients)
     found: dict[str, Any] = {"errors": {}}
@@ -320,6 +343,7 @@ async def measure(
             "OPENAI_API_KEY": "bench",
             "AGENTLEDGER_HOME": str(home),
             "AGENTLEDGER_TASK_QUEUE": harness.new_queue("http-stream"),
+            **({"PYTHONPATH": str(tree)} if tree != ROOT else {}),
         }
         async with RunClient.lazy(Settings.load(env)) as operator:
             await operator.migrate()
@@ -329,7 +353,7 @@ async def measure(
         )
         await worker.start(ready_line="polling")
         try:
-            async with serving(env) as url:
+            async with serving(env, tree) as url:
                 door = Door(url, keys, model)
                 found["latency"] = {}
                 stages: list[tuple[str, Callable[[], Awaitable[Json]], Callable[[Json], None]]] = [
@@ -406,11 +430,68 @@ def summary_table(results: dict[str, Any]) -> str:
     return f"{latency}\n\n{replay}"
 
 
+def targets_table(figures: dict[str, Any]) -> str:
+    """Issue 52's targets, on `figures` (one run's, or a side's pooled)."""
+    rows = []
+    for label, level, what, stat, limit in TARGETS:
+        value = ((figures.get("latency") or {}).get(level) or {}).get(what, {}).get(stat)
+        verdict = "not measured" if value is None else "met" if value <= limit else "**not met**"
+        rows.append([label, stats.fmt(value, " ms"), f"≤ {limit:.0f} ms", verdict])
+    return stats.render_table(["target", "measured", "target", "met"], rows)
+
+
+def side_by_side_table(results: dict[str, Any]) -> str:
+    """Each figure of the earlier code and of this tree, pooled over the pairs, and their
+    ratio."""
+    before, after = results["sides"]["before"], results["sides"]["after"]
+    rows: list[list[Any]] = []
+
+    def row(label: str, *path: str) -> None:
+        def read(side: Any) -> Any:
+            for key in path:
+                side = side.get(key) if isinstance(side, dict) else None
+            return side
+
+        b, a = read(before), read(after)
+        rows.append([label, stats.fmt(b), stats.fmt(a), stats.fmt_ratio(stats.ratio(a, b))])
+
+    for level in after.get("latency") or {}:
+        who = f"httpx, {level} run(s) at once"
+        for stat in ("p50", "p95"):
+            row(f"{who}: token → client {stat} (ms)", "latency", level, "token_ms", stat)
+        row(f"{who}: first token p50 (ms)", "latency", level, "first_token_ms", "p50")
+        row(f"{who}: live events/s", "latency", level, "live_events_per_second")
+    if "browser" in after:
+        for stat in ("p50", "p95"):
+            row(f"Chromium: token → page {stat} (ms)", "browser", "token_ms", stat)
+        row("Chromium: first token p50 (ms)", "browser", "first_token_ms", "p50")
+    for clients in after.get("replay") or {}:
+        row(
+            f"ended runs' streams, {clients} client(s): events/s",
+            "replay",
+            clients,
+            "events_per_second",
+        )
+    return stats.render_table(
+        ["figure", f"{before['rev']} (before)", after["rev"], "this ÷ before"], rows
+    )
+
+
 def full_report(results: dict[str, Any]) -> str:
     machine = results.get("machine") or {}
     load = machine.get("load_average_at_start")
     said = [results["note"]] if results.get("note") else []
     said += [f"load average at the start {load[0]:.1f}"] if load else []
+    sides = results.get("sides")
+    if sides:
+        loads = {
+            side: ", ".join(f"{r['load_average_at_start'][0]:.1f}" for r in part["runs"])
+            for side, part in sides.items()
+        }
+        said.append(
+            f"load average (1 min) at each turn's start: before {loads['before']}; "
+            f"this tree {loads['after']}"
+        )
     parts = [
         f"Machine: {report.machine_line(machine)}",
         f"Run: {results.get('started_at', '?')}, {stats.fmt(results.get('wall_seconds'), ' s', 0)}"
@@ -419,25 +500,40 @@ def full_report(results: dict[str, Any]) -> str:
         "The HTTP door's event stream (`bench/http_stream.py`): a model's token to the client, "
         f"each run's answer {TOKENS} tokens, one every {STREAM_PAUSE_SECONDS * 1000:.0f} ms; "
         "live events/s: every SSE event the clients got over the rounds' wall time.",
-        summary_table(results),
-        "Events/s delivered: clients reading ended runs' streams (from the Postgres mirror) "
-        "back to back, each with its own key.",
     ]
-    browser = results.get("browser") or {}
-    if "skipped" in browser:
-        parts.append(f"Chromium: not measured ({browser['skipped']}).")
-    for stage, error in (results.get("errors") or {}).items():
-        parts.append(f"{stage} did not finish: {error}")
+    if sides:
+        pairs = len(sides["after"]["runs"])
+        parts += [
+            f"The earlier code and this tree, taking turns ({pairs} each, each on a fresh "
+            "stack); every latency sample of a side's turns pooled:",
+            side_by_side_table(results),
+            "Targets (issue 52), this tree:",
+            targets_table(sides["after"]),
+        ]
+        runs = [r for side in sides.values() for r in side["runs"]]
+    else:
+        parts += [
+            summary_table(results),
+            "Events/s delivered: clients reading ended runs' streams (from the Postgres mirror) "
+            "back to back, each with its own key.",
+            "Targets (issue 52):",
+            targets_table(results),
+        ]
+        runs = [results]
+    for found in runs:
+        browser = found.get("browser") or {}
+        if "skipped" in browser:
+            parts.append(f"Chromium: not measured ({browser['skipped']}).")
+            break
+    for found in runs:
+        for stage, error in (found.get("errors") or {}).items():
+            parts.append(f"{stage} did not finish: {error}")
     return "\n\n".join(parts)
 
 
-async def run(cfg: Config) -> dict[str, Any]:
-    results: dict[str, Any] = {
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": asdict(cfg),
-        "machine": machine_info(),
-        "note": cfg.note,
-    }
+async def on_fresh_stack(cfg: Config, tree: Path = ROOT) -> dict[str, Any]:
+    """Every figure for the code in `tree`, on a fresh embedded stack of its own."""
+    found: dict[str, Any] = {"load_average_at_start": list(os.getloadavg())}
     t0 = time.monotonic()
     home = Path(tempfile.mkdtemp(prefix="agentledger-bench-http-"))
     stack = EmbeddedStack(
@@ -451,14 +547,87 @@ async def run(cfg: Config) -> dict[str, Any]:
         endpoints = await asyncio.to_thread(stack.start)
         async with await psycopg.AsyncConnection.connect(endpoints["database_url"]) as conn:
             row = await (await conn.execute("SHOW server_version")).fetchone()
-            results["machine"]["postgres"] = f"PostgreSQL {row[0] if row else '?'} (pgserver)"
+            found["postgres"] = f"PostgreSQL {row[0] if row else '?'} (pgserver)"
         log(f"stack up in {time.monotonic() - t0:.1f}s at {home}")
-        results.update(
-            await measure(cfg, endpoints["temporal_address"], endpoints["database_url"], home)
+        found.update(
+            await measure(cfg, endpoints["temporal_address"], endpoints["database_url"], home, tree)
         )
     finally:
         await asyncio.to_thread(stack.stop)
         shutil.rmtree(home, ignore_errors=True)
+    found["wall_seconds"] = time.monotonic() - t0
+    return found
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' figures as one: latencies from every sample, rates over all the time."""
+    out: dict[str, Any] = {"latency": {}, "replay": {}}
+
+    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        tokens = [v for part in parts for v in part.get("token_ms_samples", [])]
+        firsts = [v for part in parts for v in part.get("first_token_ms_samples", [])]
+        merged: dict[str, Any] = {
+            "runs": sum(part.get("runs", 0) for part in parts),
+            "token_ms": stats.summarize(tokens),
+            "first_token_ms": stats.summarize(firsts),
+        }
+        wall = sum(part.get("wall_seconds") or 0 for part in parts)
+        if wall:
+            merged["live_events_per_second"] = sum(part["live_events"] for part in parts) / wall
+        return merged
+
+    for level in runs[0].get("latency") or {}:
+        out["latency"][level] = merge([r["latency"][level] for r in runs if level in r["latency"]])
+    browsers = [r["browser"] for r in runs if "token_ms" in (r.get("browser") or {})]
+    if browsers:
+        out["browser"] = merge(browsers)
+    for clients in runs[0].get("replay") or {}:
+        parts = [r["replay"][clients] for r in runs if clients in (r.get("replay") or {})]
+        seconds = sum(part["seconds"] for part in parts)
+        events = sum(part["events"] for part in parts)
+        out["replay"][clients] = {
+            "clients": int(clients),
+            "seconds": seconds,
+            "streams": sum(part["streams"] for part in parts),
+            "events": events,
+            "events_per_second": events / seconds if seconds else None,
+        }
+    return out
+
+
+async def run(cfg: Config, before: str | None = None, pairs: int = 1) -> dict[str, Any]:
+    """This tree's figures on a fresh stack; with `before`, that commit's too, taking turns
+    `pairs` times."""
+    results: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "config": asdict(cfg),
+        "machine": machine_info(),
+        "note": cfg.note,
+    }
+    t0 = time.monotonic()
+    if before is None:
+        results.update(await on_fresh_stack(cfg))
+    else:
+        rev = before_after.short_rev(before)
+        if not rev:
+            raise SystemExit(f"{before!r} is not a commit of this repository")
+        sides: dict[str, dict[str, Any]] = {
+            "before": {"rev": rev, "runs": []},
+            "after": {"rev": f"this tree (HEAD {before_after.short_rev('HEAD')})", "runs": []},
+        }
+        with (
+            tempfile.TemporaryDirectory(prefix="agentledger-http-before-") as scratch,
+            before_after.earlier_tree(rev, Path(scratch)) as earlier,
+        ):
+            for n in range(pairs):
+                order = [("before", earlier), ("after", ROOT)]
+                for side, tree in order if n % 2 == 0 else order[::-1]:
+                    log(f"== pair {n + 1}: {side} ({sides[side]['rev']})")
+                    sides[side]["runs"].append(await on_fresh_stack(cfg, tree))
+        for side in sides.values():
+            side.update(pooled(side["runs"]))
+        results["sides"] = sides
+        results["machine"]["postgres"] = sides["after"]["runs"][0].get("postgres")
     results["wall_seconds"] = time.monotonic() - t0
     return results
 
@@ -471,9 +640,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publish", action="store_true", help="write docs/bench/http-stream.*")
     parser.add_argument("--note", default="", help="printed under the machine line")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--before", metavar="REV", help="also measure REV's code, taking turns with this tree"
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=2, help="with --before: turns each side takes (default 2)"
+    )
     args = parser.parse_args(argv)
     cfg = replace(QUICK if args.quick else FULL, note=args.note)
-    results = asyncio.run(run(cfg))
+    results = asyncio.run(run(cfg, args.before, max(1, args.pairs)))
     text = full_report(results)
     targets = [args.out / "http-stream"] + ([PUBLISHED] if args.publish else [])
     for target in targets:

@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import Priority
 
-from agentledger.core import search_attributes
+from agentledger.core import fairness, search_attributes
 from agentledger.core._state import RunInput
 from agentledger.core.spec import RiskLevel, RunSpec
 from agentledger.dev.offline_model import Reply, completion
@@ -127,9 +128,10 @@ def run_spec(
 
 
 async def start_run(
-    client: Client, spec: RunInput, workflow_id: str, task_queue: str
+    client: Client, spec: RunInput, workflow_id: str, task_queue: str, *, fair: bool = False
 ) -> WorkflowHandle[Any, Any]:
-    """Start a run as `starter.py run` does, with the Web UI's search attributes."""
+    """Start a run as `starter.py run` does, with the Web UI's search attributes; `fair`: at
+    its tenant's fairness key, as the door starts it (a tenant's rate applies to that key)."""
     from agentledger.workflows import AgentRunWorkflow
 
     return await client.start_workflow(
@@ -140,6 +142,7 @@ async def start_run(
         search_attributes=search_attributes.for_run(
             spec.agent, spec.tenant, search_attributes.RUNNING, spec.priority
         ),
+        priority=fairness.run_priority(spec.priority, spec.tenant) if fair else Priority(),
     )
 
 

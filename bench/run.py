@@ -43,6 +43,8 @@ if str(ROOT) not in sys.path:  # `python bench/run.py` puts bench/, not the repo
 from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from agentledger.client.scope import Scope  # noqa: E402
+from agentledger.client.tenants import Tenants  # noqa: E402
 from agentledger.core._wire import ApproveInput  # noqa: E402
 from agentledger.core.constants import OFFLINE_MODEL  # noqa: E402
 from agentledger.core.settings import Settings  # noqa: E402
@@ -79,6 +81,7 @@ OUR_STEP = "tool.invoke"
 # Each agent's tool step, whose acceptance by the run's next workflow task is timed.
 STEP_OF = {
     "ours": OUR_STEP,
+    "ours_rated": OUR_STEP,
     "bare_agent": AGENT_TOOL,
     "openai_agents": OA_TOOL,
     "pydantic_ai": PYD_TOOL,
@@ -90,13 +93,19 @@ OUR_FIRST_STEP = "model.complete"
 # plugin (bench/openai_agents_peer.py) and on Pydantic AI's TemporalAgent
 # (bench/pydantic_ai_peer.py).
 PEERS = ("openai_agents", "pydantic_ai")
+# ours_rated: ours for a tenant with a model-call rate (one no run reaches, RATED_CALLS_PER_
+# SECOND): its model calls leave the run's own queue for the rate-limited one, through the
+# server's matching; what a rate costs, beside the default fast path.
 # ours_local: ours with `local_read_only_tools` (the benchmark's tool is read-only, low risk):
 # its tool steps are local activities, markers in history, so it has no per-step gap of
 # activity completions; its wall time per step and its throughput compare.
-SYSTEMS = ("bare", "bare_agent", *PEERS, "ours", "ours_local")
+SYSTEMS = ("bare", "bare_agent", *PEERS, "ours", "ours_rated", "ours_local")
+RATED_TENANT = "bench-rated"
+RATED_CALLS_PER_SECOND = 1000.0
 STEP_ACTIVITY = {**STEP_OF, "bare": BARE_ACTIVITY, "ours_local": OUR_STEP}
 FIRST_ACTIVITY = {
     "ours": OUR_FIRST_STEP,
+    "ours_rated": OUR_FIRST_STEP,
     "ours_local": OUR_FIRST_STEP,
     "bare_agent": AGENT_MODEL,
     "bare": BARE_ACTIVITY,
@@ -303,6 +312,7 @@ class Bench:
         self.partial: dict[str, dict[str, Any]] = {}
         self.client: Client
         self.pool: AsyncConnectionPool
+        self.rated_queues: set[str] = set()  # queues whose RATED_TENANT has its rate
 
     async def __aenter__(self) -> Bench:
         self.endpoints = await asyncio.to_thread(self.stack.start)
@@ -362,6 +372,18 @@ class Bench:
                 )
             )
             await ours.start_run(self.client, spec, workflow_id, queue)
+        elif system == "ours_rated":
+            # As the door starts a run of a tenant with a model-call rate.
+            if queue not in self.rated_queues:
+                settings = Settings.model_construct(task_queue=queue)
+                tenants = Tenants(Scope.over(self.client, self.pool, settings=settings))
+                await tenants.set(RATED_TENANT, {"model_calls_per_second": RATED_CALLS_PER_SECOND})
+                self.rated_queues.add(queue)
+            run = ours.run_spec(
+                steps, key=workflow_id, heartbeat_seconds=heartbeat_seconds
+            ).model_copy(update={"tenant": RATED_TENANT})
+            spec = for_new_run(run).model_copy(update={"model_calls_rated": True})
+            await ours.start_run(self.client, spec, workflow_id, queue, fair=True)
         elif system in PEER_WORKFLOWS:
             await self.client.start_workflow(
                 PEER_WORKFLOWS[system],
@@ -743,7 +765,7 @@ async def stage_recovery(b: Bench) -> dict[str, Any]:
         log("  SIGKILL under in-flight model calls, every agent alike (bench/kill_recovery.py)")
         out["kill_under_model_call"] = {}
         for system in measured(b.cfg):
-            if system in ("bare", "ours_local"):  # no model call; ours' model call alike
+            if system in ("bare", "ours_local", "ours_rated"):  # none; ours' alike
                 continue
             out["kill_under_model_call"][system] = found = await kill_recovery.measure(
                 b.client,

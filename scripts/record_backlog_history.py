@@ -168,7 +168,8 @@ async def main(name: str, which: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], *([s] for s in SCENARIOS)):
+    named = len(sys.argv) in (2, 3) and not sys.argv[1].startswith("-")
+    if not named or sys.argv[2:] not in ([], *([s] for s in SCENARIOS)):
         sys.exit(
             "usage: python scripts/record_backlog_history.py NAME [default|tenant-parts] "
             "(e.g. backlog_current)"

@@ -21,10 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import agentledger.demo  # noqa: E402
 from agentledger.activities.model import SUMMARY_PROMPT  # noqa: E402
+from agentledger.activities.model_rates import RATED_TENANTS_SECONDS  # noqa: E402
 from agentledger.client import approver_keys  # noqa: E402
 from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
@@ -141,7 +143,8 @@ async def terminated_holding_slot(client: Client, run_id: str) -> None:
 
 
 async def watched(client: Client, run_id: str) -> None:
-    """Approved while a watcher follows it: stream signals and poll updates in history."""
+    """Approved while a watcher follows it: its polls are queries (nothing in history), and
+    since generation 6 the model's text goes over Postgres (no stream signal either)."""
 
     async def follow() -> None:
         async for _ in watch.watch(client, run_id):
@@ -150,6 +153,17 @@ async def watched(client: Client, run_id: str) -> None:
     watcher = asyncio.create_task(follow())
     await approved_with_edit(client, run_id)
     await watcher
+
+
+async def rated_midway(client: Client, run_id: str) -> None:
+    """The tenant gets a model-call rate while the run waits for its approval: the next
+    model call, on the run's own queue, is refused for it and made on the model queue."""
+    await wait_pending(client, run_id)
+    await ops.set_tenant(
+        client, POOLS[0], RATED_TENANT, {"model_calls_per_second": 100.0}, task_queue=QUEUE
+    )
+    await asyncio.sleep(RATED_TENANTS_SECONDS * 2)  # the worker reads the rates this often
+    await ops.approve(client, run_id, by="li", role="approver")
 
 
 async def cancelled(client: Client, run_id: str) -> None:
@@ -305,6 +319,9 @@ LONG_TASK = "Search the notes twelve times."
 # Histories of runs of older code stay as they were recorded (generation_3*.json,
 # generation_4*.json; the admission queues before and after the sweep); those that need a
 # retired version branch are in tests/histories/archive/ (docs/versioning.md).
+QUEUE = "record-histories"
+POOLS: list[AsyncConnectionPool] = []  # the recording stack's Postgres, once it is up
+RATED_TENANT = "rated"
 STEER_TASK = "Summarize the refund policy (steered)."
 SAID = "Only look at the 2025 policy."
 SESSION_TASK = "Tell me about refunds (a session)."
@@ -365,9 +382,13 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=TASK, approval={"signers": [SIGNER.signer.model_dump()]}),
         signed_after_a_refusal,
     ),
-    # A watched run: the model's text streamed from the activity, a watcher's polls; then a
-    # fork of that run at its send (step 5), edited.
+    # A watched run: the model's text streamed from the activity (over Postgres since
+    # generation 6: no signal), a watcher's polls; then a fork of that run at its send
+    # (step 5), edited.
     "watched_and_streamed": (RunSpec(task=TASK), watched),
+    # Generation 6: model calls on the run's own queue until the tenant gets a rate; then
+    # one refused there (`ModelCallsRated`) and the rest on the rate-limited queue.
+    "model_calls_rated_midway": (RunSpec(task=TASK, tenant=RATED_TENANT), rated_midway),
     "forked_with_edit": (
         RunInput(
             task=TASK,
@@ -489,8 +510,8 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
 
 
 async def main(force: bool) -> None:
-    task_queue = "record-histories"
-    async with recording_worker(model_for_scenarios, task_queue, REGISTRY) as client:
+    task_queue = QUEUE
+    async with recording_worker(model_for_scenarios, task_queue, REGISTRY, POOLS) as client:
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
             path = OUT / f"{name}.json"

@@ -10,6 +10,7 @@ from typing import Any
 
 import openai
 import pgserver
+from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -25,10 +26,14 @@ from agentledger.worker.worker_factory import WorkerDeps, build_worker
 
 @contextlib.asynccontextmanager
 async def recording_worker(
-    model: Callable[[dict[str, Any]], Reply], task_queue: str, registry: ToolRegistry | None = None
+    model: Callable[[dict[str, Any]], Reply],
+    task_queue: str,
+    registry: ToolRegistry | None = None,
+    pools: list[AsyncConnectionPool] | None = None,
 ) -> AsyncIterator[Client]:
     """An in-memory Temporal dev server, embedded Postgres, `model` offline and a worker
-    serving the demo's tools, or `registry`'s."""
+    serving the demo's tools, or `registry`'s; the Postgres pool goes into `pools`, for
+    scenarios that set what lives there (a tenant's rate)."""
     registry = registry or agentledger.demo.registry
     pg = pgserver.get_server(tempfile.mkdtemp(prefix="agentledger-record-"), cleanup_mode="delete")
     env = await WorkflowEnvironment.start_local(
@@ -39,6 +44,8 @@ async def recording_worker(
     )
     pool = await open_pool(pg.get_uri())
     await install_tool_schema(pool, registry.schema())
+    if pools is not None:
+        pools.append(pool)
     try:
         with OfflineModelServer(model) as server:
             settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))

@@ -67,16 +67,25 @@ def test_a_failed_run_ends_in_run_error_after_its_text_and_calls() -> None:
     assert json.loads(result.content) == {"error": "404"}
 
 
-def test_a_retried_model_call_streams_its_new_attempt_as_a_message_of_its_own() -> None:
+def test_a_retried_model_call_streams_its_new_attempt_as_a_message_of_its_own_after_a_reset() -> (
+    None
+):
     def piece(text: str, attempt: int) -> WatchItem:
         step = "0001-model_call"
         return WatchItem(
             kind="text", type="model.text", step_id=step, data={"attempt": attempt}, text=text
         )
 
+    reset = WatchItem(
+        kind="text_reset",
+        type="model.text_reset",
+        step_id="0001-model_call",
+        data={"attempt": 2, "replaces": 1},
+    )
     events = told(
         [
             (piece("Refunds ov", 1), None),
+            (reset, None),
             (piece("Refunds over $100", 2), None),
             (piece(" need approval.", 2), None),
             (event(1, "step.completed", "0001-model_call", type="model_call"), None),
@@ -91,6 +100,10 @@ def test_a_retried_model_call_streams_its_new_attempt_as_a_message_of_its_own() 
         "0001-model_call.text": "Refunds ov",
         "0001-model_call.text.2": "Refunds over $100 need approval.",
     }
+    # The first attempt's message ends where the reset says its text is replaced.
+    kinds = [(e.type.value, getattr(e, "name", None)) for e in events]
+    end = kinds.index(("TEXT_MESSAGE_END", None))
+    assert kinds[end + 1] == ("CUSTOM", "agentledger.model.text_reset")
 
 
 def test_a_cancelled_run_finishes_cancelled_and_a_budget_approval_interrupts() -> None:

@@ -12,7 +12,8 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-from agentledger.core import search_attributes
+from agentledger.activities.model_rates import RATED_TENANTS_SECONDS
+from agentledger.core import fairness, search_attributes
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import SetupError
 from agentledger.dev.offline_model import OfflineModelServer
@@ -223,3 +224,79 @@ async def test_tenants_share_a_busy_worker_by_their_weights(client, settings, po
     # FIFO would give the light tenant (which started first) nearly all of the first half;
     # weights 3:1 give the heavy tenant about three quarters of it.
     assert first.count(heavy) >= runs * 0.6, first
+
+
+async def model_call_queues(client, run_id: str) -> list[str]:
+    """The task queue each of the run's model-call activities was scheduled on, in order."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "model.complete"
+    ]
+
+
+async def test_a_rated_tenants_run_from_the_door_calls_its_model_through_the_rate(
+    client, settings, pool, worker
+):
+    rated = f"t-{uuid.uuid4().hex[:8]}"
+    await tenant_ops.set_tenant(
+        client, pool, rated, {"model_calls_per_second": 50.0}, task_queue=settings.task_queue
+    )
+    queue = settings.task_queue
+    async with worker():
+        runs = {}
+        for tenant in (rated, "default"):
+            spec = make_spec("Answer at once.", tenant=tenant, allowed_tools=[])
+            started = await ops.start(
+                client, pool, spec, task_queue=queue, acting_tenant=None, indexed=False
+            )
+            handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+            assert (await handle.result()).status.value == "completed"
+            runs[tenant] = started.run_id
+    # Read from the tenant's policy at the start: on the model queue from the first call,
+    # none refused on the run's own queue; a tenant without a rate stays on its own queue.
+    assert await model_call_queues(client, runs[rated]) == [fairness.model_task_queue(queue)]
+    assert await model_call_queues(client, runs["default"]) == [queue]
+    events = await rows(pool, "SELECT type FROM events WHERE run_id = %s", runs[rated])
+    assert "model.rate_limited" not in [e["type"] for e in events]
+
+
+async def test_a_rate_set_while_a_run_is_open_holds_for_its_next_model_call(
+    client, settings, pool, worker
+):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    spec = make_spec(tenant=tenant)  # a lookup, then a message that waits for an approver
+    queue = settings.task_queue
+    async with worker():
+        started = await ops.start(
+            client, pool, spec, task_queue=queue, acting_tenant=None, indexed=False
+        )
+        await wait_pending(client, started.run_id)
+        await tenant_ops.set_tenant(
+            client, pool, tenant, {"model_calls_per_second": 50.0}, task_queue=queue
+        )
+        await asyncio.sleep(RATED_TENANTS_SECONDS * 1.5)  # the worker reads rates this often
+        await ops.approve(client, started.run_id, by="maria", role="approver")
+        handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
+        assert (await handle.result()).status.value == "completed"
+    # Two calls on the run's own queue before the rate; the third refused there for it,
+    # then made on the model queue, where the server holds the tenant to its rate.
+    assert await model_call_queues(client, started.run_id) == [
+        queue,
+        queue,
+        queue,
+        fairness.model_task_queue(queue),
+    ]
+    events = await rows(
+        pool,
+        "SELECT type, data FROM events WHERE run_id = %s AND type = 'model.rate_limited'",
+        started.run_id,
+    )
+    assert events == [{"type": "model.rate_limited", "data": {"tenant": tenant}}]
+    attempts = await rows(
+        pool,
+        "SELECT count(*) AS n FROM step_attempts WHERE run_id = %s AND step_id LIKE '%%model_call'",
+        started.run_id,
+    )
+    assert attempts == [{"n": 3}], "the refused call made no attempt"

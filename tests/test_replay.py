@@ -116,7 +116,8 @@ def test_generation_3_has_histories_without_markers():
 
 def test_histories_of_both_endings_replay():
     """Generation 5 (issue 36) ends a rejected run Canceled and a failed one Failed in
-    Temporal; runs of generation 4 completed whatever agentledger said, and still replay so."""
+    Temporal, and so do later generations; runs of generation 4 completed whatever
+    agentledger said, and still replay so."""
     endings = {
         name: (started_input(events_of(name))["workflow_generation"], events_of(name)[-1])
         for name in (
@@ -166,6 +167,30 @@ def approvals(history: list[dict]) -> int:
     )
 
 
+def run_queue(history: list[dict]) -> str:
+    return history[0]["workflowExecutionStartedEventAttributes"]["taskQueue"]["name"]
+
+
+def model_call_queues(history: list[dict]) -> list[str]:
+    """The task queue of each model call the run scheduled, in order."""
+    return [
+        e["activityTaskScheduledEventAttributes"]["taskQueue"]["name"]
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+        and e["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "model.complete"
+    ]
+
+
+def failure_types(history: list[dict]) -> set[str]:
+    """The application error types of the run's failed activities."""
+    return {
+        e["activityTaskFailedEventAttributes"]["failure"]["applicationFailureInfo"]["type"]
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_FAILED"
+        and "applicationFailureInfo" in e["activityTaskFailedEventAttributes"]["failure"]
+    }
+
+
 def messages(history: list[dict]) -> set[str]:
     """The signals and updates a run took."""
     found = set()
@@ -209,9 +234,27 @@ PATHS = {
         "backlog_current_task_run",
         lambda h: "parentWorkflowExecution" in h[0]["workflowExecutionStartedEventAttributes"],
     ),
+    # Generation 6: the model's text goes to watchers over Postgres, never through the run.
     "watched stream": (
         "watched_and_streamed",
-        lambda h: "__temporal_workflow_stream_publish" in messages(h),
+        lambda h: (
+            "model.complete" in activities(h)
+            and "__temporal_workflow_stream_publish" not in messages(h)
+        ),
+    ),
+    # Generation 6: model calls on the run's own queue (eager), then, the tenant rated
+    # midway, one refused there and the rest on the rate-limited model queue.
+    "model call on the run's queue": (
+        "approved_with_edit",
+        lambda h: model_call_queues(h) and set(model_call_queues(h)) == {run_queue(h)},
+    ),
+    "model calls rated midway": (
+        "model_calls_rated_midway",
+        lambda h: (
+            "ModelCallsRated" in failure_types(h)
+            and model_call_queues(h)[-1] == run_queue(h) + "-model"
+            and model_call_queues(h)[0] == run_queue(h)
+        ),
     ),
     "budget extension": ("budget_extended", lambda h: "approve" in messages(h)),
     # Generation 6: one approval of two counted (the edit it carried a merge patch), then
@@ -269,9 +312,14 @@ def test_every_path_has_a_history_from_the_current_generation(path: str):
 
 
 def test_a_reply_finished_by_the_workflow_has_a_history():
-    """A reply streamed in part by its activity and finished by the workflow's own publish
-    (`streamed_chars`), with a watcher's polls answered from it, replays."""
-    path = HISTORIES[0].parent / "watched_and_streamed.json"
+    """A reply streamed in part by its activity through the run's stream and finished by the
+    workflow's own publish (`streamed_chars`; generation 5, model calls on the model queue),
+    with a watcher's polls answered from it, replays."""
+    path = HISTORIES[0].parent / "generation_5_watched_and_streamed.json"
+    events = events_of(path.stem)
+    assert started_input(events)["workflow_generation"] == 5
+    assert "__temporal_workflow_stream_publish" in messages(events)
+    assert set(model_call_queues(events)) == {run_queue(events) + "-model"}
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     model_calls, replies = set(), []
     for event in history.events:

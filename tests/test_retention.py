@@ -74,6 +74,9 @@ async def seed_runs(seed: Seeder, now: datetime) -> None:
             cost_usd=0.01,
         )
         await seed.row(
+            "model_text", run_id=run_id, step_id="s-1", attempt=1, text="## Summary\nStreamed."
+        )
+        await seed.row(
             "secret_values", run_id=run_id, secret_id="0" * 16, key_id="k", sealed=b"sealed"
         )
         await seed.row(
@@ -123,6 +126,7 @@ EXPECTED = {
     "steps": 6,
     "conversation": 6,
     "model_journal": 3,
+    "model_text": 3,
     "secret_values": 3,
     "eval_cases": 3,
     "runs": 3,

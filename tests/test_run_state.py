@@ -216,6 +216,7 @@ def every_field_set() -> RunProgress:
         summaries=1,
         paused_by="li",
         end_requested_by="mo",
+        model_calls_rated=True,
         left_in_mirror=LeftInMirror(turns=3, messages=40, steps=12),
         duplicates_prevented=1,
         inherited_effects=["a" * 32],

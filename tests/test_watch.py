@@ -1,18 +1,18 @@
 """`starter.py watch`: a run followed live from its start to its receipt; a late joiner sees
-the same sequence; an ended run's story comes from the mirror; streams outlive a crash."""
+the same sequence; an ended run's story comes from the mirror; streams outlive a crash; the
+model's text comes from Postgres as it streams, never through the run's history."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import signal
 import sys
+import time
 
 from temporalio.api.enums.v1 import EventType
 
-from agentledger.activities.text_stream import TEXT_BATCH
 from agentledger.core._state import RunInput
 from agentledger.core._wire import ModelCallResult
 from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE
@@ -74,17 +74,38 @@ async def follow(client, pool, run_id, **kwargs) -> list[WatchItem]:
 def check_story(items: list[WatchItem]) -> None:
     """Every event once and in order, the stream's offsets whole, steps in order, receipt.
     Events the stream's last reads could not give come from the mirror after the streamed
-    ones (without an offset)."""
+    ones (without an offset). A model call's text (from Postgres, without offsets) comes
+    before its step ends, and none of it after."""
     live = [i for i in items if i.kind != "receipt"]
-    streamed = [i for i in live if i.offset is not None]
-    assert live[: len(streamed)] == streamed
+    said = [i for i in live if i.kind == "event"]
+    streamed = [i for i in said if i.offset is not None]
+    assert said[: len(streamed)] == streamed
     assert [i.offset for i in streamed] == list(range(len(streamed)))
-    events = [i for i in live if i.kind == "event" and i.type != "step.retry"]
+    events = [i for i in said if i.type != "step.retry"]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[0].type == "run.started" and events[-1].type == "run.finished"
     finished = [e.step_id for e in events if e.type.startswith("step.")]
     assert finished == sorted(finished)
+    for step in {i.step_id for i in live if i.kind in ("text", "text_reset")}:
+        ended = [
+            n
+            for n, i in enumerate(live)
+            if i.step_id == step and i.type.startswith("step.") and i.type != "step.retry"
+        ]
+        texts = [n for n, i in enumerate(live) if i.step_id == step and i.kind != "event"]
+        assert ended and max(texts) < min(ended), step
     assert items[-1].kind == "receipt" and items[-1].data["outcome"] == "completed"
+
+
+def text_of(items: list[WatchItem], step_id: str) -> str:
+    """A step's text as a watcher shows it: what followed the last reset."""
+    text = ""
+    for item in items:
+        if item.step_id == step_id and item.kind == "text_reset":
+            text = ""
+        elif item.step_id == step_id and item.kind == "text":
+            text += item.text or ""
+    return text
 
 
 async def test_watch_json_follows_a_run_to_its_receipt_and_a_late_joiner_sees_the_same(
@@ -101,7 +122,11 @@ async def test_watch_json_follows_a_run_to_its_receipt_and_a_late_joiner_sees_th
     assert code == 0
     assert items[0].offset == 0  # followed live, from the start
     check_story(items)
-    assert late_items == items
+    # The late joiner got the same events, and each step's text whole (in its own pieces:
+    # what came before it joined, it read from the steps' rows).
+    assert [i for i in late_items if i.kind != "text"] == [i for i in items if i.kind != "text"]
+    steps = {i.step_id for i in items if i.kind == "text"}
+    assert {s: text_of(late_items, s) for s in steps} == {s: text_of(items, s) for s in steps}
     mirrored = await rows(
         pool, "SELECT seq, type FROM events WHERE run_id = %s ORDER BY seq", started.run_id
     )
@@ -122,8 +147,6 @@ async def test_watch_json_follows_a_run_to_its_receipt_and_a_late_joiner_sees_th
     pieces = [i for i in items if i.kind == "text" and i.step_id == answer_step]
     assert len(pieces) > 1
     assert "".join(p.text or "" for p in pieces) == items[-1].data["answer"]
-    done = next(i for i in items if i.type == "step.completed" and i.step_id == answer_step)
-    assert all(p.offset < done.offset for p in pieces)  # type: ignore[operator]
 
 
 async def watch_live_and_late(client, pool, settings, home, run_id):
@@ -201,16 +224,8 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
             carried.append(spec_in.carry.stream_state)
     # Each generation ends within one step of the limit, watcher polls included.
     assert max(lengths) <= spec.history_events_limit + STEP_EVENTS_WITH_A_WATCHER, lengths
-    # Model text: at most one signal per TEXT_BATCH of streaming per model call (the rest of a
-    # reply goes from the workflow, with no signal).
-    model_steps = await rows(
-        pool,
-        """SELECT extract(epoch FROM finished_at - started_at)::float8 AS seconds
-           FROM steps WHERE run_id = %s AND type = 'model_call'""",
-        started.run_id,
-    )
-    batch = TEXT_BATCH.total_seconds()
-    assert signals <= sum(math.ceil(s["seconds"] / batch) for s in model_steps)
+    # Model text goes to watchers over Postgres: not one signal in any generation's history.
+    assert signals == 0
     # What a continuation carries of the stream is its tail, never more.
     assert carried and all(
         state is not None and len(state.log) <= RETAINED_ITEMS for state in carried
@@ -247,8 +262,9 @@ async def test_a_watcher_outlives_a_worker_crash(client, settings, pool, worker)
     assert "lost: its worker stopped before reporting" in retry.data["reason"]
 
 
-async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_path):
-    """No worker: the stream cannot answer; within a bound, watch says what it waits for."""
+async def test_watching_a_run_no_worker_serves_says_so(client, settings, pool, tmp_path):
+    """No worker: the stream cannot answer; within a bound, watch says what it waits for (the
+    mirror is migrated, as any deployment's is: watch reads the model's text from it)."""
     started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
     env = {
         **os.environ,
@@ -272,7 +288,7 @@ async def test_watching_a_run_no_worker_serves_says_so(client, settings, tmp_pat
         line = await asyncio.wait_for(proc.stderr.readline(), 40)
         while line and not line.startswith(b"note:"):  # warnings from libraries first
             line = await asyncio.wait_for(proc.stderr.readline(), 40)
-        assert b"is one running? (`agentledger-worker`)" in line
+        assert b"is one running? (`" in line and b"agentledger-worker --demo`" in line, line
     finally:
         proc.kill()
         await proc.wait()
@@ -332,64 +348,66 @@ def answer_pieces(items: list[WatchItem]) -> list[WatchItem]:
         for i in reversed(items)
         if i.type == "step.completed" and i.data["type"] == "model_call"
     )
-    pieces = [i for i in items if i.kind == "text" and i.step_id == step]
-    done = next(i for i in items if i.type == "step.completed" and i.step_id == step)
-    assert pieces and all(p.offset < done.offset for p in pieces)  # type: ignore[operator]
-    return pieces
+    pieces = [n for n, i in enumerate(items) if i.kind == "text" and i.step_id == step]
+    done = next(n for n, i in enumerate(items) if i.type == "step.completed" and i.step_id == step)
+    assert pieces and max(pieces) < done
+    return [items[n] for n in pieces]
 
 
 async def search_then_answer(
     client, settings, pool, worker, answer, *, pause, worker_settings=None
 ):
     """A run that searches the notes once and then gives `answer`, streamed with `pause`
-    between its pieces, followed from its start: its id, its items, the model's requests."""
+    between its pieces, followed from its start: its id, its items (each with when it came),
+    the model's requests."""
     spec = make_spec("Look up our refund policy.", allowed_tools=["search_notes"])
     search = [("search_notes", {"query": "refund"})]
     with OfflineModelServer(scripted(search, answer), stream_pause_seconds=pause) as model:
         async with worker(settings=worker_settings or settings, base_url=model.base_url):
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
-            items = await follow(client, pool, started.run_id)
-        return started.run_id, items, model.requests
+            came: list[tuple[float, WatchItem]] = []
+            async for item in watch.watch(client, started.run_id, pool=pool):
+                came.append((time.monotonic(), item))
+        return started.run_id, came, model.requests
 
 
 async def test_a_quick_reply_reaches_watchers_whole_without_a_signal(
     client, settings, pool, worker
 ):
-    """A reply that comes faster than TEXT_BATCH is published by the workflow when it takes
-    the call's result: watchers get it whole, and the run's history has no stream signal."""
+    """A reply that comes at once reaches watchers whole, from Postgres: the run's history
+    has no stream signal, and the call's result says the activity sent it all itself."""
     answer = "## Summary\nRefunds are paid within five working days of the request."
-    run_id, items, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0)
-    check_story(items)
-    [piece] = answer_pieces(items)
-    assert piece.text == answer and piece.data == {"attempt": 1}
-    signals, results = await stream_signals_and_model_results(client, run_id)
-    assert signals == 0
-    assert [r.streamed_chars for r in results] == [0, 0]
-
-
-async def test_a_slow_reply_streams_during_the_call_and_the_rest_after(
-    client, settings, pool, worker
-):
-    """A reply that streams for about two seconds: the activity signals what is due every
-    TEXT_BATCH, and the workflow publishes exactly what the activity had not sent."""
-    answer = "## Summary\n" + " ".join(f"Note {i}: refunds take five days." for i in range(16))
-    run_id, items, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0.05)
+    run_id, came, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0)
+    items = [item for _, item in came]
     check_story(items)
     pieces = answer_pieces(items)
-    assert "".join(p.text or "" for p in pieces) == answer  # whole and in order
+    assert "".join(p.text or "" for p in pieces) == answer
+    assert all(p.data == {"attempt": 1} for p in pieces)
     signals, results = await stream_signals_and_model_results(client, run_id)
-    streamed = results[-1].streamed_chars
-    assert streamed is not None and 0 < streamed <= len(answer)
-    # The first pieces came one signal each during the call; any after them, from the
-    # workflow, are the rest of the reply, in one piece.
-    during, after = pieces[:signals], pieces[signals:]
-    assert signals >= 2 and sum(len(p.text or "") for p in during) == streamed
-    assert [p.text for p in after] == ([answer[streamed:]] if streamed < len(answer) else [])
+    assert signals == 0
+    assert [r.streamed_chars for r in results] == [None, None]
+
+
+async def test_a_slow_reply_streams_to_watchers_during_the_call(client, settings, pool, worker):
+    """A reply that streams for about two seconds reaches the watcher in pieces while the
+    provider is still sending, whole and in order, with no signal to the run."""
+    answer = "## Summary\n" + " ".join(f"Note {i}: refunds take five days." for i in range(16))
+    run_id, came, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0.05)
+    items = [item for _, item in came]
+    check_story(items)
+    pieces = answer_pieces(items)
+    assert len(pieces) >= 2 and "".join(p.text or "" for p in pieces) == answer
+    first = next(at for at, item in came if item is pieces[0])
+    last = next(at for at, item in came if item is pieces[-1])
+    assert last - first > 0.5, "the first piece came while the provider was still sending"
+    signals, _ = await stream_signals_and_model_results(client, run_id)
+    assert signals == 0
 
 
 async def test_a_reply_past_the_budget_is_cut_with_a_note(client, settings, pool, worker):
     answer = "## Summary\n" + "Refunds take five working days. " * 1_100
-    _, items, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0)
+    _, came, _ = await search_then_answer(client, settings, pool, worker, answer, pause=0)
+    items = [item for _, item in came]
     text = "".join(p.text or "" for p in answer_pieces(items))
     dropped = len(answer) - MAX_STREAMED_CHARS
     assert dropped > 0
@@ -402,12 +420,13 @@ async def test_a_reply_past_the_budget_is_cut_with_a_note(client, settings, pool
 async def test_without_provider_streaming_watchers_get_each_reply_when_its_step_ends(
     client, settings, pool, worker
 ):
-    """AGENTLEDGER_MODEL_STREAM=0: the provider answers whole, the workflow publishes it."""
+    """AGENTLEDGER_MODEL_STREAM=0: the provider answers whole, and so the activity sends it."""
     answer = "## Summary\nRefunds are paid within five working days of the request."
     whole = settings.model_copy(update={"model_stream": False})
-    run_id, items, requests = await search_then_answer(
+    run_id, came, requests = await search_then_answer(
         client, settings, pool, worker, answer, pause=0, worker_settings=whole
     )
+    items = [item for _, item in came]
     assert not any(r.get("stream") for r in requests)
     check_story(items)
     assert [p.text for p in answer_pieces(items)] == [answer]
@@ -419,8 +438,8 @@ async def test_a_reply_reused_after_a_crash_reaches_watchers_with_its_attempt(
     client, settings, pool, worker
 ):
     """The worker dies once the model has answered (journaled, not returned); the next
-    attempt reuses the journaled reply without streaming it, and the workflow publishes it
-    whole, marked with the attempt that returned it."""
+    attempt reuses the journaled reply and sends it whole as its own text, marked with the
+    attempt that returned it."""
     answer = "## Summary\nRefunds are paid within five working days of the request."
     with OfflineModelServer(scripted(answer)) as model:
         spec = make_spec(
@@ -432,7 +451,7 @@ async def test_a_reply_reused_after_a_crash_reaches_watchers_with_its_attempt(
         assert len(model.requests) == 1, "the second attempt reused the journaled reply"
     check_story(items)
     reused = [p.text for p in answer_pieces(items) if p.data["attempt"] == 2]
-    assert reused == [answer]
+    assert "".join(reused) == answer == text_of(items, "0001-model_call")
 
 
 async def test_a_run_that_ends_while_no_worker_can_replay_it_ends_its_story_from_the_mirror(

@@ -28,7 +28,7 @@ from tests import client_ops as ops
 from tests import client_ops as watch
 from tests.conftest import running_worker
 from tests.support import STARTUP_TIMEOUT, make_spec, wait_pending
-from tests.test_watch import check_story
+from tests.test_watch import check_story, text_of
 
 WATCHERS = 12
 # The dev server's default: updates in flight per workflow.
@@ -81,6 +81,12 @@ async def hold_update_slots(client: Client, run_id: str) -> list[asyncio.Task[An
     raise AssertionError("the holders never filled the run's update slots")
 
 
+def told_as(story: list[WatchItem]) -> tuple[list[WatchItem], dict[str | None, str]]:
+    """A story's events in order, and each step's text as it ends shown."""
+    steps = {i.step_id for i in story if i.kind == "text"}
+    return [i for i in story if i.kind != "text"], {s: text_of(story, s) for s in steps}
+
+
 async def test_a_dozen_watchers_leave_decisions_and_controls_their_updates(
     client, settings, pool, worker
 ):
@@ -105,7 +111,10 @@ async def test_a_dozen_watchers_leave_decisions_and_controls_their_updates(
     for story in stories:
         check_story(story)
         assert story[-1].kind == "receipt" and story[-1].data["outcome"] == "completed"
-    assert stories.count(stories[0]) == WATCHERS  # every watcher saw the same story
+    # Every watcher saw the same story: the same events, and each step's text whole (in
+    # pieces as its notices came, or from the row where it joined late or missed one).
+    told = [told_as(story) for story in stories]
+    assert told.count(told[0]) == WATCHERS
     # Nothing went as a signal: the updates were admitted while twelve watched.
     assert await signals_in_history(client, started.run_id) == []
 

@@ -24,11 +24,12 @@ from agentledger.activities.agent_metrics import record_mirror_lag
 from agentledger.activities.agent_spans import AgentSpans
 from agentledger.activities.leases import hold_lease, once_postgres_answers
 from agentledger.activities.model_errors import classify_model_error
+from agentledger.activities.model_rates import RatedTenants
 from agentledger.activities.model_stream import plain_completion, streamed_completion
 from agentledger.activities.proposals import proposed_call, proposed_subagent_call, subagent_schema
 from agentledger.activities.provider_clients import ModelEndpoint, ProviderClients
 from agentledger.activities.retry_notes import announce_retry
-from agentledger.activities.text_stream import text_pieces
+from agentledger.activities.text_stream import TextPieces, text_pieces
 from agentledger.activities.verify import checks_without_judge
 from agentledger.core import errors, faults
 from agentledger.core._wire import (
@@ -46,7 +47,9 @@ from agentledger.core.spec import JsonDict
 from agentledger.store.conversation import ConversationStore
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import Answer, ModelJournal
+from agentledger.store.model_text import ModelTextStore
 from agentledger.store.refused_data import refused_data_is_final
+from agentledger.store.tenant_store import TenantStore
 from agentledger.store.vault import MARKER, SecretScope, SecretVault
 from agentledger.tools import ToolRegistry
 from agentledger.tools.registry import UnknownToolError
@@ -82,9 +85,11 @@ class ModelActivities:
         vault: SecretVault,
         stream_text: bool = True,
         spans: AgentSpans | None = None,
+        rated: RatedTenants | None = None,
     ) -> None:
         # Ask the provider to stream, and pass the reply's text to watchers as it comes
-        # (`agentledger watch`); AGENTLEDGER_MODEL_STREAM=0 for a provider that cannot.
+        # (`agentledger watch`); AGENTLEDGER_MODEL_STREAM=0 for a provider that cannot (its
+        # reply then goes to watchers whole).
         self.stream_text = stream_text
         self.vault = vault
         self.identity = identity
@@ -97,9 +102,16 @@ class ModelActivities:
         self.conversation = conversation
         self.default_model = default_model
         self.prices = prices
+        self.rated = rated or RatedTenants(TenantStore(store.pool))
+        self.texts = ModelTextStore(store.pool)
 
     @activity.defn(name=ACTIVITY_MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
+        tenant = input.fast_path_tenant
+        if tenant is not None and await once_postgres_answers(
+            lambda: self.rated.has_rate(tenant), input.heartbeat_seconds
+        ):
+            raise errors.model_calls_rated(tenant)
         endpoint = self.clients.get(input.provider)
         model = input.model or self.default_model
         with self.spans.model_call(input, model, endpoint) as span:
@@ -131,7 +143,6 @@ class ModelActivities:
         if input.mirror is not None:
             faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
-        streamed_chars = 0  # a reused response: none of its text went to the stream yet
         if journaled is not None:
             # The response arrived before an earlier attempt died: it is paid for; reuse it.
             journal_attempt, raw = journaled
@@ -139,9 +150,11 @@ class ModelActivities:
                 input.run_id, input.step_id, journal_attempt, info.attempt
             )
             response = ChatCompletion.model_validate(raw)
+            async with self._text(input) as on_text:  # this attempt's text is the reused reply
+                on_text(response.choices[0].message.content or "")
         else:
             journal_attempt = info.attempt
-            response, streamed_chars = await self._call(input, model, endpoint)
+            response = await self._call(input, model, endpoint)
             response = await self._seal_secret_arguments(input.run_id, response)
         usage = usage_of(response)
         priced = price_of(self.prices, model, usage, endpoint.price_provider)
@@ -180,7 +193,6 @@ class ModelActivities:
                 model=response.model or model,
                 attempt=info.attempt,
                 journal_attempt=journal_attempt,
-                streamed_chars=streamed_chars,
                 priced=priced is not None,
             )
         except Exception:
@@ -204,10 +216,20 @@ class ModelActivities:
         faults.fire("model.after_response", model)
         return result
 
+    def _text(self, input: ModelCallInput) -> contextlib.AbstractAsyncContextManager[TextPieces]:
+        """Where this attempt's text goes to the run's subscribers as it comes."""
+        return text_pieces(
+            self.texts,
+            input.run_id,
+            input.step_id,
+            activity.info().attempt,
+            input.events_before or 0,
+        )
+
     async def _call(
         self, input: ModelCallInput, model: str, endpoint: ModelEndpoint
-    ) -> tuple[ChatCompletion, int]:
-        """The response, and how much of its text this attempt already streamed."""
+    ) -> ChatCompletion:
+        """The response, its text sent to the run's subscribers as it came."""
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
         tools += [subagent_schema(name) for name in input.subagents]
         messages = input.messages
@@ -242,11 +264,12 @@ class ModelActivities:
                 ),
                 asyncio.timeout(allowed),
             ):
-                if not self.stream_text:
-                    return await plain_completion(endpoint.client, request), 0
-                async with text_pieces(input.step_id) as on_text:
-                    response = await streamed_completion(endpoint.client, request, on_text)
-                return response, on_text.streamed_chars
+                async with self._text(input) as on_text:
+                    if self.stream_text:
+                        return await streamed_completion(endpoint.client, request, on_text)
+                    response = await plain_completion(endpoint.client, request)
+                    on_text(response.choices[0].message.content or "")
+                    return response
         except (openai.APIError, TimeoutError) as err:
             failure = (
                 classify_model_error(err)

@@ -104,6 +104,8 @@ class Turn:
             return f"[run {run_id} ended {data.get('status')}{error}]"
         if item.kind == "receipt":
             return f"[receipt: `agentledger receipt {run_id}`]"
+        if item.kind == "text_reset":
+            return "[the model call was retried: its reply starts again]"
         if item.type in (
             EventType.TOOL_REFUSED,
             EventType.MODEL_FALLBACK,

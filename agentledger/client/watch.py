@@ -1,11 +1,12 @@
 """Follow a run as it works: its events and its model's text as they happen, then its receipt.
 
 A live run is read from its workflow stream (`temporalio.contrib.workflow_streams`): the
-workflow publishes every event it mirrors, `model.complete` publishes the reply's text as
-the provider streams it, and the workflow the rest of the reply when the call ends. Offsets
-are global and survive continue-as-new, so a watcher that joins late replays from offset 0
-(or any offset) and sees the same sequence as one that watched from the start. An ended
-run's story is read from the Postgres mirror instead.
+workflow publishes every event it mirrors. Offsets are global and survive continue-as-new,
+so a watcher that joins late replays from offset 0 (or any offset) and sees the same
+sequence as one that watched from the start. The model's text comes from Postgres, as
+`model.complete` writes it, never through the run (agentledger/client/live_text.py; runs
+whose calls streamed through the run's stream still show it from there). An ended run's
+story is read from the Postgres mirror instead.
 
 Watchers read the stream with its poll *query*, never its long-poll update: the server
 admits about ten updates in flight per workflow (and a bounded total per run), and those
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +36,7 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentledger.client import live_text
 from agentledger.client.receipts import receipt_of
 from agentledger.client.scope import Scope, no_run
 from agentledger.core._wire import RetryNote, RunEvent, TextPiece
@@ -83,32 +86,38 @@ async def watch(
             raise NotAnswered(
                 f"run {run_id} has ended; its story is in the mirror: set DATABASE_URL"
             )
-        async for item in mirror_story(pool, run_id, after_seq=from_offset):
+        ended = await live_text.of_ended_run(pool, run_id)
+        async for item in ended.around(mirror_story(pool, run_id, after_seq=from_offset)):
             yield item
         return
+    cooldown = poll_cooldown.total_seconds()
+    if pool is None:
+        async for raw in _follow(client, run_id, from_offset, cooldown):
+            yield stream_item(raw)
+        return
     last_seq = 0
-    async for raw in _follow(client, run_id, from_offset, poll_cooldown.total_seconds()):
-        item = stream_item(raw)
+    live = live_text.for_run(pool, run_id)
+    follow = _follow(client, run_id, from_offset, cooldown, live.events_wanted)
+    async for item in live_text.merged(live, pool, follow, stream_item):
         last_seq = item.seq or last_seq
         yield item
-    if pool is None:
-        return
     if last_seq or from_offset == 0:
         # The events the stream's last reads could not give (an ended run is read by a
         # replay, which may fail under load), from the mirror, which holds every one.
-        async for item in mirror_story(pool, run_id, after_seq=last_seq):
+        async for item in live.around(mirror_story(pool, run_id, after_seq=last_seq)):
             yield item
     else:
         yield await _receipt_item(pool, run_id)
 
 
 async def _follow(
-    client: Client, run_id: str, offset: int, cooldown: float
-) -> AsyncIterator[WorkflowStreamItem[Any]]:
+    client: Client, run_id: str, offset: int, cooldown: float, wake: asyncio.Event | None = None
+) -> AsyncGenerator[WorkflowStreamItem[Any]]:
     """The stream's items from `offset` on while the run is open, then what it published
-    before it ended. A query to the workflow id reaches its latest generation, so this
-    follows continue-as-new; a failed poll (a worker died, the server restarted) is tried
-    again from the same offset."""
+    before it ended; `wake` set polls at once instead of after the pause. A query to the
+    workflow id reaches its latest generation, so this follows continue-as-new; a failed
+    poll (a worker died, the server restarted) is tried again from the same offset."""
+    wake = wake or asyncio.Event()
     handle = client.get_workflow_handle(run_id)
     converter = client.data_converter.payload_converter
     loop = asyncio.get_running_loop()
@@ -151,7 +160,11 @@ async def _follow(
             ended = not await _is_open(client, run_id)
             pause = min(max(pause * 2, cooldown), IDLE_POLL_SECONDS)
         if not ended:
-            await asyncio.sleep(pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), pause)
+            if wake.is_set():  # something waits for the run's newest events: poll now
+                wake.clear()
+                pause = cooldown
 
 
 def stream_item(raw: WorkflowStreamItem[Any]) -> WatchItem:

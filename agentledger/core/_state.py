@@ -135,6 +135,11 @@ class RunProgress(BaseModel):
     end_requested_by: str | None = Field(
         None, description="who asked a session to end (`agentledger end`); None: nobody has"
     )
+    model_calls_rated: bool = Field(
+        False,
+        description="its model calls go through the rate-limited model queue (its tenant has "
+        "a model-call rate); False: on the run's own queue (generation 6)",
+    )
 
 
 class RunInput(RunSpec):
@@ -175,6 +180,11 @@ class RunInput(RunSpec):
         None,
         description="set by the engine: its tenant's policy when it started, which its "
         "sub-agents' runs start under too",
+    )
+    model_calls_rated: bool = Field(
+        False,
+        description="set by the engine (agentledger/client/starts.py): its tenant had a model-call "
+        "rate when it started, so its model calls go through the rate-limited queue",
     )
 
     @classmethod

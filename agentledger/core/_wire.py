@@ -164,6 +164,17 @@ class ModelCallInput(BaseModel):
     approval_always: list[str] = Field(
         default_factory=list, description="tools whose calls always wait for an approver"
     )
+    events_before: int | None = Field(
+        None,
+        description="the run's last event when the call was scheduled: a watcher shows the "
+        "call's text once it has shown that event (the text is faster than the events)",
+    )
+    fast_path_tenant: str | None = Field(
+        None,
+        description="the run's tenant, when the call runs on the run's own queue (generation "
+        "6): should that tenant have a model-call rate now, the activity refuses the call "
+        "(`ModelCallsRated`) and the run sends it through the rate-limited queue",
+    )
 
     def needs_schema(self, tool: str, risk: RiskLevel) -> bool:
         """Whether a proposed call of `tool` carries its argument schema (the workflow
@@ -202,8 +213,9 @@ class ModelCallResult(BaseModel):
     journal_attempt: int = Field(1, description="the attempt that paid for this response")
     streamed_chars: int | None = Field(
         None,
-        description="how much of `content` the activity already streamed to watchers; the "
-        "workflow publishes the rest (None: an older activity that streamed it all itself)",
+        description="how much of `content` an activity that streamed through the run's "
+        "workflow stream had sent; the workflow publishes the rest (None: the activity sent "
+        "all of it to watchers itself, over Postgres, or an older one through the run)",
     )
     verdict: VerifyResult | None = Field(
         None, description="the answer's checks, for a final answer of a call that carried them"

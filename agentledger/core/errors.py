@@ -16,7 +16,13 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ApplicationErrorCategory,
+    RetryState,
+    TimeoutError,
+)
 
 # ---------------------------------------------------------------- errors for people
 
@@ -169,6 +175,10 @@ EFFECT_IN_PROGRESS = "EffectInProgress"
 # The Docker engine or the image `run_code` needs is not there: retried until it is.
 SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 
+# A model call on a run's own queue whose tenant has a model-call rate now: the run sends it,
+# and its later calls, through the rate-limited queue (agentledger/workflows/steering.py).
+MODEL_CALLS_RATED = "ModelCallsRated"
+
 # Failures that no other model or another try will fix.
 FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
 
@@ -184,6 +194,17 @@ def provider_too_slow(seconds: float) -> ApplicationError:
         f"model provider unavailable: no complete answer within {seconds:.0f} s "
         "(timeouts.model_seconds)",
         type=PROVIDER_UNAVAILABLE,
+    )
+
+
+def model_calls_rated(tenant: str) -> ApplicationError:
+    """The call came by the run's own queue, but its tenant has a model-call rate now: not
+    made here (no attempt, no mirror write), so the run schedules it where the rate holds."""
+    return ApplicationError(
+        f"tenant {tenant!r} has a model-call rate: this call goes through the rate-limited queue",
+        type=MODEL_CALLS_RATED,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,  # expected: the worker does not log it
     )
 
 

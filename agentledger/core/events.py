@@ -51,6 +51,7 @@ class EventType(StrEnum):
     APPROVAL_COUNTED = "approval.counted"
     # Models and tools.
     MODEL_FALLBACK = "model.fallback"
+    MODEL_RATE_LIMITED = "model.rate_limited"
     MODEL_INTERRUPTED = "model.interrupted"
     MODEL_REPAIR_REQUESTED = "model.repair_requested"
     TOOL_REFUSED = "tool.refused"
@@ -76,6 +77,7 @@ class EventType(StrEnum):
     # retry, the model's text as it comes, the receipt, and a chat turn's own notes.
     STEP_RETRY = "step.retry"
     MODEL_TEXT = "model.text"
+    MODEL_TEXT_RESET = "model.text_reset"
     RECEIPT = "receipt"
     CHAT_SAID = "chat.said"
     CHAT_NO_ANSWER = "chat.no_answer"

@@ -26,10 +26,11 @@ FAIRNESS_DYNAMIC_CONFIG = {
     "matching.numTaskqueueWritePartitions": "1",
 }
 
-# Model calls go to a queue of their own so the server's per-fairness-key rate limit there
-# limits a tenant's model calls and nothing else. Every key on that queue is limited to
-# MODEL_RATE_CEILING x its weight, so a tenant's weight there is its rate over the ceiling;
-# tenants without a rate keep their weight and, in practice, no limit.
+# A rated tenant's model calls go to a queue of their own so the server's per-fairness-key
+# rate limit there limits them and nothing else (other runs' model calls stay on their own
+# queue, started eagerly: agentledger/workflows/steering.py). Every key on that queue is
+# limited to MODEL_RATE_CEILING x its weight, so a tenant's weight there is its rate over
+# the ceiling; tenants without a rate keep their weight and, in practice, no limit.
 MODEL_QUEUE_SUFFIX = "-model"
 MIRROR_QUEUE_SUFFIX = "-mirror"
 MODEL_RATE_CEILING = 1000.0

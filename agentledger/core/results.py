@@ -459,12 +459,17 @@ class RunVersion(BaseModel):
 
 
 class WatchItem(BaseModel):
-    """One line of `agentledger watch --json`: an event, a piece of model text, or the receipt."""
+    """One line of `agentledger watch --json`: an event, a piece of model text, the mark that
+    a retried model call's text replaces what its step showed so far, or the receipt."""
 
-    kind: Literal["event", "text", "receipt"] = Field(
-        description="event (a run event), text (a piece of model text) or receipt (the end)"
+    kind: Literal["event", "text", "text_reset", "receipt"] = Field(
+        description="event (a run event), text (a piece of model text), text_reset (a retried "
+        "model call's text replaces what its step showed so far: the retry's follows) or "
+        "receipt (the end)"
     )
-    type: EventType = Field(description="the event's type; `model.text`; or `receipt`")
+    type: EventType = Field(
+        description="the event's type; `model.text`; `model.text_reset`; or `receipt`"
+    )
     offset: int | None = Field(None, description="position in the live stream; None: the mirror")
     seq: int | None = Field(None, description="the event's sequence number in the run")
     step_id: str | None = Field(None, description="the step it belongs to, if any")

@@ -102,6 +102,7 @@ def resolve(
     denied = {r.tool for r in approval.rules if r.deny and r.when is None}
     engine: dict[str, Any] = {
         "fairness_weight": found.limits.weight,
+        "model_calls_rated": found.limits.model_calls_per_second is not None,
         "fork": fork,
         "tenant_policy": rules,
     }

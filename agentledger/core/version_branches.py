@@ -28,7 +28,8 @@ from agentledger.core import constants as names
 OLDEST_GENERATION = 3
 # Five, not three: runs of generation 3 still need generation-4's old path while
 # generation-5 (Temporal ends a run as agentledger does) and generation-6 (an edit is a
-# merge patch) are new, and every branch stays until no open run needs its old path.
+# merge patch; model calls on the run's own queue) are new, and every branch stays until no
+# open run needs its old path.
 MAX_LIVE = 5
 
 
@@ -75,9 +76,11 @@ LIVE: tuple[VersionBranch, ...] = (
         id=GENERATION_6,
         kind="generation",
         workflow_type=names.WORKFLOW_NAME,
-        where="agentledger/workflows/approvals.py (Approvals)",
+        where="agentledger/workflows/approvals.py (Approvals) and "
+        "agentledger/workflows/steering.py (Steering.model_call)",
         old_path="a run of generation 5 or before lays an approver's edit over the arguments "
-        "member by member (null sets a member to null, an object replaces one whole)",
+        "member by member (null sets a member to null, an object replaces one whole), and "
+        "sends every model call to the rate-limited model queue, never to its own",
         removal="no open run of generation 5 or before",
     ),
     VersionBranch(

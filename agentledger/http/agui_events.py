@@ -149,6 +149,8 @@ class AguiStory:
         at = _millis(item.at)
         if item.kind == "text":
             return self._text_piece(item)
+        if item.kind == "text_reset":  # a retry's text replaces the message told so far
+            return [*self._close_text(), self._custom(item, at)]
         if item.kind == "receipt":
             return self._finish(item.data)
         self.follow(item)

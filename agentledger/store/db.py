@@ -494,6 +494,18 @@ MIGRATIONS: list[str] = [
         created_at timestamptz NOT NULL DEFAULT now()
     );
     """,
+    # 20: a model call's streamed text, per attempt, as its watchers were sent it
+    # (agentledger/store/model_text.py): what a watcher that joins late or comes back reads.
+    """
+    CREATE TABLE model_text (
+        run_id text NOT NULL,
+        step_id text NOT NULL,
+        attempt int NOT NULL,
+        text text NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, step_id, attempt)
+    );
+    """,
 ]
 
 

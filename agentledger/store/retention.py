@@ -33,6 +33,7 @@ PRUNED_TABLES = (
     "steps",
     "conversation",
     "model_journal",
+    "model_text",
     "secret_values",
     "eval_cases",  # an eval case's run: the recording it replayed, what answered each call
     "runs",

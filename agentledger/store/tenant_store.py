@@ -81,6 +81,14 @@ class TenantStore:
                 limits.model_dump(),
             )
 
+    async def rated_tenants(self) -> set[str]:
+        """The tenants with a model-call rate now."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT tenant FROM tenants WHERE model_calls_per_second IS NOT NULL"
+            )
+            return {row[0] for row in await cur.fetchall()}
+
     async def all_limits(self) -> list[TenantLimits]:
         async with self.pool.connection() as conn:
             cur = await conn.execute(

@@ -205,13 +205,14 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
 def slot_shares(slots: int) -> tuple[int, int, int]:
     """A worker's activity slots on its three queues: (run, model calls, mirror writes).
 
-    Model calls and mirror writes have queues of their own (agentledger.core.fairness): a fifth
-    of the slots for the short mirror writes, half the rest for model calls. The run queue
-    serves the steps' own tool calls and may use every slot but the mirror's, overlapping
-    the model calls' share: a tool call that finds a slot free there starts in the reply to
-    the workflow task that scheduled it (eager dispatch), which spares the Temporal server
-    the matching and one write of the run's state, its costliest unit of work
-    (docs/benchmarks.md measures it). Connections stay bounded by the pool, not
+    Mirror writes, and the model calls of tenants with a model-call rate, have queues of
+    their own (agentledger.core.fairness): a fifth of the slots for the short mirror writes,
+    half the rest for rated model calls. The run queue serves the steps' own tool calls and
+    every other model call, and may use every slot but the mirror's, overlapping the rated
+    calls' share: a call that finds a slot free there starts in the reply to the workflow
+    task that scheduled it (eager dispatch), which spares the Temporal server the matching
+    and one write of the run's state, its costliest unit of work (docs/benchmarks.md
+    measures it). Connections stay bounded by the pool, not
     the slots: an activity holds one at most (what a tool commits during its transaction
     goes through the commit pool), so under a burst one waits for a connection, never for
     itself.
@@ -282,9 +283,9 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     webhooks = WebhookActivities(WebhookStore(deps.pool))
     return EngineParts(
         run_activities=[
-            model.complete,  # model calls scheduled before they had a queue of their own
+            model.complete,  # a run's model calls, unless its tenant has a rate (steering.py)
             tools.invoke,
-            mirror.sync,  # and mirror writes too
+            mirror.sync,  # mirror writes scheduled before they had a queue of their own
             mirror.save_checkpoint,
             mirror.record_receipt,
             mirror.finish,

@@ -107,6 +107,7 @@ class AgentRunWorkflow:
                 # whose input names a queue take that path, so older histories replay
                 # unchanged); a continuation was admitted long ago.
                 admitted=spec.admission is None,
+                model_calls_rated=spec.model_calls_rated,
                 pending_messages=[
                     {"role": "system", "content": spec.instructions or SYSTEM_PROMPT},
                     {"role": "user", "content": spec.task},
@@ -121,7 +122,7 @@ class AgentRunWorkflow:
         self.subagents = Subagents(run)
         self.controls = RunControls(run, self.changes, self.subagents.forward_control)
         self.approvals = Approvals(run, self.subagents.tell_parent, self.changes)
-        self.steering = Steering(run)
+        self.steering = Steering(run, self.changes)
         self.sessions = Sessions(run, self.steering, self._continue_as_new)
         self.checks = AnswerChecks(run)
         self.tools = ToolSteps(run, self.approvals, self.subagents, self.controls)
@@ -435,19 +436,16 @@ class AgentRunWorkflow:
         async with self.recorder.step(
             "model_call", model or self.progress.model_used or "model"
         ) as step:
-            call = await step.start(
-                lambda mirror: self.steering.model_call(
-                    self._model_input(step.id, model, provider, mirror),
+            try:
+                reply = await self.steering.model_reply(
+                    step,
+                    lambda mirror: self._model_input(step.id, model, provider, mirror),
                     attempts,
                     run_summaries.model_summary(
                         model or self.progress.model_used or "(the worker's default)",
                         self.progress.tokens_in + self.progress.tokens_out,
                     ),
-                )
-            )
-            try:
-                reply: ModelCallResult = await step.outcome(
-                    self.steering.reply_or_message(call, step, model or "model")
+                    interruptible_as=model or "model",
                 )
             except ActivityError as err:
                 if not is_cancelled_exception(err):

@@ -72,15 +72,15 @@ async def read_policy(spec: RunSpec, *, task_queue: str | None = None) -> Policy
 
 
 def from_door(spec: RunInput) -> PolicyApplied:
-    """A spec the door built from its tenant's policy (agentledger/client/starts.py, `with_policy`),
+    """A spec the door built from its tenant's policy (agentledger/client/starts.py, `resolve`),
     with the generation the door gave it."""
     return PolicyApplied(spec)
 
 
 def within_parent(parent: RunInput, child: RunInput) -> PolicyApplied:
-    """A sub-agent's run under its parent's policy: the parent's tenant, priority, weight and
-    requester, the parent's approvers beside any the child's agent names, and the tenant's
-    policy the parent started under (`resolve`, as every start)."""
+    """A sub-agent's run under its parent's policy: the parent's tenant, priority, weight,
+    requester and model-call rate, the parent's approvers beside any the child's agent names,
+    and the tenant's policy the parent started under (`resolve`, as every start)."""
     found = RunPolicy(
         limits=TenantLimits(tenant=parent.tenant, weight=parent.fairness_weight or 1.0),
         signers=parent.approval.signers,
@@ -89,7 +89,9 @@ def within_parent(parent: RunInput, child: RunInput) -> PolicyApplied:
     placed = child.model_copy(
         update={"tenant": parent.tenant, "priority": parent.priority, "admission": None}
     )
-    run = resolve(placed, found, requester=parent.requester)
+    run = resolve(placed, found, requester=parent.requester).model_copy(
+        update={"model_calls_rated": parent.model_calls_rated}
+    )
     if parent.fairness_weight is None:  # a parent started before it carried its weight
         run = run.model_copy(update={"fairness_weight": None})
     return PolicyApplied(for_new_run(run))

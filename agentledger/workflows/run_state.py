@@ -54,6 +54,7 @@ WORKFLOW_ONLY = {
     "controls": "a component, likewise",
     "checks": "a component, likewise",
     "tools": "a component, likewise",
+    "_kept": "each intent's kept form and the component that applies it: built with them",
     "continue_as_new": "the workflow's own, which a session takes between turns",
     "tell_parent": "the sub-agents component's, which approvals call",
     "forward_control": "the sub-agents component's, which pause and resume call",

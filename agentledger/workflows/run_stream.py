@@ -1,10 +1,12 @@
 """The run's live stream: what `agentledger watch` follows.
 
 The workflow publishes each event it records (`_event`) into a `WorkflowStream`; that costs
-no history at all, since the log is workflow state rebuilt on replay. `model.complete`
-publishes a reply's text from the activity only while the provider is still sending it (one
-signal per batch); the workflow publishes the rest itself when it takes the call's result,
-so a quick reply costs no signal. Watchers read it with the stream's poll query, never its
+no history at all, since the log is workflow state rebuilt on replay. A model's text does
+not come here: `model.complete` sends it to watchers over Postgres
+(agentledger/store/model_text.py). The text topic stays for histories whose activities
+published a reply's text here while the provider sent it (one signal per batch), the
+workflow publishing the rest when it took the call's result (`streamed_chars`); replay
+rebuilds the same log for them. Watchers read it with the stream's poll query, never its
 long-poll update, so they take none of the run's update slots (agentledger/client/watch.py); the
 update stays registered because the library registers it. At continue-as-new the
 log goes along, cut to its last `RETAINED_ITEMS`, so the state a run carries stays bounded

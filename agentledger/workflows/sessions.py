@@ -342,22 +342,20 @@ class Sessions:
         """One model call of the run's model that summarises; a step of the run like any."""
         timeouts = self.spec.timeouts
         async with self.recorder.step("model_call", "summary", moves_status=False) as step:
-            call = await step.start(
-                lambda mirror: self.steering.model_call(
-                    self.steering.model_input(
-                        step.id,
-                        mirror,
-                        model=self.spec.model.model,
-                        allowed_tools=[],
-                        temperature=0.0,
-                        provider=self.spec.model.provider,
-                        summarize=asked,
-                    ),
-                    timeouts.max_attempts,
-                    f"summarise turns {turns[0]}-{turns[-1]} of the session",
-                )
+            reply = await self.steering.model_reply(
+                step,
+                lambda mirror: self.steering.model_input(
+                    step.id,
+                    mirror,
+                    model=self.spec.model.model,
+                    allowed_tools=[],
+                    temperature=0.0,
+                    provider=self.spec.model.provider,
+                    summarize=asked,
+                ),
+                timeouts.max_attempts,
+                f"summarise turns {turns[0]}-{turns[-1]} of the session",
             )
-            reply: ModelCallResult = await step.outcome(call)
             self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
             step.end(
                 StepStatus.COMPLETED,

@@ -17,17 +17,19 @@ steering existed replay unchanged.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
+from agentledger.workflows.changes import Changes
 from agentledger.workflows.recording import RunContext
 from agentledger.workflows.steps import Step
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.core import bounds, fairness
+    from agentledger.core import bounds, errors, fairness
     from agentledger.core import constants as names
     from agentledger.core._wire import MirrorBatch, ModelCallInput, ModelCallResult, SayInput
     from agentledger.core.events import EventType
@@ -45,8 +47,9 @@ class Interrupted(Exception):
 class Steering:
     """People's messages to the run, and the model call they may interrupt."""
 
-    def __init__(self, run: RunContext) -> None:
+    def __init__(self, run: RunContext, changes: Changes) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        self.changes = changes
 
     def model_input(self, step_id: str, mirror: MirrorBatch | None, **call: Any) -> ModelCallInput:
         """The input of one of the run's model calls: the step and the mirror batch it
@@ -59,26 +62,66 @@ class Steering:
             heartbeat_seconds=timeouts.heartbeat_seconds,
             timeout_seconds=timeouts.model_seconds,
             mirror=mirror,
+            events_before=self.progress.event_seq,
             **call,
         )
 
     def model_call(
         self, input: ModelCallInput, attempts: int, summary: str
     ) -> workflow.ActivityHandle[ModelCallResult]:
-        """`model.complete` (called by name: the CLI imports this workflow and no model SDK) on
-        the run's model queue, with its timeouts and retries: the one way a run calls its model,
-        a message can interrupt."""
+        """`model.complete` (called by name: the CLI imports this workflow and no model SDK),
+        with its timeouts and retries: the one way a run calls its model, a message can
+        interrupt. On the run's own queue, where the worker that schedules it starts it at
+        once if it has a slot (no dispatch through the server's matching), unless the run's
+        tenant has a model-call rate: then on the model queue, where the server holds the
+        tenant to it. Runs of generation 5 and before send every call there."""
         timeouts = self.spec.timeouts
+        queue = workflow.info().task_queue
+        if self.changes.generation_6 and not self.progress.model_calls_rated:
+            input = input.model_copy(update={"fast_path_tenant": self.spec.tenant})
+        else:
+            queue = fairness.model_task_queue(queue)
         return workflow.start_activity(
             names.ACTIVITY_MODEL_COMPLETE,
             input,
             result_type=ModelCallResult,
-            task_queue=fairness.model_task_queue(workflow.info().task_queue),
+            task_queue=queue,
             start_to_close_timeout=timedelta(seconds=timeouts.model_seconds),
             heartbeat_timeout=timedelta(seconds=timeouts.heartbeat_seconds),
             retry_policy=policies.retry_policy(self.spec, attempts),
             summary=summary,
         )
+
+    async def model_reply(
+        self,
+        step: Step,
+        input_of: Callable[[MirrorBatch | None], ModelCallInput],
+        attempts: int,
+        summary: str,
+        *,
+        interruptible_as: str | None = None,
+    ) -> ModelCallResult:
+        """The reply of the step's model call (`input_of(batch)` is its input, carrying the
+        run's pending mirror batch). A call its run's own queue refused because the tenant
+        has a model-call rate now is made again on the model queue, and so is every later
+        call of the run. With `interruptible_as` (the step's name), a message may interrupt
+        it (`reply_or_message`)."""
+        while True:
+            call = await step.start(
+                lambda batch: self.model_call(input_of(batch), attempts, summary)
+            )
+            try:
+                if interruptible_as is None:
+                    return await step.outcome(call)
+                return await step.outcome(self.reply_or_message(call, step, interruptible_as))
+            except ActivityError as err:
+                rated = errors.error_kind(err) == errors.MODEL_CALLS_RATED
+                if is_cancelled_exception(err) or not rated:
+                    raise
+                self.progress.model_calls_rated = True
+                self.recorder.event(
+                    EventType.MODEL_RATE_LIMITED, step.id, {"tenant": self.spec.tenant}
+                )
 
     def say(self, input: SayInput) -> None:
         """A signal cannot be refused: a message that does not fit is recorded and ignored."""

@@ -189,7 +189,11 @@ class Subagents:
         for its result (what `execute_child_workflow` does, so the same commands); a pause of
         this run that came while it started goes on to it."""
         handle = await run_starts.start_run(
-            run_starts.within_parent(self.spec, spec),
+            # The child's model calls go where the parent's go now (a rate set since it began).
+            run_starts.within_parent(
+                self.spec.model_copy(update={"model_calls_rated": self.progress.model_calls_rated}),
+                spec,
+            ),
             run_id=child_id,
             summary=f"{spec.agent} for {self.run_id}",
         )
