@@ -98,6 +98,7 @@ from agentledger.core.spec import (
     ToolPolicy,
     VerifySpec,
 )
+from agentledger.core.standing_approvals import StandingApproval
 from agentledger.core.states import RunStatus, StepStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
 from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
@@ -178,6 +179,7 @@ __all__ = [
     "Settings",
     "SideEffectRecord",
     "Signer",
+    "StandingApproval",
     "Started",
     "Stats",
     "StepStatus",

@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,13 @@ from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.identity import Identity  # noqa: E402
+from agentledger.core.policy_rules import TenantPolicy  # noqa: E402
 from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
+from agentledger.core.standing_approvals import StandingApproval  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
+from agentledger.store.standing_store import StandingStore  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -79,6 +83,26 @@ async def approved_with_replacement(client: Client, run_id: str) -> None:
     pending = await wait_pending(client, run_id)
     arguments = {**pending.arguments, "body": "Replaced whole."}
     await ops.approve(client, run_id, by="li", role="approver", replace=arguments)
+
+
+async def approved_then_by_standing_rule(client: Client, run_id: str) -> None:
+    """Generation 6, a tenant whose policy lets approvers grant standing approvals: the
+    first send finds no rule and waits; li grants one and approves it; the second send is
+    approved by the rule, without waiting."""
+    await wait_pending(client, run_id)
+    now = datetime.now(UTC)
+    rule = StandingApproval(
+        rule_id="sa-history",
+        tenant=STANDING_TENANT,
+        tool="send_message",
+        when='to == "ana@example.com"',
+        granted_by=Identity.of_key("history-li", "li"),
+        granter_roles=["approver"],
+        granted_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    await StandingStore(POOLS[0]).grant(rule)
+    await ops.approve(client, run_id, by="li", role="approver")
 
 
 async def rejected(client: Client, run_id: str) -> None:
@@ -312,6 +336,12 @@ REGISTRY = ToolRegistry(
 
 
 FORUM_TASK = "Read the forum post and summarize it."
+STANDING_TENANT = "standing"
+STANDING_TASK = (
+    'Send two notes: call send_message {"to": "ana@example.com", "subject": "One", "body": '
+    '"First."} call send_message {"to": "ana@example.com", "subject": "Two", "body": '
+    '"Second."}'
+)
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
 # One scenario for every path a run takes, recorded from the current code (generation 5):
@@ -356,6 +386,16 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         two_people_approve,
     ),
     "approved_with_replacement": (RunSpec(task=TASK), approved_with_replacement),
+    # Generation 6, a tenant that lets approvers grant standing approvals: a call no rule
+    # covers waits (decided by hand), the next is approved by the rule granted meanwhile.
+    "approved_by_standing_rule": (
+        RunInput(
+            task=STANDING_TASK,
+            tenant=STANDING_TENANT,
+            tenant_policy=TenantPolicy(standing_tools=["send_message"]),
+        ),
+        approved_then_by_standing_rule,
+    ),
     "denied_by_rule": (
         RunSpec(task=TASK, approval={"rules": [{"tool": "send_message", "deny": True}]}),
         finishes_alone,

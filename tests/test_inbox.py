@@ -228,18 +228,22 @@ async def start_refund(http: httpx.AsyncClient, key: str, cents: int) -> str:
     return run_id
 
 
-async def test_an_approver_reads_a_refund_edits_its_amount_and_the_receipt_names_her(
+async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approval(
     settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
 ) -> None:
     """The story an approver meets at a desk: the refund reads as "Refund $19.99 on order
     42", with its arguments as a table, what the run looked up first and the model's stated
     reason, who asked and when it expires; she edits the amount (the diff shows first) and
-    approves; the card and the receipt name her and the edit."""
+    approves; the card and the receipt name her and the edit. Then she grants "refunds up
+    to $20 for an hour": a $15 refund completes without a card (its receipt names the rule),
+    a $25 one waits; revoked, a third $15 refund waits again."""
     tenant = f"t{uuid.uuid4().hex[:8]}"
     runner = await make_key(settings, tenant, "runner", name="desk bot")
     approver = await make_key(settings, tenant, "approver", name="maria (refunds)")
     async with RunClient.lazy(settings) as operator:
-        await operator.tenants.set_policy(tenant, {"free_form": "runner"})
+        await operator.tenants.set_policy(
+            tenant, {"free_form": "runner", "standing_tools": ["refund_order"]}
+        )
     async with worker(), served(settings, tmp_path) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
             run_id = await start_refund(http, runner, 1999)
@@ -273,11 +277,42 @@ async def test_an_approver_reads_a_refund_edits_its_amount_and_the_receipt_names
                 told = await decided.inner_text()
                 assert told.startswith("Approved by maria (refunds) at "), told
                 assert told.endswith("changed cents: 1999 → 1500"), told
+                receipt = await eventually_receipt(pool, run_id)
+                [approval] = receipt["approvals"]
+                assert (approval["by"], approval["diff"]) == ("maria (refunds)", {"cents": 1500})
+                assert approval["summary"] == "Refund $19.99 on order 42"
+
+                # Then a standing approval: refunds up to $20, for an hour.
+                await card.locator(".allow").click()
+                assert await page.locator("#grant-tool").input_value() == "refund_order"
+                await page.fill("#grant-when", "cents <= 2000")
+                await page.fill("#grant-hours", "1")
+                await page.click("#grant button[type=submit]")
+                rule = page.locator("#rules li", has_text="refund_order when cents <= 2000")
+                await rule.wait_for(timeout=30_000)
+                assert "granted by maria (refunds)" in await rule.inner_text()
+                rule_id = await rule.get_attribute("data-rule")
+                async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+                    covered = await start_refund(http, runner, 1500)
+                    over = await start_refund(http, runner, 2500)
+                    covered_receipt = await eventually_receipt(pool, covered)
+                    await wait_pending(client, over, seconds=60)
+                    await page.click("#refresh")
+                    await page.locator(f"article.card[data-run='{over}']").wait_for()
+                    assert await page.locator(f"article.card[data-run='{covered}']").count() == 0
+                    # Revoked in the inbox: the same $15 refund asks a person again.
+                    await rule.locator("button.revoke").click()
+                    await rule.wait_for(state="detached", timeout=30_000)
+                    third = await start_refund(http, runner, 1500)
+                    await wait_pending(client, third, seconds=60)
             finally:
                 await browser.close()
-    receipt = await eventually_receipt(pool, run_id)
-    [approval] = receipt["approvals"]
-    assert (approval["by"], approval["diff"]) == ("maria (refunds)", {"cents": 1500})
-    assert approval["summary"] == "Refund $19.99 on order 42"
-    paid = await rows(pool, "SELECT order_id, cents FROM refunds WHERE run_id = %s", run_id)
-    assert paid == [{"order_id": 42, "cents": 1500}]
+    [by_rule] = covered_receipt["approvals"]
+    assert by_rule["decision"] == "approved" and by_rule["by"] == "maria (refunds)", by_rule
+    assert by_rule["standing_rule"] == f"{rule_id}: refund_order when cents <= 2000", by_rule
+    paid = await rows(
+        pool, "SELECT run_id, cents FROM refunds WHERE run_id = ANY(%s)", [run_id, covered]
+    )
+    assert sorted(p["cents"] for p in paid) == [1500, 1500]
+    for waiting in (over, third):
+        await client.get_workflow_handle(waiting).cancel()

@@ -28,6 +28,7 @@ from agentledger.cli import (
     eval_cli,
     sandbox_cli,
     serve_cli,
+    standing_cli,
     tenants_cli,
 )
 from agentledger.cli.cli_options import (
@@ -706,6 +707,7 @@ COMMANDS: dict[str, Command] = {
     "backlog": backlog_cli.dispatch,
     "tenants": tenants_cli.dispatch,
     "approvers": approvers_cli.dispatch,
+    "standing": standing_cli.dispatch,
     "serve": serve_cli.cmd_serve,
     "keys": serve_cli.cmd_keys,
     "eval": eval_cli.dispatch,
@@ -911,6 +913,7 @@ def parser() -> argparse.ArgumentParser:
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
+    standing_cli.add_commands(sub)
     serve_cli.add_commands(sub)
     eval_cli.add_commands(sub)
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)

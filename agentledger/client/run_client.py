@@ -33,6 +33,7 @@ from agentledger.client.mirror import Mirror
 from agentledger.client.runs import Runs
 from agentledger.client.scope import Scope, caller_of, operators_only, tenant_caller
 from agentledger.client.sessions import Sessions
+from agentledger.client.standing import StandingApprovals
 from agentledger.client.tasks import Tasks
 from agentledger.client.tenants import Tenants
 from agentledger.core.access import Caller
@@ -144,6 +145,7 @@ class RunClient:
         self.evals = Evals(scope)
         self.keys = ApiKeys(scope)
         self.tasks = Tasks(scope)
+        self.standing = StandingApprovals(scope)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> Self:

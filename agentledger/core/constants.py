@@ -114,6 +114,7 @@ DEMO_AGENTS = "agentledger.demo:agents"
 # Signed webhooks (agentledger/activities/webhooks.py): one delivery, retried by Temporal; and
 # the A2A task notifier that follows a run for one push subscription.
 ACTIVITY_WEBHOOK_DELIVER = "webhooks.deliver"
+ACTIVITY_STANDING_APPROVALS = "approvals.standing"
 ACTIVITY_RUN_CHANGES = "webhooks.run_changes"
 TASK_NOTIFIER_WORKFLOW_NAME = "TaskNotifier"
 TASK_NOTIFIER_ID_PREFIX = "notify-"

@@ -166,6 +166,11 @@ class ApprovalRecord(BaseModel):
     summary: str | None = Field(
         None, description="the proposed call in words, as its tool says it reads"
     )
+    standing_rule: str | None = Field(
+        None,
+        description="the standing approval that approved it, by id and in words "
+        "(`sa-...: refund_order when cents <= 2000`); null: a person decided",
+    )
 
 
 class RefusedDecision(BaseModel):

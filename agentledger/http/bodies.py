@@ -184,6 +184,24 @@ class SignedIn(BaseModel):
     expires_at: datetime | None = Field(description="when the credential stops opening the door")
 
 
+class GrantStanding(Body):
+    """A standing approval: approve the tool's calls that `when` holds of, for `hours`."""
+
+    tool: Name = Field(description="the tool whose calls it approves")
+    when: Reason | None = Field(
+        None, description='a condition on the arguments, such as "cents <= 2000"; none: all'
+    )
+    hours: float = Field(gt=0, description="how long it lasts (at most the tenant's policy says)")
+    run_id: Name | None = Field(None, description="only this run's calls (a session's)")
+    agent: Name | None = Field(None, description="only this agent's runs")
+
+
+class StandingQuery(Body):
+    """Which standing approvals to list."""
+
+    all: bool = Field(False, description="revoked and expired ones too")
+
+
 class TenantView(BaseModel):
     """Your tenant as its admin sees it."""
 
@@ -220,6 +238,15 @@ class PolicyChange(Body):
     )
     two_person: bool | None = Field(
         None, description="every approval needs two distinct approvers in its role"
+    )
+    standing_tools: list[Name] | None = Field(
+        None, description="the tools your approvers may grant standing approvals for (* any)"
+    )
+    standing_max_hours: float | None = Field(
+        None, gt=0, description="the longest a standing approval may last"
+    )
+    always_ask: list[Name] | None = Field(
+        None, description="tools whose every call asks a person: no standing approval covers"
     )
 
 

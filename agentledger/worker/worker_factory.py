@@ -31,6 +31,7 @@ from agentledger.activities.mirror import MirrorActivities
 from agentledger.activities.model import ModelActivities
 from agentledger.activities.provider_clients import ProviderClients
 from agentledger.activities.run_endings import RunEndingActivities
+from agentledger.activities.standing import StandingActivities
 from agentledger.activities.tools import ToolActivities
 from agentledger.activities.verify import VerifyActivities
 from agentledger.activities.webhooks import WebhookActivities
@@ -47,6 +48,7 @@ from agentledger.store.db import activity_slots_for, commit_pool_beside, open_po
 from agentledger.store.fork_store import ForkStore
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
+from agentledger.store.standing_store import StandingStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.store.vault import SecretVault
 from agentledger.store.webhook_store import WebhookStore
@@ -281,6 +283,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
     endings = RunEndingActivities(client)
     evals = EvalActivities(deps.pool)
     webhooks = WebhookActivities(WebhookStore(deps.pool))
+    standing = StandingActivities(StandingStore(deps.pool))
     return EngineParts(
         run_activities=[
             model.complete,  # a run's model calls, unless its tenant has a rate (steering.py)
@@ -301,6 +304,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
             evals.diverged,
             webhooks.deliver,
             webhooks.run_changes,
+            standing.find,
         ],
         model_activities=[model.complete],
         mirror_activities=[mirror.sync],
