@@ -32,6 +32,7 @@ from agentledger.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionW
 from agentledger.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
 from agentledger.workflows.child_runs import READS_POLICY
 from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.run_notifier import RunNotifierWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 
 
@@ -42,7 +43,13 @@ def test_histories_are_committed():
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_replay(path: Path):
     replaying = replayer(
-        [AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow, EvalWorkflow]
+        [
+            AgentRunWorkflow,
+            AgentBacklogWorkflow,
+            TenantAdmissionWorkflow,
+            EvalWorkflow,
+            RunNotifierWorkflow,
+        ]
     )
     await replaying.replay_workflow(recorded_history(path))
 

@@ -8,7 +8,8 @@ retry loop); any other 4xx fails the delivery for good. A subscription removed m
 drops it. The receiver may see a delivery twice (an attempt that landed but whose answer
 was lost): `AgentLedger-Delivery` names it, the same on every attempt.
 
-`webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror.
+`webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror;
+`webhooks.subscribers` names a tenant's tenant-wide subscriptions (its notifications).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentledger.core.constants import ACTIVITY_RUN_CHANGES, ACTIVITY_WEBHOOK_DELIVER
+from agentledger.core.constants import (
+    ACTIVITY_RUN_CHANGES,
+    ACTIVITY_WEBHOOK_DELIVER,
+    ACTIVITY_WEBHOOK_SUBSCRIBERS,
+)
 from agentledger.core.events import EventType
 from agentledger.core.task_states import receipt_summary
 from agentledger.core.webhook_models import (
@@ -31,6 +36,8 @@ from agentledger.core.webhook_models import (
     DeliveryResult,
     RunChanges,
     RunEventRow,
+    Subscribers,
+    SubscribersInput,
 )
 from agentledger.core.webhook_signatures import SIGNATURE_HEADER, sign
 from agentledger.store.webhook_store import WebhookStore
@@ -96,6 +103,13 @@ class WebhookActivities:
             input.delivery_id, status="failed" if final else "retrying", status_code=code, error=why
         )
         raise ApplicationError(f"delivery {input.delivery_id}: {why}", non_retryable=final)
+
+    @activity.defn(name=ACTIVITY_WEBHOOK_SUBSCRIBERS)
+    async def subscribers(self, input: SubscribersInput) -> Subscribers:
+        """The tenant's tenant-wide subscriptions, read now: one added meanwhile is told
+        the run's next events."""
+        rows = await self.store.subscriptions(input.tenant, None)
+        return Subscribers(subscription_ids=[row["subscription_id"] for row in rows])
 
     @activity.defn(name=ACTIVITY_RUN_CHANGES)
     async def run_changes(self, input: ChangesInput) -> RunChanges:

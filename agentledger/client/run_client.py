@@ -30,6 +30,7 @@ from agentledger.client.deploys import Deploys
 from agentledger.client.evals import Evals
 from agentledger.client.keys import ApiKeys
 from agentledger.client.mirror import Mirror
+from agentledger.client.notifications import Notifications
 from agentledger.client.runs import Runs
 from agentledger.client.scope import Scope, caller_of, operators_only, tenant_caller
 from agentledger.client.sessions import Sessions
@@ -146,6 +147,7 @@ class RunClient:
         self.keys = ApiKeys(scope)
         self.tasks = Tasks(scope)
         self.standing = StandingApprovals(scope)
+        self.notifications = Notifications(scope)
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> Self:

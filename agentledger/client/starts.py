@@ -31,7 +31,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.client import admission
+from agentledger.client import admission, notifications
 from agentledger.client.scope import (
     NO_DATABASE,
     Origin,
@@ -144,7 +144,7 @@ async def start(
             )
         claimed = first is None
     try:
-        return await start_run(
+        started = await start_run(
             await scope.temporal(),
             run,
             task_queue=scope.settings.task_queue,
@@ -158,6 +158,9 @@ async def start(
         if claimed:  # nothing started: the key names no request yet
             await requests.release(scoped)
         raise
+    if not started.existing:
+        await notifications.follow_run(scope, run.tenant, started.run_id)
+    return started
 
 
 async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]:

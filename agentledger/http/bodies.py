@@ -196,6 +196,24 @@ class GrantStanding(Body):
     agent: Name | None = Field(None, description="only this agent's runs")
 
 
+class Subscribe(Body):
+    """A notification webhook for your tenant's runs."""
+
+    name: Name = Field(description="its name: the same name again replaces its settings")
+    url: Annotated[str, Field(min_length=8, max_length=2000)] = Field(
+        description="where deliveries are POSTed (http:// or https://)"
+    )
+    secret: Annotated[str, Field(min_length=16, max_length=200)] | None = Field(
+        None, description="signs each delivery; none: a random one, answered this once"
+    )
+
+
+class Removed(BaseModel):
+    """What was removed."""
+
+    name: str = Field(description="the webhook's name: it is told nothing more")
+
+
 class StandingQuery(Body):
     """Which standing approvals to list."""
 

@@ -36,6 +36,7 @@ PATH_PARAMETERS = {
     "run_id": "a run of your tenant (another tenant's reads exactly as a missing one)",
     "agent": "an agent profile's name (AGENTLEDGER_AGENTS)",
     "rule_id": "a standing approval of your tenant (another tenant's reads as a missing one)",
+    "name": "a notification webhook of your tenant, by the name it was added with",
 }
 
 

@@ -304,6 +304,7 @@ def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> Engine
             evals.diverged,
             webhooks.deliver,
             webhooks.run_changes,
+            webhooks.subscribers,
             standing.find,
         ],
         model_activities=[model.complete],

@@ -11,6 +11,7 @@ from agentledger.workflows.admission import TenantAdmissionWorkflow
 from agentledger.workflows.agent_run import AgentRunWorkflow
 from agentledger.workflows.backlog import AgentBacklogWorkflow
 from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.run_notifier import RunNotifierWorkflow
 from agentledger.workflows.task_notifier import TaskNotifierWorkflow
 
 # Every workflow the engine's worker registers (a deployment adds its own beside them).
@@ -20,6 +21,7 @@ ENGINE_WORKFLOWS: list[type] = [
     TenantAdmissionWorkflow,
     EvalWorkflow,
     TaskNotifierWorkflow,
+    RunNotifierWorkflow,
 ]
 
 # What the workflow sandbox shares with the worker instead of importing afresh for every run,

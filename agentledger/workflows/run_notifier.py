@@ -1,0 +1,108 @@
+"""RunNotifier: one workflow per run of a tenant that has notification webhooks, telling
+each of them what the run does (`approval.requested`, `approval.decided`, `run.finished`,
+`run.failed`; agentledger/core/notifications.py) until the run ends.
+
+The task notifier's machinery, for a tenant instead of one A2A task: it follows the run's
+events in the mirror (activity `webhooks.run_changes`), reads the tenant's subscriptions
+when an event is to be told (`webhooks.subscribers`), and makes one signed delivery to each
+(`webhooks.deliver`), retried by Temporal with backoff and recorded in Postgres. A worker
+killed mid-delivery loses nothing: the activity is tried again on another. Each delivery's
+id is the subscription's, the run's and the event's, the same on every retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from agentledger.activities.webhooks import WebhookActivities
+    from agentledger.core import constants as names
+    from agentledger.core.notifications import notification
+    from agentledger.core.webhook_models import (
+        ChangesInput,
+        DeliveryInput,
+        RunChanges,
+        RunNotifierInput,
+        Subscribers,
+        SubscribersInput,
+    )
+    from agentledger.workflows.task_notifier import (
+        CHANGES_WAIT_SECONDS,
+        DELIVERY_GIVE_UP,
+        DELIVERY_RETRY,
+    )
+
+__all__ = ["RunNotifierWorkflow"]
+
+
+@workflow.defn(name=names.RUN_NOTIFIER_WORKFLOW_NAME)
+class RunNotifierWorkflow:
+    @workflow.run
+    async def run(self, input: RunNotifierInput) -> None:
+        seq = input.after_seq
+        while True:
+            changes: RunChanges = await workflow.execute_activity_method(
+                WebhookActivities.run_changes,
+                ChangesInput(run_id=input.run_id, after_seq=seq, wait_seconds=CHANGES_WAIT_SECONDS),
+                start_to_close_timeout=timedelta(seconds=CHANGES_WAIT_SECONDS + 30),
+                heartbeat_timeout=timedelta(seconds=20),
+            )
+            for event in changes.events:
+                seq = event.seq
+                told = notification(
+                    event.type, event.data, tenant=input.tenant, run_id=input.run_id,
+                    seq=event.seq, at=event.at,
+                )  # fmt: skip
+                if told is not None:
+                    await self._tell(input, event.seq, *told)
+            # The run's last events can land with its receipt, between the two reads of
+            # one `run_changes`: it ends only once a read after the end finds none.
+            if changes.ended and not changes.events:
+                return
+            if workflow.info().is_continue_as_new_suggested():
+                workflow.continue_as_new(input.model_copy(update={"after_seq": seq}))
+
+    async def _tell(
+        self, input: RunNotifierInput, seq: int, name: str, body: dict[str, Any]
+    ) -> None:
+        """One event told to every subscription at once: a slow receiver holds no other."""
+        found: Subscribers = await workflow.execute_activity_method(
+            WebhookActivities.subscribers,
+            SubscribersInput(tenant=input.tenant),
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+        await asyncio.gather(
+            *(self._deliver(input, each, seq, name, body) for each in found.subscription_ids)
+        )
+
+    async def _deliver(
+        self,
+        input: RunNotifierInput,
+        subscription: str,
+        seq: int,
+        name: str,
+        body: dict[str, Any],
+    ) -> None:
+        delivery = DeliveryInput(
+            delivery_id=f"{subscription}#{input.run_id}#{seq}",
+            subscription_id=subscription,
+            tenant=input.tenant,
+            run_id=input.run_id,
+            event=name,
+            body=body,
+        )
+        try:
+            await workflow.execute_activity_method(
+                WebhookActivities.deliver,
+                delivery,
+                start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=DELIVERY_GIVE_UP,
+                retry_policy=DELIVERY_RETRY,
+            )
+        except ActivityError:
+            pass  # recorded as failed; the next event is still told
