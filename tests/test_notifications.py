@@ -6,6 +6,7 @@ tenant's webhook hears nothing of these runs."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from agentledger.core.settings import Settings
 from agentledger.webhooks import SIGNATURE_HEADER, verify
 from tests.http_support import tenant_name
 from tests.support import NOTIFY_TASK, eventually, wait_pending
+from tests.test_crash_recovery import start_worker_process
 from tests.webhook_support import Receiver
 
 
@@ -73,3 +75,34 @@ async def test_a_tenants_webhooks_hear_of_approvals_and_ends(
             decided = json.loads(steady.accepted()[1].body)
             assert decided["decision"] == "approved" and decided["by"] == "li"
     assert elsewhere.deliveries == []
+
+
+async def test_a_delivery_under_way_when_its_worker_is_killed_is_not_lost(
+    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any
+) -> None:
+    """The worker making the delivery is SIGKILLed while the receiver holds the request; a
+    worker started afterwards makes it again (Temporal's attempt timed out), and it lands."""
+    tenant = tenant_name()
+    ours = settings.model_copy(update={"tenant": tenant})
+    with Receiver(hangs=1) as slow:
+        async with RunClient.lazy(ours) as admin:
+            await admin.notifications.subscribe("ops", slow.url)
+            doomed = await start_worker_process(settings, "doomed")
+            try:
+                started = await admin.runs.start(NOTIFY_TASK)
+
+                async def held() -> bool:
+                    return bool(slow.arrived)
+
+                await eventually(held, seconds=60, what="the first attempt to arrive")
+                doomed.send_signal(signal.SIGKILL)
+                assert await doomed.wait() == -signal.SIGKILL
+            finally:
+                if doomed.returncode is None:
+                    doomed.kill()
+                    await doomed.wait()
+            async with worker():
+                [told] = await slow.wait_for(1, seconds=60)
+                assert json.loads(told.body)["event"] == "approval.requested"
+                assert json.loads(told.body)["run_id"] == started.run_id
+                await admin.runs.cancel(started.run_id)

@@ -20,7 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.activities.webhooks import WebhookActivities
+    from agentledger.activities.webhooks import ATTEMPT_SECONDS, WebhookActivities
     from agentledger.core import constants as names
     from agentledger.core.notifications import notification
     from agentledger.core.webhook_models import (
@@ -100,7 +100,9 @@ class RunNotifierWorkflow:
             await workflow.execute_activity_method(
                 WebhookActivities.deliver,
                 delivery,
-                start_to_close_timeout=timedelta(seconds=30),
+                # One attempt's bound and a little: an attempt lost with its worker is
+                # made again that soon.
+                start_to_close_timeout=timedelta(seconds=ATTEMPT_SECONDS + 5),
                 schedule_to_close_timeout=DELIVERY_GIVE_UP,
                 retry_policy=DELIVERY_RETRY,
             )
