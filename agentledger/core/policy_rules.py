@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import operator
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 JsonDict = dict[str, Any]
 
@@ -104,6 +104,19 @@ def condition_proven(text: str, arguments: JsonDict) -> bool:
         if (op not in ("==", "!=") and not comparable) or not _holds(value, op, literal):
             return False
     return True
+
+
+def _readable(text: str) -> str:
+    parse_condition(text)
+    return text
+
+
+# A condition, checked readable when it is read.
+Condition = Annotated[
+    str,
+    Field(min_length=1, max_length=500, description=f"a condition: {CONDITION_HELP}"),
+    AfterValidator(_readable),
+]
 
 
 class ApprovalRule(BaseModel):

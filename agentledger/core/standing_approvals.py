@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentledger.core.identity import Identity
-from agentledger.core.policy_rules import CONDITION_HELP, condition_proven, parse_condition
+from agentledger.core.policy_rules import Condition, condition_proven
 from agentledger.core.spec import JsonDict
 
 
@@ -32,7 +32,7 @@ class StandingApproval(BaseModel):
     rule_id: str = Field(description="the rule's id: revoke it by this")
     tenant: str = Field(description="the tenant whose runs it covers")
     tool: str = Field(description="the tool whose calls it approves")
-    when: str | None = Field(None, description=f"a condition on the arguments: {CONDITION_HELP}")
+    when: Condition | None = Field(None, description="a condition on the arguments")
     run_id: str | None = Field(None, description="only this run's calls (a session's); null: any")
     agent: str | None = Field(None, description="only this agent's runs; null: any")
     granted_by: Identity = Field(description="who granted it, as their credential proved it")
@@ -43,13 +43,6 @@ class StandingApproval(BaseModel):
     expires_at: datetime = Field(description="when it stops approving")
     revoked_at: datetime | None = Field(None, description="when it was revoked; null: it was not")
     revoked_by: Identity | None = Field(None, description="who revoked it")
-
-    @field_validator("when")
-    @classmethod
-    def _readable(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_condition(value)
-        return value
 
     def live(self, at: datetime) -> bool:
         return self.revoked_at is None and at < self.expires_at

@@ -19,22 +19,21 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
+from agentledger.workflows.task_notifier import (
+    DELIVERY_GIVE_UP,
+    DELIVERY_RETRY,
+    run_changes_after,
+)
+
 with workflow.unsafe.imports_passed_through():
     from agentledger.activities.webhooks import ATTEMPT_SECONDS, WebhookActivities
     from agentledger.core import constants as names
     from agentledger.core.notifications import notification
     from agentledger.core.webhook_models import (
-        ChangesInput,
         DeliveryInput,
-        RunChanges,
         RunNotifierInput,
         Subscribers,
         SubscribersInput,
-    )
-    from agentledger.workflows.task_notifier import (
-        CHANGES_WAIT_SECONDS,
-        DELIVERY_GIVE_UP,
-        DELIVERY_RETRY,
     )
 
 __all__ = ["RunNotifierWorkflow"]
@@ -46,12 +45,7 @@ class RunNotifierWorkflow:
     async def run(self, input: RunNotifierInput) -> None:
         seq = input.after_seq
         while True:
-            changes: RunChanges = await workflow.execute_activity_method(
-                WebhookActivities.run_changes,
-                ChangesInput(run_id=input.run_id, after_seq=seq, wait_seconds=CHANGES_WAIT_SECONDS),
-                start_to_close_timeout=timedelta(seconds=CHANGES_WAIT_SECONDS + 30),
-                heartbeat_timeout=timedelta(seconds=20),
-            )
+            changes = await run_changes_after(input.run_id, seq)
             for event in changes.events:
                 seq = event.seq
                 told = notification(
