@@ -277,6 +277,10 @@ async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approva
                 told = await decided.inner_text()
                 assert told.startswith("Approved by maria (refunds) at "), told
                 assert told.endswith("changed cents: 1999 → 1500"), told
+                # The run's timeline reads as words, not event JSON.
+                timeline = await card.locator(".timeline").inner_text()
+                assert "Asked for approval: Refund $19.99 on order 42" in timeline, timeline
+                assert "Approved by maria (refunds)" in timeline, timeline
                 receipt = await eventually_receipt(pool, run_id)
                 [approval] = receipt["approvals"]
                 assert (approval["by"], approval["diff"]) == ("maria (refunds)", {"cents": 1500})
