@@ -9,15 +9,16 @@ What a user writes against, and nothing more (README "Your agent in five minutes
 - `Agent`: a profile (instructions, model, tools, policies) that expands into a `RunSpec`.
 - `RunSpec`: everything a person sets for one run; a field only the engine sets is refused.
 - `run_worker`: a worker with your tools and MCP servers, in your own process;
-  `worker_command`: the same as `agentledger-worker`'s command line, with your own workflows
-  and activities beside the engine's (a deployment's worker.py).
+  `worker_command_line`: a worker process's edge from `agentledger-worker`'s command line,
+  for a deployment's own worker.py (its Client and Worker, with your own workflows and
+  activities beside the engine's).
 - `AgentLedgerPlugin` and `AgentLedgerConfig`: agentledger on your own Temporal Client and Worker
   (docs/temporal-app.md).
 - `RunClient`: the one front door from Python: every operation the `agentledger` command has.
 - `AgentLedgerError` and its public subclasses `InvalidInput`, `NotFound`, `Unreachable` and
   `Refused`: what agentledger raises for people, each with the command's exit code.
-- `agentledger.types`: the types RunClient's methods take and return (`Settings`, `Started`,
-  `RunState`, ...) and the parts of a `RunSpec` (`VerifySpec`, `ApprovalPolicy`, ...).
+- `agentledger.types`: the types RunClient's methods take and return (`Started`, `RunState`,
+  ...) and the parts of a `RunSpec` (`VerifySpec`, `ApprovalPolicy`, ...).
 
 Everything else is private and may change. Names load on first use, so importing a
 submodule (as workflow code does) never pulls in the worker or the client.
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentledger.client.run_client import RunClient
+    from agentledger.core.config import AgentLedgerConfig
     from agentledger.core.errors import (
         AgentLedgerError,
         InvalidInput,
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
         Refused,
         Unreachable,
     )
-    from agentledger.core.plugin_config import AgentLedgerConfig
     from agentledger.core.spec import RunSpec
     from agentledger.profiles import Agent
     from agentledger.tools.decorator import tool
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
         ToolForbidden,
         ToolRegistry,
     )
-    from agentledger.worker.main import worker_command
+    from agentledger.worker.main import worker_command_line
     from agentledger.worker.plugin import AgentLedgerPlugin
     from agentledger.worker.worker_api import run_worker
 
@@ -63,9 +64,9 @@ _HOMES = {
     "Agent": "agentledger.profiles",
     "RunClient": "agentledger.client.run_client",
     "run_worker": "agentledger.worker.worker_api",
-    "worker_command": "agentledger.worker.main",
+    "worker_command_line": "agentledger.worker.main",
     "AgentLedgerPlugin": "agentledger.worker.plugin",
-    "AgentLedgerConfig": "agentledger.core.plugin_config",
+    "AgentLedgerConfig": "agentledger.core.config",
     # Errors: each public class carries the `agentledger` command's exit code for it.
     "AgentLedgerError": "agentledger.core.errors",
     "InvalidInput": "agentledger.core.errors",
@@ -92,7 +93,7 @@ __all__ = [
     "Unreachable",
     "run_worker",
     "tool",
-    "worker_command",
+    "worker_command_line",
 ]
 
 

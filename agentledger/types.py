@@ -30,6 +30,7 @@ from agentledger.core.eval_cases import (
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
 from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentledger.core.http_settings import HttpSettings
 from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
@@ -80,7 +81,6 @@ from agentledger.core.run_reports import (
     Started,
     WorkerSeen,
 )
-from agentledger.core.settings import Settings
 from agentledger.core.spec import (
     ApprovalPolicy,
     Budget,
@@ -101,7 +101,12 @@ from agentledger.core.spec import (
 from agentledger.core.standing_approvals import StandingApproval
 from agentledger.core.states import RunStatus, StepStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
-from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
+from agentledger.core.webhook_models import (
+    NewSubscription,
+    PushSubscription,
+    StoredArtifact,
+    WebhookDelivery,
+)
 from agentledger.profiles import Agent
 
 __all__ = [
@@ -140,6 +145,7 @@ __all__ = [
     "EvidenceStep",
     "FailurePolicy",
     "ForkOrigin",
+    "HttpSettings",
     "Identity",
     "InboxItem",
     "JsonDict",
@@ -150,6 +156,7 @@ __all__ = [
     "ModelFailures",
     "ModelSettings",
     "NewApiKey",
+    "NewSubscription",
     "PatchInventory",
     "PendingApproval",
     "PolicyPatch",
@@ -176,7 +183,6 @@ __all__ = [
     "SayResult",
     "SessionSpec",
     "SessionTurn",
-    "Settings",
     "SideEffectRecord",
     "Signer",
     "StandingApproval",

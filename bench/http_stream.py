@@ -51,7 +51,7 @@ import httpx
 import psycopg
 
 from agentledger import RunClient
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.dev.offline_model import (
     STREAM_PIECE_CHARS,
     Json,
@@ -345,7 +345,7 @@ async def measure(
             "AGENTLEDGER_TASK_QUEUE": harness.new_queue("http-stream"),
             **({"PYTHONPATH": str(tree)} if tree != ROOT else {}),
         }
-        async with RunClient.lazy(Settings.load(env)) as operator:
+        async with RunClient.lazy(AgentLedgerConfig.load(env)) as operator:
             await operator.migrate()
             keys = [(await operator.keys.create(tenant, "runner")).key for _ in range(clients)]
         worker = harness.WorkerProcess(

@@ -1,4 +1,4 @@
-"""The long-run workload (issue 41, item 2), the same for every system: one run of N tool
+"""The long-run workload, the same for every system: one run of N tool
 calls, one per model turn, each result a 4 KB page, so every model call sees the
 conversation grown by one page (`bench.ours.responder`, "bench long: N pages").
 

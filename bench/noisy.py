@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentledger.core.settings import Settings, SetupError
+from agentledger.core.config import AgentLedgerConfig, SetupError
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.dev.stack import EmbeddedStack, free_port
 from agentledger.temporal.client import connect
@@ -89,7 +89,7 @@ async def one_mode(fair: bool, *, runs: int, neighbours: int, budget: float) -> 
             "OPENAI_API_KEY": "bench",
             "AGENTLEDGER_HOME": str(home),
         }
-        client = await _connect(Settings.load(env))
+        client = await _connect(AgentLedgerConfig.load(env))
         queue = harness.new_queue("noisy")
         async with harness.running(harness.bench_worker("ours", queue, env)):
             idle = await start_all(client, queue, TENANT_IDLE, neighbours, priority=3)
@@ -121,7 +121,7 @@ async def one_mode(fair: bool, *, runs: int, neighbours: int, budget: float) -> 
         shutil.rmtree(home, ignore_errors=True)
 
 
-async def _connect(settings: Settings) -> Any:
+async def _connect(settings: AgentLedgerConfig) -> Any:
     deadline = time.monotonic() + 60
     while True:  # the port opens before the frontend is healthy
         try:

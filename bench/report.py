@@ -10,7 +10,7 @@ from bench.stats import fmt, fmt_ratio, ratio, render_table
 
 SYSTEMS = ("ours", "bare_agent", "bare", "pgq")
 NAMES = {"ours": "ours", "bare_agent": "bare agent", "bare": "bare activities", "pgq": "pgq"}
-# Issue 15's targets, against the bare agent (bench/bare_agent.py): the levels they are set at.
+# The targets against the bare agent (bench/bare_agent.py): the levels they are set at.
 STEPS_RATIO_MIN = 0.8
 STEP_P50_RATIO_MAX = 1.25
 MIRROR_LAG_P95_MAX_MS = 200.0
@@ -299,7 +299,7 @@ def _verdict(ok: bool | None) -> str:
 
 
 def targets_table(results: dict[str, Any]) -> str:
-    """The targets, each with the figures measured and whether it is met: first issue 15's,
+    """The targets, each with the figures measured and whether it is met: first
     ours ÷ the bare agent (the headline), then recovery and mirror lag."""
     rows: list[list[object]] = []
     at_target = _level(results, TARGET_LEVEL) or {}
@@ -453,7 +453,7 @@ PEER_NAMES = {
     "openai_agents": "OpenAI Agents + Temporal",
     "pydantic_ai": "Pydantic AI TemporalAgent",
 }
-# Issue 31's targets, against the best peer on each figure.
+# The targets against the best peer on each figure.
 PEER_STEP_P50_MAX = 1.0
 PEER_STEPS_RATIO_MIN = 1.0
 PEER_HISTORY_RATIO_MAX = 1.0
@@ -592,7 +592,7 @@ def peers_table(results: dict[str, Any]) -> str:
 
 
 def peer_targets_table(results: dict[str, Any]) -> str:
-    """Issue 31's targets: each against the best peer on its figure, with the mirror on."""
+    """Each target against the best peer on its figure, with the mirror on."""
     rows: list[list[object]] = []
 
     def against_best(label: str, read: Callable[[str], Any], better: str, ok: Any) -> None:
@@ -671,7 +671,7 @@ def full_report(results: dict[str, Any]) -> str:
     if measured_peers:
         parts += [
             "",
-            "Ours ÷ each peer (issue 31: the same agent, model server, tool and task on "
+            "Ours ÷ each peer (the same agent, model server, tool and task on "
             "the OpenAI Agents SDK with Temporal's plugin and on Pydantic AI's TemporalAgent; "
             "ours with its mirror and ledger on; below 1.00x is less, for steps/s less is "
             "worse; `rated ÷ ours`: what a tenant's model-call rate costs, its model calls "
@@ -679,7 +679,7 @@ def full_report(results: dict[str, Any]) -> str:
             "",
             peers_table(results),
             "",
-            "Targets against the best peer on each figure (issues 31 and 52):",
+            "Targets against the best peer on each figure:",
             "",
             peer_targets_table(results),
             "",
@@ -689,7 +689,7 @@ def full_report(results: dict[str, Any]) -> str:
     if any(stage in results for stage in ("overhead", "throughput", "latency", "recovery")):
         parts += [
             "",
-            "Targets (issue 15: ours ÷ bare agent, the same agent loop on bare Temporal, is the "
+            "Targets (ours ÷ bare agent, the same agent loop on bare Temporal, is the "
             "headline ratio):",
             "",
             targets_table(results),
@@ -791,7 +791,7 @@ def noisy_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------ the long run (issue 41)
+# ------------------------------------------------------------------ the long run
 
 LONG_RUN_NAMES = {
     "ours": "agentledger",
@@ -903,7 +903,7 @@ def long_run_table(stage: dict[str, Any]) -> str:
     )
 
 
-# ------------------------------------------------------------------ scale-out (issue 41)
+# ------------------------------------------------------------------ scale-out
 
 
 def scale_out_table(stage: dict[str, Any]) -> str:

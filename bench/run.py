@@ -2,7 +2,7 @@
 with Temporal's plugin and on Pydantic AI's TemporalAgent), a bare agent on Temporal, bare
 activities and a PG queue.
 
-    python bench/run.py --systems ours,openai_agents,pydantic_ai,bare_agent   # issue 31
+    python bench/run.py --systems ours,openai_agents,pydantic_ai,bare_agent   # beside the peers
 
     python bench/run.py              # the full run (under ~10 minutes on 2 cores)
     python bench/run.py --quick      # a small, fast version (about 2 minutes)
@@ -45,9 +45,9 @@ from temporalio.client import Client  # noqa: E402
 
 from agentledger.client.scope import Scope  # noqa: E402
 from agentledger.client.tenants import Tenants  # noqa: E402
-from agentledger.core._wire import ApproveInput  # noqa: E402
+from agentledger.core.config import AgentLedgerConfig  # noqa: E402
 from agentledger.core.constants import OFFLINE_MODEL  # noqa: E402
-from agentledger.core.settings import Settings  # noqa: E402
+from agentledger.core.wire import ApproveInput  # noqa: E402
 from agentledger.dev.offline_model import OfflineModelServer  # noqa: E402
 from agentledger.dev.stack import EmbeddedStack, free_port, temporal_binary  # noqa: E402
 from agentledger.store.db import open_pool  # noqa: E402
@@ -318,7 +318,7 @@ class Bench:
         self.endpoints = await asyncio.to_thread(self.stack.start)
         self.model.start()
         # The stack is up once Temporal's frontend serves (EmbeddedStack.start_temporal).
-        self.client = await connect(Settings.load(self.worker_env()), identity="bench")
+        self.client = await connect(AgentLedgerConfig.load(self.worker_env()), identity="bench")
         self.pool = await open_pool(self.endpoints["database_url"], max_size=10)
         await pg_queue.setup(self.pool)
         return self
@@ -375,7 +375,7 @@ class Bench:
         elif system == "ours_rated":
             # As the door starts a run of a tenant with a model-call rate.
             if queue not in self.rated_queues:
-                settings = Settings.model_construct(task_queue=queue)
+                settings = AgentLedgerConfig.model_construct(task_queue=queue)
                 tenants = Tenants(Scope.over(self.client, self.pool, settings=settings))
                 await tenants.set(RATED_TENANT, {"model_calls_per_second": RATED_CALLS_PER_SECOND})
                 self.rated_queues.add(queue)

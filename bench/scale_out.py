@@ -1,4 +1,4 @@
-"""Scale-out (issue 41, item 3): ours' throughput with 1, 2 and 4 worker processes polling
+"""Scale-out: ours' throughput with 1, 2 and 4 worker processes polling
 one task queue, against one Temporal server and one Postgres, at each concurrency level.
 
 Per row: steps/s (runs started at once, first start request to last close; a level cut

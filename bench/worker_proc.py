@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentledger.activities.provider_clients import model_client
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.temporal.client import connect
 from agentledger.worker import garbage_collector
 from agentledger.worker.worker_factory import (
@@ -48,13 +48,13 @@ def bare_options() -> dict[str, Any]:
         from agentledger.worker.worker_factory import worker_tuning
     except ImportError:  # a worker factory without explicit tuning: Temporal's defaults
         return {"max_concurrent_activities": 100}
-    options: dict[str, Any] = dict(worker_tuning(Settings.load().workflow_cache))
+    options: dict[str, Any] = dict(worker_tuning(AgentLedgerConfig.load().workflow_cache))
     options.pop("workflow_runner", None)  # the sandbox passthrough list names our modules
     return options
 
 
 async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) -> None:
-    settings = Settings.load()
+    settings = AgentLedgerConfig.load()
     client = await connect(settings, identity=identity)
     pool = None
     worker: AgentWorkers | Worker

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentledger.client.approver_keys import ApproverKey
 from agentledger.core.background import alongside
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.spec import RunSpec
 from agentledger.dev.offline_model import Json, Reply, completion, offline_planner
 from agentledger.dev.stack import EmbeddedStack, free_port
@@ -89,7 +89,7 @@ def chaos_spec(prefix: str, index: int) -> RunSpec:
 class Lab:
     home: Path
     stack: EmbeddedStack = field(init=False)
-    settings: Settings = field(init=False)
+    settings: AgentLedgerConfig = field(init=False)
     client: Client = field(init=False)
     pool: AsyncConnectionPool = field(init=False)
     workers: list[WorkerProcess] = field(default_factory=list)
@@ -104,7 +104,7 @@ class Lab:
             planner=chaos_planner,
         )
         endpoints = await asyncio.to_thread(self.stack.start)
-        self.settings = Settings.load(
+        self.settings = AgentLedgerConfig.load(
             {
                 "TEMPORAL_ADDRESS": endpoints["temporal_address"],
                 "DATABASE_URL": endpoints["database_url"],

@@ -236,7 +236,7 @@ class Feed:
             except OperationRefused as err:
                 if MOVING_TO_CURRENT_BUILD not in str(err):
                     raise
-                self.refused_for_deploy += 1  # a promise broken (issue 35): tried again
+                self.refused_for_deploy += 1  # a promise broken: tried again
                 return
             if run_id is None:  # a fork waits for a plain run to end
                 return

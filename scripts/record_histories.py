@@ -247,7 +247,7 @@ async def session_turns(client: Client, run_id: str) -> None:
 
 
 async def session_left_in_mirror(client: Client, run_id: str) -> None:
-    """A session past its windows (issue 35): 24 messages in its second turn, then eleven
+    """A session past its windows: 24 messages in its second turn, then eleven
     turns of one, compacting every second; its continuations carry only the latest turns,
     messages and steps (`left_in_mirror`), and, idle, it completes."""
 
@@ -365,11 +365,11 @@ STANDING_TASK = (
 )
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
-# One scenario for every path a run takes, recorded from the current code (generation 5):
+# One scenario for every path a run takes, recorded from the current code (generation 6):
 # tests/test_replay.py replays each, so a change that breaks any shape of open run fails CI.
-# Histories of runs of older code stay as they were recorded (generation_3*.json,
-# generation_4*.json; the admission queues before and after the sweep); those that need a
-# retired version branch are in tests/histories/archive/ (docs/versioning.md).
+# Histories of runs of older code stay as they were recorded (generation_5_*.json; the
+# admission queues before and after the sweep); those that need a retired version branch are
+# in tests/histories/archive/ (docs/versioning.md).
 QUEUE = "record-histories"
 POOLS: list[AsyncConnectionPool] = []  # the recording stack's Postgres, once it is up
 RATED_TENANT = "rated"
@@ -470,14 +470,14 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=POST_TASK, allowed_tools=["post_webhook"], approval={"timeout_seconds": 2}),
         finishes_alone,
     ),
-    # Recorded after runs could be steered (issue 29): a message said during a slow model
+    # Recorded after runs could be steered: a message said during a slow model
     # call, taken before the next call (queue) or cancelling the call (interrupt).
     "steered_queue": (RunSpec(task=STEER_TASK, allowed_tools=["search_notes"]), steered),
     "steered_interrupt": (
         RunSpec(task=STEER_TASK, allowed_tools=["search_notes"], on_message="interrupt"),
         steered,
     ),
-    # Recorded after runs could delegate to sub-agents (issue 29): two child runs.
+    # Recorded after runs could delegate to sub-agents: two child runs.
     "subagents": (LEAD.spec(LEAD_TASK, agents=TEAM), finishes_alone),
     # A pause of the parent forwarded to its child, and the child's approval shown in the
     # parent (a signal from the child); the child's history too.
@@ -485,7 +485,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         SENDER_LEAD.spec(SENDER_LEAD_TASK, agents=SENDER_TEAM),
         subagent_paused_and_approved,
     ),
-    # Recorded after sessions (issue 29): three turns, a summary and a continue-as-new
+    # Recorded after sessions: three turns, a summary and a continue-as-new
     # between the second and the third (its first run's history too), the idle end.
     "session_compacted": (
         RunSpec(
@@ -495,7 +495,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         ),
         session_turns,
     ),
-    # Recorded after a session's carry was bounded (issue 35): turns, messages and steps
+    # Recorded after a session's carry was bounded: turns, messages and steps
     # dropped from its state at continue-as-new (its first run's history too), the idle end.
     "session_left_in_mirror": (
         RunSpec(
@@ -505,7 +505,7 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         ),
         session_left_in_mirror,
     ),
-    # Recorded after `agentledger end` and the idle pause (issue 29): paused while idle, a
+    # Recorded after `agentledger end` and the idle pause: paused while idle, a
     # message held for the resume, then ended while paused.
     "session_paused_and_ended": (
         RunSpec(task=SESSION_TASK, allowed_tools=[], session={"idle_timeout": 3600}),

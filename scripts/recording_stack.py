@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 import agentledger.demo
 from agentledger.core import fairness, search_attributes
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.dev.offline_model import OfflineModelServer, Reply
 from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.tools import ToolRegistry
@@ -48,7 +48,7 @@ async def recording_worker(
         pools.append(pool)
     try:
         with OfflineModelServer(model) as server:
-            settings = Settings.load({}).model_copy(update=dict(task_queue=task_queue))
+            settings = AgentLedgerConfig.load({}).model_copy(update=dict(task_queue=task_queue))
             deps = WorkerDeps(
                 pool=pool,
                 model_client=openai.AsyncOpenAI(

@@ -53,6 +53,7 @@ from agentledger.core.backlog_models import (
     RetryResult,
     TaskItem,
 )
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS, TASK_QUEUE
 from agentledger.core.errors import OperationError
 from agentledger.core.identity import Identity
@@ -67,7 +68,6 @@ from agentledger.core.results import (
     WatchItem,
 )
 from agentledger.core.run_reports import RunReport, Started
-from agentledger.core.settings import Settings
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.core.tenant_policy import RunPolicy
 from agentledger.store import mirror_views
@@ -105,7 +105,11 @@ def scope(
     if payload_limit is not None:
         fields["payload_limit_bytes"] = payload_limit
     return Scope.over(
-        client, mirror, settings=Settings.model_construct(**fields), tenant=tenant, wait=wait
+        client,
+        mirror,
+        settings=AgentLedgerConfig.model_construct(**fields),
+        tenant=tenant,
+        wait=wait,
     )
 
 
@@ -467,7 +471,7 @@ def _mirror_only(pool: AsyncConnectionPool | None, tenant: str | None) -> Scope:
     """The scope of a read (or a gate's check) that needs the mirror alone."""
     no_temporal: Any = None
     return Scope(
-        caller_of(Settings.model_construct(tenant=tenant)),
-        Settings.model_construct(),
+        caller_of(AgentLedgerConfig.model_construct(tenant=tenant)),
+        AgentLedgerConfig.model_construct(),
         Held(no_temporal, pool),
     )

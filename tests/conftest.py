@@ -28,8 +28,8 @@ from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 
 import agentledger.demo
 from agentledger.core import fairness, search_attributes
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.providers import load_providers, provider_keys
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, offline_planner
 from agentledger.dev.stack import free_port, port_open
 from agentledger.store.db import install_tool_schema, open_pool
@@ -169,9 +169,9 @@ def model_server() -> Iterator[OfflineModelServer]:
 @pytest.fixture
 def settings(
     env: WorkflowEnvironment, database_url: str, model_server: OfflineModelServer
-) -> Settings:
-    """Settings for one test: the session's services and a task queue of its own."""
-    return Settings.load({}).model_copy(
+) -> AgentLedgerConfig:
+    """The config of one test: the session's services and a task queue of its own."""
+    return AgentLedgerConfig.load({}).model_copy(
         update={
             "temporal_address": env.client.service_client.config.target_host,
             "database_url": database_url,
@@ -191,7 +191,7 @@ def client(env: WorkflowEnvironment) -> Client:
 @asynccontextmanager
 async def running_worker(
     client: Client,
-    settings: Settings,
+    settings: AgentLedgerConfig,
     pool: AsyncConnectionPool,
     *,
     registry: ToolRegistry | None = None,
@@ -236,7 +236,7 @@ async def running_worker(
 
 
 @pytest.fixture
-def worker(client: Client, settings: Settings, pool: AsyncConnectionPool) -> Any:
+def worker(client: Client, settings: AgentLedgerConfig, pool: AsyncConnectionPool) -> Any:
     """`async with worker(): ...` runs the default worker for the test's task queue
     (`worker(settings=...)` with other settings, e.g. a deployment version)."""
 

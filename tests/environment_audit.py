@@ -63,8 +63,8 @@ async def main(address: str, database_url: str, model_url: str) -> None:
     # engine is handed it and reads none.
     provider = {"base_url": model_url, "api_key_env": "AUDIT_PROVIDER_KEY"}
     config = AgentLedgerConfig(
-        database_url,
-        model_base_url=model_url,
+        database_url=database_url,
+        openai_base_url=model_url,
         demo=True,
         providers=json.dumps({"audited": provider}),
         provider_keys={"audited": "given-by-the-application"},

@@ -24,7 +24,7 @@ from jwt.algorithms import RSAAlgorithm
 
 from agentledger import RunClient
 from agentledger.core.background_http import BackgroundHTTPServer
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests.test_cli import ROOT, cli_env
 
 START_SECONDS = 60.0
@@ -61,7 +61,7 @@ async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
 
 @asynccontextmanager
 async def served(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     home: Path,
     *args: str,
     env: dict[str, str] | None = None,
@@ -114,7 +114,7 @@ async def served(
             pass
 
 
-async def make_key(settings: Settings, tenant: str, role: str, **kwargs: object) -> str:
+async def make_key(settings: AgentLedgerConfig, tenant: str, role: str, **kwargs: object) -> str:
     """A new key, made as `agentledger keys create` makes it."""
     async with RunClient.lazy(settings.model_copy(update={"tenant": None})) as operator:
         made = await operator.keys.create(tenant, role, **kwargs)  # type: ignore[arg-type]

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowHandle
 
-from agentledger.core._wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from agentledger.core.errors import OperationError
 from agentledger.core.results import PendingApproval, RunResult, RunState
 from agentledger.core.spec import RunSpec
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import MirrorBatch, RunEvent, RunSnapshot, StepRecord
 from tests import client_ops as ops
 
 T = TypeVar("T")

@@ -24,7 +24,7 @@ import agentledger.demo
 from agentledger import RunClient
 from agentledger.client.receipts import receipt_of
 from agentledger.core import webhook_signatures
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
 from tests.http_support import (
     SESSION_PROFILE,
@@ -86,7 +86,7 @@ def decision(**data: Any) -> Part:
 
 
 async def test_an_a2a_task_survives_a_killed_server_and_is_approved_by_reply(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     tenant, other = tenant_name(), tenant_name()
     runner = await make_key(settings, tenant, "runner")
@@ -214,7 +214,7 @@ def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """Before a worker or a run is involved: a viewer cannot start, a runner cannot decide,
     no key is 401, another tenant's task and an unknown agent read as missing, and a
@@ -264,7 +264,7 @@ async def test_a2a_takes_role_and_tenant_from_the_credential_alone(
 
 
 async def test_the_protocols_page_conversation_runs_as_written(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     pool: AsyncConnectionPool,
     worker: Any,
     tmp_path: Path,
@@ -288,7 +288,7 @@ async def test_the_protocols_page_conversation_runs_as_written(
 
 
 async def test_an_a2a_context_is_a_session_whose_messages_are_its_turns(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     """For an agent whose profile makes sessions, the first message of a context starts the
     session run; the next messages of the context, with the task's id or without, are its

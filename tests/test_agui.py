@@ -16,7 +16,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
@@ -74,7 +74,7 @@ def of_type(events: list[Any], kind: str) -> list[Any]:
 
 
 async def test_an_agui_thread_is_interrupted_for_approval_and_resumed_with_an_edit(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     tenant, other = tenant_name(), tenant_name()
     runner = await make_key(settings, tenant, "runner")

@@ -17,7 +17,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
 from tests import client_ops
 from tests.http_support import make_key, served
@@ -55,7 +55,7 @@ async def drive(url: str, runner: str, approver: str, edit: dict[str, Any]) -> d
 
 
 async def test_the_official_agui_client_runs_a_thread_through_an_approval_with_an_edit(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     if shutil.which("node") is None:
         pytest.skip("node is not installed: the official AG-UI client runs on node 20 or later")

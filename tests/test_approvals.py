@@ -8,10 +8,10 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from agentledger.core import constants as names
-from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.argument_schema import argument_problems
 from agentledger.core.errors import OperationError
 from agentledger.core.messages import RunMessages
+from agentledger.core.wire import ApproveInput, RejectInput
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.changes import for_new_run
 from tests import client_ops as ops
@@ -54,7 +54,7 @@ async def test_an_edit_the_tool_would_refuse_is_refused_and_the_run_still_waits(
             # JSON has no infinity: 1e400 reaches the run as null, which removes the field (a
             # merge patch), and the tool requires it.
             ({"subject": float("inf")}, "'subject' is a required property"),
-            # A field the tool does not have: the tool would ignore it (issue 25).
+            # A field the tool does not have: the tool would ignore it.
             ({"nosuch": "x"}, "nosuch: the tool has no such field"),
             ({"body": "ok", "Body": "x"}, "Body: the tool has no such field"),
         ):

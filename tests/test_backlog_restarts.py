@@ -1,4 +1,4 @@
-"""Backlog writes survive worker restarts (issue 25, item 6): an enqueue sent the moment a
+"""Backlog writes survive worker restarts: an enqueue sent the moment a
 worker is replaced is kept by the server and applied once by the worker that takes the
 backlog; the command says whether it was applied or held; keys already there are ignored."""
 

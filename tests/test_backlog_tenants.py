@@ -1,7 +1,7 @@
-"""One door for the backlog commands (issue 24): a backlog is an agent's, and may hold tasks
+"""One door for the backlog commands: a backlog is an agent's, and may hold tasks
 of several tenants. Under a tenant, `backlog list` and `dead` show its tasks alone, a backlog
 with none of them reads as a missing one, another tenant's task as a missing task, and
-`stop`, `resume` and a tenant's policy (issue 35) act on the caller's tasks alone: other
+`stop`, `resume` and a tenant's policy act on the caller's tasks alone: other
 tenants' tasks go on. An operator (no AGENTLEDGER_TENANT) sees and acts on the whole backlog."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentledger import RunClient
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import InvalidRequest, OperationError
-from agentledger.core.settings import Settings
 from tests.backlog_support import FAST_TIMEOUTS, end_backlog, item, new_agent, tasks, wait_states
 from tests.test_cli import Result
 from tests.test_door import cli
@@ -49,7 +49,7 @@ def same_refusal(found: Result, missing: Result, found_name: str, missing_name: 
 
 @pytest.mark.timeout(400)
 async def test_backlog_commands_apply_the_callers_tenant(
-    client, settings: Settings, pool, worker, tmp_path
+    client, settings: AgentLedgerConfig, pool, worker, tmp_path
 ):
     mark = uuid.uuid4().hex[:8]
     acme, globex, initech = f"acme-{mark}", f"globex-{mark}", f"initech-{mark}"
@@ -140,7 +140,7 @@ async def test_backlog_commands_apply_the_callers_tenant(
 
 
 async def test_a_tenants_stop_leaves_a_task_the_mirror_has_not_shown_yet(
-    client, settings: Settings, pool, worker
+    client, settings: AgentLedgerConfig, pool, worker
 ):
     """The mirror trails the backlog: a task another tenant enqueued a moment ago may not be
     in it yet. A tenant's stop is applied by the backlog to that tenant's tasks alone, so
@@ -183,9 +183,9 @@ async def test_a_tenants_stop_leaves_a_task_the_mirror_has_not_shown_yet(
 
 @pytest.mark.timeout(300)
 async def test_a_tenants_policy_and_poison_stop_only_its_own_tasks(
-    client, settings: Settings, pool, worker
+    client, settings: AgentLedgerConfig, pool, worker
 ):
-    """Issue 35: acme's policy (one attempt, stop on poison) and a failing task of its own
+    """Acme's policy (one attempt, stop on poison) and a failing task of its own
     stop acme's part of a shared backlog alone: globex's tasks, behind acme's in order, keep
     their own attempts and finish; acme resumes and retries its own part though globex's
     tasks are there too."""

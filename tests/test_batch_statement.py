@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from agentledger.core._wire import RunEvent, StepRecord
+from agentledger.core.wire import RunEvent, StepRecord
 from agentledger.store.mirror_store import MirrorStore, _Write
 from tests.support import mirror_batch, rows, step_claim
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentledger.core.admission_models import TenantLimits
-from agentledger.core.errors import OperationError, SetupError
+from agentledger.core.errors import OperationError, ServiceUnreachable
 from agentledger.core.set_up_bound import ONE_TRY_SECONDS
 from agentledger.store.db import open_pool
 from tests import client_ops as ops
@@ -60,7 +60,9 @@ def silent_postgres(silent_port: int) -> str:
 
 async def test_a_postgres_that_never_answers_is_named_within_the_wait(silent_postgres):
     began = time.monotonic()
-    with pytest.raises(SetupError, match=r"cannot reach Postgres .* within 1s \(no answer\)"):
+    with pytest.raises(
+        ServiceUnreachable, match=r"cannot reach Postgres .* within 1s \(no answer\)"
+    ):
         await open_pool(silent_postgres, connect_seconds=1, migrate=False)
     assert time.monotonic() - began < 2.0
 

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.results import RunResult
-from agentledger.core.settings import Settings
 from agentledger.store.db import MIGRATIONS, schema_version
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as ops
@@ -39,7 +39,7 @@ class Result:
         return json.loads(self.out)
 
 
-def cli_env(settings: Settings, home: Path) -> dict[str, str]:
+def cli_env(settings: AgentLedgerConfig, home: Path) -> dict[str, str]:
     return {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -52,7 +52,7 @@ def cli_env(settings: Settings, home: Path) -> dict[str, str]:
 
 
 async def run_cli(
-    settings: Settings, home: Path, *args: str, seconds: float = 60, console: bool = False
+    settings: AgentLedgerConfig, home: Path, *args: str, seconds: float = 60, console: bool = False
 ) -> Result:
     env = cli_env(settings, home)
     # The `agentledger` console script (pyproject.toml) sits beside this interpreter.
@@ -82,7 +82,7 @@ async def run_cli(
 
 
 @pytest.fixture
-def cli(settings: Settings, tmp_path: Path) -> Any:
+def cli(settings: AgentLedgerConfig, tmp_path: Path) -> Any:
     home = tmp_path / "agentledger-home"
 
     async def call(*args: str) -> Result:

@@ -1,4 +1,4 @@
-"""Exit codes that mean something (issue 26), through the real `agentledger` console script.
+"""Exit codes that mean something, through the real `agentledger` console script.
 
 0 done, 1 a runtime failure, 2 usage or invalid input, 3 not found (another tenant's run
 included), 4 a service unreachable, 5 refused by policy or by the run (docs/using.md "Exit
@@ -25,7 +25,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from agentledger.cli.main import parser
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests.support import NOTIFY_TASK, wait_pending
 from tests.test_cli import ROOT, Result, cli_env
 
@@ -34,7 +34,11 @@ HEAVY = ("temporalio", "openai", "mcp", "psycopg", "psycopg_pool", "pydantic")
 
 
 async def agentledger(
-    settings: Settings, home: Path, *args: str, stdout: Any = asyncio.subprocess.PIPE, **env: str
+    settings: AgentLedgerConfig,
+    home: Path,
+    *args: str,
+    stdout: Any = asyncio.subprocess.PIPE,
+    **env: str,
 ) -> Result:
     proc = await asyncio.create_subprocess_exec(
         AGENTLEDGER,

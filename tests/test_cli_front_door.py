@@ -22,7 +22,7 @@ import agentledger
 import agentledger.types
 from agentledger import RunClient
 from agentledger.cli.main import COMMANDS, LOCAL, parser
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests.support import parse_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,7 +186,7 @@ def test_every_command_is_served_by_a_run_client_method():
         f"{sorted(offered ^ (set(SERVED_BY) | set(LOCAL)))}"
     )
     assert {c.split()[0] for c in SERVED_BY} == set(COMMANDS)
-    instance = RunClient(None, Settings.model_construct())
+    instance = RunClient(None, AgentLedgerConfig.model_construct())
     missing = {
         command: sorted(name for name in names if not reachable(instance, name))
         for command, names in SERVED_BY.items()
@@ -196,7 +196,7 @@ def test_every_command_is_served_by_a_run_client_method():
 
 
 def test_the_cli_calls_only_run_client_methods():
-    instance = RunClient(None, Settings.model_construct())
+    instance = RunClient(None, AgentLedgerConfig.model_construct())
     called = {name for path in CLI_FILES for name in client_calls(path)}
     assert called, "the CLI calls its RunClient somewhere"
     assert {name.split(".")[0] for name in called} & SERVICES == SERVICES, "every service"
@@ -222,7 +222,7 @@ def test_run_client_signatures_name_only_public_types():
     public |= {getattr(agentledger.types, name) for name in agentledger.types.__all__}
     public.add(Client)  # Temporal's own client: a program may hand RunClient its connection
     private = []
-    instance = RunClient(None, Settings.model_construct())
+    instance = RunClient(None, AgentLedgerConfig.model_construct())
     methods = [
         (f"{owner}{name}", member)
         for owner, kind in [("", RunClient)]
@@ -242,7 +242,9 @@ def test_run_client_signatures_name_only_public_types():
     }
 
 
-async def test_run_client_is_an_async_context_manager_over_real_postgres(settings: Settings):
+async def test_run_client_is_an_async_context_manager_over_real_postgres(
+    settings: AgentLedgerConfig,
+):
     """`async with` opens what an operation needs and closes it on the way out; a read of
     the mirror needs no Temporal connection."""
     async with RunClient.lazy(settings) as run_client:

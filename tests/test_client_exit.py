@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 
 SCRIPT = """
 import asyncio
@@ -41,7 +41,7 @@ AT_ONCE = 8
 
 @pytest.mark.timeout(600)
 async def test_a_hundred_short_scripts_that_close_their_client_exit_0(
-    settings: Settings, pool: object, tmp_path
+    settings: AgentLedgerConfig, pool: object, tmp_path
 ):  # `pool`: the mirror migrated
     env = {
         name: value for name, value in os.environ.items() if not name.startswith("AGENTLEDGER_")

@@ -76,7 +76,7 @@ async def test_demo_runs_end_to_end_on_the_embedded_stack_and_stops_it(fresh_dir
         output = out.decode()
 
         assert proc.returncode == 0, output
-        # Quiet on a fresh home (issue 36): agentledger's own lines, not initdb's output, the
+        # Quiet on a fresh home: agentledger's own lines, not initdb's output, the
         # SDK's shutdown notes or a platformdirs warning; stdout and stderr together.
         lines = output.splitlines()
         assert len(lines) <= 15, f"{len(lines)} lines:\n{output}"

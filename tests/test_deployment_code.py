@@ -1,5 +1,5 @@
 """The deployment's own code (worker.py, starter.py, workflows/, activities/, and the app in
-tests/plugin_app) is what a user copies: it imports only agentledger's public API (issue 37),
+tests/plugin_app) is what a user copies: it imports only agentledger's public API,
 never a private module such as `agentledger.worker.main` or an underscore name, so it keeps
 working when those change."""
 

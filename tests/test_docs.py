@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def test_the_settings_table_names_every_setting():
     readme = (ROOT / "docs" / "using.md").read_text().split("## Settings", 1)[1]
     variables = {
         str(field.validation_alias)
-        for field in Settings.model_fields.values()
+        for field in AgentLedgerConfig.model_fields.values()
         if isinstance(field.validation_alias, str)
     }
     missing = sorted(v for v in variables if f"`{v}`" not in readme)

@@ -1,4 +1,4 @@
-"""The door for runs a workflow starts itself (issue 24): a backlog's tasks and the agent a
+"""The door for runs a workflow starts itself: a backlog's tasks and the agent a
 deployment's own workflow runs (`run_agent`) take their tenant's policy as Postgres holds it
 when they start: its approvers and weight, its cap (they wait in the tenant's queue), and the
 priorities it allows (a start at another is refused on every path). A backlog refuses, by
@@ -20,8 +20,8 @@ from agentledger import RunClient
 from agentledger.client import approver_keys
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import PolicyPatch
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import OperationError, OperationRefused
-from agentledger.core.settings import Settings
 from agentledger.store.approver_store import ApproverStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows.admission import admission_id
@@ -58,7 +58,7 @@ async def children(pool: Any, agent: str) -> dict[str, str]:
 
 
 async def test_a_capped_tenants_backlog_runs_wait_in_its_queue(
-    client, settings: Settings, pool, worker, tenants
+    client, settings: AgentLedgerConfig, pool, worker, tenants
 ):
     """A tenant with a cap of one enqueues two tasks into a backlog that runs two at once:
     one run is past `queued` at a time, the other waits in the tenant's queue (it was refused
@@ -116,7 +116,7 @@ async def test_a_capped_tenants_backlog_runs_wait_in_its_queue(
 
 
 async def test_a_tenants_allowed_priorities_hold_on_every_path(
-    client, settings: Settings, pool, worker, tenants, tmp_path
+    client, settings: AgentLedgerConfig, pool, worker, tenants, tmp_path
 ):
     """An operator allows tenant acme priorities 2 and 3 (`tenants set --priorities`); a start
     at priority 1 is refused, exit 5, through the CLI, `client.runs.start`, a fork, a backlog
@@ -191,7 +191,7 @@ async def test_a_tenants_allowed_priorities_hold_on_every_path(
 
 
 async def test_an_agent_in_your_own_workflow_takes_its_tenants_policy(
-    client, settings: Settings, pool, worker, tenants, tmp_path: Path
+    client, settings: AgentLedgerConfig, pool, worker, tenants, tmp_path: Path
 ):
     """`run_agent` from a deployment's workflow: the agent's run carries its tenant's keyed
     approver (an unsigned "mallory" cannot approve it) and weight, and waits behind the
@@ -240,7 +240,7 @@ async def test_an_agent_in_your_own_workflow_takes_its_tenants_policy(
 
 
 async def test_a_held_stop_of_one_tenant_stops_its_own_tasks_alone(
-    client, settings: Settings, pool, worker, tenants
+    client, settings: AgentLedgerConfig, pool, worker, tenants
 ):
     """With no worker, globex's enqueue is held by the server, unseen by the mirror; then
     acme's stop is held too. The next worker applies both in order: acme's stop acts on

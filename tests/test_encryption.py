@@ -27,11 +27,11 @@ from temporalio.exceptions import ApplicationError
 
 from agentledger.cli.render import run_report
 from agentledger.client.task_failures import KEYS_FIX
-from agentledger.core._wire import SayInput
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import NotAnswered, SetupError, UnknownEncryptionKey
 from agentledger.core.messages import RunMessages
 from agentledger.core.results import RunResult
-from agentledger.core.settings import Settings
+from agentledger.core.wire import SayInput
 from agentledger.dev.stack import free_port, port_open
 from agentledger.temporal.codec_server import CodecServer
 from agentledger.temporal.encryption import (
@@ -53,7 +53,9 @@ def b64(key: bytes) -> str:
     return base64.b64encode(key).decode()
 
 
-def encrypted(settings: Settings, key_id: str = "a", key: bytes = KEY_A) -> Settings:
+def encrypted(
+    settings: AgentLedgerConfig, key_id: str = "a", key: bytes = KEY_A
+) -> AgentLedgerConfig:
     return settings.model_copy(
         update=dict(encryption_keys={key_id: SecretBytes(key)}, encryption_key_id=key_id)
     )
@@ -143,13 +145,16 @@ async def test_keys_rotate_and_an_unknown_key_is_named():
 
 def test_keys_come_from_settings_and_bad_ones_are_refused():
     env = {"AGENTLEDGER_ENCRYPTION_KEYS": f"a:{b64(KEY_A)}, b:{b64(KEY_B)}"}
-    loaded = Settings.load(env)
+    loaded = AgentLedgerConfig.load(env)
     assert loaded.encryption_key_material() == {"a": KEY_A, "b": KEY_B}
     assert loaded.encryption_key_id == "a"
     assert b64(KEY_A) not in repr(loaded) and "KEY_A" not in repr(loaded)
     assert str(KEY_A) not in repr(loaded)
-    assert Settings.load({**env, "AGENTLEDGER_ENCRYPTION_KEY_ID": "b"}).encryption_key_id == "b"
-    assert Settings.load({}).encryption_keys == {}
+    assert (
+        AgentLedgerConfig.load({**env, "AGENTLEDGER_ENCRYPTION_KEY_ID": "b"}).encryption_key_id
+        == "b"
+    )
+    assert AgentLedgerConfig.load({}).encryption_keys == {}
 
     bad = {
         "nokey": "not a pair",
@@ -159,10 +164,10 @@ def test_keys_come_from_settings_and_bad_ones_are_refused():
     }
     for message, value in bad.items():
         with pytest.raises(SetupError) as caught:
-            Settings.load({"AGENTLEDGER_ENCRYPTION_KEYS": value})
+            AgentLedgerConfig.load({"AGENTLEDGER_ENCRYPTION_KEYS": value})
         assert ("id:base64key" if message == "nokey" else message) in str(caught.value)
     with pytest.raises(SetupError, match="'c' is not among"):
-        Settings.load({**env, "AGENTLEDGER_ENCRYPTION_KEY_ID": "c"})
+        AgentLedgerConfig.load({**env, "AGENTLEDGER_ENCRYPTION_KEY_ID": "c"})
 
 
 def post(url: str, body: bytes, method: str = "POST") -> tuple[int, Message, bytes]:
@@ -255,7 +260,8 @@ async def test_encryption_switched_on_through_the_environment(settings, pool, tm
         assert start.returncode == 0, err.decode()
         run_id = json.loads(out)["run_id"]
         keyed = await Client.connect(
-            settings.temporal_address, data_converter=data_converter(Settings.load(environ))
+            settings.temporal_address,
+            data_converter=data_converter(AgentLedgerConfig.load(environ)),
         )
         handle = keyed.get_workflow_handle_for(AgentRunWorkflow.run, run_id)
         result = await asyncio.wait_for(handle.result(), 120)
@@ -320,7 +326,8 @@ async def test_a_worker_without_the_keys_makes_status_say_so_with_the_fix(
     keyed_environ = {**environ, "AGENTLEDGER_ENCRYPTION_KEYS": f"k1:{b64(KEY_A)}"}
     try:
         keyed = await Client.connect(
-            settings.temporal_address, data_converter=data_converter(Settings.load(keyed_environ))
+            settings.temporal_address,
+            data_converter=data_converter(AgentLedgerConfig.load(keyed_environ)),
         )
         started = await ops.start_run(keyed, make_spec(), task_queue=settings.task_queue)
         handle = keyed.get_workflow_handle(started.run_id)

@@ -1,4 +1,4 @@
-"""The environment is read at the edges only (issue 37): nothing agentledger runs under the
+"""The environment is read at the edges only: nothing agentledger runs under the
 plugin reads os.environ, and fault injection is no setting of a user's but a plan only the
 chaos suite and tests install."""
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import openai
 import pytest
+from pydantic import ValidationError
 from temporalio.testing import WorkflowEnvironment
 
-from agentledger import AgentLedgerConfig
 from agentledger.activities.provider_clients import ProviderClients
 from agentledger.core import faults
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
 from agentledger.core.providers import Provider
-from agentledger.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULT_VARIABLES = {"AGENTLEDGER_FAULTS", "AGENTLEDGER_ZOMBIE_SECONDS"}
@@ -55,7 +55,9 @@ def test_the_plugin_reads_no_environment(env: WorkflowEnvironment, database_url,
 
 def test_no_setting_arms_a_fault(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("AGENTLEDGER_FAULTS", "tool.after_effect")
-    assert not FAULT_VARIABLES & set(Settings.load({}).shown()), "`agentledger settings` lists it"
+    assert not FAULT_VARIABLES & set(AgentLedgerConfig.load({}).shown()), (
+        "`agentledger settings` lists it"
+    )
     assert not faults.armed("tool.after_effect"), "a variable armed a fault"
 
 
@@ -81,28 +83,41 @@ def test_a_provider_key_not_handed_over_stops_the_worker_naming_it(model_server)
     default = openai.AsyncOpenAI(api_key="x")
     with pytest.raises(SetupError, match=r"'named' takes a key.*SOME_PROVIDER_KEY.*provider_keys"):
         ProviderClients(default, named, {})
-    config = AgentLedgerConfig("postgresql://unused", providers=json.dumps({"named": provider}))
+    config = AgentLedgerConfig(
+        database_url="postgresql://unused", providers=json.dumps({"named": provider})
+    )
     keys = config.with_provider_keys({"SOME_PROVIDER_KEY": " k-1 \n"}).provider_keys
     assert ProviderClients(default, named, keys).get("named").client.api_key == "k-1"
 
 
-def test_an_edge_s_settings_reach_the_plugin_whole():
-    """`AgentLedgerConfig.from_settings` (agentledger-worker, RunClient.connect): what has no field
-    of the config (the workflow cache, the build, streaming) is kept, and a field given
-    over the settings wins, validated as its variable would be."""
-    read = Settings.read(
+def test_one_config_from_the_environment_or_a_program():
+    """An edge reads the environment into the one config once; a program builds the same
+    object by its fields' names, validated as the variables are, and a name no field has is
+    refused (it would change nothing)."""
+    read = AgentLedgerConfig.read(
         {
             "DATABASE_URL": "postgresql://u@db/agentledger",
             "AGENTLEDGER_WORKFLOW_CACHE": "7",
             "AGENTLEDGER_BUILD_ID": "b-2",
             "AGENTLEDGER_MODEL_STREAM": "0",
             "AGENTLEDGER_TENANT": "acme",
+            "AGENTLEDGER_HTTP_PORT": "9000",
+            "AGENTLEDGER_TOOLS": "my_tools:registry, more:tools",
         }
     )
-    config = AgentLedgerConfig.from_settings(read, task_queue="orders", telemetry=True)
-    kept = config.settings()
-    assert (kept.workflow_cache, kept.build_id, kept.model_stream) == (7, "b-2", False)
-    assert (kept.task_queue, kept.otel, kept.tenant) == ("orders", True, "acme")
-    assert kept.database_url == "postgresql://u@db/agentledger"
-    with pytest.raises(SetupError, match="AGENTLEDGER_TENANT"):
-        AgentLedgerConfig.from_settings(read, tenant="x" * 201).settings()
+    assert (read.workflow_cache, read.build_id, read.model_stream) == (7, "b-2", False)
+    assert (read.tenant, read.http.port) == ("acme", 9000)
+    assert read.tools == ("my_tools:registry", "more:tools")
+    built = AgentLedgerConfig(
+        database_url="postgresql://u@db/agentledger",
+        workflow_cache=7,
+        build_id="b-2",
+        model_stream=False,
+        tenant="acme",
+        tools=["my_tools:registry", "more:tools"],
+    )
+    assert built.model_dump(exclude={"http"}) == read.model_dump(exclude={"http"})
+    with pytest.raises(ValidationError, match="tenant"):
+        AgentLedgerConfig(tenant="x" * 201)
+    with pytest.raises(ValidationError, match="model_base_url"):
+        AgentLedgerConfig(model_base_url="http://m/v1")

@@ -24,10 +24,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateStage
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentledger.demo
-from agentledger.core._wire import ApproveInput, MirrorBatch, RunSnapshot
 from agentledger.core.messages import RunMessages
 from agentledger.core.results import DecisionResult, RunResult
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import ApproveInput, MirrorBatch, RunSnapshot
 from agentledger.dev.offline_model import OfflineModelServer, completion
 from agentledger.store.db import RESERVED_CONNECTIONS, open_pool
 from agentledger.store.mirror_store import MirrorStore

@@ -194,7 +194,7 @@ async def test_the_python_client_watches_and_forks(client, settings, pool, worke
     assert (await ops.receipt(pool, run_id))["forks"] == [fork_id]
 
 
-# ---------------------------------------------------------------- forks inside a reply (issue 25)
+# ---------------------------------------------------------------- forks inside a reply
 
 TO_ANA = {"to": "ana@example.com", "subject": "Refunds", "body": "Refunds take 5 days."}
 TO_BO = {"to": "bo@example.com", "subject": "Refunds", "body": "Refunds take 5 days."}
@@ -379,7 +379,7 @@ async def test_a_fork_at_every_step_of_recorded_runs_completes_or_is_refused_and
 async def test_a_fork_that_fails_verification_ends_failed_in_temporal_too(
     client, settings, pool, worker
 ):
-    """Issue 36: the fork's edited output makes its answer fail the parent's checks; Temporal
+    """The fork's edited output makes its answer fail the parent's checks; Temporal
     shows the fork Failed, as agentledger does, and its result and receipt still read."""
     spec = make_spec(verify={"forbidden": [EDITED["status"]], "on_failure": "fail"})
     async with worker():

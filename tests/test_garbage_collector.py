@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
-from agentledger.core.settings import Settings
 from agentledger.worker import garbage_collector
 from agentledger.worker.worker_api import run_worker
 from tests.support import eventually
@@ -25,10 +25,10 @@ def collector() -> Iterator[None]:
 
 
 def test_the_threshold_is_a_setting_of_zero_or_more():
-    assert Settings.load({}).gc_threshold == 20_000
-    assert Settings.load({"AGENTLEDGER_GC_THRESHOLD": "0"}).gc_threshold == 0
+    assert AgentLedgerConfig.load({}).gc_threshold == 20_000
+    assert AgentLedgerConfig.load({"AGENTLEDGER_GC_THRESHOLD": "0"}).gc_threshold == 0
     with pytest.raises(SetupError, match="AGENTLEDGER_GC_THRESHOLD"):
-        Settings.load({"AGENTLEDGER_GC_THRESHOLD": "-5"})
+        AgentLedgerConfig.load({"AGENTLEDGER_GC_THRESHOLD": "-5"})
 
 
 def test_settling_freezes_what_is_loaded_and_zero_keeps_python_s_own(collector):

@@ -19,7 +19,6 @@ from agentledger import RunClient
 from agentledger.cli.main import cmd_start
 from agentledger.client import approver_keys
 from agentledger.core import bounds
-from agentledger.core._wire import ApproveInput, ControlInput, RejectInput
 from agentledger.core.backlog_models import MAX_TASKS_PER_ENQUEUE, TaskItem, backlog_id
 from agentledger.core.errors import InvalidInput, OperationError
 from agentledger.core.messages import RunMessages
@@ -31,6 +30,7 @@ from agentledger.core.spec import (
     RunSpec,
     VerifySpec,
 )
+from agentledger.core.wire import ApproveInput, ControlInput, RejectInput
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as backlog_ops

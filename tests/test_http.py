@@ -15,7 +15,7 @@ import httpx
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger import RunClient
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.dev.stack import free_port
 from tests.http_support import Issuer, bearer, make_key, served, sse_events
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
@@ -27,7 +27,7 @@ def tenant_name() -> str:
 
 
 async def test_a_key_decides_the_tenant_and_its_role(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     ours, theirs = tenant_name(), tenant_name()
     runner = await make_key(settings, ours, "runner")
@@ -85,7 +85,7 @@ async def test_a_key_decides_the_tenant_and_its_role(
 
 
 async def test_a_stream_resumes_after_the_server_is_killed_with_every_event_once(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     tenant = tenant_name()
     runner = await make_key(settings, tenant, "runner")
@@ -155,7 +155,7 @@ RUN_ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
 
 
 async def test_each_tenant_reaches_only_its_own_runs_by_key_or_token(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     ours, theirs = tenant_name(), tenant_name()
     issuer, stranger = Issuer("https://id.example"), Issuer("https://evil.example")
@@ -250,7 +250,7 @@ async def eventually_receipt(pool: AsyncConnectionPool, run_id: str) -> dict[str
 
 
 async def test_keys_made_listed_and_revoked_by_the_cli_open_and_close_the_door(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     tenant = tenant_name()
     home = tmp_path / "home"
@@ -298,7 +298,7 @@ async def test_keys_made_listed_and_revoked_by_the_cli_open_and_close_the_door(
 
 
 async def test_limits_answer_429_with_retry_after_and_413(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     tenant = tenant_name()
     runner = await make_key(settings, tenant, "runner")
@@ -331,7 +331,7 @@ async def test_limits_answer_429_with_retry_after_and_413(
 
 
 async def test_an_address_that_fails_to_authenticate_too_often_gets_429_alone(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """Past AGENTLEDGER_HTTP_AUTH_FAILURES failed authentications an address is refused with
     429 and Retry-After, even with a good key; another address's good key still works. The
@@ -376,7 +376,7 @@ async def test_an_address_that_fails_to_authenticate_too_often_gets_429_alone(
 
 
 async def test_a_runner_drives_its_run_and_backlog_over_http(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     tenant, stranger = tenant_name(), tenant_name()
     runner = await make_key(settings, tenant, "runner")
@@ -435,7 +435,7 @@ async def test_a_runner_drives_its_run_and_backlog_over_http(
 
 
 async def test_a_run_that_takes_only_signed_decisions_refuses_an_unsigned_one_over_http(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     tenant = tenant_name()
     scoped = settings.model_copy(update={"tenant": tenant, "config_dir": tmp_path / "keys"})

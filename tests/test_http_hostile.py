@@ -23,7 +23,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger import RunClient
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from tests.http_support import Issuer, bearer, make_key, served, sse_events
 from tests.support import NOTIFY_TASK, wait_pending
@@ -44,7 +44,7 @@ def loopback(address: str) -> httpx.AsyncHTTPTransport:
 
 
 async def test_proxy_headers_are_believed_from_trusted_proxies_alone(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """With --proxy-headers, X-Forwarded-For is read only from a trusted proxy (loopback by
     default), right to left: a client that is no proxy cannot pick the address it is
@@ -103,7 +103,7 @@ def enough_files(count: int) -> None:
 
 
 async def test_connections_that_never_finish_their_headers_hold_nothing_for_long(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """1,100 connections from one address that never finish their headers, against a
     server that may open 1,024 files: past the per-address limit each is answered 429 and
@@ -152,7 +152,7 @@ async def test_connections_that_never_finish_their_headers_hold_nothing_for_long
 
 @pytest.mark.parametrize("path", ["/v1/runs", "/a2a/support-desk", "/mcp"])
 async def test_a_body_that_stalls_is_answered_408_and_its_connection_closed(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path, path: str
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path, path: str
 ) -> None:
     runner = await make_key(settings, tenant_name(), "runner")
     env = {
@@ -182,7 +182,7 @@ def deep(levels: int) -> bytes:
 
 
 async def test_the_credential_is_checked_before_any_body_is_read_on_every_route(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """Every route the API describes answers 401 to a request without a valid credential,
     whatever its body (JSON nested 100,000 deep, an AG-UI input missing its fields), and a
@@ -211,7 +211,7 @@ async def test_the_credential_is_checked_before_any_body_is_read_on_every_route(
 
 
 async def test_json_too_deep_or_unreadable_is_refused_with_400(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     runner = await make_key(settings, tenant_name(), "runner")
     async with served(settings, tmp_path) as door:
@@ -231,7 +231,7 @@ async def test_json_too_deep_or_unreadable_is_refused_with_400(
 
 
 async def test_an_id_that_is_not_a_run_reads_as_a_missing_run(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     """A backlog's workflow id, on every run route and in the CLI's `status`, reads exactly
     as a missing run: the same 404, the same exit code, no traceback."""
@@ -292,7 +292,7 @@ def fails_once() -> Any:
 
 
 async def test_every_streamed_event_has_an_id_to_resume_from(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     """A run whose model call is retried: every event of its stream carries an id (the
     retry too), events are separated by LF alone, a stream resumed from any id gets what
@@ -350,7 +350,7 @@ async def test_every_streamed_event_has_an_id_to_resume_from(
 
 
 async def test_revoking_a_key_ends_its_open_streams_within_a_second(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     tenant = tenant_name()
     runner = await make_key(settings, tenant, "runner")
@@ -385,7 +385,7 @@ async def test_revoking_a_key_ends_its_open_streams_within_a_second(
 
 
 async def test_oidc_tokens_with_a_wrong_algorithm_a_skewed_clock_or_a_bad_tenant(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """A token whose `alg` is not its key's is refused (401, not a failure of the server);
     one issued by a clock a few seconds ahead is accepted (60 s of leeway by default); a
@@ -421,7 +421,7 @@ async def test_oidc_tokens_with_a_wrong_algorithm_a_skewed_clock_or_a_bad_tenant
 
 
 async def test_approving_a_run_that_waits_for_nothing_answers_409(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, client: Any, tmp_path: Path
 ) -> None:
     tenant = tenant_name()
     approver = await make_key(settings, tenant, "approver")

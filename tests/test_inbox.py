@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 import agentledger.demo
 from agentledger import RunClient, ToolContext, ToolRegistry, tool
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
@@ -46,7 +46,11 @@ HOSTILE = ' <img src=x onerror="document.title=1">'
 
 
 async def test_an_approver_edits_and_approves_in_the_inbox_from_a_phone(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     tenant = f"t{uuid.uuid4().hex[:8]}"
     runner = await make_key(settings, tenant, "runner")
@@ -133,7 +137,11 @@ async def send_mail(args: MailArgs, ctx: ToolContext) -> dict[str, object]:
 
 
 async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """The approver takes `bcc` out of the box: the page sends exactly what is left, says
     "Approved" only once the run applied it, the tool runs without `bcc`, and the receipt
@@ -229,7 +237,11 @@ async def start_refund(http: httpx.AsyncClient, key: str, cents: int) -> str:
 
 
 async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approval(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """The story an approver meets at a desk: the refund reads as "Refund $19.99 on order
     42", with its arguments as a table, what the run looked up first and the model's stated
@@ -278,6 +290,7 @@ async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approva
                 assert told.startswith("Approved by maria (refunds) at "), told
                 assert told.endswith("changed cents: 1999 → 1500"), told
                 # The run's timeline reads as words, not event JSON.
+                await card.locator(".timeline li.receipt").wait_for(timeout=60_000)
                 timeline = await card.locator(".timeline").inner_text()
                 assert "Asked for approval: Refund $19.99 on order 42" in timeline, timeline
                 assert "Approved by maria (refunds)" in timeline, timeline

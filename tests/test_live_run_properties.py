@@ -16,7 +16,7 @@ end and these must hold:
   each watcher sees the whole story and the receipt, every decision a command reported as
   applied is in the receipt as reported, and none it reported as recorded is lost.
 
-Forks and oversized input are operations too (issue 25): a fork at a random step is refused
+Forks and oversized input are operations too: a fork at a random step is refused
 before anything starts or is a run held to the same promises (no effect of its parent
 happens again: effects are counted across every run); a command with a field at ten times
 its bound is refused at the door, and one sent raw as a signal is recorded at most once, cut
@@ -51,13 +51,13 @@ from temporalio.testing import WorkflowEnvironment
 
 import agentledger.demo
 from agentledger.core import bounds
-from agentledger.core._wire import ApproveInput
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.messages import RunMessages
 from agentledger.core.results import DecisionResult, SayResult, WatchItem
-from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
 from agentledger.core.states import RunStatus, is_terminal
 from agentledger.core.storable import NUL_SPELLED_OUT
+from agentledger.core.wire import ApproveInput
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from agentledger.store.db import install_tool_schema, open_pool
 from agentledger.tools import Tool, ToolContext, ToolRegistry
@@ -78,7 +78,7 @@ MAX_WATCHERS = 12
 UPDATE_SLOTS = 10
 MAX_STEPS = 5
 CALLED = ("model_call", "completed")
-# A sub-agent the model may delegate to (issue 29): its runs are held to the same promises.
+# A sub-agent the model may delegate to: its runs are held to the same promises.
 HELPER = {
     "instructions": "You help.",
     "allowed_tools": ["search_notes"],
@@ -186,7 +186,7 @@ class Live:
         effect = Tool("note_effect", "note it", Text, note_effect, side_effect=True)
         registry = ToolRegistry([*agentledger.demo.registry.tools(), effect])
         await install_tool_schema(self.pool, registry.schema())
-        settings = Settings.load({}).model_copy(
+        settings = AgentLedgerConfig.load({}).model_copy(
             update={
                 "temporal_address": self.address,
                 "database_url": self.database_url,
@@ -279,7 +279,7 @@ class LiveRun(RuleBasedStateMachine):
             verify={"max_rounds": 1},
             on_message=on_message,
             subagents={"helper": HELPER} if helpers else {},
-            # A session (issue 29): it waits for the next message after each answer, and
+            # A session: it waits for the next message after each answer, and
             # compacts (a summary call, continue-as-new) every second turn.
             session=SESSION if session else None,
         )
@@ -300,13 +300,13 @@ class LiveRun(RuleBasedStateMachine):
 
     @rule()
     def say(self) -> None:
-        """A message to the run (issue 29): taken at its next model call, or it interrupts."""
+        """A message to the run: taken at its next model call, or it interrupts."""
         who = self.by("say")
         self.attempt(who, steering_ops.say(self.live.client, self.run_id, f"hi from {who}", by=who))
 
     @rule()
     def chat(self) -> None:
-        """A chat turn (issue 29): the message said, its answer followed on the live stream."""
+        """A chat turn: the message said, its answer followed on the live stream."""
         who = self.by("chat")
 
         async def turn() -> SayResult:
@@ -396,7 +396,7 @@ class LiveRun(RuleBasedStateMachine):
 
         self.live.call(send())
 
-    # ------------------------------------------------------------ watchers (issue 25, item 1)
+    # ------------------------------------------------------------ watchers
 
     @initialize()
     def nobody_watching(self) -> None:

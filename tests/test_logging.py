@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
 from agentledger.core.log_setup import configure_logging
-from agentledger.core.settings import Settings
 from agentledger.worker.worker_api import run_worker
 from tests.support import parse_python
 
@@ -73,8 +73,8 @@ def test_json_lines_carry_the_message_the_extras_and_the_traceback() -> None:
 
 def test_a_bad_log_setting_is_refused_with_its_name() -> None:
     with pytest.raises(SetupError, match=r"(?i)log_format"):
-        Settings.load({"AGENTLEDGER_LOG_FORMAT": "xml"})
-    assert Settings.load({"AGENTLEDGER_LOG_LEVEL": "debug"}).log_level == "DEBUG"
+        AgentLedgerConfig.load({"AGENTLEDGER_LOG_FORMAT": "xml"})
+    assert AgentLedgerConfig.load({"AGENTLEDGER_LOG_LEVEL": "debug"}).log_level == "DEBUG"
 
 
 def worker_command(*flags: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +106,7 @@ def test_a_worker_with_no_tools_refuses_to_start_and_says_so_in_json() -> None:
 
 async def test_run_worker_with_no_tools_refuses_before_connecting() -> None:
     # Nothing listens at this address: the refusal comes first, not a connection error.
-    settings = Settings.load(
+    settings = AgentLedgerConfig.load(
         {"TEMPORAL_ADDRESS": "127.0.0.1:9", "AGENTLEDGER_HOME": "/nonexistent"}
     )
     with pytest.raises(SetupError, match="no tools to serve"):

@@ -25,8 +25,8 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
-from agentledger.core.settings import Settings
 from agentledger.store import ledger
 from agentledger.store.db import MIGRATIONS, install_tool_schema, open_pool
 from agentledger.workflows import AgentRunWorkflow
@@ -56,7 +56,7 @@ __all__ = [
     "test_through_pgbouncer_the_cli_drives_a_run",
 ]
 
-NO_PREPARED = Settings.read({"AGENTLEDGER_PREPARED_STATEMENTS": "0"}).prepared_statements
+NO_PREPARED = AgentLedgerConfig.read({"AGENTLEDGER_PREPARED_STATEMENTS": "0"}).prepared_statements
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ async def pool(pgbouncer: str) -> AsyncIterator[AsyncConnectionPool]:
 
 
 @pytest.fixture
-def settings(settings: Settings, pgbouncer: str) -> Settings:
+def settings(settings: AgentLedgerConfig, pgbouncer: str) -> AgentLedgerConfig:
     return settings.model_copy(update={"database_url": pgbouncer, "prepared_statements": False})
 
 

@@ -28,7 +28,7 @@ from temporalio.client import Client as TemporalClient
 import agentledger.demo
 from agentledger import RunClient
 from agentledger.client.receipts import receipt_of
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
 from tests.http_support import (
     SESSION_PROFILE,
@@ -55,7 +55,7 @@ from tests.support import NOTIFY_TASK, eventually
 AGENT = "support-desk"
 
 
-async def requester_may_approve(settings: Settings, tenant: str) -> None:
+async def requester_may_approve(settings: AgentLedgerConfig, tenant: str) -> None:
     """The tenant's policy lets whoever asked for a run approve its calls (an operator's
     choice: by default another person must)."""
     async with RunClient.lazy(settings) as operator:
@@ -67,7 +67,7 @@ EDITED = "Our refund policy: 30 days, no questions asked."
 
 @pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
 async def test_an_approver_decides_through_elicitation_and_the_call_ends_with_the_receipt(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path, era: str
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path, era: str
 ) -> None:
     tenant = tenant_name()
     # A key that may both start a run and decide it: an admin's, of a tenant that lets a
@@ -111,7 +111,7 @@ async def test_an_approver_decides_through_elicitation_and_the_call_ends_with_th
 
 
 async def test_without_a_form_the_call_says_the_run_waits_and_it_completes_after_an_inbox_approval(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     """A client that shows no forms, even with a key that may decide, is told the run
     waits for approval and where; so is a runner's client that shows forms (a runner
@@ -166,7 +166,7 @@ async def test_without_a_form_the_call_says_the_run_waits_and_it_completes_after
 
 
 async def test_a_tasks_client_gets_the_run_as_a_task_that_outlives_the_server_and_approves_it(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     """A runner's call, from a client of the Tasks extension, is a task at once; the server
     is SIGKILLed and started again; the runner's poll finds the task working, its approval
@@ -220,7 +220,7 @@ async def test_a_tasks_client_gets_the_run_as_a_task_that_outlives_the_server_an
 
 
 async def test_a_session_agents_tool_call_ends_with_its_turns_answer(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     """A session agent's run stays open after its answer: the call ends with the turn's
     answer (status waiting_for_message), and so does its task for a Tasks client."""
@@ -243,7 +243,7 @@ async def test_a_session_agents_tool_call_ends_with_its_turns_answer(
 
 
 async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_written(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     pool: AsyncConnectionPool,
     worker: Any,
     tmp_path: Path,
@@ -283,7 +283,7 @@ async def test_the_protocols_page_mcp_client_and_assistant_config_work_as_writte
 
 
 async def test_mcp_refuses_bad_credentials_and_bad_input_saying_what_is_wrong(
-    settings: Settings, pool: AsyncConnectionPool, client: TemporalClient, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, client: TemporalClient, tmp_path: Path
 ) -> None:
     """Before a worker is involved: each refusal names the problem, and none starts a run;
     a call whose run no worker serves says at once that it is queued."""

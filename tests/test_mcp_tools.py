@@ -206,8 +206,8 @@ async def test_an_edit_naming_a_field_an_mcp_tool_lacks_is_refused(desk: McpServ
 
     from temporalio.exceptions import ApplicationError
 
-    from agentledger.core._wire import ApproveInput
     from agentledger.core.results import PendingApproval
+    from agentledger.core.wire import ApproveInput
     from agentledger.workflows.approvals import check_edit
 
     connection = McpConnection(desk)

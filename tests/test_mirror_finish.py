@@ -9,9 +9,9 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from agentledger.activities.mirror import MirrorActivities
-from agentledger.core._wire import FinishInput, ReceiptChanges
 from agentledger.core.results import Receipt
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import FinishInput, ReceiptChanges
 from agentledger.store.db import pipelined_transaction
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
@@ -70,7 +70,7 @@ async def test_finish_writes_the_last_rows_and_the_receipt_together(pool):
         FinishInput(batch=mirror_batch(run_id, fence=5, status="completed"), receipt=sent),
     )
     assert await written(pool, run_id) == (1, 1, 1)
-    # History gets what the activity changed, not the receipt again (issue 31); applied to
+    # History gets what the activity changed, not the receipt again; applied to
     # what the workflow sent, it is the receipt stored.
     assert isinstance(echo, ReceiptChanges) and len(echo.model_dump_json()) < 100
     [stored] = await rows(pool, "SELECT receipt FROM receipts WHERE run_id = %s", run_id)

@@ -13,10 +13,10 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from agentledger.activities.model import ModelActivities
-from agentledger.core._wire import ModelCallInput
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import STEP_OUTPUT_REF
 from agentledger.core.results import Usage
-from agentledger.core.settings import Settings
+from agentledger.core.wire import ModelCallInput
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.store.conversation import ConversationStore
 from agentledger.store.mirror_store import AttemptEnd, MirrorStore
@@ -164,7 +164,7 @@ async def test_a_model_attempt_reads_and_journals_its_answer_with_its_claim_and_
             journal,
             ConversationStore(pool),
             default_model="m",
-            prices=Settings.load({}).model_prices,
+            prices=AgentLedgerConfig.load({}).model_prices,
             identity="w",
             vault=SecretVault(pool),
             stream_text=False,

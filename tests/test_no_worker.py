@@ -16,7 +16,7 @@ from temporalio.client import WorkflowFailureError
 
 from agentledger.cli import render
 from agentledger.core.backlog_models import TaskItem
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as backlog_ops
 from tests import client_ops as ops
@@ -50,7 +50,7 @@ async def mirrored_waiting(pool: Any, run_id: str) -> None:
 
 
 @pytest.fixture
-def timed_cli(settings: Settings, tmp_path: Path) -> Any:
+def timed_cli(settings: AgentLedgerConfig, tmp_path: Path) -> Any:
     home = tmp_path / "agentledger-home"
 
     async def call(*args: str) -> tuple[Result, float]:

@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentledger import RunClient
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.webhooks import SIGNATURE_HEADER, verify
 from tests.http_support import tenant_name
 from tests.support import NOTIFY_TASK, eventually, wait_pending
@@ -27,7 +27,7 @@ def events(receiver: Receiver) -> list[str]:
 
 
 async def test_a_tenants_webhooks_hear_of_approvals_and_ends(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, client: Client, worker: Any
 ) -> None:
     tenant, other = tenant_name(), tenant_name()
     ours = settings.model_copy(update={"tenant": tenant})
@@ -78,7 +78,7 @@ async def test_a_tenants_webhooks_hear_of_approvals_and_ends(
 
 
 async def test_a_delivery_under_way_when_its_worker_is_killed_is_not_lost(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, client: Client, worker: Any
 ) -> None:
     """The worker making the delivery is SIGKILLed while the receiver holds the request; a
     worker started afterwards makes it again (Temporal's attempt timed out), and it lands."""

@@ -1,4 +1,4 @@
-"""Acts that span tenants are operators' (issue 35): under a tenant's scope they are refused,
+"""Acts that span tenants are operators': under a tenant's scope they are refused,
 as `tenants set` is, or confined to the tenant (`prune`), and name no other tenant's run.
 
 Through the `agentledger` console script and `starter.py`, with AGENTLEDGER_TENANT in the

@@ -23,8 +23,8 @@ from temporalio.client import Client
 
 from agentledger import RunClient
 from agentledger.core.backlog_models import child_run_id
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import RunNotFound
-from agentledger.core.settings import Settings
 from tests.http_support import bearer, make_key, served
 from tests.support import (
     NOTIFY_TASK,
@@ -73,7 +73,11 @@ async def task_waits(client: Client, run_id: str) -> Any:
 
 
 async def test_a_runner_cannot_sidestep_the_approvals_the_operator_set(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """A start naming no agent runs the operator's only profile, so its ticket waits for
     approval; so does a backlog task whose own spec drops the approvals; a task with an agent
@@ -153,7 +157,11 @@ async def test_a_runner_cannot_sidestep_the_approvals_the_operator_set(
 
 
 async def test_a_decision_is_made_in_the_credentials_role_by_its_identity(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """A plain approver key that says `"role": "finance"` is refused (403); a key that decides
     in finance approves. The run's requester is the key that started it (not the body's
@@ -216,7 +224,11 @@ async def test_a_decision_is_made_in_the_credentials_role_by_its_identity(
 
 
 async def test_the_requester_cannot_approve_and_two_people_must(
-    settings: Settings, pool: AsyncConnectionPool, client: Client, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """The tenant's admin turns the two-person rule on over HTTP; whoever asked for the run
     may not approve it; one approval is counted, not applied; the same person twice is
@@ -261,7 +273,7 @@ async def test_the_requester_cannot_approve_and_two_people_must(
 
 
 async def test_an_idempotency_key_names_one_request(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     """The same key and body answer the first run; another body under the key is refused,
     naming the first run (409 over HTTP, exit 5 from the CLI)."""
@@ -293,7 +305,7 @@ async def test_an_idempotency_key_names_one_request(
         await operator.runs.cancel(run_id)
 
 
-async def test_tenants_set_and_show_the_policy(settings: Settings, tmp_path: Path) -> None:
+async def test_tenants_set_and_show_the_policy(settings: AgentLedgerConfig, tmp_path: Path) -> None:
     tenant = tenant_name()
     home = tmp_path / "home"
     made = await run_cli(

@@ -17,10 +17,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 import agentledger.demo
 from agentledger.client import projection
-from agentledger.core._wire import MirrorBatch, RunSnapshot, StepRecord
 from agentledger.core.payload_limits import PayloadLimitInterceptor, trimmed
 from agentledger.core.results import RunResult
 from agentledger.core.spec import RunSpec
+from agentledger.core.wire import MirrorBatch, RunSnapshot, StepRecord
 from agentledger.dev.offline_model import OfflineModelServer, completion
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 from agentledger.tools.registry import ToolError
@@ -323,7 +323,9 @@ def test_a_last_record_too_large_to_send_is_cut_not_lost():
         created_at="2025-01-01T00:00:00Z",
         updated_at="2025-01-01T00:00:00Z",
     )
-    step = StepRecord(step_id="0001-model_call", seq=1, type="model_call", name="m", status="x")
+    step = StepRecord(
+        step_id="0001-model_call", seq=1, type="model_call", name="m", status="completed"
+    )
     batch = MirrorBatch(run=snapshot, steps=[step.model_copy(update={"output": ["z" * 9000]})])
     cut = trimmed(batch)
     assert cut.run.checkpoint["small"] == "kept" and cut.run.version == 3

@@ -1,4 +1,4 @@
-"""A user's own Temporal project adopts agentledger with `AgentLedgerPlugin` (issue 37): its own
+"""A user's own Temporal project adopts agentledger with `AgentLedgerPlugin`: its own
 workflow and activity, its own payload codec and the SDK's OpenTelemetry plugin stay as they
 were; adding the plugin changes at most five lines (tests/plugin_app). The project runs
 from a folder outside the package: its workflow runs an agent that asks for approval, the

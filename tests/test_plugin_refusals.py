@@ -22,7 +22,9 @@ class PlainJson(DefaultPayloadConverter):
 
 
 def config(**fields: object) -> AgentLedgerConfig:
-    return AgentLedgerConfig("postgresql://u@localhost/db", model_base_url="http://m/v1", **fields)  # type: ignore[arg-type]
+    return AgentLedgerConfig(
+        database_url="postgresql://u@localhost/db", openai_base_url="http://m/v1", **fields
+    )
 
 
 def client_with(env: WorkflowEnvironment, *plugins: AgentLedgerPlugin) -> Client:
@@ -57,7 +59,7 @@ def test_no_tools(env: WorkflowEnvironment):
 
 
 async def test_a_worker_on_another_queue_is_left_alone(env: WorkflowEnvironment):
-    client = client_with(env, AgentLedgerPlugin(config(demo=True, task_queue="agent-runs")))
+    client = client_with(env, AgentLedgerPlugin(config(demo=True, engine_queue="agent-runs")))
     mine = Worker(client, task_queue="orders", workflows=[], activities=[_noop])
     engine = Worker(client, task_queue="agent-runs", workflows=[], activities=[])
     assert mine.config(active_config=True)["workflows"] == []

@@ -26,7 +26,10 @@ async def test_openai_agents_and_agentledger_in_one_worker(
     set_tracing_disabled(True)  # the SDK's tracing would post to OpenAI
     queue = f"together-{uuid.uuid4().hex[:8]}"
     config = AgentLedgerConfig(
-        database_url, model_base_url=model_server.base_url, demo=True, task_queue=queue
+        database_url=database_url,
+        openai_base_url=model_server.base_url,
+        demo=True,
+        task_queue=queue,
     )
     openai_agents = OpenAIAgentsPlugin(
         model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)),

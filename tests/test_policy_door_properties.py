@@ -51,9 +51,9 @@ from agentledger import RunClient
 from agentledger.core import merge_patch
 from agentledger.core.access import GRANTS
 from agentledger.core.backlog_models import child_run_id
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.http_settings import HttpSettings
 from agentledger.core.identity import Identity
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.http.server import bind, serve, url_of
 from agentledger.store import tool_sets
@@ -118,7 +118,7 @@ class Stack:
         self.issuer.server.__enter__()
         agents = tmp / "agents.yaml"
         agents.write_text(json.dumps(PROFILE))
-        self.settings = Settings.load({}).model_copy(
+        self.settings = AgentLedgerConfig.load({}).model_copy(
             update={
                 "temporal_address": address,
                 "database_url": database_url,

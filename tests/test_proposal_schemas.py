@@ -1,5 +1,5 @@
 """A proposed call carries its tool's argument schema only when it waits for an approver
-(issue 31: the schema is for checking an approver's edit; in every other call it was
+(the schema is for checking an approver's edit; in every other call it was
 history bytes nothing read)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from agentledger.activities.proposals import proposed_call
-from agentledger.core._wire import ModelCallInput
 from agentledger.core.spec import ApprovalPolicy, RiskLevel
+from agentledger.core.wire import ModelCallInput
 from agentledger.tools import Tool, ToolContext, ToolRegistry
 
 

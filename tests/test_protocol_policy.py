@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from psycopg_pool import AsyncConnectionPool
 
 import agentledger.demo
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.store import tool_sets
 from tests.http_support import bearer, make_key, served, tenant_name
 from tests.mcp_support import (
@@ -194,7 +194,7 @@ def refused_by_role(said: str) -> bool:
 
 @pytest.mark.parametrize("face", FACES)
 async def test_no_face_lets_a_viewer_start_a_runner_approve_or_a_stranger_reach_a_run(
-    settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path, face: str
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path, face: str
 ) -> None:
     tenant, other = tenant_name(), tenant_name()
     viewer = await make_key(settings, tenant, "viewer")

@@ -16,11 +16,11 @@ from genai_prices import calc_price
 from temporalio.exceptions import ApplicationError
 
 from agentledger.cli.render import receipt_markdown
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
 from agentledger.core.pricing import price_of
 from agentledger.core.providers import Provider, load_providers, with_retry_after_policy
 from agentledger.core.results import Usage
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentledger.profiles import Agent
 from agentledger.store.metrics import stats
@@ -39,7 +39,7 @@ def test_providers_load_from_inline_json_or_a_file(tmp_path):
         "providers:\n  anthropic:\n    base_url: https://api.anthropic.com/v1/\n"
         "    api_key_env: ANTHROPIC_API_KEY\n"
     )
-    loaded = Settings.load({"AGENTLEDGER_PROVIDERS": str(path)}).providers
+    loaded = AgentLedgerConfig.load({"AGENTLEDGER_PROVIDERS": str(path)}).providers
     assert load_providers(loaded)["anthropic"].api_key_env == "ANTHROPIC_API_KEY"
     for bad, says in (
         ('{"x": {"base_url": "ftp://nowhere"}}', "provider 'x': base_url"),

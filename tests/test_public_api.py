@@ -2,7 +2,7 @@
 
 A user writes against those names (README "Your agent in five minutes"); everything else may
 change. So RunClient's signatures and the public models hold only public types, nothing
-public is defined in a private module (`agentledger/core/_wire.py`, `_state.py`), a person's
+public is defined in a private module (`agentledger/core/wire.py`, `_state.py`), a person's
 `RunSpec` cannot carry what only the engine sets, every error agentledger raises to a person
 has the one exported base, and the user-facing docs name only public names.
 """
@@ -33,8 +33,8 @@ import agentledger
 import agentledger.types
 from agentledger.core import errors
 from agentledger.core._state import RunInput
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.results import ForkOrigin
-from agentledger.core.settings import Settings
 from agentledger.core.spec import ENGINE_ONLY, RunSpec
 from tests.support import parse_python
 
@@ -58,6 +58,7 @@ ENGINE_FIELDS = [
     "subagent_depth",
     "requester",
     "tenant_policy",
+    "model_calls_rated",
 ]
 
 
@@ -88,7 +89,7 @@ def leaves(annotation: object) -> list[object]:
 
 def services() -> dict[str, type]:
     """RunClient's services (`client.runs`, `client.backlogs`, ...), by attribute."""
-    client = agentledger.RunClient(None, Settings.read({}))
+    client = agentledger.RunClient(None, AgentLedgerConfig.read({}))
     return {
         name: type(value)
         for name, value in vars(client).items()
@@ -205,7 +206,7 @@ def test_nothing_public_lives_in_a_private_module():
         module = getattr(obj, "__module__", None) or ""
         hidden = [part for part in module.split(".") if part.startswith("_")]
         assert not hidden, f"{name} is defined in the private module {module}"
-    for module in ("agentledger.core._wire", "agentledger.core._state"):
+    for module in ("agentledger.core.wire", "agentledger.core._state"):
         defined = {
             node.name
             for node in parse_python(
@@ -238,7 +239,7 @@ def test_a_run_spec_has_no_engine_fields_and_refuses_them():
 
 
 async def test_the_front_door_refuses_a_forged_engine_field_before_connecting():
-    runs = agentledger.RunClient(None, Settings.read({})).runs
+    runs = agentledger.RunClient(None, AgentLedgerConfig.read({})).runs
     with pytest.raises(ValidationError, match="fairness_weight"):
         await runs.start("t", fairness_weight=100.0)
     with pytest.raises(ValidationError, match="fork"):

@@ -15,7 +15,7 @@ from temporalio.testing import ActivityEnvironment
 
 from agentledger.activities.step_claim import QUICK_GRACE_SECONDS
 from agentledger.activities.tools import ToolActivities
-from agentledger.core._wire import ToolCallInput, ToolCallResult
+from agentledger.core.wire import ToolCallInput, ToolCallResult
 from agentledger.store.artifacts import ArtifactStore
 from agentledger.store.mirror_store import AttemptEnd, MirrorStore
 from agentledger.store.vault import SecretVault

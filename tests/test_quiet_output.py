@@ -1,4 +1,4 @@
-"""Quiet by default, true always (issue 36): other libraries are heard from WARNING up,
+"""Quiet by default, true always: other libraries are heard from WARNING up,
 `--json` and `--log-level` are taken wherever they are typed, a stopping worker drains for its
 grace period and says what became of its steps, and users see no project-maintenance text.
 

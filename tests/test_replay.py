@@ -20,13 +20,13 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentledger.core._state import RunInput
-from agentledger.core._wire import ModelCallResult
 from agentledger.core.constants import (
     ACTIVITY_MODEL_COMPLETE,
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
     SIGNAL_BACKLOG_RETRY,
 )
+from agentledger.core.wire import ModelCallResult
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from agentledger.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
@@ -81,7 +81,7 @@ def test_backlogs_from_before_and_after_child_priority_have_histories():
 
 
 def test_backlog_children_under_their_tenants_policy_have_a_history():
-    """Backlogs whose runs read their tenant's policy before they start (issue 24), and
+    """Backlogs whose runs read their tenant's policy before they start, and
     those recorded before, which start them without."""
     taken = {path.stem: patch_ids(path) for path in HISTORIES}
     assert CHILD_POLICY not in taken["backlog_held_writes"]
@@ -101,42 +101,16 @@ def test_backlog_held_writes_have_a_history():
     assert signals == [SIGNAL_BACKLOG_ENQUEUE, SIGNAL_BACKLOG_RESUME, SIGNAL_BACKLOG_RETRY]
 
 
-def test_generation_3_has_histories_without_markers():
-    """A run of generation 3 names it in its input: no patch marker, no change-version
-    upsert; its checks' verdict came back with the model's reply: no local activity."""
-    for name in ("generation_3", "generation_3_cancelled"):
-        history = json.loads((HISTORIES[0].parent / f"{name}.json").read_text())["events"]
-        started = history[0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
-        assert json.loads(base64.b64decode(started["data"]))["workflow_generation"] == 3
-        kinds = [e["eventType"] for e in history]
-        assert "EVENT_TYPE_MARKER_RECORDED" not in kinds, name
-        upserted = [
-            field
-            for e in history
-            if e["eventType"] == "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"
-            for field in e["upsertWorkflowSearchAttributesEventAttributes"]["searchAttributes"][
-                "indexedFields"
-            ]
-        ]
-        assert set(upserted) == {"AgentrunStatus"}, name
-
-
 def test_histories_of_both_endings_replay():
-    """Generation 5 (issue 36) ends a rejected run Canceled and a failed one Failed in
-    Temporal, and so do later generations; runs of generation 4 completed whatever
-    agentledger said, and still replay so."""
+    """A rejected run ends Canceled and a failed one Failed in Temporal, as agentledger says."""
+    names = ("rejected", "unknown_outcome_expired")
     endings = {
         name: (started_input(events_of(name))["workflow_generation"], events_of(name)[-1])
-        for name in (
-            "generation_4_rejected",
-            "generation_4_failed",
-            "rejected",
-            "unknown_outcome_expired",
-        )
+        for name in (*names, *(f"generation_5_{name}" for name in names))
     }
     assert {name: (gen, last["eventType"]) for name, (gen, last) in endings.items()} == {
-        "generation_4_rejected": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
-        "generation_4_failed": (4, "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED"),
+        "generation_5_rejected": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
+        "generation_5_unknown_outcome_expired": (5, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
         "rejected": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED"),
         "unknown_outcome_expired": (6, "EVENT_TYPE_WORKFLOW_EXECUTION_FAILED"),
     }
@@ -210,7 +184,7 @@ def messages(history: list[dict]) -> set[str]:
     return found
 
 
-# The replay gate (issue 28): for every path a run takes, a history recorded from the current
+# The replay gate: for every path a run takes, a history recorded from the current
 # generation of the code (scripts/record_histories.py, scripts/record_backlog_history.py), so
 # a change that breaks any shape of open run fails test_replay before it lands.
 PATHS = {
@@ -232,7 +206,7 @@ PATHS = {
         lambda h: "START_CHILD_WORKFLOW_EXECUTION_INITIATED" in kinds(h),
     ),
     "backlog": ("backlog_current", lambda h: "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" in kinds(h)),
-    # Issue 35: a tenant's own policy stops its tasks alone; it resumes its part (a signal).
+    # A tenant's own policy stops its tasks alone; it resumes its part (a signal).
     "backlog tenant's part": (
         "backlog_tenant_parts",
         lambda h: SIGNAL_BACKLOG_RESUME in messages(h),
@@ -275,7 +249,7 @@ PATHS = {
     "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
     "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
     "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),
-    # Issue 40: an eval's cases as its child runs, continued as new between batches.
+    # An eval's cases as its child runs, continued as new between batches.
     "eval": (
         "eval_current",
         lambda h: (
@@ -344,7 +318,7 @@ def test_a_reply_finished_by_the_workflow_has_a_history():
 
 
 def test_steering_has_histories():
-    """A message said to a run in flight (issue 29): taken before the next model call, and
+    """A message said to a run in flight: taken before the next model call, and
     cancelling the model call in flight (on_message: interrupt)."""
     kinds = {}
     for name in ("steered_queue", "steered_interrupt"):
@@ -360,7 +334,7 @@ def test_steering_has_histories():
 
 def test_a_session_past_its_windows_has_histories():
     """A session whose continuation dropped its oldest turns, messages and steps from the
-    state it carried (issue 35): the run that continued as new, and the continuation."""
+    state it carried: the run that continued as new, and the continuation."""
     path = HISTORIES[0].parent / "session_left_in_mirror_first_run.json"
     history = WorkflowHistory.from_json("s", path.read_text())
     [continued] = [
@@ -378,7 +352,7 @@ def test_a_session_past_its_windows_has_histories():
 
 
 def test_subagents_have_a_history():
-    """A parent that delegated to two sub-agents, each a child run (issue 29)."""
+    """A parent that delegated to two sub-agents, each a child run."""
     path = HISTORIES[0].parent / "subagents.json"
     kinds = [e.event_type for e in WorkflowHistory.from_json("s", path.read_text()).events]
     completed = EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
@@ -387,7 +361,7 @@ def test_subagents_have_a_history():
 
 def test_a_paused_parent_and_its_childs_approval_have_histories():
     """The parent forwarded its pause and resume to its child (signals it sent), and heard
-    of the child's approval (signals it took); the child the other way round (issue 29)."""
+    of the child's approval (signals it took); the child the other way round."""
     sent = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
     taken = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
     for name in ("subagent_paused_and_approved", "subagent_paused_and_approved_child"):

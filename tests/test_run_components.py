@@ -16,15 +16,15 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from agentledger.core._state import RunInput, RunProgress
-from agentledger.core._wire import (
+from agentledger.core.results import PendingApproval
+from agentledger.core.states import RunStatus
+from agentledger.core.wire import (
     ApproveInput,
     ControlInput,
     ProposedToolCall,
     RejectInput,
     RunEvent,
 )
-from agentledger.core.results import PendingApproval
-from agentledger.core.states import RunStatus
 from agentledger.workflows.approvals import Approvals
 from agentledger.workflows.changes import Changes, for_new_run
 from agentledger.workflows.recording import Recorder, RunContext
@@ -35,6 +35,11 @@ from agentledger.workflows.subagents import Subagents
 
 RUN_ID = "run-component"
 T0 = datetime(2026, 12, 4, tzinfo=UTC)
+
+
+def current(run: RunContext) -> Changes:
+    """The changes a run started now takes."""
+    return Changes(for_new_run(run.spec).workflow_generation)
 
 
 def context(spec: RunInput, progress: RunProgress) -> tuple[RunContext, list[RunEvent]]:
@@ -92,7 +97,7 @@ def test_approvals_refuse_a_decision_that_does_not_fit_and_record_nothing(
 ):
     progress = waiting_for_approval()
     run, published = context(RunInput(task="refund order 7", tenant="acme"), progress)
-    approvals = Approvals(run, no_parent)
+    approvals = Approvals(run, no_parent, current(run))
     with pytest.raises(ApplicationError) as refused:
         approvals.validate(decision)
     assert refused.value.message == refusal
@@ -106,21 +111,17 @@ def test_approvals_refuse_a_decision_for_a_run_that_waits_for_none():
     decision = ApproveInput(action_hash="h", by="alice", role="finance")
     not_waiting = r"is not waiting for an approval \(status planning\)"
     with pytest.raises(ApplicationError, match=not_waiting):
-        Approvals(run, no_parent).validate(decision)
+        Approvals(run, no_parent, current(run)).validate(decision)
     progress.status = RunStatus.COMPLETED
     with pytest.raises(ApplicationError, match=f"run {RUN_ID} already ended as completed"):
-        Approvals(run, no_parent).validate(decision)
+        Approvals(run, no_parent, current(run)).validate(decision)
 
 
 def test_run_controls_refuse_a_resume_of_a_run_not_paused_and_a_pause_of_an_ended_one():
     progress = RunProgress(started_at=T0, status=RunStatus.PLANNING)
     run, _ = context(RunInput(task="t"), progress)
     forwarded: list[str] = []
-    controls = RunControls(
-        run,
-        Changes(for_new_run(run.spec).workflow_generation),
-        lambda signal, _: forwarded.append(signal),
-    )
+    controls = RunControls(run, lambda signal, _: forwarded.append(signal))
     with pytest.raises(ApplicationError, match=r"is not paused \(status planning\)"):
         controls.validate_resume(ControlInput(by="ops"))
     progress.status = RunStatus.FAILED
@@ -147,9 +148,11 @@ def test_a_sessions_step_limit_counts_the_model_calls_of_its_turn_only():
     async def never_continues() -> None:
         raise AssertionError("no continue-as-new is asked of a step limit")
 
-    sessions = Sessions(run, Steering(run), never_continues)
+    sessions = Sessions(run, Steering(run, current(run)), never_continues)
     assert sessions.calls_left()  # two calls of this turn's three
     progress.model_calls = 11
     assert not sessions.calls_left()
     one_shot, _ = context(RunInput(task="t", max_steps=3), progress)
-    assert not Sessions(one_shot, Steering(one_shot), never_continues).calls_left()
+    assert not Sessions(
+        one_shot, Steering(one_shot, current(one_shot)), never_continues
+    ).calls_left()

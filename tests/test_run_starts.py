@@ -1,4 +1,4 @@
-"""One way for a workflow to start a run (issue 35, item 1): every child workflow the engine's
+"""One way for a workflow to start a run: every child workflow the engine's
 workflows start goes through agentledger/workflows/run_starts.py, which takes only a run input
 carrying its tenant's policy, so the next way to start a run cannot skip the policy."""
 

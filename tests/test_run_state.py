@@ -17,7 +17,6 @@ from temporalio.contrib.workflow_streams import PublisherState, WorkflowStreamSt
 from temporalio.contrib.workflow_streams._types import _WorkflowStreamWireItem
 
 from agentledger.core._state import RunInput, RunProgress
-from agentledger.core._wire import ApproveInput
 from agentledger.core.results import (
     ApprovalRecord,
     CheckOutcome,
@@ -33,6 +32,7 @@ from agentledger.core.results import (
 )
 from agentledger.core.spec import Budget
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import ApproveInput
 from agentledger.workflows import AgentRunWorkflow, run_state
 from tests.support import parse_python
 

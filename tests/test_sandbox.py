@@ -276,7 +276,7 @@ def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
 ) -> None:
     import argparse
 
-    from agentledger.core.settings import Settings
+    from agentledger.core.config import AgentLedgerConfig
     from agentledger.tools.loading import DEMO_TOOLS, load_registry
     from agentledger.worker.tool_flags import add_tool_flags, tool_sources
 
@@ -284,10 +284,10 @@ def test_the_worker_flag_adds_run_code_beside_the_demo_tools(
     parser = argparse.ArgumentParser()
     add_tool_flags(parser)
     flags = ["--sandbox", docker_engine.image, "--sandbox-limits", "seconds=5"]
-    alone, _ = tool_sources(parser.parse_args(flags), Settings.load({}), "worker-7")
+    alone, _ = tool_sources(parser.parse_args(flags), AgentLedgerConfig.load({}), "worker-7")
     assert [t.name for t in alone[0]] == ["run_code"], "named alone, run_code alone"
     args = parser.parse_args([*flags, "--tools", DEMO_TOOLS])
-    tools, mcp = tool_sources(args, Settings.load({}), "worker-7")
+    tools, mcp = tool_sources(args, AgentLedgerConfig.load({}), "worker-7")
     assert tools[0] == DEMO_TOOLS and mcp == []
     registry = load_registry(tools)
     assert "run_code" in registry.names() and "send_message" in registry.names()

@@ -22,9 +22,9 @@ from pydantic import BaseModel, SecretStr
 
 from agentledger.activities.provider_clients import model_client
 from agentledger.cli.render import receipt_markdown
-from agentledger.core.errors import SecretUnavailable, SetupError
+from agentledger.core.config import AgentLedgerConfig
+from agentledger.core.errors import SecretUnavailable, ServiceUnreachable
 from agentledger.core.results import RunResult
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from agentledger.store.db import open_pool
 from agentledger.store.vault import MARKER, SecretScope, SecretVault
@@ -265,7 +265,7 @@ def test_settings_never_show_their_secrets():
         "DATABASE_URL": f"postgresql://agent:{PASSWORD}@db.internal/agentledger",
         "AGENTLEDGER_ENCRYPTION_KEYS": "k1:" + base64.b64encode(key).decode(),
     }
-    settings = Settings.load(env)
+    settings = AgentLedgerConfig.load(env)
     assert settings.openai_api_key.get_secret_value() == API_KEY
     assert settings.encryption_key_material() == {"k1": key}
     for shown in (repr(settings), str(settings), f"{settings}"):
@@ -275,7 +275,7 @@ def test_settings_never_show_their_secrets():
 
 async def test_an_unreachable_database_error_hides_its_password():
     url = f"postgresql://agent:{PASSWORD}@127.0.0.1:9/agentledger?connect_timeout=1"
-    with pytest.raises(SetupError) as raised:
+    with pytest.raises(ServiceUnreachable) as raised:
         await open_pool(url, connect_seconds=1)
     assert PASSWORD not in str(raised.value) and "agent:***@127.0.0.1" in str(raised.value)
 

@@ -1,4 +1,4 @@
-"""Sessions (issue 29, item 2): a run that stays open after its answer, on the real stack.
+"""Sessions: a run that stays open after its answer, on the real stack.
 
 A session answers its task, waits for the next message holding no worker, answers it as a
 new turn, and so on; a worker killed (SIGKILL) in the middle of a turn loses nothing; every
@@ -6,7 +6,7 @@ new turn, and so on; a worker killed (SIGKILL) in the middle of a turn loses not
 continues as new, the model reading the summary and the recent turns while the mirror keeps
 every word; idle for its `idle_timeout`, it completes with a receipt that has a section per
 turn. `agentledger chat` does the same from a pipe. A session of 1,000 messages of 20,000
-characters runs on, carrying a bounded state across its continuations (issue 35).
+characters runs on, carrying a bounded state across its continuations.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pytest
 from agentledger import RunClient
 from agentledger.activities.model import SUMMARY_PROMPT
 from agentledger.cli.render import receipt_markdown
-from agentledger.core._wire import ControlInput, SayInput
 from agentledger.core.errors import NotAnswered, OperationRefused, RunNotFound
 from agentledger.core.messages import RunMessages
+from agentledger.core.wire import ControlInput, SayInput
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from agentledger.workflows import AgentRunWorkflow, sessions
 from tests import client_ops as ops

@@ -1,8 +1,7 @@
-"""Settings: one typed object, one boolean syntax, errors that name the variable.
+"""AgentLedgerConfig: one typed object, one boolean syntax, errors that name the variable.
 
-Each AGENTLEDGER_* variable is declared once on `agentledger.core.settings.Settings`; these tests
-hold
-the promises people rely on when they set one.
+Each AGENTLEDGER_* variable is declared once on `agentledger.AgentLedgerConfig`; these tests
+hold the promises people rely on when they set one.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from agentledger.core.config import AgentLedgerConfig, write_stack_file
 from agentledger.core.constants import DEFAULT_TEMPORAL_ADDRESS, DEFAULT_WEB_UI
 from agentledger.core.errors import SetupError
-from agentledger.core.settings import Settings, write_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,15 +30,15 @@ def test_every_boolean_reads_the_same_syntax(raw, expected):
         ("AGENTLEDGER_SEARCH_ATTRIBUTES", "search_attributes"),
         ("AGENTLEDGER_OTEL", "otel"),
     ):
-        assert getattr(Settings.load({name: raw}), field) is expected, (name, raw)
+        assert getattr(AgentLedgerConfig.load({name: raw}), field) is expected, (name, raw)
 
 
 def test_an_empty_variable_counts_as_unset():
-    loaded = Settings.load(
+    loaded = AgentLedgerConfig.load(
         {"AGENTLEDGER_SEARCH_ATTRIBUTES": "", "AGENTLEDGER_OTEL": "", "AGENTLEDGER_MODEL": ""}
     )
     assert loaded.search_attributes is True and loaded.otel is False
-    assert loaded.model == Settings.load({}).model
+    assert loaded.model == AgentLedgerConfig.load({}).model
 
 
 @pytest.mark.parametrize(
@@ -52,13 +51,14 @@ def test_an_empty_variable_counts_as_unset():
 )
 def test_a_value_that_does_not_parse_names_its_variable(name, raw):
     with pytest.raises(SetupError, match=f"invalid setting: {name}"):
-        Settings.load({name: raw})
+        AgentLedgerConfig.load({name: raw})
 
 
 def test_the_environment_first_then_the_stack_file_then_defaults(tmp_path):
     home = tmp_path / "home"
     assert (
-        Settings.load({"AGENTLEDGER_HOME": str(home)}).temporal_address == DEFAULT_TEMPORAL_ADDRESS
+        AgentLedgerConfig.load({"AGENTLEDGER_HOME": str(home)}).temporal_address
+        == DEFAULT_TEMPORAL_ADDRESS
     )
     write_stack_file(
         home,
@@ -68,11 +68,11 @@ def test_the_environment_first_then_the_stack_file_then_defaults(tmp_path):
             "database_url": "postgresql://stack/db",
         },
     )
-    from_stack = Settings.load({"AGENTLEDGER_HOME": str(home)})
+    from_stack = AgentLedgerConfig.load({"AGENTLEDGER_HOME": str(home)})
     assert from_stack.temporal_address == "127.0.0.1:17233"
     assert from_stack.web_ui_url == "http://127.0.0.1:18233"
     assert from_stack.database_url == "postgresql://stack/db"
-    overridden = Settings.load(
+    overridden = AgentLedgerConfig.load(
         {
             "AGENTLEDGER_HOME": str(home),
             "AGENTLEDGER_WEB_UI": DEFAULT_WEB_UI,
@@ -85,8 +85,8 @@ def test_the_environment_first_then_the_stack_file_then_defaults(tmp_path):
 
 def test_a_given_mapping_replaces_the_environment(monkeypatch):
     monkeypatch.setenv("AGENTLEDGER_TASK_QUEUE", "from-the-environment")
-    assert Settings.load().task_queue == "from-the-environment"
-    assert Settings.load({}).task_queue != "from-the-environment"
+    assert AgentLedgerConfig.load().task_queue == "from-the-environment"
+    assert AgentLedgerConfig.load({}).task_queue != "from-the-environment"
 
 
 def test_the_local_ports_are_defined_once():

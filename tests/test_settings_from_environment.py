@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import TASK_QUEUE
-from agentledger.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = base64.b64encode(bytes(range(32))).decode()
@@ -318,7 +318,7 @@ SECRETS = ("s3cr3t", KEY, OLD_KEY)
 def settings_variables() -> set[str]:
     return {
         f.validation_alias
-        for f in Settings.model_fields.values()
+        for f in AgentLedgerConfig.model_fields.values()
         if isinstance(f.validation_alias, str)
     }
 
@@ -443,7 +443,7 @@ SHOWN_OTHERWISE = {
     ("entry", "command"), [(entry, command) for entry, command in PROCESSES.items()]
 )
 def test_the_reported_failures_in_processes_of_their_own(entry, command, tmp_path):
-    """Issue 25's reproductions, each entry point a process of its own: a valid
+    """The reproductions, each entry point a process of its own: a valid
     AGENTLEDGER_ENCRYPTION_KEYS is read; AGENTLEDGER_MODEL_PRICES='{bad' is one line, exit 2."""
     environ = clean_environment(tmp_path)
     if entry == "cli":
@@ -578,7 +578,7 @@ def test_the_compose_files_variables_are_not_taken_for_misspelt_settings(tmp_pat
     """docker-compose.yml reads its ports, bind address and passwords from AGENTLEDGER_
     variables a user keeps in the same environment: none of them is warned about."""
     compose = (Path(__file__).parents[1] / "docker-compose.yml").read_text()
-    settings = {f.validation_alias for f in Settings.model_fields.values()}
+    settings = {f.validation_alias for f in AgentLedgerConfig.model_fields.values()}
     names = sorted(set(re.findall(r"\$\{(AGENTLEDGER_[A-Z_]+)", compose)) - settings)
     assert "AGENTLEDGER_BIND" in names and "AGENTLEDGER_PG_PASSWORD" in names, names
     done = agentledger(tmp_path, dict.fromkeys(names, "1"), "settings", "--json")

@@ -17,10 +17,10 @@ from agentledger import RunClient
 from agentledger.client import approver_keys
 from agentledger.client.approver_keys import ApproverKey
 from agentledger.core import approval_signatures
-from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.errors import InvalidInput, OperationError
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import ApprovalPolicy
+from agentledger.core.wire import ApproveInput, RejectInput
 from agentledger.store.approver_store import ApproverStore
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as door

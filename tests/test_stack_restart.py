@@ -12,8 +12,8 @@ import uuid
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import WorkflowExecutionStatus
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.results import RunResult
-from agentledger.core.settings import Settings
 from agentledger.dev.stack import EmbeddedStack, free_port, frontend_serving, port_open
 from agentledger.store.db import open_pool
 from agentledger.temporal.client import connect
@@ -23,8 +23,8 @@ from tests.conftest import running_worker
 from tests.support import eventually, make_spec, rows, wait_pending
 
 
-def settings_for(endpoints: dict[str, str], task_queue: str) -> Settings:
-    return Settings.load({}).model_copy(
+def settings_for(endpoints: dict[str, str], task_queue: str) -> AgentLedgerConfig:
+    return AgentLedgerConfig.load({}).model_copy(
         update=dict(
             temporal_address=endpoints["temporal_address"],
             database_url=endpoints["database_url"],

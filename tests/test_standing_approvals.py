@@ -12,7 +12,7 @@ import httpx
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger import RunClient
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from tests.http_support import bearer, make_key, served, tenant_name
 from tests.test_cli import run_cli
 
@@ -20,7 +20,7 @@ RULES = "/v1/standing-approvals"
 
 
 async def test_standing_approvals_stay_within_the_policy_and_the_tenant(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     ours, theirs = tenant_name(), tenant_name()
     async with RunClient.lazy(settings) as operator:
@@ -79,7 +79,7 @@ async def test_standing_approvals_stay_within_the_policy_and_the_tenant(
 
 
 async def test_the_standing_commands(
-    settings: Settings, pool: AsyncConnectionPool, tmp_path: Path
+    settings: AgentLedgerConfig, pool: AsyncConnectionPool, tmp_path: Path
 ) -> None:
     """`tenants set --standing-tools`, then `standing grant`, `list`, `revoke` as the operator."""
     tenant, home = tenant_name(), tmp_path / "home"

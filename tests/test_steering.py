@@ -1,4 +1,4 @@
-"""Steering (issue 29): `agentledger say` adds a message to a run in flight, on the real stack.
+"""Steering: `agentledger say` adds a message to a run in flight, on the real stack.
 
 A slow scripted model call stands for a model thinking: a message said meanwhile is read at
 the next model call (on_message: queue), or cancels the call in flight (interrupt) and the

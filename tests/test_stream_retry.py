@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 from psycopg_pool import AsyncConnectionPool
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.results import WatchItem
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served, sse_events
@@ -49,7 +49,7 @@ def text_after_the_last_reset(items: list[WatchItem]) -> tuple[str, list[WatchIt
 
 
 async def test_a_model_call_killed_mid_stream_ends_as_its_retrys_text_each_piece_once(
-    client: Any, settings: Settings, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
+    client: Any, settings: AgentLedgerConfig, pool: AsyncConnectionPool, worker: Any, tmp_path: Path
 ) -> None:
     tenant = f"t{uuid.uuid4().hex[:8]}"
     key = await make_key(settings, tenant, "runner")

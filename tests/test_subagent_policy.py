@@ -1,5 +1,5 @@
 """A sub-agent's run under its tenant's policy, and decisions answered as the run recorded
-them (issue 35, items 1 and 2), on the real stack.
+them, on the real stack.
 
 A tenant with a keyed approver, a cap of one and a weight of 3 starts a parent that delegates
 to a sub-agent whose message waits for approval: the child's run carries the tenant's
@@ -22,8 +22,8 @@ import pytest
 from agentledger import RunClient
 from agentledger.client import approver_keys
 from agentledger.core.admission_models import TenantLimits
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import OperationError, OperationRefused
-from agentledger.core.settings import Settings
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.profiles import Agent
 from agentledger.store.approver_store import ApproverStore
@@ -49,7 +49,7 @@ async def _child_waiting(client, run_id: str) -> str:
 
 
 async def test_a_subagents_run_carries_its_tenants_approvers_cap_and_weight(
-    client, settings: Settings, pool, worker, tmp_path: Path
+    client, settings: AgentLedgerConfig, pool, worker, tmp_path: Path
 ):
     acme = f"acme-{uuid.uuid4().hex[:8]}"
     ana = approver_keys.create(tmp_path, "ana", "approver", acme)
@@ -92,7 +92,7 @@ async def test_a_subagents_run_carries_its_tenants_approvers_cap_and_weight(
 
 
 async def test_a_decision_on_a_childs_run_answers_what_it_recorded(
-    client, settings: Settings, pool, worker, tmp_path: Path
+    client, settings: AgentLedgerConfig, pool, worker, tmp_path: Path
 ):
     """Through the CLI: `reject` of a child's run answers "rejected" (the first test's
     `approve` through `RunClient` answers "approved")."""
@@ -118,7 +118,7 @@ async def test_a_decision_on_a_childs_run_answers_what_it_recorded(
 
 
 async def test_a_decision_answers_what_the_run_recorded_on_parents_sessions_and_forks(
-    client, settings: Settings, pool, worker, tmp_path: Path
+    client, settings: AgentLedgerConfig, pool, worker, tmp_path: Path
 ):
     """The same answer on every other kind of run: `approve` of a plain run and of a
     session through the CLI, `reject` of a fork through `RunClient`."""

@@ -1,4 +1,4 @@
-"""Sub-agents as child runs (issue 29, item 2), on the real stack.
+"""Sub-agents as child runs, on the real stack.
 
 A parent whose profile lists two sub-agents delegates to both through their `agent__NAME`
 tools: each is a child run with its own receipt, linked both ways, whose answer the parent's
@@ -123,7 +123,7 @@ async def test_the_parents_budget_stops_a_child_that_overspends(client, settings
     [alpha_id, *_] = (await ops.receipt(pool, started.run_id))["children"]
     alpha = await ops.receipt(pool, alpha_id)
     assert alpha["outcome"] == "failed" and "budget" in alpha["error"], alpha["error"]
-    # Temporal shows the child Failed too (issue 36); its parent still read its result.
+    # Temporal shows the child Failed too; its parent still read its result.
     described = await client.get_workflow_handle(alpha_id).describe()
     assert described.status == WorkflowExecutionStatus.FAILED
     failed = [s for s in state.steps if s.name == "agent__alpha"]

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agentledger.demo
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.dev.stack import free_port
 from agentledger.temporal.client import connect, runtime_for
 from agentledger.worker.worker_factory import WorkerDeps, build_worker
@@ -21,7 +21,7 @@ from tests import client_ops as ops
 from tests.support import make_spec
 
 
-async def run_one(client, settings: Settings, pool) -> str:
+async def run_one(client, settings: AgentLedgerConfig, pool) -> str:
     """A short run (model, search_notes, model, verify) on a worker built on `client`."""
     deps = WorkerDeps(
         pool=pool,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "temporal_app"
@@ -30,7 +30,7 @@ def test_the_page_shows_the_files_as_they_are():
 
 
 @pytest.mark.timeout(240)
-async def test_the_app_runs_as_written(settings: Settings, pool: object, tmp_path: Path):
+async def test_the_app_runs_as_written(settings: AgentLedgerConfig, pool: object, tmp_path: Path):
     env = {
         name: value
         for name, value in os.environ.items()

@@ -23,8 +23,8 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from agentledger.core.errors import SetupError
-from agentledger.core.settings import Settings
+from agentledger.core.config import AgentLedgerConfig
+from agentledger.core.errors import ServiceUnreachable, SetupError
 from agentledger.core.temporal_connection import connect_options, describe
 from agentledger.temporal.client import connect
 
@@ -36,7 +36,7 @@ CLOUD = {
 
 
 def test_temporal_cloud_variables_make_an_api_key_tls_connection() -> None:
-    settings = Settings.load(CLOUD)
+    settings = AgentLedgerConfig.load(CLOUD)
     assert settings.temporal_address == CLOUD["TEMPORAL_ADDRESS"]
     assert settings.temporal_namespace == CLOUD["TEMPORAL_NAMESPACE"]
     options = connect_options(settings.temporal_profile)
@@ -55,16 +55,16 @@ def test_profile_from_the_cli_toml_file_and_env_over_it(tmp_path: Path) -> None:
         '[profile.prod.tls]\nserver_name = "prod.example"\n'
     )
     env = {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "prod"}
-    settings = Settings.load(env)
+    settings = AgentLedgerConfig.load(env)
     assert (settings.temporal_address, settings.temporal_namespace) == ("prod.example:7233", "prod")
     tls = connect_options(settings.temporal_profile)["tls"]
     assert isinstance(tls, TLSConfig) and tls.domain == "prod.example"
-    overridden = Settings.load({**env, "TEMPORAL_NAMESPACE": "staging"})
+    overridden = AgentLedgerConfig.load({**env, "TEMPORAL_NAMESPACE": "staging"})
     assert overridden.temporal_namespace == "staging"
 
 
 def test_no_variables_mean_the_local_stack(tmp_path: Path) -> None:
-    settings = Settings.load(
+    settings = AgentLedgerConfig.load(
         {"AGENTLEDGER_HOME": str(tmp_path), "TEMPORAL_CONFIG_FILE": "/nonexistent"}
     )
     assert (settings.temporal_address, settings.temporal_namespace) == ("localhost:7233", "default")
@@ -74,7 +74,7 @@ def test_no_variables_mean_the_local_stack(tmp_path: Path) -> None:
 async def test_unreadable_tls_file_is_a_setup_error(tmp_path: Path) -> None:
     """Named where the settings load, before anything connects."""
     with pytest.raises(SetupError, match="TEMPORAL_TLS_SERVER_CA_CERT_PATH"):
-        Settings.load(
+        AgentLedgerConfig.load(
             {
                 "TEMPORAL_ADDRESS": "127.0.0.1:1",
                 "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(tmp_path / "missing-ca.pem"),
@@ -167,7 +167,7 @@ async def test_tls_with_a_self_signed_server_certificate(
 ) -> None:
     ca, cert, key = self_signed(tmp_path)
     async with tls_front(env.client.service_client.config.target_host, cert, key) as address:
-        trusted = Settings.load(
+        trusted = AgentLedgerConfig.load(
             {
                 "TEMPORAL_ADDRESS": address,
                 "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(ca),
@@ -177,6 +177,6 @@ async def test_tls_with_a_self_signed_server_certificate(
         client = await connect(trusted)
         info = await client.workflow_service.get_system_info(GetSystemInfoRequest())
         assert info.server_version
-        untrusted = Settings.load({"TEMPORAL_ADDRESS": address, "TEMPORAL_TLS": "true"})
-        with pytest.raises(SetupError, match="cannot reach Temporal"):
+        untrusted = AgentLedgerConfig.load({"TEMPORAL_ADDRESS": address, "TEMPORAL_TLS": "true"})
+        with pytest.raises(ServiceUnreachable, match="cannot reach Temporal"):
             await connect(untrusted)

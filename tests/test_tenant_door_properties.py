@@ -1,9 +1,9 @@
-"""Three tenants through every way in, under random operations, on the real stack (issue 24).
+"""Three tenants through every way in, under random operations, on the real stack.
 
 Hypothesis drives tenants through the CLI (in process, with AGENTLEDGER_TENANT set), the Python
 `RunClient`, forks, backlog enqueues (whose runs the backlog starts), a deployment's own
 workflow running an agent (`run_agent`), a capped tenant's starts and sessions (whose owners
-take turns, each second one compacting it: a summary and a continue-as-new; issue 35), and
+take turns, each second one compacting it: a summary and a continue-as-new), and
 has each tenant try every run it has heard of, its own or not (`say`, `chat` and `end`
 included, on sessions and other runs alike). Tenant A has a cap of one, a weight of 2 and
 a keyed approver; B has nothing; C a weight of 3 and priorities 2 to 5 only (a start at 1 is
@@ -90,15 +90,15 @@ from activities import for_worker
 from agentledger import RunClient
 from agentledger.cli import main as cli_main
 from agentledger.client import approver_keys
-from agentledger.core._wire import SayInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import TaskItem
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT, SIGNAL_SAY
 from agentledger.core.errors import OperationError, OperationRefused
 from agentledger.core.http_settings import HttpSettings
 from agentledger.core.listings import BacklogListing
-from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
+from agentledger.core.wire import SayInput
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.http.server import bind, serve, url_of
 from agentledger.profiles import Agent
@@ -168,7 +168,7 @@ class Stack:
         self.task_queue = f"door-{uuid.uuid4().hex[:8]}"
         self.config_dir = tmp
         self.refunds = Path(tmp) / "refunds.jsonl"
-        self.settings = Settings.load({}).model_copy(
+        self.settings = AgentLedgerConfig.load({}).model_copy(
             update={
                 "temporal_address": address,
                 "database_url": database_url,
@@ -273,7 +273,7 @@ reads = st.sampled_from(
         "end",
     ]
 )
-# The HTTP door's run routes (issue 39), each with a body it takes.
+# The HTTP door's run routes, each with a body it takes.
 http_routes = st.sampled_from(
     [
         ("GET", "", None),
@@ -305,7 +305,7 @@ async def a2a_agent(url: str, key: str, *, streaming: bool = False) -> AsyncIter
         yield await create_client(f"{url}/a2a/{AGENT}", client_config=config)
 
 
-# Acts that span tenants (issue 35): a tenant's is refused, as `tenants set` is.
+# Acts that span tenants: a tenant's is refused, as `tenants set` is.
 operator_acts = st.sampled_from(
     [
         ("deploy", "check"),
@@ -1046,7 +1046,7 @@ class Tenants(RuleBasedStateMachine):
                 return await runs.runs.step_record(run_id, "0001-model_call")
             finally:
                 await runs.close()
-        if action == "chat":  # a chat turn (issue 29): its message said, as `say` says one
+        if action == "chat":  # a chat turn: its message said, as `say` says one
             runs = self.stack.runs_for(tenant)
             try:
                 chat = runs.sessions.chat(run_id, "from another tenant", by="mallory", wait=WAIT)

@@ -148,8 +148,8 @@ async def test_a_second_kind_of_worker_refuses_to_start(pool, settings) -> None:
 
 def test_the_public_api_is_small_and_every_name_resolves() -> None:
     # Ten names to write a tool and a worker against, three to plug into a Temporal app of
-    # your own (AgentLedgerPlugin, AgentLedgerConfig, worker_command), and the error family (each
-    # with its exit code).
+    # your own (AgentLedgerPlugin, AgentLedgerConfig, worker_command_line), and the error
+    # family (each with its exit code).
     errors = {"AgentLedgerError", "InvalidInput", "NotFound", "Unreachable", "Refused"}
     assert errors <= set(agentledger.__all__)
     assert len(set(agentledger.__all__) - errors) <= 13, "the public API stays small"

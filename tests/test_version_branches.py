@@ -1,6 +1,6 @@
-"""The version branches in workflow code: at most five, each listed with the condition for its
-removal, and the histories that needed a retired one refused by name, never replayed along a
-path they did not take (issue 28)."""
+"""The version branches in workflow code: at most three, each listed with the condition for
+its removal, and the histories that needed a retired one refused by name, never replayed along
+a path they did not take."""
 
 from __future__ import annotations
 
@@ -44,14 +44,14 @@ def branches_in(source: str) -> list[str]:
     return found
 
 
-def test_at_most_five_version_branches_remain_in_workflow_code():
+def test_at_most_three_version_branches_remain_in_workflow_code():
     found = {
         path.relative_to(ROOT).as_posix(): branches_in(path.read_text()) for path in WORKFLOW_CODE
     }
     every = [f"{path}: {branch}" for path, branches in found.items() for branch in branches]
     # A generation switch read in two components is one branch: it goes when its generation does.
     distinct = {re.sub(r"^.*\.(generation_\d+)$", r"\1", b) for bs in found.values() for b in bs}
-    assert len(distinct) <= version_branches.MAX_LIVE == 5, every
+    assert len(distinct) <= version_branches.MAX_LIVE == 3, every
     assert len(distinct) == len(version_branches.LIVE), every
     # Each live branch is where the inventory says, and in docs/versioning.md with its removal.
     docs = (ROOT / "docs" / "versioning.md").read_text()
@@ -88,7 +88,11 @@ async def test_an_archived_history_is_named_as_needing_a_retired_branch(path: Pa
     facts = await facts_in(path)
     needed = version_branches.retired_needed(facts)
     if facts.workflow_type == "AgentRun":
-        assert version_branches.RETIRED_GENERATIONS in needed, path.name
+        retired = {
+            version_branches.RETIRED_GENERATIONS,
+            version_branches.RETIRED_GENERATIONS_3_AND_4,
+        }
+        assert retired & set(needed), path.name
     else:  # a workflow of the user's own, from before run_agent read the tenant's policy
         assert needed == [version_branches.RUN_AGENT_READS_POLICY], path.name
 
@@ -97,13 +101,19 @@ async def test_replaying_an_archived_history_is_refused_by_name():
     """Today's code refuses the run in its first activation, naming the retired branch: it
     never replays it along paths it did not take."""
     replaying = replayer([AgentRunWorkflow, AgentBacklogWorkflow, TenantAdmissionWorkflow])
-    for name in ("generation_2", "approved_with_edit", "watched_and_streamed"):
+    for name, retired in (
+        ("generation_2", "generation-2-and-before"),
+        ("approved_with_edit", "generation-2-and-before"),
+        ("watched_and_streamed", "generation-2-and-before"),
+        ("generation_3", "generations-3-and-4"),
+        ("generation_4_rejected", "generations-3-and-4"),
+    ):
         path = ROOT / "tests" / "histories" / "archive" / f"{name}.json"
         result = await replaying.replay_workflow(
             recorded_history(path), raise_on_replay_failure=False
         )
         assert result.replay_failure is not None, name
-        assert "needs retired branch generation-2-and-before" in str(result.replay_failure)
+        assert f"needs retired branch {retired}" in str(result.replay_failure), name
 
 
 def test_which_runs_need_the_old_path_of_each_live_branch():
@@ -113,15 +123,10 @@ def test_which_runs_need_the_old_path_of_each_live_branch():
         "AgentBacklog",
     )
     old_paths = version_branches.live_old_paths
-    assert old_paths(HistoryFacts(workflow_type=run, generation=3)) == [
-        "generation-4",
-        "generation-5",
-        "generation-6",
-    ]
-    assert old_paths(HistoryFacts(workflow_type=run, generation=4)) == [
-        "generation-5",
-        "generation-6",
-    ]
+    for generation in (3, 4):
+        facts = HistoryFacts(workflow_type=run, generation=generation)
+        assert old_paths(facts) == []
+        assert version_branches.retired_needed(facts) == ["generations-3-and-4"]
     assert old_paths(HistoryFacts(workflow_type=run, generation=5)) == ["generation-6"]
     assert old_paths(HistoryFacts(workflow_type=run, generation=6)) == []
     assert old_paths(HistoryFacts(workflow_type=queue, decided=True)) == [
@@ -202,7 +207,8 @@ async def test_an_open_run_that_needs_a_retired_branch_is_refused_and_reported(
     assert [r["workflow_id"] for r in inventory["retired"]] == ["run-from-an-older-engine"]
     assert "needs retired branch" in inventory["retired"][0]["message"]
     text = await run_cli(settings, tmp_path, "deploy", "patches")
-    assert "RETIRED run-from-an-older-engine" in text.out and "5 version branch(es)" in text.out
+    assert "RETIRED run-from-an-older-engine" in text.out, text.out
+    assert f"{len(version_branches.LIVE)} version branch(es)" in text.out, text.out
     checked = await run_cli(settings, tmp_path, "deploy", "check")
     assert checked.code == 1 and "needs retired branch" in checked.out, checked.out
     await old.terminate("test over")

@@ -14,10 +14,10 @@ import time
 from temporalio.api.enums.v1 import EventType
 
 from agentledger.core._state import RunInput
-from agentledger.core._wire import ModelCallResult
 from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE
 from agentledger.core.results import WatchItem
 from agentledger.core.streamed_text import MAX_STREAMED_CHARS
+from agentledger.core.wire import ModelCallResult
 from agentledger.dev.offline_model import OfflineModelServer, Reply, offline_planner
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.run_stream import RETAINED_ITEMS

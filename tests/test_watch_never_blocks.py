@@ -1,4 +1,4 @@
-"""Watching never blocks control (issue 25, item 1): watchers take none of a run's update
+"""Watching never blocks control: watchers take none of a run's update
 slots; approve, reject, pause, resume and cancel land however full the run's limits are;
 and a command says a write is held only when the server confirmed it."""
 
@@ -20,10 +20,10 @@ from temporalio.testing import WorkflowEnvironment
 from agentledger.client import handles
 from agentledger.core import constants as names
 from agentledger.core import search_attributes
-from agentledger.core._wire import ControlInput
 from agentledger.core.errors import OperationError
 from agentledger.core.messages import RunMessages
 from agentledger.core.results import WatchItem
+from agentledger.core.wire import ControlInput
 from tests import client_ops as ops
 from tests import client_ops as watch
 from tests.conftest import running_worker

@@ -6,17 +6,17 @@ import asyncio
 
 import pytest
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
-from agentledger.core.settings import Settings
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as ops
 from tests.support import make_spec, rows
 
 
 def test_the_cache_setting_is_a_number_of_runs():
-    assert Settings.load({"AGENTLEDGER_WORKFLOW_CACHE": "50"}).workflow_cache == 50
+    assert AgentLedgerConfig.load({"AGENTLEDGER_WORKFLOW_CACHE": "50"}).workflow_cache == 50
     with pytest.raises(SetupError, match="AGENTLEDGER_WORKFLOW_CACHE"):
-        Settings.load({"AGENTLEDGER_WORKFLOW_CACHE": "-1"})
+        AgentLedgerConfig.load({"AGENTLEDGER_WORKFLOW_CACHE": "-1"})
 
 
 async def test_runs_beyond_the_cache_replay_and_finish(client, settings, pool, worker):

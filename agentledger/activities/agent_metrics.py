@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.common import MetricMeter
 
-from agentledger.core._wire import MirrorBatch
+from agentledger.core.wire import MirrorBatch
 
 TOOL_FAILURES = "agentledger_tool_failures"
 MIRROR_LAG = "agentledger_mirror_lag"

@@ -26,9 +26,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentledger.activities.agent_metrics import count_tool_failure
-from agentledger.core._wire import ModelCallInput, ModelCallResult, ToolCallInput, ToolCallResult
 from agentledger.core.results import Receipt
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import ModelCallInput, ModelCallResult, ToolCallInput, ToolCallResult
 
 if TYPE_CHECKING:  # the tool activity imports this module, and needs no model SDK
     from agentledger.activities.provider_clients import ModelEndpoint

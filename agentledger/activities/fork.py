@@ -13,9 +13,9 @@ from temporalio.exceptions import ApplicationError
 
 from agentledger.activities.proposals import proposed_call
 from agentledger.core import forking
-from agentledger.core._wire import ForkSeed, ForkSeedInput
 from agentledger.core.constants import ACTIVITY_FORK_SEED
 from agentledger.core.errors import ForkError
+from agentledger.core.wire import ForkSeed, ForkSeedInput
 from agentledger.store.fork_store import ForkStore
 from agentledger.tools import ToolRegistry
 

@@ -9,7 +9,6 @@ from temporalio import activity
 from agentledger.activities.agent_metrics import record_mirror_lag
 from agentledger.activities.agent_spans import AgentSpans
 from agentledger.core import faults
-from agentledger.core._wire import CheckpointInput, FinishInput, MirrorBatch, ReceiptChanges
 from agentledger.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
     ACTIVITY_MIRROR_FINISH,
@@ -17,6 +16,7 @@ from agentledger.core.constants import (
     ACTIVITY_RECEIPT_RECORD,
 )
 from agentledger.core.results import INTERRUPTED, Receipt
+from agentledger.core.wire import CheckpointInput, FinishInput, MirrorBatch, ReceiptChanges
 from agentledger.store import ledger
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
@@ -69,8 +69,8 @@ class MirrorActivities:
             return await self.record_receipt(input.receipt)
         faults.fire("mirror.after_write")
         self.spans.run_ended(receipt)  # last, so an attempt that fails before makes none
-        # The workflow reads nothing back; what the activity added, history keeps (issue 31:
-        # the whole receipt again was about 2 KB of a short run's history).
+        # The workflow reads nothing back; what the activity added, history keeps (the whole
+        # receipt again would be about 2 KB of a short run's history).
         return ReceiptChanges.between(input.receipt, receipt)
 
     async def _completed(self, conn: Any, receipt: Receipt) -> Receipt:

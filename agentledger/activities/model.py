@@ -32,18 +32,18 @@ from agentledger.activities.retry_notes import announce_retry
 from agentledger.activities.text_stream import TextPieces, text_pieces
 from agentledger.activities.verify import checks_without_judge
 from agentledger.core import errors, faults
-from agentledger.core._wire import (
+from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE, SUBAGENT_TOOL_PREFIX
+from agentledger.core.pricing import Prices, price_of, usage_of
+from agentledger.core.providers import with_retry_after_policy
+from agentledger.core.results import VerifyResult
+from agentledger.core.spec import JsonDict
+from agentledger.core.wire import (
     ConversationCut,
     ModelCallInput,
     ModelCallResult,
     ProposedToolCall,
     SummaryRequest,
 )
-from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE, SUBAGENT_TOOL_PREFIX
-from agentledger.core.pricing import Prices, price_of, usage_of
-from agentledger.core.providers import with_retry_after_policy
-from agentledger.core.results import VerifyResult
-from agentledger.core.spec import JsonDict
 from agentledger.store.conversation import ConversationStore
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import Answer, ModelJournal

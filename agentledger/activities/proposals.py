@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from agentledger.core._wire import ProposedToolCall
 from agentledger.core.constants import SUBAGENT_TOOL_PREFIX
 from agentledger.core.spec import JsonDict, RiskLevel
+from agentledger.core.wire import ProposedToolCall
 from agentledger.tools import ToolRegistry
 from agentledger.tools.registry import MalformedCall, UnknownToolError
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import openai
 from temporalio.exceptions import ApplicationError
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import BAD_REQUEST, SetupError
 from agentledger.core.providers import DEFAULT_PROVIDER, Provider
-from agentledger.core.settings import Settings
 
 OPENAI_HOST = "api.openai.com"
 
@@ -58,7 +58,7 @@ class ModelEndpoint:
         return min(step_seconds, self.provider.timeout_seconds)
 
 
-def model_client(settings: Settings) -> openai.AsyncOpenAI:
+def model_client(settings: AgentLedgerConfig) -> openai.AsyncOpenAI:
     api_key = settings.openai_api_key.get_secret_value()
     if not settings.openai_base_url and api_key == "offline":
         raise SetupError(

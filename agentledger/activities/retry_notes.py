@@ -10,8 +10,8 @@ from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from agentledger.activities.agent_spans import note_retry_reason
-from agentledger.core._wire import RetryNote
 from agentledger.core.constants import STREAM_TOPIC_RETRIES
+from agentledger.core.wire import RetryNote
 from agentledger.store.mirror_store import MirrorStore
 
 log = logging.getLogger(__name__)

@@ -29,11 +29,11 @@ from agentledger.activities.leases import hold_lease, once_postgres_answers
 from agentledger.activities.retry_notes import announce_retry
 from agentledger.activities.step_claim import StepClaim
 from agentledger.core import errors, faults, injection
-from agentledger.core._wire import ToolCallInput, ToolCallResult
 from agentledger.core.constants import ACTIVITY_TOOL_INVOKE
 from agentledger.core.errors import SecretUnavailable
 from agentledger.core.eval_cases import ToolUse, is_eval_run
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import ToolCallInput, ToolCallResult
 from agentledger.store import eval_store, ledger
 from agentledger.store.artifacts import ArtifactStore
 from agentledger.store.db import transaction_if_used

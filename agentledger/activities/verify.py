@@ -19,11 +19,11 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 
 from agentledger.activities.model_errors import classify_model_error
-from agentledger.core._wire import VerifyInput
 from agentledger.core.constants import ACTIVITY_VERIFY_CHECK
 from agentledger.core.pricing import Prices, cost_usd, usage_of
 from agentledger.core.results import CheckOutcome, VerifyResult
 from agentledger.core.spec import JudgeSpec, VerifySpec
+from agentledger.core.wire import VerifyInput
 from agentledger.store.model_journal import ModelJournal
 from agentledger.store.refused_data import refused_data_is_final
 from agentledger.tools import ToolRegistry

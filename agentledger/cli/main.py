@@ -47,7 +47,7 @@ from agentledger.core.states import RunStatus
 from agentledger.worker.tool_flags import add_tool_flags
 
 if TYPE_CHECKING:
-    from agentledger import RunClient
+    from agentledger import AgentLedgerConfig, RunClient
     from agentledger.dev.stack import EmbeddedStack
     from agentledger.types import (
         ApproverKey,
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
         PendingApproval,
         ReplayVerdict,
         RunSpec,
-        Settings,
         WatchItem,
     )
 
@@ -64,7 +63,7 @@ DEMO_TASK = "Look up our refund policy and notify customer@example.com about it.
 STATUSES = [s.value for s in RunStatus]
 
 
-def load_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
+def load_spec(args: argparse.Namespace, settings: AgentLedgerConfig) -> RunSpec:
     """The run's spec: the agent's profile expanded, the `--spec` file's fields over it (each
     replaces the profile's whole field), then the flags."""
     from pydantic import ValidationError
@@ -451,9 +450,9 @@ async def cmd_deploy_check(client: RunClient, args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the embedded stack
 
 
-def existing_stack(settings: Settings) -> bool:
+def existing_stack(settings: AgentLedgerConfig) -> bool:
     """True when settings point at a stack that is up (set by env, or by `up`)."""
-    from agentledger.core.settings import read_stack_file
+    from agentledger.core.config import read_stack_file
     from agentledger.dev.stack import port_open
 
     host, _, port = settings.temporal_address.rpartition(":")
@@ -462,7 +461,9 @@ def existing_stack(settings: Settings) -> bool:
     )
 
 
-def embedded_stack(settings: Settings, args: argparse.Namespace, command: str) -> EmbeddedStack:
+def embedded_stack(
+    settings: AgentLedgerConfig, args: argparse.Namespace, command: str
+) -> EmbeddedStack:
     """The stack `up` and `demo` start: on the ports asked for, or beside whatever holds the
     defaults (each move said)."""
     from agentledger.dev.stack import EmbeddedStack, stack_ports
@@ -477,7 +478,6 @@ async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
     import asyncio
 
     from agentledger.cli.interrupts import Interrupts, start_stack
-    from agentledger.core.settings import Settings
     from agentledger.tools.loading import DEMO_TOOLS, load_registry
     from agentledger.worker.tool_flags import tool_sources
     from agentledger.worker.worker_api import run_worker
@@ -491,7 +491,7 @@ async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
     stack = embedded_stack(settings, args, command="up")
     endpoints = dict(await start_stack(stack, interrupts))
     interrupts.on_hurry(stack.abandon)
-    http_door = serve_cli.door_beside(args)
+    http_door = serve_cli.door_beside(args, settings.http)
     if http_door is not None:
         endpoints["http_url"] = http_door.url
     if args.json:
@@ -504,17 +504,23 @@ async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
             flush=True,
         )
     stop = interrupts.stop
-    serving = http_door.start(Settings.load(), stop) if http_door is not None else None
+    # The stack's addresses, which it wrote to its file on starting.
+    stacked_settings = settings.with_stack()
+    serving = http_door.start(stacked_settings, stop) if http_door is not None else None
     try:
         if args.no_worker:
             from agentledger import RunClient
 
-            async with RunClient.lazy(Settings.load()) as stacked:
+            async with RunClient.lazy(stacked_settings) as stacked:
                 await stacked.migrate()  # a worker would migrate on start; without one, `up` does
             await stop.wait()
         else:
             await run_worker(
-                tools, mcp=mcp, settings=Settings.load(), identity="embedded-worker", stop=stop
+                tools,
+                mcp=mcp,
+                settings=stacked_settings,
+                identity="embedded-worker",
+                stop=stop,
             )
     except Exception:
         if not stop.is_set():
@@ -535,7 +541,6 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
 
     from agentledger import RunClient
     from agentledger.cli.interrupts import Interrupted, Interrupts, start_stack, stopped_line
-    from agentledger.core.settings import Settings
     from agentledger.dev.stack import stack_owner
     from agentledger.tools.loading import DEMO_TOOLS
     from agentledger.worker.worker_api import run_worker
@@ -551,7 +556,7 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
         say(args, "starting the embedded stack (Temporal dev server, Postgres, offline model)...")
         await start_stack(stack, interrupts)
         interrupts.on_hurry(stack.abandon)
-        settings = Settings.load()
+        settings = settings.with_stack()
     stop = interrupts.stop
     worker = asyncio.create_task(
         run_worker([DEMO_TOOLS], settings=settings, identity="demo-worker", stop=stop)
@@ -659,9 +664,9 @@ async def wait_for_approval(
 
 def cmd_settings(args: argparse.Namespace) -> int:
     """The settings in effect, as every command and worker here reads them; no secret shown."""
-    from agentledger.core.settings import Settings
+    from agentledger.core.config import AgentLedgerConfig
 
-    shown = Settings.load().shown()
+    shown = AgentLedgerConfig.load().shown()
     emit(shown, args.json, "\n".join(f"{name}={value}" for name, value in shown.items()))
     return 0
 
@@ -937,15 +942,15 @@ def described(parser: argparse.ArgumentParser) -> None:
 async def dispatch(args: argparse.Namespace, began: float) -> int:
     """Run the command; its `--wait` counts from `began` (importing the client takes a second)."""
     from agentledger import RunClient
+    from agentledger.core.config import AgentLedgerConfig
     from agentledger.core.log_setup import configure_logging
-    from agentledger.core.settings import Settings
 
     # Under --json, stderr carries one JSON object (an error), not a library's warnings (a
     # pool retrying its connection) nor the settings' (an unknown variable), unless
     # --log-level asks for them.
     if getattr(args, "json", False):
         configure_logging(args.log_level or "CRITICAL")
-    settings = Settings.load()
+    settings = AgentLedgerConfig.load()
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as client:

@@ -11,7 +11,8 @@ from agentledger.cli.cli_options import add_output_flags, count, emit, say
 
 if TYPE_CHECKING:
     from agentledger import RunClient
-    from agentledger.core.settings import Settings
+    from agentledger.core.config import AgentLedgerConfig
+    from agentledger.core.http_settings import HttpSettings
 
 KEY_COLUMNS = [
     "key_id",
@@ -80,8 +81,6 @@ def add_commands(sub: Any) -> None:
 
 
 async def cmd_serve(client: RunClient, args: argparse.Namespace) -> int:
-    from agentledger.core.http_settings import HttpSettings
-    from agentledger.core.settings import process_environment
     from agentledger.http.server import serve
 
     flags = {
@@ -92,9 +91,7 @@ async def cmd_serve(client: RunClient, args: argparse.Namespace) -> int:
         "proxy_headers": args.proxy_headers,
         "trusted_proxies": ",".join(args.trusted_proxy) or None,
     }
-    settings = HttpSettings.read(
-        process_environment(), {k: v for k, v in flags.items() if v is not None}
-    )
+    settings = client.settings.http.with_flags({k: v for k, v in flags.items() if v is not None})
     await client.keys.listed()  # the database answers, at this schema, for an operator
 
     def ready(url: str) -> None:
@@ -148,34 +145,28 @@ class DoorBeside:
         self.sock = sock
         self.url = url
 
-    def start(self, settings: Settings, stop: asyncio.Event) -> asyncio.Task[None]:
+    def start(self, settings: AgentLedgerConfig, stop: asyncio.Event) -> asyncio.Task[None]:
         return asyncio.create_task(self._serve(settings, stop))
 
-    async def _serve(self, settings: Settings, stop: asyncio.Event) -> None:
+    async def _serve(self, settings: AgentLedgerConfig, stop: asyncio.Event) -> None:
         from agentledger import RunClient
-        from agentledger.core.http_settings import HttpSettings
-        from agentledger.core.settings import process_environment
         from agentledger.http.server import serve
 
         async with RunClient.lazy(settings) as client:
-            http = HttpSettings.read(process_environment())
-            await serve(client, http, ready=lambda url: None, sock=self.sock, stop=stop)
+            await serve(client, settings.http, ready=lambda url: None, sock=self.sock, stop=stop)
 
 
-def door_beside(args: argparse.Namespace) -> DoorBeside | None:
+def door_beside(args: argparse.Namespace, http: HttpSettings) -> DoorBeside | None:
     """A socket for `up`'s HTTP door: AGENTLEDGER_HTTP_PORT, or a free port if another program
     holds it (said); None, said, without the `serve` extra."""
     from agentledger.core.errors import SetupError
     from agentledger.core.extras import install_command
-    from agentledger.core.http_settings import HttpSettings
-    from agentledger.core.settings import process_environment
 
     try:
         from agentledger.http.server import bind, url_of
     except ImportError:
         say(args, f"no HTTP door: `{install_command('serve')}` adds it")
         return None
-    http = HttpSettings.read(process_environment())
     try:
         sock = bind(http.host, http.port)
     except SetupError:

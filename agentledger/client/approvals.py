@@ -19,7 +19,6 @@ from temporalio.service import RPCError
 from agentledger.client import handles
 from agentledger.client.scope import RunRef, Scope
 from agentledger.core import bounds
-from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.approver_key import ApproverKey
 from agentledger.core.errors import (
     InvalidRequest,
@@ -34,6 +33,7 @@ from agentledger.core.messages import Message, RunMessages
 from agentledger.core.results import DecisionResult, PendingApproval, RunState
 from agentledger.core.spec import JsonDict
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import ApproveInput, RejectInput
 from agentledger.store import mirror_views
 from agentledger.temporal.worker_presence import Deadline, NoAnswer, within
 from agentledger.workflows import AgentRunWorkflow

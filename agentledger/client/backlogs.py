@@ -30,7 +30,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentledger.client import handles, starts
 from agentledger.client.scope import Scope, describe_within, no_backlog
 from agentledger.core import bounds
-from agentledger.core._wire import ControlInput
 from agentledger.core.backlog_models import (
     AGENT_PATTERN,
     MAX_TASKS_PER_ENQUEUE,
@@ -59,6 +58,7 @@ from agentledger.core.errors import (
 from agentledger.core.listings import BacklogListing, DeadTask
 from agentledger.core.messages import BacklogMessages, Message
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import ControlInput
 from agentledger.core.yaml_files import load_yaml
 from agentledger.store.backlog_store import BacklogStore
 from agentledger.temporal.worker_presence import (

@@ -22,15 +22,17 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_evals.evaluators import Evaluator, LLMJudge
 
 from agentledger.activities.provider_clients import ProviderClients, model_client
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.providers import load_providers, provider_keys
-from agentledger.core.settings import Settings
 
 
 class JudgeModels:
     """The judges' models, on clients built at the first judge (a dataset without one needs
     no model key)."""
 
-    def __init__(self, settings: Settings, environ: Mapping[str, str] = os.environ) -> None:
+    def __init__(
+        self, settings: AgentLedgerConfig, environ: Mapping[str, str] = os.environ
+    ) -> None:
         self.settings = settings
         self.environ = environ
         self._clients: ProviderClients | None = None

@@ -26,6 +26,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.store.model_text import AttemptText, ModelTextStore, TextNotice, listener_for
 
@@ -35,7 +36,7 @@ def ends_a_step(item: WatchItem) -> bool:
     return (
         item.kind == "event"
         and item.type.startswith("step.")
-        and item.type != "step.retry"
+        and item.type != EventType.STEP_RETRY
         and item.step_id is not None
     )
 
@@ -67,7 +68,7 @@ class LiveText:
                 items.append(
                     WatchItem(
                         kind="text_reset",
-                        type="model.text_reset",
+                        type=EventType.MODEL_TEXT_RESET,
                         step_id=step_id,
                         data={"attempt": attempt, "replaces": shown_attempt},
                     )
@@ -80,7 +81,7 @@ class LiveText:
             items.append(
                 WatchItem(
                     kind="text",
-                    type="model.text",
+                    type=EventType.MODEL_TEXT,
                     step_id=step_id,
                     data={"attempt": attempt},
                     text=new,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 
-from pydantic import Field
 from temporalio.common import WorkflowIDConflictPolicy
 
 from agentledger.client.scope import Scope
@@ -21,6 +20,7 @@ from agentledger.core.constants import RUN_NOTIFIER_WORKFLOW_NAME
 from agentledger.core.errors import InvalidRequest, PolicyDenied, RuleNotFound
 from agentledger.core.keys import id_part
 from agentledger.core.webhook_models import (
+    NewSubscription,
     PushSubscription,
     RunNotifierInput,
     WebhookDelivery,
@@ -30,12 +30,6 @@ from agentledger.store.webhook_store import WebhookStore
 
 SCHEMES = ("http://", "https://")
 MIN_SECRET_CHARS = 16
-
-
-class NewSubscription(PushSubscription):
-    """A subscription just made: `secret` (which signs every delivery) is shown this once."""
-
-    secret: str = Field(description="signs every delivery; shown this once")
 
 
 class Notifications:

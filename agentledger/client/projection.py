@@ -34,7 +34,10 @@ from temporalio.worker import (
 from temporalio.workflow import ActivityHandle
 
 from agentledger.core import constants as names
-from agentledger.core._wire import (
+from agentledger.core.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
+from agentledger.core.results import Receipt
+from agentledger.core.storable import escape_nul
+from agentledger.core.wire import (
     MirrorBatch,
     ReceiptChanges,
     RunEvent,
@@ -42,9 +45,6 @@ from agentledger.core._wire import (
     StepRecord,
     ToolCallResult,
 )
-from agentledger.core.payload_limits import DEFAULT_LIMIT_BYTES, PayloadLimitInterceptor
-from agentledger.core.results import Receipt
-from agentledger.core.storable import escape_nul
 from agentledger.workflows import AgentRunWorkflow
 
 CLOSED_EVENTS = {

@@ -38,14 +38,13 @@ from agentledger.client.standing import StandingApprovals
 from agentledger.client.tasks import Tasks
 from agentledger.client.tenants import Tenants
 from agentledger.core.access import Caller
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS
 from agentledger.core.errors import SetupError
-from agentledger.core.plugin_config import AgentLedgerConfig
-from agentledger.core.settings import Settings
 from agentledger.store.db import install_tool_schema, open_pool, schema_version
 from agentledger.temporal.client import connect
 from agentledger.temporal.encryption import speaks_pydantic
-from agentledger.tools.loading import DEMO_TOOLS, load_registry, split_references
+from agentledger.tools.loading import DEMO_TOOLS, load_registry
 
 
 class _Connections:
@@ -53,7 +52,11 @@ class _Connections:
     and kept until `close()`."""
 
     def __init__(
-        self, client: Client | None, settings: Settings, wait: float | None, began: float | None
+        self,
+        client: Client | None,
+        settings: AgentLedgerConfig,
+        wait: float | None,
+        began: float | None,
     ) -> None:
         self.client = client
         # A Client these connections made (`connect`, `lazy`) is theirs to close; one given to
@@ -122,7 +125,7 @@ class RunClient:
     def __init__(
         self,
         client: Client | None,
-        settings: Settings,
+        settings: AgentLedgerConfig,
         *,
         wait: float | None = None,
         began: float | None = None,
@@ -150,11 +153,11 @@ class RunClient:
         self.notifications = Notifications(scope)
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None) -> Self:
+    async def connect(cls, settings: AgentLedgerConfig | None = None) -> Self:
         """Connect to the stack the settings (by default the environment) name, with the
         converter and codec `AgentLedgerPlugin` puts on your own app's Client (over such a
         Client of your own: `RunClient.on`)."""
-        settings = settings or Settings.load()
+        settings = settings or AgentLedgerConfig.load()
         made = cls(await connect(settings), settings)
         made._connections.owns_client = True  # closed with it
         return made
@@ -167,12 +170,12 @@ class RunClient:
                 "this Client was not connected with AgentLedgerPlugin: pass "
                 "plugins=[AgentLedgerPlugin(config)] to Client.connect"
             )
-        return cls(client, config.settings())
+        return cls(client, config)
 
     @classmethod
     def lazy(
         cls,
-        settings: Settings | None = None,
+        settings: AgentLedgerConfig | None = None,
         *,
         wait: float | None = None,
         began: float | None = None,
@@ -181,7 +184,7 @@ class RunClient:
         the mirror work while Temporal is down. Each connection is set up within `wait`
         seconds, and all of them within `wait` of `began` if given; an operation waits
         `wait` for its answer unless it names its own."""
-        return cls(None, settings or Settings.load(), wait=wait, began=began)
+        return cls(None, settings or AgentLedgerConfig.load(), wait=wait, began=began)
 
     async def __aenter__(self) -> Self:
         return self
@@ -225,7 +228,7 @@ class RunClient:
         the tools AGENTLEDGER_TOOLS names (the demo's by default); returns the version. The
         deploy step for a role with DDL rights: workers whose role has none start on what
         it made."""
-        registry = load_registry(split_references(self.settings.tools) or [DEMO_TOOLS])
+        registry = load_registry(list(self.settings.tools) or [DEMO_TOOLS])
         connections = self._connections
         pool = await open_pool(
             self.settings.require_database(),

@@ -37,6 +37,7 @@ from agentledger.core import backlog_models, bounds, identity, search_attributes
 from agentledger.core import constants as names
 from agentledger.core.access import ROLES, Caller
 from agentledger.core.backlog_models import TaskItem
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEFAULT_WAIT_SECONDS
 from agentledger.core.errors import (
     InvalidRequest,
@@ -49,7 +50,6 @@ from agentledger.core.errors import (
 from agentledger.core.keys import id_part
 from agentledger.core.results import RunState
 from agentledger.core.run_reports import ActivityInFlight
-from agentledger.core.settings import Settings
 from agentledger.core.spec import RunSpec
 from agentledger.store import mirror_views
 from agentledger.store.backlog_store import BacklogStore
@@ -97,7 +97,7 @@ def refuse_requested_tenant(named: str | None) -> None:
         raise InvalidRequest("the tenant is your credential's; send no 'tenant'")
 
 
-def caller_of(settings: Settings) -> Caller:
+def caller_of(settings: AgentLedgerConfig) -> Caller:
     """The caller a program's settings make it: a tenant's (AGENTLEDGER_TENANT), else the
     operator."""
     return tenant_caller(settings.tenant) if settings.tenant else OPERATOR
@@ -250,7 +250,7 @@ class Scope:
     queue, links, limits) and the connections."""
 
     caller: Caller
-    settings: Settings
+    settings: AgentLedgerConfig
     connections: Connections
     wait: float = DEFAULT_WAIT_SECONDS
 
@@ -260,7 +260,7 @@ class Scope:
         client: Client,
         pool: AsyncConnectionPool | None = None,
         *,
-        settings: Settings | None = None,
+        settings: AgentLedgerConfig | None = None,
         tenant: str | None = None,
         wait: float | None = None,
     ) -> Scope:
@@ -268,7 +268,7 @@ class Scope:
         operator's, or `tenant`'s alone."""
         return cls(
             caller=tenant_caller(tenant) if tenant else OPERATOR,
-            settings=settings or Settings.model_construct(),
+            settings=settings or AgentLedgerConfig.model_construct(),
             connections=Held(client, pool),
             wait=DEFAULT_WAIT_SECONDS if wait is None else wait,
         )

@@ -44,6 +44,7 @@ from agentledger.core import bounds, fairness, run_summaries, search_attributes
 from agentledger.core._state import RunInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import QueuedTask, TaskItem
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import (
     IdempotencyConflict,
@@ -54,7 +55,6 @@ from agentledger.core.errors import (
 from agentledger.core.keys import canonical_json
 from agentledger.core.results import ForkOrigin
 from agentledger.core.run_reports import Started
-from agentledger.core.settings import Settings
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.core.states import RunStatus
 from agentledger.core.tenant_policy import RunPolicy, resolve
@@ -78,7 +78,7 @@ def allowed(spec: RunSpec, found: RunPolicy) -> None:
         raise OperationRefused(refusal)
 
 
-def operator_profiles(settings: Settings) -> dict[str, JsonDict]:
+def operator_profiles(settings: AgentLedgerConfig) -> dict[str, JsonDict]:
     """The operator's agent profiles (AGENTLEDGER_AGENTS, else the demo's) as the run-spec
     fields each sets: what the gate holds a run naming one to."""
     source = settings.agents or DEMO_AGENTS

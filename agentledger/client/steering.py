@@ -28,11 +28,11 @@ from agentledger.client import handles
 from agentledger.client.scope import RunRef, Scope
 from agentledger.core import bounds
 from agentledger.core._state import RunInput
-from agentledger.core._wire import ControlInput, SayInput
 from agentledger.core.errors import InvalidRequest, OperationRefused
 from agentledger.core.messages import Message, RunMessages
 from agentledger.core.results import ControlResult, RunState, SayResult
 from agentledger.core.states import is_terminal
+from agentledger.core.wire import ControlInput, SayInput
 from agentledger.temporal.worker_presence import Deadline, NoAnswer, within
 from agentledger.workflows import AgentRunWorkflow
 

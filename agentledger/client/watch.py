@@ -39,12 +39,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentledger.client import live_text
 from agentledger.client.receipts import receipt_of
 from agentledger.client.scope import Scope, no_run
-from agentledger.core._wire import RetryNote, RunEvent, TextPiece
 from agentledger.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_RETRIES, STREAM_TOPIC_TEXT
 from agentledger.core.errors import InvalidRequest, NotAnswered, OperationError
 from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import RetryNote, RunEvent, TextPiece
 
 # After a worker crash or a server restart a subscription fails; it resumes from the next
 # offset it has not seen, this long after, for as long as the run is open.

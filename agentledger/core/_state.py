@@ -1,8 +1,8 @@
 """Private: what a run holds beyond its spec (`RunProgress`), and what its workflow starts
 from (`RunInput`: the person's spec and what the engine sets).
 
-Only the engine builds a `RunInput`: the door (agentledger/client/starts.py) for a start or a fork,
-the admission queue, a backlog, `run_agent`, and the run itself when it continues as new.
+Only the engine builds a `RunInput`: the start gate (`agentledger.client.starts`) for a start
+or a fork, the admission queue, a backlog, `run_agent`, and the run itself when it continues as new.
 A person's `RunSpec` cannot hold these fields, so nobody forges a carry, an admission, a
 fork, a generation or a weight. The fields sit after the spec's, as they always did in the
 workflow's input, so every recorded history still reads.
@@ -16,7 +16,6 @@ from typing import Self
 from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from agentledger.core._wire import ApproveInput, RejectInput
 from agentledger.core.identity import Identity
 from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import (
@@ -34,6 +33,7 @@ from agentledger.core.results import (
 )
 from agentledger.core.spec import Budget, JsonDict, RunSpec
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import ApproveInput, RejectInput
 
 
 class RunProgress(BaseModel):
@@ -157,13 +157,13 @@ class RunInput(RunSpec):
     workflow_generation: int | None = Field(
         None,
         ge=1,
-        description="set by the engine: the run workflow generation the run takes "
-        "(agentledger/workflows/changes.py); None: a run of generation 2 or before, refused",
+        description="set by the engine: the run workflow generation the run takes, so a "
+        "replay takes the paths it took; None: a run of generation 2 or before, refused",
     )
     fairness_weight: float | None = Field(
         None,
         gt=0,
-        description="set by the engine (agentledger/client/starts.py): its tenant's weight, "
+        description="set by the engine when it starts the run: its tenant's weight, "
         "which a backlog starts the run with; whatever a spec says is replaced",
     )
     parent_run_id: str | None = Field(
@@ -183,8 +183,8 @@ class RunInput(RunSpec):
     )
     model_calls_rated: bool = Field(
         False,
-        description="set by the engine (agentledger/client/starts.py): its tenant had a model-call "
-        "rate when it started, so its model calls go through the rate-limited queue",
+        description="set by the engine when it starts the run: its tenant had a model-call "
+        "rate then, so its model calls go through the rate-limited queue",
     )
 
     @classmethod

@@ -156,7 +156,7 @@ class AdmissionInput(BaseModel):
     # closed without saying so (terminated, timed out): its slot is freed then.
     sweep_seconds: float = Field(60, gt=0)
     # Set by every start today: the queue keeps the limits it was started with (read from
-    # Postgres by the door) and those `tenants set` configures, so a start cannot bring its
+    # Postgres by the start gate) and those `tenants set` configures, so a start cannot bring its
     # own. Queues recorded before it take each start's limits, as they did, and still replay.
     keeps_limits: bool = False
 

@@ -21,9 +21,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from agentledger.core._wire import ApproveInput, DecisionSignature, RejectInput
 from agentledger.core.results import PendingApproval
 from agentledger.core.spec import ApprovalPolicy, Signer
+from agentledger.core.wire import ApproveInput, DecisionSignature, RejectInput
 
 # How far ahead of the run's clock a signature's time may be (clocks differ a little).
 CLOCK_SKEW = timedelta(seconds=60)

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentledger.core import approval_signatures
-from agentledger.core._wire import ApproveInput, DecisionSignature, RejectInput
 from agentledger.core.spec import Signer
+from agentledger.core.wire import ApproveInput, DecisionSignature, RejectInput
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class TaskItem(Strict):
 
 
 class QueuedTask(TaskItem):
-    """A task as the door hands it to the backlog: its spec is the run's input, with what
+    """A task as the start gate hands it to the backlog: its spec is the run's input, with what
     the engine set (its tenant's weight)."""
 
     spec: RunInput

@@ -1,4 +1,4 @@
-"""The most any one field of people's input may hold: one table, checked at the door and again
+"""The most any one field of people's input may hold: one table, checked by the client and again
 in the run (docs/hostile-input.md lists the numbers).
 
 Input enters through a start, a decision, a control (pause, resume, cancel), a backlog

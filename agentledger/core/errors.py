@@ -72,7 +72,7 @@ class SetupError(InvalidInput):
     """A setting is wrong or a service is missing; the message says how to provide or fix it."""
 
 
-class ServiceUnreachable(Unreachable, SetupError):
+class ServiceUnreachable(Unreachable):
     """Temporal or Postgres cannot be reached at the address the settings name."""
 
 

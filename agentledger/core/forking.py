@@ -21,11 +21,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.core._wire import StepRecord
 from agentledger.core.errors import ForkError
 from agentledger.core.keys import effect_content
 from agentledger.core.results import ForkOrigin
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import StepRecord
 
 FORKABLE = ("model_call", "tool_call")
 

@@ -1,8 +1,7 @@
-"""The HTTP door's settings (`agentledger serve`, docs/http.md): where it listens, what it
-admits, how long it waits, and whose tokens and proxies it believes. Read at the edge from
-`AGENTLEDGER_HTTP_*` and `AGENTLEDGER_OIDC_*` variables, as `Settings` reads its own
-(agentledger/core/settings.py, which knows these names, so they are not warned about);
-`serve`'s flags override them."""
+"""The HTTP server's group of `AgentLedgerConfig` (its `http` field; `agentledger serve`,
+docs/http.md): where it listens, what it admits, how long it waits, and whose tokens and
+proxies it believes. Read with the rest of the config from `AGENTLEDGER_HTTP_*` and
+`AGENTLEDGER_OIDC_*` variables; `serve`'s flags override them (`with_flags`)."""
 
 from __future__ import annotations
 
@@ -134,8 +133,21 @@ class HttpSettings(ReadSettings):
     ) -> HttpSettings:
         """The door's variables of `environ`, with `overrides` (by field name: a command's
         flags) over them; one that does not parse is a SetupError naming it."""
-        aliases = {name: field.validation_alias for name, field in cls.model_fields.items()}
         named: dict[str, Any] = {k: v for k, v in environ.items() if v and k in HTTP_NAMES}
+        return cls._validated(named, overrides)
+
+    def with_flags(self, overrides: Mapping[str, Any]) -> HttpSettings:
+        """This group with a command's flags (by field name) over it, each checked as its
+        variable is; one that does not parse is a SetupError naming it."""
+        named = {
+            str(field.validation_alias or name): getattr(self, name)
+            for name, field in type(self).model_fields.items()
+        }
+        return self._validated(named, overrides)
+
+    @classmethod
+    def _validated(cls, named: dict[str, Any], overrides: Mapping[str, Any] | None) -> HttpSettings:
+        aliases = {name: field.validation_alias for name, field in cls.model_fields.items()}
         for name, value in (overrides or {}).items():
             named[str(aliases.get(name) or name)] = value
         try:

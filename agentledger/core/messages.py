@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from agentledger.core import constants as names
-from agentledger.core._wire import ApproveInput, ControlInput, RejectInput, SayInput
 from agentledger.core.backlog_models import (
     BacklogControlResult,
     BacklogControlSignal,
@@ -31,6 +30,7 @@ from agentledger.core.backlog_models import (
     RetryResult,
 )
 from agentledger.core.results import ControlResult, DecisionResult
+from agentledger.core.wire import ApproveInput, ControlInput, RejectInput, SayInput
 
 
 @dataclass(frozen=True)

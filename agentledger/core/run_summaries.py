@@ -9,9 +9,9 @@ instead of `tool.invoke`. Mirror writes say they are bookkeeping.
 from __future__ import annotations
 
 from agentledger.core._state import RunInput, RunProgress
-from agentledger.core._wire import MirrorBatch
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.core.states import RunStatus
+from agentledger.core.wire import MirrorBatch
 
 # The Web UI cuts summaries near here; keep the start readable.
 SUMMARY_CHARS = 120

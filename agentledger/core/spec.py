@@ -3,7 +3,7 @@
 `RunSpec` holds only fields a person sets; it refuses any other (`Strict`). What the engine
 adds when it starts a run (a continue-as-new carry, the admission queue, a fork's origin,
 the workflow generation, the tenant's weight) is on the private `RunInput`
-(agentledger/core/_state.py), which the door builds from a spec.
+(agentledger/core/_state.py), which the start gate builds from a spec.
 """
 
 from __future__ import annotations
@@ -256,6 +256,7 @@ ENGINE_ONLY = (
     "subagent_depth",
     "requester",
     "tenant_policy",
+    "model_calls_rated",
 )
 
 

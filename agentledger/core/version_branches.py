@@ -8,11 +8,12 @@ old path, so there are few (at most `MAX_LIVE`, tests/test_version_branches.py c
 each names the condition for its removal (docs/versioning.md), and `agentledger deploy patches`
 says which open runs still need each old path.
 
-Issue 28 retired the sixteen branches runs of generation 2 and before needed (fifteen patch
-ids and the generation-2 and -3 switches). A history that needs one of them is refused by
-name, never replayed along a path it did not take: `retired_needed` says so from the
-history's facts, the run workflow refuses such an input (`Changes`), and recorded histories
-of that kind live in tests/histories/archive/.
+Retired branches are refused by name, never replayed along a path the run did not take:
+`retired_needed` says so from a history's facts, the run workflow refuses such an input
+(`Changes`), and recorded histories of that kind live in tests/histories/archive/. The runs of
+generation 2 and before (no generation in their input) needed sixteen of them (fifteen patch
+ids and the generation-2 and -3 switches); the runs of generations 3 and 4 needed the
+generation-4 and generation-5 switches.
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ from agentledger.core import constants as names
 
 # The oldest generation today's run workflow replays; the one new runs take is in
 # agentledger/workflows/changes.py (CURRENT_GENERATION).
-OLDEST_GENERATION = 3
-# Five, not three: runs of generation 3 still need generation-4's old path while
-# generation-5 (Temporal ends a run as agentledger does) and generation-6 (an edit is a
-# merge patch; model calls on the run's own queue) are new, and every branch stays until no
-# open run needs its old path.
-MAX_LIVE = 5
+OLDEST_GENERATION = 5
+# Each live branch is a second path every reader of the workflow code must keep in mind.
+MAX_LIVE = 3
 
 
 class VersionBranch(BaseModel):
@@ -44,8 +42,6 @@ class VersionBranch(BaseModel):
     removal: str
 
 
-GENERATION_4 = "generation-4"
-GENERATION_5 = "generation-5"
 GENERATION_6 = "generation-6"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
 BACKLOG_CHILD_POLICY = "backlog-child-policy"
@@ -56,32 +52,16 @@ RUN_AGENT_READS_POLICY = "run-agent-reads-policy"
 
 LIVE: tuple[VersionBranch, ...] = (
     VersionBranch(
-        id=GENERATION_4,
-        kind="generation",
-        workflow_type=names.WORKFLOW_NAME,
-        where="agentledger/workflows/run_messages.py (RunControls.admit)",
-        old_path="a run of generation 3 takes an admit signal from any sender",
-        removal="no open run of generation 3",
-    ),
-    VersionBranch(
-        id=GENERATION_5,
-        kind="generation",
-        workflow_type=names.WORKFLOW_NAME,
-        where="agentledger/workflows/agent_run.py (AgentRunWorkflow.run)",
-        old_path="a run of generation 3 or 4 returns its result however it ended: Temporal "
-        "shows a failed or rejected run as Completed",
-        removal="no open run of generation 3 or 4",
-    ),
-    VersionBranch(
         id=GENERATION_6,
         kind="generation",
         workflow_type=names.WORKFLOW_NAME,
         where="agentledger/workflows/approvals.py (Approvals) and "
         "agentledger/workflows/steering.py (Steering.model_call)",
-        old_path="a run of generation 5 or before lays an approver's edit over the arguments "
-        "member by member (null sets a member to null, an object replaces one whole), and "
-        "sends every model call to the rate-limited model queue, never to its own",
-        removal="no open run of generation 5 or before",
+        old_path="a run of generation 5 lays an approver's edit over the arguments "
+        "member by member (null sets a member to null, an object replaces one whole), asks "
+        "a person about every call that needs approval (no standing approval looked up), "
+        "and sends every model call to the rate-limited model queue, never to its own",
+        removal="no open run of generation 5",
     ),
     VersionBranch(
         id=ADMISSION_SWEEP,
@@ -108,6 +88,10 @@ LIVE: tuple[VersionBranch, ...] = (
 # calling `run_agent`.
 OWN_WORKFLOWS = (names.WORKFLOW_NAME, names.ADMISSION_WORKFLOW_NAME, names.BACKLOG_WORKFLOW_NAME)
 RETIRED_GENERATIONS = "generation-2-and-before"
+# Runs whose input names generation 3 or 4: a run of generation 3 took an admit signal from
+# any sender, and both returned their result however they ended (Temporal showed a failed
+# or rejected run as Completed).
+RETIRED_GENERATIONS_3_AND_4 = "generations-3-and-4"
 # What runs whose input names no generation took, by patch id: each was a branch of
 # agentledger/workflows/agent_run.py or recording.py, retired with the generation-3 cut; kept
 # so `deploy check` recognises a run that still needs one.
@@ -131,6 +115,9 @@ RETIRED_NOTE = (
     "paths, since retired from this code"
 )
 RETIRED_NOTES = {
+    RETIRED_GENERATIONS_3_AND_4: "runs whose input names generation 3 or 4 took an admit "
+    "from any sender, and returned their result however they ended, paths since retired from "
+    "this code",
     RUN_AGENT_READS_POLICY: "a workflow of yours that started an agent's run before "
     "`run_agent` read the tenant's policy, since retired from this code",
 }
@@ -165,13 +152,13 @@ class BranchNeed(BaseModel):
 
 
 def retired_needed(facts: HistoryFacts) -> list[str]:
-    """The retired branches a history needs: a run of the run workflow from before generation
-    3, and any run with a marker of a retired patch."""
+    """The retired branches a history needs: a run of the run workflow from before the oldest
+    generation this code replays, and any run with a marker of a retired patch."""
     needed = []
-    if facts.workflow_type == names.WORKFLOW_NAME and (
-        facts.generation is None or facts.generation < OLDEST_GENERATION
-    ):
-        needed.append(RETIRED_GENERATIONS)
+    if facts.workflow_type == names.WORKFLOW_NAME:
+        retired = retired_generation(facts.generation)
+        if retired is not None:
+            needed.append(retired)
     needed += sorted(set(facts.patches) & set(RETIRED_PATCHES))
     if (
         facts.workflow_type not in OWN_WORKFLOWS
@@ -182,14 +169,19 @@ def retired_needed(facts: HistoryFacts) -> list[str]:
     return needed
 
 
+def retired_generation(generation: int | None) -> str | None:
+    """The retired branch a run of the run workflow of this generation needs, if any."""
+    if generation is None or generation < 3:
+        return RETIRED_GENERATIONS
+    if generation < OLDEST_GENERATION:
+        return RETIRED_GENERATIONS_3_AND_4
+    return None
+
+
 def live_old_paths(facts: HistoryFacts) -> list[str]:
     """The live branches whose old path the run takes (or has taken)."""
     needed = []
-    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation == 3:
-        needed.append(GENERATION_4)
-    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation in (3, 4):
-        needed.append(GENERATION_5)
-    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation in (3, 4, 5):
+    if facts.workflow_type == names.WORKFLOW_NAME and facts.generation == 5:
         needed.append(GENERATION_6)
     if (
         facts.workflow_type == names.ADMISSION_WORKFLOW_NAME

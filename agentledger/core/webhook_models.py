@@ -105,6 +105,12 @@ class PushSubscription(BaseModel):
     created_at: datetime = Field(description="when it was added")
 
 
+class NewSubscription(PushSubscription):
+    """A subscription just made: `secret` (which signs every delivery) is shown this once."""
+
+    secret: str = Field(description="signs every delivery; shown this once")
+
+
 class WebhookDelivery(BaseModel):
     """One delivery and what came of it."""
 

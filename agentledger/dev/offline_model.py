@@ -21,9 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentledger.core.background_http import BackgroundHTTPServer
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import OFFLINE_MODEL
 from agentledger.core.log_setup import configure_logging
-from agentledger.core.settings import Settings
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -339,10 +339,13 @@ class _Handler(BaseHTTPRequestHandler):
                 delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
                 if i > 1 and "content" in delta:
                     time.sleep(self.server.stream_pause_seconds)
+                # Timed as it is handed to the socket: a client on a busy machine may read it
+                # before this thread runs again.
+                sent = time.time()
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
                 if "content" in delta:
-                    self.server.streamed.append((time.time(), delta["content"]))
+                    self.server.streamed.append((sent, delta["content"]))
             self.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -411,7 +414,7 @@ class OfflineModelServer(BackgroundHTTPServer):
 
     @property
     def streamed(self) -> list[tuple[float, str]]:
-        """(epoch seconds, text) of each streamed piece of text, once it was flushed to the
+        """(epoch seconds, text) of each streamed piece of text, as it was handed to the
         socket: the bench times a token from here to the client that shows it."""
         return self._server.streamed
 
@@ -421,7 +424,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    settings = Settings.load()
+    settings = AgentLedgerConfig.load()
     configure_logging(settings.log_level, settings.log_format)
     server = OfflineModelServer(host=args.host, port=args.port)
     log.info("offline model serving %r at %s", OFFLINE_MODEL, server.base_url)

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from agentledger.core import fairness, search_attributes
+from agentledger.core.config import read_stack_file, write_stack_file
 from agentledger.core.constants import TEMPORAL_PORT, WEB_UI_PORT
 from agentledger.core.errors import SetupError, StackInUse
 from agentledger.core.extras import install_command
-from agentledger.core.settings import read_stack_file, write_stack_file
 from agentledger.dev.offline_model import OfflineModelServer, Responder, offline_planner
 
 

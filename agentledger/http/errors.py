@@ -29,8 +29,8 @@ from agentledger.core.errors import (
 
 log = logging.getLogger(__name__)
 
-# First match wins: ServiceUnreachable is both Unreachable and InvalidInput; a tenant's
-# policy denying the caller is 403, any other refusal 409.
+# First match wins, the most telling first: a tenant's policy denying the caller is 403, any
+# other refusal 409.
 STATUSES: tuple[tuple[type[AgentLedgerError], int], ...] = (
     (Unreachable, 503),
     (NotFound, 404),

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from agentledger.client.notifications import NewSubscription
-from agentledger.core.webhook_models import PushSubscription, WebhookDelivery
+from agentledger.core.webhook_models import NewSubscription, PushSubscription, WebhookDelivery
 from agentledger.http import bodies
 from agentledger.http.endpoints import Call, Endpoint, routes_of
 

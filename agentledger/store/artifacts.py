@@ -13,8 +13,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from agentledger.core._wire import ArtifactRef
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import ArtifactRef
 
 PREVIEW_CHARS = 2000
 

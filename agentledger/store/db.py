@@ -403,7 +403,7 @@ MIGRATIONS: list[str] = [
         created_at timestamptz NOT NULL DEFAULT now()
     );
     """,
-    # 14: the priorities a tenant's runs may take (NULL: any), enforced by the door.
+    # 14: the priorities a tenant's runs may take (NULL: any), enforced by the start gate.
     """
     ALTER TABLE tenants ADD COLUMN allowed_priorities int[];
     """,

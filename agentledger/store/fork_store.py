@@ -5,8 +5,8 @@ from __future__ import annotations
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from agentledger.core._wire import StepRecord
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import StepRecord
 
 
 class ForkStore:

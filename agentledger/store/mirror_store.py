@@ -23,10 +23,10 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger.core import faults
-from agentledger.core._wire import MirrorBatch, RunEvent, StepRecord
 from agentledger.core.results import Receipt, RetryRecord
 from agentledger.core.spec import JsonDict
 from agentledger.core.storable import json_dumps
+from agentledger.core.wire import MirrorBatch, RunEvent, StepRecord
 from agentledger.store.db import pipelined_transaction
 from agentledger.store.group_commit import GroupCommit
 from agentledger.store.model_journal import EARLIEST_ANSWER, RECORD_ANSWER, Answer

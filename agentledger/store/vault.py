@@ -28,8 +28,8 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from pydantic_core import to_jsonable_python
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SecretUnavailable
-from agentledger.core.settings import Settings
 
 MARKER = re.compile(r"\[secret:([0-9a-f]{16})\]")
 NONCE_BYTES = 12
@@ -110,7 +110,7 @@ class SecretVault:
         self.pool = pool
 
     @classmethod
-    def for_settings(cls, pool: AsyncConnectionPool, settings: Settings) -> SecretVault:
+    def for_settings(cls, pool: AsyncConnectionPool, settings: AgentLedgerConfig) -> SecretVault:
         return cls(pool, settings.encryption_key_material(), settings.encryption_key_id)
 
     @property

@@ -11,9 +11,9 @@ from typing import Any
 from temporalio.client import Client, Plugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import ConnectionSettingsError, ServiceUnreachable, SetupError
 from agentledger.core.set_up_bound import seconds_left
-from agentledger.core.settings import Settings
 from agentledger.core.temporal_connection import connect_options, describe
 from agentledger.temporal.encryption import data_converter
 from agentledger.temporal.telemetry import client_interceptors
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 _runtimes: dict[str, Runtime] = {}
 
 
-def runtime_for(settings: Settings) -> Runtime | None:
+def runtime_for(settings: AgentLedgerConfig) -> Runtime | None:
     """The Temporal runtime whose Prometheus endpoint serves the SDK's metrics at
     AGENTLEDGER_PROMETHEUS_BIND (`/metrics`); None (the SDK's default runtime) when unset."""
     bind = settings.prometheus_bind
@@ -45,7 +45,7 @@ def runtime_for(settings: Settings) -> Runtime | None:
 
 
 async def connect(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     *,
     identity: str | None = None,
     serve_metrics: bool = False,
@@ -91,7 +91,7 @@ async def connect(
 
 
 def client_options(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     *,
     identity: str | None = None,
     serve_metrics: bool = False,
@@ -122,7 +122,7 @@ def is_connect_failure(err: RuntimeError) -> bool:
     return str(err).startswith("Failed client connect")
 
 
-def unreachable(settings: Settings, err: RuntimeError) -> ServiceUnreachable:
+def unreachable(settings: AgentLedgerConfig, err: RuntimeError) -> ServiceUnreachable:
     """The error for a failed `Client.connect` to the server `settings` name (the SDK's
     message is logged at DEBUG)."""
     where = describe(

@@ -27,10 +27,10 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
 from agentledger.core.background_http import BackgroundHTTPServer
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEFAULT_WEB_UI
 from agentledger.core.errors import SetupError
 from agentledger.core.log_setup import configure_logging
-from agentledger.core.settings import Settings
 from agentledger.temporal.encryption import EncryptionCodec, codec_for
 from agentledger.temporal.user_codec import load_codec
 
@@ -128,7 +128,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     try:
-        settings = Settings.load()
+        settings = AgentLedgerConfig.load()
         configure_logging(settings.log_level, settings.log_format)
         codec = load_codec(settings.codec) if settings.codec else codec_for(settings)
         if codec is None:
@@ -137,7 +137,7 @@ def main() -> None:
                 "server needs the keys the workers encrypt with, or your app's codec"
             )
     except SetupError as err:
-        # Settings that do not load leave no log format to speak in: one plain line.
+        # A config that does not load leaves no log format to speak in: one plain line.
         sys.stderr.write(f"error: {err}\n")
         sys.exit(2)
     server = CodecServer(codec, host=args.host, port=args.port, web_ui_origin=args.web_ui)

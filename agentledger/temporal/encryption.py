@@ -26,8 +26,8 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import UnknownEncryptionKey
-from agentledger.core.settings import Settings
 
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
@@ -85,7 +85,7 @@ class EncryptionCodec(PayloadCodec):
         return decoded
 
 
-def codec_for(settings: Settings) -> EncryptionCodec | None:
+def codec_for(settings: AgentLedgerConfig) -> EncryptionCodec | None:
     """The codec AGENTLEDGER_ENCRYPTION_KEYS describes; None when encryption is off."""
     if not settings.encryption_keys:
         return None
@@ -93,7 +93,7 @@ def codec_for(settings: Settings) -> EncryptionCodec | None:
     return EncryptionCodec(keys, settings.encryption_key_id or next(iter(keys)))
 
 
-def data_converter(settings: Settings) -> DataConverter:
+def data_converter(settings: AgentLedgerConfig) -> DataConverter:
     """The one converter every client and worker uses: pydantic, plus encryption when keys
     are set. Failures are encoded too, so error messages and stack traces (which can quote
     task text or tool output) are encrypted rather than stored as plain text. A codec of the

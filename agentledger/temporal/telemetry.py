@@ -16,15 +16,15 @@ from typing import Any
 
 from temporalio.client import Interceptor
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
 from agentledger.core.extras import install_command
-from agentledger.core.settings import Settings
 
 # The providers we installed ourselves (none when the application brought its own).
 _installed_providers: list[Any] = []
 
 
-def client_interceptors(settings: Settings) -> list[Interceptor]:
+def client_interceptors(settings: AgentLedgerConfig) -> list[Interceptor]:
     """The interceptors `connect` gives every client: tracing when AGENTLEDGER_OTEL is set."""
     if not settings.otel:
         return []

@@ -18,11 +18,11 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import ServiceUnreachable, SetupError
-from agentledger.core.settings import Settings
 
 
-def user_codec(settings: Settings) -> PayloadCodec | None:
+def user_codec(settings: AgentLedgerConfig) -> PayloadCodec | None:
     """The codec the settings name (AGENTLEDGER_CODEC first), or None."""
     if settings.codec:
         return load_codec(settings.codec)

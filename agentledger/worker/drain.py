@@ -61,6 +61,11 @@ class DrainReport:
         self._in_hand = 0
         self._cancelled_before = 0
 
+    @property
+    def begun(self) -> bool:
+        """Whether the drain has begun (a stop was asked for)."""
+        return self._began > 0
+
     def began(self) -> None:
         self._began = time.monotonic()
         self._in_hand = self.steps.running

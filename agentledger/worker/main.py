@@ -9,30 +9,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Sequence
 
+from temporalio.worker import Worker
+
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import ServiceUnreachable, SetupError
 from agentledger.core.extras import missing_extra
 from agentledger.core.log_setup import LEVELS, configure_logging
-from agentledger.core.settings import Settings
-from agentledger.temporal.client import is_connect_failure, unreachable
+from agentledger.temporal.client import connect, is_connect_failure, unreachable
+from agentledger.worker.plugin import AgentLedgerPlugin
 from agentledger.worker.tool_flags import add_tool_flags, tool_sources
-from agentledger.worker.worker_api import WorkerEdge, serve_engine, worker_edge
+from agentledger.worker.worker_api import WorkerEdge, worker_edge
 from agentledger.worker.worker_factory import ResourceTargets
 
 log = logging.getLogger(__name__)
 
 
-def worker_command(serve: Callable[[WorkerEdge], Awaitable[None]] = serve_engine) -> None:
-    """`agentledger-worker`'s command line (its flags, settings, logging, signals and exit
-    codes), public as `agentledger.worker_command`: a deployment's worker.py passes `serve`,
-    its own code that connects its Client with `AgentLedgerPlugin(edge.config)`, builds its
-    Worker with `edge.worker_options()` and runs it with `edge.serve` (worker.py)."""
+def parser() -> argparse.ArgumentParser:
+    """`agentledger-worker`'s flags, which a deployment's worker.py takes too."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--identity", default=f"worker-{socket.gethostname()}-{os.getpid()}")
     add_tool_flags(parser)
@@ -71,70 +71,85 @@ def worker_command(serve: Callable[[WorkerEdge], Awaitable[None]] = serve_engine
     )
     parser.add_argument("--target-cpu", type=float, default=0.8, help="with --resource-tuner")
     parser.add_argument("--target-memory", type=float, default=0.8, help="with --resource-tuner")
-    args = parser.parse_args()
+    return parser
+
+
+@contextlib.asynccontextmanager
+async def worker_command_line(argv: Sequence[str] | None = None) -> AsyncIterator[WorkerEdge]:
+    """A worker process's edge from `agentledger-worker`'s command line: its flags and the
+    environment read once into the config, logging set up, its tools loaded and MCP servers
+    held open, for the life of the block; a setting that does not load, a service that does
+    not answer or a missing extra is one log line and the process's exit code
+    (docs/using.md "Exit codes"). Public as `agentledger.worker_command_line`: a deployment's
+    worker.py connects its Client and builds its Worker inside it (worker.py)."""
+    parser_ = parser()
+    args = parser_.parse_args(argv)
     if args.workflow_cache is not None and args.workflow_cache < 0:
-        parser.error("--workflow-cache is a number of runs: 0 or more")
+        parser_.error("--workflow-cache is a number of runs: 0 or more")
     if args.drain_seconds is not None and not 0 <= args.drain_seconds < float("inf"):
-        parser.error("--drain-seconds is a duration: 0 or more")
+        parser_.error("--drain-seconds is a duration: 0 or more")
     for name in ("target_cpu", "target_memory"):
         if not 0 < getattr(args, name) <= 1:
-            parser.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
+            parser_.error(f"--{name.replace('_', '-')} is a fraction of the machine: (0, 1]")
     resources = (
         ResourceTargets(cpu=args.target_cpu, memory=args.target_memory)
         if args.resource_tuner
         else None
     )
-
     try:
-        settings = Settings.load()
+        settings = AgentLedgerConfig.load()
     except SetupError as err:
-        # No settings, so no log format to speak in: one plain line, as the CLI says it.
+        # No config, so no log format to speak in: one plain line, as the CLI says it.
         sys.stderr.write(f"error: {err}\n")
-        sys.exit(2)
+        raise SystemExit(2) from err
     configure_logging(args.log_level or settings.log_level, settings.log_format)
-
-    async def main(settings: Settings) -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        if args.workflow_cache is not None:
-            settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
-        if args.drain_seconds is not None:
-            settings = settings.model_copy(update={"drain_seconds": args.drain_seconds})
+    if args.workflow_cache is not None:
+        settings = settings.model_copy(update={"workflow_cache": args.workflow_cache})
+    if args.drain_seconds is not None:
+        settings = settings.model_copy(update={"drain_seconds": args.drain_seconds})
+    try:
         tools, mcp = tool_sources(args, settings, args.identity)
         async with worker_edge(
             tools,
             mcp=mcp,
             settings=settings,
             identity=args.identity,
-            stop=stop,
             resources=resources,
             demo=args.demo,
         ) as edge:
-            await serve(edge)
-
-    try:
-        asyncio.run(main(settings))
-    except SetupError as err:
+            yield edge
+    except (SetupError, ServiceUnreachable) as err:
         log.error("%s", err)
-        sys.exit(err.exit_code)  # 2 a setting, 4 a service unreachable (docs/using.md "Exit codes")
+        raise SystemExit(err.exit_code) from err  # 2 a setting, 4 a service unreachable
     except ImportError as err:  # `--sandbox` or AGENTLEDGER_OTEL without their extra
         missing = missing_extra(err)
         if missing is None:
             raise
         log.error("%s", missing)
-        sys.exit(missing.exit_code)
+        raise SystemExit(missing.exit_code) from err
     except RuntimeError as err:
         if not is_connect_failure(err):
             raise
-        log.error("%s", unreachable(settings, err))  # your own Client.connect's failure
-        sys.exit(ServiceUnreachable.exit_code)
+        log.error("%s", unreachable(settings, err))  # a Client.connect's failure
+        raise SystemExit(ServiceUnreachable.exit_code) from err
+
+
+async def serve_engine_from_command_line() -> None:
+    """`agentledger-worker`: the engine's own worker, as a deployment's worker.py builds its
+    own (docs/temporal-app.md)."""
+    async with worker_command_line() as edge:
+        plugin = AgentLedgerPlugin(edge.config)
+        client = await connect(
+            edge.config, identity=edge.identity, serve_metrics=True, plugins=[plugin]
+        )
+        worker = Worker(client, task_queue=edge.task_queue, **edge.worker_options())
+        edge.attend(worker, plugin)
+        await worker.run()
 
 
 def main() -> None:
     """The `agentledger-worker` console script (pyproject.toml): the engine alone."""
-    worker_command()
+    asyncio.run(serve_engine_from_command_line())
 
 
 if __name__ == "__main__":

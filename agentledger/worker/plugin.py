@@ -41,8 +41,8 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentledger.activities.provider_clients import model_client
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import SetupError
-from agentledger.core.plugin_config import AgentLedgerConfig
 from agentledger.core.sandbox_limits import SandboxLimits
 from agentledger.store.db import activity_slots_for, pool_size_for, ready_schema, unopened_pool
 from agentledger.temporal.encryption import codec_for, speaks_pydantic
@@ -82,7 +82,7 @@ def agentledger_converter(
         )
     codec, failures = base.payload_codec, base.failure_converter_class
     if codec is None and config is not None:
-        codec = codec_for(config.settings())
+        codec = codec_for(config)
         if codec is not None and failures is DefaultFailureConverter:
             # agentledger's own codec seals failures' messages too; yours decides for itself.
             failures = DefaultFailureConverterWithEncodedAttributes
@@ -139,20 +139,16 @@ class AgentLedgerPlugin(SimplePlugin):
 
     def __init__(self, config: AgentLedgerConfig) -> None:
         self.config = config
-        self.settings = config.settings()  # validated now: a bad value fails at construction
         super().__init__(
             PLUGIN_NAME,
             data_converter=lambda given: agentledger_converter(given, config),
             workflow_runner=sandbox_sharing_core,
         )
-        self._pool = (
-            unopened_pool(
-                config.database,
-                pool_size_for(ACTIVITY_SLOTS),
-                prepared_statements=self.settings.prepared_statements,
-            )
-            if isinstance(config.database, str)
-            else config.database
+        # The mirror: the pool the program owns, else one the plugin opens and closes.
+        self._pool = config.pool or unopened_pool(
+            config.require_database(),
+            pool_size_for(ACTIVITY_SLOTS),
+            prepared_statements=config.prepared_statements,
         )
         self._pool_users = 0
         self._engines: dict[str, _Engine] = {}  # by the task queue of the worker it is on
@@ -160,7 +156,7 @@ class AgentLedgerPlugin(SimplePlugin):
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
         queue = config.get("task_queue", "")
-        if self.config.task_queue not in (None, queue):
+        if self.config.engine_queue not in (None, queue):
             return config  # a worker of yours on another queue: left as it is
         client = config["client"]
         if not speaks_pydantic(client.data_converter):
@@ -172,11 +168,11 @@ class AgentLedgerPlugin(SimplePlugin):
         registry = self._registry(client.identity)
         deps = WorkerDeps(
             pool=self._pool,
-            model_client=model_client(self.settings),
+            model_client=model_client(self.config),
             registry=registry,
             provider_keys=self.config.provider_keys,
         )
-        parts = engine_parts(client, self.settings, deps)
+        parts = engine_parts(client, self.config, deps)
         self._engines[queue] = _Engine(parts, registry, side_queue_options(config, parts))
         return cast(WorkerConfig, {**config, **with_engine(config, parts)})
 
@@ -191,7 +187,7 @@ class AgentLedgerPlugin(SimplePlugin):
             await next(worker)
             return
         client = worker.client
-        if self.settings.search_attributes:
+        if self.config.search_attributes:
             await register_search_attributes(client)
         async with (
             self._mirror() as pool,
@@ -220,17 +216,22 @@ class AgentLedgerPlugin(SimplePlugin):
             await asyncio.gather(worker.shutdown(), *(w.shutdown() for w in engine.side_workers))
             await run
 
+    async def serving(self, worker: Worker) -> None:
+        """Return once `worker` (built with this plugin, run by `await worker.run()`) and
+        its side queues poll."""
+        await self._engines[worker.task_queue].serving.wait()
+
     def tools_of(self, worker: Worker) -> list[str]:
         """The names of the tools the plugin serves on `worker`'s queue."""
         return self._engines[worker.task_queue].registry.names()
 
     def _registry(self, identity: str) -> ToolRegistry:
         sources = [*self.config.tools, *([DEMO_TOOLS] if self.config.demo else [])]
-        if self.config.sandbox_image:
+        if self.config.sandbox:
             from agentledger.tools.sandbox import sandbox_tools  # the Docker SDK, only when used
 
             limits = SandboxLimits.parse(self.config.sandbox_limits)
-            sources.append(sandbox_tools(self.config.sandbox_image, limits, identity=identity))
+            sources.append(sandbox_tools(self.config.sandbox, limits, identity=identity))
         if not sources:
             raise SetupError(
                 "AgentLedgerConfig names no tools: give it tools=[...] (registries, tools or "
@@ -242,9 +243,9 @@ class AgentLedgerPlugin(SimplePlugin):
     async def _mirror(self) -> AsyncIterator[AsyncConnectionPool]:
         """The mirror's pool, migrated and opened with the first worker and closed with the
         last when the plugin made it; a pool you gave stays yours."""
-        owned = isinstance(self.config.database, str)
+        owned = self.config.pool is None
         if owned and self._pool_users == 0:
-            await ready_schema(self.settings.require_database())
+            await ready_schema(self.config.require_database())
             await self._pool.open(wait=False)
         self._pool_users += 1
         try:

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # loaded when the flags are read, not when `agentledger --help` builds them
-    from agentledger.core.settings import Settings
+    from agentledger.core.config import AgentLedgerConfig
 
 
 def add_tool_flags(p: argparse.ArgumentParser) -> None:
@@ -40,14 +40,13 @@ def add_tool_flags(p: argparse.ArgumentParser) -> None:
 
 
 def tool_sources(
-    args: argparse.Namespace, settings: Settings, identity: str | None = None
+    args: argparse.Namespace, settings: AgentLedgerConfig, identity: str | None = None
 ) -> tuple[list[Any], list[Any]]:
     """The flags' tools and MCP servers, else the settings' (AGENTLEDGER_TOOLS, AGENTLEDGER_MCP),
     and run_code when a sandbox image is named (--sandbox, AGENTLEDGER_SANDBOX)."""
-    from agentledger.tools.loading import split_references
     from agentledger.tools.mcp_servers import parse_servers
 
-    tools = args.tools or split_references(settings.tools)
+    tools = args.tools or list(settings.tools)
     mcp = args.mcp or parse_servers(settings.mcp)
     image = getattr(args, "sandbox", None) or settings.sandbox
     if image:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +23,9 @@ from typing import Any
 
 from temporalio.worker import Worker
 
+from agentledger.core.config import AgentLedgerConfig, process_environment
 from agentledger.core.errors import SetupError
-from agentledger.core.plugin_config import AgentLedgerConfig
 from agentledger.core.providers import load_providers, provider_keys
-from agentledger.core.settings import Settings, process_environment
 from agentledger.temporal.client import client_options, connect
 from agentledger.temporal.telemetry import shutdown_tracing
 from agentledger.tools.loading import DEMO_TOOLS, load_registry
@@ -51,39 +51,73 @@ def _mcp_tools(servers: list[McpServerSpec]) -> Any:
 @dataclass
 class WorkerEdge:
     """What a worker process's edge (agentledger-worker's flags, the environment) hands the
-    code that connects its Client and builds its Worker (`agentledger.worker_command(serve)`,
-    worker.py): the plugin's config, `Client.connect`'s and `Worker`'s arguments, and
-    `serve`, which runs the worker until the process is told to stop."""
+    code that connects its Client and builds its Worker (`agentledger.worker_command_line()`,
+    worker.py): the config, `Client.connect`'s and `Worker`'s arguments, and `attend`, which
+    stops the worker when the process is told to (or `serve`, for a program that stops it
+    with an event of its own)."""
 
-    settings: Settings
     config: AgentLedgerConfig
     identity: str
     stop: asyncio.Event
     resources: ResourceTargets | None = None
     steps: StepsInHand = field(default_factory=StepsInHand)
+    _drains: list[DrainReport] = field(default_factory=list)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def task_queue(self) -> str:
-        return self.settings.task_queue
+        return self.config.task_queue
 
     def client_options(self) -> dict[str, Any]:
         """`Client.connect(**edge.client_options(), plugins=[AgentLedgerPlugin(edge.config)])`:
         the server, TLS or API key, converter, tracing and metrics the settings name."""
-        return client_options(self.settings, identity=self.identity, serve_metrics=True)
+        return client_options(self.config, identity=self.identity, serve_metrics=True)
 
     def worker_options(self) -> dict[str, Any]:
         """`Worker(client, task_queue=edge.task_queue, ..., **edge.worker_options())`: the
         slots (or the machine's tuner), workflow cache, drain and version the flags and
         settings name, and the count of steps in hand the drain reports."""
-        return run_queue_options(self.settings, self.steps, self.resources)
+        return run_queue_options(self.config, self.steps, self.resources)
+
+    def attend(self, worker: Worker, plugin: AgentLedgerPlugin) -> None:
+        """Stand by `worker` (built on a Client with `plugin`) while `await worker.run()`
+        serves: say in the log when it polls, and on SIGINT or SIGTERM shut it down, which
+        drains the steps in hand (and the queues beside it) within the grace period, and
+        says how that went once it has stopped (when this edge closes)."""
+        loop = asyncio.get_running_loop()
+        drain = DrainReport(self.steps, self.config.drain_seconds, self.identity)
+        self._drains.append(drain)
+
+        def stop() -> None:
+            if not drain.begun:
+                drain.began()
+                self._tasks.add(loop.create_task(worker.shutdown()))
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop)
+
+        async def polling() -> None:
+            await plugin.serving(worker)
+            garbage_collector.settle(self.config.gc_threshold)
+            _say_serving(self.config, self.identity, plugin.tools_of(worker))
+
+        self._tasks.add(loop.create_task(polling()))
+
+    def closed(self) -> None:
+        """The process's worker has stopped: what its drain came to, in the log."""
+        for task in self._tasks:
+            task.cancel()
+        for drain in self._drains:
+            if drain.begun:
+                drain.ended()
 
     async def serve(self, plugin: AgentLedgerPlugin, worker: Worker) -> None:
         """Run `worker` (built on a Client with `plugin`) until the process is told to
         stop; then it and the queues beside it drain together, and the log says how."""
-        drain = DrainReport(self.steps, self.settings.drain_seconds, self.identity)
+        drain = DrainReport(self.steps, self.config.drain_seconds, self.identity)
         async with plugin.running(worker):
-            garbage_collector.settle(self.settings.gc_threshold)
-            _say_serving(self.settings, self.identity, plugin.tools_of(worker))
+            garbage_collector.settle(self.config.gc_threshold)
+            _say_serving(self.config, self.identity, plugin.tools_of(worker))
             await self.stop.wait()
             drain.began()
         drain.ended()
@@ -94,7 +128,7 @@ async def worker_edge(
     tools: Iterable[Any] | None = None,
     *,
     mcp: Iterable[str | McpServerSpec] = (),
-    settings: Settings | None = None,
+    settings: AgentLedgerConfig | None = None,
     identity: str | None = None,
     stop: asyncio.Event | None = None,
     resources: ResourceTargets | None = None,
@@ -103,7 +137,7 @@ async def worker_edge(
     """A worker process's edge for the life of the block (run_worker's arguments): its
     tools loaded and MCP servers held open, providers' keys read from the environment."""
     environ = process_environment()  # this is an edge: providers' keys are read here
-    settings = settings or Settings.load(environ)
+    settings = settings or AgentLedgerConfig.load(environ)
     identity = identity or f"worker-{socket.gethostname()}-{os.getpid()}"
     servers = [s if isinstance(s, McpServerSpec) else McpServerSpec.parse(s) for s in mcp]
     sources = [*(tools or ()), *([DEMO_TOOLS] if demo else [])]
@@ -115,16 +149,21 @@ async def worker_edge(
         )
     async with _mcp_tools(servers) as served:
         registry = load_registry(sources, served)  # a bad tool is named before the rest
-        config = AgentLedgerConfig.from_settings(
-            settings,
-            database=settings.require_database(),
-            tools=[registry],
-            sandbox_image=None,  # a sandbox is one of `tools` (agentledger-worker --sandbox)
-            provider_keys=provider_keys(load_providers(settings.providers), environ),
+        settings.require_database()
+        config = settings.model_copy(
+            update={
+                "tools": (registry,),
+                "demo": False,  # the demo's tools are in the registry already
+                "sandbox": None,  # a sandbox is one of `tools` (agentledger-worker --sandbox)
+                "engine_queue": settings.task_queue,
+                "provider_keys": provider_keys(load_providers(settings.providers), environ),
+            }
         )
+        edge = WorkerEdge(config, identity, stop or asyncio.Event(), resources)
         try:
-            yield WorkerEdge(settings, config, identity, stop or asyncio.Event(), resources)
+            yield edge
         finally:
+            edge.closed()
             shutdown_tracing()
 
 
@@ -137,7 +176,7 @@ async def serve_engine(
     app of your own connects and builds them (docs/temporal-app.md)."""
     plugin = AgentLedgerPlugin(edge.config)
     client = await connect(
-        edge.settings, identity=edge.identity, serve_metrics=True, plugins=[plugin]
+        edge.config, identity=edge.identity, serve_metrics=True, plugins=[plugin]
     )
     worker = Worker(
         client,
@@ -153,7 +192,7 @@ async def run_worker(
     tools: Iterable[Any] | None = None,
     *,
     mcp: Iterable[str | McpServerSpec] = (),
-    settings: Settings | None = None,
+    settings: AgentLedgerConfig | None = None,
     identity: str | None = None,
     stop: asyncio.Event | None = None,
     resources: ResourceTargets | None = None,
@@ -167,7 +206,7 @@ async def run_worker(
     `demo`: serve the demo's tools as well (`agentledger-worker --demo`); a worker with no tools,
     no MCP servers and no `demo` refuses to start rather than serve the demo's by surprise.
     `mcp`: `NAME=COMMAND ARGS...` (stdio) or `NAME=https://...`, whose tools the model sees
-    as `NAME__TOOL`. Settings come from the
+    as `NAME__TOOL`. The config comes from the
     environment unless given. A bad tool, server or tool set raises `SetupError` before the
     worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
     fixed counts. `workflows` and `activities`: your own, served beside the engine's (a
@@ -185,7 +224,7 @@ async def run_worker(
         await serve_engine(edge, workflows, activities)
 
 
-def _say_serving(settings: Settings, identity: str, tools: list[str]) -> None:
+def _say_serving(settings: AgentLedgerConfig, identity: str, tools: list[str]) -> None:
     log.info(
         "worker %s polling %r at %s with tools: %s; Ctrl-C drains and stops it",
         identity,

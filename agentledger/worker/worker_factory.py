@@ -36,11 +36,11 @@ from agentledger.activities.tools import ToolActivities
 from agentledger.activities.verify import VerifyActivities
 from agentledger.activities.webhooks import WebhookActivities
 from agentledger.core import fairness
+from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE, ACTIVITY_TOOL_INVOKE
 from agentledger.core.errors import SetupError
 from agentledger.core.payload_limits import PayloadLimitInterceptor
 from agentledger.core.providers import load_providers
-from agentledger.core.settings import Settings
 from agentledger.store.artifacts import ArtifactStore
 from agentledger.store.backlog_store import BacklogStore
 from agentledger.store.conversation import ConversationStore
@@ -72,7 +72,7 @@ class WorkerDeps:
 ACTIVITY_SLOTS = 100
 
 
-async def open_worker_pool(settings: Settings) -> AsyncConnectionPool:
+async def open_worker_pool(settings: AgentLedgerConfig) -> AsyncConnectionPool:
     """The Postgres pool a worker's activities share, sized for its activity slots."""
     return await open_pool(
         settings.require_database(),
@@ -93,7 +93,7 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
     return {
         "max_concurrent_activities": ACTIVITY_SLOTS,
         "max_cached_workflows": (
-            Settings.model_fields["workflow_cache"].default
+            AgentLedgerConfig.model_fields["workflow_cache"].default
             if workflow_cache is None
             else workflow_cache
         ),
@@ -102,7 +102,7 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
 
 
 def payload_guard(
-    client: Client, settings: Settings, store: MirrorStore
+    client: Client, settings: AgentLedgerConfig, store: MirrorStore
 ) -> PayloadLimitInterceptor:
     """The payload limit, checked with the client's own converter (and encryption codec); a
     refused model or tool result is recorded as its attempt's failure in `step_attempts`."""
@@ -186,7 +186,7 @@ class ResourceTargets:
         )
 
 
-def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+def deployment_config(settings: AgentLedgerConfig) -> WorkerDeploymentConfig | None:
     """The version this worker declares (AGENTLEDGER_BUILD_ID), or None for an unversioned one.
 
     Runs are pinned: a run finishes on the build it started on, so a deploy never changes
@@ -236,7 +236,7 @@ class EngineParts:
     commit_pool: AsyncConnectionPool  # not yet open: opened and closed with the workers
 
 
-def engine_parts(client: Client, settings: Settings, deps: WorkerDeps) -> EngineParts:
+def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) -> EngineParts:
     """The engine's activities, each holding its injected clients."""
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
@@ -353,7 +353,7 @@ def side_queue_workers(
 
 
 def run_queue_options(
-    settings: Settings,
+    settings: AgentLedgerConfig,
     steps: StepsInHand,
     resources: ResourceTargets | None = None,
     slots: int = ACTIVITY_SLOTS,
@@ -379,7 +379,7 @@ def run_queue_options(
 
 def build_worker(
     client: Client,
-    settings: Settings,
+    settings: AgentLedgerConfig,
     deps: WorkerDeps,
     *,
     task_queue: str | None = None,

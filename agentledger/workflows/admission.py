@@ -224,14 +224,14 @@ class TenantAdmissionWorkflow:
         self.waiting.append(run_id)
         if request.request_id is not None:
             self.requests[run_id] = request.request_id
-        # The door built the spec from its tenant's policy; it runs at the weight this
+        # The start gate built the spec from its tenant's policy; it runs at the weight this
         # queue holds for the tenant.
         spec = request.spec.model_copy(
             update={"admission": workflow.info().workflow_id, "fairness_weight": self.limits.weight}
         )
         try:
             child = await run_starts.start_run(
-                run_starts.from_door(spec),
+                run_starts.from_gate(spec),
                 run_id=run_id,
                 task_queue=request.task_queue,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
@@ -260,7 +260,7 @@ class TenantAdmissionWorkflow:
     @enqueue.validator
     def _enqueue_allowed(self, request: QueuedStartInput) -> None:
         too_large = bounds.problems(request)
-        if too_large:  # checked at the door too (agentledger.core.bounds): anyone may send
+        if too_large:  # checked by the client too (agentledger.core.bounds): anyone may send
             raise ValueError(f"refused: {'; '.join(too_large[:5])}")
         if workflow.info().is_target_worker_deployment_version_changed():
             # A run started now would start on the old build (a pinned queue's children

@@ -46,15 +46,6 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import constants as names
     from agentledger.core import errors, payload_limits, run_summaries, search_attributes
     from agentledger.core._state import RunInput, RunProgress
-    from agentledger.core._wire import (
-        ApproveInput,
-        ChildApprovalNotice,
-        ControlInput,
-        MirrorBatch,
-        ModelCallInput,
-        ModelCallResult,
-        RejectInput,
-    )
     from agentledger.core.admission_models import AdmitInput, ReleaseInput
     from agentledger.core.errors import PERMISSION_DENIED
     from agentledger.core.events import EventType
@@ -68,6 +59,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentledger.core.spec import JsonDict, RiskLevel
     from agentledger.core.states import RunStatus, StepStatus
+    from agentledger.core.wire import (
+        ApproveInput,
+        ChildApprovalNotice,
+        ControlInput,
+        MirrorBatch,
+        ModelCallInput,
+        ModelCallResult,
+        RejectInput,
+    )
     from agentledger.workflows import policies
 
 # The system message when the spec carries no instructions (an agent profile sets them):
@@ -120,7 +120,7 @@ class AgentRunWorkflow:
         self.recorder = Recorder(spec, self.run_id, self.progress, self.stream.publish, indexed)
         self.context = run = RunContext(spec, self.run_id, self.progress, self.recorder)
         self.subagents = Subagents(run)
-        self.controls = RunControls(run, self.changes, self.subagents.forward_control)
+        self.controls = RunControls(run, self.subagents.forward_control)
         self.approvals = Approvals(run, self.subagents.tell_parent, self.changes)
         self.steering = Steering(run, self.changes)
         self.sessions = Sessions(run, self.steering, self._continue_as_new)
@@ -297,11 +297,11 @@ class AgentRunWorkflow:
             tokens_out=self.progress.tokens_out,
             cost_usd=self.progress.cost_usd,
         )
-        if self.changes.generation_5:  # Temporal ends the run as agentledger does
-            if result.status == RunStatus.FAILED:
-                raise run_endings.failure(result)
-            if result.status == RunStatus.CANCELLED:
-                await run_endings.cancel_own(result.error or "cancelled")
+        # Temporal ends the run as agentledger does.
+        if result.status == RunStatus.FAILED:
+            raise run_endings.failure(result)
+        if result.status == RunStatus.CANCELLED:
+            await run_endings.cancel_own(result.error or "cancelled")
         return result
 
     async def _wait_for_slot(self) -> None:

@@ -16,9 +16,9 @@ from agentledger.workflows.recording import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import constants as names
-    from agentledger.core._wire import VerifyInput
     from agentledger.core.results import VerifyResult
     from agentledger.core.states import StepStatus
+    from agentledger.core.wire import VerifyInput
     from agentledger.workflows import policies
 
 

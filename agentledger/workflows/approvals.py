@@ -26,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
 
     from agentledger.activities.standing import StandingActivities
     from agentledger.core import approval_signatures, bounds, fairness, merge_patch
-    from agentledger.core._wire import ApproveInput, RejectInput
     from agentledger.core.argument_schema import argument_problems, unknown_fields
     from agentledger.core.events import EventType
     from agentledger.core.identity import Identity
@@ -46,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         StandingInput,
     )
     from agentledger.core.states import RunStatus, StepStatus, is_terminal
+    from agentledger.core.wire import ApproveInput, RejectInput
     from agentledger.workflows import policies
 
 

@@ -30,7 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.activities.backlog import BacklogActivities
     from agentledger.core import bounds, fairness
     from agentledger.core import constants as names
-    from agentledger.core._wire import ControlInput
     from agentledger.core.backlog_models import (
         SHARED_POLICY_FIELDS,
         BacklogControlResult,
@@ -55,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentledger.core.messages import BacklogMessages, Message, RunMessages
     from agentledger.core.states import RunStatus
+    from agentledger.core.wire import ControlInput
     from agentledger.workflows.admission import upgrade_on_continue
     from agentledger.workflows.changes import for_new_run
 
@@ -255,7 +255,7 @@ class AgentBacklogWorkflow:
         # The generation of the code starting it (a task queued before a deploy runs the
         # current one; a child's input is not checked on replay).
         spec = for_new_run(task.spec.model_copy(update={"idempotency_key": task.key}))
-        run = run_starts.from_door(spec)  # as the door built it when it was enqueued
+        run = run_starts.from_gate(spec)  # as the start gate built it when it was enqueued
         if workflow.patched(CHILD_POLICY):
             read = await run_starts.read_policy(spec)
             if isinstance(read, str):
@@ -444,7 +444,7 @@ class AgentBacklogWorkflow:
         if not input.policy.is_empty():
             if input.tenant is None:
                 self.policy = input.policy.apply(self.policy)
-            else:  # the sender's tasks' policy alone (the door refuses its shared fields)
+            else:  # the sender's tasks' policy alone (the start gate refuses its shared fields)
                 own = self.tenant_policies.get(input.tenant, PolicyPatch())
                 per_task = input.policy.model_copy(update=dict.fromkeys(SHARED_POLICY_FIELDS))
                 self.tenant_policies[input.tenant] = own.then(per_task)

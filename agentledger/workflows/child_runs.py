@@ -36,7 +36,7 @@ REFUSED = "OperationRefused"
 def child_run_id(parent_id: str, key: str) -> str:
     """`run-~child.<parent>~<key>`: ids under `run-~` are the engine's (forks are
     `run-~fork.`), and neither part can hold a `~` (id_part replaces it), so no start through
-    the door, a fork or another parent's child takes a child's id."""
+    the start gate, a fork or another parent's child takes a child's id."""
     return f"{RUN_ID_PREFIX}~child.{id_part(parent_id)}~{id_part(key)}"
 
 

@@ -17,10 +17,10 @@ from agentledger.workflows.tool_steps import tool_message
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.activities.fork import ForkActivities
-    from agentledger.core._wire import ForkSeedInput, ProposedToolCall
     from agentledger.core.events import EventType
     from agentledger.core.results import ForkOrigin
     from agentledger.core.states import RunStatus, StepStatus
+    from agentledger.core.wire import ForkSeedInput, ProposedToolCall
     from agentledger.workflows import policies
 
 

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from agentledger.core._wire import ProposedToolCall
 from agentledger.core.spec import Budget, JsonDict, RiskLevel, RunSpec
+from agentledger.core.wire import ProposedToolCall
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used: {problem}. Reply again. A tool call's arguments "

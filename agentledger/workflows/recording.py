@@ -27,18 +27,18 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.activities.mirror import MirrorActivities
     from agentledger.core import fairness, payload_limits, run_summaries, search_attributes
     from agentledger.core._state import RunInput, RunProgress
-    from agentledger.core._wire import (
+    from agentledger.core.errors import PAYLOAD_TOO_LARGE
+    from agentledger.core.events import EventType
+    from agentledger.core.results import PendingApproval, StepSummary, StepType
+    from agentledger.core.spec import JsonDict
+    from agentledger.core.states import STEP_STATUS, RunStatus, StepStatus, check_transition
+    from agentledger.core.wire import (
         FinishInput,
         MirrorBatch,
         RunEvent,
         RunSnapshot,
         StepRecord,
     )
-    from agentledger.core.errors import PAYLOAD_TOO_LARGE
-    from agentledger.core.events import EventType
-    from agentledger.core.results import PendingApproval, StepSummary, StepType
-    from agentledger.core.spec import JsonDict
-    from agentledger.core.states import STEP_STATUS, RunStatus, StepStatus, check_transition
 
 # Mirror writes are activities on a task queue of their own: Temporal dispatches them only
 # after it has committed the task that scheduled them (a local activity wrote what a lost task

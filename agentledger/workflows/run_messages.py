@@ -14,17 +14,16 @@ from collections.abc import Callable
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from agentledger.workflows.changes import Changes
 from agentledger.workflows.recording import RunContext
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds
-    from agentledger.core._wire import ControlInput
     from agentledger.core.admission_models import AdmitInput
     from agentledger.core.events import EventType
     from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import ControlResult
     from agentledger.core.states import RunStatus, is_terminal
+    from agentledger.core.wire import ControlInput
 
 
 def check_control(input: ControlInput) -> None:
@@ -41,11 +40,9 @@ class RunControls:
     def __init__(
         self,
         run: RunContext,
-        changes: Changes,
         forward_control: Callable[[Message, ControlInput], None],
     ) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
-        self.changes = changes
         # A pause or resume goes on to the sub-agent run this run waits for (Subagents).
         self.forward_control = forward_control
 
@@ -69,7 +66,7 @@ class RunControls:
     def admit(self, input: AdmitInput) -> None:
         """The tenant's admission queue gives this run a slot: only the queue that holds it
         (the one its input names) may; an admit from another sender is ignored."""
-        if self.changes.generation_4 and input.admission_id != self.spec.admission:
+        if input.admission_id != self.spec.admission:
             workflow.logger.warning(
                 "run %s ignored an admit from %r: its slot is %r's to give",
                 self.run_id,

@@ -13,9 +13,9 @@ from temporalio import workflow
 from temporalio.common import MetricCounter
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.core._wire import StepRecord
     from agentledger.core.events import EventType
     from agentledger.core.spec import JsonDict, RunSpec
+    from agentledger.core.wire import StepRecord
 
 RUNS_STARTED = "agentledger_runs_started"
 RUNS_ENDED = "agentledger_runs_ended"

@@ -17,9 +17,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds
     from agentledger.core._state import RunInput, RunProgress
-    from agentledger.core._wire import RunSnapshot
     from agentledger.core.results import DecisionSeen, Receipt, RunState
     from agentledger.core.states import RunStatus
+    from agentledger.core.wire import RunSnapshot
 
 # The decided approvals the state query lists (a query adds nothing to history).
 DECISIONS_SHOWN = 10
@@ -30,8 +30,7 @@ WORKFLOW_ONLY = {
     "spec": "the run's input: the continuation is started with it again",
     "run_id": "the workflow id, the same for every continuation",
     "changes": "read from the run's input (its generation); a continuation reads it again",
-    "generation_4": "a switch of `changes`, read from the input likewise",
-    "generation_5": "a switch of `changes`, read from the input likewise",
+    "generation": "the generation `changes` read from the input likewise",
     "generation_6": "a switch of `changes`, read from the input likewise",
     "merge_patches": "the approvals' reading of generation_6, from the input likewise",
     "indexed_status": "read from the search attributes, which a continuation inherits",

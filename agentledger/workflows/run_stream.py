@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
-from agentledger.core._wire import ModelCallResult, RunEvent, TextPiece
 from agentledger.core.constants import STREAM_TOPIC_EVENTS, STREAM_TOPIC_TEXT
 from agentledger.core.streamed_text import rest_of_reply
+from agentledger.core.wire import ModelCallResult, RunEvent, TextPiece
 
 # Items a continuation carries; a watcher that asks for an older offset starts at the oldest
 # one kept (the mirror still has every event).

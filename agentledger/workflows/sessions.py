@@ -41,15 +41,15 @@ from agentledger.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds
-    from agentledger.core._wire import (
+    from agentledger.core.events import EventType
+    from agentledger.core.results import ControlResult, RunMessage, SessionTurn
+    from agentledger.core.states import RunStatus, StepStatus, is_terminal
+    from agentledger.core.wire import (
         ControlInput,
         ConversationCut,
         ModelCallResult,
         SummaryRequest,
     )
-    from agentledger.core.events import EventType
-    from agentledger.core.results import ControlResult, RunMessage, SessionTurn
-    from agentledger.core.states import RunStatus, StepStatus, is_terminal
 
 # The most of a summary the run carries (and sends with every model call after it).
 SUMMARY_CHARS = 8000

@@ -31,10 +31,10 @@ from agentledger.workflows.steps import Step
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import bounds, errors, fairness
     from agentledger.core import constants as names
-    from agentledger.core._wire import MirrorBatch, ModelCallInput, ModelCallResult, SayInput
     from agentledger.core.events import EventType
     from agentledger.core.results import RunMessage
     from agentledger.core.states import StepStatus, is_terminal
+    from agentledger.core.wire import MirrorBatch, ModelCallInput, ModelCallResult, SayInput
     from agentledger.workflows import policies
 
 T = TypeVar("T")

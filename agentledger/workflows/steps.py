@@ -16,10 +16,10 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agentledger.core import payload_limits
-    from agentledger.core._wire import MirrorBatch, StepRecord
     from agentledger.core.results import StepSummary
     from agentledger.core.spec import JsonDict
     from agentledger.core.states import StepStatus
+    from agentledger.core.wire import MirrorBatch, StepRecord
 
 T = TypeVar("T")
 

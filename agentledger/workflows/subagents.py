@@ -35,17 +35,17 @@ with workflow.unsafe.imports_passed_through():
 
     from agentledger.core import constants as names
     from agentledger.core._state import RunInput
-    from agentledger.core._wire import (
-        ChildApprovalNotice,
-        ControlInput,
-        ProposedToolCall,
-    )
     from agentledger.core.events import EventType
     from agentledger.core.keys import id_part
     from agentledger.core.messages import Message, RunMessages
     from agentledger.core.results import ChildApproval, PendingApproval, RunResult
     from agentledger.core.spec import JsonDict
     from agentledger.core.states import RunStatus, StepStatus
+    from agentledger.core.wire import (
+        ChildApprovalNotice,
+        ControlInput,
+        ProposedToolCall,
+    )
 
 
 def subagent_run_id(parent_id: str, step_id: str) -> str:

@@ -32,19 +32,19 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core import constants as names
     from agentledger.core import errors, payload_limits, run_summaries
     from agentledger.core._state import RunProgress
-    from agentledger.core._wire import (
-        CheckpointInput,
-        MirrorBatch,
-        ProposedToolCall,
-        ToolCallInput,
-        ToolCallResult,
-    )
     from agentledger.core.errors import PERMISSION_DENIED
     from agentledger.core.events import EventType
     from agentledger.core.keys import canonical_json, effect_content, effect_key
     from agentledger.core.results import INTERRUPTED, SideEffectRecord
     from agentledger.core.spec import JsonDict
     from agentledger.core.states import RunStatus, StepStatus
+    from agentledger.core.wire import (
+        CheckpointInput,
+        MirrorBatch,
+        ProposedToolCall,
+        ToolCallInput,
+        ToolCallResult,
+    )
     from agentledger.workflows import policies
 
 

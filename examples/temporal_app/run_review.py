@@ -13,18 +13,17 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentledger import AgentLedgerConfig, AgentLedgerPlugin, NotFound, RunClient
-from agentledger.types import Settings
 
 TASK = "Look up our refund policy and notify ana@example.com about it."
 
 
 async def main() -> None:
     # The local stack's addresses: `agentledger up` writes them to .agentledger/stack.json,
-    # which Settings reads (TEMPORAL_ADDRESS, DATABASE_URL, OPENAI_BASE_URL win when set).
-    stack = Settings.load()
+    # which load() reads (TEMPORAL_ADDRESS, DATABASE_URL, OPENAI_BASE_URL win when set).
+    stack = AgentLedgerConfig.load()
     config = AgentLedgerConfig(
-        stack.database_url or "",
-        model_base_url=stack.openai_base_url,
+        database_url=stack.database_url,
+        openai_base_url=stack.openai_base_url,
         demo=True,  # the demo's tools; yours: tools=[...]
         task_queue="orders",  # the engine serves runs on your worker's queue
     )

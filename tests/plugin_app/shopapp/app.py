@@ -14,8 +14,8 @@ from shopapp.workflows import OrderReview
 
 TASK_QUEUE = os.environ.get("SHOP_TASK_QUEUE", "shop")
 TRACING = OpenTelemetryPlugin(add_temporal_spans=True)
-MIRROR, MODELS = os.environ["DATABASE_URL"], os.environ["OPENAI_BASE_URL"]  # agentledger
-AGENTLEDGER = AgentLedgerConfig(MIRROR, model_base_url=MODELS, demo=True)  # agentledger
+DB, MODELS = os.environ["DATABASE_URL"], os.environ["OPENAI_BASE_URL"]  # agentledger
+AGENTLEDGER = AgentLedgerConfig(database_url=DB, openai_base_url=MODELS, demo=True)  # agentledger
 
 
 async def connect(address: str) -> Client:

@@ -1,7 +1,9 @@
-"""Private: every input and result that crosses an activity boundary, the signals and
-updates a run takes, and the rows it hands the mirror. Each activity, signal and update
-takes one model and returns one, so a field can be added later without breaking runs
-already in flight. Not part of the public API: these may change with the engine.
+"""What crosses the wire between the engine's parts: every input and result of an activity,
+the signals and updates a run takes, and the rows it hands the mirror. Each activity,
+signal and update takes one model and returns one, so a field can be added later without
+breaking runs already in flight. The client, the workflows and the activities all use
+these; a user's code does not (`agentledger.types` is the public API), so they may change
+with the engine.
 """
 
 from __future__ import annotations

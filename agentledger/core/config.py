@@ -1,10 +1,13 @@
-"""Settings from environment variables, falling back to the local embedded stack.
+"""`agentledger.AgentLedgerConfig`: everything agentledger is configured by, one typed object.
 
-Every entry point reads settings through `Settings.load()`, so setting the variables moves
-the same commands from the embedded stack to a real cluster, database and model provider.
-A `.env` file in the current folder is read as pydantic-settings reads one (the process's
-variables win), and an `AGENTLEDGER_` variable no setting has is warned about, with the name
-it most resembles.
+A program builds it (`AgentLedgerConfig(database_url=..., tools=[...])`, docs/temporal-app.md),
+or an edge reads it from the environment once (`AgentLedgerConfig.load()`: the `agentledger`
+command, `agentledger-worker`, `agentledger up`), and hands it down; nothing under the edges
+reads a variable, and nothing turns the object back into variables. Each field names its
+environment variable once. Setting the variables moves the same commands from the embedded
+stack to a real cluster, database and model provider. A `.env` file in the current folder is
+read as pydantic-settings reads one (the process's variables win), and an `AGENTLEDGER_`
+variable no field has is warned about, with the name it most resembles.
 """
 
 from __future__ import annotations
@@ -25,7 +28,17 @@ from urllib.parse import urlsplit
 import psycopg
 from dotenv import dotenv_values
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import Field, SecretBytes, SecretStr, ValidationError, field_validator
+from psycopg_pool import AsyncConnectionPool
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretBytes,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
 
 from agentledger.core.constants import (
@@ -37,7 +50,7 @@ from agentledger.core.constants import (
     TASK_QUEUE,
 )
 from agentledger.core.errors import ConnectionSettingsError, SetupError
-from agentledger.core.http_settings import HTTP_NAMES
+from agentledger.core.http_settings import HTTP_NAMES, HttpSettings
 from agentledger.core.log_setup import LogFormat, LogLevel
 from agentledger.core.sandbox_limits import SandboxLimits
 from agentledger.core.settings_base import ReadSettings, env
@@ -49,13 +62,24 @@ DOTENV_FILE = ".env"
 log = logging.getLogger(__name__)
 
 
-class Settings(ReadSettings):
-    """Where Temporal, Postgres and the model live, and how the worker behaves.
+class AgentLedgerConfig(ReadSettings):
+    """Where Temporal, Postgres and the model live, what the engine serves, and how the
+    worker and the HTTP server behave.
 
-    Each field names its environment variable once. Booleans take pydantic's one syntax
-    (1/0, true/false, yes/no, on/off); an empty variable counts as unset. Secrets are
-    SecretStr/SecretBytes or left out of repr(), so a logged Settings shows none of them.
+    Each field names its environment variable once (a field without one is a program's to
+    set: an open pool, tool objects, providers' keys read at the program's edge). Booleans
+    take pydantic's one syntax (1/0, true/false, yes/no, on/off); an empty variable counts as
+    unset. Secrets are SecretStr/SecretBytes or left out of repr(), so a logged config shows
+    none of them.
     """
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,
+        extra="forbid",
+        populate_by_name=True,
+        arbitrary_types_allowed=True,
+    )
 
     # From TEMPORAL_* or a TOML profile, the temporal CLI's way
     # (agentledger.core.temporal_connection).
@@ -122,7 +146,12 @@ class Settings(ReadSettings):
     build_id: str | None = env("AGENTLEDGER_BUILD_ID", None, "None: unversioned workers")
     # What a worker serves and where a starter finds profiles, when no flag says (agentledger-worker
     # --tools/--mcp, agentledger start --agents).
-    tools: str = env("AGENTLEDGER_TOOLS", "", "comma-separated `PKG.MODULE:ATTR` tool sources")
+    tools: tuple[Any, ...] = env(
+        "AGENTLEDGER_TOOLS",
+        (),
+        "the tools runs may call: registries, tools, or `PKG.MODULE:ATTR` references (a "
+        "variable: comma-separated references)",
+    )
     mcp: str = env("AGENTLEDGER_MCP", "", "`;`-separated MCP servers")
     sandbox: str | None = env(
         "AGENTLEDGER_SANDBOX",
@@ -174,6 +203,31 @@ class Settings(ReadSettings):
     log_format: LogFormat = env(
         "AGENTLEDGER_LOG_FORMAT", "text", "`json`: one JSON object per log line, for log pipelines"
     )
+    # The HTTP server's own (`agentledger serve`, docs/http.md), from AGENTLEDGER_HTTP_* and
+    # AGENTLEDGER_OIDC_*.
+    http: HttpSettings = Field(default_factory=HttpSettings)
+
+    # A program's to set (the edges set them from their flags), never a variable's.
+    # The mirror as an open pool the program owns (its URL then comes from it); without one,
+    # the plugin opens, migrates and closes a pool for `database_url`.
+    pool: AsyncConnectionPool | None = Field(None, repr=False, exclude=True)
+    # The demo's tools served beside `tools` (agentledger-worker --demo).
+    demo: bool = False
+    # The one task queue the plugin registers the engine on; None: every worker it is on.
+    engine_queue: str | None = None
+    # The run queue's model-call and mirror queues served from the same process (False:
+    # another worker, e.g. agentledger-worker, serves them).
+    side_queues: bool = True
+    # Named providers' keys by provider name, read where the program starts
+    # (`with_provider_keys(os.environ)`): a provider's `api_key_env` is read there, not here.
+    provider_keys: Mapping[str, str] = Field(default_factory=dict, repr=False, exclude=True)
+
+    @model_validator(mode="after")
+    def _the_pools_url(self) -> AgentLedgerConfig:
+        """A program that hands over its pool names the database by it."""
+        if self.pool is not None and not self.database_url:
+            object.__setattr__(self, "database_url", str(self.pool.conninfo))
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -277,13 +331,18 @@ class Settings(ReadSettings):
             raise ValueError("a tenant name: 1 to 200 characters")
         return value
 
-    @field_validator("tools")
+    @field_validator("tools", mode="before")
     @classmethod
-    def _tool_references(cls, value: str) -> str:
-        for reference in (part.strip() for part in value.split(",")):
-            module, sep, attr = reference.partition(":")
-            if reference and (not sep or not module or not attr):
-                raise ValueError(f"{reference!r}: expected PKG.MODULE:ATTR, e.g. my_tools:registry")
+    def _tool_references(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        for reference in value if isinstance(value, list | tuple) else ():
+            if isinstance(reference, str):
+                module, sep, attr = reference.partition(":")
+                if not sep or not module or not attr:
+                    raise ValueError(
+                        f"{reference!r}: expected PKG.MODULE:ATTR, e.g. my_tools:registry"
+                    )
         return value
 
     @field_validator("agents")
@@ -307,21 +366,25 @@ class Settings(ReadSettings):
         return value
 
     @classmethod
-    def read(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def read(cls, environ: Mapping[str, str] | None = None) -> AgentLedgerConfig:
         """The variables alone (the environment, or `environ`): no stack file, no Temporal
         profile. An empty variable counts as unset; a value that does not parse is a
         SetupError of one line naming its variable."""
         given = process_environment() if environ is None else environ
         named: dict[str, Any] = {k: v for k, v in given.items() if v and k in _NAMES}
+        http = HttpSettings.read(given)
         try:
-            return cls(**named)
+            read = cls(**named, http=http)
         except ValidationError as err:
             raise SetupError(f"invalid setting: {describe_problems(err)}") from err
+        read._named = frozenset(read.model_fields_set)
+        return read
 
     @classmethod
-    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def load(cls, environ: Mapping[str, str] | None = None) -> AgentLedgerConfig:
         """The environment (or `environ`), then the stack file `agentledger up` writes, then
-        the defaults. A value that does not parse is a SetupError naming its variable."""
+        the defaults: what an edge reads once. A value that does not parse is a SetupError
+        naming its variable."""
         given = dict(process_environment() if environ is None else environ)
         warn_unknown_variables(given)
         read = cls.read(given)
@@ -331,22 +394,49 @@ class Settings(ReadSettings):
             connect_options(profile)  # reads the TLS files: a missing one is named now
         except ConnectionSettingsError as err:
             raise SetupError(str(err)) from err
-        stack = read_stack_file(read.home)
         key_id = check_key_id(read.encryption_keys, read.encryption_key_id)
-        return read.model_copy(
+        configured = read.model_copy(
             update={
-                "temporal_address": profile.address
-                or stack.get("temporal_address", DEFAULT_TEMPORAL_ADDRESS),
                 "temporal_namespace": profile.namespace or "default",
                 "temporal_profile": profile,
-                "database_url": read.database_url or stack.get("database_url"),
-                "openai_base_url": read.openai_base_url or stack.get("openai_base_url"),
-                "web_ui_url": read.web_ui_url
-                if "web_ui_url" in read.model_fields_set
-                else stack.get("web_ui_url", DEFAULT_WEB_UI),
                 "encryption_key_id": key_id,
             }
         )
+        return configured.with_stack()
+
+    def with_stack(self) -> AgentLedgerConfig:
+        """This config with the stack file `agentledger up` writes (in `home`) where the
+        environment named nothing: the local stack's addresses, read again once it started,
+        without reading the environment again."""
+        stack = read_stack_file(self.home)
+        named = self._named
+        profile = self.temporal_profile
+        return self.model_copy(
+            update={
+                "temporal_address": (profile.address if profile else None)
+                or stack.get("temporal_address", DEFAULT_TEMPORAL_ADDRESS),
+                "database_url": self.database_url
+                if "database_url" in named or self.pool is not None
+                else stack.get("database_url"),
+                "openai_base_url": self.openai_base_url
+                if "openai_base_url" in named
+                else stack.get("openai_base_url"),
+                "web_ui_url": self.web_ui_url
+                if "web_ui_url" in named
+                else stack.get("web_ui_url", DEFAULT_WEB_UI),
+            }
+        )
+
+    def with_provider_keys(self, environ: Mapping[str, str]) -> AgentLedgerConfig:
+        """This config with its named providers' keys read from `environ` (or their key
+        files): call it where your program starts, its edge, with `os.environ`."""
+        from agentledger.core.providers import load_providers, provider_keys
+
+        keys = provider_keys(load_providers(self.providers), environ)
+        return self.model_copy(update={"provider_keys": keys})
+
+    # The fields the environment named (`read`): the stack file fills the rest (`with_stack`).
+    _named: frozenset[str] = PrivateAttr(default=frozenset())
 
     def require_database(self) -> str:
         if not self.database_url:
@@ -373,7 +463,7 @@ class Settings(ReadSettings):
             else "on",
             "TEMPORAL_API_KEY": "<set>" if options.get("api_key") else "",
         }
-        for name, field in Settings.model_fields.items():
+        for name, field in AgentLedgerConfig.model_fields.items():
             if isinstance(field.validation_alias, str):
                 shown[field.validation_alias] = _shown_value(name, getattr(self, name))
         return shown
@@ -385,7 +475,7 @@ class Settings(ReadSettings):
 
 _NAMES = frozenset(
     field.validation_alias
-    for field in Settings.model_fields.values()
+    for field in AgentLedgerConfig.model_fields.values()
     if isinstance(field.validation_alias, str)
 )
 
@@ -421,7 +511,7 @@ _COMPOSE_ONLY = frozenset(
         "AGENTLEDGER_UI_PORT",
     }
 )
-# The HTTP door's, which `serve` reads (agentledger/core/http_settings.py).
+# The HTTP server's group, `http` (agentledger/core/http_settings.py).
 _NOT_SETTINGS = _TEST_ONLY | _COMPOSE_ONLY | HTTP_NAMES
 
 
@@ -479,6 +569,8 @@ def _shown_value(name: str, value: Any) -> str:
         return "<set>"
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True)
+    if isinstance(value, tuple):  # tool sources: references, as the variable lists them
+        return ", ".join(str(each) for each in value)
     return str(value)
 
 
