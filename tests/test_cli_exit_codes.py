@@ -293,6 +293,13 @@ def test_every_command_and_group_says_what_it_does_and_each_option_has_help():
     }
     bare = [name for name, p in {**groups, **commands}.items() if not p.description]
     assert not bare, f"commands whose --help has no description: {bare}"
+    silent = [
+        f"{name} {a.option_strings[0] if a.option_strings else a.dest}"
+        for name, p in commands.items()
+        for a in p._actions
+        if a.help is None and not isinstance(a, argparse._SubParsersAction)
+    ]
+    assert not silent, f"arguments whose --help says nothing: {silent}"
     [role] = [a for a in commands["keys create"]._actions if "--role" in a.option_strings]
     assert role.help and "approver" in role.help, role.help
 

@@ -132,17 +132,19 @@ async def stack_env() -> AsyncIterator[dict[str, str]]:
                 await up.wait()
 
 
-async def shell(line: str, env: dict[str, str]) -> tuple[int, str]:
+async def shell(
+    line: str, env: dict[str, str], *, cwd: Path = ROOT, seconds: float = 60
+) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         "bash",
         "-c",
         line,
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    out, _ = await asyncio.wait_for(process.communicate(), seconds)
     assert process.returncode is not None
     return process.returncode, out.decode()
 

@@ -481,6 +481,7 @@ BAD_INPUT = [
       "--min-pass-rate", "2"], "min-pass-rate"),
     (["dataset", "--runs", "{tmp}/runs.txt", "-o", "{tmp}/x.yaml"], "run-no-such-run"),
     (["dataset", "-o", "{tmp}/cases.txt"], ".yaml or .json"),
+    (["dataset", "-o", "{tmp}/garbage.yaml/cases.yaml"], "cannot write"),
 ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 import agentledger.demo
-from agentledger import RunClient, ToolContext, ToolRegistry, tool
+from agentledger import ToolContext, ToolRegistry, tool
 from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
@@ -155,14 +155,18 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
         "body": "It is approved.",
         "bcc": "mallory@evil.example",
     }
-    async with RunClient.lazy(settings) as operator:
-        await operator.tenants.set_policy(tenant, {"free_form": "runner"})
+    # The operator's only agent, so every start runs it: it sends mail (the demo's cannot).
+    profiles = tmp_path / "agents.yaml"
+    profiles.write_text(
+        json.dumps({"mailer": {"instructions": "You send mail.", "tools": ["send_mail"]}})
+    )
     registry = ToolRegistry([*agentledger.demo.registry.tools(), send_mail])
-    async with worker(registry=registry), served(settings, tmp_path) as door:
+    env = {"AGENTLEDGER_AGENTS": str(profiles)}
+    async with worker(registry=registry), served(settings, tmp_path, env=env) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
             started = await http.post(
                 "/v1/runs",
-                json={"task": f"call send_mail {json.dumps(proposed)}"},
+                json={"task": f"call send_mail {json.dumps(proposed)}"},  # the only agent's
                 headers=bearer(runner),
             )
             assert started.status_code == 201, started.text

@@ -223,3 +223,18 @@ async def test_a_pause_recorded_for_a_run_no_worker_has_started_says_it_is_queue
         assert "recorded" in result.message
     finally:
         await client.get_workflow_handle(started.run_id).terminate("test over")
+
+
+async def test_approving_a_run_no_worker_has_started_names_its_status_as_status_does(
+    client, settings, pool
+):
+    """The refusal says `queued`, the word `status` uses, not the search attribute's
+    "running" (one status vocabulary, agentledger.types.RunStatus)."""
+    from agentledger.core.errors import OperationRefused
+
+    started = await ops.start_run(client, make_spec(), task_queue=settings.task_queue)
+    try:
+        with pytest.raises(OperationRefused, match=r"\(status queued\)"):
+            await ops.approve(client, started.run_id, by="li", role="approver", wait=2, mirror=pool)
+    finally:
+        await client.get_workflow_handle(started.run_id).terminate("test over")

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from agentledger.cli import render
-from agentledger.core.results import RunMessage, RunState
+from agentledger.core.events import EventType
+from agentledger.core.fleet_figures import PruneResult
+from agentledger.core.results import RunMessage, RunState, WatchItem
 from agentledger.core.states import RunStatus
 
 
@@ -99,6 +101,18 @@ def test_a_person_reads_times_in_the_machines_own_zone(monkeypatch):
         )
         assert "2026-12-05 08:30:00 IST" in shown and "T03:00" not in shown, shown
         assert local_time("not a time") == "not a time"
+        # The watch timeline's clock, the stats window and the prune cutoff read the same.
+        started = datetime(2026, 12, 5, 3, tzinfo=UTC)
+        event = WatchItem(kind="event", type=EventType.RUN_STARTED, at=started)
+        assert render.watch_line(event, "run-1").startswith("08:30:00 ")
+        pruned = PruneResult(
+            cutoff=datetime(2026, 12, 5, 3, tzinfo=UTC),
+            dry_run=True,
+            runs=0,
+            deleted={},
+            artifacts_kept_for_newer_runs=0,
+        )
+        assert "before 2026-12-05 08:30:00 IST" in render.prune_text(pruned)
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

@@ -17,7 +17,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agentledger.cli.cli_options import add_tenant, seconds
+from agentledger.cli.cli_options import add_run, add_tenant, seconds
 from agentledger.core.events import EventType
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def add_parser(command: Any) -> None:
     p: argparse.ArgumentParser = command(
         "chat", "talk with a run: each line read is said to it, and its answer printed"
     )
-    p.add_argument("run")
+    add_run(p)
     p.add_argument("--by", default="cli", help="who speaks (shown in status and the receipt)")
     p.add_argument(
         "--answer-within",

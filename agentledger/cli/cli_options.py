@@ -77,6 +77,11 @@ def add_wait(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run(p: argparse.ArgumentParser) -> None:
+    """The run a command acts on, by the id `start` and `list` print."""
+    p.add_argument("run", help="the run's id, as `start` and `list` print it")
+
+
 def add_tenant(p: argparse.ArgumentParser) -> None:
     """`--tenant`, narrowing the command's caller to that tenant (the client refuses one
     that would widen it past AGENTLEDGER_TENANT)."""

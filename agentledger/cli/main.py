@@ -34,6 +34,7 @@ from agentledger.cli import (
 from agentledger.cli.cli_options import (
     add_decider,
     add_output_flags,
+    add_run,
     add_tenant,
     add_wait,
     count,
@@ -796,7 +797,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", help="a JSON or YAML run spec file (flags override it)")
     p.add_argument("--idempotency-key", help="starting again with it returns the same run")
     p.add_argument("--tenant", help="whose run: its fairness key, weight and limits")
-    p.add_argument("--user")
+    p.add_argument("--user", help="who the run is for, as shown with it (not who asks)")
     p.add_argument(
         "--priority",
         type=int,
@@ -805,7 +806,7 @@ def parser() -> argparse.ArgumentParser:
         help="1 (runs first) to 5 (last); default 3, or the spec's",
     )
     p = command("approve", "approve the pending action")
-    p.add_argument("run")
+    add_run(p)
     add_decider(p)
     edits = p.add_mutually_exclusive_group()
     edits.add_argument(
@@ -815,9 +816,9 @@ def parser() -> argparse.ArgumentParser:
     )
     edits.add_argument("--arguments", help="the whole arguments to run with instead, as JSON")
     p = command("reject", "reject the pending action")
-    p.add_argument("run")
+    add_run(p)
     add_decider(p)
-    p.add_argument("--reason", required=True)
+    p.add_argument("--reason", required=True, help="why, kept in the receipt")
     for name, help in (
         ("pause", "pause at the next step boundary"),
         ("resume", "continue a paused run"),
@@ -826,23 +827,28 @@ def parser() -> argparse.ArgumentParser:
         ("receipt", "what a run did, cost and changed"),
     ):
         p = command(name, help)
-        p.add_argument("run")
+        add_run(p)
         add_tenant(p)
     p = command("say", "tell a run in flight something: it reads it at its next model call")
-    p.add_argument("run")
+    add_run(p)
     p.add_argument("message", help="what the agent should know (a user message)")
     p.add_argument("--by", default="cli", help="who says it (shown in status and the receipt)")
     add_tenant(p)
     chat_cli.add_parser(command)
     p = command("end", "end a session: it completes with its last answer and its receipt")
-    p.add_argument("run")
+    add_run(p)
     p.add_argument("--by", default="cli", help="who ends it (shown in its events)")
     add_tenant(p)
     p = command("mirror", "compare a run's mirror with its history, or rebuild it")
-    p.add_argument("action", choices=["check", "rebuild"])
-    p.add_argument("run")
+    p.add_argument(
+        "action",
+        choices=["check", "rebuild"],
+        help="check: list where the mirror and the history differ; rebuild: rewrite the "
+        "mirror from the history",
+    )
+    add_run(p)
     p = command("watch", "follow a run live: steps, approvals, model text, receipt")
-    p.add_argument("run")
+    add_run(p)
     p.add_argument(
         "--from",
         dest="from_offset",
@@ -851,7 +857,7 @@ def parser() -> argparse.ArgumentParser:
         help="start at this stream offset (an ended run: after this event seq)",
     )
     p = command("fork", "a new run from another's step N, optionally with an edited output")
-    p.add_argument("run")
+    add_run(p)
     p.add_argument("--from-step", type=int, required=True, help="the step (its number) to fork at")
     p.add_argument(
         "--edit-output", help="JSON that stands for step N's tool output (N must be a tool step)"
@@ -893,7 +899,7 @@ def parser() -> argparse.ArgumentParser:
     eval_cli.add_candidate(p)
     eval_cli.add_gate(p)
     p = command("version", "the worker build a run is pinned to")
-    p.add_argument("run")
+    add_run(p)
     p = command("list", "recent runs: the Postgres mirror's, and those no worker has taken yet")
     p.add_argument("--status", choices=STATUSES, help="only runs in this status")
     p.add_argument("--limit", type=count, default=50, help="at most this many (default 50)")
@@ -922,7 +928,7 @@ def parser() -> argparse.ArgumentParser:
     serve_cli.add_commands(sub)
     eval_cli.add_commands(sub)
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)
-    p.add_argument("shell", choices=["bash", "zsh"])
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
     sandbox_cli.add_commands(sub)
     described(top)
     return top

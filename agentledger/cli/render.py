@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agentledger.core.advice import start_a_worker
@@ -299,9 +299,7 @@ def duration(seconds: float | None) -> str:
 
 def stats_text(s: Stats) -> str:
     """The fleet figures, cost first, then outcomes, then where time and work went."""
-    window = (
-        f"runs started since {s.since.isoformat(timespec='seconds')}" if s.since else "all runs"
-    )
+    window = f"runs started since {local_time(s.since)}" if s.since else "all runs"
     lines = [
         f"agentledger stats: {window}",
         "",
@@ -369,8 +367,7 @@ def prune_text(result: PruneResult) -> str:
         f"{verb} {result.runs} run{'' if result.runs == 1 else 's'}"
         + (f" of tenant {result.tenant}" if result.tenant else "")
         + " that finished before "
-        f"{result.cutoff.isoformat(timespec='seconds')}"
-        + (" (dry run: nothing changed)" if result.dry_run else ""),
+        f"{local_time(result.cutoff)}" + (" (dry run: nothing changed)" if result.dry_run else ""),
         table(
             [{"table": t, "rows": n} for t, n in result.deleted.items()],
             ["table", "rows"],
@@ -408,7 +405,10 @@ def watch_line(item: WatchItem, run_id: str) -> str:
             f"receipt: {r.get('outcome')}, {len(r.get('steps', []))} steps, "
             f"{_usd(r.get('cost_usd'))}; `agentledger receipt {r.get('run_id')}` shows it all"
         )
-    when = item.at.strftime("%H:%M:%S") if item.at else "        "
+    # The clock time alone, in this machine's zone (a moment without one is UTC's): a watch
+    # lasts minutes, not days.
+    at = item.at and (item.at if item.at.tzinfo else item.at.replace(tzinfo=UTC))
+    when = at.astimezone().strftime("%H:%M:%S") if at else "        "
     details = ", ".join(f"{k}={v}" for k, v in item.data.items() if v not in (None, "", {}, []))
     step = f" [{item.step_id}]" if item.step_id else ""
     line = f"{when} {item.type}{step}" + (f"  {details}" if details else "")

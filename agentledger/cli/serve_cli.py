@@ -76,7 +76,7 @@ def add_commands(sub: Any) -> None:
     p = commands.add_parser("list", help="every key: tenant, role, expiry, revocation")
     add_output_flags(p)
     p = commands.add_parser("revoke", help="revoke a key at once")
-    p.add_argument("key_id")
+    p.add_argument("key_id", help="the key's id, as `keys list` shows it")
     add_output_flags(p)
 
 

@@ -115,7 +115,7 @@ def add_commands(sub: Any) -> None:
         help="change a tenant's settings (the others stay)",
         argument_default=argparse.SUPPRESS,
     )
-    p.add_argument("tenant")
+    p.add_argument("tenant", help="the tenant's name")
     p.add_argument("--weight", type=float, help="share of the workers against others (1)")
     p.add_argument(
         "--max-in-flight", type=limit(int), help="runs past `queued` at once, or off (off)"

@@ -154,11 +154,15 @@ class Approvals:
             pending: PendingApproval | None = await handles.ask_within(
                 client, run.handle, AgentRunWorkflow.get_pending_approval, deadline
             )
+            if pending is None:  # said in the run's own status words, as `status` says them
+                state: RunState = await handles.ask_within(
+                    client, run.handle, AgentRunWorkflow.state, deadline
+                )
         except NoAnswer as err:
             raise NotAnswered(await handles.no_worker_note(client, run, deadline)) from err
         if pending is None:
             raise OperationRefused(
-                f"run {run_id} is not waiting for an approval (status {run.indexed_status})"
+                f"run {run_id} is not waiting for an approval (status {state.status.value})"
             )
         return pending
 
@@ -206,9 +210,10 @@ class Approvals:
             mirrored = await mirror_views.run_state(mirror, run_id)
             pending = mirrored[0].pending_approval if mirrored else None
             if pending is None:
+                status = (await handles.last_status(run, mirror)).value
                 raise OperationRefused(
                     f"run {run_id} is not waiting for an approval as far as the mirror knows "
-                    f"(status {run.indexed_status}), and "
+                    f"(status {status}), and "
                     f"{await handles.no_worker_note(client, run, deadline)}"
                 ) from None
             self._judge(pending)

@@ -101,7 +101,14 @@ async def build_dataset(
 
 
 def save_dataset(dataset: EvalDataset, path: str | Path) -> None:
-    dataset.to_file(Path(path), schema_path=None, custom_evaluator_types=CUSTOM_EVALUATORS)
+    """Write the dataset, making its folder (`-o evals/desk.yaml` in a fresh project); a
+    path that cannot be written is bad input, named."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        dataset.to_file(target, schema_path=None, custom_evaluator_types=CUSTOM_EVALUATORS)
+    except OSError as err:
+        raise InvalidRequest(f"cannot write {path}: {err.strerror}") from err
 
 
 def load_dataset(path: str | Path) -> tuple[EvalDataset, str]:
