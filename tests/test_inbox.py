@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 import agentledger.demo
-from agentledger import ToolContext, ToolRegistry, tool
+from agentledger import RunClient, ToolContext, ToolRegistry, tool
 from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
@@ -257,10 +257,13 @@ async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approva
     runner = await make_key(settings, tenant, "runner", name="desk bot")
     approver = await make_key(settings, tenant, "approver", name="maria (refunds)")
     async with RunClient.lazy(settings) as operator:
-        await operator.tenants.set_policy(
-            tenant, {"free_form": "runner", "standing_tools": ["refund_order"]}
-        )
-    async with worker(), served(settings, tmp_path) as door:
+        await operator.tenants.set_policy(tenant, {"standing_tools": ["refund_order"]})
+    # The operator's only agent, so every start runs it: it looks orders up and refunds.
+    profiles = tmp_path / "agents.yaml"
+    refunds = {"instructions": "You refund orders.", "tools": ["look_up_order", "refund_order"]}
+    profiles.write_text(json.dumps({"refunds": refunds}))
+    env = {"AGENTLEDGER_AGENTS": str(profiles)}
+    async with worker(), served(settings, tmp_path, env=env) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
             run_id = await start_refund(http, runner, 1999)
             await wait_pending(client, run_id, seconds=60)

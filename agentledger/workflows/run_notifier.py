@@ -28,6 +28,7 @@ from agentledger.workflows.task_notifier import (
 with workflow.unsafe.imports_passed_through():
     from agentledger.activities.webhooks import ATTEMPT_SECONDS, WebhookActivities
     from agentledger.core import constants as names
+    from agentledger.core.events import EventType
     from agentledger.core.notifications import notification
     from agentledger.core.webhook_models import (
         DeliveryInput,
@@ -38,12 +39,16 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["RunNotifierWorkflow"]
 
+# How many seconds a notifier waits for a run's last events once its receipt is written.
+LAST_EVENTS_WAITS = 30
+
 
 @workflow.defn(name=names.RUN_NOTIFIER_WORKFLOW_NAME)
 class RunNotifierWorkflow:
     @workflow.run
     async def run(self, input: RunNotifierInput) -> None:
         seq = input.after_seq
+        finished, waits = False, 0
         while True:
             changes = await run_changes_after(input.run_id, seq)
             for event in changes.events:
@@ -52,12 +57,18 @@ class RunNotifierWorkflow:
                     event.type, event.data, tenant=input.tenant, run_id=input.run_id,
                     seq=event.seq, at=event.at,
                 )  # fmt: skip
+                finished = finished or event.type == EventType.RUN_FINISHED
                 if told is not None:
                     await self._tell(input, event.seq, *told)
-            # The run's last events can land with its receipt, between the two reads of
-            # one `run_changes`: it ends only once a read after the end finds none.
+            # The receipt can land before the run's last events: the run has ended for its
+            # notifier once its end is told, or (a run ended without one: terminated) once
+            # a while has passed with nothing more.
             if changes.ended and not changes.events:
-                return
+                if finished or waits >= LAST_EVENTS_WAITS:
+                    return
+                waits += 1
+                await workflow.sleep(timedelta(seconds=1))
+                continue
             if workflow.info().is_continue_as_new_suggested():
                 workflow.continue_as_new(input.model_copy(update={"after_seq": seq}))
 
