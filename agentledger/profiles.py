@@ -16,8 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
+from agentledger.core.constants import DoubleTexting
 from agentledger.core.errors import ProfileError, ToolLoadError
 from agentledger.core.spec import (
+    DOUBLE_TEXTING_HELP,
     MAX_TASK_CHARS,
     ApprovalPolicy,
     Budget,
@@ -65,6 +67,7 @@ class Agent(Strict):
     session: SessionSpec | None = Field(
         None, description="its runs stay open for the next message (docs/steering.md)"
     )
+    double_texting: DoubleTexting | None = Field(None, description=DOUBLE_TEXTING_HELP)
     subagents: list[str] = Field(
         default_factory=list,
         description="agents (by name, from the same profiles) it may delegate to, each as a "
@@ -77,6 +80,7 @@ class Agent(Strict):
         unset = {"on_message"} if self.on_message == "queue" else set()
         unset |= set() if self.subagents else {"subagents"}
         unset |= set() if self.session else {"session"}
+        unset |= set() if self.double_texting else {"double_texting"}
         canonical = json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -84,6 +88,7 @@ class Agent(Strict):
         """The run-spec fields this profile sets; its sub-agents' from `agents` (the profiles
         it was loaded with), to the depth the limits allow."""
         unset = set() if self.session else {"session"}
+        unset |= set() if self.double_texting else {"double_texting"}
         fields = self.model_dump(mode="json", exclude={"name", "tools", "subagents", *unset})
         if self.subagents and agents is not None:
             fields["subagents"] = subagent_fields(self, agents, depth)

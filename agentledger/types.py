@@ -19,6 +19,7 @@ from agentledger.core.backlog_models import (
     RetryResult,
     TaskItem,
 )
+from agentledger.core.budgets import BudgetLimit, BudgetStatus
 from agentledger.core.builds import BuildStatus, DeployStatus
 from agentledger.core.eval_cases import (
     Divergence,
@@ -30,12 +31,14 @@ from agentledger.core.eval_cases import (
 from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalTotals
 from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
+from agentledger.core.hook_models import HookRow, HookStarted, NewHook
 from agentledger.core.http_settings import HttpSettings
 from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
     BacklogListing,
     BacklogTaskRow,
+    CostRow,
     DeadTask,
     EvidenceStep,
     InboxItem,
@@ -70,6 +73,7 @@ from agentledger.core.results import (
     SessionTurn,
     SideEffectRecord,
     StepSummary,
+    TriggerOrigin,
     Usage,
     VerifyResult,
     WatchItem,
@@ -81,6 +85,7 @@ from agentledger.core.run_reports import (
     Started,
     WorkerSeen,
 )
+from agentledger.core.schedule_models import FireRecord, ScheduleRow, ScheduleView
 from agentledger.core.spec import (
     ApprovalPolicy,
     Budget,
@@ -124,12 +129,15 @@ __all__ = [
     "BranchNeed",
     "BranchUse",
     "Budget",
+    "BudgetLimit",
+    "BudgetStatus",
     "BuildStatus",
     "Caller",
     "CaseScore",
     "CheckOutcome",
     "ChildApproval",
     "ControlResult",
+    "CostRow",
     "CountCheck",
     "DeadTask",
     "DecisionResult",
@@ -144,7 +152,10 @@ __all__ = [
     "EventType",
     "EvidenceStep",
     "FailurePolicy",
+    "FireRecord",
     "ForkOrigin",
+    "HookRow",
+    "HookStarted",
     "HttpSettings",
     "Identity",
     "InboxItem",
@@ -156,6 +167,7 @@ __all__ = [
     "ModelFailures",
     "ModelSettings",
     "NewApiKey",
+    "NewHook",
     "NewSubscription",
     "PatchInventory",
     "PendingApproval",
@@ -181,6 +193,8 @@ __all__ = [
     "RunVersion",
     "SandboxExecution",
     "SayResult",
+    "ScheduleRow",
+    "ScheduleView",
     "SessionSpec",
     "SessionTurn",
     "SideEffectRecord",
@@ -201,6 +215,7 @@ __all__ = [
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",
+    "TriggerOrigin",
     "Usage",
     "VerifyResult",
     "VerifySpec",

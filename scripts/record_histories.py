@@ -16,7 +16,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleSpec,
+    ScheduleState,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,20 +38,25 @@ from agentledger.client import approver_keys  # noqa: E402
 from agentledger.core import approval_signatures  # noqa: E402
 from agentledger.core._state import RunInput  # noqa: E402
 from agentledger.core.admission_models import AdmissionInput, TenantLimits  # noqa: E402
+from agentledger.core.budgets import BudgetLimit  # noqa: E402
+from agentledger.core.constants import BUDGET_ALERT_WORKFLOW_NAME  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.identity import Identity  # noqa: E402
 from agentledger.core.policy_rules import TenantPolicy  # noqa: E402
 from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
+from agentledger.core.schedule_models import FireInput, fire_workflow_id, schedule_id  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.core.standing_approvals import StandingApproval  # noqa: E402
 from agentledger.core.webhook_models import RunNotifierInput, run_notifier_id  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
+from agentledger.store.budget_store import BudgetStore  # noqa: E402
 from agentledger.store.standing_store import StandingStore  # noqa: E402
 from agentledger.store.webhook_store import WebhookStore  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
 from agentledger.workflows.run_notifier import RunNotifierWorkflow  # noqa: E402
+from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from tests import client_ops as ops  # noqa: E402
 from tests import client_ops as steering_ops  # noqa: E402
@@ -299,6 +310,47 @@ async def finishes_alone(client: Client, run_id: str) -> None:
     """Nothing to decide: the run goes to its end by itself."""
 
 
+async def _turns_over(client: Client, run_id: str, turns: int) -> bool:
+    """Whether the session is idle after `turns` turns, answered or cut short."""
+    state = await ops.status(client, run_id)
+    over = [t for t in state.turns if t.answered_at is not None or t.ended is not None]
+    return len(over) >= turns and state.status.value == "waiting_for_message"
+
+
+async def _model_call_in_flight(client: Client, run_id: str) -> bool:
+    steps = (await ops.status(client, run_id)).steps
+    return any(s.type == "model_call" and s.status == "running" for s in steps)
+
+
+async def double_texted(client: Client, run_id: str) -> None:
+    """A message said while the turn's slow model call is in flight, as the session's own
+    double-texting policy says (refused under reject: then said again once it is idle);
+    the session answers it in its next turn, and is ended."""
+    await _until(lambda: _model_call_in_flight(client, run_id), "the slow model call")
+    try:
+        await steering_ops.say(client, run_id, "And exchanges?", by="ana")
+    except OperationError:  # reject: the run recorded the refusal
+        await _until(lambda: _turns_over(client, run_id, 1), "the first turn")
+        await steering_ops.say(client, run_id, "And exchanges?", by="ana")
+    await _until(lambda: _turns_over(client, run_id, 2), "the next turn")
+    await steering_ops.end_session(client, run_id, by="ana")
+
+
+async def rolled_back(client: Client, run_id: str) -> None:
+    """A ticket filed, then, while the slow call after it is in flight, a message that
+    rolls the turn back; its turn answers, and the session is ended."""
+
+    async def filed() -> bool:
+        steps = (await ops.status(client, run_id)).steps
+        return any(s.name == "create_ticket" and s.status == "completed" for s in steps)
+
+    await _until(filed, "the ticket filed")
+    await _until(lambda: _model_call_in_flight(client, run_id), "the slow model call")
+    await steering_ops.say(client, run_id, "What is our refund policy?", by="ana")
+    await _until(lambda: _turns_over(client, run_id, 2), "the next turn")
+    await steering_ops.end_session(client, run_id, by="ana")
+
+
 async def quarantine_released(client: Client, run_id: str) -> None:
     await wait_pending(client, run_id)
     await ops.approve(client, run_id, by="li", role="approver")
@@ -353,6 +405,21 @@ REGISTRY = ToolRegistry(
         Tool("post_webhook", "post", Post, post_webhook, side_effect=True, transactional=False),
     ]
 )
+
+
+BUDGET_TASK = "Look up our refund policy (on a budget)."
+DT_TASK = "Tell me about refunds, slowly."
+DT_TICKET = {"title": "Refund 42", "body": "Please refund order 42."}
+DT_TICKET_TASK = f"call create_ticket {json.dumps(DT_TICKET)} (double-texted)"
+
+
+def dt_session(policy: str, task: str) -> RunSpec:
+    return RunSpec(
+        task=task,
+        allowed_tools=["search_notes", "create_ticket"],
+        session={"idle_timeout": 3600},
+        double_texting=policy,  # type: ignore[arg-type]
+    )
 
 
 FORUM_TASK = "Read the forum post and summarize it."
@@ -511,7 +578,103 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         RunSpec(task=SESSION_TASK, allowed_tools=[], session={"idle_timeout": 3600}),
         session_paused_and_ended,
     ),
+    # Generation 6 (issue 50): a tenant's enforcing budget (BUDGETS). Its first run is told
+    # to wrap up at its first call (there is room for that one call only) and answers; the
+    # next, recorded after it, ends `budget_exhausted` at its first call.
+    "budget_wrapped_up": (RunSpec(task=BUDGET_TASK, tenant="budgeted"), finishes_alone),
+    "budget_exhausted": (RunSpec(task=BUDGET_TASK, tenant="budgeted"), finishes_alone),
+    # Double-texting: a message said while a session's slow turn is in flight, under each
+    # policy; under rollback, after the turn filed a ticket (a side effect, kept).
+    "session_double_text_rejected": (dt_session("reject", DT_TASK), double_texted),
+    "session_double_text_enqueued": (dt_session("enqueue", DT_TASK), double_texted),
+    "session_double_text_interrupted": (dt_session("interrupt", DT_TASK), double_texted),
+    "session_double_text_rolled_back": (dt_session("rollback", DT_TICKET_TASK), rolled_back),
 }
+# Budgets set before the scenarios run (agentledger/core/budgets.py): the schedule's tenant's
+# is advisory (its fire's run raises both alerts, delivered to RECEIVER); the spent one's
+# enforcing budget was spent before the fire.
+BUDGETS = [
+    BudgetLimit(tenant="budgeted", period="day", tokens=1, mode="enforcing"),
+    BudgetLimit(tenant="scheduled", period="day", tokens=1, mode="advisory"),
+    BudgetLimit(tenant="spent", period="day", tokens=1, mode="enforcing"),
+]
+RECEIVER = Receiver()
+# A schedule's fires (agentledger/workflows/scheduled_fires.py), each fired once by its
+# Temporal Schedule: a fire whose run ran to its end, and one whose tenant's enforcing budget
+# was spent (no run; the fire records why). The first's run raises the budget alerts of its
+# tenant's advisory budget: the `budget_alert` history, delivered to its webhook.
+FIRES = {"schedule_fire_ended": "scheduled", "schedule_fire_skipped": "spent"}
+
+
+async def prepare(pool: AsyncConnectionPool) -> None:
+    for limit in BUDGETS:
+        await BudgetStore(pool).save(limit)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO model_journal (run_id, step_id, attempt, model, response, tokens_in,"
+            " tokens_out, cost_usd, tenant) VALUES ('run-spent', 's', 1, 'm', '{}', 5, 5, 0,"
+            " 'spent')"
+        )
+    await WebhookStore(pool).subscribe(
+        subscription_id="scheduled.alerts",
+        tenant="scheduled",
+        run_id=None,
+        name="alerts",
+        url=RECEIVER.url,
+        secret="history",
+    )
+
+
+async def record_fire(client: Client, task_queue: str, name: str, tenant: str) -> None:
+    """Fire the schedule `name` of `tenant` once; write its fire workflow's history."""
+    spec = RunInput(task=TASK.replace(" and notify ana@example.com about it", ""), tenant=tenant)
+    fire = FireInput(tenant=tenant, schedule=name, spec=spec, charged_to=f"schedule:{name}")
+    schedule = await client.create_schedule(
+        schedule_id(tenant, name),
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                ScheduledFireWorkflow.run,
+                fire,
+                id=fire_workflow_id(tenant, name),
+                task_queue=task_queue,
+            ),
+            spec=ScheduleSpec(),
+            state=ScheduleState(paused=True),
+        ),
+    )
+    await schedule.trigger()
+
+    async def fired() -> str | None:
+        query = f"WorkflowId STARTS_WITH '{fire_workflow_id(tenant, name)}'"
+        return next(iter([each.id async for each in client.list_workflows(query)]), None)
+
+    handle = client.get_workflow_handle(await _until(fired, f"{name}'s fire"))
+    await handle.result()
+    await schedule.delete()
+    history = await handle.fetch_history()
+    (OUT / f"{name}.json").write_text(history.to_json())
+    print(f"recorded {name}: {len(history.events)} events")
+
+
+async def record_fires(client: Client, task_queue: str, force: bool) -> None:
+    for name, tenant in FIRES.items():
+        if force or not (OUT / f"{name}.json").exists():
+            await record_fire(client, task_queue, name, tenant)
+    path = OUT / "budget_alert.json"
+    if path.exists() and not force:
+        return
+
+    async def alerted() -> list[str]:
+        query = f"WorkflowType = '{BUDGET_ALERT_WORKFLOW_NAME}'"
+        return [each.id async for each in client.list_workflows(query) if "scheduled" in each.id]
+
+    alert = client.get_workflow_handle((await _until(alerted, "a budget alert"))[0])
+    await alert.result()
+    history = await alert.fetch_history()
+    path.write_text(history.to_json())
+    print(f"recorded budget_alert: {len(history.events)} events")
+
+
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
     "admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5),
@@ -569,13 +732,19 @@ def model_for_scenarios(request: dict[str, Any]) -> Reply:
         return completion(request, content="## Summary\nNothing was said.")
     if task == POST_TASK:
         return completion(request, tool_calls=[("post_webhook", {"text": "hello"})])
-    return offline_planner(request)
+    reply = offline_planner(request)
+    last = request["messages"][-1]
+    if task == DT_TASK and len(request["messages"]) == 2:  # the session's first call, slow
+        reply.delay_seconds = 3.0
+    if task == DT_TICKET_TASK and last["role"] == "tool" and "ticket_id" in str(last["content"]):
+        reply.delay_seconds = 3.0  # the call after the ticket, slow
+    return reply
 
 
 async def main(force: bool) -> None:
     task_queue = QUEUE
-    recording = recording_worker(model_for_scenarios, task_queue, REGISTRY, POOLS)
-    async with recording as client:
+    async with recording_worker(model_for_scenarios, task_queue, REGISTRY, POOLS) as client:
+        await prepare(POOLS[0])
         RECEIVER.server.start()
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
@@ -627,7 +796,9 @@ async def main(force: bool) -> None:
                 history = await queue.fetch_history()
                 (OUT / f"{name}_queue.json").write_text(history.to_json())
                 print(f"recorded {name}_queue: {len(history.events)} events")
+        await record_fires(client, task_queue, force)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(force="--force" in sys.argv))
+    with RECEIVER:
+        asyncio.run(main(force="--force" in sys.argv))

@@ -37,7 +37,7 @@ FRONT_DOOR = "agentledger.client.run_client"
 CLIENT_NAMES = {"client", "stacked", "demo_runs"}
 # RunClient's services, each named as the group of commands it serves.
 SERVICES = {"runs", "sessions", "backlogs", "tenants", "approvers", "deploys", "mirror", "evals"}
-SERVICES |= {"keys"}
+SERVICES |= {"keys", "costs", "schedules", "hooks"}
 
 # Each command (a group's commands as "group command") and the RunClient methods it uses,
 # a service's as "service.method".
@@ -72,8 +72,20 @@ SERVED_BY = {
     "backlog resume": {"backlogs.resume"},
     "backlog dead": {"backlogs.dead"},
     "backlog retry": {"backlogs.retry"},
-    "tenants set": {"tenants.set", "tenants.set_policy"},
+    "tenants set": {"tenants.set", "tenants.set_policy", "tenants.set_budget", "tenants.budgets"},
     "tenants show": {"tenants.show"},
+    "costs": {"costs.summary"},
+    "schedule create": {"schedules.create"},
+    "schedule list": {"schedules.listed"},
+    "schedule show": {"schedules.show"},
+    "schedule pause": {"schedules.pause"},
+    "schedule resume": {"schedules.resume"},
+    "schedule trigger": {"schedules.trigger"},
+    "schedule backfill": {"schedules.backfill"},
+    "schedule delete": {"schedules.delete"},
+    "hooks create": {"hooks.create"},
+    "hooks list": {"hooks.listed"},
+    "hooks delete": {"hooks.delete"},
     "tenants list": {"tenants.listed"},
     "approvers add": {"approvers.add", "approvers.config_dir"},
     "approvers list": {"approvers.listed"},

@@ -93,9 +93,12 @@ def test_only_the_door_starts_runs():
     assert client_side == [Path("agentledger/client/starts.py")]
     assert calls_of("enqueue_run") == [Path("agentledger/client/starts.py")]
     # The CLI's `start` and `demo` go through `client.runs`, which, as forks do, goes through
-    # the gate; an eval's cases are child runs (`run_agent`, which reads the tenant's policy).
+    # the gate; an eval's cases are child runs (`run_agent`, which reads the tenant's policy);
+    # a webhook's delivery starts its run through the gate, as the hook (a runner); a
+    # schedule's fires are child runs of its fire workflow (run_starts.read_policy).
     assert calls_of("start", on=("starts",)) == [
         Path("agentledger/client/forks.py"),
+        Path("agentledger/client/hooks.py"),
         Path("agentledger/client/runs.py"),
     ]
 

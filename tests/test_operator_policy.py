@@ -293,7 +293,10 @@ async def test_an_idempotency_key_names_one_request(
             error = other.json()["error"]
             assert error["run_id"] == run_id and run_id in error["message"]
             same = await http.post("/v1/runs", json={"task": NOTIFY_TASK}, headers=headers)
-            assert (same.status_code, same.json()) == (200, {"run_id": run_id, "existing": True})
+            assert (same.status_code, same.json()) == (
+                200,
+                {"run_id": run_id, "existing": True, "said": None},
+            )
     home = tmp_path / "home"
     key = f"cli-{uuid.uuid4().hex[:6]}"
     made = await run_cli(settings, home, "start", "--task", "Say hi.", "--idempotency-key", key)

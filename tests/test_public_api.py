@@ -56,6 +56,8 @@ ENGINE_FIELDS = [
     "fairness_weight",
     "parent_run_id",
     "subagent_depth",
+    "charged_to",
+    "trigger",
     "requester",
     "tenant_policy",
     "model_calls_rated",

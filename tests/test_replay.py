@@ -22,17 +22,22 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from agentledger.core._state import RunInput
 from agentledger.core.constants import (
     ACTIVITY_MODEL_COMPLETE,
+    BUDGET_ALERT_WORKFLOW_NAME,
+    SCHEDULED_FIRE_WORKFLOW_NAME,
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
     SIGNAL_BACKLOG_RETRY,
+    SIGNAL_SAY,
 )
 from agentledger.core.wire import ModelCallResult
 from agentledger.workflows import AgentRunWorkflow
 from agentledger.workflows.admission import SWEEPS_CLOSED_RUNS, TenantAdmissionWorkflow
 from agentledger.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBacklogWorkflow
+from agentledger.workflows.budget_alerts import BudgetAlertWorkflow
 from agentledger.workflows.child_runs import READS_POLICY
 from agentledger.workflows.evals import EvalWorkflow
 from agentledger.workflows.run_notifier import RunNotifierWorkflow
+from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 
 
@@ -48,6 +53,8 @@ async def test_replay(path: Path):
             AgentBacklogWorkflow,
             TenantAdmissionWorkflow,
             EvalWorkflow,
+            ScheduledFireWorkflow,
+            BudgetAlertWorkflow,
             RunNotifierWorkflow,
         ]
     )
@@ -137,6 +144,19 @@ def activities(history: list[dict]) -> list[str]:
     ]
 
 
+def results(history: list[dict]) -> list[object]:
+    """What each activity returned, decoded."""
+    return [
+        json.loads(base64.b64decode(payload["data"]))
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_COMPLETED"
+        for payload in e["activityTaskCompletedEventAttributes"]
+        .get("result", {})
+        .get("payloads", [])
+        if "data" in payload  # an activity that returned None
+    ]
+
+
 def approvals(history: list[dict]) -> int:
     """How many approve updates the run took."""
     return sum(
@@ -170,6 +190,14 @@ def failure_types(history: list[dict]) -> set[str]:
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_FAILED"
         and "applicationFailureInfo" in e["activityTaskFailedEventAttributes"]["failure"]
     }
+
+
+def double_texted(name: str, policy: str) -> tuple[str, object]:
+    """A session of `policy` that took a message while its turn was in flight."""
+    return (
+        name,
+        lambda h: started_input(h)["double_texting"] == policy and SIGNAL_SAY in messages(h),
+    )
 
 
 def messages(history: list[dict]) -> set[str]:
@@ -238,6 +266,34 @@ PATHS = {
         ),
     ),
     "budget extension": ("budget_extended", lambda h: "approve" in messages(h)),
+    # Generation 6 (issue 50): a call told to wrap up as its tenant's budget runs out, a run
+    # ended at the limit; a message said to a session's turn in flight, under each policy.
+    "budget wrap-up": (
+        "budget_wrapped_up",
+        lambda h: any(isinstance(r, dict) and r.get("wrapped_up") for r in results(h)),
+    ),
+    "budget exhausted": ("budget_exhausted", lambda h: "BudgetExhausted" in failure_types(h)),
+    "double-texting reject": double_texted("session_double_text_rejected", "reject"),
+    "double-texting enqueue": double_texted("session_double_text_enqueued", "enqueue"),
+    "double-texting interrupt": double_texted("session_double_text_interrupted", "interrupt"),
+    "double-texting rollback": double_texted("session_double_text_rolled_back", "rollback"),
+    # A schedule's fire: its run started as its child and waited for; a fire refused by its
+    # tenant's spent budget (no child); a budget alert delivered to the tenant's webhook.
+    "schedule fire": (
+        "schedule_fire_ended",
+        lambda h: (
+            "START_CHILD_WORKFLOW_EXECUTION_INITIATED" in kinds(h)
+            and "CHILD_WORKFLOW_EXECUTION_COMPLETED" in kinds(h)
+        ),
+    ),
+    "schedule fire skipped": (
+        "schedule_fire_skipped",
+        lambda h: (
+            "START_CHILD_WORKFLOW_EXECUTION_INITIATED" not in kinds(h)
+            and any(isinstance(r, dict) and r.get("budget_refusal") for r in results(h))
+        ),
+    ),
+    "budget alert": ("budget_alert", lambda h: "webhooks.deliver" in activities(h)),
     # Generation 6: one approval of two counted (the edit it carried a merge patch), then
     # the second; the arguments replaced whole; a call the run's rules deny.
     "two-person approval": ("two_people_approved", lambda h: approvals(h) == 2),
@@ -264,6 +320,10 @@ PATHS = {
 }
 
 
+# Workflows that have taken no version branch yet.
+PATCHLESS = (SCHEDULED_FIRE_WORKFLOW_NAME, BUDGET_ALERT_WORKFLOW_NAME)
+
+
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.replace(" ", "_"))
 def test_every_path_has_a_history_from_the_current_generation(path: str):
     from agentledger.workflows.changes import CURRENT_GENERATION
@@ -275,7 +335,7 @@ def test_every_path_has_a_history_from_the_current_generation(path: str):
     if kind == "AgentRun":
         assert started_input(history)["workflow_generation"] == CURRENT_GENERATION, name
     else:  # the long-lived workflows: recorded with the patches of today's code
-        assert kind in ("TenantAdmission", "AgentBacklog", "AgentEval"), kind
+        assert kind in ("TenantAdmission", "AgentBacklog", "AgentEval", *PATCHLESS), kind
         # Today's code still marks the deprecated CHILD_PRIORITY and READS_POLICY
         # (deprecate_patch).
         assert (
@@ -288,6 +348,7 @@ def test_every_path_has_a_history_from_the_current_generation(path: str):
                 "TenantAdmission": {SWEEPS_CLOSED_RUNS},
                 "AgentBacklog": {CHILD_POLICY},
                 "AgentEval": set(),
+                **{each: set() for each in PATCHLESS},
             }[kind]
         ), name
 

@@ -39,10 +39,16 @@ def test_only_the_one_primitive_starts_a_child_run():
 
 
 def test_every_engine_path_that_starts_a_run_uses_it():
-    """Sub-agents, `run_agent`, backlogs and the admission queue each call `start_run`; a
-    policy-carrying input is made in the primitive's module alone."""
+    """Sub-agents, `run_agent`, backlogs, the admission queue and a schedule's fires each
+    call `start_run`; a policy-carrying input is made in the primitive's module alone."""
     calls = _modules()
     users = sorted(n for n, found in calls.items() if "start_run" in found and n != PRIMITIVE)
-    assert users == ["admission.py", "backlog.py", "child_runs.py", "subagents.py"]
+    assert users == [
+        "admission.py",
+        "backlog.py",
+        "child_runs.py",
+        "scheduled_fires.py",
+        "subagents.py",
+    ]
     makers = sorted(n for n, found in calls.items() if "PolicyApplied" in found)
     assert makers == [PRIMITIVE]

@@ -215,6 +215,7 @@ def every_field_set() -> RunProgress:
         compacted_at_turn=2,
         summaries=1,
         paused_by="li",
+        forgotten=[(3, 9)],
         end_requested_by="mo",
         model_calls_rated=True,
         left_in_mirror=LeftInMirror(turns=3, messages=40, steps=12),

@@ -30,6 +30,11 @@ and each sequence:
   call naming a tenant is refused and starts nothing, and every A2A and MCP method on
   another tenant's run (get, cancel, a decision, a subscription, push configs; tasks/get,
   tasks/update, tasks/cancel, its receipt and events) answers exactly as on a missing run.
+- a schedule's fire (`POST /v1/schedules`, then `/trigger`) and a signed delivery to a
+  hook (`POST /v1/hooks/TENANT.NAME`; every sequence has both) start their tenant's run,
+  under its policy as every run's; another tenant's schedule reads, on every schedule
+  route, exactly as one that is not there, and a delivery signed with one tenant's secret
+  to another's hook is refused exactly as one to a missing hook, and starts nothing.
 Each tenant's parents also delegate to a sub-agent whose message waits for approval (issue
 35): its child's run carries the tenant's approvers and weight (an unsigned "mallory" cannot
 decide A's), runs in its parent's slot, and a decision on it, by its tenant's approver, a
@@ -45,6 +50,7 @@ import io
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -98,6 +104,7 @@ from agentledger.core.errors import OperationError, OperationRefused
 from agentledger.core.http_settings import HttpSettings
 from agentledger.core.listings import BacklogListing
 from agentledger.core.spec import RunSpec
+from agentledger.core.webhook_signatures import sign
 from agentledger.core.wire import SayInput
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.http.server import bind, serve, url_of
@@ -204,7 +211,10 @@ class Stack:
         self.door_url = url_of(sock)
         self.door_stop = asyncio.Event()
         self.door_runs = RunClient.lazy(self.settings)
-        limits = HttpSettings().model_copy(update={"requests_per_second": 10_000.0})
+        # Hostile deliveries (a hook's 401s) count against the one test address: no lockout.
+        limits = HttpSettings().model_copy(
+            update={"requests_per_second": 10_000.0, "auth_failures": 10_000}
+        )
         self.door = asyncio.create_task(
             serve(self.door_runs, limits, ready=lambda url: None, sock=sock, stop=self.door_stop)
         )
@@ -288,6 +298,14 @@ http_routes = st.sampled_from(
     ]
 )
 AGUI_PATH = f"/v1/agents/{AGENT}/agui"
+# A schedule's routes (docs/triggers.md), as another tenant tries them.
+SCHEDULE_ROUTES = [
+    ("GET", ""),
+    ("POST", "/pause"),
+    ("POST", "/resume"),
+    ("POST", "/trigger"),
+    ("POST", "/delete"),
+]
 WORKER_NAME = "door-worker"
 # What another tenant tries on a run over A2A and over MCP.
 a2a_methods = st.sampled_from(["get", "cancel", "decide", "subscribe", "push configs"])
@@ -335,6 +353,8 @@ class Tenants(RuleBasedStateMachine):
         self.owners: dict[tuple[str, str], str] = {}
         self.parents: list[str] = []  # the deployment's own workflows, ended at teardown
         self.children: list[Run] = []  # sub-agents' runs (in their parents' slots)
+        self.schedules: list[tuple[str, str]] = []  # (tenant, name), deleted at the end
+        self.hooks: dict[str, str] = {}  # each tenant's hook's secret
         # Each tenant's key for the HTTP door, made first: the initializers' order is random.
         operator = self.stack.runs_for(None)
         self.keys = {t: self.call(operator.keys.create(t, "admin")).key for t in self.tenants}
@@ -979,6 +999,104 @@ class Tenants(RuleBasedStateMachine):
 
             return [(m, await ask(m, run_id), await ask(m, missing)) for m in methods]
 
+    # ------------------------------------------------------------ runs that start themselves
+
+    @rule(target=runs, t=who)
+    def start_with_a_schedule(self, t: int) -> Run:
+        """A schedule of the tenant's (`POST /v1/schedules`, made paused), fired now: its run
+        is the tenant's, under the tenant's policy read at the fire (its approvers, weight
+        and cap, checked with every run's at the end). Another tenant's every schedule route
+        on it answers exactly as on a schedule that is not there."""
+        tenant = self.tenants[t]
+        name = f"s-{uuid.uuid4().hex[:6]}"
+        made = self.door("POST", "/v1/schedules", tenant, json={
+            "name": name, "task": NOTIFY_TASK, "cron": "0 9 1 1 *", "paused": True,
+        })  # fmt: skip
+        assert made.status_code == 201, made.text
+        self.schedules.append((tenant, name))
+        fired = self.door("POST", f"/v1/schedules/{name}/trigger", tenant)
+        assert fired.status_code == 200, fired.text
+
+        async def its_run() -> str | None:
+            found = await rows(
+                self.stack.pool,
+                "SELECT run_id FROM schedule_fires WHERE tenant = %s AND schedule = %s",
+                tenant,
+                name,
+            )
+            if not found or found[0]["run_id"] is None:
+                return None
+            try:
+                await ops.status(self.stack.client, found[0]["run_id"], wait=WAIT)
+            except OperationError:
+                return None
+            return str(found[0]["run_id"])
+
+        run_id = self.call(eventually(its_run, seconds=60, what=f"{name}'s fire to start"))
+        assert run_id.startswith(f"run-~schedule.{tenant}~{name}@"), run_id
+        self.schedule_as_missing((t + 1) % 3, tenant, name)
+        return self.learn(run_id, tenant, "schedule")
+
+    def schedule_as_missing(self, t: int, owner: str, name: str) -> None:
+        tenant = self.tenants[t]
+        assert tenant != owner
+        listed = self.door("GET", "/v1/schedules", tenant)
+        assert listed.status_code == 200 and name not in listed.text, listed.text
+        missing = f"s-missing-{uuid.uuid4().hex[:6]}"
+        for method, tail in SCHEDULE_ROUTES:
+            answer = self.door(method, f"/v1/schedules/{name}{tail}", tenant)
+            absent = self.door(method, f"/v1/schedules/{missing}{tail}", tenant)
+            assert answer.status_code == absent.status_code == 404, (tail, answer.text)
+            assert answer.content.replace(name.encode(), b"X") == absent.content.replace(
+                missing.encode(), b"X"
+            ), tail
+
+    @rule(target=runs, t=who, delivery=keys)
+    def start_with_a_signed_delivery(self, t: int, delivery: str) -> Run:
+        """A delivery to the tenant's hook, signed with its secret, starts the tenant's run
+        whatever its body names (the same delivery again is the same run); signed with that
+        secret but sent to another tenant's hook, it is refused exactly as for a hook that
+        is not there, and starts nothing."""
+        tenant, other = self.tenants[t], self.tenants[(t + 1) % 3]
+        secret = self.hook_of(tenant)
+        self.hook_of(other)
+        body = json.dumps({"issue": {"title": NOTIFY_TASK}, "tenant": other}).encode()
+        signed = {
+            "Content-Type": "application/json",
+            "AgentLedger-Delivery": delivery,
+            "AgentLedger-Signature": sign(secret, body, now=time.time()),
+        }
+        answer = self.stack.http.post(f"/v1/hooks/{tenant}.desk", content=body, headers=signed)
+        assert answer.status_code in (200, 201), answer.text
+        run_id = answer.json()["run_id"]
+        crossed = self.stack.http.post(f"/v1/hooks/{other}.desk", content=body, headers=signed)
+        absent = self.stack.http.post(f"/v1/hooks/{other}.missing", content=body, headers=signed)
+        assert crossed.status_code == absent.status_code == 401, crossed.text
+        assert crossed.content == absent.content
+        return self.learn(run_id, tenant, "hook")
+
+    def hook_of(self, tenant: str) -> str:
+        """The tenant's hook `desk` (made by its admin the first time): its secret."""
+        if tenant not in self.hooks:
+            made = self.door("POST", "/v1/hooks", tenant, json={
+                "name": "desk", "task": "{body.issue.title}",
+            })  # fmt: skip
+            assert made.status_code == 201, made.text
+            self.hooks[tenant] = made.json()["secret"]
+        return self.hooks[tenant]
+
+    @initialize(target=runs)
+    def a_schedule_fire_and_a_delivery(self) -> Run:
+        """Every sequence has a fire of B's schedule and a delivery to B's hook (B: the
+        tenant whose policy is the default, so the initializers' order does not matter)."""
+        self.start_with_a_schedule(1)
+        return self.start_with_a_signed_delivery(1, "first")
+
+    def door(self, method: str, path: str, tenant: str, **kwargs: Any) -> httpx.Response:
+        """The HTTP door, with the tenant's admin key."""
+        headers = {"Authorization": f"Bearer {self.keys[tenant]}"}
+        return self.stack.http.request(method, path, headers=headers, **kwargs)
+
     # ------------------------------------------------------------ acting on runs
 
     @rule(t=who, run=runs, route=http_routes)
@@ -1147,6 +1265,8 @@ class Tenants(RuleBasedStateMachine):
             for run in [*self.known, *self.children]:
                 self.call(self.check(run))
         finally:
+            for tenant, name in self.schedules:
+                self.door("POST", f"/v1/schedules/{name}/delete", tenant)
             for parent in self.parents:
                 with contextlib.suppress(Exception):
                     self.call(self.stack.client.get_workflow_handle(parent).terminate("over"))

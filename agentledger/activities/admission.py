@@ -4,6 +4,7 @@ runs Temporal has closed."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -23,6 +24,7 @@ from agentledger.core.admission_models import (
     admission_id,
 )
 from agentledger.core.tenant_policy import PolicyInput, RunPolicy
+from agentledger.store.budget_store import BudgetStore
 from agentledger.store.tenant_store import TenantStore
 
 DESCRIBES_AT_ONCE = 8
@@ -35,8 +37,15 @@ class AdmissionActivities:
 
     @activity.defn(name=names.ACTIVITY_TENANT_POLICY)
     async def policy(self, input: PolicyInput) -> RunPolicy:
-        """The tenant's policy, for a run a workflow is about to start as its child."""
-        return await self.store.policy(input.tenant)
+        """The tenant's policy, for a run a workflow is about to start as its child, with
+        the refusal of a spent enforcing budget, if one is."""
+        found = await self.store.policy(input.tenant)
+        refusal = await BudgetStore(self.store.pool).start_refusal(
+            input.tenant, input.charged_to, datetime.now(UTC)
+        )
+        if refusal is not None:
+            found.budget_refusal = f"refused: {refusal[0]}"
+        return found
 
     @activity.defn(name=names.ACTIVITY_ADMISSION_HOLD)
     async def hold(self, request: HoldRequest) -> QueuedStart:

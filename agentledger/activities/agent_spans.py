@@ -154,7 +154,7 @@ class AgentSpans:
                     TENANT: receipt.tenant,
                 },
             )
-        if receipt.outcome in (RunStatus.FAILED, RunStatus.CANCELLED):
+        if receipt.outcome in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.BUDGET_EXHAUSTED):
             span.set_attribute(error_attributes.ERROR_TYPE, receipt.outcome.value)
             span.set_status(Status(StatusCode.ERROR, (receipt.error or "")[:500]))
         for turn in receipt.turns:

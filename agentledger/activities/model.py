@@ -2,7 +2,9 @@
 
 The client is injected with max_retries=0, so Temporal's retry policy is the only one.
 Each response is journaled before the activity returns, so a retry after a crash reuses it
-instead of paying twice. Proposed tool calls are checked against the worker's registry
+instead of paying twice, under whom it is charged to; a call is admitted first under their
+budgets (agentledger/activities/budget_gate.py): told to wrap up near the limit, refused
+past it. Proposed tool calls are checked against the worker's registry
 here, so the workflow sees clean verdicts and never runs a tool with bad arguments. A
 value the model writes into an argument a tool declares secret is sealed in the vault, and
 its marker stands for it, before the response is journaled or returned.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +25,7 @@ from temporalio import activity
 
 from agentledger.activities.agent_metrics import record_mirror_lag
 from agentledger.activities.agent_spans import AgentSpans
+from agentledger.activities.budget_gate import BudgetGate
 from agentledger.activities.leases import hold_lease, once_postgres_answers
 from agentledger.activities.model_errors import classify_model_error
 from agentledger.activities.model_rates import RatedTenants
@@ -32,6 +36,7 @@ from agentledger.activities.retry_notes import announce_retry
 from agentledger.activities.text_stream import TextPieces, text_pieces
 from agentledger.activities.verify import checks_without_judge
 from agentledger.core import errors, faults
+from agentledger.core.budgets import WRAP_UP_MESSAGE, Admission
 from agentledger.core.constants import ACTIVITY_MODEL_COMPLETE, SUBAGENT_TOOL_PREFIX
 from agentledger.core.pricing import Prices, price_of, usage_of
 from agentledger.core.providers import with_retry_after_policy
@@ -70,6 +75,24 @@ def once_per_call_id(message: ChatCompletionMessage) -> ChatCompletionMessage:
     return message.model_copy(update={"tool_calls": calls})
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """What one model call sends: the messages and the tools offered."""
+
+    messages: list[JsonDict]
+    tools: list[JsonDict]
+
+    def tokens(self) -> int:
+        """About how many tokens it is (four characters a token): what a budget's admission
+        expects of the call before the provider counts it."""
+        return len(json.dumps(self.messages)) // 4 + len(json.dumps(self.tools)) // 4
+
+    def wrapped_up(self) -> Prompt:
+        """The same, told to finish with what it has, and offered no tool (its budget is
+        nearly spent)."""
+        return Prompt([*self.messages, {"role": "system", "content": WRAP_UP_MESSAGE}], [])
+
+
 class ModelActivities:
     def __init__(
         self,
@@ -86,6 +109,7 @@ class ModelActivities:
         stream_text: bool = True,
         spans: AgentSpans | None = None,
         rated: RatedTenants | None = None,
+        budgets: BudgetGate | None = None,
     ) -> None:
         # Ask the provider to stream, and pass the reply's text to watchers as it comes
         # (`agentledger watch`); AGENTLEDGER_MODEL_STREAM=0 for a provider that cannot (its
@@ -104,6 +128,7 @@ class ModelActivities:
         self.prices = prices
         self.rated = rated or RatedTenants(TenantStore(store.pool))
         self.texts = ModelTextStore(store.pool)
+        self.budgets = budgets
 
     @activity.defn(name=ACTIVITY_MODEL_COMPLETE)
     async def complete(self, input: ModelCallInput) -> ModelCallResult:
@@ -143,6 +168,33 @@ class ModelActivities:
         if input.mirror is not None:
             faults.fire("mirror.after_write")
         await announce_retry(self.store, input.run_id, input.step_id)
+        prompt: Prompt | None = None
+        admission = Admission()
+        if journaled is None:
+            prompt = await self._prompt(input)
+            if self.budgets is not None and input.charge is not None:
+                # Admitted under its budgets, or the run's end.
+                admission = await self.budgets.admit(input, input.charge, prompt.tokens())
+            if admission.verdict == "wrap_up":
+                prompt = prompt.wrapped_up()
+        try:
+            return await self._answer(input, endpoint, model, journaled or prompt, admission)
+        finally:
+            if self.budgets is not None and input.charge is not None:
+                await self.budgets.landed(input, input.charge, admission)
+
+    async def _answer(
+        self,
+        input: ModelCallInput,
+        endpoint: ModelEndpoint,
+        model: str,
+        asked: tuple[int, JsonDict] | Prompt | None,
+        admission: Admission,
+    ) -> ModelCallResult:
+        """The reply: the response an earlier attempt journaled (`asked` is that one, with
+        its attempt), else a new one to the `Prompt` asked."""
+        info = activity.info()
+        journaled = asked if isinstance(asked, tuple) else None
         if journaled is not None:
             # The response arrived before an earlier attempt died: it is paid for; reuse it.
             journal_attempt, raw = journaled
@@ -153,8 +205,9 @@ class ModelActivities:
             async with self._text(input) as on_text:  # this attempt's text is the reused reply
                 on_text(response.choices[0].message.content or "")
         else:
+            assert isinstance(asked, Prompt)
             journal_attempt = info.attempt
-            response = await self._call(input, model, endpoint)
+            response = await self._call(input, model, endpoint, asked)
             response = await self._seal_secret_arguments(input.run_id, response)
         usage = usage_of(response)
         priced = price_of(self.prices, model, usage, endpoint.price_provider)
@@ -164,7 +217,7 @@ class ModelActivities:
         answer = (
             None
             if journaled is not None
-            else Answer(model, response.model_dump(mode="json"), usage, cost)
+            else Answer(model, response.model_dump(mode="json"), usage, cost, input.charge)
         )
         try:
             message = once_per_call_id(response.choices[0].message)
@@ -194,6 +247,7 @@ class ModelActivities:
                 attempt=info.attempt,
                 journal_attempt=journal_attempt,
                 priced=priced is not None,
+                wrapped_up=admission.verdict == "wrap_up",
             )
         except Exception:
             if answer is not None:
@@ -226,31 +280,36 @@ class ModelActivities:
             input.events_before or 0,
         )
 
-    async def _call(
-        self, input: ModelCallInput, model: str, endpoint: ModelEndpoint
-    ) -> ChatCompletion:
-        """The response, its text sent to the run's subscribers as it came."""
+    async def _prompt(self, input: ModelCallInput) -> Prompt:
+        """What the call sends: the conversation (the store's, with this step's new
+        messages), and the tools and sub-agents offered."""
         tools = [t.openai_schema() for t in self.registry.allowed(input.allowed_tools)]
         tools += [subagent_schema(name) for name in input.subagents]
-        messages = input.messages
         if input.summarize is not None:
-            tools = []
             told = await self.conversation.extend(input.run_id, input.summarize.end, [])
-            messages = summary_request(told, input.summarize)
-        elif messages is None:
-            messages = await self.conversation.extend(
+            return Prompt(summary_request(remembered(told, input.forgotten), input.summarize), [])
+        conversation = input.messages
+        if conversation is None:
+            conversation = await self.conversation.extend(
                 input.run_id, input.first_index, input.new_messages
             )
-        if input.cut is not None and input.summarize is None:
-            messages = compacted(messages, input.cut)
+        kept = remembered(conversation, input.forgotten)
+        if input.cut is not None:
+            kept = compacted(kept, input.cut)
+        return Prompt([m for m in kept if m is not None], tools)
+
+    async def _call(
+        self, input: ModelCallInput, model: str, endpoint: ModelEndpoint, prompt: Prompt
+    ) -> ChatCompletion:
+        """The response, its text sent to the run's subscribers as it came."""
         request: dict[str, Any] = {
             "model": model,
-            "messages": messages,
+            "messages": prompt.messages,
             "temperature": input.temperature,
             "timeout": endpoint.timeout(input.timeout_seconds),
         }
-        if tools:
-            request["tools"] = tools
+        if prompt.tools:
+            request["tools"] = prompt.tools
         if input.max_tokens:
             request["max_tokens"] = input.max_tokens
         allowed = time_left(input.timeout_seconds)
@@ -331,12 +390,25 @@ SUMMARY_PROMPT = (
 SUMMARY_MESSAGE_CHARS = 4000
 
 
-def summary_request(conversation: list[JsonDict], asked: SummaryRequest) -> list[JsonDict]:
+def remembered(
+    conversation: list[JsonDict], forgotten: list[tuple[int, int]]
+) -> list[JsonDict | None]:
+    """The conversation with each message a rolled-back turn left (its position in one of
+    the `forgotten` ranges) as None: the store keeps it, the model no longer reads it."""
+    return [
+        None if any(start <= i < end for start, end in forgotten) else message
+        for i, message in enumerate(conversation)
+    ]
+
+
+def summary_request(conversation: list[JsonDict | None], asked: SummaryRequest) -> list[JsonDict]:
     """The messages of a session's summary call: the turns to summarise, as a transcript."""
     lines = []
     if asked.previous:
         lines.append(f"Summary so far:\n{asked.previous}\n")
     for message in conversation[asked.first : asked.end]:
+        if message is None:  # forgotten
+            continue
         content = message.get("content")
         if not isinstance(content, str) or not content.strip():
             calls = [c.get("function", {}).get("name") for c in message.get("tool_calls") or []]
@@ -349,7 +421,7 @@ def summary_request(conversation: list[JsonDict], asked: SummaryRequest) -> list
     ]
 
 
-def compacted(conversation: list[JsonDict], cut: ConversationCut) -> list[JsonDict]:
+def compacted(conversation: list[JsonDict | None], cut: ConversationCut) -> list[JsonDict | None]:
     """What a compacted session's model reads: its system message, the summary of the
     older turns, and the conversation from the cut on, word for word."""
     said = f"Earlier in this conversation (summarised):\n{cut.summary}"

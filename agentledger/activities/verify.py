@@ -89,6 +89,7 @@ class VerifyActivities:
             response=response.model_dump(mode="json"),
             usage=usage,
             cost_usd=cost_usd(self.prices, model, usage),
+            charge=input.charge,
         )
         return attempt, response
 

@@ -10,6 +10,8 @@ was lost): `AgentLedger-Delivery` names it, the same on every attempt.
 
 `webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror;
 `webhooks.subscribers` names a tenant's tenant-wide subscriptions (its notifications).
+`webhooks.tenant_subscriptions` lists a tenant's webhooks with no run, where its
+tenant-wide notices (budget alerts) go.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentledger.core.constants import (
     ACTIVITY_RUN_CHANGES,
+    ACTIVITY_TENANT_SUBSCRIPTIONS,
     ACTIVITY_WEBHOOK_DELIVER,
     ACTIVITY_WEBHOOK_SUBSCRIBERS,
 )
@@ -38,6 +41,8 @@ from agentledger.core.webhook_models import (
     RunEventRow,
     Subscribers,
     SubscribersInput,
+    TenantInput,
+    TenantSubscription,
 )
 from agentledger.core.webhook_signatures import SIGNATURE_HEADER, sign
 from agentledger.store.webhook_store import WebhookStore
@@ -130,3 +135,10 @@ class WebhookActivities:
             return RunChanges(events=events)
         summary = {"text": receipt_summary(receipt), "outcome": receipt.get("outcome")}
         return RunChanges(events=events, ended=True, summary=summary)
+
+    @activity.defn(name=ACTIVITY_TENANT_SUBSCRIPTIONS)
+    async def tenant_subscriptions(self, input: TenantInput) -> list[TenantSubscription]:
+        rows = await self.store.subscriptions(input.tenant, None)
+        return [
+            TenantSubscription(subscription_id=r["subscription_id"], name=r["name"]) for r in rows
+        ]

@@ -30,6 +30,7 @@ from agentledger.cli import (
     serve_cli,
     standing_cli,
     tenants_cli,
+    triggers_cli,
 )
 from agentledger.cli.cli_options import (
     add_decider,
@@ -95,6 +96,23 @@ def load_spec(args: argparse.Namespace, settings: AgentLedgerConfig) -> RunSpec:
         raise InvalidRequest(f"invalid run spec: {problems}") from err
 
 
+def add_double_texting(p: argparse.ArgumentParser, *, keyed: bool = False) -> None:
+    from agentledger.core.constants import DOUBLE_TEXTING
+
+    when = (
+        "if the key names a session under way with another task, that task is said to it; "
+        if keyed
+        else ""
+    )
+    p.add_argument(
+        "--double-texting",
+        choices=DOUBLE_TEXTING,
+        help=f"{when}what it does while the session's turn is in flight (within the tenant's "
+        "policy): reject (refused, exit 5), enqueue (the next turn), interrupt (the turn ends "
+        "at its next step), rollback (the turn is forgotten); default the session's own",
+    )
+
+
 def json_argument(text: str | None, flag: str) -> Any:
     """A flag's JSON value (None when absent), or InvalidInput naming the flag."""
     from agentledger.core.errors import InvalidRequest
@@ -112,7 +130,10 @@ def json_argument(text: str | None, flag: str) -> Any:
 
 async def cmd_start(client: RunClient, args: argparse.Namespace) -> int:
     started = await client.runs.start(
-        spec=load_spec(args, client.settings), require_tools=bool(args.agent), wait=args.wait
+        spec=load_spec(args, client.settings),
+        require_tools=bool(args.agent),
+        double_texting=args.double_texting,
+        wait=args.wait,
     )
     note = (
         "already exists (same idempotency key); not started again"
@@ -121,6 +142,8 @@ async def cmd_start(client: RunClient, args: argparse.Namespace) -> int:
     )
     if started.queue_position is not None:
         note += f"; queued at position {started.queue_position} behind its tenant's cap"
+    if started.said is not None:
+        note = f"is a session under way: its task said to it as a message ({started.said.note})"
     link = client.settings.run_link(started.run_id)
     unserved = await client.runs.unserved_warning(wait=min(args.wait, 2.0))
     if unserved is not None:
@@ -132,6 +155,7 @@ async def cmd_start(client: RunClient, args: argparse.Namespace) -> int:
             "queue_position": started.queue_position,
             "url": link,
             "no_worker_warning": unserved,
+            "said": started.said.model_dump(mode="json") if started.said else None,
         },
         args.json,
         f"{started.run_id} {note}\n{link}",
@@ -234,7 +258,9 @@ async def cmd_pause(client: RunClient, args: argparse.Namespace) -> int:
 
 
 async def cmd_say(client: RunClient, args: argparse.Namespace) -> int:
-    result = await client.runs.say(args.run, args.message, by=args.by)
+    result = await client.runs.say(
+        args.run, args.message, by=args.by, double_texting=args.double_texting
+    )
     emit(result.model_dump(mode="json"), args.json, result.note)
     return 0
 
@@ -355,6 +381,32 @@ async def cmd_stats(client: RunClient, args: argparse.Namespace) -> int:
         raise InvalidRequest(f"--since: {err}") from err
     figures = await client.mirror.stats(since=since)
     emit(figures.model_dump(mode="json"), args.json, render.stats_text(figures))
+    return 0
+
+
+async def cmd_costs(client: RunClient, args: argparse.Namespace) -> int:
+    import csv
+    import io
+
+    from agentledger.cli import render
+    from agentledger.core.errors import InvalidRequest
+    from agentledger.core.periods import parse_point
+
+    try:
+        since = parse_point(args.since)
+    except ValueError as err:
+        raise InvalidRequest(f"--since: {err}") from err
+    by = [d.strip() for d in (args.by or "").split(",") if d.strip()]
+    rows = [row.model_dump() for row in await client.costs.summary(by, since=since)]
+    columns = [*by, "calls", "tokens_in", "tokens_out", "cost_usd"]
+    if args.csv:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        print(out.getvalue(), end="", flush=True)
+        return 0
+    emit(rows, args.json, render.table(rows, columns) if rows else f"no model calls since {since}")
     return 0
 
 
@@ -706,12 +758,15 @@ COMMANDS: dict[str, Command] = {
     "version": cmd_version,
     "list": cmd_list,
     "stats": cmd_stats,
+    "costs": cmd_costs,
     "prune": cmd_prune,
     "migrate": cmd_migrate,
     "up": cmd_up,
     "demo": cmd_demo,
     "backlog": backlog_cli.dispatch,
     "tenants": tenants_cli.dispatch,
+    "schedule": triggers_cli.schedule,
+    "hooks": triggers_cli.hooks,
     "approvers": approvers_cli.dispatch,
     "standing": standing_cli.dispatch,
     "serve": serve_cli.cmd_serve,
@@ -805,6 +860,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="{1..5}",
         help="1 (runs first) to 5 (last); default 3, or the spec's",
     )
+    add_double_texting(p, keyed=True)
     p = command("approve", "approve the pending action")
     add_run(p)
     add_decider(p)
@@ -833,6 +889,7 @@ def parser() -> argparse.ArgumentParser:
     add_run(p)
     p.add_argument("message", help="what the agent should know (a user message)")
     p.add_argument("--by", default="cli", help="who says it (shown in status and the receipt)")
+    add_double_texting(p)
     add_tenant(p)
     chat_cli.add_parser(command)
     p = command("end", "end a session: it completes with its last answer and its receipt")
@@ -912,6 +969,14 @@ def parser() -> argparse.ArgumentParser:
     p = command("stats", "fleet figures: cost per completed run, failures, waits")
     p.add_argument("--since", help="only runs started since: an ISO date, or an age like 24h, 7d")
     add_tenant(p)
+    p = command("costs", "what model calls cost, from the journal of what was paid")
+    p.add_argument(
+        "--by",
+        help="sum by these, comma-separated: tenant, agent, model, key, day (default: one total)",
+    )
+    p.add_argument("--since", default="7d", help="an ISO date, or an age like 24h, 7d (default 7d)")
+    p.add_argument("--csv", action="store_true", help="print CSV (a header line, then the rows)")
+    add_tenant(p)
     p = command("prune", "delete what runs that finished long ago recorded")
     p.add_argument(
         "--older-than",
@@ -923,6 +988,7 @@ def parser() -> argparse.ArgumentParser:
     command("settings", "the settings in effect, secrets hidden", wait=False)
     backlog_cli.add_commands(sub)
     tenants_cli.add_commands(sub)
+    triggers_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
     standing_cli.add_commands(sub)
     serve_cli.add_commands(sub)

@@ -1,5 +1,6 @@
 """`agentledger tenants set|show|list`: each tenant's share of the workers, its limits, and
-the policy its runs start under (agents, free-form specs, approval rules)."""
+its budgets per day and per month (docs/triggers.md, "Budgets"), and the policy its runs
+start under (agents, free-form specs, approval rules)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ COLUMNS = [
     "max_queued",
     "model_calls_per_second",
     "allowed_priorities",
+    "double_texting",
     "in_flight",
     "queued",
 ]
@@ -50,7 +52,41 @@ def priorities(text: str) -> list[int] | None:
         ) from err
 
 
-SETTINGS = ("weight", "max_in_flight", "max_queued", "model_calls_per_second", "allowed_priorities")
+SETTINGS = (
+    "weight",
+    "max_in_flight",
+    "max_queued",
+    "model_calls_per_second",
+    "allowed_priorities",
+    "double_texting",
+    "schedule_role",
+)
+# `--budget-mode` without a limit: every budget the subject has.
+EVERY_PERIOD = "every"
+# `--budget-day 20`, `--budget-month-tokens 1000000`: (period, limit) each flag sets.
+BUDGET_FLAGS = {
+    "budget_day": ("day", "usd"),
+    "budget_day_tokens": ("day", "tokens"),
+    "budget_month": ("month", "usd"),
+    "budget_month_tokens": ("month", "tokens"),
+}
+
+
+def double_texting(text: str) -> list[str] | None:
+    """`reject,enqueue`: the double-texting policies a message may ask for; `any`: all."""
+    from agentledger.core.constants import DOUBLE_TEXTING
+
+    if text.strip().lower() == "any":
+        return None
+    asked = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in asked if p not in DOUBLE_TEXTING]
+    if unknown or not asked:
+        raise argparse.ArgumentTypeError(
+            f"expected some of {', '.join(DOUBLE_TEXTING)} (comma-separated) or any, got {text!r}"
+        )
+    return asked
+
+
 POLICY = (
     "agents",
     "default_agent",
@@ -135,6 +171,39 @@ def add_commands(sub: Any) -> None:
         help="the priorities its runs may take, such as 2,3,4,5; a start at another is "
         "refused (exit 5); or off (any)",
     )
+    p.add_argument(
+        "--double-texting",
+        type=double_texting,
+        help="the double-texting policies a message to one of its sessions may ask for "
+        "(reject, enqueue, interrupt, rollback; comma-separated), or any (any)",
+    )
+    p.add_argument(
+        "--schedule-role",
+        choices=["runner", "admin"],
+        help="the least role that may make and change its schedules (admin)",
+    )
+    budget = p.add_argument_group(
+        "budgets", "what the tenant (or one of its credentials) may spend per day and month"
+    )
+    for flag, (period, unit) in BUDGET_FLAGS.items():
+        what = "USD" if unit == "usd" else "tokens"
+        budget.add_argument(
+            "--" + flag.replace("_", "-"),
+            type=limit(float if unit == "usd" else int),
+            help=f"{what} per {period} (UTC), or off",
+        )
+    budget.add_argument(
+        "--budget-mode",
+        choices=["advisory", "enforcing"],
+        help="advisory warns (budget.warning at 80%%, budget.exceeded); enforcing also refuses "
+        "starts (exit 5) and ends runs at the limit (budget_exhausted); default advisory",
+    )
+    budget.add_argument(
+        "--budget-for",
+        metavar="CREDENTIAL",
+        help="the budget of one credential of the tenant (key:ID, oidc:ISSUER:SUBJECT, "
+        "hook:NAME, schedule:NAME) instead of the whole tenant's",
+    )
     policy = p.add_argument_group(
         "policy", "what the tenant's runs start under, whatever their spec (docs/security.md)"
     )
@@ -196,6 +265,7 @@ def add_commands(sub: Any) -> None:
 
 async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.cli import render
+    from agentledger.core.errors import InvalidRequest
 
     if args.tenants_command == "list":
         rows = [row.model_dump() for row in await client.tenants.listed()]
@@ -206,14 +276,14 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
     # Flags left out are absent (SUPPRESS): they stay as they are.
     changes = {name: getattr(args, name) for name in SETTINGS if hasattr(args, name)}
     policy = {name: getattr(args, name) for name in POLICY if hasattr(args, name)}
-    if not changes and not policy:
-        from agentledger.core.errors import InvalidRequest
-
+    budgets = budget_changes(args)
+    if not changes and not policy and not budgets:
         raise InvalidRequest(
-            "say what to change: a limit (--weight, --max-in-flight, ...) or the policy "
-            "(--agents, --free-form, --rule, ...); `agentledger tenants set --help` lists them"
+            "say what to change: a limit (--weight, --max-in-flight, ...), the policy "
+            "(--agents, --free-form, --rule, ...) or a budget (--budget-day, --budget-mode, "
+            "...); `agentledger tenants set --help` lists them"
         )
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = {"tenant": args.tenant}
     lines: list[str] = []
     if changes:
         limits = await client.tenants.set(args.tenant, changes)
@@ -225,12 +295,48 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
         found = await client.tenants.set_policy(args.tenant, policy)
         data["policy"] = found.model_dump(mode="json")
         lines += found.text()
+    subject = getattr(args, "budget_for", None) or ""
+    if EVERY_PERIOD in budgets:  # a mode alone: the subject's budgets, whichever it has
+        mode = budgets.pop(EVERY_PERIOD)
+        existing = await client.tenants.budgets(args.tenant)
+        budgets = {b.period: dict(mode) for b in existing if b.subject == subject}
+        if not budgets:
+            raise InvalidRequest(
+                f"{args.tenant} has no budget{f' for {subject}' if subject else ''} to set the "
+                "mode of: give its limit too (--budget-day USD, --budget-day-tokens N, ...)"
+            )
+    if budgets:
+        data["budgets"] = []
+    for period, values in budgets.items():
+        status = await client.tenants.set_budget(args.tenant, period, values, subject=subject)
+        data["budgets"].append(None if status is None else status.model_dump(mode="json"))
+        whose = f" for {subject}" if subject else ""
+        lines.append(status.text() if status else f"{period} budget{whose} removed")
     emit(data, args.json, "\n".join(lines))
     return 0
 
 
+def budget_changes(args: argparse.Namespace) -> dict[Any, dict[str, Any]]:
+    """What each period's budget changes: its limits given, and the mode (for the periods
+    given, else for both periods the subject has a budget for)."""
+    periods: dict[Any, dict[str, Any]] = {}
+    for flag, (period, unit) in BUDGET_FLAGS.items():
+        if hasattr(args, flag):
+            periods.setdefault(period, {})[unit] = getattr(args, flag)
+    mode = getattr(args, "budget_mode", None)
+    if mode is not None:
+        for period in periods or (EVERY_PERIOD,):
+            periods.setdefault(period, {})["mode"] = mode
+    if hasattr(args, "budget_for") and not periods:
+        from agentledger.core.errors import InvalidRequest
+
+        raise InvalidRequest("--budget-for names whose budget: give one (--budget-day, ...)")
+    return periods
+
+
 async def show(client: RunClient, args: argparse.Namespace) -> int:
-    """The tenant's limits, runs in flight and queued, and its policy."""
+    """The tenant's limits, runs in flight and queued, its policy, and its budgets with
+    their spend."""
     shown = await client.tenants.show(args.tenant)
     settings = shown.settings.model_dump() if shown.settings is not None else {}
     limits = ", ".join(
@@ -239,5 +345,6 @@ async def show(client: RunClient, args: argparse.Namespace) -> int:
         if k in settings
     )
     text = [f"tenant {shown.tenant}", limits or "limits: none set", *shown.policy.text()]
+    text += [b.text() for b in shown.budgets] or ["budgets: none"]
     emit(shown.model_dump(mode="json"), args.json, "\n".join(text))
     return 0

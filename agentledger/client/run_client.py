@@ -5,7 +5,8 @@ RunClient holds the connections (Temporal, made on first use; Postgres, opened o
 and one `Scope` (the caller: the operator, or the tenant AGENTLEDGER_TENANT names), and
 offers the client classes built on it, grouped as the command groups them (`client.runs`,
 `client.sessions`, `client.backlogs`, `client.tenants`, `client.approvers`,
-`client.deploys`, `client.mirror`, `client.evals`, `client.keys`, `client.tasks`). The
+`client.deploys`, `client.mirror`, `client.evals`, `client.keys`, `client.tasks`,
+`client.costs`, `client.schedules`, `client.hooks`). The
 command and the HTTP server are thin faces over the same classes
 (tests/test_cli_front_door.py). Signatures use only the public types `agentledger` exports.
 
@@ -26,12 +27,15 @@ from temporalio.client import Client
 
 from agentledger.client.approvers import Approvers
 from agentledger.client.backlogs import Backlogs
+from agentledger.client.costs import Costs
 from agentledger.client.deploys import Deploys
 from agentledger.client.evals import Evals
+from agentledger.client.hooks import Hooks
 from agentledger.client.keys import ApiKeys
 from agentledger.client.mirror import Mirror
 from agentledger.client.notifications import Notifications
 from agentledger.client.runs import Runs
+from agentledger.client.schedules import Schedules
 from agentledger.client.scope import Scope, caller_of, operators_only, tenant_caller
 from agentledger.client.sessions import Sessions
 from agentledger.client.standing import StandingApprovals
@@ -149,6 +153,9 @@ class RunClient:
         self.evals = Evals(scope)
         self.keys = ApiKeys(scope)
         self.tasks = Tasks(scope)
+        self.costs = Costs(scope)
+        self.schedules = Schedules(scope)
+        self.hooks = Hooks(scope)
         self.standing = StandingApprovals(scope)
         self.notifications = Notifications(scope)
 

@@ -5,6 +5,8 @@ receipt, its story as it happens). Another tenant's run reads as a missing one
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -26,7 +28,7 @@ from agentledger.client.receipts import receipt_of
 from agentledger.client.scope import Scope
 from agentledger.client.steering import Steering
 from agentledger.core.approver_key import ApproverKey
-from agentledger.core.constants import DEFAULT_WAIT_SECONDS
+from agentledger.core.constants import DEFAULT_WAIT_SECONDS, DoubleTexting
 from agentledger.core.errors import (
     InvalidRequest,
     NotAnswered,
@@ -47,7 +49,7 @@ from agentledger.core.results import (
 )
 from agentledger.core.run_reports import RunReport, Started, WorkerSeen
 from agentledger.core.spec import JsonDict, RunSpec
-from agentledger.core.states import RunStatus
+from agentledger.core.states import RunStatus, is_terminal
 from agentledger.profiles import Agent
 from agentledger.store import mirror_views
 from agentledger.temporal import deployments
@@ -72,6 +74,7 @@ class Runs:
         agent: Agent | None = None,
         spec: RunSpec | None = None,
         require_tools: bool | None = None,
+        double_texting: DoubleTexting | None = None,
         wait: float | None = None,
         **fields: Any,
     ) -> Started:
@@ -83,7 +86,10 @@ class Runs:
         (agentledger/client/starts.py); without one, the start is refused. With
         `require_tools` (by default, for an agent's run), a run naming a tool its task
         queue's workers lack is refused before it starts; with `wait`, a start no worker
-        could take within it (a capped tenant's) is not sent at all."""
+        could take within it (a capped tenant's) is not sent at all. A keyed start whose key
+        names a session already under way, with another task, says that task to it as a
+        message (`said`), as `double_texting` asks (else the session's own policy): under
+        `reject`, while a turn is in flight, it is refused (OperationRefused)."""
         if spec is None:
             if task is not None:
                 fields["task"] = task
@@ -94,7 +100,32 @@ class Runs:
         if (agent is not None if require_tools is None else require_tools) and spec.allowed_tools:
             pool = await scope.mirror() or await scope.database()
             await starts.require_tools(pool, scope.settings.task_queue, spec.allowed_tools)
-        return await starts.start(scope, spec, wait=wait)
+        started = await starts.start(scope, spec, wait=wait)
+        if started.existing and spec.session is not None and spec.idempotency_key is not None:
+            return await self._double_text(started, spec, double_texting, wait)
+        return started
+
+    async def _double_text(
+        self, started: Started, spec: RunSpec, asked: DoubleTexting | None, wait: float | None
+    ) -> Started:
+        """A keyed start of a session under way: the same start again is that session; one
+        with another task says the task to it (the same start sent twice says it once)."""
+        try:
+            state = await self.status(started.run_id, wait=wait)
+        except NotAnswered:
+            return started  # no worker to tell whether it is another task: the session stands
+        if is_terminal(state.status) or state.task == spec.task:
+            return started
+        same = hashlib.sha256(f"{spec.idempotency_key}\n{spec.task}".encode()).hexdigest()[:32]
+        said = await Steering(self.scope).say(
+            started.run_id,
+            spec.task,
+            by=spec.user,
+            message_id=f"start-{same}",
+            double_texting=asked,
+            wait=wait,
+        )
+        return dataclasses.replace(started, said=said)
 
     async def fork(
         self,
@@ -206,11 +237,16 @@ class Runs:
         *,
         by: str = "cli",
         message_id: str | None = None,
+        double_texting: DoubleTexting | None = None,
         wait: float | None = None,
     ) -> SayResult:
         """Tell a run in flight something: it reads the message at its next model call, or,
-        with `on_message: interrupt`, replans with it at once (kept while no worker runs)."""
-        return await Steering(self.scope).say(run_id, text, by=by, message_id=message_id, wait=wait)
+        with `on_message: interrupt`, replans with it at once (kept while no worker runs). To
+        a session whose turn is in flight, it does what `double_texting` asks (within its
+        tenant's policy), else what the session's policy says (docs/triggers.md)."""
+        return await Steering(self.scope).say(
+            run_id, text, by=by, message_id=message_id, double_texting=double_texting, wait=wait
+        )
 
     async def cancel(self, run_id: str, *, wait: float | None = None) -> str:
         """End the run as cancelled (it writes its receipt); returns what happened: the

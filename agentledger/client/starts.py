@@ -1,15 +1,19 @@
 """The one gate every run comes in by: the tenant's policy, read here, never passed in.
 
 Every path that starts a run (the CLI's `start`, `client.runs.start`, a fork, `demo`, a
-capped tenant's queue, the HTTP server's faces) calls `start`. It reads the tenant's policy
-from Postgres itself: the operator's rules for its runs (agents, free-form specs, approval
-rules), its registered approvers (a spec may add approvers, never remove the tenant's), its
-cap, its weight, its model-call rate, the priorities it may take (a start at another is
-refused), and resolves the run under it for the scope's caller with
-`agentledger.core.tenant_policy.resolve`, the one function every start uses. No caller hands
-it limits, rules or approvers, so a caller with stale or chosen ones changes nothing;
-without a database there is no policy to read, and the start is refused. An idempotency key
-names one request: the same key with another request is refused, naming the first run.
+capped tenant's queue, the HTTP server's faces, a webhook's delivery) calls `start`. It
+reads the tenant's policy from Postgres itself: the operator's rules for its runs (agents,
+free-form specs, approval rules), its registered approvers (a spec may add approvers, never
+remove the tenant's), its cap, its weight, its model-call rate, the priorities it may take
+(a start at another is refused), and its budgets (a start while an enforcing budget of the
+tenant, or of the caller's credential, is spent is refused until it resets); and resolves
+the run under it for the scope's caller with `agentledger.core.tenant_policy.resolve`, the
+one function every start uses. No caller hands it limits, rules or approvers, so a caller
+with stale or chosen ones changes nothing; without a database there is no policy to read,
+and the start is refused. An idempotency key names one request: the same key with another
+request is refused, naming the first run (a session's key with another task is a message
+to it: agentledger/client/runs.py). The run is charged to the caller's credential
+(`charged_to`) beside its tenant.
 `tests/test_door.py` fails if any other module starts a run. Runs a workflow starts as its
 children (a backlog's tasks, `run_agent`) read the same policy through an activity just
 before they start, and a sub-agent's run takes its parent's (agentledger/workflows/run_starts.py,
@@ -24,6 +28,7 @@ instead).
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -47,19 +52,21 @@ from agentledger.core.backlog_models import QueuedTask, TaskItem
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import (
+    BudgetExceeded,
     IdempotencyConflict,
     OperationError,
     OperationRefused,
     SetupError,
 )
 from agentledger.core.keys import canonical_json
-from agentledger.core.results import ForkOrigin
+from agentledger.core.results import ForkOrigin, TriggerOrigin
 from agentledger.core.run_reports import Started
 from agentledger.core.spec import JsonDict, RunSpec
 from agentledger.core.states import RunStatus
 from agentledger.core.tenant_policy import RunPolicy, resolve
 from agentledger.profiles import load_agents
 from agentledger.store import tool_sets
+from agentledger.store.budget_store import BudgetStore
 from agentledger.store.run_requests import RunRequestStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.workflows import AgentRunWorkflow
@@ -88,9 +95,12 @@ def operator_profiles(settings: AgentLedgerConfig) -> dict[str, JsonDict]:
 
 def request_fingerprint(spec: RunSpec, fork: ForkOrigin | None) -> str:
     """What an idempotency key names: the request as the caller made it (its spec but the
-    key, and a fork's origin), before the policy made a run of it."""
+    key, and a fork's origin), before the policy made a run of it; a session's, but its
+    task."""
+    # A session's key with another task is a message to it (agentledger/client/runs.py).
+    same = {"idempotency_key", "task"} if spec.session is not None else {"idempotency_key"}
     asked = {
-        "spec": spec.model_dump(mode="json", exclude={"idempotency_key"}),
+        "spec": spec.model_dump(mode="json", exclude=same),
         "fork": fork.model_dump(mode="json", exclude={"effect_scope"}) if fork else None,
     }
     return hashlib.sha256(canonical_json(asked).encode()).hexdigest()
@@ -101,6 +111,7 @@ async def start(
     spec: RunSpec,
     *,
     fork: ForkOrigin | None = None,
+    trigger: TriggerOrigin | None = None,
     wait: float | None = None,
 ) -> Started:
     """Start a run for the caller (a run of another tenant is refused), under its tenant's
@@ -108,7 +119,8 @@ async def start(
     run's requester); the same key (in the same tenant) always names the same run, and
     another request under it is refused. With `fork`, the run is a fork from that origin
     (agentledger/client/forks.py): its spec is the parent's, so no spec of the caller's own
-    is checked against the tenant's free-form rule."""
+    is checked against the tenant's free-form rule; with `trigger`, the hook delivery that
+    started it."""
     pool = await scope.mirror()
     if pool is None:
         raise SetupError(NO_DATABASE)
@@ -131,6 +143,9 @@ async def start(
     if legacy is not None:
         return Started(legacy, existing=True)
     scoped = run_id(spec.tenant, spec.idempotency_key, origin=origin)
+    charged_to = caller.credential
+    await within_budget(pool, spec.tenant, charged_to)
+    run = run.model_copy(update={"charged_to": charged_to, "trigger": trigger})
     requests = RunRequestStore(pool)
     claimed = False
     if spec.idempotency_key is not None:
@@ -161,6 +176,36 @@ async def start(
     if not started.existing:
         await notifications.follow_run(scope, run.tenant, started.run_id)
     return started
+
+
+async def within_budget(pool: AsyncConnectionPool, tenant: str, charged_to: str | None) -> None:
+    """Refuse a start while an enforcing budget of `tenant`, or of the credential it is
+    charged to, is spent (agentledger/core/budgets.py), saying when it resets."""
+    refusal = await BudgetStore(pool).start_refusal(tenant, charged_to, datetime.now(UTC))
+    if refusal is not None:
+        reason, reset_at = refusal
+        raise BudgetExceeded(f"refused: {reason}", reset_at)
+
+
+async def triggered(scope: Scope, spec: RunSpec) -> RunInput:
+    """A spec a trigger will start later (each fire of a schedule): held now to the caller's
+    tenant and its policy, as a start is, and charged to the caller. Each fire reads its
+    tenant's policy again when it starts its run (agentledger/workflows/run_starts.py)."""
+    pool = await scope.mirror()
+    if pool is None:
+        raise SetupError(NO_DATABASE)
+    spec = scope.spec_for(spec)
+    found = await policy(pool, spec.tenant)
+    allowed(spec, found)
+    caller = scope.caller
+    run = resolve(
+        spec,
+        found,
+        requester=caller.identity,
+        roles=caller.roles,
+        profiles=operator_profiles(scope.settings),
+    )
+    return run.model_copy(update={"charged_to": caller.credential})
 
 
 async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]:

@@ -28,11 +28,13 @@ from agentledger.client import handles
 from agentledger.client.scope import RunRef, Scope
 from agentledger.core import bounds
 from agentledger.core._state import RunInput
+from agentledger.core.constants import DoubleTexting
 from agentledger.core.errors import InvalidRequest, OperationRefused
 from agentledger.core.messages import Message, RunMessages
-from agentledger.core.results import ControlResult, RunState, SayResult
+from agentledger.core.results import ControlResult, RunMessage, RunState, SayResult
 from agentledger.core.states import is_terminal
 from agentledger.core.wire import ControlInput, SayInput
+from agentledger.store.tenant_store import TenantStore
 from agentledger.temporal.worker_presence import Deadline, NoAnswer, within
 from agentledger.workflows import AgentRunWorkflow
 
@@ -71,20 +73,30 @@ class Steering:
         *,
         by: str = "cli",
         message_id: str | None = None,
+        double_texting: DoubleTexting | None = None,
         wait: float | None = None,
     ) -> SayResult:
         """Add `text` to the run's conversation as a message from `by`; `message_id` (made when
-        not given) makes a second send of the same message change nothing."""
+        not given) makes a second send of the same message change nothing. To a session whose
+        turn is in flight, it does what `double_texting` asks (within its tenant's policy),
+        else what the session's own policy says; refused (OperationRefused) under `reject`."""
         if not text.strip():
             raise InvalidRequest(
                 'say needs a message: `agentledger say RUN "what the agent should know"`'
             )
-        message = SayInput(message_id=message_id or uuid.uuid4().hex, text=text, by=by)
+        message = SayInput(
+            message_id=message_id or uuid.uuid4().hex,
+            text=text,
+            by=by,
+            double_texting=double_texting,
+        )
         bounds.check(message, "message")
         deadline = Deadline(self.scope.bound(wait))
         client = await self.scope.temporal(deadline.seconds)
         mirror = await self.scope.mirror()
         run = await self.scope.running(run_id, deadline)
+        if double_texting is not None:
+            await self._within_policy(run_id, double_texting, deadline)
         try:
             before: RunState | None = await handles.ask_within(
                 client, run.handle, AgentRunWorkflow.state, deadline, 0.3
@@ -112,14 +124,16 @@ class Steering:
                 )
             except NoAnswer:
                 break
-            if any(m.message_id == message.message_id for m in state.messages):
+            said = next((m for m in state.messages if m.message_id == message.message_id), None)
+            if said is not None and said.rejected is not None:
+                raise OperationRefused(f"refused: {said.rejected}")
+            if said is not None:
                 return SayResult(
                     run_id=run_id,
                     message_id=message.message_id,
                     status=state.status,
                     delivered="accepted",
-                    note="accepted: the run takes the message at its next model call; "
-                    f"`agentledger status {run_id}` shows when it did",
+                    note=accepted_note(run_id, said),
                 )
             if is_terminal(state.status):
                 raise OperationRefused(
@@ -138,6 +152,14 @@ class Steering:
                 f"as not taken); `agentledger status {run_id}` shows when it did"
             ),
         )
+
+    async def _within_policy(self, run_id: str, asked: DoubleTexting, deadline: Deadline) -> None:
+        """Refuse a double-texting policy the run's tenant does not let a message ask for."""
+        tenant = await self.scope.tenant_of_run(run_id)
+        limits = await TenantStore(await self.scope.database()).limits(tenant)
+        refusal = limits.double_texting_refusal(asked)
+        if refusal is not None:
+            raise OperationRefused(refusal)
 
     async def end_session(
         self, run_id: str, *, by: str = "cli", wait: float | None = None
@@ -213,6 +235,21 @@ class Steering:
                 paused=paused,
                 message=f"recorded: the run accepted the {what} (its history holds it)",
             )
+
+
+def accepted_note(run_id: str, said: RunMessage) -> str:
+    """What a message accepted by the run will do, by its double-texting policy."""
+    follow = f"`agentledger status {run_id}` shows when it did"
+    if said.turn_arrived is None or said.double_texting is None:
+        return f"accepted: the run takes the message at its next model call; {follow}"
+    turn = said.turn_arrived
+    return {
+        "enqueue": f"accepted: it starts the next turn once turn {turn} has answered; {follow}",
+        "interrupt": f"accepted: turn {turn} ends at its next step boundary (its work kept) and "
+        f"the message starts the next; {follow}",
+        "rollback": f"accepted: turn {turn} is rolled back now (forgotten; side effects it made "
+        f"stand) and the message starts the next; {follow}",
+    }.get(said.double_texting, f"accepted; {follow}")
 
 
 async def _is_session(client: Client, run: RunRef, deadline: Deadline) -> bool:

@@ -1,5 +1,7 @@
 """`client.tenants`: who shares the stack, and the policy the gate enforces on each: a
-tenant's weight and limits, set by an operator, listed for each tenant's own.
+tenant's weight and limits, set by an operator, listed for each tenant's own; and its
+budgets (per day and per month, in USD and tokens, advisory or enforcing; its own or one of
+its credentials'), set by an operator or the tenant's admin (agentledger/core/budgets.py).
 
 Postgres holds the limits, so every starter reads the same ones; the server holds what it
 enforces itself (each tenant's weight, and the model-call rates on the model queue), pushed
@@ -8,6 +10,7 @@ here on every change and by each worker at start (agentledger/temporal/queue_con
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,9 +20,17 @@ from agentledger.client import admission
 from agentledger.client.scope import Scope, operators_only
 from agentledger.core import bounds
 from agentledger.core.admission_models import TenantLimits
-from agentledger.core.errors import InvalidRequest, PolicyDenied, TenantError
+from agentledger.core.budgets import BudgetLimit, BudgetStatus, Period
+from agentledger.core.errors import (
+    InvalidRequest,
+    OperationRefused,
+    PolicyDenied,
+    TenantError,
+    problems,
+)
 from agentledger.core.listings import TenantRow, TenantShown
 from agentledger.core.policy_rules import TenantPolicy
+from agentledger.store.budget_store import BudgetStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.temporal.queue_config import apply_queue_config
 
@@ -70,12 +81,15 @@ class Tenants:
         return limits
 
     async def show(self, tenant: str | None = None) -> TenantShown:
-        """One tenant (the caller's own under a tenant): its settings and runs, and the
-        policy its runs start under."""
+        """One tenant (the caller's own under a tenant): its settings and runs, the policy
+        its runs start under, and its budgets with what each spent this period."""
         named = self._policy_tenant(tenant)
         rows = await Tenants(self.scope.narrowed(named)).listed()
         return TenantShown(
-            tenant=named, settings=rows[0] if rows else None, policy=await self.policy(named)
+            tenant=named,
+            settings=rows[0] if rows else None,
+            policy=await self.policy(named),
+            budgets=await self.budgets(named),
         )
 
     async def policy(self, tenant: str | None = None) -> TenantPolicy:
@@ -104,5 +118,57 @@ class Tenants:
         named = self.scope.acting_in(tenant)
         if named is None:
             raise InvalidRequest("name the tenant whose policy this is")
+        return named
+
+    async def budgets(self, tenant: str | None = None) -> list[BudgetStatus]:
+        """The tenant's budgets (the caller's own tenant by default) and what each has spent
+        in its current period."""
+        named = self._tenant(tenant)
+        store = BudgetStore(await self.scope.database())
+        now = datetime.now(UTC)
+        return [
+            BudgetStatus.of(limit, await store.spend(limit, now), now)
+            for limit in await store.limits(named)
+        ]
+
+    async def set_budget(
+        self, tenant: str | None, period: Period, changes: dict[str, Any], *, subject: str = ""
+    ) -> BudgetStatus | None:
+        """Change the tenant's budget for `period` (`subject`: one of its credentials', else
+        the whole tenant's): `usd`, `tokens` (None removes that limit) and `mode` (advisory
+        or enforcing); the rest stays. With neither limit left, the budget is removed (None).
+        An operator's act, or an admin's of its own tenant; starts and model calls read it
+        at once."""
+        named = self._tenant(tenant)
+        if not self.scope.caller.may("admin"):
+            raise OperationRefused("a tenant's budgets are its admins' and the operators' to set")
+        store = BudgetStore(await self.scope.database())
+        current = next(
+            (b for b in await store.limits(named) if (b.subject, b.period) == (subject, period)),
+            None,
+        )
+        base = current.model_dump() if current else {"tenant": named, "subject": subject}
+        values = {"usd": None, "tokens": None, **base, "period": period, **changes}
+        if values["usd"] is None and values["tokens"] is None:
+            if current is None:
+                raise TenantError(
+                    f"{named} has no {period} budget{f' for {subject}' if subject else ''} yet: "
+                    f"give its limit (--budget-{period} USD or --budget-{period}-tokens N)"
+                )
+            await store.remove(named, subject, period)
+            return None
+        try:
+            limit = BudgetLimit.model_validate(values)
+        except ValidationError as err:
+            raise TenantError(f"invalid budget: {problems(err, 'budget')}") from err
+        await store.save(limit)
+        now = datetime.now(UTC)
+        return BudgetStatus.of(limit, await store.spend(limit, now), now)
+
+    def _tenant(self, tenant: str | None) -> str:
+        """The tenant an act names, within the caller's scope (the caller's own by default)."""
+        named = self.scope.acting_in(tenant)
+        if named is None:
+            raise TenantError("name the tenant (`--tenant`, or AGENTLEDGER_TENANT)")
         bounds.check_text("tenant", named)
         return named

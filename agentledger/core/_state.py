@@ -29,11 +29,12 @@ from agentledger.core.results import (
     SessionTurn,
     SideEffectRecord,
     StepSummary,
+    TriggerOrigin,
     VerifyResult,
 )
 from agentledger.core.spec import Budget, JsonDict, RunSpec
 from agentledger.core.states import RunStatus
-from agentledger.core.wire import ApproveInput, RejectInput
+from agentledger.core.wire import ApproveInput, Charge, RejectInput
 
 
 class RunProgress(BaseModel):
@@ -131,6 +132,11 @@ class RunProgress(BaseModel):
         default_factory=LeftInMirror,
         description="a session's oldest turns, messages and steps, dropped from the carry",
     )
+    forgotten: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="a session's rolled-back turns: conversation positions [start, end) the "
+        "model no longer reads",
+    )
     paused_by: str | None = Field(None, description="who asked for the pause in force")
     end_requested_by: str | None = Field(
         None, description="who asked a session to end (`agentledger end`); None: nobody has"
@@ -170,6 +176,14 @@ class RunInput(RunSpec):
         None, description="set by the engine: the run whose sub-agent this run is"
     )
     subagent_depth: int = Field(0, ge=0, description="set by the engine: sub-agents above it")
+    charged_to: str | None = Field(
+        None,
+        description="set by the engine: the credential whose budgets the run's spend counts "
+        "against beside its tenant's (the starter's; a sub-agent's: its parent's)",
+    )
+    trigger: TriggerOrigin | None = Field(
+        None, description="set by the engine: the schedule fire or webhook delivery that started it"
+    )
     requester: Identity | None = Field(
         None,
         description="set by the engine: who asked for the run, as their credential proved it "
@@ -193,6 +207,10 @@ class RunInput(RunSpec):
         are None, or, for a `spec` that is a `RunInput` already, as it has them."""
         given = {name: getattr(spec, name) for name in spec.model_fields_set}
         return cls.model_validate({**given, **engine})
+
+    def charge(self) -> Charge:
+        """Whom the run's model calls are charged to (agentledger/core/budgets.py)."""
+        return Charge(tenant=self.tenant, charged_to=self.charged_to, agent=self.agent)
 
     def spec(self) -> RunSpec:
         """The person's part: the spec without what the engine set."""

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from agentledger.core._state import RunInput
-from agentledger.core.constants import ADMISSION_ID_PREFIX
+from agentledger.core.constants import ADMISSION_ID_PREFIX, DoubleTexting
 
 QueueState = Literal["waiting", "admitted", "released"]
 
@@ -27,6 +27,15 @@ class TenantLimits(BaseModel):
     allowed_priorities: list[Annotated[int, Field(ge=1, le=5)]] | None = Field(
         None, min_length=1, description="the priorities its runs may take; None: any"
     )
+    schedule_role: Literal["runner", "admin"] | None = Field(
+        None, description="the least role that may make its schedules; None: admin"
+    )
+    double_texting: list[DoubleTexting] | None = Field(
+        None,
+        min_length=1,
+        description="the double-texting policies a caller may ask for a message to one of its "
+        "sessions (else the session's own applies); None: any",
+    )
 
     @field_validator("allowed_priorities")
     @classmethod
@@ -43,6 +52,18 @@ class TenantLimits(BaseModel):
             f"refused: tenant {self.tenant!r} may start runs at priority {listed} only, not "
             f"{priority}; start it at one of those (`--priority`), or an operator allows more "
             f"(`agentledger tenants set {self.tenant} --priorities 1,2,3,4,5`)"
+        )
+
+    def double_texting_refusal(self, asked: DoubleTexting) -> str | None:
+        """Why a caller of this tenant may not ask for `asked`; None if it may."""
+        allowed = self.double_texting
+        if allowed is None or asked in allowed:
+            return None
+        return (
+            f"refused: tenant {self.tenant!r} lets a message ask for double-texting "
+            f"{', '.join(allowed)} only, not {asked}; leave it out (the session's own policy "
+            f"applies), or an operator allows it (`agentledger tenants set {self.tenant} "
+            f"--double-texting ...`)"
         )
 
     @property

@@ -1,5 +1,7 @@
 """Names that are part of the deployed contract: never rename one once runs use it."""
 
+from typing import Literal
+
 TASK_QUEUE = "agent-runs"
 WORKFLOW_NAME = "AgentRun"
 RUN_ID_PREFIX = "run-"
@@ -120,3 +122,23 @@ ACTIVITY_RUN_CHANGES = "webhooks.run_changes"
 TASK_NOTIFIER_WORKFLOW_NAME = "TaskNotifier"
 RUN_NOTIFIER_WORKFLOW_NAME = "RunNotifier"
 TASK_NOTIFIER_ID_PREFIX = "notify-"
+# A tenant's webhooks with no run (`webhook_subscriptions.run_id` NULL): what a tenant-wide
+# notice, such as a budget alert, is delivered to.
+ACTIVITY_TENANT_SUBSCRIPTIONS = "webhooks.tenant_subscriptions"
+
+# Schedules (docs/triggers.md): a Temporal Schedule each, whose every fire is a ScheduledFire
+# workflow that starts the run under its tenant's policy.
+SCHEDULE_ID_PREFIX = "schedule-"
+SCHEDULED_FIRE_WORKFLOW_NAME = "ScheduledFire"
+SCHEDULED_FIRE_ID_PREFIX = "fire-"
+ACTIVITY_SCHEDULE_RECORD_FIRE = "schedules.record_fire"
+
+# Budgets above a run (agentledger/core/budgets.py): an alert's deliveries to the tenant's
+# webhooks, one workflow per budget, period and kind.
+BUDGET_ALERT_WORKFLOW_NAME = "BudgetAlert"
+BUDGET_ALERT_ID_PREFIX = "budget-alert-"
+
+# What a message said to a session while its turn is in flight does (docs/triggers.md,
+# "Double-texting"), from the least disruptive to the most.
+DoubleTexting = Literal["reject", "enqueue", "interrupt", "rollback"]
+DOUBLE_TEXTING: tuple[DoubleTexting, ...] = ("reject", "enqueue", "interrupt", "rollback")

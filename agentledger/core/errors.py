@@ -13,9 +13,12 @@ retry or fallback. (A provider's or Postgres's own exceptions are read where the
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import datetime
 from typing import ClassVar
 
+from pydantic import ValidationError
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -80,6 +83,14 @@ class ConnectionSettingsError(SetupError):
     """The Temporal profile or TLS files cannot be read; the message says which."""
 
 
+def problems(err: ValidationError, whole: str = "input") -> str:
+    """A pydantic refusal in one line: each field's problem (`whole` names the object)."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or whole}: {str(e['msg']).removeprefix('Value error, ')}"
+        for e in err.errors()
+    )
+
+
 class OperationError(AgentLedgerError):
     """A failed operation on a run; the message is for a person. The subclasses below say
     why it failed, where that is known."""
@@ -103,6 +114,24 @@ class NotAnswered(Unreachable, OperationError):
 
 class OperationRefused(Refused, OperationError):
     """The run or its policy refused the operation: the message says why."""
+
+
+class BudgetExceeded(OperationRefused):
+    """An enforcing budget of the tenant (or of the caller's credential) is spent: nothing
+    starts until it resets (`reset_at`; over HTTP, 429 with Retry-After)."""
+
+    def __init__(self, message: str, reset_at: datetime) -> None:
+        super().__init__(message)
+        self.reset_at = reset_at
+
+    def retry_after(self, now: datetime) -> int:
+        """Whole seconds until the budget resets (at least one)."""
+        return max(1, math.ceil((self.reset_at - now).total_seconds()))
+
+
+class UnverifiedDelivery(InvalidRequest):
+    """A webhook delivery whose signature does not hold (or to no hook the caller may
+    reach): nothing starts; over HTTP, 401."""
 
 
 class PolicyDenied(Refused, OperationError):
@@ -179,12 +208,17 @@ EFFECT_IN_PROGRESS = "EffectInProgress"
 # The Docker engine or the image `run_code` needs is not there: retried until it is.
 SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 
+# The tenant's (or the credential's) enforcing budget is spent: the run ends
+# `budget_exhausted` (agentledger/core/budgets.py).
+BUDGET_EXHAUSTED = "BudgetExhausted"
 # A model call on a run's own queue whose tenant has a model-call rate now: the run sends it,
 # and its later calls, through the rate-limited queue (agentledger/workflows/steering.py).
 MODEL_CALLS_RATED = "ModelCallsRated"
 
 # Failures that no other model or another try will fix.
-FINAL_ERRORS = frozenset({PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE})
+FINAL_ERRORS = frozenset(
+    {PERMISSION_DENIED, BAD_REQUEST, UNKNOWN_TOOL, PAYLOAD_TOO_LARGE, BUDGET_EXHAUSTED}
+)
 
 # Postgres refused the values themselves (out of range, a broken constraint): the same write
 # fails however often it is retried.
@@ -198,6 +232,13 @@ def provider_too_slow(seconds: float) -> ApplicationError:
         f"model provider unavailable: no complete answer within {seconds:.0f} s "
         "(timeouts.model_seconds)",
         type=PROVIDER_UNAVAILABLE,
+    )
+
+
+def budget_exhausted(reason: str) -> ApplicationError:
+    """A model call its budget refuses: no retry, no fallback model helps until it resets."""
+    return ApplicationError(
+        f"budget exhausted: {reason}", type=BUDGET_EXHAUSTED, non_retryable=True
     )
 
 

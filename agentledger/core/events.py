@@ -29,6 +29,8 @@ class EventType(StrEnum):
     PAUSE_REQUESTED = "pause.requested"
     RESUME_REQUESTED = "resume.requested"
     BUDGET_EXTENDED = "budget.extended"
+    # A model call told to finish with what it has: its tenant's budget is nearly spent.
+    BUDGET_WRAP_UP = "budget.wrap_up"
     # Each step's end, by its status (`step_ended`).
     STEP_COMPLETED = "step.completed"
     STEP_FAILED = "step.failed"
@@ -62,10 +64,15 @@ class EventType(StrEnum):
     FORK_OUTPUT_EDITED = "fork.output_edited"
     # Messages said to a run, and sessions.
     MESSAGE_RECEIVED = "message.received"
+    # Refused by its session's double-texting policy (reject) while a turn was in flight.
+    MESSAGE_REJECTED = "message.rejected"
     MESSAGE_TAKEN = "message.taken"
     MESSAGE_IGNORED = "message.ignored"
     SESSION_TURN_STARTED = "session.turn_started"
     SESSION_TURN_ANSWERED = "session.turn_answered"
+    # A turn cut short by a message said while it was in flight (double-texting).
+    SESSION_TURN_INTERRUPTED = "session.turn_interrupted"
+    SESSION_TURN_ROLLED_BACK = "session.turn_rolled_back"
     SESSION_COMPACTED = "session.compacted"
     SESSION_END_REQUESTED = "session.end_requested"
     SESSION_END_IGNORED = "session.end_ignored"

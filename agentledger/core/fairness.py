@@ -64,6 +64,11 @@ def model_task_queue(task_queue: str) -> str:
     return task_queue + MODEL_QUEUE_SUFFIX
 
 
+def run_queue(task_queue: str) -> str:
+    """The run queue a model-call queue serves (the queue itself for any other)."""
+    return task_queue.removesuffix(MODEL_QUEUE_SUFFIX)
+
+
 def mirror_task_queue(task_queue: str) -> str:
     """Mirror writes' own queue: at their priority 1 on the run queue they would go ahead of
     every tenant's steps, which undoes fairness under one tenant's burst."""

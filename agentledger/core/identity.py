@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-IdentityKind = Literal["key", "oidc", "approver", "operator"]
+IdentityKind = Literal["key", "oidc", "approver", "operator", "hook"]
 
 
 class Identity(BaseModel):
@@ -23,8 +23,8 @@ class Identity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: IdentityKind = Field(
-        description="what proved it: an API key, an OIDC token, an approver's signing key, or "
-        "the operator's own connections"
+        description="what proved it: an API key, an OIDC token, an approver's signing key, "
+        "the operator's own connections, or a webhook delivery's signature (a hook's)"
     )
     id: str = Field(
         min_length=1,

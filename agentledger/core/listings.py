@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.budgets import BudgetStatus
 from agentledger.core.identity import Identity
 from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import PendingApproval
@@ -108,8 +109,28 @@ class TenantRow(BaseModel):
     allowed_priorities: list[int] | None = Field(
         description="the priorities its runs may take; null: any"
     )
+    double_texting: list[str] | None = Field(
+        None, description="the double-texting policies a message may ask for; null: any"
+    )
     in_flight: int = Field(description="its runs running now")
     queued: int = Field(description="its runs waiting for a slot now")
+
+
+class CostRow(BaseModel):
+    """A line of `agentledger costs`: model calls paid for, summed by what it names (each of
+    tenant, agent, model, key and day it was summed by; None for the others)."""
+
+    tenant: str | None = Field(None, description="the tenant, when summed by tenant")
+    agent: str | None = Field(None, description="the agent, when summed by agent")
+    model: str | None = Field(None, description="the model, when summed by model")
+    key: str | None = Field(
+        None, description="the credential charged (key:ID, oidc:..., hook:..., schedule:...)"
+    )
+    day: str | None = Field(None, description="the UTC day (YYYY-MM-DD), when summed by day")
+    calls: int = Field(description="model calls paid for")
+    tokens_in: int = Field(description="prompt tokens")
+    tokens_out: int = Field(description="reply tokens")
+    cost_usd: float = Field(description="what they cost, in USD (unpriced models: 0)")
 
 
 class TenantShown(BaseModel):
@@ -121,6 +142,9 @@ class TenantShown(BaseModel):
         description="its settings and runs; null: nothing set and nothing queued"
     )
     policy: TenantPolicy = Field(description="the policy its runs start under")
+    budgets: list[BudgetStatus] = Field(
+        default_factory=list, description="its budgets, and what each spent this period"
+    )
 
 
 class ApiKeyRow(BaseModel):

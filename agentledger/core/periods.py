@@ -1,4 +1,5 @@
-"""Reading "24h", "7d", "2w" or an ISO date from the command line as a point in time."""
+"""Reading "24h", "7d", "2w" or an ISO date from the command line as a point in time, and
+"90s", "30m", "24h", "7d" as a span of seconds."""
 
 from __future__ import annotations
 
@@ -32,3 +33,15 @@ def parse_point(text: str, *, now: datetime | None = None) -> datetime:
             "(30m, 24h, 7d, 2w)"
         ) from None
     return point if point.tzinfo else point.replace(tzinfo=UTC)
+
+
+_SPAN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*")
+_SPAN_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def span_seconds(text: str) -> float:
+    """A span such as 90s, 30m, 24h, 7d (a bare number is seconds), in seconds."""
+    match = _SPAN.fullmatch(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a span: write it like 90s, 30m, 24h or 7d")
+    return float(match[1]) * _SPAN_SECONDS[match[2]]

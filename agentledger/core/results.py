@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.constants import DoubleTexting
 from agentledger.core.events import EventType
 from agentledger.core.identity import Identity
 from agentledger.core.spec import JsonDict, Strict
@@ -216,6 +217,13 @@ class RunMessage(BaseModel):
     interrupted_step: str | None = Field(
         None, description="the model call it cancelled (on_message: interrupt)"
     )
+    double_texting: DoubleTexting | None = Field(
+        None, description="what it did to a session's turn in flight (docs/triggers.md)"
+    )
+    turn_arrived: int | None = Field(
+        None, description="the session's turn in flight when it came (None: it was idle)"
+    )
+    rejected: str | None = Field(None, description="why it was refused (double-texting reject)")
 
 
 class SessionTurn(BaseModel):
@@ -241,6 +249,15 @@ class SessionTurn(BaseModel):
     )
     first_message: int = Field(
         0, description="where its user message sits in the conversation (for compaction)"
+    )
+    ended: Literal["answered", "interrupted", "rolled_back"] | None = Field(
+        None,
+        description="how it ended: answered; interrupted by a message (its work kept); rolled "
+        "back for a message (forgotten, its side effects kept); None: in progress",
+    )
+    kept_effects: list[str] = Field(
+        default_factory=list,
+        description="a rolled-back turn's side effects, which stand: `tool(arguments)` each",
     )
 
 
@@ -366,6 +383,16 @@ class ForkOrigin(Strict):
     )
 
 
+class TriggerOrigin(BaseModel):
+    """What started a run that nobody started by hand: a schedule's fire or a webhook's
+    delivery (docs/triggers.md)."""
+
+    kind: Literal["schedule", "hook"] = Field(description="a schedule's fire, or a hook's delivery")
+    name: str = Field(description="the schedule's or the hook's name, in its tenant")
+    fired_at: datetime | None = Field(None, description="a schedule's: the fire time")
+    delivery_id: str | None = Field(None, description="a hook's: the delivery's id")
+
+
 class SandboxExecution(BaseModel):
     """A `run_code` step and the image digest it ran on, so a receipt says what code ran."""
 
@@ -429,6 +456,12 @@ class Receipt(BaseModel):
     )
     parent_run_id: str | None = Field(None, description="the run it is a sub-agent of")
     children: list[str] = Field(default_factory=list, description="its sub-agents' runs")
+    trigger: TriggerOrigin | None = Field(
+        None, description="the schedule or webhook that started it (None: a person or program)"
+    )
+    charged_to: str | None = Field(
+        None, description="the credential its spend counts against (beside its tenant)"
+    )
     messages: list[RunMessage] = Field(
         default_factory=list, description="messages said to the run, and when each was taken"
     )

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agentledger.core.results import RunState
+from agentledger.core.results import RunState, SayResult
 from agentledger.core.spec import JsonDict
 
 
@@ -19,6 +19,9 @@ class Started:
     run_id: str
     existing: bool
     queue_position: int | None = None  # waiting for a slot of its tenant's cap
+    # A keyed start whose key names a session already under way, with another task: that
+    # task, said to the session as a message (its double-texting policy applies).
+    said: SayResult | None = None
 
 
 class ActivityInFlight(BaseModel):

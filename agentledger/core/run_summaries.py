@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from agentledger.core._state import RunInput, RunProgress
 from agentledger.core.spec import JsonDict, RunSpec
-from agentledger.core.states import RunStatus
+from agentledger.core.states import TERMINAL, RunStatus
 from agentledger.core.wire import MirrorBatch
 
 # The Web UI cuts summaries near here; keep the start readable.
 SUMMARY_CHARS = 120
-TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 def _cut(text: str, limit: int) -> str:

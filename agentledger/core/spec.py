@@ -8,12 +8,13 @@ the workflow generation, the tenant's weight) is on the private `RunInput`
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentledger.core.constants import DoubleTexting
+from agentledger.core.periods import span_seconds
 from agentledger.core.policy_rules import ApprovalRule
 
 MAX_TASK_CHARS = 20_000
@@ -207,11 +208,6 @@ class SubagentLimits(Strict):
     max_calls: int = Field(8, ge=1, le=100, description="sub-agent runs one run may start")
 
 
-# A session's idle timeout written as a span: 90s, 30m, 24h, 7d (a bare number is seconds).
-_SPAN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*")
-_SPAN_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 class SessionSpec(Strict):
     """A run that stays open after its answer, for the next message (docs/steering.md)."""
 
@@ -236,12 +232,17 @@ class SessionSpec(Strict):
     @field_validator("idle_timeout", mode="before")
     @classmethod
     def _a_span(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        match = _SPAN.fullmatch(value)
-        if not match:
-            raise ValueError(f"{value!r} is not a span: write it like 90s, 30m, 24h or 7d")
-        return float(match[1]) * _SPAN_SECONDS[match[2]]
+        # A session's idle timeout written as a span: 90s, 30m, 24h, 7d.
+        return span_seconds(value) if isinstance(value, str) else value
+
+
+DOUBLE_TEXTING_HELP = (
+    "what a message said to a session while its turn is in flight does: reject (refused, "
+    "409), enqueue (it starts the next turn), interrupt (the turn ends at its next step "
+    "boundary, its work kept, and the message starts the next), rollback (the turn is "
+    "cancelled and forgotten, side effects it made kept and named); None: the turn in "
+    "flight reads it at its next model call"
+)
 
 
 # What only the engine sets, on the private `RunInput` (agentledger/core/_state.py). A spec
@@ -254,6 +255,8 @@ ENGINE_ONLY = (
     "fairness_weight",
     "parent_run_id",
     "subagent_depth",
+    "charged_to",
+    "trigger",
     "requester",
     "tenant_policy",
     "model_calls_rated",
@@ -314,6 +317,7 @@ class RunSpec(Strict):
         description="keep the run open after each answer for the next message (`agentledger "
         "chat`, `say`), until it is idle this long; None: the run ends with its answer",
     )
+    double_texting: DoubleTexting | None = Field(None, description=DOUBLE_TEXTING_HELP)
 
     @model_validator(mode="before")
     @classmethod

@@ -18,11 +18,14 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Its tenant's (or its credential's) enforcing budget was spent: it ended at a model
+    # call, never inside a tool call, with a receipt of what it did (agentledger/core/budgets.py).
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 S = RunStatus
-TERMINAL: frozenset[RunStatus] = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
-_ENDINGS = {S.FAILED, S.CANCELLED, S.PAUSED}
+TERMINAL: frozenset[RunStatus] = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.BUDGET_EXHAUSTED})
+_ENDINGS = {S.FAILED, S.CANCELLED, S.PAUSED, S.BUDGET_EXHAUSTED}
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.QUEUED: frozenset({S.PLANNING, *_ENDINGS}),
@@ -54,6 +57,7 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
+    S.BUDGET_EXHAUSTED: frozenset(),
 }
 
 

@@ -36,6 +36,8 @@ OF_STATUS: dict[str, str] = {
     RunStatus.COMPLETED: COMPLETED,
     RunStatus.FAILED: FAILED,
     RunStatus.CANCELLED: CANCELED,
+    # A2A has no state for a spent budget: the task failed, its message says why.
+    RunStatus.BUDGET_EXHAUSTED: FAILED,
 }
 # Events that move a task to a state; any other event leaves it where it is.
 OF_EVENT: dict[str, str] = {

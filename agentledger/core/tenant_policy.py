@@ -48,6 +48,9 @@ REQUEST_FIELDS = frozenset({"task", "tenant", "user", "idempotency_key", "priori
 
 class PolicyInput(BaseModel):
     tenant: str = Field(min_length=1, max_length=200)
+    charged_to: str | None = Field(
+        None, description="the credential the run would be charged to, whose budgets count too"
+    )
 
 
 class RunPolicy(BaseModel):
@@ -55,6 +58,11 @@ class RunPolicy(BaseModel):
 
     limits: TenantLimits
     signers: list[Signer] = Field(default_factory=list)
+    budget_refusal: str | None = Field(
+        None,
+        description="read for a workflow's start: why a spent enforcing budget refuses it now "
+        "(agentledger/core/budgets.py); None: it may start",
+    )
     tenant_policy: TenantPolicy = Field(default_factory=TenantPolicy)
 
 

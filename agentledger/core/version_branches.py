@@ -55,12 +55,16 @@ LIVE: tuple[VersionBranch, ...] = (
         id=GENERATION_6,
         kind="generation",
         workflow_type=names.WORKFLOW_NAME,
-        where="agentledger/workflows/approvals.py (Approvals) and "
-        "agentledger/workflows/steering.py (Steering.model_call)",
+        where="agentledger/workflows/approvals.py (Approvals), "
+        "agentledger/workflows/steering.py (Steering.model_call), "
+        "agentledger/workflows/agent_run.py (the run's charge) and "
+        "agentledger/workflows/sessions.py (double-texting)",
         old_path="a run of generation 5 lays an approver's edit over the arguments "
-        "member by member (null sets a member to null, an object replaces one whole), asks "
-        "a person about every call that needs approval (no standing approval looked up), "
-        "and sends every model call to the rate-limited model queue, never to its own",
+        "member by member (null sets a member to null, an object replaces one whole), "
+        "asks a person about every call that needs approval (no standing approval looked "
+        "up), sends every model call to the rate-limited model queue, never to its own, is "
+        "charged to nobody (no budget admits or ends it), and, a session, takes every "
+        "message into the turn in flight",
         removal="no open run of generation 5",
     ),
     VersionBranch(
@@ -86,7 +90,14 @@ LIVE: tuple[VersionBranch, ...] = (
 
 # The engine's own workflow types; any other that starts children is a user's workflow
 # calling `run_agent`.
-OWN_WORKFLOWS = (names.WORKFLOW_NAME, names.ADMISSION_WORKFLOW_NAME, names.BACKLOG_WORKFLOW_NAME)
+# agentledger's own workflows that start runs: each reads the tenant's policy as it does
+# (a schedule's fire from its first version), never a user's `run_agent` from before it did.
+OWN_WORKFLOWS = (
+    names.WORKFLOW_NAME,
+    names.ADMISSION_WORKFLOW_NAME,
+    names.BACKLOG_WORKFLOW_NAME,
+    names.SCHEDULED_FIRE_WORKFLOW_NAME,
+)
 RETIRED_GENERATIONS = "generation-2-and-before"
 # Runs whose input names generation 3 or 4: a run of generation 3 took an admit signal from
 # any sender, and both returned their result however they ended (Temporal showed a failed

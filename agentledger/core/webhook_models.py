@@ -7,7 +7,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from agentledger.core.constants import TASK_NOTIFIER_ID_PREFIX
+from agentledger.core.constants import BUDGET_ALERT_ID_PREFIX, TASK_NOTIFIER_ID_PREFIX
+from agentledger.core.keys import id_part
 from agentledger.core.spec import JsonDict
 
 
@@ -137,3 +138,29 @@ class StoredArtifact(BaseModel):
     size_bytes: int
     step_id: str | None = None
     content: bytes = b""
+
+
+class TenantInput(BaseModel):
+    tenant: str = Field(min_length=1, max_length=200)
+
+
+class TenantSubscription(BaseModel):
+    """One of a tenant's webhooks with no run: where its tenant-wide notices go."""
+
+    subscription_id: str
+    name: str
+
+
+class BudgetAlertInput(BaseModel):
+    """Deliver one budget alert (`budget.warning`, `budget.exceeded`) to each of the
+    tenant's webhooks with no run."""
+
+    tenant: str
+    event: str
+    body: JsonDict
+
+
+def budget_alert_id(tenant: str, subject: str, period: str, start: datetime, kind: str) -> str:
+    """The workflow id of an alert's deliveries: one per budget, period and kind."""
+    parts = [tenant, subject or "tenant", period, start.strftime("%Y-%m-%d"), kind]
+    return BUDGET_ALERT_ID_PREFIX + ".".join(id_part(p, dots=False) for p in parts)

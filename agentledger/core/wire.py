@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentledger.core.constants import DoubleTexting
 from agentledger.core.events import EventType
 from agentledger.core.identity import Identity
 from agentledger.core.results import (
@@ -117,6 +118,16 @@ class SummaryRequest(BaseModel):
     previous: str | None = None
 
 
+class Charge(BaseModel):
+    """Whom a run's model calls are charged to: its tenant, the credential that started it
+    (or its parent, schedule or hook), its agent. The model activity journals each response
+    under it and admits each call under their budgets (agentledger/core/budgets.py)."""
+
+    tenant: str
+    charged_to: str | None = Field(None, description="a credential: key:<id>, oidc:..., ...")
+    agent: str = "default"
+
+
 class ModelCallInput(BaseModel):
     run_id: str
     step_id: str
@@ -165,6 +176,16 @@ class ModelCallInput(BaseModel):
     )
     approval_always: list[str] = Field(
         default_factory=list, description="tools whose calls always wait for an approver"
+    )
+    charge: Charge | None = Field(
+        None,
+        description="whom the call is charged to, under whose budgets it is admitted "
+        "(generation 6); None: inputs scheduled before, journaled without a tenant",
+    )
+    forgotten: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="a session's rolled-back turns: conversation positions [start, end) the "
+        "model no longer reads (the store keeps them)",
     )
     events_before: int | None = Field(
         None,
@@ -223,6 +244,11 @@ class ModelCallResult(BaseModel):
         None, description="the answer's checks, for a final answer of a call that carried them"
     )
     priced: bool = Field(True, description="False: no price is known for the model")
+    wrapped_up: bool = Field(
+        False,
+        description="the tenant's budget was nearly spent: the model was told to finish, and "
+        "offered no tool",
+    )
 
 
 class ToolCallInput(BaseModel):
@@ -272,6 +298,7 @@ class VerifyInput(BaseModel):
     tools_used: list[str] = Field(
         default_factory=list, description="tools that ran: their declared checks apply too"
     )
+    charge: Charge | None = Field(None, description="whom a judge's call is charged to")
 
 
 class FinishInput(BaseModel):
@@ -347,6 +374,11 @@ class SayInput(BaseModel):
     message_id: str = Field(min_length=1, max_length=64)
     text: str = Field(min_length=1)
     by: str = Field("cli", min_length=1)
+    double_texting: DoubleTexting | None = Field(
+        None,
+        description="what it does if a session's turn is in flight (the caller's wish, within "
+        "its tenant's policy); None: the run's own (spec `double_texting`)",
+    )
 
 
 class ChildApprovalNotice(BaseModel):

@@ -72,7 +72,7 @@ from agentledger.core.access import Caller
 from agentledger.core.errors import AgentLedgerError, InvalidInput, NotFound, Refused
 from agentledger.core.events import EventType
 from agentledger.core.results import WatchItem
-from agentledger.core.states import TERMINAL
+from agentledger.core.states import TERMINAL, is_terminal
 from agentledger.http import a2a_tasks
 from agentledger.http.a2a_tasks import Event, TaskStory
 from agentledger.http.agent_faces import agent_named, agents_for, start_agent
@@ -157,7 +157,7 @@ class RunTasks(RequestHandler):
         client = call.client
         run = await client.runs.status(run_id)
         receipt = stored = None
-        if run.status.value in ("completed", "failed", "cancelled"):
+        if is_terminal(run.status):
             receipt = (await client.runs.receipt(run_id)).model_dump(mode="json")
             stored = await client.tasks.artifacts(run_id)
         context = await self._context(call, run_id)
@@ -361,7 +361,7 @@ class RunTasks(RequestHandler):
         call = call_of(context)
         try:
             run = await call.client.runs.status(params.id)
-            if run.status.value in ("completed", "failed", "cancelled"):
+            if is_terminal(run.status):
                 raise TaskNotCancelableError(
                     message=f"task {params.id} has ended ({run.status.value})"
                 )

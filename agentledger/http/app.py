@@ -24,6 +24,7 @@ from agentledger.http import (
     openapi,
     runs_api,
     standing_api,
+    triggers_api,
 )
 from agentledger.http.auth import Door
 from agentledger.http.errors import HANDLERS, error_body
@@ -85,6 +86,7 @@ def create_app(
         routes=[
             Route("/healthz", health),
             *runs_api.routes(),
+            *triggers_api.routes(),
             *events_api.routes(),
             *openapi.routes(),
             *agui.routes(),

@@ -16,10 +16,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from agentledger.core.backlog_models import TaskItem
 from agentledger.core.bounds import JSON_BYTES, NAME_CHARS, REASON_CHARS, TASK_CHARS
+from agentledger.core.constants import DoubleTexting
 from agentledger.core.identity import Identity
 from agentledger.core.listings import TenantRow
 from agentledger.core.policy_rules import ApprovalRule, FreeForm, TenantPolicy
-from agentledger.core.results import RunState
+from agentledger.core.results import RunState, SayResult
 from agentledger.core.run_reports import RunReport
 from agentledger.core.spec import JsonDict, Signer
 
@@ -64,6 +65,12 @@ class StartRun(Body):
         le=5,
         strict=True,
         description="1 runs soonest, 5 latest (default 3); only those your tenant may take",
+    )
+    double_texting: DoubleTexting | None = Field(
+        None,
+        description="when the Idempotency-Key names a session under way and this task is "
+        "another: the task is said to it as a message, and this is what it does while a "
+        "turn is in flight (as for /say)",
     )
 
 
@@ -118,6 +125,13 @@ class Say(Body):
     message_id: Name | None = Field(
         None, description="your id for the message: the same id twice is one message"
     )
+    double_texting: DoubleTexting | None = Field(
+        None,
+        description="what it does while a session's turn is in flight: reject (409), enqueue "
+        "(the next turn), interrupt (the turn ends at its next step, its work kept), "
+        "rollback (the turn is forgotten, its side effects kept); within your tenant's "
+        "policy; none: the session's own",
+    )
 
 
 class Fork(Body):
@@ -165,6 +179,11 @@ class RunStarted(BaseModel):
     existing: bool = Field(
         description="true: the same key named a run already, and this is that run (200); "
         "false: it started now (201)"
+    )
+    said: SayResult | None = Field(
+        None,
+        description="the key named a session under way and the task was another: it was said "
+        "to the session as a message",
     )
 
 

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from agentledger.client.run_client import RunClient
 from agentledger.core import bounds
 from agentledger.core.access import Caller
+from agentledger.core.identity import Identity
 from agentledger.http.auth import authenticate, door_of, require, runs_for
 from agentledger.http.replies import answer
 from agentledger.http.request_body import json_body, parsed
@@ -36,7 +37,9 @@ PATH_PARAMETERS = {
     "run_id": "a run of your tenant (another tenant's reads exactly as a missing one)",
     "agent": "an agent profile's name (AGENTLEDGER_AGENTS)",
     "rule_id": "a standing approval of your tenant (another tenant's reads as a missing one)",
-    "name": "a notification webhook of your tenant, by the name it was added with",
+    "name": "a schedule's, a hook's or a notification webhook's name in your tenant (another "
+    "tenant's reads as missing)",
+    "address": "a hook's address, TENANT.NAME, as `hooks create` answered it",
 }
 
 
@@ -73,11 +76,30 @@ class RoleOfBody:
 
 
 @dataclass(frozen=True)
+class Signed:
+    """No credential: the request's signature proves it, and the handler checks it (a
+    webhook's delivery); its caller is nobody, whose client view acts for no tenant."""
+
+    def __str__(self) -> str:
+        return "none: no credential, the request's signature proves it"
+
+
+SIGNED = Signed()
+# The caller of a signed route: no role, and a tenant no view can act for.
+NOBODY = Caller(
+    tenant="",
+    roles=frozenset(),
+    identity=Identity(kind="hook", id="unverified", name="nobody"),
+    credential="nobody",
+)
+
+
+@dataclass(frozen=True)
 class Endpoint:
     method: Literal["GET", "POST", "PUT"]
     path: str
     handler: Handler
-    role: str | RoleOfBody
+    role: str | RoleOfBody | Signed
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     answer: Any = None  # the answer's type, for its description
@@ -98,6 +120,9 @@ class Endpoint:
         return " ".join(doc.split())
 
     async def serve(self, request: Request) -> Response:
+        if isinstance(self.role, Signed):
+            signed = await self.handler(Call(request, NOBODY, None))
+            return signed if isinstance(signed, Response) else answer(signed, self.status)
         who = await authenticate(request)
         for name, value in request.path_params.items():
             bounds.check_text(name, str(value))  # a run id past its bound: 400 on every route

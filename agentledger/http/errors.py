@@ -2,7 +2,8 @@
 
 `{"error": {"kind": ..., "message": ...}}`, the CLI's `--json` error without its exit code,
 and the status the CLI's error class maps to: invalid input 400, no such run 404 (another
-tenant's run alike, byte for byte), a refusal 409, an unreachable service 503. The door's
+tenant's run alike, byte for byte), a refusal 409 (a spent budget 429 with Retry-After,
+the seconds until it resets), an unreachable service 503. The door's
 own refusals (no credential 401, a role 403, a body too large 413, a rate 429 with
 Retry-After) are `HttpRefusal`s.
 """
@@ -10,6 +11,7 @@ Retry-After) are `HttpRefusal`s.
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import psycopg
 from starlette.exceptions import HTTPException
@@ -19,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentledger.core.errors import (
     AgentLedgerError,
+    BudgetExceeded,
     IdempotencyConflict,
     InvalidInput,
     NotFound,
@@ -74,6 +77,9 @@ async def failed(request: Request, err: Exception) -> Response:
     body = error_body(err.kind, str(err))
     if isinstance(err, IdempotencyConflict):  # the run the key named first
         body["error"]["run_id"] = err.run_id
+    if isinstance(err, BudgetExceeded):  # a spent budget: try again once it resets
+        retry = str(err.retry_after(datetime.now(UTC)))
+        return JSONResponse(body, 429, headers={"Retry-After": retry})
     return JSONResponse(body, status_of(err))
 
 

@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from agentledger.http.bodies import ErrorBody
-from agentledger.http.endpoints import PATH_PARAMETERS, Endpoint, EndpointRoute
+from agentledger.http.endpoints import PATH_PARAMETERS, Endpoint, EndpointRoute, Signed
 
 REF = "#/components/schemas/{model}"
 ERRORS = {
@@ -99,7 +99,7 @@ def described(routes: list[BaseRoute]) -> dict[str, Any]:
             "summary": each.summary,
             "description": f"{each.description}\n\nRole: {role}.",
             "parameters": _parameters(each),
-            "security": [{"bearer": []}],
+            "security": [] if isinstance(each.role, Signed) else [{"bearer": []}],
             "responses": _answers(
                 each, refs.get(((each.method, each.path, "answer"), "serialization")), error
             ),

@@ -32,7 +32,7 @@ def invalid(err: ValidationError, what: str) -> InvalidRequest:
 
 
 def started(run: Started) -> Response:
-    body = bodies.RunStarted(run_id=run.run_id, existing=run.existing)
+    body = bodies.RunStarted(run_id=run.run_id, existing=run.existing, said=run.said)
     return answer(body, 200 if run.existing else 201)
 
 
@@ -56,7 +56,11 @@ async def start(call: Call[bodies.StartRun]) -> Response:
         spec = RunSpec.model_validate(raw)
     except ValidationError as err:
         raise invalid(err, "run") from err
-    return started(await client.runs.start(spec=spec, require_tools=body.agent is not None))
+    return started(
+        await client.runs.start(
+            spec=spec, require_tools=body.agent is not None, double_texting=body.double_texting
+        )
+    )
 
 
 async def list_runs(call: Call[bodies.RunsQuery]) -> list[RunRow]:
@@ -125,12 +129,17 @@ async def cancel(call: Call[bodies.NoFields]) -> bodies.Cancelled:
 
 async def say(call: Call[bodies.Say]) -> SayResult:
     """Tell the run something: a session takes it as its next turn; follow its answer on
-    /events."""
+    /events.
+
+    While a session's turn is in flight, the message does what `double_texting` asks (409
+    under reject)."""
+    body = call.input
     return await call.runs.runs.say(
         call.path("run_id"),
-        call.input.text,
+        body.text,
         by=call.who.identity.name,
-        message_id=call.input.message_id,
+        message_id=body.message_id,
+        double_texting=body.double_texting,
     )
 
 

@@ -506,7 +506,133 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, step_id, attempt)
     );
     """,
-    # 21: standing approvals (agentledger/store/standing_store.py): rules approvers granted
+    # 21: budgets above a run (agentledger/store/budget_store.py): each tenant's or
+    # credential's limit per day or month; the model calls admitted and not yet landed
+    # (holds); the alerts raised once per period; and whom each journaled response is
+    # charged to (the journal is the ledger of what was paid). `budget_exhausted` is a run's
+    # end like the other three. And the double-texting policies a tenant's callers may ask
+    # for a message.
+    """
+    CREATE TABLE budgets (
+        tenant text NOT NULL,
+        subject text NOT NULL DEFAULT '',
+        period text NOT NULL CHECK (period IN ('day', 'month')),
+        usd numeric(14, 6) CHECK (usd > 0),
+        tokens bigint CHECK (tokens > 0),
+        mode text NOT NULL CHECK (mode IN ('advisory', 'enforcing')),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant, subject, period),
+        CHECK (usd IS NOT NULL OR tokens IS NOT NULL)
+    );
+    CREATE TABLE budget_holds (
+        run_id text NOT NULL,
+        step_id text NOT NULL,
+        tenant text NOT NULL,
+        charged_to text,
+        tokens bigint NOT NULL DEFAULT 0,
+        usd numeric(14, 6) NOT NULL DEFAULT 0,
+        expires_at timestamptz NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    );
+    CREATE INDEX budget_holds_tenant_idx ON budget_holds (tenant, expires_at);
+    CREATE TABLE budget_alerts (
+        tenant text NOT NULL,
+        subject text NOT NULL,
+        period text NOT NULL,
+        period_start timestamptz NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('warning', 'exceeded')),
+        spent_usd numeric(14, 6) NOT NULL,
+        spent_tokens bigint NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        notified_at timestamptz,
+        PRIMARY KEY (tenant, subject, period, period_start, kind)
+    );
+    ALTER TABLE tenants ADD COLUMN double_texting text[];
+    ALTER TABLE model_journal ADD COLUMN tenant text;
+    ALTER TABLE model_journal ADD COLUMN charged_to text;
+    ALTER TABLE model_journal ADD COLUMN agent text;
+    CREATE INDEX model_journal_tenant_idx ON model_journal (tenant, created_at);
+
+    DROP INDEX runs_active_idx;
+    CREATE INDEX runs_active_idx ON runs (status)
+        WHERE status NOT IN ('completed', 'failed', 'cancelled', 'budget_exhausted');
+    CREATE OR REPLACE VIEW active_steps AS
+        SELECT r.run_id, r.tenant, r.status AS run_status, s.step_id, s.type, s.name,
+               s.status AS step_status, s.attempt, s.worker, s.lease_until
+        FROM runs r JOIN steps s USING (run_id)
+        WHERE r.status NOT IN ('completed', 'failed', 'cancelled', 'budget_exhausted')
+          AND NOT s.final;
+    CREATE OR REPLACE VIEW metrics_runs AS
+        SELECT r.run_id, r.tenant, r.status,
+               r.status IN ('completed', 'failed', 'cancelled', 'budget_exhausted') AS finished,
+               r.created_at, r.finished_at,
+               extract(epoch FROM r.finished_at - r.created_at)::float8 AS duration_seconds,
+               r.cost_usd::float8 AS cost_usd, r.tokens_in + r.tokens_out AS tokens,
+               coalesce(a.retries, 0) AS retries, coalesce(a.lost_attempts, 0) AS lost_attempts,
+               coalesce(l.duplicates_prevented, 0) AS duplicates_prevented
+        FROM runs r
+        LEFT JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE attempt > 1) AS retries,
+                   count(*) FILTER (WHERE status = 'running' AND attempt < last_attempt)
+                       AS lost_attempts
+            FROM (SELECT attempt, status,
+                         max(attempt) OVER (PARTITION BY step_id) AS last_attempt
+                  FROM step_attempts WHERE run_id = r.run_id) sa
+        ) a ON true
+        LEFT JOIN LATERAL (
+            SELECT sum(duplicates_prevented)::bigint AS duplicates_prevented
+            FROM tool_ledger WHERE run_id = r.run_id
+        ) l ON true;
+    """,
+    # 22: triggers (docs/triggers.md): schedules (each a Temporal Schedule; listed here) and
+    # what became of each fire time; webhook triggers (`POST /v1/hooks/NAME`) and each
+    # delivery they took; and who may make a tenant's schedules (runner or admin).
+    """
+    CREATE TABLE schedules (
+        tenant text NOT NULL,
+        name text NOT NULL,
+        agent text NOT NULL,
+        task text NOT NULL,
+        request jsonb NOT NULL,
+        created_by text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        paused boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (tenant, name)
+    );
+    CREATE TABLE schedule_fires (
+        tenant text NOT NULL,
+        schedule text NOT NULL,
+        fired_at timestamptz NOT NULL,
+        run_id text,
+        outcome text NOT NULL CHECK (outcome IN ('started', 'skipped', 'ended')),
+        reason text,
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant, schedule, fired_at)
+    );
+    CREATE INDEX schedule_fires_run_idx ON schedule_fires (run_id);
+    CREATE TABLE hooks (
+        tenant text NOT NULL,
+        name text NOT NULL,
+        secret text NOT NULL,
+        agent text NOT NULL,
+        task_template text NOT NULL,
+        spec jsonb NOT NULL,
+        created_by text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant, name)
+    );
+    CREATE TABLE hook_deliveries (
+        tenant text NOT NULL,
+        hook text NOT NULL,
+        delivery_id text NOT NULL,
+        run_id text NOT NULL,
+        received_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant, hook, delivery_id)
+    );
+    ALTER TABLE tenants ADD COLUMN schedule_role text CHECK (schedule_role IN ('runner', 'admin'));
+    """,
+    # 23: standing approvals (agentledger/store/standing_store.py): rules approvers granted
     # instead of single decisions, kept after they are revoked or expire.
     """
     CREATE TABLE standing_approvals (

@@ -3,6 +3,8 @@
 A model activity journals each response before it returns. A retry of the same step (its
 worker died after the response came back) reuses the journaled response instead of paying
 for the call again. Responses the run never used are what the receipt calls unaccepted.
+Each is journaled under whom it is charged to (tenant, credential, agent): the journal is
+the ledger budgets and `agentledger costs` read (agentledger/store/budget_store.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentledger.core.results import Usage
 from agentledger.core.spec import JsonDict
+from agentledger.core.wire import Charge
 
 # The journal's statements, shared with the mirror's claim and report of a model attempt
 # (agentledger.store.mirror_store), which run them in their own statements to save round trips.
@@ -22,9 +25,11 @@ EARLIEST_ANSWER = """SELECT attempt, response FROM model_journal
                      WHERE run_id = %(run)s AND step_id = %(step)s AND model = %(model)s
                      ORDER BY attempt LIMIT 1"""
 RECORD_ANSWER = """INSERT INTO model_journal (run_id, step_id, attempt, model, response,
-                                              tokens_in, tokens_out, cost_usd)
+                                              tokens_in, tokens_out, cost_usd,
+                                              tenant, charged_to, agent)
                    VALUES (%(run)s, %(step)s, %(attempt)s, %(model)s, %(response)s,
-                           %(answer_tin)s, %(answer_tout)s, %(answer_cost)s)
+                           %(answer_tin)s, %(answer_tout)s, %(answer_cost)s,
+                           %(answer_tenant)s, %(answer_charged_to)s, %(answer_agent)s)
                    ON CONFLICT DO NOTHING"""
 
 
@@ -36,14 +41,19 @@ class Answer:
     response: JsonDict
     usage: Usage
     cost_usd: float
+    charge: Charge | None = None  # None: a call of a run from before charges were named
 
     def params(self) -> JsonDict:
+        charge = self.charge
         return {
             "model": self.model,
             "response": Jsonb(self.response),
             "answer_tin": self.usage.input_tokens,
             "answer_tout": self.usage.output_tokens,
             "answer_cost": self.cost_usd,
+            "answer_tenant": charge.tenant if charge else None,
+            "answer_charged_to": charge.charged_to if charge else None,
+            "answer_agent": charge.agent if charge else None,
         }
 
 
@@ -70,8 +80,9 @@ class ModelJournal:
         response: JsonDict,
         usage: Usage,
         cost_usd: float,
+        charge: Charge | None = None,
     ) -> None:
-        await self.keep(run_id, step_id, attempt, Answer(model, response, usage, cost_usd))
+        await self.keep(run_id, step_id, attempt, Answer(model, response, usage, cost_usd, charge))
 
     async def keep(self, run_id: str, step_id: str, attempt: int, answer: Answer) -> None:
         """Journal one attempt's answer (a second write of it changes nothing)."""

@@ -21,8 +21,9 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger.core.fleet_figures import PruneResult
+from agentledger.core.states import TERMINAL
 
-FINISHED = ("completed", "failed", "cancelled")
+FINISHED = tuple(sorted(status.value for status in TERMINAL))
 
 # Every table that describes a run, deleted in this order (there are no foreign keys).
 PRUNED_TABLES = (

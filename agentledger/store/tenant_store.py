@@ -23,6 +23,8 @@ LIMIT_COLUMNS = (
     "max_queued",
     "model_calls_per_second",
     "allowed_priorities",
+    "double_texting",
+    "schedule_role",
 )
 STATE_RANK = "CASE %s WHEN 'waiting' THEN 0 WHEN 'admitted' THEN 1 ELSE 2 END"
 
@@ -105,7 +107,7 @@ class TenantStore:
             cur = await conn.execute(
                 """SELECT coalesce(t.tenant, q.tenant) AS tenant, coalesce(t.weight, 1) AS weight,
                           t.max_in_flight, t.max_queued, t.model_calls_per_second,
-                          t.allowed_priorities,
+                          t.allowed_priorities, t.double_texting,
                           coalesce(q.in_flight, 0) AS in_flight, coalesce(q.queued, 0) AS queued
                    FROM tenants t FULL JOIN (
                        SELECT tenant, count(*) FILTER (WHERE state = 'admitted') AS in_flight,

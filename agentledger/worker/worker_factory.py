@@ -25,12 +25,14 @@ from temporalio.worker import (
 from agentledger.activities.admission import AdmissionActivities
 from agentledger.activities.agent_spans import AgentSpans
 from agentledger.activities.backlog import BacklogActivities
+from agentledger.activities.budget_gate import BudgetGate
 from agentledger.activities.evals import EvalActivities
 from agentledger.activities.fork import ForkActivities
 from agentledger.activities.mirror import MirrorActivities
 from agentledger.activities.model import ModelActivities
 from agentledger.activities.provider_clients import ProviderClients
 from agentledger.activities.run_endings import RunEndingActivities
+from agentledger.activities.schedules import ScheduleActivities
 from agentledger.activities.standing import StandingActivities
 from agentledger.activities.tools import ToolActivities
 from agentledger.activities.verify import VerifyActivities
@@ -43,6 +45,7 @@ from agentledger.core.payload_limits import PayloadLimitInterceptor
 from agentledger.core.providers import load_providers
 from agentledger.store.artifacts import ArtifactStore
 from agentledger.store.backlog_store import BacklogStore
+from agentledger.store.budget_store import BudgetStore
 from agentledger.store.conversation import ConversationStore
 from agentledger.store.db import activity_slots_for, commit_pool_beside, open_pool, pool_size_for
 from agentledger.store.fork_store import ForkStore
@@ -50,6 +53,7 @@ from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
 from agentledger.store.standing_store import StandingStore
 from agentledger.store.tenant_store import TenantStore
+from agentledger.store.trigger_store import TriggerStore
 from agentledger.store.vault import SecretVault
 from agentledger.store.webhook_store import WebhookStore
 from agentledger.tools import ToolRegistry
@@ -254,6 +258,7 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
         vault=vault,
         stream_text=settings.model_stream,
         spans=spans,
+        budgets=BudgetGate(BudgetStore(deps.pool), client),
     )
     # A tool's transaction holds a connection of the pool; what it commits meanwhile (its
     # checkpoints, its lease) goes through a pool of its own, so it never waits on its peers.
@@ -283,6 +288,7 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
     endings = RunEndingActivities(client)
     evals = EvalActivities(deps.pool)
     webhooks = WebhookActivities(WebhookStore(deps.pool))
+    schedules = ScheduleActivities(TriggerStore(deps.pool))
     standing = StandingActivities(StandingStore(deps.pool))
     return EngineParts(
         run_activities=[
@@ -304,6 +310,8 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
             evals.diverged,
             webhooks.deliver,
             webhooks.run_changes,
+            webhooks.tenant_subscriptions,
+            schedules.record_fire,
             webhooks.subscribers,
             standing.find,
         ],

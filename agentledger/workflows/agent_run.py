@@ -35,7 +35,7 @@ from agentledger.workflows.recording import Recorder, RunContext
 from agentledger.workflows.run_messages import RunControls
 from agentledger.workflows.run_state import RunEnded
 from agentledger.workflows.run_stream import RunStream
-from agentledger.workflows.sessions import Sessions
+from agentledger.workflows.sessions import Sessions, TurnCut
 from agentledger.workflows.steering import Interrupted, Steering
 from agentledger.workflows.subagents import Subagents
 from agentledger.workflows.tool_steps import ToolSteps, tool_message
@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         MirrorBatch,
         ModelCallInput,
         ModelCallResult,
+        ProposedToolCall,
         RejectInput,
     )
     from agentledger.workflows import policies
@@ -118,7 +119,17 @@ class AgentRunWorkflow:
         # Only runs started with the search attributes keep them current (Recorder).
         indexed = workflow.info().typed_search_attributes.get(search_attributes.STATUS)
         self.recorder = Recorder(spec, self.run_id, self.progress, self.stream.publish, indexed)
-        self.context = run = RunContext(spec, self.run_id, self.progress, self.recorder)
+        # Generation 6: charged to its tenant, credential and agent, under their budgets; a
+        # session's messages follow its double-texting policy.
+        sixth = self.changes.generation_6
+        self.context = run = RunContext(
+            spec,
+            self.run_id,
+            self.progress,
+            self.recorder,
+            charge=spec.charge() if sixth else None,
+            double_texting=sixth,
+        )
         self.subagents = Subagents(run)
         self.controls = RunControls(run, self.subagents.forward_control)
         self.approvals = Approvals(run, self.subagents.tell_parent, self.changes)
@@ -267,9 +278,17 @@ class AgentRunWorkflow:
         except (asyncio.CancelledError, ActivityError) as err:
             if not is_cancelled_exception(err):
                 assert isinstance(err, ActivityError)
-                self.recorder.finish(
-                    RunStatus.FAILED, error=f"{err.activity_type} failed: {errors.cause(err)}"
-                )
+                if errors.error_kind(err) == errors.BUDGET_EXHAUSTED:
+                    # Refused at a model call (never inside a tool's): what it did stands.
+                    self.recorder.finish(
+                        RunStatus.BUDGET_EXHAUSTED,
+                        answer=self.progress.answer,  # a session's last turn's, if any
+                        error=errors.cause(err),
+                    )
+                else:
+                    self.recorder.finish(
+                        RunStatus.FAILED, error=f"{err.activity_type} failed: {errors.cause(err)}"
+                    )
             else:
                 self.recorder.finish(RunStatus.CANCELLED, error="cancelled on request")
                 cancelled = True
@@ -336,16 +355,40 @@ class AgentRunWorkflow:
             # The first turn, or the one a continuation of the session was working on.
             if not self.progress.turns:
                 self.sessions.open_turn()
-            await self._work()
+            await self._turn()
         while await self.sessions.next_message():
             self.sessions.open_turn()
-            await self._work()
+            await self._turn()
         self.recorder.finish(RunStatus.COMPLETED, answer=self.progress.answer)
+
+    async def _turn(self) -> None:
+        """A session's turn, to its answer; a turn a message cuts short (double-texting)
+        ends where it was, and the message starts the next."""
+        while True:
+            try:
+                await self._work()
+                return
+            except TurnCut as cut:
+                self.sessions.cut(cut.how)
+                self.sessions.open_turn()
+
+    def _at_boundary(self, unrun: list[ProposedToolCall]) -> None:
+        """Between steps: end a session's turn a message cuts short (`unrun`: the calls of
+        the reply in hand not run yet, which the model hears were not)."""
+        how = self.steering.turn_cut()
+        if how is None:
+            return
+        for call in unrun:
+            tool_message(
+                self.progress, call.call_id, {"error": "not run: the turn ended for a message"}
+            )
+        raise TurnCut(how)
 
     async def _work(self) -> None:
         """Work on the task (a session: the turn) until its answer passes its checks."""
         while self.sessions.calls_left():
             await self.controls.step_boundary()
+            self._at_boundary([])
             await self._continue_as_new_if_long()
             # Steering: what people said since the last call (a session's turn answers it).
             self.sessions.took(self.steering.take_messages())
@@ -358,8 +401,9 @@ class AgentRunWorkflow:
             if self._needs_repair(reply):
                 continue
             if reply.tool_calls:
-                for call in reply.tool_calls:
+                for i, call in enumerate(reply.tool_calls):
                     await self.controls.step_boundary()
+                    self._at_boundary(reply.tool_calls[i:])
                     await self.tools.step(call)
                 continue
             if self._replan_for_messages():  # said as the model answered
@@ -464,6 +508,8 @@ class AgentRunWorkflow:
             self.progress.spend(reply.usage.input_tokens, reply.usage.output_tokens, reply.cost_usd)
             if not reply.priced and reply.model not in self.progress.unpriced_models:
                 self.progress.unpriced_models.append(reply.model)
+            if reply.wrapped_up:
+                self.recorder.event(EventType.BUDGET_WRAP_UP, step.id, {"model": reply.model})
             self.progress.pending_messages.append(reply.assistant_message)
             step.end(
                 StepStatus.COMPLETED,

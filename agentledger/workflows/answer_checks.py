@@ -27,6 +27,7 @@ class AnswerChecks:
 
     def __init__(self, run: RunContext) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        self.charge = run.charge
 
     def _tools_used(self) -> list[str]:
         """Tools that ran: the checks each declares on the answer apply too."""
@@ -66,6 +67,7 @@ class AnswerChecks:
             answer=answer,
             spec=self.spec.verify,
             tools_used=self._tools_used(),
+            charge=self.charge,
         )
         timeout = timedelta(seconds=60)
         retry = policies.retry_policy(self.spec, self.spec.timeouts.max_attempts)

@@ -17,6 +17,13 @@ queue (started eagerly when the worker has a slot) unless its tenant has a model
 and then to the rate-limited model queue from there on; runs of generation 5 send every
 model call to the model queue.
 
+Also in generation 6: a run's model calls are charged to its tenant, the credential that
+started it and its agent, and admitted under their budgets (agentledger/core/budgets.py):
+told to wrap up when a budget is nearly spent, ended `budget_exhausted` once it is; a
+session's messages follow its double-texting policy (agentledger/workflows/sessions.py).
+Runs of generation 5 and before are charged to nobody and take every message into the turn
+in flight.
+
 Every generation this code runs takes an admit signal only from the admission queue its input
 names, and a run that ends failed or cancelled ends so in Temporal too (Failed, Canceled;
 agentledger/workflows/run_endings.py). Runs of older generations took paths since retired

@@ -10,8 +10,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from agentledger.workflows.admission import TenantAdmissionWorkflow
 from agentledger.workflows.agent_run import AgentRunWorkflow
 from agentledger.workflows.backlog import AgentBacklogWorkflow
+from agentledger.workflows.budget_alerts import BudgetAlertWorkflow
 from agentledger.workflows.evals import EvalWorkflow
 from agentledger.workflows.run_notifier import RunNotifierWorkflow
+from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow
 from agentledger.workflows.task_notifier import TaskNotifierWorkflow
 
 # Every workflow the engine's worker registers (a deployment adds its own beside them).
@@ -21,6 +23,8 @@ ENGINE_WORKFLOWS: list[type] = [
     TenantAdmissionWorkflow,
     EvalWorkflow,
     TaskNotifierWorkflow,
+    BudgetAlertWorkflow,
+    ScheduledFireWorkflow,
     RunNotifierWorkflow,
 ]
 

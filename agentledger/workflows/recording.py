@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core.spec import JsonDict
     from agentledger.core.states import STEP_STATUS, RunStatus, StepStatus, check_transition
     from agentledger.core.wire import (
+        Charge,
         FinishInput,
         MirrorBatch,
         RunEvent,
@@ -105,6 +106,12 @@ class RunContext:
     run_id: str
     progress: RunProgress
     recorder: Recorder
+    # Whom its model calls are charged to, under whose budgets each is admitted; None for a
+    # run of generation 5 or before (agentledger/workflows/changes.py).
+    charge: Charge | None = None
+    # Whether a session's messages follow its double-texting policy (generation 6), or are
+    # all taken into the turn in flight.
+    double_texting: bool = False
 
     def parts(self) -> tuple[RunInput, str, RunProgress, Recorder]:
         """The context as a component keeps it: spec, run id, progress, recorder."""

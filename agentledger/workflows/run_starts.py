@@ -7,8 +7,9 @@ input carrying its tenant's policy, resolved by the one function every start use
 from:
 - `read_policy`: read from Postgres now (activity `tenants.policy`): the tenant's approvers
   (a spec may add its own, never remove the tenant's) and weight, a refusal of a priority
-  the tenant may not take, and for a capped tenant a place in its queue (the run joins it
-  once started, activity `admission.hold`, and waits there for a slot);
+  the tenant may not take or while an enforcing budget is spent (the tenant's, or the
+  credential's the run is charged to), and for a capped tenant a place in its queue (the
+  run joins it once started, activity `admission.hold`, and waits there for a slot);
 - `from_gate`: a spec the start gate built from the policy it read
   (agentledger/client/starts.py): the admission queue's starts, and the tasks of backlogs
   recorded before they read it;
@@ -58,14 +59,15 @@ class PolicyApplied:
 async def read_policy(spec: RunSpec, *, task_queue: str | None = None) -> PolicyApplied | str:
     """`spec` under its tenant's policy as Postgres holds it now, or why it may not start.
     Its cap and weight are the tenant's, whatever the spec says."""
+    charged_to = spec.charged_to if isinstance(spec, RunInput) else None
     found = await workflow.execute_activity_method(
         AdmissionActivities.policy,
-        PolicyInput(tenant=spec.tenant),
+        PolicyInput(tenant=spec.tenant, charged_to=charged_to),
         task_queue=task_queue or workflow.info().task_queue,
         start_to_close_timeout=POLICY_TIMEOUT,
         retry_policy=fairness.MIRROR_RETRY,  # retried until Postgres answers
     )
-    refusal = found.limits.priority_refusal(spec.priority)
+    refusal = found.limits.priority_refusal(spec.priority) or found.budget_refusal
     if refusal is not None:
         return refusal
     run = held_spec(for_new_run(spec).model_copy(update={"admission": None}), found)
@@ -91,7 +93,10 @@ def within_parent(parent: RunInput, child: RunInput) -> PolicyApplied:
         update={"tenant": parent.tenant, "priority": parent.priority, "admission": None}
     )
     run = resolve(placed, found, requester=parent.requester).model_copy(
-        update={"model_calls_rated": parent.model_calls_rated}
+        update={
+            "model_calls_rated": parent.model_calls_rated,
+            "charged_to": parent.charged_to,  # its spend rolls up to the parent's credential
+        }
     )
     if parent.fairness_weight is None:  # a parent started before it carried its weight
         run = run.model_copy(update={"fairness_weight": None})

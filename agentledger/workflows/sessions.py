@@ -23,6 +23,13 @@ and older messages and steps beyond a recent window (`_leave_in_mirror`, counted
 carries is bounded however many messages the session takes: by the windows, and by the
 messages said since its last model call, which wait whole for the next.
 
+A message said while a turn is in flight may cut it short (double-texting, generation 6;
+agentledger/workflows/steering.py): `interrupt` ends it at its next step boundary, its work
+kept in the conversation and the receipt; `rollback` ends it at once and forgets it: the
+model reads the conversation without it from then on (`forgotten`), and is told of the side
+effects it made, which stand (`kept_effects` in the receipt). The message starts the next
+turn.
+
 Only runs whose spec has `session` take any of these paths, so every history recorded
 before sessions replays unchanged.
 """
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -40,7 +48,7 @@ from agentledger.workflows.run_messages import check_control
 from agentledger.workflows.steering import Steering
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.core import bounds
+    from agentledger.core import bounds, keys
     from agentledger.core.events import EventType
     from agentledger.core.results import ControlResult, RunMessage, SessionTurn
     from agentledger.core.states import RunStatus, StepStatus, is_terminal
@@ -53,9 +61,23 @@ with workflow.unsafe.imports_passed_through():
 
 # The most of a summary the run carries (and sends with every model call after it).
 SUMMARY_CHARS = 8000
+# What the model is told of a rolled-back turn's side effects, which stand.
+ROLLED_BACK = (
+    "A turn of this conversation was rolled back at the person's request: it is forgotten, "
+    "but these actions it had already taken stand and were not undone: {effects}. Do not "
+    "take them again unless asked to."
+)
 # The most recent turns (at least `keep_turns`) and taken messages a compacted session carries.
 TURNS_CARRIED = 10
 MESSAGES_CARRIED = 20
+
+
+class TurnCut(Exception):
+    """A message cut the session's turn short (double-texting interrupt or rollback)."""
+
+    def __init__(self, how: Literal["interrupted", "rolled_back"]) -> None:
+        super().__init__(how)
+        self.how = how
 
 
 class Sessions:
@@ -71,6 +93,7 @@ class Sessions:
         self.steering = steering
         # The run's own, which a compacted session takes between turns (it never returns).
         self.continue_as_new = continue_as_new
+        self.double_texting = run.double_texting
 
     # ------------------------------------------------------------ turns
 
@@ -138,6 +161,7 @@ class Sessions:
                 "tokens": progress.tokens_in + progress.tokens_out - tokens,
                 "cost_usd": round(progress.cost_usd - cost, 6),
                 "answered_at": workflow.now(),
+                "ended": "answered" if self.double_texting else None,
             }
         )
         progress.turns[-1] = turn
@@ -158,6 +182,44 @@ class Sessions:
             },
         )
         await self.recorder.flush()  # the mirror shows the answer and the wait at once
+
+    def cut(self, how: Literal["interrupted", "rolled_back"]) -> None:
+        """Close the turn a message cut short: what it did and spent is on record; a rolled
+        back turn is forgotten (the model reads the conversation without it), and the side
+        effects it made, which stand, are named in its record and told to the model."""
+        progress = self.progress
+        turn = progress.turns[-1]
+        calls, tokens, cost = progress.turn_start
+        its_steps = {s.step_id for s in progress.steps if s.seq >= turn.first_step}
+        kept = [
+            f"{e.tool}({keys.canonical_json(e.arguments)})"
+            for e in progress.side_effects
+            if e.step_id in its_steps and e.ok and not e.duplicate_prevented
+        ]
+        if how == "rolled_back":
+            end = progress.stored_messages + len(progress.pending_messages)
+            progress.forgotten.append((turn.first_message, end))
+        progress.turns[-1] = turn.model_copy(
+            update={
+                "ended": how,
+                "last_step": progress.seq,
+                "model_calls": progress.model_calls - calls,
+                "tokens": progress.tokens_in + progress.tokens_out - tokens,
+                "cost_usd": round(progress.cost_usd - cost, 6),
+                "kept_effects": kept if how == "rolled_back" else [],
+            }
+        )
+        progress.current_step_id = None
+        self.recorder.event(
+            EventType.SESSION_TURN_ROLLED_BACK
+            if how == "rolled_back"
+            else EventType.SESSION_TURN_INTERRUPTED,
+            data={"turn": turn.turn, "kept_effects": progress.turns[-1].kept_effects},
+        )
+        if how == "rolled_back" and kept:
+            progress.pending_messages.append(
+                {"role": "system", "content": ROLLED_BACK.format(effects="; ".join(kept))}
+            )
 
     async def next_message(self) -> bool:
         """Wait, holding no worker, for a message; False when the session stayed idle for

@@ -10,6 +10,14 @@ that had already arrived stays in the model journal, where the receipt counts it
 unaccepted), and the run calls the model again with the message. A message that comes as the
 model gives its final answer is taken too: the run replans instead of finishing past it.
 
+A session of generation 6 takes a message said while its turn is in flight as its
+double-texting policy says (the message's own, within its tenant's policy, else the spec's
+`double_texting`): `reject` refuses it (recorded, never taken), `enqueue` keeps it for the
+next turn, `interrupt` ends the turn at its next step boundary and `rollback` at once (a
+model call in flight is cancelled), each message then starting the next turn
+(agentledger/workflows/sessions.py closes the turn cut short); with none, the turn in flight
+takes it.
+
 Only runs that receive a message take any of these paths, so histories recorded before
 steering existed replay unchanged.
 """
@@ -19,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
@@ -49,6 +57,9 @@ class Steering:
 
     def __init__(self, run: RunContext, changes: Changes) -> None:
         self.spec, self.run_id, self.progress, self.recorder = run.parts()
+        self.charge = run.charge
+        # A session's messages follow its double-texting policy (generation 6).
+        self.double_texting = run.double_texting and self.spec.session is not None
         self.changes = changes
 
     def model_input(self, step_id: str, mirror: MirrorBatch | None, **call: Any) -> ModelCallInput:
@@ -62,6 +73,8 @@ class Steering:
             heartbeat_seconds=timeouts.heartbeat_seconds,
             timeout_seconds=timeouts.model_seconds,
             mirror=mirror,
+            charge=self.charge,
+            forgotten=self.progress.forgotten,
             events_before=self.progress.event_seq,
             **call,
         )
@@ -139,25 +152,71 @@ class Steering:
                 },
             )
             return
+        turn, policy = self.turn_in_flight(), None
+        if self.double_texting:
+            policy = input.double_texting or self.spec.double_texting
+        rejected = None
+        if policy == "reject" and turn is not None:
+            rejected = (
+                f"turn {turn} of the session is in flight and it takes no message meanwhile "
+                "(double-texting: reject); say it again once the turn has answered"
+            )
         self.progress.messages.append(
             RunMessage(
                 message_id=input.message_id,
                 text=input.text,
                 by=input.by,
                 received_at=workflow.now(),
+                double_texting=policy,
+                turn_arrived=turn if policy is not None else None,
+                rejected=rejected,
             )
         )
+        data: dict[str, Any] = {
+            "message_id": input.message_id,
+            "by": input.by,
+            "text": bounds.recorded(input.text),
+        }
+        if policy is not None:
+            data.update(double_texting=policy, turn=turn)
+        if rejected is not None:
+            data["reason"] = rejected
         self.recorder.event(
-            EventType.MESSAGE_RECEIVED,
-            data={
-                "message_id": input.message_id,
-                "by": input.by,
-                "text": bounds.recorded(input.text),
-            },
+            EventType.MESSAGE_REJECTED if rejected else EventType.MESSAGE_RECEIVED, data=data
         )
 
+    def turn_in_flight(self) -> int | None:
+        """The number of the session's turn in flight (None: idle, or not a session)."""
+        turns = self.progress.turns
+        if self.spec.session is None or not turns:
+            return None
+        last = turns[-1]
+        return None if last.answered_at is not None or last.ended is not None else last.turn
+
+    def _takeable(self, message: RunMessage) -> bool:
+        """Whether the run may take it now: a message its double-texting policy keeps from
+        the turn it came in waits for the next."""
+        if message.taken_at is not None or message.rejected is not None:
+            return False
+        return message.turn_arrived is None or message.turn_arrived != self.turn_in_flight()
+
+    def turn_cut(self) -> Literal["interrupted", "rolled_back"] | None:
+        """How a message that came during the turn in flight cuts it short (rollback before
+        interrupt), if one does."""
+        turn = self.turn_in_flight()
+        if turn is None:
+            return None
+        asked = {
+            m.double_texting
+            for m in self.progress.messages
+            if m.taken_at is None and m.rejected is None and m.turn_arrived == turn
+        }
+        if "rollback" in asked:
+            return "rolled_back"
+        return "interrupted" if "interrupt" in asked else None
+
     def messages_waiting(self) -> bool:
-        return any(m.taken_at is None for m in self.progress.messages)
+        return any(self._takeable(m) for m in self.progress.messages)
 
     def take_messages(self) -> list[RunMessage]:
         """Every message waiting becomes a user message the next model call reads; returns
@@ -167,7 +226,7 @@ class Steering:
         now = workflow.now()
         taken: list[RunMessage] = []
         for i, message in enumerate(self.progress.messages):
-            if message.taken_at is not None:
+            if not self._takeable(message):
                 continue
             taken.append(message)
             self.progress.pending_messages.append(
@@ -189,10 +248,16 @@ class Steering:
         name: str,
     ) -> T:
         """The model call's reply; with `on_message: interrupt`, a message that comes first
-        cancels the call (raises Interrupted once the step is recorded as interrupted)."""
-        if self.spec.on_message != "interrupt":
+        cancels the call (raises Interrupted once the step is recorded as interrupted), as a
+        message that rolls a session's turn back does."""
+        interrupting = self.spec.on_message == "interrupt"
+        if not interrupting and not self.double_texting:
             return await call
-        message = asyncio.ensure_future(workflow.wait_condition(self.messages_waiting))
+
+        def cancels() -> bool:
+            return (interrupting and self.messages_waiting()) or self.turn_cut() == "rolled_back"
+
+        message = asyncio.ensure_future(workflow.wait_condition(cancels))
         try:
             await workflow.wait([call, message], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -211,7 +276,11 @@ class Steering:
                 raise
         except asyncio.CancelledError:
             pass
-        waiting = [m.message_id for m in self.progress.messages if m.taken_at is None]
+        waiting = [
+            m.message_id
+            for m in self.progress.messages
+            if m.taken_at is None and m.rejected is None
+        ]
         self.progress.messages = [
             m.model_copy(update={"interrupted_step": step.id})
             if m.message_id in waiting and m.interrupted_step is None
