@@ -40,6 +40,7 @@ from agentledger.core.listings import (
     BacklogTaskRow,
     CostRow,
     DeadTask,
+    EvidenceStep,
     InboxItem,
     MirroredStep,
     NewApiKey,
@@ -102,9 +103,15 @@ from agentledger.core.spec import (
     ToolPolicy,
     VerifySpec,
 )
+from agentledger.core.standing_approvals import StandingApproval
 from agentledger.core.states import RunStatus, StepStatus
 from agentledger.core.version_branches import BranchNeed, BranchUse, PatchInventory, VersionBranch
-from agentledger.core.webhook_models import PushSubscription, StoredArtifact, WebhookDelivery
+from agentledger.core.webhook_models import (
+    NewSubscription,
+    PushSubscription,
+    StoredArtifact,
+    WebhookDelivery,
+)
 from agentledger.profiles import Agent
 
 __all__ = [
@@ -143,6 +150,7 @@ __all__ = [
     "EvalReport",
     "EvalTotals",
     "EventType",
+    "EvidenceStep",
     "FailurePolicy",
     "FireRecord",
     "ForkOrigin",
@@ -160,6 +168,7 @@ __all__ = [
     "ModelSettings",
     "NewApiKey",
     "NewHook",
+    "NewSubscription",
     "PatchInventory",
     "PendingApproval",
     "PolicyPatch",
@@ -190,6 +199,7 @@ __all__ = [
     "SessionTurn",
     "SideEffectRecord",
     "Signer",
+    "StandingApproval",
     "Started",
     "Stats",
     "StepStatus",

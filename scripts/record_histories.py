@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,20 @@ from agentledger.core.budgets import BudgetLimit  # noqa: E402
 from agentledger.core.constants import BUDGET_ALERT_WORKFLOW_NAME  # noqa: E402
 from agentledger.core.errors import OperationError  # noqa: E402
 from agentledger.core.identity import Identity  # noqa: E402
+from agentledger.core.policy_rules import TenantPolicy  # noqa: E402
 from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
 from agentledger.core.schedule_models import FireInput, fire_workflow_id, schedule_id  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
+from agentledger.core.standing_approvals import StandingApproval  # noqa: E402
+from agentledger.core.webhook_models import RunNotifierInput, run_notifier_id  # noqa: E402
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
 from agentledger.store.budget_store import BudgetStore  # noqa: E402
+from agentledger.store.standing_store import StandingStore  # noqa: E402
 from agentledger.store.webhook_store import WebhookStore  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
+from agentledger.workflows.run_notifier import RunNotifierWorkflow  # noqa: E402
 from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
 from tests import client_ops as ops  # noqa: E402
@@ -92,6 +98,42 @@ async def approved_with_replacement(client: Client, run_id: str) -> None:
     pending = await wait_pending(client, run_id)
     arguments = {**pending.arguments, "body": "Replaced whole."}
     await ops.approve(client, run_id, by="li", role="approver", replace=arguments)
+
+
+async def approved_then_by_standing_rule(client: Client, run_id: str) -> None:
+    """Generation 6, a tenant whose policy lets approvers grant standing approvals: the
+    first send finds no rule and waits; li grants one and approves it; the second send is
+    approved by the rule, without waiting. The tenant has a notification webhook (a
+    receiver that answers 500 once): the run's notifier tells it each approval and the end
+    (its history is recorded too, as NAME_notifier)."""
+    await WebhookStore(POOLS[0]).subscribe(
+        subscription_id=f"{STANDING_TENANT}.ops",
+        tenant=STANDING_TENANT,
+        run_id=None,
+        name="ops",
+        url=RECEIVER.url,
+        secret="s" * 32,
+    )
+    await client.start_workflow(
+        RunNotifierWorkflow.run,
+        RunNotifierInput(tenant=STANDING_TENANT, run_id=run_id),
+        id=run_notifier_id(run_id),
+        task_queue=QUEUE,
+    )
+    await wait_pending(client, run_id)
+    now = datetime.now(UTC)
+    rule = StandingApproval(
+        rule_id="sa-history",
+        tenant=STANDING_TENANT,
+        tool="send_message",
+        when='to == "ana@example.com"',
+        granted_by=Identity.of_key("history-li", "li"),
+        granter_roles=["approver"],
+        granted_at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    await StandingStore(POOLS[0]).grant(rule)
+    await ops.approve(client, run_id, by="li", role="approver")
 
 
 async def rejected(client: Client, run_id: str) -> None:
@@ -381,6 +423,13 @@ def dt_session(policy: str, task: str) -> RunSpec:
 
 
 FORUM_TASK = "Read the forum post and summarize it."
+STANDING_TENANT = "standing"
+RECEIVER = Receiver(failures=1)  # the standing scenario's notification webhook
+STANDING_TASK = (
+    'Send two notes: call send_message {"to": "ana@example.com", "subject": "One", "body": '
+    '"First."} call send_message {"to": "ana@example.com", "subject": "Two", "body": '
+    '"Second."}'
+)
 POST_TASK = "Post hello to the webhook."
 LONG_TASK = "Search the notes twelve times."
 # One scenario for every path a run takes, recorded from the current code (generation 6):
@@ -410,6 +459,8 @@ SENDER_TEAM = {
 }
 # Scenarios whose first child run's history is recorded too, as NAME_child.
 CHILD_HISTORIES = {"subagent_paused_and_approved"}
+# Scenarios whose run's notifier's history is recorded too, as NAME_notifier.
+NOTIFIER_HISTORIES = {"approved_by_standing_rule"}
 SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     # A model call, tool calls, an approval with an edit.
     "approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
@@ -425,6 +476,16 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
         two_people_approve,
     ),
     "approved_with_replacement": (RunSpec(task=TASK), approved_with_replacement),
+    # Generation 6, a tenant that lets approvers grant standing approvals: a call no rule
+    # covers waits (decided by hand), the next is approved by the rule granted meanwhile.
+    "approved_by_standing_rule": (
+        RunInput(
+            task=STANDING_TASK,
+            tenant=STANDING_TENANT,
+            tenant_policy=TenantPolicy(standing_tools=["send_message"]),
+        ),
+        approved_then_by_standing_rule,
+    ),
     "denied_by_rule": (
         RunSpec(task=TASK, approval={"rules": [{"tool": "send_message", "deny": True}]}),
         finishes_alone,
@@ -684,6 +745,7 @@ async def main(force: bool) -> None:
     task_queue = QUEUE
     async with recording_worker(model_for_scenarios, task_queue, REGISTRY, POOLS) as client:
         await prepare(POOLS[0])
+        RECEIVER.server.start()
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
             path = OUT / f"{name}.json"
@@ -710,6 +772,12 @@ async def main(force: bool) -> None:
             history = await handle.fetch_history()
             path.write_text(history.to_json())
             print(f"recorded {name}: {len(history.events)} events")
+            if name in NOTIFIER_HISTORIES:
+                notifier = client.get_workflow_handle(run_notifier_id(started.run_id))
+                await notifier.result()
+                history = await notifier.fetch_history()
+                (OUT / f"{name}_notifier.json").write_text(history.to_json())
+                print(f"recorded {name}_notifier: {len(history.events)} events")
             if name in CHILD_HISTORIES:
                 [child_id, *_] = (await ops.status(client, started.run_id)).children
                 history = await client.get_workflow_handle(child_id).fetch_history()

@@ -388,7 +388,7 @@ def test_bash_completion_offers_commands_flags_and_choices():
     )
     script = done.stdout
     assert "complete -o default -F _agentledger agentledger" in script
-    assert complete_in_bash(script, "agentledger", "st") == ["start", "status", "stats"]
+    assert complete_in_bash(script, "agentledger", "st") == ["start", "status", "stats", "standing"]
     assert complete_in_bash(script, "agentledger", "backlog", "re") == ["resume", "retry"]
     assert complete_in_bash(script, "agentledger", "list", "--status", "c") == [
         "completed",

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 import agentledger.demo
-from agentledger import ToolContext, ToolRegistry, tool
+from agentledger import RunClient, ToolContext, ToolRegistry, tool
 from agentledger.core.config import AgentLedgerConfig
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
@@ -179,17 +179,36 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
             try:
                 page = await browser.new_page(viewport=PHONE)
                 await page.goto(f"{door.url}/inbox")
+                # The login page says where a key comes from.
+                assert "agentledger keys create" in await page.locator("#get-key").inner_text()
                 await page.fill("#key", approver)
                 await page.click("button[type=submit]")
                 card = page.locator(f"article.card[data-run='{run_id}']")
                 await card.wait_for(timeout=30_000)
+                signed_in = await page.locator("#signed-in").inner_text()
+                assert "maria (refunds)" in signed_in and tenant in signed_in, signed_in
+                assert await page.locator("#get-key").is_hidden()
                 await card.locator(".toggle-edit").click()
                 await card.locator("textarea.edit").fill(json.dumps(kept, indent=2))
+                # What the edit changes shows before anything is sent.
+                diff = await card.locator(".diff").inner_text()
+                assert 'bcc: removed (was "mallory@evil.example")' in diff, diff
                 await card.locator("button.approve").click()
                 status = page.locator("#status", has_text="send_mail")
                 await status.wait_for(timeout=60_000)
                 assert (await status.inner_text()).startswith("Approved send_mail")
                 assert await card.locator("h2").inner_text() == "Run send_mail · approved"
+                decided = card.locator(".decided", has_text="removed")
+                await decided.wait_for(timeout=60_000)
+                told = await decided.inner_text()
+                assert told.startswith("Approved by maria (refunds) at "), told
+                # Nothing stands above the decided card to say nothing waits.
+                empty = page.locator("#empty")
+                await empty.wait_for(timeout=10_000)
+                assert await empty.inner_text() == "Nothing else waits for a decision."
+                assert await page.evaluate(
+                    "Boolean($('cards').compareDocumentPosition($('empty')) & 4)"
+                )
             finally:
                 await browser.close()
     receipt = await eventually_receipt(pool, run_id)
@@ -204,3 +223,120 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
         run_id,
     )
     assert ran == [{"input": kept}], "the tool ran with what the approver left"
+
+
+REFUND_TASK = (
+    'Refund order 42: call look_up_order {"order_id": 42} '
+    'call refund_order {"order_id": 42, "cents": CENTS}'
+)
+
+
+async def start_refund(http: httpx.AsyncClient, key: str, cents: int) -> str:
+    started = await http.post(
+        "/v1/runs", json={"task": REFUND_TASK.replace("CENTS", str(cents))}, headers=bearer(key)
+    )
+    assert started.status_code == 201, started.text
+    run_id: str = started.json()["run_id"]
+    return run_id
+
+
+async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approval(
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
+) -> None:
+    """The story an approver meets at a desk: the refund reads as "Refund $19.99 on order
+    42", with its arguments as a table, what the run looked up first and the model's stated
+    reason, who asked and when it expires; she edits the amount (the diff shows first) and
+    approves; the card and the receipt name her and the edit. Then she grants "refunds up
+    to $20 for an hour": a $15 refund completes without a card (its receipt names the rule),
+    a $25 one waits; revoked, a third $15 refund waits again."""
+    tenant = f"t{uuid.uuid4().hex[:8]}"
+    runner = await make_key(settings, tenant, "runner", name="desk bot")
+    approver = await make_key(settings, tenant, "approver", name="maria (refunds)")
+    async with RunClient.lazy(settings) as operator:
+        await operator.tenants.set_policy(tenant, {"standing_tools": ["refund_order"]})
+    # The operator's only agent, so every start runs it: it looks orders up and refunds.
+    profiles = tmp_path / "agents.yaml"
+    refunds = {"instructions": "You refund orders.", "tools": ["look_up_order", "refund_order"]}
+    profiles.write_text(json.dumps({"refunds": refunds}))
+    env = {"AGENTLEDGER_AGENTS": str(profiles)}
+    async with worker(), served(settings, tmp_path, env=env) as door:
+        async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+            run_id = await start_refund(http, runner, 1999)
+            await wait_pending(client, run_id, seconds=60)
+        async with playwright.async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 900})
+                await page.goto(f"{door.url}/inbox")
+                await page.fill("#key", approver)
+                await page.click("button[type=submit]")
+                card = page.locator(f"article.card[data-run='{run_id}']")
+                await card.wait_for(timeout=30_000)
+                assert await card.locator("h2").inner_text() == "Refund $19.99 on order 42"
+                table = await card.locator("table.args").inner_text()
+                assert "cents\t1999" in table and "order_id\t42" in table, table
+                assert await card.locator("pre.arguments").is_hidden()  # JSON behind a toggle
+                evidence = await card.locator(".evidence").inner_text()
+                assert "look_up_order" in evidence and "desk lamp" in evidence, evidence
+                assert "The task asks me to call refund_order" in evidence, evidence
+                shown = await card.inner_text()
+                assert "desk bot (key)" in shown and "high" in shown, shown
+
+                await card.locator(".toggle-edit").click()
+                edited = {"order_id": 42, "cents": 1500}
+                await card.locator("textarea.edit").fill(json.dumps(edited))
+                assert await card.locator(".diff").inner_text() == "cents: 1999 → 1500"
+                await card.locator("button.approve").click()
+                decided = card.locator(".decided", has_text="changed")
+                await decided.wait_for(timeout=60_000)
+                told = await decided.inner_text()
+                assert told.startswith("Approved by maria (refunds) at "), told
+                assert told.endswith("changed cents: 1999 → 1500"), told
+                # The run's timeline reads as words, not event JSON.
+                await card.locator(".timeline li.receipt").wait_for(timeout=60_000)
+                timeline = await card.locator(".timeline").inner_text()
+                assert "Asked for approval: Refund $19.99 on order 42" in timeline, timeline
+                assert "Approved by maria (refunds)" in timeline, timeline
+                receipt = await eventually_receipt(pool, run_id)
+                [approval] = receipt["approvals"]
+                assert (approval["by"], approval["diff"]) == ("maria (refunds)", {"cents": 1500})
+                assert approval["summary"] == "Refund $19.99 on order 42"
+
+                # Then a standing approval: refunds up to $20, for an hour.
+                await card.locator(".allow").click()
+                assert await page.locator("#grant-tool").input_value() == "refund_order"
+                await page.fill("#grant-when", "cents <= 2000")
+                await page.fill("#grant-hours", "1")
+                await page.click("#grant button[type=submit]")
+                rule = page.locator("#rules li", has_text="refund_order when cents <= 2000")
+                await rule.wait_for(timeout=30_000)
+                assert "granted by maria (refunds)" in await rule.inner_text()
+                rule_id = await rule.get_attribute("data-rule")
+                async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
+                    covered = await start_refund(http, runner, 1500)
+                    over = await start_refund(http, runner, 2500)
+                    covered_receipt = await eventually_receipt(pool, covered)
+                    await wait_pending(client, over, seconds=60)
+                    await page.click("#refresh")
+                    await page.locator(f"article.card[data-run='{over}']").wait_for()
+                    assert await page.locator(f"article.card[data-run='{covered}']").count() == 0
+                    # Revoked in the inbox: the same $15 refund asks a person again.
+                    await rule.locator("button.revoke").click()
+                    await rule.wait_for(state="detached", timeout=30_000)
+                    third = await start_refund(http, runner, 1500)
+                    await wait_pending(client, third, seconds=60)
+            finally:
+                await browser.close()
+    [by_rule] = covered_receipt["approvals"]
+    assert by_rule["decision"] == "approved" and by_rule["by"] == "maria (refunds)", by_rule
+    assert by_rule["standing_rule"] == f"{rule_id}: refund_order when cents <= 2000", by_rule
+    paid = await rows(
+        pool, "SELECT run_id, cents FROM refunds WHERE run_id = ANY(%s)", [run_id, covered]
+    )
+    assert sorted(p["cents"] for p in paid) == [1500, 1500]
+    for waiting in (over, third):
+        await client.get_workflow_handle(waiting).cancel()

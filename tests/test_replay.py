@@ -36,6 +36,7 @@ from agentledger.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBac
 from agentledger.workflows.budget_alerts import BudgetAlertWorkflow
 from agentledger.workflows.child_runs import READS_POLICY
 from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.run_notifier import RunNotifierWorkflow
 from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
 
@@ -54,6 +55,7 @@ async def test_replay(path: Path):
             EvalWorkflow,
             ScheduledFireWorkflow,
             BudgetAlertWorkflow,
+            RunNotifierWorkflow,
         ]
     )
     await replaying.replay_workflow(recorded_history(path))

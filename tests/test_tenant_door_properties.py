@@ -19,7 +19,10 @@ and each sequence:
   workflows' runs included;
 - a refusal for another tenant's run reads exactly as one for a missing run, and another
   tenant's step (`client.runs.step_record`, what an AG-UI stream reads) as an unseen one;
-- each tenant's approvals inbox (`GET /v1/approvals` with its key) lists its own runs alone;
+- each tenant's approvals inbox (`GET /v1/approvals` with its key) lists its own runs alone,
+  and its key signs in as its own tenant (`GET /v1/me`); its standing approvals list its
+  own alone, and another tenant's revoke of one, or a grant scoped to another tenant's
+  run, reads exactly as one of a missing rule or run;
 - an AG-UI thread is its tenant's run (the same thread name of another tenant's is another
   run), and a resume on another tenant's thread reads exactly as one on a missing thread;
 - an A2A task (the `a2a-sdk`'s client) and an MCP tool call (the `mcp` client, as a task of
@@ -355,6 +358,7 @@ class Tenants(RuleBasedStateMachine):
         # Each tenant's key for the HTTP door, made first: the initializers' order is random.
         operator = self.stack.runs_for(None)
         self.keys = {t: self.call(operator.keys.create(t, "admin")).key for t in self.tenants}
+        self.standing: dict[str, set[str]] = {t: set() for t in self.tenants}  # rule ids
 
     def call(self, work: Coroutine[Any, Any, T]) -> T:
         return self.stack.call(work)
@@ -695,6 +699,69 @@ class Tenants(RuleBasedStateMachine):
                    WHERE finished_at IS NOT NULL AND tenant = ANY(%s)""",
                 (self.tenants,),
             )
+
+    @rule(t=who)
+    def add_a_notification_webhook(self, t: int) -> None:
+        """A tenant's admin adds a webhook (a path of the door that answers 404, so its
+        deliveries fail at once); another tenant's removal of the same name reads as one of
+        a missing webhook, and removes nothing."""
+        tenant = self.tenants[t]
+        http = self.stack.http
+        hook = {"name": "ops", "url": f"{self.stack.door_url}/no-such-hook"}
+        made = http.post(
+            "/v1/notifications", json=hook, headers={"Authorization": f"Bearer {self.keys[tenant]}"}
+        )
+        assert made.status_code == 201 and made.json()["tenant"] == tenant, made.text
+        for other in self.tenants:
+            if other == tenant:
+                continue
+            theirs = {"Authorization": f"Bearer {self.keys[other]}"}
+            listed = {h["name"] for h in http.get("/v1/notifications", headers=theirs).json()}
+            if "ops" not in listed:
+                gone = http.post("/v1/notifications/ops/remove", headers=theirs)
+                assert gone.status_code == 404, gone.text
+        mine = http.get(
+            "/v1/notifications", headers={"Authorization": f"Bearer {self.keys[tenant]}"}
+        )
+        assert [h["name"] for h in mine.json()] == ["ops"], mine.text
+
+    @rule(t=who, run=runs)
+    def grant_a_standing_approval(self, t: int, run: Run) -> None:
+        """A tenant's admin lets its approvers grant standing approvals and grants one (on a
+        condition no call of these runs meets); scoped to another tenant's run, the grant
+        reads as one on a missing run, and another tenant's revoke of it as one of a missing
+        rule, byte for byte."""
+        tenant = self.tenants[t]
+        headers = {"Authorization": f"Bearer {self.keys[tenant]}"}
+        http = self.stack.http
+        allowed = http.put(
+            "/v1/tenant/policy", json={"standing_tools": ["create_ticket"]}, headers=headers
+        )
+        assert allowed.status_code == 200, allowed.text
+        body = {"tool": "create_ticket", "when": 'title == "never asked"', "hours": 1}
+        if run.tenant != tenant:
+            crossed = http.post(
+                "/v1/standing-approvals", json={**body, "run_id": run.run_id}, headers=headers
+            )
+            missing = f"run-{tenant}~missing-{uuid.uuid4().hex[:6]}"
+            absent = http.post(
+                "/v1/standing-approvals", json={**body, "run_id": missing}, headers=headers
+            )
+            assert crossed.status_code == absent.status_code == 404, crossed.text
+            assert crossed.text.replace(run.run_id, "X") == absent.text.replace(missing, "X")
+        made = http.post("/v1/standing-approvals", json=body, headers=headers)
+        assert made.status_code == 201, made.text
+        rule_id = made.json()["rule_id"]
+        self.standing[tenant].add(rule_id)
+        for other in self.tenants:
+            if other == tenant:
+                continue
+            theirs = {"Authorization": f"Bearer {self.keys[other]}"}
+            missing = "sa-" + uuid.uuid4().hex[:16]
+            crossed = http.post(f"/v1/standing-approvals/{rule_id}/revoke", headers=theirs)
+            absent = http.post(f"/v1/standing-approvals/{missing}/revoke", headers=theirs)
+            assert crossed.status_code == absent.status_code == 404, crossed.text
+            assert crossed.text.replace(rule_id, "X") == absent.text.replace(missing, "X")
 
     def others_rows(self, tenant: str) -> set[tuple[str, str]]:
         """Every other tenant's mirrored run and receipt, as (table, run id)."""
@@ -1164,6 +1231,22 @@ class Tenants(RuleBasedStateMachine):
             listed = answer.json()
             strays = [i for i in listed if owners.get(i["run_id"], i["tenant"]) != tenant]
             assert not strays and all(i["tenant"] == tenant for i in listed), strays
+            me = self.stack.http.get(
+                "/v1/me", headers={"Authorization": f"Bearer {self.keys[tenant]}"}
+            )
+            assert me.status_code == 200 and me.json()["tenant"] == tenant, me.text
+            rules = self.stack.http.get(
+                "/v1/standing-approvals",
+                params={"all": "true"},
+                headers={"Authorization": f"Bearer {self.keys[tenant]}"},
+            )
+            assert rules.status_code == 200, rules.text
+            assert {r["rule_id"] for r in rules.json()} == self.standing[tenant], rules.text
+            hooks = self.stack.http.get(
+                "/v1/notifications", headers={"Authorization": f"Bearer {self.keys[tenant]}"}
+            )
+            assert hooks.status_code == 200, hooks.text
+            assert all(h["tenant"] == tenant for h in hooks.json()), hooks.text
 
     @invariant()
     def the_capped_tenant_stays_under_its_cap(self) -> None:

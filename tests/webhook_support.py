@@ -4,6 +4,7 @@ its headers and raw body, and (`failures`) a number of first attempts answered 5
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -22,15 +23,29 @@ class Delivery:
 
 
 class Receiver:
-    def __init__(self, *, failures: int = 0) -> None:
+    def __init__(self, *, failures: int = 0, hangs: int = 0, hang_seconds: float = 30) -> None:
         self.deliveries: list[Delivery] = []
         self.failures = failures
+        # The first `hangs` requests are held this long before their 500: a sender killed
+        # meanwhile never hears back.
+        self.hangs, self.hang_seconds = hangs, hang_seconds
+        self.arrived: list[float] = []
         lock = threading.Lock()
         outer = self
 
         class Hook(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with lock:
+                    outer.arrived.append(time.time())
+                    hang = outer.hangs > 0
+                    outer.hangs -= 1
+                if hang:
+                    time.sleep(outer.hang_seconds)
+                    with contextlib.suppress(OSError):
+                        self.send_response(500)
+                        self.end_headers()
+                    return
                 with lock:
                     code = 500 if outer.failures > 0 else 200
                     outer.failures -= 1

@@ -28,6 +28,7 @@ from agentledger.cli import (
     eval_cli,
     sandbox_cli,
     serve_cli,
+    standing_cli,
     tenants_cli,
     triggers_cli,
 )
@@ -767,6 +768,7 @@ COMMANDS: dict[str, Command] = {
     "schedule": triggers_cli.schedule,
     "hooks": triggers_cli.hooks,
     "approvers": approvers_cli.dispatch,
+    "standing": standing_cli.dispatch,
     "serve": serve_cli.cmd_serve,
     "keys": serve_cli.cmd_keys,
     "eval": eval_cli.dispatch,
@@ -988,6 +990,7 @@ def parser() -> argparse.ArgumentParser:
     tenants_cli.add_commands(sub)
     triggers_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
+    standing_cli.add_commands(sub)
     serve_cli.add_commands(sub)
     eval_cli.add_commands(sub)
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)

@@ -87,13 +87,30 @@ def double_texting(text: str) -> list[str] | None:
     return asked
 
 
-POLICY = ("agents", "default_agent", "free_form", "rules", "requester_may_approve", "two_person")
+POLICY = (
+    "agents",
+    "default_agent",
+    "free_form",
+    "rules",
+    "requester_may_approve",
+    "two_person",
+    "standing_tools",
+    "standing_max_hours",
+    "always_ask",
+)
 
 
 def names_or_any(text: str) -> list[str] | None:
     """`a,b`: those agents; `any`: every profile loaded."""
     if text.strip().lower() == "any":
         return None
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def names_or_none(text: str) -> list[str]:
+    """`a,b`: those tools; `none`: no tool."""
+    if text.strip().lower() == "none":
+        return []
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
@@ -223,6 +240,20 @@ def add_commands(sub: Any) -> None:
     )
     policy.add_argument(
         "--two-person", type=yes_no, help="yes: every approval needs two distinct approvers"
+    )
+    policy.add_argument(
+        "--standing-tools",
+        type=names_or_none,
+        help="the tools its approvers may grant standing approvals for: a,b, * for any, or "
+        "none (the default)",
+    )
+    policy.add_argument(
+        "--standing-max-hours", type=float, help="the longest a standing approval may last"
+    )
+    policy.add_argument(
+        "--always-ask",
+        type=names_or_none,
+        help="tools whose every call asks a person, whatever standing approvals say: a,b or none",
     )
     add_output_flags(p)
     p = commands.add_parser("show", help="a tenant's settings and the policy its runs start under")

@@ -33,10 +33,12 @@ from agentledger.client.evals import Evals
 from agentledger.client.hooks import Hooks
 from agentledger.client.keys import ApiKeys
 from agentledger.client.mirror import Mirror
+from agentledger.client.notifications import Notifications
 from agentledger.client.runs import Runs
 from agentledger.client.schedules import Schedules
 from agentledger.client.scope import Scope, caller_of, operators_only, tenant_caller
 from agentledger.client.sessions import Sessions
+from agentledger.client.standing import StandingApprovals
 from agentledger.client.tasks import Tasks
 from agentledger.client.tenants import Tenants
 from agentledger.core.access import Caller
@@ -154,6 +156,8 @@ class RunClient:
         self.costs = Costs(scope)
         self.schedules = Schedules(scope)
         self.hooks = Hooks(scope)
+        self.standing = StandingApprovals(scope)
+        self.notifications = Notifications(scope)
 
     @classmethod
     async def connect(cls, settings: AgentLedgerConfig | None = None) -> Self:

@@ -36,7 +36,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.client import admission
+from agentledger.client import admission, notifications
 from agentledger.client.scope import (
     NO_DATABASE,
     Origin,
@@ -159,7 +159,7 @@ async def start(
             )
         claimed = first is None
     try:
-        return await start_run(
+        started = await start_run(
             await scope.temporal(),
             run,
             task_queue=scope.settings.task_queue,
@@ -173,6 +173,9 @@ async def start(
         if claimed:  # nothing started: the key names no request yet
             await requests.release(scoped)
         raise
+    if not started.existing:
+        await notifications.follow_run(scope, run.tenant, started.run_id)
+    return started
 
 
 async def within_budget(pool: AsyncConnectionPool, tenant: str, charged_to: str | None) -> None:

@@ -116,8 +116,11 @@ DEMO_AGENTS = "agentledger.demo:agents"
 # Signed webhooks (agentledger/activities/webhooks.py): one delivery, retried by Temporal; and
 # the A2A task notifier that follows a run for one push subscription.
 ACTIVITY_WEBHOOK_DELIVER = "webhooks.deliver"
+ACTIVITY_STANDING_APPROVALS = "approvals.standing"
+ACTIVITY_WEBHOOK_SUBSCRIBERS = "webhooks.subscribers"
 ACTIVITY_RUN_CHANGES = "webhooks.run_changes"
 TASK_NOTIFIER_WORKFLOW_NAME = "TaskNotifier"
+RUN_NOTIFIER_WORKFLOW_NAME = "RunNotifier"
 TASK_NOTIFIER_ID_PREFIX = "notify-"
 # A tenant's webhooks with no run (`webhook_subscriptions.run_id` NULL): what a tenant-wide
 # notice, such as a budget alert, is delivered to.

@@ -96,6 +96,10 @@ class OperationError(AgentLedgerError):
     why it failed, where that is known."""
 
 
+class RuleNotFound(NotFound, OperationError):
+    """No such standing approval, or not the caller's tenant's: the two read the same."""
+
+
 class InvalidRequest(InvalidInput, OperationError):
     """An operation asked with arguments it cannot take."""
 

@@ -171,6 +171,21 @@ class NewApiKey(ApiKeyRow):
     key: str
 
 
+class EvidenceStep(BaseModel):
+    """A step a run took before it asked for an approval: a model's turn (its stated
+    reason in `output.content`) or a tool call (its arguments and what it returned)."""
+
+    step_id: str = Field(description="the step's id")
+    type: str = Field(description="model_call, tool_call, ...")
+    name: str | None = Field(description="the tool, or the model")
+    status: str = Field(description="how it ended")
+    input: Any = Field(None, description="a tool call's arguments")
+    output: Any = Field(
+        None, description="what it returned (a model's turn: its text and the tools it called)"
+    )
+    error: str | None = Field(None, description="why it failed, if it did")
+
+
 class InboxItem(BaseModel):
     """An approval a run waits for (the HTTP inbox): the run, who asked for it (and on
     behalf of whom, as they said), its task, and the approval as the run asked for it."""
@@ -184,6 +199,11 @@ class InboxItem(BaseModel):
     )
     requester: Identity | None = Field(
         None, description="who asked for the run, as their credential proved it"
+    )
+    evidence: list[EvidenceStep] = Field(
+        default_factory=list,
+        description="the steps before the request, oldest first (the last few): the tools "
+        "it called and what they returned, and the model's stated reason",
     )
 
 

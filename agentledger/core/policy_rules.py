@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import operator
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 JsonDict = dict[str, Any]
 
@@ -93,6 +93,30 @@ def condition_met(text: str, arguments: JsonDict) -> bool:
         _holds(_argument(arguments, path), op, literal)
         for path, op, literal in parse_condition(text)
     )
+
+
+def condition_proven(text: str, arguments: JsonDict) -> bool:
+    """Every comparison decidable and true: what a condition must be to approve a call (a
+    standing approval's), where `condition_met` is what it must be to ask for more."""
+    for path, op, literal in parse_condition(text):
+        value = _argument(arguments, path)
+        comparable = _kind(value) == _kind(literal) and _kind(value) in ("number", "text")
+        if (op not in ("==", "!=") and not comparable) or not _holds(value, op, literal):
+            return False
+    return True
+
+
+def _readable(text: str) -> str:
+    parse_condition(text)
+    return text
+
+
+# A condition, checked readable when it is read.
+Condition = Annotated[
+    str,
+    Field(min_length=1, max_length=500, description=f"a condition: {CONDITION_HELP}"),
+    AfterValidator(_readable),
+]
 
 
 class ApprovalRule(BaseModel):
@@ -198,6 +222,23 @@ class TenantPolicy(BaseModel):
     two_person: bool = Field(
         False, description="every approval needs two distinct approvers in its role"
     )
+    standing_tools: list[str] = Field(
+        default_factory=list,
+        description="the tools its approvers may grant standing approvals for (`*`: any); "
+        "none: they may grant none",
+    )
+    standing_max_hours: float = Field(
+        24.0, gt=0, le=24 * 90, description="the longest a standing approval may last"
+    )
+    always_ask: list[str] = Field(
+        default_factory=list,
+        description="tools whose every call asks a person: no standing approval covers them",
+    )
+
+    def may_grant(self, tool: str) -> bool:
+        """Whether an approver may grant a standing approval for `tool`."""
+        allowed = "*" in self.standing_tools or tool in self.standing_tools
+        return allowed and tool not in self.always_ask
 
     def text(self) -> list[str]:
         """The policy, a line each, as `tenants show` prints it."""
@@ -212,4 +253,12 @@ class TenantPolicy(BaseModel):
             f"two-person rule: {'on' if self.two_person else 'off'}",
         ]
         lines += [f"rule: {rule.text()}" for rule in self.rules] or ["rules: none"]
+        lines.append(
+            f"standing approvals: {', '.join(self.standing_tools)}, at most "
+            f"{self.standing_max_hours:g}h"
+            if self.standing_tools
+            else "standing approvals: none may be granted"
+        )
+        if self.always_ask:
+            lines.append(f"always ask: {', '.join(self.always_ask)}")
         return lines

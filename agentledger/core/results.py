@@ -111,6 +111,9 @@ class PendingApproval(BaseModel):
     requester: Identity | None = Field(
         None, description="who asked for the run, as their credential proved it"
     )
+    summary: str | None = Field(
+        None, description="the call in words, as its tool says it reads (Refund $19.99 ...)"
+    )
 
 
 class ChildApproval(BaseModel):
@@ -160,6 +163,14 @@ class ApprovalRecord(BaseModel):
         None,
         description="the merge patch from `proposed_arguments` to `final_arguments`: what "
         "the edit changed, removals as null",
+    )
+    summary: str | None = Field(
+        None, description="the proposed call in words, as its tool says it reads"
+    )
+    standing_rule: str | None = Field(
+        None,
+        description="the standing approval that approved it, by id and in words "
+        "(`sa-...: refund_order when cents <= 2000`); null: a person decided",
     )
 
 

@@ -61,7 +61,8 @@ LIVE: tuple[VersionBranch, ...] = (
         "agentledger/workflows/sessions.py (double-texting)",
         old_path="a run of generation 5 lays an approver's edit over the arguments "
         "member by member (null sets a member to null, an object replaces one whole), "
-        "sends every model call to the rate-limited model queue, never to its own, is "
+        "asks a person about every call that needs approval (no standing approval looked "
+        "up), sends every model call to the rate-limited model queue, never to its own, is "
         "charged to nobody (no budget admits or ends it), and, a session, takes every "
         "message into the turn in flight",
         removal="no open run of generation 5",

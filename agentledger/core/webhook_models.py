@@ -65,38 +65,68 @@ class NotifierInput(BaseModel):
     state: str | None = Field(None, description="the state told last")
 
 
+class RunNotifierInput(BaseModel):
+    """Tell the tenant's notification webhooks what the run does, until it ends."""
+
+    tenant: str
+    run_id: str
+    after_seq: int = Field(0, ge=0, description="events up to this one are told already")
+
+
+class SubscribersInput(BaseModel):
+    tenant: str
+
+
+class Subscribers(BaseModel):
+    """The tenant's tenant-wide subscriptions (their ids: the rest stays in Postgres)."""
+
+    subscription_ids: list[str] = Field(default_factory=list)
+
+
+def run_notifier_id(run_id: str) -> str:
+    """The workflow id of the run's notifier: one per run."""
+    return TASK_NOTIFIER_ID_PREFIX + "run." + run_id
+
+
 def notifier_id(subscription_id: str) -> str:
     """The workflow id of the notifier for a push subscription: one per subscription."""
     return TASK_NOTIFIER_ID_PREFIX + subscription_id
 
 
 class PushSubscription(BaseModel):
-    """Where a task's state changes are delivered (its secret is never read back)."""
+    """Where a task's state changes, or a tenant's notifications, are delivered (its secret
+    is never read back)."""
 
-    subscription_id: str
-    tenant: str
-    run_id: str | None
-    name: str
-    url: str
-    auth_scheme: str | None = None
-    created_at: datetime
+    subscription_id: str = Field(description="its id: the tenant's (or the run's) and its name")
+    tenant: str = Field(description="the tenant it belongs to")
+    run_id: str | None = Field(description="the run it follows; null: the tenant's runs")
+    name: str = Field(description="its name")
+    url: str = Field(description="where deliveries are POSTed")
+    auth_scheme: str | None = Field(None, description="the Authorization scheme sent, if any")
+    created_at: datetime = Field(description="when it was added")
+
+
+class NewSubscription(PushSubscription):
+    """A subscription just made: `secret` (which signs every delivery) is shown this once."""
+
+    secret: str = Field(description="signs every delivery; shown this once")
 
 
 class WebhookDelivery(BaseModel):
     """One delivery and what came of it."""
 
-    delivery_id: str
-    subscription_id: str
-    tenant: str
-    run_id: str | None
-    event: str
+    delivery_id: str = Field(description="the same on every attempt (AgentLedger-Delivery)")
+    subscription_id: str = Field(description="where it goes")
+    tenant: str = Field(description="the tenant whose run it tells of")
+    run_id: str | None = Field(description="the run it tells of")
+    event: str = Field(description="what it tells: approval.requested, run.finished, ...")
     status: str = Field(description="pending, retrying, delivered or failed")
-    attempts: int
-    last_status_code: int | None = None
-    last_error: str | None = None
-    created_at: datetime
-    attempted_at: datetime | None = None
-    delivered_at: datetime | None = None
+    attempts: int = Field(description="attempts made so far")
+    last_status_code: int | None = Field(None, description="the receiver's last HTTP status")
+    last_error: str | None = Field(None, description="why the last attempt failed, if it did")
+    created_at: datetime = Field(description="when its first attempt was made")
+    attempted_at: datetime | None = Field(None, description="when its last attempt was made")
+    delivered_at: datetime | None = Field(None, description="when the receiver took it")
 
 
 class StoredArtifact(BaseModel):

@@ -220,6 +220,9 @@ class ProposedToolCall(BaseModel):
     parameters: JsonDict | None = Field(
         None, description="the tool's argument schema, to check an approver's edit against"
     )
+    summary: str | None = Field(
+        None, description="how the call reads to a person, as its tool says (an approval's)"
+    )
 
 
 class ModelCallResult(BaseModel):

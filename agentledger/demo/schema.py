@@ -26,3 +26,16 @@ CREATE TABLE IF NOT EXISTS tickets (
     created_at timestamptz NOT NULL DEFAULT now()
 )
 """
+
+# Refunds the demo agent paid: written inside the ledger's transaction, so a refund and its
+# record are one, and a retried call cannot pay twice.
+REFUNDS = """
+CREATE TABLE IF NOT EXISTS refunds (
+    id bigserial PRIMARY KEY,
+    idempotency_key text NOT NULL UNIQUE,
+    run_id text NOT NULL,
+    order_id bigint NOT NULL,
+    cents bigint NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+)
+"""

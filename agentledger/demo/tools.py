@@ -1,7 +1,8 @@
 """The demo's tools, written against the public API as any user's tools are.
 
-Read-only tools, one with a real side effect in Postgres (the outbox, written inside the
-ledger's transaction), one in an "external" help desk that a crash leaves in doubt (its
+Read-only tools, two with a real side effect in Postgres (the outbox and refunds, written
+inside the ledger's transaction; a refund reads to its approver as "Refund $19.99 on order
+42"), one in an "external" help desk that a crash leaves in doubt (its
 reconcile hook settles it), and one long job that checkpoints its progress.
 """
 
@@ -12,7 +13,7 @@ import asyncio
 from pydantic import BaseModel, Field
 
 from agentledger import Reconciled, ToolContext, ToolRegistry, tool
-from agentledger.demo.schema import OUTBOX, TICKETS
+from agentledger.demo.schema import OUTBOX, REFUNDS, TICKETS
 
 NOTES = {
     "refund": "Refunds over $100 need a manager's approval and are paid within 5 days.",
@@ -145,4 +146,57 @@ async def create_ticket(args: CreateTicketArgs, ctx: ToolContext) -> dict[str, o
     return {"ticket_id": row[0], "title": args.title}
 
 
-registry = ToolRegistry([search_notes, send_message, fetch_page, create_ticket, index_documents])
+# A small order book, read-only: what a refund's approver sees the agent looked up first.
+ORDERS: dict[int, dict[str, object]] = {
+    42: {"customer": "ana@example.com", "item": "desk lamp", "paid_cents": 1999},
+    43: {"customer": "li@example.com", "item": "bookshelf", "paid_cents": 12900},
+}
+
+
+class LookUpOrderArgs(BaseModel):
+    order_id: int = Field(ge=1, description="the order's number")
+
+
+@tool
+async def look_up_order(args: LookUpOrderArgs, ctx: ToolContext) -> dict[str, object]:
+    """Look up an order: its customer, item and what was paid."""
+    found = ORDERS.get(args.order_id)
+    if found is None:
+        return {"order_id": args.order_id, "error": "no such order"}
+    return {"order_id": args.order_id, **found}
+
+
+class RefundOrderArgs(BaseModel):
+    order_id: int = Field(ge=1, description="the order to refund")
+    cents: int = Field(ge=1, le=1_000_000, description="how much to refund, in cents")
+
+
+@tool(
+    description="Refund an order, in cents. A real payment: it needs approval.",
+    side_effect=True,
+    risk="high",
+    schema=[REFUNDS],
+    summary="Refund {cents:money} on order {order_id}",
+)
+async def refund_order(args: RefundOrderArgs, ctx: ToolContext) -> dict[str, object]:
+    cur = await ctx.conn.execute(
+        """INSERT INTO refunds (idempotency_key, run_id, order_id, cents)
+           VALUES (%s, %s, %s, %s) RETURNING id""",
+        (ctx.idempotency_key, ctx.run_id, args.order_id, args.cents),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return {"refund_id": row[0], "order_id": args.order_id, "cents": args.cents}
+
+
+registry = ToolRegistry(
+    [
+        search_notes,
+        send_message,
+        fetch_page,
+        create_ticket,
+        index_documents,
+        look_up_order,
+        refund_order,
+    ]
+)

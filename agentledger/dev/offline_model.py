@@ -144,7 +144,10 @@ def _plan(request: Json, messages: list[Json]) -> Reply:
     asked = [(name, args) for name, args in asked_calls(task) if name in offered]
     if asked:
         if len(called) < len(asked):
-            return completion(request, tool_calls=[asked[len(called)]])
+            name, arguments = asked[len(called)]
+            # Its stated reason, as a model says why it calls a tool (an approver reads it).
+            reason = f"The task asks me to call {name}; calling it now."
+            return completion(request, content=reason, tool_calls=[(name, arguments)])
         return completion(request, content=_report(task, called, results))
     if "search_notes" in offered and "search_notes" not in called:
         return completion(request, tool_calls=[("search_notes", {"query": task})])

@@ -16,7 +16,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentledger.client.run_client import RunClient
 from agentledger.core.http_settings import HttpSettings
-from agentledger.http import agui, events_api, inbox, openapi, runs_api, triggers_api
+from agentledger.http import (
+    agui,
+    events_api,
+    inbox,
+    notifications_api,
+    openapi,
+    runs_api,
+    standing_api,
+    triggers_api,
+)
 from agentledger.http.auth import Door
 from agentledger.http.errors import HANDLERS, error_body
 from agentledger.http.mcp_server import McpFace
@@ -82,6 +91,8 @@ def create_app(
             *openapi.routes(),
             *agui.routes(),
             *inbox.routes(),
+            *standing_api.routes(),
+            *notifications_api.routes(),
             *protocol_routes(),
             *mcp.routes(),
             *routes,

@@ -9,6 +9,7 @@ backlog) are its models as they are; the door's own shapes are here.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
@@ -16,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from agentledger.core.backlog_models import TaskItem
 from agentledger.core.bounds import JSON_BYTES, NAME_CHARS, REASON_CHARS, TASK_CHARS
 from agentledger.core.constants import DoubleTexting
+from agentledger.core.identity import Identity
 from agentledger.core.listings import TenantRow
 from agentledger.core.policy_rules import ApprovalRule, FreeForm, TenantPolicy
 from agentledger.core.results import RunState, SayResult
@@ -192,6 +194,51 @@ class Cancelled(BaseModel):
     outcome: str = Field(description="what happened: cancelled, or why nothing was to do")
 
 
+class SignedIn(BaseModel):
+    """Who the credential proves you are, and the tenant it acts for."""
+
+    identity: Identity = Field(description="who you are: a key's name, a token's email or subject")
+    tenant: str | None = Field(description="your credential's tenant")
+    roles: list[str] = Field(description="what you may do, and the approval roles you decide in")
+    expires_at: datetime | None = Field(description="when the credential stops opening the door")
+
+
+class GrantStanding(Body):
+    """A standing approval: approve the tool's calls that `when` holds of, for `hours`."""
+
+    tool: Name = Field(description="the tool whose calls it approves")
+    when: Reason | None = Field(
+        None, description='a condition on the arguments, such as "cents <= 2000"; none: all'
+    )
+    hours: float = Field(gt=0, description="how long it lasts (at most the tenant's policy says)")
+    run_id: Name | None = Field(None, description="only this run's calls (a session's)")
+    agent: Name | None = Field(None, description="only this agent's runs")
+
+
+class Subscribe(Body):
+    """A notification webhook for your tenant's runs."""
+
+    name: Name = Field(description="its name: the same name again replaces its settings")
+    url: Annotated[str, Field(min_length=8, max_length=2000)] = Field(
+        description="where deliveries are POSTed (http:// or https://)"
+    )
+    secret: Annotated[str, Field(min_length=16, max_length=200)] | None = Field(
+        None, description="signs each delivery; none: a random one, answered this once"
+    )
+
+
+class Removed(BaseModel):
+    """What was removed."""
+
+    name: str = Field(description="the webhook's name: it is told nothing more")
+
+
+class StandingQuery(Body):
+    """Which standing approvals to list."""
+
+    all: bool = Field(False, description="revoked and expired ones too")
+
+
 class TenantView(BaseModel):
     """Your tenant as its admin sees it."""
 
@@ -228,6 +275,15 @@ class PolicyChange(Body):
     )
     two_person: bool | None = Field(
         None, description="every approval needs two distinct approvers in its role"
+    )
+    standing_tools: list[Name] | None = Field(
+        None, description="the tools your approvers may grant standing approvals for (* any)"
+    )
+    standing_max_hours: float | None = Field(
+        None, gt=0, description="the longest a standing approval may last"
+    )
+    always_ask: list[Name] | None = Field(
+        None, description="tools whose every call asks a person: no standing approval covers"
     )
 
 

@@ -36,7 +36,9 @@ Input = TypeVar("Input")
 PATH_PARAMETERS = {
     "run_id": "a run of your tenant (another tenant's reads exactly as a missing one)",
     "agent": "an agent profile's name (AGENTLEDGER_AGENTS)",
-    "name": "a schedule's or a hook's name in your tenant (another tenant's reads as missing)",
+    "rule_id": "a standing approval of your tenant (another tenant's reads as a missing one)",
+    "name": "a schedule's, a hook's or a notification webhook's name in your tenant (another "
+    "tenant's reads as missing)",
     "address": "a hook's address, TENANT.NAME, as `hooks create` answered it",
 }
 

@@ -2,7 +2,8 @@
 
 `GET /inbox` is one HTML file (agentledger/http/inbox.html: vanilla JS, no build step, nothing
 fetched from elsewhere) that asks for an API key, keeps it in the tab's sessionStorage, and
-acts only through the REST routes with it: `GET /v1/approvals` (below) lists what the key's
+acts only through the REST routes with it: `GET /v1/me` (who is signed in, for which
+tenant), `GET /v1/approvals` (below) lists what the key's
 tenant's runs wait for, `POST /v1/runs/{id}/approve` and `/reject` decide (as the key's
 identity), and `GET /v1/runs/{id}/events` is each run's live timeline. The page itself
 holds nothing of any tenant, so it is served without a credential.
@@ -20,7 +21,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from agentledger.core.listings import InboxItem
-from agentledger.http.bodies import ApprovalsQuery
+from agentledger.http.bodies import ApprovalsQuery, SignedIn
 from agentledger.http.endpoints import Call, Endpoint, routes_of
 
 
@@ -60,7 +61,19 @@ async def approvals(call: Call[ApprovalsQuery]) -> list[InboxItem]:
     return await call.runs.runs.pending_approvals(limit=call.input.limit)
 
 
+async def signed_in(call: Call[None]) -> SignedIn:
+    """Who you are, as your credential proves it, and your tenant (the inbox's header)."""
+    who = call.who
+    return SignedIn(
+        identity=who.identity,
+        tenant=who.tenant,
+        roles=sorted(who.roles),
+        expires_at=who.expires_at,
+    )
+
+
 ENDPOINTS = [
+    Endpoint("GET", "/v1/me", signed_in, "viewer", answer=SignedIn),
     Endpoint(
         "GET",
         "/v1/approvals",
@@ -68,7 +81,7 @@ ENDPOINTS = [
         "viewer",
         query=ApprovalsQuery,
         answer=list[InboxItem],
-    )
+    ),
 ]
 
 

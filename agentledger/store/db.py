@@ -632,6 +632,26 @@ MIGRATIONS: list[str] = [
     );
     ALTER TABLE tenants ADD COLUMN schedule_role text CHECK (schedule_role IN ('runner', 'admin'));
     """,
+    # 23: standing approvals (agentledger/store/standing_store.py): rules approvers granted
+    # instead of single decisions, kept after they are revoked or expire.
+    """
+    CREATE TABLE standing_approvals (
+        rule_id text PRIMARY KEY,
+        tenant text NOT NULL,
+        tool text NOT NULL,
+        condition text,
+        run_id text,
+        agent text,
+        granted_by jsonb NOT NULL,
+        granter_roles text[] NOT NULL DEFAULT '{}',
+        granted_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz NOT NULL,
+        revoked_at timestamptz,
+        revoked_by jsonb
+    );
+    CREATE INDEX standing_approvals_live_idx ON standing_approvals (tenant, tool)
+        WHERE revoked_at IS NULL;
+    """,
 ]
 
 

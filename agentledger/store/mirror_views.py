@@ -6,6 +6,7 @@ flight; whatever reads it says so (`"source": "mirror"`).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -111,6 +112,21 @@ JOIN LATERAL (
 WHERE r.status = 'waiting_for_approval' AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
 ORDER BY r.updated_at DESC LIMIT %(limit)s
 """
+# The steps each listed run took before the approval it waits for, the last few of each.
+EVIDENCE_SQL = """
+SELECT run_id, step_id, type, name, status, input, output, error FROM (
+    SELECT s.run_id, s.step_id, s.seq, s.type, s.name, s.status, s.input, s.output, s.error,
+           row_number() OVER (PARTITION BY s.run_id ORDER BY s.seq DESC) AS back
+    FROM unnest(%(runs)s::text[], %(steps)s::text[]) AS w(run_id, step_id)
+    JOIN steps a ON a.run_id = w.run_id AND a.step_id = w.step_id
+    JOIN steps s ON s.run_id = w.run_id AND s.seq < a.seq
+    WHERE s.type <> 'approval'
+) before WHERE back <= %(last)s ORDER BY run_id, seq
+"""
+# How many steps before an approval its evidence shows, and how much of each step's
+# input or output.
+EVIDENCE_STEPS = 8
+EVIDENCE_CHARS = 2000
 STEP_ROW_SQL = """
 SELECT s.step_id, s.type, s.name, s.status, s.input, s.output, s.error
 FROM steps s JOIN runs r USING (run_id)
@@ -127,12 +143,38 @@ async def pending_approvals(
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(INBOX_SQL, {"tenant": tenant, "limit": limit})
         rows = await cur.fetchall()
+        approvals = [PendingApproval.model_validate(row["approval"]) for row in rows]
+        await cur.execute(
+            EVIDENCE_SQL,
+            {
+                "runs": [row["run_id"] for row in rows],
+                "steps": [a.step_id for a in approvals],
+                "last": EVIDENCE_STEPS,
+            },
+        )
+        evidence: dict[str, list[dict[str, Any]]] = {}
+        for step in await cur.fetchall():
+            run_id = step.pop("run_id")
+            step["input"], step["output"] = _cut(step["input"]), _cut(step["output"])
+            evidence.setdefault(run_id, []).append(step)
     found = []
-    for row in rows:
-        pending = PendingApproval.model_validate(row["approval"])
+    for row, pending in zip(rows, approvals, strict=True):
         requester = pending.requester.model_dump(mode="json") if pending.requester else None
-        found.append({**row, "approval": pending.model_dump(mode="json"), "requester": requester})
+        found.append(
+            {
+                **row,
+                "approval": pending.model_dump(mode="json"),
+                "requester": requester,
+                "evidence": evidence.get(row["run_id"], []),
+            }
+        )
     return found
+
+
+def _cut(value: Any) -> Any:
+    """A step's input or output as evidence shows it: whole, or its JSON text cut short."""
+    text = json.dumps(value)
+    return value if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
 
 
 async def step_row(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentledger.core import action_summary
 from agentledger.core.spec import RiskLevel
 from agentledger.tools.registry import AnswerCheck, ReconcileFn, Tool, ToolFn
 
@@ -33,10 +34,15 @@ def tool(
     secret_results: Iterable[str] = (),
     answer_checks: AnswerCheck | None = None,
     schema: Iterable[str] = (),
+    summary: str | None = None,
 ) -> Any:
     """Declare a tool, as `@tool` or `@tool(...)`; every option is a `Tool` field
     (agentledger/tools/registry.py says what each one promises). `risk` at or above a run's
-    approval threshold waits for a person; `side_effect` puts the call through the ledger."""
+    approval threshold waits for a person; `side_effect` puts the call through the ledger;
+    `summary` says how a call reads to that person: "Refund {cents:money} on order
+    {order_id}" (agentledger/core/action_summary.py)."""
+    if summary is not None:
+        action_summary.check_template(summary)
 
     def declare(fn: ToolFn) -> Tool:
         return Tool(
@@ -52,6 +58,7 @@ def tool(
             secret_args=tuple(secret_args),
             secret_results=tuple(secret_results),
             schema=tuple(schema),
+            summary=summary,
         )
 
     return declare if fn is None else declare(fn)

@@ -195,6 +195,7 @@ class McpConnection:
             transactional=read_only,
             reconcile=repeat if idempotent and not read_only else None,
             input_schema=schema,
+            title=listed.title or hints.title,
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ValidationError
 
+from agentledger.core import action_summary
 from agentledger.core.spec import JsonDict, RiskLevel
 from agentledger.store.vault import SecretScope
 
@@ -80,6 +81,9 @@ class Tool:
     worker that has the tool applies it when it starts, so a tool set brings its own tables.
     `input_schema` is the JSON schema the model sees, when it is not `args_model`'s own (an
     MCP server's tool declares one).
+    `summary` is how a call reads to the person asked to approve it, a template over its
+    arguments ("Refund {cents:money} on order {order_id}"); `title` an MCP tool's title,
+    which reads with the arguments when there is no template.
     """
 
     name: str
@@ -95,6 +99,8 @@ class Tool:
     secret_results: tuple[str, ...] = ()
     schema: tuple[str, ...] = ()
     input_schema: JsonDict | None = None
+    summary: str | None = None
+    title: str | None = None
 
     @functools.cached_property
     def parameters(self) -> JsonDict:
@@ -111,6 +117,14 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
+
+    def summarize(self, arguments: JsonDict) -> str | None:
+        """The call in words for a person, if the tool says how it reads."""
+        if self.summary is not None:
+            return action_summary.summarize(self.summary, arguments)
+        if self.title is not None:
+            return action_summary.titled(self.title, arguments)
+        return None
 
     def parse_arguments(self, arguments: JsonDict) -> BaseModel:
         return self.args_model.model_validate(arguments)

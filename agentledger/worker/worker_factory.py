@@ -33,6 +33,7 @@ from agentledger.activities.model import ModelActivities
 from agentledger.activities.provider_clients import ProviderClients
 from agentledger.activities.run_endings import RunEndingActivities
 from agentledger.activities.schedules import ScheduleActivities
+from agentledger.activities.standing import StandingActivities
 from agentledger.activities.tools import ToolActivities
 from agentledger.activities.verify import VerifyActivities
 from agentledger.activities.webhooks import WebhookActivities
@@ -50,6 +51,7 @@ from agentledger.store.db import activity_slots_for, commit_pool_beside, open_po
 from agentledger.store.fork_store import ForkStore
 from agentledger.store.mirror_store import MirrorStore
 from agentledger.store.model_journal import ModelJournal
+from agentledger.store.standing_store import StandingStore
 from agentledger.store.tenant_store import TenantStore
 from agentledger.store.trigger_store import TriggerStore
 from agentledger.store.vault import SecretVault
@@ -287,6 +289,7 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
     evals = EvalActivities(deps.pool)
     webhooks = WebhookActivities(WebhookStore(deps.pool))
     schedules = ScheduleActivities(TriggerStore(deps.pool))
+    standing = StandingActivities(StandingStore(deps.pool))
     return EngineParts(
         run_activities=[
             model.complete,  # a run's model calls, unless its tenant has a rate (steering.py)
@@ -309,6 +312,8 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
             webhooks.run_changes,
             webhooks.tenant_subscriptions,
             schedules.record_fire,
+            webhooks.subscribers,
+            standing.find,
         ],
         model_activities=[model.complete],
         mirror_activities=[mirror.sync],

@@ -24,7 +24,8 @@ from agentledger.workflows.steps import Step
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from agentledger.core import approval_signatures, bounds, merge_patch
+    from agentledger.activities.standing import StandingActivities
+    from agentledger.core import approval_signatures, bounds, fairness, merge_patch
     from agentledger.core.argument_schema import argument_problems, unknown_fields
     from agentledger.core.events import EventType
     from agentledger.core.identity import Identity
@@ -38,6 +39,11 @@ with workflow.unsafe.imports_passed_through():
         RefusedDecision,
     )
     from agentledger.core.spec import Budget, JsonDict
+    from agentledger.core.standing_approvals import (
+        StandingApproval,
+        StandingFound,
+        StandingInput,
+    )
     from agentledger.core.states import RunStatus, StepStatus, is_terminal
     from agentledger.core.wire import ApproveInput, RejectInput
     from agentledger.workflows import policies
@@ -123,6 +129,7 @@ def decider_ref(decision: ApproveInput | RejectInput) -> str:
 
 # Refused decisions a run keeps in its state for `status`.
 MAX_REFUSALS = 10
+STANDING_TIMEOUT = timedelta(seconds=30)
 
 
 class Approvals:
@@ -138,8 +145,11 @@ class Approvals:
         # A sub-agent's run tells its parent of the approval it waits for (Subagents).
         self.tell_parent = tell_parent
         # An edit is a merge patch from generation 6 on; before, it was laid over member by
-        # member (agentledger/core/version_branches.py: generation-6).
+        # member (agentledger/core/version_branches.py: generation-6). Standing approvals
+        # are looked up from generation 6 on too, for a tenant whose policy lets approvers
+        # grant them.
         self.merge_patches = changes.generation_6
+        self.standing = changes.generation_6
 
     async def approval_step(
         self,
@@ -147,9 +157,17 @@ class Approvals:
         arguments: JsonDict,
         parameters: JsonDict | None = None,
         risk: str | None = None,
+        *,
+        summary: str | None = None,
     ) -> JsonDict | None:
-        """A risky call waits for a person; returns the arguments to run, or None."""
-        record = await self.await_human("action", tool, arguments, parameters=parameters, risk=risk)
+        """A risky call waits for a person (unless a standing approval covers it); returns
+        the arguments to run, or None."""
+        rule = await self._standing_rule(tool, arguments)
+        if rule is not None:
+            return await self._approved_by_rule(rule, tool, arguments, summary)
+        record = await self.await_human(
+            "action", tool, arguments, parameters=parameters, risk=risk, summary=summary
+        )
         if record.decision == "approved":
             return record.final_arguments
         if record.decision == "expired":
@@ -158,6 +176,75 @@ class Approvals:
             raise RunEnded(RunStatus.CANCELLED, f"approval for {tool} rejected: {record.reason}")
         self.recorder.set_status(RunStatus.PLANNING)
         return None
+
+    async def _standing_rule(self, tool: str, arguments: JsonDict) -> StandingApproval | None:
+        """The tenant's standing approval that covers this call, if its policy lets one:
+        never for a tool it (or the run's policy) always asks about, a call that needs more
+        than one approver, or a run whose decisions must be signed."""
+        policy, asked = self.spec.tenant_policy, self.spec.approval
+        if not self.standing or policy is None or not policy.standing_tools:
+            return None
+        if not policy.may_grant(tool) or tool in asked.always or asked.signatures_required():
+            return None
+        if asked.approvers_for(tool, arguments) > 1:
+            return None
+        found: StandingFound = await workflow.execute_activity_method(
+            StandingActivities.find,
+            StandingInput(tenant=self.spec.tenant, tool=tool),
+            start_to_close_timeout=STANDING_TIMEOUT,
+            retry_policy=fairness.MIRROR_RETRY,  # retried until Postgres answers
+        )
+        role, now = asked.role_for(tool, arguments), workflow.now()
+        requester = self.spec.requester
+        for rule in found.rules:
+            if not rule.covers(
+                tool,
+                arguments,
+                run_id=self.run_id,
+                agent=self.spec.agent,
+                required_role=role,
+                at=now,
+            ):
+                continue
+            if asked.approvers and rule.granted_by.name not in asked.approvers:
+                continue
+            own = requester is not None and rule.granted_by.ref == requester.ref
+            if own and not asked.requester_may_approve:
+                continue
+            return rule
+        return None
+
+    async def _approved_by_rule(
+        self, rule: StandingApproval, tool: str, arguments: JsonDict, summary: str | None
+    ) -> JsonDict:
+        """The call approved by a standing approval: an approval step decided at once, its
+        record naming the rule and who granted it."""
+        role = self.spec.approval.role_for(tool, arguments)
+        input = {"kind": "action", "arguments": arguments, "required_role": role}
+        async with self.recorder.step("approval", tool, input=input, moves_status=False) as step:
+            now = workflow.now()
+            record = ApprovalRecord(
+                approval_id=step.id,
+                tool=tool,
+                proposed_arguments=arguments,
+                decision="approved",
+                by=rule.granted_by.name,
+                role=role,
+                final_arguments=arguments,
+                requested_at=now,
+                decided_at=now,
+                decider=rule.granted_by,
+                summary=summary,
+                standing_rule=f"{rule.rule_id}: {rule.text()}",
+            )
+            self.progress.approvals.append(record)
+            step.end(StepStatus.APPROVED, output=record.model_dump(mode="json"), finished_at=now)
+        self.recorder.event(
+            EventType.decided("approved"),
+            step.id,
+            {"by": record.by, "kind": "action", "standing_rule": record.standing_rule},
+        )
+        return arguments
 
     async def enforce_budget(self) -> None:
         """Over budget: a person may extend it (seeing what was spent) or end the run."""
@@ -195,12 +282,13 @@ class Approvals:
         *,
         parameters: JsonDict | None = None,
         risk: str | None = None,
+        summary: str | None = None,
     ) -> ApprovalRecord:
         """Wait, holding no worker, for people's decision (as many approvals as the call
         needs), or for the approval to expire."""
         policy = self.spec.approval
         async with self.recorder.step("approval", tool) as step:
-            pending = self._pending(step, kind, tool, arguments, reason, parameters, risk)
+            pending = self._pending(step, kind, tool, arguments, reason, parameters, risk, summary)
             self.progress.pending_approval, self.progress.decision = pending, None
             self.recorder.show_details()  # the Web UI names what the run waits for
             step.input = approval_input(pending)
@@ -296,6 +384,7 @@ class Approvals:
         reason: str | None,
         parameters: JsonDict | None,
         risk: str | None = None,
+        summary: str | None = None,
     ) -> PendingApproval:
         """What people are asked to decide at `step`, under the run's approval policy."""
         policy = self.spec.approval
@@ -322,6 +411,7 @@ class Approvals:
             if call is not None
             else policy.approvals_needed,
             requester=self.spec.requester,
+            summary=summary,
         )
 
     def _approval_record(
@@ -341,6 +431,7 @@ class Approvals:
             requested_at=pending.requested_at,
             decided_at=workflow.now(),
             votes=pending.votes,
+            summary=pending.summary,
         )
         if decision is None:
             return expired

@@ -9,11 +9,13 @@ switch here that the workflow tests.
 Generation 6, the one switch: an approver's edit is a JSON Merge Patch (RFC 7396: `null`
 removes a member, an object merges into an object) or a whole replacement, checked against the
 tool's schema as the arguments it leaves; runs of generation 5 lay an edit over the arguments
-member by member. And a run's model calls go to the run's own task queue (started eagerly
-when the worker has a slot) unless its tenant has a model-call rate (the run's input says
-so, or a call on its own queue is refused for it: `ModelCallsRated`), and then to the
-rate-limited model queue from there on; runs of generation 5 send every model call to the
-model queue.
+member by member. A call that would ask a person first looks up its tenant's standing
+approvals (activity `approvals.standing`) when the tenant's policy lets approvers grant
+any; runs of generation 5 always ask. And a run's model calls go to the run's own task
+queue (started eagerly when the worker has a slot) unless its tenant has a model-call rate
+(the run's input says so, or a call on its own queue is refused for it: `ModelCallsRated`),
+and then to the rate-limited model queue from there on; runs of generation 5 send every
+model call to the model queue.
 
 Also in generation 6: a run's model calls are charged to its tenant, the credential that
 started it and its agent, and admitted under their budgets (agentledger/core/budgets.py):

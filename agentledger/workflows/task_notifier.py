@@ -44,6 +44,18 @@ DELIVERY_GIVE_UP = timedelta(days=1)
 CHANGES_WAIT_SECONDS = 60.0
 
 
+async def run_changes_after(run_id: str, seq: int) -> RunChanges:
+    """The run's events after `seq`, waited for a while (activity `webhooks.run_changes`):
+    what a notifier follows a run by."""
+    changes: RunChanges = await workflow.execute_activity_method(
+        WebhookActivities.run_changes,
+        ChangesInput(run_id=run_id, after_seq=seq, wait_seconds=CHANGES_WAIT_SECONDS),
+        start_to_close_timeout=timedelta(seconds=CHANGES_WAIT_SECONDS + 30),
+        heartbeat_timeout=timedelta(seconds=20),
+    )
+    return changes
+
+
 @workflow.defn(name=names.TASK_NOTIFIER_WORKFLOW_NAME)
 class TaskNotifierWorkflow:
     @workflow.run
@@ -51,12 +63,7 @@ class TaskNotifierWorkflow:
         state = input.state
         seq = input.after_seq
         while True:
-            changes: RunChanges = await workflow.execute_activity_method(
-                WebhookActivities.run_changes,
-                ChangesInput(run_id=input.run_id, after_seq=seq, wait_seconds=CHANGES_WAIT_SECONDS),
-                start_to_close_timeout=timedelta(seconds=CHANGES_WAIT_SECONDS + 30),
-                heartbeat_timeout=timedelta(seconds=20),
-            )
+            changes = await run_changes_after(input.run_id, seq)
             for event in changes.events:
                 after = task_states.state_after(event.type, event.data, state or "")
                 if after in task_states.FINAL and not changes.ended:

@@ -120,7 +120,7 @@ class ToolSteps:
             return
         if self.spec.approval.needs_approval(call.tool, call.risk, arguments):
             approved = await self.approvals.approval_step(
-                call.tool, arguments, call.parameters, call.risk.value
+                call.tool, arguments, call.parameters, call.risk.value, summary=call.summary
             )
             if approved is None:
                 tool_message(

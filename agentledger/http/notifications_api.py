@@ -1,0 +1,55 @@
+"""Your tenant's notification webhooks over REST (agentledger/client/notifications.py):
+added, listed and removed by its admins; what became of each delivery."""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from agentledger.core.webhook_models import NewSubscription, PushSubscription, WebhookDelivery
+from agentledger.http import bodies
+from agentledger.http.endpoints import Call, Endpoint, routes_of
+
+HOOKS = "/v1/notifications"
+
+
+async def listed(call: Call[None]) -> list[PushSubscription]:
+    """Your tenant's notification webhooks (never their secrets)."""
+    return await call.runs.notifications.listed()
+
+
+async def subscribe(call: Call[bodies.Subscribe]) -> NewSubscription:
+    """Tell `url` what your tenant's runs started from now on do: `approval.requested`,
+    `approval.decided`, `run.finished`, `run.failed`, each signed with the secret
+    (`AgentLedger-Signature: t=...,v1=...`; a random one, shown this once, if you send
+    none) and retried with backoff until the receiver answers 2xx."""
+    body = call.input
+    return await call.runs.notifications.subscribe(body.name, body.url, secret=body.secret)
+
+
+async def remove(call: Call[bodies.NoFields]) -> bodies.Removed:
+    """Stop telling this webhook (404 for one your tenant does not have)."""
+    await call.runs.notifications.remove(call.path("name"))
+    return bodies.Removed(name=call.path("name"))
+
+
+async def deliveries(call: Call[None]) -> list[WebhookDelivery]:
+    """Each delivery to this webhook: its event, status, attempts, the last answer."""
+    return await call.runs.notifications.deliveries(call.path("name"))
+
+
+ENDPOINTS = [
+    Endpoint("GET", HOOKS, listed, "admin", answer=list[PushSubscription]),
+    Endpoint(
+        "POST", HOOKS, subscribe, "admin", bodies.Subscribe, answer=NewSubscription, status=201
+    ),
+    Endpoint(
+        "POST", HOOKS + "/{name}/remove", remove, "admin", bodies.NoFields, answer=bodies.Removed
+    ),
+    Endpoint(
+        "GET", HOOKS + "/{name}/deliveries", deliveries, "admin", answer=list[WebhookDelivery]
+    ),
+]
+
+
+def routes() -> list[Route]:
+    return routes_of(ENDPOINTS)
