@@ -591,14 +591,14 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "session_double_text_rolled_back": (dt_session("rollback", DT_TICKET_TASK), rolled_back),
 }
 # Budgets set before the scenarios run (agentledger/core/budgets.py): the schedule's tenant's
-# is advisory (its fire's run raises both alerts, delivered to RECEIVER); the spent one's
+# is advisory (its fire's run raises both alerts, delivered to ALERT_RECEIVER); the spent one's
 # enforcing budget was spent before the fire.
 BUDGETS = [
     BudgetLimit(tenant="budgeted", period="day", tokens=1, mode="enforcing"),
     BudgetLimit(tenant="scheduled", period="day", tokens=1, mode="advisory"),
     BudgetLimit(tenant="spent", period="day", tokens=1, mode="enforcing"),
 ]
-RECEIVER = Receiver()
+ALERT_RECEIVER = Receiver()
 # A schedule's fires (agentledger/workflows/scheduled_fires.py), each fired once by its
 # Temporal Schedule: a fire whose run ran to its end, and one whose tenant's enforcing budget
 # was spent (no run; the fire records why). The first's run raises the budget alerts of its
@@ -620,7 +620,7 @@ async def prepare(pool: AsyncConnectionPool) -> None:
         tenant="scheduled",
         run_id=None,
         name="alerts",
-        url=RECEIVER.url,
+        url=ALERT_RECEIVER.url,
         secret="history",
     )
 
@@ -745,7 +745,6 @@ async def main(force: bool) -> None:
     task_queue = QUEUE
     async with recording_worker(model_for_scenarios, task_queue, REGISTRY, POOLS) as client:
         await prepare(POOLS[0])
-        RECEIVER.server.start()
         OUT.mkdir(parents=True, exist_ok=True)
         for name, (base, scenario) in SCENARIOS.items():
             path = OUT / f"{name}.json"
@@ -800,5 +799,5 @@ async def main(force: bool) -> None:
 
 
 if __name__ == "__main__":
-    with RECEIVER:
+    with RECEIVER, ALERT_RECEIVER:
         asyncio.run(main(force="--force" in sys.argv))

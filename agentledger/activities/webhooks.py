@@ -9,9 +9,9 @@ drops it. The receiver may see a delivery twice (an attempt that landed but whos
 was lost): `AgentLedger-Delivery` names it, the same on every attempt.
 
 `webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror;
-`webhooks.subscribers` names a tenant's tenant-wide subscriptions (its notifications).
 `webhooks.tenant_subscriptions` lists a tenant's webhooks with no run, where its
-tenant-wide notices (budget alerts) go.
+tenant-wide notices go (its runs' notifications, budget alerts), read when each is told: one
+added meanwhile hears the next.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from agentledger.core.constants import (
     ACTIVITY_RUN_CHANGES,
     ACTIVITY_TENANT_SUBSCRIPTIONS,
     ACTIVITY_WEBHOOK_DELIVER,
-    ACTIVITY_WEBHOOK_SUBSCRIBERS,
 )
 from agentledger.core.events import EventType
 from agentledger.core.task_states import receipt_summary
@@ -39,8 +38,6 @@ from agentledger.core.webhook_models import (
     DeliveryResult,
     RunChanges,
     RunEventRow,
-    Subscribers,
-    SubscribersInput,
     TenantInput,
     TenantSubscription,
 )
@@ -108,13 +105,6 @@ class WebhookActivities:
             input.delivery_id, status="failed" if final else "retrying", status_code=code, error=why
         )
         raise ApplicationError(f"delivery {input.delivery_id}: {why}", non_retryable=final)
-
-    @activity.defn(name=ACTIVITY_WEBHOOK_SUBSCRIBERS)
-    async def subscribers(self, input: SubscribersInput) -> Subscribers:
-        """The tenant's tenant-wide subscriptions, read now: one added meanwhile is told
-        the run's next events."""
-        rows = await self.store.subscriptions(input.tenant, None)
-        return Subscribers(subscription_ids=[row["subscription_id"] for row in rows])
 
     @activity.defn(name=ACTIVITY_RUN_CHANGES)
     async def run_changes(self, input: ChangesInput) -> RunChanges:

@@ -117,7 +117,6 @@ DEMO_AGENTS = "agentledger.demo:agents"
 # the A2A task notifier that follows a run for one push subscription.
 ACTIVITY_WEBHOOK_DELIVER = "webhooks.deliver"
 ACTIVITY_STANDING_APPROVALS = "approvals.standing"
-ACTIVITY_WEBHOOK_SUBSCRIBERS = "webhooks.subscribers"
 ACTIVITY_RUN_CHANGES = "webhooks.run_changes"
 TASK_NOTIFIER_WORKFLOW_NAME = "TaskNotifier"
 RUN_NOTIFIER_WORKFLOW_NAME = "RunNotifier"

@@ -73,16 +73,6 @@ class RunNotifierInput(BaseModel):
     after_seq: int = Field(0, ge=0, description="events up to this one are told already")
 
 
-class SubscribersInput(BaseModel):
-    tenant: str
-
-
-class Subscribers(BaseModel):
-    """The tenant's tenant-wide subscriptions (their ids: the rest stays in Postgres)."""
-
-    subscription_ids: list[str] = Field(default_factory=list)
-
-
 def run_notifier_id(run_id: str) -> str:
     """The workflow id of the run's notifier: one per run."""
     return TASK_NOTIFIER_ID_PREFIX + "run." + run_id

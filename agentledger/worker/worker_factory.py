@@ -312,7 +312,6 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
             webhooks.run_changes,
             webhooks.tenant_subscriptions,
             schedules.record_fire,
-            webhooks.subscribers,
             standing.find,
         ],
         model_activities=[model.complete],

@@ -4,7 +4,7 @@ each of them what the run does (`approval.requested`, `approval.decided`, `run.f
 
 The task notifier's machinery, for a tenant instead of one A2A task: it follows the run's
 events in the mirror (activity `webhooks.run_changes`), reads the tenant's subscriptions
-when an event is to be told (`webhooks.subscribers`), and makes one signed delivery to each
+when an event is to be told (`webhooks.tenant_subscriptions`), and makes one signed delivery to each
 (`webhooks.deliver`), retried by Temporal with backoff and recorded in Postgres. A worker
 killed mid-delivery loses nothing: the activity is tried again on another. Each delivery's
 id is the subscription's, the run's and the event's, the same on every retry.
@@ -33,8 +33,8 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core.webhook_models import (
         DeliveryInput,
         RunNotifierInput,
-        Subscribers,
-        SubscribersInput,
+        TenantInput,
+        TenantSubscription,
     )
 
 __all__ = ["RunNotifierWorkflow"]
@@ -76,13 +76,13 @@ class RunNotifierWorkflow:
         self, input: RunNotifierInput, seq: int, name: str, body: dict[str, Any]
     ) -> None:
         """One event told to every subscription at once: a slow receiver holds no other."""
-        found: Subscribers = await workflow.execute_activity_method(
-            WebhookActivities.subscribers,
-            SubscribersInput(tenant=input.tenant),
+        found: list[TenantSubscription] = await workflow.execute_activity_method(
+            WebhookActivities.tenant_subscriptions,
+            TenantInput(tenant=input.tenant),
             start_to_close_timeout=timedelta(seconds=30),
         )
         await asyncio.gather(
-            *(self._deliver(input, each, seq, name, body) for each in found.subscription_ids)
+            *(self._deliver(input, each.subscription_id, seq, name, body) for each in found)
         )
 
     async def _deliver(
