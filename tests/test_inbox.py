@@ -155,18 +155,14 @@ async def test_a_field_the_approver_removes_in_the_inbox_is_not_sent(
         "body": "It is approved.",
         "bcc": "mallory@evil.example",
     }
-    # The operator's only agent, so every start runs it: it sends mail (the demo's cannot).
-    profiles = tmp_path / "agents.yaml"
-    profiles.write_text(
-        json.dumps({"mailer": {"instructions": "You send mail.", "tools": ["send_mail"]}})
-    )
+    async with RunClient.lazy(settings) as operator:
+        await operator.tenants.set_policy(tenant, {"free_form": "runner"})
     registry = ToolRegistry([*agentledger.demo.registry.tools(), send_mail])
-    env = {"AGENTLEDGER_AGENTS": str(profiles)}
-    async with worker(registry=registry), served(settings, tmp_path, env=env) as door:
+    async with worker(registry=registry), served(settings, tmp_path) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
             started = await http.post(
                 "/v1/runs",
-                json={"task": f"call send_mail {json.dumps(proposed)}"},  # the only agent's
+                json={"task": f"call send_mail {json.dumps(proposed)}"},
                 headers=bearer(runner),
             )
             assert started.status_code == 201, started.text

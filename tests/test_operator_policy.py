@@ -143,18 +143,15 @@ async def test_a_runner_cannot_sidestep_the_approvals_the_operator_set(
             # The tenant's rule: every ticket waits for an approver, whatever a spec says.
             async with RunClient.lazy(settings) as operator:
                 await operator.tenants.set_policy(tenant, {"rules": [{"tool": "create_ticket"}]})
-            # An admin's own agent, without the approvals: a free-form spec, the admin's to send.
-            admins_own = {**own_spec, "agent": "mine"}
             mine = await http.post(
-                "/v1/backlogs/mine/tasks",  # beside desk's, whose task waits for its approval
-                json={"tasks": [{"title": "x", "idempotency_key": "own", "spec": admins_own}]},
-                headers=bearer(admin),
+                "/v1/runs",
+                json={"task": TICKET_TASK},
+                headers={**bearer(admin), "Idempotency-Key": "admins-own"},
             )
-            assert mine.status_code == 200, mine.text
-            admins_run = child_run_id("mine", "own", 1)
-            pending = await task_waits(client, admins_run)
+            assert mine.status_code == 201, mine.text
+            pending = await wait_pending(client, mine.json()["run_id"], seconds=60)
             assert pending.tool == "create_ticket"
-        for each in (run_id, task_run, admins_run):
+        for each in (run_id, task_run, mine.json()["run_id"]):
             async with RunClient.lazy(settings) as operator:
                 await operator.runs.cancel(each)
 

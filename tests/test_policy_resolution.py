@@ -58,22 +58,6 @@ def test_a_runner_without_an_agent_runs_the_tenants_default_agent():
     assert run.requester == MARIA and run.tenant_policy == TenantPolicy()
 
 
-def test_a_task_alone_runs_the_default_agent_whoever_sends_it():
-    """An operator's or an admin's `start --task` runs, and is recorded as, the tenant's
-    default agent (so `eval dataset --agent` finds it); a spec that asks anything of its own
-    without naming an agent stays free-form for them."""
-    admin = frozenset({"admin"})
-    for roles in (admin, RUNNER):
-        run = resolve(asked(user="ana", priority=2), policy(), roles=roles, profiles=PROFILES)
-        assert (run.agent, run.allowed_tools) == ("desk", ["search_notes", "create_ticket"])
-    named = resolve(asked(), policy(default_agent="desk"), roles=admin, profiles=PROFILES)
-    assert named.agent == "desk" and named.profile_hash == PROFILES["desk"]["profile_hash"]
-    own = resolve(asked(max_steps=3), policy(), roles=admin, profiles=PROFILES)
-    assert (own.agent, own.allowed_tools, own.max_steps) == ("default", None, 3)
-    several = {**PROFILES, "other": PROFILES["desk"]}  # no default among several: free-form
-    assert resolve(asked(), policy(), roles=admin, profiles=several).agent == "default"
-
-
 def test_a_free_form_spec_is_the_tenants_to_allow():
     own = asked(agent="my-own", allowed_tools=["create_ticket"])
     with pytest.raises(PolicyDenied, match="free-form spec"):

@@ -11,11 +11,9 @@ workflow too. `tests/test_policy_resolution.py` fails if a start path bypasses i
 What it makes of a spec (docs/security.md, "The policy model"):
 - a spec that names one of the operator's agent profiles is held to that profile: it may
   narrow its tools and sub-agents and add approvals, never widen or remove them;
-- a start that names no agent and asks nothing of its own (a task alone, with who and how
-  urgent) runs the tenant's default agent, whoever sends it, so the run carries an agent's
-  name and profile; any other spec that names no profile is free-form: only a caller in the
-  tenant's `free_form` role (and the operator) may send one, and anyone else's runs the
-  tenant's default agent;
+- a spec that names none is free-form: only a caller in the tenant's `free_form` role (and
+  the operator) may send one; anyone else's start without an agent runs the tenant's
+  default agent;
 - the tenant's approval rules come first in every run's approval policy, whatever the spec
   says; its approvers are added to the spec's (never replaced); whether a requester may
   approve their own run and the two-person rule can only be tightened.
@@ -41,9 +39,6 @@ from agentledger.core.spec import RISK_ORDER, ApprovalPolicy, JsonDict, RunSpec,
 FREE_APPROVAL_FIELDS = ("timeout_seconds", "on_reject")
 # The spec fields an agent's profile holds a run to.
 HELD_FIELDS = ("allowed_tools", "approval", "subagents")
-# What a start says about the request, not the work: a spec that sets nothing else asks for
-# no work of its own, so it runs the tenant's default agent.
-REQUEST_FIELDS = frozenset({"task", "tenant", "user", "idempotency_key", "priority"})
 
 
 class PolicyInput(BaseModel):
@@ -145,16 +140,12 @@ def _held_to_profile(
     profiles: Mapping[str, JsonDict],
 ) -> RunSpec:
     profile = profiles.get(spec.agent)
-    if profile is None and roles is not None:
-        free = may_write_specs(rules, roles)
+    if profile is None and roles is not None and not may_write_specs(rules, roles):
         fallback = default_agent(rules, profiles)
-        if "agent" in spec.model_fields_set or fallback not in profiles:
-            fallback = None  # an agent named that is no profile, or no default to run
-        if fallback is not None and (not free or spec.model_fields_set <= REQUEST_FIELDS):
-            spec = spec.model_copy(update={"agent": fallback})
-            profile = profiles[fallback]
-        elif not free:
+        if "agent" in spec.model_fields_set or fallback is None or fallback not in profiles:
             raise PolicyDenied(_no_free_form(spec, rules, profiles))
+        spec = spec.model_copy(update={"agent": fallback})
+        profile = profiles[fallback]
     if profile is None:
         return spec  # free-form, from a caller the tenant lets write specs
     limited = roles is not None and "admin" not in roles
