@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentledger import RunClient
+from agentledger import RunClient, RunSpec
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.profiles import load_agents
 from tests.support import run_result
@@ -42,7 +42,12 @@ async def test_the_evals_page_runs_as_written(
     ours = settings.model_copy(update={"tenant": tenant})
     async with worker():
         async with RunClient.lazy(ours) as runs:
-            started = [(await runs.runs.start(task)).run_id for task in TASKS]
+            # As the page says: runs started from the demo's profile carry its name.
+            [profile] = load_agents(DEMO_AGENTS).values()
+            started = [
+                (await runs.runs.start(spec=RunSpec(task=task, agent=profile.name))).run_id
+                for task in TASKS
+            ]
             ended = [await run_result(client, run) for run in started]
         assert [r.status.value for r in ended] == ["completed"] * len(TASKS), ended
 

@@ -240,7 +240,7 @@ def test_every_start_path_resolves_its_policy_by_the_one_function():
     door = ROOT / "agentledger" / "client" / "starts.py"
     starts = ROOT / "agentledger" / "workflows" / "run_starts.py"
     policy_module = ROOT / "agentledger" / "core" / "tenant_policy.py"
-    assert _functions_calling(door, "resolve") == {"start", "backlog_tasks"}
+    assert _functions_calling(door, "resolve") == {"start", "backlog_tasks", "triggered"}
     assert _functions_calling(starts, "resolve") == {"within_parent"}
     assert _functions_calling(starts, "held_spec") == {"read_policy"}
     assert _functions_calling(policy_module, "resolve") == {"held_spec"}
