@@ -102,7 +102,7 @@ assert agentledger.run_worker is not None
 assert workflows.OWNER == activities.OWNER == "the user's project", "not the user's packages"
 assert agentledger.__file__.startswith(sys.prefix), f"agentledger from {agentledger.__file__}, not the venv"
 assert importlib.util.find_spec("pgserver") is None, "the lean install has an embedded Postgres"
-assert shutil.which("temporal") is None, "the lean install has a Temporal dev server"
+assert shutil.which("temporal") is None, f"the lean install has a Temporal dev server: {shutil.which('temporal')}"
 print("wheel_check:    import agentledger; agentledger.RunClient: fine beside the user's workflows/")
 EOF
 
