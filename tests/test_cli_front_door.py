@@ -37,7 +37,7 @@ FRONT_DOOR = "agentledger.client.run_client"
 CLIENT_NAMES = {"client", "stacked", "demo_runs"}
 # RunClient's services, each named as the group of commands it serves.
 SERVICES = {"runs", "sessions", "backlogs", "tenants", "approvers", "deploys", "mirror", "evals"}
-SERVICES |= {"keys", "costs", "schedules", "hooks"}
+SERVICES |= {"keys", "costs", "schedules", "hooks", "standing"}
 
 # Each command (a group's commands as "group command") and the RunClient methods it uses,
 # a service's as "service.method".
@@ -86,6 +86,9 @@ SERVED_BY = {
     "hooks create": {"hooks.create"},
     "hooks list": {"hooks.listed"},
     "hooks delete": {"hooks.delete"},
+    "standing grant": {"standing.grant"},
+    "standing list": {"standing.listed"},
+    "standing revoke": {"standing.revoke"},
     "tenants list": {"tenants.listed"},
     "approvers add": {"approvers.add", "approvers.config_dir"},
     "approvers list": {"approvers.listed"},

@@ -151,6 +151,8 @@ async def test_tenants_cli_sets_lists_and_refuses(client, settings, pool, tmp_pa
         "max_queued": None,
         "model_calls_per_second": None,
         "allowed_priorities": None,
+        "double_texting": None,
+        "schedule_role": None,
     }
     off = await run_cli(
         settings, tmp_path, "tenants", "set", tenant, "--max-in-flight", "off", "--json"

@@ -203,7 +203,8 @@ async def test_the_credential_is_checked_before_any_body_is_read_on_every_route(
                         refused = await http.request(method, path, content=body, headers=headers)
                         assert refused.status_code == 401, (method, path, refused.text)
                         assert refused.json()["error"]["kind"] == "unauthenticated"
-                if method == "POST":
+                # A hook's delivery proves itself by its signature, not by a credential.
+                if method == "POST" and not path.startswith("/v1/hooks/"):
                     forbidden = await http.request(
                         method, path, content=deep(100_000), headers=bearer(viewer)
                     )

@@ -52,9 +52,8 @@ def _row(rule: StandingApproval) -> dict[str, Any]:
 async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.cli import render
 
-    standing = client.standing
     if args.standing_command == "grant":
-        rule = await standing.grant(
+        rule = await client.standing.grant(
             args.tool,
             hours=args.hours,
             when=args.when,
@@ -69,11 +68,11 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
         )
         emit(rule.model_dump(mode="json"), args.json, text)
     elif args.standing_command == "revoke":
-        rule = await standing.revoke(args.rule_id, tenant=args.tenant)
+        rule = await client.standing.revoke(args.rule_id, tenant=args.tenant)
         text = f"revoked {rule.rule_id} ({rule.text()}): its calls ask a person again"
         emit(rule.model_dump(mode="json"), args.json, text)
     else:
-        rules = await standing.listed(tenant=args.tenant, live_only=not args.all)
+        rules = await client.standing.listed(tenant=args.tenant, live_only=not args.all)
         rows = [_row(rule) for rule in rules]
         text = render.table(rows, COLUMNS) if rows else "no standing approvals"
         emit([rule.model_dump(mode="json") for rule in rules], args.json, text)

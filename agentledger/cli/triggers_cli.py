@@ -97,7 +97,7 @@ def add_commands(sub: Any) -> None:
     )
     p = hooks.add_parser("list", help="the hooks (never their secrets)")
     p = hooks.add_parser("delete", help="remove a hook: its deliveries are refused")
-    p.add_argument("name")
+    p.add_argument("name", help="the hook's name, as `hooks list` shows it")
     for each in hooks.choices.values():
         add_tenant(each)
         add_output_flags(each)

@@ -95,7 +95,8 @@ class Notifications:
         """Each delivery to this subscriber: its event, status, attempts, last answer."""
         named = self._tenant(tenant)
         rows = await (await self._store()).deliveries(f"{named}.{id_part(name)}")
-        return [WebhookDelivery.model_validate(row) for row in rows if row["tenant"] == named]
+        # The subscription's id is the scope's tenant's own: its rows are that tenant's.
+        return [WebhookDelivery.model_validate(row) for row in rows]
 
 
 async def follow_run(scope: Scope, tenant: str, run_id: str) -> None:

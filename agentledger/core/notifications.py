@@ -10,7 +10,10 @@ from typing import Any
 
 from agentledger.core.events import EventType
 
-NOTIFICATION_EVENTS = ("approval.requested", "approval.decided", "run.finished", "run.failed")
+# Named as the run events they tell of, where one does.
+REQUESTED = EventType.APPROVAL_REQUESTED.value
+FINISHED = EventType.RUN_FINISHED.value
+NOTIFICATION_EVENTS = (REQUESTED, "approval.decided", FINISHED, "run.failed")
 DECIDED = {EventType.APPROVAL_APPROVED, EventType.decided("rejected"), EventType.decided("expired")}
 
 
@@ -20,7 +23,7 @@ def notification(
     """The notification a run event makes (its name and body), or None for one that makes
     none."""
     if event_type == EventType.APPROVAL_REQUESTED:
-        name = "approval.requested"
+        name = REQUESTED
         detail = {
             key: data.get(key)
             for key in ("approval_id", "kind", "tool", "summary", "arguments", "risk")
@@ -35,7 +38,7 @@ def notification(
         }
     elif event_type == EventType.RUN_FINISHED:
         status = data.get("status")
-        name = "run.finished" if status == "completed" else "run.failed"
+        name = FINISHED if status == "completed" else "run.failed"
         detail = {"status": status, "error": data.get("error")}
     else:
         return None

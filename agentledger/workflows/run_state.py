@@ -36,6 +36,7 @@ WORKFLOW_ONLY = {
     "double_texting": "whether a session's messages follow its policy: from the input again",
     "how": "a TurnCut's, raised and caught between two steps: never across a continuation",
     "merge_patches": "the approvals' reading of generation_6, from the input likewise",
+    "standing": "the approvals' reading of generation_6 for standing approvals, likewise",
     "indexed_status": "read from the search attributes, which a continuation inherits",
     "progress": "the declared state itself, carried whole",
     "pending_steps": "mirror rows not sent yet: a run flushes them before it continues",
