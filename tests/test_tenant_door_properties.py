@@ -703,15 +703,17 @@ class Tenants(RuleBasedStateMachine):
     @rule(t=who)
     def add_a_notification_webhook(self, t: int) -> None:
         """A tenant's admin adds a webhook (a path of the door that answers 404, so its
-        deliveries fail at once); another tenant's removal of the same name reads as one of
-        a missing webhook, and removes nothing."""
+        deliveries fail at once; every other tenant's in Slack's format); another tenant's
+        removal of the same name reads as one of a missing webhook, and removes nothing."""
         tenant = self.tenants[t]
         http = self.stack.http
-        hook = {"name": "ops", "url": f"{self.stack.door_url}/no-such-hook"}
+        form = "slack" if t % 2 else "json"
+        hook = {"name": "ops", "url": f"{self.stack.door_url}/no-such-hook", "format": form}
         made = http.post(
             "/v1/notifications", json=hook, headers={"Authorization": f"Bearer {self.keys[tenant]}"}
         )
         assert made.status_code == 201 and made.json()["tenant"] == tenant, made.text
+        assert made.json()["format"] == form, made.text
         for other in self.tenants:
             if other == tenant:
                 continue
