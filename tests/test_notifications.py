@@ -11,6 +11,7 @@ import json
 import signal
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from temporalio.testing import ActivityEnvironment
 
 from agentledger import RunClient
 from agentledger.activities.run_notices import RunNotices
+from agentledger.cli.notifications_cli import NO_LINK
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.errors import RuleNotFound
 from agentledger.core.eval_cases import case_key, eval_workflow_id
@@ -36,6 +38,7 @@ from tests import client_ops as ops
 from tests.backlog_support import item, new_agent, tasks
 from tests.http_support import tenant_name
 from tests.support import NOTIFY_TASK, eventually, make_spec, mirror_batch, wait_pending
+from tests.test_cli import run_cli
 from tests.test_crash_recovery import start_worker_process
 from tests.test_subagents import delegating_model, parent_spec
 from tests.webhook_support import Receiver
@@ -171,18 +174,28 @@ def slack_shape(message: dict[str, Any]) -> list[str]:
 
 
 async def test_a_slack_webhook_gets_a_message_with_a_button_to_the_inbox_item(
-    settings: AgentLedgerConfig, pool: AsyncConnectionPool, client: Client, worker: Any
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
-    """A subscription in the Slack format gets what a Slack incoming webhook takes, signed
-    as any delivery: the refund in words with its agent and risk, and a button to its card
-    in the inbox at the door's public address (the workers' AGENTLEDGER_PUBLIC_URL)."""
+    """A subscription in the Slack format (made with the console script, which says the
+    link needs the door's address) gets what a Slack incoming webhook takes, signed as any
+    delivery: the refund in words with its agent and risk, and a button to its card in the
+    inbox at the door's public address (the workers' AGENTLEDGER_PUBLIC_URL)."""
     tenant = tenant_name()
     with Receiver() as slack:
+        added = await run_cli(
+            settings, tmp_path, "notifications", "add", "chat", slack.url, "--format", "slack",
+            "--tenant", tenant, console=True,
+        )  # fmt: skip
+        assert added.code == 0, added.err
+        assert NO_LINK in " ".join(added.out.split()), added.out
+        secret = added.out.split("secret (shown this once): ")[1].split()[0]
         async with RunClient.lazy(settings.model_copy(update={"tenant": tenant})) as admin:
-            made = await admin.notifications.subscribe("chat", slack.url, format="slack")
-            assert made.format == "slack"
             [listed] = await admin.notifications.listed()
-            assert listed.format == "slack"
+            assert (listed.name, listed.format) == ("chat", "slack")
         spec = make_spec(
             REFUND_TASK,
             tenant=tenant,
@@ -194,7 +207,7 @@ async def test_a_slack_webhook_gets_a_message_with_a_button_to_the_inbox_item(
             pending = await wait_pending(client, started.run_id, seconds=60)
             [told] = await slack.wait_for(1)
             await client.get_workflow_handle(started.run_id).cancel()
-    verify(made.secret, told.body, told.headers[SIGNATURE_HEADER.lower()], now=time.time())
+    verify(secret, told.body, told.headers[SIGNATURE_HEADER.lower()], now=time.time())
     assert told.headers["agentledger-event"] == "approval.requested"
     message = json.loads(told.body)
     assert slack_shape(message) == []

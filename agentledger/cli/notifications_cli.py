@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from agentledger.cli.cli_options import add_output_flags, add_tenant, add_wait, emit
+from agentledger.cli.cli_options import add_to_each, emit
 
 if TYPE_CHECKING:
     from agentledger import RunClient
@@ -45,10 +45,7 @@ def add_commands(sub: Any) -> None:
     p = commands.add_parser("redeliver", help="make a delivery again (its body, under its id)")
     p.add_argument("name", help="the webhook's name, as `notifications list` shows it")
     p.add_argument("delivery_id", help="the delivery, as `notifications deliveries` shows it")
-    for each in commands.choices.values():
-        add_tenant(each)
-        add_output_flags(each)
-        add_wait(each)
+    add_to_each(commands)
 
 
 async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
