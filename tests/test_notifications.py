@@ -13,8 +13,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import pytest
+import httpx
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -24,7 +25,6 @@ from agentledger import RunClient
 from agentledger.activities.run_notices import RunNotices
 from agentledger.cli.notifications_cli import NO_LINK
 from agentledger.core.config import AgentLedgerConfig
-from agentledger.core.errors import RuleNotFound
 from agentledger.core.eval_cases import case_key, eval_workflow_id
 from agentledger.core.events import EventType
 from agentledger.core.notifications import inbox_item
@@ -36,7 +36,7 @@ from agentledger.webhooks import SIGNATURE_HEADER, verify
 from agentledger.workflows.child_runs import child_run_id
 from tests import client_ops as ops
 from tests.backlog_support import item, new_agent, tasks
-from tests.http_support import tenant_name
+from tests.http_support import bearer, make_key, served, tenant_name
 from tests.support import NOTIFY_TASK, eventually, make_spec, mirror_batch, wait_pending
 from tests.test_cli import run_cli
 from tests.test_crash_recovery import start_worker_process
@@ -294,16 +294,23 @@ async def test_a_runs_first_notice_starts_its_one_notifier_and_an_eval_case_page
 
 
 async def test_a_delivery_that_failed_for_good_is_made_again_on_request(
-    settings: AgentLedgerConfig, pool: AsyncConnectionPool, client: Client, worker: Any
+    settings: AgentLedgerConfig,
+    pool: AsyncConnectionPool,
+    client: Client,
+    worker: Any,
+    tmp_path: Path,
 ) -> None:
     """A receiver that answered 410 failed the delivery for good; once it is fixed, the
-    tenant's admin has it made again: the recorded body under the same delivery id, signed
-    afresh, and its record reads delivered. A delivery the webhook never had is not found."""
-    tenant = tenant_name()
+    tenant's admin has it made again over HTTP: the recorded body under the same delivery
+    id, signed afresh, and its record reads delivered. Another tenant's admin asking for it,
+    and a delivery the webhook never had, read as missing."""
+    tenant, other = tenant_name(), tenant_name()
+    admin_key = await make_key(settings, tenant, "admin")
+    other_key = await make_key(settings, other, "admin")
     with Receiver(failures=1, failure_code=410) as fixed:
         async with RunClient.lazy(settings.model_copy(update={"tenant": tenant})) as admin:
             made = await admin.notifications.subscribe("ops", fixed.url)
-            async with worker():
+            async with worker(), served(settings, tmp_path) as door:
                 started = await ops.start_run(
                     client, make_spec(tenant=tenant), task_queue=settings.task_queue
                 )
@@ -314,8 +321,19 @@ async def test_a_delivery_that_failed_for_good_is_made_again_on_request(
 
                 [lost] = await eventually(failed, seconds=60, what="a delivery failed for good")
                 assert (lost.event, lost.last_status_code) == ("approval.requested", 410)
-                again = await admin.notifications.redeliver("ops", lost.delivery_id)
-                assert (again.delivery_id, again.status) == (lost.delivery_id, "pending")
+                again = f"/v1/notifications/ops/deliveries/{quote(lost.delivery_id, safe='')}"
+                async with httpx.AsyncClient(base_url=door.url, timeout=30) as http:
+                    theirs = await http.post(again + "/redeliver", headers=bearer(other_key))
+                    assert theirs.status_code == 404, theirs.text
+                    unknown = "/v1/notifications/ops/deliveries/nope/redeliver"
+                    none = await http.post(unknown, headers=bearer(admin_key))
+                    assert none.status_code == 404, none.text
+                    asked = await http.post(again + "/redeliver", headers=bearer(admin_key))
+                    assert asked.status_code == 202, asked.text
+                assert (asked.json()["delivery_id"], asked.json()["status"]) == (
+                    lost.delivery_id,
+                    "pending",
+                )
                 [took] = await fixed.wait_for(1)
 
                 async def delivered() -> Any:
@@ -325,8 +343,6 @@ async def test_a_delivery_that_failed_for_good_is_made_again_on_request(
 
                 [record] = await eventually(delivered, what="the redelivery recorded")
                 await client.get_workflow_handle(started.run_id).cancel()
-            with pytest.raises(RuleNotFound):
-                await admin.notifications.redeliver("ops", "no-such-delivery")
     assert (record.attempts, record.last_status_code) == (2, 200)
     assert took.headers["agentledger-delivery"] == lost.delivery_id
     assert json.loads(took.body)["run_id"] == started.run_id
