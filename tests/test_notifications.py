@@ -3,7 +3,8 @@ within 2 s of the request, signed; one that answers 500 twice gets the same deli
 third try (recorded: attempts, status); then `approval.decided` and `run.finished`. Another
 tenant's webhook hears nothing of these runs. A Slack-format webhook gets a message Slack
 takes, with a button to the inbox item; runs that workflows start (sub-agents, backlog
-tasks) are told as any run; an eval case's run pages nobody."""
+tasks, schedules' fires) are told as any run; an eval case's run pages nobody; a delivery
+that failed for good is made again on request."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from agentledger.workflows.child_runs import child_run_id
 from tests import client_ops as ops
 from tests.backlog_support import item, new_agent, tasks
 from tests.http_support import bearer, make_key, served, tenant_name
-from tests.support import NOTIFY_TASK, eventually, make_spec, mirror_batch, wait_pending
+from tests.support import NOTIFY_TASK, eventually, make_spec, mirror_batch, rows, wait_pending
 from tests.test_cli import run_cli
 from tests.test_crash_recovery import start_worker_process
 from tests.test_subagents import delegating_model, parent_spec
@@ -224,8 +225,8 @@ async def test_runs_that_workflows_start_are_told_as_any_run(
     settings: AgentLedgerConfig, pool: AsyncConnectionPool, client: Client, worker: Any
 ) -> None:
     """A tenant's webhook hears of runs no client started: a parent started by the engine
-    itself and its two sub-agents' child runs, and a backlog's task; each end told once,
-    naming its run and agent."""
+    itself and its two sub-agents' child runs, a backlog's task and a schedule's fire; each
+    end told once, naming its run and agent."""
     tenant = tenant_name()
     agent = new_agent("notified")
     with Receiver() as hook, OfflineModelServer(delegating_model()) as model:
@@ -236,14 +237,18 @@ async def test_runs_that_workflows_start_are_told_as_any_run(
                     client, parent_spec(tenant=tenant), task_queue=settings.task_queue
                 )
                 await admin.backlogs.enqueue(agent, [item("k1")])
-                await hook.wait_for(4, seconds=60)
+                await admin.schedules.create("daily", task="Look it up.", every=3600, paused=True)
+                await admin.schedules.trigger("daily")
+                await hook.wait_for(5, seconds=60)
+                await admin.schedules.delete("daily")
         children = (await ops.receipt(pool, parent.run_id))["children"]
         [task] = await tasks(pool, agent)
+        [fire] = await rows(pool, "SELECT run_id FROM schedule_fires WHERE tenant = %s", tenant)
     told = [json.loads(d.body) for d in hook.accepted()]
     ends = {t["run_id"]: t["agent"] for t in told if t["event"] == "run.finished"}
-    assert set(ends) == {parent.run_id, *children, task["run_id"]}, told
+    assert set(ends) == {parent.run_id, *children, task["run_id"], fire["run_id"]}, told
     assert [ends[parent.run_id], *(ends[child] for child in children)] == ["lead", "alpha", "beta"]
-    assert len(told) == 4, "each end told once"
+    assert len(told) == 5, "each end told once"
 
 
 async def test_a_runs_first_notice_starts_its_one_notifier_and_an_eval_case_pages_nobody(
