@@ -4,6 +4,7 @@ chaos suite and tests install."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -121,3 +122,36 @@ def test_one_config_from_the_environment_or_a_program():
         AgentLedgerConfig(tenant="x" * 201)
     with pytest.raises(ValidationError, match="model_base_url"):
         AgentLedgerConfig(model_base_url="http://m/v1")
+
+
+def environment_reads(source: str) -> list[int]:
+    """The lines that read the process's environment: `os.environ`, `os.getenv`, `environ`
+    imported from os."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in ("environ", "getenv", "environb", "getenvb")
+        ) or (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and any(alias.name in ("environ", "getenv") for alias in node.names)
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_client_side_reads_no_environment():
+    """The client classes act on the config their edge read (the CLI, the HTTP server, a
+    program's `AgentLedgerConfig`): an eval's judges take their providers' keys from it, an
+    approver's keys folder too."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "agentledger" / "client").glob("*.py"))
+        for line in environment_reads(path.read_text())
+    ]
+    assert not found, f"read the environment at the edge, into the config: {found}"
+    assert environment_reads("import os\nos.environ.get('X')\n") == [2]
+    assert environment_reads("from os import getenv\n") == [1]

@@ -1,7 +1,7 @@
 """Signed webhook deliveries, and a run's changes for those who deliver them.
 
 `webhooks.deliver` makes one attempt: it reads the subscription (URL, secret, credentials)
-from Postgres, signs the body (agentledger/core/webhook_signatures.py), POSTs it and records
+from Postgres, signs the body (agentledger.core.webhook_signatures), POSTs it and records
 the attempt. A receiver's 2xx is delivered; a 5xx, 408, 429 or a connection that failed is
 raised for Temporal to retry with its backoff (the workflow's retry policy is the only
 retry loop); any other 4xx fails the delivery for good. A subscription removed meanwhile

@@ -2,9 +2,9 @@
 (`approval.requested`, `approval.decided`, `run.finished`, `run.failed`), so a run that
 needs a person does not wait until someone happens to look.
 
-A subscription is a tenant-wide row of the webhook store (agentledger/store/webhook_store.py:
+A subscription is a tenant-wide row of the webhook store (agentledger.store.webhook_store:
 no run), its secret shown once when it is made. Each run started while its tenant has one
-gets a notifier workflow (agentledger/workflows/run_notifier.py) that delivers, retried by
+gets a notifier workflow (agentledger.workflows.run_notifier) that delivers, retried by
 Temporal and recorded; `deliveries` reads what became of each.
 """
 

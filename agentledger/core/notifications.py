@@ -1,6 +1,6 @@
 """What a tenant's notification webhooks are told, and when: a run's events, as the mirror
 holds them, turned into `approval.requested`, `approval.decided`, `run.finished` and
-`run.failed` bodies (the run notifier, agentledger/workflows/run_notifier.py, delivers
+`run.failed` bodies (the run notifier, agentledger.workflows.run_notifier, delivers
 each, signed, to every tenant-wide subscription)."""
 
 from __future__ import annotations

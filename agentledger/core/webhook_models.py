@@ -1,5 +1,5 @@
 """What crosses the webhook activities and the task notifier's workflow: one input model and
-one result each (agentledger/activities/webhooks.py, agentledger/workflows/task_notifier.py)."""
+one result each (agentledger.activities.webhooks, agentledger.workflows.task_notifier)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """BudgetAlert: one budget alert (`budget.warning`, `budget.exceeded`) delivered, signed, to
 each of its tenant's webhooks with no run.
 
-The model call that made the alert due starts it (agentledger/activities/budget_gate.py),
+The model call that made the alert due starts it (agentledger.activities.budget_gate),
 with an id that names the budget, the period and the kind, so an alert is delivered once
 however many calls see it due. Each delivery is `webhooks.deliver`, retried by Temporal with
 the task notifier's backoff and recorded in Postgres; a receiver that stays down past a day
