@@ -32,6 +32,7 @@ if __name__ == "__main__" and is_command(sys.argv[1:]):
     runpy.run_module("agentledger", run_name="__main__", alter_sys=True)
 
 import asyncio  # noqa: E402
+import os  # noqa: E402
 
 from temporalio.client import Client  # noqa: E402
 
@@ -63,13 +64,29 @@ async def main(
     return result
 
 
-if __name__ == "__main__":
+def run(task: str) -> int:
+    """`python starter.py [TASK]`: its exit code, 0 when the run completed."""
     try:
-        ended = asyncio.run(main(sys.argv[1].strip() if sys.argv[1:] else TASK))
+        ended = asyncio.run(main(task))
     except AgentLedgerError as err:  # a setting, a refusal, a service unreachable: one line
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+        return err.exit_code
+    except RuntimeError as err:  # Client.connect's, when no Temporal server answers there
+        if not str(err).startswith("Failed client connect"):
+            raise
+        print(f"error: {err}\nstart the stack (`python starter.py up`), or set TEMPORAL_ADDRESS",
+              file=sys.stderr)  # fmt: skip
+        return 4
     except KeyboardInterrupt:
         print("interrupted: the run goes on (`python starter.py list`)", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(0 if ended.status.value == "completed" else 1)
+        return 130
+    return 0 if ended.status.value == "completed" else 1
+
+
+if __name__ == "__main__":
+    code = run(sys.argv[1].strip() if sys.argv[1:] else TASK)
+    # The Temporal client's native threads can abort the interpreter's teardown
+    # (temporalio/sdk-python#300): flush, then exit without it, as the `agentledger` command does.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

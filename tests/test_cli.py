@@ -21,6 +21,7 @@ from psycopg.conninfo import make_conninfo
 
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.results import RunResult
+from agentledger.dev.stack import free_port
 from agentledger.store.db import MIGRATIONS, schema_version
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as ops
@@ -267,6 +268,15 @@ async def test_starter_py_with_a_task_starts_one_run_the_samples_way(cli, worker
     assert started.startswith("Started run-") and started.endswith(f"/workflows/{run_id}")
     assert result.startswith("Result: completed\n## Summary\nDone: Summarize our refund policy.")
     await wait_mirrored_status(pool, run_id, "completed")
+
+
+async def test_starter_py_says_in_a_line_that_temporal_does_not_answer(settings, tmp_path):
+    """Exit 4 (unreachable), what to do, no traceback; nothing was started."""
+    nowhere = settings.model_copy(update={"temporal_address": f"127.0.0.1:{free_port()}"})
+    done = await run_cli(nowhere, tmp_path / "home", "Summarize our refund policy.")
+    assert done.code == 4, (done.out, done.err)
+    assert done.err.startswith("error: Failed client connect") and "Traceback" not in done.err
+    assert "(`python starter.py up`), or set TEMPORAL_ADDRESS" in done.err
 
 
 def test_starter_py_reads_a_sentence_as_its_task_and_anything_else_as_a_command():
