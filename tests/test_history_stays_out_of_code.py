@@ -6,11 +6,11 @@ message that names one ("a build from before issue 28") tells a user nothing the
 on. This fails on either, naming the file and line. A reference to another project's bug
 (`owner/repo#123`) says why a workaround exists, and stays.
 
-A comment or docstring of the package that names a file of this repository
-(`agentledger/client/scope.py`, `docs/http.md`) goes stale when the file moves, and means
-nothing to a reader of the installed package: it names the Python symbol instead
-(`agentledger.client.scope`). A message to a user, any other string, may still name a page
-of docs/, which a user of a checkout opens.
+A comment or docstring of the package (or of the deployment's code beside it) that names a
+file of this repository (`agentledger/client/scope.py`, `docs/http.md`) goes stale when the
+file moves, and means nothing to a reader of the installed package: it names the Python
+symbol instead (`agentledger.client.scope`). A message to a user, any other string, may
+still name a page of docs/, which a user of a checkout opens.
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ def repository_paths(source: str) -> list[tuple[int, str]]:
     ]
 
 
-def test_no_comment_of_the_package_names_a_repository_file():
+def test_no_comment_names_a_repository_file():
     found = [
         f"{path.relative_to(ROOT)}:{line}: {named}"
-        for path in sorted((ROOT / "agentledger").rglob("*.py"))
+        for path in source_files()
         for line, named in repository_paths(path.read_text())
     ]
     assert not found, "name the Python symbol, not the file: " + "; ".join(found)
