@@ -244,7 +244,7 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
     """The engine's activities, each holding its injected clients."""
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
-    vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
+    vault = SecretVault.for_config(deps.pool, settings)  # one for both: secrets cross them
     spans = AgentSpans(enabled=settings.otel, capture_content=settings.otel_capture_content)
     model = ModelActivities(
         ProviderClients(deps.model_client, load_providers(settings.providers), deps.provider_keys),
