@@ -1,6 +1,6 @@
 """The approvals inbox: a page for the people who decide, and the list it shows.
 
-`GET /inbox` is one HTML file (agentledger/http/inbox.html: vanilla JS, no build step, nothing
+`GET /inbox` is one HTML file (`inbox.html` beside this module: vanilla JS, no build step, nothing
 fetched from elsewhere) that asks for an API key, keeps it in the tab's sessionStorage, and
 acts only through the REST routes with it: `GET /v1/me` (who is signed in, for which
 tenant), `GET /v1/approvals` (below) lists what the key's
