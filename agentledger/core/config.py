@@ -544,8 +544,8 @@ def process_environment() -> dict[str, str]:
     return {**{k: v for k, v in dotenv.items() if v is not None}, **os.environ}
 
 
-# The prefix of the project's first name (agentrun): such a variable is named with its
-# new name, not silently left unread.
+# The prefix of the project's first name: such a variable is named with its new name, not
+# silently left unread.
 _FORMER_PREFIX = "AGENTRUN_"
 
 

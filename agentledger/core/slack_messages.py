@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from agentledger.core.events import EventType
+
 SECTION_CHARS = 3000
 FIELD_CHARS = 2000
 TEXT_CHARS = 3000
@@ -47,7 +49,7 @@ def _money(usd: Any) -> str:
 def headline(event: str, body: Mapping[str, Any]) -> str:
     """The notification in one line, as a person reads it."""
     run = body.get("run_id") or "?"
-    if event == "approval.requested":
+    if event == EventType.APPROVAL_REQUESTED:
         line = f"Approval needed: {body.get('summary') or _call(body)}"
         facts = [f"agent {body['agent']}" if body.get("agent") else "", _risk(body)]
         shown = ", ".join(fact for fact in facts if fact)
@@ -59,7 +61,7 @@ def headline(event: str, body: Mapping[str, Any]) -> str:
         line = f"{decision.capitalize()} by {body.get('by') or 'someone'} in run {run}"
         rule = body.get("standing_rule")
         return line + (f" (standing approval {rule})" if rule else "")
-    if event == "run.finished":
+    if event == EventType.RUN_FINISHED:
         return f"Run {run} finished"
     if event == "run.failed":
         error = body.get("error")
@@ -91,7 +93,7 @@ def _facts(event: str, body: Mapping[str, Any]) -> list[tuple[str, Any]]:
             ("Limit", ", ".join(each for each in limit if each)),
         ]
     facts: list[tuple[str, Any]] = [("Agent", body.get("agent")), ("Tenant", body.get("tenant"))]
-    if event == "approval.requested":
+    if event == EventType.APPROVAL_REQUESTED:
         facts += [
             ("Risk", body.get("risk")),
             ("Tool", body.get("tool")),
@@ -116,7 +118,7 @@ def slack_message(event: str, body: Mapping[str, Any], public_url: str | None) -
     if fields:
         blocks.append({"type": "section", "fields": fields})
     inbox = body.get("inbox")
-    if event == "approval.requested" and isinstance(inbox, str):
+    if event == EventType.APPROVAL_REQUESTED and isinstance(inbox, str):
         if public_url:
             button = {
                 "type": "button",
