@@ -827,7 +827,7 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
 
     `conn.transaction()` inside a pipeline syncs with the server where it begins and where
     it ends, two round trips this spares by sending BEGIN and COMMIT as statements of the
-    pipeline (docs/benchmarks.md has the figures). An error in the body (the server's
+    pipeline (docs/bench/history.md has the figures). An error in the body (the server's
     or ours) leaves the transaction uncommitted: it is rolled back, or the connection closed
     so that the pool drops it. `pipeline.sync()` in the body makes the server run what was
     sent so far, still uncommitted.

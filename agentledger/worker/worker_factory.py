@@ -92,7 +92,7 @@ def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
     slots and the workflow cache did as well as anything tried (fewer workflow threads was
     slower), so they stay; the sandbox gets an explicit passthrough list. The workflow cache
     is a setting (AGENTLEDGER_WORKFLOW_CACHE): each cached run holds ~0.3-0.5 MB, and a run that
-    does not fit replays its history on its next task (docs/benchmarks.md, "Scale").
+    does not fit replays its history on its next task (docs/bench/history.md, "Scale").
     """
     return {
         "max_concurrent_activities": ACTIVITY_SLOTS,
@@ -217,7 +217,7 @@ def slot_shares(slots: int) -> tuple[int, int, int]:
     every other model call, and may use every slot but the mirror's, overlapping the rated
     calls' share: a call that finds a slot free there starts in the reply to the workflow
     task that scheduled it (eager dispatch), which spares the Temporal server the matching
-    and one write of the run's state, its costliest unit of work (docs/benchmarks.md
+    and one write of the run's state, its costliest unit of work (docs/bench/history.md
     measures it). Connections stay bounded by the pool, not
     the slots: an activity holds one at most (what a tool commits during its transaction
     goes through the commit pool), so under a burst one waits for a connection, never for

@@ -57,7 +57,7 @@ MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 # A step schedules one activity, not two: a `mirror.sync` before every step would double the
-# activities, and the Temporal server's work, per step (docs/benchmarks.md, "One activity per
+# activities, and the Temporal server's work, per step (docs/bench/history.md, "One activity per
 # step"). What the run accepted before a model or tool call rides in that call's input, and
 # its activity applies it in the same transaction as its claim on the step, fenced as
 # `mirror.sync` is. Temporal dispatches the
