@@ -59,21 +59,27 @@ VARIABLE = re.compile(r"\bAGENTLEDGER_[A-Z0-9_]*[A-Z0-9]\b")
 ASSIGNMENT = re.compile(r"\b(AGENTLEDGER_[A-Z0-9_]+)=([^\s`;,)]+)")
 
 
-@functools.cache
-def message_strings(*, described: bool = True) -> tuple[tuple[str, str], ...]:
+def message_strings(*, described: bool = True) -> list[tuple[str, str]]:
     """Every string the package's code holds, as `path:line` and its text, an f-string's
     values as WORD_VALUES has them or HOLE; docstrings are not messages, and descriptions
     (of a field, a flag, a model) only with `described`."""
-    return tuple(_strings(described))
+    return [(where, text) for where, text, describes in _strings() if described or not describes]
 
 
-def _strings(described: bool) -> Iterator[tuple[str, str]]:
+@functools.cache
+def _strings() -> tuple[tuple[str, str, bool], ...]:
+    """Read once, when a test first asks (not as the module is collected)."""
+    return tuple(_read_strings())
+
+
+def _read_strings() -> Iterator[tuple[str, str, bool]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
         skipped: set[int] = set()
+        describing: set[int] = set()
         for node in ast.walk(tree):
-            if not described and isinstance(node, ast.keyword) and node.arg in DESCRIBING:
-                skipped.add(id(node.value))
+            if isinstance(node, ast.keyword) and node.arg in DESCRIBING:
+                describing.add(id(node.value))
             body = getattr(node, "body", None)
             if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
                 skipped.add(id(body[0].value))  # a docstring
@@ -84,9 +90,10 @@ def _strings(described: bool) -> Iterator[tuple[str, str]]:
                 continue
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                yield where, node.value
+                yield where, node.value, id(node) in describing
             elif isinstance(node, ast.JoinedStr):
-                yield where, "".join(_piece(part) for part in node.values)
+                text = "".join(_piece(part) for part in node.values)
+                yield where, text, id(node) in describing
 
 
 def _piece(part: ast.expr) -> str:
@@ -96,6 +103,7 @@ def _piece(part: ast.expr) -> str:
     return WORD_VALUES.get(ast.unparse(part.value), HOLE)
 
 
+@functools.cache
 def advised_commands() -> list[tuple[str, str]]:
     """Each command a message advises, with where it is said; the advice module's own
     commands as it makes them, for the default queue and another."""
@@ -134,7 +142,7 @@ def parses(command: str) -> str | None:
                 if program == "agentledger-worker":
                     worker_parser().parse_args(filled)
                     return None
-                parsed = PARSER.parse_args(filled)
+                parsed = cli().parse_args(filled)
         except SystemExit as exit:
             if exit.code == 0:  # --help
                 return None
@@ -146,15 +154,15 @@ def parses(command: str) -> str | None:
     return said
 
 
-PARSER = cli_parser()
-ADVISED = advised_commands()
+cli = functools.cache(cli_parser)
 
 
 def test_advice_is_found_where_it_is_given() -> None:
     """The scan reads the messages (a guard against a scan that finds nothing)."""
-    places = {where.split(":")[0] for where, _ in ADVISED}
-    assert len(ADVISED) > 60, ADVISED
-    assert sum(where.startswith("advice.") for where, _ in ADVISED) == 2, ADVISED
+    advised = advised_commands()
+    places = {where.split(":")[0] for where, _ in advised}
+    assert len(advised) > 60, advised
+    assert sum(where.startswith("advice.") for where, _ in advised) == 2, advised
     for module in ("agentledger/client/steering.py", "agentledger/cli/render.py"):
         assert module in places, sorted(places)
 
@@ -170,7 +178,7 @@ def test_every_described_command_is_one() -> None:
     wrong = []
     for where, command in sorted(named):
         words = shlex.split(command)[1:]
-        group = PARSER
+        group = cli()
         for word in words:
             if word.startswith("-") or PLACEHOLDER.match(word):
                 break
@@ -187,7 +195,7 @@ def test_every_described_command_is_one() -> None:
 def test_every_advised_command_parses_as_written() -> None:
     wrong = [
         f"{where}: `{command}`: {said}"
-        for where, command in ADVISED
+        for where, command in advised_commands()
         if (said := parses(command)) is not None
     ]
     assert not wrong, "advice that does not run as written:\n" + "\n".join(wrong)
