@@ -5,7 +5,7 @@
 
 Each input is a results JSON that `bench/run.py --stages profile` wrote (its `latest.json`).
 Runs of the two trees should alternate on the same machine, since load moves the figures;
-the output keeps every run and the means, and prints the table docs/benchmarks.md quotes.
+the output keeps every run and the means, and prints the table docs/bench/history.md quotes.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 
 import agentledger.demo
-from agentledger.core.constants import OFFLINE_MODEL
+from agentledger.core.constants import FREE_FORM_AGENT, OFFLINE_MODEL
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.temporal.client import connect
 from agentledger.tools import ToolContext, ToolRegistry
@@ -224,7 +224,7 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         strict=True,
     ):
         assert span.name == f"chat {OFFLINE_MODEL}"
-        assert parent_name(span) == "invoke_agent default"
+        assert parent_name(span) == f"invoke_agent {FREE_FORM_AGENT}"
         assert linked_name(span) == "RunActivity:model.complete"
         assert span.attributes["gen_ai.request.model"] == OFFLINE_MODEL
         assert span.attributes["gen_ai.response.model"] == OFFLINE_MODEL
@@ -238,7 +238,7 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         assert "gen_ai.output.messages" not in span.attributes
     for span, name in zip(tool_spans, ["search_notes", "send_message"], strict=True):
         assert span.name == f"execute_tool {name}"
-        assert parent_name(span) == "invoke_agent default"
+        assert parent_name(span) == f"invoke_agent {FREE_FORM_AGENT}"
         assert linked_name(span) == "RunActivity:tool.invoke"
         assert span.attributes["gen_ai.tool.name"] == name
         assert str(span.attributes["gen_ai.tool.call.id"]).startswith("call_")

@@ -2,7 +2,7 @@
 scheduled them.
 
 Dispatched eagerly, an activity skips the Temporal server's matching and one write of the
-run's state, the server's costliest unit of work (docs/benchmarks.md). A run's model calls
+run's state, the server's costliest unit of work (docs/bench/history.md). A run's model calls
 go to its own queue too (generation 6), unless its tenant has a model-call rate: then they
 go to the model queue (agentledger.core.fairness), through matching, where the server holds
 the tenant to its rate. The worker's slots are shared so the run queue has room for them

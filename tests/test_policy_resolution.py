@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from agentledger.core import merge_patch
 from agentledger.core.admission_models import TenantLimits
+from agentledger.core.constants import FREE_FORM_AGENT
 from agentledger.core.errors import PolicyDenied
 from agentledger.core.identity import OPERATOR, Identity
 from agentledger.core.policy_rules import ApprovalRule, TenantPolicy, parse_rule
@@ -56,6 +57,19 @@ def test_a_runner_without_an_agent_runs_the_tenants_default_agent():
     assert run.approval.needs_approval("create_ticket", RiskLevel.LOW, {})
     assert run.approval.role_for("create_ticket", {}) == "support"
     assert run.requester == MARIA and run.tenant_policy == TenantPolicy()
+
+
+def test_a_task_alone_runs_the_default_agent_the_operator_named_whoever_sends_it():
+    """An admin's task alone runs the tenant's default agent when the operator named one; a
+    spec of the admin's own, or a task where the only profile loaded is a default nobody
+    chose, runs free-form and is recorded as such."""
+    admin = frozenset({"admin"})
+    named = resolve(asked(user="ana"), policy(default_agent="desk"), roles=admin, profiles=PROFILES)
+    assert (named.agent, named.profile_hash) == ("desk", PROFILES["desk"]["profile_hash"])
+    unnamed = resolve(asked(), policy(), roles=admin, profiles=PROFILES)
+    assert (unnamed.agent, unnamed.allowed_tools) == (FREE_FORM_AGENT, None)
+    own = resolve(asked(max_steps=3), policy(default_agent="desk"), roles=admin, profiles=PROFILES)
+    assert (own.agent, own.allowed_tools, own.max_steps) == (FREE_FORM_AGENT, None, 3)
 
 
 def test_a_free_form_spec_is_the_tenants_to_allow():

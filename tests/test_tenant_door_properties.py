@@ -14,7 +14,8 @@ and each sequence:
   signal, update or cancel request in any generation of the run's history: the signals
   there are the engine's and the owner's own messages);
 - every run, whatever path started it, is its starter's tenant's, carries that tenant's
-  approvers and weight, and (A) waits behind its cap;
+  approvers and weight, and (A) waits behind its cap, and records its agent alike in its
+  input, its state, the mirror's row and the receipt: a profile's name or `(free-form)`;
 - the capped tenant never has more than one run past `queued`, its backlogs' and its own
   workflows' runs included;
 - a refusal for another tenant's run reads exactly as one for a missing run, and another
@@ -100,7 +101,12 @@ from agentledger.client import approver_keys
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.backlog_models import TaskItem
 from agentledger.core.config import AgentLedgerConfig
-from agentledger.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT, SIGNAL_SAY
+from agentledger.core.constants import (
+    FREE_FORM_AGENT,
+    SIGNAL_CHILD_APPROVAL,
+    SIGNAL_RUN_ADMIT,
+    SIGNAL_SAY,
+)
 from agentledger.core.errors import OperationError, OperationRefused
 from agentledger.core.http_config import HttpConfig
 from agentledger.core.listings import BacklogListing
@@ -160,6 +166,9 @@ class Run:
 # call, continue-as-new) every second turn.
 SESSION = {"idle_timeout": 600, "compact_after_turns": 2, "keep_turns": 1}
 SESSION_TASK = "Tell me about refunds."
+# The agent a run's mirror row records, and its receipt's (once it has one).
+AGENT_SQL = """SELECT r.agent, c.receipt->>'agent' AS receipt_agent FROM runs r
+LEFT JOIN receipts c USING (run_id) WHERE r.run_id = %s"""
 
 
 class Stack:
@@ -1308,6 +1317,17 @@ class Tenants(RuleBasedStateMachine):
         priority = described.raw_description.workflow_execution_info.priority
         assert priority.fairness_key == run.tenant
         assert (priority.fairness_weight or 1.0) == self.weights[run.tenant], run
+        # Whatever path started it, it records its agent alike in its input, its state and
+        # the mirror's row: a profile's name, or FREE_FORM_AGENT, never blank.
+        assert spec.agent.strip() and spec.agent != "default", run
+        assert state.agent == spec.agent, (run, state.agent, spec.agent)
+        if spec.agent == FREE_FORM_AGENT:
+            assert spec.profile_hash is None, run
+        mirrored = await rows(self.stack.pool, AGENT_SQL, run.run_id)
+        assert all(
+            row["agent"] == spec.agent and row["receipt_agent"] in (None, spec.agent)
+            for row in mirrored
+        ), (run, spec.agent, mirrored)
         if run.path == "sub-agent":
             # In its parent's slot; decided by its own tenant's people alone (`decide`).
             assert state.admission is None and spec.parent_run_id is not None, run

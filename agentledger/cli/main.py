@@ -205,7 +205,8 @@ def decider(client: RunClient, args: argparse.Namespace) -> tuple[str, ApproverK
         raise InvalidRequest(
             f"{args.by} has no approver key on this machine: say the role of this unsigned "
             "decision with --role (it counts only where no approver keys are configured), or "
-            f"create a key with `agentledger approvers add {args.by} --role ROLE`"
+            f"create a key for the runs started from now on with `agentledger approvers add "
+            f"{args.by} --role ROLE --tenant TENANT`"
         )
     return args.role, None
 
@@ -366,7 +367,7 @@ async def cmd_list(client: RunClient, args: argparse.Namespace) -> int:
     held = await client.runs.unmirrored(status=args.status, limit=args.limit)
     held = [row for row in held if args.all or not engines_own(row.run_id)]
     found = [row.model_dump() for row in (held + mirrored)[: args.limit]]
-    columns = ["run_id", "status", "tenant", "priority", "cost_usd", "task"]
+    columns = ["run_id", "status", "tenant", "agent", "priority", "cost_usd", "task"]
     emit(found, args.json, render.table(found, columns))
     return 0
 

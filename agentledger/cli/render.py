@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agentledger.core.advice import start_a_worker
+from agentledger.core.constants import FREE_FORM_AGENT
 from agentledger.core.events import EventType
 from agentledger.core.results import RunState, WatchItem
 from agentledger.core.spec import JsonDict
@@ -64,6 +65,7 @@ def run_state(state: RunState) -> str:
         # An ended run keeps the flag of a pause it never reached: it means nothing now.
         + (" (pause requested)" if state.pause_requested and not is_terminal(state.status) else ""),
         f"task: {state.task}",
+        f"agent: {state.agent}",
         f"tenant: {state.tenant}, priority {state.priority or '-'}"
         + (
             f"; queued at position {state.queue_position} for a slot of its tenant's cap"
@@ -158,7 +160,7 @@ def receipt_markdown(receipt: dict[str, Any]) -> str:
         f"# Receipt for {r['run_id']}",
         "",
         f"- **Outcome:** {r['outcome']}" + (f" ({r['error']})" if r.get("error") else ""),
-        f"- **Agent:** {r.get('agent', 'default')}"
+        f"- **Agent:** {r.get('agent', FREE_FORM_AGENT)}"
         + (f" (profile {r['profile_hash']})" if r.get("profile_hash") else ""),
         f"- **Task:** {r['task']}",
         f"- **Tenant / user:** {r['tenant']} / {r['user']}",

@@ -141,8 +141,9 @@ class Approvals:
             held = ", ".join(sorted(caller.roles)) or "no role"
             raise PolicyDenied(
                 f"{pending.tool} needs an approver in role {pending.required_role!r}; this "
-                f"credential decides as {held} (an operator gives a key more with `agentledger "
-                f"keys create --decides {pending.required_role}`)"
+                f"credential decides as {held} (an operator makes a key that does with "
+                f"`agentledger keys create --tenant {caller.tenant or 'TENANT'} --role approver "
+                f"--decides {pending.required_role}`)"
             )
 
     async def pending(self, run_id: str, *, wait: float | None = None) -> PendingApproval:

@@ -293,7 +293,10 @@ async def run_eval(
     dataset's evaluators their LLM judges' models (through the providers:
     agentledger.client.eval_judges)."""
     if not dataset.cases:
-        raise InvalidRequest(f"{dataset_name} has no cases: `agentledger eval dataset` makes them")
+        raise InvalidRequest(
+            f"{dataset_name} has no cases: `agentledger eval dataset --agent AGENT -o "
+            f"{dataset_name}` makes them from the agent's recorded runs"
+        )
     ident = eval_id(dataset_text, f"{candidate.get('profile_hash')}:{live_read_only}")
     pool = await scope.database()
     runner = CaseRunner(

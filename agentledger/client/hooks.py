@@ -24,7 +24,7 @@ from agentledger import profiles
 from agentledger.client import starts
 from agentledger.client.scope import DEFAULT_TENANT, Scope
 from agentledger.core.access import Caller
-from agentledger.core.constants import DEMO_AGENTS
+from agentledger.core.constants import DEMO_AGENTS, FREE_FORM_AGENT
 from agentledger.core.errors import (
     InvalidRequest,
     OperationRefused,
@@ -89,7 +89,7 @@ class Hooks:
         hook = HookRow(
             tenant=owner,
             name=name,
-            agent=str(fields.get("agent", "default")),
+            agent=str(fields.get("agent", FREE_FORM_AGENT)),
             task_template=request.task,
             spec=fields,
             created_by=self.scope.caller.identity.name,

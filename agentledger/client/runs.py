@@ -460,7 +460,8 @@ async def _ended_as(
     if state is None:
         raise NotAnswered(
             f"run {handle.id} was cancelled; no worker answered with its final state and no "
-            "mirror is configured: `agentledger receipt` shows it once DATABASE_URL is set"
+            f"mirror is configured: `agentledger receipt {handle.id}` shows it once "
+            "DATABASE_URL is set"
         )
     return RunResult(
         run_id=handle.id,

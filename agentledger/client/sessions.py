@@ -125,8 +125,7 @@ async def chat(
                     reason="silent",
                     note=f"nothing from run {run_id} for {answer_within:g}s: is a worker "
                     f"running? ({worker_command()}); `agentledger status {run_id}` "
-                    "shows where "
-                    "it is, `agentledger watch` follows it",
+                    f"shows where it is, `agentledger watch {run_id}` follows it",
                 )
                 return
             if not following:
@@ -166,7 +165,8 @@ def approval_pending(run_id: str, approval: dict[str, Any], next_offset: int) ->
         **approval,
         next_offset=next_offset,
         note=f"the turn waits for a decision: `agentledger approve {run_id} --by NAME "
-        f"--role {role}` or `agentledger reject`",
+        f"--role {role}` or `agentledger reject {run_id} --by NAME --role {role} --reason "
+        '"..."`',
     )
 
 

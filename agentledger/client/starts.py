@@ -48,6 +48,7 @@ from agentledger.client.scope import (
 from agentledger.core import bounds, fairness, run_summaries, search_attributes
 from agentledger.core._state import RunInput
 from agentledger.core.admission_models import TenantLimits
+from agentledger.core.advice import start_a_worker
 from agentledger.core.backlog_models import QueuedTask, TaskItem
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import DEMO_AGENTS
@@ -309,8 +310,9 @@ async def start_run(
             and "search attribute" in (err.message.lower())
         ):
             raise OperationError(
-                f"the cluster lacks agentledger's search attributes ({err.message}): start a "
-                "worker once (it registers them) or set AGENTLEDGER_SEARCH_ATTRIBUTES=0"
+                f"the cluster lacks agentledger's search attributes ({err.message}): "
+                f"{start_a_worker(task_queue)} (it registers them), or set "
+                "AGENTLEDGER_SEARCH_ATTRIBUTES=0"
             ) from err
         raise
     return Started(run_id, existing=False)
@@ -322,7 +324,7 @@ async def require_tools(pool: AsyncConnectionPool, task_queue: str, tools: list[
     if served is None:
         raise OperationRefused(
             f"no worker has served task queue {task_queue!r} yet, so its tools are unknown: "
-            "start one (`agentledger-worker --tools ...`), then start the run"
+            f"{start_a_worker(task_queue)}, then start the run"
         )
     missing = sorted(set(tools) - set(served))
     if missing:

@@ -32,6 +32,9 @@ from agentledger.temporal.worker_presence import (
 )
 from agentledger.workflows.run_state import state_view
 
+# What `list` says of the agent of a run started without search attributes, which it cannot
+# read until a worker takes the run.
+UNINDEXED_AGENT = "(not indexed)"
 # A run's first events up to its first workflow task; a run a worker took has its first
 # WorkflowTaskCompleted among them.
 FIRST_EVENTS = 20
@@ -109,6 +112,8 @@ async def unmirrored(
                 "run_id": run.id,
                 "status": RunStatus.QUEUED.value,
                 "tenant": indexed.get(search_attributes.TENANT),
+                # Every start indexes its agent; a run started unindexed shows as no one's.
+                "agent": indexed.get(search_attributes.AGENT) or UNINDEXED_AGENT,
                 "priority": indexed.get(search_attributes.PRIORITY),
                 "user_id": None,
                 "task": None,

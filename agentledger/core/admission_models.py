@@ -63,7 +63,7 @@ class TenantLimits(BaseModel):
             f"refused: tenant {self.tenant!r} lets a message ask for double-texting "
             f"{', '.join(allowed)} only, not {asked}; leave it out (the session's own policy "
             f"applies), or an operator allows it (`agentledger tenants set {self.tenant} "
-            f"--double-texting ...`)"
+            f"--double-texting {','.join([*allowed, asked])}`)"
         )
 
     @property

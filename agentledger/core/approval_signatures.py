@@ -96,7 +96,8 @@ def check(
         if policy.signatures_required():
             raise SignatureRefused(
                 f"this run takes only signed decisions: {decision.by} must sign with their "
-                "approver key (`agentledger approvers add` creates one)"
+                f"approver key: `{signed_command(run_id, decision)}` on the machine where "
+                "`approvers add` made it"
             )
         return None
     signer = next((s for s in policy.signers if s.key_id == signature.key_id), None)
@@ -137,6 +138,13 @@ def check(
             f"{signer.name} approves for tenant {signer.tenant!r}, not {pending.tenant!r}"
         )
     return signer
+
+
+def signed_command(run_id: str, decision: ApproveInput | RejectInput) -> str:
+    """The command that makes `decision` again, signed by the key kept for its decider."""
+    if isinstance(decision, RejectInput):
+        return f'agentledger reject {run_id} --by {decision.by} --reason "..."'
+    return f"agentledger approve {run_id} --by {decision.by}"
 
 
 def _valid(signer: Signer, signed: bytes, signature: str) -> bool:

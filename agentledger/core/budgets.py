@@ -192,8 +192,18 @@ def exhausted_reason(limit: BudgetLimit, spend: Spend, reset_at: datetime) -> st
     return (
         f"the {limit.label} budget ({describe(limit)}) is spent ({spent_text(spend)}); it "
         f"resets at {reset_at.isoformat(timespec='seconds')}; an operator raises it with "
-        f"`agentledger tenants set {limit.tenant} --budget-{limit.period} ...`"
+        f"`{raise_command(limit)}`"
     )
+
+
+def raise_command(limit: BudgetLimit) -> str:
+    """The `tenants set` that raises `limit`, naming the flag of each thing it limits."""
+    flags = [f"--budget-for {limit.subject}"] if limit.subject else []
+    if limit.usd is not None:
+        flags.append(f"--budget-{limit.period} USD")
+    if limit.tokens is not None:
+        flags.append(f"--budget-{limit.period}-tokens N")
+    return f"agentledger tenants set {limit.tenant} {' '.join(flags)}"
 
 
 def describe(limit: BudgetLimit) -> str:

@@ -3,6 +3,9 @@
 from typing import Literal
 
 TASK_QUEUE = "agent-runs"
+# The agent a run records when its spec names none: a free-form spec of its caller's own, run
+# from no profile (`list`, `status`, the mirror's `runs.agent`, the receipt and costs show it).
+FREE_FORM_AGENT = "(free-form)"
 WORKFLOW_NAME = "AgentRun"
 RUN_ID_PREFIX = "run-"
 # The Worker Deployment that versioned workers (AGENTLEDGER_BUILD_ID) belong to.

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentledger.core.constants import EVAL_ID_PREFIX
+from agentledger.core.constants import EVAL_ID_PREFIX, FREE_FORM_AGENT
 from agentledger.core.keys import id_part
 from agentledger.core.spec import JsonDict, RunSpec
 
@@ -45,7 +45,7 @@ class Recording(BaseModel):
     """A past run as a case replays it: a pydantic-evals case's metadata."""
 
     run_id: str
-    agent: str = "default"
+    agent: str = FREE_FORM_AGENT
     outcome: str
     calls: list[RecordedCall] = Field(default_factory=list)
     approvals: list[RecordedApproval] = Field(default_factory=list)

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentledger.core.budgets import BudgetStatus
+from agentledger.core.constants import FREE_FORM_AGENT
 from agentledger.core.identity import Identity
 from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import PendingApproval
@@ -34,6 +35,9 @@ class RunRow(BaseModel):
         "cancelled, ..."
     )
     tenant: str | None = Field(description="the tenant it runs for")
+    agent: str = Field(
+        description=f"the agent profile it runs; {FREE_FORM_AGENT}: none, a spec of its own"
+    )
     priority: int | None = Field(description="1 (soonest) to 5 (latest)")
     user_id: str | None = Field(description="whom it runs on behalf of, as the start named them")
     task: str | None = Field(description="what it was asked to do")

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentledger.core.constants import DoubleTexting
+from agentledger.core.constants import FREE_FORM_AGENT, DoubleTexting
 from agentledger.core.events import EventType
 from agentledger.core.identity import Identity
 from agentledger.core.spec import JsonDict, Strict
@@ -295,6 +295,9 @@ class RunState(BaseModel):
         "failed, cancelled"
     )
     tenant: str = Field(description="the tenant it runs for")
+    agent: str = Field(
+        FREE_FORM_AGENT, description=f"the agent profile it runs; {FREE_FORM_AGENT}: none"
+    )
     user: str = Field(description="whom it runs on behalf of, as the requester said")
     requester: Identity | None = Field(
         None, description="who asked for the run, as their credential proved it"
@@ -406,7 +409,9 @@ class SandboxExecution(BaseModel):
 
 class Receipt(BaseModel):
     run_id: str = Field(description="the run's id")
-    agent: str = Field("default", description="the agent profile it ran (default: none)")
+    agent: str = Field(
+        FREE_FORM_AGENT, description=f"the agent profile it ran; {FREE_FORM_AGENT}: none"
+    )
     profile_hash: str | None = Field(
         None, description="that profile's hash: which version of it ran"
     )

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agentledger.core.constants import DoubleTexting
+from agentledger.core.constants import FREE_FORM_AGENT, DoubleTexting
 from agentledger.core.periods import span_seconds
 from agentledger.core.policy_rules import ApprovalRule
 
@@ -267,7 +267,13 @@ class RunSpec(Strict):
     """Everything a person sets for a run, validated before anything starts."""
 
     task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
-    agent: str = Field("default", min_length=1, max_length=200, description="who works on it")
+    agent: str = Field(
+        FREE_FORM_AGENT,
+        min_length=1,
+        max_length=200,
+        description=f"the agent profile that works on it; {FREE_FORM_AGENT}: none, a spec of "
+        "its caller's own",
+    )
     instructions: str | None = Field(
         None,
         min_length=1,

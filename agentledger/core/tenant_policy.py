@@ -11,9 +11,10 @@ workflow too. A test fails if a start path bypasses it.
 What it makes of a spec:
 - a spec that names one of the operator's agent profiles is held to that profile: it may
   narrow its tools and sub-agents and add approvals, never widen or remove them;
-- a spec that names none is free-form: only a caller in the tenant's `free_form` role (and
-  the operator) may send one; anyone else's start without an agent runs the tenant's
-  default agent;
+- a spec that names none is free-form (recorded as agent `(free-form)`): only a caller in
+  the tenant's `free_form` role (and the operator) may send one; anyone else's start without
+  an agent runs the tenant's default agent, and so does a task alone from anyone when the
+  operator named that default for the tenant (`tenants set T --default-agent A`);
 - the tenant's approval rules come first in every run's approval policy, whatever the spec
   says; its approvers are added to the spec's (never replaced); whether a requester may
   approve their own run and the two-person rule can only be tightened.
@@ -39,6 +40,9 @@ from agentledger.core.spec import RISK_ORDER, ApprovalPolicy, JsonDict, RunSpec,
 FREE_APPROVAL_FIELDS = ("timeout_seconds", "on_reject")
 # The spec fields an agent's profile holds a run to.
 HELD_FIELDS = ("allowed_tools", "approval", "subagents")
+# What a start says about the request, not the work: a spec that sets nothing else asks for
+# no work of its own.
+REQUEST_FIELDS = frozenset({"task", "tenant", "user", "idempotency_key", "priority"})
 
 
 class PolicyInput(BaseModel):
@@ -140,12 +144,13 @@ def _held_to_profile(
     profiles: Mapping[str, JsonDict],
 ) -> RunSpec:
     profile = profiles.get(spec.agent)
-    if profile is None and roles is not None and not may_write_specs(rules, roles):
-        fallback = default_agent(rules, profiles)
-        if "agent" in spec.model_fields_set or fallback is None or fallback not in profiles:
+    if profile is None and roles is not None:
+        fallback = _fallback_agent(spec, rules, roles, profiles)
+        if fallback is not None:
+            spec = spec.model_copy(update={"agent": fallback})
+            profile = profiles[fallback]
+        elif not may_write_specs(rules, roles):
             raise PolicyDenied(_no_free_form(spec, rules, profiles))
-        spec = spec.model_copy(update={"agent": fallback})
-        profile = profiles[fallback]
     if profile is None:
         return spec  # free-form, from a caller the tenant lets write specs
     limited = roles is not None and "admin" not in roles
@@ -153,9 +158,29 @@ def _held_to_profile(
         raise PolicyDenied(
             f"the tenant's policy lets its callers run agent(s) "
             f"{', '.join(rules.agents) or 'none'}, not {spec.agent!r}; an admin changes it "
-            "with `agentledger tenants set TENANT --agents ...`"
+            f"with `agentledger tenants set TENANT --agents "
+            f"{','.join([*rules.agents, spec.agent])}`"
         )
     return within(spec, _spec_of(profile, spec.task, spec.agent))
+
+
+def _fallback_agent(
+    spec: RunSpec, rules: TenantPolicy, roles: frozenset[str], profiles: Mapping[str, JsonDict]
+) -> str | None:
+    """The profile a start that names no agent runs, if any. A caller who may not write
+    specs runs the tenant's default agent. One who may runs the default only where the
+    operator named it for the tenant and the start asks for nothing of its own (a task,
+    with who, how urgent and its key): a spec of one's own stays free-form, and so does a
+    task where the only profile loaded is a default nobody chose (the demo's, beside an
+    operator's own tools)."""
+    if "agent" in spec.model_fields_set:
+        return None
+    if may_write_specs(rules, roles):
+        named = rules.default_agent
+        alone = spec.model_fields_set <= REQUEST_FIELDS
+        return named if alone and named is not None and named in profiles else None
+    fallback = default_agent(rules, profiles)
+    return fallback if fallback is not None and fallback in profiles else None
 
 
 def _no_free_form(spec: RunSpec, rules: TenantPolicy, profiles: Mapping[str, JsonDict]) -> str:

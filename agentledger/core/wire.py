@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentledger.core.constants import DoubleTexting
+from agentledger.core.constants import FREE_FORM_AGENT, DoubleTexting
 from agentledger.core.events import EventType
 from agentledger.core.identity import Identity
 from agentledger.core.results import (
@@ -70,7 +70,7 @@ class RunEvent(BaseModel):
 class RunSnapshot(BaseModel):
     run_id: str
     version: int = Field(description="grows with every change; older snapshots never win")
-    agent: str = "default"
+    agent: str = FREE_FORM_AGENT
     profile_hash: str | None = None
     tenant: str
     user: str
@@ -125,7 +125,7 @@ class Charge(BaseModel):
 
     tenant: str
     charged_to: str | None = Field(None, description="a credential: key:<id>, oidc:..., ...")
-    agent: str = "default"
+    agent: str = FREE_FORM_AGENT
 
 
 class ModelCallInput(BaseModel):

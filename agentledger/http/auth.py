@@ -80,7 +80,8 @@ async def verified(request: Request) -> Caller:
     credential = credential.strip()
     if scheme.lower() != "bearer" or not credential:
         raise unauthenticated(
-            "send `Authorization: Bearer <key>` (`agentledger keys create`) or an OIDC token"
+            "send `Authorization: Bearer <key>` (an operator makes one with `agentledger keys "
+            "create --tenant TENANT --role runner`) or an OIDC token"
         )
     if credential.startswith(KEY_PREFIX) or door.oidc is None:
         row = await door.runs.keys.verify(credential)

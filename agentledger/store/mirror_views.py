@@ -17,9 +17,9 @@ from agentledger.core.listings import ENGINE_RUN_PREFIXES
 from agentledger.core.results import ChildApproval, PendingApproval, RunState, StepSummary
 
 RUN_SQL = """
-SELECT run_id, status, tenant, priority, user_id AS user, task, current_step_id, pause_reason,
-       checkpoint, tokens_in, tokens_out, cost_usd::float8 AS cost_usd, result, error,
-       updated_at
+SELECT run_id, status, tenant, agent, priority, user_id AS user, task, current_step_id,
+       pause_reason, checkpoint, tokens_in, tokens_out, cost_usd::float8 AS cost_usd, result,
+       error, updated_at
 FROM runs WHERE run_id = %s
 """
 STEPS_SQL = """
@@ -199,8 +199,9 @@ async def recent_runs(
     not the runs the engine started for its own work (ENGINE_RUN_PREFIXES)."""
     async with pool.connection() as conn:
         cur = await conn.execute(
-            """SELECT run_id, status, tenant, priority, user_id, task, current_step_id, tokens_in,
-                      tokens_out, cost_usd::float, duplicates_prevented, created_at, finished_at
+            """SELECT run_id, status, tenant, agent, priority, user_id, task, current_step_id,
+                      tokens_in, tokens_out, cost_usd::float, duplicates_prevented, created_at,
+                      finished_at
                FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
                  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
                  AND (%(engines_own)s OR NOT run_id LIKE ANY(%(prefixes)s))

@@ -84,6 +84,7 @@ def _alike(run_id: str, spec: RunInput, progress: RunProgress) -> dict[str, Any]
     return {
         "run_id": run_id,
         "tenant": spec.tenant,
+        "agent": spec.agent,
         "user": spec.user,
         "requester": spec.requester,
         "task": spec.task,
@@ -114,7 +115,6 @@ def snapshot(
         **_alike(run_id, spec, progress),
         **_live(progress, priority),
         version=progress.version,
-        agent=spec.agent,
         profile_hash=spec.profile_hash,
         model=progress.model_used,
         duplicates_prevented=progress.duplicates_prevented,
@@ -151,7 +151,6 @@ def receipt(run_id: str, spec: RunInput, progress: RunProgress, now: datetime) -
     """The run's receipt, covering every generation of it."""
     return Receipt(
         **_alike(run_id, spec, progress),
-        agent=spec.agent,
         profile_hash=spec.profile_hash,
         outcome=progress.status,
         answer=progress.answer,
