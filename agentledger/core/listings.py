@@ -46,6 +46,7 @@ class RunRow(BaseModel):
     )
     created_at: datetime | None = Field(description="when it started")
     finished_at: datetime | None = Field(description="when it ended; null: it has not")
+    agent: str | None = Field(None, description="the agent profile it runs")
 
 
 class BacklogTaskRow(BaseModel):
@@ -205,6 +206,19 @@ class InboxItem(BaseModel):
         description="the steps before the request, oldest first (the last few): the tools "
         "it called and what they returned, and the model's stated reason",
     )
+
+
+class TimelineStep(EvidenceStep):
+    """One step of a run as its timeline shows it (the inspector): what it took and gave
+    (an approval's output is its decision: who, what, why), and what it cost."""
+
+    seq: int = Field(description="its number in the run, from 1")
+    attempt: int = Field(description="the attempt it ended on (or is on)")
+    tokens_in: int = Field(description="model input tokens (a model turn's)")
+    tokens_out: int = Field(description="model output tokens (a model turn's)")
+    cost_usd: float = Field(description="what it cost, in US dollars (a model turn's)")
+    started_at: datetime | None = Field(description="when it started")
+    finished_at: datetime | None = Field(description="when it ended; null: it has not")
 
 
 class MirroredStep(BaseModel):
