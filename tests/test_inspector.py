@@ -24,21 +24,15 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 
 from agentledger.core.config import AgentLedgerConfig
+from tests import test_web_ui
 from tests.http_support import bearer, make_key, served, tenant_name
 from tests.support import NOTIFY_TASK, wait_pending
 from tests.test_cli import ROOT
 from tests.test_http import eventually_receipt
+from tests.test_web_ui import CHROMIUM, CHROMIUM_ARGS, playwright
 
-CHROMIUM = os.environ.get("AGENTLEDGER_CHROMIUM", "/usr/bin/chromium")
-playwright = pytest.importorskip(
-    "playwright.async_api",
-    reason="playwright is not installed: it is the browser extra, `pip install -e '.[browser]'`",
-)
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set AGENTLEDGER_CHROMIUM)",
-)
-from tests.test_web_ui import CHROMIUM_ARGS  # noqa: E402
+# A browser's test, skipped as tests/test_web_ui.py is without Playwright or Chromium.
+pytestmark = test_web_ui.pytestmark
 
 DESK = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
@@ -163,6 +157,7 @@ async def test_a_runner_forks_a_run_from_its_timeline_and_a_viewer_only_reads_it
                     assert f"cost ${steps[0]['cost_usd']:.6f}" in first, first
                     assert "Approved" in timeline and "by maria (refunds)" in timeline
                     assert '"matches"' in timeline  # the tool's result
+                    assert "Held: has section '## Summary'" in timeline  # the checks
                     await page.locator("#run-receipt", has_text="completed").wait_for()
                     assert await page.title() == "agentledger · run"
                     assert await page.locator("#inspector img, #inspector script").count() == 0
