@@ -23,6 +23,7 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
 )
+from temporalio.common import WorkflowIDConflictPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,7 +48,11 @@ from agentledger.core.results import ForkOrigin, PendingApproval  # noqa: E402
 from agentledger.core.schedule_models import FireInput, fire_workflow_id, schedule_id  # noqa: E402
 from agentledger.core.spec import RunSpec, Signer  # noqa: E402
 from agentledger.core.standing_approvals import StandingApproval  # noqa: E402
-from agentledger.core.webhook_models import RunNotifierInput, run_notifier_id  # noqa: E402
+from agentledger.core.webhook_models import (  # noqa: E402
+    DeliveryInput,
+    RunNotifierInput,
+    run_notifier_id,
+)
 from agentledger.dev.offline_model import Reply, completion, offline_planner  # noqa: E402
 from agentledger.profiles import Agent  # noqa: E402
 from agentledger.store.budget_store import BudgetStore  # noqa: E402
@@ -55,6 +60,7 @@ from agentledger.store.standing_store import StandingStore  # noqa: E402
 from agentledger.store.webhook_store import WebhookStore  # noqa: E402
 from agentledger.tools import Tool, ToolContext, ToolRegistry  # noqa: E402
 from agentledger.workflows.admission import TenantAdmissionWorkflow, admission_id  # noqa: E402
+from agentledger.workflows.redeliveries import RedeliveryWorkflow  # noqa: E402
 from agentledger.workflows.run_notifier import RunNotifierWorkflow  # noqa: E402
 from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow  # noqa: E402
 from scripts.recording_stack import recording_worker  # noqa: E402
@@ -114,11 +120,13 @@ async def approved_then_by_standing_rule(client: Client, run_id: str) -> None:
         url=RECEIVER.url,
         secret="s" * 32,
     )
+    # From the run's first event (the run's first notice would start it too: the same one).
     await client.start_workflow(
         RunNotifierWorkflow.run,
         RunNotifierInput(tenant=STANDING_TENANT, run_id=run_id),
         id=run_notifier_id(run_id),
         task_queue=QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
     await wait_pending(client, run_id)
     now = datetime.now(UTC)
@@ -675,6 +683,37 @@ async def record_fires(client: Client, task_queue: str, force: bool) -> None:
     print(f"recorded budget_alert: {len(history.events)} events")
 
 
+async def record_redelivery(client: Client, task_queue: str, force: bool) -> None:
+    """A recorded delivery made again on request (`notifications redeliver`): one signed
+    delivery to its webhook (the standing scenario's receiver)."""
+    path = OUT / "webhook_redelivered.json"
+    if path.exists() and not force:
+        return
+    await WebhookStore(POOLS[0]).subscribe(
+        subscription_id="redelivered.ops",
+        tenant="redelivered",
+        run_id=None,
+        name="ops",
+        url=RECEIVER.url,
+        secret="r" * 32,
+    )
+    again = DeliveryInput(
+        delivery_id="redelivered.ops#run-redelivered~r#4",
+        subscription_id="redelivered.ops",
+        tenant="redelivered",
+        run_id="run-redelivered~r",
+        event="run.finished",
+        body={"event": "run.finished", "run_id": "run-redelivered~r", "status": "completed"},
+    )
+    handle = await client.start_workflow(
+        RedeliveryWorkflow.run, again, id="history-redelivery", task_queue=task_queue
+    )
+    await handle.result()
+    history = await handle.fetch_history()
+    path.write_text(history.to_json())
+    print(f"recorded webhook_redelivered: {len(history.events)} events")
+
+
 # Scenarios whose tenant has limits: their runs start through the tenant's admission queue.
 LIMITS = {
     "admitted_from_queue": TenantLimits(tenant="capped", max_in_flight=1, max_queued=5),
@@ -796,6 +835,7 @@ async def main(force: bool) -> None:
                 (OUT / f"{name}_queue.json").write_text(history.to_json())
                 print(f"recorded {name}_queue: {len(history.events)} events")
         await record_fires(client, task_queue, force)
+        await record_redelivery(client, task_queue, force)
 
 
 if __name__ == "__main__":

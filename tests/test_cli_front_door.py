@@ -37,7 +37,7 @@ FRONT_DOOR = "agentledger.client.run_client"
 CLIENT_NAMES = {"client", "stacked", "demo_runs"}
 # RunClient's services, each named as the group of commands it serves.
 SERVICES = {"runs", "sessions", "backlogs", "tenants", "approvers", "deploys", "mirror", "evals"}
-SERVICES |= {"keys", "costs", "schedules", "hooks", "standing"}
+SERVICES |= {"keys", "costs", "schedules", "hooks", "standing", "notifications"}
 
 # Each command (a group's commands as "group command") and the RunClient methods it uses,
 # a service's as "service.method".
@@ -89,6 +89,11 @@ SERVED_BY = {
     "standing grant": {"standing.grant"},
     "standing list": {"standing.listed"},
     "standing revoke": {"standing.revoke"},
+    "notifications add": {"notifications.subscribe"},
+    "notifications list": {"notifications.listed"},
+    "notifications remove": {"notifications.remove"},
+    "notifications deliveries": {"notifications.deliveries"},
+    "notifications redeliver": {"notifications.redeliver"},
     "tenants list": {"tenants.listed"},
     "approvers add": {"approvers.add", "approvers.config_dir"},
     "approvers list": {"approvers.listed"},

@@ -18,6 +18,7 @@ from agentledger.core.admission_models import TenantLimits
 from agentledger.core.errors import SetupError
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.store.tenant_store import TenantStore
+from agentledger.temporal.queue_config import apply_queue_config
 from agentledger.worker.worker_factory import ResourceTargets
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as ops
@@ -302,3 +303,26 @@ async def test_a_rate_set_while_a_run_is_open_holds_for_its_next_model_call(
         started.run_id,
     )
     assert attempts == [{"n": 3}], "the refused call made no attempt"
+
+
+async def test_a_burst_of_queue_configurations_meets_the_servers_throttle_and_every_one_lands(
+    client, settings
+):
+    # Workers starting together push every tenant's weights, four queue configurations
+    # each; the server lets about forty through at once in a namespace, then refuses with
+    # "service rate limit exceeded" (or "namespace ...") until its budget refills, about ten
+    # a second. Fifty pushes at once must all land, none reported as refused.
+    tenants = [TenantLimits(tenant=f"t-{uuid.uuid4().hex[:8]}", weight=2.0) for _ in range(50)]
+    await asyncio.gather(
+        *(apply_queue_config(client, settings.task_queue, [t], rated=False) for t in tenants)
+    )
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=settings.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            report_config=True,
+        )
+    )
+    weights = described.config.fairness_weight_overrides
+    assert all(weights[t.tenant] == 2.0 for t in tenants), dict(weights)

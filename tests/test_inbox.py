@@ -24,6 +24,7 @@ from temporalio.client import Client
 import agentledger.demo
 from agentledger import RunClient, ToolContext, ToolRegistry, tool
 from agentledger.core.config import AgentLedgerConfig
+from agentledger.core.notifications import inbox_item
 from tests import client_ops as ops
 from tests.http_support import bearer, make_key, served
 from tests.support import NOTIFY_TASK, eventually, rows, wait_pending
@@ -262,16 +263,19 @@ async def test_an_approver_reads_a_refund_edits_it_and_grants_a_standing_approva
     async with worker(), served(settings, tmp_path, env=env) as door:
         async with httpx.AsyncClient(base_url=door.url, timeout=60) as http:
             run_id = await start_refund(http, runner, 1999)
-            await wait_pending(client, run_id, seconds=60)
+            pending = await wait_pending(client, run_id, seconds=60)
         async with playwright.async_playwright() as p:
             browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = await browser.new_page(viewport={"width": 1280, "height": 900})
-                await page.goto(f"{door.url}/inbox")
+                # As a notification links to it: the inbox opens at the approval's card.
+                await page.goto(door.url + inbox_item(run_id, pending.approval_id))
                 await page.fill("#key", approver)
                 await page.click("button[type=submit]")
                 card = page.locator(f"article.card[data-run='{run_id}']")
                 await card.wait_for(timeout=30_000)
+                assert await card.evaluate("c => c.classList.contains('linked')")
+                assert await card.evaluate("c => document.activeElement === c")
                 assert await card.locator("h2").inner_text() == "Refund $19.99 on order 42"
                 table = await card.locator("table.args").inner_text()
                 assert "cents\t1999" in table and "order_id\t42" in table, table

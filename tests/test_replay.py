@@ -23,6 +23,7 @@ from agentledger.core._state import RunInput
 from agentledger.core.constants import (
     ACTIVITY_MODEL_COMPLETE,
     BUDGET_ALERT_WORKFLOW_NAME,
+    REDELIVERY_WORKFLOW_NAME,
     SCHEDULED_FIRE_WORKFLOW_NAME,
     SIGNAL_BACKLOG_ENQUEUE,
     SIGNAL_BACKLOG_RESUME,
@@ -36,6 +37,7 @@ from agentledger.workflows.backlog import CHILD_POLICY, CHILD_PRIORITY, AgentBac
 from agentledger.workflows.budget_alerts import BudgetAlertWorkflow
 from agentledger.workflows.child_runs import READS_POLICY
 from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.redeliveries import RedeliveryWorkflow
 from agentledger.workflows.run_notifier import RunNotifierWorkflow
 from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow
 from tests.recorded import HISTORIES, recorded_history, replayer
@@ -56,6 +58,7 @@ async def test_replay(path: Path):
             ScheduledFireWorkflow,
             BudgetAlertWorkflow,
             RunNotifierWorkflow,
+            RedeliveryWorkflow,
         ]
     )
     await replaying.replay_workflow(recorded_history(path))
@@ -294,6 +297,8 @@ PATHS = {
         ),
     ),
     "budget alert": ("budget_alert", lambda h: "webhooks.deliver" in activities(h)),
+    # A recorded delivery made again on request.
+    "redelivery": ("webhook_redelivered", lambda h: "webhooks.deliver" in activities(h)),
     # Generation 6: one approval of two counted (the edit it carried a merge patch), then
     # the second; the arguments replaced whole; a call the run's rules deny.
     "two-person approval": ("two_people_approved", lambda h: approvals(h) == 2),
@@ -321,7 +326,7 @@ PATHS = {
 
 
 # Workflows that have taken no version branch yet.
-PATCHLESS = (SCHEDULED_FIRE_WORKFLOW_NAME, BUDGET_ALERT_WORKFLOW_NAME)
+PATCHLESS = (SCHEDULED_FIRE_WORKFLOW_NAME, BUDGET_ALERT_WORKFLOW_NAME, REDELIVERY_WORKFLOW_NAME)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.replace(" ", "_"))

@@ -166,6 +166,10 @@ CASES: dict[str, Case] = {
         [({"AGENTLEDGER_WEB_UI": "https://temporal.example"}, {})],
         [{"AGENTLEDGER_WEB_UI": "ui:8233"}],
     ),
+    "AGENTLEDGER_PUBLIC_URL": Case(
+        [({"AGENTLEDGER_PUBLIC_URL": "https://agents.example"}, {})],
+        [{"AGENTLEDGER_PUBLIC_URL": "agents.example"}],
+    ),
     "AGENTLEDGER_HOME": Case(
         [({"AGENTLEDGER_HOME": "{tmp}/stack"}, {})], [{"AGENTLEDGER_HOME": "{file}"}]
     ),

@@ -57,6 +57,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import mcp_types
@@ -704,15 +705,19 @@ class Tenants(RuleBasedStateMachine):
     @rule(t=who)
     def add_a_notification_webhook(self, t: int) -> None:
         """A tenant's admin adds a webhook (a path of the door that answers 404, so its
-        deliveries fail at once); another tenant's removal of the same name reads as one of
-        a missing webhook, and removes nothing."""
+        deliveries fail at once; every other tenant's in Slack's format); another tenant's
+        removal of the same name reads as one of a missing webhook, and removes nothing. A
+        delivery made already is made again on the admin's request; another tenant's
+        request for it reads as one for a missing delivery."""
         tenant = self.tenants[t]
         http = self.stack.http
-        hook = {"name": "ops", "url": f"{self.stack.door_url}/no-such-hook"}
+        form = "slack" if t % 2 else "json"
+        hook = {"name": "ops", "url": f"{self.stack.door_url}/no-such-hook", "format": form}
         made = http.post(
             "/v1/notifications", json=hook, headers={"Authorization": f"Bearer {self.keys[tenant]}"}
         )
         assert made.status_code == 201 and made.json()["tenant"] == tenant, made.text
+        assert made.json()["format"] == form, made.text
         for other in self.tenants:
             if other == tenant:
                 continue
@@ -725,6 +730,20 @@ class Tenants(RuleBasedStateMachine):
             "/v1/notifications", headers={"Authorization": f"Bearer {self.keys[tenant]}"}
         )
         assert [h["name"] for h in mine.json()] == ["ops"], mine.text
+        ours = {"Authorization": f"Bearer {self.keys[tenant]}"}
+        made_already = http.get("/v1/notifications/ops/deliveries", headers=ours)
+        assert made_already.status_code == 200, made_already.text
+        for delivery in made_already.json()[:1]:
+            assert delivery["tenant"] == tenant, made_already.text
+            again = f"/v1/notifications/ops/deliveries/{quote(delivery['delivery_id'], safe='')}"
+            for other in self.tenants:
+                if other != tenant:
+                    theirs = {"Authorization": f"Bearer {self.keys[other]}"}
+                    missing = http.post(again + "/redeliver", headers=theirs)
+                    assert missing.status_code == 404, missing.text
+            redone = http.post(again + "/redeliver", headers=ours)
+            assert redone.status_code == 202, redone.text
+            assert redone.json()["delivery_id"] == delivery["delivery_id"], redone.text
 
     @rule(t=who, run=runs)
     def grant_a_standing_approval(self, t: int, run: Run) -> None:

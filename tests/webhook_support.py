@@ -1,5 +1,6 @@
 """A webhook receiver in the test process: real HTTP on loopback, every delivery kept with
-its headers and raw body, and (`failures`) a number of first attempts answered 500."""
+its headers and raw body, and (`failures`) a number of first attempts answered 500 (or
+`failure_code`)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,16 @@ class Delivery:
 
 
 class Receiver:
-    def __init__(self, *, failures: int = 0, hangs: int = 0, hang_seconds: float = 30) -> None:
+    def __init__(
+        self,
+        *,
+        failures: int = 0,
+        failure_code: int = 500,
+        hangs: int = 0,
+        hang_seconds: float = 30,
+    ) -> None:
         self.deliveries: list[Delivery] = []
-        self.failures = failures
+        self.failures, self.failure_code = failures, failure_code
         # The first `hangs` requests are held this long before their 500: a sender killed
         # meanwhile never hears back.
         self.hangs, self.hang_seconds = hangs, hang_seconds
@@ -47,7 +55,7 @@ class Receiver:
                         self.end_headers()
                     return
                 with lock:
-                    code = 500 if outer.failures > 0 else 200
+                    code = outer.failure_code if outer.failures > 0 else 200
                     outer.failures -= 1
                     headers = {k.lower(): v for k, v in self.headers.items()}
                     outer.deliveries.append(Delivery(headers, body, time.time(), code))

@@ -1,4 +1,6 @@
-"""Mirror writes the workflow asks for: run state, checkpoints and the receipt."""
+"""Mirror writes the workflow asks for: run state, checkpoints and the receipt; and, once a
+write holds what a tenant's notification webhooks are told, the run's notifier
+(agentledger/activities/run_notices.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from temporalio import activity
 
 from agentledger.activities.agent_metrics import record_mirror_lag
 from agentledger.activities.agent_spans import AgentSpans
+from agentledger.activities.run_notices import RunNotices
 from agentledger.core import faults
 from agentledger.core.constants import (
     ACTIVITY_CHECKPOINT_SAVE,
@@ -28,17 +31,27 @@ NOT_HAPPENED = "did not happen: the cancel stopped it first (no ledger row)"
 
 class MirrorActivities:
     def __init__(
-        self, store: MirrorStore, journal: ModelJournal, spans: AgentSpans | None = None
+        self,
+        store: MirrorStore,
+        journal: ModelJournal,
+        spans: AgentSpans | None = None,
+        notices: RunNotices | None = None,
     ) -> None:
         self.store = store
         self.journal = journal
         self.spans = spans or AgentSpans(enabled=False)
+        self.notices = notices
 
     @activity.defn(name=ACTIVITY_MIRROR_SYNC)
     async def sync(self, batch: MirrorBatch) -> None:
         record_mirror_lag(batch)
         await self.store.sync(batch)
         faults.fire("mirror.after_write")
+        await self._told(batch)
+
+    async def _told(self, batch: MirrorBatch) -> None:
+        if self.notices is not None:
+            await self.notices.written(batch)
 
     @activity.defn(name=ACTIVITY_CHECKPOINT_SAVE)
     async def save_checkpoint(self, input: CheckpointInput) -> None:
@@ -68,6 +81,7 @@ class MirrorActivities:
             await self.sync(input.batch)
             return await self.record_receipt(input.receipt)
         faults.fire("mirror.after_write")
+        await self._told(input.batch)
         self.spans.run_ended(receipt)  # last, so an attempt that fails before makes none
         # The workflow reads nothing back; what the activity added, history keeps (the whole
         # receipt again would be about 2 KB of a short run's history).

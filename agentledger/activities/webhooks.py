@@ -1,14 +1,18 @@
 """Signed webhook deliveries, and a run's changes for those who deliver them.
 
-`webhooks.deliver` makes one attempt: it reads the subscription (URL, secret, credentials)
-from Postgres, signs the body (agentledger/core/webhook_signatures.py), POSTs it and records
-the attempt. A receiver's 2xx is delivered; a 5xx, 408, 429 or a connection that failed is
-raised for Temporal to retry with its backoff (the workflow's retry policy is the only
-retry loop); any other 4xx fails the delivery for good. A subscription removed meanwhile
+`webhooks.deliver` makes one attempt: it reads the subscription (URL, secret, format,
+credentials) from Postgres, signs the body (agentledger/core/webhook_signatures.py), POSTs it
+and records the attempt. A subscription in the `slack` format is sent the body as a Slack
+message (agentledger/core/slack_messages.py, its inbox link on the door's `public_url`),
+signed the same way; the delivery's record keeps agentledger's body. A receiver's 2xx is
+delivered; a 5xx, 408, 429 or a connection that failed is raised for Temporal to retry with
+its backoff (the workflow's retry policy is the only retry loop); any other 4xx fails the
+delivery for good. A subscription removed meanwhile
 drops it. The receiver may see a delivery twice (an attempt that landed but whose answer
 was lost): `AgentLedger-Delivery` names it, the same on every attempt.
 
-`webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror;
+`webhooks.run_changes` waits, heartbeating, for a run's next events in the mirror (a page at
+a time, so a notifier that starts late or falls behind catches up in bounded payloads);
 `webhooks.tenant_subscriptions` lists a tenant's webhooks with no run, where its
 tenant-wide notices go (its runs' notifications, budget alerts), read when each is told: one
 added meanwhile hears the next.
@@ -31,6 +35,7 @@ from agentledger.core.constants import (
     ACTIVITY_WEBHOOK_DELIVER,
 )
 from agentledger.core.events import EventType
+from agentledger.core.slack_messages import slack_message
 from agentledger.core.task_states import receipt_summary
 from agentledger.core.webhook_models import (
     ChangesInput,
@@ -47,6 +52,8 @@ from agentledger.store.webhook_store import WebhookStore
 # One attempt's bound: a receiver that takes longer is tried again later.
 ATTEMPT_SECONDS = 10.0
 POLL_SECONDS = 0.5
+# A run's events read at once: a page of them stays far below Temporal's payload limit.
+EVENTS_PAGE = 200
 RETRIED_STATUSES = frozenset({408, 425, 429})
 
 
@@ -57,9 +64,12 @@ class WebhookActivities:
         http: Callable[[], httpx.AsyncClient] = lambda: httpx.AsyncClient(
             timeout=ATTEMPT_SECONDS, follow_redirects=False
         ),
+        public_url: str | None = None,
     ) -> None:
         self.store = store
         self.http = http
+        # The door's address as people reach it: Slack messages link to the inbox there.
+        self.public_url = public_url
 
     @activity.defn(name=ACTIVITY_WEBHOOK_DELIVER)
     async def deliver(self, input: DeliveryInput) -> DeliveryResult:
@@ -74,7 +84,10 @@ class WebhookActivities:
             event=input.event,
             body=input.body,
         )
-        raw = json.dumps(input.body, separators=(",", ":"), sort_keys=True).encode()
+        body = input.body
+        if target["format"] == "slack":
+            body = slack_message(input.event, input.body, self.public_url)
+        raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "agentledger-webhooks",
@@ -112,7 +125,7 @@ class WebhookActivities:
         receipt's summary once the run has ended."""
         deadline = time.monotonic() + input.wait_seconds
         while True:
-            rows = await self.store.events_after(input.run_id, input.after_seq)
+            rows = await self.store.events_after(input.run_id, input.after_seq, EVENTS_PAGE)
             receipt = await self.store.receipt(input.run_id) if not rows else None
             if rows or receipt is not None or time.monotonic() > deadline:
                 break

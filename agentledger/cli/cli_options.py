@@ -77,6 +77,14 @@ def add_wait(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_to_each(commands: Any) -> None:
+    """`--tenant`, `--json`, `--log-level` and `--wait` on every command of a group."""
+    for each in commands.choices.values():
+        add_tenant(each)
+        add_output_flags(each)
+        add_wait(each)
+
+
 def add_run(p: argparse.ArgumentParser) -> None:
     """The run a command acts on, by the id `start` and `list` print."""
     p.add_argument("run", help="the run's id, as `start` and `list` print it")

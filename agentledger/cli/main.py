@@ -26,6 +26,7 @@ from agentledger.cli import (
     chat_cli,
     deploy_cli,
     eval_cli,
+    notifications_cli,
     sandbox_cli,
     serve_cli,
     standing_cli,
@@ -769,6 +770,7 @@ COMMANDS: dict[str, Command] = {
     "hooks": triggers_cli.hooks,
     "approvers": approvers_cli.dispatch,
     "standing": standing_cli.dispatch,
+    "notifications": notifications_cli.dispatch,
     "serve": serve_cli.cmd_serve,
     "keys": serve_cli.cmd_keys,
     "eval": eval_cli.dispatch,
@@ -991,6 +993,7 @@ def parser() -> argparse.ArgumentParser:
     triggers_cli.add_commands(sub)
     approvers_cli.add_commands(sub)
     standing_cli.add_commands(sub)
+    notifications_cli.add_commands(sub)
     serve_cli.add_commands(sub)
     eval_cli.add_commands(sub)
     p = command("completion", "print a shell completion script (bash or zsh)", wait=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from agentledger.cli.cli_options import add_output_flags, add_tenant, add_wait, emit
+from agentledger.cli.cli_options import add_output_flags, add_tenant, add_to_each, add_wait, emit
 
 if TYPE_CHECKING:
     from agentledger import RunClient
@@ -98,10 +98,7 @@ def add_commands(sub: Any) -> None:
     p = hooks.add_parser("list", help="the hooks (never their secrets)")
     p = hooks.add_parser("delete", help="remove a hook: its deliveries are refused")
     p.add_argument("name", help="the hook's name, as `hooks list` shows it")
-    for each in hooks.choices.values():
-        add_tenant(each)
-        add_output_flags(each)
-        add_wait(each)
+    add_to_each(hooks)
 
 
 async def schedule(client: RunClient, args: argparse.Namespace) -> int:

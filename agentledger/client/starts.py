@@ -36,7 +36,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentledger.client import admission, notifications
+from agentledger.client import admission
 from agentledger.client.scope import (
     NO_DATABASE,
     Origin,
@@ -173,8 +173,6 @@ async def start(
         if claimed:  # nothing started: the key names no request yet
             await requests.release(scoped)
         raise
-    if not started.existing:
-        await notifications.follow_run(scope, run.tenant, started.run_id)
     return started
 
 

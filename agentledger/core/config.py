@@ -98,6 +98,12 @@ class AgentLedgerConfig(ReadSettings):
     openai_api_key: SecretStr = env("OPENAI_API_KEY", SecretStr("offline"))
     model: str = env("AGENTLEDGER_MODEL", OFFLINE_MODEL)
     web_ui_url: str = env("AGENTLEDGER_WEB_UI", DEFAULT_WEB_UI)
+    public_url: str | None = env(
+        "AGENTLEDGER_PUBLIC_URL",
+        None,
+        "the HTTP door's address as people reach it (https://agents.example.com): "
+        "notifications link to the inbox there",
+    )
     home: Path = env("AGENTLEDGER_HOME", Path(".agentledger"), "data of the embedded stack")
     config_dir: Path | None = env(
         "AGENTLEDGER_CONFIG_DIR", None, "your approver keys; default ~/.config/agentledger"
@@ -292,7 +298,7 @@ class AgentLedgerConfig(ReadSettings):
             raise ValueError("expected PKG.MODULE:ATTR (a PayloadCodec, or what makes one)")
         return value
 
-    @field_validator("openai_base_url", "web_ui_url", "codec_endpoint")
+    @field_validator("openai_base_url", "web_ui_url", "codec_endpoint", "public_url")
     @classmethod
     def _an_http_url(cls, value: str | None) -> str | None:
         if value is not None:

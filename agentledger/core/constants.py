@@ -120,6 +120,8 @@ ACTIVITY_STANDING_APPROVALS = "approvals.standing"
 ACTIVITY_RUN_CHANGES = "webhooks.run_changes"
 TASK_NOTIFIER_WORKFLOW_NAME = "TaskNotifier"
 RUN_NOTIFIER_WORKFLOW_NAME = "RunNotifier"
+# One recorded delivery made again, on request (`notifications redeliver`).
+REDELIVERY_WORKFLOW_NAME = "WebhookRedelivery"
 TASK_NOTIFIER_ID_PREFIX = "notify-"
 # A tenant's webhooks with no run (`webhook_subscriptions.run_id` NULL): what a tenant-wide
 # notice, such as a budget alert, is delivered to.

@@ -65,8 +65,9 @@ def model_task_queue(task_queue: str) -> str:
 
 
 def run_queue(task_queue: str) -> str:
-    """The run queue a model-call queue serves (the queue itself for any other)."""
-    return task_queue.removesuffix(MODEL_QUEUE_SUFFIX)
+    """The run queue a side queue (model calls', mirror writes') serves (the queue itself
+    for any other)."""
+    return task_queue.removesuffix(MODEL_QUEUE_SUFFIX).removesuffix(MIRROR_QUEUE_SUFFIX)
 
 
 def mirror_task_queue(task_queue: str) -> str:

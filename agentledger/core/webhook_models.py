@@ -4,12 +4,17 @@ one result each (agentledger/activities/webhooks.py, agentledger/workflows/task_
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from agentledger.core.constants import BUDGET_ALERT_ID_PREFIX, TASK_NOTIFIER_ID_PREFIX
 from agentledger.core.keys import id_part
 from agentledger.core.spec import JsonDict
+
+# What a subscription's deliveries carry: agentledger's JSON body, or a Slack message made
+# from it (agentledger/core/slack_messages.py).
+DeliveryFormat = Literal["json", "slack"]
 
 
 class DeliveryInput(BaseModel):
@@ -71,11 +76,18 @@ class RunNotifierInput(BaseModel):
     tenant: str
     run_id: str
     after_seq: int = Field(0, ge=0, description="events up to this one are told already")
+    agent: str | None = Field(None, description="the run's agent, named in what is told")
 
 
 def run_notifier_id(run_id: str) -> str:
     """The workflow id of the run's notifier: one per run."""
     return TASK_NOTIFIER_ID_PREFIX + "run." + run_id
+
+
+def redelivery_id(delivery_id: str, attempts: int) -> str:
+    """The workflow id of a delivery made again after its `attempts`: one per request, so a
+    request sent twice before it is made is made once."""
+    return f"{TASK_NOTIFIER_ID_PREFIX}again.{attempts}.{delivery_id}"
 
 
 def notifier_id(subscription_id: str) -> str:
@@ -92,6 +104,9 @@ class PushSubscription(BaseModel):
     run_id: str | None = Field(description="the run it follows; null: the tenant's runs")
     name: str = Field(description="its name")
     url: str = Field(description="where deliveries are POSTed")
+    format: DeliveryFormat = Field(
+        "json", description="json: agentledger's body; slack: a Slack incoming webhook's message"
+    )
     auth_scheme: str | None = Field(None, description="the Authorization scheme sent, if any")
     created_at: datetime = Field(description="when it was added")
 

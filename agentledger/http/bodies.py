@@ -23,6 +23,7 @@ from agentledger.core.policy_rules import ApprovalRule, FreeForm, TenantPolicy
 from agentledger.core.results import RunState, SayResult
 from agentledger.core.run_reports import RunReport
 from agentledger.core.spec import JsonDict, Signer
+from agentledger.core.webhook_models import DeliveryFormat
 
 MAX_LIST = 500
 
@@ -236,6 +237,12 @@ class Subscribe(Body):
     )
     secret: Annotated[str, Field(min_length=16, max_length=200)] | None = Field(
         None, description="signs each delivery; none: a random one, answered this once"
+    )
+    format: DeliveryFormat = Field(
+        "json",
+        description="json: agentledger's body; slack: a message a Slack incoming webhook "
+        "takes (text and blocks, a button to the inbox item when the workers know the "
+        "door's public address)",
     )
 
 

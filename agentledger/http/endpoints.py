@@ -40,6 +40,7 @@ PATH_PARAMETERS = {
     "name": "a schedule's, a hook's or a notification webhook's name in your tenant (another "
     "tenant's reads as missing)",
     "address": "a hook's address, TENANT.NAME, as `hooks create` answered it",
+    "delivery_id": "a delivery to that webhook, as its deliveries list it, URL-encoded",
 }
 
 

@@ -1,5 +1,5 @@
 """Your tenant's notification webhooks over REST (agentledger/client/notifications.py):
-added, listed and removed by its admins; what became of each delivery."""
+added, listed and removed by its admins; what became of each delivery, and one made again."""
 
 from __future__ import annotations
 
@@ -18,12 +18,15 @@ async def listed(call: Call[None]) -> list[PushSubscription]:
 
 
 async def subscribe(call: Call[bodies.Subscribe]) -> NewSubscription:
-    """Tell `url` what your tenant's runs started from now on do: `approval.requested`,
-    `approval.decided`, `run.finished`, `run.failed`, each signed with the secret
-    (`AgentLedger-Signature: t=...,v1=...`; a random one, shown this once, if you send
-    none) and retried with backoff until the receiver answers 2xx."""
+    """Tell `url` what your tenant's runs do from now on, however they were started:
+    `approval.requested`, `approval.decided`, `run.finished`, `run.failed` (and budget
+    alerts), each signed with the secret (`AgentLedger-Signature: t=...,v1=...`; a random
+    one, shown this once, if you send none) and retried with backoff until the receiver
+    answers 2xx; with `format: slack`, as a message a Slack incoming webhook takes."""
     body = call.input
-    return await call.runs.notifications.subscribe(body.name, body.url, secret=body.secret)
+    return await call.runs.notifications.subscribe(
+        body.name, body.url, secret=body.secret, format=body.format
+    )
 
 
 async def remove(call: Call[bodies.NoFields]) -> bodies.Removed:
@@ -37,6 +40,12 @@ async def deliveries(call: Call[None]) -> list[WebhookDelivery]:
     return await call.runs.notifications.deliveries(call.path("name"))
 
 
+async def redeliver(call: Call[bodies.NoFields]) -> WebhookDelivery:
+    """Make this delivery again (its id URL-encoded: `#` is `%23`): the recorded body, under
+    its id, signed afresh and retried as any delivery; `pending` until its attempt lands."""
+    return await call.runs.notifications.redeliver(call.path("name"), call.path("delivery_id"))
+
+
 ENDPOINTS = [
     Endpoint("GET", HOOKS, listed, "admin", answer=list[PushSubscription]),
     Endpoint(
@@ -47,6 +56,15 @@ ENDPOINTS = [
     ),
     Endpoint(
         "GET", HOOKS + "/{name}/deliveries", deliveries, "admin", answer=list[WebhookDelivery]
+    ),
+    Endpoint(
+        "POST",
+        HOOKS + "/{name}/deliveries/{delivery_id}/redeliver",
+        redeliver,
+        "admin",
+        bodies.NoFields,
+        answer=WebhookDelivery,
+        status=202,
     ),
 ]
 

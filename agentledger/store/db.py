@@ -652,6 +652,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX standing_approvals_live_idx ON standing_approvals (tenant, tool)
         WHERE revoked_at IS NULL;
     """,
+    # 24: what a webhook's deliveries carry: agentledger's JSON body, or a Slack message.
+    """
+    ALTER TABLE webhook_subscriptions ADD COLUMN format text NOT NULL DEFAULT 'json'
+        CHECK (format IN ('json', 'slack'));
+    """,
 ]
 
 

@@ -1,7 +1,8 @@
 """Signed webhooks in Postgres: where to deliver (subscriptions) and what was delivered.
 
 A subscription is a URL, the secret its deliveries are signed with
-(agentledger/core/webhook_signatures.py) and optionally the credentials sent with them; it
+(agentledger/core/webhook_signatures.py), what they carry (`format`: agentledger's JSON, or
+a Slack message) and optionally the credentials sent with them; it
 belongs to a tenant and, for an A2A task's push config, to one run. The secret stays here:
 Temporal's history carries a subscription's id, never its secret. Every delivery is a row
 keyed by its id, so a retried dispatch cannot record one twice; each attempt updates its
@@ -18,8 +19,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentledger.core.spec import JsonDict
+from agentledger.core.webhook_models import DeliveryFormat
 
-SUBSCRIPTION = "subscription_id, tenant, run_id, name, url, auth_scheme, created_at"
+SUBSCRIPTION = "subscription_id, tenant, run_id, name, url, format, auth_scheme, created_at"
 DELIVERY = (
     "delivery_id, subscription_id, tenant, run_id, event, status, attempts, last_status_code, "
     "last_error, created_at, attempted_at, delivered_at"
@@ -43,16 +45,17 @@ class WebhookStore:
         secret: str,
         auth_scheme: str | None = None,
         auth_credentials: str | None = None,
+        format: DeliveryFormat = "json",
     ) -> dict[str, Any]:
         """Add or replace a subscription (the same id: the caller's new settings)."""
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 f"""INSERT INTO webhook_subscriptions (subscription_id, tenant, run_id, name,
-                        url, secret, auth_scheme, auth_credentials)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+                        url, secret, auth_scheme, auth_credentials, format)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (subscription_id) DO UPDATE SET url = EXCLUDED.url,
                         secret = EXCLUDED.secret, auth_scheme = EXCLUDED.auth_scheme,
-                        auth_credentials = EXCLUDED.auth_credentials
+                        auth_credentials = EXCLUDED.auth_credentials, format = EXCLUDED.format
                     RETURNING {SUBSCRIPTION}""",
                 (
                     subscription_id,
@@ -63,6 +66,7 @@ class WebhookStore:
                     secret,
                     auth_scheme,
                     auth_credentials,
+                    format,
                 ),
             )
             row = await cur.fetchone()
@@ -80,6 +84,16 @@ class WebhookStore:
             )
             return await cur.fetchall()
 
+    async def notifies(self, tenant: str) -> bool:
+        """Whether the tenant has a notification webhook (a subscription with no run)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """SELECT 1 FROM webhook_subscriptions
+                   WHERE tenant = %s AND run_id IS NULL LIMIT 1""",
+                (tenant,),
+            )
+            return await cur.fetchone() is not None
+
     async def unsubscribe(self, tenant: str, subscription_id: str) -> bool:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
@@ -89,11 +103,12 @@ class WebhookStore:
             return cur.rowcount > 0
 
     async def target(self, subscription_id: str) -> dict[str, Any] | None:
-        """Where and how to deliver: the URL, the secret and the credentials; None once the
-        subscription is gone (its deliveries stop)."""
+        """Where and how to deliver: the URL, the secret, the format and the credentials;
+        None once the subscription is gone (its deliveries stop)."""
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                """SELECT subscription_id, tenant, url, secret, auth_scheme, auth_credentials
+                """SELECT subscription_id, tenant, url, secret, format, auth_scheme,
+                       auth_credentials
                    FROM webhook_subscriptions WHERE subscription_id = %s""",
                 (subscription_id,),
             )
@@ -153,6 +168,29 @@ class WebhookStore:
             )
             return await cur.fetchall()
 
+    async def delivery(self, subscription_id: str, delivery_id: str) -> dict[str, Any] | None:
+        """One delivery to the subscription, with the body it carried; None if it has none
+        of that id."""
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"""SELECT {DELIVERY}, body FROM webhook_deliveries
+                    WHERE subscription_id = %s AND delivery_id = %s""",
+                (subscription_id, delivery_id),
+            )
+            return await cur.fetchone()
+
+    async def requeue(self, delivery_id: str) -> dict[str, Any]:
+        """The delivery to be made again: pending, until its next attempt says otherwise."""
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                f"""UPDATE webhook_deliveries SET status = 'pending', delivered_at = NULL
+                    WHERE delivery_id = %s RETURNING {DELIVERY}""",
+                (delivery_id,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return row
+
     # ------------------------------------------------------------ A2A tasks
 
     async def remember_task(self, run_id: str, tenant: str, context_id: str, agent: str) -> str:
@@ -192,13 +230,16 @@ class WebhookStore:
 
     # ------------------------------------------------------------ what a run did
 
-    async def events_after(self, run_id: str, after_seq: int) -> list[dict[str, Any]]:
-        """The run's events after `after_seq`, as the mirror holds them, in order."""
+    async def events_after(
+        self, run_id: str, after_seq: int, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """The run's events after `after_seq`, as the mirror holds them, in order: the first
+        `limit` of them."""
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 """SELECT seq, type, step_id, data, created_at AS at FROM events
-                   WHERE run_id = %s AND seq > %s ORDER BY seq""",
-                (run_id, after_seq),
+                   WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s""",
+                (run_id, after_seq, limit),
             )
             return await cur.fetchall()
 

@@ -5,15 +5,25 @@ a new cluster learns them too."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import RateLimit
 from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentledger.core import fairness
 from agentledger.core.admission_models import TenantLimits
 
 RateUpdate = UpdateTaskQueueConfigRequest.RateLimitUpdate
+# The server throttles calls per namespace and per service (about forty at once, then a
+# budget that refills each second); one push makes four calls, and every worker pushes at
+# start, so pushes made together meet the throttle. It is a "not yet", not a "no": wait a
+# jittered, growing while (so the refused do not all come back at once) and send again,
+# within a bound a command can keep.
+THROTTLED_BOUND = 20.0
 
 
 async def apply_queue_config(
@@ -54,13 +64,22 @@ async def _update(
     weights: dict[str, float],
     rate: UpdateTaskQueueConfigRequest.RateLimitUpdate | None = None,
 ) -> None:
-    await client.workflow_service.update_task_queue_config(
-        UpdateTaskQueueConfigRequest(
-            namespace=client.namespace,
-            identity=client.identity,
-            task_queue=task_queue,
-            task_queue_type=kind,
-            set_fairness_weight_overrides=weights,
-            update_fairness_key_rate_limit_default=rate,
-        )
+    request = UpdateTaskQueueConfigRequest(
+        namespace=client.namespace,
+        identity=client.identity,
+        task_queue=task_queue,
+        task_queue_type=kind,
+        set_fairness_weight_overrides=weights,
+        update_fairness_key_rate_limit_default=rate,
     )
+    loop = asyncio.get_running_loop()
+    give_up, ceiling = loop.time() + THROTTLED_BOUND, 0.25
+    while True:
+        try:
+            await client.workflow_service.update_task_queue_config(request)
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or loop.time() >= give_up:
+                raise
+        await asyncio.sleep(random.uniform(0, ceiling))
+        ceiling = min(ceiling * 2, 2.0)

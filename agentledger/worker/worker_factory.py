@@ -32,6 +32,7 @@ from agentledger.activities.mirror import MirrorActivities
 from agentledger.activities.model import ModelActivities
 from agentledger.activities.provider_clients import ProviderClients
 from agentledger.activities.run_endings import RunEndingActivities
+from agentledger.activities.run_notices import RunNotices
 from agentledger.activities.schedules import ScheduleActivities
 from agentledger.activities.standing import StandingActivities
 from agentledger.activities.tools import ToolActivities
@@ -274,7 +275,8 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
         vault=vault,
         spans=spans,
     )
-    mirror = MirrorActivities(store, journal, spans)
+    webhook_store = WebhookStore(deps.pool)
+    mirror = MirrorActivities(store, journal, spans, RunNotices(webhook_store, client))
     verify = VerifyActivities(
         deps.model_client,
         deps.registry,
@@ -287,7 +289,7 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
     fork = ForkActivities(ForkStore(deps.pool), deps.registry)
     endings = RunEndingActivities(client)
     evals = EvalActivities(deps.pool)
-    webhooks = WebhookActivities(WebhookStore(deps.pool))
+    webhooks = WebhookActivities(webhook_store, public_url=settings.public_url)
     schedules = ScheduleActivities(TriggerStore(deps.pool))
     standing = StandingActivities(StandingStore(deps.pool))
     return EngineParts(

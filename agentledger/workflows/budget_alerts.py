@@ -4,22 +4,19 @@ each of its tenant's webhooks with no run.
 The model call that made the alert due starts it (agentledger/activities/budget_gate.py),
 with an id that names the budget, the period and the kind, so an alert is delivered once
 however many calls see it due. Each delivery is `webhooks.deliver`, retried by Temporal with
-the task notifier's backoff and recorded in Postgres; a receiver that stays down past a day
-has its delivery recorded as failed.
+backoff and recorded in Postgres (agentledger/workflows/webhook_calls.py); a receiver that
+stays down past a day has its delivery recorded as failed.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+
+from agentledger.workflows import webhook_calls
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.activities.webhooks import WebhookActivities
     from agentledger.core import constants as names
-    from agentledger.core.webhook_models import BudgetAlertInput, DeliveryInput, TenantInput
-    from agentledger.workflows.task_notifier import DELIVERY_GIVE_UP, DELIVERY_RETRY
+    from agentledger.core.webhook_models import BudgetAlertInput, DeliveryInput
 
 __all__ = ["BudgetAlertWorkflow"]
 
@@ -29,11 +26,7 @@ class BudgetAlertWorkflow:
     @workflow.run
     async def run(self, input: BudgetAlertInput) -> int:
         """Deliver the alert to each of the tenant's webhooks; how many took it."""
-        subscriptions = await workflow.execute_activity_method(
-            WebhookActivities.tenant_subscriptions,
-            TenantInput(tenant=input.tenant),
-            start_to_close_timeout=timedelta(seconds=30),
-        )
+        subscriptions = await webhook_calls.tenant_subscriptions(input.tenant)
         delivered = 0
         for each in subscriptions:
             delivery = DeliveryInput(
@@ -43,15 +36,7 @@ class BudgetAlertWorkflow:
                 event=input.event,
                 body=input.body,
             )
-            try:
-                result = await workflow.execute_activity_method(
-                    WebhookActivities.deliver,
-                    delivery,
-                    start_to_close_timeout=timedelta(seconds=30),
-                    schedule_to_close_timeout=DELIVERY_GIVE_UP,
-                    retry_policy=DELIVERY_RETRY,
-                )
-            except ActivityError:
-                continue  # recorded as failed; the next webhook still gets it
-            delivered += result.status == "delivered"
+            # One failed for good is recorded as failed; the next webhook still gets it.
+            result = await webhook_calls.deliver(delivery)
+            delivered += result is not None and result.status == "delivered"
         return delivered

@@ -12,6 +12,7 @@ from agentledger.workflows.agent_run import AgentRunWorkflow
 from agentledger.workflows.backlog import AgentBacklogWorkflow
 from agentledger.workflows.budget_alerts import BudgetAlertWorkflow
 from agentledger.workflows.evals import EvalWorkflow
+from agentledger.workflows.redeliveries import RedeliveryWorkflow
 from agentledger.workflows.run_notifier import RunNotifierWorkflow
 from agentledger.workflows.scheduled_fires import ScheduledFireWorkflow
 from agentledger.workflows.task_notifier import TaskNotifierWorkflow
@@ -26,6 +27,7 @@ ENGINE_WORKFLOWS: list[type] = [
     BudgetAlertWorkflow,
     ScheduledFireWorkflow,
     RunNotifierWorkflow,
+    RedeliveryWorkflow,
 ]
 
 # What the workflow sandbox shares with the worker instead of importing afresh for every run,

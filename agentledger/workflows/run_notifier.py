@@ -17,25 +17,14 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
 
-from agentledger.workflows.task_notifier import (
-    DELIVERY_GIVE_UP,
-    DELIVERY_RETRY,
-    run_changes_after,
-)
+from agentledger.workflows.webhook_calls import deliver, run_changes_after, tenant_subscriptions
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.activities.webhooks import ATTEMPT_SECONDS, WebhookActivities
     from agentledger.core import constants as names
     from agentledger.core.events import EventType
     from agentledger.core.notifications import notification
-    from agentledger.core.webhook_models import (
-        DeliveryInput,
-        RunNotifierInput,
-        TenantInput,
-        TenantSubscription,
-    )
+    from agentledger.core.webhook_models import DeliveryInput, RunNotifierInput
 
 __all__ = ["RunNotifierWorkflow"]
 
@@ -55,7 +44,7 @@ class RunNotifierWorkflow:
                 seq = event.seq
                 told = notification(
                     event.type, event.data, tenant=input.tenant, run_id=input.run_id,
-                    seq=event.seq, at=event.at,
+                    seq=event.seq, at=event.at, agent=input.agent,
                 )  # fmt: skip
                 finished = finished or event.type == EventType.RUN_FINISHED
                 if told is not None:
@@ -76,11 +65,7 @@ class RunNotifierWorkflow:
         self, input: RunNotifierInput, seq: int, name: str, body: dict[str, Any]
     ) -> None:
         """One event told to every subscription at once: a slow receiver holds no other."""
-        found: list[TenantSubscription] = await workflow.execute_activity_method(
-            WebhookActivities.tenant_subscriptions,
-            TenantInput(tenant=input.tenant),
-            start_to_close_timeout=timedelta(seconds=30),
-        )
+        found = await tenant_subscriptions(input.tenant)
         await asyncio.gather(
             *(self._deliver(input, each.subscription_id, seq, name, body) for each in found)
         )
@@ -101,15 +86,4 @@ class RunNotifierWorkflow:
             event=name,
             body=body,
         )
-        try:
-            await workflow.execute_activity_method(
-                WebhookActivities.deliver,
-                delivery,
-                # One attempt's bound and a little: an attempt lost with its worker is
-                # made again that soon.
-                start_to_close_timeout=timedelta(seconds=ATTEMPT_SECONDS + 5),
-                schedule_to_close_timeout=DELIVERY_GIVE_UP,
-                retry_policy=DELIVERY_RETRY,
-            )
-        except ActivityError:
-            pass  # recorded as failed; the next event is still told
+        await deliver(delivery)  # one failed for good is recorded; the next is still told

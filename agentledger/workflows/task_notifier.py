@@ -16,15 +16,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+
+from agentledger.workflows.webhook_calls import deliver, run_changes_after
 
 with workflow.unsafe.imports_passed_through():
-    from agentledger.activities.webhooks import WebhookActivities
     from agentledger.core import constants as names
     from agentledger.core import task_states
     from agentledger.core.webhook_models import (
-        ChangesInput,
         DeliveryInput,
         NotifierInput,
         RunChanges,
@@ -32,28 +30,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 __all__ = ["TaskNotifierWorkflow"]
-
-# A receiver down for a while gets the delivery when it is back: backoff up to a minute
-# apart, for up to a day; then the delivery is recorded as failed and the next one goes.
-DELIVERY_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-)
-DELIVERY_GIVE_UP = timedelta(days=1)
-CHANGES_WAIT_SECONDS = 60.0
-
-
-async def run_changes_after(run_id: str, seq: int) -> RunChanges:
-    """The run's events after `seq`, waited for a while (activity `webhooks.run_changes`):
-    what a notifier follows a run by."""
-    changes: RunChanges = await workflow.execute_activity_method(
-        WebhookActivities.run_changes,
-        ChangesInput(run_id=run_id, after_seq=seq, wait_seconds=CHANGES_WAIT_SECONDS),
-        start_to_close_timeout=timedelta(seconds=CHANGES_WAIT_SECONDS + 30),
-        heartbeat_timeout=timedelta(seconds=20),
-    )
-    return changes
 
 
 @workflow.defn(name=names.TASK_NOTIFIER_WORKFLOW_NAME)
@@ -106,14 +82,6 @@ class TaskNotifierWorkflow:
             event=state,
             body=body,
         )
-        try:
-            delivered = await workflow.execute_activity_method(
-                WebhookActivities.deliver,
-                delivery,
-                start_to_close_timeout=timedelta(seconds=30),
-                schedule_to_close_timeout=DELIVERY_GIVE_UP,
-                retry_policy=DELIVERY_RETRY,
-            )
-        except ActivityError:
-            return True  # recorded as failed; the next change is still told
-        return delivered.status != "dropped"
+        delivered = await deliver(delivery)
+        # One failed for good is recorded as failed; the next change is still told.
+        return delivered is None or delivered.status != "dropped"
