@@ -215,6 +215,11 @@ async def test_a_runner_forks_a_run_from_its_timeline_and_a_viewer_only_reads_it
                     await page.click("#back-to-runs")
                     await page.locator("#costs-note", has_text="admin").wait_for()
                     assert await page.locator("#costs-chart").is_hidden()
+                    # A run that is not the tenant's is refused once, and said so.
+                    await page.goto(f"{door.url}/inbox#runs/{run_id}-x")
+                    refused = page.locator("#run-live", has_text="Not following the run")
+                    await refused.wait_for(timeout=30_000)
+                    assert "no run" in (await refused.inner_text()).lower()
                 finally:
                     await browser.close()
     fork_receipt = await eventually_receipt(pool, fork_id)
