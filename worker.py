@@ -3,12 +3,13 @@
 This deployment's own Temporal worker, as the SDK's samples write one: a Client connected
 with agentledger's plugin, and a Worker with its own workflow and activity (workflows/,
 activities/: a business workflow that runs an agent as a child) beside the engine the plugin
-registers (docs/temporal-app.md). `agentledger.worker_command_line()` is the process's edge:
+registers. `agentledger.worker_command_line()` is the process's edge:
 agentledger-worker's flags and the environment read once into `edge.config`, logging, the
 tools and MCP servers the flags name; `edge.attend(worker, plugin)` stops the worker on
-SIGINT or SIGTERM, draining its steps in hand. Only agentledger's public API is imported here
-(tests/test_deployment_code.py). REFUND_LEDGER names the refund ledger the example's activity
-writes (default .agentledger/refunds.jsonl).
+SIGINT or SIGTERM, draining its steps in hand. Only agentledger's public API is imported
+here (a test holds it to that), so it keeps working as agentledger's insides change.
+REFUND_LEDGER names the refund ledger the example's activity writes (default
+.agentledger/refunds.jsonl).
 """
 
 import asyncio

@@ -1,6 +1,6 @@
 """This deployment's own side effect: recording a refund, once, in the refund ledger.
 
-An activity of the business, not of the agent: the workflow in workflows/refund_review.py
+An activity of the business, not of the agent: `RefundReviewWorkflow` (workflows.refund_review)
 calls it after the agent's approved answer. The ledger is a JSON-lines file injected by
 worker.py (a real deployment would hold its payments client here instead); a retried
 attempt finds its request already recorded and returns that record, so a refund is never

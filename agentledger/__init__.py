@@ -12,8 +12,8 @@ What a user writes against, and nothing more (README "Your agent in five minutes
   `worker_command_line`: a worker process's edge from `agentledger-worker`'s command line,
   for a deployment's own worker.py (its Client and Worker, with your own workflows and
   activities beside the engine's).
-- `AgentLedgerPlugin` and `AgentLedgerConfig`: agentledger on your own Temporal Client and Worker
-  (docs/temporal-app.md).
+- `AgentLedgerPlugin` and `AgentLedgerConfig`: agentledger on your own Temporal Client and Worker,
+  configured by one typed object.
 - `RunClient`: the one front door from Python: every operation the `agentledger` command has.
 - `AgentLedgerError` and its public subclasses `InvalidInput`, `NotFound`, `Unreachable` and
   `Refused`: what agentledger raises for people, each with the command's exit code.

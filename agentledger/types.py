@@ -4,7 +4,8 @@ like the names `agentledger` exports. Every model here holds only types exported
     from agentledger.types import RunState, Started, VerifySpec
 
 Importing this module loads only agentledger.core (pydantic's models, Temporal's types), not
-the operations, the stores or the workflows (tests/test_public_api.py holds it to that).
+the operations, the stores or the workflows (a test holds it to that), so a program that
+types its calls loads no engine.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from agentledger.core.eval_reports import CaseScore, EvalGate, EvalReport, EvalT
 from agentledger.core.events import EventType
 from agentledger.core.fleet_figures import ModelFailures, PruneResult, Stats, ToolFailures
 from agentledger.core.hook_models import HookRow, HookStarted, NewHook
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.core.identity import Identity
 from agentledger.core.listings import (
     ApiKeyRow,
@@ -157,7 +158,7 @@ __all__ = [
     "ForkOrigin",
     "HookRow",
     "HookStarted",
-    "HttpSettings",
+    "HttpConfig",
     "Identity",
     "InboxItem",
     "JsonDict",

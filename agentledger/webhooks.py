@@ -1,4 +1,4 @@
-"""For a webhook receiver: check that a delivery from agentledger is genuine (docs/protocols.md).
+"""For a webhook receiver: check that a delivery from agentledger is genuine.
 
 from agentledger.webhooks import SIGNATURE_HEADER, verify
 verify(secret, raw_body, headers[SIGNATURE_HEADER], now=time.time())  # BadSignature if not

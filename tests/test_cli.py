@@ -21,10 +21,11 @@ from psycopg.conninfo import make_conninfo
 
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.results import RunResult
+from agentledger.dev.stack import free_port
 from agentledger.store.db import MIGRATIONS, schema_version
 from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as ops
-from tests.support import NOTIFY_TASK, make_spec, wait_pending
+from tests.support import NOTIFY_TASK, make_spec, wait_mirrored_status, wait_pending
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -254,6 +255,38 @@ async def test_the_agentledger_console_script_is_the_same_cli(settings, tmp_path
     assert migrated.code == 0, migrated.err
     assert migrated.json() == {"schema_version": len(MIGRATIONS)}
     refused(await run_cli(settings, home, "receipt", "run-nonexistent", console=True), 3)
+
+
+async def test_starter_py_with_a_task_starts_one_run_the_samples_way(cli, worker, pool):
+    """`python starter.py "TASK"`: a Client with the plugin, one run started through the gate,
+    its result awaited and printed, exit 0 for a completed run; the run is mirrored as any."""
+    async with worker():
+        done = await cli("Summarize our refund policy.")
+    assert done.code == 0, (done.out, done.err)
+    started, result = done.out.split("\n", 1)
+    run_id = started.split()[1].rstrip(":")
+    assert started.startswith("Started run-") and started.endswith(f"/workflows/{run_id}")
+    assert result.startswith("Result: completed\n## Summary\nDone: Summarize our refund policy.")
+    await wait_mirrored_status(pool, run_id, "completed")
+
+
+async def test_starter_py_says_in_a_line_that_temporal_does_not_answer(settings, tmp_path):
+    """Exit 4 (unreachable), what to do, no traceback; nothing was started."""
+    nowhere = settings.model_copy(update={"temporal_address": f"127.0.0.1:{free_port()}"})
+    done = await run_cli(nowhere, tmp_path / "home", "Summarize our refund policy.")
+    assert done.code == 4, (done.out, done.err)
+    assert done.err.startswith("error: Failed client connect") and "Traceback" not in done.err
+    assert "(`python starter.py up`), or set TEMPORAL_ADDRESS" in done.err
+
+
+def test_starter_py_reads_a_sentence_as_its_task_and_anything_else_as_a_command():
+    """A mistyped command is named by the command line, never started as a task."""
+    import starter
+
+    assert not starter.is_command([])
+    assert not starter.is_command(["Summarize our refund policy."])
+    for argv in (["demo"], ["--help"], ["status", "run-1"], ["stauts"], ["start", "--task", "a b"]):
+        assert starter.is_command(argv), argv
 
 
 async def test_spec_file_with_flags_overriding_it_starts_that_run(cli, client, tmp_path):

@@ -4,7 +4,9 @@ chaos suite and tests install."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +123,63 @@ def test_one_config_from_the_environment_or_a_program():
         AgentLedgerConfig(tenant="x" * 201)
     with pytest.raises(ValidationError, match="model_base_url"):
         AgentLedgerConfig(model_base_url="http://m/v1")
+
+
+def environment_reads(source: str) -> list[int]:
+    """The lines that read the process's environment: `os.environ`, `os.getenv`, `environ`
+    imported from os."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in ("environ", "getenv", "environb", "getenvb")
+        ) or (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and any(alias.name in ("environ", "getenv") for alias in node.names)
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_client_side_reads_no_environment():
+    """The client classes act on the config their edge read (the CLI, the HTTP server, a
+    program's `AgentLedgerConfig`): an eval's judges take their providers' keys from it, an
+    approver's keys folder too."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "agentledger" / "client").glob("*.py"))
+        for line in environment_reads(path.read_text())
+    ]
+    assert not found, f"read the environment at the edge, into the config: {found}"
+    assert environment_reads("import os\nos.environ.get('X')\n") == [2]
+    assert environment_reads("from os import getenv\n") == [1]
+
+
+def test_an_eval_reads_its_judges_keys_where_the_command_starts(tmp_path):
+    """`eval run` reads the keys of the providers its LLM judges call with the rest of its
+    config, at the command's start: a key variable not set is refused there, naming it."""
+    judge = {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "JUDGE_KEY_NOT_SET"}
+    env = {k: v for k, v in os.environ.items() if k != "JUDGE_KEY_NOT_SET"}
+    done = subprocess.run(
+        [sys.executable, "starter.py", "eval", "run", "cases.yaml", "--candidate", "desk"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "AGENTLEDGER_PROVIDERS": json.dumps({"judge": judge}),
+             "AGENTLEDGER_HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: model provider 'judge'"), done.stderr
+    assert "JUDGE_KEY_NOT_SET" in done.stderr
+
+
+def test_the_approver_keys_folder_is_read_at_the_edge(tmp_path):
+    """XDG_CONFIG_HOME is read with the rest of the config; AGENTLEDGER_CONFIG_DIR wins."""
+    xdg = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert AgentLedgerConfig.load(xdg).config_dir == tmp_path / "xdg" / "agentledger"
+    named = AgentLedgerConfig.load({**xdg, "AGENTLEDGER_CONFIG_DIR": str(tmp_path / "keys")})
+    assert named.config_dir == tmp_path / "keys"

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from agentledger import RunClient
 from agentledger.core import spec as run_specs
 from agentledger.core.config import AgentLedgerConfig
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.http import bodies
 from agentledger.http.app import create_app
 from agentledger.http.endpoints import EndpointRoute
@@ -35,7 +35,7 @@ def field_names(model: type[BaseModel]) -> set[str]:
 
 
 def test_the_api_description_names_every_field_of_every_route() -> None:
-    app = create_app(RunClient.lazy(AgentLedgerConfig.load({})), HttpSettings())
+    app = create_app(RunClient.lazy(AgentLedgerConfig.load({})), HttpConfig())
     spec = described(app.routes)
     declared = [route.declared for route in app.routes if isinstance(route, EndpointRoute)]
     served = {

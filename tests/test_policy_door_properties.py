@@ -52,7 +52,7 @@ from agentledger.core import merge_patch
 from agentledger.core.access import GRANTS
 from agentledger.core.backlog_models import child_run_id
 from agentledger.core.config import AgentLedgerConfig
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.core.identity import Identity
 from agentledger.dev.offline_model import OfflineModelServer
 from agentledger.http.server import bind, serve, url_of
@@ -146,7 +146,7 @@ class Stack:
         sock = bind("127.0.0.1", 0)
         self.door_stop = asyncio.Event()
         self.operator = RunClient(self.client, self.settings)
-        limits = HttpSettings().model_copy(
+        limits = HttpConfig().model_copy(
             update={
                 "requests_per_second": 10_000.0,
                 "auth_failures": 10_000,

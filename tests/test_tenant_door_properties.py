@@ -102,7 +102,7 @@ from agentledger.core.backlog_models import TaskItem
 from agentledger.core.config import AgentLedgerConfig
 from agentledger.core.constants import SIGNAL_CHILD_APPROVAL, SIGNAL_RUN_ADMIT, SIGNAL_SAY
 from agentledger.core.errors import OperationError, OperationRefused
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.core.listings import BacklogListing
 from agentledger.core.spec import RunSpec
 from agentledger.core.webhook_signatures import sign
@@ -213,7 +213,7 @@ class Stack:
         self.door_stop = asyncio.Event()
         self.door_runs = RunClient.lazy(self.settings)
         # Hostile deliveries (a hook's 401s) count against the one test address: no lockout.
-        limits = HttpSettings().model_copy(
+        limits = HttpConfig().model_copy(
             update={"requests_per_second": 10_000.0, "auth_failures": 10_000}
         )
         self.door = asyncio.create_task(

@@ -1,7 +1,7 @@
 """Agent metrics the activities record, through the SDK's activity meter: they land where
 Temporal's own metrics go (Prometheus at AGENTLEDGER_PROMETHEUS_BIND, or the application's own
 Runtime). A run's counts (runs, tokens, cost, approvals) come from the workflow's meter
-(agentledger/workflows/run_metrics.py); these are what only an activity sees."""
+(agentledger.workflows.run_metrics); these are what only an activity sees."""
 
 from __future__ import annotations
 

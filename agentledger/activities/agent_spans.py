@@ -3,9 +3,9 @@ them, in the OpenTelemetry GenAI conventions.
 
 Made in the activities, never in workflow code: an activity attempt runs once, so a worker
 that replays a run's history (an evicted run, a restart) makes no span twice. Each model and
-tool span is a child of the run's `invoke_agent` span (agentledger/activities/run_span.py),
+tool span is a child of the run's `invoke_agent` span (agentledger.activities.run_span),
 linked to Temporal's `RunActivity:...` span, which the client's `TracingInterceptor` makes
-current while the activity runs (agentledger/temporal/telemetry.py), so it sits in the run's
+current while the activity runs (agentledger.temporal.telemetry), so it sits in the run's
 one trace. Off unless AGENTLEDGER_OTEL is set; prompts, answers, tool arguments and results are
 recorded only with AGENTLEDGER_OTEL_CAPTURE_CONTENT, since they are the users' data.
 

@@ -1,11 +1,11 @@
 """The budgets a model call counts against, seen from inside `model.complete`.
 
 Before the provider is called, `admit` asks the budget store for the call's verdict
-(agentledger/core/budgets.py): it goes, it goes told to wrap up, it waits (heartbeating)
+(agentledger.core.budgets): it goes, it goes told to wrap up, it waits (heartbeating)
 while the calls in flight may take the room left, or it is refused, and the run ends
 `budget_exhausted`. Once its response is journaled, `landed` frees its place and raises the
 alerts it newly made due: a log line, a metric, and a signed delivery to each of the tenant's
-webhook subscriptions (agentledger/workflows/budget_alerts.py).
+webhook subscriptions (agentledger.workflows.budget_alerts).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`eval.diverged`: the eval workflow's watch on a case's run, until it stops or ends.
 
 A case's run that calls what its recording lacks is paused by its tool step (the tool
-activity records the divergence, agentledger/store/eval_store.py); this activity says so once
+activity records the divergence, agentledger.store.eval_store); this activity says so once
 that divergence is in Postgres, and the eval workflow then ends the run. It ends as well
 when the mirror shows the run ended, so no watch outlives its case by more than a look.
 Meanwhile it heartbeats, so a worker's death moves it to another worker.

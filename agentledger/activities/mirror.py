@@ -1,6 +1,6 @@
 """Mirror writes the workflow asks for: run state, checkpoints and the receipt; and, once a
 write holds what a tenant's notification webhooks are told, the run's notifier
-(agentledger/activities/run_notices.py)."""
+(agentledger.activities.run_notices)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The client is injected with max_retries=0, so Temporal's retry policy is the only one.
 Each response is journaled before the activity returns, so a retry after a crash reuses it
 instead of paying twice, under whom it is charged to; a call is admitted first under their
-budgets (agentledger/activities/budget_gate.py): told to wrap up near the limit, refused
+budgets (agentledger.activities.budget_gate): told to wrap up near the limit, refused
 past it. Proposed tool calls are checked against the worker's registry
 here, so the workflow sees clean verdicts and never runs a tool with bad arguments. A
 value the model writes into an argument a tool declares secret is sealed in the vault, and

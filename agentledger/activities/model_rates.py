@@ -1,7 +1,7 @@
 """Which tenants have a model-call rate now, as the model activity on a run's own queue asks.
 
 A run's model calls go to its own queue unless its tenant has a model-call rate
-(agentledger/workflows/steering.py). The run reads that when it starts; a rate set while it
+(agentledger.workflows.steering). The run reads that when it starts; a rate set while it
 runs reaches its next call here: the activity refuses a call of a rated tenant that came by
 the run's own queue (`ModelCallsRated`), before it does anything, and the run sends that
 call and every later one through the rate-limited queue. The worker reads the rated tenants

@@ -3,14 +3,14 @@ run records what they are told.
 
 A run writes its events to the mirror; an approval asked is written as the run blocks on
 it (`mirror.sync`), and its end with its receipt (`mirror.finish`). Those writes call
-`RunNotices.written`, which starts the run's notifier (agentledger/workflows/run_notifier.py)
+`RunNotices.written`, which starts the run's notifier (agentledger.workflows.run_notifier)
 once the run has an event worth telling and its tenant has a notification webhook. So a run
 is told of however it was started (a client's start, a fork, a backlog's task, a sub-agent,
 a schedule's fire, `run_agent` in a workflow of your own): no entry point has to remember.
 The notifier reads the run's events from its first on, so a decision a standing approval
 made, written with the step it let run, is told too, before what follows it.
 
-An eval case's run (agentledger/core/eval_cases.py) tells nobody: it replays a recording,
+An eval case's run (agentledger.core.eval_cases) tells nobody: it replays a recording,
 its approvals are decided by the eval command, and an eval of a thousand cases must not
 page anyone a thousand times.
 

@@ -1,6 +1,6 @@
 """`approvals.standing`: the standing approvals that may cover a call a person would be
 asked about, read from Postgres; the run decides in workflow code whether one covers it
-(agentledger/core/standing_approvals.py), so its history holds what it read."""
+(agentledger.core.standing_approvals), so its history holds what it read."""
 
 from __future__ import annotations
 

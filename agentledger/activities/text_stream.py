@@ -1,6 +1,6 @@
 """Model text to the run's subscribers, from inside `model.complete`, as the provider sends it.
 
-Each piece goes to Postgres (agentledger/store/model_text.py): appended to the attempt's row
+Each piece goes to Postgres (agentledger.store.model_text): appended to the attempt's row
 and sent on the run's channel in one statement, so subscribers (`watch`, SSE, AG-UI) get it
 within a round trip, never through the run's workflow (no signal, no history event, no
 workflow task). One write is in flight at a time; what arrives meanwhile goes with the next,

@@ -5,9 +5,9 @@ transaction; a retry after a crash finds the key and returns the recorded result
 external tool commits its claim first; a retry that finds a claim without a result does
 not act blindly: the tool's reconcile hook (or a person) says whether the effect happened.
 Every result is screened for prompt injection before the model sees it. Secrets the tool
-marks are replaced by their markers (agentledger/store/vault.py) before anything leaves the
+marks are replaced by their markers (agentledger.store.vault) before anything leaves the
 activity.
-An eval case's run (agentledger/core/eval_cases.py) is answered from its recording instead: no
+An eval case's run (agentledger.core.eval_cases) is answered from its recording instead: no
 tool runs and nothing is claimed in the ledger, so a side effect never happens again.
 """
 

@@ -1,9 +1,9 @@
 """Signed webhook deliveries, and a run's changes for those who deliver them.
 
 `webhooks.deliver` makes one attempt: it reads the subscription (URL, secret, format,
-credentials) from Postgres, signs the body (agentledger/core/webhook_signatures.py), POSTs it
+credentials) from Postgres, signs the body (agentledger.core.webhook_signatures), POSTs it
 and records the attempt. A subscription in the `slack` format is sent the body as a Slack
-message (agentledger/core/slack_messages.py, its inbox link on the door's `public_url`),
+message (agentledger.core.slack_messages, its inbox link on the door's `public_url`),
 signed the same way; the delivery's record keeps agentledger's body. A receiver's 2xx is
 delivered; a 5xx, 408, 429 or a connection that failed is raised for Temporal to retry with
 its backoff (the workflow's retry policy is the only retry loop); any other 4xx fails the

@@ -1,4 +1,4 @@
-"""`agentledger chat RUN`: talk with a run, a line at a time (docs/steering.md).
+"""`agentledger chat RUN`: talk with a run, a line at a time.
 
 Each line read from stdin is said to the run (`client.sessions.chat`), and its answer is printed
 as the model writes it. An approval the turn waits for is printed with the commands that

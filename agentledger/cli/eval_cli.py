@@ -1,5 +1,5 @@
 """`agentledger eval dataset` and `agentledger eval run`: recorded runs as a dataset, replayed to a
-candidate profile, scored, and gated (docs/evals.md)."""
+candidate profile, scored, and gated."""
 
 from __future__ import annotations
 

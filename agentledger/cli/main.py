@@ -5,9 +5,9 @@ with its Web UI, an embedded Postgres, the offline model) in `.agentledger/`. Ev
 command talks to whatever stack the settings name.
 
 A thin layer over `agentledger.RunClient`: each command reads its flags, calls one RunClient
-method and prints the answer (tests/test_cli_front_door.py holds it to that). The parser
-imports nothing heavy, so `agentledger --help` answers at once; a command imports what it
-needs when it runs. Exit codes: docs/using.md "Exit codes" (agentledger.core.errors).
+method and prints the answer (a test holds it to that), so what the CLI can do, Python can.
+The parser imports nothing heavy, so `agentledger --help` answers at once; a command imports
+what it needs when it runs. Exit codes: each error class carries its own (agentledger.core.errors).
 """
 
 from __future__ import annotations
@@ -1017,7 +1017,7 @@ def described(parser: argparse.ArgumentParser) -> None:
 async def dispatch(args: argparse.Namespace, began: float) -> int:
     """Run the command; its `--wait` counts from `began` (importing the client takes a second)."""
     from agentledger import RunClient
-    from agentledger.core.config import AgentLedgerConfig
+    from agentledger.core.config import AgentLedgerConfig, process_environment
     from agentledger.core.log_setup import configure_logging
 
     # Under --json, stderr carries one JSON object (an error), not a library's warnings (a
@@ -1026,11 +1026,20 @@ async def dispatch(args: argparse.Namespace, began: float) -> int:
     if getattr(args, "json", False):
         configure_logging(args.log_level or "CRITICAL")
     settings = AgentLedgerConfig.load()
+    if runs_an_eval(args):  # its LLM judges call their providers, with the keys read here
+        settings = settings.with_provider_keys(process_environment())
     quiet = "CRITICAL" if getattr(args, "json", False) else settings.log_level
     configure_logging(args.log_level or quiet, settings.log_format)
     async with RunClient.lazy(settings, wait=getattr(args, "wait", None), began=began) as client:
         acting = getattr(args, "acting_tenant", None)
         return await COMMANDS[args.command](client.acting_for(acting) if acting else client, args)
+
+
+def runs_an_eval(args: argparse.Namespace) -> bool:
+    """`eval run`, or `deploy check --eval`."""
+    if args.command == "eval":
+        return bool(args.eval_command == "run")
+    return args.command == "deploy" and bool(getattr(args, "eval", None))
 
 
 def print_error(code: int, kind: str, message: str, *, as_json: bool) -> None:

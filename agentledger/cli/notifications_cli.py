@@ -1,6 +1,6 @@
 """`agentledger notifications add|list|remove|deliveries|redeliver`: a tenant's notification
 webhooks, told, signed, each approval its runs ask and each decision, each run's end and the
-budget alerts (docs/http.md, "Notifications"); `--format slack` sends them as messages a
+budget alerts; `--format slack` sends them as messages a
 Slack incoming webhook takes; `redeliver` makes a recorded delivery again."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`agentledger serve` (the HTTP door, docs/http.md) and `agentledger keys create|list|revoke`
+"""`agentledger serve` (the HTTP door, agentledger.http) and `agentledger keys create|list|revoke`
 (its API keys: an operator's act)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from agentledger.cli.cli_options import add_output_flags, count, emit, say
 if TYPE_CHECKING:
     from agentledger import RunClient
     from agentledger.core.config import AgentLedgerConfig
-    from agentledger.core.http_settings import HttpSettings
+    from agentledger.core.http_config import HttpConfig
 
 KEY_COLUMNS = [
     "key_id",
@@ -156,7 +156,7 @@ class DoorBeside:
             await serve(client, settings.http, ready=lambda url: None, sock=self.sock, stop=stop)
 
 
-def door_beside(args: argparse.Namespace, http: HttpSettings) -> DoorBeside | None:
+def door_beside(args: argparse.Namespace, http: HttpConfig) -> DoorBeside | None:
     """A socket for `up`'s HTTP door: AGENTLEDGER_HTTP_PORT, or a free port if another program
     holds it (said); None, said, without the `serve` extra."""
     from agentledger.core.errors import SetupError

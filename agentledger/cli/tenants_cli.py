@@ -1,5 +1,5 @@
 """`agentledger tenants set|show|list`: each tenant's share of the workers, its limits, and
-its budgets per day and per month (docs/triggers.md, "Budgets"), and the policy its runs
+its budgets per day and per month (agentledger.core.budgets), and the policy its runs
 start under (agents, free-form specs, approval rules)."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def yes_no(text: str) -> bool:
 
 
 def rule(text: str) -> Any:
-    """One approval rule (agentledger/core/policy_rules.py, RULE_HELP)."""
+    """One approval rule (agentledger.core.policy_rules, RULE_HELP)."""
     from pydantic import ValidationError
 
     from agentledger.core.policy_rules import parse_rule

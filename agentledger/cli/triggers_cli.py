@@ -1,5 +1,5 @@
 """`agentledger schedule create|list|show|pause|resume|trigger|backfill|delete` and
-`agentledger hooks create|list|delete`: runs that start themselves (docs/triggers.md).
+`agentledger hooks create|list|delete`: runs that start themselves.
 
 A schedule lives in Temporal (a Schedule) and is listed in the mirror; `--tenant` (or
 AGENTLEDGER_TENANT) says whose. A hook's deliveries come over HTTP (`agentledger serve`), to

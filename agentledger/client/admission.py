@@ -1,6 +1,6 @@
 """Starting a capped tenant's run through its admission workflow, and asking where it stands.
 
-Client operations over agentledger/workflows/admission.py; `operations.start_run` calls
+Client operations over agentledger.workflows.admission; `operations.start_run` calls
 `enqueue_run`
 for every tenant with a cap, so callers never choose.
 """

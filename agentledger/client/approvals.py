@@ -2,7 +2,7 @@
 caller's runs wait for (an inbox).
 
 A decision is bound to the action pending now (its hash) and judged by the workflow
-(agentledger/workflows/approvals.py): with a worker it goes as an update, so a refusal comes
+(agentledger.workflows.approvals): with a worker it goes as an update, so a refusal comes
 back at once; when the run takes no more updates or no worker answers, as a signal the
 server keeps in the run's history until a worker applies it with the same checks.
 """

@@ -26,11 +26,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 NAME_CHARS = 100  # a file name in the config directory: tighter than agentledger.core.bounds
 
 
-def default_config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "agentledger"
-
-
 def _paths(config_dir: Path, name: str) -> tuple[Path, Path]:
     bounds.check_text("approver name", name, NAME_CHARS)
     if not NAME.match(name):

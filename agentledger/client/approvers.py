@@ -1,5 +1,5 @@
 """`client.approvers`: the people whose signed decisions a tenant's runs take, and their
-keys on this machine (docs/security.md)."""
+keys on this machine: a decision signed with a key proves who made it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from agentledger.client import approver_keys
 from agentledger.client.scope import Scope
 from agentledger.core.approver_key import ApproverKey
+from agentledger.core.config import user_config_dir
 from agentledger.core.errors import OperationRefused
 from agentledger.core.spec import Signer
 from agentledger.store.approver_store import ApproverStore
@@ -21,7 +22,7 @@ class Approvers:
 
     def config_dir(self) -> Path:
         """Where approver keys live on this machine."""
-        return self.scope.settings.config_dir or approver_keys.default_config_dir()
+        return self.scope.settings.config_dir or user_config_dir({})
 
     def key(self, name: str) -> ApproverKey | None:
         """`name`'s approver key on this machine, to sign decisions with; None if absent."""

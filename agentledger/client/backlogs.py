@@ -1,5 +1,5 @@
 """`client.backlogs`: an agent's queue of tasks, each a run in turn, for the caller's
-tenant (docs/backlogs.md): enqueue, stop, resume, retry, inspect. Every failure becomes an
+tenant: enqueue, stop, resume, retry, inspect. Every failure becomes an
 `OperationError` whose message says what to do next.
 """
 

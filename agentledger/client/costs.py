@@ -1,5 +1,5 @@
 """`client.costs`: what the model calls cost, summed from the journal of what was paid
-(agentledger/store/budget_store.py) by tenant, agent, model, credential or day. Under a
+(agentledger.store.budget_store) by tenant, agent, model, credential or day. Under a
 tenant, its own calls alone; an operator's, every tenant's."""
 
 from __future__ import annotations

@@ -1,19 +1,18 @@
-"""A dataset's LLM judges call their model through agentledger's providers (docs/evals.md).
+"""A dataset's LLM judges call their model through agentledger's providers.
 
 pydantic-evals' `LLMJudge` would call pydantic-ai's default model (OpenAI, with its own key
 and address). Here a judge's `model` is read as agentledger reads a run's: `PROVIDER:MODEL`
 names a provider of AGENTLEDGER_PROVIDERS; any other name (`openai:gpt-4o`, `gpt-4o`) is a model
 of the default client (OPENAI_BASE_URL, OPENAI_API_KEY); no model is AGENTLEDGER_MODEL there.
 So the judge reaches the endpoints, keys and offline model the workers use, with the
-workers' own clients (agentledger/activities/provider_clients.py), which is why this sits with
+workers' own clients (agentledger.activities.provider_clients), which is why this sits with
 the client, over the engine and its activities.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai.models import Model
@@ -23,25 +22,22 @@ from pydantic_evals.evaluators import Evaluator, LLMJudge
 
 from agentledger.activities.provider_clients import ProviderClients, model_client
 from agentledger.core.config import AgentLedgerConfig
-from agentledger.core.providers import load_providers, provider_keys
+from agentledger.core.providers import load_providers
 
 
 class JudgeModels:
     """The judges' models, on clients built at the first judge (a dataset without one needs
     no model key)."""
 
-    def __init__(
-        self, settings: AgentLedgerConfig, environ: Mapping[str, str] = os.environ
-    ) -> None:
+    def __init__(self, settings: AgentLedgerConfig) -> None:
         self.settings = settings
-        self.environ = environ
         self._clients: ProviderClients | None = None
 
     def clients(self) -> ProviderClients:
         if self._clients is None:
             providers = load_providers(self.settings.providers)
             self._clients = ProviderClients(
-                model_client(self.settings), providers, provider_keys(providers, self.environ)
+                model_client(self.settings), providers, self.settings.provider_keys
             )
         return self._clients
 

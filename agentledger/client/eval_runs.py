@@ -1,10 +1,10 @@
 """`eval dataset` and `eval run`: recorded runs as a pydantic-evals dataset, replayed.
 
-An eval (a dataset and a candidate) is one durable workflow (agentledger/workflows/evals.py)
+An eval (a dataset and a candidate) is one durable workflow (agentledger.workflows.evals)
 whose children are its cases' runs of the candidate's profile, each under its tenant's
 policy: a re-run of the same eval finds that workflow instead of starting it again, so it
 resumes where it was and pays for no model call twice. The runs' tool calls are answered
-from the recording by the tool activity (agentledger/store/eval_store.py), and a case that
+from the recording by the tool activity (agentledger.store.eval_store), and a case that
 diverges is ended where it stopped by the eval workflow; approvals they ask are decided
 here while the command waits, as the recording decided them. The report is scored from the
 mirror.
@@ -291,7 +291,7 @@ async def run_eval(
 ) -> EvalReport:
     """Every case replayed to the candidate, scored against its recording; `judges` gives the
     dataset's evaluators their LLM judges' models (through the providers:
-    agentledger/client/eval_judges.py)."""
+    agentledger.client.eval_judges)."""
     if not dataset.cases:
         raise InvalidRequest(f"{dataset_name} has no cases: `agentledger eval dataset` makes them")
     ident = eval_id(dataset_text, f"{candidate.get('profile_hash')}:{live_read_only}")

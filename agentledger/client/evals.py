@@ -1,5 +1,5 @@
-"""`client.evals`: recorded runs as eval cases, and a candidate agent scored against them
-(docs/evals.md)."""
+"""`client.evals`: recorded runs as eval cases, and a candidate agent scored against them,
+before it is deployed."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Evals:
         on_progress: Callable[[str], Any] | None = None,
     ) -> EvalReport:
         """Replay `dataset`'s cases to `candidate`, each as a durable run answered from its
-        recording, and score it against the recording (docs/evals.md). The candidate's
+        recording, and score it against the recording. The candidate's
         sub-agents come from `agents`, the profiles it was loaded with (by name), as a run of
         it would have them. The same dataset and candidate resume the same eval;
         `on_progress` gets its progress (cases done / total)."""

@@ -1,10 +1,10 @@
-"""`client.hooks`: signed webhook triggers (docs/triggers.md).
+"""`client.hooks`: signed webhook triggers.
 
 An admin makes a hook in their tenant: a name, an agent, a task template (`{body.issue.title}`
 filled in from each delivery) and a secret (given, or made and shown once). A delivery to
 `POST /v1/hooks/TENANT.NAME` starts a run of the agent when its signature holds (GitHub's
 `X-Hub-Signature-256`, or `AgentLedger-Signature` with its replay window), through the one
-start gate every run comes in by (agentledger/client/starts.py): its tenant's policy and
+start gate every run comes in by (agentledger.client.starts): its tenant's policy and
 budgets, as the hook (`hook:NAME`, a runner of the tenant). The delivery's id names the run,
 so the same delivery sent again is that run. The tenant is the one the hook was made in:
 nothing a delivery says decides it; an unknown hook answers exactly as a bad signature.

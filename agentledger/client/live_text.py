@@ -1,7 +1,7 @@
 """A run's model text in its watched story: from Postgres as it streams, each piece once.
 
 `model.complete` writes each piece of a reply to its attempt's row and sends it on the run's
-channel (agentledger/store/model_text.py). A watcher listens before it reads anything, and
+channel (agentledger.store.model_text). A watcher listens before it reads anything, and
 merges what it hears into the events it follows:
 - a piece is shown once the watcher has shown every event the run had recorded when the
   call was scheduled (the piece names the last, `after_event`): the text is faster than the

@@ -2,13 +2,13 @@
 (`approval.requested`, `approval.decided`, `run.finished`, `run.failed`), so a run that
 needs a person does not wait until someone happens to look.
 
-A subscription is a tenant-wide row of the webhook store (agentledger/store/webhook_store.py:
+A subscription is a tenant-wide row of the webhook store (agentledger.store.webhook_store:
 no run), its secret shown once when it is made, its `format` agentledger's JSON or a Slack
-message (agentledger/core/slack_messages.py). Every run of its tenant, however it was
-started, gets a notifier workflow (agentledger/workflows/run_notifier.py) once it has
-something to tell (agentledger/activities/run_notices.py), which delivers, retried by
+message (agentledger.core.slack_messages). Every run of its tenant, however it was
+started, gets a notifier workflow (agentledger.workflows.run_notifier) once it has
+something to tell (agentledger.activities.run_notices), which delivers, retried by
 Temporal and recorded; `deliveries` reads what became of each, and `redeliver` makes one
-again (agentledger/workflows/redeliveries.py).
+again (agentledger.workflows.redeliveries).
 """
 
 from __future__ import annotations

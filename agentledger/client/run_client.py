@@ -8,7 +8,7 @@ offers the client classes built on it, grouped as the command groups them (`clie
 `client.deploys`, `client.mirror`, `client.evals`, `client.keys`, `client.tasks`,
 `client.costs`, `client.schedules`, `client.hooks`). The
 command and the HTTP server are thin faces over the same classes
-(tests/test_cli_front_door.py). Signatures use only the public types `agentledger` exports.
+(a test holds them to that). Signatures use only the public types `agentledger` exports.
 
     async with await agentledger.RunClient.connect() as client:
         started = await client.runs.start("Summarize our refund policy.")

@@ -1,6 +1,6 @@
 """`client.runs`: start a run, act on it (decide, pause, say, cancel) and read it (state,
 receipt, its story as it happens). Another tenant's run reads as a missing one
-(agentledger/client/scope.py)."""
+(agentledger.client.scope)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ class Runs:
         id, whether it existed already (the same idempotency key: then it is the same run)
         and its place in its tenant's queue. The run takes its tenant (the caller's, unless
         the spec names one), approvers, cap and weight from the database
-        (agentledger/client/starts.py); without one, the start is refused. With
+        (agentledger.client.starts); without one, the start is refused. With
         `require_tools` (by default, for an agent's run), a run naming a tool its task
         queue's workers lack is refused before it starts; with `wait`, a start no worker
         could take within it (a capped tenant's) is not sent at all. A keyed start whose key
@@ -243,7 +243,7 @@ class Runs:
         """Tell a run in flight something: it reads the message at its next model call, or,
         with `on_message: interrupt`, replans with it at once (kept while no worker runs). To
         a session whose turn is in flight, it does what `double_texting` asks (within its
-        tenant's policy), else what the session's policy says (docs/triggers.md)."""
+        tenant's policy), else what the session's policy says."""
         return await Steering(self.scope).say(
             run_id, text, by=by, message_id=message_id, double_texting=double_texting, wait=wait
         )
@@ -350,7 +350,7 @@ class Runs:
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for the run to end: its result, as its workflow returned it, or as a failed
-        run carries it in its failure (agentledger/workflows/run_endings.py); a run Temporal
+        run carries it in its failure (agentledger.workflows.run_endings); a run Temporal
         cancelled returns none, so its result is read from its final state."""
         await self.scope.check_visible(run_id)
         client = await self.scope.temporal()

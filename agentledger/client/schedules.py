@@ -1,9 +1,9 @@
-"""`client.schedules`: runs that start themselves, on Temporal Schedules (docs/triggers.md).
+"""`client.schedules`: runs that start themselves, on Temporal Schedules.
 
 A schedule is a Temporal Schedule in its tenant (id `schedule-TENANT~NAME`: another tenant's
 reads as missing), listed in the mirror with what became of each fire. Its action starts a
 `ScheduledFire` workflow per fire time, which starts the run as any workflow starts one:
-under the tenant's policy read at that moment (agentledger/workflows/scheduled_fires.py),
+under the tenant's policy read at that moment (agentledger.workflows.scheduled_fires),
 with the spec held to the tenant's policy here when the schedule is made
 (`starts.triggered`). Its fires are charged to `schedule:NAME` beside the tenant. Who may
 make a tenant's schedules is its policy's (`tenants set T --schedule-role runner`; admins

@@ -6,7 +6,7 @@ and the connections (Temporal, Postgres), each opened on first use by whoever ow
 (`RunClient`). Every client class (`Runs`, `Backlogs`, ...) is built on one.
 
 Everything that compares a tenant with another, or decides which tenant a thing is, lives
-here and nowhere else on the client side (tests/test_client_tenancy.py holds it to that):
+here and nowhere else on the client side (a test holds it to that):
 another tenant's run reads exactly as a missing one (`no_run`, `find_run`), a caller's scope
 narrows but never widens (`narrowed`), an operator's act is refused under a tenant
 (`refuse_unless_operator`), a run or a backlog task starts in the caller's tenant or not at
@@ -145,7 +145,7 @@ NO_DATABASE = (
 DEFAULT_TENANT = "default"
 # Ids no direct start can take: `id_part` never yields "~", and a tenant's part is never empty.
 ENGINE_ID_PREFIX = names.RUN_ID_PREFIX + "~"
-# What a backlog names its runs after `run-` (agentledger/core/backlog_models.py,
+# What a backlog names its runs after `run-` (agentledger.core.backlog_models,
 # `child_run_id`): agent (no dot), key (no dot), launch.
 BACKLOG_RUN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\.[A-Za-z0-9_-]+\.[0-9]+")
 
@@ -211,7 +211,7 @@ def no_backlog(agent: str) -> RunNotFound:
 def no_task(agent: str, key: str) -> OperationError:
     """A retry of a key the backlog does not hold, or (under a tenant) of another tenant's
     task: word for word the refusal of the backlog's retry validator
-    (agentledger/workflows/backlog.py), as a backlog's change passes it on."""
+    (agentledger.workflows.backlog), as a backlog's change passes it on."""
     return OperationError(f"refused: {backlog_models.no_task(agent, key)}")
 
 

@@ -1,8 +1,7 @@
-"""`client.sessions`: converse with a session run (spec `session`) and end it on purpose
-(docs/steering.md).
+"""`client.sessions`: converse with a session run (spec `session`) and end it on purpose.
 
 A turn of a conversation (`agentledger chat`): the message goes as `say` sends it (another
-tenant's run reads as missing), then the run's live stream (agentledger/client/watch.py) is
+tenant's run reads as missing), then the run's live stream (agentledger.client.watch) is
 followed from where the run received the message to where it answered it: a session's
 `session.turn_answered` naming the message, or the run's end (and receipt). An approval the
 turn waits for ends the turn's items with `chat.approval_pending`, so a caller can decide

@@ -1,5 +1,5 @@
 """`client.standing`: standing approvals, granted, listed and revoked within the caller's
-tenant (agentledger/core/standing_approvals.py says what one covers).
+tenant (agentledger.core.standing_approvals says what one covers).
 
 An approver grants a rule only within the tenant's policy: a tool its policy lets approvers
 grant (`tenants set --standing-tools`), never one it always asks about, for at most

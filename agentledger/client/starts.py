@@ -12,14 +12,14 @@ one function every start uses. No caller hands it limits, rules or approvers, so
 with stale or chosen ones changes nothing; without a database there is no policy to read,
 and the start is refused. An idempotency key names one request: the same key with another
 request is refused, naming the first run (a session's key with another task is a message
-to it: agentledger/client/runs.py). The run is charged to the caller's credential
+to it: agentledger.client.runs). The run is charged to the caller's credential
 (`charged_to`) beside its tenant.
-`tests/test_door.py` fails if any other module starts a run. Runs a workflow starts as its
+A test fails if any other module starts a run. Runs a workflow starts as its
 children (a backlog's tasks, `run_agent`) read the same policy through an activity just
-before they start, and a sub-agent's run takes its parent's (agentledger/workflows/run_starts.py,
+before they start, and a sub-agent's run takes its parent's (agentledger.workflows.run_starts,
 the one way a workflow starts a run).
 
-Run ids are scoped by tenant (agentledger/client/scope.py, `run_id`): the same key in two
+Run ids are scoped by tenant (agentledger.client.scope, `run_id`): the same key in two
 tenants names two runs. The engine's own runs take ids no direct start can: forks under
 `run-~`, backlog runs `run-AGENT.KEY.N` (a direct start's key of that shape is scoped
 instead).
@@ -97,7 +97,7 @@ def request_fingerprint(spec: RunSpec, fork: ForkOrigin | None) -> str:
     """What an idempotency key names: the request as the caller made it (its spec but the
     key, and a fork's origin), before the policy made a run of it; a session's, but its
     task."""
-    # A session's key with another task is a message to it (agentledger/client/runs.py).
+    # A session's key with another task is a message to it (agentledger.client.runs).
     same = {"idempotency_key", "task"} if spec.session is not None else {"idempotency_key"}
     asked = {
         "spec": spec.model_dump(mode="json", exclude=same),
@@ -118,7 +118,7 @@ async def start(
     policy, read from the scope's database and resolved for the caller (its identity is the
     run's requester); the same key (in the same tenant) always names the same run, and
     another request under it is refused. With `fork`, the run is a fork from that origin
-    (agentledger/client/forks.py): its spec is the parent's, so no spec of the caller's own
+    (agentledger.client.forks): its spec is the parent's, so no spec of the caller's own
     is checked against the tenant's free-form rule; with `trigger`, the hook delivery that
     started it."""
     pool = await scope.mirror()
@@ -178,7 +178,7 @@ async def start(
 
 async def within_budget(pool: AsyncConnectionPool, tenant: str, charged_to: str | None) -> None:
     """Refuse a start while an enforcing budget of `tenant`, or of the credential it is
-    charged to, is spent (agentledger/core/budgets.py), saying when it resets."""
+    charged to, is spent (agentledger.core.budgets), saying when it resets."""
     refusal = await BudgetStore(pool).start_refusal(tenant, charged_to, datetime.now(UTC))
     if refusal is not None:
         reason, reset_at = refusal
@@ -188,7 +188,7 @@ async def within_budget(pool: AsyncConnectionPool, tenant: str, charged_to: str 
 async def triggered(scope: Scope, spec: RunSpec) -> RunInput:
     """A spec a trigger will start later (each fire of a schedule): held now to the caller's
     tenant and its policy, as a start is, and charged to the caller. Each fire reads its
-    tenant's policy again when it starts its run (agentledger/workflows/run_starts.py)."""
+    tenant's policy again when it starts its run (agentledger.workflows.run_starts)."""
     pool = await scope.mirror()
     if pool is None:
         raise SetupError(NO_DATABASE)
@@ -222,7 +222,7 @@ async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]
     ready: list[QueuedTask] = []
     for task, spec in zip(tasks, specs, strict=True):
         # A capped tenant's task waits in its queue when the backlog starts it (the
-        # backlog reads the policy again then, agentledger/workflows/backlog.py).
+        # backlog reads the policy again then, agentledger.workflows.backlog).
         allowed(spec, policies[spec.tenant])
         run = resolve(
             spec,
@@ -247,7 +247,7 @@ async def start_run(
     wait: float | None = None,
 ) -> Started:
     """The engine's start, under the policy given: only `start` above calls it
-    (tests/test_door.py), with the policy it read; tests call it to set up runs. The same
+    (a test holds it to that), with the policy it read; tests call it to set up runs. The same
     idempotency key always names the same run (`run_id`, else `run_id_for` the key).
 
     `indexed` sets the search attributes (agent, tenant, status, priority) the Web UI filters

@@ -1,6 +1,6 @@
 """`client.tasks`: a run as an agent protocol's task (A2A, MCP): the context it was started
 in, its stored artifacts, and push subscriptions that tell a receiver, signed, each change
-of its state until it ends (agentledger/workflows/task_notifier.py delivers them).
+of its state until it ends (agentledger.workflows.task_notifier delivers them).
 
 Every method acts on a run of the caller's tenant alone: another tenant's reads as missing.
 """
@@ -91,7 +91,7 @@ class Tasks:
         auth_credentials: str | None = None,
     ) -> PushSubscription:
         """Tell `url` each change of the run's state, signed with `secret` (HMAC-SHA256,
-        agentledger/core/webhook_signatures.py), until the run ends; the same name again
+        agentledger.core.webhook_signatures), until the run ends; the same name again
         replaces the subscription's settings."""
         if not url.startswith(SCHEMES):
             raise InvalidRequest(f"a push URL takes http:// or https://, not {url[:80]!r}")

@@ -1,11 +1,11 @@
 """`client.tenants`: who shares the stack, and the policy the gate enforces on each: a
 tenant's weight and limits, set by an operator, listed for each tenant's own; and its
 budgets (per day and per month, in USD and tokens, advisory or enforcing; its own or one of
-its credentials'), set by an operator or the tenant's admin (agentledger/core/budgets.py).
+its credentials'), set by an operator or the tenant's admin (agentledger.core.budgets).
 
 Postgres holds the limits, so every starter reads the same ones; the server holds what it
 enforces itself (each tenant's weight, and the model-call rates on the model queue), pushed
-here on every change and by each worker at start (agentledger/temporal/queue_config.py).
+here on every change and by each worker at start (agentledger.temporal.queue_config).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Tenants:
 
     async def policy(self, tenant: str | None = None) -> TenantPolicy:
         """The policy `tenant`'s runs start under (the caller's own under a tenant): agents,
-        free-form specs, approval rules (docs/security.md, "The policy model")."""
+        free-form specs, approval rules (agentledger.core.tenant_policy)."""
         named = self._policy_tenant(tenant)
         return await TenantStore(await self.scope.database()).rules(named)
 

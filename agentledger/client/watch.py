@@ -4,7 +4,7 @@ A live run is read from its workflow stream (`temporalio.contrib.workflow_stream
 workflow publishes every event it mirrors. Offsets are global and survive continue-as-new,
 so a watcher that joins late replays from offset 0 (or any offset) and sees the same
 sequence as one that watched from the start. The model's text comes from Postgres, as
-`model.complete` writes it, never through the run (agentledger/client/live_text.py; runs
+`model.complete` writes it, never through the run (agentledger.client.live_text; runs
 whose calls streamed through the run's stream still show it from there). An ended run's
 story is read from the Postgres mirror instead.
 

@@ -42,7 +42,7 @@ class RunProgress(BaseModel):
 
     The workflow keeps its state in one of these; it is carried whole across
     continue-as-new (`RunInput.carry`), and the mirror snapshot, the `state` query and the
-    receipt are projections of it (agentledger/workflows/run_state.py). Compact, since the
+    receipt are projections of it (agentledger.workflows.run_state). Compact, since the
     conversation and large outputs live in Postgres. Every field has a default, so carries
     written before a field existed still load.
     """
@@ -115,7 +115,7 @@ class RunProgress(BaseModel):
     child_approvals: list[ChildApproval] = Field(
         default_factory=list, description="approvals its sub-agents' runs wait for"
     )
-    # A session's (spec `session`; agentledger/workflows/sessions.py).
+    # A session's (spec `session`; agentledger.workflows.sessions).
     turns: list[SessionTurn] = Field(default_factory=list, description="a session's turns")
     turn_start: tuple[int, int, float] = Field(
         (0, 0, 0.0), description="model calls, tokens and cost before the open turn began"
@@ -209,7 +209,7 @@ class RunInput(RunSpec):
         return cls.model_validate({**given, **engine})
 
     def charge(self) -> Charge:
-        """Whom the run's model calls are charged to (agentledger/core/budgets.py)."""
+        """Whom the run's model calls are charged to (agentledger.core.budgets)."""
         return Charge(tenant=self.tenant, charged_to=self.charged_to, agent=self.agent)
 
     def spec(self) -> RunSpec:

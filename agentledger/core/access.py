@@ -5,7 +5,7 @@ proof. Postgres keeps only the sha256 of the whole key, compared in constant tim
 leaked table opens nothing. The tenant and the identity are the credential's, never the
 request's: a `Caller` is made only from a key's row, a verified token, or (`operator`) the
 stack's own connections, and its tenant is a tenant name by the one rule (`tenant_name` in
-agentledger/client/scope.py), so no two tenants' run ids meet.
+agentledger.client.scope), so no two tenants' run ids meet.
 
 Roles are of two kinds: the four access roles (what a credential may do at all), and the
 roles an approval may ask for (a spec's `approval.roles`, a tenant rule's `by finance`). A

@@ -1,5 +1,5 @@
 """Tenants' limits and the admission queue's messages: what crosses the admission
-workflow's boundary, one model per message (see agentledger/core/fairness.py for the priorities)."""
+workflow's boundary, one model per message (see agentledger.core.fairness for the priorities)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """An approver's key as a client holds it: the identity it was registered with and the
 private half, which signs a decision (agentledger.core.approval_signatures says what is
-signed). Loading and creating keys is agentledger/client/approver_keys.py's."""
+signed). Loading and creating keys is agentledger.client.approver_keys's."""
 
 from __future__ import annotations
 

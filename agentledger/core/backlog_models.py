@@ -256,7 +256,7 @@ class BacklogControlSignal(BaseModel):
 
 def not_all_yours(agent: str, tenant: str) -> str:
     """Why a stop or resume under a tenant is refused while the backlog holds another's tasks
-    (said by the command, agentledger/client/backlogs.py, and by the backlog itself)."""
+    (said by the command, agentledger.client.backlogs, and by the backlog itself)."""
     return (
         f"the backlog of agent {agent} holds other tenants' tasks too, and this command acts "
         f"on all of them; this client acts for tenant {tenant!r} only. An operator (no "

@@ -1,5 +1,5 @@
 """The most any one field of people's input may hold: one table, checked by the client and again
-in the run (docs/hostile-input.md lists the numbers).
+in the run.
 
 Input enters through a start, a decision, a control (pause, resume, cancel), a backlog
 enqueue, a tenant command and an approver command. Unbounded, a 300 kB `by` on a decision
@@ -39,7 +39,7 @@ LIMITS: dict[str, int] = {
     "rubric": 4_000,
     "reason": REASON_CHARS,
     "text": TASK_CHARS,  # a message said to a run (`agentledger say`)
-    "subagents": 256_000,  # sub-agents' spec fields, as JSON (docs/subagents.md)
+    "subagents": 256_000,  # sub-agents' spec fields, as JSON
     "pattern": REASON_CHARS,
     "required_sections": LIST_ITEMS,
     "forbidden": LIST_ITEMS,
@@ -50,7 +50,7 @@ LIMITS: dict[str, int] = {
     "tasks": TASKS_PER_ENQUEUE,
     "run_id": 500,  # "run-" and a key of 200 characters, escaped (agentledger.core.keys.id_part)
     "parent_run_id": 500,
-    "when": 500,  # an approval rule's condition (agentledger/core/policy_rules.py)
+    "when": 500,  # an approval rule's condition (agentledger.core.policy_rules)
 }
 DEFAULT_TEXT_CHARS = NAME_CHARS
 # Text items of a list, where they may be longer than a name.

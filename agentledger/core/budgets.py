@@ -1,6 +1,6 @@
 """Spending limits above a run: a tenant's (or one of its credentials') budget per day or per
 month, in USD and in tokens, and the verdict a model call or a start gets under it. Pure: the
-spend is read by agentledger/store/budget_store.py, the clock is the caller's.
+spend is read by agentledger.store.budget_store, the clock is the caller's.
 
 A budget is `advisory` (it warns at WARNING_FRACTION and when exceeded) or `enforcing` (it
 also refuses). Under an enforcing budget, a model call is admitted one of three ways, by

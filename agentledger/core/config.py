@@ -1,6 +1,6 @@
 """`agentledger.AgentLedgerConfig`: everything agentledger is configured by, one typed object.
 
-A program builds it (`AgentLedgerConfig(database_url=..., tools=[...])`, docs/temporal-app.md),
+A program builds it (`AgentLedgerConfig(database_url=..., tools=[...])`, an app's own),
 or an edge reads it from the environment once (`AgentLedgerConfig.load()`: the `agentledger`
 command, `agentledger-worker`, `agentledger up`), and hands it down; nothing under the edges
 reads a variable, and nothing turns the object back into variables. Each field names its
@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic_settings import SettingsConfigDict
 from temporalio.envconfig import ClientConfigProfile
 
+from agentledger.core.config_base import ConfigBase, env
 from agentledger.core.constants import (
     DEFAULT_TEMPORAL_ADDRESS,
     DEFAULT_WEB_UI,
@@ -50,10 +51,9 @@ from agentledger.core.constants import (
     TASK_QUEUE,
 )
 from agentledger.core.errors import ConnectionSettingsError, SetupError
-from agentledger.core.http_settings import HTTP_NAMES, HttpSettings
+from agentledger.core.http_config import HTTP_NAMES, HttpConfig
 from agentledger.core.log_setup import LogFormat, LogLevel
 from agentledger.core.sandbox_limits import SandboxLimits
-from agentledger.core.settings_base import ReadSettings, env
 from agentledger.core.temporal_connection import connect_options, load_profile
 
 STACK_FILE = "stack.json"
@@ -62,7 +62,7 @@ DOTENV_FILE = ".env"
 log = logging.getLogger(__name__)
 
 
-class AgentLedgerConfig(ReadSettings):
+class AgentLedgerConfig(ConfigBase):
     """Where Temporal, Postgres and the model live, what the engine serves, and how the
     worker and the HTTP server behave.
 
@@ -193,7 +193,7 @@ class AgentLedgerConfig(ReadSettings):
     model_stream: bool = env(
         "AGENTLEDGER_MODEL_STREAM", True, "ask the provider to stream (live model text in `watch`)"
     )
-    # Production: agent traces and named providers (docs/production.md).
+    # Production: agent traces and named providers.
     otel_capture_content: bool = env(
         "AGENTLEDGER_OTEL_CAPTURE_CONTENT",
         False,
@@ -209,9 +209,9 @@ class AgentLedgerConfig(ReadSettings):
     log_format: LogFormat = env(
         "AGENTLEDGER_LOG_FORMAT", "text", "`json`: one JSON object per log line, for log pipelines"
     )
-    # The HTTP server's own (`agentledger serve`, docs/http.md), from AGENTLEDGER_HTTP_* and
+    # The HTTP server's own (`agentledger serve`), from AGENTLEDGER_HTTP_* and
     # AGENTLEDGER_OIDC_*.
-    http: HttpSettings = Field(default_factory=HttpSettings)
+    http: HttpConfig = Field(default_factory=HttpConfig)
 
     # A program's to set (the edges set them from their flags), never a variable's.
     # The mirror as an open pool the program owns (its URL then comes from it); without one,
@@ -378,7 +378,7 @@ class AgentLedgerConfig(ReadSettings):
         SetupError of one line naming its variable."""
         given = process_environment() if environ is None else environ
         named: dict[str, Any] = {k: v for k, v in given.items() if v and k in _NAMES}
-        http = HttpSettings.read(given)
+        http = HttpConfig.read(given)
         try:
             read = cls(**named, http=http)
         except ValidationError as err:
@@ -406,6 +406,7 @@ class AgentLedgerConfig(ReadSettings):
                 "temporal_namespace": profile.namespace or "default",
                 "temporal_profile": profile,
                 "encryption_key_id": key_id,
+                "config_dir": read.config_dir or user_config_dir(given),
             }
         )
         return configured.with_stack()
@@ -452,6 +453,21 @@ class AgentLedgerConfig(ReadSettings):
             )
         return self.database_url
 
+    def client_connect_config(self) -> dict[str, Any]:
+        """`Client.connect`'s arguments for the Temporal server this config names (address,
+        namespace, TLS or API key), as `temporalio.envconfig` gives them:
+        `Client.connect(**config.client_connect_config(), plugins=[AgentLedgerPlugin(config)])`;
+        the plugin brings the data converter."""
+        try:
+            options = connect_options(self.temporal_profile)
+        except ConnectionSettingsError as err:
+            raise SetupError(str(err)) from err
+        return {
+            "target_host": self.temporal_address,
+            "namespace": self.temporal_namespace,
+            **options,
+        }
+
     def run_link(self, run_id: str) -> str:
         return f"{self.web_ui_url}/namespaces/{self.temporal_namespace}/workflows/{run_id}"
 
@@ -487,7 +503,7 @@ _NAMES = frozenset(
 
 
 # AGENTLEDGER_ variables read where no setting is: by the test suite, and by the chaos suite's
-# faulty worker (chaos/faulty_worker.py), alone.
+# faulty worker (chaos.faulty_worker), alone.
 _TEST_ONLY = frozenset(
     {
         "AGENTLEDGER_CHROMIUM",
@@ -517,7 +533,7 @@ _COMPOSE_ONLY = frozenset(
         "AGENTLEDGER_UI_PORT",
     }
 )
-# The HTTP server's group, `http` (agentledger/core/http_settings.py).
+# The HTTP server's group, `http` (agentledger.core.http_config).
 _NOT_SETTINGS = _TEST_ONLY | _COMPOSE_ONLY | HTTP_NAMES
 
 
@@ -528,9 +544,16 @@ def process_environment() -> dict[str, str]:
     return {**{k: v for k, v in dotenv.items() if v is not None}, **os.environ}
 
 
-# The prefix of the project's first name (docs/versioning.md): such a variable is named with its
+# The prefix of the project's first name (agentrun): such a variable is named with its
 # new name, not silently left unread.
 _FORMER_PREFIX = "AGENTRUN_"
+
+
+def user_config_dir(environ: Mapping[str, str]) -> Path:
+    """Where a user's approver keys live when AGENTLEDGER_CONFIG_DIR names no folder: the XDG
+    base directory's `agentledger` (`~/.config/agentledger` by default)."""
+    base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "agentledger"
 
 
 def warn_unknown_variables(environ: Mapping[str, str]) -> None:

@@ -38,7 +38,7 @@ UPDATE_END_SESSION = "end_session"
 SIGNAL_END_SESSION = "end_session_signal"
 # A sub-agent is offered to the model as this tool name plus its agent's name.
 SUBAGENT_TOOL_PREFIX = "agent__"
-# A sub-agent's run tells its parent of an approval it waits for (docs/subagents.md).
+# A sub-agent's run tells its parent of an approval it waits for.
 SIGNAL_CHILD_APPROVAL = "subagent_approval_signal"
 
 # The run's live stream (temporalio.contrib.workflow_streams): the workflow publishes its
@@ -49,7 +49,7 @@ STREAM_TOPIC_RETRIES = "retries"
 
 # A tool message that names a step instead of quoting its output: the model activity reads
 # the output from the step's mirror row, so history does not carry it twice. Histories hold it,
-# so it keeps the project's first name (docs/versioning.md).
+# so it keeps the project's first name: open runs' histories name it.
 STEP_OUTPUT_REF = "agentrun_step_output"
 
 OFFLINE_MODEL = "offline-planner"
@@ -79,7 +79,7 @@ SIGNAL_BACKLOG_RESUME = "backlog.resume_signal"
 SIGNAL_BACKLOG_RETRY = "backlog.retry_signal"
 QUERY_BACKLOG_DELIVERY = "backlog.delivery"
 
-# Evals: one workflow per eval starts its cases' runs as its children (docs/evals.md).
+# Evals: one workflow per eval starts its cases' runs as its children.
 EVAL_WORKFLOW_NAME = "AgentEval"
 EVAL_ID_PREFIX = "eval-"
 QUERY_EVAL_PROGRESS = "eval.progress"
@@ -113,7 +113,7 @@ SANDBOX_IMAGE = "agentledger-sandbox:latest"
 # The demo's agent profiles: where a start by agent name looks when AGENTLEDGER_AGENTS names none.
 DEMO_AGENTS = "agentledger.demo:agents"
 
-# Signed webhooks (agentledger/activities/webhooks.py): one delivery, retried by Temporal; and
+# Signed webhooks (agentledger.activities.webhooks): one delivery, retried by Temporal; and
 # the A2A task notifier that follows a run for one push subscription.
 ACTIVITY_WEBHOOK_DELIVER = "webhooks.deliver"
 ACTIVITY_STANDING_APPROVALS = "approvals.standing"
@@ -127,19 +127,19 @@ TASK_NOTIFIER_ID_PREFIX = "notify-"
 # notice, such as a budget alert, is delivered to.
 ACTIVITY_TENANT_SUBSCRIPTIONS = "webhooks.tenant_subscriptions"
 
-# Schedules (docs/triggers.md): a Temporal Schedule each, whose every fire is a ScheduledFire
+# Schedules: a Temporal Schedule each, whose every fire is a ScheduledFire
 # workflow that starts the run under its tenant's policy.
 SCHEDULE_ID_PREFIX = "schedule-"
 SCHEDULED_FIRE_WORKFLOW_NAME = "ScheduledFire"
 SCHEDULED_FIRE_ID_PREFIX = "fire-"
 ACTIVITY_SCHEDULE_RECORD_FIRE = "schedules.record_fire"
 
-# Budgets above a run (agentledger/core/budgets.py): an alert's deliveries to the tenant's
+# Budgets above a run (agentledger.core.budgets): an alert's deliveries to the tenant's
 # webhooks, one workflow per budget, period and kind.
 BUDGET_ALERT_WORKFLOW_NAME = "BudgetAlert"
 BUDGET_ALERT_ID_PREFIX = "budget-alert-"
 
-# What a message said to a session while its turn is in flight does (docs/triggers.md,
-# "Double-texting"), from the least disruptive to the most.
+# What a message said to a session while its turn is in flight does
+# ("double-texting"), from the least disruptive to the most.
 DoubleTexting = Literal["reject", "enqueue", "interrupt", "rollback"]
 DOUBLE_TEXTING: tuple[DoubleTexting, ...] = ("reject", "enqueue", "interrupt", "rollback")

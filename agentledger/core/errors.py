@@ -2,14 +2,15 @@
 Temporal alone owns retries.
 
 Two families. Errors for people all derive from `AgentLedgerError`; each carries the exit code
-the `agentledger` command ends with (docs/using.md "Exit codes") through one of its public
+the `agentledger` command ends with through one of its public
 subclasses, `InvalidInput` (2), `NotFound` (3), `Unreachable` (4) and `Refused` (5), and a
 message that says what to do next; any other `AgentLedgerError` is a runtime failure (1).
 Failures of steps become ApplicationErrors whose `type`, `non_retryable` flag and
 `next_retry_delay` tell Temporal what to do (SDK clients are built with max_retries=0); the run
 workflow reads them back with `error_kind` and `cause`, and treats FINAL_ERRORS as beyond any
 retry or fallback. (A provider's or Postgres's own exceptions are read where they are met:
-`activities/model_errors.py`, `store/refused_data.py`; this module imports neither client.)"""
+`agentledger.activities.model_errors`, `agentledger.store.refused_data`; this module
+imports neither client.)"""
 
 from __future__ import annotations
 
@@ -209,10 +210,10 @@ EFFECT_IN_PROGRESS = "EffectInProgress"
 SANDBOX_UNAVAILABLE = "SandboxUnavailable"
 
 # The tenant's (or the credential's) enforcing budget is spent: the run ends
-# `budget_exhausted` (agentledger/core/budgets.py).
+# `budget_exhausted` (agentledger.core.budgets).
 BUDGET_EXHAUSTED = "BudgetExhausted"
 # A model call on a run's own queue whose tenant has a model-call rate now: the run sends it,
-# and its later calls, through the rate-limited queue (agentledger/workflows/steering.py).
+# and its later calls, through the rate-limited queue (agentledger.workflows.steering).
 MODEL_CALLS_RATED = "ModelCallsRated"
 
 # Failures that no other model or another try will fix.

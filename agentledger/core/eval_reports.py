@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from agentledger.core.eval_cases import Divergence, Recording
 
-# `eval run`'s exit code when a threshold is not met (docs/evals.md).
+# `eval run`'s exit code when a threshold is not met.
 GATE_FAILED = 6
 
 

@@ -28,7 +28,7 @@ FAIRNESS_DYNAMIC_CONFIG = {
 
 # A rated tenant's model calls go to a queue of their own so the server's per-fairness-key
 # rate limit there limits them and nothing else (other runs' model calls stay on their own
-# queue, started eagerly: agentledger/workflows/steering.py). Every key on that queue is
+# queue, started eagerly: agentledger.workflows.steering). Every key on that queue is
 # limited to MODEL_RATE_CEILING x its weight, so a tenant's weight there is its rate over
 # the ceiling; tenants without a rate keep their weight and, in practice, no limit.
 MODEL_QUEUE_SUFFIX = "-model"

@@ -7,7 +7,7 @@ cancellation, then carry on and try to write its result late.
 
 A plan names points, each optionally narrowed to one tool or model
 (`tool.after_effect:send_message`). Only the chaos suite and tests install one
-(`chaos/faulty_worker.py` from AGENTLEDGER_FAULTS): no setting of a user's arms a fault.
+(`chaos.faulty_worker` from AGENTLEDGER_FAULTS): no setting of a user's arms a fault.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def plan(origin: ForkOrigin, steps: list[StepRecord], conversation: list[JsonDic
 
 
 def is_summary(step: StepRecord) -> bool:
-    """A session's summary call (agentledger/workflows/sessions.py): a model step that added no
+    """A session's summary call (agentledger.workflows.sessions): a model step that added no
     reply to the conversation."""
     return isinstance(step.output, dict) and "summarised_turns" in step.output
 

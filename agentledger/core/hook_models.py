@@ -1,4 +1,4 @@
-"""Webhook triggers (docs/triggers.md): a hook an admin makes in a tenant, the task a
+"""Webhook triggers: a hook an admin makes in a tenant, the task a
 delivery's body fills in, and how a delivery proves it came from whoever holds the secret.
 Pure: no I/O, the clock is the caller's.
 
@@ -6,7 +6,7 @@ A hook is addressed `TENANT.NAME` (`POST /v1/hooks/TENANT.NAME`): the tenant is 
 admin made it in, never anything a delivery says. A delivery is signed one of two ways,
 both HMAC-SHA256 with the hook's secret:
 - `AgentLedger-Signature: t=<unix seconds>,v1=<hex>` over `t.` + the raw body, as the
-  signed deliveries agentledger sends (agentledger/core/webhook_signatures.py), refused
+  signed deliveries agentledger sends (agentledger.core.webhook_signatures), refused
   outside the replay window;
 - GitHub's `X-Hub-Signature-256: sha256=<hex>` over the raw body (GitHub signs no time:
   its `X-GitHub-Delivery` id is what makes a replay the same delivery).

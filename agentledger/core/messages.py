@@ -7,11 +7,11 @@ intent also has a signal: the server keeps it in the workflow's history, and the
 applies it with the same checks, recording what it refuses (a signal cannot answer). A
 message is the two names, the input each carries and what the update answers.
 
-The client sends a `Message` (agentledger/client/handles.py), never a name; each workflow
+The client sends a `Message` (agentledger.client.handles), never a name; each workflow
 registers one update per intent and one handler for every kept signal, routed by these
-tables (agentledger/workflows/agent_run.py, backlog.py), so the two sides cannot name an
+tables (agentledger.workflows.agent_run, backlog.py), so the two sides cannot name an
 intent differently. The names are the deployed contract: never renamed
-(agentledger/core/constants.py).
+(agentledger.core.constants).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What a tenant's notification webhooks are told, and when: a run's events, as the mirror
 holds them, turned into `approval.requested`, `approval.decided`, `run.finished` and
-`run.failed` bodies (the run notifier, agentledger/workflows/run_notifier.py, delivers
+`run.failed` bodies (the run notifier, agentledger.workflows.run_notifier, delivers
 each, signed, to every tenant-wide subscription).
 
 An approval's body names its item in the inbox (`inbox`: the inbox's path with the run and
 the approval in its fragment, which the page opens at), so a receiver with the door's public
-address links straight to it (agentledger/core/slack_messages.py)."""
+address links straight to it (agentledger.core.slack_messages)."""
 
 from __future__ import annotations
 

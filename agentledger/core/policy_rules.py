@@ -196,7 +196,7 @@ FreeForm = Literal["runner", "admin"]
 class TenantPolicy(BaseModel):
     """What an operator (or a tenant's admin) sets for all of a tenant's runs, whatever their
     spec: which agents its callers may run, who may send a spec of their own, and approval
-    rules no spec can remove or weaken (docs/security.md, "The policy model")."""
+    rules no spec can remove or weaken (agentledger.core.tenant_policy)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

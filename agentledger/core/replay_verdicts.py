@@ -16,7 +16,7 @@ class ReplayVerdict(BaseModel):
     ok: bool
     event_id: int | None = None  # the history event the code disagreed with, where known
     error: str | None = None  # the first nondeterminism, as the SDK tells it
-    # Retired version branches the run needs (agentledger/core/version_branches.py): it is
+    # Retired version branches the run needs (agentledger.core.version_branches): it is
     # refused by name rather than replayed.
     needs_retired: list[str] = []
 

@@ -385,7 +385,7 @@ class ForkOrigin(Strict):
 
 class TriggerOrigin(BaseModel):
     """What started a run that nobody started by hand: a schedule's fire or a webhook's
-    delivery (docs/triggers.md)."""
+    delivery."""
 
     kind: Literal["schedule", "hook"] = Field(description="a schedule's fire, or a hook's delivery")
     name: str = Field(description="the schedule's or the hook's name, in its tenant")

@@ -1,7 +1,7 @@
-"""Schedules (docs/triggers.md): what a person asks for, what each fire's workflow takes,
+"""Schedules: what a person asks for, what each fire's workflow takes,
 and what `schedule show` answers. A schedule is a Temporal Schedule whose action starts a
 `ScheduledFire` workflow per fire time; that workflow starts the run under its tenant's
-policy, read then (agentledger/workflows/scheduled_fires.py).
+policy, read then (agentledger.workflows.scheduled_fires).
 
 Ids are the engine's, scoped by tenant, and no direct start can take them: the schedule
 `schedule-TENANT~NAME`, each fire `fire-TENANT~NAME-<fire time>` (Temporal appends the time),

@@ -3,7 +3,7 @@
 `RunSpec` holds only fields a person sets; it refuses any other (`Strict`). What the engine
 adds when it starts a run (a continue-as-new carry, the admission queue, a fork's origin,
 the workflow generation, the tenant's weight) is on the private `RunInput`
-(agentledger/core/_state.py), which the start gate builds from a spec.
+(agentledger.core._state), which the start gate builds from a spec.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class ApprovalPolicy(Strict):
     signers: list[Signer] = Field(default_factory=list)
     require_signatures: bool = False
     signature_max_age_seconds: float = Field(3600, gt=0, description="older signatures expire")
-    # The tenant's rules come first (agentledger/core/tenant_policy.py puts them there), then
+    # The tenant's rules come first (agentledger.core.tenant_policy puts them there), then
     # the agent's, then the spec's own: the first that names a role decides it.
     rules: list[ApprovalRule] = Field(
         default_factory=list,
@@ -202,14 +202,14 @@ class VerifySpec(Strict):
 
 
 class SubagentLimits(Strict):
-    """How far a run may delegate (docs/subagents.md)."""
+    """How far a run may delegate: a bound on the tree of runs one start can grow."""
 
     max_depth: int = Field(2, ge=1, le=5, description="levels of sub-agents below the run")
     max_calls: int = Field(8, ge=1, le=100, description="sub-agent runs one run may start")
 
 
 class SessionSpec(Strict):
-    """A run that stays open after its answer, for the next message (docs/steering.md)."""
+    """A run that stays open after its answer, for the next message."""
 
     idle_timeout: float = Field(
         gt=0,
@@ -245,7 +245,7 @@ DOUBLE_TEXTING_HELP = (
 )
 
 
-# What only the engine sets, on the private `RunInput` (agentledger/core/_state.py). A spec
+# What only the engine sets, on the private `RunInput` (agentledger.core._state). A spec
 # written before they moved there holds each as null, and still loads; a value is refused.
 ENGINE_ONLY = (
     "carry",

@@ -5,7 +5,7 @@ tenant's policy lets approvers grant (`TenantPolicy.standing_tools`, `standing_m
 
 A rule covers a call when it is live (granted, not revoked, not expired), names the call's
 tool, its condition holds of the call's arguments (the condition language of tenant rules,
-agentledger/core/policy_rules.py; an undecidable condition does not cover: a standing
+agentledger.core.policy_rules; an undecidable condition does not cover: a standing
 approval fails closed, the other way from a rule that asks for more), it is scoped to the
 call's run or agent if it names one, and its granter decides in the role the call needs.
 It never covers a call that needs more than one approver, nor a tool the tenant's policy or

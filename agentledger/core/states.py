@@ -19,7 +19,7 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     # Its tenant's (or its credential's) enforcing budget was spent: it ended at a model
-    # call, never inside a tool call, with a receipt of what it did (agentledger/core/budgets.py).
+    # call, never inside a tool call, with a receipt of what it did (agentledger.core.budgets).
     BUDGET_EXHAUSTED = "budget_exhausted"
 
 

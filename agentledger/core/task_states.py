@@ -1,8 +1,8 @@
 """A run as an A2A task (pure): its state after each of its events, the receipt in a few
 words, and a state change as the JSON an A2A push notification carries.
 
-The A2A server (agentledger/http/a2a_tasks.py) and the task notifier on the worker
-(agentledger/workflows/task_notifier.py) read a run the same way through these; the worker
+The A2A server (agentledger.http.a2a_tasks) and the task notifier on the worker
+(agentledger.workflows.task_notifier) read a run the same way through these; the worker
 needs no A2A package for it, so the JSON here is A2A 1.0's `StreamResponse` as its protobuf
 JSON mapping writes it (camelCase fields, enum names).
 """
@@ -24,7 +24,7 @@ FAILED = "TASK_STATE_FAILED"
 CANCELED = "TASK_STATE_CANCELED"
 FINAL = frozenset({COMPLETED, FAILED, CANCELED})
 
-# A run's status (agentledger/core/states.py) as a task's state.
+# A run's status (agentledger.core.states) as a task's state.
 OF_STATUS: dict[str, str] = {
     RunStatus.QUEUED: SUBMITTED,
     RunStatus.PLANNING: WORKING,

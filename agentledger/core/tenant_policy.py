@@ -1,14 +1,14 @@
 """The one function every run's policy is resolved by: `resolve`.
 
 Every way a run starts calls it, with what it knows: the start gate
-(agentledger/client/starts.py) for a start, a fork, a backlog's tasks as they are enqueued,
+(agentledger.client.starts) for a start, a fork, a backlog's tasks as they are enqueued,
 with the caller and the operator's agent profiles; the workflows that start runs themselves
 (a backlog's task, `run_agent`, an eval's case, a sub-agent;
-agentledger/workflows/run_starts.py) with the tenant's policy read through an activity, or
+agentledger.workflows.run_starts) with the tenant's policy read through an activity, or
 carried by the parent. Pure (no I/O, no clock), so it runs inside a
-workflow too. `tests/test_policy_resolution.py` fails if a start path bypasses it.
+workflow too. A test fails if a start path bypasses it.
 
-What it makes of a spec (docs/security.md, "The policy model"):
+What it makes of a spec:
 - a spec that names one of the operator's agent profiles is held to that profile: it may
   narrow its tools and sub-agents and add approvals, never widen or remove them;
 - a spec that names none is free-form: only a caller in the tenant's `free_form` role (and

@@ -3,9 +3,9 @@ need which.
 
 A version branch is a place where workflow code takes one path for runs started by older code
 and another for new ones: a `workflow.patched(id)` call, or a test of the run's generation
-(agentledger/workflows/changes.py). Each is a cost carried for as long as some run may need its
-old path, so there are few (at most `MAX_LIVE`, tests/test_version_branches.py counts them),
-each names the condition for its removal (docs/versioning.md), and `agentledger deploy patches`
+(agentledger.workflows.changes). Each is a cost carried for as long as some run may need its
+old path, so there are few (at most `MAX_LIVE`, a test counts them),
+each names the condition for its removal, and `agentledger deploy patches`
 says which open runs still need each old path.
 
 Retired branches are refused by name, never replayed along a path the run did not take:
@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from agentledger.core import constants as names
 
 # The oldest generation today's run workflow replays; the one new runs take is in
-# agentledger/workflows/changes.py (CURRENT_GENERATION).
+# agentledger.workflows.changes (CURRENT_GENERATION).
 OLDEST_GENERATION = 5
 # Each live branch is a second path every reader of the workflow code must keep in mind.
 MAX_LIVE = 3
@@ -38,14 +38,14 @@ class VersionBranch(BaseModel):
     where: str
     old_path: str  # what runs that need the old branch do there
     # When no run can need the old path any more, in terms an operator can check. What the
-    # project then does to its code and tests is for its developers (docs/versioning.md).
+    # project then does to its code and tests is for its developers.
     removal: str
 
 
 GENERATION_6 = "generation-6"
 ADMISSION_SWEEP = "admission-sweeps-closed-runs"
 BACKLOG_CHILD_POLICY = "backlog-child-policy"
-# Retired, its histories archived (docs/versioning.md): a workflow of the user's own that
+# Retired, its histories archived: a workflow of the user's own that
 # started an agent's run (`agentledger.workflows.run_agent`) before the run read its tenant's
 # policy. Its id stays so `deploy check` can name a run that still needs it.
 RUN_AGENT_READS_POLICY = "run-agent-reads-policy"
@@ -104,7 +104,7 @@ RETIRED_GENERATIONS = "generation-2-and-before"
 # or rejected run as Completed).
 RETIRED_GENERATIONS_3_AND_4 = "generations-3-and-4"
 # What runs whose input names no generation took, by patch id: each was a branch of
-# agentledger/workflows/agent_run.py or recording.py, retired with the generation-3 cut; kept
+# agentledger.workflows.agent_run or recording.py, retired with the generation-3 cut; kept
 # so `deploy check` recognises a run that still needs one.
 RETIRED_PATCHES = (
     "agentrun-generation-2",

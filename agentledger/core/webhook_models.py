@@ -1,5 +1,5 @@
 """What crosses the webhook activities and the task notifier's workflow: one input model and
-one result each (agentledger/activities/webhooks.py, agentledger/workflows/task_notifier.py)."""
+one result each (agentledger.activities.webhooks, agentledger.workflows.task_notifier)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agentledger.core.keys import id_part
 from agentledger.core.spec import JsonDict
 
 # What a subscription's deliveries carry: agentledger's JSON body, or a Slack message made
-# from it (agentledger/core/slack_messages.py).
+# from it (agentledger.core.slack_messages).
 DeliveryFormat = Literal["json", "slack"]
 
 

@@ -121,7 +121,7 @@ class SummaryRequest(BaseModel):
 class Charge(BaseModel):
     """Whom a run's model calls are charged to: its tenant, the credential that started it
     (or its parent, schedule or hook), its agent. The model activity journals each response
-    under it and admits each call under their budgets (agentledger/core/budgets.py)."""
+    under it and admits each call under their budgets (agentledger.core.budgets)."""
 
     tenant: str
     charged_to: str | None = Field(None, description="a credential: key:<id>, oidc:..., ...")

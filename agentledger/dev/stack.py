@@ -186,7 +186,7 @@ def capture_postgres_log(path: Path) -> None:
 # The history service reads its queue of tasks bound for matching at most 20 times a second by
 # default, per shard (the dev server has one), so once that budget is spent each dispatch of a
 # run's next task waits about 50 ms: a run's steps slow from about 15 to 100 ms after its first
-# dozen (bench/server_pace.py). The embedded server reads as tasks come.
+# dozen (bench.server_pace measures it). The embedded server reads as tasks come.
 DISPATCH_FLAGS = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000")
 
 
@@ -198,7 +198,7 @@ class EmbeddedStack:
     ui: bool = True
     # Fair dispatch across tenants (agentledger.core.fairness); off only to measure what it buys.
     fairness: bool = True
-    # DISPATCH_FLAGS; off only to measure what they buy (bench/server_pace.py).
+    # DISPATCH_FLAGS; off only to measure what they buy (bench.server_pace).
     fast_dispatch: bool = True
     model_port: int = 0
     # Where the dev server serves its Prometheus `/metrics` (what it did, counted: the

@@ -5,7 +5,7 @@ reply that decides it; a session's answered turn as `input-required` with the an
 Each status update carries the run's event in `metadata.agentledger` (`seq`, `event`,
 `step_id`, `data`), so a client knows the last event it saw and resumes after it
 (`Last-Event-ID`), as the run's SSE stream resumes. The state after each event is
-agentledger/core/task_states.py's, the same the push notifications tell.
+agentledger.core.task_states's, the same the push notifications tell.
 """
 
 from __future__ import annotations

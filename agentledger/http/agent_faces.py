@@ -1,6 +1,6 @@
 """What the agent protocols' faces (A2A, MCP) share: the agents a caller's tenant may run,
 and a run of one of them on a task, started the way every start goes
-(`client.runs.start`, agentledger/client/starts.py: the tenant's policy read there).
+(`client.runs.start`, agentledger.client.starts: the tenant's policy read there).
 
 The requester is the credential's identity; a protocol's own fields never name a tenant or
 a role.

@@ -5,7 +5,7 @@ idempotency key is `agui.<threadId>`, so the thread's run id follows from (tenan
 alone, and a client that went away and comes back (or a server restarted in between) finds
 the same run. A request on a new thread starts the run, its task the last user message; a
 request on a thread that has a run tells that run's story again from its start, then live.
-The response is the story as AG-UI events (agentledger/http/agui_events.py) over SSE.
+The response is the story as AG-UI events (agentledger.http.agui_events) over SSE.
 
 An approval ends the AG-UI run with an interrupt outcome. The client answers with a new
 RunAgentInput on the same thread whose `resume` entry names the interrupt: payload

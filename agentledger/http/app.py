@@ -1,5 +1,5 @@
 """The HTTP door's ASGI application: the routes of every module that has some, CORS, the
-body limit, and the error mapping (agentledger/http/errors.py)."""
+body limit, and the error mapping (agentledger.http.errors)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentledger.client.run_client import RunClient
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.http import (
     agui,
     events_api,
@@ -69,7 +69,7 @@ def protocol_routes() -> list[BaseRoute]:
 
 
 def create_app(
-    runs: RunClient, settings: HttpSettings, *, routes: Sequence[BaseRoute] = ()
+    runs: RunClient, settings: HttpConfig, *, routes: Sequence[BaseRoute] = ()
 ) -> Starlette:
     """The door over `runs` (an operator's RunClient: each request acts through its view
     of the caller's tenant), with the core routes and `routes` besides. Its lifespan holds

@@ -2,7 +2,7 @@
 way. The credential decides the tenant (an API key's row, or a verified token's claim); no
 header, body field or query parameter is read for it, and it is checked before any body is
 read. `runs_for(request, who)` is the RunClient acting as that caller, so every operation
-goes through the caller's scope (agentledger/client/scope.py).
+goes through the caller's scope (agentledger.client.scope).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from agentledger.client.run_client import RunClient
 from agentledger.core.access import KEY_PREFIX, Caller
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.core.identity import Identity
 from agentledger.http.errors import HttpRefusal, unauthenticated
 from agentledger.http.limits import FailedAuth, RequestRate
@@ -27,14 +27,14 @@ class Door:
     a tenant's view of it), the token verifier, and the limits."""
 
     runs: RunClient
-    settings: HttpSettings
+    settings: HttpConfig
     oidc: OidcVerifier | None
     rate: RequestRate
     streams: Streams
     failures: FailedAuth
 
     @classmethod
-    def open(cls, runs: RunClient, settings: HttpSettings) -> Door:
+    def open(cls, runs: RunClient, settings: HttpConfig) -> Door:
         return cls(
             runs=runs,
             settings=settings,

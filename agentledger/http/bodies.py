@@ -273,7 +273,7 @@ class TenantView(BaseModel):
 
 class PolicyChange(Body):
     """Change the policy your tenant's runs start under: the fields you send, the others kept
-    (docs/security.md)."""
+    (agentledger.core.tenant_policy)."""
 
     agents: list[Name] | None = Field(
         None, description="the agent profiles your callers may run; null: every one loaded"

@@ -29,7 +29,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentledger.core.http_settings import HttpSettings, Network
+from agentledger.core.http_config import HttpConfig, Network
 from agentledger.http.errors import error_body
 
 log = logging.getLogger("agentledger.http")
@@ -86,7 +86,7 @@ class Refusal:
 class ConnectionCounts:
     """The connections open now, per client address and in all."""
 
-    def __init__(self, settings: HttpSettings, total: int, refusals: RefusalLog) -> None:
+    def __init__(self, settings: HttpConfig, total: int, refusals: RefusalLog) -> None:
         self.total_limit = total
         self.address_limit = settings.connections_per_address
         self.proxies: list[Network] = settings.proxies()

@@ -9,7 +9,7 @@ meets is written in one place, the same on every route:
    act, starting a runner's),
 5. the handler, with a `Call` holding all of it.
 
-`/openapi.json` and `/docs` are made from these declarations (agentledger/http/openapi.py).
+`/openapi.json` and `/docs` are made from these declarations (agentledger.http.openapi).
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 those who follow runs, and the lists it shows.
 
 `GET /inbox` is one HTML page (vanilla JS, no build step, nothing fetched from elsewhere)
-made of two files, one a view: agentledger/http/inbox.html, the approvals, with the
-inspector (agentledger/http/inspector.html: runs, a run's timeline, its receipt, forks,
-cost per day) put in at its `<!-- inspector -->` mark. It asks for an API key, keeps it in
-the tab's sessionStorage, and acts only through the REST routes with it: `GET /v1/me` (who
-is signed in, for which tenant), `GET /v1/approvals` (below) lists what the key's tenant's
-runs wait for, `POST /v1/runs/{id}/approve` and `/reject` decide (as the key's identity),
+made of two files beside this module, one a view: `inbox.html`, the approvals, with the
+inspector (`inspector.html`: runs, a run's timeline, its receipt, forks, cost per day) put
+in at its `<!-- inspector -->` mark. It asks for an API key, keeps it in the tab's
+sessionStorage, and acts only through the REST routes with it: `GET /v1/me` (who is signed
+in, for which tenant), `GET /v1/approvals` (below) lists what the key's tenant's runs wait
+for, `POST /v1/runs/{id}/approve` and `/reject` decide (as the key's identity),
 `GET /v1/runs/{id}/events` is each run's live timeline, and the inspector reads `/v1/runs`,
 `/v1/runs/{id}/steps`, `/v1/costs` and forks with `/v1/runs/{id}/fork`. The page itself
 holds nothing of any tenant, so it is served without a credential.

@@ -1,8 +1,8 @@
 """Each credential's share of the door, a request rate (a token bucket refilled at `rate`
 per second, holding two seconds' worth), and each client address's failed
 authentications, so keys cannot be guessed at speed. Counted in this process: a fleet of
-servers behind a balancer multiplies them. (Streams: agentledger/http/streams.py;
-connections: agentledger/http/connections.py.)"""
+servers behind a balancer multiplies them. (Streams: agentledger.http.streams;
+connections: agentledger.http.connections.)"""
 
 from __future__ import annotations
 

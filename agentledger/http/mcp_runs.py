@@ -3,7 +3,7 @@ end as the tool's result, its events as progress, an approval as an elicitation 
 the form's answer as a decision, and a run as a task of the Tasks extension
 (`io.modelcontextprotocol/tasks`, protocol 2026-07-28).
 
-Nothing here reads or decides anything: agentledger/http/mcp_server.py asks the run, and
+Nothing here reads or decides anything: agentledger.http.mcp_server asks the run, and
 the caller's credential decides who may do what.
 """
 

@@ -1,4 +1,4 @@
-"""Your tenant's notification webhooks over REST (agentledger/client/notifications.py):
+"""Your tenant's notification webhooks over REST (agentledger.client.notifications):
 added, listed and removed by its admins; what became of each delivery, and one made again."""
 
 from __future__ import annotations

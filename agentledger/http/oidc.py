@@ -16,7 +16,7 @@ import jwt
 from agentledger.client.scope import tenant_name
 from agentledger.core.access import Caller, is_role_name
 from agentledger.core.errors import InvalidRequest, ServiceUnreachable, SetupError
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.core.identity import Identity
 from agentledger.http.errors import unauthenticated
 
@@ -27,7 +27,7 @@ CACHE_SECONDS = 300.0
 
 
 class OidcVerifier:
-    def __init__(self, settings: HttpSettings) -> None:
+    def __init__(self, settings: HttpConfig) -> None:
         if not settings.oidc_jwks_url:
             raise SetupError("OIDC needs AGENTLEDGER_OIDC_JWKS_URL")
         if not settings.oidc_issuer:

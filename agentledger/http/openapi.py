@@ -1,4 +1,4 @@
-"""The API's description, made from the routes' declarations (agentledger/http/endpoints.py)
+"""The API's description, made from the routes' declarations (agentledger.http.endpoints)
 and their models, so it names every field they take and give and cannot drift from them:
 OpenAPI 3.1 JSON at /openapi.json and a plain page at /docs made from it, with no script
 from a CDN (the door may run where there is no internet)."""

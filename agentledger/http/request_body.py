@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import Message
 
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.http.errors import HttpRefusal
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -56,7 +56,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def raw_body(request: Request, settings: HttpSettings) -> bytes:
+async def raw_body(request: Request, settings: HttpConfig) -> bytes:
     """The body's bytes, up to the size limit and within the body timeout."""
     limit = settings.body_limit_bytes
     body = bytearray()
@@ -76,7 +76,7 @@ async def raw_body(request: Request, settings: HttpSettings) -> bytes:
     return bytes(body)
 
 
-async def read_whole(request: Request, settings: HttpSettings) -> Request:
+async def read_whole(request: Request, settings: HttpConfig) -> Request:
     """The request with its body read within the bounds (413, 408), for a protocol SDK that
     reads the body itself: its receive hands the body over, then what the client sends
     after (a disconnect)."""
@@ -93,7 +93,7 @@ async def read_whole(request: Request, settings: HttpSettings) -> Request:
     return Request(request.scope, receive)
 
 
-async def json_body(request: Request, settings: HttpSettings) -> Any:
+async def json_body(request: Request, settings: HttpConfig) -> Any:
     """The body as JSON, bounded (an empty body is an empty object)."""
     raw = await raw_body(request, settings)
     if not raw.strip():

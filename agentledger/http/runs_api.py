@@ -1,6 +1,6 @@
 """REST under /v1: a tenant's runs, each route one RunClient call on the view of the
-caller's tenant (docs/http.md lists them). Bodies are the models of
-agentledger/http/bodies.py; no field names a tenant: the credential does."""
+caller's tenant. Bodies are the models of
+agentledger.http.bodies; no field names a tenant: the credential does."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ async def tenant(call: Call[None]) -> bodies.TenantView:
 
 async def tenant_policy(call: Call[bodies.PolicyChange]) -> TenantPolicy:
     """Change the policy your tenant's runs start under: the fields you send, the others
-    kept (docs/security.md, "The policy model"). New starts take it at once."""
+    kept (agentledger.core.tenant_policy). New starts take it at once."""
     changes = call.input.model_dump(exclude_unset=True)
     return await call.runs.tenants.set_policy(None, changes)
 

@@ -1,6 +1,6 @@
 """Running the door: uvicorn on a socket bound here, so a busy port is said plainly and
 port 0 takes a free one whose URL is printed before the first request. Connections are
-counted and timed as they come (agentledger/http/connections.py); proxy headers are read
+counted and timed as they come (agentledger.http.connections); proxy headers are read
 from the trusted proxies alone."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import uvicorn
 
 from agentledger.client.run_client import RunClient
 from agentledger.core.errors import SetupError
-from agentledger.core.http_settings import HttpSettings
+from agentledger.core.http_config import HttpConfig
 from agentledger.http.app import create_app
 from agentledger.http.connections import (
     ConnectionCounts,
@@ -76,7 +76,7 @@ class PerConnectionWarnings(logging.Filter):
 
 async def serve(
     runs: RunClient,
-    settings: HttpSettings,
+    settings: HttpConfig,
     *,
     ready: Callable[[str], None] = print,
     sock: socket.socket | None = None,

@@ -1,5 +1,5 @@
 """Standing approvals over REST: granted, listed and revoked by your tenant's approvers
-(agentledger/client/standing.py), within what the tenant's policy lets them grant."""
+(agentledger.client.standing), within what the tenant's policy lets them grant."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""REST for runs that start themselves and for spend (docs/triggers.md): a tenant's
+"""REST for runs that start themselves and for spend: a tenant's
 schedules, its webhook triggers and the deliveries they take, its budgets and its costs.
 Each route is one RunClient call on the view of the caller's tenant, declared as every
-route is (agentledger/http/endpoints.py); a hook's delivery alone carries no credential:
+route is (agentledger.http.endpoints); a hook's delivery alone carries no credential:
 its signature is its proof, and a bad one is 401 and starts nothing.
 """
 

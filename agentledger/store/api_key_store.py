@@ -1,5 +1,5 @@
 """The HTTP door's API keys in Postgres: each key's tenant, role, expiry and revocation,
-and the sha256 of the key (agentledger/core/access.py), never the key itself."""
+and the sha256 of the key (agentledger.core.access), never the key itself."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """All SQL for budgets above a run: the limits operators set, what has been spent against
 them, the model calls admitted and not yet landed, the alerts raised, and what things cost.
 
-What was spent is the model journal (agentledger/store/model_journal.py): every response a
+What was spent is the model journal (agentledger.store.model_journal): every response a
 model call paid for is journaled once, under the tenant, credential and agent it was charged
 to, so a budget, `agentledger costs` and the receipts read one ledger. A model call under an
 enforcing budget is admitted in one transaction that locks its budgets' rows, so two

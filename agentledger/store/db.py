@@ -303,7 +303,7 @@ MIGRATIONS: list[str] = [
         WHERE s.type = 'approval' AND s.final AND s.finished_at IS NOT NULL;
     """,
     # 6: secret values tools marked, sealed (nonce + AES-256-GCM); everything else holds
-    # only their markers (agentledger/store/vault.py).
+    # only their markers (agentledger.store.vault).
     """
     CREATE TABLE secret_values (
         run_id text NOT NULL,
@@ -323,7 +323,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE steps ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN fence bigint NOT NULL DEFAULT 0;
     """,
-    # 8: which tools the workers on each task queue have (agentledger/store/tool_sets.py).
+    # 8: which tools the workers on each task queue have (agentledger.store.tool_sets).
     """
     CREATE TABLE worker_tool_sets (
         task_queue text NOT NULL,
@@ -360,7 +360,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, target, fence)
     );
     """,
-    # 11: tenants' shares and limits (agentledger/store/tenant_store.py), each run's admission queue
+    # 11: tenants' shares and limits (agentledger.store.tenant_store), each run's admission queue
     # place, and each run's priority.
     """
     CREATE TABLE tenants (
@@ -387,12 +387,12 @@ MIGRATIONS: list[str] = [
         FROM tenant_queue WHERE state = 'waiting';
     ALTER TABLE runs ADD COLUMN priority smallint;
     """,
-    # 12: the agent profile each run came from (agentledger/profiles.py): its name and hash.
+    # 12: the agent profile each run came from (agentledger.profiles): its name and hash.
     """
     ALTER TABLE runs ADD COLUMN agent text NOT NULL DEFAULT 'default';
     ALTER TABLE runs ADD COLUMN profile_hash text;
     """,
-    # 13: approvers' public keys (agentledger/store/approver_store.py); runs copy them in at start.
+    # 13: approvers' public keys (agentledger.store.approver_store); runs copy them in at start.
     """
     CREATE TABLE approvers (
         key_id text PRIMARY KEY,
@@ -407,7 +407,7 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE tenants ADD COLUMN allowed_priorities int[];
     """,
-    # 15: API keys of the HTTP door (agentledger/store/api_key_store.py): a hash, never the key.
+    # 15: API keys of the HTTP door (agentledger.store.api_key_store): a hash, never the key.
     """
     CREATE TABLE api_keys (
         key_id text PRIMARY KEY,
@@ -419,7 +419,7 @@ MIGRATIONS: list[str] = [
         revoked_at timestamptz
     );
     """,
-    # 16: eval cases (agentledger/store/eval_store.py): the recording each case's run is answered
+    # 16: eval cases (agentledger.store.eval_store): the recording each case's run is answered
     # from, which recorded call answered which step, and the first divergence.
     """
     CREATE TABLE eval_cases (
@@ -437,7 +437,7 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE api_keys ADD COLUMN name text;
     """,
-    # 18: signed webhooks (agentledger/store/webhook_store.py): where to deliver (a task's A2A
+    # 18: signed webhooks (agentledger.store.webhook_store): where to deliver (a task's A2A
     # push configs; a tenant's, with no run) and every delivery with its attempts; and the
     # A2A context each task was started in.
     """
@@ -479,10 +479,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX a2a_tasks_context_idx ON a2a_tasks (tenant, context_id);
     """,
-    # 19: the operator's policy for a tenant's runs (agentledger/core/policy_rules.py: agents,
+    # 19: the operator's policy for a tenant's runs (agentledger.core.policy_rules: agents,
     # free-form specs, approval rules), the approval roles a key decides in beside its role,
     # who asked for each run, and the request each idempotency key named
-    # (agentledger/store/run_requests.py).
+    # (agentledger.store.run_requests).
     """
     ALTER TABLE tenants ADD COLUMN policy jsonb;
     ALTER TABLE api_keys ADD COLUMN approval_roles text[] NOT NULL DEFAULT '{}';
@@ -495,7 +495,7 @@ MIGRATIONS: list[str] = [
     );
     """,
     # 20: a model call's streamed text, per attempt, as its watchers were sent it
-    # (agentledger/store/model_text.py): what a watcher that joins late or comes back reads.
+    # (agentledger.store.model_text): what a watcher that joins late or comes back reads.
     """
     CREATE TABLE model_text (
         run_id text NOT NULL,
@@ -506,7 +506,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, step_id, attempt)
     );
     """,
-    # 21: budgets above a run (agentledger/store/budget_store.py): each tenant's or
+    # 21: budgets above a run (agentledger.store.budget_store): each tenant's or
     # credential's limit per day or month; the model calls admitted and not yet landed
     # (holds); the alerts raised once per period; and whom each journaled response is
     # charged to (the journal is the ledger of what was paid). `budget_exhausted` is a run's
@@ -584,7 +584,7 @@ MIGRATIONS: list[str] = [
             FROM tool_ledger WHERE run_id = r.run_id
         ) l ON true;
     """,
-    # 22: triggers (docs/triggers.md): schedules (each a Temporal Schedule; listed here) and
+    # 22: triggers: schedules (each a Temporal Schedule; listed here) and
     # what became of each fire time; webhook triggers (`POST /v1/hooks/NAME`) and each
     # delivery they took; and who may make a tenant's schedules (runner or admin).
     """
@@ -632,7 +632,7 @@ MIGRATIONS: list[str] = [
     );
     ALTER TABLE tenants ADD COLUMN schedule_role text CHECK (schedule_role IN ('runner', 'admin'));
     """,
-    # 23: standing approvals (agentledger/store/standing_store.py): rules approvers granted
+    # 23: standing approvals (agentledger.store.standing_store): rules approvers granted
     # instead of single decisions, kept after they are revoked or expire.
     """
     CREATE TABLE standing_approvals (
@@ -832,7 +832,7 @@ async def pipelined_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[Asy
 
     `conn.transaction()` inside a pipeline syncs with the server where it begins and where
     it ends, two round trips this spares by sending BEGIN and COMMIT as statements of the
-    pipeline (docs/benchmarks.md has the figures). An error in the body (the server's
+    pipeline (the bench's figures show what that spares). An error in the body (the server's
     or ours) leaves the transaction uncommitted: it is rolled back, or the connection closed
     so that the pool drops it. `pipeline.sync()` in the body makes the server run what was
     sent so far, still uncommitted.

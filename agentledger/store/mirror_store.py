@@ -639,7 +639,7 @@ class MirrorStore:
         attempts: dict[str, int] = {}
         for step_id, attempt, status, error in rows:
             # An earlier attempt with no row ended before it wrote its claim: a quick one
-            # whose worker stopped (agentledger/activities/step_claim.py), say.
+            # whose worker stopped (agentledger.activities.step_claim), say.
             for missing in range(attempts.get(step_id, 0) + 1, attempt):
                 by_step.setdefault(step_id, []).append(f"attempt {missing} {NO_RECORD}")
             attempts[step_id] = attempt

@@ -4,7 +4,7 @@ A model activity journals each response before it returns. A retry of the same s
 worker died after the response came back) reuses the journaled response instead of paying
 for the call again. Responses the run never used are what the receipt calls unaccepted.
 Each is journaled under whom it is charged to (tenant, credential, agent): the journal is
-the ledger budgets and `agentledger costs` read (agentledger/store/budget_store.py).
+the ledger budgets and `agentledger costs` read (agentledger.store.budget_store).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ text that attempt streamed, and a subscriber knows to drop what an earlier one s
 Subscribers of one process share one connection that listens (`TextListener`): a door
 serving many streams holds one Postgres connection for them, not one each. Behind a pooler
 in transaction mode (PgBouncer) no session listens for long; subscribers then read the text
-from the row when the step ends (agentledger/client/live_text.py).
+from the row when the step ends (agentledger.client.live_text).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ class TextListener:
     async def subscribe(self, run_id: str) -> AsyncIterator[asyncio.Queue[TextNotice]]:
         """A queue of the run's notices from the moment it is returned, once its channel is
         listened to (or `LISTEN_WAIT_SECONDS` have passed: a notice missed is read from the
-        row later, agentledger/client/live_text.py)."""
+        row later, agentledger.client.live_text)."""
         name = channel(run_id)
         queue: asyncio.Queue[TextNotice] = asyncio.Queue()
         self._queues.setdefault(name, set()).add(queue)

@@ -1,5 +1,5 @@
 """The request each idempotency key named: a run's id and the fingerprint of the request that
-started it (agentledger/client/starts.py, `request_fingerprint`), so the same key with another
+started it (agentledger.client.starts, `request_fingerprint`), so the same key with another
 request is refused instead of answering the first run as if it were the new one."""
 
 from __future__ import annotations

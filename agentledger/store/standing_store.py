@@ -1,4 +1,4 @@
-"""Standing approvals in Postgres (agentledger/core/standing_approvals.py says what one is).
+"""Standing approvals in Postgres (agentledger.core.standing_approvals says what one is).
 
 Every read names its tenant: another tenant's rule is never found, listed or revoked. A
 revoked or expired rule stays, for the receipts that name it.

@@ -1,4 +1,4 @@
-"""All SQL for triggers (docs/triggers.md): the schedules listed in the mirror (each lives in
+"""All SQL for triggers: the schedules listed in the mirror (each lives in
 Temporal as a Schedule) and what became of each fire time; the webhook triggers an admin
 made (their secrets are never read back but to verify a delivery) and the deliveries each
 took, by id, so a delivery sent again is the run it started.

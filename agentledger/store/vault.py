@@ -110,8 +110,9 @@ class SecretVault:
         self.pool = pool
 
     @classmethod
-    def for_settings(cls, pool: AsyncConnectionPool, settings: AgentLedgerConfig) -> SecretVault:
-        return cls(pool, settings.encryption_key_material(), settings.encryption_key_id)
+    def for_config(cls, pool: AsyncConnectionPool, config: AgentLedgerConfig) -> SecretVault:
+        """The vault with the config's encryption keys (or a key of this process alone)."""
+        return cls(pool, config.encryption_key_material(), config.encryption_key_id)
 
     @property
     def shared(self) -> bool:

@@ -1,7 +1,7 @@
 """Signed webhooks in Postgres: where to deliver (subscriptions) and what was delivered.
 
 A subscription is a URL, the secret its deliveries are signed with
-(agentledger/core/webhook_signatures.py), what they carry (`format`: agentledger's JSON, or
+(agentledger.core.webhook_signatures), what they carry (`format`: agentledger's JSON, or
 a Slack message) and optionally the credentials sent with them; it
 belongs to a tenant and, for an A2A task's push config, to one run. The secret stays here:
 Temporal's history carries a subscription's id, never its secret. Every delivery is a row

@@ -12,9 +12,9 @@ from temporalio.client import Client, Plugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentledger.core.config import AgentLedgerConfig
-from agentledger.core.errors import ConnectionSettingsError, ServiceUnreachable, SetupError
+from agentledger.core.errors import ServiceUnreachable, SetupError
 from agentledger.core.set_up_bound import seconds_left
-from agentledger.core.temporal_connection import connect_options, describe
+from agentledger.core.temporal_connection import describe
 from agentledger.temporal.encryption import data_converter
 from agentledger.temporal.telemetry import client_interceptors
 from agentledger.temporal.worker_presence import NoAnswer, within
@@ -102,18 +102,12 @@ def client_options(
     that connects its own Client (agentledger.WorkerEdge)."""
     if runtime is None and serve_metrics:
         runtime = runtime_for(settings)
-    try:
-        options = connect_options(settings.temporal_profile)
-    except ConnectionSettingsError as err:
-        raise SetupError(str(err)) from err
     return {
-        "target_host": settings.temporal_address,
-        "namespace": settings.temporal_namespace,
+        **settings.client_connect_config(),
         "data_converter": data_converter(settings),
         "identity": identity,
         "interceptors": client_interceptors(settings),
         "runtime": runtime,
-        **options,
     }
 
 

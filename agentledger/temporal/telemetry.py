@@ -5,7 +5,7 @@ Off unless AGENTLEDGER_OTEL is set. The OpenTelemetry packages are an optional e
 starts as before. Temporal's `TracingInterceptor` on the client gives one trace per run:
 the start, the workflow, and each activity (`StartActivity:model.complete`,
 `RunActivity:model.complete`, ...), carried across workers in Temporal headers. The GenAI
-metrics (agentledger/activities/genai_metrics.py) go to the process's meter provider, or to one
+metrics (agentledger.activities.genai_metrics) go to the process's meter provider, or to one
 installed here beside the tracer provider.
 """
 

@@ -37,10 +37,10 @@ def tool(
     summary: str | None = None,
 ) -> Any:
     """Declare a tool, as `@tool` or `@tool(...)`; every option is a `Tool` field
-    (agentledger/tools/registry.py says what each one promises). `risk` at or above a run's
+    (agentledger.tools.registry says what each one promises). `risk` at or above a run's
     approval threshold waits for a person; `side_effect` puts the call through the ledger;
     `summary` says how a call reads to that person: "Refund {cents:money} on order
-    {order_id}" (agentledger/core/action_summary.py)."""
+    {order_id}" (agentledger.core.action_summary)."""
     if summary is not None:
         action_summary.check_template(summary)
 

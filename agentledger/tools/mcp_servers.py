@@ -1,6 +1,6 @@
 """The MCP servers a worker is told to serve, as named on its command line or in AGENTLEDGER_MCP.
 
-Apart from the MCP client (agentledger/tools/mcp.py), which a worker loads only when it is
+Apart from the MCP client (agentledger.tools.mcp), which a worker loads only when it is
 given a server.
 """
 

@@ -16,7 +16,7 @@ Durable and honest:
 - Containers carry labels (run, step, worker, host and pid, a deadline); a worker starting up
   removes those whose worker is dead or whose deadline passed (`SandboxEngine.reap`), so a
   worker killed mid-execution leaves none behind. The step heartbeats all the while: the
-  engine calls run in a thread beside the activity's heartbeat (agentledger/activities/leases.py).
+  engine calls run in a thread beside the activity's heartbeat (agentledger.activities.leases).
 """
 
 from __future__ import annotations

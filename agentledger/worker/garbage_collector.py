@@ -3,11 +3,10 @@
 A worker keeps up to `AGENTLEDGER_WORKFLOW_CACHE` runs in memory, each with its own sandbox of
 modules, and Python's collector walks the long-lived heap on a schedule set for small
 programs (a young collection every 700 allocations): with many runs in flight that walk
-was a tenth of the worker's CPU (docs/benchmarks.md, "The worker's share", has the
-figures). Once the worker is built, what it has loaded
-(the SDK, the workflow code, the tools) is frozen out of every collection, and young
-collections wait for `threshold` allocations. Reference counting still frees everything
-that is not a cycle at once; only cyclic garbage waits longer.
+was a tenth of the worker's CPU (the bench's worker-share figures). Once the worker is
+built, what it has loaded (the SDK, the workflow code, the tools) is frozen out of every
+collection, and young collections wait for `threshold` allocations. Reference counting
+still frees everything that is not a cycle at once; only cyclic garbage waits longer.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ async def worker_command_line(argv: Sequence[str] | None = None) -> AsyncIterato
     environment read once into the config, logging set up, its tools loaded and MCP servers
     held open, for the life of the block; a setting that does not load, a service that does
     not answer or a missing extra is one log line and the process's exit code
-    (docs/using.md "Exit codes"). Public as `agentledger.worker_command_line`: a deployment's
+    (agentledger.core.errors). Public as `agentledger.worker_command_line`: a deployment's
     worker.py connects its Client and builds its Worker inside it (worker.py)."""
     parser_ = parser()
     args = parser_.parse_args(argv)
@@ -136,7 +136,7 @@ async def worker_command_line(argv: Sequence[str] | None = None) -> AsyncIterato
 
 async def serve_engine_from_command_line() -> None:
     """`agentledger-worker`: the engine's own worker, as a deployment's worker.py builds its
-    own (docs/temporal-app.md)."""
+    own."""
     async with worker_command_line() as edge:
         plugin = AgentLedgerPlugin(edge.config)
         client = await connect(

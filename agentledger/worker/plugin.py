@@ -1,5 +1,5 @@
 """`agentledger.AgentLedgerPlugin`: agentledger inside your own Temporal app, on your own Client and
-Worker (docs/temporal-app.md).
+Worker, so a Temporal team keeps its own app.
 
     client = await Client.connect(address, plugins=[AgentLedgerPlugin(config)])
     worker = Worker(client, task_queue="orders", workflows=[...], activities=[...])

@@ -46,7 +46,7 @@ async def serving(
     registry: ToolRegistry,
 ) -> AsyncIterator[None]:
     """Join `task_queue` with `registry`'s tools for the life of the block (a worker with
-    other tools there refuses: agentledger/store/tool_sets.py)."""
+    other tools there refuses: agentledger.store.tool_sets)."""
     await install_tool_schema(pool, registry.schema())
     await tool_sets.join(pool, task_queue, identity, registry.names())
     await _push_tenant_config(client, pool, task_queue)

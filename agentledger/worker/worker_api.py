@@ -1,11 +1,11 @@
 """`agentledger.run_worker`: a worker with your tools and MCP servers, in your own process.
 
 `agentledger-worker` is this with flags. It is `AgentLedgerPlugin` on a Client and a Worker, as
-in your own Temporal app (docs/temporal-app.md), plus what a worker process adds at its
+in your own Temporal app, plus what a worker process adds at its
 edge: the settings from the environment, MCP servers held open, the slots, cache, drain and
 version of its Worker, the Prometheus endpoint, the garbage collector, and its log lines.
 The plugin applies the DDL its tools declare and records its tool set on its task queue
-(refusing to join workers that have other tools, see agentledger/store/tool_sets.py); the
+(refusing to join workers that have other tools, see agentledger.store.tool_sets); the
 worker then polls until `stop` is set.
 """
 
@@ -173,7 +173,7 @@ async def serve_engine(
     activities: Sequence[Callable[..., Any]] = (),
 ) -> None:
     """`agentledger-worker`'s own worker: the plugin on a Client and a Worker, as a Temporal
-    app of your own connects and builds them (docs/temporal-app.md)."""
+    app of your own connects and builds them."""
     plugin = AgentLedgerPlugin(edge.config)
     client = await connect(
         edge.config, identity=edge.identity, serve_metrics=True, plugins=[plugin]

@@ -89,11 +89,11 @@ async def open_worker_pool(settings: AgentLedgerConfig) -> AsyncConnectionPool:
 def worker_tuning(workflow_cache: int | None = None) -> dict[str, Any]:
     """Worker settings, in one place; `bench/` runs bare Temporal with the same ones.
 
-    Measured on 2 cores (bench/run.py, README "Benchmarks"): Temporal's defaults for task
+    Measured on 2 cores (bench.run): Temporal's defaults for task
     slots and the workflow cache did as well as anything tried (fewer workflow threads was
     slower), so they stay; the sandbox gets an explicit passthrough list. The workflow cache
     is a setting (AGENTLEDGER_WORKFLOW_CACHE): each cached run holds ~0.3-0.5 MB, and a run that
-    does not fit replays its history on its next task (docs/benchmarks.md, "Scale").
+    does not fit replays its history on its next task.
     """
     return {
         "max_concurrent_activities": ACTIVITY_SLOTS,
@@ -218,7 +218,7 @@ def slot_shares(slots: int) -> tuple[int, int, int]:
     every other model call, and may use every slot but the mirror's, overlapping the rated
     calls' share: a call that finds a slot free there starts in the reply to the workflow
     task that scheduled it (eager dispatch), which spares the Temporal server the matching
-    and one write of the run's state, its costliest unit of work (docs/benchmarks.md
+    and one write of the run's state, its costliest unit of work (the bench
     measures it). Connections stay bounded by the pool, not
     the slots: an activity holds one at most (what a tool commits during its transaction
     goes through the commit pool), so under a burst one waits for a connection, never for
@@ -245,7 +245,7 @@ def engine_parts(client: Client, settings: AgentLedgerConfig, deps: WorkerDeps) 
     """The engine's activities, each holding its injected clients."""
     store = MirrorStore(deps.pool)
     journal = ModelJournal(deps.pool)
-    vault = SecretVault.for_settings(deps.pool, settings)  # one for both: secrets cross them
+    vault = SecretVault.for_config(deps.pool, settings)  # one for both: secrets cross them
     spans = AgentSpans(enabled=settings.otel, capture_content=settings.otel_capture_content)
     model = ModelActivities(
         ProviderClients(deps.model_client, load_providers(settings.providers), deps.provider_keys),

@@ -4,10 +4,10 @@ The loop is: decide (model call), act (tool calls, some behind a human approval)
 finish with a receipt. The workflow class holds the loop, the model steps and the thin
 signal, update and query handlers Temporal needs on it; the rest is done by components, each
 built with the run's context (its input, its `RunProgress` and its `Recorder`): the record
-(agentledger/workflows/recording.py), tool steps (tool_steps.py), approvals (approvals.py),
+(agentledger.workflows.recording), tool steps (tool_steps.py), approvals (approvals.py),
 answer checks (answer_checks.py), pause and resume (run_messages.py), steering
 (steering.py), sessions (sessions.py) and sub-agents (subagents.py). The run's state is
-declared once, in `RunProgress` (agentledger/workflows/run_state.py derives the rest from it).
+declared once, in `RunProgress` (agentledger.workflows.run_state derives the rest from it).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class AgentRunWorkflow:
     def admit_signal(self, input: AdmitInput) -> None:
         self.controls.admit(input)
 
-    # One update per intent (agentledger/core/messages.py, `RunMessages`): its validator
+    # One update per intent (agentledger.core.messages, `RunMessages`): its validator
     # refuses at once what does not fit. Each intent's kept form, a signal sent while no
     # worker answered, comes in through `kept`, below.
 
@@ -350,7 +350,7 @@ class AgentRunWorkflow:
         if self.spec.session is None:
             await self._work()
             return
-        # A session (agentledger/workflows/sessions.py): a turn per message until it is idle.
+        # A session (agentledger.workflows.sessions): a turn per message until it is idle.
         if self.progress.status != RunStatus.WAITING_FOR_MESSAGE:
             # The first turn, or the one a continuation of the session was working on.
             if not self.progress.turns:

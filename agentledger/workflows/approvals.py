@@ -145,7 +145,7 @@ class Approvals:
         # A sub-agent's run tells its parent of the approval it waits for (Subagents).
         self.tell_parent = tell_parent
         # An edit is a merge patch from generation 6 on; before, it was laid over member by
-        # member (agentledger/core/version_branches.py: generation-6). Standing approvals
+        # member (agentledger.core.version_branches: generation-6). Standing approvals
         # are looked up from generation 6 on too, for a tenant whose policy lets approvers
         # grant them.
         self.merge_patches = changes.generation_6

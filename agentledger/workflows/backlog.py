@@ -59,8 +59,8 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.workflows.changes import for_new_run
 
 # Deprecated patch id: each task's run is started at its own priority, with its tenant as
-# fairness key (agentledger.core.fairness). Older backlogs started theirs at the default
-# (docs/versioning.md); a child's priority is not compared on replay, so they replay without
+# fairness key (agentledger.core.fairness). Older backlogs started theirs at the default;
+# a child's priority is not compared on replay, so they replay without
 # that path, and the call stays only for the markers in their histories. Remove it once no
 # open backlog has one.
 CHILD_PRIORITY = "backlog-child-priority"
@@ -616,7 +616,7 @@ class AgentBacklogWorkflow:
 
     # ------------------------------------------------------------------ held writes
 
-    # The same writes as signals (each intent's kept form, agentledger/core/messages.py):
+    # The same writes as signals (each intent's kept form, agentledger.core.messages):
     # the server keeps each in the backlog's history (a first enqueue starts the backlog
     # with it, signal-with-start) while no worker runs, and the next worker applies it once,
     # in order, with the update's checks; one that does not fit is refused the way its

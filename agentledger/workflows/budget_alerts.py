@@ -1,10 +1,10 @@
 """BudgetAlert: one budget alert (`budget.warning`, `budget.exceeded`) delivered, signed, to
 each of its tenant's webhooks with no run.
 
-The model call that made the alert due starts it (agentledger/activities/budget_gate.py),
+The model call that made the alert due starts it (agentledger.activities.budget_gate),
 with an id that names the budget, the period and the kind, so an alert is delivered once
 however many calls see it due. Each delivery is `webhooks.deliver`, retried by Temporal with
-backoff and recorded in Postgres (agentledger/workflows/webhook_calls.py); a receiver that
+backoff and recorded in Postgres (agentledger.workflows.webhook_calls); a receiver that
 stays down past a day has its delivery recorded as failed.
 """
 

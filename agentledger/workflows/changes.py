@@ -18,16 +18,16 @@ and then to the rate-limited model queue from there on; runs of generation 5 sen
 model call to the model queue.
 
 Also in generation 6: a run's model calls are charged to its tenant, the credential that
-started it and its agent, and admitted under their budgets (agentledger/core/budgets.py):
+started it and its agent, and admitted under their budgets (agentledger.core.budgets):
 told to wrap up when a budget is nearly spent, ended `budget_exhausted` once it is; a
-session's messages follow its double-texting policy (agentledger/workflows/sessions.py).
+session's messages follow its double-texting policy (agentledger.workflows.sessions).
 Runs of generation 5 and before are charged to nobody and take every message into the turn
 in flight.
 
 Every generation this code runs takes an admit signal only from the admission queue its input
 names, and a run that ends failed or cancelled ends so in Temporal too (Failed, Canceled;
-agentledger/workflows/run_endings.py). Runs of older generations took paths since retired
-(agentledger/core/version_branches.py; docs/versioning.md says which): such a run is refused
+agentledger.workflows.run_endings). Runs of older generations took paths since retired
+(agentledger.core.version_branches says which): such a run is refused
 here, by name, rather than replayed along paths it never took. Its workflow task fails, and
 Temporal retries it until a worker of a build that still has those paths takes it.
 """
@@ -69,6 +69,6 @@ class Changes:
                 f"build that replays generations before {OLDEST_GENERATION}"
             )
         self.generation = generation
-        # The live generation switch (agentledger/core/version_branches.py: generation-6);
+        # The live generation switch (agentledger.core.version_branches: generation-6);
         # a run without a generation was refused above.
         self.generation_6 = generation is not None and generation >= 6

@@ -6,7 +6,7 @@ id derives from the parent's and the key, so a replayed or retried parent finds 
 instead of starting a second one; cancelling the parent cancels the run.
 
 Like every start, the run takes its tenant's policy, read from Postgres (activity
-`tenants.policy`, agentledger/workflows/run_starts.py) just before it starts: the tenant's
+`tenants.policy`, agentledger.workflows.run_starts) just before it starts: the tenant's
 approvers and weight, a priority the tenant may take (another is refused, raising an
 ApplicationError of type `OperationRefused` in the calling workflow), and for a capped
 tenant a wait in its admission queue.
@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
 # Deprecated patch id: the run reads its tenant's policy before it starts. Its marker is still
 # written, so that `agentledger deploy check` and `deploy patches` can name a parent recorded
 # before (it started its agent's run without the read) as needing this retired branch
-# (agentledger/core/version_branches.py); such a parent replays only on the build it began on.
+# (agentledger.core.version_branches); such a parent replays only on the build it began on.
 READS_POLICY = "run-agent-reads-policy"
 REFUSED = "OperationRefused"
 

@@ -8,7 +8,7 @@ called what its recording lacks, is then cancelled, so the case stops there. At 
 `concurrency` cases run at once. The eval keeps only counts and the cases in flight, and
 continues as new after each batch (200 cases, about ten events each), so an eval of
 thousands of cases keeps a short history.
-What each case did is read from the mirror by the client (agentledger/client/eval_runs.py).
+What each case did is read from the mirror by the client (agentledger.client.eval_runs).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The run's `Recorder`, a component every other one is built with (in `RunContext`). Every
 change of status goes through `set_status`, which enforces the state machine in
-`agentledger.core.states`; every step is opened by `step` (agentledger/workflows/steps.py), with a
+`agentledger.core.states`; every step is opened by `step` (agentledger.workflows.steps), with a
 deterministic id. What changed since the last write goes to the mirror as one idempotent
 batch: in the input of the next step's own activity, or, where the run blocks or ends,
 written by an activity of its own that the run does not wait for; it waits for them all
@@ -57,14 +57,13 @@ MIRROR_RETRY = fairness.MIRROR_RETRY
 # A mirror write is one short transaction; a worker that died during one is noticed soon.
 MIRROR_WRITE_TIMEOUT = timedelta(seconds=10)
 # A step schedules one activity, not two: a `mirror.sync` before every step would double the
-# activities, and the Temporal server's work, per step (docs/benchmarks.md, "One activity per
-# step"). What the run accepted before a model or tool call rides in that call's input, and
-# its activity applies it in the same transaction as its claim on the step, fenced as
-# `mirror.sync` is. Temporal dispatches the
-# activity only after it has committed the task that scheduled it, so the mirror still never
-# runs ahead of history. A write of its own is left for where the run blocks or ends
-# (approval, pause, admission queue, continue-as-new, receipt) and for a batch too large to
-# ride along.
+# activities, and the Temporal server's work, per step (the bench measured both). What the
+# run accepted before a model or tool call rides in that call's input, and its activity
+# applies it in the same transaction as its claim on the step, fenced as `mirror.sync` is.
+# Temporal dispatches the activity only after it has committed the task that scheduled it,
+# so the mirror still never runs ahead of history. A write of its own is left for where the
+# run blocks or ends (approval, pause, admission queue, continue-as-new, receipt) and for a
+# batch too large to ride along.
 
 T = TypeVar("T")
 Trim = Literal["records", "all"] | None
@@ -107,7 +106,7 @@ class RunContext:
     progress: RunProgress
     recorder: Recorder
     # Whom its model calls are charged to, under whose budgets each is admitted; None for a
-    # run of generation 5 or before (agentledger/workflows/changes.py).
+    # run of generation 5 or before (agentledger.workflows.changes).
     charge: Charge | None = None
     # Whether a session's messages follow its double-texting policy (generation 6), or are
     # all taken into the turn in flight.

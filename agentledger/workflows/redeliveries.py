@@ -3,7 +3,7 @@
 
 The body is the one recorded, under the delivery's own id (`AgentLedger-Delivery`, as
 GitHub's redeliveries keep theirs), signed afresh, retried by Temporal as any delivery
-(agentledger/workflows/webhook_calls.py), and its record says what came of it.
+(agentledger.workflows.webhook_calls), and its record says what came of it.
 """
 
 from __future__ import annotations

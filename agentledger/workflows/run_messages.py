@@ -1,9 +1,9 @@
 """What people may tell a run besides approvals: pause and resume, and its admission.
 
 A component of AgentRunWorkflow, which keeps the update and signal handlers (approvals are in
-agentledger/workflows/approvals.py). A pause takes effect at the run's next step boundary, never
+agentledger.workflows.approvals). A pause takes effect at the run's next step boundary, never
 inside a step; a pause or resume of a run that waits for a sub-agent's run goes on to that
-run (agentledger/workflows/subagents.py). Validators refuse, with a reason a person can act on,
+run (agentledger.workflows.subagents). Validators refuse, with a reason a person can act on,
 without changing anything; signals cannot be refused.
 """
 

@@ -1,6 +1,6 @@
 """RunNotifier: one workflow per run of a tenant that has notification webhooks, telling
 each of them what the run does (`approval.requested`, `approval.decided`, `run.finished`,
-`run.failed`; agentledger/core/notifications.py) until the run ends.
+`run.failed`; agentledger.core.notifications) until the run ends.
 
 The task notifier's machinery, for a tenant instead of one A2A task: it follows the run's
 events in the mirror (activity `webhooks.run_changes`), reads the tenant's subscriptions

@@ -11,7 +11,7 @@ from:
   credential's the run is charged to), and for a capped tenant a place in its queue (the
   run joins it once started, activity `admission.hold`, and waits there for a slot);
 - `from_gate`: a spec the start gate built from the policy it read
-  (agentledger/client/starts.py): the admission queue's starts, and the tasks of backlogs
+  (agentledger.client.starts): the admission queue's starts, and the tasks of backlogs
   recorded before they read it;
 - `within_parent`: a sub-agent's run, under the policy its parent carries (the start gate's read,
   or `read_policy`'s, all the way up): the tenant's rules, the parent's approvers, weight,
@@ -20,7 +20,7 @@ from:
   it does not queue: under a cap of one, it would wait forever behind its own parent.
 Each is started at its tenant's fairness key and weight, and (but the start gate's, which has it
 already) with the generation of the code starting it (`for_new_run`).
-tests/test_run_starts.py fails if a workflow module starts a child workflow any other way,
+A test fails if a workflow module starts a child workflow any other way,
 so the next way to start a run cannot skip the policy.
 """
 
@@ -75,7 +75,7 @@ async def read_policy(spec: RunSpec, *, task_queue: str | None = None) -> Policy
 
 
 def from_gate(spec: RunInput) -> PolicyApplied:
-    """A spec the start gate built from its tenant's policy (agentledger/client/starts.py,
+    """A spec the start gate built from its tenant's policy (agentledger.client.starts,
     `resolve`), with the generation the start gate gave it."""
     return PolicyApplied(spec)
 

@@ -4,7 +4,7 @@ The state itself is one model, `agentledger.core._state.RunProgress`: the workfl
 knows there, so the continue-as-new carry is that model whole, and the mirror snapshot,
 the `state` query and the receipt below are projections of it. A workflow attribute that
 is not in it must be listed in WORKFLOW_ONLY with the reason a continuation does not need
-it (tests/test_run_state.py enforces both).
+it (a test enforces both).
 """
 
 from __future__ import annotations

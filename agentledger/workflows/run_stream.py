@@ -3,11 +3,11 @@
 The workflow publishes each event it records (`_event`) into a `WorkflowStream`; that costs
 no history at all, since the log is workflow state rebuilt on replay. A model's text does
 not come here: `model.complete` sends it to watchers over Postgres
-(agentledger/store/model_text.py). The text topic stays for histories whose activities
+(agentledger.store.model_text). The text topic stays for histories whose activities
 published a reply's text here while the provider sent it (one signal per batch), the
 workflow publishing the rest when it took the call's result (`streamed_chars`); replay
 rebuilds the same log for them. Watchers read it with the stream's poll query, never its
-long-poll update, so they take none of the run's update slots (agentledger/client/watch.py); the
+long-poll update, so they take none of the run's update slots (agentledger.client.watch); the
 update stays registered because the library registers it. At continue-as-new the
 log goes along, cut to its last `RETAINED_ITEMS`, so the state a run carries stays bounded
 however long it runs; offsets stay global.

@@ -1,7 +1,7 @@
-"""ScheduledFire: one fire of a schedule, started by its Temporal Schedule (docs/triggers.md).
+"""ScheduledFire: one fire of a schedule, started by its Temporal Schedule.
 
 It starts the fire's run as its child, the way every workflow starts a run
-(agentledger/workflows/run_starts.py): under its tenant's policy read now (approvers, weight,
+(agentledger.workflows.run_starts): under its tenant's policy read now (approvers, weight,
 allowed priorities, a capped tenant's queue), refused while an enforcing budget of the
 tenant (or of the schedule) is spent. The run's id derives from the schedule and the fire
 time, so a fire is one run whatever is retried or replayed; its receipt names the schedule

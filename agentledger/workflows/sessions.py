@@ -24,7 +24,7 @@ carries is bounded however many messages the session takes: by the windows, and 
 messages said since its last model call, which wait whole for the next.
 
 A message said while a turn is in flight may cut it short (double-texting, generation 6;
-agentledger/workflows/steering.py): `interrupt` ends it at its next step boundary, its work
+agentledger.workflows.steering): `interrupt` ends it at its next step boundary, its work
 kept in the conversation and the receipt; `rollback` ends it at once and forgets it: the
 model reads the conversation without it from then on (`forgotten`), and is told of the side
 effects it made, which stand (`kept_effects` in the receipt). The message starts the next

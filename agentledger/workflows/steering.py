@@ -15,7 +15,7 @@ double-texting policy says (the message's own, within its tenant's policy, else 
 `double_texting`): `reject` refuses it (recorded, never taken), `enqueue` keeps it for the
 next turn, `interrupt` ends the turn at its next step boundary and `rollback` at once (a
 model call in flight is cancelled), each message then starting the next turn
-(agentledger/workflows/sessions.py closes the turn cut short); with none, the turn in flight
+(agentledger.workflows.sessions closes the turn cut short); with none, the turn in flight
 takes it.
 
 Only runs that receive a message take any of these paths, so histories recorded before

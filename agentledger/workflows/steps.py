@@ -1,7 +1,7 @@
 """The step primitive: one step of a run, from its start to its record.
 
-`Recorder.step` (agentledger/workflows/recording.py) opens a step; this module is the one place
-a step record is built (tests/test_step_primitive.py), so every record of a step says the
+`Recorder.step` (agentledger.workflows.recording) opens a step; this module is the one place
+a step record is built (a test holds it to that), so every record of a step says the
 same id, seq, kind, input and start, whichever outcome ends it.
 """
 

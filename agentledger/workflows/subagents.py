@@ -1,4 +1,4 @@
-"""Sub-agents: a run delegates a task to another agent, as a child run (docs/subagents.md).
+"""Sub-agents: a run delegates a task to another agent, as a child run.
 
 A component of AgentRunWorkflow, which keeps the signal handler. A spec whose `subagents`
 names agents offers each to the model as a tool `agent__NAME` taking a task; a call starts a
@@ -185,7 +185,7 @@ class Subagents:
             self.running_child = None
 
     async def _start_child(self, spec: RunInput, child_id: str) -> RunResult:
-        """Start the child under this run's policy (agentledger/workflows/run_starts.py) and wait
+        """Start the child under this run's policy (agentledger.workflows.run_starts) and wait
         for its result (what `execute_child_workflow` does, so the same commands); a pause of
         this run that came while it started goes on to it."""
         handle = await run_starts.start_run(

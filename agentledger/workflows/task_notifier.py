@@ -3,7 +3,7 @@ its task's state until the task ends.
 
 It runs on the workers, not in the server that took the subscription, so a server killed
 mid-task loses no notification: it follows the run's events in the mirror (activity
-`webhooks.run_changes`), folds them into the task's state (agentledger/core/task_states.py)
+`webhooks.run_changes`), folds them into the task's state (agentledger.core.task_states)
 and, at each change, makes one signed delivery (`webhooks.deliver`), retried by Temporal
 with backoff and recorded in Postgres. Deliveries go in order; each has an id derived from
 the subscription and the event, so a retried one is the same delivery. The last one carries

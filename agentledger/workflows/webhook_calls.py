@@ -1,4 +1,4 @@
-"""What a workflow asks of the webhook activities (agentledger/activities/webhooks.py): the
+"""What a workflow asks of the webhook activities (agentledger.activities.webhooks): the
 one way the notifiers (task_notifier.py, run_notifier.py) and budget alerts
 (budget_alerts.py) follow a run, read a tenant's webhooks and make a signed delivery.
 

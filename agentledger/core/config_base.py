@@ -1,4 +1,4 @@
-"""The base of agentledger's settings: values come only from what `read` hands over.
+"""The base of the one config and its groups: values come only from what `read` hands over.
 
 `read` gives every variable as an init value, so a value meets the same validators from the
 environment as from a mapping a test or an edge passes. pydantic-settings' own environment
@@ -19,7 +19,10 @@ def env(name: str, default: Any = None, description: str = "") -> Any:
     return Field(default, validation_alias=name, description=description)
 
 
-class ReadSettings(BaseSettings):
+class ConfigBase(BaseSettings):
+    """`AgentLedgerConfig` and each of its groups (`HttpConfig`): frozen, and read from the
+    variables an edge hands to `read`, never from pydantic-settings' own sources."""
+
     model_config = SettingsConfigDict(frozen=True, case_sensitive=True, extra="ignore")
 
     @classmethod

@@ -1,5 +1,5 @@
-"""The HTTP server's group of `AgentLedgerConfig` (its `http` field; `agentledger serve`,
-docs/http.md): where it listens, what it admits, how long it waits, and whose tokens and
+"""The HTTP server's group of `AgentLedgerConfig` (its `http` field; `agentledger serve`):
+where it listens, what it admits, how long it waits, and whose tokens and
 proxies it believes. Read with the rest of the config from `AGENTLEDGER_HTTP_*` and
 `AGENTLEDGER_OIDC_*` variables; `serve`'s flags override them (`with_flags`)."""
 
@@ -12,13 +12,13 @@ from typing import Any
 
 from pydantic import ValidationError, field_validator
 
+from agentledger.core.config_base import ConfigBase, env
 from agentledger.core.errors import SetupError
-from agentledger.core.settings_base import ReadSettings, env
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-class HttpSettings(ReadSettings):
+class HttpConfig(ConfigBase):
     host: str = env("AGENTLEDGER_HTTP_HOST", "127.0.0.1", "where `agentledger serve` listens")
     port: int = env("AGENTLEDGER_HTTP_PORT", 8321, "its port; 0: any free one")
     allow_origins: str = env(
@@ -130,13 +130,13 @@ class HttpSettings(ReadSettings):
     @classmethod
     def read(
         cls, environ: Mapping[str, str], overrides: Mapping[str, Any] | None = None
-    ) -> HttpSettings:
+    ) -> HttpConfig:
         """The door's variables of `environ`, with `overrides` (by field name: a command's
         flags) over them; one that does not parse is a SetupError naming it."""
         named: dict[str, Any] = {k: v for k, v in environ.items() if v and k in HTTP_NAMES}
         return cls._validated(named, overrides)
 
-    def with_flags(self, overrides: Mapping[str, Any]) -> HttpSettings:
+    def with_flags(self, overrides: Mapping[str, Any]) -> HttpConfig:
         """This group with a command's flags (by field name) over it, each checked as its
         variable is; one that does not parse is a SetupError naming it."""
         named = {
@@ -146,7 +146,7 @@ class HttpSettings(ReadSettings):
         return self._validated(named, overrides)
 
     @classmethod
-    def _validated(cls, named: dict[str, Any], overrides: Mapping[str, Any] | None) -> HttpSettings:
+    def _validated(cls, named: dict[str, Any], overrides: Mapping[str, Any] | None) -> HttpConfig:
         aliases = {name: field.validation_alias for name, field in cls.model_fields.items()}
         for name, value in (overrides or {}).items():
             named[str(aliases.get(name) or name)] = value
@@ -186,6 +186,6 @@ def proxy_networks(value: str) -> list[Network]:
 
 HTTP_NAMES = frozenset(
     field.validation_alias
-    for field in HttpSettings.model_fields.values()
+    for field in HttpConfig.model_fields.values()
     if isinstance(field.validation_alias, str)
 )
