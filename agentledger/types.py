@@ -48,6 +48,7 @@ from agentledger.core.listings import (
     RunRow,
     TenantRow,
     TenantShown,
+    TimelineStep,
 )
 from agentledger.core.policy_rules import ApprovalRule, TenantPolicy
 from agentledger.core.replay_verdicts import DeployCheck, ReplayVerdict
@@ -213,6 +214,7 @@ __all__ = [
     "TenantPolicy",
     "TenantRow",
     "TenantShown",
+    "TimelineStep",
     "ToolFailures",
     "ToolPolicy",
     "ToolUse",

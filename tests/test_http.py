@@ -141,6 +141,7 @@ async def test_a_stream_resumes_after_the_server_is_killed_with_every_event_once
 RUN_ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "", None),
     ("GET", "/receipt", None),
+    ("GET", "/steps", None),
     ("GET", "/events", None),
     ("POST", "/approve", {}),
     ("POST", "/reject", {"reason": "no"}),

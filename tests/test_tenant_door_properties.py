@@ -298,6 +298,7 @@ http_routes = st.sampled_from(
     [
         ("GET", "", None),
         ("GET", "/receipt", None),
+        ("GET", "/steps", None),
         ("GET", "/events", None),
         ("POST", "/pause", {}),
         ("POST", "/cancel", {}),

@@ -36,7 +36,7 @@ from agentledger.core.errors import (
     ServiceUnreachable,
 )
 from agentledger.core.identity import Identity
-from agentledger.core.listings import InboxItem, MirroredStep, RunRow
+from agentledger.core.listings import InboxItem, MirroredStep, RunRow, TimelineStep
 from agentledger.core.results import (
     ControlResult,
     DecisionResult,
@@ -400,18 +400,38 @@ class Runs:
         return await deployments.run_version(client, run_id)
 
     async def recent(
-        self, *, status: str | None = None, limit: int = 50, engines_own: bool = True
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        engines_own: bool = True,
+        agent: str | None = None,
+        since: datetime | None = None,
     ) -> list[RunRow]:
-        """Recent runs from the mirror, newest first; `engines_own=False` leaves out the runs
-        the engine started for its own work (an eval's cases, sub-agents)."""
+        """Recent runs from the mirror, newest first: only those in `status`, of `agent`,
+        started since `since`, as given; `engines_own=False` leaves out the runs the engine
+        started for its own work (an eval's cases, sub-agents)."""
         rows = await mirror_views.recent_runs(
             await self.scope.database(),
             status=status,
             limit=limit,
             tenant=self.scope.tenant,
             engines_own=engines_own,
+            agent=agent,
+            since=since,
         )
         return [RunRow.model_validate(row) for row in rows]
+
+    async def timeline(self, run_id: str, *, limit: int = 500) -> list[TimelineStep]:
+        """The run's steps as mirrored, in order (its first `limit`): model turns, tool
+        calls with their arguments and results, approvals with their decisions, each with
+        its tokens and cost. Empty until the mirror has a step; another tenant's run reads
+        as a missing one."""
+        await self.scope.check_visible(run_id)
+        rows = await mirror_views.timeline(
+            await self.scope.database(), run_id, tenant=self.scope.tenant, limit=limit
+        )
+        return [TimelineStep.model_validate(row) for row in rows]
 
     async def unmirrored(
         self, *, status: str | None = None, limit: int = 50, wait: float | None = None

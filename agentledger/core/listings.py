@@ -211,6 +211,19 @@ class InboxItem(BaseModel):
     )
 
 
+class TimelineStep(EvidenceStep):
+    """One step of a run as its timeline shows it (the inspector): what it took and gave
+    (an approval's output is its decision: who, what, why), and what it cost."""
+
+    seq: int = Field(description="its number in the run, from 1")
+    attempt: int = Field(description="the attempt it ended on (or is on)")
+    tokens_in: int = Field(description="model input tokens (a model turn's)")
+    tokens_out: int = Field(description="model output tokens (a model turn's)")
+    cost_usd: float = Field(description="what it cost, in US dollars (a model turn's)")
+    started_at: datetime | None = Field(description="when it started")
+    finished_at: datetime | None = Field(description="when it ended; null: it has not")
+
+
 class MirroredStep(BaseModel):
     """One step as the mirror holds it: its input, and its output or error once it has one."""
 

@@ -164,7 +164,19 @@ class RunsQuery(Body):
     status: Name | None = Field(
         None, description="only runs in this status (queued, waiting_for_approval, completed, ...)"
     )
+    agent: Name | None = Field(None, description="only runs of this agent profile")
+    since_hours: float | None = Field(
+        None, gt=0, description="only runs started in the last so many hours; none: any time"
+    )
     limit: int = Field(50, ge=1, le=MAX_LIST, description="at most this many, newest first")
+
+
+class StepsQuery(Body):
+    """How many of a run's steps to list."""
+
+    limit: int = Field(
+        MAX_LIST, ge=1, le=MAX_LIST, description="at most this many, the first ones, in order"
+    )
 
 
 class ApprovalsQuery(Body):

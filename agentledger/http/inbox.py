@@ -1,11 +1,15 @@
-"""The approvals inbox: a page for the people who decide, and the list it shows.
+"""The approvals inbox and the run inspector: one page for the people who decide and
+those who follow runs, and the lists it shows.
 
-`GET /inbox` is one HTML file (`inbox.html` beside this module: vanilla JS, no build step, nothing
-fetched from elsewhere) that asks for an API key, keeps it in the tab's sessionStorage, and
-acts only through the REST routes with it: `GET /v1/me` (who is signed in, for which
-tenant), `GET /v1/approvals` (below) lists what the key's
-tenant's runs wait for, `POST /v1/runs/{id}/approve` and `/reject` decide (as the key's
-identity), and `GET /v1/runs/{id}/events` is each run's live timeline. The page itself
+`GET /inbox` is one HTML page (vanilla JS, no build step, nothing fetched from elsewhere)
+made of two files beside this module, one a view: `inbox.html`, the approvals, with the
+inspector (`inspector.html`: runs, a run's timeline, its receipt, forks, cost per day) put
+in at its `<!-- inspector -->` mark. It asks for an API key, keeps it in the tab's
+sessionStorage, and acts only through the REST routes with it: `GET /v1/me` (who is signed
+in, for which tenant), `GET /v1/approvals` (below) lists what the key's tenant's runs wait
+for, `POST /v1/runs/{id}/approve` and `/reject` decide (as the key's identity),
+`GET /v1/runs/{id}/events` is each run's live timeline, and the inspector reads `/v1/runs`,
+`/v1/runs/{id}/steps`, `/v1/costs` and forks with `/v1/runs/{id}/fork`. The page itself
 holds nothing of any tenant, so it is served without a credential.
 """
 
@@ -24,9 +28,15 @@ from agentledger.core.listings import InboxItem
 from agentledger.http.bodies import ApprovalsQuery, SignedIn
 from agentledger.http.endpoints import Call, Endpoint, routes_of
 
+INSPECTOR_MARK = "<!-- inspector -->"
+
 
 def page_text() -> str:
-    return resources.files("agentledger.http").joinpath("inbox.html").read_text(encoding="utf-8")
+    """The page: the inbox's file, with the inspector's where the inbox marks its place."""
+    files = resources.files("agentledger.http")
+    inbox = files.joinpath("inbox.html").read_text(encoding="utf-8")
+    inspector = files.joinpath("inspector.html").read_text(encoding="utf-8")
+    return inbox.replace(INSPECTOR_MARK, inspector, 1)
 
 
 def inline_hashes(page: str, tag: str) -> str:

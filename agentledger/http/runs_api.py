@@ -4,6 +4,7 @@ agentledger.http.bodies; no field names a tenant: the credential does."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,7 +15,7 @@ from agentledger import profiles
 from agentledger.core.backlog_models import EnqueueResult
 from agentledger.core.constants import DEMO_AGENTS
 from agentledger.core.errors import InvalidRequest
-from agentledger.core.listings import BacklogListing, RunRow
+from agentledger.core.listings import BacklogListing, RunRow, TimelineStep
 from agentledger.core.policy_rules import TenantPolicy
 from agentledger.core.results import ControlResult, DecisionResult, Receipt, SayResult
 from agentledger.core.run_reports import Started
@@ -64,13 +65,28 @@ async def start(call: Call[bodies.StartRun]) -> Response:
 
 
 async def list_runs(call: Call[bodies.RunsQuery]) -> list[RunRow]:
-    """Your tenant's runs, newest first."""
-    return await call.runs.runs.recent(status=call.input.status, limit=call.input.limit)
+    """Your tenant's runs, newest first: those in a status, of an agent, started lately."""
+    query = call.input
+    since: datetime | None = None
+    if query.since_hours is not None:
+        since = datetime.now(UTC) - timedelta(hours=query.since_hours)
+    return await call.runs.runs.recent(
+        status=query.status, agent=query.agent, since=since, limit=query.limit
+    )
 
 
 async def get_run(call: Call[None]) -> Any:
     """The run's state, as `agentledger status --json` prints it."""
     return (await call.runs.runs.inspect(call.path("run_id"))).flat_json()
+
+
+async def steps(call: Call[bodies.StepsQuery]) -> list[TimelineStep]:
+    """The run's steps as its timeline shows them, in order, each with what it cost.
+
+    Model turns (what the model said, the tools it called), tool calls (their arguments and
+    results, or errors), approvals (their decision: who, what, why), each with its tokens,
+    cost, attempt and times; a long input or output is cut short as JSON text."""
+    return await call.runs.runs.timeline(call.path("run_id"), limit=call.input.limit)
 
 
 async def receipt(call: Call[None]) -> Receipt:
@@ -203,6 +219,9 @@ ENDPOINTS = [
     ),
     Endpoint("GET", "/v1/runs", list_runs, "viewer", query=bodies.RunsQuery, answer=list[RunRow]),
     Endpoint("GET", RUN, get_run, "viewer", answer=bodies.RunView),
+    Endpoint(
+        "GET", RUN + "/steps", steps, "viewer", query=bodies.StepsQuery, answer=list[TimelineStep]
+    ),
     Endpoint("GET", RUN + "/receipt", receipt, "viewer", answer=Receipt),
     Endpoint("POST", RUN + "/approve", approve, "approver", bodies.Approve, answer=DecisionResult),
     Endpoint("POST", RUN + "/reject", reject, "approver", bodies.Reject, answer=DecisionResult),

@@ -127,6 +127,15 @@ SELECT run_id, step_id, type, name, status, input, output, error FROM (
 # input or output.
 EVIDENCE_STEPS = 8
 EVIDENCE_CHARS = 2000
+# A run's steps as its timeline shows them, and how much of each step's input or output.
+TIMELINE_SQL = """
+SELECT s.step_id, s.seq, s.type, s.name, s.status, s.attempt, s.input, s.output, s.error,
+       s.tokens_in, s.tokens_out, s.cost_usd::float8 AS cost_usd, s.started_at, s.finished_at
+FROM steps s JOIN runs r USING (run_id)
+WHERE s.run_id = %(run)s AND (%(tenant)s::text IS NULL OR r.tenant = %(tenant)s)
+ORDER BY s.seq LIMIT %(limit)s
+"""
+TIMELINE_CHARS = 20_000
 STEP_ROW_SQL = """
 SELECT s.step_id, s.type, s.name, s.status, s.input, s.output, s.error
 FROM steps s JOIN runs r USING (run_id)
@@ -171,10 +180,25 @@ async def pending_approvals(
     return found
 
 
-def _cut(value: Any) -> Any:
+def _cut(value: Any, chars: int = EVIDENCE_CHARS) -> Any:
     """A step's input or output as evidence shows it: whole, or its JSON text cut short."""
     text = json.dumps(value)
-    return value if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 1] + "…"
+    return value if len(text) <= chars else text[: chars - 1] + "…"
+
+
+async def timeline(
+    pool: AsyncConnectionPool, run_id: str, *, tenant: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The run's first `limit` steps as mirrored, in order: each with what it took and
+    gave (cut short as evidence is, a little longer) and what it cost; none for another
+    tenant's run."""
+    async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(TIMELINE_SQL, {"run": run_id, "tenant": tenant, "limit": limit})
+        found = await cur.fetchall()
+    for step in found:
+        step["input"] = _cut(step["input"], TIMELINE_CHARS)
+        step["output"] = _cut(step["output"], TIMELINE_CHARS)
+    return found
 
 
 async def step_row(
@@ -194,9 +218,12 @@ async def recent_runs(
     limit: int,
     tenant: str | None,
     engines_own: bool = True,
+    agent: str | None = None,
+    since: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """Recent runs, newest first; with `tenant`, that tenant's only; without `engines_own`,
-    not the runs the engine started for its own work (ENGINE_RUN_PREFIXES)."""
+    """Recent runs, newest first; with `tenant`, that tenant's only; with `agent`, that
+    agent's; with `since`, those started since; without `engines_own`, not the runs the
+    engine started for its own work (ENGINE_RUN_PREFIXES)."""
     async with pool.connection() as conn:
         cur = await conn.execute(
             """SELECT run_id, status, tenant, agent, priority, user_id, task, current_step_id,
@@ -204,12 +231,16 @@ async def recent_runs(
                       finished_at
                FROM runs WHERE (%(status)s::text IS NULL OR status = %(status)s)
                  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+                 AND (%(agent)s::text IS NULL OR agent = %(agent)s)
+                 AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
                  AND (%(engines_own)s OR NOT run_id LIKE ANY(%(prefixes)s))
                ORDER BY created_at DESC LIMIT %(limit)s""",
             {
                 "status": status,
                 "limit": limit,
                 "tenant": tenant,
+                "agent": agent,
+                "since": since,
                 "engines_own": engines_own,
                 "prefixes": [f"{prefix}%" for prefix in ENGINE_RUN_PREFIXES],  # none has _ or %
             },
