@@ -107,7 +107,7 @@ def scope(
     return Scope.over(
         client,
         mirror,
-        settings=AgentLedgerConfig.model_construct(**fields),
+        config=AgentLedgerConfig.model_construct(**fields),
         tenant=tenant,
         wait=wait,
     )

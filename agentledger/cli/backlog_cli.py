@@ -79,7 +79,7 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
         text = (
             "\n".join(part for part in (applied, result.held_note) if part)
             + ("\nthe backlog is stopped: `backlog resume` continues it" if result.stopped else "")
-            + f"\n{client.settings.run_link(backlog_id(agent))}"
+            + f"\n{client.config.run_link(backlog_id(agent))}"
         )
         emit(result.model_dump(mode="json"), args.json, text)
     elif args.backlog_command == "retry":

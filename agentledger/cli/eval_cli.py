@@ -136,7 +136,7 @@ async def run(client: RunClient, args: argparse.Namespace, path: str) -> EvalRep
 
     if not args.candidate:
         raise InvalidRequest("name the agent profile to prove: --candidate NAME")
-    source = args.agents or client.settings.agents or "agentledger.demo:agents"
+    source = args.agents or client.config.agents or "agentledger.demo:agents"
     agents = profiles.load_agents(source)
     candidate = profiles.pick(agents, args.candidate, source)
     gate = gate_of(args)

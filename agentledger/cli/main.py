@@ -131,7 +131,7 @@ def json_argument(text: str | None, flag: str) -> Any:
 
 async def cmd_start(client: RunClient, args: argparse.Namespace) -> int:
     started = await client.runs.start(
-        spec=load_spec(args, client.settings),
+        spec=load_spec(args, client.config),
         require_tools=bool(args.agent),
         double_texting=args.double_texting,
         wait=args.wait,
@@ -145,7 +145,7 @@ async def cmd_start(client: RunClient, args: argparse.Namespace) -> int:
         note += f"; queued at position {started.queue_position} behind its tenant's cap"
     if started.said is not None:
         note = f"is a session under way: its task said to it as a message ({started.said.note})"
-    link = client.settings.run_link(started.run_id)
+    link = client.config.run_link(started.run_id)
     unserved = await client.runs.unserved_warning(wait=min(args.wait, 2.0))
     if unserved is not None:
         print(f"warning: {unserved}", file=sys.stderr, flush=True)
@@ -172,7 +172,7 @@ async def cmd_fork(client: RunClient, args: argparse.Namespace) -> int:
         key=args.key,
     )
     note = "already exists (same key); not started again" if started.existing else "started"
-    link = client.settings.run_link(started.run_id)
+    link = client.config.run_link(started.run_id)
     emit(
         {
             "run_id": started.run_id,
@@ -322,7 +322,7 @@ async def cmd_watch(client: RunClient, args: argparse.Namespace) -> int:
     outcome: str | None = None
     in_text = False  # model text is printed as it arrives, on one line per reply
     items = client.runs.watch(args.run, from_offset=args.from_offset)
-    async for item in noting_silence(items, args.run, args.wait, client.settings.task_queue):
+    async for item in noting_silence(items, args.run, args.wait, client.config.task_queue):
         if args.json:
             print(item.model_dump_json(), flush=True)
         elif item.kind == "text":
@@ -435,8 +435,8 @@ async def cmd_prune(client: RunClient, args: argparse.Namespace) -> int:
     try:
         if args.older_than:
             age = parse_age(args.older_than)
-        elif client.settings.retention_days is not None:
-            age = timedelta(days=client.settings.retention_days)
+        elif client.config.retention_days is not None:
+            age = timedelta(days=client.config.retention_days)
         else:
             raise InvalidRequest(
                 "say how old a finished run must be: --older-than 30d, or set "
@@ -538,7 +538,7 @@ async def cmd_up(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.worker.worker_api import run_worker
 
     interrupts = await Interrupts().install()
-    settings = client.settings
+    settings = client.config
     tools, mcp = tool_sources(args, settings)
     if not tools and not mcp:
         tools = [DEMO_TOOLS]  # the dev stack serves the demo's tools unless given others
@@ -601,7 +601,7 @@ async def cmd_demo(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.worker.worker_api import run_worker
 
     interrupts = await Interrupts().install()
-    settings = client.settings
+    settings = client.config
     stack = None
     holder = stack_owner(settings.home)
     # A stack `up` keeps runs until its person stops it: the demo shares it. One another demo
@@ -651,7 +651,7 @@ async def run_demo(client: RunClient, args: argparse.Namespace) -> int:
     from agentledger.cli import render
     from agentledger.demo import support_desk
 
-    settings = client.settings
+    settings = client.config
     # The demo's run is the caller's tenant's (AGENTLEDGER_TENANT), as any run it starts is.
     spec = support_desk.spec(
         task=DEMO_TASK, user="demo-user", idempotency_key=f"demo-{time.time_ns()}"

@@ -61,7 +61,7 @@ async def dispatch(client: RunClient, args: argparse.Namespace) -> int:
             "do from now on",
             f"secret (shown this once): {made.secret}",
         ]
-        if made.format == "slack" and client.settings.public_url is None:
+        if made.format == "slack" and client.config.public_url is None:
             lines.append(NO_LINK)
         emit(made.model_dump(mode="json"), args.json, "\n".join(lines))
     elif act == "remove":

@@ -91,7 +91,7 @@ async def cmd_serve(client: RunClient, args: argparse.Namespace) -> int:
         "proxy_headers": args.proxy_headers,
         "trusted_proxies": ",".join(args.trusted_proxy) or None,
     }
-    settings = client.settings.http.with_flags({k: v for k, v in flags.items() if v is not None})
+    settings = client.config.http.with_flags({k: v for k, v in flags.items() if v is not None})
     await client.keys.listed()  # the database answers, at this schema, for an operator
 
     def ready(url: str) -> None:

@@ -22,7 +22,7 @@ class Approvers:
 
     def config_dir(self) -> Path:
         """Where approver keys live on this machine."""
-        return self.scope.settings.config_dir or user_config_dir({})
+        return self.scope.config.config_dir or user_config_dir({})
 
     def key(self, name: str) -> ApproverKey | None:
         """`name`'s approver key on this machine, to sign decisions with; None if absent."""

@@ -186,7 +186,7 @@ async def send_tasks(
     tenant = scope.tenant
     wait = scope.bound(wait)
     client = await scope.temporal(wait)
-    task_queue = scope.settings.task_queue
+    task_queue = scope.config.task_queue
     bounds.check(ControlInput(by=by), "enqueue")
     for i, item in enumerate(tasks, start=1):
         bounds.check(item, f"task {i}")

@@ -51,7 +51,7 @@ class Deploys:
                     + (f" at event {first.event_id}" if first.event_id else "")
                     + f": {first.error}; `agentledger deploy check` lists them"
                 )
-        name = deployment or self.scope.settings.deployment_name
+        name = deployment or self.scope.config.deployment_name
         await deployments.set_current_version(await self.scope.temporal(), name, build_id)
         return name
 
@@ -67,7 +67,7 @@ class Deploys:
         closed ones) against the workflows loaded here: the engine's, and `workflows`."""
         return await deploy_check.check(
             await self.scope.temporal(),
-            task_queue=self.scope.settings.task_queue,
+            task_queue=self.scope.config.task_queue,
             workflows=_with_engine(workflows),
             closed=closed,
             progress=progress,
@@ -81,8 +81,8 @@ class Deploys:
         and which can be retired (not current, no open run)."""
         return await deployments.deployment_status(
             await self.scope.temporal(),
-            deployment or self.scope.settings.deployment_name,
-            task_queue=self.scope.settings.task_queue,
+            deployment or self.scope.config.deployment_name,
+            task_queue=self.scope.config.task_queue,
             workflow_types=deploy_check.workflow_names(_with_engine(workflows)),
         )
 
@@ -93,6 +93,6 @@ class Deploys:
         open runs that need a retired branch."""
         return await deploy_check.patch_inventory(
             await self.scope.temporal(),
-            task_queue=self.scope.settings.task_queue,
+            task_queue=self.scope.config.task_queue,
             workflows=_with_engine(workflows),
         )

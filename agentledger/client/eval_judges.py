@@ -29,15 +29,15 @@ class JudgeModels:
     """The judges' models, on clients built at the first judge (a dataset without one needs
     no model key)."""
 
-    def __init__(self, settings: AgentLedgerConfig) -> None:
-        self.settings = settings
+    def __init__(self, config: AgentLedgerConfig) -> None:
+        self.config = config
         self._clients: ProviderClients | None = None
 
     def clients(self) -> ProviderClients:
         if self._clients is None:
-            providers = load_providers(self.settings.providers)
+            providers = load_providers(self.config.providers)
             self._clients = ProviderClients(
-                model_client(self.settings), providers, self.settings.provider_keys
+                model_client(self.config), providers, self.config.provider_keys
             )
         return self._clients
 
@@ -46,7 +46,7 @@ class JudgeModels:
         provider, _, model = (name or "").rpartition(":")
         endpoint = clients.named.get(provider, clients.default)
         return OpenAIChatModel(
-            model or self.settings.model, provider=OpenAIProvider(openai_client=endpoint.client)
+            model or self.config.model, provider=OpenAIProvider(openai_client=endpoint.client)
         )
 
     def through_providers(self, evaluators: Sequence[Evaluator[Any, Any, Any]]) -> list[Any]:

@@ -142,7 +142,7 @@ class CaseRunner:
         self.client, self.pool = client, pool
         self.eval_id = eval_id
         self.candidate = candidate
-        self.task_queue = scope.settings.task_queue
+        self.task_queue = scope.config.task_queue
         self.live_read_only = live_read_only
         self.on_progress = on_progress
         self.workflow_id = eval_workflow_id(self.spec("-").tenant, eval_id)

@@ -76,5 +76,5 @@ class Evals:
             concurrency=concurrency,
             gate=gate,
             on_progress=on_progress,
-            judges=JudgeModels(self.scope.settings).through_providers,
+            judges=JudgeModels(self.scope.config).through_providers,
         )

@@ -181,6 +181,6 @@ class Hooks:
         """The agent's spec fields from the operator's profiles (none: the default run)."""
         if agent is None:
             return {}
-        source = self.scope.settings.agents or DEMO_AGENTS
+        source = self.scope.config.agents or DEMO_AGENTS
         agents = profiles.load_agents(source)
         return profiles.pick(agents, agent, source).spec_fields(agents)

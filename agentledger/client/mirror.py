@@ -29,7 +29,7 @@ class Mirror:
             await scope.temporal(),
             await scope.database(),
             run_id,
-            payload_limit=scope.settings.payload_limit_bytes,
+            payload_limit=scope.config.payload_limit_bytes,
         )
         counts = {kind: sum(d.kind == kind for d in found) for kind in projection.KINDS}
         return MirrorCheck(
@@ -50,7 +50,7 @@ class Mirror:
                 f"it ends (`agentledger mirror check {run_id}` compares it now)"
             )
         derived = await projection.project(
-            await scope.temporal(), run_id, payload_limit=scope.settings.payload_limit_bytes
+            await scope.temporal(), run_id, payload_limit=scope.config.payload_limit_bytes
         )
         if derived.run is None:
             raise OperationError(f"run {run_id}'s history holds no mirror write to rebuild from")

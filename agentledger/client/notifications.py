@@ -150,7 +150,7 @@ class Notifications:
             REDELIVERY_WORKFLOW_NAME,
             again,
             id=redelivery_id(delivery_id, found["attempts"]),
-            task_queue=self.scope.settings.task_queue,
+            task_queue=self.scope.config.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         return pending

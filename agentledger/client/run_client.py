@@ -58,7 +58,7 @@ class _Connections:
     def __init__(
         self,
         client: Client | None,
-        settings: AgentLedgerConfig,
+        config: AgentLedgerConfig,
         wait: float | None,
         began: float | None,
     ) -> None:
@@ -67,7 +67,7 @@ class _Connections:
         # `RunClient.on` stays the caller's.
         self.owns_client = client is None
         self.pool: AsyncConnectionPool | None = None
-        self.settings = settings
+        self.config = config
         # How long connecting may take (None: as long as it takes).
         self.wait = wait
         # A command (`began`: its start, by `time.monotonic()`) connects to Temporal and to
@@ -78,23 +78,23 @@ class _Connections:
     async def temporal(self, wait: float | None = None) -> Client:
         if self.client is None:
             self.client = await connect(
-                self.settings, within_seconds=wait or self.wait, ends_at=self.set_up_ends_at
+                self.config, within_seconds=wait or self.wait, ends_at=self.set_up_ends_at
             )
         return self.client
 
     def has_database(self) -> bool:
-        return bool(self.settings.database_url)
+        return bool(self.config.database_url)
 
     async def database(self) -> AsyncConnectionPool:
         """The Postgres pool; it never migrates (`RunClient.migrate()` does)."""
         if self.pool is None:
             self.pool = await open_pool(
-                self.settings.require_database(),
+                self.config.require_database(),
                 max_size=2,
                 connect_seconds=self.wait or 5,
                 connect_ends_at=self.set_up_ends_at,
                 migrate=False,
-                prepared_statements=self.settings.prepared_statements,
+                prepared_statements=self.config.prepared_statements,
                 statement_seconds=self.wait,
             )
             if self.wait is not None:  # nor may waiting for a connection outlast it
@@ -123,22 +123,22 @@ async def release_native_clients() -> None:
 
 class RunClient:
     """Connections to Temporal and Postgres for one program, acting for one caller (the
-    settings' `tenant`, else the operator, who sees every tenant). Use it as `async with`,
+    config's `tenant`, else the operator, who sees every tenant). Use it as `async with`,
     or call `close()` when done."""
 
     def __init__(
         self,
         client: Client | None,
-        settings: AgentLedgerConfig,
+        config: AgentLedgerConfig,
         *,
         wait: float | None = None,
         began: float | None = None,
     ) -> None:
-        self.settings = settings
-        self._connections = _Connections(client, settings, wait, began)
+        self.config = config
+        self._connections = _Connections(client, config, wait, began)
         # An operation waits this long for its answer unless it names its own.
         bound = DEFAULT_WAIT_SECONDS if wait is None else wait
-        self._serve(Scope(caller_of(settings), settings, self._connections, bound))
+        self._serve(Scope(caller_of(config), config, self._connections, bound))
 
     def _serve(self, scope: Scope) -> None:
         """Build every client class on `scope`: what each of this client's calls acts as."""
@@ -160,12 +160,12 @@ class RunClient:
         self.notifications = Notifications(scope)
 
     @classmethod
-    async def connect(cls, settings: AgentLedgerConfig | None = None) -> Self:
-        """Connect to the stack the settings (by default the environment) name, with the
+    async def connect(cls, config: AgentLedgerConfig | None = None) -> Self:
+        """Connect to the stack the config (by default the environment's) names, with the
         converter and codec `AgentLedgerPlugin` puts on your own app's Client (over such a
         Client of your own: `RunClient.on`)."""
-        settings = settings or AgentLedgerConfig.load()
-        made = cls(await connect(settings), settings)
+        config = config or AgentLedgerConfig.load()
+        made = cls(await connect(config), config)
         made._connections.owns_client = True  # closed with it
         return made
 
@@ -182,7 +182,7 @@ class RunClient:
     @classmethod
     def lazy(
         cls,
-        settings: AgentLedgerConfig | None = None,
+        config: AgentLedgerConfig | None = None,
         *,
         wait: float | None = None,
         began: float | None = None,
@@ -191,7 +191,7 @@ class RunClient:
         the mirror work while Temporal is down. Each connection is set up within `wait`
         seconds, and all of them within `wait` of `began` if given; an operation waits
         `wait` for its answer unless it names its own."""
-        return cls(None, settings or AgentLedgerConfig.load(), wait=wait, began=began)
+        return cls(None, config or AgentLedgerConfig.load(), wait=wait, began=began)
 
     async def __aenter__(self) -> Self:
         return self
@@ -215,7 +215,7 @@ class RunClient:
         server, say: its identity, roles and tenant), within this client's own scope."""
         scope = self.scope.acting_as(caller)  # a tenant's client never widens
         view = copy.copy(self)
-        view.settings = scope.settings
+        view.config = scope.config
         view._serve(scope)
         return view
 
@@ -235,15 +235,15 @@ class RunClient:
         the tools AGENTLEDGER_TOOLS names (the demo's by default); returns the version. The
         deploy step for a role with DDL rights: workers whose role has none start on what
         it made."""
-        registry = load_registry(list(self.settings.tools) or [DEMO_TOOLS])
+        registry = load_registry(list(self.config.tools) or [DEMO_TOOLS])
         connections = self._connections
         pool = await open_pool(
-            self.settings.require_database(),
+            self.config.require_database(),
             max_size=1,
             connect_seconds=connections.wait or 5,
             connect_ends_at=connections.set_up_ends_at,
             migrate=True,
-            prepared_statements=self.settings.prepared_statements,
+            prepared_statements=self.config.prepared_statements,
         )
         try:
             await install_tool_schema(pool, registry.schema())

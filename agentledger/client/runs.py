@@ -99,7 +99,7 @@ class Runs:
         scope = self.scope
         if (agent is not None if require_tools is None else require_tools) and spec.allowed_tools:
             pool = await scope.mirror() or await scope.database()
-            await starts.require_tools(pool, scope.settings.task_queue, spec.allowed_tools)
+            await starts.require_tools(pool, scope.config.task_queue, spec.allowed_tools)
         started = await starts.start(scope, spec, wait=wait)
         if started.existing and spec.session is not None and spec.idempotency_key is not None:
             return await self._double_text(started, spec, double_texting, wait)
@@ -453,7 +453,7 @@ class Runs:
         """Why a run just started may wait: no worker has polled its task queue lately."""
         wait = self.scope.bound(wait)
         return await waiting_runs.unserved(
-            await self.scope.temporal(wait), self.scope.settings.task_queue, seconds=wait
+            await self.scope.temporal(wait), self.scope.config.task_queue, seconds=wait
         )
 
 

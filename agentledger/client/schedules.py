@@ -114,7 +114,7 @@ class Schedules:
                         names.SCHEDULED_FIRE_WORKFLOW_NAME,
                         fire,
                         id=fire_workflow_id(owner, name),
-                        task_queue=self.scope.settings.task_queue,
+                        task_queue=self.scope.config.task_queue,
                     ),
                     spec=_when(request),
                     policy=SchedulePolicy(
@@ -253,7 +253,7 @@ class Schedules:
         """The run's spec: the agent's profile (the operator's) with the task over it."""
         fields: dict[str, Any] = {}
         if request.agent is not None:
-            source = self.scope.settings.agents or DEMO_AGENTS
+            source = self.scope.config.agents or DEMO_AGENTS
             agents = profiles.load_agents(source)
             fields = profiles.pick(agents, request.agent, source).spec_fields(agents)
         try:

@@ -97,10 +97,10 @@ def refuse_requested_tenant(named: str | None) -> None:
         raise InvalidRequest("the tenant is your credential's; send no 'tenant'")
 
 
-def caller_of(settings: AgentLedgerConfig) -> Caller:
-    """The caller a program's settings make it: a tenant's (AGENTLEDGER_TENANT), else the
+def caller_of(config: AgentLedgerConfig) -> Caller:
+    """The caller a program's config makes it: a tenant's (AGENTLEDGER_TENANT), else the
     operator."""
-    return tenant_caller(settings.tenant) if settings.tenant else OPERATOR
+    return tenant_caller(config.tenant) if config.tenant else OPERATOR
 
 
 class Connections(Protocol):
@@ -246,11 +246,11 @@ async def describe_within(
 @dataclass(frozen=True)
 class Scope:
     """One caller's view: who (`caller`; its tenant None for the operator), how long an
-    operation may wait for an answer unless it names its own (`wait`), the settings (task
+    operation may wait for an answer unless it names its own (`wait`), the config (task
     queue, links, limits) and the connections."""
 
     caller: Caller
-    settings: AgentLedgerConfig
+    config: AgentLedgerConfig
     connections: Connections
     wait: float = DEFAULT_WAIT_SECONDS
 
@@ -260,7 +260,7 @@ class Scope:
         client: Client,
         pool: AsyncConnectionPool | None = None,
         *,
-        settings: AgentLedgerConfig | None = None,
+        config: AgentLedgerConfig | None = None,
         tenant: str | None = None,
         wait: float | None = None,
     ) -> Scope:
@@ -268,7 +268,7 @@ class Scope:
         operator's, or `tenant`'s alone."""
         return cls(
             caller=tenant_caller(tenant) if tenant else OPERATOR,
-            settings=settings or AgentLedgerConfig.model_construct(),
+            config=config or AgentLedgerConfig.model_construct(),
             connections=Held(client, pool),
             wait=DEFAULT_WAIT_SECONDS if wait is None else wait,
         )
@@ -325,8 +325,8 @@ class Scope:
         """This scope's connections and bound, acting as `caller` (an authenticated caller:
         its identity, roles and tenant), which must be within this scope."""
         self.narrowed(caller.tenant)
-        settings = self.settings.model_copy(update={"tenant": caller.tenant})
-        return replace(self, caller=caller, settings=settings)
+        config = self.config.model_copy(update={"tenant": caller.tenant})
+        return replace(self, caller=caller, config=config)
 
     def acting_in(self, tenant: str | None) -> str | None:
         """The tenant a command acts in: `tenant`, or the caller's, which `tenant` may

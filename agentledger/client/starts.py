@@ -136,7 +136,7 @@ async def start(
         found,
         requester=caller.identity,
         roles=None if fork is not None else caller.roles,
-        profiles=operator_profiles(scope.settings),
+        profiles=operator_profiles(scope.config),
         fork=fork,
     )
     origin: Origin = "start" if fork is None else "fork"
@@ -163,8 +163,8 @@ async def start(
         started = await start_run(
             await scope.temporal(),
             run,
-            task_queue=scope.settings.task_queue,
-            indexed=scope.settings.search_attributes,
+            task_queue=scope.config.task_queue,
+            indexed=scope.config.search_attributes,
             limits=found.limits,
             mirror=pool,
             run_id=scoped,
@@ -202,7 +202,7 @@ async def triggered(scope: Scope, spec: RunSpec) -> RunInput:
         found,
         requester=caller.identity,
         roles=caller.roles,
-        profiles=operator_profiles(scope.settings),
+        profiles=operator_profiles(scope.config),
     )
     return run.model_copy(update={"charged_to": caller.credential})
 
@@ -218,7 +218,7 @@ async def backlog_tasks(scope: Scope, tasks: list[TaskItem]) -> list[QueuedTask]
         raise SetupError(NO_DATABASE)
     specs = [scope.task_for(task) for task in tasks]
     policies = {each: await policy(pool, each) for each in {spec.tenant for spec in specs}}
-    profiles = operator_profiles(scope.settings)
+    profiles = operator_profiles(scope.config)
     caller = scope.caller
     ready: list[QueuedTask] = []
     for task, spec in zip(tasks, specs, strict=True):

@@ -122,7 +122,7 @@ class Tasks:
                 context_id=context_id,
             ),
             id=notifier_id(subscription_id),
-            task_queue=self.scope.settings.task_queue,
+            task_queue=self.scope.config.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         return PushSubscription.model_validate(row)

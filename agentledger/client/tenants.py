@@ -71,7 +71,7 @@ class Tenants:
         rated = any(t.model_calls_per_second is not None for t in await store.all_limits())
         try:
             # Overrides for keys left out stay as they are: this tenant's are enough.
-            await apply_queue_config(client, self.scope.settings.task_queue, [limits], rated=rated)
+            await apply_queue_config(client, self.scope.config.task_queue, [limits], rated=rated)
         except RPCError as err:
             raise TenantError(
                 f"saved {tenant}'s settings, but the server refused them ({err.message}); "

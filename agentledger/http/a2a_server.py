@@ -513,7 +513,7 @@ async def endpoint(request: Request) -> Response:
     who = await caller(request, need="viewer")
     client = runs_for(request, who)
     agent = agent_named(client, str(request.path_params["agent"]))
-    request = await read_whole(request, door_of(request).settings)
+    request = await read_whole(request, door_of(request).config)
     try:
         body = json.loads(await request.body())
     except (ValueError, RecursionError):

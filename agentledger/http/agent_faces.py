@@ -43,7 +43,7 @@ def approval_data(pending: PendingApproval) -> JsonDict:
 
 def agents_for(client: RunClient) -> dict[str, Agent]:
     """The agents the client's tenant may run, by name, in the profiles' order."""
-    return profiles.load_agents(client.settings.agents or DEMO_AGENTS)
+    return profiles.load_agents(client.config.agents or DEMO_AGENTS)
 
 
 def agent_named(client: RunClient, name: str) -> Agent:

@@ -165,7 +165,7 @@ async def story(
 
 
 def spec_of(client: RunClient, agent: str, request: RunAgentInput, who: Caller) -> RunSpec:
-    source = client.settings.agents or DEMO_AGENTS
+    source = client.config.agents or DEMO_AGENTS
     agents = profiles.load_agents(source)
     fields = profiles.pick(agents, agent, source).spec_fields(agents)
     fields.update(

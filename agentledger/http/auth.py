@@ -27,21 +27,21 @@ class Door:
     a tenant's view of it), the token verifier, and the limits."""
 
     runs: RunClient
-    settings: HttpConfig
+    config: HttpConfig
     oidc: OidcVerifier | None
     rate: RequestRate
     streams: Streams
     failures: FailedAuth
 
     @classmethod
-    def open(cls, runs: RunClient, settings: HttpConfig) -> Door:
+    def open(cls, runs: RunClient, config: HttpConfig) -> Door:
         return cls(
             runs=runs,
-            settings=settings,
-            oidc=OidcVerifier(settings) if settings.oidc_jwks_url else None,
-            rate=RequestRate(settings.requests_per_second),
-            streams=Streams(settings.streams_per_key, runs.keys.closed),
-            failures=FailedAuth(settings.auth_failures, settings.auth_failure_window_seconds),
+            config=config,
+            oidc=OidcVerifier(config) if config.oidc_jwks_url else None,
+            rate=RequestRate(config.requests_per_second),
+            streams=Streams(config.streams_per_key, runs.keys.closed),
+            failures=FailedAuth(config.auth_failures, config.auth_failure_window_seconds),
         )
 
 

@@ -133,7 +133,7 @@ class Endpoint:
             require(who, " or ".join(self.role.any_of))
         given: Any = None
         if self.body is not None:
-            settings = door_of(request).settings
+            settings = door_of(request).config
             given = parsed(await json_body(request, settings), self.body)
         elif self.query is not None:
             given = parsed(dict(request.query_params), self.query)

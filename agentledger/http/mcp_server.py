@@ -423,7 +423,7 @@ class McpFace:
         request = Request(scope, receive)
         who = await caller(request, need="viewer")
         if request.method == "POST":  # read within the door's bounds, then the SDK's turn
-            request = await read_whole(request, door_of(request).settings)
+            request = await read_whole(request, door_of(request).config)
             receive = request.receive
         scope.setdefault("state", {})[CALLER] = who
         token = AccessToken(

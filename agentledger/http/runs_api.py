@@ -46,7 +46,7 @@ async def start(call: Call[bodies.StartRun]) -> Response:
     client = call.runs
     raw: dict[str, Any] = {}
     if body.agent is not None:
-        source = client.settings.agents or DEMO_AGENTS
+        source = client.config.agents or DEMO_AGENTS
         agents = profiles.load_agents(source)
         raw = profiles.pick(agents, body.agent, source).spec_fields(agents)
     raw.update(body.model_dump(include={"user", "priority"}, exclude_none=True))

@@ -176,7 +176,7 @@ async def delivery(call: Call[None]) -> Response:
     door = door_of(request)
     address = client_address(request)
     door.failures.check(address)
-    body = await raw_body(request, door.settings)
+    body = await raw_body(request, door.config)
     headers = {k.lower(): v for k, v in request.headers.items()}
     try:
         started: HookStarted = await door.runs.hooks.deliver(
