@@ -73,6 +73,9 @@ async def test_the_python_files_run_as_written(settings, pool, tmp_path) -> None
             (tmp_path / as_typed(text)[0]).write_text(text)
     env = cli_env(settings, tmp_path / "home")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    # A stopping worker lets a step in hand finish for up to 30 s by default; the test stops
+    # its worker within the bound below whatever a loaded machine left in hand.
+    env["AGENTLEDGER_DRAIN_SECONDS"] = "5"
     # The files as the page has them, typed in the checkout's folder.
     worker_line, script_line = (
         command.replace(name, str(tmp_path / name)) for name, command in files.items()

@@ -142,7 +142,7 @@ class Approvals:
             raise PolicyDenied(
                 f"{pending.tool} needs an approver in role {pending.required_role!r}; this "
                 f"credential decides as {held} (an operator makes a key that does with "
-                f"`agentledger keys create --tenant {caller.tenant or 'TENANT'} --role approver "
+                f"`agentledger keys create --tenant {self.scope.tenant_in_advice} --role approver "
                 f"--decides {pending.required_role}`)"
             )
 

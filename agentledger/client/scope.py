@@ -287,6 +287,12 @@ class Scope:
         return self.caller.tenant or DEFAULT_TENANT
 
     @property
+    def tenant_in_advice(self) -> str:
+        """The tenant a command this caller is advised to run names: its own, or a
+        placeholder for the operator, who picks one."""
+        return self.caller.tenant or "TENANT"
+
+    @property
     def operator(self) -> bool:
         """Whether the caller is the operator, who sees and acts for every tenant."""
         return self.caller.tenant is None
