@@ -74,6 +74,13 @@ async def ended(
 ) -> Ended:
     try:
         out, _ = await asyncio.wait_for(process.communicate(), 90)
+    except TimeoutError:
+        what = (
+            "`up` exited, but something it started still holds its output"
+            if process.returncode is not None
+            else "`up` did not end"
+        )
+        raise AssertionError(f"{folder.name}: {what} 90 s after Ctrl-C") from None
     finally:
         if process.returncode is None:
             os.killpg(process.pid, signal.SIGKILL)
