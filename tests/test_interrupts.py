@@ -2,8 +2,7 @@
 them: the console script in a process group of its own, interrupted as a terminal does (SIGINT
 to the whole foreground group, so initdb hears it too).
 
-Every scenario runs at once (they wait on imports, initdb and servers, not on the CPU), each
-in a folder of its own, on free ports.
+Each scenario runs in a folder of its own, on free ports, one after another.
 """
 
 from __future__ import annotations
@@ -121,24 +120,24 @@ def assert_everything_stopped(run: Ended) -> None:
     assert stack_owner(run.home) is None, "the folder is still held"
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(400)
 async def test_ctrl_c_at_any_moment_of_up_stops_all_it_started_in_one_line():
     moments: list[float | None] = [0.3, 1, 1.5, 2, 3, None]
     with tempfile.TemporaryDirectory(prefix="agentledger-ctrl-c-") as top:
         folders = [Path(top) / f"at-{moment}" for moment in [*moments, "twice"]]
         for folder in folders:
             folder.mkdir()
-        runs = await asyncio.gather(
-            *(interrupted_up(f, m) for f, m in zip(folders, moments, strict=False)),
-            interrupted_up(folders[-1], None, twice=True),
-        )
+        # One at a time: seven stacks starting at once on two cores, beside the rest of the
+        # suite, put a moment like 0.3 s somewhere else in `up` on every run.
+        runs = [
+            *[await interrupted_up(f, m) for f, m in zip(folders, moments, strict=False)],
+            await interrupted_up(folders[-1], None, twice=True),
+        ]
         for moment, run in zip([*moments, "twice"], runs, strict=True):
             said = f"Ctrl-C at {moment}: exit {run.code} in {run.stopped_in:.1f}s\n{run.output}"
             # Once it served, Ctrl-C is how `up` is meant to end (exit 0); before, it is
             # an interruption (130).
-            assert run.code == (
-                0 if moment in (None, "twice") and "polling" in run.output else 130
-            ), said
+            assert run.code == (0 if "polling" in run.output else 130), said
             assert run.stopped_in < STOP_BOUND, said
             assert "Traceback" not in run.output and "WARN" not in run.output, said
             lines = run.output.splitlines()

@@ -94,9 +94,15 @@ async def test_the_python_files_run_as_written(settings, pool, tmp_path) -> None
         )
         code, out = await shell(script_line, env, seconds=120)
     finally:
+        # Stopped as the page says, with Ctrl-C; the page's promise is what the files do, so a
+        # worker slow to drain on a loaded machine is stopped outright, not waited for.
         if worker.returncode is None:
             os.killpg(worker.pid, signal.SIGINT)
-        await asyncio.wait_for(worker.wait(), 30)
+        try:
+            await asyncio.wait_for(worker.wait(), 30)
+        except TimeoutError:
+            os.killpg(worker.pid, signal.SIGKILL)
+            await worker.wait()
     assert code == 0, f"{out}\nthe worker said:\n{log_path.read_text()}"
     assert out.splitlines() == [
         "run-refund-7 waits for approval of refund",
