@@ -24,6 +24,8 @@ RateUpdate = UpdateTaskQueueConfigRequest.RateLimitUpdate
 # jittered, growing while (so the refused do not all come back at once) and send again,
 # within a bound a command can keep.
 THROTTLED_BOUND = 20.0
+# A loaded server may also cancel such a call; the change is idempotent, so it is sent again.
+TRANSIENT = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.CANCELLED)
 
 
 async def apply_queue_config(
@@ -79,7 +81,7 @@ async def _update(
             await client.workflow_service.update_task_queue_config(request)
             return
         except RPCError as err:
-            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or loop.time() >= give_up:
+            if err.status not in TRANSIENT or loop.time() >= give_up:
                 raise
         await asyncio.sleep(random.uniform(0, ceiling))
         ceiling = min(ceiling * 2, 2.0)
