@@ -54,6 +54,19 @@ async def runs(pool: AsyncConnectionPool, agent: str) -> list[dict[str, Any]]:
     )
 
 
+async def step_attempts(pool: AsyncConnectionPool, agent: str) -> list[dict[str, Any]]:
+    """Each step of the agent's task runs: its accepted attempt (`accepted`), its last
+    (`last`), and the workers of its attempts, run by run, in step order."""
+    return await rows(
+        pool,
+        """SELECT s.run_id, s.name, s.type, s.status, s.final, s.attempt AS accepted,
+                  max(a.attempt) AS last, array_agg(a.worker ORDER BY a.attempt) AS workers
+           FROM steps s JOIN step_attempts a USING (run_id, step_id)
+           WHERE s.run_id LIKE %s GROUP BY s.run_id, s.step_id ORDER BY s.run_id, s.seq""",
+        f"run-{agent}.%",
+    )
+
+
 async def wait_states(
     pool: AsyncConnectionPool, agent: str, want: dict[str, str], seconds: float = 30
 ) -> list[dict[str, Any]]:
