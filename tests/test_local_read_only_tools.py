@@ -113,9 +113,14 @@ async def test_a_spec_that_turns_them_off_runs_every_tool_as_an_activity_of_its_
     assert local_tool_markers(history) == 0
 
 
-def call(tool: str = "search_notes", *, side_effect: bool = False, risk: str = "low"):
+def call(tool: str = "search_notes", *, side_effect: bool = False, risk: str = "low", local=True):
     return ProposedToolCall(
-        call_id="c1", tool=tool, arguments={}, side_effect=side_effect, risk=RiskLevel(risk)
+        call_id="c1",
+        tool=tool,
+        arguments={},
+        side_effect=side_effect,
+        risk=RiskLevel(risk),
+        local=local,
     )
 
 
@@ -129,6 +134,7 @@ def test_a_run_whose_input_lacks_the_choice_keeps_every_tool_an_activity():
     # Only a read-only, low-risk call runs locally; the choice a spec made is kept.
     assert not runs_locally(new, call(side_effect=True))
     assert not runs_locally(new, call(risk="medium"))
+    assert not runs_locally(new, call(local=False)), "a tool that may take seconds says so"
     assert (
         for_new_run(RunSpec(task="t", local_read_only_tools=False)).local_read_only_tools is False
     )

@@ -41,9 +41,12 @@ def runs_locally(spec: RunSpec, call: ProposedToolCall) -> bool:
     engine records its choice there when the run starts: None is a run started before it
     did, whose tools stay activities of their own), and only a read-only (no side effect),
     low-risk tool, which the ledger has nothing to do for and a re-run after a crash cannot
-    harm."""
+    harm; and not a tool that says it may take seconds (`Tool.local`)."""
     return (
-        spec.local_read_only_tools is True and not call.side_effect and call.risk == RiskLevel.LOW
+        spec.local_read_only_tools is True
+        and not call.side_effect
+        and call.risk == RiskLevel.LOW
+        and call.local
     )
 
 
