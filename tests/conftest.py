@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -46,6 +47,12 @@ from tests.support import STARTUP_TIMEOUT
 # block-buffered, unless they flush. A developer's PYTHONUNBUFFERED would hide a missing
 # flush (`agentledger serve`'s URL, a closed pipe's exit code 141).
 os.environ.pop("PYTHONUNBUFFERED", None)
+# A test runner a shell started in the background (a CI script's `&`) inherits SIGINT
+# ignored, and would pass that on to every process a test starts, where a Ctrl-C sent before
+# the program takes the signal itself would be lost. The tests interrupt their processes as a
+# terminal does; tests/test_worker_stops.py starts one with SIGINT ignored on purpose.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

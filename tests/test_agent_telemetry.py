@@ -31,6 +31,7 @@ from temporalio.worker import Replayer
 import agentledger.demo
 from agentledger.core.constants import FREE_FORM_AGENT, OFFLINE_MODEL
 from agentledger.dev.offline_model import OfflineModelServer
+from agentledger.store.live_gauges import pending_approvals
 from agentledger.temporal.client import connect
 from agentledger.tools import ToolContext, ToolRegistry
 from agentledger.tools.registry import Tool
@@ -40,7 +41,7 @@ from agentledger.workflows import AgentRunWorkflow
 from tests import client_ops as ops
 from tests import client_ops as steering_ops
 from tests.conftest import running_worker
-from tests.support import NOTIFY_TASK, make_spec, rows, wait_pending
+from tests.support import NOTIFY_TASK, eventually, make_spec, rows, wait_pending
 from tests.test_sessions import SECOND, answered, session_model
 from tests.test_sessions import spec as session_spec
 
@@ -166,6 +167,11 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
             task_queue=settings.task_queue,
         )
         await wait_pending(client, demo.run_id)
+
+        async def mirrored() -> bool:  # the gauges read the mirror, a batch behind the run
+            return any(r["tenant"] == tenant for r in await pending_approvals(pool))
+
+        await eventually(mirrored, what="the mirror to hold the pending approval")
         await fleet_gauges.publish_once(pool, fleet_gauges.meter_of(client), set())
         updates += buffer.retrieve_updates()
         assert last(updates, fleet_gauges.APPROVALS_PENDING, tenant=tenant) == 1

@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,8 @@ from agentledger.worker.plugin import AgentLedgerPlugin
 from agentledger.worker.worker_factory import ResourceTargets, run_queue_options
 
 log = logging.getLogger(__name__)
+# What stops a worker process: Ctrl-C at a terminal, and SIGTERM from a deploy or a supervisor.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _mcp_tools(servers: list[McpServerSpec]) -> Any:
@@ -93,7 +95,7 @@ class WorkerEdge:
                 drain.began()
                 self._tasks.add(loop.create_task(worker.shutdown()))
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, stop)
 
         async def polling() -> None:
@@ -211,6 +213,8 @@ async def run_worker(
     worker polls. `resources` sizes task slots by the machine's CPU and memory instead of
     fixed counts. `workflows` and `activities`: your own, served beside the engine's (a
     workflow of yours that runs an agent with `agentledger.workflows.run_agent`, say).
+    Without a `stop` of yours, Ctrl-C (SIGINT) and SIGTERM stop it: the steps in hand drain
+    within the grace period (AGENTLEDGER_DRAIN_SECONDS) and it returns.
     """
     async with worker_edge(
         tools,
@@ -221,7 +225,29 @@ async def run_worker(
         resources=resources,
         demo=demo,
     ) as edge:
-        await serve_engine(edge, workflows, activities)
+        with contextlib.nullcontext() if stop else _stopped_by_signals(edge.stop):
+            await serve_engine(edge, workflows, activities)
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set `stop` while the block runs, whatever the process inherited:
+    a program a shell started in the background ignores SIGINT, so asyncio.run's own Ctrl-C
+    never comes, and SIGTERM (a deploy's stop) would end it without a drain. Outside the
+    main thread no handler can be set, and the caller stops the worker its own way."""
+    loop = asyncio.get_running_loop()
+    taken: list[signal.Signals] = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (ValueError, RuntimeError):
+            continue
+        taken.append(sig)
+    try:
+        yield
+    finally:
+        for sig in taken:
+            loop.remove_signal_handler(sig)
 
 
 def _say_serving(settings: AgentLedgerConfig, identity: str, tools: list[str]) -> None:
