@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.exceptions import ApplicationError, TimeoutError
 
+from agentledger.core import errors
 from agentledger.core._state import RunInput
 from agentledger.core.admission_models import TenantLimits
 from agentledger.core.constants import ACTIVITY_TOOL_INVOKE
@@ -159,3 +161,18 @@ def test_a_profile_turns_them_off_and_a_spec_cannot_turn_them_back_on():
     # A profile that leaves it at its default hashes as it did before the field existed.
     assert on.profile_hash() != off.profile_hash()
     assert on.profile_hash() == Agent(name="quick", instructions="i").profile_hash()
+
+
+def test_a_local_calls_final_failure_reads_as_a_remote_calls():
+    """The SDK hands a local activity's final failure to the workflow bare; the tool step reads
+    it as the ActivityError a remote call's would be: its kind, its cause, its attempts."""
+    forbidden = ApplicationError("no", {"attempt": 1}, type="PermissionDenied", non_retryable=True)
+    as_remote = errors.as_activity_error(forbidden, ACTIVITY_TOOL_INVOKE)
+    assert errors.error_kind(as_remote) == "PermissionDenied" and errors.cause(as_remote) == "no"
+    assert errors.attempts_made(as_remote, 5) == 1
+    spent = errors.as_activity_error(ApplicationError("broke", type="RuntimeError"), "t")
+    assert errors.attempts_made(spent, 5) == 5, "a retryable failure arrives once attempts ran out"
+    timed_out = errors.as_activity_error(
+        TimeoutError("slow", type=None, last_heartbeat_details=[]), "t"
+    )
+    assert errors.error_kind(timed_out) == "Timeout"
