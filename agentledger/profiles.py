@@ -73,6 +73,12 @@ class Agent(Strict):
         description="agents (by name, from the same profiles) it may delegate to, each as a "
         "tool `agent__NAME` (docs/subagents.md)",
     )
+    local_read_only_tools: bool = Field(
+        True,
+        description="its read-only, low-risk tools run as local activities, in the run's "
+        "workflow task (docs/architecture.md); False: every tool call of its runs is an "
+        "activity of its own, and a spec naming it cannot turn that back on",
+    )
 
     def profile_hash(self) -> str:
         """Changes whenever anything the agent does would: its whole profile, canonically.
@@ -81,6 +87,7 @@ class Agent(Strict):
         unset |= set() if self.subagents else {"subagents"}
         unset |= set() if self.session else {"session"}
         unset |= set() if self.double_texting else {"double_texting"}
+        unset |= set() if not self.local_read_only_tools else {"local_read_only_tools"}
         canonical = json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -272,6 +273,12 @@ def event_time(event: Any) -> float:
     return float(event.event_time.ToDatetime(tzinfo=UTC).timestamp())
 
 
+# The marker a local activity leaves in history; its data says when the activity completed
+# on the worker, which no event's own time says (the marker is written with the workflow
+# task that follows, for every local activity the task ran).
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
 @dataclass
 class ActivityTimes:
     name: str
@@ -279,6 +286,26 @@ class ActivityTimes:
     started: float | None = None
     completed: float | None = None
     attempt: int = 1
+    local: bool = False  # a local activity: no task of its own, a marker in history
+
+
+def local_activity_times(event: Any) -> ActivityTimes | None:
+    """A local activity's times from its marker: scheduled and completed as the worker
+    recorded them, started when scheduled (it runs in the worker that schedules it, with no
+    dispatch); None for any other marker."""
+    attrs = event.marker_recorded_event_attributes
+    if attrs.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in attrs.details:
+        return None
+    data = json.loads(attrs.details["data"].payloads[0].data)
+
+    def seconds(stamp: dict[str, int] | None) -> float | None:
+        return None if not stamp else stamp["seconds"] + stamp.get("nanos", 0) / 1e9
+
+    completed = seconds(data.get("complete_time"))
+    scheduled = seconds(data.get("original_schedule_time")) or completed or event_time(event)
+    return ActivityTimes(
+        data["activity_type"], scheduled, scheduled, completed, data.get("attempt", 1), local=True
+    )
 
 
 @dataclass
@@ -305,7 +332,8 @@ class RunTimes:
 
 
 async def run_times(client: Client, workflow_id: str) -> RunTimes:
-    """Event times of one workflow: its start, its close, each activity's life."""
+    """Event times of one workflow: its start, its close, each activity's life (a local
+    activity's from its marker)."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     started = closed = None
     by_id: dict[int, ActivityTimes] = {}
@@ -314,6 +342,10 @@ async def run_times(client: Client, workflow_id: str) -> RunTimes:
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             tasks_completed.append(event_time(event))
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+            local = local_activity_times(event)
+            if local is not None:
+                by_id[event.event_id] = local
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             started = event_time(event)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:

@@ -100,7 +100,8 @@ CLOSING = {
 async def read_chain(
     client: Client, workflow_id: str, first_run_id: str, tool: str
 ) -> ChainHistory:
-    """Walk a run's continue-as-new chain from its first run, marking each `tool` completion."""
+    """Walk a run's continue-as-new chain from its first run, marking each `tool` completion
+    (a local activity's at its marker, with the completion time the marker records)."""
     marks: list[StepMark] = []
     runs: list[tuple[int, int]] = []
     chain_bytes = chain_events = 0
@@ -118,23 +119,19 @@ async def read_chain(
             chain_bytes += size
             chain_events += 1
             kind = event.event_type
-            if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            completed: float | None = None
+            if kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+                local = harness.local_activity_times(event)
+                if local is not None and local.name == tool:
+                    completed = local.completed
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 names[event.event_id] = (
                     event.activity_task_scheduled_event_attributes.activity_type.name
                 )
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 attrs = event.activity_task_completed_event_attributes
                 if names.get(attrs.scheduled_event_id) == tool:
-                    marks.append(
-                        StepMark(
-                            harness.event_time(event),
-                            chain_bytes,
-                            chain_events,
-                            run_bytes,
-                            run_events,
-                            len(runs),
-                        )
-                    )
+                    completed = harness.event_time(event)
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 run_id = (
                     event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
@@ -145,6 +142,10 @@ async def read_chain(
                     reason = event.workflow_execution_terminated_event_attributes.reason
                 elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
                     reason = event.workflow_execution_failed_event_attributes.failure.message
+            if completed is not None:
+                marks.append(
+                    StepMark(completed, chain_bytes, chain_events, run_bytes, run_events, len(runs))
+                )
         runs.append((run_bytes, run_events))
     return ChainHistory(marks, runs, closing, reason)
 

@@ -112,12 +112,17 @@ def long_run_spec(pages: int, *, key: str, history_events_limit: int = 10_000) -
 
 
 def run_spec(
-    steps: int, *, key: str | None = None, heartbeat_seconds: float = 30, local: bool = False
+    steps: int,
+    *,
+    key: str | None = None,
+    heartbeat_seconds: float = 30,
+    remote_tools: bool = False,
 ) -> RunSpec:
-    """A run of `steps` instant tool steps that needs no approval; `local`: its read-only,
-    low-risk tool runs as a local activity (`local_read_only_tools`)."""
+    """A run of `steps` instant tool steps that needs no approval, its read-only, low-risk
+    tool run as the engine chooses for a new run (a local activity); `remote_tools`: as an
+    activity of its own (`local_read_only_tools: false`)."""
     return RunSpec(
-        local_read_only_tools=local,
+        local_read_only_tools=False if remote_tools else None,
         task=bench_task(steps),
         idempotency_key=key or f"bench-{uuid.uuid4().hex[:12]}",
         allowed_tools=[NOOP_TOOL],

@@ -82,6 +82,7 @@ OUR_STEP = "tool.invoke"
 STEP_OF = {
     "ours": OUR_STEP,
     "ours_rated": OUR_STEP,
+    "ours_remote_tools": OUR_STEP,
     "bare_agent": AGENT_TOOL,
     "openai_agents": OA_TOOL,
     "pydantic_ai": PYD_TOOL,
@@ -96,17 +97,18 @@ PEERS = ("openai_agents", "pydantic_ai")
 # ours_rated: ours for a tenant with a model-call rate (one no run reaches, RATED_CALLS_PER_
 # SECOND): its model calls leave the run's own queue for the rate-limited one, through the
 # server's matching; what a rate costs, beside the default fast path.
-# ours_local: ours with `local_read_only_tools` (the benchmark's tool is read-only, low risk):
-# its tool steps are local activities, markers in history, so it has no per-step gap of
-# activity completions; its wall time per step and its throughput compare.
-SYSTEMS = ("bare", "bare_agent", *PEERS, "ours", "ours_rated", "ours_local")
+# ours runs as a new run does: its read-only, low-risk tool (the benchmark's) as a local
+# activity, whose completion its marker in history records. ours_remote_tools: ours with
+# `local_read_only_tools: false`, every tool call an activity of its own through matching;
+# what that costs, beside the default.
+SYSTEMS = ("bare", "bare_agent", *PEERS, "ours", "ours_rated", "ours_remote_tools")
 RATED_TENANT = "bench-rated"
 RATED_CALLS_PER_SECOND = 1000.0
-STEP_ACTIVITY = {**STEP_OF, "bare": BARE_ACTIVITY, "ours_local": OUR_STEP}
+STEP_ACTIVITY = {**STEP_OF, "bare": BARE_ACTIVITY}
 FIRST_ACTIVITY = {
     "ours": OUR_FIRST_STEP,
     "ours_rated": OUR_FIRST_STEP,
-    "ours_local": OUR_FIRST_STEP,
+    "ours_remote_tools": OUR_FIRST_STEP,
     "bare_agent": AGENT_MODEL,
     "bare": BARE_ACTIVITY,
     "openai_agents": OA_MODEL,
@@ -361,13 +363,14 @@ class Bench:
         *,
         heartbeat_seconds: float = 30,
     ) -> None:
-        if system in ("ours", "ours_local"):
-            # As `starter.py run` starts it: stamped with the generation new runs take.
+        if system in ("ours", "ours_remote_tools"):
+            # As `starter.py run` starts it: stamped with the generation new runs take and
+            # the engine's choices.
             spec = for_new_run(
                 ours.run_spec(
                     steps,
                     key=workflow_id,
-                    local=system == "ours_local",
+                    remote_tools=system == "ours_remote_tools",
                     heartbeat_seconds=heartbeat_seconds,
                 )
             )
@@ -427,7 +430,8 @@ class Bench:
     async def mirror_lags(
         self, workflow_ids: list[str]
     ) -> tuple[list[float], dict[str, list[float]]]:
-        """Seconds from each tool step's ActivityTaskCompleted to its final row in Postgres,
+        """Seconds from each tool step's completion (its ActivityTaskCompleted, or a local
+        activity's as its marker records it) to its final row in Postgres,
         and that lag in its three parts, from one read of each run's history and rows: the
         workflow task that accepted the step scheduled the activity carrying its rows
         (`accepted`: completion to that scheduling), the carrier waited to start
@@ -477,8 +481,8 @@ async def step_times(b: Bench, workflow_ids: list[str], step: str, steps: int) -
     scheduled: list[int] = []
     for workflow_id in workflow_ids:
         times = await harness.run_times(b.client, workflow_id)
-        gaps += deltas([a.completed for a in times.of(step) if a.completed])
-        scheduled.append(len(times.activities))
+        gaps += deltas(sorted(a.completed for a in times.of(step) if a.completed))
+        scheduled.append(sum(1 for a in times.activities if not a.local))
         if times.closed is not None:
             walls.append((times.closed - times.started) / steps)
     return {
@@ -495,12 +499,13 @@ async def stage_overhead(b: Bench) -> dict[str, Any]:
         "runs": cfg.runs,
         "method": (
             "per-step latency = gap between consecutive step completions "
-            f"(ActivityTaskCompleted of {OUR_STEP} / {AGENT_TOOL} / {BARE_ACTIVITY}) in "
-            "each run's history; ours includes the run's mirror batch, which each step's "
-            "activity applies with its claim, and the attempt's mirror writes. The systems "
-            "take turns, run by run, each on its own worker; 'one run at a time' leaves 2 s "
+            f"(ActivityTaskCompleted of {OUR_STEP} / {AGENT_TOOL} / {BARE_ACTIVITY}, or "
+            "for a local activity the completion time its marker records) in each run's "
+            "history; ours includes the run's mirror batch, which each step's activity "
+            "applies with its claim, and the attempt's mirror writes. The systems take "
+            "turns, run by run, each on its own worker; 'one run at a time' leaves 2 s "
             "after each run, 'back to back' none. Activities per run: the most any run "
-            "scheduled (retries not counted)."
+            "scheduled through the server (local activities and retries not counted)."
         ),
     }
     systems = measured(cfg)
@@ -579,21 +584,11 @@ async def one_level(b: Bench, system: str, level: int) -> tuple[dict[str, Any], 
     steps_per_second = result.steps_per_second
     if result.timed_out and result.cut_off is not None:
         # Completed runs undercount a level cut short: count every tool step done by the
-        # cut-off, from the histories (ours' local tools leave no activity task there: the
-        # steps its mirror holds as final, each accepted by its run).
+        # cut-off, from the histories (a local activity's by its marker).
         if system in STEP_OF:
             found = await harness.steps_completed(
                 b.client, result.workflow_ids, STEP_OF[system], result.cut_off
             )
-        elif system == "ours_local":
-            async with b.pool.connection() as conn:
-                cur = await conn.execute(
-                    """SELECT count(*) FROM steps
-                       WHERE run_id LIKE %s AND type = 'tool_call' AND final""",
-                    (f"{queue}-%",),
-                )
-                row_found = await cur.fetchone()
-            found = int(row_found[0]) if row_found else 0
         else:
             found = steps_done
         steps_done = max(found, 1)
@@ -765,7 +760,7 @@ async def stage_recovery(b: Bench) -> dict[str, Any]:
         log("  SIGKILL under in-flight model calls, every agent alike (bench/kill_recovery.py)")
         out["kill_under_model_call"] = {}
         for system in measured(b.cfg):
-            if system in ("bare", "ours_local", "ours_rated"):  # none; ours' alike
+            if system in ("bare", "ours_remote_tools", "ours_rated"):  # none; ours' alike
                 continue
             out["kill_under_model_call"][system] = found = await kill_recovery.measure(
                 b.client,

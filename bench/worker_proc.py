@@ -2,8 +2,8 @@
 
 `python -m bench.worker_proc --kind KIND --task-queue Q` (KIND one of `KINDS`) reads
 TEMPORAL_ADDRESS, DATABASE_URL and OPENAI_BASE_URL like `worker.py`; it prints `ready` once
-it polls and stops on SIGTERM. `ours` (and `ours_rated` and `ours_local`, the same worker,
-whose runs are of a tenant with a model-call rate, or ask for local read-only tools) is
+it polls and stops on SIGTERM. `ours` (and `ours_rated` and `ours_remote_tools`, the same worker,
+whose runs are of a tenant with a model-call rate, or turn local read-only tools off) is
 `agentledger.worker.worker_factory.build_worker` with the benchmark's instant tool;
 `bare_agent` and `bare` are plain `temporalio` workers for `bench.bare_agent` and
 `bench.bare`, with the same worker tuning (and, for the agent, the same model client);
@@ -39,7 +39,15 @@ from bench.bare import BareWorkflow, noop
 from bench.bare_agent import AgentActivities, BareAgentWorkflow
 from bench.ours import bench_registry
 
-KINDS = ["ours", "ours_rated", "ours_local", "bare_agent", "bare", "openai_agents", "pydantic_ai"]
+KINDS = [
+    "ours",
+    "ours_rated",
+    "ours_remote_tools",
+    "bare_agent",
+    "bare",
+    "openai_agents",
+    "pydantic_ai",
+]
 
 
 def bare_options() -> dict[str, Any]:
@@ -58,7 +66,7 @@ async def serve(kind: str, task_queue: str, identity: str, stop: asyncio.Event) 
     client = await connect(settings, identity=identity)
     pool = None
     worker: AgentWorkers | Worker
-    if kind in ("ours", "ours_rated", "ours_local"):  # one worker; the runs differ
+    if kind in ("ours", "ours_rated", "ours_remote_tools"):  # one worker; the runs differ
         pool = await open_worker_pool(settings)
         deps = WorkerDeps(pool=pool, model_client=model_client(settings), registry=bench_registry())
         worker = build_worker(client, settings, deps, task_queue=task_queue)

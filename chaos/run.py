@@ -94,18 +94,20 @@ async def kill(lab: Lab, runs: int, chaos_seconds: float, rng: random.Random) ->
     started = time.monotonic()
     outcome = Outcome("kill", runs)
     queue = "kill"
-    run_ids = await lab.start_runs(queue, queue, runs)
-    slots: list[WorkerProcess] = []
     fired = 0
 
     async def fresh() -> WorkerProcess:
         plan = rng.choice(KILL_PLANS) if rng.random() < 0.5 else ""
         return await lab.worker(queue, faults=plan).start(ready_line="polling")
 
+    # Both workers poll before the runs start, and the first kill comes within a second of
+    # them: a run's read-only tools run in its workflow task, so a run may be done in a few
+    # seconds, before a kill that waited for a slow second worker would strike.
+    slots = [await fresh(), await fresh()]
+    run_ids = await lab.start_runs(queue, queue, runs)
     async with lab.approver_for(run_ids):
-        slots = [await fresh(), await fresh()]
         deadline = time.monotonic() + chaos_seconds
-        next_kill = time.monotonic() + rng.uniform(1, 3)
+        next_kill = time.monotonic() + rng.uniform(0.3, 1)
         while time.monotonic() < deadline and await lab.open_runs(run_ids):
             await asyncio.sleep(0.3)
             if time.monotonic() >= next_kill:

@@ -597,6 +597,16 @@ SCENARIOS: dict[str, tuple[RunSpec, Scenario]] = {
     "session_double_text_enqueued": (dt_session("enqueue", DT_TASK), double_texted),
     "session_double_text_interrupted": (dt_session("interrupt", DT_TASK), double_texted),
     "session_double_text_rolled_back": (dt_session("rollback", DT_TICKET_TASK), rolled_back),
+    # Recorded once the engine chose local read-only tools for new runs (the scenarios above
+    # were recorded before, each input saying false): each search runs as a local activity,
+    # a marker in history, beside an approved call, a cancel, and eleven more searches
+    # (twelve markers in a history still under the continue-as-new limit).
+    "local_tools_approved_with_edit": (RunSpec(task=TASK), approved_with_edit),
+    "local_tools_cancelled": (RunSpec(task=TASK), cancelled),
+    "local_tools_twelve_searches": (
+        RunSpec(task=LONG_TASK, allowed_tools=["search_notes"], history_events_limit=100),
+        finishes_alone,
+    ),
 }
 # Budgets set before the scenarios run (agentledger/core/budgets.py): the schedule's tenant's
 # is advisory (its fire's run raises both alerts, delivered to ALERT_RECEIVER); the spent one's

@@ -157,7 +157,13 @@ async def test_a_demo_run_traces_each_model_and_tool_call_once_and_counts_its_me
         )
         flaky = await ops.start_run(
             client,
-            make_spec("Check the account: call flaky_lookup {}", tenant=tenant),
+            # Its tool an activity of its own: a local attempt's failure reads as cancelled on
+            # its span, which the remote path reports by its kind.
+            make_spec(
+                "Check the account: call flaky_lookup {}",
+                tenant=tenant,
+                local_read_only_tools=False,
+            ),
             task_queue=settings.task_queue,
         )
         await wait_pending(client, demo.run_id)

@@ -80,7 +80,13 @@ async def test_a_long_run_continues_as_new_and_its_receipt_stays_whole(
     client, settings, pool, worker
 ):
     calls = [[("search_notes", {"query": f"refund {i}"})] for i in range(12)]
-    spec = make_spec("search a lot", allowed_tools=["search_notes"], history_events_limit=100)
+    # Each search an activity of its own: twelve local ones fit under the limit.
+    spec = make_spec(
+        "search a lot",
+        allowed_tools=["search_notes"],
+        history_events_limit=100,
+        local_read_only_tools=False,
+    )
     with OfflineModelServer(scripted(*calls, SUMMARY)) as model:
         async with worker(base_url=model.base_url):
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)

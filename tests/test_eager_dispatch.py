@@ -35,7 +35,7 @@ def test_the_run_queue_may_use_every_slot_but_the_mirror_writes_share() -> None:
         assert run >= model  # the steps' own tool calls never get the smaller share
 
 
-async def work_of_one_run(client, settings, worker, tenant: str) -> dict[str, float]:
+async def work_of_one_run(client, settings, worker, tenant: str, **fields) -> dict[str, float]:
     """The server's work for one run of three tool calls (two model calls) of `tenant`."""
     tool_calls = [("search_notes", {"query": f"refunds {i}"}) for i in range(3)]
     metrics = f"http://127.0.0.1:{SERVER_METRICS_PORT}/metrics"
@@ -45,7 +45,9 @@ async def work_of_one_run(client, settings, worker, tenant: str) -> dict[str, fl
                 w.config()["max_concurrent_activities"] for w in running.workers
             ]
             assert run_slots > model_slots
-            spec = make_spec("Search the notes.", tenant=tenant, allowed_tools=["search_notes"])
+            spec = make_spec(
+                "Search the notes.", tenant=tenant, allowed_tools=["search_notes"], **fields
+            )
             before = server_work.scrape(metrics)
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)
             handle = client.get_workflow_handle_for(AgentRunWorkflow.run, started.run_id)
@@ -58,7 +60,9 @@ async def work_of_one_run(client, settings, worker, tenant: str) -> dict[str, fl
 
 
 async def test_a_runs_tool_and_model_calls_start_eagerly(client, settings, worker):
-    work = await work_of_one_run(client, settings, worker, "default")
+    # Its read-only tool as an activity of its own (a new run's would be a local activity,
+    # no task on the server at all: tests/test_local_read_only_tools.py).
+    work = await work_of_one_run(client, settings, worker, "default", local_read_only_tools=False)
     # Two model calls, three tool calls and the receipt's write completed; none went through
     # matching but, at most, the receipt's write (eager too, where a slot is free).
     assert work["activities"] >= 6

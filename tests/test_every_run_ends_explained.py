@@ -353,7 +353,13 @@ async def test_a_pause_accepted_just_before_continue_as_new_takes_effect_first(
     just before it went with the old generation; events handlers emitted were lost."""
     gate, started = asyncio.Event(), asyncio.Event()
     turns = scripted([("wait_here", {"text": "a"})], SUMMARY)
-    spec = make_spec("wait, then finish", allowed_tools=["wait_here"], history_events_limit=100)
+    # The held tool an activity of its own, so the pause reaches the run while it holds.
+    spec = make_spec(
+        "wait, then finish",
+        allowed_tools=["wait_here"],
+        history_events_limit=100,
+        local_read_only_tools=False,
+    )
     with OfflineModelServer(turns) as model:
         async with running_worker(
             client, settings, pool, registry=gated_registry(gate, started), base_url=model.base_url
@@ -405,6 +411,7 @@ async def test_a_backlog_stop_accepted_just_before_continue_as_new_takes_effect_
         "search, wait, then finish",
         allowed_tools=["search_notes", "wait_here"],
         history_events_limit=100,
+        local_read_only_tools=False,  # twenty local searches would fit under the limit
     )
     run_id = child_run_id(agent, "long", 1)
     try:

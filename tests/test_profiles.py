@@ -83,7 +83,14 @@ def test_a_profile_sets_what_a_message_to_its_runs_does():
     before = hashlib.sha256(
         json.dumps(
             plain.model_dump(
-                mode="json", exclude={"on_message", "subagents", "session", "double_texting"}
+                mode="json",
+                exclude={
+                    "on_message",
+                    "subagents",
+                    "session",
+                    "double_texting",
+                    "local_read_only_tools",
+                },
             ),
             sort_keys=True,
         ).encode()

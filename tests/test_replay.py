@@ -147,6 +147,17 @@ def activities(history: list[dict]) -> list[str]:
     ]
 
 
+def local_activities(history: list[dict]) -> list[str]:
+    """The activity types a history's local activity markers name."""
+    names = []
+    for e in history:
+        marker = e.get("markerRecordedEventAttributes")
+        if marker and marker["markerName"] == "core_local_activity":
+            data = marker["details"]["data"]["payloads"][0]["data"]
+            names.append(json.loads(base64.b64decode(data))["activity_type"])
+    return names
+
+
 def results(history: list[dict]) -> list[object]:
     """What each activity returned, decoded."""
     return [
@@ -310,6 +321,29 @@ PATHS = {
     "quarantine": ("quarantine_released", lambda h: "approve" in messages(h)),
     "signed approval": ("signed_approval", lambda h: "approve" in messages(h)),
     "unknown outcome": ("unknown_outcome_expired", lambda h: "tool.invoke" in activities(h)),
+    # A new run's read-only, low-risk tools run as local activities (the engine's choice in
+    # its input), beside an approved call that stays an activity of its own; runs started
+    # before the engine chose (every history above) keep them activities.
+    "local read-only tool": (
+        "local_tools_approved_with_edit",
+        lambda h: (
+            started_input(h)["local_read_only_tools"] is True
+            and "tool.invoke" in local_activities(h)
+            and "tool.invoke" in activities(h)
+            and "approve" in messages(h)
+        ),
+    ),
+    "local read-only tools in a row": (
+        "local_tools_twelve_searches",
+        lambda h: local_activities(h).count("tool.invoke") == 12,
+    ),
+    "cancel after a local tool": (
+        "local_tools_cancelled",
+        lambda h: (
+            "tool.invoke" in local_activities(h)
+            and "WORKFLOW_EXECUTION_CANCEL_REQUESTED" in kinds(h)
+        ),
+    ),
     # An eval's cases as its child runs, continued as new between batches.
     "eval": (
         "eval_current",

@@ -192,7 +192,13 @@ async def test_a_watcher_follows_across_continue_as_new_within_the_history_bound
 ):
     calls = [[("search_notes", {"query": f"refund {i}"})] for i in range(12)]
     answer = "## Summary\nDone: searched the notes twelve times and found the refund policy."
-    spec = make_spec("search a lot", allowed_tools=["search_notes"], history_events_limit=100)
+    # Each search an activity of its own: twelve local ones fit under the limit.
+    spec = make_spec(
+        "search a lot",
+        allowed_tools=["search_notes"],
+        history_events_limit=100,
+        local_read_only_tools=False,
+    )
     with OfflineModelServer(scripted(*calls, answer), stream_pause_seconds=0.05) as model:
         async with worker(base_url=model.base_url):
             started = await ops.start_run(client, spec, task_queue=settings.task_queue)

@@ -123,8 +123,9 @@ async def test_a_run_page_says_what_the_run_waits_for_and_what_it_did(
                 png = await page.screenshot(path=shot)  # type: ignore[attr-defined]
                 assert len(png) > 10_000
 
+                # The search ran as a local activity: the timeline names it by its type (its
+                # summary is in the marker's metadata, which this Web UI does not show).
                 timeline, _ = await page_text(browser, url, tab=None, wait_for="tool.invoke")
-                assert 'tool search_notes "Look up our refund policy' in timeline
                 assert "model offline-planner, " in timeline and "tokens so far" in timeline
                 assert "mirror write (bookkeeping)" in timeline
 

@@ -21,6 +21,13 @@ from agentledger.store.mirror_store import MirrorStore
 T = TypeVar("T")
 
 
+def heartbeat(*details: object) -> None:
+    """Tell Temporal the attempt lives. A local activity has no heartbeat (Temporal refuses
+    one, and logs a warning for each): the workflow task it runs in is its lease."""
+    if not activity.info().is_local:
+        activity.heartbeat(*details)
+
+
 def beat_interval(heartbeat_seconds: float) -> float:
     """Three heartbeats per timeout: one late beat does not lose the lease."""
     return max(heartbeat_seconds / 3, 0.2)
@@ -35,7 +42,7 @@ async def heartbeating(
     async def beat() -> None:
         while True:
             await asyncio.sleep(beat_interval(heartbeat_seconds))
-            activity.heartbeat()
+            heartbeat()
             if on_beat is not None:
                 await on_beat()
 

@@ -41,6 +41,7 @@ def proposed_call(
         error_kind="invalid_arguments" if error else None,
         risk=tool.risk,
         side_effect=tool.side_effect,
+        local=tool.local,
         # Only a call that waits for an approver needs its schema (to check an edit).
         parameters=tool.parameters if needs_schema(name, tool.risk) else None,
         summary=tool.summarize(arguments) if arguments is not None and not error else None,

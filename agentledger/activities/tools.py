@@ -25,7 +25,7 @@ from temporalio import activity
 
 from agentledger.activities.agent_metrics import record_mirror_lag
 from agentledger.activities.agent_spans import AgentSpans
-from agentledger.activities.leases import hold_lease, once_postgres_answers
+from agentledger.activities.leases import heartbeat, hold_lease, once_postgres_answers
 from agentledger.activities.retry_notes import announce_retry
 from agentledger.activities.step_claim import StepClaim
 from agentledger.core import errors, faults, injection
@@ -379,7 +379,7 @@ class ToolActivities:
             conn=conn,
             save_checkpoint=save_checkpoint,
             # Heartbeat details are kept in history too.
-            heartbeat=lambda *details: activity.heartbeat(*scope.redact(list(details))),
+            heartbeat=lambda *details: heartbeat(*scope.redact(list(details))),
             secrets=scope,
         )
 

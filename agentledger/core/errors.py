@@ -297,6 +297,28 @@ def reworded(err: Exception, message: str) -> ApplicationError:
     )
 
 
+def as_activity_error(err: ApplicationError | TimeoutError, activity: str) -> ActivityError:
+    """A local activity's final failure as a remote one's reaches the workflow: an
+    ActivityError caused by it. The SDK hands a local activity's failure over bare, and an
+    ApplicationError a workflow raises fails the whole run, where a tool's failure is the
+    step's, which the model hears. A failure it could retry reaches the workflow only once
+    its retry policy's attempts are spent (the run's policies set a maximum)."""
+    final = isinstance(err, ApplicationError) and err.non_retryable
+    wrapped = ActivityError(
+        "Local activity task failed",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=activity,
+        activity_id="",
+        retry_state=(
+            RetryState.NON_RETRYABLE_FAILURE if final else RetryState.MAXIMUM_ATTEMPTS_REACHED
+        ),
+    )
+    wrapped.__cause__ = err
+    return wrapped
+
+
 def error_kind(err: ActivityError) -> str:
     """The classified type of an activity's final failure ("Timeout" for a timeout)."""
     if isinstance(err.cause, ApplicationError):

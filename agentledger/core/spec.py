@@ -306,11 +306,13 @@ class RunSpec(Strict):
         "each name's spec fields (its profile's), filled in from the agent's `subagents`",
     )
     subagent_limits: SubagentLimits = Field(default_factory=lambda: SubagentLimits())
-    local_read_only_tools: bool = Field(
-        False,
+    local_read_only_tools: bool | None = Field(
+        None,
         description="a tool with no side effect and low risk runs as a local activity, in the "
-        "workflow's own task: no task queue round trip, a marker in history; False: every "
-        "tool call is an activity of its own",
+        "workflow's own task (after any approval it needs): no task queue round trip, a "
+        "marker in history; False: every tool call is an activity of its own; None: the engine's "
+        "default, which it records in the run's input when the run starts (local). An "
+        "agent's profile may turn it off; a spec may then not turn it back on",
     )
     on_message: Literal["queue", "interrupt"] = Field(
         "queue",

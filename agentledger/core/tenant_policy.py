@@ -39,7 +39,7 @@ from agentledger.core.spec import RISK_ORDER, ApprovalPolicy, JsonDict, RunSpec,
 # rejection does. Every other field is policy, and only tightens what the agent sets.
 FREE_APPROVAL_FIELDS = ("timeout_seconds", "on_reject")
 # The spec fields an agent's profile holds a run to.
-HELD_FIELDS = ("allowed_tools", "approval", "subagents")
+HELD_FIELDS = ("allowed_tools", "approval", "subagents", "local_read_only_tools")
 # What a start says about the request, not the work: a spec that sets nothing else asks for
 # no work of its own.
 REQUEST_FIELDS = frozenset({"task", "tenant", "user", "idempotency_key", "priority"})
@@ -219,7 +219,19 @@ def within(asked: RunSpec, base: RunSpec) -> RunSpec:
         fields["approval"] = tighter(base.approval, asked.approval)
     if "subagents" in given:
         fields["subagents"] = _narrowed_subagents(asked, base)
+    if "local_read_only_tools" in given:
+        fields["local_read_only_tools"] = local_tools(asked.local_read_only_tools, base)
     return base.model_copy(update=fields)
+
+
+def local_tools(asked: bool | None, base: RunSpec) -> bool | None:
+    """Whether a run of `base` (an agent's profile) runs its read-only tools locally when a
+    spec asks `asked`: a spec may turn that off, never on where the profile turned it off
+    (an activity of its own is the stricter path: its own heartbeat, its own task); None
+    leaves the choice to the engine."""
+    if asked is False or base.local_read_only_tools is False:
+        return False
+    return asked if asked is not None else base.local_read_only_tools
 
 
 def _narrowed_tools(asked: list[str], base: RunSpec) -> list[str]:

@@ -217,6 +217,9 @@ class ProposedToolCall(BaseModel):
     error_kind: Literal["malformed", "invalid_arguments", "unknown_tool"] | None = None
     risk: RiskLevel = RiskLevel.LOW
     side_effect: bool = False
+    local: bool = Field(
+        True, description="its tool may run as a local activity where the run allows it"
+    )
     parameters: JsonDict | None = Field(
         None, description="the tool's argument schema, to check an approver's edit against"
     )

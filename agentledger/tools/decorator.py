@@ -35,12 +35,14 @@ def tool(
     answer_checks: AnswerCheck | None = None,
     schema: Iterable[str] = (),
     summary: str | None = None,
+    local: bool = True,
 ) -> Any:
     """Declare a tool, as `@tool` or `@tool(...)`; every option is a `Tool` field
     (agentledger.tools.registry says what each one promises). `risk` at or above a run's
     approval threshold waits for a person; `side_effect` puts the call through the ledger;
     `summary` says how a call reads to that person: "Refund {cents:money} on order
-    {order_id}" (agentledger.core.action_summary)."""
+    {order_id}" (agentledger.core.action_summary); `local=False` keeps a read-only tool that
+    may take seconds an activity of its own."""
     if summary is not None:
         action_summary.check_template(summary)
 
@@ -59,6 +61,7 @@ def tool(
             secret_results=tuple(secret_results),
             schema=tuple(schema),
             summary=summary,
+            local=local,
         )
 
     return declare if fn is None else declare(fn)

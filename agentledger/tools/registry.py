@@ -84,6 +84,11 @@ class Tool:
     `summary` is how a call reads to the person asked to approve it, a template over its
     arguments ("Refund {cents:money} on order {order_id}"); `title` an MCP tool's title,
     which reads with the arguments when there is no template.
+    `local`: a call of a tool with no side effect and low risk may run as a local activity,
+    in the run's workflow task (what a new run does by default). False for a tool that may
+    take seconds: while a local activity runs, the run takes in no message, query or cancel
+    until its workflow task's heartbeat (about 8 s of the 10 s task timeout), and it has no
+    heartbeat of its own.
     """
 
     name: str
@@ -101,6 +106,7 @@ class Tool:
     input_schema: JsonDict | None = None
     summary: str | None = None
     title: str | None = None
+    local: bool = True
 
     @functools.cached_property
     def parameters(self) -> JsonDict:

@@ -434,6 +434,7 @@ def run_code_tool(engine: SandboxEngine) -> Tool:
         fn=run_code,
         side_effect=False,
         risk=RiskLevel.LOW,
+        local=False,  # a program may run for seconds: an activity of its own, heartbeating
     )
 
 

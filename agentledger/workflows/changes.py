@@ -24,6 +24,12 @@ session's messages follow its double-texting policy (agentledger.workflows.sessi
 Runs of generation 5 and before are charged to nobody and take every message into the turn
 in flight.
 
+What the engine chooses for a new run where its spec leaves the choice to it is recorded in
+its input the same way, so the choice replays with no switch: a read-only, low-risk tool runs
+as a local activity (`local_read_only_tools`, `LOCAL_READ_ONLY_TOOLS`) unless its agent's
+profile or its spec turns that off. A run whose input lacks the choice (None) runs every tool
+as an activity of its own, as runs started before the engine chose did.
+
 Every generation this code runs takes an admit signal only from the admission queue its input
 names, and a run that ends failed or cancelled ends so in Temporal too (Failed, Canceled;
 agentledger.workflows.run_endings). Runs of older generations took paths since retired
@@ -45,12 +51,20 @@ from agentledger.core.version_branches import (
 
 # The generation `for_new_run` writes into a new run's input.
 CURRENT_GENERATION = 6
+# Whether a new run whose spec leaves it to the engine runs its read-only, low-risk tools
+# as local activities: a step then costs no task queue round trip, and a re-run after a
+# crash cannot harm (agentledger.workflows.policies.runs_locally).
+LOCAL_READ_ONLY_TOOLS = True
 
 
 def for_new_run(spec: RunSpec) -> RunInput:
     """The run's input as the engine starts it: `spec` (and what the engine set on it, if
-    it is a `RunInput` already) with the generation new runs take."""
-    return RunInput.of(spec, workflow_generation=CURRENT_GENERATION)
+    it is a `RunInput` already) with the generation new runs take and the engine's choice
+    for what the spec leaves to it."""
+    chosen: dict[str, object] = {"workflow_generation": CURRENT_GENERATION}
+    if spec.local_read_only_tools is None:
+        chosen["local_read_only_tools"] = LOCAL_READ_ONLY_TOOLS
+    return RunInput.of(spec, **chosen)
 
 
 class RetiredBranchError(RuntimeError):

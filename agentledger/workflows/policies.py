@@ -37,10 +37,17 @@ def tool_limits(spec: RunSpec, tool: str) -> tuple[int, float]:
 
 
 def runs_locally(spec: RunSpec, call: ProposedToolCall) -> bool:
-    """Whether a tool call runs as a local activity: only when the spec asks for it, and
-    only a read-only (no side effect), low-risk tool, which the ledger has nothing to do for
-    and a re-run after a crash cannot harm."""
-    return spec.local_read_only_tools and not call.side_effect and call.risk == RiskLevel.LOW
+    """Whether a tool call runs as a local activity: only when the run's input says so (the
+    engine records its choice there when the run starts: None is a run started before it
+    did, whose tools stay activities of their own), and only a read-only (no side effect),
+    low-risk tool, which the ledger has nothing to do for and a re-run after a crash cannot
+    harm; and not a tool that says it may take seconds (`Tool.local`)."""
+    return (
+        spec.local_read_only_tools is True
+        and not call.side_effect
+        and call.risk == RiskLevel.LOW
+        and call.local
+    )
 
 
 def over_budget(budget: Budget, tokens: int, cost_usd: float) -> str | None:

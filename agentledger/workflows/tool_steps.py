@@ -12,11 +12,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    is_cancelled_exception,
+)
 from temporalio.workflow import ActivityCancellationType
 
 from agentledger.workflows.approvals import Approvals
@@ -73,6 +79,16 @@ async def outlast_cancel(
                 raise
             # The attempt failed while the run was being cancelled: the run still ends.
             raise asyncio.CancelledError("cancelled on request") from err
+
+
+async def as_remote(call: Awaitable[ToolCallResult]) -> ToolCallResult:
+    """A local activity's outcome as a remote one's: its final failure arrives bare, and is
+    raised as the ActivityError a remote call's would be (errors.as_activity_error), so the
+    step fails and the model hears why, where a bare one would fail the run."""
+    try:
+        return await call
+    except (ApplicationError, TimeoutError) as err:
+        raise errors.as_activity_error(err, names.ACTIVITY_TOOL_INVOKE) from err
 
 
 class ToolSteps:
@@ -151,6 +167,7 @@ class ToolSteps:
                 key = key or self._effect_key(call.tool, arguments)
                 attempts, timeout = policies.tool_limits(self.spec, call.tool)
                 waits = call.side_effect
+                local = policies.runs_locally(self.spec, call)
                 tool_input = ToolCallInput(
                     run_id=self.run_id,
                     step_id=step.id,
@@ -170,7 +187,7 @@ class ToolSteps:
                         attempts,
                         timeout,
                         waits,
-                        local=policies.runs_locally(self.spec, call),
+                        local=local,
                     )
                 )
                 cancelled = False
@@ -178,7 +195,7 @@ class ToolSteps:
                     if waits:
                         result, cancelled = await step.outcome(outlast_cancel(invoke))
                     else:
-                        result = await step.outcome(invoke)
+                        result = await step.outcome(as_remote(invoke) if local else invoke)
                 except (ActivityError, asyncio.CancelledError) as err:
                     if is_cancelled_exception(err):
                         if waits:
