@@ -62,8 +62,11 @@ def engine_of(docker_engine: Engine, limits: SandboxLimits = QUICK) -> SandboxEn
     return SandboxEngine(docker_engine.client, docker_engine.image, limits, identity="test")
 
 
-def sandbox_containers(docker_engine: Engine) -> list[Any]:
-    return docker_engine.client.containers.list(all=True, filters={"label": LABEL})
+def sandbox_containers(docker_engine: Engine, run_id: str | None = None) -> list[Any]:
+    """The engine's sandbox containers, or one run's: the engine may be shared with other
+    test sessions, whose containers come and go on their own."""
+    labels = [LABEL, *([f"agentledger.run_id={run_id}"] if run_id else [])]
+    return docker_engine.client.containers.list(all=True, filters={"label": labels})
 
 
 def recording_model(turns: Any, seen: list[dict[str, Any]]) -> Any:
@@ -123,7 +126,7 @@ async def test_code_that_computes_returns_its_answer_and_its_files(
     executions = receipt["sandbox_executions"]
     assert [e["image_digest"] for e in executions] == [docker_engine.digest] * 2
     assert [e["status"] for e in executions] == ["ok", "ok"]
-    assert sandbox_containers(docker_engine) == [], "every container is removed"
+    assert sandbox_containers(docker_engine, started.run_id) == [], "every container is removed"
 
 
 async def test_hostile_code_is_contained_and_the_run_goes_on_with_the_model_told(
@@ -162,7 +165,7 @@ async def test_hostile_code_is_contained_and_the_run_goes_on_with_the_model_told
     )
     assert [a["attempt"] for a in attempts] == [1] * len(HOSTILE)
     assert time.monotonic() - started_at < 120
-    assert sandbox_containers(docker_engine) == []
+    assert sandbox_containers(docker_engine, started.run_id) == []
 
 
 def test_an_engine_that_is_not_there_is_a_retryable_failure_with_a_clear_status(
@@ -369,4 +372,4 @@ async def test_a_worker_process_killed_while_code_runs_leaves_no_container_and_t
         started.run_id,
     )
     assert steps == [{"attempt": 2, "stdout": "42\n"}]
-    assert sandbox_containers(docker_engine) == []
+    assert sandbox_containers(docker_engine, started.run_id) == []
