@@ -77,9 +77,21 @@ def payloads_in(message: Message) -> Iterator[Payload]:
             yield from payloads_in(each)
 
 
-def is_patch(event: HistoryEvent) -> bool:
-    """A patch marker (`workflow.patched`): the SDK's core writes its id, no codec sees it."""
-    return event.marker_recorded_event_attributes.marker_name == "core_patch"
+def sealable(event: HistoryEvent) -> Iterator[Payload]:
+    """The Payloads in `event` a codec sees: not those the SDK's core writes of its own, a
+    patch marker's id (`workflow.patched`) and a local activity marker's record of the call
+    (its id, type, attempt and time; the call's result and failure beside it are sealed)."""
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name == "core_patch":
+        return
+    if marker.marker_name == "core_local_activity":
+        for key, payloads in marker.details.items():
+            if key != "data":
+                yield from payloads.payloads
+        if marker.HasField("failure"):
+            yield from payloads_in(marker.failure)
+        return
+    yield from payloads_in(event)
 
 
 @pytest.fixture
@@ -161,7 +173,7 @@ async def test_the_shops_workflow_runs_an_approved_agent(
     # What the server stores is sealed by the project's codec, agentledger's payloads included.
     for workflow_id in (parent_id, agent_run):
         raw: WorkflowHistory = await env.client.get_workflow_handle(workflow_id).fetch_history()
-        stored = [p for event in raw.events if not is_patch(event) for p in payloads_in(event)]
+        stored = [p for event in raw.events for p in sealable(event)]
         assert stored, f"{workflow_id} stores payloads"
         encodings = {p.metadata.get("encoding") for p in stored}
         assert encodings == {b"binary/shop-encrypted"}, (workflow_id, encodings)

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 from opentelemetry import trace
@@ -94,18 +94,25 @@ async def main(address: str) -> None:
     raw = await Client.connect(address)
     for workflow_id in (parent_id, agent_run):
         events = (await raw.get_workflow_handle(workflow_id).fetch_history()).events
-        stored = [
-            payload
-            for event in events
-            # A patch marker (`workflow.patched`): the SDK's core writes its id, no codec.
-            if event.marker_recorded_event_attributes.marker_name != "core_patch"
-            for payload in _payloads(event)
-        ]
+        stored = [payload for event in events for payload in _sealable(event)]
         encodings = {payload.metadata.get("encoding") for payload in stored}
         assert encodings == {b"binary/shop-encrypted"}, (workflow_id, encodings)
     print(
         f"drive_shop: {parent_id} and its agent {agent_run}: approved, completed, replayed, sealed"
     )
+
+
+def _sealable(event: Any) -> list[Payload]:
+    """The Payloads in a history event a codec sees: not a patch marker's id, nor a local
+    activity marker's record of the call, which the SDK's core writes of its own (the call's
+    result and failure beside it are sealed)."""
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name == "core_patch":
+        return []
+    if marker.marker_name == "core_local_activity":
+        found = [p for key, ps in marker.details.items() if key != "data" for p in ps.payloads]
+        return found + (_payloads(marker.failure) if marker.HasField("failure") else [])
+    return _payloads(event)
 
 
 def _payloads(message: Message) -> list[Payload]:
