@@ -126,7 +126,9 @@ def napping_registry(started: asyncio.Event, finished: list[float]) -> ToolRegis
         finished.append(args.seconds)
         return {"slept": args.seconds}
 
-    tool = Tool("nap", "sleep a while", Nap, nap, transactional=False)
+    # A tool that takes a while runs as an activity of its own: a local one is not cut at the
+    # grace period, as the operations guide says.
+    tool = Tool("nap", "sleep a while", Nap, nap, transactional=False, local=False)
     return ToolRegistry([*agentledger.demo.registry.tools(), tool])
 
 
