@@ -379,7 +379,7 @@ class Bench:
             # As the door starts a run of a tenant with a model-call rate.
             if queue not in self.rated_queues:
                 settings = AgentLedgerConfig.model_construct(task_queue=queue)
-                tenants = Tenants(Scope.over(self.client, self.pool, settings=settings))
+                tenants = Tenants(Scope.over(self.client, self.pool, config=settings))
                 await tenants.set(RATED_TENANT, {"model_calls_per_second": RATED_CALLS_PER_SECOND})
                 self.rated_queues.add(queue)
             run = ours.run_spec(
