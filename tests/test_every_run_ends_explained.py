@@ -20,7 +20,12 @@ from temporalio.api.workflowservice.v1 import (
     DeleteWorkflowExecutionRequest,
     PollWorkflowExecutionUpdateRequest,
 )
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateStage
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 import agentledger.demo
@@ -580,15 +585,22 @@ async def test_an_approval_that_comes_with_a_cancel_is_told_what_the_receipt_say
         await handle.cancel()
     assert not approving.done(), "nothing decides while no worker runs"
     async with running_worker(client, settings, pool, batch_activations=batch):
-        told = await asyncio.wait_for(approving, 60)
+        try:
+            told: DecisionResult | None = await asyncio.wait_for(approving, 60)
+        except WorkflowUpdateFailedError as refused:
+            # The server may hand the update to a later workflow task than the cancel's, as it
+            # may on a loaded machine: the run has ended by then, says so, and applies nothing.
+            assert "already ended as cancelled" in str(refused.cause)
+            told = None
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), 60)
     receipt = await ops.receipt(pool, begun.run_id)
     assert receipt["outcome"] == "cancelled"
-    assert told.approval_id == pending.approval_id
+    assert told is None or told.approval_id == pending.approval_id
     [step] = [s for s in receipt["steps"] if s["type"] == "approval"]
-    if batch:
-        assert told.decision == "abandoned" and told.status == RunStatus.CANCELLED
+    if batch or told is None:
+        if told is not None:
+            assert told.decision == "abandoned" and told.status == RunStatus.CANCELLED
         assert receipt["approvals"] == [], "no decision was applied"
         assert receipt["unresolved"] == [
             f"approval {pending.approval_id} for {pending.tool} undecided"
