@@ -109,11 +109,19 @@ async def closed(handle: WorkflowHandle) -> bool:
 
 
 async def wait_status(client: Client, run_id: str, *statuses: str, seconds: float = 30) -> RunState:
+    seen: list[str] = []
+
     async def probe() -> RunState | None:
         state = await answered_status(client, run_id)
+        seen.append("no answer" if state is None else state.status.value)
         return state if state is not None and state.status.value in statuses else None
 
-    return await eventually(probe, seconds=seconds, what=f"{run_id} to reach {statuses}")
+    try:
+        return await eventually(probe, seconds=seconds, what=f"{run_id} to reach {statuses}")
+    except AssertionError as timed_out:
+        # What the run said on the way, so a failure shows where it stood.
+        told = [each for at, each in enumerate(seen) if at == 0 or seen[at - 1] != each]
+        raise AssertionError(f"{timed_out}; it said, in turn: {', '.join(told)}") from None
 
 
 async def answered_status(client: Client, run_id: str) -> RunState | None:

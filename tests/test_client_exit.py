@@ -14,16 +14,20 @@ parent prepared can hide a failure.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import json
 import os
 import signal
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from agentledger.client.run_client import release_native_clients
 from agentledger.core.config import AgentLedgerConfig
 
 SCRIPT = """
@@ -136,3 +140,19 @@ async def test_a_hundred_short_scripts_that_close_their_client_exit_0(
     )
     assert Counter(statuses.values()) == {0: FORKED}, failed[:4000]
     assert [code for code, _, _ in fresh] == [0] * FRESH, [err[-800:] for _, _, err in fresh]
+
+
+async def test_a_client_closes_only_once_no_native_thread_is_left_inside_python() -> None:
+    """What a close waits for: a thread the interpreter did not start (the bridge's, here one
+    started by `_thread`, which `threading` does not list either) still running Python as
+    the script ends. The pause alone would not wait it out."""
+    left = threading.Event()
+
+    def bridge_thread() -> None:
+        time.sleep(0.5)  # the GIL let go, as a bridge thread's wake of the event loop does
+        left.set()
+
+    _thread.start_new_thread(bridge_thread, ())
+    await asyncio.sleep(0.01)
+    await release_native_clients()
+    assert left.is_set()

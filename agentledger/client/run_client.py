@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import sys
+import threading
 from types import TracebackType
 from typing import Self
 
@@ -49,6 +51,11 @@ from agentledger.store.db import install_tool_schema, open_pool, schema_version
 from agentledger.temporal.client import connect
 from agentledger.temporal.encryption import speaks_pydantic
 from agentledger.tools.loading import DEMO_TOOLS, load_registry
+
+# How long the bridge's threads are given, at a client's close, to drop what it held; and how
+# long, at most, to wait for one still inside Python (see release_native_clients).
+BRIDGE_SETTLE_SECONDS = 0.05
+BRIDGE_SETTLE_BOUND_SECONDS = 2.0
 
 
 class _Connections:
@@ -116,9 +123,25 @@ class _Connections:
 async def release_native_clients() -> None:
     """Free Temporal clients no longer referenced, now: their native halves drop on this
     thread, and the bridge's threads finish what the drop hands them, before the interpreter
-    finalizes (a bridge thread that takes the GIL then aborts the process)."""
+    finalizes (a bridge thread that takes the GIL then aborts the process).
+
+    A bridge thread that completes a call's future is still inside Python, the GIL let go
+    while it wakes the event loop, after the caller has its answer; on a loaded machine it
+    can stay there long after any fixed pause. The interpreter's shutdown would delete its
+    thread state under it, so the wait lasts until no such thread is left in Python."""
     gc.collect()
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(BRIDGE_SETTLE_SECONDS)
+    pause = BRIDGE_SETTLE_SECONDS / 10
+    for _ in range(round(BRIDGE_SETTLE_BOUND_SECONDS / pause)):  # a native thread: polled
+        if not _foreign_threads_in_python():
+            return
+        await asyncio.sleep(pause)
+
+
+def _foreign_threads_in_python() -> bool:
+    """Whether a thread Python did not start (a native runtime's) is running Python code."""
+    ours = {each.ident for each in threading.enumerate()}
+    return any(ident not in ours for ident in sys._current_frames())
 
 
 class RunClient:
