@@ -18,6 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from temporalio import workflow
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import DataConverter, SerializationContext, StorageDriverStoreContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -43,7 +46,7 @@ class _ContextFreeInstance(WorkflowInstance):
     def __init__(self, sandboxed: WorkflowInstance) -> None:
         self.sandboxed = sandboxed
 
-    def activate(self, act: Any) -> Any:
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         return self.sandboxed.activate(act)
 
     def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
@@ -52,7 +55,7 @@ class _ContextFreeInstance(WorkflowInstance):
     def get_external_store_context(self, command_info: Any) -> StorageDriverStoreContext:
         return NO_STORE_CONTEXT
 
-    def get_info(self) -> Any:
+    def get_info(self) -> workflow.Info:
         return self.sandboxed.get_info()
 
     def get_thread_id(self) -> int | None:
