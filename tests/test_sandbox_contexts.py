@@ -50,7 +50,6 @@ def test_only_the_sdk_sandbox_under_a_converter_that_reads_no_context():
     assert for_converter(sandbox, with_codec) is sandbox
     unsandboxed = UnsandboxedWorkflowRunner()
     assert for_converter(unsandboxed, pydantic_data_converter) is unsandboxed
-    assert for_converter(None, pydantic_data_converter) is None
 
 
 def plugin_worker(env: WorkflowEnvironment, converter: DataConverter) -> Worker:

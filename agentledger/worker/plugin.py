@@ -175,10 +175,12 @@ class AgentLedgerPlugin(SimplePlugin):
         )
         parts = engine_parts(client, self.config, deps)
         self._engines[queue] = _Engine(parts, registry, side_queue_options(config, parts))
-        runner = for_converter(config.get("workflow_runner"), client.data_converter)
-        return cast(
-            WorkerConfig, {**config, **with_engine(config, parts), "workflow_runner": runner}
-        )
+        configured = cast(WorkerConfig, {**config, **with_engine(config, parts)})
+        if "workflow_runner" in configured:
+            configured["workflow_runner"] = for_converter(
+                configured["workflow_runner"], client.data_converter
+            )
+        return configured
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)

@@ -67,11 +67,11 @@ def reads_no_context(converter: DataConverter) -> bool:
     return converter.payload_codec is None and converter.external_storage is None
 
 
-def for_converter(runner: WorkflowRunner | None, converter: DataConverter) -> WorkflowRunner | None:
+def for_converter(runner: WorkflowRunner, converter: DataConverter) -> WorkflowRunner:
     """`runner` for a worker whose client converts with `converter`: the SDK's sandbox becomes
     a ContextFreeSandbox with the same restrictions when the converter reads no context; any
-    other runner (none, unsandboxed, one of your own) and any other converter are left as
-    they are."""
+    other runner (unsandboxed, one of your own) and any other converter are left as they
+    are."""
     if type(runner) is not SandboxedWorkflowRunner or not reads_no_context(converter):
         return runner
     return ContextFreeSandbox(restrictions=runner.restrictions, runner_class=runner.runner_class)
