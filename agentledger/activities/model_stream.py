@@ -10,7 +10,7 @@ a proxy) is a provider error that names what came, and is retried like one.
 The SDK reads the stream (its server-sent events, an error sent in one, the end) and hands
 each chunk over as the JSON it came as: building the SDK's typed object for every chunk
 (its lenient, pure-Python `construct`) cost about 150 microseconds a chunk, a twentieth of
-a worker's CPU at 100 concurrent runs, for the few fields read here (docs/bench/levers.md).
+a worker's CPU at 100 concurrent runs, for the few fields read here.
 """
 
 from __future__ import annotations

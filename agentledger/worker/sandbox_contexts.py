@@ -6,7 +6,7 @@ its completion several times (the codec, external storage and their references),
 each visit asks the run's workflow instance which serialization context, and which store
 context, the payload's command has. The sandbox answers by running code inside itself (its
 import hooks and restricted builtins put in place and taken down again each time): about a
-sixth of a worker's CPU at 100 concurrent runs (docs/bench/levers.md). The answers are
+sixth of a worker's CPU at 100 concurrent runs. The answers are
 handed to the payload codec and to external storage alone. A converter with neither does the
 same with any answer, so for one the instance answers "no context" itself. The workflow's
 own code still runs in the sandbox with every restriction; a converter with a codec or
