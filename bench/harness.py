@@ -233,9 +233,11 @@ def bench_worker(kind: str, task_queue: str, env: dict[str, str], *extra: str) -
 
 
 @contextlib.asynccontextmanager
-async def py_spy(pid: int, raw: Path) -> AsyncIterator[bool]:
+async def py_spy(pid: int, raw: Path, *, gil: bool = False) -> AsyncIterator[bool]:
     """py-spy records the process (all threads, 100 Hz, raw stacks) into `raw` while the block
-    runs; yields whether py-spy is installed."""
+    runs; yields whether py-spy is installed. `gil`: only the samples of a thread holding the
+    GIL, which is closer to CPU spent: without it, a thread waiting for the GIL after a
+    short C call (a socket send, a Rust call) is counted as working there."""
     spy_bin = shutil.which("py-spy") or shutil.which(
         "py-spy", path=str(Path(sys.executable).parent)
     )
@@ -244,7 +246,7 @@ async def py_spy(pid: int, raw: Path) -> AsyncIterator[bool]:
         return
     spy = await asyncio.create_subprocess_exec(
         spy_bin, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
-        "--output", str(raw), "--nonblocking", "--threads",
+        "--output", str(raw), "--nonblocking", "--threads", *(["--gil"] if gil else []),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     await asyncio.sleep(1.0)

@@ -713,7 +713,9 @@ def full_report(results: dict[str, Any]) -> str:
         parts += [
             "",
             "Where the worker's CPU goes (py-spy, each sample in the first part its stack "
-            "passes through):",
+            "passes through"
+            + (", only samples holding the GIL" if _get(results, "config", "profile_gil") else "")
+            + "):",
             "",
             profile_parts_table(results["profile"]),
         ]

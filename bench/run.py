@@ -136,6 +136,7 @@ class Config:
     out: Path
     publish: bool
     profile: bool
+    profile_gil: bool = False
     render: Path | None = None
     systems: tuple[str, ...] = (*SYSTEMS, "pgq")
     note: str = ""
@@ -194,6 +195,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="py-spy the workers (ours; the bare agent too, if in --systems) at 100 runs",
     )
     parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="the profile stage counts only samples holding the GIL (py-spy --gil)",
+    )
+    parser.add_argument(
         "--systems",
         default=",".join((*SYSTEMS, "pgq")),
         help="which systems to measure: ours,openai_agents,pydantic_ai,bare_agent,bare,pgq "
@@ -245,6 +251,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         out=args.out,
         publish=args.publish,
         profile=args.profile,
+        profile_gil=args.profile_gil,
         render=args.render,
         systems=systems,
         note=args.note,
@@ -811,7 +818,7 @@ async def profile_system(b: Bench, system: str) -> dict[str, Any]:
     raw = cfg.out / ("profile-py-spy.txt" if system == "ours" else f"profile-py-spy-{system}.txt")
     cfg.out.mkdir(parents=True, exist_ok=True)
     commits_before = await postgres_commits(b.pool)
-    async with harness.running(worker), harness.py_spy(worker.pid, raw):
+    async with harness.running(worker), harness.py_spy(worker.pid, raw, gil=cfg.profile_gil):
         result, sampler = await sampled_level(b, system, queue, level, worker.pid)
     steps_done = max(result.completed * cfg.level_steps, 1)
     # Counted once the worker is gone: a backend reports its transactions as it exits.

@@ -8,12 +8,14 @@ import asyncio
 import json
 import urllib.request
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
 
 from agentledger.activities.model_errors import classify_model_error
 from agentledger.activities.model_stream import plain_completion, streamed_completion
+from agentledger.core.background_http import BackgroundHTTPServer
 from agentledger.core.errors import PROVIDER_UNAVAILABLE
 from agentledger.dev.offline_model import OfflineModelServer, Reply, completion
 from agentledger.workflows import AgentRunWorkflow
@@ -120,3 +122,74 @@ async def test_a_page_instead_of_a_reply_is_a_provider_error_that_names_it() -> 
     failure = classify_model_error(caught.value)
     assert failure.type == PROVIDER_UNAVAILABLE and not failure.non_retryable
     assert "text/html" in failure.message and "502 upstream gone" in failure.message
+
+
+class SpareStream(BaseHTTPRequestHandler):
+    """A provider's stream as lean as they come: chunks without `id`, `created`, `model` or
+    `index` on their choices, the usage without a total, then an error event mid-stream
+    when the request's model is `overloaded`."""
+
+    def do_POST(self) -> None:
+        asked = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        chunks: list[dict] = [
+            {"choices": [{"delta": {"content": "Hel"}}]},
+            {"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]},
+        ]
+        if asked["model"] == "overloaded":
+            chunks.append({"error": {"message": "the model is overloaded", "type": "server"}})
+        chunks.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        for chunk in chunks:
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_a_lean_stream_is_read_and_an_error_in_it_is_the_provider_s() -> None:
+    """Chunks are read as the JSON they came as: what a provider leaves out reads as absent,
+    not as a broken reply; an error the provider sends inside the stream is an `APIError`,
+    classified and retried as the provider's."""
+    server = BackgroundHTTPServer(ThreadingHTTPServer(("127.0.0.1", 0), SpareStream)).start()
+    client = openai.AsyncOpenAI(base_url=f"{server.origin}/v1", api_key="x", max_retries=0)
+    try:
+        texts: list[str] = []
+        request = {"model": "m", "messages": [{"role": "user", "content": "t"}]}
+        reply = await streamed_completion(client, request, texts.append)
+        assert texts == ["Hel", "lo"] and reply.choices[0].message.content == "Hello"
+        assert reply.model == "m" and reply.choices[0].finish_reason == "stop"
+        assert reply.usage is not None and reply.usage.total_tokens == 5
+        with pytest.raises(openai.APIError, match="the model is overloaded") as caught:
+            await streamed_completion(client, {**request, "model": "overloaded"}, texts.append)
+    finally:
+        await client.close()
+        server.stop()
+    assert not classify_model_error(caught.value).non_retryable
+
+
+async def test_the_conversation_and_the_tools_are_sent_as_given() -> None:
+    """They ride in the SDK's `extra_body` (it does not walk them), so the body the provider
+    gets must be exactly the request's."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "description": "Looks it up.",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+    ]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "t"}]
+    with OfflineModelServer(scripted([], SUMMARY)) as model:
+        client = openai.AsyncOpenAI(base_url=model.base_url, api_key="x", max_retries=0)
+        request = {"model": "m", "messages": messages, "tools": tools, "temperature": 0.0}
+        await streamed_completion(client, request, lambda text: None)
+        await plain_completion(client, request)
+        await client.close()
+    for sent in model.requests:
+        assert sent["messages"] == messages and sent["tools"] == tools, sent
+        assert sent["model"] == "m" and sent["temperature"] == 0.0

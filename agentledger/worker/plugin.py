@@ -48,6 +48,7 @@ from agentledger.store.db import activity_slots_for, pool_size_for, ready_schema
 from agentledger.temporal.encryption import codec_for, speaks_pydantic
 from agentledger.tools.loading import DEMO_TOOLS, load_registry
 from agentledger.tools.registry import ToolRegistry
+from agentledger.worker.sandbox_contexts import for_converter
 from agentledger.worker.serving import register_search_attributes, serving
 from agentledger.worker.worker_factory import (
     ACTIVITY_SLOTS,
@@ -174,7 +175,12 @@ class AgentLedgerPlugin(SimplePlugin):
         )
         parts = engine_parts(client, self.config, deps)
         self._engines[queue] = _Engine(parts, registry, side_queue_options(config, parts))
-        return cast(WorkerConfig, {**config, **with_engine(config, parts)})
+        configured = cast(WorkerConfig, {**config, **with_engine(config, parts)})
+        if "workflow_runner" in configured:
+            configured["workflow_runner"] = for_converter(
+                configured["workflow_runner"], client.data_converter
+            )
+        return configured
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)

@@ -59,6 +59,7 @@ from agentledger.store.vault import SecretVault
 from agentledger.store.webhook_store import WebhookStore
 from agentledger.tools import ToolRegistry
 from agentledger.worker.drain import DrainReport, StepsInHand
+from agentledger.worker.sandbox_contexts import for_converter
 from agentledger.worker.workflow_code import share_workflow_code
 from agentledger.workflows.engine import ENGINE_WORKFLOWS, sandboxed_runner
 
@@ -415,7 +416,7 @@ def build_worker(
     steps = StepsInHand()
     run_tuning = {
         **run_queue_options(settings, steps, resources, slots),
-        "workflow_runner": tuning["workflow_runner"],
+        "workflow_runner": for_converter(tuning["workflow_runner"], client.data_converter),
     }
     for each in (model_tuning, mirror_tuning):
         # The same version on all three: a pinned run's model calls go to its own build.
